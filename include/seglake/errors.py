@@ -1,0 +1,32 @@
+"""Typed errors: callers never see a raw gRPC, boto or OS exception from the engine."""
+
+
+class SeglakeError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class ValidationError(SeglakeError, ValueError):
+    """Bad input, refused before any side effect."""
+
+
+class ConfigError(ValidationError):
+    """A configuration value is unknown, of the wrong type or out of range."""
+
+
+class NotFound(SeglakeError, KeyError):
+    """A record or object does not exist."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep messages readable
+        return str(self.args[0]) if self.args else "not found"
+
+
+class Conflict(SeglakeError):
+    """A compare-guarded write lost a race, or the target already exists."""
+
+
+class Unavailable(SeglakeError):
+    """The metadata store or object store cannot be reached (after retries)."""
+
+
+class StateError(SeglakeError):
+    """A transition is not allowed from the record's current state."""

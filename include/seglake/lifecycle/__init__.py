@@ -1,0 +1,1 @@
+"""One module per lifecycle; each step a small idempotent function over Meta + Store."""

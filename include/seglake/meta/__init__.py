@@ -1,0 +1,44 @@
+"""Authoritative metadata in etcd. `Meta` bundles the client, the key builders and the
+domain stores so a lifecycle step takes one object."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from seglake.meta.alloc import TSO, IdAllocator
+from seglake.meta.keys import Keys
+from seglake.meta.kv import KV
+
+
+class Meta:
+    def __init__(self, kv: KV, root: str = "seglake", id_block_size: int = 10000):
+        self.kv = kv
+        self.keys = Keys(root)
+        self.ids = IdAllocator(kv, self.keys.alloc_id(), id_block_size)
+
+    @classmethod
+    def from_settings(cls, settings) -> "Meta":
+        return cls(KV.from_settings(settings), settings.etcd_root, settings.id_block_size)
+
+    @cached_property
+    def tso(self) -> TSO:
+        return TSO(self.kv, self.keys.alloc_tso())
+
+    @cached_property
+    def catalog(self):
+        from seglake.meta.catalog import Catalog
+        return Catalog(self)
+
+    @cached_property
+    def segments(self):
+        from seglake.meta.segments import Segments
+        return Segments(self)
+
+    def close(self) -> None:
+        self.kv.close()
+
+    def __enter__(self) -> "Meta":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,119 @@
+"""Every etcd key seglake writes, built here and nowhere else.
+
+Layout under the configurable root (default `seglake`):
+
+    {root}/catalog/collections/{collection_id}
+    {root}/catalog/names/{db}/{name}                 -> collection_id
+    {root}/segments/{collection_id}/{partition_id}/{segment_id}
+    {root}/snapshots/{collection_id}/{name}
+    {root}/copy/jobs/{job_id}    {root}/copy/tasks/{job_id}/{task_id}
+    {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
+    {root}/alloc/id   {root}/alloc/tso      {root}/gc/...
+
+Prefix builders end with '/', so the prefix of collection 1 never matches 10.
+Ids are decimal integers; names are validated before they reach a key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def _id(value: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"id must be a non-negative int, got {value!r}")
+    return str(value)
+
+
+def _seg(value: str) -> str:
+    if not value or "/" in value:
+        raise ValueError(f"key segment must be non-empty and contain no '/': {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Keys:
+    root: str = "seglake"
+
+    def __post_init__(self) -> None:
+        r = self.root.strip("/")
+        if not r:
+            raise ValueError("etcd root prefix must not be empty")
+        object.__setattr__(self, "root", r)
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.root}/"
+
+    # catalog
+    def collection(self, collection_id: int) -> str:
+        return f"{self.root}/catalog/collections/{_id(collection_id)}"
+
+    def collections_prefix(self) -> str:
+        return f"{self.root}/catalog/collections/"
+
+    def collection_name(self, db: str, name: str) -> str:
+        return f"{self.root}/catalog/names/{_seg(db)}/{_seg(name)}"
+
+    def collection_names_prefix(self, db: str | None = None) -> str:
+        base = f"{self.root}/catalog/names/"
+        return base if db is None else f"{base}{_seg(db)}/"
+
+    # segments
+    def segment(self, collection_id: int, partition_id: int, segment_id: int) -> str:
+        return (
+            f"{self.root}/segments/{_id(collection_id)}/{_id(partition_id)}/{_id(segment_id)}"
+        )
+
+    def segments_prefix(self, collection_id: int | None = None, partition_id: int | None = None) -> str:
+        base = f"{self.root}/segments/"
+        if collection_id is None:
+            return base
+        base += f"{_id(collection_id)}/"
+        return base if partition_id is None else f"{base}{_id(partition_id)}/"
+
+    # snapshots
+    def snapshot(self, collection_id: int, name: str) -> str:
+        return f"{self.root}/snapshots/{_id(collection_id)}/{_seg(name)}"
+
+    def snapshots_prefix(self, collection_id: int | None = None) -> str:
+        base = f"{self.root}/snapshots/"
+        return base if collection_id is None else f"{base}{_id(collection_id)}/"
+
+    # copy jobs
+    def copy_job(self, job_id: int) -> str:
+        return f"{self.root}/copy/jobs/{_id(job_id)}"
+
+    def copy_jobs_prefix(self) -> str:
+        return f"{self.root}/copy/jobs/"
+
+    def copy_task(self, job_id: int, task_id: int) -> str:
+        return f"{self.root}/copy/tasks/{_id(job_id)}/{_id(task_id)}"
+
+    def copy_tasks_prefix(self, job_id: int) -> str:
+        return f"{self.root}/copy/tasks/{_id(job_id)}/"
+
+    # channels and WAL
+    def channel_checkpoint(self, vchannel: str) -> str:
+        return f"{self.root}/channels/{_seg(vchannel)}/checkpoint"
+
+    def wal_term(self, pchannel: str) -> str:
+        return f"{self.root}/wal/{_seg(pchannel)}/term"
+
+    # allocation
+    def alloc_id(self) -> str:
+        return f"{self.root}/alloc/id"
+
+    def alloc_tso(self) -> str:
+        return f"{self.root}/alloc/tso"
+
+    # gc
+    def gc(self, *parts: str) -> str:
+        return "/".join([f"{self.root}/gc", *(_seg(p) for p in parts)])
+
+
+def parse_segment_key(keys: Keys, key: str) -> tuple[int, int, int]:
+    """(collection_id, partition_id, segment_id) of a segment key."""
+    rest = key[len(keys.segments_prefix()):]
+    c, p, s = rest.split("/")
+    return int(c), int(p), int(s)

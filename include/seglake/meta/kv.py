@@ -1,0 +1,375 @@
+"""The etcd layer: compare-guarded transactions, automatic chunking, paged consistent
+range reads, leases, typed errors and bounded retries.
+
+Guarantees
+- `txn(compares, ops)`: ONE transaction; raises Conflict when a compare fails.
+- `write(ops, guard)`: any number of ops, split into transactions of at most
+  MAX_TXN_OPS ops and MAX_TXN_BYTES bytes, applied IN ORDER, each chunk carrying the
+  same guard. Callers order children before the parent that makes them visible, so the
+  store is valid at every chunk boundary; a failed guard stops at that chunk (Conflict).
+- `range(prefix)`: pages of `page_size` keys, all read at the revision of the first
+  page (one consistent view), so nothing assumes a prefix fits in one gRPC message.
+- Errors: Conflict, NotFound, Unavailable (after `retries` with exponential backoff),
+  never a raw gRPC exception. Reads retry on any transient failure; writes retry only
+  when the request never reached the server (UNAVAILABLE), so a retried guarded write
+  cannot be misreported.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from itertools import islice
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+from seglake.errors import Conflict, SeglakeError, Unavailable
+
+MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
+MAX_TXN_BYTES = 1_400_000  # under etcd's default 1.5 MiB --max-request-bytes, with headroom
+_OP_OVERHEAD = 16
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    key: str
+    value: bytes
+    mod_revision: int
+    create_revision: int
+    version: int
+
+
+@dataclass(frozen=True)
+class Put:
+    key: str
+    value: bytes | str
+    lease: int | None = None
+
+    def size(self) -> int:
+        return len(self.key) + len(self.value) + _OP_OVERHEAD
+
+
+@dataclass(frozen=True)
+class Delete:
+    key: str
+    prefix: bool = False  # delete every key under `key` (which should end with '/')
+
+    def size(self) -> int:
+        return 2 * len(self.key) + _OP_OVERHEAD
+
+
+@dataclass(frozen=True)
+class Compare:
+    """`target(key) op value`, target one of version|mod|create|value."""
+
+    key: str
+    target: str
+    op: str
+    value: Any
+
+    def size(self) -> int:
+        return len(self.key) + _OP_OVERHEAD + (len(self.value) if self.target == "value" else 8)
+
+
+def absent(key: str) -> Compare:
+    """The key does not exist (create-if-absent)."""
+    return Compare(key, "version", "==", 0)
+
+
+def exists(key: str) -> Compare:
+    return Compare(key, "version", ">", 0)
+
+
+def unchanged(kv: KeyValue) -> Compare:
+    """The key is still at the revision it was read at (compare-and-swap)."""
+    return Compare(kv.key, "mod", "==", kv.mod_revision)
+
+
+Op = Put | Delete
+
+
+def chunk_ops(ops: Sequence[Op], guard: Sequence[Compare] = (),
+              max_ops: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES) -> list[list[Op]]:
+    """Split ops, in order, into chunks that each fit one transaction with the guard."""
+    guard_bytes = sum(c.size() for c in guard)
+    chunks: list[list[Op]] = []
+    cur: list[Op] = []
+    cur_bytes = guard_bytes
+    for op in ops:
+        size = op.size()
+        if guard_bytes + size > max_bytes:
+            raise SeglakeError(f"etcd op on {op.key!r} is {size} bytes, over the {max_bytes} request limit")
+        if cur and (len(cur) >= max_ops or cur_bytes + size > max_bytes):
+            chunks.append(cur)
+            cur, cur_bytes = [], guard_bytes
+        cur.append(op)
+        cur_bytes += size
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+class KV:
+    """A thin, typed facade over an etcd3-API client (cslab-etcd3, native protobuf)."""
+
+    def __init__(self, endpoints: str | Sequence[str] = "127.0.0.1:2379", *, timeout: float = 10.0,
+                 retries: int = 4, user: str = "", password: str = "", ca_cert: str = "",
+                 max_message_bytes: int = 64 << 20):
+        import importlib
+
+        import etcd3  # heavy; imported on use so the engine imports fast
+
+        etcd_client_mod = importlib.import_module("etcd3.client")  # the module, not etcd3.client()
+
+        if isinstance(endpoints, str):
+            endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
+        if not endpoints:
+            raise SeglakeError("no etcd endpoint configured")
+        self._etcd3 = etcd3
+        self.endpoints = list(endpoints)
+        self.timeout = timeout
+        self.retries = retries
+        creds = None
+        if ca_cert:
+            creds = etcd_client_mod.MultiEndpointEtcd3Client.get_secure_creds(ca_cert)
+        opts = [("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes)]
+        # One endpoint: retry it at once after a failure (the library's default would
+        # refuse it for 300 s). Several: fail over, retry a failed one after 2 s.
+        time_retry = 0.0 if len(self.endpoints) == 1 else 2.0
+        eps = []
+        for ep in self.endpoints:
+            host, _, port = ep.rpartition(":")
+            if not host or not port.isdigit():
+                raise SeglakeError(f"etcd endpoint {ep!r} is not host:port")
+            eps.append(etcd_client_mod.Endpoint(host, int(port), secure=bool(creds), creds=creds,
+                                                time_retry=time_retry, opts=opts))
+        self._client = self._call(
+            lambda: etcd_client_mod.MultiEndpointEtcd3Client(
+                endpoints=eps, timeout=timeout, user=user or None, password=password or None,
+                failover=True),
+            write=False, what="connect")
+
+    @classmethod
+    def from_settings(cls, s) -> "KV":
+        return cls(s.etcd_endpoint, timeout=s.etcd_timeout, retries=s.etcd_retries,
+                   user=s.etcd_user, password=s.etcd_password, ca_cert=s.etcd_ca_cert)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "KV":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- error handling -------------------------------------------------------------
+    def _call(self, fn: Callable[[], T], *, write: bool, what: str) -> T:
+        import grpc
+        from etcd3 import exceptions as ex
+
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except (ex.ConnectionFailedError, ex.NoServerAvailableError, ex.ConnectionTimeoutError,
+                    ex.InternalServerError, grpc.RpcError, ValueError) as e:
+                retryable = _retryable(e, write)
+                self._mark_failed(e)
+                if not retryable or attempt == self.retries:
+                    if isinstance(e, ValueError) and not _is_failed_node(e):
+                        raise
+                    raise Unavailable(f"etcd {what} failed on {','.join(self.endpoints)}: "
+                                      f"{_describe(e)}") from None
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    def _mark_failed(self, e: Exception) -> None:
+        """Calls made on the raw stub bypass the library's failover bookkeeping."""
+        import grpc
+
+        if isinstance(e, grpc.RpcError) and hasattr(e, "code") and e.code() in (
+                grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            try:
+                self._client.endpoint_in_use.fail()
+                self._client._clear_old_stubs()
+            except Exception:  # noqa: BLE001 - bookkeeping only
+                pass
+
+    # -- reads ------------------------------------------------------------------------
+    def get(self, key: str) -> KeyValue | None:
+        def do():
+            resp = self._client.get_response(key)
+            return _kv(resp.kvs[0]) if resp.kvs else None
+        return self._call(do, write=False, what=f"get {key}")
+
+    def range(self, prefix: str, *, page_size: int = 1000, keys_only: bool = False,
+              start_after: str | None = None) -> Iterator[KeyValue]:
+        """Every key under `prefix`, in key order, paged, at one consistent revision."""
+        from etcd3 import utils
+
+        end = utils.prefix_range_end(utils.to_bytes(prefix))
+        start = utils.to_bytes(prefix if start_after is None else start_after + "\0")
+        revision = None
+        while True:
+            def do(start=start, revision=revision):
+                return self._client.get_range_response(
+                    start, end, limit=page_size, revision=revision, keys_only=keys_only)
+            resp = self._call(do, write=False, what=f"range {prefix}")
+            if revision is None:
+                revision = resp.header.revision
+            for item in resp.kvs:
+                yield _kv(item)
+            if not resp.more or not resp.kvs:
+                return
+            start = resp.kvs[-1].key + b"\0"
+
+    def count(self, prefix: str) -> int:
+        from etcd3 import utils
+
+        end = utils.prefix_range_end(utils.to_bytes(prefix))
+        resp = self._call(lambda: self._client.get_range_response(prefix, end, count_only=True),
+                          write=False, what=f"count {prefix}")
+        return resp.count
+
+    def revision(self) -> int:
+        """The store's current revision."""
+        resp = self._call(lambda: self._client.get_response("\0"), write=False, what="revision")
+        return resp.header.revision
+
+    # -- writes -----------------------------------------------------------------------
+    def put(self, key: str, value: bytes | str, lease: int | None = None) -> int:
+        return self.txn([], [Put(key, value, lease)])
+
+    def delete(self, key: str) -> int:
+        return self.txn([], [Delete(key)])
+
+    def txn(self, compares: Sequence[Compare], ops: Sequence[Op],
+            reason: str | None = None) -> int:
+        """One transaction. Returns its revision; raises Conflict if a compare fails."""
+        if len(ops) > MAX_TXN_OPS or len(compares) > MAX_TXN_OPS:
+            raise SeglakeError(f"transaction of {len(ops)} ops exceeds {MAX_TXN_OPS}; use write()")
+        from etcd3 import etcdrpc
+
+        tx = self._client.transactions
+        request = etcdrpc.TxnRequest(
+            compare=[_compare(tx, c).build_message() for c in compares],
+            success=self._client._ops_to_requests([_op(tx, o) for o in ops]),
+            failure=[])
+
+        def do():
+            return self._client.kvstub.Txn(request, self.timeout,
+                                           credentials=self._client.call_credentials,
+                                           metadata=self._client.metadata)
+        resp = self._call(do, write=True, what="txn")
+        if not resp.succeeded:
+            keys = ", ".join(sorted({c.key for c in compares}))
+            raise Conflict(reason or f"concurrent change on {keys}")
+        return resp.header.revision
+
+    def write(self, ops: Sequence[Op], guard: Sequence[Compare] = (),
+              reason: str | None = None) -> int:
+        """Apply any number of ops in order, chunked; returns the last revision."""
+        rev = 0
+        for chunk in chunk_ops(ops, guard):
+            rev = self.txn(guard, chunk, reason)
+        return rev
+
+    def delete_prefix(self, prefix: str, page_size: int = 1000) -> int:
+        """Delete a prefix page by page (etcd 3.4 slows after one huge delete_range)."""
+        n = 0
+        while True:
+            keys = [kv.key for kv in islice(self.range(prefix, page_size=page_size, keys_only=True),
+                                            page_size)]
+            if not keys:
+                return n
+            self.write([Delete(k) for k in keys])
+            n += len(keys)
+
+    # -- leases -----------------------------------------------------------------------
+    def grant_lease(self, ttl: int) -> int:
+        lease = self._call(lambda: self._client.lease(int(ttl)), write=True, what="lease grant")
+        return lease.id
+
+    def refresh_lease(self, lease_id: int) -> None:
+        self._call(lambda: list(self._client.refresh_lease(lease_id)), write=True, what="lease refresh")
+
+    def revoke_lease(self, lease_id: int) -> None:
+        self._call(lambda: self._client.revoke_lease(lease_id), write=True, what="lease revoke")
+
+    def lease_ttl(self, lease_id: int) -> int:
+        info = self._call(lambda: self._client.get_lease_info(lease_id), write=False, what="lease info")
+        return int(info.TTL)
+
+
+def _kv(item) -> KeyValue:
+    return KeyValue(item.key.decode(), item.value, item.mod_revision, item.create_revision, item.version)
+
+
+def _compare(tx, c: Compare):
+    target = {"version": tx.version, "mod": tx.mod, "create": tx.create, "value": tx.value}[c.target](c.key)
+    value = c.value.encode() if isinstance(c.value, str) else c.value
+    if c.op == "==":
+        return target == value
+    if c.op == "!=":
+        return target != value
+    if c.op == "<":
+        return target < value
+    if c.op == ">":
+        return target > value
+    raise ValueError(f"unknown compare op {c.op!r}")
+
+
+def _op(tx, o: Op):
+    if isinstance(o, Put):
+        return tx.put(o.key, o.value, lease=o.lease)
+    if isinstance(o, Delete):
+        if o.prefix:
+            from etcd3 import utils
+            return tx.delete(o.key, range_end=utils.prefix_range_end(utils.to_bytes(o.key)))
+        return tx.delete(o.key)
+    raise TypeError(f"not an etcd op: {o!r}")
+
+
+def _is_failed_node(e: Exception) -> bool:
+    return isinstance(e, ValueError) and "failed node" in str(e)
+
+
+def _retryable(e: Exception, write: bool) -> bool:
+    import grpc
+    from etcd3 import exceptions as ex
+
+    if isinstance(e, ValueError):
+        return _is_failed_node(e)
+    if isinstance(e, (ex.ConnectionFailedError, ex.NoServerAvailableError)):
+        return True  # never reached a server: safe for writes too
+    if isinstance(e, grpc.RpcError):
+        code = e.code() if hasattr(e, "code") else None
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return True
+        if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL):
+            return not write
+        return False
+    return not write  # timeouts / internal errors: the outcome of a write is unknown
+
+
+def _describe(e: Exception) -> str:
+    import grpc
+
+    if isinstance(e, grpc.RpcError) and hasattr(e, "code"):
+        return f"{e.code().name}: {e.details()}"
+    return str(e) or type(e).__name__
+
+
+def batched(items: Iterable[T], n: int) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for it in items:
+        batch.append(it)
+        if len(batch) >= n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

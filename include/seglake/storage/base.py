@@ -1,0 +1,63 @@
+"""The Store interface every backend implements (local directory, S3)."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import BinaryIO, Iterable, Iterator
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str       # relative to the store root, canonical (see layout.normalize_key)
+    size: int
+    mtime: float   # unix seconds
+
+
+@dataclass(frozen=True)
+class DeleteError:
+    key: str
+    error: str
+
+
+class Store(abc.ABC):
+    uri: str
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Stream every object under `prefix` (treated as a directory: 'c1' never lists 'c10/')."""
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo:
+        """Size and mtime; raises NotFound."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """Whole object; raises NotFound."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        """Atomic write: readers see the old object or the whole new one."""
+
+    @abc.abstractmethod
+    def copy(self, src: str, dst: str) -> ObjectInfo:
+        """Copy inside the store (server-side on S3); atomic at the destination."""
+
+    @abc.abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> list[DeleteError]:
+        """Delete keys (already-missing keys are not errors); per-key failures returned."""
+
+    @abc.abstractmethod
+    def open_read(self, key: str) -> BinaryIO:
+        """A seekable binary reader (for Parquet footers)."""
+
+    def exists(self, key: str) -> bool:
+        from seglake.errors import NotFound
+        try:
+            self.head(key)
+            return True
+        except NotFound:
+            return False
+
+    def close(self) -> None:  # pragma: no cover - backends with resources override
+        pass

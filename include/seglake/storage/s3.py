@@ -1,0 +1,163 @@
+"""S3 store (boto3): paginated listing, server-side copy, DeleteObjects in 1000s.
+
+Credentials come from the settings (or, inside Airflow, the `aws_default` connection
+through the hook) and otherwise from boto3's default chain; they are never logged.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import BinaryIO, Iterable, Iterator
+
+from seglake.errors import NotFound, SeglakeError, Unavailable
+from seglake.storage.base import DeleteError, ObjectInfo, Store
+from seglake.storage.layout import normalize_key, normalize_prefix
+
+DELETE_BATCH = 1000
+MAX_COPY_OBJECT = 5 * 1024**3
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an s3:// uri: {uri!r}")
+    rest = uri[5:]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ValueError(f"s3 uri without a bucket: {uri!r}")
+    return bucket, prefix.strip("/")
+
+
+class S3Store(Store):
+    def __init__(self, uri: str, *, endpoint: str = "", region: str = "us-east-1",
+                 access_key: str = "", secret_key: str = "", max_pool: int = 32, client=None):
+        self.uri = uri
+        self.bucket, self.base = parse_s3_uri(uri)
+        self._client = client
+        self._client_args = dict(endpoint=endpoint, region=region, access_key=access_key,
+                                 secret_key=secret_key, max_pool=max_pool)
+
+    def __getstate__(self):  # picklable for Spark executors: the client is rebuilt there
+        d = dict(self.__dict__)
+        d["_client"] = None
+        return d
+
+    @property
+    def client(self):
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            a = self._client_args
+            kwargs = dict(region_name=a["region"] or None,
+                          config=Config(max_pool_connections=a["max_pool"],
+                                        retries={"max_attempts": 5, "mode": "standard"},
+                                        s3={"addressing_style": "path"}))
+            if a["endpoint"]:
+                kwargs["endpoint_url"] = a["endpoint"]
+            if a["access_key"]:
+                kwargs["aws_access_key_id"] = a["access_key"]
+                kwargs["aws_secret_access_key"] = a["secret_key"]
+            self._client = boto3.client("s3", **kwargs)
+        return self._client
+
+    # key mapping ------------------------------------------------------------------------
+    def _full(self, key: str) -> str:
+        k = normalize_key(key)
+        return f"{self.base}/{k}" if self.base else k
+
+    def _rel(self, full: str) -> str:
+        return full[len(self.base) + 1:] if self.base else full
+
+    def _err(self, e: Exception, what: str, key: str = ""):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(e, ClientError):
+            code = e.response.get("Error", {}).get("Code", "")
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return NotFound(f"object {key!r} not found in {self.uri}")
+            if code in ("NoSuchBucket",):
+                return SeglakeError(f"bucket {self.bucket!r} does not exist ({self.uri})")
+            return SeglakeError(f"S3 {what} {key!r} failed: {code} {e.response.get('Error', {}).get('Message', '')}")
+        if isinstance(e, BotoCoreError):
+            return Unavailable(f"S3 {what} {key!r} failed: {e}")
+        return e
+
+    def _do(self, what: str, key: str, fn):
+        from botocore.exceptions import BotoCoreError, ClientError
+        try:
+            return fn()
+        except (ClientError, BotoCoreError) as e:
+            raise self._err(e, what, key) from None
+
+    # Store ------------------------------------------------------------------------------
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        pfx = normalize_prefix(prefix)
+        full = f"{self.base}/{pfx}" if self.base else pfx
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": 1000})
+        it = iter(pages)
+        while True:
+            page = self._do("list", pfx, lambda: next(it, None))
+            if page is None:
+                return
+            for obj in page.get("Contents", []):
+                if obj["Key"].endswith("/"):
+                    continue  # directory marker
+                yield ObjectInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"].timestamp())
+
+    def head(self, key: str) -> ObjectInfo:
+        r = self._do("head", key, lambda: self.client.head_object(Bucket=self.bucket, Key=self._full(key)))
+        return ObjectInfo(normalize_key(key), r["ContentLength"], r["LastModified"].timestamp())
+
+    def get(self, key: str) -> bytes:
+        r = self._do("get", key, lambda: self.client.get_object(Bucket=self.bucket, Key=self._full(key)))
+        return r["Body"].read()
+
+    def open_read(self, key: str) -> BinaryIO:
+        return io.BytesIO(self.get(key))
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        self._do("put", key, lambda: self.client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data))
+        return self.head(key)
+
+    def copy(self, src: str, dst: str) -> ObjectInfo:
+        """Server-side: no bytes pass through this process."""
+        source = {"Bucket": self.bucket, "Key": self._full(src)}
+        info = self.head(src)
+        if info.size <= MAX_COPY_OBJECT:
+            self._do("copy", src, lambda: self.client.copy_object(
+                Bucket=self.bucket, Key=self._full(dst), CopySource=source))
+        else:  # multipart UploadPartCopy, still server-side
+            self._do("copy", src, lambda: self.client.copy(source, self.bucket, self._full(dst)))
+        return ObjectInfo(normalize_key(dst), info.size, info.mtime)
+
+    def delete_many(self, keys: Iterable[str]) -> list[DeleteError]:
+        errors: list[DeleteError] = []
+        batch: list[str] = []
+
+        def flush():
+            if not batch:
+                return
+            resp = self._do("delete", batch[0], lambda: self.client.delete_objects(
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": self._full(k)} for k in batch], "Quiet": True}))
+            for err in resp.get("Errors", []):
+                if err.get("Code") in ("NoSuchKey",):
+                    continue
+                errors.append(DeleteError(self._rel(err["Key"]), f"{err.get('Code')}: {err.get('Message')}"))
+            batch.clear()
+
+        for k in keys:
+            normalize_key(k)
+            batch.append(k)
+            if len(batch) >= DELETE_BATCH:
+                flush()
+        flush()
+        return errors
+
+    def ensure_bucket(self) -> None:
+        from botocore.exceptions import ClientError
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            self._do("create bucket", self.bucket, lambda: self.client.create_bucket(Bucket=self.bucket))
