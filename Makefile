@@ -1,0 +1,64 @@
+# seglake: one Makefile for set-up, the local stack, the demo, tests and benchmarks.
+# Everything installs from here on a fresh Debian machine: venv, etcd, Java, Airflow home.
+SHELL := /bin/bash
+ROOT := $(CURDIR)
+VENV := $(ROOT)/.venv
+PY := $(VENV)/bin/python
+DEV := $(ROOT)/.dev
+STAMP := $(VENV)/.seglake-installed
+AIRFLOW_READY := $(DEV)/airflow/.seglake-ready
+
+export SEGLAKE_HOME := $(DEV)
+export AIRFLOW_HOME := $(DEV)/airflow
+export AIRFLOW__CORE__DAGS_FOLDER := $(ROOT)/dags
+export AIRFLOW__CORE__PLUGINS_FOLDER := $(ROOT)/plugins
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION := True
+export AIRFLOW__LOGGING__LOGGING_LEVEL := WARNING
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYSPARK_PYTHON := $(PY)
+export PATH := $(VENV)/bin:$(PATH)
+
+.PHONY: setup demo test test-fast bench up down status clean
+
+setup: $(STAMP) $(AIRFLOW_READY)
+
+$(STAMP): requirements.txt pyproject.toml scripts/install_system.sh
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	# the Spark provider's pyspark-client overwrites pyspark 4.3.0's files (STACK.md)
+	$(PY) -m pip install -q --no-deps --force-reinstall pyspark==4.3.0
+	$(PY) -m pip install -q --no-deps -e .
+	scripts/install_system.sh $(PY)
+	touch $@
+
+$(AIRFLOW_READY): $(STAMP) airflow_settings.yaml scripts/airflow_settings.py
+	mkdir -p $(AIRFLOW_HOME)
+	airflow db migrate >/dev/null
+	$(PY) scripts/airflow_settings.py airflow_settings.yaml $(AIRFLOW_HOME)/settings --import
+	touch $@
+
+up: setup
+	seglake stack up
+
+down:
+	@if [ -x $(VENV)/bin/seglake ]; then seglake stack down; else echo "nothing to stop"; fi
+
+status:
+	@seglake stack status
+
+demo: setup
+	scripts/demo.sh
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+bench: setup
+	$(PY) bench/meta.py
+
+clean: down
+	rm -rf $(DEV)

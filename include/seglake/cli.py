@@ -1,0 +1,239 @@
+"""`seglake` command line: demo data, inspection, local stack.
+
+Configuration comes from the environment (SEGLAKE_CONFIG JSON, SEGLAKE_<KEY>), see
+`seglake config show`. Every listing prints a table, or JSON with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from seglake.config import Settings
+from seglake.errors import SeglakeError
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    out = [fmt.format(*columns), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*row) for row in cells]
+    return "\n".join(out)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def emit(args, data: Any, rows: list[dict] | None = None, columns: list[str] | None = None,
+         text: str | None = None) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    elif text is not None:
+        print(text)
+    else:
+        print(table(rows or [], columns or []))
+
+
+# -- commands --------------------------------------------------------------------------
+def _open(settings: Settings):
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+    return Meta.from_settings(settings), open_store(settings)
+
+
+def cmd_demo_seed(args, s: Settings) -> int:
+    from seglake import demo
+
+    params = demo.SeedParams(name=args.name, db=args.db, partitions=args.partitions, segments=args.segments,
+                             rows=args.rows, dim=args.dim, shards=args.shards).validate()
+    meta, store = _open(s)
+    coll, created = demo.seed(meta, store, params, reset=args.reset)
+    segs = list(meta.segments.list(coll.collection_id))
+    summary = {"collection": coll.name, "collection_id": coll.collection_id, "created": created,
+               "segments": len(segs), "rows": sum(x.num_rows for x in segs),
+               "files": sum(x.file_count() for x in segs), "bytes": sum(x.total_size() for x in segs),
+               "store": store.uri}
+    verb = "created" if created else "reused existing"
+    emit(args, summary, text=(f"{verb} collection {coll.name!r} (id {coll.collection_id}): {summary['segments']} "
+                              f"segments, {summary['rows']} rows, {summary['files']} files, "
+                              f"{human_bytes(summary['bytes'])} in {store.uri}"))
+    return 0
+
+
+def _collection_row(meta, c) -> dict:
+    segs = [x for x in meta.segments.list(c.collection_id) if x.state != "Dropped"]
+    return {"id": c.collection_id, "name": c.name, "db": c.db, "state": c.state,
+            "partitions": len(c.partitions), "shards": c.shards, "segments": len(segs),
+            "rows": sum(x.num_rows for x in segs), "bytes": sum(x.total_size() for x in segs)}
+
+
+def cmd_collections_list(args, s: Settings) -> int:
+    meta, _ = _open(s)
+    rows = [_collection_row(meta, c) for c in meta.catalog.list(db=args.db, include_dropped=args.all)]
+    for r in rows:
+        r["size"] = human_bytes(r["bytes"])
+    emit(args, rows, rows, ["id", "name", "db", "state", "partitions", "shards", "segments", "rows", "size"])
+    return 0
+
+
+def cmd_collections_describe(args, s: Settings) -> int:
+    meta, _ = _open(s)
+    c = meta.catalog.get_by_name(args.name, args.db)
+    data = {**c.to_json(), **{k: v for k, v in _collection_row(meta, c).items() if k in ("segments", "rows", "bytes")}}
+    text = "\n".join([
+        f"collection {c.name!r}  id {c.collection_id}  db {c.db}  state {c.state}",
+        f"segments {data['segments']}  rows {data['rows']}  size {human_bytes(data['bytes'])}",
+        f"shards {c.shards}: {', '.join(c.vchannels)}",
+        "partitions: " + ", ".join(f"{p.name} ({p.partition_id})" for p in c.partitions),
+        "schema:",
+        table([{"field_id": f.field_id, "name": f.name, "type": f.dtype, "primary": f.is_primary or None,
+                "dim": f.dim} for f in c.schema.fields], ["field_id", "name", "type", "primary", "dim"]),
+    ])
+    emit(args, data, text=text)
+    return 0
+
+
+def cmd_segments_list(args, s: Settings) -> int:
+    meta, _ = _open(s)
+    c = meta.catalog.get_by_name(args.collection, args.db)
+    states = [args.state] if args.state else None
+    segs = list(meta.segments.list(c.collection_id, states=states))
+    if args.json:
+        emit(args, [x.to_json() for x in segs])
+        return 0
+    rows = [{"segment": x.segment_id, "partition": x.partition_id, "channel": x.channel, "state": x.state,
+             "level": x.level, "rows": x.num_rows, "files": x.file_count(), "size": human_bytes(x.total_size())}
+            for x in segs]
+    emit(args, None, rows, ["segment", "partition", "channel", "state", "level", "rows", "files", "size"])
+    return 0
+
+
+def cmd_verify(args, s: Settings) -> int:
+    from seglake.lifecycle import verify
+
+    meta, store = _open(s)
+    report = verify.verify_collection(meta, store, args.collection, args.db)
+    emit(args, report, text=verify.format_report(report))
+    return 0 if report["ok"] else 1
+
+
+def cmd_config_show(args, s: Settings) -> int:
+    pub = s.to_public()
+    emit(args, pub, [{"key": k, "value": v} for k, v in pub.items()], ["key", "value"])
+    return 0
+
+
+def _stack_etcd(s: Settings):
+    from seglake.config import DEFAULT_HOME
+    from seglake.devstack import EtcdServer
+
+    host, _, port = s.etcd_endpoint.rpartition(":")
+    if host not in ("127.0.0.1", "localhost") or "," in s.etcd_endpoint:
+        raise SeglakeError(f"the local stack runs etcd on loopback; etcd_endpoint is {s.etcd_endpoint!r}")
+    return EtcdServer(state_dir=Path(DEFAULT_HOME) / "etcd", ports={"client": int(port), "peer": int(port) + 1})
+
+
+def cmd_stack(args, s: Settings) -> int:
+    from seglake.devstack import port_open
+
+    etcd = _stack_etcd(s)
+    pid = etcd.running_pid()
+    if args.action == "up":
+        if pid:
+            print(f"etcd already running: pid {pid}, {etcd.endpoint}")
+        elif port_open(etcd.ports["client"]):
+            raise SeglakeError(f"port {etcd.ports['client']} is taken by another process; set SEGLAKE_ETCD_ENDPOINT")
+        else:
+            etcd.start(detach=True)
+            print(f"etcd started: pid {etcd.proc.pid}, {etcd.endpoint}, data {etcd.state_dir}, log {etcd.log_file}")
+        print(f"store: {s.store_uri}")
+    elif args.action == "down":
+        if pid:
+            etcd.stop()
+            print(f"etcd stopped (pid {pid})")
+        else:
+            print("etcd not running")
+    else:
+        ok = bool(pid) and etcd.healthy()
+        print(f"etcd: {'up' if ok else 'down'}" + (f" pid {pid} {etcd.endpoint}" if pid else ""))
+        print(f"store: {s.store_uri}")
+        return 0 if ok else 3
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="seglake", description=__doc__.splitlines()[0])
+    out = argparse.ArgumentParser(add_help=False)
+    out.add_argument("--json", action="store_true", help="machine-readable output")
+    common = argparse.ArgumentParser(add_help=False, parents=[out])
+    common.add_argument("--db", default="default", help="database (default: default)")
+    sub = p.add_subparsers(dest="group", required=True)
+
+    demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="action", required=True)
+    seed = demo.add_parser("seed", parents=[common], help="create a demo collection with real segment files")
+    seed.add_argument("--name", default="demo")
+    for flag, default in (("partitions", 2), ("segments", 4), ("rows", 1000), ("dim", 16), ("shards", 2)):
+        seed.add_argument(f"--{flag}", type=int, default=default)
+    seed.add_argument("--reset", action="store_true", help="purge an existing collection of that name first")
+    seed.set_defaults(fn=cmd_demo_seed)
+
+    colls = sub.add_parser("collections", help="collections").add_subparsers(dest="action", required=True)
+    cl = colls.add_parser("list", parents=[out])
+    cl.add_argument("--db", default=None, help="only this database")
+    cl.add_argument("--all", action="store_true", help="include dropped collections")
+    cl.set_defaults(fn=cmd_collections_list)
+    cd = colls.add_parser("describe", parents=[common])
+    cd.add_argument("name")
+    cd.set_defaults(fn=cmd_collections_describe)
+
+    segs = sub.add_parser("segments", help="segments").add_subparsers(dest="action", required=True)
+    sl = segs.add_parser("list", parents=[common])
+    sl.add_argument("collection")
+    sl.add_argument("--state", choices=["Growing", "Sealed", "Flushed", "Importing", "Dropped"])
+    sl.set_defaults(fn=cmd_segments_list)
+
+    v = sub.add_parser("verify", parents=[common], help="check a collection's files inline (no Spark)")
+    v.add_argument("collection")
+    v.set_defaults(fn=cmd_verify)
+
+    cfg = sub.add_parser("config", help="configuration").add_subparsers(dest="action", required=True)
+    cfg.add_parser("show", parents=[out]).set_defaults(fn=cmd_config_show)
+
+    st = sub.add_parser("stack", help="the local etcd (make up/down/status)")
+    st.add_argument("action", choices=["up", "down", "status"])
+    st.set_defaults(fn=cmd_stack, json=False)
+    return p
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    try:
+        settings = Settings.load()
+        return args.fn(args, settings)
+    except SeglakeError as e:
+        print(f"seglake: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

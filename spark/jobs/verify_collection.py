@@ -1,0 +1,78 @@
+"""PySpark job: verify every file a collection's segment metadata references.
+
+    spark-submit spark/jobs/verify_collection.py --collection NAME [--db DB] --report-key KEY
+
+The driver plans the checks from etcd (seglake.lifecycle.verify.plan), executors check
+files in parallel (one partition per core, threads inside for S3 latency), the driver
+summarizes and writes the report JSON to the store at KEY (a temp name, then visible).
+Configuration arrives in the environment (SEGLAKE_CONFIG + secrets), never in argv.
+Exit code 0 when the job ran, whatever it found: the DAG judges the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="verify_collection")
+    p.add_argument("--collection", required=True)
+    p.add_argument("--db", default="default")
+    p.add_argument("--report-key", required=True)
+    return p.parse_args(argv)
+
+
+def check_partition(checks, settings_env: dict):
+    """Executor side: open the store from the settings and check a partition's files."""
+    from seglake.config import Settings
+    from seglake.lifecycle.verify import check_files
+    from seglake.storage import open_store
+
+    settings = Settings.load(env=settings_env)
+    store = open_store(settings)
+    threads = settings.copy_threads if settings.is_s3 else 1
+    yield from check_files(store, list(checks), threads=threads)
+
+
+def run(spark, settings, collection: str, db: str) -> dict:
+    """Plan on the driver, check on executors, summarize: the job minus its I/O setup."""
+    import os
+
+    from seglake.lifecycle.verify import plan, summarize
+    from seglake.meta import Meta
+
+    with Meta.from_settings(settings) as meta:
+        planned = plan(meta, collection, db)
+    sc = spark.sparkContext
+    env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
+    n = max(1, min(sc.defaultParallelism, len(planned["checks"])))
+    problems = (sc.parallelize(planned["checks"], n)
+                  .mapPartitions(lambda it: check_partition(it, env))
+                  .collect())
+    return summarize(planned, problems)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from pyspark.sql import SparkSession
+
+    from seglake.config import Settings
+    from seglake.lifecycle.verify import format_report
+    from seglake.storage import open_store
+
+    settings = Settings.load()
+    spark = SparkSession.builder.appName(f"seglake-verify-{args.collection}").getOrCreate()
+    try:
+        report = run(spark, settings, args.collection, args.db)
+    finally:
+        spark.stop()
+    open_store(settings).put(args.report_key, json.dumps(report, indent=1).encode())
+    print(format_report(report))
+    print(f"report written to {args.report_key}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
