@@ -48,7 +48,7 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
         def summarize(resolved: dict) -> dict:
             import json
 
-            from airflow.exceptions import AirflowFailException
+            from airflow.sdk.exceptions import AirflowFailException
             from seglake.lifecycle.verify import format_report
             from seglake_airflow.hooks.engine import SeglakeHook
 

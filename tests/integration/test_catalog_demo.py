@@ -96,14 +96,12 @@ def test_verify_finds_a_deleted_and_a_truncated_file(meta, store, settings):
 
 
 def test_verify_finds_a_row_count_that_differs(meta, store):
-    from dataclasses import replace
-
     from seglake.meta.segments import Binlog
 
     coll, _ = demo.seed(meta, store, SMALL)
     seg = next(meta.segments.list(coll.collection_id))
     (b,) = seg.binlogs[demo.PK]
-    wrong = replace(seg, num_rows=201, binlogs={**seg.binlogs, demo.PK: (Binlog(b.log_id, b.size, 201),)})
+    wrong = seg.replace(num_rows=201, binlogs={**seg.binlogs, demo.PK: (Binlog(b.log_id, b.size, 201),)})
     meta.segments.save([wrong])
     report = verify.verify_collection(meta, store, coll.name)
     assert report["problem_counts"].get("rows_mismatch") == 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
@@ -208,24 +209,36 @@ class KV:
 
     def range(self, prefix: str, *, page_size: int = 1000, keys_only: bool = False,
               start_after: str | None = None) -> Iterator[KeyValue]:
-        """Every key under `prefix`, in key order, paged, at one consistent revision."""
+        """Every key under `prefix`, in key order, paged, at one consistent revision.
+        The next page is fetched in the background while the caller consumes this one."""
         from etcd3 import utils
 
         end = utils.prefix_range_end(utils.to_bytes(prefix))
         start = utils.to_bytes(prefix if start_after is None else start_after + "\0")
-        revision = None
-        while True:
-            def do(start=start, revision=revision):
-                return self._client.get_range_response(
-                    start, end, limit=page_size, revision=revision, keys_only=keys_only)
-            resp = self._call(do, write=False, what=f"range {prefix}")
-            if revision is None:
-                revision = resp.header.revision
-            for item in resp.kvs:
-                yield _kv(item)
-            if not resp.more or not resp.kvs:
-                return
-            start = resp.kvs[-1].key + b"\0"
+
+        def fetch(start: bytes, revision: int | None):
+            return self._call(lambda: self._client.get_range_response(
+                start, end, limit=page_size, revision=revision, keys_only=keys_only),
+                write=False, what=f"range {prefix}")
+
+        resp = fetch(start, None)
+        revision = resp.header.revision
+        pool = None
+        try:
+            while True:
+                nxt = None
+                if resp.more and resp.kvs:
+                    if pool is None:
+                        pool = ThreadPoolExecutor(1, thread_name_prefix="etcd-range")
+                    nxt = pool.submit(fetch, resp.kvs[-1].key + b"\0", revision)
+                for item in resp.kvs:
+                    yield _kv(item)
+                if nxt is None:
+                    return
+                resp = nxt.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
 
     def count(self, prefix: str) -> int:
         from etcd3 import utils
@@ -271,12 +284,18 @@ class KV:
         return resp.header.revision
 
     def write(self, ops: Sequence[Op], guard: Sequence[Compare] = (),
-              reason: str | None = None) -> int:
-        """Apply any number of ops in order, chunked; returns the last revision."""
-        rev = 0
-        for chunk in chunk_ops(ops, guard):
-            rev = self.txn(guard, chunk, reason)
-        return rev
+              reason: str | None = None, ordered: bool = True, inflight: int = 4) -> int:
+        """Apply any number of ops, chunked. ordered=True: chunks one after another, in
+        order (children before parents). ordered=False, for independent peer records
+        only: up to `inflight` chunks at once. Returns the highest revision written."""
+        chunks = chunk_ops(ops, guard)
+        if ordered or len(chunks) == 1:
+            rev = 0
+            for chunk in chunks:
+                rev = self.txn(guard, chunk, reason)
+            return rev
+        with ThreadPoolExecutor(inflight, thread_name_prefix="etcd-write") as pool:
+            return max(pool.map(lambda c: self.txn(guard, c, reason), chunks))
 
     def delete_prefix(self, prefix: str, page_size: int = 1000) -> int:
         """Delete a prefix page by page (etcd 3.4 slows after one huge delete_range)."""

@@ -10,11 +10,12 @@ ids recorded here, so a record and its files cannot disagree on naming.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from seglake.errors import Conflict, NotFound, StateError
-from seglake.meta.codec import decode, encode
+import msgspec
+
+from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.kv import Delete, Put, batched, unchanged
 
 if TYPE_CHECKING:
@@ -31,9 +32,9 @@ SEGMENT_TRANSITIONS = {
 CAS_BATCH = 64  # segments per compare-guarded transaction (64 compares + 64 puts)
 
 
-@dataclass(frozen=True)
-class Binlog:
-    """One log file: insert binlog (per field), delta log or stats log."""
+class Binlog(msgspec.Struct, array_like=True, frozen=True):
+    """One log file: insert binlog (per field), delta log or stats log.
+    Encoded as a JSON array [log_id, size, entries, ts_from, ts_to]."""
 
     log_id: int
     size: int
@@ -41,31 +42,20 @@ class Binlog:
     ts_from: int = 0
     ts_to: int = 0
 
-    def to_json(self) -> list:
-        return [self.log_id, self.size, self.entries, self.ts_from, self.ts_to]
 
-    @classmethod
-    def from_json(cls, d: list) -> "Binlog":
-        return cls(*d)
+class IndexFile(msgspec.Struct, array_like=True, frozen=True):
+    """One index file, encoded as [build_id, version, name, size]."""
 
-
-@dataclass(frozen=True)
-class IndexFile:
     build_id: int
     version: int
     name: str
     size: int
 
-    def to_json(self) -> list:
-        return [self.build_id, self.version, self.name, self.size]
 
-    @classmethod
-    def from_json(cls, d: list) -> "IndexFile":
-        return cls(*d)
+class Segment(msgspec.Struct, frozen=True, kw_only=True):
+    """A segment record. msgspec Structs: typed JSON decode is the hot path of every
+    full scan (GC, snapshots), several times faster than dicts + dataclasses."""
 
-
-@dataclass(frozen=True)
-class Segment:
     segment_id: int
     collection_id: int
     partition_id: int
@@ -73,12 +63,12 @@ class Segment:
     state: str
     num_rows: int = 0
     level: str = "L1"
-    binlogs: dict[int, tuple[Binlog, ...]] = field(default_factory=dict)    # field_id -> logs
+    binlogs: dict[int, tuple[Binlog, ...]] = {}     # field_id -> logs
     deltalogs: tuple[Binlog, ...] = ()
-    statslogs: dict[int, tuple[Binlog, ...]] = field(default_factory=dict)  # field_id -> logs
+    statslogs: dict[int, tuple[Binlog, ...]] = {}   # field_id -> logs
     index_files: tuple[IndexFile, ...] = ()
-    start_ts: int = 0        # start position on the channel
-    dml_ts: int = 0          # position up to which the segment holds data
+    start_ts: int = 0          # start position on the channel
+    dml_ts: int = 0            # position up to which the segment holds data
     created_ts: int = 0
     dropped_at: float | None = None   # unix seconds
     source: dict | None = None        # copy target: {"collection_id", "partition_id", "segment_id"}
@@ -97,36 +87,15 @@ class Segment:
         return (sum(len(v) for v in self.binlogs.values()) + len(self.deltalogs)
                 + sum(len(v) for v in self.statslogs.values()) + len(self.index_files))
 
+    def replace(self, **changes) -> "Segment":
+        return msgspec.structs.replace(self, **changes)
+
     def to_json(self) -> dict:
-        d = {
-            "segment_id": self.segment_id, "collection_id": self.collection_id,
-            "partition_id": self.partition_id, "channel": self.channel, "state": self.state,
-            "num_rows": self.num_rows, "level": self.level,
-            "binlogs": {str(k): [b.to_json() for b in v] for k, v in self.binlogs.items()},
-            "deltalogs": [b.to_json() for b in self.deltalogs],
-            "statslogs": {str(k): [b.to_json() for b in v] for k, v in self.statslogs.items()},
-            "index_files": [f.to_json() for f in self.index_files],
-            "start_ts": self.start_ts, "dml_ts": self.dml_ts, "created_ts": self.created_ts,
-        }
-        if self.dropped_at is not None:
-            d["dropped_at"] = self.dropped_at
-        if self.source is not None:
-            d["source"] = self.source
-        return d
+        return msgspec.to_builtins(self)
 
     @classmethod
     def from_json(cls, d: dict) -> "Segment":
-        return cls(
-            segment_id=d["segment_id"], collection_id=d["collection_id"],
-            partition_id=d["partition_id"], channel=d["channel"], state=d["state"],
-            num_rows=d["num_rows"], level=d.get("level", "L1"),
-            binlogs={int(k): tuple(Binlog.from_json(b) for b in v) for k, v in d["binlogs"].items()},
-            deltalogs=tuple(Binlog.from_json(b) for b in d["deltalogs"]),
-            statslogs={int(k): tuple(Binlog.from_json(b) for b in v) for k, v in d["statslogs"].items()},
-            index_files=tuple(IndexFile.from_json(f) for f in d["index_files"]),
-            start_ts=d.get("start_ts", 0), dml_ts=d.get("dml_ts", 0), created_ts=d.get("created_ts", 0),
-            dropped_at=d.get("dropped_at"), source=d.get("source"),
-        )
+        return msgspec.convert(d, cls, strict=False)
 
 
 class Segments:
@@ -139,12 +108,13 @@ class Segments:
 
     def save(self, segments: Iterable[Segment]) -> int:
         """Upsert records in chunked transactions (128 ops / 1.4 MB each). Returns count."""
-        return self._count_write(Put(self.key(s), encode(s.to_json())) for s in segments)
+        return self._count_write(Put(self.key(s), encode_struct(s)) for s in segments)
 
     def _count_write(self, ops: Iterable) -> int:
+        """Records are independent peers: write them with transactions in flight."""
         n = 0
-        for batch in batched(ops, 4096):
-            self.kv.write(batch)
+        for batch in batched(ops, 8192):
+            self.kv.write(batch, ordered=False)
             n += len(batch)
         return n
 
@@ -152,14 +122,14 @@ class Segments:
         kv = self.kv.get(self.keys.segment(collection_id, partition_id, segment_id))
         if kv is None:
             raise NotFound(f"segment {segment_id} not found in collection {collection_id}")
-        return Segment.from_json(decode(kv.value, kv.key))
+        return decode_struct(kv.value, Segment, kv.key)
 
     def list(self, collection_id: int | None = None, partition_id: int | None = None,
              states: Iterable[str] | None = None, page_size: int = 1000) -> Iterator[Segment]:
         """Paged, consistent read of the records under a collection (or all)."""
         wanted = set(states) if states else None
         for kv in self.kv.range(self.keys.segments_prefix(collection_id, partition_id), page_size=page_size):
-            seg = Segment.from_json(decode(kv.value, kv.key))
+            seg = decode_struct(kv.value, Segment, kv.key)
             if wanted is None or seg.state in wanted:
                 yield seg
 
@@ -187,7 +157,7 @@ class Segments:
             kv = self.kv.get(key)
             if kv is None:
                 raise NotFound(f"segment {s} not found in collection {c}")
-            seg = Segment.from_json(decode(kv.value, key))
+            seg = decode_struct(kv.value, Segment, key)
             if seg.state == to_state:
                 continue
             if to_state not in SEGMENT_TRANSITIONS[seg.state]:
@@ -195,9 +165,9 @@ class Segments:
             extra = dict(changes or {})
             if to_state == DROPPED:
                 extra.setdefault("dropped_at", now)
-            new = replace(seg, state=to_state, **extra)
+            new = seg.replace(state=to_state, **extra)
             compares.append(unchanged(kv))
-            ops.append(Put(key, encode(new.to_json())))
+            ops.append(Put(key, encode_struct(new)))
         if ops:
             self.kv.txn(compares, ops)
         return len(ops)

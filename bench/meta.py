@@ -1,0 +1,93 @@
+"""bench/meta.py: save 100,000 segment records through seglake and read them back,
+against the physical anchor measured in the same run: the raw etcd3 client writing the
+same bytes as 128-op transactions and reading them with the same paged range reads.
+
+    python bench/meta.py [--segments 100000]
+
+Targets: seglake within 1.5x of the raw client for both the write and the read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import private_etcd, timed, verdict  # noqa: E402
+
+
+def make_segments(n: int):
+    from seglake.meta.segments import FLUSHED, Binlog, IndexFile, Segment
+
+    segs = []
+    for i in range(n):
+        sid = 1_000_000 + i
+        log = 10_000_000 + i * 10
+        segs.append(Segment(
+            segment_id=sid, collection_id=100 + i % 50, partition_id=200 + i % 4,
+            channel=f"seglake-dml_{i % 16}_{100 + i % 50}v{i % 2}", state=FLUSHED, num_rows=100_000,
+            binlogs={f: (Binlog(log + f - 100, 4_000_000 + i, 100_000, 1 << 40, (1 << 40) + i),)
+                     for f in (100, 101, 102)},
+            deltalogs=(Binlog(log + 5, 12_000, 800, 1 << 40, 1 << 40),),
+            statslogs={100: (Binlog(log + 6, 2048, 100_000, 1 << 40, (1 << 40) + i),)},
+            index_files=(IndexFile(log + 7, 1, "centroids", 65536), IndexFile(log + 7, 1, "index_meta.json", 96)),
+            start_ts=1 << 40, dml_ts=(1 << 40) + i, created_ts=1 << 40))
+    return segs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--segments", type=int, default=100_000)
+    args = ap.parse_args(argv)
+
+    from seglake.meta import Meta
+    from seglake.meta.codec import encode_struct
+    from seglake.meta.kv import KV
+
+    segs = make_segments(args.segments)
+    with private_etcd() as etcd:
+        kv = KV(etcd.endpoint, timeout=30)
+        raw = kv._client  # the raw etcd3 client (cslab-etcd3), same connection settings
+        meta = Meta(kv, root="seglake")
+        # the anchor writes the very same bytes, under its own root so both reads see equal data
+        keys = ["raw/" + meta.segments.key(s) for s in segs]
+        values = [encode_struct(s) for s in segs]
+        size_mb = sum(map(len, values)) / 1e6
+        print(f"{args.segments} segment records, {size_mb:.1f} MB of JSON")
+
+        def raw_write():
+            tx = raw.transactions
+            for i in range(0, len(keys), 128):
+                raw.transaction(compare=[], success=[tx.put(k, v) for k, v in zip(keys[i:i + 128], values[i:i + 128])],
+                                failure=[])
+
+        def raw_read():
+            from etcd3 import utils
+            prefix = b"raw/seglake/segments/"
+            end = utils.prefix_range_end(prefix)
+            start, n, rev = prefix, 0, None
+            while True:
+                resp = raw.get_range_response(start, end, limit=1000, revision=rev)
+                rev = rev or resp.header.revision
+                n += len(resp.kvs)
+                if not resp.more:
+                    return n
+                start = resp.kvs[-1].key + b"\0"
+
+        t_raw_w, _ = timed(raw_write)
+        t_sl_w, n = timed(lambda: meta.segments.save(segs))
+        t_raw_r, n_raw = timed(raw_read, repeat=3)
+        t_sl_r, n_sl = timed(lambda: sum(1 for _ in meta.segments.list()), repeat=3)
+        assert n == n_raw == n_sl == args.segments, (n, n_raw, n_sl)
+        print(f"write: raw 128-op txns {t_raw_w:.2f}s ({args.segments / t_raw_w:,.0f}/s)  "
+              f"seglake save {t_sl_w:.2f}s ({args.segments / t_sl_w:,.0f}/s)")
+        print(f"read:  raw paged range {t_raw_r:.2f}s  seglake list (decoded records) {t_sl_r:.2f}s")
+        kv.close()
+    verdict("meta_save_100k", t_sl_w, t_raw_w, 1.5)
+    verdict("meta_read_100k", t_sl_r, t_raw_r, 1.5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
