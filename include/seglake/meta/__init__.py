@@ -34,6 +34,11 @@ class Meta:
         from seglake.meta.segments import Segments
         return Segments(self)
 
+    @cached_property
+    def snapshots(self):
+        from seglake.meta.snapshots import Snapshots
+        return Snapshots(self)
+
     def close(self) -> None:
         self.kv.close()
 

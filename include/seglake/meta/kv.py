@@ -208,9 +208,10 @@ class KV:
         return self._call(do, write=False, what=f"get {key}")
 
     def range(self, prefix: str, *, page_size: int = 1000, keys_only: bool = False,
-              start_after: str | None = None) -> Iterator[KeyValue]:
-        """Every key under `prefix`, in key order, paged, at one consistent revision.
-        The next page is fetched in the background while the caller consumes this one."""
+              start_after: str | None = None, revision: int | None = None) -> Iterator[KeyValue]:
+        """Every key under `prefix`, in key order, paged, at one consistent revision
+        (`revision`, or the store's revision at the first page). The next page is
+        fetched in the background while the caller consumes this one."""
         from etcd3 import utils
 
         end = utils.prefix_range_end(utils.to_bytes(prefix))
@@ -221,8 +222,8 @@ class KV:
                 start, end, limit=page_size, revision=revision, keys_only=keys_only),
                 write=False, what=f"range {prefix}")
 
-        resp = fetch(start, None)
-        revision = resp.header.revision
+        resp = fetch(start, revision)
+        revision = revision or resp.header.revision
         pool = None
         try:
             while True:

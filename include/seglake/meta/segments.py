@@ -125,10 +125,13 @@ class Segments:
         return decode_struct(kv.value, Segment, kv.key)
 
     def list(self, collection_id: int | None = None, partition_id: int | None = None,
-             states: Iterable[str] | None = None, page_size: int = 1000) -> Iterator[Segment]:
-        """Paged, consistent read of the records under a collection (or all)."""
+             states: Iterable[str] | None = None, page_size: int = 1000,
+             revision: int | None = None) -> Iterator[Segment]:
+        """Paged, consistent read of the records under a collection (or all), at
+        `revision` if given (a snapshot's capture point)."""
         wanted = set(states) if states else None
-        for kv in self.kv.range(self.keys.segments_prefix(collection_id, partition_id), page_size=page_size):
+        for kv in self.kv.range(self.keys.segments_prefix(collection_id, partition_id), page_size=page_size,
+                                revision=revision):
             seg = decode_struct(kv.value, Segment, kv.key)
             if wanted is None or seg.state in wanted:
                 yield seg

@@ -1,0 +1,145 @@
+"""Snapshot manifests: Avro files (fastavro, deflate) listing the segments a snapshot
+captured, many segments per file, with every file path each segment references.
+
+The schema is explicit and versioned (`seglake.manifest.v1`); fields added later must
+carry defaults so old manifests stay readable. Paths are object keys relative to the
+store root, normalized like every other key (storage.layout).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Iterable, Iterator
+
+from seglake.errors import NotFound, SeglakeError
+from seglake.storage import Store, layout
+
+MANIFEST_VERSION = 1
+
+_LOG = {
+    "type": "record", "name": "LogFile", "fields": [
+        {"name": "log_id", "type": "long"}, {"name": "path", "type": "string"},
+        {"name": "size", "type": "long"}, {"name": "entries", "type": "long"},
+        {"name": "ts_from", "type": "long"}, {"name": "ts_to", "type": "long"},
+    ]}
+_FIELD_LOGS = {
+    "type": "record", "name": "FieldLogs", "fields": [
+        {"name": "field_id", "type": "long"}, {"name": "logs", "type": {"type": "array", "items": _LOG}},
+    ]}
+_INDEX = {
+    "type": "record", "name": "IndexFileEntry", "fields": [
+        {"name": "build_id", "type": "long"}, {"name": "version", "type": "long"},
+        {"name": "name", "type": "string"}, {"name": "path", "type": "string"}, {"name": "size", "type": "long"},
+    ]}
+SCHEMA = {
+    "type": "record", "name": "SegmentEntry", "namespace": "seglake.manifest.v1",
+    "doc": "One captured segment of a seglake snapshot",
+    "fields": [
+        {"name": "segment_id", "type": "long"},
+        {"name": "collection_id", "type": "long"},
+        {"name": "partition_id", "type": "long"},
+        {"name": "channel", "type": "string"},
+        {"name": "level", "type": "string"},
+        {"name": "state", "type": "string"},
+        {"name": "num_rows", "type": "long"},
+        {"name": "binlogs", "type": {"type": "array", "items": _FIELD_LOGS}},
+        {"name": "deltalogs", "type": {"type": "array", "items": "LogFile"}},
+        {"name": "statslogs", "type": {"type": "array", "items": "FieldLogs"}},
+        {"name": "index_files", "type": {"type": "array", "items": _INDEX}},
+        {"name": "start_ts", "type": "long"},
+        {"name": "dml_ts", "type": "long"},
+        {"name": "created_ts", "type": "long", "default": 0},
+    ],
+}
+_parsed = None
+
+
+def parsed_schema():
+    global _parsed
+    if _parsed is None:
+        import fastavro
+        _parsed = fastavro.parse_schema(SCHEMA)
+    return _parsed
+
+
+def segment_entry(seg) -> dict:
+    """A segment record as a manifest entry, paths resolved through the layout."""
+    c, p, s = seg.collection_id, seg.partition_id, seg.segment_id
+
+    def logs(items, path_of):
+        return [{"log_id": b.log_id, "path": path_of(b), "size": b.size, "entries": b.entries,
+                 "ts_from": b.ts_from, "ts_to": b.ts_to} for b in items]
+
+    return {
+        "segment_id": s, "collection_id": c, "partition_id": p, "channel": seg.channel,
+        "level": seg.level, "state": seg.state, "num_rows": seg.num_rows,
+        "binlogs": [{"field_id": f, "logs": logs(v, lambda b, f=f: layout.insert_log(c, p, s, f, b.log_id))}
+                    for f, v in sorted(seg.binlogs.items())],
+        "deltalogs": logs(seg.deltalogs, lambda b: layout.delta_log(c, p, s, b.log_id)),
+        "statslogs": [{"field_id": f, "logs": logs(v, lambda b, f=f: layout.stats_log(c, p, s, f, b.log_id))}
+                      for f, v in sorted(seg.statslogs.items())],
+        "index_files": [{"build_id": x.build_id, "version": x.version, "name": x.name, "size": x.size,
+                         "path": layout.index_file(x.build_id, x.version, p, s, x.name)} for x in seg.index_files],
+        "start_ts": seg.start_ts, "dml_ts": seg.dml_ts, "created_ts": seg.created_ts,
+    }
+
+
+def entry_to_segment(e: dict):
+    """The segment record a manifest entry was made from (restore reads this)."""
+    from seglake.meta.segments import Binlog, IndexFile, Segment
+
+    def logs(items):
+        return tuple(Binlog(x["log_id"], x["size"], x["entries"], x["ts_from"], x["ts_to"]) for x in items)
+
+    return Segment(
+        segment_id=e["segment_id"], collection_id=e["collection_id"], partition_id=e["partition_id"],
+        channel=e["channel"], state=e["state"], num_rows=e["num_rows"], level=e["level"],
+        binlogs={x["field_id"]: logs(x["logs"]) for x in e["binlogs"]}, deltalogs=logs(e["deltalogs"]),
+        statslogs={x["field_id"]: logs(x["logs"]) for x in e["statslogs"]},
+        index_files=tuple(IndexFile(x["build_id"], x["version"], x["name"], x["size"]) for x in e["index_files"]),
+        start_ts=e["start_ts"], dml_ts=e["dml_ts"], created_ts=e.get("created_ts", 0))
+
+
+def entry_files(e: dict) -> Iterator[tuple[str, int]]:
+    """(path, size) of every file an entry references."""
+    for fl in e["binlogs"]:
+        for x in fl["logs"]:
+            yield x["path"], x["size"]
+    for x in e["deltalogs"]:
+        yield x["path"], x["size"]
+    for fl in e["statslogs"]:
+        for x in fl["logs"]:
+            yield x["path"], x["size"]
+    for x in e["index_files"]:
+        yield x["path"], x["size"]
+
+
+def encode(entries: Iterable[dict], metadata: dict | None = None) -> bytes:
+    import fastavro
+
+    buf = io.BytesIO()
+    meta = {"seglake.manifest.version": str(MANIFEST_VERSION), **(metadata or {})}
+    fastavro.writer(buf, parsed_schema(), entries, codec="deflate", metadata=meta)
+    return buf.getvalue()
+
+
+def write(store: Store, key: str, entries: list[dict], metadata: dict | None = None) -> int:
+    """Write one manifest file (atomic put); returns its size."""
+    return store.put(key, encode(entries, metadata)).size
+
+
+class ManifestError(SeglakeError):
+    """A manifest is missing, truncated or unreadable."""
+
+
+def read(store: Store, key: str) -> list[dict]:
+    import fastavro
+
+    try:
+        raw = store.get(key)
+    except NotFound:
+        raise ManifestError(f"manifest {key} is missing") from None
+    try:
+        return list(fastavro.reader(io.BytesIO(raw)))
+    except Exception as e:  # noqa: BLE001 - any decode error means unreadable
+        raise ManifestError(f"manifest {key} is unreadable: {type(e).__name__}: {e}") from None
