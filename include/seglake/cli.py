@@ -136,6 +136,69 @@ def cmd_verify(args, s: Settings) -> int:
     return 0 if report["ok"] else 1
 
 
+def _snapshot_rows(items: list[dict]) -> list[dict]:
+    import datetime as dt
+
+    def when(t):
+        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else None
+
+    return [{**x, "created": when(x["created_at"]), "expires": when(x["expires_at"]),
+             "size": human_bytes(x["bytes"])} for x in items]
+
+
+def cmd_snapshots_list(args, s: Settings) -> int:
+    from seglake.lifecycle import snapshot
+
+    meta, _ = _open(s)
+    items = snapshot.list_snapshots(meta, args.collection, db=args.db, include_all=args.all)
+    emit(args, items, _snapshot_rows(items),
+         ["collection", "name", "state", "created", "segments", "rows", "size", "expires"])
+    return 0
+
+
+def cmd_snapshots_describe(args, s: Settings) -> int:
+    from seglake.lifecycle import snapshot
+
+    meta, store = _open(s)
+    d = snapshot.describe(meta, store, args.collection, args.name, db=args.db)
+    row = _snapshot_rows([d])[0]
+    lines = [f"snapshot {d['name']!r} of collection {d['collection']!r} (id {d['snapshot_id']}): {d['state']}",
+             f"created {row['created']} UTC, expires {row['expires'] or 'never'}",
+             f"{d['segments']} segments, {d['rows']} rows, {d['files']} files, {row['size']}, "
+             f"{d['partitions']} partitions" + (f" ({', '.join(d['partition_names'])})" if d.get("partition_names") else ""),
+             f"consistent at ts {d['consistent_ts']}; location {d['location'] or '-'}"]
+    if d.get("manifests"):
+        lines.append(f"manifests: {len(d['manifests'])} (" + ", ".join(m["key"] for m in d["manifests"][:3])
+                     + (", ..." if len(d["manifests"]) > 3 else "") + ")")
+    if d["pins"]:
+        lines.append(f"read by restore jobs: {', '.join(map(str, d['pins']))}")
+    if d["error"]:
+        lines.append(f"last error: {d['error']}")
+    emit(args, d, text="\n".join(lines))
+    return 0
+
+
+def cmd_snapshots_create(args, s: Settings) -> int:
+    from seglake.lifecycle import snapshot
+
+    meta, store = _open(s)
+    rec = snapshot.create(meta, store, args.collection, args.name, args.description, db=args.db,
+                          ttl=args.ttl_hours * 3600 if args.ttl_hours else None,
+                          per_file=s.segments_per_manifest)
+    emit(args, snapshot.info(rec), text=f"snapshot {rec.name!r} {rec.state}: {rec.segments} segments, "
+                                        f"{rec.rows} rows, {rec.manifests} manifests")
+    return 0
+
+
+def cmd_snapshots_drop(args, s: Settings) -> int:
+    from seglake.lifecycle import snapshot
+
+    meta, store = _open(s)
+    result = snapshot.drop(meta, store, args.collection, args.name, db=args.db)
+    emit(args, result, text=f"dropped snapshot {args.name!r}: {result['files_removed']} files removed")
+    return 0
+
+
 def cmd_config_show(args, s: Settings) -> int:
     pub = s.to_public()
     emit(args, pub, [{"key": k, "value": v} for k, v in pub.items()], ["key", "value"])
@@ -211,6 +274,26 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("collection")
     sl.add_argument("--state", choices=["Growing", "Sealed", "Flushed", "Importing", "Dropped"])
     sl.set_defaults(fn=cmd_segments_list)
+
+    snaps = sub.add_parser("snapshots", help="snapshots").add_subparsers(dest="action", required=True)
+    sn = snaps.add_parser("list", parents=[common])
+    sn.add_argument("--collection", default=None)
+    sn.add_argument("--all", action="store_true", help="include PENDING and DELETING records")
+    sn.set_defaults(fn=cmd_snapshots_list)
+    sd = snaps.add_parser("describe", parents=[common])
+    sd.add_argument("collection")
+    sd.add_argument("name")
+    sd.set_defaults(fn=cmd_snapshots_describe)
+    sc = snaps.add_parser("create", parents=[common], help="create inline (the DAG runs it on Spark)")
+    sc.add_argument("collection")
+    sc.add_argument("name")
+    sc.add_argument("--description", default="")
+    sc.add_argument("--ttl-hours", type=float, default=0)
+    sc.set_defaults(fn=cmd_snapshots_create)
+    sx = snaps.add_parser("drop", parents=[common])
+    sx.add_argument("collection")
+    sx.add_argument("name")
+    sx.set_defaults(fn=cmd_snapshots_drop)
 
     v = sub.add_parser("verify", parents=[common], help="check a collection's files inline (no Spark)")
     v.add_argument("collection")

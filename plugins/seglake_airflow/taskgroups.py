@@ -24,10 +24,12 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
         @task(task_id="resolve")
         def resolve(collection: str, db: str, run_id: str | None = None) -> dict:
             from seglake.storage import layout
+            from seglake_airflow.failfast import fail_fast
             from seglake_airflow.hooks.engine import SeglakeHook
 
             hook = SeglakeHook()
-            coll = hook.meta.catalog.get_by_name(collection, db)  # NotFound: clear error, nothing written
+            with fail_fast():
+                coll = hook.meta.catalog.get_by_name(collection, db)  # nothing written yet
             key = layout.report("verify", f"{coll.collection_id}/{_safe(run_id or 'manual')}")
             return {"collection": coll.name, "collection_id": coll.collection_id, "db": db, "report_key": key}
 

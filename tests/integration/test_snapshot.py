@@ -222,3 +222,23 @@ def test_manifest_schema_is_versioned_and_segments_round_trip():
     (entry,) = list(reader)
     assert manifest.entry_to_segment(entry) == seg
     assert sorted(p for p, _ in manifest.entry_files(entry)) == sorted(f.key for f in layout.segment_files(seg))
+
+
+def test_cli_snapshots(meta, store, coll, settings, monkeypatch, capsys):
+    from seglake import cli
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["snapshots", "create", "demo", "cli_snap", "--ttl-hours", "1"]) == 0
+    assert "COMMITTED" in capsys.readouterr().out
+    assert cli.main(["snapshots", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["name"], r["state"], r["segments"]) for r in rows] == [("cli_snap", "COMMITTED", 6)]
+    assert cli.main(["snapshots", "list", "--collection", "demo"]) == 0
+    assert "cli_snap" in capsys.readouterr().out
+    assert cli.main(["snapshots", "describe", "demo", "cli_snap"]) == 0
+    out = capsys.readouterr().out
+    assert "6 segments, 1200 rows" in out and "_default, part_1" in out
+    assert cli.main(["snapshots", "drop", "demo", "cli_snap"]) == 0
+    capsys.readouterr()
+    assert cli.main(["snapshots", "describe", "demo", "cli_snap"]) == 2

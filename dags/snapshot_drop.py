@@ -1,0 +1,56 @@
+"""
+### Drop a snapshot
+
+COMMITTED -> DELETING -> manifests and metadata removed -> record removed. A drop that
+was interrupted in DELETING resumes where it stopped. Refused (clear error, nothing
+changed) while a restore job still reads the snapshot, and for a PENDING snapshot.
+
+The segment files a snapshot referenced are not deleted here: once no snapshot and no
+segment references them, garbage collection reclaims them.
+
+REST: `conf = {"collection": "demo", "name": "nightly"}`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Param, dag, task
+
+from seglake.names import NAME_PATTERN
+
+
+@dag(
+    dag_id="snapshot_drop",
+    dag_display_name="Snapshot: drop",
+    description="Drop a snapshot (COMMITTED -> DELETING -> removed)",
+    schedule=None,
+    catchup=False,
+    max_active_runs=4,
+    tags=["seglake", "snapshot"],
+    doc_md=__doc__,
+    default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
+    params={
+        "collection": Param("demo", type="string", pattern=NAME_PATTERN, title="Collection"),
+        "name": Param("snap", type="string", pattern=NAME_PATTERN, title="Snapshot name"),
+        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
+    },
+)
+def snapshot_drop():
+    @task
+    def drop(params: dict) -> dict:
+        from seglake.lifecycle import snapshot
+        from seglake_airflow.failfast import fail_fast
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        with fail_fast():
+            result = snapshot.drop(hook.meta, hook.store, params["collection"], params["name"], db=params["db"])
+        print(f"dropped snapshot {params['name']!r} of {params['collection']!r}: "
+              f"{result['files_removed']} snapshot files removed")
+        return result
+
+    drop()
+
+
+snapshot_drop()

@@ -1,0 +1,46 @@
+"""SeglakeStateTrigger: polls one engine wait condition (seglake.lifecycle.waits) from
+the triggerer. Serializable kwargs only; never writes; blocking engine calls run in a
+thread (asyncio.to_thread)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class SeglakeStateTrigger(BaseTrigger):
+    def __init__(self, kind: str, check_kwargs: dict[str, Any], etcd_conn_id: str = "etcd_default",
+                 poll_interval: float = 5.0) -> None:
+        super().__init__()
+        self.kind = kind
+        self.check_kwargs = dict(check_kwargs)
+        self.etcd_conn_id = etcd_conn_id
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("seglake_airflow.triggers.state.SeglakeStateTrigger",
+                {"kind": self.kind, "check_kwargs": self.check_kwargs,
+                 "etcd_conn_id": self.etcd_conn_id, "poll_interval": self.poll_interval})
+
+    def _check(self) -> tuple[str, str]:
+        from seglake.lifecycle.waits import check
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook(etcd_conn_id=self.etcd_conn_id)
+        try:
+            return check(hook.meta, self.kind, **self.check_kwargs)
+        finally:
+            hook.close()
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                status, message = await asyncio.to_thread(self._check)
+            except Exception as e:  # noqa: BLE001 - report, never crash the triggerer
+                status, message = "error", f"{type(e).__name__}: {e}"
+            if status != "waiting":
+                yield TriggerEvent({"status": status, "message": message})
+                return
+            await asyncio.sleep(self.poll_interval)
