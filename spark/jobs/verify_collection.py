@@ -24,23 +24,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def check_partition(checks, settings_env: dict):
-    """Executor side: open the store from the settings and check a partition's files."""
-    from seglake.config import Settings
-    from seglake.lifecycle.verify import check_files
-    from seglake.storage import open_store
-
-    settings = Settings.load(env=settings_env)
-    store = open_store(settings)
-    threads = settings.copy_threads if settings.is_s3 else 1
-    yield from check_files(store, list(checks), threads=threads)
-
-
 def run(spark, settings, collection: str, db: str) -> dict:
     """Plan on the driver, check on executors, summarize: the job minus its I/O setup."""
     import os
 
-    from seglake.lifecycle.verify import plan, summarize
+    from seglake.lifecycle.verify import check_partition, plan, summarize
     from seglake.meta import Meta
 
     with Meta.from_settings(settings) as meta:

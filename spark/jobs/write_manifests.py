@@ -24,27 +24,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def write_groups(groups, rec_json: dict, settings_env: dict):
-    """Executor side: decode the segment records and write each group's manifest."""
-    import msgspec
-
-    from seglake.config import Settings
-    from seglake.lifecycle.snapshot import write_manifest
-    from seglake.meta.segments import Segment
-    from seglake.meta.snapshots import SnapshotRecord
-    from seglake.storage import open_store
-
-    store = open_store(Settings.load(env=settings_env))
-    rec = msgspec.convert(rec_json, SnapshotRecord)
-    decoder = msgspec.json.Decoder(Segment)
-    for n, raws in groups:
-        yield write_manifest(store, rec, n, [decoder.decode(r) for r in raws])
-
-
 def run(spark, meta, store, collection_id: int, name: str, per_file: int):
     """Capture, distribute the manifest writes, finish. Returns the committed record."""
-    import msgspec
-
     from seglake.lifecycle import snapshot
     from seglake.meta.snapshots import COMMITTED, PENDING
 
@@ -54,14 +35,13 @@ def run(spark, meta, store, collection_id: int, name: str, per_file: int):
     if rec.state != PENDING:
         raise RuntimeError(f"snapshot {name!r} is {rec.state}; nothing to write")
     try:
-        segs, ts, revision = snapshot.capture(meta, rec)
-        enc = msgspec.json.Encoder()
-        groups = [(n, [enc.encode(s) for s in g]) for n, g in enumerate(snapshot.group(segs, per_file))]
+        raws, ts, revision = snapshot.capture_raw(meta, rec)
+        groups = list(enumerate(snapshot.group(raws, per_file)))
         env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
         rec_json = rec.to_json()
         sc = spark.sparkContext
         written = (sc.parallelize(groups, max(1, min(len(groups), sc.defaultParallelism)))
-                     .mapPartitions(lambda it: write_groups(it, rec_json, env))
+                     .mapPartitions(lambda it: snapshot.write_manifest_groups(it, rec_json, env))
                      .collect())
         return snapshot.finish(meta, store, rec, written, ts, revision)
     except Exception as e:

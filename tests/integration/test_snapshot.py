@@ -242,3 +242,14 @@ def test_cli_snapshots(meta, store, coll, settings, monkeypatch, capsys):
     assert cli.main(["snapshots", "drop", "demo", "cli_snap"]) == 0
     capsys.readouterr()
     assert cli.main(["snapshots", "describe", "demo", "cli_snap"]) == 2
+
+
+def test_large_captures_write_manifests_from_worker_processes(meta, store, coll, monkeypatch):
+    monkeypatch.setattr(snapshot, "PARALLEL_MIN_SEGMENTS", 1)
+    rec = snapshot.begin(meta, "demo", "parallel")
+    rec = snapshot.write_all(meta, store, rec, per_file=2, workers=2)
+    assert rec.state == COMMITTED and rec.manifests == 3 and rec.segments == 6
+    serial = snapshot.create(meta, store, "demo", "serial", per_file=2)
+    assert (rec.rows, rec.bytes, rec.files) == (serial.rows, serial.bytes, serial.files)
+    assert sorted(s.segment_id for s in snapshot.read_segments(store, rec)) == \
+        sorted(s.segment_id for s in snapshot.read_segments(store, serial))

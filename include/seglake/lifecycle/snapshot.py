@@ -19,9 +19,14 @@ reference index garbage collection must respect.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
+
+import msgspec
 
 from seglake import faults, manifest
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
@@ -69,17 +74,38 @@ def begin(meta: Meta, collection: str, name: str, description: str = "", *, db: 
     return meta.snapshots.create_pending(rec)
 
 
-def capture(meta: Meta, rec: SnapshotRecord) -> tuple[list[Segment], int, int]:
-    """(segments, consistent_ts, revision): Flushed segments read at one revision whose
-    data is not newer than a timestamp taken before that revision."""
+class _Head(msgspec.Struct):
+    """The fields capture filters on; msgspec skips the rest of the record cheaply."""
+
+    state: str
+    dml_ts: int = 0
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+
+
+def capture_raw(meta: Meta, rec: SnapshotRecord) -> tuple[list[bytes], int, int]:
+    """(encoded segment records, consistent_ts, revision): the Flushed segments read at
+    ONE etcd revision whose data is not newer than a timestamp taken before that
+    revision. Records stay encoded so workers can decode them in parallel."""
     ts = meta.tso.now()
     revision = meta.kv.revision()
-    segs = [s for s in meta.segments.list(rec.collection_id, revision=revision)
-            if s.state == FLUSHED and s.dml_ts <= ts]
-    return segs, ts, revision
+    out = []
+    for kv in meta.kv.range(meta.keys.segments_prefix(rec.collection_id), revision=revision):
+        head = _HEAD.decode(kv.value)
+        if head.state == FLUSHED and head.dml_ts <= ts:
+            out.append(kv.value)
+    return out, ts, revision
 
 
-def group(segments: list[Segment], per_file: int = SEGMENTS_PER_MANIFEST) -> list[list[Segment]]:
+def capture(meta: Meta, rec: SnapshotRecord) -> tuple[list[Segment], int, int]:
+    """capture_raw, decoded."""
+    raws, ts, revision = capture_raw(meta, rec)
+    dec = msgspec.json.Decoder(Segment)
+    return [dec.decode(r) for r in raws], ts, revision
+
+
+def group(segments: list, per_file: int = SEGMENTS_PER_MANIFEST) -> list[list]:
     if per_file < 1:
         raise ValidationError("segments per manifest must be >= 1")
     return [segments[i:i + per_file] for i in range(0, len(segments), per_file)] or [[]]
@@ -105,12 +131,32 @@ def write_manifest(store: Store, rec: SnapshotRecord, n: int, segments: Iterable
     entries = [manifest.segment_entry(s) for s in segments]
     key = layout.snapshot_manifest(rec.collection_id, rec.snapshot_id, n)
     size = manifest.write(store, key, entries, {"seglake.snapshot_id": str(rec.snapshot_id)})
+    files = [f for e in entries for f in manifest.entry_files(e)]
     return ManifestWritten(
         n=n, key=key, size=size, segments=len(segments), rows=sum(s.num_rows for s in segments),
-        bytes=sum(s.total_size() for s in segments), files=sum(s.file_count() for s in segments),
+        bytes=sum(size for _, size in files), files=len(files),
         segment_ids=[s.segment_id for s in segments],
         partition_ids=sorted({s.partition_id for s in segments}),
         build_ids=sorted({f.build_id for s in segments for f in s.index_files}))
+
+
+def write_raw_group(store: Store, rec: SnapshotRecord, n: int, raws: list[bytes]) -> ManifestWritten:
+    """Decode encoded segment records and write manifest `n` (worker / executor side)."""
+    dec = msgspec.json.Decoder(Segment)
+    return write_manifest(store, rec, n, [dec.decode(r) for r in raws])
+
+
+def write_manifest_groups(groups: Iterable[tuple[int, list[bytes]]], rec_json: dict,
+                          settings_env: dict) -> Iterable[ManifestWritten]:
+    """Executor side of the Spark engine: (n, encoded segment records) groups -> manifests.
+    Opens its own store from the settings environment the driver handed over."""
+    from seglake.config import Settings
+    from seglake.storage import open_store
+
+    store = open_store(Settings.load(env=settings_env))
+    rec = msgspec.convert(rec_json, SnapshotRecord)
+    for n, raws in groups:
+        yield write_raw_group(store, rec, n, raws)
 
 
 def finish(meta: Meta, store: Store, rec: SnapshotRecord, written: list[ManifestWritten],
@@ -159,11 +205,25 @@ def record_failure(meta: Meta, rec: SnapshotRecord, reason: str) -> None:
         pass
 
 
-def write_all(meta: Meta, store: Store, rec: SnapshotRecord, per_file: int = SEGMENTS_PER_MANIFEST) -> SnapshotRecord:
-    """The inline engine: capture, write every manifest, finish."""
+PARALLEL_MIN_SEGMENTS = 8000
+
+
+def write_all(meta: Meta, store: Store, rec: SnapshotRecord, per_file: int = SEGMENTS_PER_MANIFEST,
+              workers: int | None = None) -> SnapshotRecord:
+    """The inline engine: capture, write every manifest, finish. Large captures write
+    their manifests from a small pool of worker processes (spawned: no fork of the
+    gRPC client), one group per task; small ones stay in this process."""
     try:
-        segs, ts, revision = capture(meta, rec)
-        written = [write_manifest(store, rec, n, g) for n, g in enumerate(group(segs, per_file))]
+        raws, ts, revision = capture_raw(meta, rec)
+        groups = group(raws, per_file)
+        workers = workers if workers is not None else min(4, os.cpu_count() or 1)
+        if workers > 1 and len(raws) >= PARALLEL_MIN_SEGMENTS and len(groups) > 1:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(min(workers, len(groups)), mp_context=ctx) as pool:
+                futures = [pool.submit(write_raw_group, store, rec, n, g) for n, g in enumerate(groups)]
+                written = [f.result() for f in futures]
+        else:
+            written = [write_raw_group(store, rec, n, g) for n, g in enumerate(groups)]
         faults.point("snapshot.after_manifests")
         return finish(meta, store, rec, written, ts, revision)
     except Exception as e:

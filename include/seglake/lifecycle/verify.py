@@ -76,6 +76,16 @@ def check_files(store: Store, checks: Iterable[dict], threads: int = 8) -> list[
     return [r for r in results if r is not None]
 
 
+def check_partition(checks: Iterable[dict], settings_env: dict) -> Iterable[dict]:
+    """Executor side of the Spark engine: open the store from the settings environment
+    the driver handed over and check a partition's files (threads only on S3)."""
+    from seglake.config import Settings
+    from seglake.storage import open_store
+
+    settings = Settings.load(env=settings_env)
+    yield from check_files(open_store(settings), list(checks), threads=settings.copy_threads if settings.is_s3 else 1)
+
+
 def summarize(planned: dict, file_problems: list[dict]) -> dict:
     problems = planned["problems"] + sorted(file_problems, key=lambda p: (p["segment_id"], p["key"]))
     by_segment = defaultdict(list)

@@ -54,7 +54,24 @@ def stats_log(coll: int, part: int, seg: int, field: int, log_id: int) -> str:
 
 
 def index_file(build_id: int, version: int, part: int, seg: int, name: str) -> str:
-    return f"{INDEX_FILES}/{build_id}/{version}/{part}/{seg}/{normalize_key(name)}"
+    return f"{index_dir(build_id, version, part, seg)}{_plain_name(name)}"
+
+
+def index_dir(build_id: int, version: int, part: int, seg: int) -> str:
+    return f"{INDEX_FILES}/{build_id}/{version}/{part}/{seg}/"
+
+
+def segment_dirs(coll: int, part: int, seg: int) -> tuple[str, str, str]:
+    """(insert, delta, stats) directories of a segment, for hot loops that append
+    `{field}/{log_id}` or `{log_id}` themselves. Same keys as the builders above."""
+    tail = f"{coll}/{part}/{seg}/"
+    return f"{INSERT_LOG}/{tail}", f"{DELTA_LOG}/{tail}", f"{STATS_LOG}/{tail}"
+
+
+def _plain_name(name: str) -> str:
+    if name and "/" not in name and "\\" not in name and name not in (".", ".."):
+        return name  # the common case, checked cheaply
+    return normalize_key(name)
 
 
 def collection_prefixes(coll: int) -> list[str]:
