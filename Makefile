@@ -59,6 +59,7 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/meta.py
+	$(PY) bench/snapshot.py
 
 clean: down
 	rm -rf $(DEV)

@@ -29,4 +29,17 @@ grep -E "segments, .* files" "$log" | tail -1 | sed -E 's/^.*(collection .demo)/
 echo "verify_collection run: $state (full log: $log)"
 [ "$state" = success ] || { tail -40 "$log"; exit 1; }
 echo
+echo "== 3. snapshot_create through 'airflow dags test' (engine=spark: write_manifests on Spark)"
+log="$AIRFLOW_HOME/demo-snapshot.log"
+if airflow dags test snapshot_create -c '{"collection": "demo", "name": "demo_snap", "description": "make demo", "engine": "spark"}' >"$log" 2>&1; then
+  state=success
+else
+  state=failed
+fi
+echo "snapshot_create run: $state (full log: $log)"
+[ "$state" = success ] || { tail -40 "$log"; exit 1; }
+seglake snapshots list --collection demo
+echo
+seglake snapshots describe demo demo_snap
+echo
 echo "== done. 'make up' then 'seglake collections describe demo' / 'seglake segments list demo' to inspect."
