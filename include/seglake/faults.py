@@ -4,7 +4,8 @@ Engine code calls `faults.point("snapshot.before_commit")` at the places where a
 matters. Nothing happens unless a test armed that point, in-process with
 `with faults.inject("snapshot.before_commit"):` or across processes (Spark drivers and
 executors, Airflow tasks) with SEGLAKE_FAULTS="snapshot.before_commit,...".
-An armed point raises InjectedFault, or with "name:kill" SIGKILLs its own process.
+An armed point raises InjectedFault, or with "name:kill" SIGKILLs its own process;
+"name:kill@N" / "name:raise@N" fire at the N-th time the point is reached in a process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 from contextlib import contextmanager
 
 _armed: dict[str, str] = {}
+_hits: dict[str, int] = {}
 _lock = threading.Lock()
 
 
@@ -34,15 +36,22 @@ def point(name: str) -> None:
     action = _armed.get(name) or _from_env().get(name)
     if action is None:
         return
+    action, _, at = action.partition("@")
+    if at:
+        with _lock:
+            _hits[name] = _hits.get(name, 0) + 1
+            if _hits[name] != int(at):
+                return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise InjectedFault(f"injected fault at {name}")
 
 
 @contextmanager
-def inject(name: str, action: str = "raise"):
+def inject(name: str, action: str = "raise", at: int | None = None):
     with _lock:
-        _armed[name] = action
+        _armed[name] = f"{action}@{at}" if at else action
+        _hits.pop(name, None)
     try:
         yield
     finally:

@@ -28,7 +28,14 @@ def snapshot_state(meta: Meta, *, collection: str, snapshot: str, db: str = "def
     return "waiting", f"snapshot {snapshot!r} is {rec.state}"
 
 
-CHECKS: dict[str, Callable[..., tuple[str, str]]] = {"snapshot_state": snapshot_state}
+def copy_job_done(meta: Meta, *, job_id: int | str) -> tuple[str, str]:
+    """Every task terminal, the job terminal, or its timeout passed: finalize can decide."""
+    from seglake.lifecycle.copyjob import wait_status
+    return wait_status(meta, int(job_id))
+
+
+CHECKS: dict[str, Callable[..., tuple[str, str]]] = {"snapshot_state": snapshot_state,
+                                                      "copy_job_done": copy_job_done}
 
 
 def check(meta: Meta, kind: str, **kwargs) -> tuple[str, str]:

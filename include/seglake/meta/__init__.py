@@ -39,6 +39,11 @@ class Meta:
         from seglake.meta.snapshots import Snapshots
         return Snapshots(self)
 
+    @cached_property
+    def copyjobs(self):
+        from seglake.meta.copyjobs import CopyJobs
+        return CopyJobs(self)
+
     def close(self) -> None:
         self.kv.close()
 

@@ -220,6 +220,44 @@ class Catalog:
         self.kv.txn([unchanged(kv)], [Put(key, encode(new.to_json()))])
         return new
 
+    def remove(self, collection_id: int, reason: str = "") -> Collection:
+        """Mark a collection Dropped and free its name in one guarded transaction (the
+        record stays so GC can still find its segments). Idempotent. Used by a restore's
+        rollback, where the collection never became usable."""
+        key = self.keys.collection(collection_id)
+        for _ in range(20):
+            kv = self.kv.get(key)
+            if kv is None:
+                raise NotFound(f"collection id {collection_id} not found")
+            coll = Collection.from_json(decode(kv.value, key))
+            name_key = self.keys.collection_name(coll.db, coll.name)
+            name_kv = self.kv.get(name_key)
+            ops = []
+            compares = [unchanged(kv)]
+            if name_kv is not None and name_kv.value == str(collection_id).encode():
+                ops.append(Delete(name_key))
+                compares.append(unchanged(name_kv))
+            if coll.state == DROPPED and not ops:
+                return coll
+            props = {**coll.properties, **({"dropped_reason": reason} if reason else {})}
+            new = Collection(**{**coll.__dict__, "state": DROPPED, "properties": props})
+            try:
+                self.kv.txn(compares, [Put(key, encode(new.to_json())), *ops])
+                return new
+            except Conflict:
+                continue
+        raise Conflict(f"collection id {collection_id}: persistent contention while removing")
+
+    def set_properties(self, collection_id: int, **props) -> Collection:
+        key = self.keys.collection(collection_id)
+        kv = self.kv.get(key)
+        if kv is None:
+            raise NotFound(f"collection id {collection_id} not found")
+        coll = Collection.from_json(decode(kv.value, key))
+        new = Collection(**{**coll.__dict__, "properties": {**coll.properties, **props}})
+        self.kv.txn([unchanged(kv)], [Put(key, encode(new.to_json()))])
+        return new
+
     def purge(self, collection_id: int) -> None:
         """Remove a collection's records outright: its segments, then the record, then
         the name (children before the parent, so a crash leaves a resumable state)."""

@@ -1,0 +1,314 @@
+"""Copy-segment jobs: the checker of Milvus's copy_segment_checker.go as small steps.
+
+    Pending --plan--> Executing --(every task Completed)--> finish --> Completed
+       |                  |--(a task Failed | timeout)----> fail   --> Failed + rollback
+       '--(timeout)-------'
+    Completed | Failed --(copy_job_retention after finished_at)--> removed (tasks, then job);
+                          a Failed job stays while its target segments still exist.
+
+- plan: Pending -> Executing; tasks of at most max_segments_per_task mappings, written
+  before the job flips (children before parent). Idempotent: task ids are indexes.
+- copy_task: copies every file of each mapped segment (insert, delta, stats, index) to
+  the target's paths; a file already present with the right size is skipped; a retry
+  first removes leftovers that are not part of the segment. Fail-fast: a missing source
+  fails the task with the file's name. The runner (inline thread or Spark executor)
+  writes the task's progress to etcd itself.
+- wait_status: read-only, for the sensor: done when every task is terminal, the job
+  is terminal, or the timeout has passed.
+- finalize: Completed (targets Flushed, rows summed) or Failed (remaining tasks Failed,
+  targets Dropped, target collection removed); both unpin the snapshot. Idempotent.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from seglake import faults
+from seglake.errors import Conflict, NotFound, SeglakeError
+from seglake.lifecycle.restore import rollback_target, source_and_target_files
+from seglake.meta import Meta
+from seglake.meta.codec import encode_struct
+from seglake.meta.copyjobs import (
+    JOB_COMPLETED, JOB_EXECUTING, JOB_FAILED, JOB_PENDING, JOB_TERMINAL, TASK_COMPLETED, TASK_FAILED,
+    TASK_IN_PROGRESS, TASK_PENDING, TASK_TERMINAL, CopyJob, CopyTask, Mapping)
+from seglake.meta.kv import Delete, Put, batched, unchanged
+from seglake.meta.segments import FLUSHED, IMPORTING
+from seglake.storage import Store, layout
+
+PROGRESS_EVERY_S = 0.5
+
+
+class SourceMissing(SeglakeError):
+    pass
+
+
+# -- plan -----------------------------------------------------------------------------------
+def plan(meta: Meta, job_id: int, max_per_task: int = 10, now: float | None = None) -> CopyJob:
+    """Pending -> Executing with its tasks. A job in any other state is returned as is."""
+    if max_per_task < 1:
+        raise ValueError("max_per_task must be >= 1")
+    now = time.time() if now is None else now
+    job, job_kv = meta.copyjobs.get(job_id)
+    if job.state != JOB_PENDING:
+        return job
+    if now > job.timeout_at:
+        return fail(meta, job_id, "timeout", now=now)
+    targets = sorted((s for s in meta.segments.list(job.target_collection_id) if s.state == IMPORTING),
+                     key=lambda s: s.segment_id)
+    mappings = [Mapping(s.source["collection_id"], s.source["partition_id"], s.source["segment_id"],
+                        s.partition_id, s.segment_id) for s in targets]
+    by_id = {s.segment_id: s for s in targets}
+    ops = []
+    for task_id, chunk in enumerate(batched(mappings, max_per_task)):
+        segs = [by_id[m.target_segment] for m in chunk]
+        task = CopyTask(job_id=job_id, task_id=task_id, state=TASK_PENDING, mappings=tuple(chunk),
+                        total_files=sum(s.file_count() for s in segs), total_bytes=sum(s.total_size() for s in segs),
+                        updated_at=now)
+        ops.append(Put(meta.copyjobs.task_key(job_id, task_id), encode_struct(task)))
+    guard = [unchanged(job_kv)]
+    meta.kv.write(ops, guard=guard, reason=f"copy job {job_id} changed while planning")
+    faults.point("copy.after_plan_tasks")
+    new = job.replace(state=JOB_EXECUTING, started_at=now, total_tasks=len(ops))
+    meta.kv.txn(guard, [Put(job_kv.key, encode_struct(new))], reason=f"copy job {job_id} changed while planning")
+    return new
+
+
+# -- copy -----------------------------------------------------------------------------------
+def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int = 1,
+              now=time.time) -> CopyTask:
+    """Run one task to Completed (or Failed on a missing source). Safe to re-run and to
+    run twice at once: copies are idempotent and every record write is compare-guarded."""
+    task, kv = meta.copyjobs.get_task(job_id, task_id)
+    job, _ = meta.copyjobs.get(job_id)
+    if task.state in TASK_TERMINAL or job.state != JOB_EXECUTING or now() > job.timeout_at:
+        return task
+    task = meta.copyjobs.update_task(kv, task.replace(state=TASK_IN_PROGRESS, attempt=task.attempt + 1,
+                                                      updated_at=now(), reason=""))
+    progress = {"segments": 0, "files": 0, "bytes": 0, "skipped": 0}
+    last = time.monotonic()
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    try:
+        for m in task.mappings:
+            target = meta.segments.get(job.target_collection_id, m.target_partition, m.target_segment)
+            files = source_and_target_files(target)
+            if task.attempt > 1:
+                _remove_leftovers(store, target, {dst for _, dst, _ in files})
+            results = (pool.map(lambda f: _copy_one(store, *f), files) if pool
+                       else (_copy_one(store, *f) for f in files))
+            for copied, size in results:
+                progress["files" if copied else "skipped"] += 1
+                progress["bytes"] += size if copied else 0
+            progress["segments"] += 1
+            if time.monotonic() - last > PROGRESS_EVERY_S:
+                task = _save_progress(meta, task, progress, now())
+                last = time.monotonic()
+    except SourceMissing as e:
+        return _finish_task(meta, task, progress, TASK_FAILED, str(e), now())
+    finally:
+        if pool:
+            pool.shutdown(wait=True)
+    return _finish_task(meta, task, progress, TASK_COMPLETED, "", now())
+
+
+def _copy_one(store: Store, src: str, dst: str, size: int) -> tuple[bool, int]:
+    """(copied, size). Skips a destination already present with the right size."""
+    try:
+        if store.head(dst).size == size:
+            return False, size
+    except NotFound:
+        pass
+    try:
+        info = store.copy(src, dst)
+    except NotFound:
+        raise SourceMissing(f"source file missing: {src}") from None
+    if info.size != size:
+        raise SourceMissing(f"source file {src} is {info.size} bytes, the snapshot recorded {size}")
+    faults.point("copy.after_file")
+    return True, size
+
+
+def _remove_leftovers(store: Store, target, expected: set[str]) -> None:
+    """Objects under the target segment's own directories that are not its files (temp
+    files of a killed copy). Those directories belong to this target segment only."""
+    c, p, s = target.ref
+    dirs = list(layout.segment_dirs(c, p, s)) + sorted({layout.index_dir(f.build_id, f.version, p, s)
+                                                         for f in target.index_files})
+    extra = [o.key for d in dirs for o in store.list(d) if o.key not in expected]
+    if extra:
+        store.delete_many(extra)
+
+
+def _save_progress(meta: Meta, task: CopyTask, progress: dict, now: float) -> CopyTask:
+    new = task.replace(copied_segments=progress["segments"], copied_files=progress["files"],
+                       copied_bytes=progress["bytes"], skipped_files=progress["skipped"], updated_at=now)
+    try:
+        cur, kv = meta.copyjobs.get_task(task.job_id, task.task_id)
+        if cur.state != TASK_IN_PROGRESS or cur.attempt != task.attempt:
+            return task  # someone else (a re-drive) owns the task now; keep copying, do not write
+        return meta.copyjobs.update_task(kv, new)
+    except Conflict:
+        return task
+
+
+def _finish_task(meta: Meta, task: CopyTask, progress: dict, state: str, reason: str, now: float) -> CopyTask:
+    for _ in range(20):
+        cur, kv = meta.copyjobs.get_task(task.job_id, task.task_id)
+        if cur.state in TASK_TERMINAL:
+            return cur
+        try:
+            return meta.copyjobs.update_task(kv, cur.replace(
+                state=state, reason=reason, updated_at=now, copied_segments=progress["segments"],
+                copied_files=progress["files"], copied_bytes=progress["bytes"], skipped_files=progress["skipped"]))
+        except Conflict:
+            continue
+    raise Conflict(f"copy task {task.task_id}: persistent contention")
+
+
+def pending_task_ids(meta: Meta, job_id: int) -> list[int]:
+    return [t.task_id for t in meta.copyjobs.tasks(job_id) if t.state not in TASK_TERMINAL]
+
+
+def run_inline(meta: Meta, store: Store, job_id: int, threads: int = 1) -> list[CopyTask]:
+    """The inline engine: every unfinished task, one after another, in this process."""
+    return [copy_task(meta, store, job_id, t, threads=threads) for t in pending_task_ids(meta, job_id)]
+
+
+def run_tasks_from_env(task_ids, job_id: int, settings_env: dict):
+    """Spark executor side: open etcd and the store from the settings the driver handed
+    over, run the given tasks, yield (task_id, state, reason)."""
+    from seglake.config import Settings
+    from seglake.storage import open_store
+
+    settings = Settings.load(env=settings_env)
+    store = open_store(settings)
+    threads = settings.copy_threads if settings.is_s3 else 1
+    with Meta.from_settings(settings) as meta:
+        for task_id in task_ids:
+            t = copy_task(meta, store, job_id, task_id, threads=threads)
+            yield t.task_id, t.state, t.reason
+
+
+# -- wait / finalize ------------------------------------------------------------------------
+def wait_status(meta: Meta, job_id: int, now: float | None = None) -> tuple[str, str]:
+    """Read-only: ("success", why) once finalize can decide, else ("waiting", progress)."""
+    now = time.time() if now is None else now
+    try:
+        job, _ = meta.copyjobs.get(job_id)
+    except NotFound as e:
+        return "error", str(e)
+    if job.state in JOB_TERMINAL:
+        return "success", f"copy job {job_id} is {job.state}"
+    if now > job.timeout_at:
+        return "success", f"copy job {job_id} timed out"
+    if job.state == JOB_PENDING:
+        return "waiting", f"copy job {job_id} is Pending"
+    tasks = meta.copyjobs.tasks(job_id)
+    if any(t.state == TASK_FAILED for t in tasks):
+        return "success", f"copy job {job_id} has a failed task"
+    if all(t.state == TASK_COMPLETED for t in tasks):
+        return "success", f"copy job {job_id}: all {len(tasks)} tasks completed"
+    p = progress(meta, job_id)
+    return "waiting", f"copy job {job_id}: {p['copied_segments']}/{p['total_segments']} segments copied"
+
+
+def finalize(meta: Meta, job_id: int, now: float | None = None) -> CopyJob:
+    """Complete or fail the job from what its tasks say; a no-op while tasks still run."""
+    now = time.time() if now is None else now
+    job, _ = meta.copyjobs.get(job_id)
+    if job.state == JOB_COMPLETED:
+        return _finish(meta, job, now)   # re-run: make sure every step happened
+    if job.state == JOB_FAILED:
+        return fail(meta, job_id, job.reason, now=now)
+    if now > job.timeout_at:
+        return fail(meta, job_id, "timeout", now=now)
+    if job.state == JOB_PENDING:
+        return job
+    tasks = meta.copyjobs.tasks(job_id)
+    failed = [t for t in tasks if t.state == TASK_FAILED]
+    if failed:
+        return fail(meta, job_id, f"{len(failed)}/{len(tasks)} tasks failed; task {failed[0].task_id}: "
+                                  f"{failed[0].reason}", now=now)
+    if all(t.state == TASK_COMPLETED for t in tasks):
+        return _finish(meta, job, now)
+    return job
+
+
+def _finish(meta: Meta, job: CopyJob, now: float) -> CopyJob:
+    targets = [s for s in meta.segments.list(job.target_collection_id) if s.state in (IMPORTING, FLUSHED)]
+    meta.segments.transition([s.ref for s in targets if s.state == IMPORTING], FLUSHED)
+    faults.point("copy.before_complete")
+    job = meta.copyjobs.transition(job.job_id, JOB_COMPLETED, finished_at=job.finished_at or now,
+                                   total_rows=sum(s.num_rows for s in targets))
+    meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
+    return job
+
+
+def fail(meta: Meta, job_id: int, reason: str, now: float | None = None) -> CopyJob:
+    """Job Failed (first, so nothing new starts), remaining tasks Failed, rollback, unpin."""
+    now = time.time() if now is None else now
+    job = meta.copyjobs.transition(job_id, JOB_FAILED, reason=reason, finished_at=now)
+    for t in meta.copyjobs.tasks(job_id):
+        if t.state not in TASK_TERMINAL:
+            try:
+                cur, kv = meta.copyjobs.get_task(job_id, t.task_id)
+                if cur.state not in TASK_TERMINAL:
+                    meta.copyjobs.update_task(kv, cur.replace(state=TASK_FAILED, reason=job.reason, updated_at=now))
+            except Conflict:
+                pass  # its runner finished it meanwhile: terminal either way
+    coll = meta.catalog.get(job.target_collection_id)
+    if coll.state != "Dropped":
+        rollback_target(meta, job.target_collection_id, f"copy job {job_id} failed: {job.reason}", now=now)
+    meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
+    return job
+
+
+# -- read side ------------------------------------------------------------------------------
+def progress(meta: Meta, job_id: int) -> dict:
+    job, _ = meta.copyjobs.get(job_id)
+    tasks = meta.copyjobs.tasks(job_id)
+    done = [t for t in tasks if t.state == TASK_COMPLETED]
+    return {
+        "total_segments": job.total_segments, "total_files": job.total_files, "total_bytes": job.total_bytes,
+        "copied_segments": sum(len(t.mappings) if t.state == TASK_COMPLETED else t.copied_segments for t in tasks),
+        "copied_files": sum(t.copied_files + t.skipped_files for t in tasks),
+        "copied_bytes": sum(t.copied_bytes for t in tasks),
+        "tasks": len(tasks), "tasks_completed": len(done),
+        "tasks_failed": sum(t.state == TASK_FAILED for t in tasks),
+    }
+
+
+def describe_job(meta: Meta, job_id: int, now: float | None = None) -> dict:
+    now = time.time() if now is None else now
+    job, _ = meta.copyjobs.get(job_id)
+    p = progress(meta, job_id)
+    end = job.finished_at or now
+    return {**job.to_json(), "progress": p,
+            "fraction": p["copied_segments"] / job.total_segments if job.total_segments else 1.0,
+            "duration_s": round(end - (job.started_at or job.created_at), 3)}
+
+
+def list_jobs(meta: Meta, collection: str | None = None) -> list[dict]:
+    out = []
+    for job in meta.copyjobs.list():
+        if collection is None or collection in (job.source_collection, job.target_collection):
+            out.append(describe_job(meta, job.job_id))
+    return out
+
+
+def cleanup_expired(meta: Meta, retention: float, now: float | None = None) -> list[int]:
+    """Remove finished jobs (tasks first, then the job) `retention` seconds after they
+    ended. A Failed job is kept while its target segment records still exist."""
+    now = time.time() if now is None else now
+    removed = []
+    for job in list(meta.copyjobs.list()):
+        if job.state not in JOB_TERMINAL or (job.finished_at or now) + retention > now:
+            continue
+        if job.state == JOB_FAILED and meta.kv.count(meta.keys.segments_prefix(job.target_collection_id)):
+            continue
+        _, kv = meta.copyjobs.get(job.job_id)
+        meta.kv.delete_prefix(meta.keys.copy_tasks_prefix(job.job_id))
+        meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
+        removed.append(job.job_id)
+    return removed
+

@@ -1,0 +1,156 @@
+"""Copy-segment jobs and tasks in etcd (the metadata of a restore).
+
+    job:   Pending --plan--> Executing --all tasks Completed--> Completed
+                \\                 \\--any task Failed | timeout--> Failed
+                 \\--timeout--> Failed
+    task:  Pending --> InProgress --> Completed | Failed     (InProgress may be re-entered
+                                                              by a re-drive: attempt + 1)
+
+Keys: {root}/copy/jobs/{job_id}, {root}/copy/tasks/{job_id}/{task_id}; task ids are the
+task's index in the job (0..n-1), so planning twice writes the same tasks, never more.
+Progress lives on the tasks (each written by its one runner), the job sums them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+import msgspec
+
+from seglake.errors import Conflict, NotFound, StateError
+from seglake.meta.codec import decode_struct, encode_struct
+from seglake.meta.kv import KeyValue, Put, unchanged
+
+if TYPE_CHECKING:
+    from seglake.meta import Meta
+
+JOB_PENDING, JOB_EXECUTING, JOB_COMPLETED, JOB_FAILED = "Pending", "Executing", "Completed", "Failed"
+TASK_PENDING, TASK_IN_PROGRESS, TASK_COMPLETED, TASK_FAILED = "Pending", "InProgress", "Completed", "Failed"
+JOB_TRANSITIONS = {
+    JOB_PENDING: {JOB_EXECUTING, JOB_FAILED},
+    JOB_EXECUTING: {JOB_COMPLETED, JOB_FAILED},
+    JOB_COMPLETED: set(),
+    JOB_FAILED: set(),
+}
+TASK_TRANSITIONS = {
+    TASK_PENDING: {TASK_IN_PROGRESS, TASK_FAILED},
+    TASK_IN_PROGRESS: {TASK_IN_PROGRESS, TASK_COMPLETED, TASK_FAILED},
+    TASK_COMPLETED: set(),
+    TASK_FAILED: set(),
+}
+JOB_TERMINAL = {JOB_COMPLETED, JOB_FAILED}
+TASK_TERMINAL = {TASK_COMPLETED, TASK_FAILED}
+
+
+class Mapping(msgspec.Struct, array_like=True, frozen=True):
+    """source (collection, partition, segment) -> target (partition, segment)."""
+
+    source_collection: int
+    source_partition: int
+    source_segment: int
+    target_partition: int
+    target_segment: int
+
+
+class CopyJob(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    state: str
+    db: str
+    source_collection_id: int
+    source_collection: str
+    snapshot: str
+    snapshot_id: int
+    target_collection_id: int
+    target_collection: str
+    total_segments: int
+    total_files: int
+    total_bytes: int
+    created_at: float
+    timeout_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    total_tasks: int = 0
+    total_rows: int = 0
+    reason: str = ""
+    owner: str = ""
+
+    def replace(self, **changes) -> "CopyJob":
+        return msgspec.structs.replace(self, **changes)
+
+    def to_json(self) -> dict:
+        return msgspec.to_builtins(self)
+
+
+class CopyTask(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    task_id: int
+    state: str
+    mappings: tuple[Mapping, ...]
+    total_files: int = 0
+    total_bytes: int = 0
+    copied_segments: int = 0
+    copied_files: int = 0
+    copied_bytes: int = 0
+    skipped_files: int = 0   # already present with the right size (a resumed copy)
+    attempt: int = 0
+    reason: str = ""
+    updated_at: float = 0.0
+
+    def replace(self, **changes) -> "CopyTask":
+        return msgspec.structs.replace(self, **changes)
+
+
+class CopyJobs:
+    def __init__(self, meta: "Meta"):
+        self.kv = meta.kv
+        self.keys = meta.keys
+
+    # jobs ------------------------------------------------------------------------------
+    def get(self, job_id: int) -> tuple[CopyJob, KeyValue]:
+        kv = self.kv.get(self.keys.copy_job(job_id))
+        if kv is None:
+            raise NotFound(f"copy job {job_id} not found")
+        return decode_struct(kv.value, CopyJob, kv.key), kv
+
+    def list(self) -> Iterator[CopyJob]:
+        for kv in self.kv.range(self.keys.copy_jobs_prefix()):
+            yield decode_struct(kv.value, CopyJob, kv.key)
+
+    def update(self, read: KeyValue, new: CopyJob) -> CopyJob:
+        self.kv.txn([unchanged(read)], [Put(read.key, encode_struct(new))],
+                    reason=f"copy job {new.job_id} changed concurrently")
+        return new
+
+    def transition(self, job_id: int, to_state: str, **changes) -> CopyJob:
+        """Compare-guarded; idempotent when already there; StateError if not allowed."""
+        for _ in range(20):
+            job, kv = self.get(job_id)
+            if job.state == to_state:
+                return job
+            if to_state not in JOB_TRANSITIONS[job.state]:
+                raise StateError(f"copy job {job_id} is {job.state}; {job.state} -> {to_state} not allowed")
+            try:
+                return self.update(kv, job.replace(state=to_state, **changes))
+            except Conflict:
+                continue
+        raise Conflict(f"copy job {job_id}: persistent contention")
+
+    # tasks -----------------------------------------------------------------------------
+    def task_key(self, job_id: int, task_id: int) -> str:
+        return self.keys.copy_task(job_id, task_id)
+
+    def get_task(self, job_id: int, task_id: int) -> tuple[CopyTask, KeyValue]:
+        kv = self.kv.get(self.task_key(job_id, task_id))
+        if kv is None:
+            raise NotFound(f"copy task {task_id} of job {job_id} not found")
+        return decode_struct(kv.value, CopyTask, kv.key), kv
+
+    def tasks(self, job_id: int) -> list[CopyTask]:
+        return [decode_struct(kv.value, CopyTask, kv.key) for kv in self.kv.range(self.keys.copy_tasks_prefix(job_id))]
+
+    def update_task(self, read: KeyValue, new: CopyTask) -> CopyTask:
+        if new.state not in TASK_TRANSITIONS[decode_struct(read.value, CopyTask).state] | {new.state}:
+            raise StateError(f"copy task {new.task_id}: transition to {new.state} not allowed")
+        self.kv.txn([unchanged(read)], [Put(read.key, encode_struct(new))],
+                    reason=f"copy task {new.task_id} of job {new.job_id} changed concurrently")
+        return new
