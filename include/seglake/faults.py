@@ -5,7 +5,8 @@ matters. Nothing happens unless a test armed that point, in-process with
 `with faults.inject("snapshot.before_commit"):` or across processes (Spark drivers and
 executors, Airflow tasks) with SEGLAKE_FAULTS="snapshot.before_commit,...".
 An armed point raises InjectedFault, or with "name:kill" SIGKILLs its own process;
-"name:kill@N" / "name:raise@N" fire at the N-th time the point is reached in a process.
+"name:kill@N" / "name:raise@N" fire at the N-th time the point is reached in a process;
+"name:sleep=S" slows every pass by S seconds (to catch a job mid-way from outside).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from contextlib import contextmanager
 
 _armed: dict[str, str] = {}
@@ -42,6 +44,9 @@ def point(name: str) -> None:
             _hits[name] = _hits.get(name, 0) + 1
             if _hits[name] != int(at):
                 return
+    if action.startswith("sleep="):
+        time.sleep(float(action[6:]))
+        return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise InjectedFault(f"injected fault at {name}")

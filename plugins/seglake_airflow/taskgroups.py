@@ -63,3 +63,90 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
 
         resolved >> check >> summarize(resolved)
     return group
+
+
+def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job") -> TaskGroup:
+    """plan -> copy (inline | Spark) -> wait until every task is terminal -> finalize.
+    `job_id` and `engine` may be templates. Shared by snapshot_restore (a new job) and
+    copy_segment_job (resume or re-drive an existing one). Every step is idempotent: a
+    re-triggered run continues an Executing job and is a no-op for a finished one."""
+    with TaskGroup(group_id=group_id, tooltip="run a copy-segment job") as group:
+
+        @task(task_id="plan")
+        def plan(job_id: str, engine: str) -> dict:
+            from seglake.lifecycle import copyjob
+            from seglake_airflow.engine_choice import choose
+            from seglake_airflow.failfast import fail_fast
+            from seglake_airflow.hooks.engine import SeglakeHook
+
+            hook = SeglakeHook()
+            with fail_fast():
+                job = copyjob.plan(hook.meta, int(job_id), hook.settings.max_segments_per_task)
+            chosen = choose(engine, job.total_bytes, hook.settings.inline_threshold_bytes)
+            print(f"copy job {job.job_id}: {job.state}, {job.total_segments} segments, "
+                  f"{job.total_bytes} bytes in {job.total_tasks} tasks; engine {chosen}")
+            return {"job_id": job.job_id, "state": job.state, "engine": chosen,
+                    "target_collection": job.target_collection, "db": job.db}
+
+        @task.branch(task_id="choose_engine")
+        def choose_engine(planned: dict) -> str | None:
+            if planned["state"] != "Executing":
+                return f"{group_id}.wait"  # finished (or failed while Pending): nothing to copy
+            return f"{group_id}.copy_spark" if planned["engine"] == "spark" else f"{group_id}.copy_inline"
+
+        @task(task_id="copy_inline")
+        def copy_inline(planned: dict) -> dict:
+            from seglake.lifecycle import copyjob
+            from seglake_airflow.hooks.engine import SeglakeHook
+
+            hook = SeglakeHook()
+            threads = hook.settings.copy_threads
+            tasks = copyjob.run_inline(hook.meta, hook.store, planned["job_id"], threads=threads)
+            return {"tasks_run": len(tasks), "failed": sum(t.state == "Failed" for t in tasks)}
+
+        xcom = f"ti.xcom_pull(task_ids='{group_id}.plan')"
+        copy_spark = SeglakeSparkSubmitOperator(
+            task_id="copy_spark",
+            application=spark_job("copy_segments"),
+            name="seglake-copy-segments",
+            pool="seglake_spark",
+            application_args=["--job-id", "{{ %s['job_id'] }}" % xcom],
+        )
+
+        from seglake_airflow.sensors.state import SeglakeStateSensor
+
+        wait = SeglakeStateSensor(
+            task_id="wait",
+            kind="copy_job_done",
+            check_kwargs={"job_id": "{{ %s['job_id'] }}" % xcom},
+            poke_interval=5,
+            timeout=24 * 3600,
+            trigger_rule="none_failed_min_one_success",
+        )
+
+        @task(task_id="finalize")
+        def finalize(planned: dict) -> dict:
+            from seglake.lifecycle import copyjob
+            from seglake_airflow.hooks.engine import SeglakeHook
+            from airflow.sdk.exceptions import AirflowFailException
+
+            hook = SeglakeHook()
+            job = copyjob.finalize(hook.meta, planned["job_id"])
+            d = copyjob.describe_job(hook.meta, job.job_id)
+            p = d["progress"]
+            print(f"copy job {job.job_id}: {job.state}; {p['copied_segments']}/{p['total_segments']} segments, "
+                  f"{p['copied_files']} files, {p['copied_bytes']} bytes, {job.total_rows} rows, "
+                  f"{d['duration_s']} s" + (f"; reason: {job.reason}" if job.reason else ""))
+            if job.state == "Failed":
+                raise AirflowFailException(f"copy job {job.job_id} failed: {job.reason} "
+                                           f"(target {job.target_collection!r} rolled back)")
+            if job.state != "Completed":
+                raise RuntimeError(f"copy job {job.job_id} is still {job.state}; retrying")
+            return {"job_id": job.job_id, "state": job.state, "total_rows": job.total_rows,
+                    "target_collection": job.target_collection}
+
+        planned = plan(job_id, engine)
+        inline = copy_inline(planned)
+        choose_engine(planned) >> [inline, copy_spark, wait]
+        [inline, copy_spark] >> wait >> finalize(planned)
+    return group

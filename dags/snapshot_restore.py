@@ -1,0 +1,89 @@
+"""
+### Restore a snapshot into a new collection
+
+1. **restore**: the snapshot must be COMMITTED and the target name free. Creates the
+   target collection (same schema, partitions, shards), registers the target segments as
+   *Importing* with pre-allocated ids, and saves a *Pending* copy-segment job that pins
+   the snapshot (it cannot be dropped while the job reads it).
+2. **copy_job** (the same TaskGroup as the `copy_segment_job` DAG): plan tasks of at most
+   `max_segments_per_task` segments -> copy every file (Spark or inline) -> wait until all
+   tasks are terminal -> finalize: *Completed* (targets Flushed) or *Failed* (rollback:
+   targets Dropped, target collection removed).
+3. **verify**: `verify_collection` on the target; the run fails if a file or row count differs.
+4. **compare**: source (snapshot) and target row counts side by side.
+
+Re-running a run that died resumes its own job. REST:
+`conf = {"collection": "demo", "snapshot": "nightly", "target": "demo_restored", "engine": "auto"}`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Param, dag, task
+
+from seglake.names import NAME_PATTERN
+from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
+
+
+@dag(
+    dag_id="snapshot_restore",
+    dag_display_name="Snapshot: restore",
+    description="Restore a snapshot into a new collection through a copy-segment job",
+    schedule=None,
+    catchup=False,
+    max_active_runs=4,
+    tags=["seglake", "snapshot", "restore"],
+    doc_md=__doc__,
+    default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
+    params={
+        "collection": Param("demo", type="string", pattern=NAME_PATTERN, title="Source collection"),
+        "snapshot": Param("snap", type="string", pattern=NAME_PATTERN, title="Snapshot"),
+        "target": Param("restored", type="string", pattern=NAME_PATTERN, title="Target collection",
+                        description="Must not exist yet"),
+        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
+        "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
+        "timeout_hours": Param(1.0, type="number", exclusiveMinimum=0, maximum=168, title="Job timeout (hours)"),
+    },
+)
+def snapshot_restore():
+    @task
+    def restore(params: dict, run_id: str | None = None) -> dict:
+        from seglake.lifecycle import restore as engine
+        from seglake_airflow.failfast import fail_fast
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        with fail_fast():
+            job_id = engine.restore(hook.meta, hook.store, params["collection"], params["snapshot"],
+                                    params["target"], db=params["db"],
+                                    timeout=float(params["timeout_hours"]) * 3600, owner=run_id or "")
+        print(f"restore of {params['snapshot']!r} into {params['target']!r}: copy job {job_id}")
+        return {"job_id": job_id, "target": params["target"]}
+
+    @task
+    def compare(params: dict) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        meta = SeglakeHook().meta
+        source = meta.catalog.get_by_name(params["collection"], params["db"])
+        snap, _ = meta.snapshots.get(source.collection_id, params["snapshot"])
+        target = meta.catalog.get_by_name(params["target"], params["db"])
+        segs = [s for s in meta.segments.list(target.collection_id) if s.state == "Flushed"]
+        rows = {"segments": (snap.segments, len(segs)), "rows": (snap.rows, sum(s.num_rows for s in segs)),
+                "bytes": (snap.bytes, sum(s.total_size() for s in segs))}
+        print(f"{'':10}{'source snapshot':>18}{'target':>18}")
+        for k, (a, b) in rows.items():
+            print(f"{k:10}{a:>18}{b:>18}{'' if a == b else '   <-- differs'}")
+        if any(a != b for a, b in rows.values()):
+            raise AirflowFailException(f"restored {params['target']!r} differs from the snapshot: {rows}")
+        return {k: list(v) for k, v in rows.items()}
+
+    started = restore()
+    copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
+    verify = verify_collection_group("{{ params.target }}", "{{ params.db }}")
+    started >> copy >> verify >> compare()
+
+
+snapshot_restore()

@@ -1,0 +1,136 @@
+"""snapshot_restore and copy_segment_job through dag.test() against the real stack:
+both engines, a killed Spark job re-driven to completion, a finished job left alone."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from seglake import demo, faults
+from seglake.lifecycle import copyjob, restore, snapshot, verify
+from seglake.storage import layout
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.airflow
+SMALL = demo.SeedParams(partitions=2, segments=4, rows=200, dim=8)
+
+
+def _dag(dag_id):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags" / f"{dag_id}.py")).dags[dag_id]
+
+
+def _states(run):
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def _target_keys(meta, store, coll_id):
+    keys = [o.key for p in layout.collection_prefixes(coll_id) for o in store.list(p)]
+    for s in meta.segments.list(coll_id):
+        for d in {layout.index_dir(f.build_id, f.version, s.partition_id, s.segment_id) for f in s.index_files}:
+            keys += [o.key for o in store.list(d)]
+    return sorted(keys)
+
+
+def _expected_keys(meta, coll_id):
+    return sorted(f.key for s in meta.segments.list(coll_id) for f in layout.segment_files(s))
+
+
+@pytest.fixture
+def snap(meta, store):
+    coll, _ = demo.seed(meta, store, SMALL)
+    snapshot.create(meta, store, "demo", "s1")
+    return coll
+
+
+@pytest.mark.parametrize("engine", ["inline", pytest.param("spark", marks=pytest.mark.spark)])
+def test_restore_dag_restores_verifies_and_compares(airflow_env, meta, store, snap, engine):
+    run = _dag("snapshot_restore").test(run_conf={"collection": "demo", "snapshot": "s1",
+                                                  "target": f"r_{engine}", "engine": engine})
+    states = _states(run)
+    assert run.state == "success", states
+    assert states[f"copy_job.copy_{engine}"] == "success"
+    assert states["verify.summarize"] == "success" and states["compare"] == "success"
+    target = meta.catalog.get_by_name(f"r_{engine}")
+    job = next(meta.copyjobs.list())
+    assert job.state == "Completed" and job.total_rows == 1600
+    assert _target_keys(meta, store, target.collection_id) == _expected_keys(meta, target.collection_id)
+
+
+def test_a_killed_spark_copy_is_re_driven_to_completion(airflow_env, meta, store, snap, settings):
+    job_id = restore.restore(meta, store, "demo", "s1", "killed")
+    copyjob.plan(meta, job_id, 2)
+    job = meta.copyjobs.get(job_id)[0]
+    env = {**os.environ, **settings.to_env(), "SEGLAKE_FAULTS": "copy.after_file:sleep=0.1",
+           "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
+           "--conf", "spark.ui.enabled=false", str(REPO / "spark" / "jobs" / "copy_segments.py"),
+           "--job-id", str(job_id)]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline:
+            copied = len(_target_keys(meta, store, job.target_collection_id))
+            if copied >= job.total_files // 2:
+                break
+            assert proc.poll() is None, "the Spark job ended before it could be killed"
+            time.sleep(0.1)
+        else:
+            pytest.fail("the Spark copy never reached half of the files")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert len(_target_keys(meta, store, job.target_collection_id)) < job.total_files
+    assert meta.copyjobs.get(job_id)[0].state == "Executing"
+
+    run = _dag("copy_segment_job").test(run_conf={"job_id": job_id, "engine": "inline"})
+    assert run.state == "success", _states(run)
+    job = meta.copyjobs.get(job_id)[0]
+    assert job.state == "Completed"
+    assert [t.task_id for t in meta.copyjobs.tasks(job_id)] == list(range(job.total_tasks))
+    assert _target_keys(meta, store, job.target_collection_id) == _expected_keys(meta, job.target_collection_id)
+    assert verify.verify_collection(meta, store, "killed")["ok"]
+
+
+def test_copy_segment_job_on_a_finished_job_changes_nothing(airflow_env, meta, store, snap):
+    job_id = restore.restore(meta, store, "demo", "s1", "done")
+    copyjob.plan(meta, job_id, 3)
+    copyjob.run_inline(meta, store, job_id)
+    copyjob.finalize(meta, job_id)
+    before = (meta.copyjobs.get(job_id)[0], meta.copyjobs.tasks(job_id))
+    run = _dag("copy_segment_job").test(run_conf={"job_id": job_id})
+    assert run.state == "success", _states(run)
+    assert _states(run)["copy_job.copy_inline"] == "skipped"
+    assert (meta.copyjobs.get(job_id)[0], meta.copyjobs.tasks(job_id)) == before
+
+
+def test_a_failing_restore_rolls_back_and_fails_the_run(airflow_env, meta, store, snap):
+    seg = next(meta.segments.list(snap.collection_id))
+    store.delete_many([next(layout.segment_files(seg)).key])
+    run = _dag("snapshot_restore").test(run_conf={"collection": "demo", "snapshot": "s1", "target": "bad",
+                                                  "engine": "inline"})
+    assert run.state == "failed"
+    assert _states(run)["copy_job.finalize"] == "failed"
+    job = next(meta.copyjobs.list())
+    assert job.state == "Failed" and "source file missing" in job.reason
+    assert [c.name for c in meta.catalog.list()] == ["demo"]
+
+
+@pytest.mark.parametrize("dag_id,conf,param", [
+    ("snapshot_restore", {"collection": "demo", "snapshot": "s1", "target": "no way"}, "target"),
+    ("snapshot_restore", {"collection": "demo", "snapshot": "s1", "target": "t", "timeout_hours": 0}, "timeout_hours"),
+    ("copy_segment_job", {"job_id": "abc"}, "job_id"),
+    ("copy_segment_job", {"job_id": 0}, "job_id"),
+])
+def test_bad_conf_is_refused_before_any_run(airflow_env, meta, dag_id, conf, param):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match=param):
+        _dag(dag_id).test(run_conf=conf)
+    assert meta.kv.count(meta.keys.copy_jobs_prefix()) == 0
