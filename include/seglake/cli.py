@@ -199,6 +199,54 @@ def cmd_snapshots_drop(args, s: Settings) -> int:
     return 0
 
 
+def _bar(fraction: float, width: int = 30) -> str:
+    n = int(round(fraction * width))
+    return "[" + "#" * n + "." * (width - n) + f"] {fraction * 100:5.1f}%"
+
+
+def _job_row(j: dict) -> dict:
+    p = j["progress"]
+    return {"job": j["job_id"], "state": j["state"], "source": f"{j['source_collection']}/{j['snapshot']}",
+            "target": j["target_collection"], "segments": f"{p['copied_segments']}/{p['total_segments']}",
+            "size": human_bytes(j["total_bytes"]), "duration": f"{j['duration_s']:.1f}s",
+            "reason": j["reason"] or None}
+
+
+def cmd_jobs_list(args, s: Settings) -> int:
+    from seglake.lifecycle import copyjob
+
+    meta, _ = _open(s)
+    jobs = copyjob.list_jobs(meta, args.collection)
+    emit(args, jobs, [_job_row(j) for j in jobs],
+         ["job", "state", "source", "target", "segments", "size", "duration", "reason"])
+    return 0
+
+
+def cmd_jobs_describe(args, s: Settings) -> int:
+    import time
+
+    from seglake.lifecycle import copyjob
+
+    meta, _ = _open(s)
+    while True:
+        j = copyjob.describe_job(meta, args.job_id)
+        p = j["progress"]
+        if args.json:
+            emit(args, j)
+        else:
+            print(f"copy job {j['job_id']}: {j['state']}  {j['source_collection']}/{j['snapshot']} -> "
+                  f"{j['target_collection']}")
+            print(f"  {_bar(j['fraction'])}  segments {p['copied_segments']}/{p['total_segments']}, "
+                  f"files {p['copied_files']}/{p['total_files']}, "
+                  f"{human_bytes(p['copied_bytes'])}/{human_bytes(p['total_bytes'])}")
+            print(f"  tasks {p['tasks_completed']}/{p['tasks']} completed, {p['tasks_failed']} failed; "
+                  f"duration {j['duration_s']:.1f}s; rows {j['total_rows']}"
+                  + (f"; reason: {j['reason']}" if j["reason"] else ""))
+        if not args.watch or j["state"] in ("Completed", "Failed"):
+            return 0 if j["state"] != "Failed" else 1
+        time.sleep(args.interval)
+
+
 def cmd_config_show(args, s: Settings) -> int:
     pub = s.to_public()
     emit(args, pub, [{"key": k, "value": v} for k, v in pub.items()], ["key", "value"])
@@ -294,6 +342,16 @@ def build_parser() -> argparse.ArgumentParser:
     sx.add_argument("collection")
     sx.add_argument("name")
     sx.set_defaults(fn=cmd_snapshots_drop)
+
+    jobs = sub.add_parser("jobs", help="copy-segment jobs").add_subparsers(dest="action", required=True)
+    jl = jobs.add_parser("list", parents=[out])
+    jl.add_argument("--collection", default=None, help="jobs whose source or target is this collection")
+    jl.set_defaults(fn=cmd_jobs_list)
+    jd = jobs.add_parser("describe", parents=[out])
+    jd.add_argument("job_id", type=int)
+    jd.add_argument("--watch", action="store_true", help="refresh until the job finishes")
+    jd.add_argument("--interval", type=float, default=2.0)
+    jd.set_defaults(fn=cmd_jobs_describe)
 
     v = sub.add_parser("verify", parents=[common], help="check a collection's files inline (no Spark)")
     v.add_argument("collection")

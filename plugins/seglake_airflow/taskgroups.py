@@ -101,7 +101,8 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
 
             hook = SeglakeHook()
             threads = hook.settings.copy_threads
-            tasks = copyjob.run_inline(hook.meta, hook.store, planned["job_id"], threads=threads)
+            tasks = copyjob.run_inline(hook.meta, hook.store, planned["job_id"], threads=threads,
+                                       settings=hook.settings)
             return {"tasks_run": len(tasks), "failed": sum(t.state == "Failed" for t in tasks)}
 
         xcom = f"ti.xcom_pull(task_ids='{group_id}.plan')"

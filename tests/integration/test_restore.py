@@ -258,3 +258,24 @@ def test_restore_on_s3_copies_server_side(meta, s3_store, monkeypatch):
     assert copyjob.finalize(meta, job_id).state == JOB_COMPLETED
     monkeypatch.undo()
     assert verify.verify_collection(meta, s3_store, "s3copy")["ok"]
+
+
+def test_cli_jobs(meta, store, snap, settings, monkeypatch, capsys):
+    import json
+
+    from seglake import cli
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    job_id = restore.restore(meta, store, "demo", "s1", "clijob")
+    assert cli.main(["jobs", "describe", str(job_id)]) == 0
+    assert "Pending" in capsys.readouterr().out
+    _run(meta, store, job_id)
+    assert cli.main(["jobs", "list", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["state"] == "Completed" and row["progress"]["copied_segments"] == 10
+    assert cli.main(["jobs", "describe", str(job_id), "--watch", "--interval", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "100.0%" in out and "segments 10/10" in out
+    assert cli.main(["jobs", "list", "--collection", "clijob"]) == 0
+    assert "Completed" in capsys.readouterr().out

@@ -21,8 +21,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 from seglake import faults
 from seglake.errors import Conflict, NotFound, SeglakeError
@@ -94,8 +96,9 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
             files = source_and_target_files(target)
             if task.attempt > 1:
                 _remove_leftovers(store, target, {dst for _, dst, _ in files})
-            results = (pool.map(lambda f: _copy_one(store, *f), files) if pool
-                       else (_copy_one(store, *f) for f in files))
+            check = task.attempt > 1  # a first attempt writes into fresh, unique target paths
+            results = (pool.map(lambda f: _copy_one(store, *f, check=check), files) if pool
+                       else (_copy_one(store, *f, check=check) for f in files))
             for copied, size in results:
                 progress["files" if copied else "skipped"] += 1
                 progress["bytes"] += size if copied else 0
@@ -111,15 +114,18 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
     return _finish_task(meta, task, progress, TASK_COMPLETED, "", now())
 
 
-def _copy_one(store: Store, src: str, dst: str, size: int) -> tuple[bool, int]:
-    """(copied, size). Skips a destination already present with the right size."""
+def _copy_one(store: Store, src: str, dst: str, size: int, check: bool = True) -> tuple[bool, int]:
+    """(copied, size). With check, skips a destination already present with the right size."""
+    if check:
+        try:
+            if store.head(dst).size == size:
+                return False, size
+        except NotFound:
+            pass
     try:
-        if store.head(dst).size == size:
-            return False, size
-    except NotFound:
-        pass
-    try:
-        info = store.copy(src, dst)
+        # In place: the target is Importing (nobody reads it) and a resumed copy checks
+        # every size, so a short file left by a kill is found and copied again.
+        info = store.copy(src, dst, atomic=False)
     except NotFound:
         raise SourceMissing(f"source file missing: {src}") from None
     if info.size != size:
@@ -169,9 +175,31 @@ def pending_task_ids(meta: Meta, job_id: int) -> list[int]:
     return [t.task_id for t in meta.copyjobs.tasks(job_id) if t.state not in TASK_TERMINAL]
 
 
-def run_inline(meta: Meta, store: Store, job_id: int, threads: int = 1) -> list[CopyTask]:
-    """The inline engine: every unfinished task, one after another, in this process."""
-    return [copy_task(meta, store, job_id, t, threads=threads) for t in pending_task_ids(meta, job_id)]
+PARALLEL_MIN_FILES = 2000
+
+
+def run_inline(meta: Meta, store: Store, job_id: int, threads: int = 1, settings=None,
+               workers: int | None = None) -> list[CopyTask]:
+    """The inline engine: every unfinished task, without Spark. Given the settings, a job
+    of PARALLEL_MIN_FILES files or more is spread over worker processes (spawned, one
+    per core: per-file Python work does not scale with threads), each running whole
+    tasks exactly as a Spark executor does; otherwise tasks run one after another here."""
+    ids = pending_task_ids(meta, job_id)
+    workers = workers if workers is not None else min(4, os.cpu_count() or 1)
+    job, _ = meta.copyjobs.get(job_id)
+    if settings is not None and workers > 1 and len(ids) > 1 and job.total_files >= PARALLEL_MIN_FILES:
+        env = settings.to_env()
+        shares = [ids[i::workers] for i in range(min(workers, len(ids)))]
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(len(shares), mp_context=ctx) as pool:
+            for f in [pool.submit(_run_share, share, job_id, env) for share in shares]:
+                f.result()
+        return [meta.copyjobs.get_task(job_id, t)[0] for t in ids]
+    return [copy_task(meta, store, job_id, t, threads=threads) for t in ids]
+
+
+def _run_share(task_ids: list[int], job_id: int, settings_env: dict) -> list[tuple[int, str, str]]:
+    return list(run_tasks_from_env(task_ids, job_id, settings_env))
 
 
 def run_tasks_from_env(task_ids, job_id: int, settings_env: dict):

@@ -40,8 +40,11 @@ class Store(abc.ABC):
         """Atomic write: readers see the old object or the whole new one."""
 
     @abc.abstractmethod
-    def copy(self, src: str, dst: str) -> ObjectInfo:
-        """Copy inside the store (server-side on S3); atomic at the destination."""
+    def copy(self, src: str, dst: str, atomic: bool = True) -> ObjectInfo:
+        """Copy inside the store (server-side on S3). atomic=True: readers see the old
+        object or the whole new one. atomic=False lets a backend write in place (a killed
+        copy may leave a short file): only for destinations nobody reads until the
+        writer has checked their size, such as a restore's Importing segments."""
 
     @abc.abstractmethod
     def delete_many(self, keys: Iterable[str]) -> list[DeleteError]:

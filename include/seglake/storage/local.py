@@ -7,6 +7,7 @@ files start with '.seglake-tmp-' and are listed like any other file (GC judges t
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import uuid
@@ -27,6 +28,19 @@ class LocalStore(Store):
         self.root.mkdir(parents=True, exist_ok=True)
         self.uri = str(self.root)
         self.delete_threads = delete_threads
+        self._dirs: set[Path] = set()
+        self._token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._seq = itertools.count()
+
+    def __getstate__(self):  # picklable for worker processes: caches are per process
+        d = dict(self.__dict__)
+        d["_dirs"], d["_seq"] = set(), None
+        return d
+
+    def __setstate__(self, d):
+        self.__dict__.update(d)
+        self._token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._seq = itertools.count()
 
     def _path(self, key: str) -> Path:
         return self.root / normalize_key(key)
@@ -84,35 +98,65 @@ class LocalStore(Store):
             raise NotFound(f"object {key!r} not found in {self.uri}") from None
 
     def _tmp(self, dst: Path) -> Path:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        return dst.parent / f"{TMP_PREFIX}{dst.name}.{uuid.uuid4().hex[:12]}"
+        parent = dst.parent
+        if parent not in self._dirs:  # one mkdir per directory, not per file
+            parent.mkdir(parents=True, exist_ok=True)
+            self._dirs.add(parent)
+        return parent / f"{TMP_PREFIX}{dst.name}.{self._token}.{next(self._seq)}"
+
+    def _atomic(self, key: str, write) -> ObjectInfo:
+        """write(tmp) then rename over the destination; a vanished directory is re-made once."""
+        dst = self._path(key)
+        for attempt in (1, 2):
+            tmp = self._tmp(dst)
+            try:
+                write(tmp)
+                st = os.stat(tmp)
+                os.replace(tmp, dst)
+                return ObjectInfo(normalize_key(key), st.st_size, st.st_mtime)
+            except FileNotFoundError:
+                _unlink_quiet(tmp)
+                if attempt == 2 or dst.parent.is_dir():
+                    raise
+                self._dirs.discard(dst.parent)  # removed behind our back: make it again
+            except BaseException:
+                _unlink_quiet(tmp)
+                raise
+        raise AssertionError("unreachable")
+
+    def _in_place(self, key: str, write) -> ObjectInfo:
+        """write(destination) directly: one rename fewer per file (costly on ext4)."""
+        dst = self._path(key)
+        if dst.parent not in self._dirs:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            self._dirs.add(dst.parent)
+        try:
+            write(dst)
+        except FileNotFoundError:
+            if dst.parent.is_dir():
+                raise
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            write(dst)
+        st = os.stat(dst)
+        return ObjectInfo(normalize_key(key), st.st_size, st.st_mtime)
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
-        dst = self._path(key)
-        tmp = self._tmp(dst)
-        try:
+        def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
                 f.write(data)
-            os.replace(tmp, dst)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        return self.head(key)
+        return self._atomic(key, write)
 
-    def copy(self, src: str, dst: str) -> ObjectInfo:
-        s, d = self._path(src), self._path(dst)
-        tmp = self._tmp(d)
+    def copy(self, src: str, dst: str, atomic: bool = True) -> ObjectInfo:
+        s = self._path(src)
         try:
-            shutil.copyfile(s, tmp)  # sendfile / copy_file_range in the kernel
-            os.replace(tmp, d)
+            # shutil.copyfile uses sendfile in the kernel: no bytes through Python
+            if atomic:
+                return self._atomic(dst, lambda tmp: shutil.copyfile(s, tmp))
+            return self._in_place(dst, lambda path: shutil.copyfile(s, path))
         except FileNotFoundError:
-            if not s.exists():
+            if not s.is_file():
                 raise NotFound(f"copy source {src!r} not found in {self.uri}") from None
             raise
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        return self.head(dst)
 
     def delete_many(self, keys: Iterable[str]) -> list[DeleteError]:
         paths = [(k, self._path(k)) for k in keys]
@@ -134,3 +178,10 @@ class LocalStore(Store):
             with ThreadPoolExecutor(self.delete_threads) as pool:
                 results = list(pool.map(rm, paths, chunksize=64))
         return [r for r in results if r is not None]
+
+
+def _unlink_quiet(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -120,8 +120,8 @@ class S3Store(Store):
         self._do("put", key, lambda: self.client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data))
         return self.head(key)
 
-    def copy(self, src: str, dst: str) -> ObjectInfo:
-        """Server-side: no bytes pass through this process."""
+    def copy(self, src: str, dst: str, atomic: bool = True) -> ObjectInfo:
+        """Server-side: no bytes pass through this process. Always atomic on S3."""
         source = {"Bucket": self.bucket, "Key": self._full(src)}
         info = self.head(src)
         if info.size <= MAX_COPY_OBJECT:

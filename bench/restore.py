@@ -1,0 +1,153 @@
+"""bench/restore.py: restore through a copy-segment job on the local store, two shapes:
+20,000 files of 64 KiB and 20 files of 64 MiB. Anchors measured in the same run on the
+same source tree: `cp -r` and a single-thread `shutil.copyfile` loop. Then the restore
+job Pending -> Completed through the engine (no Airflow) with the inline engine and with
+the Spark engine (local[2], session start-up included; its copy phase also alone).
+
+    python bench/restore.py [--small-files 20000] [--big-files 20] [--no-spark]
+
+Targets: inline <= 1.0x cp -r on both shapes; Spark <= 2.0x cp -r on the 20,000-file
+shape, and its copy phase alone <= 1.25x the shutil loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark" / "jobs"))
+from common import private_etcd, verdict  # noqa: E402
+
+FILES_PER_SEGMENT = 10
+
+
+def build_source(meta, store, name: str, n_files: int, size: int):
+    """A collection whose segments reference n_files files of `size` random bytes."""
+    from seglake import demo
+    from seglake.lifecycle import snapshot
+    from seglake.meta.segments import FLUSHED, Binlog, IndexFile, Segment
+    from seglake.storage import layout
+
+    coll = meta.catalog.create(name, demo.demo_schema(8), partitions=["_default", "p1"])
+    blob = os.urandom(size)
+    segs = []
+    for i in range(max(1, n_files // FILES_PER_SEGMENT)):
+        part = coll.partitions[i % 2].partition_id
+        sid, logs, build = meta.ids.allocate(), meta.ids.allocate(8), meta.ids.allocate()
+        seg = Segment(segment_id=sid, collection_id=coll.collection_id, partition_id=part, channel=coll.vchannels[0],
+                      state=FLUSHED, num_rows=1000,
+                      binlogs={f: (Binlog(logs + 2 * k, size, 1000), Binlog(logs + 2 * k + 1, size, 1000))
+                               for k, f in enumerate((100, 101, 102))},
+                      deltalogs=(Binlog(logs + 6, size, 10),), statslogs={100: (Binlog(logs + 7, size, 1000),)},
+                      index_files=(IndexFile(build, 1, "centroids", size), IndexFile(build, 1, "meta", size)))
+        for f in layout.segment_files(seg):
+            path = Path(store.uri) / f.key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(blob)
+        segs.append(seg)
+    meta.segments.save(segs)
+    snapshot.create(meta, store, name, "snap")
+    return coll, segs
+
+
+def drop_target(meta, store, target: str):
+    from seglake import demo
+    coll = meta.catalog.get_by_name(target)
+    demo.purge_collection(meta, store, coll)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--small-files", type=int, default=20_000)
+    ap.add_argument("--big-files", type=int, default=20)
+    ap.add_argument("--no-spark", action="store_true")
+    args = ap.parse_args(argv)
+
+    from seglake.config import Settings
+    from seglake.lifecycle import copyjob, restore
+    from seglake.meta import Meta
+    from seglake.meta.kv import KV
+    from seglake.storage import layout
+    from seglake.storage.local import LocalStore
+
+    ok = True
+    with private_etcd() as etcd, tempfile.TemporaryDirectory(prefix="seglake-bench-restore-", dir="/work") as d:
+        meta = Meta(KV(etcd.endpoint, timeout=30), root="seglake")
+        spark = None
+        for shape, n, size in (("20k_x_64KiB", args.small_files, 64 << 10), ("20_x_64MiB", args.big_files, 64 << 20)):
+            store = LocalStore(Path(d) / f"store_{shape}")  # holds exactly the source tree
+            settings = Settings.from_dict({"etcd_endpoint": etcd.endpoint, "store_uri": store.uri})
+            coll, segs = build_source(meta, store, f"src_{shape[:3].rstrip('_')}", n, size)
+            files = [Path(store.uri) / f.key for s in segs for f in layout.segment_files(s)]
+            total = len(files) * size
+            print(f"\n{shape}: {len(files)} files, {total / 2**20:.0f} MiB")
+
+            dest = Path(d) / "cp"
+            os.sync()  # every timed phase starts with no dirty pages from the one before
+            t = time.perf_counter()
+            subprocess.run(["cp", "-r", store.uri, str(dest)], check=True)
+            t_cp = time.perf_counter() - t
+            shutil.rmtree(dest)
+            os.sync()
+            t = time.perf_counter()
+            made = set()
+            for f in files:
+                out = dest / f.relative_to(store.uri)
+                if out.parent not in made:
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(out.parent)
+                shutil.copyfile(f, out)
+            t_loop = time.perf_counter() - t
+            shutil.rmtree(dest)
+            print(f"anchors: cp -r {t_cp:.2f}s, shutil.copyfile loop {t_loop:.2f}s")
+
+            os.sync()
+            t = time.perf_counter()
+            job_id = restore.restore(meta, store, coll.name, "snap", f"inl_{shape[:2]}")
+            copyjob.plan(meta, job_id, settings.max_segments_per_task)
+            copyjob.run_inline(meta, store, job_id, threads=1, settings=settings)
+            job = copyjob.finalize(meta, job_id)
+            t_inline = time.perf_counter() - t
+            assert job.state == "Completed", job
+            print(f"inline restore (restore, plan, copy, finalize): {t_inline:.2f}s")
+            drop_target(meta, store, f"inl_{shape[:2]}")
+            ok &= verdict(f"restore_inline_{shape}", t_inline, t_cp, 1.0).endswith("ok")
+
+            if not args.no_spark and shape.startswith("20k"):
+                os.environ.update(settings.to_env())
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+                os.environ["PYSPARK_PYTHON"] = sys.executable
+                import copy_segments
+                os.sync()
+                t = time.perf_counter()
+                from pyspark.sql import SparkSession
+                spark = (SparkSession.builder.master("local[2]").appName("bench-restore")
+                         .config("spark.ui.enabled", "false").getOrCreate())
+                t_start = time.perf_counter() - t
+                job_id = restore.restore(meta, store, coll.name, "snap", "spk_20")
+                copyjob.plan(meta, job_id, settings.max_segments_per_task)
+                t_copy0 = time.perf_counter()
+                copy_segments.run(spark, meta, job_id)
+                t_copy = time.perf_counter() - t_copy0
+                job = copyjob.finalize(meta, job_id)
+                t_spark = time.perf_counter() - t
+                assert job.state == "Completed", job
+                print(f"spark restore: {t_spark:.2f}s total (session start-up {t_start:.2f}s, copy phase {t_copy:.2f}s)")
+                drop_target(meta, store, "spk_20")
+                ok &= verdict(f"restore_spark_{shape}", t_spark, t_cp, 2.0).endswith("ok")
+                ok &= verdict(f"restore_spark_copy_phase_{shape}", t_copy, t_loop, 1.25).endswith("ok")
+        if spark is not None:
+            spark.stop()
+        meta.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
