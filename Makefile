@@ -60,6 +60,7 @@ test-fast: setup
 bench: setup
 	$(PY) bench/meta.py
 	$(PY) bench/snapshot.py
+	$(PY) bench/restore.py
 
 clean: down
 	rm -rf $(DEV)

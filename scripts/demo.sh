@@ -14,6 +14,7 @@ cleanup() { if [ "$started" = 1 ]; then seglake stack down >/dev/null; fi; }
 trap cleanup EXIT
 
 echo "== 1. seed the demo collection (real Parquet binlogs, delta/stats logs, index files)"
+seglake demo purge demo_restored >/dev/null
 seglake demo seed --name demo --partitions 2 --segments 4 --rows 2000 --dim 32 --reset
 echo
 seglake collections list
@@ -41,5 +42,27 @@ echo "snapshot_create run: $state (full log: $log)"
 seglake snapshots list --collection demo
 echo
 seglake snapshots describe demo demo_snap
+echo
+echo "== 4. snapshot_restore through 'airflow dags test' (copy-job TaskGroup, engine=spark, then verify)"
+log="$AIRFLOW_HOME/demo-restore.log"
+if airflow dags test snapshot_restore -c '{"collection": "demo", "snapshot": "demo_snap", "target": "demo_restored", "engine": "spark"}' >"$log" 2>&1; then
+  state=success
+else
+  state=failed
+fi
+echo "snapshot_restore run: $state (full log: $log)"
+[ "$state" = success ] || { tail -40 "$log"; exit 1; }
+seglake jobs list --collection demo_restored
+echo
+python - <<'PY'
+import json, subprocess
+rows = json.loads(subprocess.run(["seglake", "collections", "list", "--json"], check=True,
+                                 capture_output=True, text=True).stdout)
+by = {r["name"]: r for r in rows}
+src, dst = by["demo"], by["demo_restored"]
+print(f"{'':10}{'demo':>16}{'demo_restored':>16}")
+for k in ("segments", "rows", "bytes"):
+    print(f"{k:10}{src[k]:>16}{dst[k]:>16}{'' if src[k] == dst[k] else '   <-- differs'}")
+PY
 echo
 echo "== done. 'make up' then 'seglake collections describe demo' / 'seglake segments list demo' to inspect."

@@ -79,6 +79,21 @@ def cmd_demo_seed(args, s: Settings) -> int:
     return 0
 
 
+def cmd_demo_purge(args, s: Settings) -> int:
+    from seglake import demo
+    from seglake.errors import NotFound
+
+    meta, store = _open(s)
+    try:
+        coll = meta.catalog.get_by_name(args.name, args.db)
+    except NotFound:
+        print(f"no collection {args.name!r}: nothing to purge")
+        return 0
+    n = demo.purge_collection(meta, store, coll)
+    print(f"purged collection {args.name!r} (id {coll.collection_id}): {n} files and its records")
+    return 0
+
+
 def _collection_row(meta, c) -> dict:
     segs = [x for x in meta.segments.list(c.collection_id) if x.state != "Dropped"]
     return {"id": c.collection_id, "name": c.name, "db": c.db, "state": c.state,
@@ -307,6 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
         seed.add_argument(f"--{flag}", type=int, default=default)
     seed.add_argument("--reset", action="store_true", help="purge an existing collection of that name first")
     seed.set_defaults(fn=cmd_demo_seed)
+    purge = demo.add_parser("purge", parents=[common],
+                            help="delete a collection's files and records outright (demo and test data only)")
+    purge.add_argument("name")
+    purge.set_defaults(fn=cmd_demo_purge)
 
     colls = sub.add_parser("collections", help="collections").add_subparsers(dest="action", required=True)
     cl = colls.add_parser("list", parents=[out])
