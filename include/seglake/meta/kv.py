@@ -208,10 +208,12 @@ class KV:
         return self._call(do, write=False, what=f"get {key}")
 
     def range(self, prefix: str, *, page_size: int = 1000, keys_only: bool = False,
-              start_after: str | None = None, revision: int | None = None) -> Iterator[KeyValue]:
+              start_after: str | None = None, revision: int | None = None,
+              min_mod_revision: int | None = None) -> Iterator[KeyValue]:
         """Every key under `prefix`, in key order, paged, at one consistent revision
-        (`revision`, or the store's revision at the first page). The next page is
-        fetched in the background while the caller consumes this one."""
+        (`revision`, or the store's revision at the first page); with min_mod_revision
+        only keys changed since then. The next page is fetched in the background while
+        the caller consumes this one."""
         from etcd3 import utils
 
         end = utils.prefix_range_end(utils.to_bytes(prefix))
@@ -219,7 +221,8 @@ class KV:
 
         def fetch(start: bytes, revision: int | None):
             return self._call(lambda: self._client.get_range_response(
-                start, end, limit=page_size, revision=revision, keys_only=keys_only),
+                start, end, limit=page_size, revision=revision, keys_only=keys_only,
+                min_mod_revision=min_mod_revision),
                 write=False, what=f"range {prefix}")
 
         resp = fetch(start, revision)
