@@ -262,6 +262,43 @@ def cmd_jobs_describe(args, s: Settings) -> int:
         time.sleep(args.interval)
 
 
+def cmd_gc_report(args, s: Settings) -> int:
+    from seglake.lifecycle import gc
+
+    _, store = _open(s)
+    doc = gc.latest_summary(store)
+    if args.json:
+        emit(args, doc)
+        return 0
+    swept = doc.get("swept")
+    print(f"gc run {doc['run_id']}{' (dry run)' if doc.get('dry_run') else ''}: listed {doc['listed']}, "
+          f"{doc['candidates']} candidates, {human_bytes(doc['candidate_bytes'])}; kept {doc['kept']}")
+    print("deleted: " + (f"{swept['deleted']} files, {human_bytes(swept['deleted_bytes'])}, "
+                         f"{swept['rechecked_kept']} kept by the re-check, {len(swept['errors'])} errors"
+                         if swept else "nothing (mark only)"))
+    rows = []
+    for k, v in sorted(doc["by_collection_reason"].items()):
+        coll, reason = k.split("/")
+        rows.append({"collection": coll if coll != "-1" else "?", "reason": reason, "files": v["files"],
+                     "size": human_bytes(v["bytes"])})
+    print(table(rows, ["collection", "reason", "files", "size"]))
+    return 0
+
+
+def cmd_gc_pause(args, s: Settings) -> int:
+    from seglake.lifecycle import gc
+
+    meta, _ = _open(s)
+    cid = meta.catalog.get_by_name(args.collection, args.db).collection_id if args.collection else None
+    if args.action == "pause":
+        r = gc.pause(meta, cid, ttl=args.ttl_hours * 3600, reason=args.reason)
+        print(f"gc paused for {args.collection or 'all collections'} for {args.ttl_hours:g} h")
+        return 0 if r else 1
+    gc.resume(meta, cid)
+    print(f"gc resumed for {args.collection or 'all collections'}")
+    return 0
+
+
 def cmd_config_show(args, s: Settings) -> int:
     pub = s.to_public()
     emit(args, pub, [{"key": k, "value": v} for k, v in pub.items()], ["key", "value"])
@@ -371,6 +408,17 @@ def build_parser() -> argparse.ArgumentParser:
     jd.add_argument("--watch", action="store_true", help="refresh until the job finishes")
     jd.add_argument("--interval", type=float, default=2.0)
     jd.set_defaults(fn=cmd_jobs_describe)
+
+    g = sub.add_parser("gc", help="garbage collection").add_subparsers(dest="action", required=True)
+    g.add_parser("report", parents=[out], help="the latest mark: candidates and what was deleted").set_defaults(
+        fn=cmd_gc_report)
+    for action in ("pause", "resume"):
+        gp = g.add_parser(action, parents=[common])
+        gp.add_argument("--collection", default=None)
+        if action == "pause":
+            gp.add_argument("--ttl-hours", type=float, default=1.0)
+            gp.add_argument("--reason", default="")
+        gp.set_defaults(fn=cmd_gc_pause)
 
     v = sub.add_parser("verify", parents=[common], help="check a collection's files inline (no Spark)")
     v.add_argument("collection")

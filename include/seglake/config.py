@@ -97,6 +97,7 @@ class Settings:
     inline_threshold_bytes: int = _int(256 << 20, "engine=auto runs inline below this many bytes")
     snapshot_inline_max_segments: int = _int(20000, "engine=auto writes manifests inline below this many segments")
     segments_per_manifest: int = _int(2000, "segments per snapshot manifest file", minimum=1)
+    gc_inline_max_files: int = _int(2_000_000, "engine=auto marks inline below this many referenced files")
     id_block_size: int = _int(10000, "ids reserved per allocator round trip", minimum=1)
     copy_threads: int = _int(8, "parallel file copies per worker", minimum=1)
     gc_schedule: str = _str("@daily", "schedule of the gc DAG")

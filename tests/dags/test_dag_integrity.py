@@ -20,7 +20,7 @@ def dagbag(airflow_home):
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
     assert {"verify_collection", "snapshot_create", "snapshot_drop", "snapshot_restore",
-            "copy_segment_job"} <= set(dagbag.dag_ids)
+            "copy_segment_job", "gc"} <= set(dagbag.dag_ids)
 
 
 def test_every_dag_has_tags_owner_retries_and_docs(dagbag):

@@ -305,3 +305,26 @@ def test_mark_and_sweep_on_s3(meta, s3_store):
     res = gc.run(meta, s3_store, _opts(missing_tolerance=1, force=True))
     assert res["sweep"]["deleted"] == 2100 and res["sweep"]["errors"] == []
     assert {o.key for o in s3_store.list("") if not o.key.startswith("_gc/")} == refs
+
+
+def test_cli_gc_report_pause_resume(meta, store, coll, settings, monkeypatch, capsys):
+    import json
+
+    from seglake import cli
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    orphan = f"insert_log/{coll.collection_id}/9/9/100/1"
+    store.put(orphan, b"o" * 10)
+    _age(store, orphan, 2 * DAY)
+    assert cli.main(["gc", "report"]) == 2 and "no gc run" in capsys.readouterr().err
+    assert cli.main(["gc", "pause", "--collection", "demo", "--ttl-hours", "1"]) == 0
+    assert gc.paused_scopes(meta) == (False, {coll.collection_id})
+    assert cli.main(["gc", "resume", "--collection", "demo"]) == 0
+    gc.run(meta, store, _opts(dry_run=True))
+    capsys.readouterr()
+    assert cli.main(["gc", "report", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["candidates"] == 1 and doc["dry_run"] is True
+    assert cli.main(["gc", "report"]) == 0
+    assert "orphan" in capsys.readouterr().out

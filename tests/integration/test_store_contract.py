@@ -102,3 +102,12 @@ def test_s3_copy_is_server_side(s3_store, monkeypatch):
     monkeypatch.setattr(s3_store, "get", lambda *a, **k: pytest.fail("copy must not download"))
     s3_store.copy("big/src", "big/dst")
     assert s3_store.head("big/dst").size == 256 * 1024
+
+
+def test_list_level(any_store):
+    for k in ["top.txt", "a/x", "a/b/y", "c/z"]:
+        any_store.put(k, b"1")
+    dirs, files = any_store.list_level("")
+    assert sorted(dirs) == ["a/", "c/"] and [f.key for f in files] == ["top.txt"]
+    dirs, files = any_store.list_level("a")
+    assert dirs == ["a/b/"] and [f.key for f in files] == ["a/x"]

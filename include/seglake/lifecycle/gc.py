@@ -217,6 +217,21 @@ def scan_prefixes(refs: References, collection_id: int | None) -> list[str]:
                                                         f"{layout.INDEX_FILES}/"]
 
 
+def split_prefixes(store: Store, prefixes: list[str]) -> tuple[list[str], list[ObjectInfo]]:
+    """Work units for a distributed listing: each top-level directory is split one level
+    further (insert_log/ -> insert_log/{collection}/ ...). Returns (prefixes to list,
+    objects found on the way)."""
+    units, loose = [], []
+    for p in prefixes:
+        dirs, files = store.list_level(p)
+        loose += files
+        for d in dirs:
+            sub, sub_files = store.list_level(d)
+            loose += sub_files
+            units += sub
+    return units, loose
+
+
 # -- mark -------------------------------------------------------------------------------------
 @dataclass
 class MarkResult:

@@ -54,6 +54,11 @@ class Store(abc.ABC):
     def open_read(self, key: str) -> BinaryIO:
         """A seekable binary reader (for Parquet footers)."""
 
+    @abc.abstractmethod
+    def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+        """One level under `prefix`: (child prefixes ending in '/', objects directly there).
+        Used to split a listing across workers."""
+
     def exists(self, key: str) -> bool:
         from seglake.errors import NotFound
         try:

@@ -74,6 +74,22 @@ class LocalStore(Store):
                     continue
                 yield ObjectInfo(rel + e.name, st.st_size, st.st_mtime)
 
+    def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+        pfx = normalize_prefix(prefix)
+        start = self.root / pfx if pfx else self.root
+        if start.is_symlink() or not start.is_dir():
+            return [], []
+        dirs, files = [], []
+        for e in sorted(os.scandir(start), key=lambda e: e.name):
+            if e.is_symlink():
+                continue
+            if e.is_dir(follow_symlinks=False):
+                dirs.append(f"{pfx}{e.name}/")
+            elif e.is_file(follow_symlinks=False):
+                st = e.stat(follow_symlinks=False)
+                files.append(ObjectInfo(pfx + e.name, st.st_size, st.st_mtime))
+        return dirs, files
+
     def head(self, key: str) -> ObjectInfo:
         p = self._path(key)
         try:

@@ -105,6 +105,21 @@ class S3Store(Store):
                     continue  # directory marker
                 yield ObjectInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"].timestamp())
 
+    def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+        pfx = normalize_prefix(prefix)
+        full = f"{self.base}/{pfx}" if self.base else pfx
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=full, Delimiter="/", PaginationConfig={"PageSize": 1000})
+        dirs, files = [], []
+        it = iter(pages)
+        while True:
+            page = self._do("list", pfx, lambda: next(it, None))
+            if page is None:
+                return dirs, files
+            dirs += [self._rel(p["Prefix"]) for p in page.get("CommonPrefixes", [])]
+            files += [ObjectInfo(self._rel(o["Key"]), o["Size"], o["LastModified"].timestamp())
+                      for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+
     def head(self, key: str) -> ObjectInfo:
         r = self._do("head", key, lambda: self.client.head_object(Bucket=self.bucket, Key=self._full(key)))
         return ObjectInfo(normalize_key(key), r["ContentLength"], r["LastModified"].timestamp())

@@ -1,0 +1,182 @@
+"""
+### Garbage collection
+
+Scheduled (daily by default; `SEGLAKE_GC_SCHEDULE` on the scheduler overrides) and
+triggerable with the form below. Fail closed, mark then sweep, never a referenced file:
+
+1. **prepare**: tolerances below the floor (1 h) are refused unless `force`; every
+   reference (segment records, snapshot manifests) must load completely.
+2. **mark** (Spark `spark/jobs/gc_scan.py`: listing split by collection prefix across
+   executors, anti-join in Spark; or inline): candidate report under `_gc/{run}/`.
+   The age cutoff is fixed when the listing starts.
+3. **sweep** (skipped on `dry_run`): deletes candidates in batches of 1,000, each
+   re-checked against references refreshed from etcd right before deleting.
+4. **dropped_segments**: files of segments Dropped longer than `drop_tolerance` (never
+   one a snapshot references), then their records.
+5. **records** (skipped on `dry_run`): stale PENDING / unfinished DELETING / expired
+   snapshots, copy jobs past retention, empty Dropped collections.
+6. **summary**: files and bytes per collection and reason (task log and XCom).
+
+Collections with a PENDING snapshot, and paused scopes (`seglake gc pause`), are skipped
+and reported. REST: `conf = {"dry_run": true, "collection": "", "engine": "auto"}`.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.sdk import Param, dag, task
+
+from seglake.names import NAME_PATTERN
+from seglake_airflow import spark_job
+from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
+
+PREP = "ti.xcom_pull(task_ids='prepare')"
+
+
+@dag(
+    dag_id="gc",
+    dag_display_name="Garbage collection",
+    description="Fail-closed mark-then-sweep GC of the segment store",
+    schedule=os.environ.get("SEGLAKE_GC_SCHEDULE", "@daily"),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["seglake", "gc"],
+    doc_md=__doc__,
+    default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(minutes=1)},
+    params={
+        "dry_run": Param(False, type="boolean", title="Dry run", description="Mark only: delete nothing"),
+        "collection": Param("", type="string", pattern=f"^$|{NAME_PATTERN}", title="Collection",
+                            description="Empty: the whole store"),
+        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
+        "missing_tolerance_hours": Param(None, type=["null", "number"], minimum=0,
+                                         title="Orphan tolerance (hours)", description="Empty: from config (1 day)"),
+        "drop_tolerance_hours": Param(None, type=["null", "number"], minimum=0,
+                                      title="Dropped-segment tolerance (hours)", description="Empty: from config (3 h)"),
+        "force": Param(False, type="boolean", title="Force",
+                       description="Allow tolerances below the 1 hour floor"),
+        "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
+    },
+)
+def gc():
+    def _opts(params: dict, hook, collection_id):
+        from seglake.lifecycle import gc as engine
+
+        hours = {k: None if params[f"{k}_hours"] is None else float(params[f"{k}_hours"]) * 3600
+                 for k in ("missing_tolerance", "drop_tolerance")}
+        return engine.GCOptions.from_settings(hook.settings, force=params["force"], dry_run=params["dry_run"],
+                                              collection_id=collection_id, **hours)
+
+    @task
+    def prepare(params: dict, run_id: str | None = None) -> dict:
+        from seglake.lifecycle import gc as engine
+        from seglake_airflow.engine_choice import choose
+        from seglake_airflow.failfast import fail_fast
+        from seglake_airflow.hooks.engine import SeglakeHook
+        from seglake_airflow.taskgroups import _safe
+
+        hook = SeglakeHook()
+        with fail_fast():
+            cid = (hook.meta.catalog.get_by_name(params["collection"], params["db"]).collection_id
+                   if params["collection"] else None)
+            opts = _opts(params, hook, cid).check()
+        refs = engine.load_references(hook.meta, hook.store)  # fail closed, before any listing
+        chosen = choose(params["engine"], len(refs.files), hook.settings.gc_inline_max_files)
+        print(f"gc: {len(refs.files)} referenced files, {len(refs.blocked)} collections with a PENDING "
+              f"snapshot, paused: {'all' if refs.paused_all else sorted(refs.paused)}; engine {chosen}")
+        return {"run_id": _safe(run_id or "manual"), "collection_id": cid, "engine": chosen,
+                "missing_tolerance": opts.missing_tolerance, "force": opts.force, "dry_run": opts.dry_run}
+
+    @task.branch
+    def choose_engine(prep: dict) -> str:
+        return "mark_spark" if prep["engine"] == "spark" else "mark_inline"
+
+    @task
+    def mark_inline(params: dict, prep: dict) -> dict:
+        from seglake.lifecycle import gc as engine
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        m = engine.mark(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]), run_id=prep["run_id"])
+        return {k: v for k, v in m.summary().items() if k != "by_collection_reason"}
+
+    mark_spark = SeglakeSparkSubmitOperator(
+        task_id="mark_spark",
+        application=spark_job("gc_scan"),
+        name="seglake-gc-scan",
+        pool="seglake_spark",
+        application_args=[
+            "--run-id", "{{ %s['run_id'] }}" % PREP,
+            "--collection-id", "{{ %s['collection_id'] or 0 }}" % PREP,
+            "--missing-tolerance", "{{ %s['missing_tolerance'] }}" % PREP,
+            "--force", "{{ 1 if %s['force'] else 0 }}" % PREP,
+            "--dry-run", "{{ 1 if %s['dry_run'] else 0 }}" % PREP,
+        ],
+    )
+
+    @task(trigger_rule="none_failed_min_one_success")
+    def sweep(prep: dict) -> dict:
+        from airflow.sdk.exceptions import AirflowSkipException
+        from seglake.lifecycle import gc as engine
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        if prep["dry_run"]:
+            raise AirflowSkipException("dry run: nothing is deleted")
+        hook = SeglakeHook()
+        s = engine.sweep(hook.meta, hook.store, prep["run_id"])
+        if s.errors:
+            print(f"{len(s.errors)} objects could not be deleted, first: {s.errors[:5]}")
+        return {"deleted": s.deleted, "deleted_bytes": s.deleted_bytes, "rechecked_kept": s.rechecked_kept,
+                "errors": len(s.errors)}
+
+    @task(trigger_rule="none_failed_min_one_success")
+    def dropped_segments(params: dict, prep: dict) -> dict:
+        from seglake.lifecycle import gc as engine
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        return engine.reclaim_dropped(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]))
+
+    @task(trigger_rule="none_failed_min_one_success")
+    def records(params: dict, prep: dict) -> dict:
+        from airflow.sdk.exceptions import AirflowSkipException
+        from seglake.lifecycle import gc as engine
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        if prep["dry_run"]:
+            raise AirflowSkipException("dry run: no record is removed")
+        hook = SeglakeHook()
+        return engine.clean_records(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]))
+
+    @task(trigger_rule="none_failed_min_one_success")
+    def summary(prep: dict) -> dict:
+        import json
+
+        from seglake.lifecycle import gc as engine
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        store = SeglakeHook().store
+        doc = json.loads(store.get(f"{engine.GC_PREFIX}/{prep['run_id']}/summary.json"))
+        result = {"mark": doc, "dry_run": prep["dry_run"]}
+        if doc.get("swept"):
+            result["sweep"] = {**doc["swept"], "errors": doc["swept"]["errors"]}
+        print(engine.format_summary(result))
+        return {"run_id": prep["run_id"], "dry_run": prep["dry_run"], "candidates": doc["candidates"],
+                "candidate_bytes": doc["candidate_bytes"], "by_collection_reason": doc["by_collection_reason"],
+                "deleted": (doc.get("swept") or {}).get("deleted", 0)}
+
+    prep = prepare()
+    inline = mark_inline(prep=prep)
+    choose_engine(prep) >> [inline, mark_spark]
+    swept = sweep(prep)
+    dropped = dropped_segments(prep=prep)
+    recs = records(prep=prep)
+    done = summary(prep)
+    # a dry run skips sweep and records: the mark and dropped-segment counts still report
+    [inline, mark_spark] >> swept >> dropped >> recs >> done
+    [inline, mark_spark] >> dropped >> done
+
+
+gc()

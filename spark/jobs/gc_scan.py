@@ -1,0 +1,90 @@
+"""PySpark job: the mark phase of GC with the listing split across executors.
+
+    spark-submit spark/jobs/gc_scan.py --run-id RUN [--collection-id C]
+        [--missing-tolerance S] [--force 0|1] [--dry-run 0|1]
+
+Driver: check tolerances (refuse below the floor unless forced), load every reference
+(fail closed), fix the age cutoff, split the store into per-collection prefixes.
+Executors: list their prefixes. Spark: anti-join the listing with the references.
+Driver: classify what is left (age, paused, pending snapshot), write the candidate
+report under _gc/RUN/. Deleting is the sweep's job, never this one's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="gc_scan")
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--collection-id", type=int, default=0, help="0: the whole store")
+    p.add_argument("--missing-tolerance", type=float, default=None)
+    p.add_argument("--force", type=int, choices=[0, 1], default=0)
+    p.add_argument("--dry-run", type=int, choices=[0, 1], default=0)
+    return p.parse_args(argv)
+
+
+def spark_listing(spark, store, refs, settings_env: dict):
+    """A `listing(prefixes)` for gc.mark: executors list, Spark anti-joins with refs."""
+    from seglake.lifecycle.gc import split_prefixes
+    from seglake.storage.base import ObjectInfo
+
+    def listing(prefixes):
+        units, loose = split_prefixes(store, prefixes)
+        sc = spark.sparkContext
+        rows = spark.createDataFrame([], "path string, size long, mtime double")
+        if units:
+            rdd = sc.parallelize(units, max(1, min(len(units), sc.defaultParallelism * 4)))
+            rows = spark.createDataFrame(rdd.mapPartitions(lambda it: _list_units(it, settings_env)),
+                                         "path string, size long, mtime double")
+        ref_df = spark.createDataFrame([(p,) for p in refs.files] or [("",)], "path string")
+        unreferenced = rows.join(ref_df, on="path", how="left_anti").collect()
+        yield from loose
+        for r in unreferenced:
+            yield ObjectInfo(r["path"], r["size"], r["mtime"])
+
+    return listing
+
+
+def _list_units(prefixes, settings_env: dict):
+    from seglake.config import Settings
+    from seglake.storage import open_store
+
+    store = open_store(Settings.load(env=settings_env))
+    for p in prefixes:
+        for o in store.list(p):
+            yield (o.key, o.size, o.mtime)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from pyspark.sql import SparkSession
+
+    from seglake.config import Settings
+    from seglake.lifecycle import gc
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+
+    settings = Settings.load()
+    opts = gc.GCOptions.from_settings(settings, missing_tolerance=args.missing_tolerance, force=bool(args.force),
+                                      dry_run=bool(args.dry_run), collection_id=args.collection_id or None).check()
+    store = open_store(settings)
+    env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
+    spark = SparkSession.builder.appName(f"seglake-gc-scan-{args.run_id}").getOrCreate()
+    try:
+        with Meta.from_settings(settings) as meta:
+            refs = gc.load_references(meta, store)
+            result = gc.mark(meta, store, opts, run_id=args.run_id, refs=refs,
+                             listing=spark_listing(spark, store, refs, env))
+    finally:
+        spark.stop()
+    print(json.dumps(result.summary()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
