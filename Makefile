@@ -61,6 +61,7 @@ bench: setup
 	$(PY) bench/meta.py
 	$(PY) bench/snapshot.py
 	$(PY) bench/restore.py
+	$(PY) bench/gc.py
 
 clean: down
 	rm -rf $(DEV)

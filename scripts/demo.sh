@@ -65,4 +65,11 @@ for k in ("segments", "rows", "bytes"):
     print(f"{k:10}{src[k]:>16}{dst[k]:>16}{'' if src[k] == dst[k] else '   <-- differs'}")
 PY
 echo
+echo "== 5. gc through 'airflow dags test' as a dry run (mark only), then its report"
+log="$AIRFLOW_HOME/demo-gc.log"
+if airflow dags test gc -c '{"dry_run": true}' >"$log" 2>&1; then state=success; else state=failed; fi
+echo "gc dry run: $state (full log: $log)"
+[ "$state" = success ] || { tail -40 "$log"; exit 1; }
+seglake gc report
+echo
 echo "== done. 'make up' then 'seglake collections describe demo' / 'seglake segments list demo' to inspect."

@@ -30,7 +30,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def spark_listing(spark, store, refs, settings_env: dict):
     """A `listing(prefixes)` for gc.mark: executors list, Spark anti-joins with refs."""
-    from seglake.lifecycle.gc import split_prefixes
+    from seglake.lifecycle.gc import list_units_from_env, split_prefixes
     from seglake.storage.base import ObjectInfo
 
     def listing(prefixes):
@@ -39,7 +39,7 @@ def spark_listing(spark, store, refs, settings_env: dict):
         rows = spark.createDataFrame([], "path string, size long, mtime double")
         if units:
             rdd = sc.parallelize(units, max(1, min(len(units), sc.defaultParallelism * 4)))
-            rows = spark.createDataFrame(rdd.mapPartitions(lambda it: _list_units(it, settings_env)),
+            rows = spark.createDataFrame(rdd.mapPartitions(lambda it: list_units_from_env(it, settings_env)),
                                          "path string, size long, mtime double")
         ref_df = spark.createDataFrame([(p,) for p in refs.files] or [("",)], "path string")
         unreferenced = rows.join(ref_df, on="path", how="left_anti").collect()
@@ -48,16 +48,6 @@ def spark_listing(spark, store, refs, settings_env: dict):
             yield ObjectInfo(r["path"], r["size"], r["mtime"])
 
     return listing
-
-
-def _list_units(prefixes, settings_env: dict):
-    from seglake.config import Settings
-    from seglake.storage import open_store
-
-    store = open_store(Settings.load(env=settings_env))
-    for p in prefixes:
-        for o in store.list(p):
-            yield (o.key, o.size, o.mtime)
 
 
 def main(argv: list[str] | None = None) -> int:

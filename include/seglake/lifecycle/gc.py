@@ -158,6 +158,8 @@ def refresh_references(meta: Meta, store: Store, refs: References) -> References
     and (if any snapshot record changed) a fresh snapshot index. Raises GCError."""
     try:
         now_rev = meta.kv.revision()
+        if now_rev == refs.revision:
+            return refs  # nothing at all was written to etcd since: the references stand
         for kv in meta.kv.range(meta.keys.segments_prefix(), revision=now_rev, min_mod_revision=refs.revision + 1):
             refs.add_segment(decode_struct(kv.value, Segment, kv.key))
         changed = any(True for _ in meta.kv.range(meta.keys.snapshots_prefix(), revision=now_rev,
@@ -232,6 +234,18 @@ def split_prefixes(store: Store, prefixes: list[str]) -> tuple[list[str], list[O
     return units, loose
 
 
+def list_units_from_env(prefixes: Iterable[str], settings_env: dict) -> Iterator[tuple[str, int, float]]:
+    """Spark executor side: open the store from the settings the driver handed over and
+    list the given prefixes as (path, size, mtime) rows."""
+    from seglake.config import Settings
+    from seglake.storage import open_store
+
+    store = open_store(Settings.load(env=settings_env))
+    for p in prefixes:
+        for o in store.list(p):
+            yield (o.key, o.size, o.mtime)
+
+
 # -- mark -------------------------------------------------------------------------------------
 @dataclass
 class MarkResult:
@@ -242,6 +256,7 @@ class MarkResult:
     candidates: list[dict]
     kept: dict[str, int]
     report_key: str
+    refs_revision: int = 0
 
     def summary(self) -> dict:
         by = defaultdict(lambda: {"files": 0, "bytes": 0})
@@ -252,7 +267,8 @@ class MarkResult:
         return {"run_id": self.run_id, "started_at": self.started_at, "cutoff": self.cutoff,
                 "listed": self.listed, "candidates": len(self.candidates),
                 "candidate_bytes": sum(c["size"] for c in self.candidates),
-                "kept": self.kept, "by_collection_reason": dict(by), "report": self.report_key}
+                "kept": self.kept, "by_collection_reason": dict(by), "report": self.report_key,
+                "refs_revision": self.refs_revision}
 
 
 def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
@@ -280,7 +296,7 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
         else:
             kept[row["reason"]] += 1
     report_key = write_report(store, run_id, candidates)
-    result = MarkResult(run_id, started, cutoff, listed, candidates, dict(kept), report_key)
+    result = MarkResult(run_id, started, cutoff, listed, candidates, dict(kept), report_key, refs.revision)
     store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps({**result.summary(), "dry_run": opts.dry_run,
                                                                   "swept": None}).encode())
     store.put(f"{GC_PREFIX}/latest.json", json.dumps({"run_id": run_id}).encode())
@@ -336,9 +352,16 @@ class SweepResult:
 def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
           batch: int = SWEEP_BATCH) -> SweepResult:
     """Delete the report's candidates in batches, each re-checked right before deleting
-    against references refreshed from etcd. Idempotent: already-gone files are fine."""
+    against references refreshed from etcd. Idempotent: already-gone files are fine.
+
+    The candidates were unreferenced at the etcd revision the mark read its references
+    at, so without `refs` the sweep starts from that revision and only applies what
+    changed since (new or updated segment records, any snapshot change), batch by batch."""
     candidates = read_report(store, run_id)
-    refs = refs or load_references(meta, store)
+    if refs is None:
+        summary = json.loads(store.get(f"{GC_PREFIX}/{run_id}/summary.json"))
+        rev = summary.get("refs_revision")
+        refs = References(revision=rev) if rev else load_references(meta, store)
     out = SweepResult()
     for i in range(0, len(candidates), batch):
         chunk = candidates[i:i + batch]

@@ -23,7 +23,7 @@ TMP_PREFIX = ".seglake-tmp-"
 
 
 class LocalStore(Store):
-    def __init__(self, root: str | os.PathLike, delete_threads: int = 4):
+    def __init__(self, root: str | os.PathLike, delete_threads: int = 8):
         self.root = Path(root).expanduser().resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.uri = str(self.root)
@@ -180,8 +180,7 @@ class LocalStore(Store):
         def rm(item):
             k, p = item
             try:
-                if p.is_symlink() or not p.is_dir():
-                    os.unlink(p)
+                os.unlink(p)  # a symlink itself is removed, never what it points to
             except FileNotFoundError:
                 pass
             except OSError as e:
