@@ -37,3 +37,17 @@ def verdict(name: str, measured: float, anchor: float, target: float, lower_is_b
     line = f"BENCH {name} ratio={ratio:.2f} target={target:.2f} {'ok' if ok else 'miss'}"
     print(line, flush=True)
     return line
+
+
+def raw_paged_read(client, prefix: bytes, page: int = 1000) -> int:
+    """The anchor read: the raw etcd3 client paging a prefix at one revision."""
+    from etcd3 import utils
+
+    start, end, rev, n = prefix, utils.prefix_range_end(prefix), None, 0
+    while True:
+        resp = client.get_range_response(start, end, limit=page, revision=rev)
+        rev = rev or resp.header.revision
+        n += len(resp.kvs)
+        if not resp.more:
+            return n
+        start = resp.kvs[-1].key + b"\0"

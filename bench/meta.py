@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import private_etcd, timed, verdict  # noqa: E402
+from common import private_etcd, raw_paged_read, timed, verdict  # noqa: E402
 
 
 def make_segments(n: int):
@@ -63,17 +63,7 @@ def main(argv=None) -> int:
                                 failure=[])
 
         def raw_read():
-            from etcd3 import utils
-            prefix = b"raw/seglake/segments/"
-            end = utils.prefix_range_end(prefix)
-            start, n, rev = prefix, 0, None
-            while True:
-                resp = raw.get_range_response(start, end, limit=1000, revision=rev)
-                rev = rev or resp.header.revision
-                n += len(resp.kvs)
-                if not resp.more:
-                    return n
-                start = resp.kvs[-1].key + b"\0"
+            return raw_paged_read(raw, b"raw/seglake/segments/")
 
         t_raw_w, _ = timed(raw_write)
         t_sl_w, n = timed(lambda: meta.segments.save(segs))

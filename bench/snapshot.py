@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark" / "jobs"))
-from common import private_etcd, timed, verdict  # noqa: E402
+from common import private_etcd, raw_paged_read, timed, verdict  # noqa: E402
 from meta import make_segments  # noqa: E402
 
 
@@ -51,18 +51,10 @@ def main(argv=None) -> int:
 
         # anchor 1: the raw paged read of the same records
         raw = meta.kv._client
-        from etcd3 import utils
         prefix = meta.keys.segments_prefix(coll.collection_id).encode()
 
         def raw_read():
-            start, end, rev, n = prefix, utils.prefix_range_end(prefix), None, 0
-            while True:
-                resp = raw.get_range_response(start, end, limit=1000, revision=rev)
-                rev = rev or resp.header.revision
-                n += len(resp.kvs)
-                if not resp.more:
-                    return n
-                start = resp.kvs[-1].key + b"\0"
+            return raw_paged_read(raw, prefix)
 
         # anchor 2: a raw fastavro write of the same entries, same grouping and codec
         entries = [manifest.segment_entry(s) for s in segs]

@@ -13,6 +13,14 @@ fi
 cleanup() { if [ "$started" = 1 ]; then seglake stack down >/dev/null; fi; }
 trap cleanup EXIT
 
+# run_dag NAME DAG_ID CONF: `airflow dags test` with its log in the Airflow home; stop on failure
+run_dag() {
+  local log="$AIRFLOW_HOME/demo-$1.log" state=success
+  airflow dags test "$2" -c "$3" >"$log" 2>&1 || state=failed
+  echo "$2 run: $state (full log: $log)"
+  [ "$state" = success ] || { tail -40 "$log"; exit 1; }
+}
+
 echo "== 1. seed the demo collection (real Parquet binlogs, delta/stats logs, index files)"
 seglake demo purge demo_restored >/dev/null
 seglake demo seed --name demo --partitions 2 --segments 4 --rows 2000 --dim 32 --reset
@@ -20,38 +28,17 @@ echo
 seglake collections list
 echo
 echo "== 2. verify_collection through 'airflow dags test' (SparkSubmit, local mode)"
-log="$AIRFLOW_HOME/demo-verify.log"
-if airflow dags test verify_collection -c '{"collection": "demo"}' >"$log" 2>&1; then
-  state=success
-else
-  state=failed
-fi
-grep -E "segments, .* files" "$log" | tail -1 | sed -E 's/^.*(collection .demo)/\1/; s/ \[airflow.*$//' || true
-echo "verify_collection run: $state (full log: $log)"
-[ "$state" = success ] || { tail -40 "$log"; exit 1; }
+run_dag verify verify_collection '{"collection": "demo"}'
+grep -E "segments, .* files" "$AIRFLOW_HOME/demo-verify.log" | tail -1 | sed -E 's/^.*(collection .demo)/\1/; s/ \[airflow.*$//' || true
 echo
 echo "== 3. snapshot_create through 'airflow dags test' (engine=spark: write_manifests on Spark)"
-log="$AIRFLOW_HOME/demo-snapshot.log"
-if airflow dags test snapshot_create -c '{"collection": "demo", "name": "demo_snap", "description": "make demo", "engine": "spark"}' >"$log" 2>&1; then
-  state=success
-else
-  state=failed
-fi
-echo "snapshot_create run: $state (full log: $log)"
-[ "$state" = success ] || { tail -40 "$log"; exit 1; }
+run_dag snapshot snapshot_create '{"collection": "demo", "name": "demo_snap", "description": "make demo", "engine": "spark"}'
 seglake snapshots list --collection demo
 echo
 seglake snapshots describe demo demo_snap
 echo
 echo "== 4. snapshot_restore through 'airflow dags test' (copy-job TaskGroup, engine=spark, then verify)"
-log="$AIRFLOW_HOME/demo-restore.log"
-if airflow dags test snapshot_restore -c '{"collection": "demo", "snapshot": "demo_snap", "target": "demo_restored", "engine": "spark"}' >"$log" 2>&1; then
-  state=success
-else
-  state=failed
-fi
-echo "snapshot_restore run: $state (full log: $log)"
-[ "$state" = success ] || { tail -40 "$log"; exit 1; }
+run_dag restore snapshot_restore '{"collection": "demo", "snapshot": "demo_snap", "target": "demo_restored", "engine": "spark"}'
 seglake jobs list --collection demo_restored
 echo
 python - <<'PY'
@@ -66,10 +53,7 @@ for k in ("segments", "rows", "bytes"):
 PY
 echo
 echo "== 5. gc through 'airflow dags test' as a dry run (mark only), then its report"
-log="$AIRFLOW_HOME/demo-gc.log"
-if airflow dags test gc -c '{"dry_run": true}' >"$log" 2>&1; then state=success; else state=failed; fi
-echo "gc dry run: $state (full log: $log)"
-[ "$state" = success ] || { tail -40 "$log"; exit 1; }
+run_dag gc gc '{"dry_run": true}'
 seglake gc report
 echo
 echo "== done. 'make up' then 'seglake collections describe demo' / 'seglake segments list demo' to inspect."

@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dag_helpers import load_dag, task_states
 
 from seglake import demo
 from seglake.lifecycle import gc, snapshot
@@ -14,14 +15,7 @@ pytestmark = pytest.mark.airflow
 SMALL = demo.SeedParams(partitions=2, segments=2, rows=100, dim=4)
 
 
-def _dag():
-    from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(REPO / "dags" / "gc.py")).dags["gc"]
-
-
-def _states(run):
-    return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
 def _seed_with_orphans(meta, store):
@@ -41,9 +35,9 @@ def _seed_with_orphans(meta, store):
 def test_gc_dag_dry_run_then_real_run(airflow_env, meta, store, engine):
     coll, orphans, young = _seed_with_orphans(meta, store)
     referenced = gc.load_references(meta, store).files
-    dag = _dag()
+    dag = load_dag("gc")
     run = dag.test(run_conf={"dry_run": True, "engine": engine})
-    states = _states(run)
+    states = task_states(run)
     assert run.state == "success", states
     assert states[f"mark_{engine}"] == "success" and states["sweep"] == "skipped"
     assert states["records"] == "skipped" and states["summary"] == "success"
@@ -52,7 +46,7 @@ def test_gc_dag_dry_run_then_real_run(airflow_env, meta, store, engine):
     assert dry["candidates"] == 4 and dry["swept"] is None
 
     run = dag.test(run_conf={"dry_run": False, "engine": engine})
-    assert run.state == "success", _states(run)
+    assert run.state == "success", task_states(run)
     assert not any(store.exists(k) for k in orphans)
     assert store.exists(young) and all(store.exists(k) for k in referenced)
     assert gc.latest_summary(store)["swept"]["deleted"] == 4
@@ -60,8 +54,8 @@ def test_gc_dag_dry_run_then_real_run(airflow_env, meta, store, engine):
 
 def test_gc_dag_refuses_a_tolerance_below_the_floor(airflow_env, meta, store):
     coll, orphans, _ = _seed_with_orphans(meta, store)
-    run = _dag().test(run_conf={"missing_tolerance_hours": 0.1})
-    assert run.state == "failed" and _states(run)["prepare"] == "failed"
+    run = load_dag("gc").test(run_conf={"missing_tolerance_hours": 0.1})
+    assert run.state == "failed" and task_states(run)["prepare"] == "failed"
     assert all(store.exists(k) for k in orphans)
     assert list(store.list("_gc")) == []
 
@@ -70,6 +64,6 @@ def test_gc_dag_bad_conf(airflow_env, meta):
     from airflow.sdk.definitions.param import ParamValidationError
 
     with pytest.raises(ParamValidationError, match="dry_run"):
-        _dag().test(run_conf={"dry_run": "maybe"})
+        load_dag("gc").test(run_conf={"dry_run": "maybe"})
     with pytest.raises(ParamValidationError, match="collection"):
-        _dag().test(run_conf={"collection": "no-such name"})
+        load_dag("gc").test(run_conf={"collection": "no-such name"})

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dag_helpers import load_dag, task_states
 
 from seglake import demo, faults
 from seglake.lifecycle import copyjob, restore, snapshot, verify
@@ -19,14 +20,7 @@ pytestmark = pytest.mark.airflow
 SMALL = demo.SeedParams(partitions=2, segments=4, rows=200, dim=8)
 
 
-def _dag(dag_id):
-    from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(REPO / "dags" / f"{dag_id}.py")).dags[dag_id]
-
-
-def _states(run):
-    return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
 def _target_keys(meta, store, coll_id):
@@ -50,9 +44,9 @@ def snap(meta, store):
 
 @pytest.mark.parametrize("engine", ["inline", pytest.param("spark", marks=pytest.mark.spark)])
 def test_restore_dag_restores_verifies_and_compares(airflow_env, meta, store, snap, engine):
-    run = _dag("snapshot_restore").test(run_conf={"collection": "demo", "snapshot": "s1",
+    run = load_dag("snapshot_restore").test(run_conf={"collection": "demo", "snapshot": "s1",
                                                   "target": f"r_{engine}", "engine": engine})
-    states = _states(run)
+    states = task_states(run)
     assert run.state == "success", states
     assert states[f"copy_job.copy_{engine}"] == "success"
     assert states["verify.summarize"] == "success" and states["compare"] == "success"
@@ -89,8 +83,8 @@ def test_a_killed_spark_copy_is_re_driven_to_completion(airflow_env, meta, store
     assert len(_target_keys(meta, store, job.target_collection_id)) < job.total_files
     assert meta.copyjobs.get(job_id)[0].state == "Executing"
 
-    run = _dag("copy_segment_job").test(run_conf={"job_id": job_id, "engine": "inline"})
-    assert run.state == "success", _states(run)
+    run = load_dag("copy_segment_job").test(run_conf={"job_id": job_id, "engine": "inline"})
+    assert run.state == "success", task_states(run)
     job = meta.copyjobs.get(job_id)[0]
     assert job.state == "Completed"
     assert [t.task_id for t in meta.copyjobs.tasks(job_id)] == list(range(job.total_tasks))
@@ -104,19 +98,19 @@ def test_copy_segment_job_on_a_finished_job_changes_nothing(airflow_env, meta, s
     copyjob.run_inline(meta, store, job_id)
     copyjob.finalize(meta, job_id)
     before = (meta.copyjobs.get(job_id)[0], meta.copyjobs.tasks(job_id))
-    run = _dag("copy_segment_job").test(run_conf={"job_id": job_id})
-    assert run.state == "success", _states(run)
-    assert _states(run)["copy_job.copy_inline"] == "skipped"
+    run = load_dag("copy_segment_job").test(run_conf={"job_id": job_id})
+    assert run.state == "success", task_states(run)
+    assert task_states(run)["copy_job.copy_inline"] == "skipped"
     assert (meta.copyjobs.get(job_id)[0], meta.copyjobs.tasks(job_id)) == before
 
 
 def test_a_failing_restore_rolls_back_and_fails_the_run(airflow_env, meta, store, snap):
     seg = next(meta.segments.list(snap.collection_id))
     store.delete_many([next(layout.segment_files(seg)).key])
-    run = _dag("snapshot_restore").test(run_conf={"collection": "demo", "snapshot": "s1", "target": "bad",
+    run = load_dag("snapshot_restore").test(run_conf={"collection": "demo", "snapshot": "s1", "target": "bad",
                                                   "engine": "inline"})
     assert run.state == "failed"
-    assert _states(run)["copy_job.finalize"] == "failed"
+    assert task_states(run)["copy_job.finalize"] == "failed"
     job = next(meta.copyjobs.list())
     assert job.state == "Failed" and "source file missing" in job.reason
     assert [c.name for c in meta.catalog.list()] == ["demo"]
@@ -132,5 +126,5 @@ def test_bad_conf_is_refused_before_any_run(airflow_env, meta, dag_id, conf, par
     from airflow.sdk.definitions.param import ParamValidationError
 
     with pytest.raises(ParamValidationError, match=param):
-        _dag(dag_id).test(run_conf=conf)
+        load_dag(dag_id).test(run_conf=conf)
     assert meta.kv.count(meta.keys.copy_jobs_prefix()) == 0

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dag_helpers import load_dag, task_states
 
 from seglake import demo
 from seglake.lifecycle import snapshot
@@ -17,22 +18,15 @@ pytestmark = pytest.mark.airflow
 SMALL = demo.SeedParams(partitions=2, segments=3, rows=200, dim=8)
 
 
-def _dag(dag_id):
-    from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(REPO / "dags" / f"{dag_id}.py")).dags[dag_id]
-
-
-def _states(run):
-    return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
 @pytest.mark.parametrize("engine", ["inline", pytest.param("spark", marks=pytest.mark.spark)])
 def test_create_then_drop_through_the_dags(airflow_env, meta, store, engine):
     coll, _ = demo.seed(meta, store, SMALL)
-    run = _dag("snapshot_create").test(run_conf={"collection": coll.name, "name": f"s_{engine}",
+    run = load_dag("snapshot_create").test(run_conf={"collection": coll.name, "name": f"s_{engine}",
                                                  "description": "dag", "ttl_hours": 2, "engine": engine})
-    states = _states(run)
+    states = task_states(run)
     assert run.state == "success", states
     assert states[f"write_{engine}"] == "success"
     assert states["write_spark" if engine == "inline" else "write_inline"] == "skipped"
@@ -41,8 +35,8 @@ def test_create_then_drop_through_the_dags(airflow_env, meta, store, engine):
     assert {s.segment_id for s in snapshot.read_segments(store, rec)} == \
         {s.segment_id for s in meta.segments.list(coll.collection_id)}
 
-    run = _dag("snapshot_drop").test(run_conf={"collection": coll.name, "name": f"s_{engine}"})
-    assert run.state == "success", _states(run)
+    run = load_dag("snapshot_drop").test(run_conf={"collection": coll.name, "name": f"s_{engine}"})
+    assert run.state == "success", task_states(run)
     assert meta.snapshots.find(coll.collection_id, f"s_{engine}") is None
     assert list(store.list("snapshots")) == []
 
@@ -51,8 +45,8 @@ def test_create_of_a_duplicate_name_fails_without_retries_or_side_effects(airflo
     coll, _ = demo.seed(meta, store, SMALL)
     snapshot.create(meta, store, coll.name, "taken")
     before = sorted(o.key for o in store.list("snapshots"))
-    run = _dag("snapshot_create").test(run_conf={"collection": coll.name, "name": "taken", "engine": "inline"})
-    states = _states(run)
+    run = load_dag("snapshot_create").test(run_conf={"collection": coll.name, "name": "taken", "engine": "inline"})
+    states = task_states(run)
     assert run.state == "failed" and states["begin"] == "failed"
     assert sorted(o.key for o in store.list("snapshots")) == before
 
@@ -60,7 +54,7 @@ def test_create_of_a_duplicate_name_fails_without_retries_or_side_effects(airflo
 def test_drop_of_a_pending_snapshot_fails_and_changes_nothing(airflow_env, meta, store):
     coll, _ = demo.seed(meta, store, SMALL)
     snapshot.begin(meta, coll.name, "half")
-    run = _dag("snapshot_drop").test(run_conf={"collection": coll.name, "name": "half"})
+    run = load_dag("snapshot_drop").test(run_conf={"collection": coll.name, "name": "half"})
     assert run.state == "failed"
     assert meta.snapshots.get(coll.collection_id, "half")[0].state == "PENDING"
 
@@ -76,7 +70,7 @@ def test_wrong_typed_conf_is_refused_before_any_run(airflow_env, meta, dag_id, c
     from airflow.sdk.definitions.param import ParamValidationError
 
     with pytest.raises(ParamValidationError, match=param):
-        _dag(dag_id).test(run_conf=conf)
+        load_dag(dag_id).test(run_conf=conf)
     assert meta.kv.count(meta.keys.prefix) == 0
 
 

@@ -1,6 +1,7 @@
 """verify_collection through dag.test() against the real stack (etcd, files, Spark)."""
 
 import pytest
+from dag_helpers import load_dag, task_states
 
 from seglake import demo
 from seglake.storage import layout
@@ -9,30 +10,21 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 SMALL = demo.SeedParams(partitions=1, segments=3, rows=300, dim=8)
 
 
-def _dag():
-    from airflow.dag_processing.dagbag import DagBag
-    from pathlib import Path
 
-    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags" / "verify_collection.py"))
-    return bag.dags["verify_collection"]
-
-
-def _states(run):
-    return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
 def test_passes_on_a_good_collection_and_fails_on_a_damaged_one(airflow_env, meta, store):
     coll, _ = demo.seed(meta, store, SMALL)
-    dag = _dag()
+    dag = load_dag("verify_collection")
     run = dag.test(run_conf={"collection": coll.name})
-    assert run.state == "success", _states(run)
+    assert run.state == "success", task_states(run)
 
     seg = next(meta.segments.list(coll.collection_id))
     files = list(layout.segment_files(seg))
     store.delete_many([files[0].key])                      # a deleted file
     store.put(files[2].key, store.get(files[2].key)[:100])  # a truncated file
     run = dag.test(run_conf={"collection": coll.name})
-    states = _states(run)
+    states = task_states(run)
     assert run.state == "failed"
     assert states["verify.check_files"] == "success" and states["verify.summarize"] == "failed"
     reports = [o.key for o in store.list("_reports/verify")]
@@ -46,4 +38,4 @@ def test_bad_conf_is_refused_before_any_run(airflow_env):
     from airflow.sdk.definitions.param import ParamValidationError
 
     with pytest.raises(ParamValidationError, match="collection"):
-        _dag().test(run_conf={"collection": "no such-name"})
+        load_dag("verify_collection").test(run_conf={"collection": "no such-name"})

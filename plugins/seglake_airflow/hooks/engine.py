@@ -77,3 +77,15 @@ class SeglakeHook(BaseHook):
     def close(self) -> None:
         if "meta" in self.__dict__:
             self.meta.close()
+
+
+def wait_status(kind: str, check_kwargs: dict, etcd_conn_id: str = "etcd_default") -> tuple[str, str]:
+    """One engine wait condition (seglake.lifecycle.waits), with a short-lived hook:
+    what the sensor pokes and the trigger polls."""
+    from seglake.lifecycle.waits import check
+
+    hook = SeglakeHook(etcd_conn_id=etcd_conn_id)
+    try:
+        return check(hook.meta, kind, **check_kwargs)
+    finally:
+        hook.close()

@@ -27,18 +27,10 @@ class SeglakeStateSensor(BaseSensorOperator):
         self.etcd_conn_id = etcd_conn_id
         self.deferrable = deferrable
 
-    def _status(self) -> tuple[str, str]:
-        from seglake.lifecycle.waits import check
-        from seglake_airflow.hooks.engine import SeglakeHook
-
-        hook = SeglakeHook(etcd_conn_id=self.etcd_conn_id)
-        try:
-            return check(hook.meta, self.kind, **self.check_kwargs)
-        finally:
-            hook.close()
-
     def poke(self, context) -> bool:
-        status, message = self._status()
+        from seglake_airflow.hooks.engine import wait_status
+
+        status, message = wait_status(self.kind, self.check_kwargs, self.etcd_conn_id)
         self.log.info("%s: %s", self.kind, message)
         if status == "error":
             raise AirflowFailException(message)

@@ -24,20 +24,13 @@ class SeglakeStateTrigger(BaseTrigger):
                 {"kind": self.kind, "check_kwargs": self.check_kwargs,
                  "etcd_conn_id": self.etcd_conn_id, "poll_interval": self.poll_interval})
 
-    def _check(self) -> tuple[str, str]:
-        from seglake.lifecycle.waits import check
-        from seglake_airflow.hooks.engine import SeglakeHook
-
-        hook = SeglakeHook(etcd_conn_id=self.etcd_conn_id)
-        try:
-            return check(hook.meta, self.kind, **self.check_kwargs)
-        finally:
-            hook.close()
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from seglake_airflow.hooks.engine import wait_status
+
         while True:
             try:
-                status, message = await asyncio.to_thread(self._check)
+                status, message = await asyncio.to_thread(wait_status, self.kind, self.check_kwargs,
+                                                          self.etcd_conn_id)
             except Exception as e:  # noqa: BLE001 - report, never crash the triggerer
                 status, message = "error", f"{type(e).__name__}: {e}"
             if status != "waiting":
