@@ -97,7 +97,7 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
             if task.attempt > 1:
                 _remove_leftovers(store, target, {dst for _, dst, _ in files})
             check = task.attempt > 1  # a first attempt writes into fresh, unique target paths
-            results = (pool.map(lambda f: _copy_one(store, *f, check=check), files) if pool
+            results = (pool.map(lambda f, check=check: _copy_one(store, *f, check=check), files) if pool
                        else (_copy_one(store, *f, check=check) for f in files))
             for copied, size in results:
                 progress["files" if copied else "skipped"] += 1

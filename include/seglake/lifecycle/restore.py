@@ -128,4 +128,4 @@ def source_and_target_files(target_seg) -> list[tuple[str, str, int]]:
     src = target_seg.source
     sources = layout.segment_files(target_seg, collection_id=src["collection_id"],
                                    partition_id=src["partition_id"], segment_id=src["segment_id"])
-    return [(s.key, t.key, t.size) for s, t in zip(sources, layout.segment_files(target_seg))]
+    return [(s.key, t.key, t.size) for s, t in zip(sources, layout.segment_files(target_seg), strict=True)]
