@@ -34,7 +34,7 @@ from seglake.meta.codec import encode_struct
 from seglake.meta.copyjobs import (
     JOB_COMPLETED, JOB_EXECUTING, JOB_FAILED, JOB_PENDING, JOB_TERMINAL, TASK_COMPLETED, TASK_FAILED,
     TASK_IN_PROGRESS, TASK_PENDING, TASK_TERMINAL, CopyJob, CopyTask, Mapping)
-from seglake.meta.kv import Delete, Put, batched, unchanged
+from seglake.meta.kv import Delete, Put, batched, retry_on_conflict, unchanged
 from seglake.meta.segments import FLUSHED, IMPORTING
 from seglake.storage import Store, layout
 
@@ -158,17 +158,14 @@ def _save_progress(meta: Meta, task: CopyTask, progress: dict, now: float) -> Co
 
 
 def _finish_task(meta: Meta, task: CopyTask, progress: dict, state: str, reason: str, now: float) -> CopyTask:
-    for _ in range(20):
+    def attempt() -> CopyTask:
         cur, kv = meta.copyjobs.get_task(task.job_id, task.task_id)
         if cur.state in TASK_TERMINAL:
             return cur
-        try:
-            return meta.copyjobs.update_task(kv, cur.replace(
-                state=state, reason=reason, updated_at=now, copied_segments=progress["segments"],
-                copied_files=progress["files"], copied_bytes=progress["bytes"], skipped_files=progress["skipped"]))
-        except Conflict:
-            continue
-    raise Conflict(f"copy task {task.task_id}: persistent contention")
+        return meta.copyjobs.update_task(kv, cur.replace(
+            state=state, reason=reason, updated_at=now, copied_segments=progress["segments"],
+            copied_files=progress["files"], copied_bytes=progress["bytes"], skipped_files=progress["skipped"]))
+    return retry_on_conflict(attempt, f"finish copy task {task.task_id}")
 
 
 def pending_task_ids(meta: Meta, job_id: int) -> list[int]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
 from seglake.meta.codec import decode, encode
-from seglake.meta.kv import Delete, Put, absent, unchanged
+from seglake.meta.kv import Delete, Put, absent, retry_on_conflict, unchanged
 from seglake.names import validate_name
 
 if TYPE_CHECKING:
@@ -225,7 +225,8 @@ class Catalog:
         record stays so GC can still find its segments). Idempotent. Used by a restore's
         rollback, where the collection never became usable."""
         key = self.keys.collection(collection_id)
-        for _ in range(20):
+
+        def attempt() -> Collection:
             kv = self.kv.get(key)
             if kv is None:
                 raise NotFound(f"collection id {collection_id} not found")
@@ -241,12 +242,9 @@ class Catalog:
                 return coll
             props = {**coll.properties, **({"dropped_reason": reason} if reason else {})}
             new = Collection(**{**coll.__dict__, "state": DROPPED, "properties": props})
-            try:
-                self.kv.txn(compares, [Put(key, encode(new.to_json())), *ops])
-                return new
-            except Conflict:
-                continue
-        raise Conflict(f"collection id {collection_id}: persistent contention while removing")
+            self.kv.txn(compares, [Put(key, encode(new.to_json())), *ops])
+            return new
+        return retry_on_conflict(attempt, f"remove collection id {collection_id}")
 
     def set_properties(self, collection_id: int, **props) -> Collection:
         key = self.keys.collection(collection_id)

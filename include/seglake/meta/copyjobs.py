@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Iterator
 
 import msgspec
 
-from seglake.errors import Conflict, NotFound, StateError
+from seglake.errors import NotFound, StateError
 from seglake.meta.codec import decode_struct, encode_struct
-from seglake.meta.kv import KeyValue, Put, unchanged
+from seglake.meta.kv import KeyValue, Put, retry_on_conflict, unchanged
 
 if TYPE_CHECKING:
     from seglake.meta import Meta
@@ -123,17 +123,14 @@ class CopyJobs:
 
     def transition(self, job_id: int, to_state: str, **changes) -> CopyJob:
         """Compare-guarded; idempotent when already there; StateError if not allowed."""
-        for _ in range(20):
+        def attempt() -> CopyJob:
             job, kv = self.get(job_id)
             if job.state == to_state:
                 return job
             if to_state not in JOB_TRANSITIONS[job.state]:
                 raise StateError(f"copy job {job_id} is {job.state}; {job.state} -> {to_state} not allowed")
-            try:
-                return self.update(kv, job.replace(state=to_state, **changes))
-            except Conflict:
-                continue
-        raise Conflict(f"copy job {job_id}: persistent contention")
+            return self.update(kv, job.replace(state=to_state, **changes))
+        return retry_on_conflict(attempt, f"copy job {job_id}")
 
     # tasks -----------------------------------------------------------------------------
     def task_key(self, job_id: int, task_id: int) -> str:

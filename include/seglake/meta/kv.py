@@ -387,6 +387,20 @@ def _describe(e: Exception) -> str:
     return str(e) or type(e).__name__
 
 
+CAS_ATTEMPTS = 20
+
+
+def retry_on_conflict(attempt: Callable[[], T], what: str, attempts: int = CAS_ATTEMPTS) -> T:
+    """Run a read-check-write `attempt` until its compare-guarded write wins: a Conflict
+    means someone changed the record in between, so read again and re-check."""
+    for _ in range(attempts):
+        try:
+            return attempt()
+        except Conflict:
+            continue
+    raise Conflict(f"{what}: persistent contention after {attempts} attempts")
+
+
 def batched(items: Iterable[T], n: int) -> Iterator[list[T]]:
     batch: list[T] = []
     for it in items:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Iterator
 
 import msgspec
 
-from seglake.errors import Conflict, NotFound, StateError
+from seglake.errors import NotFound, StateError
 from seglake.meta.codec import decode_struct, encode_struct
-from seglake.meta.kv import Delete, KeyValue, Put, absent, unchanged
+from seglake.meta.kv import Delete, KeyValue, Put, absent, retry_on_conflict, unchanged
 
 if TYPE_CHECKING:
     from seglake.meta import Meta
@@ -105,29 +105,22 @@ class Snapshots:
 
     def pin(self, collection_id: int, name: str, job_id: int) -> SnapshotRecord:
         """Mark a COMMITTED snapshot as read by a copy job (idempotent)."""
-        for _ in range(20):
+        def attempt() -> SnapshotRecord:
             rec, kv = self.get(collection_id, name)
             if rec.state != COMMITTED:
                 raise StateError(f"snapshot {name!r} is {rec.state}; only a COMMITTED snapshot can be restored")
             if job_id in rec.pins:
                 return rec
-            try:
-                return self.update(kv, rec.replace(pins=(*rec.pins, job_id)))
-            except Conflict:
-                continue
-        raise Conflict(f"could not pin snapshot {name!r}: persistent contention")
+            return self.update(kv, rec.replace(pins=(*rec.pins, job_id)))
+        return retry_on_conflict(attempt, f"pin snapshot {name!r}")
 
     def unpin(self, collection_id: int, name: str, job_id: int) -> None:
-        for _ in range(20):
+        """Idempotent: a missing snapshot or a job that holds no pin is fine."""
+        def attempt() -> None:
             try:
                 rec, kv = self.get(collection_id, name)
             except NotFound:
                 return
-            if job_id not in rec.pins:
-                return
-            try:
+            if job_id in rec.pins:
                 self.update(kv, rec.replace(pins=tuple(p for p in rec.pins if p != job_id)))
-                return
-            except Conflict:
-                continue
-        raise Conflict(f"could not unpin snapshot {name!r}: persistent contention")
+        retry_on_conflict(attempt, f"unpin snapshot {name!r}")
