@@ -117,3 +117,27 @@ def parse_segment_key(keys: Keys, key: str) -> tuple[int, int, int]:
     rest = key[len(keys.segments_prefix()):]
     c, p, s = rest.split("/")
     return int(c), int(p), int(s)
+
+
+# -- write-ahead log (wal helper; append-only section) ---------------------------------
+#   {root}/wal/{pchannel}/term    current writer term: {term, writer, opened_at}
+#   {root}/wal/{pchannel}/log     log metadata: fragments, holes, last tick, bytes
+#   {root}/wal/{pchannel}/pause   consumption paused for this pchannel
+#   {root}/wal/_pause             consumption paused for every pchannel
+def wal_log(keys: Keys, pchannel: str) -> str:
+    return f"{keys.root}/wal/{_seg(pchannel)}/log"
+
+
+def wal_pause(keys: Keys, pchannel: str | None = None) -> str:
+    """The pause flag of one pchannel, or the global one (pchannel None)."""
+    if pchannel is None:
+        return f"{keys.root}/wal/_pause"
+    return f"{keys.root}/wal/{_seg(pchannel)}/pause"
+
+
+def wal_prefix(keys: Keys) -> str:
+    return f"{keys.root}/wal/"
+
+
+def channels_prefix(keys: Keys) -> str:
+    return f"{keys.root}/channels/"

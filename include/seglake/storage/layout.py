@@ -121,3 +121,29 @@ def segment_files(seg, *, partition_id: int | None = None, segment_id: int | Non
             yield SegmentFile("stats", stats_log(c, p, s, field_id, b.log_id), b.size, None, field_id)
     for f in seg.index_files:
         yield SegmentFile("index", index_file(f.build_id, f.version, p, s, f.name), f.size, None)
+
+
+# -- write-ahead log (wal helper; append-only section) ---------------------------------
+# wal/{pchannel}/{fragment:020d}.frag   immutable, checksummed; numbered from 1 across terms
+FRAGMENT_SUFFIX = ".frag"
+
+
+def wal_prefix(pchannel: str) -> str:
+    return f"{WAL}/{_plain_name(pchannel)}/"
+
+
+def wal_fragment(pchannel: str, fragment: int) -> str:
+    if isinstance(fragment, bool) or not isinstance(fragment, int) or fragment < 1:
+        raise ValueError(f"fragment number must be a positive int, got {fragment!r}")
+    return f"{wal_prefix(pchannel)}{fragment:020d}{FRAGMENT_SUFFIX}"
+
+
+def parse_wal_fragment(key: str) -> tuple[str, int] | None:
+    """(pchannel, fragment) of a fragment key, None when the key is not one."""
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] != WAL or not parts[2].endswith(FRAGMENT_SUFFIX):
+        return None
+    num = parts[2][:-len(FRAGMENT_SUFFIX)]
+    if len(num) != 20 or not num.isdigit() or int(num) < 1:
+        return None
+    return (parts[1], int(num)) if wal_fragment(parts[1], int(num)) == key else None

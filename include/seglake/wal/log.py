@@ -1,0 +1,296 @@
+"""One append-only log per pchannel: immutable, checksummed fragments in the Store,
+their metadata in etcd.
+
+Fragment file `wal/{pchannel}/{n:020d}.frag` (layout.wal_fragment):
+
+    MAGIC | u64 term | u64 fragment | records... | footer
+    record  = u32 length | u32 crc32(payload) | payload (message.encode())
+    footer  = u32 record count | u64 records' bytes | u32 crc32(header + count + bytes) | END
+
+- A fragment becomes visible atomically and only once: locally a synced temp file
+  hard-linked to its name (the link fails if the name exists: exclusive create), on S3
+  one PUT with `If-None-Match: *` (412 when the name exists).
+- It counts as part of the log only once the etcd log record (`{root}/wal/{p}/log`)
+  says so: committed fragments are first..last minus `holes` (numbers a writer had to
+  skip because an uncommitted file, e.g. a fenced writer's, already held the name).
+- Reading checks the magic, the footer and every record's crc: a truncated or corrupt
+  fragment raises CorruptFragment naming the key; a committed fragment that is missing
+  raises too. Nothing is ever skipped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake.meta import keys as keymod
+from seglake.meta.codec import decode, encode
+from seglake.meta.kv import KeyValue
+from seglake.storage import layout
+from seglake.wal.message import Message, MessageId
+
+MAGIC = b"SLWAL1\n\0"
+END = b"SLWALEND"
+_HEAD = struct.Struct("<QQ")
+_REC = struct.Struct("<II")
+_FOOT = struct.Struct("<IQI")
+PCHANNEL_PREFIX = "seglake-dml_"
+
+
+class CorruptFragment(SeglakeError):
+    """A fragment's bytes do not check out (truncated, bit flip, wrong header)."""
+
+
+class Fenced(SeglakeError):
+    """The writer's term is no longer the pchannel's term: a newer writer owns it."""
+
+
+def validate_pchannel(pchannel: str) -> str:
+    from seglake.meta.catalog import PCHANNEL_COUNT
+
+    num = pchannel[len(PCHANNEL_PREFIX):] if isinstance(pchannel, str) and pchannel.startswith(PCHANNEL_PREFIX) else ""
+    if not (num.isdigit() and len(num) <= 3 and str(int(num)) == num and int(num) < PCHANNEL_COUNT):
+        raise ValidationError(f"unknown pchannel {pchannel!r} (expected {PCHANNEL_PREFIX}0..{PCHANNEL_COUNT - 1})")
+    return pchannel
+
+
+def all_pchannels() -> list[str]:
+    from seglake.meta.catalog import PCHANNEL_COUNT
+    return [f"{PCHANNEL_PREFIX}{i}" for i in range(PCHANNEL_COUNT)]
+
+
+def check_wal_settings(s) -> None:
+    """The WAL's config keys are finite and in range (refused before any side effect)."""
+    bounds = {"wal_batch_time": 10.0, "wal_txn_keepalive": 7 * 86400.0,
+              "wal_scanner_startup_delay": 86400.0, "wal_pause_poll": 600.0}
+    for k, hi in bounds.items():
+        v = getattr(s, k)
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= hi:
+            raise ValidationError(f"config key {k!r}: must be a finite duration in [0, {hi}] s, got {v!r}")
+    if s.wal_fragment_bytes > 1 << 30:
+        raise ValidationError(f"config key 'wal_fragment_bytes': at most 1 GiB, got {s.wal_fragment_bytes}")
+
+
+# -- fragment encoding ------------------------------------------------------------------
+def encode_fragment(term: int, fragment: int, payloads: list[bytes]) -> bytes:
+    parts = [MAGIC, _HEAD.pack(term, fragment)]
+    size = 0
+    for p in payloads:
+        parts.append(_REC.pack(len(p), zlib.crc32(p)))
+        parts.append(p)
+        size += _REC.size + len(p)
+    head = _HEAD.pack(term, fragment)
+    foot_crc = zlib.crc32(head + struct.pack("<IQ", len(payloads), size))
+    parts.append(_FOOT.pack(len(payloads), size, foot_crc))
+    parts.append(END)
+    return b"".join(parts)
+
+
+def decode_fragment(key: str, data: bytes, expect_fragment: int | None = None) -> tuple[int, list[memoryview]]:
+    """(term, record payloads) of a fragment; CorruptFragment naming `key` otherwise."""
+    mv = memoryview(data)
+    minimum = len(MAGIC) + _HEAD.size + _FOOT.size + len(END)
+    if len(data) < minimum or bytes(mv[:len(MAGIC)]) != MAGIC:
+        raise CorruptFragment(f"WAL fragment {key}: truncated or not a fragment ({len(data)} bytes)")
+    if bytes(mv[-len(END):]) != END:
+        raise CorruptFragment(f"WAL fragment {key}: truncated (no end marker)")
+    term, frag = _HEAD.unpack_from(mv, len(MAGIC))
+    count, size, foot_crc = _FOOT.unpack_from(mv, len(data) - len(END) - _FOOT.size)
+    if zlib.crc32(_HEAD.pack(term, frag) + struct.pack("<IQ", count, size)) != foot_crc:
+        raise CorruptFragment(f"WAL fragment {key}: footer checksum mismatch")
+    body_start = len(MAGIC) + _HEAD.size
+    if body_start + size + _FOOT.size + len(END) != len(data):
+        raise CorruptFragment(f"WAL fragment {key}: length {len(data)} does not match its footer")
+    if expect_fragment is not None and frag != expect_fragment:
+        raise CorruptFragment(f"WAL fragment {key}: header says fragment {frag}")
+    out, pos, end = [], body_start, body_start + size
+    for i in range(count):
+        if pos + _REC.size > end:
+            raise CorruptFragment(f"WAL fragment {key}: record {i} truncated")
+        n, crc = _REC.unpack_from(mv, pos)
+        pos += _REC.size
+        payload = mv[pos:pos + n]
+        if pos + n > end or zlib.crc32(payload) != crc:
+            raise CorruptFragment(f"WAL fragment {key}: record {i} checksum mismatch")
+        out.append(payload)
+        pos += n
+    if pos != end:
+        raise CorruptFragment(f"WAL fragment {key}: {end - pos} trailing bytes after {count} records")
+    return term, out
+
+
+# -- exclusive create ---------------------------------------------------------------------
+def put_exclusive(store, key: str, data: bytes) -> bool:
+    """Write `key` atomically and durably iff it does not exist. False when it exists.
+    Local: synced temp file + link(2) (fails with EEXIST) + directory fsync.
+    S3: one PUT with If-None-Match: * (412 PreconditionFailed when it exists)."""
+    from seglake.storage.local import LocalStore
+    from seglake.storage.s3 import S3Store
+
+    if isinstance(store, LocalStore):
+        dst = store._path(key)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.parent / f".seglake-tmp-{dst.name}.{os.getpid()}.{time.monotonic_ns()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, dst)
+            except FileExistsError:
+                return False
+            dfd = os.open(dst.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            return True
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+    if isinstance(store, S3Store):
+        from botocore.exceptions import ClientError
+        try:
+            store.client.put_object(Bucket=store.bucket, Key=store._full(key), Body=data, IfNoneMatch="*")
+            return True
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code", "")
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                return False
+            raise store._err(e, "put", key) from None
+    raise SeglakeError(f"the WAL needs a store with exclusive create, not {type(store).__name__}")
+
+
+# -- log metadata in etcd -------------------------------------------------------------------
+@dataclass
+class LogState:
+    """The etcd record of a pchannel's log. Committed fragments: first..last minus holes."""
+
+    first: int = 1
+    last: int = 0
+    holes: list[int] = field(default_factory=list)
+    last_tt: int = 0          # highest time tick in any committed fragment (high-water mark)
+    bytes: int = 0
+    records: int = 0
+    term: int = 0             # term of the writer that last committed
+    truncated_before: list[int] | None = None  # message id (flusher issue)
+    kv: KeyValue | None = None
+
+    def fragments(self, start: int = 1) -> Iterator[int]:
+        holes = set(self.holes)
+        for n in range(max(self.first, start), self.last + 1):
+            if n not in holes:
+                yield n
+
+    def to_json(self) -> dict:
+        return {"first": self.first, "last": self.last, "holes": self.holes, "last_tt": self.last_tt,
+                "bytes": self.bytes, "records": self.records, "term": self.term,
+                "truncated_before": self.truncated_before}
+
+    @classmethod
+    def from_kv(cls, kv: KeyValue | None) -> "LogState":
+        if kv is None:
+            return cls()
+        d = decode(kv.value, kv.key)
+        return cls(d["first"], d["last"], list(d["holes"]), d["last_tt"], d["bytes"], d["records"],
+                   d.get("term", 0), d.get("truncated_before"), kv)
+
+    def encoded(self) -> bytes:
+        return encode(self.to_json())
+
+
+@dataclass(frozen=True)
+class TermRecord:
+    term: int
+    writer: str
+    opened_at: float
+    kv: KeyValue | None = None
+
+    @classmethod
+    def from_kv(cls, kv: KeyValue | None) -> "TermRecord":
+        if kv is None:
+            return cls(0, "", 0.0)
+        d = decode(kv.value, kv.key)
+        return cls(d["term"], d["writer"], d["opened_at"], kv)
+
+
+class WalLog:
+    """Read access to one pchannel's log (metadata + fragments)."""
+
+    def __init__(self, meta, store, pchannel: str):
+        self.meta, self.store = meta, store
+        self.pchannel = validate_pchannel(pchannel)
+        self.log_key = keymod.wal_log(meta.keys, pchannel)
+        self.term_key = meta.keys.wal_term(pchannel)
+
+    def state(self) -> LogState:
+        return LogState.from_kv(self.meta.kv.get(self.log_key))
+
+    def term(self) -> TermRecord:
+        return TermRecord.from_kv(self.meta.kv.get(self.term_key))
+
+    def fragment_key(self, n: int) -> str:
+        return layout.wal_fragment(self.pchannel, n)
+
+    def read_fragment(self, n: int) -> list[Message]:
+        """Every message of committed fragment `n`, checked; loud on any damage."""
+        key = self.fragment_key(n)
+        try:
+            data = self.store.get(key)
+        except NotFound:
+            raise CorruptFragment(f"WAL fragment {key}: committed in etcd but missing from {self.store.uri}") from None
+        term, payloads = decode_fragment(key, data, n)
+        out = []
+        for i, p in enumerate(payloads):
+            try:
+                out.append(Message.decode(p, MessageId(term, n, i)))
+            except (ValueError, KeyError, struct.error) as e:
+                raise CorruptFragment(f"WAL fragment {key}: record {i} does not decode: {e}") from None
+        return out
+
+    def messages(self, start: MessageId | None = None) -> Iterator[Message]:
+        """Committed messages from `start` (inclusive) or the beginning, in id order."""
+        st = self.state()
+        for n in st.fragments(start.fragment if start else 1):
+            for m in self.read_fragment(n):
+                if start is None or not m.id < start:
+                    yield m
+
+
+def pause_state(meta, pchannel: str) -> dict | None:
+    """The pause flag that holds `pchannel`'s consumers (its own or the global one)."""
+    for key in (keymod.wal_pause(meta.keys, pchannel), keymod.wal_pause(meta.keys)):
+        kv = meta.kv.get(key)
+        if kv is not None:
+            return {"key": key, **json.loads(kv.value)}
+    return None
+
+
+def set_pause(meta, pchannel: str | None, paused: bool, reason: str = "") -> None:
+    """Set or clear the pause flag of one pchannel (or the global one). Idempotent."""
+    if pchannel is not None:
+        validate_pchannel(pchannel)
+    key = keymod.wal_pause(meta.keys, pchannel)
+    if paused:
+        meta.kv.put(key, json.dumps({"paused_at": time.time(), "reason": reason}))
+    else:
+        meta.kv.delete(key)
+
+
+def require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise Conflict(msg)

@@ -1,0 +1,316 @@
+"""A term-fenced writer of one pchannel's log.
+
+    open: CAS {root}/wal/{p}/term  T -> T+1 (compare term AND log record unchanged)
+    append(msgs): validate -> queue -> [group commit thread] assign ids and time ticks
+        -> write fragment (exclusive create) -> ONE etcd txn: term unchanged since open
+        AND log unchanged -> log.last = n -> acknowledge
+
+Guarantees
+- Validation happens before anything is queued: a bad message fails the whole call and
+  nothing of it is appended. One call's messages land in one fragment (all or none).
+- Fencing: every commit compares the term key's revision taken at open. Once a newer
+  writer opened, an older writer's commit fails with Fenced, and its fragment (if the
+  name was free) is never part of the log: the new writer skips the name as a hole.
+- Durable before visible: the fragment is synced (local) / stored (S3) before the etcd
+  commit that makes it part of the log; an acknowledged append survives SIGKILL.
+- Time ticks: strictly increasing per pchannel across writers and clock steps back:
+  every tick is > the log's persisted high-water mark `last_tt`, which advances in the
+  same transaction that commits the fragment. Every fragment ends with a TimeTick that
+  confirms all its messages.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from seglake.errors import Conflict, NotFound, SeglakeError, Unavailable, ValidationError
+from seglake.meta.alloc import compose_ts
+from seglake.meta.catalog import CREATED, DROPPED, DROPPING, pchannel_of
+from seglake.meta.kv import Compare, Put, absent, unchanged
+from seglake.wal import message as M
+from seglake.wal.log import Fenced, LogState, TermRecord, WalLog, check_wal_settings, encode_fragment, put_exclusive
+from seglake.wal.message import Message, MessageId
+
+MAX_HOLES_PER_FRAGMENT = 64
+COLLECTION_CACHE_SECONDS = 1.0
+
+
+@dataclass
+class _Request:
+    messages: list[Message]
+    size: int
+    done: threading.Event = field(default_factory=threading.Event)
+    ids: list[MessageId] | None = None
+    error: BaseException | None = None
+
+
+class WalWriter:
+    """Use `WalWriter.open(...)`; the constructor takes an already-won term."""
+
+    def __init__(self, log: WalLog, term: int, term_rev: int, state: LogState, settings, *,
+                 clock=time.time, name: str = ""):
+        check_wal_settings(settings)
+        self.log, self.meta, self.store = log, log.meta, log.store
+        self.pchannel = log.pchannel
+        self.term, self.term_rev = term, term_rev
+        self.state = state
+        self.settings = settings
+        self.clock = clock
+        self.name = name
+        self._last_tt = state.last_tt
+        self._holes: list[int] = []
+        self._queue: deque[_Request] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._fenced: Fenced | None = None
+        self._colls: dict[int, tuple[float, object]] = {}
+        self._thread = threading.Thread(target=self._run, name=f"wal-writer-{self.pchannel}", daemon=True)
+        self._thread.start()
+
+    # -- open ----------------------------------------------------------------------------
+    @classmethod
+    def open(cls, meta, store, pchannel: str, settings, *, term: int | None = None,
+             clock=time.time, name: str | None = None) -> "WalWriter":
+        """Take the pchannel at `term` (default: current + 1) with one CAS. A term that is
+        not above the current one is refused (Conflict: expired term)."""
+        log = WalLog(meta, store, pchannel)
+        name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        tkv, lkv = meta.kv.get(log.term_key), meta.kv.get(log.log_key)
+        cur = TermRecord.from_kv(tkv)
+        new = cur.term + 1 if term is None else term
+        if isinstance(new, bool) or not isinstance(new, int) or new <= cur.term:
+            raise Conflict(f"pchannel {pchannel}: expired term {new!r}, the current term is {cur.term}")
+        from seglake.meta.codec import encode
+        rec = encode({"term": new, "writer": name, "opened_at": time.time()})
+        guards = [unchanged(tkv) if tkv else absent(log.term_key),
+                  unchanged(lkv) if lkv else absent(log.log_key)]
+        rev = meta.kv.txn(guards, [Put(log.term_key, rec)],
+                          reason=f"pchannel {pchannel}: another writer opened it concurrently")
+        return cls(log, new, rev, LogState.from_kv(lkv), settings, clock=clock, name=name)
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced is not None
+
+    @property
+    def last_time_tick(self) -> int:
+        return self._last_tt
+
+    # -- append -------------------------------------------------------------------------------
+    def append(self, messages: list[Message] | Message, timeout: float | None = 60.0) -> list[MessageId]:
+        """Validate, then append all `messages` atomically; returns their ids once durable
+        and committed. Raises ValidationError (nothing appended) or Fenced."""
+        msgs = [messages] if isinstance(messages, Message) else list(messages)
+        if not msgs:
+            raise ValidationError("append needs at least one message")
+        msgs = [self._validate(m) for m in msgs]
+        req = _Request(msgs, sum(m.estimate_size() for m in msgs))
+        with self._cond:
+            if self._fenced:
+                raise self._fenced
+            if self._closed:
+                raise SeglakeError(f"WAL writer of {self.pchannel} is closed")
+            self._queue.append(req)
+            self._cond.notify_all()
+        if not req.done.wait(timeout):
+            raise Unavailable(f"WAL append on {self.pchannel} not acknowledged within {timeout} s")
+        if req.error is not None:
+            raise req.error
+        return req.ids
+
+    def close(self) -> None:
+        """Stop accepting appends, commit what is queued, stop the thread. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> "WalWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- validation --------------------------------------------------------------------------
+    def _collection(self, cid: int):
+        hit = self._colls.get(cid)
+        now = time.monotonic()
+        if hit is None or now - hit[0] > COLLECTION_CACHE_SECONDS:
+            try:
+                coll = self.meta.catalog.get(cid)
+            except NotFound:
+                raise ValidationError(f"unknown collection id {cid}") from None
+            self._colls[cid] = hit = (now, coll)
+        return hit[1]
+
+    def _validate(self, m: Message) -> Message:
+        if m.id is not None or m.term:
+            raise ValidationError(f"{m.type}: a message to append must not carry an id or term")
+        if m.type == M.TIME_TICK:
+            if m.vchannel:
+                raise ValidationError("a TimeTick is never addressed to a vchannel")
+            return m
+        if m.type in M.TXN_CONTROL or m.txn_id:
+            if isinstance(m.txn_id, bool) or not isinstance(m.txn_id, int) or m.txn_id <= 0:
+                raise ValidationError(f"{m.type}: txn id must be a positive int, got {m.txn_id!r}")
+            if m.type not in M.TXN_CONTROL and m.type not in M.TXN_BODY:
+                raise ValidationError(f"{m.type} cannot be part of a transaction")
+        if m.type == M.BEGIN_TXN:
+            ka = m.props.get("keepalive_ms")
+            if isinstance(ka, bool) or not isinstance(ka, int) or not 1 <= ka <= 7 * 86400 * 1000:
+                raise ValidationError(f"BeginTxn keepalive_ms must be in 1..{7 * 86400 * 1000}, got {ka!r}")
+        if m.vchannel == "":
+            if m.type in (M.INSERT, M.DELETE):
+                raise ValidationError(f"{m.type} needs a vchannel")
+            return m
+        if pchannel_of(m.vchannel) != self.pchannel:
+            raise ValidationError(f"unknown vchannel {m.vchannel!r} on pchannel {self.pchannel}")
+        if m.type in M.TXN_CONTROL:
+            return m
+        coll = self._collection(m.collection_id)
+        if m.vchannel not in coll.vchannels:
+            raise ValidationError(f"unknown vchannel {m.vchannel!r}: collection {coll.name!r} has "
+                                  f"{', '.join(coll.vchannels)}")
+        allowed = {M.DROP_COLLECTION: (CREATED, DROPPING)}.get(m.type, (CREATED,))
+        if coll.state not in allowed:
+            raise ValidationError(f"{m.type} refused: collection {coll.name!r} is {coll.state}"
+                                  + (" (its channels are released)" if coll.state == DROPPED else ""))
+        if m.type in (M.INSERT, M.DELETE, M.CREATE_PARTITION, M.DROP_PARTITION) and m.partition_id:
+            if m.partition_id not in {p.partition_id for p in coll.partitions}:
+                raise ValidationError(f"unknown partition id {m.partition_id} in collection {coll.name!r}")
+        if m.type == M.INSERT:
+            if m.body is None or m.body.num_rows == 0:
+                raise ValidationError("Insert needs at least one row")
+            if not m.partition_id:
+                raise ValidationError("Insert needs a partition id")
+            return replace(m, body=M.conform_batch(m.body, coll.schema))
+        if m.type == M.DELETE:
+            b = m.body
+            if b is None or b.schema != M.DELETE_SCHEMA or b.num_rows == 0 or b.column(0).null_count:
+                raise ValidationError("Delete needs primary keys (int64, no nulls) and timestamps")
+        return m
+
+    # -- group commit ------------------------------------------------------------------------
+    def _take(self) -> list[_Request] | None:
+        """Wait for work, let the batching window fill, and take one fragment's worth."""
+        s = self.settings
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            if not self._queue:
+                return None
+            deadline = time.monotonic() + s.wal_batch_time
+            while not self._closed:
+                size = sum(r.size for r in self._queue)
+                count = sum(len(r.messages) for r in self._queue)
+                left = deadline - time.monotonic()
+                if size >= s.wal_fragment_bytes or count >= s.wal_fragment_records or left <= 0:
+                    break
+                self._cond.wait(left)
+            taken, size, count = [], 0, 0
+            while self._queue:
+                r = self._queue[0]
+                if taken and (size + r.size > s.wal_fragment_bytes
+                              or count + len(r.messages) > s.wal_fragment_records):
+                    break
+                taken.append(self._queue.popleft())
+                size += r.size
+                count += len(r.messages)
+            return taken
+
+    def _run(self) -> None:
+        while True:
+            reqs = self._take()
+            if reqs is None:
+                return
+            try:
+                ids = self._write(reqs)
+            except BaseException as e:  # noqa: BLE001 - handed to every waiting caller
+                if isinstance(e, Fenced):
+                    with self._cond:
+                        self._fenced = e
+                        rest = list(self._queue)
+                        self._queue.clear()
+                    reqs = reqs + rest
+                for r in reqs:
+                    r.error = e
+                    r.done.set()
+                continue
+            for r, rid in zip(reqs, ids, strict=True):
+                r.ids = rid
+                r.done.set()
+
+    def _tick(self) -> int:
+        tt = max(compose_ts(int(self.clock() * 1000)), self._last_tt + 1)
+        self._last_tt = tt
+        return tt
+
+    def _write(self, reqs: list[_Request]) -> list[list[MessageId]]:
+        if self._fenced:
+            raise self._fenced
+        n = self.state.last + 1
+        for _ in range(MAX_HOLES_PER_FRAGMENT):
+            saved_tt = self._last_tt
+            payloads, ids, msgs_out, offset = [], [], [], 0
+            for r in reqs:
+                rid = []
+                for m in r.messages:
+                    mid = MessageId(self.term, n, offset)
+                    pm = replace(m, time_tick=self._tick(), term=self.term, id=mid)
+                    payloads.append(pm.encode())
+                    rid.append(mid)
+                    offset += 1
+                ids.append(rid)
+            payloads.append(replace(Message.time_tick_msg(), time_tick=self._tick(), term=self.term).encode())
+            data = encode_fragment(self.term, n, payloads)
+            if put_exclusive(self.store, self.log.fragment_key(n), data):
+                self._commit(n, len(payloads), len(data))
+                return ids
+            self._last_tt = saved_tt
+            self._check_term()
+            self._holes.append(n)  # someone else's uncommitted file holds the name
+            n += 1
+        raise SeglakeError(f"WAL {self.pchannel}: {MAX_HOLES_PER_FRAGMENT} fragment names taken after {self.state.last}")
+
+    def _check_term(self) -> None:
+        cur = TermRecord.from_kv(self.meta.kv.get(self.log.term_key))
+        if cur.kv is None or cur.kv.mod_revision != self.term_rev:
+            raise Fenced(f"WAL writer of {self.pchannel} at term {self.term} is fenced: "
+                         f"term {cur.term} was opened by {cur.writer or '?'}")
+
+    def _commit(self, n: int, records: int, nbytes: int) -> None:
+        st = self.state
+        new = LogState(first=st.first, last=n, holes=sorted(set(st.holes) | {h for h in self._holes if h > st.last}),
+                       last_tt=self._last_tt, bytes=st.bytes + nbytes, records=st.records + records,
+                       term=self.term, truncated_before=st.truncated_before)
+        guards = [Compare(self.log.term_key, "mod", "==", self.term_rev),
+                  unchanged(st.kv) if st.kv else absent(self.log.log_key)]
+        try:
+            rev = self.meta.kv.txn(guards, [Put(self.log.log_key, new.encoded())])
+        except Conflict:
+            self._check_term()
+            raise Conflict(f"WAL {self.pchannel}: the log record changed under writer term {self.term}") from None
+        except Unavailable:
+            # the outcome is unknown: read back what etcd holds
+            back = self.log.state()
+            if back.last == n and back.term == self.term:
+                rev = back.kv.mod_revision
+            else:
+                self._holes.append(n)
+                raise
+        from seglake.meta.kv import KeyValue
+        new.kv = KeyValue(self.log.log_key, new.encoded(), rev, st.kv.create_revision if st.kv else rev,
+                          (st.kv.version if st.kv else 0) + 1)
+        self.state = new
+        self._holes = []
+
+
+def open_writer(meta, store, pchannel: str, settings, **kw) -> WalWriter:
+    return WalWriter.open(meta, store, pchannel, settings, **kw)
