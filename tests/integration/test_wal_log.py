@@ -1,0 +1,271 @@
+"""The WAL log and its fenced writers against real etcd, local files and SeaweedFS."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from seglake.errors import ValidationError
+from seglake.storage import layout
+from seglake.wal import message as M
+from seglake.wal.client import WalClient, synthetic_rows
+from seglake.wal.log import CorruptFragment, Fenced, WalLog
+from seglake.wal.writer import WalWriter
+
+from wal_helpers import all_messages, inserted_pks, make_collection, pchannels
+
+P = "seglake-dml_3"
+
+
+def _coll(meta, store, settings, shards=1):
+    with WalClient(meta, store, settings) as c:
+        return make_collection(c, shards=shards)
+
+
+def _insert_msg(coll, first_pk, n=3):
+    v = coll.vchannels[0]
+    return M.Message.insert(v, coll.collection_id, coll.partitions[0].partition_id,
+                            synthetic_rows(coll, n, first_pk).to_batches()[0])
+
+
+def _writer_for(meta, store, settings, coll, **kw):
+    return WalWriter.open(meta, store, pchannels(coll)[0], settings, **kw)
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_fenced_writer_cannot_append_after_newer_term(backend, meta, store, settings, request):
+    st = store if backend == "local" else request.getfixturevalue("s3_store")
+    coll = _coll(meta, st, settings)
+    a = _writer_for(meta, st, settings, coll)
+    a.append(_insert_msg(coll, 1))
+    b = _writer_for(meta, st, settings, coll)
+    assert b.term == a.term + 1
+    with pytest.raises(Fenced, match=f"term {a.term} is fenced"):
+        a.append(_insert_msg(coll, 100))
+    with pytest.raises(Fenced):       # and stays fenced
+        a.append(_insert_msg(coll, 200))
+    b.append(_insert_msg(coll, 300))
+    msgs = all_messages(meta, st, pchannels(coll)[0], settings)
+    assert 100 not in inserted_pks(msgs) and 200 not in inserted_pks(msgs)
+    assert 1 in inserted_pks(msgs) and 300 in inserted_pks(msgs)
+    # nothing of A's lands after B's open: every message after B's first is B's term
+    terms = [m.term for m in msgs]
+    assert terms == sorted(terms)
+    a.close(), b.close()
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_fenced_writers_orphan_name_becomes_a_hole(backend, meta, store, settings, request):
+    """A (fenced) wrote its fragment file but could not commit; B must not reuse the
+    name (exclusive create fails) and readers must not see A's file."""
+    st = store if backend == "local" else request.getfixturevalue("s3_store")
+    coll = _coll(meta, st, settings)
+    p = pchannels(coll)[0]
+    a = _writer_for(meta, st, settings, coll)
+    a.append(_insert_msg(coll, 1))
+    nxt = a.state.last + 1
+    b = _writer_for(meta, st, settings, coll)
+    with pytest.raises(Fenced):
+        a.append(_insert_msg(coll, 100))
+    assert st.exists(layout.wal_fragment(p, nxt))   # A's orphan file is there
+    b.append(_insert_msg(coll, 300))
+    state = WalLog(meta, st, p).state()
+    assert nxt in state.holes and state.last == nxt + 1
+    assert 100 not in inserted_pks(all_messages(meta, st, p, settings))
+    a.close(), b.close()
+
+
+def test_exclusive_create_refuses_existing_fragment_s3(s3_store):
+    """SeaweedFS honours If-None-Match: * (412): the S3 fragment write is fenced too."""
+    from seglake.wal.log import put_exclusive
+    key = layout.wal_fragment(P, 1)
+    assert put_exclusive(s3_store, key, b"first")
+    assert not put_exclusive(s3_store, key, b"second")
+    assert s3_store.get(key) == b"first"
+
+
+def test_exclusive_create_refuses_existing_fragment_local(store):
+    from seglake.wal.log import put_exclusive
+    key = layout.wal_fragment(P, 1)
+    assert put_exclusive(store, key, b"first")
+    assert not put_exclusive(store, key, b"second")
+    assert store.get(key) == b"first"
+    assert [o.key for o in store.list("wal/")] == [key]   # no temp file left
+
+
+def test_open_at_stale_term_refused(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    w = _writer_for(meta, store, settings, coll)
+    with pytest.raises(Exception, match="expired term"):
+        _writer_for(meta, store, settings, coll, term=w.term)
+    w.close()
+
+
+def test_time_ticks_monotonic_across_failover_with_clock_set_back(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    now = [2_000_000_000.0]
+    a = _writer_for(meta, store, settings, coll, clock=lambda: now[0])
+    a.append(_insert_msg(coll, 1))
+    a.close()
+    hwm = WalLog(meta, store, p).state().last_tt
+    now[0] -= 3600 * 24 * 365        # the wall clock jumps back a year
+    b = _writer_for(meta, store, settings, coll, clock=lambda: now[0])
+    b.append(_insert_msg(coll, 10))
+    b.append(_insert_msg(coll, 20))
+    b.close()
+    ticks = [m.time_tick for m in all_messages(meta, store, p, settings) if m.type != M.TIME_TICK]
+    ticks_all = [m.time_tick for m in WalLog(meta, store, p).messages()]
+    assert ticks_all == sorted(ticks_all) and len(set(ticks_all)) == len(ticks_all)
+    assert min(t for t in ticks_all[-4:]) > hwm
+    assert ticks == sorted(ticks)
+
+
+def test_truncated_fragment_reported_by_name(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(coll, 50, 1))
+    last = WalLog(meta, store, p).state().last
+    path = store._path(layout.wal_fragment(p, last))
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(CorruptFragment, match=layout.wal_fragment(p, last)):
+        all_messages(meta, store, p, settings)
+
+
+def test_bit_flipped_fragment_reported_by_name(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(coll, 50, 1))
+    last = WalLog(meta, store, p).state().last
+    path = store._path(layout.wal_fragment(p, last))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x04
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFragment, match=rf"{layout.wal_fragment(p, last)}: record \d+ checksum"):
+        all_messages(meta, store, p, settings)
+
+
+def test_missing_committed_fragment_reported(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    store.delete_many([layout.wal_fragment(p, 1)])
+    with pytest.raises(CorruptFragment, match="committed in etcd but missing"):
+        all_messages(meta, store, p, settings)
+
+
+# -- bad input: clear error, nothing appended -------------------------------------------------
+def _log_unchanged(meta, store, p, before):
+    assert WalLog(meta, store, p).state().last == before
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda t: t.drop_columns(["price"]), "missing column"),
+    (lambda t: t.append_column("extra", pa.array([1] * t.num_rows)), "unknown column"),
+    (lambda t: t.set_column(0, "pk", pa.array(["x"] * t.num_rows)), "must be Int64"),
+    (lambda t: t.set_column(1, "embedding", pa.FixedSizeListArray.from_arrays(
+        pa.array([0.5] * (t.num_rows * 4), pa.float32()), 4)), "dim 4, schema says 8"),
+    (lambda t: t.set_column(0, "pk", pa.array([None] * t.num_rows, pa.int64())), "must not contain nulls"),
+])
+def test_rows_not_matching_schema_refused(meta, store, settings, mutate, match):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    before = WalLog(meta, store, p).state().last
+    bad = mutate(synthetic_rows(coll, 5, 1))
+    good = synthetic_rows(coll, 5, 100)
+    with WalClient(meta, store, settings) as c, pytest.raises(ValidationError, match=match):
+        c.insert("c1", pa.concat_tables([good, bad]) if bad.schema == good.schema else bad)
+    _log_unchanged(meta, store, p, before)
+
+
+def test_unknown_collection_refused(meta, store, settings):
+    from seglake.errors import NotFound
+    _coll(meta, store, settings)
+    with WalClient(meta, store, settings) as c, pytest.raises(NotFound, match="nope"):
+        c.insert("nope", pa.table({"pk": [1]}))
+
+
+def test_unknown_vchannel_refused_nothing_appended(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    w = _writer_for(meta, store, settings, coll)
+    before = w.state.last
+    good = _insert_msg(coll, 1)
+    for v in (f"{p}_999v0", "seglake-dml_9_1v0"):
+        bad = M.Message.insert(v, coll.collection_id, coll.partitions[0].partition_id, good.body)
+        with pytest.raises(ValidationError, match="unknown vchannel"):
+            w.append([good, bad])   # the good one is not appended either
+    _log_unchanged(meta, store, p, before)
+    w.close()
+
+
+def test_unknown_partition_and_empty_insert_refused(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    w = _writer_for(meta, store, settings, coll)
+    good = _insert_msg(coll, 1)
+    with pytest.raises(ValidationError, match="unknown partition"):
+        w.append(M.Message.insert(coll.vchannels[0], coll.collection_id, 999999, good.body))
+    with pytest.raises(ValidationError, match="at least one row"):
+        w.append(M.Message.insert(coll.vchannels[0], coll.collection_id, coll.partitions[0].partition_id,
+                                  good.body.slice(0, 0)))
+    w.close()
+
+
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf"), True, "10"])
+def test_bad_counts_refused(meta, store, settings, value):
+    from seglake.wal.client import check_count
+    with pytest.raises(ValidationError):
+        check_count("--rows", value)
+    with pytest.raises(ValidationError):
+        WalClient(meta, store, settings, batch_rows=value)
+
+
+def test_delete_bad_pks_refused(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    before = WalLog(meta, store, p).state().last
+    with WalClient(meta, store, settings) as c:
+        for bad in ([], [1, None], ["x"], [2**70]):
+            with pytest.raises(ValidationError):
+                c.delete("c1", bad)
+    _log_unchanged(meta, store, p, before)
+
+
+def test_insert_into_dropped_collection_refused(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    w = _writer_for(meta, store, settings, coll)
+    meta.catalog.set_state(coll.collection_id, "Dropping")
+    import time
+    time.sleep(1.1)  # past the writer's collection cache
+    with pytest.raises(ValidationError, match="is Dropping"):
+        w.append(_insert_msg(coll, 1))
+    w.append(M.Message(M.DROP_COLLECTION, coll.vchannels[0], collection_id=coll.collection_id))
+    w.close()
+
+
+def test_wal_settings_must_be_finite(settings):
+    from seglake.wal.log import check_wal_settings
+    import dataclasses
+    for k, v in (("wal_batch_time", float("inf")), ("wal_txn_keepalive", float("nan")),
+                 ("wal_scanner_startup_delay", 10**9)):
+        with pytest.raises(ValidationError, match=k):
+            check_wal_settings(dataclasses.replace(settings, **{k: v}))
+
+
+def test_gc_leaves_wal_untouched(meta, store, settings):
+    """A GC run with zero tolerance (forced) never deletes or moves a WAL fragment."""
+    from seglake.lifecycle import gc
+    coll = _coll(meta, store, settings)
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(coll, 20, 1))
+    before = sorted((o.key, o.size) for o in store.list("wal/"))
+    assert before
+    # an old fragment: mtime far in the past, so any age-based rule would pick it
+    import os
+    for o in store.list("wal/"):
+        os.utime(store._path(o.key), (1, 1))
+    before = sorted((o.key, o.size) for o in store.list("wal/"))
+    gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True))
+    assert sorted((o.key, o.size) for o in store.list("wal/")) == before
