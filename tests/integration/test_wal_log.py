@@ -269,3 +269,38 @@ def test_gc_leaves_wal_untouched(meta, store, settings):
     before = sorted((o.key, o.size) for o in store.list("wal/"))
     gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True))
     assert sorted((o.key, o.size) for o in store.list("wal/")) == before
+
+
+def test_create_collection_announced_on_each_pchannel(meta, store, settings):
+    coll = _coll(meta, store, settings, shards=3)
+    assert len(pchannels(coll)) == 3
+    for p in pchannels(coll):
+        creates = [m for m in all_messages(meta, store, p, settings) if m.type == M.CREATE_COLLECTION]
+        assert [m.vchannel for m in creates] == [v for v in coll.vchannels if v.startswith(p + "_")]
+        assert creates[0].props["schema"] == coll.schema.to_json()
+
+
+def test_lifetime_with_real_writers(meta, store, settings):
+    from seglake.errors import SeglakeError
+    from seglake.wal.lifetime import ExpiredTerm, WalLifetime, writer_opener
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    current = WalLog(meta, store, p).term().term
+    life = WalLifetime(writer_opener(meta, store, p, settings), p)
+    try:
+        w1 = life.open(current + 1, timeout=10)
+        w1.append(_insert_msg(coll, 1))
+        w2 = life.open(current + 2, timeout=10)
+        with pytest.raises(SeglakeError, match="closed"):
+            w1.append(_insert_msg(coll, 200))    # the old term was closed before the new opened
+        w2.append(_insert_msg(coll, 300))
+        # another process jumps ahead to term +5: our open at +3 fails, final for that term
+        WalWriter.open(meta, store, p, settings, term=current + 5).close()
+        with pytest.raises(Exception, match="expired term"):
+            life.open(current + 3, timeout=10)
+        with pytest.raises(ExpiredTerm):
+            life.open(current + 3, timeout=10)
+        pks = inserted_pks(all_messages(meta, store, p, settings))
+        assert sorted(pks) == [1, 2, 3, 300, 301, 302]
+    finally:
+        life.close()
