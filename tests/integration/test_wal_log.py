@@ -304,3 +304,15 @@ def test_lifetime_with_real_writers(meta, store, settings):
         assert sorted(pks) == [1, 2, 3, 300, 301, 302]
     finally:
         life.close()
+
+
+def test_each_batch_followed_by_time_tick(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    with WalClient(meta, store, settings, batch_rows=4) as c:
+        c.insert("c1", synthetic_rows(coll, 20, 1))      # 5 batches, possibly fewer fragments
+    raw = list(WalLog(meta, store, p).messages())
+    for i, m in enumerate(raw):
+        if m.type == M.INSERT:
+            assert raw[i + 1].type == M.TIME_TICK and raw[i + 1].time_tick > m.time_tick
+    assert sum(m.type == M.INSERT for m in raw) == 5

@@ -6,8 +6,9 @@
     client.close()
 
 - Rows are routed to the collection's vchannels by a hash of the primary key; each
-  batch (at most `batch_rows` rows) is one append per pchannel, committed in one
-  fragment that ends with a TimeTick.
+  batch (at most `batch_rows` rows) is one append per pchannel, committed whole in one
+  fragment and followed there by a TimeTick. Batches are queued so that serializing
+  the next overlaps writing the previous (group commit may put several in a fragment).
 - A collection gets a CreateCollection message on each of its vchannels before its
   first data message (create_collection() does it at creation; insert/delete make sure
   of it for collections made elsewhere). A duplicate CreateCollection is harmless: the
@@ -207,10 +208,12 @@ class WalClient:
             keep_ms = max(1, int(self.settings.wal_txn_keepalive * 1000))
             self._append_grouped(res, [Message.begin_txn(v, t, keep_ms) for v, t in txn_ids.items()])
             res.txns = len(txn_ids)
+        pending: list = []
         try:
-            for chunk in chunks:
-                self._append_grouped(res, messages(chunk, txn_ids))
+            for chunk in chunks:   # queued: serialization overlaps the writers' I/O
+                pending += self._submit(res, messages(chunk, txn_ids))
                 res.batches += 1
+            self._wait(res, pending)
         except BaseException:
             if txn:
                 try:
@@ -221,19 +224,27 @@ class WalClient:
         if txn:
             self._append_grouped(res, [Message.commit_txn(v, t) for v, t in txn_ids.items()])
 
-    def _append_grouped(self, res: IngestResult, msgs: list[Message]) -> list[MessageId]:
+    def _submit(self, res: IngestResult, msgs: list[Message]) -> list:
+        """Queue one append per pchannel (each lands whole in one fragment)."""
         by_p: dict[str, list[Message]] = {}
         for m in msgs:
             by_p.setdefault(pchannel_of(m.vchannel), []).append(m)
-        ids: list[MessageId] = []
+        out = []
         for p, group in sorted(by_p.items()):
-            ids += self.writer(p).append(group)
+            out.append(self.writer(p).append_async(group))
             if p not in res.pchannels:
                 res.pchannels.append(p)
+        return out
+
+    def _wait(self, res: IngestResult, pending: list) -> list[MessageId]:
+        ids = [i for req in pending for i in req.result()]
         if ids:
             res.first_id = res.first_id or str(min(ids))
             res.last_id = str(max(ids))
         return ids
+
+    def _append_grouped(self, res: IngestResult, msgs: list[Message]) -> list[MessageId]:
+        return self._wait(res, self._submit(res, msgs))
 
 
 # -- status --------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ their metadata in etcd.
 Fragment file `wal/{pchannel}/{n:020d}.frag` (layout.wal_fragment):
 
     MAGIC | u64 term | u64 fragment | records... | footer
-    record  = u32 length | u32 crc32(payload) | payload (message.encode())
-    footer  = u32 record count | u64 records' bytes | u32 crc32(header + count + bytes) | END
+    record  = u32 length | u32 crc32c(payload) | payload (message.encode())
+    footer  = u32 record count | u64 records' bytes | u32 crc32c(header + count + bytes) | END
 
 - A fragment becomes visible atomically and only once: locally a synced temp file
   hard-linked to its name (the link fails if the name exists: exclusive create), on S3
@@ -25,9 +25,10 @@ import math
 import os
 import struct
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Iterator
+
+import crc32c
 
 from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
 from seglake.meta import keys as keymod
@@ -79,18 +80,32 @@ def check_wal_settings(s) -> None:
 
 
 # -- fragment encoding ------------------------------------------------------------------
-def encode_fragment(term: int, fragment: int, payloads: list[bytes]) -> bytes:
-    parts = [MAGIC, _HEAD.pack(term, fragment)]
-    size = 0
-    for p in payloads:
-        parts.append(_REC.pack(len(p), zlib.crc32(p)))
-        parts.append(p)
-        size += _REC.size + len(p)
+def checksum(data, value: int = 0) -> int:
+    """CRC32C (hardware accelerated), chainable over parts."""
+    return crc32c.crc32c(data, value=value)
+
+
+def encode_fragment_parts(term: int, fragment: int, records: list[list]) -> list:
+    """The fragment as a list of buffers (no join: large bodies are written in place).
+    Each record is a list of buffers (message.encode_parts)."""
     head = _HEAD.pack(term, fragment)
-    foot_crc = zlib.crc32(head + struct.pack("<IQ", len(payloads), size))
-    parts.append(_FOOT.pack(len(payloads), size, foot_crc))
-    parts.append(END)
-    return b"".join(parts)
+    parts: list = [MAGIC + head]
+    size = 0
+    for rec in records:
+        n, crc = 0, 0
+        for b in rec:
+            crc = checksum(b, crc)
+            n += len(b)
+        parts.append(_REC.pack(n, crc))
+        parts.extend(rec)
+        size += _REC.size + n
+    foot_crc = checksum(head + struct.pack("<IQ", len(records), size))
+    parts.append(_FOOT.pack(len(records), size, foot_crc) + END)
+    return parts
+
+
+def encode_fragment(term: int, fragment: int, payloads: list[bytes]) -> bytes:
+    return b"".join(bytes(p) for p in encode_fragment_parts(term, fragment, [[p] for p in payloads]))
 
 
 def decode_fragment(key: str, data: bytes, expect_fragment: int | None = None) -> tuple[int, list[memoryview]]:
@@ -103,7 +118,7 @@ def decode_fragment(key: str, data: bytes, expect_fragment: int | None = None) -
         raise CorruptFragment(f"WAL fragment {key}: truncated (no end marker)")
     term, frag = _HEAD.unpack_from(mv, len(MAGIC))
     count, size, foot_crc = _FOOT.unpack_from(mv, len(data) - len(END) - _FOOT.size)
-    if zlib.crc32(_HEAD.pack(term, frag) + struct.pack("<IQ", count, size)) != foot_crc:
+    if checksum(_HEAD.pack(term, frag) + struct.pack("<IQ", count, size)) != foot_crc:
         raise CorruptFragment(f"WAL fragment {key}: footer checksum mismatch")
     body_start = len(MAGIC) + _HEAD.size
     if body_start + size + _FOOT.size + len(END) != len(data):
@@ -117,7 +132,7 @@ def decode_fragment(key: str, data: bytes, expect_fragment: int | None = None) -
         n, crc = _REC.unpack_from(mv, pos)
         pos += _REC.size
         payload = mv[pos:pos + n]
-        if pos + n > end or zlib.crc32(payload) != crc:
+        if pos + n > end or checksum(payload) != crc:
             raise CorruptFragment(f"WAL fragment {key}: record {i} checksum mismatch")
         out.append(payload)
         pos += n
@@ -127,13 +142,14 @@ def decode_fragment(key: str, data: bytes, expect_fragment: int | None = None) -
 
 
 # -- exclusive create ---------------------------------------------------------------------
-def put_exclusive(store, key: str, data: bytes) -> bool:
+def put_exclusive(store, key: str, data) -> bool:
     """Write `key` atomically and durably iff it does not exist. False when it exists.
-    Local: synced temp file + link(2) (fails with EEXIST) + directory fsync.
-    S3: one PUT with If-None-Match: * (412 PreconditionFailed when it exists)."""
+    `data`: bytes or a list of buffers. Local: synced temp file + link(2) (fails with
+    EEXIST) + directory fsync. S3: one PUT with If-None-Match: * (412 when it exists)."""
     from seglake.storage.local import LocalStore
     from seglake.storage.s3 import S3Store
 
+    parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
     if isinstance(store, LocalStore):
         dst = store._path(key)
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -141,9 +157,7 @@ def put_exclusive(store, key: str, data: bytes) -> bool:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                _write_all(fd, parts)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -164,8 +178,9 @@ def put_exclusive(store, key: str, data: bytes) -> bool:
                 pass
     if isinstance(store, S3Store):
         from botocore.exceptions import ClientError
+        body = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in parts)
         try:
-            store.client.put_object(Bucket=store.bucket, Key=store._full(key), Body=data, IfNoneMatch="*")
+            store.client.put_object(Bucket=store.bucket, Key=store._full(key), Body=body, IfNoneMatch="*")
             return True
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
@@ -173,6 +188,19 @@ def put_exclusive(store, key: str, data: bytes) -> bool:
                 return False
             raise store._err(e, "put", key) from None
     raise SeglakeError(f"the WAL needs a store with exclusive create, not {type(store).__name__}")
+
+
+def _write_all(fd: int, parts: list) -> None:
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        n = os.writev(fd, views[:512])
+        while n:
+            if n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][n:]
+                n = 0
 
 
 # -- log metadata in etcd -------------------------------------------------------------------

@@ -149,13 +149,21 @@ class Message:
         return cls(ROLLBACK_TXN, vchannel, txn_id=txn_id)
 
     # -- record encoding ------------------------------------------------------------
-    def encode(self) -> bytes:
+    def body_bytes(self) -> memoryview:
+        """The body as Arrow IPC stream bytes (no copy beyond the serialization)."""
+        return memoryview(b"") if self.body is None else memoryview(_ipc(self.body))
+
+    def encode_parts(self, body: memoryview | None = None) -> list:
+        """The record as buffers to write one after another (header, body)."""
         header = {"v": self.version, "type": self.type, "vch": self.vchannel, "tt": self.time_tick,
                   "txn": self.txn_id, "term": self.term, "coll": self.collection_id,
                   "part": self.partition_id, "props": self.props}
         hb = json.dumps(header, separators=(",", ":")).encode()
-        body = b"" if self.body is None else _ipc(self.body)
-        return b"".join((_LENS.pack(len(hb), len(body)), hb, body))
+        body = self.body_bytes() if body is None else body
+        return [_LENS.pack(len(hb), len(body)) + hb, body]
+
+    def encode(self) -> bytes:
+        return b"".join(bytes(p) for p in self.encode_parts())
 
     @classmethod
     def decode(cls, data: memoryview | bytes, mid: MessageId) -> "Message":
@@ -173,11 +181,11 @@ class Message:
                    h.get("props", {}), body, h["v"])
 
 
-def _ipc(batch: pa.RecordBatch) -> bytes:
+def _ipc(batch: pa.RecordBatch) -> pa.Buffer:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as w:
         w.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
 
 
 def arrow_type(f) -> pa.DataType:

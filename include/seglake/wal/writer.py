@@ -15,8 +15,8 @@ Guarantees
   commit that makes it part of the log; an acknowledged append survives SIGKILL.
 - Time ticks: strictly increasing per pchannel across writers and clock steps back:
   every tick is > the log's persisted high-water mark `last_tt`, which advances in the
-  same transaction that commits the fragment. Every fragment ends with a TimeTick that
-  confirms all its messages.
+  same transaction that commits the fragment. Every append call is followed, in its
+  fragment, by a TimeTick that confirms it.
 """
 
 from __future__ import annotations
@@ -34,20 +34,33 @@ from seglake.meta.alloc import compose_ts
 from seglake.meta.catalog import CREATED, DROPPED, DROPPING, pchannel_of
 from seglake.meta.kv import Compare, Put, absent, unchanged
 from seglake.wal import message as M
-from seglake.wal.log import Fenced, LogState, TermRecord, WalLog, check_wal_settings, encode_fragment, put_exclusive
+from seglake.wal.log import (Fenced, LogState, TermRecord, WalLog, check_wal_settings, encode_fragment_parts,
+                             put_exclusive)
 from seglake.wal.message import Message, MessageId
 
 MAX_HOLES_PER_FRAGMENT = 64
+MAX_INFLIGHT = 4
 COLLECTION_CACHE_SECONDS = 1.0
 
 
 @dataclass
 class _Request:
+    """One append call: its messages, their bodies already serialized (by the caller's
+    thread, overlapping the writer's I/O), and the outcome once committed."""
+
     messages: list[Message]
+    bodies: list[memoryview]
     size: int
     done: threading.Event = field(default_factory=threading.Event)
     ids: list[MessageId] | None = None
     error: BaseException | None = None
+
+    def result(self, timeout: float | None = 60.0) -> list[MessageId]:
+        if not self.done.wait(timeout):
+            raise Unavailable(f"WAL append not acknowledged within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.ids
 
 
 class WalWriter:
@@ -106,23 +119,27 @@ class WalWriter:
     def append(self, messages: list[Message] | Message, timeout: float | None = 60.0) -> list[MessageId]:
         """Validate, then append all `messages` atomically; returns their ids once durable
         and committed. Raises ValidationError (nothing appended) or Fenced."""
+        return self.append_async(messages).result(timeout)
+
+    def append_async(self, messages: list[Message] | Message) -> _Request:
+        """Validate and queue; `.result()` waits for the acknowledgement. At most
+        MAX_INFLIGHT calls are queued per writer (the caller blocks beyond that)."""
         msgs = [messages] if isinstance(messages, Message) else list(messages)
         if not msgs:
             raise ValidationError("append needs at least one message")
         msgs = [self._validate(m) for m in msgs]
-        req = _Request(msgs, sum(m.estimate_size() for m in msgs))
+        bodies = [m.body_bytes() for m in msgs]
+        req = _Request(msgs, bodies, sum(128 + len(b) for b in bodies))
         with self._cond:
+            while len(self._queue) >= MAX_INFLIGHT and not (self._fenced or self._closed):
+                self._cond.wait()
             if self._fenced:
                 raise self._fenced
             if self._closed:
                 raise SeglakeError(f"WAL writer of {self.pchannel} is closed")
             self._queue.append(req)
             self._cond.notify_all()
-        if not req.done.wait(timeout):
-            raise Unavailable(f"WAL append on {self.pchannel} not acknowledged within {timeout} s")
-        if req.error is not None:
-            raise req.error
-        return req.ids
+        return req
 
     def close(self) -> None:
         """Stop accepting appends, commit what is queued, stop the thread. Idempotent."""
@@ -223,6 +240,7 @@ class WalWriter:
                 taken.append(self._queue.popleft())
                 size += r.size
                 count += len(r.messages)
+            self._cond.notify_all()   # room for blocked append_async callers
             return taken
 
     def _run(self) -> None:
@@ -238,6 +256,7 @@ class WalWriter:
                         self._fenced = e
                         rest = list(self._queue)
                         self._queue.clear()
+                        self._cond.notify_all()
                     reqs = reqs + rest
                 for r in reqs:
                     r.error = e
@@ -258,20 +277,22 @@ class WalWriter:
         n = self.state.last + 1
         for _ in range(MAX_HOLES_PER_FRAGMENT):
             saved_tt = self._last_tt
-            payloads, ids, msgs_out, offset = [], [], [], 0
+            records, ids, offset = [], [], 0
             for r in reqs:
                 rid = []
-                for m in r.messages:
+                for m, body in zip(r.messages, r.bodies, strict=True):
                     mid = MessageId(self.term, n, offset)
-                    pm = replace(m, time_tick=self._tick(), term=self.term, id=mid)
-                    payloads.append(pm.encode())
+                    records.append(replace(m, time_tick=self._tick(), term=self.term, id=mid).encode_parts(body))
                     rid.append(mid)
                     offset += 1
                 ids.append(rid)
-            payloads.append(replace(Message.time_tick_msg(), time_tick=self._tick(), term=self.term).encode())
-            data = encode_fragment(self.term, n, payloads)
-            if put_exclusive(self.store, self.log.fragment_key(n), data):
-                self._commit(n, len(payloads), len(data))
+                # every append call is followed by a TimeTick that confirms it
+                records.append(replace(Message.time_tick_msg(), time_tick=self._tick(), term=self.term,
+                                       id=MessageId(self.term, n, offset)).encode_parts())
+                offset += 1
+            parts = encode_fragment_parts(self.term, n, records)
+            if put_exclusive(self.store, self.log.fragment_key(n), parts):
+                self._commit(n, len(records), sum(len(p) for p in parts))
                 return ids
             self._last_tt = saved_tt
             self._check_term()
