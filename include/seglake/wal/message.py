@@ -182,10 +182,14 @@ class Message:
 
 
 def _ipc(batch: pa.RecordBatch) -> pa.Buffer:
-    sink = pa.BufferOutputStream()
+    """Arrow IPC stream bytes, written into one buffer sized up front (a growing
+    output stream re-allocates and copies several times for large batches)."""
+    size = batch.schema.serialize().size + pa.ipc.get_record_batch_size(batch) + 256
+    buf = pa.allocate_buffer(size)
+    sink = pa.FixedSizeBufferWriter(buf)
     with pa.ipc.new_stream(sink, batch.schema) as w:
         w.write_batch(batch)
-    return sink.getvalue()
+    return buf.slice(0, sink.tell())
 
 
 def arrow_type(f) -> pa.DataType:
