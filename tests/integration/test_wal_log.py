@@ -316,3 +316,37 @@ def test_each_batch_followed_by_time_tick(meta, store, settings):
         if m.type == M.INSERT:
             assert raw[i + 1].type == M.TIME_TICK and raw[i + 1].time_tick > m.time_tick
     assert sum(m.type == M.INSERT for m in raw) == 5
+
+
+def test_failed_commit_poisons_writer_and_later_fragments_stay_invisible(meta, store, settings):
+    """Fragment n+1 may be written while n commits: if n's commit fails, n+1 must never
+    become visible, and the writer refuses further appends until reopened."""
+    import dataclasses
+    from seglake.errors import Unavailable
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    one = dataclasses.replace(settings, wal_fragment_records=1, wal_batch_time=0.05)
+    w = _writer_for(meta, store, one, coll)
+    real = w._commit
+    calls = []
+
+    def flaky(n, *a):
+        calls.append(n)
+        if len(calls) == 2:
+            raise Unavailable("etcd went away")
+        return real(n, *a)
+    w._commit = flaky
+    reqs = [w.append_async(_insert_msg(coll, pk)) for pk in (1, 100, 200)]
+    assert reqs[0].result()
+    with pytest.raises(Unavailable):
+        reqs[1].result()
+    with pytest.raises(Unavailable):
+        reqs[2].result()
+    with pytest.raises(Unavailable):
+        w.append(_insert_msg(coll, 300))
+    w.close()
+    w2 = _writer_for(meta, store, settings, coll)
+    w2.append(_insert_msg(coll, 400))
+    w2.close()
+    pks = inserted_pks(all_messages(meta, store, p, settings))
+    assert sorted(pks) == [1, 2, 3, 400, 401, 402]

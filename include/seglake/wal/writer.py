@@ -13,6 +13,9 @@ Guarantees
   name was free) is never part of the log: the new writer skips the name as a hole.
 - Durable before visible: the fragment is synced (local) / stored (S3) before the etcd
   commit that makes it part of the log; an acknowledged append survives SIGKILL.
+  Fragment n+1 may be written while n commits (one committer thread, in order); a failed
+  commit poisons the writer (every later append fails; reopen at a new term), so a
+  fragment written after a failed one never becomes visible.
 - Time ticks: strictly increasing per pchannel across writers and clock steps back:
   every tick is > the log's persisted high-water mark `last_tt`, which advances in the
   same transaction that commits the fragment. Every append call is followed, in its
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from seglake.errors import Conflict, NotFound, SeglakeError, Unavailable, ValidationError
 from seglake.meta.alloc import compose_ts
 from seglake.meta.catalog import CREATED, DROPPED, DROPPING, pchannel_of
-from seglake.meta.kv import Compare, Put, absent, unchanged
+from seglake.meta.kv import Compare, KeyValue, Put, absent, unchanged
 from seglake.wal import message as M
 from seglake.wal.log import (Fenced, LogState, TermRecord, WalLog, check_wal_settings, encode_fragment_parts,
                              put_exclusive)
@@ -40,6 +43,7 @@ from seglake.wal.message import Message, MessageId
 
 MAX_HOLES_PER_FRAGMENT = 64
 MAX_INFLIGHT = 4
+PIPELINE_DEPTH = 2   # fragments written ahead of their commit
 COLLECTION_CACHE_SECONDS = 1.0
 
 
@@ -77,7 +81,9 @@ class WalWriter:
         self.clock = clock
         self.name = name
         self._last_tt = state.last_tt
-        self._holes: list[int] = []
+        self._next_n = state.last + 1
+        self._pending_holes: list[int] = []   # names lost to a failed write, recorded at the next commit
+        self._broken: BaseException | None = None
         self._queue: deque[_Request] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -133,8 +139,8 @@ class WalWriter:
         with self._cond:
             while len(self._queue) >= MAX_INFLIGHT and not (self._fenced or self._closed):
                 self._cond.wait()
-            if self._fenced:
-                raise self._fenced
+            if self._broken is not None:
+                raise self._broken
             if self._closed:
                 raise SeglakeError(f"WAL writer of {self.pchannel} is closed")
             self._queue.append(req)
@@ -244,37 +250,80 @@ class WalWriter:
             return taken
 
     def _run(self) -> None:
-        while True:
-            reqs = self._take()
-            if reqs is None:
-                return
-            try:
-                ids = self._write(reqs)
-            except BaseException as e:  # noqa: BLE001 - handed to every waiting caller
-                if isinstance(e, Fenced):
-                    with self._cond:
-                        self._fenced = e
-                        rest = list(self._queue)
-                        self._queue.clear()
-                        self._cond.notify_all()
-                    reqs = reqs + rest
-                for r in reqs:
-                    r.error = e
-                    r.done.set()
-                continue
-            for r, rid in zip(reqs, ids, strict=True):
-                r.ids = rid
-                r.done.set()
+        """Writer thread: fragments are written in order; each is handed to the committer
+        (one thread, FIFO) so fragment n+1 is written while n commits."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        committer = ThreadPoolExecutor(1, thread_name_prefix=f"wal-commit-{self.pchannel}")
+        inflight: deque = deque()
+        try:
+            while True:
+                reqs = self._take()
+                if reqs is None:
+                    return
+                while len(inflight) >= PIPELINE_DEPTH:
+                    inflight.popleft().result()
+                if self._broken is not None:
+                    self._fail(reqs, self._broken)
+                    continue
+                try:
+                    job = self._write(reqs)
+                except BaseException as e:  # noqa: BLE001 - handed to every waiting caller
+                    if isinstance(e, Fenced):
+                        self._poison(e)
+                    self._fail(reqs, e)
+                    continue
+                inflight.append(committer.submit(self._commit_job, *job))
+        finally:
+            for f in inflight:
+                f.result()
+            committer.shutdown(wait=True)
+
+    def _fail(self, reqs: list[_Request], e: BaseException) -> None:
+        for r in reqs:
+            r.error = e
+            r.done.set()
+
+    def _poison(self, e: BaseException) -> None:
+        """After a failed commit (or a fence) nothing more is appended by this writer:
+        fragments written after the failed one must never become visible. Reopen (a
+        new term) to continue."""
+        with self._cond:
+            if self._broken is None:
+                self._broken = e
+            if isinstance(e, Fenced) and self._fenced is None:
+                self._fenced = e
+            rest = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        self._fail(rest, e)
+
+    def _commit_job(self, reqs, ids, n, records, nbytes, last_tt, holes) -> None:
+        if self._broken is not None:
+            self._fail(reqs, self._broken)
+            return
+        try:
+            self._commit(n, records, nbytes, last_tt, holes)
+        except BaseException as e:  # noqa: BLE001
+            self._poison(e)
+            self._fail(reqs, e)
+            return
+        for r, rid in zip(reqs, ids, strict=True):
+            r.ids = rid
+            r.done.set()
 
     def _tick(self) -> int:
         tt = max(compose_ts(int(self.clock() * 1000)), self._last_tt + 1)
         self._last_tt = tt
         return tt
 
-    def _write(self, reqs: list[_Request]) -> list[list[MessageId]]:
+    def _write(self, reqs: list[_Request]) -> tuple:
+        """Assign ids and ticks, write fragment `n` durably under an exclusive name;
+        a taken name (someone's uncommitted file) becomes a hole and the next is tried."""
         if self._fenced:
             raise self._fenced
-        n = self.state.last + 1
+        n = self._next_n
+        holes: list[int] = []
         for _ in range(MAX_HOLES_PER_FRAGMENT):
             saved_tt = self._last_tt
             records, ids, offset = [], [], 0
@@ -291,14 +340,22 @@ class WalWriter:
                                        id=MessageId(self.term, n, offset)).encode_parts())
                 offset += 1
             parts = encode_fragment_parts(self.term, n, records)
-            if put_exclusive(self.store, self.log.fragment_key(n), parts):
-                self._commit(n, len(records), sum(len(p) for p in parts))
-                return ids
+            try:
+                created = put_exclusive(self.store, self.log.fragment_key(n), parts)
+            except BaseException:
+                self._last_tt = saved_tt
+                self._next_n = n + 1   # the name may or may not exist now: never reuse it
+                self._pending_holes.append(n)
+                raise
+            if created:
+                self._next_n = n + 1
+                holes, self._pending_holes = self._pending_holes + holes, []
+                return reqs, ids, n, len(records), sum(len(p) for p in parts), self._last_tt, holes
             self._last_tt = saved_tt
             self._check_term()
-            self._holes.append(n)  # someone else's uncommitted file holds the name
+            holes.append(n)
             n += 1
-        raise SeglakeError(f"WAL {self.pchannel}: {MAX_HOLES_PER_FRAGMENT} fragment names taken after {self.state.last}")
+        raise SeglakeError(f"WAL {self.pchannel}: {MAX_HOLES_PER_FRAGMENT} fragment names taken after {n}")
 
     def _check_term(self) -> None:
         cur = TermRecord.from_kv(self.meta.kv.get(self.log.term_key))
@@ -306,10 +363,11 @@ class WalWriter:
             raise Fenced(f"WAL writer of {self.pchannel} at term {self.term} is fenced: "
                          f"term {cur.term} was opened by {cur.writer or '?'}")
 
-    def _commit(self, n: int, records: int, nbytes: int) -> None:
+    def _commit(self, n: int, records: int, nbytes: int, last_tt: int, holes: list[int]) -> None:
+        """ONE etcd txn: term unchanged since open AND log record unchanged -> last = n."""
         st = self.state
-        new = LogState(first=st.first, last=n, holes=sorted(set(st.holes) | {h for h in self._holes if h > st.last}),
-                       last_tt=self._last_tt, bytes=st.bytes + nbytes, records=st.records + records,
+        new = LogState(first=st.first, last=n, holes=sorted(set(st.holes) | {h for h in holes if h > st.last}),
+                       last_tt=last_tt, bytes=st.bytes + nbytes, records=st.records + records,
                        term=self.term, truncated_before=st.truncated_before)
         guards = [Compare(self.log.term_key, "mod", "==", self.term_rev),
                   unchanged(st.kv) if st.kv else absent(self.log.log_key)]
@@ -319,18 +377,13 @@ class WalWriter:
             self._check_term()
             raise Conflict(f"WAL {self.pchannel}: the log record changed under writer term {self.term}") from None
         except Unavailable:
-            # the outcome is unknown: read back what etcd holds
-            back = self.log.state()
-            if back.last == n and back.term == self.term:
-                rev = back.kv.mod_revision
-            else:
-                self._holes.append(n)
+            back = self.log.state()   # the outcome is unknown: read back what etcd holds
+            if not (back.last == n and back.term == self.term):
                 raise
-        from seglake.meta.kv import KeyValue
+            rev = back.kv.mod_revision
         new.kv = KeyValue(self.log.log_key, new.encoded(), rev, st.kv.create_revision if st.kv else rev,
                           (st.kv.version if st.kv else 0) + 1)
         self.state = new
-        self._holes = []
 
 
 def open_writer(meta, store, pchannel: str, settings, **kw) -> WalWriter:
