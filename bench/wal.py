@@ -11,7 +11,7 @@
 3. Single-row appends one after another: latency p50/p99 with the batching window
    (published anchors: Woodpecker on local disk ~1.8 ms, Kafka ~58 ms).
 
-    python bench/wal.py [--rows 1000000] [--batch 10000] [--dim 128] [--single 300]
+    python bench/wal.py [--rows 1000000] [--batch 10000] [--dim 128] [--single 300] [--repeat 3]
 
 Prints MB/s for both sides and
     BENCH wal_append_1M ratio=<wal/anchor time> target=1.30 ok|miss
@@ -75,14 +75,16 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--single", type=int, default=300)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
-    if min(args.rows, args.batch, args.dim, args.single) < 1:
+    if min(args.rows, args.batch, args.dim, args.single, args.repeat) < 1:
         ap.error("every count must be >= 1")
 
     from seglake.config import Settings
     from seglake.meta import Meta
     from seglake.storage.local import LocalStore
     from seglake.wal.client import WalClient, synthetic_rows
+    from seglake.wal.message import MessageId
     from seglake.wal.scanner import recovery_scanner
 
     schema = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
@@ -101,24 +103,38 @@ def main(argv=None) -> int:
         mb = sum(len(b) for b in blobs) / 1e6
         print(f"{args.rows} rows, {len(batches)} batches, {mb:.1f} MB of Arrow IPC", flush=True)
 
+        reps = args.repeat
         t_raw_nosync = anchor_write(Path(d) / "anchor-nosync", blobs, sync=False)
-        t_anchor = anchor_write(Path(d) / "anchor", blobs, sync=True)
-        t = time.perf_counter()
-        client.insert("bench", table)
-        t_wal = time.perf_counter() - t
+        anchors, wals = [], []
+        for r in range(reps):   # alternate the two sides; medians of `repeat`
+            anchors.append(anchor_write(Path(d) / f"anchor{r}", blobs, sync=True))
+            t = time.perf_counter()
+            res = client.insert("bench", table)
+            wals.append(time.perf_counter() - t)
+        start = MessageId.parse(res.first_id)   # the last copy of the table in the log
+        t_anchor, t_wal = statistics.median(anchors), statistics.median(wals)
         print(f"append: wal {t_wal:.2f} s ({mb / t_wal:.0f} MB/s); anchor synced {t_anchor:.2f} s "
-              f"({mb / t_anchor:.0f} MB/s); anchor unsynced {t_raw_nosync:.2f} s ({mb / t_raw_nosync:.0f} MB/s)")
+              f"({mb / t_anchor:.0f} MB/s); anchor unsynced {t_raw_nosync:.2f} s ({mb / t_raw_nosync:.0f} MB/s)"
+              f"  [medians of {reps}: wal {', '.join(f'{x:.2f}' for x in wals)}; "
+              f"anchor {', '.join(f'{x:.2f}' for x in anchors)}]")
         verdict("wal_append_1M", t_wal, t_anchor, 1.30)
 
         p = coll.vchannels[0].rsplit("_", 1)[0]
-        t = time.perf_counter()
-        rows = 0
-        for m in recovery_scanner(meta, store, p, settings, follow=False, max_pending=64):
-            rows += m.rows if m.type == "Insert" else 0
-        t_scan = time.perf_counter() - t
-        t_read, raw_rows = anchor_read(Path(d) / "anchor")
-        assert rows == raw_rows == args.rows, (rows, raw_rows)
-        print(f"scan: wal {t_scan:.2f} s ({mb / t_scan:.0f} MB/s); raw read {t_read:.2f} s ({mb / t_read:.0f} MB/s)")
+        scans, reads = [], []
+        for r in range(reps):
+            t = time.perf_counter()
+            rows = 0
+            sc = recovery_scanner(meta, store, p, settings, follow=False, max_pending=64,
+                                  start=start)
+            for m in sc:
+                rows += m.rows if m.type == "Insert" else 0
+            scans.append(time.perf_counter() - t)
+            t_read, raw_rows = anchor_read(Path(d) / "anchor0")
+            reads.append(t_read)
+            assert rows == raw_rows == args.rows, (rows, raw_rows)
+        t_scan, t_read = statistics.median(scans), statistics.median(reads)
+        print(f"scan: wal {t_scan:.2f} s ({mb / t_scan:.0f} MB/s); raw read {t_read:.2f} s ({mb / t_read:.0f} MB/s)"
+              f"  [medians of {reps}]")
         verdict("wal_scan_1M", t_scan, t_read, 1.50)
 
         lat = []

@@ -111,3 +111,17 @@ def test_ingest_announces_collection_made_elsewhere(meta, store, env, capsys):
     assert _run(capsys, "ingest", "plain", "--rows", "2")[0] == 0   # announced once
     msgs = all_messages(meta, store, pchannels(c)[0], env)
     assert sum(m.type == "CreateCollection" and m.collection_id == c.collection_id for m in msgs) == 1
+
+
+def test_status_reports_consumer_checkpoint_lag(meta, store, env, coll, capsys):
+    from seglake.meta.alloc import compose_ts, physical_ms
+    from seglake.wal.log import WalLog
+    assert _run(capsys, "ingest", "c1", "--rows", "5")[0] == 0
+    v = coll.vchannels[0]
+    p = v.rsplit("_", 1)[0]
+    last = WalLog(meta, store, p).state().last_tt
+    cp_tt = compose_ts(physical_ms(last) - 1500)
+    meta.kv.put(meta.keys.channel_checkpoint(v), json.dumps({"message_id": [1, 1, 0], "time_tick": cp_tt}))
+    rc, out, _ = _run(capsys, "wal", "status", "--pchannel", p, "--json")
+    consumer = json.loads(out)[0]["consumers"][0]
+    assert consumer == {"vchannel": v, "checkpoint": [1, 1, 0], "lag_ms": 1500}

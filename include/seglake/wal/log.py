@@ -278,7 +278,7 @@ class WalLog:
         """Every message of committed fragment `n`, checked; loud on any damage."""
         key = self.fragment_key(n)
         try:
-            data = self.store.get(key)
+            data = _read_whole(self.store, key)
         except NotFound:
             raise CorruptFragment(f"WAL fragment {key}: committed in etcd but missing from {self.store.uri}") from None
         term, payloads = decode_fragment(key, data, n)
@@ -297,6 +297,31 @@ class WalLog:
             for m in self.read_fragment(n):
                 if start is None or not m.id < start:
                     yield m
+
+
+def _read_whole(store, key: str):
+    """The object's bytes. Locally read into an Arrow-allocated buffer: its allocator keeps
+    freed pages for reuse, where fresh bytes objects pay page faults on every fragment
+    (the decoded batches reference this buffer without copying)."""
+    from seglake.storage.local import LocalStore
+
+    if not isinstance(store, LocalStore):
+        return store.get(key)
+    import pyarrow as pa
+    try:
+        with open(store._path(key), "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            buf = pa.allocate_buffer(size)
+            view = memoryview(buf).cast("B")
+            got = 0
+            while got < size:
+                n = f.readinto(view[got:])
+                if not n:
+                    break
+                got += n
+    except (FileNotFoundError, IsADirectoryError):
+        raise NotFound(f"object {key!r} not found in {store.uri}") from None
+    return view[:got]
 
 
 def pause_state(meta, pchannel: str) -> dict | None:
