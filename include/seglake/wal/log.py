@@ -30,7 +30,7 @@ from typing import Iterator
 
 import crc32c
 
-from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake.errors import NotFound, SeglakeError, ValidationError
 from seglake.meta import keys as keymod
 from seglake.meta.codec import decode, encode
 from seglake.meta.kv import KeyValue
@@ -342,8 +342,3 @@ def set_pause(meta, pchannel: str | None, paused: bool, reason: str = "") -> Non
         meta.kv.put(key, json.dumps({"paused_at": time.time(), "reason": reason}))
     else:
         meta.kv.delete(key)
-
-
-def require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise Conflict(msg)

@@ -18,7 +18,6 @@ import json
 import struct
 from dataclasses import dataclass, field, replace
 from functools import total_ordering
-from typing import Any
 
 import pyarrow as pa
 
@@ -259,7 +258,3 @@ def _compatible(have: pa.DataType, want: pa.DataType) -> bool:
     if pa.types.is_string(want):
         return pa.types.is_string(have) or pa.types.is_large_string(have)
     return False
-
-
-def message_id_json(mid: MessageId | None) -> Any:
-    return None if mid is None else mid.to_json()

@@ -384,7 +384,3 @@ class WalWriter:
         new.kv = KeyValue(self.log.log_key, new.encoded(), rev, st.kv.create_revision if st.kv else rev,
                           (st.kv.version if st.kv else 0) + 1)
         self.state = new
-
-
-def open_writer(meta, store, pchannel: str, settings, **kw) -> WalWriter:
-    return WalWriter.open(meta, store, pchannel, settings, **kw)
