@@ -165,3 +165,23 @@ def test_follow_sees_new_fragments(meta, store, settings):
         while (m := s.next(timeout=2)) is not None and m.type != M.INSERT:
             got.append(m)
         assert m is not None and m.body.column("pk").to_pylist() == [50, 51]
+
+
+def test_damaged_fragment_raises_in_order_after_earlier_messages(meta, store, settings):
+    from seglake.storage import layout
+    from seglake.wal.log import CorruptFragment, WalLog
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        for i in range(5):
+            c.insert("c1", synthetic_rows(coll, 1, 10 + i))
+    p = pchannels(coll)[0]
+    last = WalLog(meta, store, p).state().last
+    path = store._path(layout.wal_fragment(p, last))
+    path.write_bytes(path.read_bytes()[:-10])
+    s = Scanner(meta, store, p, settings, follow=False)
+    got = []
+    with pytest.raises(CorruptFragment, match=layout.wal_fragment(p, last)):
+        while (m := s.next(timeout=0)) is not None:
+            got.append(m)
+    assert inserted_pks(got) == [10, 11, 12, 13]   # everything before the damage, in order
+    s.close()

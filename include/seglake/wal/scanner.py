@@ -11,7 +11,7 @@ Rules (scanner_adaptor.go):
 - other messages are filtered by vchannel (`""` = broadcast reaches every consumer),
   then pushed into the reorder buffer (late or duplicate ones dropped and counted);
 - backpressure: the log is not read while the pending queue holds more than
-  `max_pending` messages;
+  `max_pending` messages (beyond at most PREFETCH fragments read ahead);
 - a consuming scanner waits `wal_scanner_startup_delay` after it is created, then
   blocks while a pause flag (its pchannel's or the global one, in etcd) is set; the
   flag is re-read every `wal_pause_poll` while consuming. A recovery scanner ignores
@@ -32,6 +32,8 @@ from seglake.wal.message import Message, MessageId
 from seglake.wal.pending import PendingQueue
 from seglake.wal.reorder import ReorderBuffer
 from seglake.wal.txn import TxnBuffer
+
+PREFETCH = 2   # fragments read and checked ahead of the consumer
 
 
 @dataclass
@@ -66,6 +68,8 @@ class Scanner:
         self._next_fragment = self.start.fragment if self.start else 1
         self._state: LogState | None = None
         self._frag: deque[Message] = deque()
+        self._ahead: deque = deque()
+        self._pool = None
         self._pause_checked = -1e18
         self.last_message_id: MessageId | None = None
 
@@ -100,26 +104,43 @@ class Scanner:
 
     # -- reading -----------------------------------------------------------------------------
     def _read_one(self) -> Message | None:
-        """The next committed message of the log, or None when caught up."""
+        """The next committed message of the log, or None when caught up. Up to
+        PREFETCH fragments are read and checked ahead on a helper thread (file reads and
+        CRC32C run without the GIL), in order; a damaged one raises when reached."""
         while not self._frag:
-            if self._state is None or self._next_fragment > self._state.last:
-                if self._state is not None and not self.follow:
+            if not self._ahead:
+                if self._state is not None and next(self._state.fragments(self._next_fragment), None) is None:
+                    if not self.follow:
+                        return None
+                    self._state = None
+                if self._state is None:
+                    self._state = self.log.state()
+                self._fill_ahead()
+                if not self._ahead:
                     return None
-                self._state = self.log.state()
-                if self._next_fragment > self._state.last:
-                    return None
-            n = next(self._state.fragments(self._next_fragment), None)
-            if n is None:
-                self._next_fragment = self._state.last + 1
-                continue
-            msgs = self.log.read_fragment(n)
+            n, fut = self._ahead.popleft()
+            msgs = fut.result()
+            self._fill_ahead()
             self.stats.fragments += 1
-            self._next_fragment = n + 1
-            if self.start is not None:
+            if self.start is not None and n == self.start.fragment:
                 msgs = [m for m in msgs if not m.id < self.start]
             self._frag.extend(msgs)
         self.stats.read += 1
         return self._frag.popleft()
+
+    def _fill_ahead(self) -> None:
+        if self._state is None:
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"wal-scan-{self.pchannel}")
+        it = self._state.fragments(self._next_fragment)
+        while len(self._ahead) < PREFETCH:
+            n = next(it, None)
+            if n is None:
+                return
+            self._ahead.append((n, self._pool.submit(self.log.read_fragment, n)))
+            self._next_fragment = n + 1
 
     def _pump(self) -> bool:
         """Read from the log while the pending queue has room. True if anything was read."""
@@ -196,6 +217,10 @@ class Scanner:
 
     def close(self) -> None:
         self._frag.clear()
+        self._ahead.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
 def recovery_scanner(meta, store, pchannel: str, settings, start: MessageId | None = None, **kw) -> Scanner:
