@@ -70,6 +70,7 @@ class Scanner:
         self._frag: deque[Message] = deque()
         self._ahead: deque = deque()
         self._pool = None
+        self._error: Exception | None = None   # a read failure, raised after what preceded it
         self._pause_checked = -1e18
         self.last_message_id: MessageId | None = None
 
@@ -145,8 +146,12 @@ class Scanner:
     def _pump(self) -> bool:
         """Read from the log while the pending queue has room. True if anything was read."""
         progressed = False
-        while not self.pending.full():
-            m = self._read_one()
+        while not self.pending.full() and self._error is None:
+            try:
+                m = self._read_one()
+            except Exception as e:  # noqa: BLE001 - raised once what came before is delivered
+                self._error = e
+                break
             if m is None:
                 break
             progressed = True
@@ -181,6 +186,8 @@ class Scanner:
                 return m
             if self._pump():
                 continue
+            if self._error is not None:
+                raise self._error
             if not self.follow or (deadline is not None and self.clock() >= deadline):
                 return None
             self.sleep(self.poll_interval if deadline is None
