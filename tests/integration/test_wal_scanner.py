@@ -82,17 +82,27 @@ def test_vchannel_filter_on_log(meta, store, settings):
 
 
 def test_backpressure_stops_reading_when_pending_full(meta, store, settings):
-    with WalClient(meta, store, settings) as c:
+    """A commit releases 30 messages at once: while they wait, nothing more is read."""
+    with WalClient(meta, store, settings, batch_rows=1) as c:
         coll = make_collection(c, shards=1)
-        for i in range(40):
-            c.insert("c1", synthetic_rows(coll, 1, 1 + i))   # 40 fragments
+        c.insert("c1", synthetic_rows(coll, 30, 1), txn=True)    # 30 bodies, one commit
+        for i in range(10):
+            c.insert("c1", synthetic_rows(coll, 1, 100 + i))     # 10 more fragments after it
     p = pchannels(coll)[0]
     s = Scanner(meta, store, p, settings, follow=False, max_pending=4)
-    s.next(timeout=0)
-    assert s.stats.read <= 4 + 1 + 2   # the pending bound (+1) plus one fragment's tail
-    assert s.stats.fragments < 10
+    assert s.next(timeout=0).type == "CreateCollection"
+    assert s.stats.read <= 2          # read on demand: not the whole log ahead of the consumer
+    while (m := s.next(timeout=0)) is not None and m.txn_id == 0:
+        pass
+    assert m is not None and m.txn_id and len(s.pending) > 4      # the commit's release
+    read_at_release = s.stats.read
+    for _ in range(len(s.pending)):
+        s.next(timeout=0)
+        assert s.stats.read == read_at_release                   # no read while draining
     rest = s.drain()
-    assert len(inserted_pks(rest)) == 40
+    assert inserted_pks(rest) == list(range(100, 110))
+    assert s.stats.read > read_at_release
+    s.close()
 
 
 def test_pause_blocks_consumer_not_recovery_and_resume_releases(meta, store, settings, filled):

@@ -10,8 +10,10 @@ Rules (scanner_adaptor.go):
   released messages go through the txn buffer, then the tick itself is delivered;
 - other messages are filtered by vchannel (`""` = broadcast reaches every consumer),
   then pushed into the reorder buffer (late or duplicate ones dropped and counted);
-- backpressure: the log is not read while the pending queue holds more than
-  `max_pending` messages (beyond at most PREFETCH fragments read ahead);
+- backpressure: pull-based, the log is read only when the consumer asks and nothing
+  is pending, and never while the pending queue holds more than `max_pending`
+  messages (a commit may release many at once); at most PREFETCH fragments are read
+  and checked ahead;
 - a consuming scanner waits `wal_scanner_startup_delay` after it is created, then
   blocks while a pause flag (its pchannel's or the global one, in etcd) is set; the
   flag is re-read every `wal_pause_poll` while consuming. A recovery scanner ignores
@@ -134,7 +136,8 @@ class Scanner:
             return
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"wal-scan-{self.pchannel}")
+            # two workers: one fragment's read overlaps the previous one's checksum
+            self._pool = ThreadPoolExecutor(PREFETCH, thread_name_prefix=f"wal-scan-{self.pchannel}")
         it = self._state.fragments(self._next_fragment)
         while len(self._ahead) < PREFETCH:
             n = next(it, None)
@@ -144,9 +147,11 @@ class Scanner:
             self._next_fragment = n + 1
 
     def _pump(self) -> bool:
-        """Read from the log while the pending queue has room. True if anything was read."""
+        """Read from the log until something is deliverable, never while the pending
+        queue is full (reading lazily keeps few fragment buffers alive). True if
+        anything was read."""
         progressed = False
-        while not self.pending.full() and self._error is None:
+        while not self.pending.full() and not len(self.pending) and self._error is None:
             try:
                 m = self._read_one()
             except Exception as e:  # noqa: BLE001 - raised once what came before is delivered
