@@ -249,9 +249,12 @@ def test_wal_settings_must_be_finite(settings):
     from seglake.wal.log import check_wal_settings
     import dataclasses
     for k, v in (("wal_batch_time", float("inf")), ("wal_txn_keepalive", float("nan")),
-                 ("wal_scanner_startup_delay", 10**9)):
+                 ("wal_scanner_startup_delay", 10**9), ("wal_txn_keepalive", 0.0), ("wal_pause_poll", 0.0),
+                 ("wal_batch_time", -1.0), ("wal_fragment_bytes", 1 << 40), ("wal_fragment_records", 10**9)):
         with pytest.raises(ValidationError, match=k):
             check_wal_settings(dataclasses.replace(settings, **{k: v}))
+        with pytest.raises(ValidationError, match=k):   # refused at the edge: no writer, no append
+            WalClient(None, None, dataclasses.replace(settings, **{k: v}))
 
 
 def test_gc_leaves_wal_untouched(meta, store, settings):
