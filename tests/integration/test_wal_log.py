@@ -353,3 +353,33 @@ def test_failed_commit_poisons_writer_and_later_fragments_stay_invisible(meta, s
     w2.close()
     pks = inserted_pks(all_messages(meta, store, p, settings))
     assert sorted(pks) == [1, 2, 3, 400, 401, 402]
+
+
+def test_concurrent_opens_get_distinct_terms_or_lose_cleanly(meta, store, settings):
+    import threading
+    from seglake.errors import Conflict
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    barrier = threading.Barrier(4)
+    out = []
+
+    def go():
+        barrier.wait()
+        try:
+            out.append(WalWriter.open(meta, store, p, settings))
+        except Conflict as e:
+            out.append(e)
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    writers = [w for w in out if isinstance(w, WalWriter)]
+    assert writers and len({w.term for w in writers}) == len(writers)
+    newest = max(writers, key=lambda w: w.term)
+    for w in writers:
+        if w is not newest:
+            with pytest.raises(Fenced):
+                w.append(_insert_msg(coll, 1))
+    newest.append(_insert_msg(coll, 50))
+    for w in writers:
+        w.close()
+    assert inserted_pks(all_messages(meta, store, p, settings)) == [50, 51, 52]

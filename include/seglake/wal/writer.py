@@ -32,10 +32,10 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from seglake.errors import Conflict, NotFound, SeglakeError, Unavailable, ValidationError
+from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
 from seglake.meta.alloc import compose_ts
 from seglake.meta.catalog import CREATED, DROPPED, DROPPING, pchannel_of
-from seglake.meta.kv import Compare, KeyValue, Put, absent, unchanged
+from seglake.meta.kv import Compare, KeyValue, Put, absent, retry_on_conflict, unchanged
 from seglake.wal import message as M
 from seglake.wal.log import (Fenced, LogState, TermRecord, WalLog, check_wal_settings, encode_fragment_parts,
                              put_exclusive)
@@ -45,6 +45,10 @@ MAX_HOLES_PER_FRAGMENT = 64
 MAX_INFLIGHT = 4
 PIPELINE_DEPTH = 2   # fragments written ahead of their commit
 COLLECTION_CACHE_SECONDS = 1.0
+
+
+class ExpiredTermError(StateError):
+    """Opening at a term that is not above the pchannel's current term."""
 
 
 @dataclass
@@ -100,18 +104,23 @@ class WalWriter:
         not above the current one is refused (Conflict: expired term)."""
         log = WalLog(meta, store, pchannel)
         name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        tkv, lkv = meta.kv.get(log.term_key), meta.kv.get(log.log_key)
-        cur = TermRecord.from_kv(tkv)
-        new = cur.term + 1 if term is None else term
-        if isinstance(new, bool) or not isinstance(new, int) or new <= cur.term:
-            raise Conflict(f"pchannel {pchannel}: expired term {new!r}, the current term is {cur.term}")
         from seglake.meta.codec import encode
-        rec = encode({"term": new, "writer": name, "opened_at": time.time()})
-        guards = [unchanged(tkv) if tkv else absent(log.term_key),
-                  unchanged(lkv) if lkv else absent(log.log_key)]
-        rev = meta.kv.txn(guards, [Put(log.term_key, rec)],
-                          reason=f"pchannel {pchannel}: another writer opened it concurrently")
-        return cls(log, new, rev, LogState.from_kv(lkv), settings, clock=clock, name=name)
+
+        def attempt() -> "WalWriter":
+            tkv, lkv = meta.kv.get(log.term_key), meta.kv.get(log.log_key)
+            cur = TermRecord.from_kv(tkv)
+            new = cur.term + 1 if term is None else term
+            if isinstance(new, bool) or not isinstance(new, int) or new <= cur.term:
+                raise ExpiredTermError(f"pchannel {pchannel}: expired term {new!r}, the current term is {cur.term}")
+            rec = encode({"term": new, "writer": name, "opened_at": time.time()})
+            # the log record is compared too: the high-water mark read here is final
+            guards = [unchanged(tkv) if tkv else absent(log.term_key),
+                      unchanged(lkv) if lkv else absent(log.log_key)]
+            rev = meta.kv.txn(guards, [Put(log.term_key, rec)])
+            return cls(log, new, rev, LogState.from_kv(lkv), settings, clock=clock, name=name)
+        # a concurrent commit or open changed a record: re-read (an explicit term that
+        # another writer reached meanwhile then fails as expired)
+        return retry_on_conflict(attempt, f"open WAL writer on {pchannel}")
 
     @property
     def fenced(self) -> bool:
