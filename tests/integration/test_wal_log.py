@@ -383,3 +383,16 @@ def test_concurrent_opens_get_distinct_terms_or_lose_cleanly(meta, store, settin
     for w in writers:
         w.close()
     assert inserted_pks(all_messages(meta, store, p, settings)) == [50, 51, 52]
+
+
+@pytest.mark.parametrize("typ", [M.INSERT, M.DELETE, M.CREATE_COLLECTION, M.DROP_COLLECTION, M.BEGIN_TXN])
+def test_only_flush_may_be_broadcast(meta, store, settings, typ):
+    coll = _coll(meta, store, settings)
+    w = _writer_for(meta, store, settings, coll)
+    before = w.state.last
+    with pytest.raises(ValidationError, match="needs a vchannel"):
+        w.append(M.Message(typ, "", collection_id=coll.collection_id, txn_id=1,
+                           props={"keepalive_ms": 1000}))
+    w.append(M.Message(M.FLUSH, ""))
+    assert w.state.last == before + 1
+    w.close()

@@ -65,7 +65,7 @@ class _Request:
 
     def result(self, timeout: float | None = 60.0) -> list[MessageId]:
         if not self.done.wait(timeout):
-            raise Unavailable(f"WAL append not acknowledged within {timeout} s")
+            raise Unavailable(f"WAL append not acknowledged within {timeout} s (it may still commit)")
         if self.error is not None:
             raise self.error
         return self.ids
@@ -101,7 +101,8 @@ class WalWriter:
     def open(cls, meta, store, pchannel: str, settings, *, term: int | None = None,
              clock=time.time, name: str | None = None) -> "WalWriter":
         """Take the pchannel at `term` (default: current + 1) with one CAS. A term that is
-        not above the current one is refused (Conflict: expired term)."""
+        not above the current one is refused (ExpiredTermError)."""
+        check_wal_settings(settings)   # before the term is taken
         log = WalLog(meta, store, pchannel)
         name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         from seglake.meta.codec import encode
@@ -146,7 +147,7 @@ class WalWriter:
         bodies = [m.body_bytes() for m in msgs]
         req = _Request(msgs, bodies, sum(128 + len(b) for b in bodies))
         with self._cond:
-            while len(self._queue) >= MAX_INFLIGHT and not (self._fenced or self._closed):
+            while len(self._queue) >= MAX_INFLIGHT and self._broken is None and not self._closed:
                 self._cond.wait()
             if self._broken is not None:
                 raise self._broken
@@ -199,8 +200,8 @@ class WalWriter:
             if isinstance(ka, bool) or not isinstance(ka, int) or not 1 <= ka <= 7 * 86400 * 1000:
                 raise ValidationError(f"BeginTxn keepalive_ms must be in 1..{7 * 86400 * 1000}, got {ka!r}")
         if m.vchannel == "":
-            if m.type in (M.INSERT, M.DELETE):
-                raise ValidationError(f"{m.type} needs a vchannel")
+            if m.type != M.FLUSH:   # only a Flush may reach every vchannel of the pchannel
+                raise ValidationError(f"{m.type} needs a vchannel (only Flush and TimeTick are broadcast)")
             return m
         if pchannel_of(m.vchannel) != self.pchannel:
             raise ValidationError(f"unknown vchannel {m.vchannel!r} on pchannel {self.pchannel}")
