@@ -391,7 +391,7 @@ def test_only_flush_may_be_broadcast(meta, store, settings, typ):
     w = _writer_for(meta, store, settings, coll)
     before = w.state.last
     with pytest.raises(ValidationError, match="needs a vchannel"):
-        w.append(M.Message(typ, "", collection_id=coll.collection_id, txn_id=1,
+        w.append(M.Message(typ, "", collection_id=coll.collection_id, txn_id=1 if typ == M.BEGIN_TXN else 0,
                            props={"keepalive_ms": 1000}))
     w.append(M.Message(M.FLUSH, ""))
     assert w.state.last == before + 1
