@@ -111,7 +111,7 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             res = client.insert("bench", table)
             wals.append(time.perf_counter() - t)
-        start = MessageId.parse(res.first_id)   # the last copy of the table in the log
+        start = MessageId.parse(res.positions[res.pchannels[0]][0])   # the last copy of the table in the log
         t_anchor, t_wal = statistics.median(anchors), statistics.median(wals)
         print(f"append: wal {t_wal:.2f} s ({mb / t_wal:.0f} MB/s); anchor synced {t_anchor:.2f} s "
               f"({mb / t_anchor:.0f} MB/s); anchor unsynced {t_raw_nosync:.2f} s ({mb / t_raw_nosync:.0f} MB/s)"

@@ -361,8 +361,8 @@ def cmd_ingest(args, s: Settings) -> int:
     with WalClient(meta, store, s, batch_rows=batch_rows) as client:
         res = client.insert(args.collection, data, partition=args.partition, db=args.db, txn=args.txn)
     emit(args, res.to_json(), text=(f"appended {res.rows} rows to {res.collection!r} in {res.batches} batches"
-                                    f"{' (transactional)' if args.txn else ''} on {', '.join(res.pchannels)}; "
-                                    f"message ids {res.first_id} .. {res.last_id}"))
+                                    f"{' (transactional)' if args.txn else ''}: "
+                                    + "; ".join(f"{p} {a} .. {b}" for p, (a, b) in sorted(res.positions.items()))))
     return 0
 
 

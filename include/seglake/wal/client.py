@@ -46,9 +46,9 @@ class IngestResult:
     deletes: int = 0
     batches: int = 0
     txns: int = 0
-    first_id: str | None = None
-    last_id: str | None = None
     pchannels: list[str] = field(default_factory=list)
+    # per pchannel: [first, last] message id written by this call (ids order one pchannel only)
+    positions: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -231,17 +231,20 @@ class WalClient:
             by_p.setdefault(pchannel_of(m.vchannel), []).append(m)
         out = []
         for p, group in sorted(by_p.items()):
-            out.append(self.writer(p).append_async(group))
+            out.append((p, self.writer(p).append_async(group)))
             if p not in res.pchannels:
                 res.pchannels.append(p)
         return out
 
     def _wait(self, res: IngestResult, pending: list) -> list[MessageId]:
-        ids = [i for req in pending for i in req.result()]
-        if ids:
-            res.first_id = res.first_id or str(min(ids))
-            res.last_id = str(max(ids))
-        return ids
+        out = []
+        for p, req in pending:
+            ids = req.result()
+            out += ids
+            pos = res.positions.setdefault(p, [str(min(ids)), str(max(ids))])
+            if MessageId.parse(pos[1]) < max(ids):
+                pos[1] = str(max(ids))
+        return out
 
     def _append_grouped(self, res: IngestResult, msgs: list[Message]) -> list[MessageId]:
         return self._wait(res, self._submit(res, msgs))
