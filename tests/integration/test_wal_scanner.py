@@ -195,3 +195,16 @@ def test_damaged_fragment_raises_in_order_after_earlier_messages(meta, store, se
             got.append(m)
     assert inserted_pks(got) == [10, 11, 12, 13]   # everything before the damage, in order
     s.close()
+
+
+def test_flush_reaches_each_vchannel_after_its_rows(meta, store, settings):
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=2)
+        c.insert("c1", synthetic_rows(coll, 10, 1))
+        c.flush("c1")
+    for v in coll.vchannels:
+        got = Scanner(meta, store, pchannel_of(v), settings, follow=False, vchannel=v).drain()
+        kinds = [m.type for m in got if m.type != M.TIME_TICK]
+        assert kinds == [M.CREATE_COLLECTION, M.INSERT, M.FLUSH]
+        flush = next(m for m in got if m.type == M.FLUSH)
+        assert flush.vchannel == v and all(m.time_tick < flush.time_tick for m in got if m.type == M.INSERT)

@@ -199,6 +199,14 @@ class WalClient:
         res.deletes = len(arr)
         return res
 
+    def flush(self, collection: str, *, db: str = DEFAULT_DB) -> IngestResult:
+        """Append a Flush on each vchannel: the flusher seals the growing segments up to
+        this message's time tick."""
+        coll = self._collection(collection, db)
+        res = IngestResult(coll.name)
+        self._append_grouped(res, [Message(M.FLUSH, v, collection_id=coll.collection_id) for v in coll.vchannels])
+        return res
+
     def _run(self, coll, chunks, messages, txn: bool, res: IngestResult) -> None:
         """Append each chunk's messages (one append per pchannel); in a txn per vchannel."""
         txn_ids: dict[str, int] = {}
