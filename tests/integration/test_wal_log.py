@@ -396,3 +396,28 @@ def test_only_flush_may_be_broadcast(meta, store, settings, typ):
     w.append(M.Message(M.FLUSH, ""))
     assert w.state.last == before + 1
     w.close()
+
+
+def test_store_write_failure_is_typed_and_not_acknowledged(meta, store, settings, monkeypatch):
+    """A fragment that cannot be written (disk full at link time) fails the append with
+    a typed error naming the fragment; nothing is committed; the next append works."""
+    import errno
+    import os
+    from seglake.errors import Unavailable
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    w = _writer_for(meta, store, settings, coll)
+    before = w.state.last
+    real_link = os.link
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "link", full)
+    with pytest.raises(Unavailable, match=r"cannot write WAL fragment wal/.*No space left"):
+        w.append(_insert_msg(coll, 1))
+    monkeypatch.setattr(os, "link", real_link)
+    assert WalLog(meta, store, p).state().last == before
+    w.append(_insert_msg(coll, 100))
+    assert inserted_pks(all_messages(meta, store, p, settings)) == [100, 101, 102]
+    assert not [o.key for o in store.list(layout.wal_prefix(p)) if ".seglake-tmp-" in o.key]
+    w.close()

@@ -30,7 +30,7 @@ from typing import Iterator
 
 import crc32c
 
-from seglake.errors import NotFound, SeglakeError, ValidationError
+from seglake.errors import NotFound, SeglakeError, Unavailable, ValidationError
 from seglake.meta import keys as keymod
 from seglake.meta.codec import decode, encode
 from seglake.meta.kv import KeyValue
@@ -173,13 +173,15 @@ def put_exclusive(store, key: str, data) -> bool:
             finally:
                 os.close(dfd)
             return True
+        except OSError as e:
+            raise Unavailable(f"cannot write WAL fragment {key} in {store.uri}: {e.strerror or e}") from None
         finally:
             try:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
     if isinstance(store, S3Store):
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
         body = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in parts)
         try:
             store.client.put_object(Bucket=store.bucket, Key=store._full(key), Body=body, IfNoneMatch="*")
@@ -188,6 +190,8 @@ def put_exclusive(store, key: str, data) -> bool:
             code = e.response.get("Error", {}).get("Code", "")
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 return False
+            raise store._err(e, "put", key) from None
+        except BotoCoreError as e:
             raise store._err(e, "put", key) from None
     raise SeglakeError(f"the WAL needs a store with exclusive create, not {type(store).__name__}")
 
