@@ -168,6 +168,9 @@ def _log_unchanged(meta, store, p, before):
     (lambda t: t.set_column(1, "embedding", pa.FixedSizeListArray.from_arrays(
         pa.array([0.5] * (t.num_rows * 4), pa.float32()), 4)), "dim 4, schema says 8"),
     (lambda t: t.set_column(0, "pk", pa.array([None] * t.num_rows, pa.int64())), "must not contain nulls"),
+    (lambda t: t.set_column(1, "embedding", pa.FixedSizeListArray.from_arrays(
+        pa.array([float("nan")] + [0.5] * (t.num_rows * 8 - 1), pa.float32()), 8)), "NaN or infinity"),
+    (lambda t: t.set_column(2, "price", pa.array([float("inf")] * t.num_rows, pa.float32())), "NaN or infinity"),
 ])
 def test_rows_not_matching_schema_refused(meta, store, settings, mutate, match):
     coll = _coll(meta, store, settings)

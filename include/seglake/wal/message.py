@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import total_ordering
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 
 from seglake.errors import ValidationError
 
@@ -244,8 +245,20 @@ def conform_batch(batch: pa.RecordBatch | pa.Table, schema, what: str = "insert"
                 raise ValidationError(f"{what}: field {f.name!r} does not fit {f.dtype}: {e}") from None
         if col.null_count and (f.is_primary or f.dtype == "FloatVector"):
             raise ValidationError(f"{what}: field {f.name!r} must not contain nulls")
+        if f.dtype in ("FloatVector", "Float", "Double") and len(col) and not _all_finite(col):
+            raise ValidationError(f"{what}: field {f.name!r} contains NaN or infinity (as Milvus, refused)")
         cols.append(col)
     return pa.RecordBatch.from_arrays(cols, schema=arrow_schema(schema))
+
+
+def _all_finite(col: pa.Array) -> bool:
+    import numpy as np
+
+    if isinstance(col, pa.ChunkedArray):
+        return all(_all_finite(c) for c in col.chunks)
+    if pa.types.is_fixed_size_list(col.type):
+        return bool(np.isfinite(col.flatten().to_numpy(zero_copy_only=False)).all())
+    return pa.compute.all(pa.compute.is_finite(col)).as_py() is not False
 
 
 def _compatible(have: pa.DataType, want: pa.DataType) -> bool:

@@ -19,7 +19,11 @@ Rules (scanner_adaptor.go):
   flag is re-read every `wal_pause_poll` while consuming. A recovery scanner ignores
   both (a writer must be able to replay and fence while consumers are held back).
 
-Pull-based: `next(timeout)` returns the next message or None; no thread is started.
+Pull-based: `next(timeout)` returns the next message or None (a helper thread reads
+ahead). For the flusher: `Scanner(meta, store, p, settings, start=<minimum checkpoint id>)`
+delivers every vchannel of `p` (vchannel="") in time-tick order from that id inclusive;
+committed txn bodies carry their commit's time tick and keep their own ids; TimeTicks
+are delivered too (they drive syncing); `last_message_id` is the last id delivered.
 """
 
 from __future__ import annotations
