@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from seglake.storage import layout
 from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.log import WalLog, decode_fragment
@@ -30,7 +32,13 @@ with WalClient(meta, store, s) as c:
 """
 
 
-def test_sigkill_mid_append_keeps_every_acknowledged_batch(meta, store, settings):
+@pytest.mark.parametrize("backend, batches", [("local", 2000), ("s3", 300)])
+def test_sigkill_mid_append_keeps_every_acknowledged_batch(backend, batches, meta, store, settings, request):
+    if backend == "s3":
+        server = request.getfixturevalue("s3_server")
+        store = request.getfixturevalue("s3_store")
+        settings = settings.replace(store_uri=store.uri, s3_endpoint=server.endpoint,
+                                    s3_access_key=server.access_key, s3_secret_key=server.secret_key)
     with WalClient(meta, store, settings) as c:
         coll = make_collection(c, shards=2)
     env = {**os.environ, **settings.to_env(), "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -38,7 +46,7 @@ def test_sigkill_mid_append_keeps_every_acknowledged_batch(meta, store, settings
     acked = 0
     deadline = time.time() + 120
     try:
-        while acked < 2000 and time.time() < deadline:
+        while acked < batches and time.time() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break
@@ -48,7 +56,7 @@ def test_sigkill_mid_append_keeps_every_acknowledged_batch(meta, store, settings
         rest = proc.stdout.read()  # lines written before the kill are acknowledged too
         proc.wait(10)
     acked = max([acked] + [int(x) for x in rest.split()])
-    assert acked >= 2000, f"writer acknowledged only {acked} batches"
+    assert acked >= batches, f"writer acknowledged only {acked} batches"
 
     # reopen: a new writer takes the next term, readers see a consistent log
     with WalClient(meta, store, settings) as c:
