@@ -145,6 +145,8 @@ class WalClient:
     # -- data -------------------------------------------------------------------------------
     def insert(self, collection: str, data: pa.Table | pa.RecordBatch, *, partition: str = DEFAULT_PARTITION,
                db: str = DEFAULT_DB, txn: bool = False) -> IngestResult:
+        if not isinstance(data, (pa.Table, pa.RecordBatch)):
+            raise ValidationError(f"insert: rows must be an Arrow table or record batch, got {type(data).__name__}")
         coll = self.meta.catalog.get_by_name(collection, db)
         part = coll.partition(partition)
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
