@@ -273,8 +273,13 @@ def cmd_gc_report(args, s: Settings) -> int:
     swept = doc.get("swept")
     print(f"gc run {doc['run_id']}{' (dry run)' if doc.get('dry_run') else ''}: listed {doc['listed']}, "
           f"{doc['candidates']} candidates, {human_bytes(doc['candidate_bytes'])}; kept {doc['kept']}")
+    u = doc.get("unrecognised") or {"files": 0, "bytes": 0, "sample": []}
+    print(f"unrecognised (never deleted): {u['files']} files, {human_bytes(u['bytes'])}"
+          + (f", e.g. {', '.join(u['sample'][:5])}" if u["sample"] else ""))
     print("deleted: " + (f"{swept['deleted']} files, {human_bytes(swept['deleted_bytes'])}, "
-                         f"{swept['rechecked_kept']} kept by the re-check, {len(swept['errors'])} errors"
+                         f"{swept.get('already_gone', 0)} already gone, "
+                         f"{swept['rechecked_kept']} kept by the re-check, "
+                         f"{swept.get('changed_kept', 0)} changed since the mark, {len(swept['errors'])} errors"
                          if swept else "nothing (mark only)"))
     rows = []
     for k, v in sorted(doc["by_collection_reason"].items()):
