@@ -31,6 +31,7 @@ import io
 import json
 import math
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
@@ -389,7 +390,7 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
     with the size and mtime it had. `listing(prefixes)` may replace the store listing
     (the Spark engine lists in executors and leaves referenced keys out)."""
     opts.check()
-    run_id = run_id or f"gc-{int(now() * 1000)}"
+    run_id = run_id or f"gc-{int(now() * 1000)}-{uuid.uuid4().hex[:6]}"  # two runs at once never share one
     started = now()
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     refs = refs or load_references(meta, store)
@@ -502,7 +503,8 @@ def still_collectable(c: dict, refs: References) -> bool:
     if key in refs.files or refs.skipped(None if coll < 0 else coll):
         return False
     if reason == DROPPED_SEGMENT:
-        return (coll, c["segment_id"]) not in refs.changed_segments and refs.dropped.get(key) == (coll, c["segment_id"])
+        owner = (coll, c.get("segment_id", -1))
+        return owner not in refs.changed_segments and refs.dropped.get(key) == owner
     return key not in refs.dropped  # an orphan a (Dropped) record now references waits for that record
 
 
@@ -523,7 +525,7 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
         refs = References(revision=mark_rev)
         for c in candidates:  # the Dropped records the mark judged, as it saw them
             if c["reason"] == DROPPED_SEGMENT:
-                refs.dropped[c["path"]] = (c["collection_id"], c["segment_id"])
+                refs.dropped[c["path"]] = (c["collection_id"], c.get("segment_id", -1))
     out = SweepResult()
     unfinished: set[tuple[int, int]] = set()  # dropped segments with a file left behind
     for i in range(0, len(candidates), batch):
@@ -536,7 +538,7 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
                 doomed[c["path"]] = c
             else:
                 out.rechecked_kept += 1
-                unfinished.add((c["collection_id"], c["segment_id"]))
+                unfinished.add((c["collection_id"], c.get("segment_id", -1)))
         res = store.delete_checked([ObjectInfo(c["path"], c["size"], c["mtime"]) for c in doomed.values()])
         for key in res.deleted:
             c = doomed[key]
@@ -549,7 +551,7 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
         out.changed_kept += len(res.changed)
         out.errors += [(e.key, e.error) for e in res.errors]
         for key in res.changed + [e.key for e in res.errors]:
-            unfinished.add((doomed[key]["collection_id"], doomed[key]["segment_id"]))
+            unfinished.add((doomed[key]["collection_id"], doomed[key].get("segment_id", -1)))
     refs = refresh_references(meta, store, refs)
     _remove_dropped_records(meta, store, run_id, mark_rev, refs, unfinished, out)
     summary["swept"] = out.summary()
@@ -561,7 +563,11 @@ def _remove_dropped_records(meta: Meta, store: Store, run_id: str, mark_rev: int
                             unfinished: set[tuple[int, int]], out: SweepResult) -> None:
     """Remove the record of each reclaimable Dropped segment whose files are all gone,
     in one guarded txn per record: it must be unchanged since the mark's revision."""
-    for c, p, s in _read_json(store, run_id, "dropped.json")["segments"]:
+    try:
+        segments = _read_json(store, run_id, "dropped.json")["segments"]
+    except NotFound:
+        return  # a report without one (written before dropped segments were marked): nothing to remove
+    for c, p, s in segments:
         if (c, s) in unfinished or (c, s) in refs.changed_segments or refs.skipped(c):
             out.dropped_records_kept += 1
             continue
