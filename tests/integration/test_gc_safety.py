@@ -377,3 +377,16 @@ def test_cli_gc_run_is_a_dry_run_unless_executed(meta, store, coll, settings, mo
     assert cli.main(["gc", "run", "--execute"]) == 0
     assert "1 files, 10 bytes deleted" in capsys.readouterr().out
     assert not os.path.exists(orphan) and os.path.exists(odd)
+
+
+def test_a_store_root_swapped_for_a_symlink_deletes_nothing(tmp_path):
+    from seglake.storage.local import LocalStore
+
+    store = LocalStore(tmp_path / "root")
+    store.put("insert_log/1/2/3/100/1", b"x")
+    outside = tmp_path / "outside"
+    shutil.copytree(tmp_path / "root", outside)
+    shutil.rmtree(tmp_path / "root")
+    os.symlink(outside, tmp_path / "root")
+    out = store.delete_checked(["insert_log/1/2/3/100/1"])
+    assert out.errors and not out.deleted and (outside / "insert_log/1/2/3/100/1").exists()

@@ -235,7 +235,12 @@ class LocalStore(Store):
 
     def _delete_groups(self, groups) -> DeleteOutcome:
         out = DeleteOutcome()
-        with _DirChain(str(self.root)) as chain:
+        try:
+            chain = _DirChain(str(self.root))
+        except OSError as e:  # the root itself swapped for a symlink or gone: touch nothing
+            out.errors += [DeleteError(k, f"cannot open the store root: {e.strerror}") for _, g in groups for k, _, _ in g]
+            return out
+        with chain:
             for parent, items in groups:
                 try:
                     fd = chain.open(parent.split("/") if parent else [])
@@ -261,12 +266,10 @@ class _DirChain:
     FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
     def __init__(self, root: str):
-        self.root = root
+        self.fds: list[int] = [os.open(root, self.FLAGS)]
         self.names: list[str] = []
-        self.fds: list[int] = []
 
     def __enter__(self):
-        self.fds = [os.open(self.root, self.FLAGS)]
         return self
 
     def __exit__(self, *exc):
