@@ -66,31 +66,8 @@ class LocalStore(Store):
         be re-encoded into another key). Symlinks are neither followed nor listed."""
         pfx = normalize_prefix(prefix)
         start = self._real_dir(pfx)
-        if start is None:
-            return
-        stack = [(start, pfx)]
-        while stack:
-            path, rel = stack.pop()
-            try:
-                entries = sorted(_scandir(path), key=lambda e: e.name, reverse=True)
-            except FileNotFoundError:
-                continue  # removed while listing
-            except OSError as e:
-                raise Unavailable(f"cannot list {path!r}: {e.strerror}") from None
-            files = []
-            for e in entries:
-                if e.is_symlink():
-                    continue
-                if e.is_dir(follow_symlinks=False):
-                    stack.append((e.path, rel + e.name + "/"))
-                elif e.is_file(follow_symlinks=False):
-                    files.append(e)
-            for e in reversed(files):
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                yield ObjectInfo(rel + e.name, st.st_size, st.st_mtime)
+        if start is not None:
+            yield from _walk(start, pfx)
 
     def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
         pfx = normalize_prefix(prefix)
@@ -108,7 +85,10 @@ class LocalStore(Store):
             if e.is_symlink():
                 continue
             if e.is_dir(follow_symlinks=False):
-                dirs.append(f"{pfx}{e.name}/")
+                if _canonical(pfx + e.name):
+                    dirs.append(f"{pfx}{e.name}/")
+                else:  # a prefix list() could not take: its objects come back here instead
+                    files += _walk(e.path, f"{pfx}{e.name}/")
             elif e.is_file(follow_symlinks=False):
                 try:
                     st = e.stat(follow_symlinks=False)
@@ -316,6 +296,41 @@ def _unlink_at(dir_fd: int, key: str, name: str, expect: ObjectInfo | None, out:
         out.errors.append(DeleteError(key, e.strerror or str(e)))
     else:
         out.deleted.append(key)
+
+
+def _walk(start: str, pfx: str) -> Iterator[ObjectInfo]:
+    """Every regular file below the directory `start`, keyed `pfx` + its relative path."""
+    stack = [(start, pfx)]
+    while stack:
+        path, rel = stack.pop()
+        try:
+            entries = sorted(_scandir(path), key=lambda e: e.name, reverse=True)
+        except FileNotFoundError:
+            continue  # removed while listing
+        except OSError as e:
+            raise Unavailable(f"cannot list {path!r}: {e.strerror}") from None
+        files = []
+        for e in entries:
+            if e.is_symlink():
+                continue
+            if e.is_dir(follow_symlinks=False):
+                stack.append((e.path, rel + e.name + "/"))
+            elif e.is_file(follow_symlinks=False):
+                files.append(e)
+        for e in reversed(files):
+            try:
+                st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            yield ObjectInfo(rel + e.name, st.st_size, st.st_mtime)
+
+
+def _canonical(key: str) -> bool:
+    try:
+        check_key(key)
+        return True
+    except ValueError:
+        return False
 
 
 def _scandir(path: str) -> list[os.DirEntry]:

@@ -92,12 +92,15 @@ class S3Store(Store):
     # Store ------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         pfx = normalize_prefix(prefix)
-        full = f"{self.base}/{pfx}" if self.base else pfx
+        yield from self._list_full(f"{self.base}/{pfx}" if self.base else pfx)
+
+    def _list_full(self, full: str) -> Iterator[ObjectInfo]:
+        """Every object under the exact bucket prefix `full`, keys exactly as listed."""
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": 1000})
         it = iter(pages)
         while True:
-            page = self._do("list", pfx, lambda: next(it, None))
+            page = self._do("list", self._rel(full), lambda: next(it, None))
             if page is None:
                 return
             for obj in page.get("Contents", []):
@@ -116,7 +119,12 @@ class S3Store(Store):
             page = self._do("list", pfx, lambda: next(it, None))
             if page is None:
                 return dirs, files
-            dirs += [self._rel(p["Prefix"]) for p in page.get("CommonPrefixes", [])]
+            for p in page.get("CommonPrefixes", []):
+                rel = self._rel(p["Prefix"])
+                try:
+                    dirs.append(check_key(rel[:-1]) + "/")
+                except ValueError:  # 'a//', '/', ... : list() cannot take it; its objects come back here
+                    files += self._list_full(p["Prefix"])
             files += [ObjectInfo(self._rel(o["Key"]), o["Size"], o["LastModified"].timestamp())
                       for o in page.get("Contents", []) if not o["Key"].endswith("/")]
 
