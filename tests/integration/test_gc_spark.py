@@ -53,7 +53,8 @@ def test_spark_and_inline_marks_agree(meta, store, settings):
     for k in [f"insert_log/{cid}/9/{i}/100/1" for i in range(5)] + [
             "index_files/77/1/9/424242/centroids", "README", "notes/readme.txt", f"insert_log/{cid}/9/9/100/01",
             f"insert_log/{cid}/9/9/100/2\\3", b"insert_log/%d/9/9/100/\xff" % cid, b"notes/\xfe.bin",
-            f"insert_log/{cid}/9/9/100/.seglake-tmp-1.2-ab.0", "wal/dml_0/1.frag"]:
+            f"insert_log/{cid}/9/9/100/.seglake-tmp-1.2-ab.0", "wal/dml_0/1.frag",
+            "notes\\dir/f", b"\xffdir/f", "insert_log/a\\b/1", f"insert_log/{cid}/x\\y/1"]:
         _write(store, k)
     _write(store, f"delta_log/{cid}/9/9/1", age=0)
     for scope in (0, cid):
@@ -67,7 +68,7 @@ def test_spark_and_inline_marks_agree(meta, store, settings):
         assert sorted(map(str, gc.read_report(store, f"spark-{scope}"))) == \
             sorted(map(str, gc.read_report(store, f"inline-{scope}")))
         assert inline["candidates"] == 5 + (1 if not scope else 0) + len(list(segs[0].binlogs)) + 4
-        assert inline["unrecognised"]["files"] == (8 if not scope else 4)
+        assert inline["unrecognised"]["files"] == (12 if not scope else 5)
         assert inline["unknown_segment"]["files"] == (1 if scope else 0)
         assert inline["listed"] == inline["referenced"] + inline["internal"] + inline["candidates"] + \
             inline["unrecognised"]["files"] + sum(inline["kept"].values())
