@@ -644,10 +644,11 @@ def format_summary(result: dict) -> str:
     for k, v in sorted(m["by_collection_reason"].items()):
         coll, reason = k.split("/")
         lines.append(f"  collection {coll if coll != '-1' else '?'}: {reason}: {v['files']} files, {v['bytes']} bytes")
-    d = m.get("dropped")
+    d = result.get("dropped") or (result.get("sweep") or {}).get("dropped") or m.get("dropped")
     if d:
+        kept = d.get("kept_referenced_or_skipped", (m.get("dropped") or {}).get("kept_referenced_or_skipped", 0))
         lines.append(f"dropped segments: {d['segments']} {'would be ' if dry else ''}reclaimed "
-                     f"({d['files']} files, {d['bytes']} bytes), {d['kept_referenced_or_skipped']} kept")
+                     f"({d['files']} files, {d['bytes']} bytes), {kept} kept")
     if "sweep" in result:
         s = result["sweep"]
         lines.append(f"swept: {s['deleted']} files, {s['deleted_bytes']} bytes deleted by this run; "
