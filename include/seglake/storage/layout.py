@@ -125,34 +125,6 @@ def report(kind: str, name: str) -> str:
     return f"{REPORTS}/{normalize_key(kind)}/{normalize_key(name)}.json"
 
 
-@dataclass(frozen=True)
-class SegmentFile:
-    kind: str            # insert | delta | stats | index
-    key: str
-    size: int
-    entries: int | None  # rows for Parquet logs, None where rows do not apply
-    field_id: int | None = None
-
-
-def segment_files(seg, *, partition_id: int | None = None, segment_id: int | None = None,
-                  collection_id: int | None = None) -> Iterator[SegmentFile]:
-    """Every file a segment record references. The keyword overrides give the paths the
-    same files take under another collection/partition/segment id (a copy target)."""
-    c = seg.collection_id if collection_id is None else collection_id
-    p = seg.partition_id if partition_id is None else partition_id
-    s = seg.segment_id if segment_id is None else segment_id
-    for field_id, logs in sorted(seg.binlogs.items()):
-        for b in logs:
-            yield SegmentFile("insert", insert_log(c, p, s, field_id, b.log_id), b.size, b.entries, field_id)
-    for b in seg.deltalogs:
-        yield SegmentFile("delta", delta_log(c, p, s, b.log_id), b.size, b.entries)
-    for field_id, logs in sorted(seg.statslogs.items()):
-        for b in logs:
-            yield SegmentFile("stats", stats_log(c, p, s, field_id, b.log_id), b.size, None, field_id)
-    for f in seg.index_files:
-        yield SegmentFile("index", index_file(f.build_id, f.version, p, s, f.name), f.size, None)
-
-
 # -- parsing: the one parser, checked against the builders --------------------------------
 INSERT, DELTA, STATS, INDEX = "insert", "delta", "stats", "index"
 SNAPSHOT_METADATA, SNAPSHOT_MANIFEST = "snapshot_metadata", "snapshot_manifest"
@@ -223,3 +195,32 @@ def parse_key(key) -> ParsedKey | None:
         parsed = ParsedKey(kind, **fields)
         return parsed if parsed.key() == key else None
     return None
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    kind: str            # insert | delta | stats | index
+    key: str
+    size: int
+    entries: int | None  # rows for Parquet logs, None where rows do not apply
+    field_id: int | None = None
+
+
+def segment_files(seg, *, partition_id: int | None = None, segment_id: int | None = None,
+                  collection_id: int | None = None) -> Iterator[SegmentFile]:
+    """Every file a segment record references. The keyword overrides give the paths the
+    same files take under another collection/partition/segment id (a copy target)."""
+    c = seg.collection_id if collection_id is None else collection_id
+    p = seg.partition_id if partition_id is None else partition_id
+    s = seg.segment_id if segment_id is None else segment_id
+    for field_id, logs in sorted(seg.binlogs.items()):
+        for b in logs:
+            yield SegmentFile("insert", insert_log(c, p, s, field_id, b.log_id), b.size, b.entries, field_id)
+    for b in seg.deltalogs:
+        yield SegmentFile("delta", delta_log(c, p, s, b.log_id), b.size, b.entries)
+    for field_id, logs in sorted(seg.statslogs.items()):
+        for b in logs:
+            yield SegmentFile("stats", stats_log(c, p, s, field_id, b.log_id), b.size, None, field_id)
+    for f in seg.index_files:
+        yield SegmentFile("index", index_file(f.build_id, f.version, p, s, f.name), f.size, None)
+
