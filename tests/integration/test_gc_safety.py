@@ -237,13 +237,16 @@ def test_a_scoped_run_reports_index_files_of_unknown_segments(meta, store, coll)
 def test_snapshot_files_of_unknown_snapshot_ids_are_not_collected(meta, store, coll):
     c = coll.collection_id
     rec = snapshot.create(meta, store, "demo", "s")
-    stray = layout.snapshot_manifest(c, rec.snapshot_id, 99)  # a leftover under a known snapshot id
-    foreign = [layout.snapshot_metadata(c, rec.snapshot_id + 1000), layout.snapshot_manifest(c, 5555, 0)]
-    for k in [stray, *foreign]:
+    strays = [layout.snapshot_manifest(c, rec.snapshot_id, 99),  # leftovers under a known snapshot id,
+              layout.snapshot_attempt_manifest(c, rec.snapshot_id, 7, 0),  # e.g. a losing write attempt's
+              layout.snapshot_attempt_metadata(c, rec.snapshot_id, 7)]
+    foreign = [layout.snapshot_metadata(c, rec.snapshot_id + 1000), layout.snapshot_manifest(c, 5555, 0),
+               layout.snapshot_attempt_manifest(c, 5555, 1, 0), layout.snapshot_attempt_metadata(c, 5555, 1)]
+    for k in [*strays, *foreign]:
         _write(store, k, b"m")
     res = gc.run(meta, store, gc.GCOptions())
-    assert not store.exists(stray) and all(store.exists(k) for k in foreign)
-    assert res["mark"]["unrecognised"]["files"] == 2
+    assert not any(store.exists(k) for k in strays) and all(store.exists(k) for k in foreign)
+    assert res["mark"]["unrecognised"]["files"] == len(foreign)
     assert snapshot.RefIndex.load(meta, store).files  # the snapshot still loads
 
 

@@ -17,6 +17,10 @@ BUILT = [
                                                             name="index_meta.json")),
     (layout.snapshot_metadata(7, 44), dict(kind="snapshot_metadata", collection_id=7, snapshot_id=44)),
     (layout.snapshot_manifest(7, 44, 12), dict(kind="snapshot_manifest", collection_id=7, snapshot_id=44, n=12)),
+    (layout.snapshot_attempt_metadata(7, 44, 3), dict(kind="snapshot_attempt_metadata", collection_id=7,
+                                                      snapshot_id=44, attempt=3)),
+    (layout.snapshot_attempt_manifest(7, 44, 3, 12), dict(kind="snapshot_attempt_manifest", collection_id=7,
+                                                          snapshot_id=44, attempt=3, n=12)),
 ]
 
 
@@ -54,6 +58,8 @@ ODD = [
     "snapshots/1/metadata/01.json", "snapshots/1/metadata/1.JSON", "snapshots/1/metadata/1.json.tmp",
     "snapshots/1/metadata/1", "snapshots/1/manifests/1/00.avro", "snapshots/1/manifests/1/0.avro/x",
     "snapshots/1/manifests/1/a.avro", "snapshots/1/other/1.json", "snapshots/x/metadata/1.json",
+    "snapshots/1/metadata/1/01.json", "snapshots/1/metadata/1/2/3.json", "snapshots/1/manifests/1/02/0.avro",
+    "snapshots/1/manifests/1/2/3/0.avro", "snapshots/1/manifests/1/2/0.json",
     "insert_log/1/2/3/100/\udcff", "notes/\udcfe\udcff", "insert_log/1/2/\udcff/100/9",
 ]
 

@@ -6,6 +6,8 @@
     index_files/{build_id}/{version}/{part}/{seg}/{file}
     snapshots/{coll}/metadata/{snapshot_id}.json
     snapshots/{coll}/manifests/{snapshot_id}/{n}.avro
+    snapshots/{coll}/manifests/{snapshot_id}/{attempt}/{n}.avro   per write attempt (snap)
+    snapshots/{coll}/metadata/{snapshot_id}/{attempt}.json        per write attempt (snap)
     wal/{pchannel}/...
     _reports/{kind}/{name}.json       run reports (verify, gc)
 
@@ -121,6 +123,24 @@ def snapshot_manifests_prefix(coll: int, snapshot_id: int) -> str:
     return f"{SNAPSHOTS}/{coll}/manifests/{snapshot_id}/"
 
 
+def snapshot_attempt_manifest(coll: int, snapshot_id: int, attempt: int, n: int) -> str:
+    """Manifest `n` written by one write attempt (a racing attempt never shares a name)."""
+    return f"{snapshot_attempt_prefix(coll, snapshot_id, attempt)}{n}.avro"
+
+
+def snapshot_attempt_prefix(coll: int, snapshot_id: int, attempt: int) -> str:
+    return f"{SNAPSHOTS}/{coll}/manifests/{snapshot_id}/{attempt}/"
+
+
+def snapshot_attempt_metadata(coll: int, snapshot_id: int, attempt: int) -> str:
+    """Metadata JSON of one write attempt; the committed record names the winner's."""
+    return f"{snapshot_metadata_prefix(coll, snapshot_id)}{attempt}.json"
+
+
+def snapshot_metadata_prefix(coll: int, snapshot_id: int) -> str:
+    return f"{SNAPSHOTS}/{coll}/metadata/{snapshot_id}/"
+
+
 def report(kind: str, name: str) -> str:
     return f"{REPORTS}/{normalize_key(kind)}/{normalize_key(name)}.json"
 
@@ -128,6 +148,7 @@ def report(kind: str, name: str) -> str:
 # -- parsing: the one parser, checked against the builders --------------------------------
 INSERT, DELTA, STATS, INDEX = "insert", "delta", "stats", "index"
 SNAPSHOT_METADATA, SNAPSHOT_MANIFEST = "snapshot_metadata", "snapshot_manifest"
+SNAPSHOT_ATTEMPT_METADATA, SNAPSHOT_ATTEMPT_MANIFEST = "snapshot_attempt_metadata", "snapshot_attempt_manifest"
 MAX_ID = 2**63 - 1
 _ID = r"(?:0|[1-9][0-9]{0,18})"
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}"  # an index file name (never a dot file)
@@ -146,6 +167,7 @@ class ParsedKey:
     version: int | None = None
     name: str | None = None
     snapshot_id: int | None = None
+    attempt: int | None = None
     n: int | None = None
 
     def key(self) -> str:
@@ -164,9 +186,14 @@ _PATTERNS = {kind: re.compile(rx, re.ASCII) for kind, rx in (
     (INDEX, rf"{INDEX_FILES}/{_ids('build_id', 'version', 'partition_id', 'segment_id')}/(?P<name>{_NAME})"),
     (SNAPSHOT_METADATA, rf"{SNAPSHOTS}/(?P<collection_id>{_ID})/metadata/(?P<snapshot_id>{_ID})\.json"),
     (SNAPSHOT_MANIFEST, rf"{SNAPSHOTS}/(?P<collection_id>{_ID})/manifests/(?P<snapshot_id>{_ID})/(?P<n>{_ID})\.avro"),
+    (SNAPSHOT_ATTEMPT_METADATA,
+     rf"{SNAPSHOTS}/(?P<collection_id>{_ID})/metadata/(?P<snapshot_id>{_ID})/(?P<attempt>{_ID})\.json"),
+    (SNAPSHOT_ATTEMPT_MANIFEST,
+     rf"{SNAPSHOTS}/(?P<collection_id>{_ID})/manifests/(?P<snapshot_id>{_ID})/(?P<attempt>{_ID})/(?P<n>{_ID})\.avro"),
 )}
 _ROOT_KINDS = {INSERT_LOG: (INSERT,), DELTA_LOG: (DELTA,), STATS_LOG: (STATS,), INDEX_FILES: (INDEX,),
-               SNAPSHOTS: (SNAPSHOT_METADATA, SNAPSHOT_MANIFEST)}
+               SNAPSHOTS: (SNAPSHOT_METADATA, SNAPSHOT_MANIFEST, SNAPSHOT_ATTEMPT_METADATA,
+                           SNAPSHOT_ATTEMPT_MANIFEST)}
 _BUILD = {
     INSERT: lambda p: insert_log(p.collection_id, p.partition_id, p.segment_id, p.field_id, p.log_id),
     DELTA: lambda p: delta_log(p.collection_id, p.partition_id, p.segment_id, p.log_id),
@@ -174,6 +201,8 @@ _BUILD = {
     INDEX: lambda p: index_file(p.build_id, p.version, p.partition_id, p.segment_id, p.name),
     SNAPSHOT_METADATA: lambda p: snapshot_metadata(p.collection_id, p.snapshot_id),
     SNAPSHOT_MANIFEST: lambda p: snapshot_manifest(p.collection_id, p.snapshot_id, p.n),
+    SNAPSHOT_ATTEMPT_METADATA: lambda p: snapshot_attempt_metadata(p.collection_id, p.snapshot_id, p.attempt),
+    SNAPSHOT_ATTEMPT_MANIFEST: lambda p: snapshot_attempt_manifest(p.collection_id, p.snapshot_id, p.attempt, p.n),
 }
 
 
