@@ -110,8 +110,8 @@ def test_files_written_after_listing_started_are_never_deleted(meta, store, coll
     late = f"insert_log/{c}/1/1/100/99"
     real_list = store.list
 
-    def slow_list(prefix=""):
-        for i, o in enumerate(real_list(prefix)):
+    def slow_list(prefix="", **kw):
+        for i, o in enumerate(real_list(prefix, **kw)):
             if i == 2:
                 store.put(late, b"written during the listing")
                 time.sleep(1.2)  # the listing takes longer than the (forced) tolerance

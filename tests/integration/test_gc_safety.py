@@ -411,3 +411,31 @@ def test_the_split_listing_sees_exactly_what_the_plain_listing_sees(store, s3_st
             plain = [o.key for p in prefixes for o in st.list(p)]
             assert sorted(split) == sorted(plain) and len(split) == len(set(split))
         assert len(list(st.list(""))) == n
+
+
+def test_an_unreadable_directory_is_reported_and_never_blocks_the_run(meta, store, coll, monkeypatch):
+    """e.g. a root-owned lost+found (0700) at the top of a store on its own mount, seen by
+    a non-root worker: the run goes on, reports the directory, deletes nothing in it."""
+    from seglake.storage import local
+
+    c = coll.collection_id
+    hidden = [_write(store, "lost+found/#123"), _write(store, f"insert_log/{c}/8/8/100/1")]
+    orphan = _write(store, f"insert_log/{c}/9/9/100/1")
+    real = local._scandir
+    denied = {os.path.join(store.uri, "lost+found"), os.path.join(store.uri, f"insert_log/{c}/8")}
+
+    def scandir(path):
+        if path in denied:
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(local, "_scandir", scandir)
+    res = gc.run(meta, store, gc.GCOptions())
+    assert all(os.path.exists(p) for p in hidden) and not os.path.exists(orphan)
+    assert res["mark"]["unreadable_directories"]["sample"] == ["insert_log/%d/8/" % c, "lost+found/"]
+    assert "could not be read" in gc.format_summary(res)
+    units, loose = gc.split_prefixes(store, [""])  # the Spark engine's listing reports them too
+    split = {o.key for o in loose} | {o.key for u in units for o in store.list(u, report_unreadable=True)}
+    assert {"lost+found/", f"insert_log/{c}/8/"} <= split
+    with pytest.raises(gc.SeglakeError, match="cannot list"):  # plain listings still refuse
+        list(store.list(""))

@@ -55,6 +55,7 @@ ORPHAN, DROPPED_SEGMENT = "orphan", "dropped_segment"
 CANDIDATE_REASONS = (ORPHAN, DROPPED_SEGMENT)
 REFERENCED, INTERNAL_FILE, UNRECOGNISED = "referenced", "internal", "unrecognised"
 UNKNOWN_SEGMENT, OUT_OF_SCOPE, DROPPED_RECENT = "unknown_segment", "out_of_scope", "dropped_within_tolerance"
+UNREADABLE_DIR = "unreadable_directory"  # listed with report_unreadable: its content was not judged
 BLOCKED, PAUSED, YOUNG = "skipped_pending_snapshot", "skipped_paused", "kept_young"
 
 
@@ -252,6 +253,8 @@ def judge(key: str, refs: References, reclaim: Reclaim, collection_id: int | Non
     `layout.parse_key` parses can ever be a candidate."""
     if key.startswith(INTERNAL):
         return INTERNAL_FILE, None, None
+    if key.endswith("/"):
+        return UNREADABLE_DIR, None, None
     if key in refs.files:
         return REFERENCED, None, None
     p = layout.parse_key(key)
@@ -305,10 +308,10 @@ def split_prefixes(store: Store, prefixes: list[str]) -> tuple[list[str], list[O
     `store.list(p)` yields for every p."""
     units, loose = [], []
     for p in prefixes:
-        dirs, files = store.list_level(p)
+        dirs, files = store.list_level(p, report_unreadable=True)
         loose += files
         for d in dirs:
-            sub, sub_files = store.list_level(d)
+            sub, sub_files = store.list_level(d, report_unreadable=True)
             loose += sub_files
             units += sub
     return units, loose
@@ -323,7 +326,7 @@ def list_units_from_env(prefixes: Iterable[str], settings_env: dict) -> Iterator
 
     store = open_store(Settings.load(env=settings_env))
     for p in prefixes:
-        for o in store.list(p):
+        for o in store.list(p, report_unreadable=True):
             yield (layout.display_key(o.key), o.size, o.mtime)
 
 
@@ -362,6 +365,7 @@ class MarkResult:
     internal: int = 0
     unrecognised: Tally = field(default_factory=Tally)
     unknown_segment: Tally = field(default_factory=Tally)
+    unreadable: Tally = field(default_factory=Tally)   # directories that could not be listed
     dropped_segments: int = 0
     dropped_kept: int = 0
     dry_run: bool = False
@@ -378,6 +382,7 @@ class MarkResult:
                 "candidates": len(self.candidates), "candidate_bytes": sum(c["size"] for c in self.candidates),
                 "kept": self.kept, "unrecognised": self.unrecognised.to_json(),
                 "unknown_segment": self.unknown_segment.to_json(),
+                "unreadable_directories": self.unreadable.to_json(),
                 "dropped": {"segments": self.dropped_segments, "files": len(dropped),
                             "bytes": sum(c["size"] for c in dropped), "kept_referenced_or_skipped": self.dropped_kept},
                 "by_collection_reason": dict(by), "report": self.report_key,
@@ -399,7 +404,7 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
     if listing is not None:
         objects, pre_referenced = listing(prefixes)
     else:
-        objects, pre_referenced = (o for p in prefixes for o in store.list(p)), 0
+        objects, pre_referenced = (o for p in prefixes for o in store.list(p, report_unreadable=True)), 0
     m = MarkResult(run_id, started, cutoff, pre_referenced, [], {}, "", refs.revision, referenced=pre_referenced,
                    dropped_segments=len(reclaim.segments), dropped_kept=reclaim.kept, dry_run=opts.dry_run)
     kept = defaultdict(int)
@@ -414,6 +419,8 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
             m.internal += 1
         elif reason == UNRECOGNISED:
             m.unrecognised.add(row["path"], row["size"])
+        elif reason == UNREADABLE_DIR:
+            m.unreadable.add(row["path"], 0)
         else:
             kept[reason] += 1
             if reason == UNKNOWN_SEGMENT:
@@ -637,6 +644,10 @@ def format_summary(result: dict) -> str:
              f"{' that a real run deletes' if dry else ''}, kept {m['kept']}",
              f"unrecognised (never deleted): {u['files']} files, {u['bytes']} bytes"
              + (f", e.g. {', '.join(u['sample'][:5])}" if u["sample"] else "")]
+    ud = m.get("unreadable_directories") or {}
+    if ud.get("files"):
+        lines.append(f"directories that could not be read (their content not judged): {ud['files']}, "
+                     f"e.g. {', '.join(ud['sample'][:5])}")
     us = m.get("unknown_segment") or {}
     if us.get("files"):
         lines.append(f"index files of unknown segments (not judged by a scoped run): {us['files']} files, "

@@ -14,6 +14,9 @@ class ObjectInfo:
     mtime: float   # unix seconds
 
 
+UNREADABLE = -1  # the size of a directory listed with report_unreadable that could not be read
+
+
 @dataclass(frozen=True)
 class DeleteError:
     key: str
@@ -34,8 +37,10 @@ class Store(abc.ABC):
     uri: str
 
     @abc.abstractmethod
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Stream every object under `prefix` (treated as a directory: 'c1' never lists 'c10/')."""
+    def list(self, prefix: str = "", report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+        """Stream every object under `prefix` (treated as a directory: 'c1' never lists 'c10/').
+        report_unreadable: a directory below the root that cannot be read comes back as
+        ObjectInfo(its prefix ending in '/', UNREADABLE, 0.0) instead of failing the listing."""
 
     @abc.abstractmethod
     def head(self, key: str) -> ObjectInfo:
@@ -72,7 +77,7 @@ class Store(abc.ABC):
         """A seekable binary reader (for Parquet footers)."""
 
     @abc.abstractmethod
-    def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+    def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         """One level under `prefix`: (child prefixes ending in '/', objects directly there).
         Used to split a listing across workers."""
 

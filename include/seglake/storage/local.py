@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, Unavailable
-from seglake.storage.base import DeleteError, DeleteOutcome, ObjectInfo, Store
+from seglake.storage.base import UNREADABLE, DeleteError, DeleteOutcome, ObjectInfo, Store
 from seglake.storage.layout import check_key, normalize_key, normalize_prefix
 
 TMP_PREFIX = ".seglake-tmp-"
@@ -60,16 +60,16 @@ class LocalStore(Store):
                 return None
         return path
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", report_unreadable: bool = False) -> Iterator[ObjectInfo]:
         """Regular files only, keys exactly as named on disk (a name that is not valid
         UTF-8 comes through with surrogate escapes, for the caller to report, never to
         be re-encoded into another key). Symlinks are neither followed nor listed."""
         pfx = normalize_prefix(prefix)
         start = self._real_dir(pfx)
         if start is not None:
-            yield from _walk(start, pfx)
+            yield from _walk(start, pfx, report_unreadable)
 
-    def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+    def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         pfx = normalize_prefix(prefix)
         start = self._real_dir(pfx)
         if start is None:
@@ -80,6 +80,8 @@ class LocalStore(Store):
         except FileNotFoundError:
             return [], []
         except OSError as e:
+            if report_unreadable and pfx:
+                return [], [ObjectInfo(pfx, UNREADABLE, 0.0)]
             raise Unavailable(f"cannot list {start!r}: {e.strerror}") from None
         for e in entries:
             if e.is_symlink():
@@ -88,7 +90,7 @@ class LocalStore(Store):
                 if _canonical(pfx + e.name):
                     dirs.append(f"{pfx}{e.name}/")
                 else:  # a prefix list() could not take: its objects come back here instead
-                    files += _walk(e.path, f"{pfx}{e.name}/")
+                    files += _walk(e.path, f"{pfx}{e.name}/", report_unreadable)
             elif e.is_file(follow_symlinks=False):
                 try:
                     st = e.stat(follow_symlinks=False)
@@ -298,8 +300,10 @@ def _unlink_at(dir_fd: int, key: str, name: str, expect: ObjectInfo | None, out:
         out.deleted.append(key)
 
 
-def _walk(start: str, pfx: str) -> Iterator[ObjectInfo]:
-    """Every regular file below the directory `start`, keyed `pfx` + its relative path."""
+def _walk(start: str, pfx: str, report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+    """Every regular file below the directory `start`, keyed `pfx` + its relative path;
+    an unreadable directory raises, or with report_unreadable comes back as
+    ObjectInfo(its prefix, UNREADABLE, 0.0)."""
     stack = [(start, pfx)]
     while stack:
         path, rel = stack.pop()
@@ -308,6 +312,9 @@ def _walk(start: str, pfx: str) -> Iterator[ObjectInfo]:
         except FileNotFoundError:
             continue  # removed while listing
         except OSError as e:
+            if report_unreadable and rel:  # (the store root itself must be readable)
+                yield ObjectInfo(rel, UNREADABLE, 0.0)
+                continue
             raise Unavailable(f"cannot list {path!r}: {e.strerror}") from None
         files = []
         for e in entries:

@@ -90,7 +90,7 @@ class S3Store(Store):
             raise self._err(e, what, key) from None
 
     # Store ------------------------------------------------------------------------------
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", report_unreadable: bool = False) -> Iterator[ObjectInfo]:
         pfx = normalize_prefix(prefix)
         yield from self._list_full(f"{self.base}/{pfx}" if self.base else pfx)
 
@@ -108,7 +108,7 @@ class S3Store(Store):
                     continue  # directory marker
                 yield ObjectInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"].timestamp())
 
-    def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+    def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         pfx = normalize_prefix(prefix)
         full = f"{self.base}/{pfx}" if self.base else pfx
         pages = self.client.get_paginator("list_objects_v2").paginate(
