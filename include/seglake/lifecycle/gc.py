@@ -575,7 +575,8 @@ def _remove_dropped_records(meta: Meta, store: Store, run_id: str, mark_rev: int
     except NotFound:
         return  # a report without one (written before dropped segments were marked): nothing to remove
     for c, p, s in segments:
-        if (c, s) in unfinished or (c, s) in refs.changed_segments or refs.skipped(c):
+        if (c, s) in unfinished or (c, s) in refs.changed_segments or (c, s) in refs.snapshot_segments \
+                or refs.skipped(c):
             out.dropped_records_kept += 1
             continue
         key = meta.keys.segment(c, p, s)
