@@ -273,8 +273,13 @@ def cmd_gc_report(args, s: Settings) -> int:
     swept = doc.get("swept")
     print(f"gc run {doc['run_id']}{' (dry run)' if doc.get('dry_run') else ''}: listed {doc['listed']}, "
           f"{doc['candidates']} candidates, {human_bytes(doc['candidate_bytes'])}; kept {doc['kept']}")
+    u = doc.get("unrecognised") or {"files": 0, "bytes": 0, "sample": []}
+    print(f"unrecognised (never deleted): {u['files']} files, {human_bytes(u['bytes'])}"
+          + (f", e.g. {', '.join(u['sample'][:5])}" if u["sample"] else ""))
     print("deleted: " + (f"{swept['deleted']} files, {human_bytes(swept['deleted_bytes'])}, "
-                         f"{swept['rechecked_kept']} kept by the re-check, {len(swept['errors'])} errors"
+                         f"{swept.get('already_gone', 0)} already gone, "
+                         f"{swept['rechecked_kept']} kept by the re-check, "
+                         f"{swept.get('changed_kept', 0)} changed since the mark, {len(swept['errors'])} errors"
                          if swept else "nothing (mark only)"))
     rows = []
     for k, v in sorted(doc["by_collection_reason"].items()):
@@ -283,6 +288,34 @@ def cmd_gc_report(args, s: Settings) -> int:
                      "size": human_bytes(v["bytes"])})
     print(table(rows, ["collection", "reason", "files", "size"]))
     return 0
+
+
+def cmd_gc_run(args, s: Settings) -> int:
+    """A whole GC inline. Dry run unless --execute: the report is what a real run deletes."""
+    from seglake.lifecycle import gc
+
+    meta, store = _open(s)
+    cid = meta.catalog.get_by_name(args.collection, args.db).collection_id if args.collection else None
+    hours = {k: None if getattr(args, f"{k}_hours") is None else getattr(args, f"{k}_hours") * 3600
+             for k in ("missing_tolerance", "drop_tolerance")}
+    opts = gc.GCOptions.from_settings(s, force=args.force, dry_run=not args.execute, collection_id=cid, **hours)
+    result = gc.run(meta, store, opts)
+    emit(args, result, text=gc.format_summary(result) + ("" if args.execute else
+                                                         "\ndry run: nothing deleted; pass --execute to delete"))
+    return 0
+
+
+def _hours(flag: str):
+    def parse(text: str) -> float:
+        import math
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number of hours, got {text!r}") from None
+        if not math.isfinite(v) or v < 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite, non-negative number of hours, got {text!r}")
+        return v
+    return parse
 
 
 def cmd_gc_pause(args, s: Settings) -> int:
@@ -524,6 +557,15 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gc", help="garbage collection").add_subparsers(dest="action", required=True)
     g.add_parser("report", parents=[out], help="the latest mark: candidates and what was deleted").set_defaults(
         fn=cmd_gc_report)
+    gr = g.add_parser("run", parents=[common], help="run GC inline: a dry run unless --execute")
+    gr.add_argument("--execute", action="store_true", help="really delete (default: dry run, report only)")
+    gr.add_argument("--collection", default=None, help="only this collection (default: the whole store)")
+    gr.add_argument("--missing-tolerance-hours", type=_hours("--missing-tolerance-hours"), default=None,
+                    help="age before an orphan is deleted (default: from config)")
+    gr.add_argument("--drop-tolerance-hours", type=_hours("--drop-tolerance-hours"), default=None,
+                    help="age of a Dropped segment before its files go (default: from config)")
+    gr.add_argument("--force", action="store_true", help="allow tolerances below the floor")
+    gr.set_defaults(fn=cmd_gc_run)
     for action in ("pause", "resume"):
         gp = g.add_parser(action, parents=[common])
         gp.add_argument("--collection", default=None)
