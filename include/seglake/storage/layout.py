@@ -6,6 +6,8 @@
     index_files/{build_id}/{version}/{part}/{seg}/{file}
     snapshots/{coll}/metadata/{snapshot_id}.json
     snapshots/{coll}/manifests/{snapshot_id}/{n}.avro
+    snapshots/{coll}/manifests/{snapshot_id}/{attempt}/{n}.avro   per write attempt (snap)
+    snapshots/{coll}/metadata/{snapshot_id}/{attempt}.json        per write attempt (snap)
     wal/{pchannel}/...
     _reports/{kind}/{name}.json       run reports (verify, gc)
 
@@ -89,6 +91,24 @@ def snapshot_manifest(coll: int, snapshot_id: int, n: int) -> str:
 
 def snapshot_manifests_prefix(coll: int, snapshot_id: int) -> str:
     return f"{SNAPSHOTS}/{coll}/manifests/{snapshot_id}/"
+
+
+def snapshot_attempt_manifest(coll: int, snapshot_id: int, attempt: int, n: int) -> str:
+    """Manifest `n` written by one write attempt (a racing attempt never shares a name)."""
+    return f"{snapshot_attempt_prefix(coll, snapshot_id, attempt)}{n}.avro"
+
+
+def snapshot_attempt_prefix(coll: int, snapshot_id: int, attempt: int) -> str:
+    return f"{SNAPSHOTS}/{coll}/manifests/{snapshot_id}/{attempt}/"
+
+
+def snapshot_attempt_metadata(coll: int, snapshot_id: int, attempt: int) -> str:
+    """Metadata JSON of one write attempt; the committed record names the winner's."""
+    return f"{snapshot_metadata_prefix(coll, snapshot_id)}{attempt}.json"
+
+
+def snapshot_metadata_prefix(coll: int, snapshot_id: int) -> str:
+    return f"{SNAPSHOTS}/{coll}/metadata/{snapshot_id}/"
 
 
 def report(kind: str, name: str) -> str:
