@@ -55,9 +55,10 @@ HEARTBEAT_INTERVAL = 10.0    # seconds between a writer's heartbeats
 MIN_PENDING_TIMEOUT = 60.0   # GC never reclaims a PENDING create on less silence than this
 
 
-class SnapshotLost(Conflict):
+class SnapshotLost(StateError):
     """This writer lost its snapshot: another attempt committed it, or GC reclaimed it as
-    abandoned. Nothing of this attempt was committed; its files are orphans for GC."""
+    abandoned. Nothing of this attempt was committed; its files are orphans for GC.
+    (Not a Conflict: re-reading and retrying cannot win it back.)"""
 
 
 def _validate_ttl(ttl: float | None) -> float | None:
