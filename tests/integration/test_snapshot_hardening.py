@@ -374,3 +374,13 @@ def test_remove_files_refuses_anything_but_deleting(meta, store, coll):
     with pytest.raises(StateError, match="COMMITTED"):
         snapshot.remove_files_and_record(meta, store, rec)
     assert snapshot.read_segments(store, rec)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, "600", True])
+def test_a_reclaim_with_a_non_finite_timeout_is_refused_before_any_change(meta, store, coll, timeout):
+    from seglake.errors import ValidationError
+
+    rec = snapshot.begin(meta, "demo", "p", now=time.time() - 10 * HOUR)
+    with pytest.raises(ValidationError, match="snapshot_pending_timeout"):
+        snapshot.reclaim_abandoned(meta, store, rec, timeout, now=time.time())
+    assert meta.snapshots.get(coll.collection_id, "p")[0].state == PENDING

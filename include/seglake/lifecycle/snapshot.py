@@ -29,6 +29,7 @@ reference index garbage collection must respect.
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
 import threading
@@ -444,6 +445,9 @@ def reclaim_abandoned(meta: Meta, store: Store, rec: SnapshotRecord, timeout: fl
     `timeout` seconds (at least MIN_PENDING_TIMEOUT), and only then delete the files and
     the record. False, touching nothing, when the create is alive, committed or gone."""
     now = time.time() if now is None else now
+    for what, v in (("snapshot_pending_timeout", timeout), ("now", now)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValidationError(f"{what} must be a finite non-negative number of seconds, got {v!r}")
     claimed = meta.snapshots.claim_abandoned(rec, max(float(timeout), MIN_PENDING_TIMEOUT), now)
     if claimed is None:
         return False
