@@ -384,3 +384,16 @@ def test_a_reclaim_with_a_non_finite_timeout_is_refused_before_any_change(meta, 
     with pytest.raises(ValidationError, match="snapshot_pending_timeout"):
         snapshot.reclaim_abandoned(meta, store, rec, timeout, now=time.time())
     assert meta.snapshots.get(coll.collection_id, "p")[0].state == PENDING
+
+
+def test_a_snapshot_drop_removes_only_files_of_its_own_layout(meta, store, coll):
+    rec = snapshot.create(meta, store, "demo", "own")
+    c, sid = coll.collection_id, rec.snapshot_id
+    foreign = [f"{layout.snapshot_manifests_prefix(c, sid)}notes.txt",
+               f"{layout.snapshot_manifests_prefix(c, sid)}07/1.avro",
+               f"{layout.snapshot_manifests_prefix(c, sid)}1/2.avro.tmp",
+               f"{layout.snapshot_metadata_prefix(c, sid)}x.json"]
+    for k in foreign:
+        store.put(k, b"not seglake's")
+    assert snapshot.drop(meta, store, "demo", "own")["files_removed"] == 2
+    assert sorted(o.key for o in store.list("snapshots")) == sorted(foreign)
