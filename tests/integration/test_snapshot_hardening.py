@@ -397,3 +397,21 @@ def test_a_snapshot_drop_removes_only_files_of_its_own_layout(meta, store, coll)
         store.put(k, b"not seglake's")
     assert snapshot.drop(meta, store, "demo", "own")["files_removed"] == 2
     assert sorted(o.key for o in store.list("snapshots")) == sorted(foreign)
+
+
+def test_two_removers_of_one_deleting_snapshot_both_succeed(meta, store, coll, monkeypatch):
+    """Two GC runs (or a GC and a resumed drop) finishing one DELETING snapshot at once."""
+    rec = snapshot.create(meta, store, "demo", "twice_gone")
+    rec = meta.snapshots.transition(coll.collection_id, "twice_gone", DELETING)
+    real_delete = store.delete_many
+    calls = []
+
+    def delete_and_let_the_other_finish(keys):
+        errors = real_delete(keys)
+        if not calls:
+            calls.append(1)
+            snapshot.remove_files_and_record(meta, store, rec)  # the other remover, all the way
+        return errors
+    monkeypatch.setattr(store, "delete_many", delete_and_let_the_other_finish)
+    snapshot.remove_files_and_record(meta, store, rec)
+    assert meta.snapshots.find(coll.collection_id, "twice_gone") is None and list(store.list("snapshots")) == []

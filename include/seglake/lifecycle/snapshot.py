@@ -456,7 +456,13 @@ def remove_files_and_record(meta: Meta, store: Store, rec: SnapshotRecord) -> in
     errors = store.delete_many(keys)
     if errors:
         raise SeglakeError(f"could not delete {len(errors)} snapshot files, first: {errors[0].key}: {errors[0].error}")
-    meta.snapshots.remove(kv)  # DELETING records change no more: a Conflict here is a real surprise
+    try:
+        meta.snapshots.remove(kv, cur)
+    except Conflict:
+        now_rec = meta.snapshots.find(rec.collection_id, rec.name)
+        if now_rec is not None and now_rec.snapshot_id == rec.snapshot_id:
+            raise
+        # a concurrent remover (a second GC, a resumed drop) finished first
     return len(keys)
 
 

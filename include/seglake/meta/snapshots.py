@@ -179,8 +179,9 @@ class Snapshots:
             raise StateError(f"snapshot {name!r} is {rec.state}; {rec.state} -> {to_state} is not allowed")
         return self.update(kv, rec.replace(state=to_state, **changes))
 
-    def remove(self, read: KeyValue) -> None:
-        self.kv.txn([unchanged(read)], [Delete(read.key)])
+    def remove(self, read: KeyValue, rec: SnapshotRecord | None = None) -> None:
+        """Delete the record read as `read` (and its heartbeat key, if `rec` is given)."""
+        self.kv.txn([unchanged(read)], [Delete(read.key)] + ([Delete(self.alive_key(rec))] if rec else []))
 
     def list(self, collection_id: int | None = None) -> Iterator[SnapshotRecord]:
         for kv in self.kv.range(self.keys.snapshots_prefix(collection_id)):
