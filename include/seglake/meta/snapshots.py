@@ -17,6 +17,7 @@ writer's commit lose. Nothing is deleted before the claim has won.
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Iterator
 
 import msgspec
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from seglake.meta import Meta
 
 PENDING, COMMITTED, DELETING = "PENDING", "COMMITTED", "DELETING"
-SNAPSHOT_TRANSITIONS = {PENDING: {COMMITTED, DELETING}, COMMITTED: {DELETING}, DELETING: set()}
+# PENDING -> DELETING exists too, but only through claim_abandoned (guarded by the heartbeat)
+SNAPSHOT_TRANSITIONS = {PENDING: {COMMITTED}, COMMITTED: {DELETING}, DELETING: set()}
 
 
 class SnapshotRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,7 +112,7 @@ class Snapshots:
             at = float(json.loads(kv.value)["at"])
         except (ValueError, KeyError, TypeError):
             at = rec.created_at  # unreadable: no younger than the record
-        return (at if at == at else rec.created_at), kv  # NaN counts as no heartbeat
+        return (at if math.isfinite(at) else rec.created_at), kv  # NaN/inf count as no heartbeat
 
     def heartbeat(self, rec: SnapshotRecord, now: float, by: str = "") -> SnapshotRecord:
         """Refresh the heartbeat of OUR PENDING record, guarded by the record being
