@@ -269,7 +269,7 @@ def test_a_pending_snapshot_blocks_its_collection_and_stale_records_are_cleaned(
     store.put(orphan, b"o")
     _age(store, orphan, 2 * DAY)
     rec = snapshot.begin(meta, "demo", "stuck", now=time.time() - 3600)
-    snapshot.write_manifest(store, rec, 0, list(meta.segments.list(coll.collection_id)))
+    snapshot.write_manifest(store, rec, meta.ids.allocate(), 0, list(meta.segments.list(coll.collection_id)))
     res = gc.run(meta, store, _opts())
     assert store.exists(orphan) and res["mark"]["kept"]["skipped_pending_snapshot"] >= 1
     assert res["records"]["stale_pending_snapshots"] == 1

@@ -596,9 +596,9 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
     now = time.time() if now is None else now
     out = defaultdict(int)
     for rec in list(meta.snapshots.list(opts.collection_id)):
-        if rec.state == PENDING and rec.created_at + opts.snapshot_pending_timeout < now:
-            snapshot.remove_files_and_record(meta, store, rec)
-            out["stale_pending_snapshots"] += 1
+        if rec.state == PENDING:  # reclaimed only when its writers stopped beating, claim first
+            if snapshot.reclaim_abandoned(meta, store, rec, opts.snapshot_pending_timeout, now=now):
+                out["stale_pending_snapshots"] += 1
         elif rec.state == DELETING:
             snapshot.remove_files_and_record(meta, store, rec)
             out["deleting_snapshots_finished"] += 1

@@ -37,8 +37,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
         validate_name(kind, name)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValidationError(f"restore timeout must be a positive number of seconds, got {timeout!r}")
-    source = meta.catalog.get_by_name(collection, db)
-    rec, _ = meta.snapshots.get(source.collection_id, snapshot)
+    rec, _ = snapshots.resolve(meta, collection, snapshot, db=db)  # also once the source is dropped
     if rec.state != COMMITTED:
         raise StateError(f"snapshot {snapshot!r} is {rec.state}; only a COMMITTED snapshot can be restored")
 
@@ -77,12 +76,12 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
 
     now = time.time() if now is None else now
     job = CopyJob(
-        job_id=job_id, state=JOB_PENDING, db=db, source_collection_id=source.collection_id,
+        job_id=job_id, state=JOB_PENDING, db=db, source_collection_id=rec.collection_id,
         source_collection=collection, snapshot=snapshot, snapshot_id=rec.snapshot_id,
         target_collection_id=coll.collection_id, target_collection=target, total_segments=len(targets),
         total_files=sum(t.file_count() for t in targets), total_bytes=sum(t.total_size() for t in targets),
         created_at=now, timeout_at=now + timeout, owner=owner)
-    snap, snap_kv = meta.snapshots.get(source.collection_id, snapshot)
+    snap, snap_kv = meta.snapshots.get(rec.collection_id, snapshot)
     job_key = meta.keys.copy_job(job_id)
     try:
         if snap.state != COMMITTED or snap.snapshot_id != rec.snapshot_id:

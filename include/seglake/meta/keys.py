@@ -6,6 +6,7 @@ Layout under the configurable root (default `seglake`):
     {root}/catalog/names/{db}/{name}                 -> collection_id
     {root}/segments/{collection_id}/{partition_id}/{segment_id}
     {root}/snapshots/{collection_id}/{name}
+    {root}/snapshot_alive/{collection_id}/{snapshot_id}   writer heartbeat of a PENDING snapshot
     {root}/copy/jobs/{job_id}    {root}/copy/tasks/{job_id}/{task_id}
     {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
     {root}/alloc/id   {root}/alloc/tso      {root}/gc/...
@@ -79,6 +80,11 @@ class Keys:
     def snapshots_prefix(self, collection_id: int | None = None) -> str:
         base = f"{self.root}/snapshots/"
         return base if collection_id is None else f"{base}{_id(collection_id)}/"
+
+    def snapshot_alive(self, collection_id: int, snapshot_id: int) -> str:
+        """Heartbeat of a PENDING snapshot's writer (outside snapshots/: a heartbeat is
+        not a snapshot change and must not make GC reload the snapshot references)."""
+        return f"{self.root}/snapshot_alive/{_id(collection_id)}/{_id(snapshot_id)}"
 
     # copy jobs
     def copy_job(self, job_id: int) -> str:
