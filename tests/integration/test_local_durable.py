@@ -64,7 +64,7 @@ def test_copy_fsyncs_file_and_directory_before_returning(tmp_path, events, atomi
         assert events.index(("fsync", ino(f), False)) < events.index(("rename", ino(f), False))
 
 
-def test_a_durable_batch_fsyncs_each_directory_once_at_its_end(tmp_path, events):
+def test_a_durable_batch_syncs_everything_once_at_its_end(tmp_path, events):
     store = LocalStore(tmp_path / "s")
     store.put("src", b"y" * 100)
     events.clear()
@@ -72,15 +72,34 @@ def test_a_durable_batch_fsyncs_each_directory_once_at_its_end(tmp_path, events)
     with store.durable_batch():
         for k in keys:
             store.copy("src", k, atomic=False)
-        dir_syncs_inside = [e for e in events if e[2]]
         with store.durable_batch():  # nested: the outer one syncs
             store.put("t/0/extra", b"z")
-    assert dir_syncs_inside == []
-    file_syncs = {e[1] for e in events if e[0] == "fsync" and not e[2]}
-    assert {ino(tmp_path / "s" / k) for k in keys} <= file_syncs  # files: at write time
+        inside = list(events)
+    # in place: nothing synced yet; atomic: the data before its rename, not the directory
+    assert inside[0] == ("fsync", ino(tmp_path / "s/t/0/extra"), False) and inside[1][0] == "rename"
+    assert len(inside) == 2
+    files = [e[1] for e in events if e[0] == "fsync" and not e[2]]
+    assert sorted(files[1:]) == sorted(ino(tmp_path / "s" / k) for k in keys)
     dir_syncs = [e[1] for e in events if e[2]]
     want = {ino(tmp_path / "s/t" / str(d)) for d in range(20)} | {ino(tmp_path / "s/t"), ino(tmp_path / "s")}
     assert set(dir_syncs) == want and len(dir_syncs) == len(want)
+    last_file = max(i for i, e in enumerate(events) if e[0] == "fsync" and not e[2])
+    assert all(i > last_file for i, e in enumerate(events) if e[2])  # data first, then entries
+
+
+def test_batches_are_per_thread(tmp_path, events):
+    """Another thread's writes during a batch are synced by their own call."""
+    import threading
+
+    store = LocalStore(tmp_path / "s")
+    store.put("src", b"y")
+    events.clear()
+    with store.durable_batch():
+        t = threading.Thread(target=lambda: store.copy("src", "other/x", atomic=False))
+        t.start()
+        t.join()
+        assert ("fsync", ino(tmp_path / "s/other/x"), False) in events
+        assert ("fsync", ino(tmp_path / "s/other"), True) in events
 
 
 def test_a_failed_batch_does_not_hide_the_error(tmp_path):

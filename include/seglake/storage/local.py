@@ -3,9 +3,11 @@
 Atomic puts and copies (temp file in the same directory, then rename). Durable on
 return: `put` and `copy` fsync the file, then its directory (and every directory they
 created), so an etcd commit that follows never references a file a power cut can
-take back. Inside `durable_batch()` the directory fsyncs are deferred to the end of
-the batch, once per directory (files are still fsynced by the call that wrote them),
-and done before the batch returns. Listing never
+take back. Inside `durable_batch()` the directory fsyncs (once per directory) and the
+file fsyncs of in-place copies are deferred to the end of the block and run there in
+parallel (concurrent fsyncs share journal commits), before the block returns; an
+atomic write still fsyncs its data before the rename, so an object replaced under its
+name is never seen empty after a crash. Listing never
 follows symlinks and skips them, so nothing outside the root is ever reached. Temp
 files start with '.seglake-tmp-' and are listed like any other file (GC judges them).
 """
@@ -144,25 +146,35 @@ class LocalStore(Store):
         else:
             _fsync_path(d)
 
+    def _sync_new_file(self, path: Path) -> None:
+        """A file nobody reads until the writer checked it (in place): deferrable."""
+        pending = getattr(self._batch, "files", None)
+        if pending is not None:
+            pending.append(path)
+        else:
+            _fsync_path(path)
+
     @contextmanager
     def durable_batch(self, threads: int = 8):
-        """Defer the directory fsyncs of this thread's writes to the end of the block,
-        once per directory: every file written in it is durable when the block exits
-        normally (a nested block leaves the syncing to the outermost)."""
+        """Defer this thread's directory fsyncs and in-place file fsyncs to the end of
+        the block and run them there in parallel: every file written in it is durable
+        when the block exits normally (a nested block leaves that to the outermost)."""
         if getattr(self._batch, "dirs", None) is not None:
             yield self
             return
-        self._batch.dirs = set()
+        self._batch.dirs, self._batch.files = set(), []
         try:
             yield self
         finally:
-            dirs, self._batch.dirs = self._batch.dirs, None
-        if len(dirs) < 16 or threads <= 1:
-            for d in dirs:
-                _fsync_path(d)
-        else:
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(_fsync_path, dirs))
+            dirs, files = self._batch.dirs, self._batch.files
+            self._batch.dirs = self._batch.files = None
+        if len(dirs) + len(files) < 16 or threads <= 1:
+            for p in [*files, *dirs]:
+                _fsync_path(p)
+            return
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(_fsync_path, files))  # data first, then the entries naming it
+            list(pool.map(_fsync_path, dirs))
 
     def _tmp(self, dst: Path) -> Path:
         self._mkdirs(dst.parent)  # one mkdir per directory, not per file
@@ -204,7 +216,7 @@ class LocalStore(Store):
             self._dirs.discard(dst.parent)
             self._mkdirs(dst.parent)
             write(dst)
-        _fsync_path(dst)
+        self._sync_new_file(dst)
         st = os.stat(dst)
         self._sync_dir(dst.parent)
         return ObjectInfo(normalize_key(key), st.st_size, st.st_mtime)
