@@ -227,6 +227,24 @@ class KV:
             return _kv(resp.kvs[0]) if resp.kvs else None
         return self._call(do, write=False, what=f"get {key}")
 
+    def get_many(self, keys: Sequence[str]) -> dict[str, KeyValue | None]:
+        """Many single-key reads, up to MAX_TXN_OPS per round trip (a read-only txn,
+        each chunk one consistent revision). Missing keys map to None."""
+        from etcd3 import etcdrpc
+        from etcd3 import transactions as etx
+
+        out: dict[str, KeyValue | None] = {}
+        for chunk in batched(list(dict.fromkeys(keys)), MAX_TXN_OPS):
+            request = etcdrpc.TxnRequest(compare=[], failure=[],
+                                         success=self._client._ops_to_requests([etx.Get(k) for k in chunk]))
+            resp = self._call(lambda r=request: self._client.kvstub.Txn(
+                r, self.timeout, credentials=self._client.call_credentials, metadata=self._client.metadata),
+                write=False, what=f"get {len(chunk)} keys")
+            for key, item in zip(chunk, resp.responses, strict=True):
+                kvs = item.response_range.kvs
+                out[key] = _kv(kvs[0]) if kvs else None
+        return out
+
     def range(self, prefix: str, *, page_size: int = 1000, keys_only: bool = False,
               start_after: str | None = None, revision: int | None = None,
               min_mod_revision: int | None = None) -> Iterator[KeyValue]:
