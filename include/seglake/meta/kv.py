@@ -343,7 +343,11 @@ class KV:
                 request = build()
                 return stub.Txn(request, self.timeout, credentials=self._client.call_credentials,
                                 metadata=self._client.metadata)
-        resp = self._call(do, write=not guarded, what="txn")
+        try:
+            resp = self._call(do, write=not guarded, what="txn")
+        except Unavailable as e:
+            raise Unavailable(f"{e} (the transaction may or may not have been applied: "
+                              "re-read before acting on it)") from None
         if not resp.succeeded:
             if guarded:
                 mine = resp.responses[0].response_range.kvs
