@@ -214,6 +214,7 @@ class Server:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.running_pid():
             raise RuntimeError(f"{self.name} already running (pid {self.running_pid()}, {self.pid_file})")
+        self._stop_watchdog()  # one left from a server killed behind our back
         log = open(self.log_file, "ab")
         tied = not detach and threading.current_thread() is threading.main_thread()
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,

@@ -135,3 +135,19 @@ def test_detached_servers_outlive_the_cli(tmp_path):
     finally:
         stop_pid(pid, timeout=10)
     assert not pid_alive(pid)
+
+
+def test_a_server_killed_behind_our_back_restarts_with_one_watchdog(tmp_path):
+    from seglake.devstack import EtcdServer
+
+    server = EtcdServer(state_dir=tmp_path / "e").start(timeout=30)
+    first_dog = server.watchdog.pid
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(timeout=10)
+    try:
+        server.start(timeout=30)
+        assert server.healthy() and server.watchdog.pid != first_dog
+        assert _gone_within([first_dog], 5)
+    finally:
+        server.stop()
+    assert server.watchdog is None
