@@ -43,23 +43,30 @@ class Limit:
             if isinstance(value, float) and not value.is_integer():
                 raise ValidationError(f"{key}: expected an integer, got {value!r}")
             value = int(value)
-        lo, hi = self.minimum / scale, self.maximum / scale
+        lo, hi = self.bounds(scale)
         low_ok = value > lo if self.exclusive_minimum else value >= lo
         if not low_ok or value > hi:
             raise ValidationError(f"{key}: {value!r} is out of range, must be {self.describe(scale)}")
-        base = value * scale
+        base = value if scale == 1.0 else value * scale
         return int(base) if self.integer else float(base)
 
+    def bounds(self, scale: float = 1.0) -> tuple[int | float, int | float]:
+        """(minimum, maximum) in units of `scale`; exact for integers (2**63 - 1 is not
+        a float: dividing would round it up to 2**63 and let 2**63 through)."""
+        if scale == 1.0:
+            return self.minimum, self.maximum
+        return _num(self.minimum / scale), _num(self.maximum / scale)
+
     def describe(self, scale: float = 1.0) -> str:
-        lo, hi = _num(self.minimum / scale), _num(self.maximum / scale)
+        lo, hi = self.bounds(scale)
         return f"{'>' if self.exclusive_minimum else '>='} {lo} and <= {hi}"
 
     def schema(self, scale: float = 1.0) -> dict[str, Any]:
         """JSON-schema bounds for a Param. The `not` clause refuses NaN up front (before
         a run exists): NaN passes `minimum` and `maximum` alike, a real number never
         passes both of an empty interval. Infinity fails `maximum`/`minimum` already."""
-        out: dict[str, Any] = {"maximum": _num(self.maximum / scale)}
-        out["exclusiveMinimum" if self.exclusive_minimum else "minimum"] = _num(self.minimum / scale)
+        lo, hi = self.bounds(scale)
+        out: dict[str, Any] = {"maximum": hi, "exclusiveMinimum" if self.exclusive_minimum else "minimum": lo}
         out["not"] = {"type": "number", "minimum": 1, "maximum": 0}
         return out
 
@@ -74,7 +81,7 @@ def _show(value: Any) -> str:
 
 
 def _seconds(maximum: float, *, positive: bool = False) -> Limit:
-    return Limit(0.0, maximum, exclusive_minimum=positive, unit="s")
+    return Limit(0, maximum, exclusive_minimum=positive, unit="s")
 
 
 def _count(minimum: int, maximum: int) -> Limit:

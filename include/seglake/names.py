@@ -1,4 +1,4 @@
-"""Name validation at the edge, following Milvus: a letter or underscore, then letters,
+r"""Name validation at the edge, following Milvus: a letter or underscore, then letters,
 digits and underscores, 255 characters at most. Checked before any side effect.
 
 Always a FULL match: `re.match` with `$` accepts "abc\n" (`$` matches before a trailing
