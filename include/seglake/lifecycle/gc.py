@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake import limits
 from seglake.lifecycle import copyjob, snapshot
 from seglake.meta import Meta
 from seglake.meta.codec import decode_struct
@@ -70,9 +71,7 @@ class GCOptions:
     def check(self) -> "GCOptions":
         """Refuse tolerances below the floor unless forced -- before any listing."""
         for name in ("missing_tolerance", "drop_tolerance"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValidationError(f"gc {name} must be a non-negative number of seconds, got {v!r}")
+            v = limits.check(name, f"gc {name} (seconds)", getattr(self, name))  # finite, in range
             if v < self.floor and not self.force:
                 raise ValidationError(f"gc {name} of {v:g}s is below the {self.floor:g}s floor; "
                                       "pass force=true to run with it anyway")
@@ -82,8 +81,7 @@ class GCOptions:
 # -- pause / resume -------------------------------------------------------------------------
 def pause(meta: Meta, collection_id: int | None = None, ttl: float = 3600, reason: str = "") -> dict:
     """Pause GC globally or for one collection until `ttl` seconds pass (an etcd lease)."""
-    if ttl <= 0:
-        raise ValidationError("pause ttl must be positive")
+    ttl = limits.check("gc_pause_ttl", "gc pause ttl", ttl)
     key = _pause_key(meta, collection_id)
     lease = meta.kv.grant_lease(int(max(1, ttl)))
     until = time.time() + ttl
