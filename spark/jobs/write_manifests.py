@@ -12,7 +12,6 @@ the DAG's sensor can report it. Configuration arrives in the environment.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -37,7 +36,8 @@ def run(spark, meta, store, collection_id: int, name: str, per_file: int):
     try:
         raws, ts, revision = snapshot.capture_raw(meta, rec)
         groups = list(enumerate(snapshot.group(raws, per_file)))
-        env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
+        from seglake.config import spark_env
+        env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
         rec_json = rec.to_json()
         sc = spark.sparkContext
         written = (sc.parallelize(groups, max(1, min(len(groups), sc.defaultParallelism)))
