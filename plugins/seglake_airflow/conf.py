@@ -3,7 +3,9 @@
 `dag_params(dag_id)`: the Param form, validated by Airflow before a run exists (UI, REST,
 `dags test -c`). `check_conf(dag_id)`: the DAG's first task; every other task runs after
 it. It re-checks the run's raw `dag_run.conf` strictly (unknown keys, required keys,
-NaN, ranges) and fails at once (AirflowFailException: no retry), before anything is written.
+NaN, ranges) and resolves the settings (SEGLAKE_* env, the `seglake_config` Variable,
+connections: unknown keys, NaN, ranges), and fails at once (AirflowFailException: no
+retry) before anything is written.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ def check_conf(dag_id: str):
     def check_conf_task(dag_run=None) -> dict:
         from seglake.params import check_conf as check
         from seglake_airflow.failfast import fail_fast
+        from seglake_airflow.hooks.engine import SeglakeHook
 
         with fail_fast():
-            return check(dag_id, dag_run.conf if dag_run is not None else {})
+            conf = check(dag_id, dag_run.conf if dag_run is not None else {})
+            SeglakeHook().settings  # noqa: B018 - every config layer checked; connects to nothing
+        return conf
 
     return check_conf_task()

@@ -85,3 +85,28 @@ def test_unknown_conf_keys_fail_the_first_task_before_any_side_effect(stocked, s
     assert (_etcd(stocked), _files(store)) == before
     out, err = capfd.readouterr()
     assert message in out + err
+
+
+@pytest.mark.parametrize("variable,message", [
+    ('{"missing_tolerance": NaN}', "key 'missing_tolerance' is NaN"),
+    ('{"missing_tolerance": 1e999}', "'missing_tolerance': inf is not a finite number"),
+    ('{"missing_tolerence": 60}', "did you mean 'missing_tolerance'"),
+])
+def test_a_bad_variable_fails_the_first_task_and_gc_deletes_nothing(stocked, store, dags, monkeypatch, variable,
+                                                                     message, capfd):
+    """The data-loss case of item 3: a NaN tolerance made the age cutoff NaN and every
+    unreferenced file was deleted regardless of age."""
+    import os
+    import time
+
+    orphan = store.put("insert_log/999/1/2/100/3", b"old and unreferenced")
+    os.utime(store.root / orphan.key, (time.time() - 30 * 86400,) * 2)
+    monkeypatch.setenv("AIRFLOW_VAR_SEGLAKE_CONFIG", variable.replace("{", '{"store_uri": "%s", ' % store.uri, 1))
+    before = (_etcd(stocked), _files(store))
+    run = dags["gc"].test(run_conf={"dry_run": False})
+    states = task_states(run)
+    assert run.state == "failed" and states.pop("check_conf") == "failed", states
+    assert all(s in (None, "upstream_failed") for s in states.values()), states
+    assert (_etcd(stocked), _files(store)) == before
+    out, err = capfd.readouterr()
+    assert message in out + err
