@@ -89,3 +89,44 @@ def test_cluster_deploy_mode_with_secrets_is_refused_without_echoing_them(secret
         _run(monkeypatch)
     assert ETCD_PW not in str(err.value) and S3_SECRET not in str(err.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.spark
+def test_a_real_spark_submit_shows_no_secret_in_any_command_line(secret_settings, monkeypatch, tmp_path):
+    """A real spark-submit (local master): the secret reaches the driver's settings while
+    no process on the machine has it in its command line (what `ps` shows)."""
+    import threading
+    import time
+    from pathlib import Path
+
+    from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
+
+    _spark_conn(monkeypatch, "local[1]")
+    out = tmp_path / "driver.txt"
+    app = tmp_path / "app.py"
+    app.write_text("import sys, time\nfrom seglake.config import Settings\ns = Settings.load()\n"
+                   f"open({str(out)!r}, 'w').write(s.etcd_password + '|' + s.s3_secret_key)\ntime.sleep(3)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).resolve().parents[2] / "include"),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    leaks, done = [], threading.Event()
+
+    def scan():
+        while not done.is_set():
+            for proc in Path("/proc").iterdir():
+                try:
+                    cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+                except OSError:
+                    continue
+                if ETCD_PW.encode() in cmd or S3_SECRET.encode() in cmd:
+                    leaks.append(cmd[:200])
+            time.sleep(0.05)
+
+    scanner = threading.Thread(target=scan, daemon=True)
+    scanner.start()
+    try:
+        SeglakeSparkSubmitOperator(task_id="job", application=str(app)).execute({})
+    finally:
+        done.set()
+        scanner.join()
+    assert out.read_text() == f"{ETCD_PW}|{S3_SECRET}"
+    assert leaks == []
