@@ -50,7 +50,7 @@ def snapshot_create():
 
         hook = SeglakeHook()
         with fail_fast():
-            rec = snapshot.begin(hook.meta, params["collection"], params["name"], params["description"],
+            rec = snapshot.begin(hook.meta, params["collection"], params["name"], params["description"] or "",
                                  db=params["db"], ttl=float(params["ttl_hours"]) * 3600 or None,
                                  owner=run_id or "")
         n = hook.meta.kv.count(hook.meta.keys.segments_prefix(rec.collection_id))

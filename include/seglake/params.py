@@ -104,7 +104,7 @@ SPECS: dict[str, dict[str, Key]] = {
     "snapshot_create": {
         "collection": _name("Collection"),
         "name": _name("Snapshot name"),
-        "description": Key("text", "Description", default=""),
+        "description": Key("text", "Description", default="", nullable=True),  # "" alone would be required
         "ttl_hours": Key("number", "TTL (hours)", default=0, limit="snapshot_ttl", scale=HOUR,
                          description="Garbage-collect the snapshot after this long; 0 keeps it until dropped"),
         "db": DB,

@@ -224,3 +224,11 @@ def test_cli_refuses_a_misspelt_env_variable(capsys, monkeypatch):
     monkeypatch.setenv("SEGLAKE_ETCD_ENDPINT", "127.0.0.1:1")
     assert cli.main(["config", "show"]) == 2
     assert "did you mean 'SEGLAKE_ETCD_ENDPOINT'" in capsys.readouterr().err
+
+
+def test_optional_string_params_are_nullable():
+    """In the 3.3 trigger form a `Param("", type="string")` counts as required."""
+    for dag_id, spec in params.SPECS.items():
+        for key, k in spec.items():
+            if not k.required and k.kind in ("name", "text") and k.default in ("", None):
+                assert k.nullable, f"{dag_id}.{key}"
