@@ -444,7 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs = sub.add_parser("jobs", help="copy-segment jobs").add_subparsers(dest="action", required=True)
     jl = jobs.add_parser("list", parents=[out])
-    jl.add_argument("--collection", default=None, type=coll_t, help="jobs whose source or target is this collection")
+    jl.add_argument("--collection", default=None, type=coll_t,
+                    help="jobs whose source or target is this collection")
     jl.set_defaults(fn=cmd_jobs_list)
     jd = jobs.add_parser("describe", parents=[out])
     jd.add_argument("job_id", type=number_arg("id"))

@@ -2,7 +2,8 @@
 
 Layers, later wins:
   1. engine defaults (below)
-  2. environment: SEGLAKE_CONFIG (a JSON object) then SEGLAKE_<KEY> per key
+  2. environment: SEGLAKE_CONFIG (a JSON object), SEGLAKE_SECRETS_FILE (a JSON file of
+     secrets), then SEGLAKE_<KEY> per key
   3. the Airflow Variable `seglake_config` (JSON), passed in by the Airflow glue
   4. explicit overrides (a DAG's params, a CLI flag)
 
@@ -139,10 +140,11 @@ class Settings:
         merged = cls.from_env(env, validate=False)
         if variable:
             values = _parse_json(f"Variable {VARIABLE_NAME}", variable)
-            for key in sorted(set(values) & _ENV_ONLY):
-                raise ConfigError(f"config key {key!r} cannot come from the Variable {VARIABLE_NAME}: it is read "
-                                  f"when the DAG file is parsed, where no Variable is read; set "
-                                  f"{ENV_PREFIX}{key.upper()} in the environment instead")
+            env_only = sorted(set(values) & _ENV_ONLY)
+            if env_only:
+                raise ConfigError(f"config key {env_only[0]!r} cannot come from the Variable {VARIABLE_NAME}: it is "
+                                  "read when the DAG file is parsed, where no Variable is read; set "
+                                  f"{ENV_PREFIX}{env_only[0].upper()} in the environment instead")
             merged.update(values)
         if overrides:
             merged.update({k: v for k, v in overrides.items() if v is not None})
@@ -156,9 +158,10 @@ class Settings:
         otherwise be ignored silently). Returns Settings, or the raw dict (validate=False)."""
         env = os.environ if env is None else env
         known = {ENV_PREFIX + f.name.upper(): f for f in fields(cls)}
-        for name in sorted(env):
-            if name.startswith(ENV_PREFIX) and name not in known and name not in ENV_OTHER:
-                raise ConfigError(f"unknown environment variable {name!r}{_closest(name, [*known, *ENV_OTHER])}")
+        unknown = sorted(n for n in env if n.startswith(ENV_PREFIX) and n not in known and n not in ENV_OTHER)
+        if unknown:
+            hint = _closest(unknown[0], [*known, *ENV_OTHER])
+            raise ConfigError(f"unknown environment variable {unknown[0]!r}{hint}")
         merged: dict[str, Any] = {}
         if env.get(ENV_JSON):
             merged.update(_parse_json(ENV_JSON, env[ENV_JSON]))
@@ -172,8 +175,9 @@ class Settings:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Settings":
         known = {f.name: f for f in fields(cls)}
-        for key in sorted(set(values) - set(known), key=str):
-            raise ConfigError(f"unknown config key {key!r}{_closest(str(key), list(known))}")
+        unknown = sorted(set(values) - set(known), key=str)
+        if unknown:
+            raise ConfigError(f"unknown config key {unknown[0]!r}{_closest(str(unknown[0]), list(known))}")
         return cls(**{k: _coerce(known[k], v) for k, v in values.items()})
 
     def replace(self, **changes: Any) -> "Settings":
@@ -269,8 +273,10 @@ def _read_secrets_file(path: str) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError(f"{ENV_SECRETS_FILE}: cannot read {path!r} ({e.strerror})") from None
     secret = {f.name for f in fields(Settings) if f.metadata.get("secret")}
-    for key in sorted(set(data) - secret, key=str):
-        raise ConfigError(f"{ENV_SECRETS_FILE}: {key!r} is not a secret key (allowed: {', '.join(sorted(secret))})")
+    other = sorted(set(data) - secret, key=str)
+    if other:
+        raise ConfigError(f"{ENV_SECRETS_FILE}: {other[0]!r} is not a secret key "
+                          f"(allowed: {', '.join(sorted(secret))})")
     return data
 
 
