@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from seglake.errors import Conflict, NotFound, StateError, ValidationError
+from seglake.errors import Conflict, NotFound, StateError
 from seglake.lifecycle import snapshot as snapshots
 from seglake.meta import Meta
 from seglake.meta.catalog import CREATED, DEFAULT_DB
@@ -28,6 +28,7 @@ from seglake.meta.segments import IMPORTING
 from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
 from seglake.storage import Store, layout
+from seglake import limits
 
 
 def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: str, *,
@@ -35,8 +36,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
     """Create the target and its Pending copy job; returns the job id."""
     for kind, name in (("collection", collection), ("snapshot", snapshot), ("collection", target), ("db", db)):
         validate_name(kind, name)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValidationError(f"restore timeout must be a positive number of seconds, got {timeout!r}")
+    timeout = limits.check("restore_timeout", "restore timeout (seconds)", timeout)  # finite, in range
     rec, _ = snapshots.resolve(meta, collection, snapshot, db=db)  # also once the source is dropped
     if rec.state != COMMITTED:
         raise StateError(f"snapshot {snapshot!r} is {rec.state}; only a COMMITTED snapshot can be restored")
