@@ -105,6 +105,12 @@ LIMITS: dict[str, Limit] = {
     "gc_inline_max_files": _count(0, 10**10),
     "id_block_size": _count(1, 10**7),
     "copy_threads": _count(1, 256),
+    "wal_fragment_bytes": _count(1024, 1 << 30),
+    "wal_fragment_records": _count(1, 1_000_000),
+    "wal_batch_time": _seconds(10.0),
+    "wal_txn_keepalive": Limit(1.0, 7 * DAY, unit="s"),
+    "wal_scanner_startup_delay": _seconds(DAY),
+    "wal_pause_poll": Limit(0.01, 600.0, unit="s"),
     # -- engine entry points and the conf / CLI keys that feed them ----------------------
     "snapshot_ttl": _seconds(10 * YEAR),               # 0: no TTL
     "restore_timeout": _seconds(7 * DAY, positive=True),
