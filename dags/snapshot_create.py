@@ -93,8 +93,14 @@ def snapshot_create():
     @task(trigger_rule="one_failed")
     def give_up(begun: dict) -> None:
         """The write failed for good (retries spent): say so on the record, so the wait
-        fails now and the heartbeat stops (GC reclaims the files after the timeout)."""
+        fails now and the heartbeat stops (GC reclaims the files after the timeout).
+        Skipped when nothing was begun (the conf was refused before any change)."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
         from seglake.lifecycle import snapshot
+
+        if not begun:
+            raise AirflowSkipException("no snapshot was begun: nothing to give up")
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
