@@ -1,0 +1,67 @@
+"""The seglake page inside Airflow: a FastAPI app mounted by the `seglake_ui` plugin.
+
+Read-only: every route reads etcd and the store through the engine (`seglake.console`,
+`seglake.metrics`); the only way to change anything is the links to DAG trigger forms.
+Airflow does not protect plugin routes on its own: the app requires Airflow's
+authentication and DAG read access on EVERY route (an app-level dependency), so an
+anonymous request gets 401 and a bad token 403.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from fastapi import Depends, FastAPI
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+
+URL_PREFIX = "/seglake"
+
+
+def _auth_dependency():
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    return Depends(requires_access_dag(method="GET"))
+
+
+@contextmanager
+def _engine() -> Iterator[tuple[object, object]]:
+    """Meta and Store resolved like a task resolves them (Variable + connections)."""
+    from seglake_airflow.hooks.engine import SeglakeHook
+
+    hook = SeglakeHook()
+    try:
+        yield hook.meta, hook.store
+    finally:
+        hook.close()
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="seglake", docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[_auth_dependency()])
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> HTMLResponse:
+        from seglake import console
+        from seglake_airflow.ui.render import render_page
+
+        with _engine() as (meta, store):
+            data = console.overview(meta, store)
+        return HTMLResponse(render_page(data), headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/overview")
+    def overview() -> JSONResponse:
+        from seglake import console
+
+        with _engine() as (meta, store):
+            return JSONResponse(console.overview(meta, store), headers={"Cache-Control": "no-store"})
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        from seglake import metrics as m
+
+        with _engine() as (meta, store):
+            text = m.render(meta, store)
+        return PlainTextResponse(text, media_type=m.CONTENT_TYPE)
+
+    return app
