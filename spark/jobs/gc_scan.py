@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(settings)
     env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
     spark = SparkSession.builder.appName(f"seglake-gc-scan-{args.run_id}").getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
     try:
         with Meta.from_settings(settings) as meta:
             refs = gc.load_references(meta, store)
