@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from seglake_airflow.ui import URL_PREFIX, create_app
+from seglake_airflow.ui import URL_PREFIX, LazyApp, create_app
 
 
 class SeglakeUIPlugin(AirflowPlugin):
     name = "seglake_ui"
-    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "seglake"}]
+    fastapi_apps = [{"app": LazyApp(create_app), "url_prefix": URL_PREFIX, "name": "seglake"}]
     external_views = [{
         "name": "Seglake",
         "href": URL_PREFIX.lstrip("/") + "/",   # relative: works under a base path too

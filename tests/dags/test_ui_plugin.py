@@ -60,3 +60,18 @@ def test_nav_entry_is_registered(client, token):
     assert plugin["external_views"][0]["url_route"] == "seglake"
     assert plugin["external_views"][0]["href"] == "seglake/"
     assert plugin["fastapi_apps"][0]["url_prefix"] == "/seglake"
+
+
+def test_loading_the_plugin_does_not_import_the_api_stack():
+    """Every Airflow process loads plugins; only the API server should pay for FastAPI."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    code = ("import sys, seglake_ui; heavy = [m for m in ('fastapi', 'airflow.api_fastapi.core_api.security') "
+            "if m in sys.modules]; assert not heavy, heavy; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ,
+                              "PYTHONPATH": f"{repo / 'include'}:{repo / 'plugins'}"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

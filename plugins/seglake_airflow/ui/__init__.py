@@ -10,18 +10,24 @@ anonymous request gets 401 and a bad token 403.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
-
-from fastapi import Depends, FastAPI
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from typing import Callable, Iterator
 
 URL_PREFIX = "/seglake"
 
 
-def _auth_dependency():
-    from airflow.api_fastapi.core_api.security import requires_access_dag
+class LazyApp:
+    """An ASGI app that builds the real one on its first request, so the processes that
+    merely load plugins (scheduler, workers, triggerer) never import FastAPI or Airflow's
+    API security (~0.7 s each)."""
 
-    return Depends(requires_access_dag(method="GET"))
+    def __init__(self, factory: Callable):
+        self._factory = factory
+        self._app = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self._app is None:
+            self._app = self._factory()
+        await self._app(scope, receive, send)
 
 
 @contextmanager
@@ -36,9 +42,13 @@ def _engine() -> Iterator[tuple[object, object]]:
         hook.close()
 
 
-def create_app() -> FastAPI:
+def create_app():
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from fastapi import Depends, FastAPI
+    from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+
     app = FastAPI(title="seglake", docs_url=None, redoc_url=None, openapi_url=None,
-                  dependencies=[_auth_dependency()])
+                  dependencies=[Depends(requires_access_dag(method="GET"))])
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> HTMLResponse:
