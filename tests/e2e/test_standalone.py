@@ -169,6 +169,8 @@ def test_page_and_metrics_in_headless_chromium(standalone, engine):
         for line in ('seglake_copy_jobs{state="Completed"} 1', f'seglake_snapshots{{state="COMMITTED"}} {committed}',
                      'seglake_collections{state="Created"} 2'):
             assert line in metrics, f"{line!r} not in {metrics[:3000]}"
+        anonymous = _chromium("--dump-dom", f"{standalone.base}/seglake/")   # no proxy, no login
+        assert "Not authenticated" in anonymous and COLL not in anonymous
         shot = ARTIFACTS / "seglake-page.png"
         shot.unlink(missing_ok=True)
         _chromium(f"--screenshot={shot}", "--window-size=1400,1000", f"{base}/seglake/")
