@@ -39,6 +39,7 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
             task_id="check_files",
             application=spark_job("verify_collection"),
             name="seglake-verify",
+            pool="seglake_spark",
             application_args=[
                 "--collection", "{{ %s['collection'] }}" % xcom,
                 "--db", "{{ %s['db'] }}" % xcom,

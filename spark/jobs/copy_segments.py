@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.load()
     spark = SparkSession.builder.appName(f"seglake-copy-{args.job_id}").getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
     try:
         with Meta.from_settings(settings) as meta:
             results = run(spark, meta, args.job_id)

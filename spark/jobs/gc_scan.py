@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from seglake.config import spark_env
     env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
     spark = SparkSession.builder.appName(f"seglake-gc-scan-{args.run_id}").getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
     try:
         with Meta.from_settings(settings) as meta:
             refs = gc.load_references(meta, store)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.load()
     spark = SparkSession.builder.appName(f"seglake-verify-{args.collection}").getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
     try:
         report = run(spark, settings, args.collection, args.db)
     finally:

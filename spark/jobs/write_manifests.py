@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.load()
     spark = SparkSession.builder.appName(f"seglake-snapshot-{args.name}").getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
     try:
         with Meta.from_settings(settings) as meta:
             rec = run(spark, meta, open_store(settings), args.collection_id, args.name, args.per_file,
