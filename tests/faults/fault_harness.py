@@ -78,7 +78,7 @@ class _Restartable:
 
     def shutdown(self) -> None:
         self.resume()
-        self.stop(timeout=15)
+        self.stop(timeout=5)  # then SIGKILL: a restarted weed can be slow to honour SIGTERM
 
 
 @dataclass
@@ -226,6 +226,7 @@ class Outcome:
         """True if the step completed; False if it failed with a clear engine error
         (exit 3, a SeglakeError whose message contains one of `words`). A crash with a
         raw traceback, or an error that names none of `words`, fails the test."""
+        print(f"child step: rc {self.rc}; {self.err.strip().splitlines()[-1] if self.err.strip() else ''}")
         if self.rc == 0:
             return True
         assert self.rc == 3, f"the step crashed instead of failing clearly (rc {self.rc}):\n{self.err[-3000:]}"
