@@ -1,6 +1,6 @@
-"""The fault suite's harness (fixtures are re-exported by conftest.py): real servers a test can kill, freeze and restart on the
-same port and data dir, engine steps in child processes a test can SIGKILL at a chosen
-progress, and the checks every case ends with.
+"""The fault suite's harness (conftest.py re-exports its fixtures): real servers a test
+can kill, freeze and restart on the same port and data dir, engine steps in child
+processes a test can SIGKILL at a chosen progress, and the checks every case ends with.
 
 - `etcd` / `fsettings` / `fmeta` / `fstore`: a private etcd per test (function scope),
   with `.kill()` (SIGKILL), `.pause()` / `.resume()` (SIGSTOP / SIGCONT) and
