@@ -145,6 +145,102 @@ def s3_fault_settings(weed, etcd_server, root_prefix):
     return s
 
 
+class LostReplyProxy:
+    """A TCP proxy in front of etcd that can lose one answer: after `arm()`, the next
+    request (one holding given bytes, or any of >= 100 bytes) is forwarded (etcd applies it) but every byte etcd sends back for `hold`
+    seconds is dropped and then the connection is reset -- the client sees UNAVAILABLE
+    for a write that did happen (etcd's "request timed out" / "leader changed")."""
+
+    def __init__(self, target_port: int, hold: float = 0.4):
+        import socket
+        import threading
+
+        self.target_port, self.hold = target_port, hold
+        self.state = "off"  # off -> armed -> dropping -> off
+        self.patterns: tuple[bytes, ...] = ()
+        self.cuts = 0
+        self._conns: list = []
+        self._lock = threading.Lock()
+        self._srv = socket.create_server(("127.0.0.1", 0))
+        self.port = self._srv.getsockname()[1]
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def arm(self, *patterns: bytes) -> None:
+        """Lose the answer to the next request that holds every one of `patterns` (gRPC
+        does not compress: keys and JSON values travel as plain bytes)."""
+        self.patterns = patterns
+        self.state = "armed"
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._stop:
+            try:
+                client, _ = self._srv.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            with self._lock:
+                self._conns.append((client, server))
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, src, dst, upstream: bool) -> None:
+        import threading
+
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if upstream and self.state == "armed" and self._matches(data):
+                    self.state = "dropping"
+                    threading.Timer(self.hold, self._cut).start()
+                if not upstream and self.state == "dropping":
+                    continue  # the answer is lost
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def _matches(self, data: bytes) -> bool:
+        if self.patterns:
+            return all(p in data for p in self.patterns)
+        return len(data) >= 100  # a request, not an HTTP/2 ping or window update
+
+    def _cut(self, count: bool = True) -> None:
+        import socket
+        import struct
+
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for pair in conns:
+            for sock in pair:
+                try:  # linger 0: the close resets; SHUT_RD wakes the pump blocked in recv
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    sock.shutdown(socket.SHUT_RD)
+                except OSError:
+                    pass
+        self.cuts += count
+        self.state = "off"
+
+    def close(self) -> None:
+        self._stop = True
+        self._srv.close()
+        self._cut(count=False)
+
+
 # -- child processes -------------------------------------------------------------------------
 _PR_SET_PDEATHSIG = 1
 

@@ -114,3 +114,28 @@ def test_gc_started_while_etcd_is_frozen_fails_closed(etcd, fmeta, fstore, fsett
     assert sorted(o.key for o in fstore.list("")) == before  # nothing deleted, no report written
     assert_invariants(fmeta, fstore)
     assert orphans <= {o.key for o in fstore.list("")}
+
+
+def test_a_commit_whose_answer_is_lost_is_recognised_as_done(etcd, fmeta, fstore, fsettings, spawn):
+    """etcd applies the snapshot's commit transaction, the answer is lost (UNAVAILABLE)
+    and the client retries: the retry must recognise its own write and report the
+    snapshot COMMITTED, not a conflict."""
+    from fault_harness import LostReplyProxy
+
+    coll, _ = seed_and_snapshot(fmeta, fstore, snap=None)
+    proxy = LostReplyProxy(etcd.ports["client"])
+    try:
+        child = spawn("snapshot_create", {"collection": "demo", "name": "s1", "owner": "run-1"},
+                      fsettings.replace(etcd_endpoint=proxy.endpoint), faults="snapshot.before_commit:sleep=0.5")
+        wait_until(lambda: any(True for _ in fstore.list(f"{layout.SNAPSHOTS}/{coll.collection_id}/metadata/")),
+                   what="snapshot metadata written")
+        proxy.arm()  # the next request is the commit
+        out = child.wait(60)
+    finally:
+        proxy.close()
+    assert proxy.cuts == 1, "the commit's answer was never cut"
+    rec = fmeta.snapshots.get(coll.collection_id, "s1")[0]
+    assert rec.state == "COMMITTED"
+    assert out.rc == 0, f"the snapshot committed, but its creator reported:\n{out.err[-2000:]}"
+    assert out.result["state"] == "COMMITTED"
+    assert_invariants(fmeta, fstore)
