@@ -139,3 +139,31 @@ def test_a_commit_whose_answer_is_lost_is_recognised_as_done(etcd, fmeta, fstore
     assert out.rc == 0, f"the snapshot committed, but its creator reported:\n{out.err[-2000:]}"
     assert out.result["state"] == "COMMITTED"
     assert_invariants(fmeta, fstore)
+
+
+@pytest.mark.parametrize("write,patterns", [
+    ("job_created", [b"/copy/jobs/", b"/snapshots/"]),          # restore's last txn: job + pin
+    ("job_executing", [b"/copy/jobs/", b'"state":"Executing"']),  # plan's flip
+    ("task_completed", [b"/copy/tasks/", b'"state":"Completed"']),
+    ("job_completed", [b"/copy/jobs/", b'"state":"Completed"']),  # finalize
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_a_restore_write_whose_answer_is_lost_is_recognised_as_done(etcd, fmeta, fstore, fsettings, spawn,
+                                                                     write, patterns):
+    """One of the restore's guarded writes is applied by etcd but its answer is lost:
+    the driver must recognise its own write and finish the restore -- never report a
+    conflict, roll back its own target, or complete with 0 rows."""
+    from fault_harness import LostReplyProxy
+
+    _, snap = seed_and_snapshot(fmeta, fstore)
+    proxy = LostReplyProxy(etcd.ports["client"])
+    proxy.arm(*patterns)
+    try:
+        out = spawn("restore_all", {"collection": "demo", "snapshot": "s1", "target": "r", "owner": "run-1"},
+                    fsettings.replace(etcd_endpoint=proxy.endpoint)).wait(120)
+    finally:
+        proxy.close()
+    assert proxy.cuts == 1, f"no {write} write was seen"
+    assert out.rc == 0, f"the restore's {write} write was applied, but the driver reported:\n{out.err[-2000:]}"
+    assert out.result["state"] == "Completed"
+    assert_restored(fmeta, fstore, out.result["job_id"], snap)
+    assert_invariants(fmeta, fstore)
