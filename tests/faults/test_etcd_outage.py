@@ -146,7 +146,7 @@ def test_a_commit_whose_answer_is_lost_is_recognised_as_done(etcd, fmeta, fstore
     ("job_executing", [b"/copy/jobs/", b'"state":"Executing"']),  # plan's flip
     ("task_completed", [b"/copy/tasks/", b'"state":"Completed"']),
     ("job_completed", [b"/copy/jobs/", b'"state":"Completed"']),  # finalize
-], ids=lambda v: v if isinstance(v, str) else "")
+], ids=["job_created", "job_executing", "task_completed", "job_completed"])
 def test_a_restore_write_whose_answer_is_lost_is_recognised_as_done(etcd, fmeta, fstore, fsettings, spawn,
                                                                      write, patterns):
     """One of the restore's guarded writes is applied by etcd but its answer is lost:

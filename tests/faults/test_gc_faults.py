@@ -91,3 +91,25 @@ def test_gc_killed_while_reclaiming_a_dropped_segment_then_re_run(meta, store, s
     result = gc.run(meta, store, gc.GCOptions())
     assert _counts(result) == (0, 1, len(left)), "the re-run must count only what it deleted"
     _assert_collected(meta, store, garbage)
+
+
+def test_gc_reclaiming_a_pending_snapshot_while_it_commits(meta, store, settings, spawn):
+    """A create commits while GC's stale-PENDING cleanup is removing its files (GC told
+    the PENDING is stale): whoever wins, the creator's answer must match what is left --
+    COMMITTED means the record and every file it needs exist; otherwise a clear error
+    and no COMMITTED record."""
+    coll, _ = seed_and_snapshot(meta, store, snap=None)
+    create = spawn("snapshot_create", {"collection": "demo", "name": "s1", "owner": "run-1", "per_file": 2},
+                   settings, faults="snapshot.before_commit:sleep=1")
+    meta_prefix = f"{layout.SNAPSHOTS}/{coll.collection_id}/metadata/"
+    from fault_harness import wait_until
+    wait_until(lambda: any(True for _ in store.list(meta_prefix)), what="snapshot metadata written")
+    reclaim = spawn("gc_run", {"opts": {"snapshot_pending_timeout": 0}, "delete_delay": 0.4}, settings)
+    created = create.wait(60).assert_ok_or_clear_error("snapshot", "conflict", "changed", "dropped", "deleted")
+    reclaim.wait(60).assert_ok_or_clear_error("snapshot", "pending", "timeout")
+    rec = meta.snapshots.find(coll.collection_id, "s1")
+    if created:
+        assert rec is not None and rec.state == "COMMITTED", f"the creator reported COMMITTED; the record is {rec}"
+    else:
+        assert rec is None or rec.state != "COMMITTED", "the creator failed, but a COMMITTED record is left"
+    assert_invariants(meta, store)
