@@ -17,7 +17,7 @@ import time
 
 def restore_all(meta, store, settings, a: dict) -> dict:
     """The whole restore as one driver: restore -> plan -> copy -> finalize."""
-    from seglake.lifecycle import copyjob, restore
+    from seglake.lifecycle import restore
 
     job_id = restore.restore(meta, store, a["collection"], a["snapshot"], a["target"], owner=a.get("owner", ""))
     return _drive(meta, store, settings, job_id, a)

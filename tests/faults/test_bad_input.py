@@ -30,8 +30,9 @@ def world(meta, store):
 
     from seglake.storage import layout
 
-    coll, _ = seed_and_snapshot(meta, store, snap="snap", partitions=1, segments=2, rows=50, dim=4)
     from seglake.lifecycle import snapshot
+
+    coll, _ = seed_and_snapshot(meta, store, snap="snap", partitions=1, segments=2, rows=50, dim=4)
     snapshot.create(meta, store, "demo", "s1")
     part = coll.partitions[0].partition_id
     for seg, age in ((900_001, 2 * 86400), (900_002, 0)):

@@ -6,7 +6,7 @@ import os
 import time
 
 import pytest
-from fault_harness import assert_invariants, kill_when, seed_and_snapshot
+from fault_harness import assert_invariants, kill_when, seed_and_snapshot, wait_until
 
 from seglake import demo
 from seglake.lifecycle import gc
@@ -102,7 +102,6 @@ def test_gc_reclaiming_a_pending_snapshot_while_it_commits(meta, store, settings
     create = spawn("snapshot_create", {"collection": "demo", "name": "s1", "owner": "run-1", "per_file": 2},
                    settings, faults="snapshot.before_commit:sleep=1")
     meta_prefix = f"{layout.SNAPSHOTS}/{coll.collection_id}/metadata/"
-    from fault_harness import wait_until
     wait_until(lambda: any(True for _ in store.list(meta_prefix)), what="snapshot metadata written")
     reclaim = spawn("gc_run", {"opts": {"snapshot_pending_timeout": 0}, "delete_delay": 0.4}, settings)
     created = create.wait(60).assert_ok_or_clear_error("snapshot", "conflict", "changed", "dropped", "deleted")
