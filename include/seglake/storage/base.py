@@ -6,6 +6,8 @@ import abc
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable, Iterator
 
+from seglake.errors import SeglakeError
+
 
 @dataclass(frozen=True)
 class ObjectInfo:
@@ -18,6 +20,10 @@ class ObjectInfo:
 class DeleteError:
     key: str
     error: str
+
+
+class ChecksumMismatch(SeglakeError):
+    """A copied object's content differs from its source."""
 
 
 class Store(abc.ABC):
@@ -58,6 +64,27 @@ class Store(abc.ABC):
     def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
         """One level under `prefix`: (child prefixes ending in '/', objects directly there).
         Used to split a listing across workers."""
+
+    def checksum(self, key: str) -> str:
+        """A checksum of the object's content ("crc32:..." streamed here; a backend may
+        answer from its own metadata). Equal for equal content within one store."""
+        import zlib
+
+        crc = 0
+        with self.open_read(key) as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                crc = zlib.crc32(chunk, crc)
+        return f"crc32:{crc:08x}"
+
+    def copy_checked(self, src: str, dst: str) -> tuple[ObjectInfo, str]:
+        """Atomic copy (each call writes its own temporary object, the destination appears
+        whole) whose content is checked against the source: (info, source checksum).
+        Raises ChecksumMismatch. Backends override this with a one-pass version."""
+        info = self.copy(src, dst, atomic=True)
+        want, got = self.checksum(src), self.checksum(dst)
+        if want != got:
+            raise ChecksumMismatch(f"copy of {src} to {dst}: target checksum {got}, source {want}")
+        return info, want
 
     def exists(self, key: str) -> bool:
         from seglake.errors import NotFound

@@ -10,13 +10,15 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import threading
 import uuid
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, Unavailable
-from seglake.storage.base import DeleteError, ObjectInfo, Store
+from seglake.storage.base import ChecksumMismatch, DeleteError, ObjectInfo, Store
 from seglake.storage.layout import normalize_key, normalize_prefix
 
 TMP_PREFIX = ".seglake-tmp-"
@@ -174,6 +176,33 @@ class LocalStore(Store):
                 raise NotFound(f"copy source {src!r} not found in {self.uri}") from None
             raise
 
+    def copy_checked(self, src: str, dst: str) -> tuple[ObjectInfo, str]:
+        """One pass: read the source once, checksum what is read, write it to this call's
+        own temp file, rename it over the destination (atomic). The checksum is the one of
+        the bytes the destination holds; its size is checked against the bytes read."""
+        s = self._path(src)
+        state = {}
+
+        def write(tmp: Path) -> None:
+            crc = n = 0
+            buf = _copy_buffer()
+            with open(s, "rb", buffering=0) as fi, open(tmp, "wb") as fo:
+                while k := fi.readinto(buf):
+                    view = memoryview(buf)[:k]
+                    crc = zlib.crc32(view, crc)
+                    fo.write(view)
+                    n += k
+            state.update(crc=crc, n=n)
+        try:
+            info = self._atomic(dst, write)
+        except FileNotFoundError:
+            if not s.is_file():
+                raise NotFound(f"copy source {src!r} not found in {self.uri}") from None
+            raise
+        if info.size != state["n"]:
+            raise ChecksumMismatch(f"copy of {src} to {dst}: wrote {info.size} bytes of {state['n']}")
+        return info, f"crc32:{state['crc']:08x}"
+
     def delete_many(self, keys: Iterable[str]) -> list[DeleteError]:
         paths = [(k, self._path(k)) for k in keys]
 
@@ -193,6 +222,17 @@ class LocalStore(Store):
             with ThreadPoolExecutor(self.delete_threads) as pool:
                 results = list(pool.map(rm, paths, chunksize=64))
         return [r for r in results if r is not None]
+
+
+_local = threading.local()
+
+
+def _copy_buffer() -> bytearray:
+    """A 1 MiB read buffer per thread (allocating one per file costs more than a small copy)."""
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = bytearray(1 << 20)
+    return buf
 
 
 def _unlink_quiet(path: Path) -> None:
