@@ -92,6 +92,19 @@ def plan(meta: Meta, job_id: int, max_per_task: int = 10, now: float | None = No
     return new
 
 
+ENGINES = ("auto", "spark", "inline")
+UNSET_ENGINE = (None, "", "None")  # "None": an unset Param rendered by a template
+
+
+def resume_engine(meta: Meta, job_id: int, requested: str | None) -> str:
+    """The engine a run of the job uses: the one asked for, else the job's own (what its
+    restore asked for), so a resume or re-drive keeps the original engine by default."""
+    engine = meta.copyjobs.get(job_id)[0].engine if requested in UNSET_ENGINE else requested
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    return engine
+
+
 # -- copy -----------------------------------------------------------------------------------
 def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int = 1,
               now=time.time) -> CopyTask:
