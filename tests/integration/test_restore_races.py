@@ -110,23 +110,21 @@ def test_a_second_driver_of_the_same_run_converges_on_the_job(meta, store, snap,
 
 
 def test_a_concurrent_pin_by_another_restore_does_not_roll_back(meta, store, snap, monkeypatch):
-    """Another restore pins the snapshot between our read and our job txn: that changes
-    the snapshot's revision only; ours must still succeed, nothing rolled back."""
-    original = meta.segments.save
+    """Another restore pins the snapshot right before our job txn: that changes only the
+    snapshot's revision; ours must re-read and succeed, nothing rolled back."""
+    original = kvmod.KV.txn
     other = {}
 
-    def save(segs):
-        n = original(segs)
-        if not other:
-            other["job"] = 0
+    def txn(self, compares, ops, reason=None):
+        if not other and any(getattr(o, "key", "").startswith(meta.keys.copy_jobs_prefix()) for o in ops):
+            other["job"] = None
             other["job"] = restore.restore(meta, store, "demo", "s1", "other")
-        return n
-    monkeypatch.setattr(meta.segments, "save", save)
+        return original(self, compares, ops, reason)
+    monkeypatch.setattr(kvmod.KV, "txn", txn)
     mine = restore.restore(meta, store, "demo", "s1", "mine")
     monkeypatch.undo()
     assert sorted(meta.snapshots.get(snap.collection_id, "s1")[0].pins) == sorted([mine, other["job"]])
-    assert {c.name: c.state for c in meta.catalog.list()} == {"demo": "Created", "mine": "Importing",
-                                                              "other": "Importing"}
+    assert sorted(c.name for c in meta.catalog.list()) == ["demo", "mine", "other"]
     assert _run(meta, store, mine).state == JOB_COMPLETED
     assert _run(meta, store, other["job"]).state == JOB_COMPLETED
 
@@ -265,16 +263,19 @@ def test_two_copy_drivers_on_one_task_never_expose_a_partial_file(meta, store, m
 
 
 def test_a_zombie_attempt_cannot_finish_a_task_a_re_drive_owns(meta, store, snap):
+    """Attempt 1 (a zombie) ends while the re-drive (attempt 2) is still copying: the
+    zombie must not mark the task, only attempt 2 may."""
     job_id = restore.restore(meta, store, "demo", "s1", "zombie")
     copyjob.plan(meta, job_id, 10)
     task, kv = meta.copyjobs.get_task(job_id, 0)
     zombie = meta.copyjobs.update_task(kv, task.replace(state="InProgress", attempt=1))
-    copyjob.copy_task(meta, store, job_id, 0)  # the re-drive: attempt 2
+    _, kv = meta.copyjobs.get_task(job_id, 0)
+    meta.copyjobs.update_task(kv, zombie.replace(attempt=2))  # the re-drive took over, mid-copy
+    done = {"segments": 5, "files": 35, "bytes": 1, "skipped": 0}
+    copyjob._finish_task(meta, zombie, done, TASK_COMPLETED, "", 0.0)
     cur = meta.copyjobs.get_task(job_id, 0)[0]
-    assert cur.attempt == 2 and cur.state == TASK_COMPLETED
-    assert copyjob._finish_task(meta, zombie, {"segments": 0, "files": 0, "bytes": 0, "skipped": 0},
-                                "Failed", "zombie", 0.0).state == TASK_COMPLETED
-    assert meta.copyjobs.get_task(job_id, 0)[0].state == TASK_COMPLETED
+    assert (cur.state, cur.attempt) == ("InProgress", 2)
+    assert copyjob.wait_status(meta, job_id)[0] == "waiting"
 
 
 def test_restore_on_s3_checks_content_by_etag(meta, s3_store):
