@@ -18,6 +18,23 @@ from seglake.storage import layout
 
 SMALL = demo.SeedParams(partitions=2, segments=5, rows=200, dim=8)
 
+KILL_BEFORE_JOB_TXN = """
+import os, signal, sys
+from seglake.config import Settings
+from seglake.lifecycle import restore
+from seglake.meta import Meta, kv
+from seglake.storage import open_store
+s = Settings.load()
+meta = Meta.from_settings(s)
+txn = kv.KV.txn
+def killing(self, compares, ops, reason=None):
+    if any(getattr(o, "key", "").startswith(meta.keys.copy_jobs_prefix()) for o in ops):
+        os.kill(os.getpid(), signal.SIGKILL)  # killed right before the job would exist
+    return txn(self, compares, ops, reason)
+kv.KV.txn = killing
+restore.restore(meta, open_store(s), 'demo', 's1', sys.argv[1], owner=sys.argv[2])
+"""
+
 
 @pytest.fixture
 def snap(meta, store):
@@ -187,12 +204,9 @@ def test_dropping_a_snapshot_that_a_running_job_pins_is_refused(meta, store, sna
 def test_a_killed_restore_is_resumed_by_a_retrigger_with_the_same_conf(meta, store, snap, settings):
     """SIGKILL between the target and the job: the same restore (any owner) resumes it;
     another snapshot into that name is refused naming the job and how to resume."""
-    env = {**os.environ, **settings.to_env(), "SEGLAKE_FAULTS": "restore.before_job_txn:kill"}
-    code = ("from seglake.config import Settings; from seglake.meta import Meta; "
-            "from seglake.storage import open_store; from seglake.lifecycle import restore; "
-            "s = Settings.load(); restore.restore(Meta.from_settings(s), open_store(s), 'demo', 's1', 'again', "
-            "owner='run-1')")
-    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == -signal.SIGKILL
+    env = {**os.environ, **settings.to_env()}
+    proc = subprocess.run([sys.executable, "-c", KILL_BEFORE_JOB_TXN, "again", "run-1"], env=env, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
     target = meta.catalog.get_by_name("again")
     assert target.state == "Importing" and meta.kv.count(meta.keys.copy_jobs_prefix()) == 0
     snapshot.create(meta, store, "demo", "s2")
