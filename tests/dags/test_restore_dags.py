@@ -20,10 +20,6 @@ pytestmark = pytest.mark.airflow
 SMALL = demo.SeedParams(partitions=2, segments=4, rows=200, dim=8)
 
 
-
-
-
-
 def _target_keys(meta, store, coll_id):
     keys = [o.key for p in layout.collection_prefixes(coll_id) for o in store.list(p)]
     for s in meta.segments.list(coll_id):

@@ -111,12 +111,17 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
     """Run one task to Completed (or Failed on a missing source). Safe to re-run and to
     run twice at once: every file goes through the attempt's own temporary object and
     appears whole, and only the attempt that owns the task record writes it."""
-    task, kv = meta.copyjobs.get_task(job_id, task_id)
     job, _ = meta.copyjobs.get(job_id)
-    if task.state in TASK_TERMINAL or job.state != JOB_EXECUTING or now() > job.timeout_at:
+
+    def take() -> tuple[CopyTask, bool]:
+        task, kv = meta.copyjobs.get_task(job_id, task_id)
+        if task.state in TASK_TERMINAL or job.state != JOB_EXECUTING or now() > job.timeout_at:
+            return task, False
+        return meta.copyjobs.update_task(kv, task.replace(state=TASK_IN_PROGRESS, attempt=task.attempt + 1,
+                                                          updated_at=now(), reason="")), True
+    task, mine = retry_on_conflict(take, f"take copy task {task_id} of job {job_id}")
+    if not mine:
         return task
-    task = meta.copyjobs.update_task(kv, task.replace(state=TASK_IN_PROGRESS, attempt=task.attempt + 1,
-                                                      updated_at=now(), reason=""))
     progress = {"segments": 0, "files": 0, "bytes": 0, "skipped": 0}
     last = time.monotonic()
     pool = ThreadPoolExecutor(threads) if threads > 1 else None
@@ -138,10 +143,19 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
                 last = time.monotonic()
     except SourceMissing as e:
         return _finish_task(meta, task, progress, TASK_FAILED, str(e), now())
+    except (_Superseded, FileNotFoundError):
+        cur, _ = meta.copyjobs.get_task(job_id, task_id)
+        if cur.attempt == task.attempt:
+            raise  # a real failure of the attempt that owns the task
+        return cur  # a re-drive took the task over (and removed our temp files): leave it to it
     finally:
         if pool:
             pool.shutdown(wait=True)
     return _finish_task(meta, task, progress, TASK_COMPLETED, "", now())
+
+
+class _Superseded(Exception):
+    """Another attempt owns the task now: this one stops without writing its record."""
 
 
 def _copy_one(store: Store, src: str, dst: str, size: int, check: bool = True) -> tuple[bool, int]:
@@ -188,7 +202,7 @@ def _save_progress(meta: Meta, task: CopyTask, progress: dict, now: float) -> Co
     try:
         cur, kv = meta.copyjobs.get_task(task.job_id, task.task_id)
         if cur.state != TASK_IN_PROGRESS or cur.attempt != task.attempt:
-            return task  # someone else (a re-drive) owns the task now; keep copying, do not write
+            raise _Superseded()  # a re-drive owns the task now: stop, write nothing
         return meta.copyjobs.update_task(kv, new)
     except Conflict:
         return task
@@ -312,7 +326,8 @@ def _finish(meta: Meta, job: CopyJob, now: float) -> CopyJob:
                                    total_rows=sum(s.num_rows for s in targets))
     meta.segments.transition([s.ref for s in targets if s.state == IMPORTING], FLUSHED)
     faults.point("copy.before_complete")
-    meta.catalog.set_state(job.target_collection_id, CREATED, expect=COLL_IMPORTING)
+    retry_on_conflict(lambda: meta.catalog.set_state(job.target_collection_id, CREATED, expect=COLL_IMPORTING),
+                      f"make the target of copy job {job.job_id} usable")
     meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
     return job
 
