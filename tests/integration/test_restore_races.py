@@ -233,12 +233,15 @@ def test_two_copy_drivers_on_one_task_never_expose_a_partial_file(meta, store, m
     seen, stop = [], threading.Event()
 
     def watch():
-        while not stop.is_set():
+        while True:  # until one full pass after both drivers ended
+            last = stop.is_set()
             for d in dsts:
                 try:
                     seen.append(store.head(d).size)
                 except NotFound:
                     pass
+            if last:
+                return
 
     results, errors = [], []
 
@@ -257,7 +260,7 @@ def test_two_copy_drivers_on_one_task_never_expose_a_partial_file(meta, store, m
     watcher.join()
     assert seen and set(seen) == {len(blob)}, sorted(set(seen))[:5]
     task = meta.copyjobs.get_task(job_id, 0)[0]
-    assert task.state == TASK_COMPLETED, (task.reason, errors)
+    assert task.state == TASK_COMPLETED and not errors, (task.reason, errors)
     assert copyjob.finalize(meta, job_id).state == JOB_COMPLETED
     assert all(store.get(d) == blob for d in dsts)
 

@@ -8,17 +8,17 @@ files start with '.seglake-tmp-' and are listed like any other file (GC judges t
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 import shutil
 import threading
 import uuid
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, Unavailable
-from seglake.storage.base import ChecksumMismatch, DeleteError, ObjectInfo, Store
+from seglake.storage.base import ChecksumMismatch, DeleteError, ObjectInfo, Store, crc_name, crc_update
 from seglake.storage.layout import normalize_key, normalize_prefix
 
 TMP_PREFIX = ".seglake-tmp-"
@@ -179,20 +179,17 @@ class LocalStore(Store):
     def copy_checked(self, src: str, dst: str) -> tuple[ObjectInfo, str]:
         """One pass: read the source once, checksum what is read, write it to this call's
         own temp file, rename it over the destination (atomic). The checksum is the one of
-        the bytes the destination holds; its size is checked against the bytes read."""
+        the bytes the destination holds; its size is checked against the bytes read.
+        Large files are read through a read-only mapping (one copy fewer); seglake never
+        rewrites a file in place, so a mapped source cannot shrink under the copy."""
         s = self._path(src)
         state = {}
 
         def write(tmp: Path) -> None:
-            crc = n = 0
-            buf = _copy_buffer()
-            with open(s, "rb", buffering=0) as fi, open(tmp, "wb") as fo:
-                while k := fi.readinto(buf):
-                    view = memoryview(buf)[:k]
-                    crc = zlib.crc32(view, crc)
-                    fo.write(view)
-                    n += k
-            state.update(crc=crc, n=n)
+            with open(s, "rb", buffering=0) as fi, open(tmp, "wb", buffering=0) as fo:
+                size = os.fstat(fi.fileno()).st_size
+                crc = _copy_mapped(fi, fo, size) if size > MAP_MIN_BYTES else _copy_buffered(fi, fo)
+            state.update(crc=crc, n=size)
         try:
             info = self._atomic(dst, write)
         except FileNotFoundError:
@@ -201,7 +198,7 @@ class LocalStore(Store):
             raise
         if info.size != state["n"]:
             raise ChecksumMismatch(f"copy of {src} to {dst}: wrote {info.size} bytes of {state['n']}")
-        return info, f"crc32:{state['crc']:08x}"
+        return info, crc_name(state["crc"])
 
     def delete_many(self, keys: Iterable[str]) -> list[DeleteError]:
         paths = [(k, self._path(k)) for k in keys]
@@ -225,14 +222,37 @@ class LocalStore(Store):
 
 
 _local = threading.local()
+MAP_MIN_BYTES = 4 << 20
 
 
-def _copy_buffer() -> bytearray:
-    """A 1 MiB read buffer per thread (allocating one per file costs more than a small copy)."""
+def _copy_buffered(fi, fo) -> int:
+    """Copy through a 1 MiB buffer kept per thread (allocating one per file costs more
+    than a small copy); returns the CRC of the bytes written."""
     buf = getattr(_local, "buf", None)
     if buf is None:
         buf = _local.buf = bytearray(1 << 20)
-    return buf
+    crc = 0
+    while k := fi.readinto(buf):
+        with memoryview(buf)[:k] as view:
+            crc = crc_update(view, crc)
+            _write_all(fo, view)
+    return crc
+
+
+def _copy_mapped(fi, fo, size: int) -> int:
+    crc = 0
+    with mmap.mmap(fi.fileno(), size, access=mmap.ACCESS_READ) as m, memoryview(m) as whole:
+        for off in range(0, size, 8 << 20):
+            with whole[off:off + (8 << 20)] as view:
+                crc = crc_update(view, crc)
+                _write_all(fo, view)
+    return crc
+
+
+def _write_all(fo, view: memoryview) -> None:
+    n = 0
+    while n < len(view):
+        n += fo.write(view[n:])
 
 
 def _unlink_quiet(path: Path) -> None:
