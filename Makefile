@@ -62,6 +62,7 @@ bench: setup
 	$(PY) bench/snapshot.py
 	$(PY) bench/restore.py
 	$(PY) bench/gc.py
+	$(PY) bench/wal.py
 
 clean: down
 	rm -rf $(DEV)

@@ -69,11 +69,12 @@ def snapshot_restore():
     @task
     def compare(params: dict) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
+
+        from seglake.lifecycle.snapshot import resolve
         from seglake_airflow.hooks.engine import SeglakeHook
 
         meta = SeglakeHook().meta
-        source = meta.catalog.get_by_name(params["collection"], params["db"])
-        snap, _ = meta.snapshots.get(source.collection_id, params["snapshot"])
+        snap, _ = resolve(meta, params["collection"], params["snapshot"], db=params["db"])  # source may be dropped
         target = meta.catalog.get_by_name(params["target"], params["db"])
         segs = [s for s in meta.segments.list(target.collection_id) if s.state == "Flushed"]
         rows = {"segments": (snap.segments, len(segs)), "rows": (snap.rows, sum(s.num_rows for s in segs)),

@@ -273,8 +273,13 @@ def cmd_gc_report(args, s: Settings) -> int:
     swept = doc.get("swept")
     print(f"gc run {doc['run_id']}{' (dry run)' if doc.get('dry_run') else ''}: listed {doc['listed']}, "
           f"{doc['candidates']} candidates, {human_bytes(doc['candidate_bytes'])}; kept {doc['kept']}")
+    u = doc.get("unrecognised") or {"files": 0, "bytes": 0, "sample": []}
+    print(f"unrecognised (never deleted): {u['files']} files, {human_bytes(u['bytes'])}"
+          + (f", e.g. {', '.join(u['sample'][:5])}" if u["sample"] else ""))
     print("deleted: " + (f"{swept['deleted']} files, {human_bytes(swept['deleted_bytes'])}, "
-                         f"{swept['rechecked_kept']} kept by the re-check, {len(swept['errors'])} errors"
+                         f"{swept.get('already_gone', 0)} already gone, "
+                         f"{swept['rechecked_kept']} kept by the re-check, "
+                         f"{swept.get('changed_kept', 0)} changed since the mark, {len(swept['errors'])} errors"
                          if swept else "nothing (mark only)"))
     rows = []
     for k, v in sorted(doc["by_collection_reason"].items()):
@@ -283,6 +288,34 @@ def cmd_gc_report(args, s: Settings) -> int:
                      "size": human_bytes(v["bytes"])})
     print(table(rows, ["collection", "reason", "files", "size"]))
     return 0
+
+
+def cmd_gc_run(args, s: Settings) -> int:
+    """A whole GC inline. Dry run unless --execute: the report is what a real run deletes."""
+    from seglake.lifecycle import gc
+
+    meta, store = _open(s)
+    cid = meta.catalog.get_by_name(args.collection, args.db).collection_id if args.collection else None
+    hours = {k: None if getattr(args, f"{k}_hours") is None else getattr(args, f"{k}_hours") * 3600
+             for k in ("missing_tolerance", "drop_tolerance")}
+    opts = gc.GCOptions.from_settings(s, force=args.force, dry_run=not args.execute, collection_id=cid, **hours)
+    result = gc.run(meta, store, opts)
+    emit(args, result, text=gc.format_summary(result) + ("" if args.execute else
+                                                         "\ndry run: nothing deleted; pass --execute to delete"))
+    return 0
+
+
+def _hours(flag: str):
+    def parse(text: str) -> float:
+        import math
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number of hours, got {text!r}") from None
+        if not math.isfinite(v) or v < 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite, non-negative number of hours, got {text!r}")
+        return v
+    return parse
 
 
 def cmd_gc_pause(args, s: Settings) -> int:
@@ -341,6 +374,118 @@ def cmd_stack(args, s: Settings) -> int:
         print(f"store: {s.store_uri}")
         return 0 if ok else 3
     return 0
+
+
+# -- write-ahead log (wal helper) -------------------------------------------------------
+def cmd_ingest(args, s: Settings) -> int:
+    """Append rows from a Parquet/Arrow file or --rows N synthetic rows through the WAL."""
+    from seglake.wal.client import WalClient, check_count, synthetic_rows
+
+    if (args.file is None) == (args.rows is None):
+        raise SeglakeError("ingest: give exactly one of --file PATH or --rows N")
+    batch_rows = check_count("--batch-rows", args.batch_rows, maximum=1_000_000)
+    meta, store = _open(s)
+    coll = meta.catalog.get_by_name(args.collection, args.db)
+    if args.rows is not None:
+        n = check_count("--rows", args.rows, maximum=100_000_000)
+        data = synthetic_rows(coll, n, meta.ids.allocate(n), seed=args.seed)
+    else:
+        data = _read_table(args.file)
+    with WalClient(meta, store, s, batch_rows=batch_rows) as client:
+        res = client.insert(args.collection, data, partition=args.partition, db=args.db, txn=args.txn)
+    emit(args, res.to_json(), text=(f"appended {res.rows} rows to {res.collection!r} in {res.batches} batches"
+                                    f"{' (transactional)' if args.txn else ''}: "
+                                    + "; ".join(f"{p} {a} .. {b}" for p, (a, b) in sorted(res.positions.items()))))
+    return 0
+
+
+def _read_table(path: str):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if not p.is_file():
+        raise SeglakeError(f"ingest: no such file {path!r}")
+    try:
+        if p.suffix in (".arrow", ".ipc", ".feather"):
+            with pa.memory_map(str(p)) as src:
+                try:
+                    return pa.ipc.open_file(src).read_all()
+                except pa.ArrowInvalid:
+                    src.seek(0)
+                    return pa.ipc.open_stream(src).read_all()
+        return pq.read_table(str(p))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise SeglakeError(f"ingest: cannot read {path!r}: {e}") from None
+
+
+def cmd_delete(args, s: Settings) -> int:
+    from seglake.wal.client import WalClient
+
+    pks = []
+    for part in args.pks.split(","):
+        part = part.strip()
+        if not part or not part.lstrip("-").isdigit():
+            raise SeglakeError(f"delete: --pks must be comma-separated integers, got {part!r}")
+        pks.append(int(part))
+    meta, store = _open(s)
+    with WalClient(meta, store, s) as client:
+        res = client.delete(args.collection, pks, db=args.db, txn=args.txn)
+    emit(args, res.to_json(), text=f"appended deletes of {res.deletes} primary keys to {res.collection!r}")
+    return 0
+
+
+def cmd_wal_status(args, s: Settings) -> int:
+    from seglake.wal.client import wal_status
+
+    meta, _ = _open(s)
+    rows = wal_status(meta, args.pchannel)
+    for r in rows:
+        r["size"] = human_bytes(r["bytes"])
+        r["lag_ms"] = [c["lag_ms"] for c in r["consumers"]]
+    emit(args, rows, rows, ["pchannel", "term", "writer", "last_time_tick", "fragments", "size", "paused",
+                            "lag_ms"])
+    return 0
+
+
+def cmd_wal_pause(args, s: Settings) -> int:
+    from seglake.wal.log import set_pause
+
+    if bool(args.pchannel) == bool(args.all):
+        raise SeglakeError(f"wal {args.action}: give exactly one of --pchannel NAME or --all")
+    meta, _ = _open(s)
+    set_pause(meta, args.pchannel, args.action == "pause", getattr(args, "reason", ""))
+    print(f"WAL consumption {'paused' if args.action == 'pause' else 'resumed'} for "
+          f"{args.pchannel or 'every pchannel'}")
+    return 0
+
+
+def add_wal_parsers(sub, out, common) -> None:
+    ing = sub.add_parser("ingest", parents=[common], help="append rows through the write-ahead log")
+    ing.add_argument("collection")
+    ing.add_argument("--file", default=None, help="Parquet or Arrow IPC file whose columns match the schema")
+    ing.add_argument("--rows", type=int, default=None, help="append N synthetic rows")
+    ing.add_argument("--partition", default="_default")
+    ing.add_argument("--batch-rows", type=int, default=10000)
+    ing.add_argument("--seed", type=int, default=0)
+    ing.add_argument("--txn", action="store_true", help="one transaction per vchannel")
+    ing.set_defaults(fn=cmd_ingest)
+    de = sub.add_parser("delete", parents=[common], help="append deletes by primary key through the WAL")
+    de.add_argument("collection")
+    de.add_argument("--pks", required=True, help="comma-separated primary keys")
+    de.add_argument("--txn", action="store_true")
+    de.set_defaults(fn=cmd_delete)
+    w = sub.add_parser("wal", help="write-ahead log").add_subparsers(dest="action", required=True)
+    ws = w.add_parser("status", parents=[out], help="per pchannel: term, writer, ticks, fragments, pause, lag")
+    ws.add_argument("--pchannel", default=None)
+    ws.set_defaults(fn=cmd_wal_status)
+    for action in ("pause", "resume"):
+        wp = w.add_parser(action, help=f"{action} consumption (recovery scanners are never paused)")
+        wp.add_argument("--pchannel", default=None)
+        wp.add_argument("--all", action="store_true", help="the global flag")
+        if action == "pause":
+            wp.add_argument("--reason", default="")
+        wp.set_defaults(fn=cmd_wal_pause, json=False)
 
 
 # -- parser ----------------------------------------------------------------------------
@@ -412,6 +557,15 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gc", help="garbage collection").add_subparsers(dest="action", required=True)
     g.add_parser("report", parents=[out], help="the latest mark: candidates and what was deleted").set_defaults(
         fn=cmd_gc_report)
+    gr = g.add_parser("run", parents=[common], help="run GC inline: a dry run unless --execute")
+    gr.add_argument("--execute", action="store_true", help="really delete (default: dry run, report only)")
+    gr.add_argument("--collection", default=None, help="only this collection (default: the whole store)")
+    gr.add_argument("--missing-tolerance-hours", type=_hours("--missing-tolerance-hours"), default=None,
+                    help="age before an orphan is deleted (default: from config)")
+    gr.add_argument("--drop-tolerance-hours", type=_hours("--drop-tolerance-hours"), default=None,
+                    help="age of a Dropped segment before its files go (default: from config)")
+    gr.add_argument("--force", action="store_true", help="allow tolerances below the floor")
+    gr.set_defaults(fn=cmd_gc_run)
     for action in ("pause", "resume"):
         gp = g.add_parser(action, parents=[common])
         gp.add_argument("--collection", default=None)
@@ -430,6 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stack", help="the local etcd (make up/down/status)")
     st.add_argument("action", choices=["up", "down", "status"])
     st.set_defaults(fn=cmd_stack, json=False)
+    add_wal_parsers(sub, out, common)
     return p
 
 

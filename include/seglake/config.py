@@ -102,6 +102,13 @@ class Settings:
     copy_threads: int = _int(8, "parallel file copies per worker", minimum=1)
     gc_schedule: str = _str("@daily", "schedule of the gc DAG")
     spark_ui: bool = _bool(False, "enable the Spark UI for SparkSubmit jobs")
+    # write-ahead log
+    wal_fragment_bytes: int = _int(8 << 20, "a WAL fragment is closed at this many bytes", minimum=1024)
+    wal_fragment_records: int = _int(10000, "a WAL fragment is closed at this many records", minimum=1)
+    wal_batch_time: float = _duration(0.002, "a WAL writer waits this long to batch appends into one fragment")
+    wal_txn_keepalive: float = _duration(60.0, "a WAL transaction expires this long after its last message")
+    wal_scanner_startup_delay: float = _duration(0.0, "a consuming WAL scanner waits this long before it starts")
+    wal_pause_poll: float = _duration(1.0, "how often a paused WAL scanner re-reads the pause flag")
 
     # -- construction -------------------------------------------------------------
     @classmethod

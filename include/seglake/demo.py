@@ -55,10 +55,10 @@ class SeedParams:
 def purge_collection(meta: Meta, store: Store, coll: Collection) -> int:
     """Delete a collection's files and records, its snapshots included (demo reset and
     test cleanup only: this bypasses every lifecycle rule)."""
-    from seglake.lifecycle.snapshot import remove_files_and_record
+    from seglake.lifecycle import snapshot
 
     for rec in list(meta.snapshots.list(coll.collection_id)):
-        remove_files_and_record(meta, store, rec)
+        snapshot.purge(meta, store, rec)
     keys = [f.key for seg in meta.segments.list(coll.collection_id) for f in layout.segment_files(seg)]
     for prefix in layout.collection_prefixes(coll.collection_id):
         keys.extend(o.key for o in store.list(prefix))

@@ -68,11 +68,10 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
         raise ValidationError(f"restore engine must be one of {ENGINES}, got {engine!r}")
     if not isinstance(owner, str):
         raise ValidationError("restore owner must be a string")
-    source = meta.catalog.get_by_name(collection, db)
-    rec, _ = meta.snapshots.get(source.collection_id, snapshot)
+    rec, _ = snapshots.resolve(meta, collection, snapshot, db=db)  # also once the source is dropped
     if rec.state != COMMITTED:
         raise StateError(f"snapshot {snapshot!r} is {rec.state}; only a COMMITTED snapshot can be restored")
-    identity = {"collection": collection, "collection_id": source.collection_id, "snapshot": snapshot,
+    identity = {"collection": collection, "collection_id": rec.collection_id, "snapshot": snapshot,
                 "snapshot_id": rec.snapshot_id}
 
     found = _existing_target(meta, target, db, identity)
@@ -103,7 +102,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
         meta.segments.save(targets)  # Importing: invisible to queries, referenced for GC
         now = time.time() if now is None else now
         job = CopyJob(
-            job_id=job_id, state=JOB_PENDING, db=db, source_collection_id=source.collection_id,
+            job_id=job_id, state=JOB_PENDING, db=db, source_collection_id=rec.collection_id,
             source_collection=collection, snapshot=snapshot, snapshot_id=rec.snapshot_id,
             target_collection_id=coll.collection_id, target_collection=target, total_segments=len(targets),
             total_files=sum(t.file_count() for t in targets), total_bytes=sum(t.total_size() for t in targets),

@@ -6,6 +6,7 @@ Layout under the configurable root (default `seglake`):
     {root}/catalog/names/{db}/{name}                 -> collection_id
     {root}/segments/{collection_id}/{partition_id}/{segment_id}
     {root}/snapshots/{collection_id}/{name}
+    {root}/snapshot_alive/{collection_id}/{snapshot_id}   writer heartbeat of a PENDING snapshot
     {root}/copy/jobs/{job_id}    {root}/copy/tasks/{job_id}/{task_id}
     {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
     {root}/alloc/id   {root}/alloc/tso      {root}/gc/...
@@ -80,6 +81,11 @@ class Keys:
         base = f"{self.root}/snapshots/"
         return base if collection_id is None else f"{base}{_id(collection_id)}/"
 
+    def snapshot_alive(self, collection_id: int, snapshot_id: int) -> str:
+        """Heartbeat of a PENDING snapshot's writer (outside snapshots/: a heartbeat is
+        not a snapshot change and must not make GC reload the snapshot references)."""
+        return f"{self.root}/snapshot_alive/{_id(collection_id)}/{_id(snapshot_id)}"
+
     # copy jobs
     def copy_job(self, job_id: int) -> str:
         return f"{self.root}/copy/jobs/{_id(job_id)}"
@@ -117,3 +123,27 @@ def parse_segment_key(keys: Keys, key: str) -> tuple[int, int, int]:
     rest = key[len(keys.segments_prefix()):]
     c, p, s = rest.split("/")
     return int(c), int(p), int(s)
+
+
+# -- write-ahead log (wal helper; append-only section) ---------------------------------
+#   {root}/wal/{pchannel}/term    current writer term: {term, writer, opened_at}
+#   {root}/wal/{pchannel}/log     log metadata: fragments, holes, last tick, bytes
+#   {root}/wal/{pchannel}/pause   consumption paused for this pchannel
+#   {root}/wal/_pause             consumption paused for every pchannel
+def wal_log(keys: Keys, pchannel: str) -> str:
+    return f"{keys.root}/wal/{_seg(pchannel)}/log"
+
+
+def wal_pause(keys: Keys, pchannel: str | None = None) -> str:
+    """The pause flag of one pchannel, or the global one (pchannel None)."""
+    if pchannel is None:
+        return f"{keys.root}/wal/_pause"
+    return f"{keys.root}/wal/{_seg(pchannel)}/pause"
+
+
+def wal_prefix(keys: Keys) -> str:
+    return f"{keys.root}/wal/"
+
+
+def channels_prefix(keys: Keys) -> str:
+    return f"{keys.root}/channels/"

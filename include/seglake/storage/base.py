@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import SeglakeError
@@ -14,6 +14,9 @@ class ObjectInfo:
     key: str       # relative to the store root, canonical (see layout.normalize_key)
     size: int
     mtime: float   # unix seconds
+
+
+UNREADABLE = -1  # the size of a directory listed with report_unreadable that could not be read
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,24 @@ def crc_name(crc: int) -> str:
 class ChecksumMismatch(SeglakeError):
     """A copied object's content differs from its source."""
 
+@dataclass
+class DeleteOutcome:
+    """What one delete call did, key by key: counts built from it are true even when
+    another process deletes the same keys at the same time."""
+    deleted: list[str] = field(default_factory=list)   # removed by this call
+    missing: list[str] = field(default_factory=list)   # already gone (someone else removed it)
+    changed: list[str] = field(default_factory=list)   # not the object expected: kept
+    errors: list[DeleteError] = field(default_factory=list)
+
 
 class Store(abc.ABC):
     uri: str
 
     @abc.abstractmethod
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Stream every object under `prefix` (treated as a directory: 'c1' never lists 'c10/')."""
+    def list(self, prefix: str = "", report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+        """Stream every object under `prefix` (treated as a directory: 'c1' never lists 'c10/').
+        report_unreadable: a directory below the root that cannot be read comes back as
+        ObjectInfo(its prefix ending in '/', UNREADABLE, 0.0) instead of failing the listing."""
 
     @abc.abstractmethod
     def head(self, key: str) -> ObjectInfo:
@@ -67,16 +81,23 @@ class Store(abc.ABC):
         copy may leave a short file): only for destinations nobody reads until the
         writer has checked their size, such as a restore's Importing segments."""
 
-    @abc.abstractmethod
     def delete_many(self, keys: Iterable[str]) -> list[DeleteError]:
         """Delete keys (already-missing keys are not errors); per-key failures returned."""
+        return self.delete_checked(keys).errors
+
+    @abc.abstractmethod
+    def delete_checked(self, objects: Iterable[str | ObjectInfo]) -> DeleteOutcome:
+        """Delete exactly these keys, as given (a key that is not canonical is an error,
+        never normalised into another key). For an ObjectInfo, only if the object there is
+        still that one (same size and mtime); otherwise it is kept and reported `changed`.
+        Never follows a symlink."""
 
     @abc.abstractmethod
     def open_read(self, key: str) -> BinaryIO:
         """A seekable binary reader (for Parquet footers)."""
 
     @abc.abstractmethod
-    def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+    def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         """One level under `prefix`: (child prefixes ending in '/', objects directly there).
         Used to split a listing across workers."""
 

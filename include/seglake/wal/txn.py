@@ -1,0 +1,99 @@
+"""Transaction buffer: holds a transaction's messages until it ends.
+
+Input: messages released by the reorder buffer (time-tick order) and the confirming
+time tick. Output: what may be consumed now.
+- no txn id: passes through at once;
+- BeginTxn: opens the txn (a second Begin of an open txn id is ignored, counted);
+- body (Insert/Delete with a txn id): buffered; the txn's expiry moves to
+  body.time_tick + keepalive; a body of an unknown txn is dropped (counted);
+- CommitTxn: the txn's bodies are emitted together, each stamped with the commit's
+  time tick (ids kept); a commit of an unknown txn is ignored (counted);
+- RollbackTxn: the txn's messages are dropped;
+- after each batch every txn whose expiry <= the confirming tick is dropped (expired).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from seglake.meta.alloc import compose_ts
+from seglake.wal import message as M
+from seglake.wal.message import Message
+
+
+@dataclass
+class _Txn:
+    begin: Message
+    keepalive_ts: int
+    expires_at: int
+    body: list[Message] = field(default_factory=list)
+
+
+def _keepalive_ts(ms: int) -> int:
+    return compose_ts(int(ms))
+
+
+class TxnBuffer:
+    def __init__(self) -> None:
+        self._txns: dict[int, _Txn] = {}
+        self.bytes = 0
+        self.committed = self.rolled_back = self.expired = 0
+        self.unknown = self.duplicate_begin = 0
+
+    def __len__(self) -> int:
+        return len(self._txns)
+
+    def handle(self, msgs: list[Message], tt: int) -> list[Message]:
+        out: list[Message] = []
+        for m in msgs:
+            if not m.txn_id:
+                out.append(m)
+            elif m.type == M.BEGIN_TXN:
+                self._begin(m)
+            elif m.type == M.COMMIT_TXN:
+                out.extend(self._commit(m))
+            elif m.type == M.ROLLBACK_TXN:
+                self._drop(m.txn_id, "rolled_back")
+            else:
+                self._body(m)
+        self._expire(tt)
+        return out
+
+    def _begin(self, m: Message) -> None:
+        if m.txn_id in self._txns:
+            self.duplicate_begin += 1
+            return
+        ka = _keepalive_ts(m.props.get("keepalive_ms", 0))
+        self._txns[m.txn_id] = _Txn(m, ka, m.time_tick + ka)
+        self.bytes += m.estimate_size()
+
+    def _body(self, m: Message) -> None:
+        t = self._txns.get(m.txn_id)
+        if t is None:
+            self.unknown += 1
+            return
+        t.body.append(m)
+        t.expires_at = max(t.expires_at, m.time_tick + t.keepalive_ts)
+        self.bytes += m.estimate_size()
+
+    def _commit(self, m: Message) -> list[Message]:
+        t = self._txns.pop(m.txn_id, None)
+        if t is None:
+            self.unknown += 1
+            return []
+        self.bytes -= t.begin.estimate_size() + sum(b.estimate_size() for b in t.body)
+        self.committed += 1
+        return [replace(b, time_tick=m.time_tick) for b in t.body]
+
+    def _drop(self, txn_id: int, counter: str) -> None:
+        t = self._txns.pop(txn_id, None)
+        if t is None:
+            if counter == "rolled_back":
+                self.unknown += 1
+            return
+        self.bytes -= t.begin.estimate_size() + sum(b.estimate_size() for b in t.body)
+        setattr(self, counter, getattr(self, counter) + 1)
+
+    def _expire(self, tt: int) -> None:
+        for txn_id in [i for i, t in self._txns.items() if t.expires_at <= tt]:
+            self._drop(txn_id, "expired")

@@ -1,0 +1,426 @@
+"""The WAL log and its fenced writers against real etcd, local files and SeaweedFS."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from seglake.errors import ValidationError
+from seglake.storage import layout
+from seglake.wal import message as M
+from seglake.wal.client import WalClient, synthetic_rows
+from seglake.wal.log import CorruptFragment, Fenced, WalLog
+from seglake.wal.writer import WalWriter
+
+from wal_helpers import all_messages, inserted_pks, make_collection, pchannels
+
+P = "seglake-dml_3"
+
+
+def _coll(meta, store, settings, shards=1):
+    with WalClient(meta, store, settings) as c:
+        return make_collection(c, shards=shards)
+
+
+def _insert_msg(coll, first_pk, n=3):
+    v = coll.vchannels[0]
+    return M.Message.insert(v, coll.collection_id, coll.partitions[0].partition_id,
+                            synthetic_rows(coll, n, first_pk).to_batches()[0])
+
+
+def _writer_for(meta, store, settings, coll, **kw):
+    return WalWriter.open(meta, store, pchannels(coll)[0], settings, **kw)
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_fenced_writer_cannot_append_after_newer_term(backend, meta, store, settings, request):
+    st = store if backend == "local" else request.getfixturevalue("s3_store")
+    coll = _coll(meta, st, settings)
+    a = _writer_for(meta, st, settings, coll)
+    a.append(_insert_msg(coll, 1))
+    b = _writer_for(meta, st, settings, coll)
+    assert b.term == a.term + 1
+    with pytest.raises(Fenced, match=f"term {a.term} is fenced"):
+        a.append(_insert_msg(coll, 100))
+    with pytest.raises(Fenced):       # and stays fenced
+        a.append(_insert_msg(coll, 200))
+    b.append(_insert_msg(coll, 300))
+    msgs = all_messages(meta, st, pchannels(coll)[0], settings)
+    assert 100 not in inserted_pks(msgs) and 200 not in inserted_pks(msgs)
+    assert 1 in inserted_pks(msgs) and 300 in inserted_pks(msgs)
+    # nothing of A's lands after B's open: every message after B's first is B's term
+    terms = [m.term for m in msgs]
+    assert terms == sorted(terms)
+    a.close(), b.close()
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_fenced_writers_orphan_name_becomes_a_hole(backend, meta, store, settings, request):
+    """A (fenced) wrote its fragment file but could not commit; B must not reuse the
+    name (exclusive create fails) and readers must not see A's file."""
+    st = store if backend == "local" else request.getfixturevalue("s3_store")
+    coll = _coll(meta, st, settings)
+    p = pchannels(coll)[0]
+    a = _writer_for(meta, st, settings, coll)
+    a.append(_insert_msg(coll, 1))
+    nxt = a.state.last + 1
+    b = _writer_for(meta, st, settings, coll)
+    with pytest.raises(Fenced):
+        a.append(_insert_msg(coll, 100))
+    assert st.exists(layout.wal_fragment(p, nxt))   # A's orphan file is there
+    b.append(_insert_msg(coll, 300))
+    state = WalLog(meta, st, p).state()
+    assert nxt in state.holes and state.last == nxt + 1
+    assert 100 not in inserted_pks(all_messages(meta, st, p, settings))
+    a.close(), b.close()
+
+
+def test_exclusive_create_refuses_existing_fragment_s3(s3_store):
+    """SeaweedFS honours If-None-Match: * (412): the S3 fragment write is fenced too."""
+    from seglake.wal.log import put_exclusive
+    key = layout.wal_fragment(P, 1)
+    assert put_exclusive(s3_store, key, b"first")
+    assert not put_exclusive(s3_store, key, b"second")
+    assert s3_store.get(key) == b"first"
+
+
+def test_exclusive_create_refuses_existing_fragment_local(store):
+    from seglake.wal.log import put_exclusive
+    key = layout.wal_fragment(P, 1)
+    assert put_exclusive(store, key, b"first")
+    assert not put_exclusive(store, key, b"second")
+    assert store.get(key) == b"first"
+    assert [o.key for o in store.list("wal/")] == [key]   # no temp file left
+
+
+def test_open_at_stale_term_refused(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    w = _writer_for(meta, store, settings, coll)
+    with pytest.raises(Exception, match="expired term"):
+        _writer_for(meta, store, settings, coll, term=w.term)
+    w.close()
+
+
+def test_time_ticks_monotonic_across_failover_with_clock_set_back(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    now = [2_000_000_000.0]
+    a = _writer_for(meta, store, settings, coll, clock=lambda: now[0])
+    a.append(_insert_msg(coll, 1))
+    a.close()
+    hwm = WalLog(meta, store, p).state().last_tt
+    now[0] -= 3600 * 24 * 365        # the wall clock jumps back a year
+    b = _writer_for(meta, store, settings, coll, clock=lambda: now[0])
+    b.append(_insert_msg(coll, 10))
+    b.append(_insert_msg(coll, 20))
+    b.close()
+    ticks = [m.time_tick for m in all_messages(meta, store, p, settings) if m.type != M.TIME_TICK]
+    ticks_all = [m.time_tick for m in WalLog(meta, store, p).messages()]
+    assert ticks_all == sorted(ticks_all) and len(set(ticks_all)) == len(ticks_all)
+    assert min(t for t in ticks_all[-4:]) > hwm
+    assert ticks == sorted(ticks)
+
+
+def test_truncated_fragment_reported_by_name(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(coll, 50, 1))
+    last = WalLog(meta, store, p).state().last
+    path = store._path(layout.wal_fragment(p, last))
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(CorruptFragment, match=layout.wal_fragment(p, last)):
+        all_messages(meta, store, p, settings)
+
+
+def test_bit_flipped_fragment_reported_by_name(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(coll, 50, 1))
+    last = WalLog(meta, store, p).state().last
+    path = store._path(layout.wal_fragment(p, last))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x04
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFragment, match=rf"{layout.wal_fragment(p, last)}: record \d+ checksum"):
+        all_messages(meta, store, p, settings)
+
+
+def test_missing_committed_fragment_reported(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    store.delete_many([layout.wal_fragment(p, 1)])
+    with pytest.raises(CorruptFragment, match="committed in etcd but missing"):
+        all_messages(meta, store, p, settings)
+
+
+# -- bad input: clear error, nothing appended -------------------------------------------------
+def _log_unchanged(meta, store, p, before):
+    assert WalLog(meta, store, p).state().last == before
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda t: t.drop_columns(["price"]), "missing column"),
+    (lambda t: t.append_column("extra", pa.array([1] * t.num_rows)), "unknown column"),
+    (lambda t: t.set_column(0, "pk", pa.array(["x"] * t.num_rows)), "must be Int64"),
+    (lambda t: t.set_column(1, "embedding", pa.FixedSizeListArray.from_arrays(
+        pa.array([0.5] * (t.num_rows * 4), pa.float32()), 4)), "dim 4, schema says 8"),
+    (lambda t: t.set_column(0, "pk", pa.array([None] * t.num_rows, pa.int64())), "must not contain nulls"),
+    (lambda t: t.set_column(1, "embedding", pa.FixedSizeListArray.from_arrays(
+        pa.array([float("nan")] + [0.5] * (t.num_rows * 8 - 1), pa.float32()), 8)), "NaN or infinity"),
+    (lambda t: t.set_column(2, "price", pa.array([float("inf")] * t.num_rows, pa.float32())), "NaN or infinity"),
+])
+def test_rows_not_matching_schema_refused(meta, store, settings, mutate, match):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    before = WalLog(meta, store, p).state().last
+    bad = mutate(synthetic_rows(coll, 5, 1))
+    good = synthetic_rows(coll, 5, 100)
+    with WalClient(meta, store, settings) as c, pytest.raises(ValidationError, match=match):
+        c.insert("c1", pa.concat_tables([good, bad]) if bad.schema == good.schema else bad)
+    _log_unchanged(meta, store, p, before)
+
+
+def test_unknown_collection_refused(meta, store, settings):
+    from seglake.errors import NotFound
+    _coll(meta, store, settings)
+    with WalClient(meta, store, settings) as c, pytest.raises(NotFound, match="nope"):
+        c.insert("nope", pa.table({"pk": [1]}))
+
+
+def test_unknown_vchannel_refused_nothing_appended(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    w = _writer_for(meta, store, settings, coll)
+    before = w.state.last
+    good = _insert_msg(coll, 1)
+    for v in (f"{p}_999v0", "seglake-dml_9_1v0"):
+        bad = M.Message.insert(v, coll.collection_id, coll.partitions[0].partition_id, good.body)
+        with pytest.raises(ValidationError, match="unknown vchannel"):
+            w.append([good, bad])   # the good one is not appended either
+    _log_unchanged(meta, store, p, before)
+    w.close()
+
+
+def test_unknown_partition_and_empty_insert_refused(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    w = _writer_for(meta, store, settings, coll)
+    good = _insert_msg(coll, 1)
+    with pytest.raises(ValidationError, match="unknown partition"):
+        w.append(M.Message.insert(coll.vchannels[0], coll.collection_id, 999999, good.body))
+    with pytest.raises(ValidationError, match="at least one row"):
+        w.append(M.Message.insert(coll.vchannels[0], coll.collection_id, coll.partitions[0].partition_id,
+                                  good.body.slice(0, 0)))
+    w.close()
+
+
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf"), True, "10"])
+def test_bad_counts_refused(meta, store, settings, value):
+    from seglake.wal.client import check_count
+    with pytest.raises(ValidationError):
+        check_count("--rows", value)
+    with pytest.raises(ValidationError):
+        WalClient(meta, store, settings, batch_rows=value)
+
+
+def test_delete_bad_pks_refused(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    before = WalLog(meta, store, p).state().last
+    with WalClient(meta, store, settings) as c:
+        for bad in ([], [1, None], ["x"], [2**70]):
+            with pytest.raises(ValidationError):
+                c.delete("c1", bad)
+    _log_unchanged(meta, store, p, before)
+
+
+def test_insert_into_dropped_collection_refused(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    w = _writer_for(meta, store, settings, coll)
+    meta.catalog.set_state(coll.collection_id, "Dropping")
+    import time
+    time.sleep(1.1)  # past the writer's collection cache
+    with pytest.raises(ValidationError, match="is Dropping"):
+        w.append(_insert_msg(coll, 1))
+    w.append(M.Message(M.DROP_COLLECTION, coll.vchannels[0], collection_id=coll.collection_id))
+    w.close()
+
+
+def test_wal_settings_must_be_finite(settings):
+    from seglake.wal.log import check_wal_settings
+    import dataclasses
+    for k, v in (("wal_batch_time", float("inf")), ("wal_txn_keepalive", float("nan")),
+                 ("wal_scanner_startup_delay", 10**9), ("wal_txn_keepalive", 0.0), ("wal_pause_poll", 0.0),
+                 ("wal_batch_time", -1.0), ("wal_fragment_bytes", 1 << 40), ("wal_fragment_records", 10**9)):
+        with pytest.raises(ValidationError, match=k):
+            check_wal_settings(dataclasses.replace(settings, **{k: v}))
+        with pytest.raises(ValidationError, match=k):   # refused at the edge: no writer, no append
+            WalClient(None, None, dataclasses.replace(settings, **{k: v}))
+
+
+def test_gc_leaves_wal_untouched(meta, store, settings):
+    """A GC run with zero tolerance (forced) never deletes or moves a WAL fragment."""
+    from seglake.lifecycle import gc
+    coll = _coll(meta, store, settings)
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(coll, 20, 1))
+    before = sorted((o.key, o.size) for o in store.list("wal/"))
+    assert before
+    # an old fragment: mtime far in the past, so any age-based rule would pick it
+    import os
+    for o in store.list("wal/"):
+        os.utime(store._path(o.key), (1, 1))
+    before = sorted((o.key, o.size) for o in store.list("wal/"))
+    gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True))
+    assert sorted((o.key, o.size) for o in store.list("wal/")) == before
+
+
+def test_create_collection_announced_on_each_pchannel(meta, store, settings):
+    coll = _coll(meta, store, settings, shards=3)
+    assert len(pchannels(coll)) == 3
+    for p in pchannels(coll):
+        creates = [m for m in all_messages(meta, store, p, settings) if m.type == M.CREATE_COLLECTION]
+        assert [m.vchannel for m in creates] == [v for v in coll.vchannels if v.startswith(p + "_")]
+        assert creates[0].props["schema"] == coll.schema.to_json()
+
+
+def test_lifetime_with_real_writers(meta, store, settings):
+    from seglake.errors import SeglakeError
+    from seglake.wal.lifetime import ExpiredTerm, WalLifetime, writer_opener
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    current = WalLog(meta, store, p).term().term
+    life = WalLifetime(writer_opener(meta, store, p, settings), p)
+    try:
+        w1 = life.open(current + 1, timeout=10)
+        w1.append(_insert_msg(coll, 1))
+        w2 = life.open(current + 2, timeout=10)
+        with pytest.raises(SeglakeError, match="closed"):
+            w1.append(_insert_msg(coll, 200))    # the old term was closed before the new opened
+        w2.append(_insert_msg(coll, 300))
+        # another process jumps ahead to term +5: our open at +3 fails, final for that term
+        WalWriter.open(meta, store, p, settings, term=current + 5).close()
+        with pytest.raises(Exception, match="expired term"):
+            life.open(current + 3, timeout=10)
+        with pytest.raises(ExpiredTerm):
+            life.open(current + 3, timeout=10)
+        pks = inserted_pks(all_messages(meta, store, p, settings))
+        assert sorted(pks) == [1, 2, 3, 300, 301, 302]
+    finally:
+        life.close()
+
+
+def test_each_batch_followed_by_time_tick(meta, store, settings):
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    with WalClient(meta, store, settings, batch_rows=4) as c:
+        c.insert("c1", synthetic_rows(coll, 20, 1))      # 5 batches, possibly fewer fragments
+    raw = list(WalLog(meta, store, p).messages())
+    for i, m in enumerate(raw):
+        if m.type == M.INSERT:
+            assert raw[i + 1].type == M.TIME_TICK and raw[i + 1].time_tick > m.time_tick
+    assert sum(m.type == M.INSERT for m in raw) == 5
+
+
+def test_failed_commit_poisons_writer_and_later_fragments_stay_invisible(meta, store, settings):
+    """Fragment n+1 may be written while n commits: if n's commit fails, n+1 must never
+    become visible, and the writer refuses further appends until reopened."""
+    import dataclasses
+    from seglake.errors import Unavailable
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    one = dataclasses.replace(settings, wal_fragment_records=1, wal_batch_time=0.05)
+    w = _writer_for(meta, store, one, coll)
+    real = w._commit
+    calls = []
+
+    def flaky(n, *a):
+        calls.append(n)
+        if len(calls) == 2:
+            raise Unavailable("etcd went away")
+        return real(n, *a)
+    w._commit = flaky
+    reqs = [w.append_async(_insert_msg(coll, pk)) for pk in (1, 100, 200)]
+    assert reqs[0].result()
+    with pytest.raises(Unavailable):
+        reqs[1].result()
+    with pytest.raises(Unavailable):
+        reqs[2].result()
+    with pytest.raises(Unavailable):
+        w.append(_insert_msg(coll, 300))
+    w.close()
+    w2 = _writer_for(meta, store, settings, coll)
+    w2.append(_insert_msg(coll, 400))
+    w2.close()
+    pks = inserted_pks(all_messages(meta, store, p, settings))
+    assert sorted(pks) == [1, 2, 3, 400, 401, 402]
+
+
+def test_concurrent_opens_get_distinct_terms_or_lose_cleanly(meta, store, settings):
+    import threading
+    from seglake.errors import Conflict
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    barrier = threading.Barrier(4)
+    out = []
+
+    def go():
+        barrier.wait()
+        try:
+            out.append(WalWriter.open(meta, store, p, settings))
+        except Conflict as e:
+            out.append(e)
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    writers = [w for w in out if isinstance(w, WalWriter)]
+    assert writers and len({w.term for w in writers}) == len(writers)
+    newest = max(writers, key=lambda w: w.term)
+    for w in writers:
+        if w is not newest:
+            with pytest.raises(Fenced):
+                w.append(_insert_msg(coll, 1))
+    newest.append(_insert_msg(coll, 50))
+    for w in writers:
+        w.close()
+    assert inserted_pks(all_messages(meta, store, p, settings)) == [50, 51, 52]
+
+
+@pytest.mark.parametrize("typ", [M.INSERT, M.DELETE, M.CREATE_COLLECTION, M.DROP_COLLECTION, M.BEGIN_TXN])
+def test_only_flush_may_be_broadcast(meta, store, settings, typ):
+    coll = _coll(meta, store, settings)
+    w = _writer_for(meta, store, settings, coll)
+    before = w.state.last
+    with pytest.raises(ValidationError, match="needs a vchannel"):
+        w.append(M.Message(typ, "", collection_id=coll.collection_id, txn_id=1 if typ == M.BEGIN_TXN else 0,
+                           props={"keepalive_ms": 1000}))
+    w.append(M.Message(M.FLUSH, ""))
+    assert w.state.last == before + 1
+    w.close()
+
+
+def test_store_write_failure_is_typed_and_not_acknowledged(meta, store, settings, monkeypatch):
+    """A fragment that cannot be written (disk full at link time) fails the append with
+    a typed error naming the fragment; nothing is committed; the next append works."""
+    import errno
+    import os
+    from seglake.errors import Unavailable
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    w = _writer_for(meta, store, settings, coll)
+    before = w.state.last
+    real_link = os.link
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "link", full)
+    with pytest.raises(Unavailable, match=r"cannot write WAL fragment wal/.*No space left"):
+        w.append(_insert_msg(coll, 1))
+    monkeypatch.setattr(os, "link", real_link)
+    assert WalLog(meta, store, p).state().last == before
+    w.append(_insert_msg(coll, 100))
+    assert inserted_pks(all_messages(meta, store, p, settings)) == [100, 101, 102]
+    assert not [o.key for o in store.list(layout.wal_prefix(p)) if ".seglake-tmp-" in o.key]
+    w.close()
