@@ -59,7 +59,8 @@ def snapshot_restore():
             try:
                 job_id = engine.restore(hook.meta, hook.store, params["collection"], params["snapshot"],
                                         params["target"], db=params["db"],
-                                        timeout=float(params["timeout_hours"]) * 3600, owner=run_id or "",
+                                        timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
+                                                 else float(params["timeout_hours"]) * 3600), owner=run_id or "",
                                         engine=params["engine"])
             except engine.RestoreRaceLost as e:  # a retry converges on the winner's job
                 raise RuntimeError(f"{e}; retrying") from e
