@@ -1,7 +1,8 @@
 """
 ### Garbage collection
 
-Scheduled (daily by default; `SEGLAKE_GC_SCHEDULE` on the scheduler overrides) and
+Scheduled (daily by default; the config key `gc_schedule`, set as `SEGLAKE_GC_SCHEDULE`
+in the dag-processor's environment, overrides: read at parse time, so not from the Variable) and
 triggerable with the form below. Fail closed, mark then sweep, never a referenced file,
 never a file that is not seglake's own:
 
@@ -23,19 +24,19 @@ never a file that is not seglake's own:
 
 A refusal (tolerance, unreadable references) fails the run at once, without retries.
 Collections with a PENDING snapshot, and paused scopes (`seglake gc pause`), are skipped
-and reported. REST: `conf = {"dry_run": true, "collection": "", "engine": "auto"}`.
+and reported. REST: `conf = {"dry_run": true, "collection": null, "engine": "auto"}`.
 CLI: `seglake gc run` (dry run unless `--execute`).
 """
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
-from seglake.names import NAME_PATTERN
+from seglake.config import gc_schedule
 from seglake_airflow import spark_job
+from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
 
 PREP = "ti.xcom_pull(task_ids='prepare')"
@@ -45,26 +46,14 @@ PREP = "ti.xcom_pull(task_ids='prepare')"
     dag_id="gc",
     dag_display_name="Garbage collection",
     description="Fail-closed mark-then-sweep GC of the segment store",
-    schedule=os.environ.get("SEGLAKE_GC_SCHEDULE", "@daily"),
+    schedule=gc_schedule(),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
     tags=["seglake", "gc"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(minutes=1)},
-    params={
-        "dry_run": Param(False, type="boolean", title="Dry run", description="Mark only: delete nothing"),
-        "collection": Param("", type="string", pattern=f"^$|{NAME_PATTERN}", title="Collection",
-                            description="Empty: the whole store"),
-        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
-        "missing_tolerance_hours": Param(None, type=["null", "number"], minimum=0,
-                                         title="Orphan tolerance (hours)", description="Empty: from config (1 day)"),
-        "drop_tolerance_hours": Param(None, type=["null", "number"], minimum=0,
-                                      title="Dropped-segment tolerance (hours)", description="Empty: from config (3 h)"),
-        "force": Param(False, type="boolean", title="Force",
-                       description="Allow tolerances below the 1 hour floor"),
-        "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
-    },
+    params=dag_params("gc"),
 )
 def gc():
     def _opts(params: dict, hook, collection_id):
@@ -175,6 +164,7 @@ def gc():
                 "deleted": (doc.get("swept") or {}).get("deleted", 0)}
 
     prep = prepare()
+    check_conf("gc") >> prep
     inline = mark_inline(prep=prep)
     choose_engine(prep) >> [inline, mark_spark]
     swept = sweep(prep)

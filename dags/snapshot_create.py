@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, PokeReturnValue, dag, task
+from airflow.sdk import PokeReturnValue, dag, task
 
-from seglake.names import NAME_PATTERN
 from seglake_airflow import spark_job
+from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
 
 BEGIN = "ti.xcom_pull(task_ids='begin')"
@@ -43,15 +43,7 @@ BEGIN = "ti.xcom_pull(task_ids='begin')"
     tags=["seglake", "snapshot"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
-    params={
-        "collection": Param("demo", type="string", pattern=NAME_PATTERN, title="Collection"),
-        "name": Param("snap", type="string", pattern=NAME_PATTERN, title="Snapshot name"),
-        "description": Param("", type="string", maxLength=1024, title="Description"),
-        "ttl_hours": Param(0, type="number", minimum=0, title="TTL (hours)",
-                           description="Garbage-collect the snapshot after this long; 0 keeps it until dropped"),
-        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
-        "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
-    },
+    params=dag_params("snapshot_create"),
 )
 def snapshot_create():
     @task
@@ -63,7 +55,7 @@ def snapshot_create():
 
         hook = SeglakeHook()
         with fail_fast():
-            rec = snapshot.begin(hook.meta, params["collection"], params["name"], params["description"],
+            rec = snapshot.begin(hook.meta, params["collection"], params["name"], params["description"] or "",
                                  db=params["db"], ttl=float(params["ttl_hours"]) * 3600 or None,
                                  owner=run_id or "")
         n = hook.meta.kv.count(hook.meta.keys.segments_prefix(rec.collection_id))
@@ -141,6 +133,7 @@ def snapshot_create():
         return {k: d[k] for k in ("name", "collection", "state", "segments", "rows", "bytes", "location")}
 
     begun = begin()
+    check_conf("snapshot_create") >> begun
     inline = write_inline(begun)
     choose_engine(begun) >> [inline, write_spark]
     [inline, write_spark] >> give_up(begun)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
-from seglake.names import NAME_PATTERN
+from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
 
 
@@ -37,15 +37,7 @@ from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
     tags=["seglake", "snapshot", "restore"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
-    params={
-        "collection": Param("demo", type="string", pattern=NAME_PATTERN, title="Source collection"),
-        "snapshot": Param("snap", type="string", pattern=NAME_PATTERN, title="Snapshot"),
-        "target": Param("restored", type="string", pattern=NAME_PATTERN, title="Target collection",
-                        description="Must not exist yet"),
-        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
-        "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
-        "timeout_hours": Param(1.0, type="number", exclusiveMinimum=0, maximum=168, title="Job timeout (hours)"),
-    },
+    params=dag_params("snapshot_restore"),
 )
 def snapshot_restore():
     @task
@@ -88,6 +80,7 @@ def snapshot_restore():
         return {k: list(v) for k, v in rows.items()}
 
     started = restore()
+    check_conf("snapshot_restore") >> started
     copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
     verify = verify_collection_group("{{ params.target }}", "{{ params.db }}")
     started >> copy >> verify >> compare()

@@ -16,7 +16,6 @@ tasks are left alone.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -33,7 +32,8 @@ def run(spark, meta, job_id: int) -> list[tuple[int, str, str]]:
     task_ids = copyjob.pending_task_ids(meta, job_id)
     if not task_ids:
         return []
-    env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
+    from seglake.config import spark_env
+    env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
     sc = spark.sparkContext
     n = max(1, min(len(task_ids), sc.defaultParallelism))
     return (sc.parallelize(task_ids, n)

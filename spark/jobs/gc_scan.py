@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 
@@ -69,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                                       drop_tolerance=args.drop_tolerance, force=bool(args.force),
                                       dry_run=bool(args.dry_run), collection_id=args.collection_id or None).check()
     store = open_store(settings)
-    env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
+    from seglake.config import spark_env
+    env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
     spark = SparkSession.builder.appName(f"seglake-gc-scan-{args.run_id}").getOrCreate()
     try:
         with Meta.from_settings(settings) as meta:

@@ -16,7 +16,6 @@ environment.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -42,7 +41,8 @@ def run(spark, meta, store, collection_id: int, name: str, per_file: int, snapsh
         return rec
     if rec.state != PENDING:
         raise RuntimeError(f"snapshot {name!r} is {rec.state}; nothing to write")
-    env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
+    from seglake.config import spark_env
+    env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
     rec_json = rec.to_json()
 
     def write_groups(attempt: int, groups: list, alive) -> list:

@@ -123,24 +123,10 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
     if not mine:
         return task
     progress = {"segments": 0, "files": 0, "bytes": 0, "skipped": 0}
-    last = time.monotonic()
     pool = ThreadPoolExecutor(threads) if threads > 1 else None
     try:
-        for m in task.mappings:
-            target = meta.segments.get(job.target_collection_id, m.target_partition, m.target_segment)
-            files = source_and_target_files(target)
-            if task.attempt > 1:
-                _remove_leftovers(store, target, {dst for _, dst, _ in files})
-            check = task.attempt > 1  # a first attempt writes into fresh, unique target paths
-            results = (pool.map(lambda f, check=check: _copy_one(store, *f, check=check), files) if pool
-                       else (_copy_one(store, *f, check=check) for f in files))
-            for copied, size in results:
-                progress["files" if copied else "skipped"] += 1
-                progress["bytes"] += size if copied else 0
-            progress["segments"] += 1
-            if time.monotonic() - last > PROGRESS_EVERY_S:
-                task = _save_progress(meta, task, progress, now())
-                last = time.monotonic()
+        with store.durable_batch():  # every file durable before the task can be Completed
+            _copy_mappings(meta, store, job, task, progress, pool, now)
     except SourceMissing as e:
         return _finish_task(meta, task, progress, TASK_FAILED, str(e), now())
     except (_Superseded, FileNotFoundError):
@@ -152,6 +138,27 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
         if pool:
             pool.shutdown(wait=True)
     return _finish_task(meta, task, progress, TASK_COMPLETED, "", now())
+
+
+def _copy_mappings(meta: Meta, store: Store, job: CopyJob, task: CopyTask, progress: dict, pool, now) -> None:
+    """Copy every file of the task's segments, counting into `progress` and saving it to
+    the task record now and then (raises _Superseded once a re-drive owns the task)."""
+    last = time.monotonic()
+    for m in task.mappings:
+        target = meta.segments.get(job.target_collection_id, m.target_partition, m.target_segment)
+        files = source_and_target_files(target)
+        if task.attempt > 1:
+            _remove_leftovers(store, target, {dst for _, dst, _ in files})
+        check = task.attempt > 1  # a first attempt writes into fresh, unique target paths
+        results = (pool.map(lambda f, check=check: _copy_one(store, *f, check=check), files) if pool
+                   else (_copy_one(store, *f, check=check) for f in files))
+        for copied, size in results:
+            progress["files" if copied else "skipped"] += 1
+            progress["bytes"] += size if copied else 0
+        progress["segments"] += 1
+        if time.monotonic() - last > PROGRESS_EVERY_S:
+            task = _save_progress(meta, task, progress, now())
+            last = time.monotonic()
 
 
 class _Superseded(Exception):

@@ -38,6 +38,7 @@ from typing import Callable, Iterable, Iterator
 
 from seglake import faults
 from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake import limits
 from seglake.lifecycle import copyjob, snapshot
 from seglake.meta import Meta
 from seglake.meta.codec import decode_struct
@@ -93,7 +94,7 @@ class GCOptions:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValidationError(f"gc {name} must be a finite, non-negative number of seconds, got {v!r}")
         for name in ("missing_tolerance", "drop_tolerance"):
-            v = getattr(self, name)
+            v = limits.check(name, f"gc {name} (seconds)", getattr(self, name))  # finite, in range
             if v < self.floor and not self.force:
                 raise ValidationError(f"gc {name} of {v:g}s is below the {self.floor:g}s floor; "
                                       "pass force=true to run with it anyway")
@@ -106,9 +107,7 @@ class GCOptions:
 # -- pause / resume -------------------------------------------------------------------------
 def pause(meta: Meta, collection_id: int | None = None, ttl: float = 3600, reason: str = "") -> dict:
     """Pause GC globally or for one collection until `ttl` seconds pass (an etcd lease)."""
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0 \
-            or ttl > 10 * 365 * 86400:
-        raise ValidationError(f"gc pause ttl must be a finite number of seconds in (0, 10 years], got {ttl!r}")
+    ttl = limits.check("gc_pause_ttl", "gc pause ttl", ttl)
     key = _pause_key(meta, collection_id)
     lease = meta.kv.grant_lease(int(max(1, ttl)))
     until = time.time() + ttl

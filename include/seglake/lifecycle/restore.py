@@ -23,11 +23,10 @@ and says so; a driver whose claim was taken reports RestoreRaceLost and touches 
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 
-from seglake import faults
+from seglake import faults, limits
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
 from seglake.lifecycle import snapshot as snapshots
 from seglake.meta import Meta
@@ -42,7 +41,6 @@ from seglake.names import validate_name
 from seglake.storage import Store, layout
 
 ENGINES = ("auto", "spark", "inline")
-MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 class RestoreRaceLost(Conflict):
@@ -60,10 +58,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
     """Create (or resume) the Importing target and its Pending copy job; returns the job id."""
     for kind, name in (("collection", collection), ("snapshot", snapshot), ("collection", target), ("db", db)):
         validate_name(kind, name)
-    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout)
-            or not 0 < timeout <= MAX_TIMEOUT_S):
-        raise ValidationError(f"restore timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}], "
-                              f"got {timeout!r}")
+    timeout = limits.check("restore_timeout", "restore timeout (seconds)", timeout)  # finite, in range
     if engine not in ENGINES:
         raise ValidationError(f"restore engine must be one of {ENGINES}, got {engine!r}")
     if not isinstance(owner, str):

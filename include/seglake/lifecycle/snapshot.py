@@ -50,6 +50,7 @@ from seglake.meta.segments import FLUSHED, Segment
 from seglake.meta.snapshots import COMMITTED, DELETING, PENDING, SnapshotRecord
 from seglake.names import validate_name
 from seglake.storage import Store, layout
+from seglake import limits
 
 SEGMENTS_PER_MANIFEST = 2000
 METADATA_FORMAT = "seglake.snapshot.v2"
@@ -66,9 +67,8 @@ class SnapshotLost(StateError):
 def _validate_ttl(ttl: float | None) -> float | None:
     if ttl is None:
         return None
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl < 0:
-        raise ValidationError(f"snapshot ttl must be a non-negative number of seconds, got {ttl!r}")
-    return float(ttl) or None  # 0 means no TTL
+    ttl = limits.check("snapshot_ttl", "snapshot ttl (seconds)", ttl)  # finite, in range: NaN never "no TTL"
+    return ttl or None  # 0 means no TTL
 
 
 def begin(meta: Meta, collection: str, name: str, description: str = "", *, db: str = DEFAULT_DB,

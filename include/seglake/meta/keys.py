@@ -10,6 +10,7 @@ Layout under the configurable root (default `seglake`):
     {root}/copy/jobs/{job_id}    {root}/copy/tasks/{job_id}/{task_id}
     {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
     {root}/alloc/id   {root}/alloc/tso      {root}/gc/...
+    {root}/txn/{write_id}                            write markers (leased, see meta/kv.py)
 
 Prefix builders end with '/', so the prefix of collection 1 never matches 10.
 Ids are decimal integers; names are validated before they reach a key.
@@ -112,6 +113,10 @@ class Keys:
 
     def alloc_tso(self) -> str:
         return f"{self.root}/alloc/tso"
+
+    # write markers of exactly-once guarded transactions (meta/kv.py), leased
+    def txn_marker(self, write_id: str) -> str:
+        return f"{self.root}/txn/{_seg(write_id)}"
 
     # gc
     def gc(self, *parts: str) -> str:

@@ -1,6 +1,13 @@
 """Local-directory store: the embedded default.
 
-Atomic puts and copies (temp file in the same directory, then rename). Listing never
+Atomic puts and copies (temp file in the same directory, then rename). Durable on
+return: `put` and `copy` fsync the file, then its directory (and every directory they
+created), so an etcd commit that follows never references a file a power cut can
+take back. Inside `durable_batch()` the directory fsyncs (once per directory) and the
+file fsyncs of in-place copies are deferred to the end of the block and run there in
+parallel (concurrent fsyncs share journal commits), before the block returns; an
+atomic write still fsyncs its data before the rename, so an object replaced under its
+name is never seen empty after a crash. Listing never
 follows symlinks and skips them, so nothing outside the root is ever reached. Temp
 files start with '.seglake-tmp-' and are listed like any other file (GC judges them).
 """
@@ -16,6 +23,7 @@ import shutil
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
@@ -36,16 +44,18 @@ class LocalStore(Store):
         self._dirs: set[Path] = set()
         self._token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._seq = itertools.count()
+        self._batch = threading.local()  # .dirs: inside durable_batch(), dirs to fsync at its end
 
     def __getstate__(self):  # picklable for worker processes: caches are per process
         d = dict(self.__dict__)
-        d["_dirs"], d["_seq"] = set(), None
+        d["_dirs"], d["_seq"], d["_batch"] = set(), None, None
         return d
 
     def __setstate__(self, d):
         self.__dict__.update(d)
         self._token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._seq = itertools.count()
+        self._batch = threading.local()
 
     def _path(self, key: str) -> Path:
         return self.root / normalize_key(key)
@@ -125,22 +135,79 @@ class LocalStore(Store):
         except (FileNotFoundError, IsADirectoryError):
             raise NotFound(f"object {key!r} not found in {self.uri}") from None
 
-    def _tmp(self, dst: Path) -> Path:
-        parent = dst.parent
-        if parent not in self._dirs:  # one mkdir per directory, not per file
-            parent.mkdir(parents=True, exist_ok=True)
-            self._dirs.add(parent)
-        return parent / f"{TMP_PREFIX}{dst.name}.{self._token}.{next(self._seq)}"
+    # -- durable writes ------------------------------------------------------------------
+    def _mkdirs(self, d: Path) -> None:
+        """Make `d` (once per process); the parents of directories made here are
+        fsynced with the file, so the new entries are durable too."""
+        if d in self._dirs:
+            return
+        made, cur = [], d
+        while not cur.is_dir() and cur != self.root:
+            made.append(cur)
+            cur = cur.parent
+        d.mkdir(parents=True, exist_ok=True)
+        self._dirs.add(d)
+        for m in made:
+            self._sync_dir(m.parent)
 
-    def _atomic(self, key: str, write) -> ObjectInfo:
-        """write(tmp) then rename over the destination; a vanished directory is re-made once."""
+    def _sync_dir(self, d: Path) -> None:
+        pending = getattr(self._batch, "dirs", None)
+        if pending is not None:
+            pending.add(d)
+        else:
+            _fsync_path(d)
+
+    def _sync_new_file(self, path: Path) -> None:
+        """A file nobody reads until the writer checked it (in place): deferrable."""
+        pending = getattr(self._batch, "files", None)
+        if pending is not None:
+            pending.append(path)
+        else:
+            _fsync_path(path)
+
+    @contextmanager
+    def durable_batch(self, threads: int = 8):
+        """Defer this thread's directory fsyncs and in-place file fsyncs to the end of
+        the block and run them there in parallel: every file written in it is durable
+        when the block exits normally (a nested block leaves that to the outermost)."""
+        if getattr(self._batch, "dirs", None) is not None:
+            yield self
+            return
+        self._batch.dirs, self._batch.files = set(), []
+        try:
+            yield self
+        finally:
+            dirs, files = self._batch.dirs, self._batch.files
+            self._batch.dirs = self._batch.files = None
+        if len(dirs) + len(files) < 16 or threads <= 1:
+            for p in [*files, *dirs]:
+                _fsync_path(p)
+            return
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(_fsync_path, files))  # data first, then the entries naming it
+            list(pool.map(_fsync_path, dirs))
+
+    def _tmp(self, dst: Path) -> Path:
+        self._mkdirs(dst.parent)  # one mkdir per directory, not per file
+        return dst.parent / f"{TMP_PREFIX}{dst.name}.{self._token}.{next(self._seq)}"
+
+    def _atomic(self, key: str, write, defer_data: bool = False) -> ObjectInfo:
+        """write(tmp), fsync it, rename it over the destination, fsync the directory (or
+        leave that to the durable batch); a vanished directory is re-made once. With
+        defer_data the data fsync is deferred too, as for an in-place write: only for a
+        destination nobody reads until the writer checked it."""
         dst = self._path(key)
         for attempt in (1, 2):
             tmp = self._tmp(dst)
             try:
                 write(tmp)
+                if not defer_data:
+                    _fsync_path(tmp)
                 st = os.stat(tmp)
                 os.replace(tmp, dst)
+                if defer_data:
+                    self._sync_new_file(dst)
+                self._sync_dir(dst.parent)
                 return ObjectInfo(normalize_key(key), st.st_size, st.st_mtime)
             except FileNotFoundError:
                 _unlink_quiet(tmp)
@@ -153,19 +220,21 @@ class LocalStore(Store):
         raise AssertionError("unreachable")
 
     def _in_place(self, key: str, write) -> ObjectInfo:
-        """write(destination) directly: one rename fewer per file (costly on ext4)."""
+        """write(destination) directly: one rename fewer per file (costly on ext4); the
+        file and its directory entry are fsynced before returning, as in _atomic."""
         dst = self._path(key)
-        if dst.parent not in self._dirs:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            self._dirs.add(dst.parent)
+        self._mkdirs(dst.parent)
         try:
             write(dst)
         except FileNotFoundError:
             if dst.parent.is_dir():
                 raise
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            self._dirs.discard(dst.parent)
+            self._mkdirs(dst.parent)
             write(dst)
+        self._sync_new_file(dst)
         st = os.stat(dst)
+        self._sync_dir(dst.parent)
         return ObjectInfo(normalize_key(key), st.st_size, st.st_mtime)
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
@@ -191,7 +260,10 @@ class LocalStore(Store):
         own temp file, rename it over the destination (atomic). The checksum is the one of
         the bytes the destination holds; its size is checked against the bytes read.
         Large files are read through a read-only mapping (one copy fewer); seglake never
-        rewrites a file in place, so a mapped source cannot shrink under the copy."""
+        rewrites a file in place, so a mapped source cannot shrink under the copy. The data
+        fsync is deferred like an in-place copy's (inside durable_batch(), to its end): a
+        copy target is not read until its writer's batch ended, and a retry re-checks
+        every file it finds by checksum, so a file cut short by a crash is copied again."""
         s = self._path(src)
         state = {}
 
@@ -201,7 +273,7 @@ class LocalStore(Store):
                 crc = _copy_mapped(fi, fo, size) if size > MAP_MIN_BYTES else _copy_buffered(fi, fo)
             state.update(crc=crc, n=size)
         try:
-            info = self._atomic(dst, write)
+            info = self._atomic(dst, write, defer_data=True)
         except FileNotFoundError:
             if not s.is_file():
                 raise NotFound(f"copy source {src!r} not found in {self.uri}") from None
@@ -404,6 +476,15 @@ def _write_all(fo, view: memoryview) -> None:
     n = 0
     while n < len(view):
         n += fo.write(view[n:])
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file or a directory by path (a read-only descriptor is enough on Linux)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _unlink_quiet(path: Path) -> None:
