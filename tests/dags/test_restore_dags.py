@@ -20,9 +20,6 @@ pytestmark = pytest.mark.airflow
 SMALL = demo.SeedParams(partitions=2, segments=4, rows=200, dim=8)
 
 
-
-
-
 def _target_keys(meta, store, coll_id):
     keys = [o.key for p in layout.collection_prefixes(coll_id) for o in store.list(p)]
     for s in meta.segments.list(coll_id):
@@ -128,3 +125,24 @@ def test_bad_conf_is_refused_before_any_run(airflow_env, meta, dag_id, conf, par
     with pytest.raises(ParamValidationError, match=param):
         load_dag(dag_id).test(run_conf=conf)
     assert meta.kv.count(meta.keys.copy_jobs_prefix()) == 0
+
+
+def test_a_killed_restore_is_resumed_by_re_triggering_the_same_conf(airflow_env, meta, store, snap, settings):
+    """The restore task is SIGKILLed between the target and the job; a NEW run with the
+    same conf resumes the same target and job to completion (no "already exists")."""
+    env = {**os.environ, **settings.to_env(), "SEGLAKE_FAULTS": "restore.before_job_txn:kill"}
+    code = ("from seglake.config import Settings; from seglake.meta import Meta; "
+            "from seglake.storage import open_store; from seglake.lifecycle import restore; "
+            "s = Settings.load(); restore.restore(Meta.from_settings(s), open_store(s), 'demo', 's1', 'again', "
+            "owner='manual__first_run')")
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == -signal.SIGKILL
+    target = meta.catalog.get_by_name("again")
+    assert target.state == "Importing"
+    run = load_dag("snapshot_restore").test(run_conf={"collection": "demo", "snapshot": "s1", "target": "again",
+                                                  "engine": "inline"})
+    assert run.state == "success", task_states(run)
+    (job,) = list(meta.copyjobs.list())
+    assert job.job_id == target.properties["restore_job_id"] and job.state == "Completed"
+    again = meta.catalog.get_by_name("again")
+    assert again.collection_id == target.collection_id and again.state == "Created"
+    assert _target_keys(meta, store, again.collection_id) == _expected_keys(meta, again.collection_id)
