@@ -1,6 +1,7 @@
 """snapshot_restore and copy_segment_job through dag.test() against the real stack:
 both engines, a killed Spark job re-driven to completion, a finished job left alone."""
 
+import json
 import os
 import signal
 import subprocess
@@ -99,6 +100,19 @@ def test_copy_segment_job_on_a_finished_job_changes_nothing(airflow_env, meta, s
     assert run.state == "success", task_states(run)
     assert task_states(run)["copy_job.copy_inline"] == "skipped"
     assert (meta.copyjobs.get(job_id)[0], meta.copyjobs.tasks(job_id)) == before
+
+
+def test_copy_segment_job_without_an_engine_keeps_the_jobs_own(airflow_env, meta, store, snap, monkeypatch):
+    """A re-drive with no engine uses the one the restore recorded, not `auto` (which,
+    with a zero inline threshold, would pick Spark)."""
+    monkeypatch.setenv("AIRFLOW_VAR_SEGLAKE_CONFIG", json.dumps({"store_uri": airflow_env.store_uri,
+                                                                 "inline_threshold_bytes": 0}))
+    job_id = restore.restore(meta, store, "demo", "s1", "kept", engine="inline")
+    run = load_dag("copy_segment_job").test(run_conf={"job_id": job_id})
+    assert run.state == "success", task_states(run)
+    states = task_states(run)
+    assert states["copy_job.copy_inline"] == "success" and states["copy_job.copy_spark"] == "skipped", states
+    assert meta.copyjobs.get(job_id)[0].state == "Completed"
 
 
 def test_a_failing_restore_rolls_back_and_fails_the_run(airflow_env, meta, store, snap):
