@@ -13,6 +13,7 @@ already present with the right size; terminal tasks are left alone).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
