@@ -12,7 +12,8 @@
 3. **verify**: `verify_collection` on the target; the run fails if a file or row count differs.
 4. **compare**: source (snapshot) and target row counts side by side.
 
-Re-running a run that died resumes its own job. REST:
+Re-running a run that died, or triggering a new run with the same collection, snapshot
+and target, resumes the same job (a finished one is left as it is). REST:
 `conf = {"collection": "demo", "snapshot": "nightly", "target": "demo_restored", "engine": "auto"}`.
 """
 
@@ -47,10 +48,14 @@ def snapshot_restore():
 
         hook = SeglakeHook()
         with fail_fast():
-            job_id = engine.restore(hook.meta, hook.store, params["collection"], params["snapshot"],
-                                    params["target"], db=params["db"],
-                                    timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
-                                             else float(params["timeout_hours"]) * 3600), owner=run_id or "")
+            try:
+                job_id = engine.restore(hook.meta, hook.store, params["collection"], params["snapshot"],
+                                        params["target"], db=params["db"],
+                                        timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
+                                                 else float(params["timeout_hours"]) * 3600), owner=run_id or "",
+                                        engine=params["engine"])
+            except engine.RestoreRaceLost as e:  # a retry converges on the winner's job
+                raise RuntimeError(f"{e}; retrying") from e
         print(f"restore of {params['snapshot']!r} into {params['target']!r}: copy job {job_id}")
         return {"job_id": job_id, "target": params["target"]}
 

@@ -127,7 +127,8 @@ SPECS: dict[str, dict[str, Key]] = {
     "copy_segment_job": {
         "job_id": Key("integer", "Copy job id", required=True, limit="id",
                       description="From `seglake jobs list` (no default)"),
-        "engine": ENGINE,
+        "engine": Key("enum", "Engine", nullable=True, choices=ENGINES,
+                      description="Empty: the engine the job was created with (a resume keeps it)"),
     },
     "gc": {
         "dry_run": Key("boolean", "Dry run", default=False, description="Mark only: delete nothing"),

@@ -6,8 +6,11 @@ The driver lists the job's unfinished tasks and spreads them over the executors 
 partition per core). Each executor opens etcd and the store itself, copies its tasks'
 files (threads only on S3, where each copy waits on the network) and writes each task's
 progress and final state to etcd. The driver decides nothing: the DAG's sensor and
-finalize step read the task states. Re-submitting the job is harmless (copies skip files
-already present with the right size; terminal tasks are left alone).
+finalize step read the task states. Re-submitting the job, or running it beside a
+re-drive, is harmless: every file is written under a temporary name of its own and
+renamed into place after its checksum was taken, a retry keeps only files whose checksum
+equals the source's, only the attempt owning a task writes its record, and terminal
+tasks are left alone.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable, Iterator
 
+from seglake.errors import SeglakeError
+
 
 @dataclass(frozen=True)
 class ObjectInfo:
@@ -22,6 +24,24 @@ class DeleteError:
     key: str
     error: str
 
+
+try:  # CRC-32C in hardware (~9 GB/s here); zlib's CRC-32 (~2 GB/s) where it is missing
+    from crc32c import crc32c as crc_update
+
+    CRC_KIND = "crc32c"
+except ImportError:  # pragma: no cover - depends on the environment
+    from zlib import crc32 as crc_update
+
+    CRC_KIND = "crc32"
+
+
+def crc_name(crc: int) -> str:
+    """A checksum string naming its algorithm, so values of different kinds never match."""
+    return f"{CRC_KIND}:{crc:08x}"
+
+
+class ChecksumMismatch(SeglakeError):
+    """A copied object's content differs from its source."""
 
 @dataclass
 class DeleteOutcome:
@@ -80,6 +100,25 @@ class Store(abc.ABC):
     def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         """One level under `prefix`: (child prefixes ending in '/', objects directly there).
         Used to split a listing across workers."""
+
+    def checksum(self, key: str) -> str:
+        """A checksum of the object's content (CRC-32C streamed here; a backend may
+        answer from its own metadata). Equal for equal content within one store."""
+        crc = 0
+        with self.open_read(key) as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                crc = crc_update(chunk, crc)
+        return crc_name(crc)
+
+    def copy_checked(self, src: str, dst: str) -> tuple[ObjectInfo, str]:
+        """Atomic copy (each call writes its own temporary object, the destination appears
+        whole) whose content is checked against the source: (info, source checksum).
+        Raises ChecksumMismatch. Backends override this with a one-pass version."""
+        info = self.copy(src, dst, atomic=True)
+        want, got = self.checksum(src), self.checksum(dst)
+        if want != got:
+            raise ChecksumMismatch(f"copy of {src} to {dst}: target checksum {got}, source {want}")
+        return info, want
 
     def exists(self, key: str) -> bool:
         from seglake.errors import NotFound

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import mmap
 import os
 import stat
 import shutil
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, Unavailable
-from seglake.storage.base import UNREADABLE, DeleteError, DeleteOutcome, ObjectInfo, Store
+from seglake.storage.base import (UNREADABLE, ChecksumMismatch, DeleteError, DeleteOutcome, ObjectInfo, Store,
+                                   crc_name, crc_update)
 from seglake.storage.layout import check_key, normalize_key, normalize_prefix
 
 TMP_PREFIX = ".seglake-tmp-"
@@ -189,17 +191,22 @@ class LocalStore(Store):
         self._mkdirs(dst.parent)  # one mkdir per directory, not per file
         return dst.parent / f"{TMP_PREFIX}{dst.name}.{self._token}.{next(self._seq)}"
 
-    def _atomic(self, key: str, write) -> ObjectInfo:
+    def _atomic(self, key: str, write, defer_data: bool = False) -> ObjectInfo:
         """write(tmp), fsync it, rename it over the destination, fsync the directory (or
-        leave that to the durable batch); a vanished directory is re-made once."""
+        leave that to the durable batch); a vanished directory is re-made once. With
+        defer_data the data fsync is deferred too, as for an in-place write: only for a
+        destination nobody reads until the writer checked it."""
         dst = self._path(key)
         for attempt in (1, 2):
             tmp = self._tmp(dst)
             try:
                 write(tmp)
-                _fsync_path(tmp)
+                if not defer_data:
+                    _fsync_path(tmp)
                 st = os.stat(tmp)
                 os.replace(tmp, dst)
+                if defer_data:
+                    self._sync_new_file(dst)
                 self._sync_dir(dst.parent)
                 return ObjectInfo(normalize_key(key), st.st_size, st.st_mtime)
             except FileNotFoundError:
@@ -247,6 +254,33 @@ class LocalStore(Store):
             if not s.is_file():
                 raise NotFound(f"copy source {src!r} not found in {self.uri}") from None
             raise
+
+    def copy_checked(self, src: str, dst: str) -> tuple[ObjectInfo, str]:
+        """One pass: read the source once, checksum what is read, write it to this call's
+        own temp file, rename it over the destination (atomic). The checksum is the one of
+        the bytes the destination holds; its size is checked against the bytes read.
+        Large files are read through a read-only mapping (one copy fewer); seglake never
+        rewrites a file in place, so a mapped source cannot shrink under the copy. The data
+        fsync is deferred like an in-place copy's (inside durable_batch(), to its end): a
+        copy target is not read until its writer's batch ended, and a retry re-checks
+        every file it finds by checksum, so a file cut short by a crash is copied again."""
+        s = self._path(src)
+        state = {}
+
+        def write(tmp: Path) -> None:
+            with open(s, "rb", buffering=0) as fi, open(tmp, "wb", buffering=0) as fo:
+                size = os.fstat(fi.fileno()).st_size
+                crc = _copy_mapped(fi, fo, size) if size > MAP_MIN_BYTES else _copy_buffered(fi, fo)
+            state.update(crc=crc, n=size)
+        try:
+            info = self._atomic(dst, write, defer_data=True)
+        except FileNotFoundError:
+            if not s.is_file():
+                raise NotFound(f"copy source {src!r} not found in {self.uri}") from None
+            raise
+        if info.size != state["n"]:
+            raise ChecksumMismatch(f"copy of {src} to {dst}: wrote {info.size} bytes of {state['n']}")
+        return info, crc_name(state["crc"])
 
     def delete_checked(self, objects: Iterable[str | ObjectInfo]) -> DeleteOutcome:
         """Delete through directory descriptors opened component by component from the
@@ -408,6 +442,40 @@ def _canonical(key: str) -> bool:
 def _scandir(path: str) -> list[os.DirEntry]:
     with os.scandir(path) as it:
         return list(it)
+
+
+_local = threading.local()
+MAP_MIN_BYTES = 4 << 20
+
+
+def _copy_buffered(fi, fo) -> int:
+    """Copy through a 1 MiB buffer kept per thread (allocating one per file costs more
+    than a small copy); returns the CRC of the bytes written."""
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = bytearray(1 << 20)
+    crc = 0
+    while k := fi.readinto(buf):
+        with memoryview(buf)[:k] as view:
+            crc = crc_update(view, crc)
+            _write_all(fo, view)
+    return crc
+
+
+def _copy_mapped(fi, fo, size: int) -> int:
+    crc = 0
+    with mmap.mmap(fi.fileno(), size, access=mmap.ACCESS_READ) as m, memoryview(m) as whole:
+        for off in range(0, size, 8 << 20):
+            with whole[off:off + (8 << 20)] as view:
+                crc = crc_update(view, crc)
+                _write_all(fo, view)
+    return crc
+
+
+def _write_all(fo, view: memoryview) -> None:
+    n = 0
+    while n < len(view):
+        n += fo.write(view[n:])
 
 
 def _fsync_path(path: Path) -> None:

@@ -10,7 +10,7 @@ import io
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, SeglakeError, Unavailable
-from seglake.storage.base import DeleteError, DeleteOutcome, ObjectInfo, Store
+from seglake.storage.base import ChecksumMismatch, DeleteError, DeleteOutcome, ObjectInfo, Store
 from seglake.storage.layout import check_key, normalize_key, normalize_prefix
 
 DELETE_BATCH = 1000
@@ -153,6 +153,28 @@ class S3Store(Store):
         else:  # multipart UploadPartCopy, still server-side
             self._do("copy", src, lambda: self.client.copy(source, self.bucket, self._full(dst)))
         return ObjectInfo(normalize_key(dst), info.size, info.mtime)
+
+    def checksum(self, key: str) -> str:
+        """The object's MD5 as S3 records it (its ETag; no download). A multipart ETag is
+        not a content hash: those objects are streamed and hashed here instead."""
+        r = self._do("head", key, lambda: self.client.head_object(Bucket=self.bucket, Key=self._full(key)))
+        etag = r.get("ETag", "").strip('"')
+        return f"md5:{etag}" if etag and "-" not in etag else super().checksum(key)
+
+    def copy_checked(self, src: str, dst: str) -> tuple[ObjectInfo, str]:
+        """Server-side copy (atomic on S3), checked by comparing the target's ETag (from
+        the copy's answer) with the source's: the same requests as copy()."""
+        source = {"Bucket": self.bucket, "Key": self._full(src)}
+        head = self._do("head", src, lambda: self.client.head_object(**source))
+        want = head.get("ETag", "").strip('"')
+        if head["ContentLength"] > MAX_COPY_OBJECT or not want or "-" in want:
+            return super().copy_checked(src, dst)
+        r = self._do("copy", src, lambda: self.client.copy_object(
+            Bucket=self.bucket, Key=self._full(dst), CopySource=source))
+        got = r.get("CopyObjectResult", {}).get("ETag", "").strip('"')
+        if got != want:
+            raise ChecksumMismatch(f"copy of {src} to {dst}: target ETag {got}, source {want}")
+        return ObjectInfo(normalize_key(dst), head["ContentLength"], head["LastModified"].timestamp()), f"md5:{want}"
 
     def delete_checked(self, objects: Iterable[str | ObjectInfo]) -> DeleteOutcome:
         """DeleteObjects in 1000s of exactly the keys given (never a normalised one; S3
