@@ -20,10 +20,10 @@ class _Collect(reporter.Reporter):
         if isinstance(message, (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)):
             self.found.append(str(message))
 
-    def syntaxError(self, filename, msg, lineno, offset, text):  # noqa: N802 - pyflakes' API
+    def syntaxError(self, filename, msg, lineno, offset, text):
         self.found.append(f"{filename}:{lineno}: {msg}")
 
-    def unexpectedError(self, filename, msg):  # noqa: N802
+    def unexpectedError(self, filename, msg):
         self.found.append(f"{filename}: {msg}")
 
 
