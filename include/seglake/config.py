@@ -228,6 +228,9 @@ class Settings:
 
 
 _ENV_ONLY = frozenset(f.name for f in fields(Settings) if f.metadata.get("env_only"))
+# etcd_root: every seglake key is f"{root}/..."; one clean path, no empty or dot-only segment
+_ROOT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)*")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")  # in no path, URI, endpoint or name a setting holds
 _SCHEDULE_RE = re.compile(r"@(once|hourly|daily|weekly|monthly|quarterly|yearly)|none|"
                           r"[0-9*/,\-A-Za-z?#LW]+( [0-9*/,\-A-Za-z?#LW]+){4,5}")
 
@@ -336,4 +339,9 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
         raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
     if f.name == "gc_schedule" and not _SCHEDULE_RE.fullmatch(value):
         raise ConfigError(f"config key 'gc_schedule': {value!r} is not a cron expression, an @preset or 'none'")
+    if f.name == "etcd_root" and not _ROOT_RE.fullmatch(value):
+        raise ConfigError(f"config key 'etcd_root': {value!r} is not a key prefix (path segments of letters, "
+                          f"digits, '_', '.', '-', each starting with a letter or digit, joined by '/')")
+    if not f.metadata.get("secret") and _CONTROL_RE.search(value):
+        raise ConfigError(f"config key {f.name!r}: {value!r} contains a control character (newline, tab, NUL...)")
     return value
