@@ -93,9 +93,10 @@ def test_replay_skips_what_the_checkpoint_covers_and_recovery_starts_at_the_mini
     from wal_helpers import schema
     s = settings.replace(flush_seal_rows=25)
     with WalClient(meta, store, settings) as c:
-        coll = c.create_collection("c1", schema(), shards=1, partitions=["_default", "p2"])
+        coll = c.create_collection("c1", schema(), shards=1, partitions=["_default", "p2", "p3"])
         c.insert("c1", synthetic_rows(coll, 1, 9000))                 # a safe point before p2
         c.insert("c1", synthetic_rows(coll, 5, 1), partition="p2")    # buffered, never sealed here
+        c.insert("c1", synthetic_rows(coll, 5, 201), partition="p3")  # buffered, opened later
         c.insert("c1", synthetic_rows(coll, 30, 101))                 # 31 rows: sealed, flushed
     p, v = pchannels(coll)[0], coll.vchannels[0]
     st = flush_pchannel(meta, store, p, s)
@@ -107,9 +108,9 @@ def test_replay_skips_what_the_checkpoint_covers_and_recovery_starts_at_the_mini
     f = Flusher(meta, store, p, s).open()
     assert f.start == cp.message_id                                  # recovery from the checkpoint
     st = f.run(flush_all=True).to_json()
-    assert st["skipped"] >= 1 and st["rows"] == 5
+    assert st["skipped"] >= 1 and st["rows"] == 10
     pks, _ = _flushed_rows(meta, store, coll)
-    assert sorted(pks) == [1, 2, 3, 4, 5] + list(range(101, 131)) + [9000]
+    assert sorted(pks) == [1, 2, 3, 4, 5] + list(range(101, 131)) + list(range(201, 206)) + [9000]
     assert not read_checkpoint(meta, v)[0].message_id < cp.message_id
 
 
@@ -375,3 +376,64 @@ def test_truncatable_fragments_are_strictly_below_every_checkpoint(meta, store, 
         flush_pchannel(meta, store, q, settings, flush_all=True)
     assert sorted(_flushed_rows(meta, store, c3)[0]) == [1, 2, 3, 4, 5]
     assert sorted(_flushed_rows(meta, store, coll)[0]) == list(range(1, 41)) + list(range(100, 110))
+
+
+def test_a_replayed_delete_is_not_applied_twice_to_a_flushed_segment(meta, store, settings):
+    """p2's buffered rows hold the checkpoint below a delete that was already written as
+    a delta log on a Flushed segment: the replay must not add a second delta log."""
+    from wal_helpers import schema
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("c1", schema(), shards=1, partitions=["_default", "p2"])
+        c.insert("c1", synthetic_rows(coll, 50, 1))
+    p = pchannels(coll)[0]
+    flush_pchannel(meta, store, p, settings, flush_all=True)
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(coll, 5, 1001), partition="p2")   # stays buffered
+        c.delete("c1", [3, 4])
+    st = flush_pchannel(meta, store, p, settings)
+    assert st["delta_logs"] == 1
+    st = flush_pchannel(meta, store, p, settings, flush_all=True)          # replays the delete
+    assert st["delta_logs"] == 0 and st["rows"] == 5
+    pks, dels = _flushed_rows(meta, store, coll)
+    assert sorted(dels) == [3, 4]
+    assert sorted(pks) == list(range(1, 51)) + list(range(1001, 1006))
+
+
+def test_an_open_transaction_holds_the_checkpoint_back(meta, store, settings):
+    """A txn begun before a flush and committed after: the checkpoint must not pass its
+    BeginTxn, or the next run would never see the txn's rows."""
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        v = coll.vchannels[0]
+        w = c.writer(pchannel_of(v))
+        w.append(Message.begin_txn(v, 4242, 3_600_000))
+        w.append(Message.insert(v, coll.collection_id, coll.partitions[0].partition_id,
+                                M.conform_batch(synthetic_rows(coll, 10, 500).to_batches()[0], coll.schema),
+                                txn_id=4242))
+        c.insert("c1", synthetic_rows(coll, 5, 1))
+        flush_pchannel(meta, store, pchannel_of(v), settings, flush_all=True)
+        w.append(Message.commit_txn(v, 4242))
+    flush_pchannel(meta, store, pchannel_of(v), settings, flush_all=True)
+    assert sorted(_flushed_rows(meta, store, coll)[0]) == [1, 2, 3, 4, 5] + list(range(500, 510))
+
+
+def test_rows_below_a_vchannel_checkpoint_are_skipped_even_without_their_segment(meta, store, settings):
+    """Two collections share a pchannel; one's buffered rows keep the minimum checkpoint
+    low. The other's flushed segment is then dropped (as compaction would): a replay must
+    still skip its rows by the vchannel checkpoint, not re-ingest them."""
+    with WalClient(meta, store, settings) as c:
+        a = make_collection(c, "ca", shards=16)
+        b = make_collection(c, "cb", shards=16)
+        c.insert("ca", synthetic_rows(a, 64, 1))
+        c.insert("cb", synthetic_rows(b, 64, 1))
+        c.flush("cb")
+    p = pchannel_of(a.vchannels[0])
+    vb = next(v for v in b.vchannels if pchannel_of(v) == p)
+    flush_pchannel(meta, store, p, settings)
+    flushed_b = [s for s in meta.segments.list(b.collection_id) if s.channel == vb]
+    assert flushed_b and all(s.state == FLUSHED for s in flushed_b)
+    meta.segments.transition([s.ref for s in flushed_b], DROPPED, now=0.0)
+    f = Flusher(meta, store, p, settings).open()
+    assert f.start < read_checkpoint(meta, vb)[0].message_id
+    f.run(flush_all=True)
+    assert [s for s in meta.segments.list(b.collection_id, states=[FLUSHED]) if s.channel == vb] == []
