@@ -629,3 +629,48 @@ def flush_partition(pchannels, settings_env: dict, opts: dict):
                                  flush_all=bool(opts.get("flush_all")))
     finally:
         meta.close()
+
+
+# -- DAG helpers --------------------------------------------------------------------------------
+def backlog(meta, pchannel: str) -> dict:
+    """How much of the log lies above the pchannel's minimum checkpoint (estimate: the
+    log's average fragment size times the fragments at or above it)."""
+    st = WalLog(meta, None, pchannel).state()
+    frags = list(st.fragments())
+    starts = []
+    for v in live_vchannels(meta, pchannel):
+        cp, _ = read_checkpoint(meta, v)
+        starts.append(0 if cp is None else cp.message_id.fragment)
+    low = min(starts) if starts else st.last + 1
+    above = sum(1 for n in frags if n >= low)
+    return {"pchannel": pchannel, "fragments": above,
+            "bytes": 0 if not frags else int(st.bytes * above / len(frags)), "last_time_tick": st.last_tt}
+
+
+def flush_ready(meta, pchannel: str, settings, started_at: float, now: float | None = None) -> tuple[bool, str]:
+    """Whether the pchannel's flush may start: not paused, and the scanner startup delay
+    has passed since `started_at` (unix seconds). Returns (ready, why)."""
+    from seglake.wal.log import pause_state
+
+    validate_pchannel(pchannel)
+    now = time.time() if now is None else now
+    paused = pause_state(meta, pchannel)
+    if paused is not None:
+        scope = "global" if paused["key"].endswith("/_pause") else "pchannel"
+        return False, f"{pchannel}: consumption paused ({scope}, reason {paused.get('reason') or '-'})"
+    wait = started_at + settings.wal_scanner_startup_delay - now
+    if wait > 0:
+        return False, f"{pchannel}: startup delay, {wait:.1f} s left"
+    return True, f"{pchannel}: ready"
+
+
+def format_summary(results: list[dict]) -> str:
+    lines = [f"wal_flush: {len(results)} pchannel(s), {sum(r['segments'] for r in results)} segments, "
+             f"{sum(r['rows'] for r in results)} rows, {sum(r['bytes'] for r in results)} bytes, "
+             f"{sum(r['delta_logs'] for r in results)} delta logs"]
+    for r in results:
+        lines.append(f"  {r['pchannel']} (term {r['term']}, {r['stopped']}): {r['segments']} segments, "
+                     f"{r['rows']} rows, skipped {r['skipped']}, seals {r['seals']}")
+        for v, cp in r["checkpoints"].items():
+            lines.append(f"    {v}: checkpoint {cp['message_id']} lag {cp['lag_ms']} ms")
+    return "\n".join(lines)
