@@ -77,15 +77,21 @@ def wal_flush():
         print(f"pchannels with a log: {found or 'none'}")
         return found
 
-    @task.sensor(mode="reschedule", poke_interval=10, timeout=3600)
+    @task.sensor(mode="reschedule", poke_interval=5, timeout=86400)
     def wait(pchannel: str, params: dict, dag_run=None):
+        import time
+
         from airflow.sdk import PokeReturnValue
+        from airflow.sdk.exceptions import AirflowFailException
         from seglake.lifecycle.flush import flush_ready
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        ready, why = flush_ready(hook.meta, pchannel, hook.settings, dag_run.start_date.timestamp())
+        started = dag_run.start_date.timestamp()
+        ready, why = flush_ready(hook.meta, pchannel, hook.settings, started)
         print(why)
+        if not ready and time.time() - started > params["wait_timeout_seconds"]:
+            raise AirflowFailException(f"gave up after {params['wait_timeout_seconds']} s: {why}")
         return PokeReturnValue(is_done=ready, xcom_value=pchannel)
 
     @task
@@ -110,15 +116,15 @@ def wal_flush():
         return "flush_spark" if prep["engine"] == "spark" else "flush_inline"
 
     @task
-    def flush_inline(prep: dict) -> list[dict]:
+    def flush_inline(pchannel: str, prep: dict) -> dict:
         from seglake.lifecycle.flush import flush_pchannel
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
         # the sensor already waited out the startup delay for this run
         settings = hook.settings.replace(wal_scanner_startup_delay=0)
-        return [flush_pchannel(hook.meta, hook.store, p, settings, max_seconds=prep["max_seconds"],
-                               flush_all=prep["flush_all"]) for p in prep["pchannels"]]
+        return flush_pchannel(hook.meta, hook.store, pchannel, settings, max_seconds=prep["max_seconds"],
+                              flush_all=prep["flush_all"])
 
     flush_spark = SeglakeSparkSubmitOperator(
         task_id="flush_spark",
@@ -144,7 +150,7 @@ def wal_flush():
         if prep["engine"] == "spark":
             results = json.loads(SeglakeHook().store.get(prep["report_key"]))
         else:
-            results = ti.xcom_pull(task_ids="flush_inline") or []
+            results = [r for r in (ti.xcom_pull(task_ids="flush_inline") or []) if r]
         print(format_summary(results))
         return {"pchannels": len(results), "segments": sum(r["segments"] for r in results),
                 "rows": sum(r["rows"] for r in results), "bytes": sum(r["bytes"] for r in results),
@@ -153,7 +159,7 @@ def wal_flush():
 
     ready = wait.expand(pchannel=list_pchannels())
     prep = prepare(ready)
-    inline = flush_inline(prep)
+    inline = flush_inline.partial(prep=prep).expand(pchannel=ready)
     choose_engine(prep) >> [inline, flush_spark]
     [inline, flush_spark] >> summary(prep)
 
