@@ -82,3 +82,36 @@ def test_bad_conf_is_refused_before_any_run(airflow_env):
     for bad in ({"pchannel": "seglake-dml_99"}, {"engine": "fast"}, {"max_seconds": -1}):
         with pytest.raises(ParamValidationError):
             load_dag("wal_flush").test(run_conf=bad)
+
+
+@pytest.mark.spark
+def test_a_spark_flush_killed_mid_way_then_rerun_is_exactly_once(airflow_env, meta, store):
+    """The executor's Python worker is SIGKILLed after its 2nd commit (fault point
+    flush.after_commit): the job fails half done; an inline DAG run finishes the work,
+    every row exactly once."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from seglake.wal.client import WalClient
+
+    s = airflow_env.replace(flush_seal_rows=40)
+    with WalClient(meta, store, s) as c:
+        coll = c.create_collection("w1", _schema(), shards=1)
+        for i in range(5):
+            c.insert("w1", synthetic_rows(coll, 50, 1 + 50 * i))
+    p = coll.vchannels[0].rsplit("_", 1)[0]
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, **s.to_env(), "SEGLAKE_FAULTS": "flush.after_commit:kill@2",
+           "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]",
+           "--conf", "spark.ui.enabled=false", str(repo / "spark" / "jobs" / "flush_wal.py"),
+           "--pchannels", p, "--report-key", "_reports/wal_flush/killed.json", "--flush-all", "1"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    half = _pks(meta, store, coll)
+    assert 0 < len(half) < 250 and len(half) == len(set(half))
+    run = load_dag("wal_flush").test(run_conf={"engine": "inline", "flush_all": True, "pchannel": p})
+    assert run.state == "success", task_states(run)
+    assert _pks(meta, store, coll) == list(range(1, 251))

@@ -299,6 +299,9 @@ class Flusher:
             raise Conflict(f"flusher of {self.pchannel}: {what}: a record changed underneath") from None
 
     def _hook(self, name: str, **kw) -> None:
+        from seglake import faults
+
+        faults.point(f"flush.{name}")   # crash tests across processes (Spark executors)
         fn = self.hooks.get(name)
         if fn is not None:
             fn(self, **kw)
