@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         for r in range(args.repeat):   # a fresh log per repeat (a flushed log is not flushed twice)
             settings = Settings.from_dict({"etcd_endpoint": etcd.endpoint, "etcd_root": f"bench{r}",
                                            "store_uri": str(Path(d) / f"store{r}"),
-                                           "flush_seal_rows": max(args.rows, 1)})
+                                           "flush_seal_rows": max(args.rows, 1), "flush_seal_bytes": 1 << 40})
             meta, store = Meta.from_settings(settings), LocalStore(Path(d) / f"store{r}")
             with WalClient(meta, store, settings, batch_rows=args.batch) as client:
                 coll = client.create_collection("bench", schema, shards=1)

@@ -150,7 +150,8 @@ def wal_flush():
         if prep["engine"] == "spark":
             results = json.loads(SeglakeHook().store.get(prep["report_key"]))
         else:
-            results = [r for r in (ti.xcom_pull(task_ids="flush_inline") or []) if r]
+            pulled = ti.xcom_pull(task_ids="flush_inline")   # one mapped instance: its dict
+            results = [pulled] if isinstance(pulled, dict) else [r for r in (pulled or []) if r]
         print(format_summary(results))
         return {"pchannels": len(results), "segments": sum(r["segments"] for r in results),
                 "rows": sum(r["rows"] for r in results), "bytes": sum(r["bytes"] for r in results),
