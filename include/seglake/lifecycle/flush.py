@@ -36,6 +36,7 @@ import os
 import socket
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +49,7 @@ from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
 from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.kv import Compare, Delete, Put, absent, retry_on_conflict
 from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Binlog, Segment
-from seglake.parquet import table_bytes
+from seglake.parquet import table_buffer
 from seglake.storage import layout
 from seglake.wal import message as M
 from seglake.wal.buffer import FLUSH, DeltaBuffer, SealPolicy, SegmentBuffer
@@ -508,21 +509,45 @@ class Flusher:
             for sid in list(st.deltas):
                 self._sync_delta(st, st.deltas[sid])
 
+    def _put(self, key: str, columns: dict):
+        """One Parquet log file, visible only complete (temp + rename) and durable
+        (fsynced) before it is returned. Locally pyarrow encodes straight into the temp
+        file (an in-memory buffer of a large binlog costs reallocations and page faults)."""
+        from seglake.storage.local import LocalStore
+
+        if isinstance(self.store, LocalStore):
+            import pyarrow.parquet as pq
+
+            def write(tmp) -> None:
+                pq.write_table(pa.table(columns), str(tmp), compression="zstd")
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            return self.store._atomic(key, write)
+        return self.store.put(key, table_buffer(columns).to_pybytes())
+
     def _sync_segment(self, st: VState, buf: SegmentBuffer) -> None:
         c, p, s = buf.collection_id, buf.partition_id, buf.segment_id
         table = buf.table(st.schema)
         fields = st.coll.schema.fields
         log0 = self.meta.ids.allocate(len(fields) + 2)
         binlogs, statslogs, deltalogs, nbytes = {}, {}, (), 0
-        for i, f in enumerate(fields):
-            info = self.store.put(layout.insert_log(c, p, s, f.field_id, log0 + i),
-                                  table_bytes({f.name: table.column(f.name)}))
-            binlogs[f.field_id] = (Binlog(log0 + i, info.size, buf.rows, buf.first_tt, buf.last_tt),)
-            nbytes += info.size
+
+        def write_field(i: int):
+            f = fields[i]
+            return self._put(layout.insert_log(c, p, s, f.field_id, log0 + i), {f.name: table.column(f.name)})
+
+        # one binlog per field, encoded and written in parallel (pyarrow and fsync release the GIL)
+        with ThreadPoolExecutor(min(4, len(fields))) as pool:
+            for i, info in enumerate(pool.map(write_field, range(len(fields)))):
+                binlogs[fields[i].field_id] = (Binlog(log0 + i, info.size, buf.rows, buf.first_tt, buf.last_tt),)
+                nbytes += info.size
         pks = buf.pks(st.pk.name)
         if buf.deletes:
             dp, dt = np.concatenate(buf.del_pks), np.concatenate(buf.del_ts)
-            info = self.store.put(layout.delta_log(c, p, s, log0 + len(fields)), table_bytes({"pk": dp, "ts": dt}))
+            info = self._put(layout.delta_log(c, p, s, log0 + len(fields)), {"pk": dp, "ts": dt})
             deltalogs = (Binlog(log0 + len(fields), info.size, len(dp), int(dt.min()), int(dt.max())),)
             nbytes += info.size
         stats = json.dumps({"field_id": st.pk.field_id, "min": int(pks.min()), "max": int(pks.max()),
@@ -555,7 +580,7 @@ class Flusher:
         c, p, s = seg.collection_id, seg.partition_id, seg.segment_id
         log_id = self.meta.ids.allocate()
         dp, dt = np.concatenate(d.pks), np.concatenate(d.ts)
-        info = self.store.put(layout.delta_log(c, p, s, log_id), table_bytes({"pk": dp, "ts": dt}))
+        info = self._put(layout.delta_log(c, p, s, log_id), {"pk": dp, "ts": dt})
         self._hook("after_files", segment_id=s)
         new = seg.replace(deltalogs=(*seg.deltalogs, Binlog(log_id, info.size, len(dp), int(dt.min()), int(dt.max()))))
         key = self.meta.keys.segment(c, p, s)
