@@ -69,7 +69,8 @@ def _ingest(meta, store, settings, name="c1", shards=2):
     return coll, committed, list(range(5, 15)), list(range(5001, 5021))
 
 
-def test_flush_holds_every_committed_row_once_deletes_in_delta_logs_rolled_back_nowhere(meta, store, settings):
+def test_flush_holds_every_committed_row_once_deletes_in_delta_logs_rolled_back_nowhere(meta, any_store, settings):
+    store = any_store
     coll, committed, deleted, rolled = _ingest(meta, store, settings)
     stats = _flush_all(meta, store, settings, coll)
     pks, dels = _flushed_rows(meta, store, coll)
