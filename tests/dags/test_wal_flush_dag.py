@@ -115,3 +115,9 @@ def test_a_spark_flush_killed_mid_way_then_rerun_is_exactly_once(airflow_env, me
     run = load_dag("wal_flush").test(run_conf={"engine": "inline", "flush_all": True, "pchannel": p})
     assert run.state == "success", task_states(run)
     assert _pks(meta, store, coll) == list(range(1, 251))
+
+
+def test_wal_flush_dag_with_no_log_succeeds_doing_nothing(airflow_env, meta):
+    run = load_dag("wal_flush").test(run_conf={"engine": "inline"})
+    assert run.state == "success", task_states(run)
+    assert list(meta.segments.list()) == []
