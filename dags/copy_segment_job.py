@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
+from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
 
 
@@ -29,10 +30,7 @@ from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
     tags=["seglake", "restore"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
-    params={
-        "job_id": Param(1, type="integer", minimum=1, title="Copy job id"),
-        "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
-    },
+    params=dag_params("copy_segment_job"),
 )
 def copy_segment_job():
     @task
@@ -47,6 +45,7 @@ def copy_segment_job():
         return {"job_id": job.job_id, "state": job.state, "target": job.target_collection, "db": job.db}
 
     resolved = resolve()
+    check_conf("copy_segment_job") >> resolved
     copy = copy_job_group("{{ params.job_id }}", "{{ params.engine }}")
     xcom = "ti.xcom_pull(task_ids='resolve')"
     verify = verify_collection_group("{{ %s['target'] }}" % xcom, "{{ %s['db'] }}" % xcom)

@@ -1,35 +1,42 @@
 """
 ### Garbage collection
 
-Scheduled (daily by default; `SEGLAKE_GC_SCHEDULE` on the scheduler overrides) and
-triggerable with the form below. Fail closed, mark then sweep, never a referenced file:
+Scheduled (daily by default; the config key `gc_schedule`, set as `SEGLAKE_GC_SCHEDULE`
+in the dag-processor's environment, overrides: read at parse time, so not from the Variable) and
+triggerable with the form below. Fail closed, mark then sweep, never a referenced file,
+never a file that is not seglake's own:
 
 1. **prepare**: tolerances below the floor (1 h) are refused unless `force`; every
    reference (segment records, snapshot manifests) must load completely.
 2. **mark** (Spark `spark/jobs/gc_scan.py`: listing split by collection prefix across
-   executors, anti-join in Spark; or inline): candidate report under `_gc/{run}/`.
-   The age cutoff is fixed when the listing starts.
+   executors, anti-join in Spark; or inline): candidate report under `_gc/{run}/`:
+   old orphans and the files of segments Dropped longer than `drop_tolerance` (never
+   one a snapshot references). Only keys of seglake's own layout are ever candidates;
+   anything else is reported as `unrecognised` and left alone. The age cutoff is fixed
+   when the listing starts. A dry run stops here: its report is what a real run deletes.
 3. **sweep** (skipped on `dry_run`): deletes candidates in batches of 1,000, each
-   re-checked against references refreshed from etcd right before deleting.
-4. **dropped_segments**: files of segments Dropped longer than `drop_tolerance` (never
-   one a snapshot references), then their records.
-5. **records** (skipped on `dry_run`): stale PENDING / unfinished DELETING / expired
+   re-checked against references refreshed from etcd right before deleting, each file
+   only if it is still the one the mark saw, never through a symlink; then removes the
+   records of the Dropped segments whose files are gone.
+4. **records** (skipped on `dry_run`): stale PENDING / unfinished DELETING / expired
    snapshots, copy jobs past retention, empty Dropped collections.
-6. **summary**: files and bytes per collection and reason (task log and XCom).
+5. **summary**: files and bytes per collection and reason (task log and XCom).
 
+A refusal (tolerance, unreadable references) fails the run at once, without retries.
 Collections with a PENDING snapshot, and paused scopes (`seglake gc pause`), are skipped
-and reported. REST: `conf = {"dry_run": true, "collection": "", "engine": "auto"}`.
+and reported. REST: `conf = {"dry_run": true, "collection": null, "engine": "auto"}`.
+CLI: `seglake gc run` (dry run unless `--execute`).
 """
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
-from seglake.names import NAME_PATTERN
+from seglake.config import gc_schedule
 from seglake_airflow import spark_job
+from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
 
 PREP = "ti.xcom_pull(task_ids='prepare')"
@@ -39,26 +46,14 @@ PREP = "ti.xcom_pull(task_ids='prepare')"
     dag_id="gc",
     dag_display_name="Garbage collection",
     description="Fail-closed mark-then-sweep GC of the segment store",
-    schedule=os.environ.get("SEGLAKE_GC_SCHEDULE", "@daily"),
+    schedule=gc_schedule(),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
     tags=["seglake", "gc"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(minutes=1)},
-    params={
-        "dry_run": Param(False, type="boolean", title="Dry run", description="Mark only: delete nothing"),
-        "collection": Param("", type="string", pattern=f"^$|{NAME_PATTERN}", title="Collection",
-                            description="Empty: the whole store"),
-        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
-        "missing_tolerance_hours": Param(None, type=["null", "number"], minimum=0,
-                                         title="Orphan tolerance (hours)", description="Empty: from config (1 day)"),
-        "drop_tolerance_hours": Param(None, type=["null", "number"], minimum=0,
-                                      title="Dropped-segment tolerance (hours)", description="Empty: from config (3 h)"),
-        "force": Param(False, type="boolean", title="Force",
-                       description="Allow tolerances below the 1 hour floor"),
-        "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
-    },
+    params=dag_params("gc"),
 )
 def gc():
     def _opts(params: dict, hook, collection_id):
@@ -78,16 +73,17 @@ def gc():
         from seglake_airflow.taskgroups import _safe
 
         hook = SeglakeHook()
-        with fail_fast():
+        with fail_fast(engine.GCError):
             cid = (hook.meta.catalog.get_by_name(params["collection"], params["db"]).collection_id
                    if params["collection"] else None)
             opts = _opts(params, hook, cid).check()
-        refs = engine.load_references(hook.meta, hook.store)  # fail closed, before any listing
+            refs = engine.load_references(hook.meta, hook.store)  # fail closed, before any listing
         chosen = choose(params["engine"], len(refs.files), hook.settings.gc_inline_max_files)
         print(f"gc: {len(refs.files)} referenced files, {len(refs.blocked)} collections with a PENDING "
               f"snapshot, paused: {'all' if refs.paused_all else sorted(refs.paused)}; engine {chosen}")
         return {"run_id": _safe(run_id or "manual"), "collection_id": cid, "engine": chosen,
-                "missing_tolerance": opts.missing_tolerance, "force": opts.force, "dry_run": opts.dry_run}
+                "missing_tolerance": opts.missing_tolerance, "drop_tolerance": opts.drop_tolerance,
+                "force": opts.force, "dry_run": opts.dry_run}
 
     @task.branch
     def choose_engine(prep: dict) -> str:
@@ -96,10 +92,12 @@ def gc():
     @task
     def mark_inline(params: dict, prep: dict) -> dict:
         from seglake.lifecycle import gc as engine
+        from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        m = engine.mark(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]), run_id=prep["run_id"])
+        with fail_fast(engine.GCError):
+            m = engine.mark(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]), run_id=prep["run_id"])
         return {k: v for k, v in m.summary().items() if k != "by_collection_reason"}
 
     mark_spark = SeglakeSparkSubmitOperator(
@@ -111,6 +109,7 @@ def gc():
             "--run-id", "{{ %s['run_id'] }}" % PREP,
             "--collection-id", "{{ %s['collection_id'] or 0 }}" % PREP,
             "--missing-tolerance", "{{ %s['missing_tolerance'] }}" % PREP,
+            "--drop-tolerance", "{{ %s['drop_tolerance'] }}" % PREP,
             "--force", "{{ 1 if %s['force'] else 0 }}" % PREP,
             "--dry-run", "{{ 1 if %s['dry_run'] else 0 }}" % PREP,
         ],
@@ -120,35 +119,31 @@ def gc():
     def sweep(prep: dict) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException
         from seglake.lifecycle import gc as engine
+        from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         if prep["dry_run"]:
             raise AirflowSkipException("dry run: nothing is deleted")
         hook = SeglakeHook()
-        s = engine.sweep(hook.meta, hook.store, prep["run_id"])
-        if s.errors:
-            print(f"{len(s.errors)} objects could not be deleted, first: {s.errors[:5]}")
-        return {"deleted": s.deleted, "deleted_bytes": s.deleted_bytes, "rechecked_kept": s.rechecked_kept,
-                "errors": len(s.errors)}
-
-    @task(trigger_rule="none_failed_min_one_success")
-    def dropped_segments(params: dict, prep: dict) -> dict:
-        from seglake.lifecycle import gc as engine
-        from seglake_airflow.hooks.engine import SeglakeHook
-
-        hook = SeglakeHook()
-        return engine.reclaim_dropped(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]))
+        with fail_fast(engine.GCError):
+            s = engine.sweep(hook.meta, hook.store, prep["run_id"]).summary()
+        if s["error_count"]:
+            print(f"{s['error_count']} objects could not be deleted, first: {s['errors'][:5]}")
+        return {k: s[k] for k in ("deleted", "deleted_bytes", "already_gone", "rechecked_kept", "changed_kept",
+                                  "error_count")}
 
     @task(trigger_rule="none_failed_min_one_success")
     def records(params: dict, prep: dict) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException
         from seglake.lifecycle import gc as engine
+        from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         if prep["dry_run"]:
             raise AirflowSkipException("dry run: no record is removed")
         hook = SeglakeHook()
-        return engine.clean_records(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]))
+        with fail_fast(engine.GCError):
+            return engine.clean_records(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]))
 
     @task(trigger_rule="none_failed_min_one_success")
     def summary(prep: dict) -> dict:
@@ -161,22 +156,23 @@ def gc():
         doc = json.loads(store.get(f"{engine.GC_PREFIX}/{prep['run_id']}/summary.json"))
         result = {"mark": doc, "dry_run": prep["dry_run"]}
         if doc.get("swept"):
-            result["sweep"] = {**doc["swept"], "errors": doc["swept"]["errors"]}
+            result["sweep"] = doc["swept"]
         print(engine.format_summary(result))
         return {"run_id": prep["run_id"], "dry_run": prep["dry_run"], "candidates": doc["candidates"],
                 "candidate_bytes": doc["candidate_bytes"], "by_collection_reason": doc["by_collection_reason"],
+                "unrecognised": doc["unrecognised"]["files"], "dropped": doc["dropped"],
                 "deleted": (doc.get("swept") or {}).get("deleted", 0)}
 
     prep = prepare()
+    check_conf("gc") >> prep
     inline = mark_inline(prep=prep)
     choose_engine(prep) >> [inline, mark_spark]
     swept = sweep(prep)
-    dropped = dropped_segments(prep=prep)
     recs = records(prep=prep)
     done = summary(prep)
-    # a dry run skips sweep and records: the mark and dropped-segment counts still report
-    [inline, mark_spark] >> swept >> dropped >> recs >> done
-    [inline, mark_spark] >> dropped >> done
+    # a dry run skips sweep and records: the mark's counts (what a real run deletes) still report
+    [inline, mark_spark] >> swept >> recs >> done
+    [inline, mark_spark] >> done
 
 
 gc()

@@ -7,7 +7,13 @@ are written, then the record is **COMMITTED** in one guarded etcd transaction.
 
 * `engine=spark` writes the manifests with a SparkSubmit job (`spark/jobs/write_manifests.py`),
   `engine=inline` in the task, `engine=auto` picks inline below `snapshot_inline_max_segments`.
-* A sensor waits until the record is COMMITTED, or fails with the recorded reason.
+* `wait_committed` runs beside the write from the start: it waits until the record is
+  COMMITTED, fails with the reason once the write gave up, and meanwhile refreshes the
+  record's heartbeat (so does every writer), so garbage collection never reclaims a
+  create that is only waiting, e.g. for a slot in the Spark pool. Only a create whose run
+  stopped beating for `snapshot_pending_timeout` is reclaimed.
+* Every write attempt writes its own manifests; if two attempts race (a retry and a
+  zombie), exactly one commits and the other fails with that reason.
 * Re-running a failed run resumes its own PENDING record; another run with the same
   name is refused.
 
@@ -18,12 +24,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import PokeReturnValue, dag, task
 
-from seglake.names import NAME_PATTERN
 from seglake_airflow import spark_job
+from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
-from seglake_airflow.sensors.state import SeglakeStateSensor
 
 BEGIN = "ti.xcom_pull(task_ids='begin')"
 
@@ -38,15 +43,7 @@ BEGIN = "ti.xcom_pull(task_ids='begin')"
     tags=["seglake", "snapshot"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
-    params={
-        "collection": Param("demo", type="string", pattern=NAME_PATTERN, title="Collection"),
-        "name": Param("snap", type="string", pattern=NAME_PATTERN, title="Snapshot name"),
-        "description": Param("", type="string", maxLength=1024, title="Description"),
-        "ttl_hours": Param(0, type="number", minimum=0, title="TTL (hours)",
-                           description="Garbage-collect the snapshot after this long; 0 keeps it until dropped"),
-        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
-        "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
-    },
+    params=dag_params("snapshot_create"),
 )
 def snapshot_create():
     @task
@@ -58,7 +55,7 @@ def snapshot_create():
 
         hook = SeglakeHook()
         with fail_fast():
-            rec = snapshot.begin(hook.meta, params["collection"], params["name"], params["description"],
+            rec = snapshot.begin(hook.meta, params["collection"], params["name"], params["description"] or "",
                                  db=params["db"], ttl=float(params["ttl_hours"]) * 3600 or None,
                                  owner=run_id or "")
         n = hook.meta.kv.count(hook.meta.keys.segments_prefix(rec.collection_id))
@@ -77,6 +74,8 @@ def snapshot_create():
 
         hook = SeglakeHook()
         rec, _ = hook.meta.snapshots.get(begun["collection_id"], begun["name"])
+        if rec.snapshot_id != begun["snapshot_id"]:
+            raise RuntimeError(f"snapshot {begun['name']!r} is now id {rec.snapshot_id}, not {begun['snapshot_id']}")
         if rec.state != "COMMITTED":
             rec = snapshot.write_all(hook.meta, hook.store, rec, hook.settings.segments_per_manifest)
         return {"state": rec.state, "segments": rec.segments}
@@ -87,34 +86,64 @@ def snapshot_create():
         name="seglake-write-manifests",
         pool="seglake_spark",
         application_args=["--collection-id", "{{ %s['collection_id'] }}" % BEGIN,
-                          "--name", "{{ %s['name'] }}" % BEGIN],
+                          "--name", "{{ %s['name'] }}" % BEGIN,
+                          "--snapshot-id", "{{ %s['snapshot_id'] }}" % BEGIN],
     )
 
-    wait = SeglakeStateSensor(
-        task_id="wait_committed",
-        kind="snapshot_state",
-        check_kwargs={"collection": "{{ params.collection }}", "snapshot": "{{ params.name }}",
-                      "db": "{{ params.db }}", "target_state": "COMMITTED"},
-        poke_interval=5,
-        timeout=3 * 3600,
-        trigger_rule="none_failed_min_one_success",
-    )
+    @task(trigger_rule="one_failed")
+    def give_up(begun: dict) -> None:
+        """The write failed for good (retries spent): say so on the record, so the wait
+        fails now and the heartbeat stops (GC reclaims the files after the timeout).
+        Skipped when nothing was begun (the conf was refused before any change)."""
+        from airflow.sdk.exceptions import AirflowSkipException
 
-    @task
-    def report(params: dict) -> dict:
+        from seglake.lifecycle import snapshot
+
+        if not begun:
+            raise AirflowSkipException("no snapshot was begun: nothing to give up")
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        rec = hook.meta.snapshots.find(begun["collection_id"], begun["name"])
+        if rec is not None and rec.snapshot_id == begun["snapshot_id"]:
+            snapshot.record_failure(hook.meta, rec, rec.error or "the write task failed", final=True)
+
+    @task.sensor(task_id="wait_committed", mode="reschedule", poke_interval=10, timeout=3 * 3600)
+    def wait_committed(begun: dict, run_id: str | None = None) -> PokeReturnValue:
+        from airflow.sdk.exceptions import AirflowFailException
+
         from seglake.lifecycle import snapshot
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        d = snapshot.describe(hook.meta, hook.store, params["collection"], params["name"], db=params["db"])
+        try:
+            status, message = snapshot.keep_alive_status(hook.meta, begun["collection_id"], begun["name"],
+                                                         begun["snapshot_id"], by=f"dag run {run_id}")
+        finally:
+            hook.close()
+        print(message)
+        if status == "error":
+            raise AirflowFailException(message)
+        return PokeReturnValue(is_done=status == "success")
+
+    @task
+    def report(begun: dict, params: dict) -> dict:
+        from seglake.lifecycle import snapshot
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        d = snapshot.describe(hook.meta, hook.store, params["collection"], params["name"], db=params["db"],
+                              collection_id=begun["collection_id"])
         print(f"snapshot {d['name']!r} of {d['collection']!r}: {d['state']}, {d['segments']} segments, "
               f"{d['rows']} rows, {d['bytes']} bytes, {len(d.get('manifests', []))} manifests at {d['location']}")
         return {k: d[k] for k in ("name", "collection", "state", "segments", "rows", "bytes", "location")}
 
     begun = begin()
+    check_conf("snapshot_create") >> begun
     inline = write_inline(begun)
     choose_engine(begun) >> [inline, write_spark]
-    [inline, write_spark] >> wait >> report()
+    [inline, write_spark] >> give_up(begun)
+    wait_committed(begun) >> report(begun)
 
 
 snapshot_create()

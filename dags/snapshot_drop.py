@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
-from seglake.names import NAME_PATTERN
+from seglake_airflow.conf import check_conf, dag_params
 
 
 @dag(
@@ -30,11 +30,7 @@ from seglake.names import NAME_PATTERN
     tags=["seglake", "snapshot"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
-    params={
-        "collection": Param("demo", type="string", pattern=NAME_PATTERN, title="Collection"),
-        "name": Param("snap", type="string", pattern=NAME_PATTERN, title="Snapshot name"),
-        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
-    },
+    params=dag_params("snapshot_drop"),
 )
 def snapshot_drop():
     @task
@@ -50,7 +46,7 @@ def snapshot_drop():
               f"{result['files_removed']} snapshot files removed")
         return result
 
-    drop()
+    check_conf("snapshot_drop") >> drop()
 
 
 snapshot_drop()

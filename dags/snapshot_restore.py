@@ -12,7 +12,8 @@
 3. **verify**: `verify_collection` on the target; the run fails if a file or row count differs.
 4. **compare**: source (snapshot) and target row counts side by side.
 
-Re-running a run that died resumes its own job. REST:
+Re-running a run that died, or triggering a new run with the same collection, snapshot
+and target, resumes the same job (a finished one is left as it is). REST:
 `conf = {"collection": "demo", "snapshot": "nightly", "target": "demo_restored", "engine": "auto"}`.
 """
 
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
-from seglake.names import NAME_PATTERN
+from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
 
 
@@ -36,15 +37,7 @@ from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
     tags=["seglake", "snapshot", "restore"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
-    params={
-        "collection": Param("demo", type="string", pattern=NAME_PATTERN, title="Source collection"),
-        "snapshot": Param("snap", type="string", pattern=NAME_PATTERN, title="Snapshot"),
-        "target": Param("restored", type="string", pattern=NAME_PATTERN, title="Target collection",
-                        description="Must not exist yet"),
-        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
-        "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
-        "timeout_hours": Param(1.0, type="number", exclusiveMinimum=0, maximum=168, title="Job timeout (hours)"),
-    },
+    params=dag_params("snapshot_restore"),
 )
 def snapshot_restore():
     @task
@@ -55,20 +48,26 @@ def snapshot_restore():
 
         hook = SeglakeHook()
         with fail_fast():
-            job_id = engine.restore(hook.meta, hook.store, params["collection"], params["snapshot"],
-                                    params["target"], db=params["db"],
-                                    timeout=float(params["timeout_hours"]) * 3600, owner=run_id or "")
+            try:
+                job_id = engine.restore(hook.meta, hook.store, params["collection"], params["snapshot"],
+                                        params["target"], db=params["db"],
+                                        timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
+                                                 else float(params["timeout_hours"]) * 3600), owner=run_id or "",
+                                        engine=params["engine"])
+            except engine.RestoreRaceLost as e:  # a retry converges on the winner's job
+                raise RuntimeError(f"{e}; retrying") from e
         print(f"restore of {params['snapshot']!r} into {params['target']!r}: copy job {job_id}")
         return {"job_id": job_id, "target": params["target"]}
 
     @task
     def compare(params: dict) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
+
+        from seglake.lifecycle.snapshot import resolve
         from seglake_airflow.hooks.engine import SeglakeHook
 
         meta = SeglakeHook().meta
-        source = meta.catalog.get_by_name(params["collection"], params["db"])
-        snap, _ = meta.snapshots.get(source.collection_id, params["snapshot"])
+        snap, _ = resolve(meta, params["collection"], params["snapshot"], db=params["db"])  # source may be dropped
         target = meta.catalog.get_by_name(params["target"], params["db"])
         segs = [s for s in meta.segments.list(target.collection_id) if s.state == "Flushed"]
         rows = {"segments": (snap.segments, len(segs)), "rows": (snap.rows, sum(s.num_rows for s in segs)),
@@ -81,6 +80,7 @@ def snapshot_restore():
         return {k: list(v) for k, v in rows.items()}
 
     started = restore()
+    check_conf("snapshot_restore") >> started
     copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
     verify = verify_collection_group("{{ params.target }}", "{{ params.db }}")
     started >> copy >> verify >> compare()

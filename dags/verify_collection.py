@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, dag
+from airflow.sdk import dag
 
-from seglake.names import NAME_PATTERN
+from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.taskgroups import verify_collection_group
 
 
@@ -30,14 +30,10 @@ from seglake_airflow.taskgroups import verify_collection_group
     tags=["seglake", "verify"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=15)},
-    params={
-        "collection": Param("demo", type="string", pattern=NAME_PATTERN, title="Collection",
-                            description="Name of the collection to verify"),
-        "db": Param("default", type="string", pattern=NAME_PATTERN, title="Database"),
-    },
+    params=dag_params("verify_collection"),
 )
 def verify_collection():
-    verify_collection_group("{{ params.collection }}", "{{ params.db }}")
+    check_conf("verify_collection") >> verify_collection_group("{{ params.collection }}", "{{ params.db }}")
 
 
 verify_collection()

@@ -23,6 +23,7 @@ run_dag() {
 
 echo "== 1. seed the demo collection (real Parquet binlogs, delta/stats logs, index files)"
 seglake demo purge demo_restored >/dev/null
+seglake snapshots drop demo demo_snap >/dev/null 2>&1 || true  # a reset is refused while a snapshot exists
 seglake demo seed --name demo --partitions 2 --segments 4 --rows 2000 --dim 32 --reset
 echo
 seglake collections list

@@ -23,3 +23,8 @@ if ! command -v java >/dev/null 2>&1; then
   if can_apt; then echo "installing a Java runtime for Spark"; apt_install openjdk-17-jre-headless
   else echo "WARNING: no java on PATH and no apt: Spark jobs will not start" >&2; fi
 fi
+if ! command -v chromium >/dev/null 2>&1; then
+  # headless browser for the end-to-end test of the seglake page (tests/e2e)
+  if can_apt; then echo "installing chromium (headless, for the e2e page test)"; apt_install chromium
+  else echo "WARNING: no chromium and no apt: the e2e page test will fail" >&2; fi
+fi

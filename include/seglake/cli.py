@@ -81,15 +81,13 @@ def cmd_demo_seed(args, s: Settings) -> int:
 
 def cmd_demo_purge(args, s: Settings) -> int:
     from seglake import demo
-    from seglake.errors import NotFound
 
     meta, store = _open(s)
-    try:
-        coll = meta.catalog.get_by_name(args.name, args.db)
-    except NotFound:
+    done = demo.purge(meta, store, args.name, args.db)  # demo data only, no snapshot, no running job
+    if done is None:
         print(f"no collection {args.name!r}: nothing to purge")
         return 0
-    n = demo.purge_collection(meta, store, coll)
+    coll, n = done
     print(f"purged collection {args.name!r} (id {coll.collection_id}): {n} files and its records")
     return 0
 
@@ -273,8 +271,13 @@ def cmd_gc_report(args, s: Settings) -> int:
     swept = doc.get("swept")
     print(f"gc run {doc['run_id']}{' (dry run)' if doc.get('dry_run') else ''}: listed {doc['listed']}, "
           f"{doc['candidates']} candidates, {human_bytes(doc['candidate_bytes'])}; kept {doc['kept']}")
+    u = doc.get("unrecognised") or {"files": 0, "bytes": 0, "sample": []}
+    print(f"unrecognised (never deleted): {u['files']} files, {human_bytes(u['bytes'])}"
+          + (f", e.g. {', '.join(u['sample'][:5])}" if u["sample"] else ""))
     print("deleted: " + (f"{swept['deleted']} files, {human_bytes(swept['deleted_bytes'])}, "
-                         f"{swept['rechecked_kept']} kept by the re-check, {len(swept['errors'])} errors"
+                         f"{swept.get('already_gone', 0)} already gone, "
+                         f"{swept['rechecked_kept']} kept by the re-check, "
+                         f"{swept.get('changed_kept', 0)} changed since the mark, {len(swept['errors'])} errors"
                          if swept else "nothing (mark only)"))
     rows = []
     for k, v in sorted(doc["by_collection_reason"].items()):
@@ -283,6 +286,34 @@ def cmd_gc_report(args, s: Settings) -> int:
                      "size": human_bytes(v["bytes"])})
     print(table(rows, ["collection", "reason", "files", "size"]))
     return 0
+
+
+def cmd_gc_run(args, s: Settings) -> int:
+    """A whole GC inline. Dry run unless --execute: the report is what a real run deletes."""
+    from seglake.lifecycle import gc
+
+    meta, store = _open(s)
+    cid = meta.catalog.get_by_name(args.collection, args.db).collection_id if args.collection else None
+    hours = {k: None if getattr(args, f"{k}_hours") is None else getattr(args, f"{k}_hours") * 3600
+             for k in ("missing_tolerance", "drop_tolerance")}
+    opts = gc.GCOptions.from_settings(s, force=args.force, dry_run=not args.execute, collection_id=cid, **hours)
+    result = gc.run(meta, store, opts)
+    emit(args, result, text=gc.format_summary(result) + ("" if args.execute else
+                                                         "\ndry run: nothing deleted; pass --execute to delete"))
+    return 0
+
+
+def _hours(flag: str):
+    def parse(text: str) -> float:
+        import math
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number of hours, got {text!r}") from None
+        if not math.isfinite(v) or v < 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite, non-negative number of hours, got {text!r}")
+        return v
+    return parse
 
 
 def cmd_gc_pause(args, s: Settings) -> int:
@@ -455,85 +486,140 @@ def add_wal_parsers(sub, out, common) -> None:
         wp.set_defaults(fn=cmd_wal_pause, json=False)
 
 
+# -- argument types: every flag checked before any command runs ------------------------
+def name_arg(kind: str):
+    """argparse type: a name that full-matches the name pattern (no trailing newline)."""
+    def parse(text: str) -> str:
+        from seglake.errors import ValidationError
+        from seglake.names import validate_name
+
+        try:
+            return validate_name(kind, text)
+        except ValidationError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = f"{kind} name"
+    return parse
+
+
+def number_arg(limit: str, scale: float = 1.0):
+    """argparse type: a number checked against seglake.limits LIMITS[limit] (finite, in
+    range, an integer where the limit says so), given in units of `scale` (HOUR: hours).
+    Returns the number as typed (not scaled)."""
+    from seglake.limits import LIMITS
+
+    lim = LIMITS[limit]
+
+    def parse(text: str) -> int | float:
+        from seglake.errors import ValidationError
+
+        try:
+            value = int(text) if lim.integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if lim.integer else 'a number'}") \
+                from None
+        try:
+            lim.check("value", value, scale)
+        except ValidationError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
+        return value
+    parse.__name__ = "integer" if lim.integer else "number"
+    return parse
+
+
 # -- parser ----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from seglake.limits import HOUR
+
+    coll_t, snap_t, db_t = name_arg("collection"), name_arg("snapshot"), name_arg("db")
     p = argparse.ArgumentParser(prog="seglake", description=__doc__.splitlines()[0])
     out = argparse.ArgumentParser(add_help=False)
     out.add_argument("--json", action="store_true", help="machine-readable output")
     common = argparse.ArgumentParser(add_help=False, parents=[out])
-    common.add_argument("--db", default="default", help="database (default: default)")
+    common.add_argument("--db", default="default", type=db_t, help="database (default: default)")
     sub = p.add_subparsers(dest="group", required=True)
 
     demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="action", required=True)
     seed = demo.add_parser("seed", parents=[common], help="create a demo collection with real segment files")
-    seed.add_argument("--name", default="demo")
+    seed.add_argument("--name", default="demo", type=coll_t)
     for flag, default in (("partitions", 2), ("segments", 4), ("rows", 1000), ("dim", 16), ("shards", 2)):
-        seed.add_argument(f"--{flag}", type=int, default=default)
-    seed.add_argument("--reset", action="store_true", help="purge an existing collection of that name first")
+        seed.add_argument(f"--{flag}", type=number_arg(f"demo_{flag}"), default=default)
+    seed.add_argument("--reset", action="store_true",
+                      help="purge an existing demo collection of that name first (refused for other data)")
     seed.set_defaults(fn=cmd_demo_seed)
     purge = demo.add_parser("purge", parents=[common],
-                            help="delete a collection's files and records outright (demo and test data only)")
-    purge.add_argument("name")
+                            help="delete a demo collection's files and records (refused for any other "
+                                 "collection, and while a snapshot or copy job uses it)")
+    purge.add_argument("name", type=coll_t)
     purge.set_defaults(fn=cmd_demo_purge)
 
     colls = sub.add_parser("collections", help="collections").add_subparsers(dest="action", required=True)
     cl = colls.add_parser("list", parents=[out])
-    cl.add_argument("--db", default=None, help="only this database")
+    cl.add_argument("--db", default=None, type=db_t, help="only this database")
     cl.add_argument("--all", action="store_true", help="include dropped collections")
     cl.set_defaults(fn=cmd_collections_list)
     cd = colls.add_parser("describe", parents=[common])
-    cd.add_argument("name")
+    cd.add_argument("name", type=coll_t)
     cd.set_defaults(fn=cmd_collections_describe)
 
     segs = sub.add_parser("segments", help="segments").add_subparsers(dest="action", required=True)
     sl = segs.add_parser("list", parents=[common])
-    sl.add_argument("collection")
+    sl.add_argument("collection", type=coll_t)
     sl.add_argument("--state", choices=["Growing", "Sealed", "Flushed", "Importing", "Dropped"])
     sl.set_defaults(fn=cmd_segments_list)
 
     snaps = sub.add_parser("snapshots", help="snapshots").add_subparsers(dest="action", required=True)
     sn = snaps.add_parser("list", parents=[common])
-    sn.add_argument("--collection", default=None)
+    sn.add_argument("--collection", default=None, type=coll_t)
     sn.add_argument("--all", action="store_true", help="include PENDING and DELETING records")
     sn.set_defaults(fn=cmd_snapshots_list)
     sd = snaps.add_parser("describe", parents=[common])
-    sd.add_argument("collection")
-    sd.add_argument("name")
+    sd.add_argument("collection", type=coll_t)
+    sd.add_argument("name", type=snap_t)
     sd.set_defaults(fn=cmd_snapshots_describe)
     sc = snaps.add_parser("create", parents=[common], help="create inline (the DAG runs it on Spark)")
-    sc.add_argument("collection")
-    sc.add_argument("name")
+    sc.add_argument("collection", type=coll_t)
+    sc.add_argument("name", type=snap_t)
     sc.add_argument("--description", default="")
-    sc.add_argument("--ttl-hours", type=float, default=0)
+    sc.add_argument("--ttl-hours", type=number_arg("snapshot_ttl", HOUR), default=0)
     sc.set_defaults(fn=cmd_snapshots_create)
     sx = snaps.add_parser("drop", parents=[common])
-    sx.add_argument("collection")
-    sx.add_argument("name")
+    sx.add_argument("collection", type=coll_t)
+    sx.add_argument("name", type=snap_t)
     sx.set_defaults(fn=cmd_snapshots_drop)
 
     jobs = sub.add_parser("jobs", help="copy-segment jobs").add_subparsers(dest="action", required=True)
     jl = jobs.add_parser("list", parents=[out])
-    jl.add_argument("--collection", default=None, help="jobs whose source or target is this collection")
+    jl.add_argument("--collection", default=None, type=coll_t,
+                    help="jobs whose source or target is this collection")
     jl.set_defaults(fn=cmd_jobs_list)
     jd = jobs.add_parser("describe", parents=[out])
-    jd.add_argument("job_id", type=int)
+    jd.add_argument("job_id", type=number_arg("id"))
     jd.add_argument("--watch", action="store_true", help="refresh until the job finishes")
-    jd.add_argument("--interval", type=float, default=2.0)
+    jd.add_argument("--interval", type=number_arg("poll_interval"), default=2.0)
     jd.set_defaults(fn=cmd_jobs_describe)
 
     g = sub.add_parser("gc", help="garbage collection").add_subparsers(dest="action", required=True)
     g.add_parser("report", parents=[out], help="the latest mark: candidates and what was deleted").set_defaults(
         fn=cmd_gc_report)
+    gr = g.add_parser("run", parents=[common], help="run GC inline: a dry run unless --execute")
+    gr.add_argument("--execute", action="store_true", help="really delete (default: dry run, report only)")
+    gr.add_argument("--collection", default=None, help="only this collection (default: the whole store)")
+    gr.add_argument("--missing-tolerance-hours", type=_hours("--missing-tolerance-hours"), default=None,
+                    help="age before an orphan is deleted (default: from config)")
+    gr.add_argument("--drop-tolerance-hours", type=_hours("--drop-tolerance-hours"), default=None,
+                    help="age of a Dropped segment before its files go (default: from config)")
+    gr.add_argument("--force", action="store_true", help="allow tolerances below the floor")
+    gr.set_defaults(fn=cmd_gc_run)
     for action in ("pause", "resume"):
         gp = g.add_parser(action, parents=[common])
-        gp.add_argument("--collection", default=None)
+        gp.add_argument("--collection", default=None, type=coll_t)
         if action == "pause":
-            gp.add_argument("--ttl-hours", type=float, default=1.0)
+            gp.add_argument("--ttl-hours", type=number_arg("gc_pause_ttl", HOUR), default=1.0)
             gp.add_argument("--reason", default="")
         gp.set_defaults(fn=cmd_gc_pause)
 
     v = sub.add_parser("verify", parents=[common], help="check a collection's files inline (no Spark)")
-    v.add_argument("collection")
+    v.add_argument("collection", type=coll_t)
     v.set_defaults(fn=cmd_verify)
 
     cfg = sub.add_parser("config", help="configuration").add_subparsers(dest="action", required=True)

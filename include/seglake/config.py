@@ -2,18 +2,26 @@
 
 Layers, later wins:
   1. engine defaults (below)
-  2. environment: SEGLAKE_CONFIG (a JSON object) then SEGLAKE_<KEY> per key
+  2. environment: SEGLAKE_CONFIG (a JSON object), SEGLAKE_SECRETS_FILE (a JSON file of
+     secrets), then SEGLAKE_<KEY> per key
   3. the Airflow Variable `seglake_config` (JSON), passed in by the Airflow glue
   4. explicit overrides (a DAG's params, a CLI flag)
 
-Every layer goes through the same validation: unknown keys, wrong types and negative
-durations raise ConfigError naming the key. Secrets (etcd password, S3 secret key) are
-read like any other key but never appear in repr(), to_public() or Spark argv.
+Every layer goes through the same validation, before anything uses a value: unknown
+keys (a JSON key or a SEGLAKE_* variable) raise ConfigError naming the closest known
+key; wrong types, NaN/Infinity and numbers outside seglake.limits raise it naming the
+key. Secrets (etcd password, S3 secret key) are read like any other key but never appear
+in repr(), to_public(), an error message or Spark argv; SEGLAKE_SECRETS_FILE names a
+JSON file of them (how the Spark operator hands them over where env becomes argv).
+
+`gc_schedule` is read when the gc DAG file is parsed, where only the environment is
+available (no Variable: no network at parse time), so the Variable may not set it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import re
@@ -21,17 +29,23 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from seglake.errors import ConfigError
+from seglake.errors import ConfigError, ValidationError
+from seglake.limits import LIMITS, YEAR, Limit
 
 ENV_PREFIX = "SEGLAKE_"
 ENV_JSON = "SEGLAKE_CONFIG"
+ENV_SECRETS_FILE = "SEGLAKE_SECRETS_FILE"
 VARIABLE_NAME = "seglake_config"
+# SEGLAKE_* variables that are not settings keys (read by devstack/config and faults.py)
+ENV_OTHER = frozenset({ENV_JSON, ENV_SECRETS_FILE, "SEGLAKE_HOME", "SEGLAKE_FAULTS", "SEGLAKE_SPARK_LOG_LEVEL",
+                       "SEGLAKE_BENCH_DIR"})
 
 # The repository root when installed editable (include/seglake/config.py -> repo).
 _REPO = Path(__file__).resolve().parents[2]
 DEFAULT_HOME = Path(os.environ.get("SEGLAKE_HOME", _REPO / ".dev"))
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
+_ANY_DURATION = Limit(0.0, 10 * YEAR, unit="s")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
@@ -40,29 +54,35 @@ def parse_duration(key: str, value: Any) -> float:
     if isinstance(value, bool):
         raise ConfigError(f"config key {key!r}: expected a duration, got a boolean")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        seconds = value
     elif isinstance(value, str):
-        m = _DURATION_RE.match(value)
+        m = _DURATION_RE.fullmatch(value)
         if not m:
             raise ConfigError(f"config key {key!r}: {value!r} is not a duration (e.g. 600, '10m', '3h')")
         seconds = float(m.group(1)) * _UNITS[m.group(2)]
     else:
         raise ConfigError(f"config key {key!r}: expected a duration, got {type(value).__name__}")
-    if seconds < 0:
-        raise ConfigError(f"config key {key!r}: duration must not be negative ({value!r})")
-    return seconds
+    return _in_range(key, seconds)
+
+
+def _in_range(key: str, value: Any) -> Any:
+    """The seglake.limits check of a numeric config key, as a ConfigError."""
+    try:
+        return LIMITS.get(key, _ANY_DURATION).check(f"config key {key!r}", value)
+    except ValidationError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _duration(default: float, doc: str):
     return field(default=default, metadata={"kind": "duration", "doc": doc})
 
 
-def _int(default: int, doc: str, minimum: int = 0):
-    return field(default=default, metadata={"kind": "int", "min": minimum, "doc": doc})
+def _int(default: int, doc: str):
+    return field(default=default, metadata={"kind": "int", "doc": doc})
 
 
-def _str(default: str, doc: str, secret: bool = False):
-    return field(default=default, metadata={"kind": "str", "secret": secret, "doc": doc})
+def _str(default: str, doc: str, secret: bool = False, env_only: bool = False):
+    return field(default=default, metadata={"kind": "str", "secret": secret, "env_only": env_only, "doc": doc})
 
 
 def _bool(default: bool, doc: str):
@@ -90,21 +110,22 @@ class Settings:
     drop_tolerance: float = _duration(10800.0, "files of dropped segments are kept this long")
     copy_job_retention: float = _duration(10800.0, "finished copy jobs are kept this long")
     snapshot_pending_timeout: float = _duration(600.0, "PENDING snapshots older than this are stale")
-    copy_job_timeout: float = _duration(3600.0, "a copy job still running after this fails")
+    copy_job_timeout: float = _duration(3600.0, "default restore timeout: a copy job still running after this fails")
     tolerance_floor: float = _duration(3600.0, "GC tolerances below this need force=true")
     # work sizing
-    max_segments_per_task: int = _int(10, "segment mappings per copy task", minimum=1)
+    max_segments_per_task: int = _int(10, "segment mappings per copy task")
     inline_threshold_bytes: int = _int(256 << 20, "engine=auto runs inline below this many bytes")
     snapshot_inline_max_segments: int = _int(20000, "engine=auto writes manifests inline below this many segments")
-    segments_per_manifest: int = _int(2000, "segments per snapshot manifest file", minimum=1)
+    segments_per_manifest: int = _int(2000, "segments per snapshot manifest file")
     gc_inline_max_files: int = _int(2_000_000, "engine=auto marks inline below this many referenced files")
-    id_block_size: int = _int(10000, "ids reserved per allocator round trip", minimum=1)
-    copy_threads: int = _int(8, "parallel file copies per worker", minimum=1)
-    gc_schedule: str = _str("@daily", "schedule of the gc DAG")
+    id_block_size: int = _int(10000, "ids reserved per allocator round trip")
+    copy_threads: int = _int(8, "parallel file copies per worker")
+    gc_schedule: str = _str("@daily", "schedule of the gc DAG (environment only: read at DAG parse time)",
+                            env_only=True)
     spark_ui: bool = _bool(False, "enable the Spark UI for SparkSubmit jobs")
     # write-ahead log
-    wal_fragment_bytes: int = _int(8 << 20, "a WAL fragment is closed at this many bytes", minimum=1024)
-    wal_fragment_records: int = _int(10000, "a WAL fragment is closed at this many records", minimum=1)
+    wal_fragment_bytes: int = _int(8 << 20, "a WAL fragment is closed at this many bytes")
+    wal_fragment_records: int = _int(10000, "a WAL fragment is closed at this many records")
     wal_batch_time: float = _duration(0.002, "a WAL writer waits this long to batch appends into one fragment")
     wal_txn_keepalive: float = _duration(60.0, "a WAL transaction expires this long after its last message")
     wal_scanner_startup_delay: float = _duration(0.0, "a consuming WAL scanner waits this long before it starts")
@@ -130,25 +151,47 @@ class Settings:
     ) -> "Settings":
         """Defaults <- environment <- Airflow Variable JSON <- explicit overrides."""
         env = os.environ if env is None else env
-        merged: dict[str, Any] = {}
-        if env.get(ENV_JSON):
-            merged.update(_parse_json(ENV_JSON, env[ENV_JSON]))
-        for f in fields(cls):
-            name = ENV_PREFIX + f.name.upper()
-            if name in env and name != ENV_JSON:
-                merged[f.name] = _from_env_string(f, env[name])
+        merged = cls.from_env(env, validate=False)
         if variable:
-            merged.update(_parse_json(f"Variable {VARIABLE_NAME}", variable))
+            values = _parse_json(f"Variable {VARIABLE_NAME}", variable)
+            env_only = sorted(set(values) & _ENV_ONLY)
+            if env_only:
+                raise ConfigError(f"config key {env_only[0]!r} cannot come from the Variable {VARIABLE_NAME}: it is "
+                                  "read when the DAG file is parsed, where no Variable is read; set "
+                                  f"{ENV_PREFIX}{env_only[0].upper()} in the environment instead")
+            merged.update(values)
         if overrides:
             merged.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_dict(merged)
 
     @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, validate: bool = True) -> Any:
+        """The environment layer: SEGLAKE_CONFIG, then SEGLAKE_SECRETS_FILE, then one
+        SEGLAKE_<KEY> per key. A SEGLAKE_* variable that is neither a key nor one of
+        ENV_OTHER is refused, naming the closest known one (a misspelt variable would
+        otherwise be ignored silently). Returns Settings, or the raw dict (validate=False)."""
+        env = os.environ if env is None else env
+        known = {ENV_PREFIX + f.name.upper(): f for f in fields(cls)}
+        unknown = sorted(n for n in env if n.startswith(ENV_PREFIX) and n not in known and n not in ENV_OTHER)
+        if unknown:
+            hint = _closest(unknown[0], [*known, *ENV_OTHER])
+            raise ConfigError(f"unknown environment variable {unknown[0]!r}{hint}")
+        merged: dict[str, Any] = {}
+        if env.get(ENV_JSON):
+            merged.update(_parse_json(ENV_JSON, env[ENV_JSON]))
+        if env.get(ENV_SECRETS_FILE):
+            merged.update(_read_secrets_file(env[ENV_SECRETS_FILE]))
+        for name, f in known.items():
+            if name in env:
+                merged[f.name] = _from_env_string(f, env[name])
+        return cls.from_dict(merged) if validate else merged
+
+    @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Settings":
         known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(values) - set(known))
+        unknown = sorted(set(values) - set(known), key=str)
         if unknown:
-            raise ConfigError(f"unknown config key(s): {', '.join(map(repr, unknown))}")
+            raise ConfigError(f"unknown config key {unknown[0]!r}{_closest(str(unknown[0]), list(known))}")
         return cls(**{k: _coerce(known[k], v) for k, v in values.items()})
 
     def replace(self, **changes: Any) -> "Settings":
@@ -173,10 +216,13 @@ class Settings:
     def to_env(self) -> dict[str, str]:
         """Environment for a child process (spark-submit, executors): no argv exposure."""
         env = {ENV_JSON: json.dumps(self.to_dict(secrets=False))}
-        for f in fields(self):
-            if f.metadata.get("secret") and getattr(self, f.name):
-                env[ENV_PREFIX + f.name.upper()] = getattr(self, f.name)
+        env.update(self.secrets_env())
         return env
+
+    def secrets_env(self) -> dict[str, str]:
+        """SEGLAKE_<KEY> for every secret that is set (values: handle with care)."""
+        return {ENV_PREFIX + f.name.upper(): getattr(self, f.name)
+                for f in fields(self) if f.metadata.get("secret") and getattr(self, f.name)}
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.to_public().items())
@@ -187,16 +233,83 @@ class Settings:
         return self.store_uri.startswith("s3://")
 
 
-def _parse_json(source: str, value: str | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(value, Mapping):
-        return dict(value)
+_ENV_ONLY = frozenset(f.name for f in fields(Settings) if f.metadata.get("env_only"))
+_SCHEDULE_RE = re.compile(r"@(once|hourly|daily|weekly|monthly|quarterly|yearly)|none|"
+                          r"[0-9*/,\-A-Za-z?#LW]+( [0-9*/,\-A-Za-z?#LW]+){4,5}")
+
+
+def _closest(key: str, candidates: list[str]) -> str:
+    near = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(sorted(candidates))}"
+
+
+class _NonFinite(str):
+    """What NaN / Infinity / -Infinity parse to, so the error can name their key."""
+
+
+def _find_non_finite(data: Any, path: str) -> tuple[str, str] | None:
+    if isinstance(data, _NonFinite):
+        return path, str(data)
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        found = _find_non_finite(v, f"{path}.{k}" if path else str(k))
+        if found:
+            return found
+    return None
+
+
+def loads_strict(source: str, text: str | bytes) -> Any:
+    """json.loads that refuses NaN and (-)Infinity (Python's json accepts them by
+    default), naming the key that holds one."""
     try:
-        data = json.loads(value)
+        data = json.loads(text, parse_constant=_NonFinite)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{source}: not valid JSON ({e.msg} at char {e.pos})") from None
+    found = _find_non_finite(data, "")
+    if found:
+        where = f"key {found[0]!r}" if found[0] else "value"
+        raise ConfigError(f"{source}: {where} is {found[1]}, only finite numbers are allowed")
+    return data
+
+
+def _parse_json(source: str, value: str | Mapping[str, Any]) -> dict[str, Any]:
+    data = dict(value) if isinstance(value, Mapping) else loads_strict(source, value)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: must be a JSON object, got {type(data).__name__}")
     return data
+
+
+def _read_secrets_file(path: str) -> dict[str, Any]:
+    """Secret keys from the JSON file SEGLAKE_SECRETS_FILE names; only secret keys allowed."""
+    try:
+        with open(path, "rb") as fh:
+            data = _parse_json(ENV_SECRETS_FILE, fh.read())
+    except OSError as e:
+        raise ConfigError(f"{ENV_SECRETS_FILE}: cannot read {path!r} ({e.strerror})") from None
+    secret = {f.name for f in fields(Settings) if f.metadata.get("secret")}
+    other = sorted(set(data) - secret, key=str)
+    if other:
+        raise ConfigError(f"{ENV_SECRETS_FILE}: {other[0]!r} is not a secret key "
+                          f"(allowed: {', '.join(sorted(secret))})")
+    return data
+
+
+def spark_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The SEGLAKE_* environment a Spark driver hands to its executors (in the task
+    closure, never argv): a secrets file is resolved here, since executors on other
+    hosts cannot read the driver's file."""
+    env = os.environ if env is None else env
+    out = {k: v for k, v in env.items() if k.startswith(ENV_PREFIX) and k != ENV_SECRETS_FILE}
+    if env.get(ENV_SECRETS_FILE):
+        out.update({ENV_PREFIX + k.upper(): v for k, v in _read_secrets_file(env[ENV_SECRETS_FILE]).items()})
+    return out
+
+
+def gc_schedule(env: Mapping[str, str] | None = None) -> str | None:
+    """The gc DAG's schedule from the environment alone (DAG parse time: no Variable,
+    no network). Every SEGLAKE_* variable is checked on the way. 'none' -> None."""
+    value = Settings.from_env(env).gc_schedule
+    return None if value == "none" else value
 
 
 def _from_env_string(f: dataclasses.Field, raw: str) -> Any:
@@ -219,15 +332,14 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
     if kind == "duration":
         return parse_duration(f.name, value)
     if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"config key {f.name!r}: expected an integer, got {value!r}")
-        if value < f.metadata["min"]:
-            raise ConfigError(f"config key {f.name!r}: must be >= {f.metadata['min']}, got {value}")
-        return value
+        return _in_range(f.name, value)
     if kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"config key {f.name!r}: expected true or false, got {value!r}")
         return value
     if not isinstance(value, str):
-        raise ConfigError(f"config key {f.name!r}: expected a string, got {value!r}")
+        shown = "(value not shown: secret)" if f.metadata.get("secret") else repr(value)
+        raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
+    if f.name == "gc_schedule" and not _SCHEDULE_RE.fullmatch(value):
+        raise ConfigError(f"config key 'gc_schedule': {value!r} is not a cron expression, an @preset or 'none'")
     return value

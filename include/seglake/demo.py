@@ -2,6 +2,12 @@
 
 Files first, then the records that make them visible, so an interrupted seed leaves
 only unreferenced files (GC reclaims them) and never a record pointing at nothing.
+
+Seeded collections carry DEMO_PROPERTY in their catalog record. `purge` (the CLI's
+`demo purge` and `demo seed --reset`) deletes only demo data -- a seeded collection, or
+one restored from a snapshot of one -- and never while a snapshot of it exists or a copy
+job still reads or writes it; everything else goes through its lifecycle.
+`purge_collection` is the unchecked deletion underneath (tests and benches only).
 """
 
 from __future__ import annotations
@@ -9,7 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from seglake.errors import NotFound, ValidationError
+from seglake.errors import NotFound, StateError, ValidationError
+from seglake.limits import LIMITS
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB, Collection
 from seglake.meta.segments import FLUSHED, Binlog, IndexFile, Segment
@@ -18,6 +25,7 @@ from seglake.parquet import table_bytes
 from seglake.storage import Store, layout
 
 PK, VEC, SCALAR = 100, 101, 102
+DEMO_PROPERTY = "seglake_demo"
 
 
 def demo_schema(dim: int) -> list[dict]:
@@ -44,21 +52,64 @@ class SeedParams:
         validate_name("collection", self.name)
         validate_name("db", self.db)
         for k in ("partitions", "segments", "rows", "dim", "shards"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValidationError(f"demo seed: {k} must be a positive integer, got {v!r}")
-        if not 0 <= self.delete_ratio < 1:
+            LIMITS[f"demo_{k}"].check(f"demo seed: {k}", getattr(self, k))
+        if not isinstance(self.delete_ratio, (int, float)) or not 0 <= self.delete_ratio < 1:
             raise ValidationError(f"demo seed: delete_ratio must be in [0, 1), got {self.delete_ratio!r}")
         return self
 
 
+def is_demo(meta: Meta, coll: Collection) -> bool:
+    """Seeded by `seed`, or restored from a snapshot of a collection that was."""
+    if coll.properties.get(DEMO_PROPERTY) is True:
+        return True
+    source = (coll.properties.get("restored_from") or {}).get("collection")
+    if not source or source == coll.name:
+        return False
+    try:
+        return meta.catalog.get_by_name(source, coll.db).properties.get(DEMO_PROPERTY) is True
+    except NotFound:
+        return False
+
+
+def check_purgeable(meta: Meta, coll: Collection) -> None:
+    """StateError unless `coll` is demo data that no snapshot and no unfinished copy job
+    uses. Reads only: nothing is deleted when this refuses."""
+    from seglake.meta.copyjobs import JOB_TERMINAL
+
+    what = f"collection {coll.name!r} (id {coll.collection_id})"
+    if not is_demo(meta, coll):
+        raise StateError(f"{what} was not created by `seglake demo seed`: demo purge and seed --reset delete "
+                         "demo data only")
+    snaps = sorted(r.name for r in meta.snapshots.list(coll.collection_id))
+    if snaps:
+        raise StateError(f"{what} has snapshots {', '.join(map(repr, snaps))}: drop them first "
+                         f"(seglake snapshots drop {coll.name} NAME)")
+    jobs = sorted(j.job_id for j in meta.copyjobs.list() if j.state not in JOB_TERMINAL
+                  and coll.collection_id in (j.source_collection_id, j.target_collection_id))
+    if jobs:
+        raise StateError(f"{what} is used by unfinished copy jobs {jobs}")
+
+
+def purge(meta: Meta, store: Store, name: str, db: str = DEFAULT_DB) -> tuple[Collection, int] | None:
+    """Delete demo collection `name` (files and records) after check_purgeable; None
+    when there is no such collection. Returns (collection, files deleted)."""
+    validate_name("collection", name)
+    validate_name("db", db)
+    try:
+        coll = meta.catalog.get_by_name(name, db)
+    except NotFound:
+        return None
+    check_purgeable(meta, coll)
+    return coll, purge_collection(meta, store, coll)
+
+
 def purge_collection(meta: Meta, store: Store, coll: Collection) -> int:
-    """Delete a collection's files and records, its snapshots included (demo reset and
-    test cleanup only: this bypasses every lifecycle rule)."""
-    from seglake.lifecycle.snapshot import remove_files_and_record
+    """Delete a collection's files and records, its snapshots included, with no check
+    at all (tests and benches only; the CLI goes through `purge`)."""
+    from seglake.lifecycle import snapshot
 
     for rec in list(meta.snapshots.list(coll.collection_id)):
-        remove_files_and_record(meta, store, rec)
+        snapshot.purge(meta, store, rec)
     keys = [f.key for seg in meta.segments.list(coll.collection_id) for f in layout.segment_files(seg)]
     for prefix in layout.collection_prefixes(coll.collection_id):
         keys.extend(o.key for o in store.list(prefix))
@@ -80,14 +131,14 @@ def seed(meta: Meta, store: Store, params: SeedParams = SeedParams(), *, reset: 
     if existing is not None:
         if not reset:
             return existing, False
-        purge_collection(meta, store, existing)
+        purge(meta, store, params.name, params.db)
 
     import numpy as np
 
     rng = np.random.default_rng(params.seed)
     parts = ["_default"] + [f"part_{i}" for i in range(1, params.partitions)]
     coll = meta.catalog.create(params.name, demo_schema(params.dim), db=params.db,
-                               partitions=parts, shards=params.shards)
+                               partitions=parts, shards=params.shards, properties={DEMO_PROPERTY: True})
     segments = []
     n = 0
     for part in coll.partitions:

@@ -1,7 +1,16 @@
 """Local servers on loopback: etcd (the embedded default's metadata store) and SeaweedFS
 (a real S3 server for tests). Used by `seglake stack up|down|status` (make up/down/status),
 by `make demo` and by the test fixtures. Every server is started with a pid file, bounded
-waits, and stopped by that pid only.
+waits, and stopped by that pid only (with the process group it leads, so its own
+children go too).
+
+Lifetime: a server started for a test or a bench (the default) dies with the process
+that started it, even when that process is SIGKILLed (a CI timeout leaves nothing
+behind): it runs in its own process group, gets PR_SET_PDEATHSIG (SIGTERM) when started
+from the main thread, and a small watchdog process (in its own session, so a kill of
+the parent's group does not take it along) kills the server's group once the parent is
+gone, SIGTERM then SIGKILL. `detach=True` (`seglake stack up`) opts out: the server
+outlives the CLI until `stack down`.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,11 +73,15 @@ def pid_alive(pid: int) -> bool:
 
 
 def stop_pid(pid: int, timeout: float = 10.0) -> None:
-    """SIGTERM, wait, then SIGKILL. Only ever called with a pid we started."""
+    """SIGTERM, wait, then SIGKILL; the process group too when `pid` leads its own group
+    (a server we started in its own session, with any children it made). Only ever
+    called with a pid we started."""
     if not pid_alive(pid):
+        _signal_group(pid, signal.SIGKILL)  # the leader is gone: children may remain
         return
     try:
         os.kill(pid, signal.SIGTERM)
+        _signal_group(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.time() + timeout
@@ -77,13 +91,89 @@ def stop_pid(pid: int, timeout: float = 10.0) -> None:
         except ChildProcessError:
             pass
         if not pid_alive(pid):
+            _signal_group(pid, signal.SIGKILL)
             return
         time.sleep(0.05)
     try:
+        _signal_group(pid, signal.SIGKILL)
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     except (ProcessLookupError, ChildProcessError):
         pass
+
+
+def _signal_group(leader: int, sig: int) -> None:
+    """Signal the process group `leader` leads, if it leads one (never our own group)."""
+    if leader == os.getpgrp():
+        return
+    try:
+        if os.getpgid(leader) != leader:
+            return
+    except ProcessLookupError:
+        pass  # the leader is reaped; members of its group (its children) may remain
+    try:
+        os.killpg(leader, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """preexec_fn (runs in the child before exec): SIGTERM when the parent thread dies."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+_WATCHDOG = r"""
+import os, signal, sys, time
+parent, group, start = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+def started(pid):  # start time of a live (not zombie) process, else None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in "ZX" else fields[19]
+
+def group_alive():
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+while group_alive():
+    if started(parent) != start:  # the parent is gone (or its pid was reused)
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                sys.exit(0)
+            deadline = time.time() + wait
+            while time.time() < deadline and group_alive():
+                time.sleep(0.05)
+        sys.exit(0)
+    time.sleep(0.2)
+"""
+
+
+def _proc_start_time(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(") ", 1)[1].split()[19]
+
+
+def start_watchdog(group: int) -> subprocess.Popen:
+    """A process that kills process group `group` once this process is gone."""
+    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(group),
+                             _proc_start_time(os.getpid())],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
 
 @dataclass
@@ -94,6 +184,7 @@ class Server:
     name: str = "server"
     ports: dict = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    watchdog: subprocess.Popen | None = None
 
     @property
     def pid_file(self) -> Path:
@@ -123,16 +214,21 @@ class Server:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.running_pid():
             raise RuntimeError(f"{self.name} already running (pid {self.running_pid()}, {self.pid_file})")
+        self._stop_watchdog()  # one left from a server killed behind our back
         log = open(self.log_file, "ab")
+        tied = not detach and threading.current_thread() is threading.main_thread()
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=self.env(), cwd=self.state_dir,
-                                     start_new_session=detach)
+                                     start_new_session=True, preexec_fn=_die_with_parent if tied else None)
         log.close()
+        if not detach:
+            self.watchdog = start_watchdog(self.proc.pid)
         self.pid_file.write_text(f"{self.proc.pid}\n")
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 self.pid_file.unlink(missing_ok=True)
+                self._stop_watchdog()
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_file}:\n"
                                    + self.log_file.read_text()[-2000:])
             if self.healthy():
@@ -147,6 +243,13 @@ class Server:
             stop_pid(pid, timeout)
         self.pid_file.unlink(missing_ok=True)
         self.proc = None
+        self._stop_watchdog()
+
+    def _stop_watchdog(self) -> None:
+        if self.watchdog is not None:  # it would exit by itself once the group is gone
+            self.watchdog.kill()
+            self.watchdog.wait()
+            self.watchdog = None
 
 
 @dataclass

@@ -4,17 +4,27 @@ captured, many segments per file, with every file path each segment references.
 The schema is explicit and versioned (`seglake.manifest.v1`); fields added later must
 carry defaults so old manifests stay readable. Paths are object keys relative to the
 store root, normalized like every other key (storage.layout).
+
+A manifest is trusted only as far as the snapshot metadata vouches for it: `read`
+checks the bytes against the sha256 and the record count the metadata recorded at write
+time, the version in the file header and the snapshot id, and raises ManifestError
+naming the manifest otherwise (an Avro file cut at a block boundary decodes cleanly,
+just short: only the checksum and the count catch it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from seglake.errors import NotFound, SeglakeError
 from seglake.storage import Store, layout
 
 MANIFEST_VERSION = 1
+SCHEMA_NAME = "seglake.manifest.v1.SegmentEntry"
+BLOCK_BYTES = 16000  # fastavro's default sync interval; tests lower it to get many blocks
 
 _LOG = {
     "type": "record", "name": "LogFile", "fields": [
@@ -119,27 +129,61 @@ def encode(entries: Iterable[dict], metadata: dict | None = None) -> bytes:
 
     buf = io.BytesIO()
     meta = {"seglake.manifest.version": str(MANIFEST_VERSION), **(metadata or {})}
-    fastavro.writer(buf, parsed_schema(), entries, codec="deflate", metadata=meta)
+    fastavro.writer(buf, parsed_schema(), entries, codec="deflate", metadata=meta, sync_interval=BLOCK_BYTES)
     return buf.getvalue()
 
 
-def write(store: Store, key: str, entries: list[dict], metadata: dict | None = None) -> int:
-    """Write one manifest file (atomic put); returns its size."""
-    return store.put(key, encode(entries, metadata)).size
+def sha256(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+@dataclass(frozen=True)
+class Written:
+    key: str
+    size: int
+    records: int
+    sha256: str
+
+
+def write(store: Store, key: str, entries: list[dict], metadata: dict | None = None) -> Written:
+    """Write one manifest file (atomic put); returns what the metadata must record of it."""
+    raw = encode(entries, metadata)
+    return Written(key, store.put(key, raw).size, len(entries), sha256(raw))
 
 
 class ManifestError(SeglakeError):
-    """A manifest is missing, truncated or unreadable."""
+    """A manifest (or the snapshot metadata) is missing, truncated, altered or of an
+    unknown version: whoever reads it must fail closed."""
 
 
-def read(store: Store, key: str) -> list[dict]:
+def read(store: Store, key: str, *, records: int, sha256_hex: str, snapshot_id: int) -> list[dict]:
+    """The entries of one manifest, verified against what the snapshot metadata recorded
+    (checksum, record count), its header version and its snapshot id."""
     import fastavro
 
     try:
         raw = store.get(key)
     except NotFound:
         raise ManifestError(f"manifest {key} is missing") from None
+    if sha256(raw) != sha256_hex:
+        raise ManifestError(f"manifest {key} is unreadable: it does not match the checksum the snapshot "
+                            f"metadata recorded ({len(raw)} bytes): truncated or altered")
     try:
-        return list(fastavro.reader(io.BytesIO(raw)))
+        reader = fastavro.reader(io.BytesIO(raw))
+        version = reader.metadata.get("seglake.manifest.version")
+        name = reader.writer_schema.get("name") if isinstance(reader.writer_schema, dict) else None
+        if version != str(MANIFEST_VERSION) or name != SCHEMA_NAME:
+            raise ManifestError(f"manifest {key} has unknown version {version!r} (schema {name!r}); "
+                                f"this seglake reads version {MANIFEST_VERSION}")
+        if reader.metadata.get("seglake.snapshot_id") != str(snapshot_id):
+            raise ManifestError(f"manifest {key} belongs to snapshot "
+                                f"{reader.metadata.get('seglake.snapshot_id')!r}, not {snapshot_id}")
+        entries = list(reader)
+    except ManifestError:
+        raise
     except Exception as e:  # noqa: BLE001 - any decode error means unreadable
         raise ManifestError(f"manifest {key} is unreadable: {type(e).__name__}: {e}") from None
+    if len(entries) != records:
+        raise ManifestError(f"manifest {key} holds {len(entries)} segments, the snapshot metadata "
+                            f"recorded {records}")
+    return entries

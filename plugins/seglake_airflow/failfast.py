@@ -7,11 +7,12 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def fail_fast():
+def fail_fast(*also: type[BaseException]):
+    """`also`: further engine errors that are refusals, not outages (e.g. gc.GCError)."""
     from airflow.sdk.exceptions import AirflowFailException
     from seglake.errors import Conflict, NotFound, StateError, ValidationError
 
     try:
         yield
-    except (Conflict, NotFound, StateError, ValidationError) as e:
+    except (Conflict, NotFound, StateError, ValidationError, *also) as e:
         raise AirflowFailException(f"{type(e).__name__}: {e}") from None

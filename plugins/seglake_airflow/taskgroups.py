@@ -39,6 +39,7 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
             task_id="check_files",
             application=spark_job("verify_collection"),
             name="seglake-verify",
+            pool="seglake_spark",
             application_args=[
                 "--collection", "{{ %s['collection'] }}" % xcom,
                 "--db", "{{ %s['db'] }}" % xcom,
@@ -67,9 +68,10 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
 
 def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job") -> TaskGroup:
     """plan -> copy (inline | Spark) -> wait until every task is terminal -> finalize.
-    `job_id` and `engine` may be templates. Shared by snapshot_restore (a new job) and
-    copy_segment_job (resume or re-drive an existing one). Every step is idempotent: a
-    re-triggered run continues an Executing job and is a no-op for a finished one."""
+    `job_id` and `engine` may be templates; an unset engine (None, "") means the engine
+    the job was created with. Shared by snapshot_restore (a new job) and copy_segment_job
+    (resume or re-drive an existing one). Every step is idempotent: a re-triggered run
+    continues an Executing job and is a no-op for a finished one."""
     with TaskGroup(group_id=group_id, tooltip="run a copy-segment job") as group:
 
         @task(task_id="plan")
@@ -81,8 +83,9 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
 
             hook = SeglakeHook()
             with fail_fast():
+                wanted = copyjob.resume_engine(hook.meta, int(job_id), engine)
                 job = copyjob.plan(hook.meta, int(job_id), hook.settings.max_segments_per_task)
-            chosen = choose(engine, job.total_bytes, hook.settings.inline_threshold_bytes)
+            chosen = choose(wanted, job.total_bytes, hook.settings.inline_threshold_bytes)
             print(f"copy job {job.job_id}: {job.state}, {job.total_segments} segments, "
                   f"{job.total_bytes} bytes in {job.total_tasks} tasks; engine {chosen}")
             return {"job_id": job.job_id, "state": job.state, "engine": chosen,

@@ -6,8 +6,11 @@ The driver lists the job's unfinished tasks and spreads them over the executors 
 partition per core). Each executor opens etcd and the store itself, copies its tasks'
 files (threads only on S3, where each copy waits on the network) and writes each task's
 progress and final state to etcd. The driver decides nothing: the DAG's sensor and
-finalize step read the task states. Re-submitting the job is harmless (copies skip files
-already present with the right size; terminal tasks are left alone).
+finalize step read the task states. Re-submitting the job, or running it beside a
+re-drive, is harmless: every file is written under a temporary name of its own and
+renamed into place after its checksum was taken, a retry keeps only files whose checksum
+equals the source's, only the attempt owning a task writes its record, and terminal
+tasks are left alone.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ def run(spark, meta, job_id: int) -> list[tuple[int, str, str]]:
     task_ids = copyjob.pending_task_ids(meta, job_id)
     if not task_ids:
         return []
-    env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
+    from seglake.config import spark_env
+    env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
     sc = spark.sparkContext
     n = max(1, min(len(task_ids), sc.defaultParallelism))
     return (sc.parallelize(task_ids, n)
@@ -47,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.load()
     spark = SparkSession.builder.appName(f"seglake-copy-{args.job_id}").getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
     try:
         with Meta.from_settings(settings) as meta:
             results = run(spark, meta, args.job_id)

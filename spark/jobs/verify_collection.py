@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -26,15 +27,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run(spark, settings, collection: str, db: str) -> dict:
     """Plan on the driver, check on executors, summarize: the job minus its I/O setup."""
-    import os
-
+    from seglake.config import spark_env
     from seglake.lifecycle.verify import check_partition, plan, summarize
     from seglake.meta import Meta
 
     with Meta.from_settings(settings) as meta:
         planned = plan(meta, collection, db)
     sc = spark.sparkContext
-    env = {k: v for k, v in os.environ.items() if k.startswith("SEGLAKE_")}
+    env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
     n = max(1, min(sc.defaultParallelism, len(planned["checks"])))
     problems = (sc.parallelize(planned["checks"], n)
                   .mapPartitions(lambda it: check_partition(it, env))
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.load()
     spark = SparkSession.builder.appName(f"seglake-verify-{args.collection}").getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
     try:
         report = run(spark, settings, args.collection, args.db)
     finally:

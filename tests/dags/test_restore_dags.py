@@ -1,6 +1,7 @@
 """snapshot_restore and copy_segment_job through dag.test() against the real stack:
 both engines, a killed Spark job re-driven to completion, a finished job left alone."""
 
+import json
 import os
 import signal
 import subprocess
@@ -18,9 +19,6 @@ from seglake.storage import layout
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
 SMALL = demo.SeedParams(partitions=2, segments=4, rows=200, dim=8)
-
-
-
 
 
 def _target_keys(meta, store, coll_id):
@@ -104,6 +102,19 @@ def test_copy_segment_job_on_a_finished_job_changes_nothing(airflow_env, meta, s
     assert (meta.copyjobs.get(job_id)[0], meta.copyjobs.tasks(job_id)) == before
 
 
+def test_copy_segment_job_without_an_engine_keeps_the_jobs_own(airflow_env, meta, store, snap, monkeypatch):
+    """A re-drive with no engine uses the one the restore recorded, not `auto` (which,
+    with a zero inline threshold, would pick Spark)."""
+    monkeypatch.setenv("AIRFLOW_VAR_SEGLAKE_CONFIG", json.dumps({"store_uri": airflow_env.store_uri,
+                                                                 "inline_threshold_bytes": 0}))
+    job_id = restore.restore(meta, store, "demo", "s1", "kept", engine="inline")
+    run = load_dag("copy_segment_job").test(run_conf={"job_id": job_id})
+    assert run.state == "success", task_states(run)
+    states = task_states(run)
+    assert states["copy_job.copy_inline"] == "success" and states["copy_job.copy_spark"] == "skipped", states
+    assert meta.copyjobs.get(job_id)[0].state == "Completed"
+
+
 def test_a_failing_restore_rolls_back_and_fails_the_run(airflow_env, meta, store, snap):
     seg = next(meta.segments.list(snap.collection_id))
     store.delete_many([next(layout.segment_files(seg)).key])
@@ -128,3 +139,24 @@ def test_bad_conf_is_refused_before_any_run(airflow_env, meta, dag_id, conf, par
     with pytest.raises(ParamValidationError, match=param):
         load_dag(dag_id).test(run_conf=conf)
     assert meta.kv.count(meta.keys.copy_jobs_prefix()) == 0
+
+
+def test_a_killed_restore_is_resumed_by_re_triggering_the_same_conf(airflow_env, meta, store, snap, settings):
+    """The restore task is SIGKILLed between the target and the job; a NEW run with the
+    same conf resumes the same target and job to completion (no "already exists")."""
+    env = {**os.environ, **settings.to_env(), "SEGLAKE_FAULTS": "restore.before_job_txn:kill"}
+    code = ("from seglake.config import Settings; from seglake.meta import Meta; "
+            "from seglake.storage import open_store; from seglake.lifecycle import restore; "
+            "s = Settings.load(); restore.restore(Meta.from_settings(s), open_store(s), 'demo', 's1', 'again', "
+            "owner='manual__first_run')")
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == -signal.SIGKILL
+    target = meta.catalog.get_by_name("again")
+    assert target.state == "Importing"
+    run = load_dag("snapshot_restore").test(run_conf={"collection": "demo", "snapshot": "s1", "target": "again",
+                                                  "engine": "inline"})
+    assert run.state == "success", task_states(run)
+    (job,) = list(meta.copyjobs.list())
+    assert job.job_id == target.properties["restore_job_id"] and job.state == "Completed"
+    again = meta.catalog.get_by_name("again")
+    assert again.collection_id == target.collection_id and again.state == "Created"
+    assert _target_keys(meta, store, again.collection_id) == _expected_keys(meta, again.collection_id)

@@ -130,3 +130,21 @@ def test_leases_expire_keys(meta, root_prefix):
 def test_meta_from_settings_uses_the_root(settings):
     with Meta.from_settings(settings) as m:
         assert m.keys.root == settings.etcd_root
+
+
+def test_get_many_reads_hundreds_of_keys_in_few_round_trips(meta, root_prefix):
+    keys = [f"{root_prefix}/gm/{i:04d}" for i in range(300)]
+    meta.kv.write([Put(k, k[-4:]) for k in keys[::2]])
+    calls = []
+    real = meta.kv._call
+
+    def counting(fn, **kw):
+        calls.append(kw["what"])
+        return real(fn, **kw)
+
+    meta.kv._call = counting
+    got = meta.kv.get_many(keys + [keys[0]])
+    meta.kv._call = real
+    assert len(calls) == 3 and len(got) == 300
+    assert all(got[k].value == k[-4:].encode() for k in keys[::2])
+    assert all(got[k] is None for k in keys[1::2])

@@ -18,6 +18,23 @@ from seglake.storage import layout
 
 SMALL = demo.SeedParams(partitions=2, segments=5, rows=200, dim=8)
 
+KILL_BEFORE_JOB_TXN = """
+import os, signal, sys
+from seglake.config import Settings
+from seglake.lifecycle import restore
+from seglake.meta import Meta, kv
+from seglake.storage import open_store
+s = Settings.load()
+meta = Meta.from_settings(s)
+txn = kv.KV.txn
+def killing(self, compares, ops, reason=None):
+    if any(getattr(o, "key", "").startswith(meta.keys.copy_jobs_prefix()) for o in ops):
+        os.kill(os.getpid(), signal.SIGKILL)  # killed right before the job would exist
+    return txn(self, compares, ops, reason)
+kv.KV.txn = killing
+restore.restore(meta, open_store(s), 'demo', 's1', sys.argv[1], owner=sys.argv[2])
+"""
+
 
 @pytest.fixture
 def snap(meta, store):
@@ -131,21 +148,23 @@ def _listing(store, coll_id, meta=None):
 
 
 def test_two_concurrent_restores_to_one_target_make_one_job(meta, store, snap):
+    """Same restore three times at once: they converge on one job (or report a lost race)."""
     out = []
 
     def go():
         try:
             out.append(restore.restore(meta, store, "demo", "s1", "same"))
-        except Conflict as e:
+        except restore.RestoreRaceLost as e:
             out.append(e)
 
     threads = [threading.Thread(target=go) for _ in range(3)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    jobs = [r for r in out if isinstance(r, int)]
-    assert len(jobs) == 1 and all("already exists" in str(e) for e in out if isinstance(e, Exception))
-    assert [j.job_id for j in meta.copyjobs.list()] == jobs
+    jobs = {r for r in out if isinstance(r, int)}
+    assert len(out) == 3 and len(jobs) == 1
+    assert [j.job_id for j in meta.copyjobs.list()] == list(jobs)
     assert meta.snapshots.get(snap.collection_id, "s1")[0].pins == tuple(jobs)
+    assert meta.catalog.get_by_name("same").state == "Importing"
 
 
 def test_bad_restores_are_refused_without_side_effects(meta, store, snap):
@@ -182,31 +201,25 @@ def test_dropping_a_snapshot_that_a_running_job_pins_is_refused(meta, store, sna
     snapshot.drop(meta, store, "demo", "s1")  # unpinned once the job finished
 
 
-def test_a_restore_rerun_by_its_owner_resumes(meta, store, snap):
-    from seglake.meta import kv as kvmod
-
-    original = kvmod.KV.txn
-    calls = {"n": 0}
-
-    def flaky(self, compares, ops, reason=None):
-        if any(getattr(o, "key", "").startswith(meta.keys.copy_job(0)[:-1]) for o in ops):
-            calls["n"] += 1
-            if calls["n"] == 1:
-                raise faults.InjectedFault("crash before the job txn")
-        return original(self, compares, ops, reason)
-
-    kvmod.KV.txn = flaky
-    try:
-        with pytest.raises(faults.InjectedFault):
-            restore.restore(meta, store, "demo", "s1", "again", owner="run-1")
-    finally:
-        kvmod.KV.txn = original
-    with pytest.raises(Conflict):
-        restore.restore(meta, store, "demo", "s1", "again", owner="run-2")
-    job_id = restore.restore(meta, store, "demo", "s1", "again", owner="run-1")
+def test_a_killed_restore_is_resumed_by_a_retrigger_with_the_same_conf(meta, store, snap, settings):
+    """SIGKILL between the target and the job: the same restore (any owner) resumes it;
+    another snapshot into that name is refused naming the job and how to resume."""
+    env = {**os.environ, **settings.to_env()}
+    proc = subprocess.run([sys.executable, "-c", KILL_BEFORE_JOB_TXN, "again", "run-1"], env=env, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    target = meta.catalog.get_by_name("again")
+    assert target.state == "Importing" and meta.kv.count(meta.keys.copy_jobs_prefix()) == 0
+    snapshot.create(meta, store, "demo", "s2")
+    with pytest.raises(Conflict, match=r"restore job \d+ .*snapshot='s1'.*copy_segment_job"):
+        restore.restore(meta, store, "demo", "s2", "again", owner="run-3")
+    job_id = restore.restore(meta, store, "demo", "s1", "again", owner="run-2")
+    assert job_id == target.properties["restore_job_id"]
     assert restore.restore(meta, store, "demo", "s1", "again", owner="run-1") == job_id
     assert _run(meta, store, job_id).state == JOB_COMPLETED
-    assert len(list(meta.segments.list(meta.catalog.get_by_name("again").collection_id))) == 10
+    assert meta.catalog.get_by_name("again").collection_id == target.collection_id
+    assert len(list(meta.segments.list(target.collection_id))) == 10
+    assert restore.restore(meta, store, "demo", "s1", "again") == job_id  # finished: changes nothing
+    assert meta.catalog.get_by_name("again").state == "Created"
 
 
 def test_retention_removes_finished_jobs_and_their_tasks(meta, store, snap):

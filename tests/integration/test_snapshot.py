@@ -3,6 +3,7 @@ reference index, crash safety and concurrency."""
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -30,7 +31,8 @@ def test_create_commits_manifests_that_round_trip(meta, store, coll):
     assert rec.state == COMMITTED and rec.segments == 6 and rec.rows == 1200 and rec.manifests == 2
     live = {s.segment_id: s for s in meta.segments.list(coll.collection_id)}
     doc = snapshot.read_metadata(store, rec)
-    assert doc["format"] == "seglake.snapshot.v1"
+    assert doc["format"] == "seglake.snapshot.v2" and doc["attempt"] == rec.attempt
+    assert [m["records"] for m in doc["manifests"]] == [4, 2] and doc["segment_count"] == 6
     assert doc["segment_ids"] == sorted(live)
     assert [p["name"] for p in doc["collection"]["partitions"]] == ["_default", "part_1"]
     assert doc["collection"]["schema"] == coll.schema.to_json()
@@ -116,7 +118,9 @@ def test_crash_before_commit_leaves_pending_unlisted_and_reclaimable(meta, store
     assert coll.collection_id in idx.blocked_collections  # GC skips the collection while PENDING
     with pytest.raises(StateError, match="PENDING"):
         snapshot.drop(meta, store, "demo", "crashed")
-    snapshot.remove_files_and_record(meta, store, rec)  # what GC does after the pending timeout
+    with pytest.raises(StateError, match="PENDING"):
+        snapshot.remove_files_and_record(meta, store, rec)  # never without the claim
+    assert snapshot.reclaim_abandoned(meta, store, rec, 600, now=time.time() + 3600)  # what GC does
     assert list(store.list("snapshots")) == [] and meta.snapshots.find(coll.collection_id, "crashed") is None
 
 

@@ -28,3 +28,10 @@ def test_mixed_ops():
     ops = [Put("a", "1"), Delete("b"), Delete("c/", prefix=True)]
     assert chunk_ops(ops) == [ops]
     assert MAX_TXN_OPS == 128
+
+
+def test_guarded_chunks_leave_one_slot_for_the_write_marker():
+    ops = [Put(f"k{i:04d}", b"v") for i in range(300)]
+    chunks = chunk_ops(ops, guard=[absent("parent")])
+    assert [len(c) for c in chunks] == [127, 127, 46]
+    assert [op for c in chunks for op in c] == ops

@@ -4,19 +4,26 @@
        |                  |--(a task Failed | timeout)----> fail   --> Failed + rollback
        '--(timeout)-------'
     Completed | Failed --(copy_job_retention after finished_at)--> removed (tasks, then job);
-                          a Failed job stays while its target segments still exist.
+                          a job stays while its target is not settled.
 
-- plan: Pending -> Executing; tasks of at most max_segments_per_task mappings, written
-  before the job flips (children before parent). Idempotent: task ids are indexes.
+- plan: Pending -> Executing. The task size is recorded on the job first, then tasks of
+  that many mappings are written (children before the parent), then the job flips.
+  Idempotent with any size argument: a re-run derives exactly the same tasks.
 - copy_task: copies every file of each mapped segment (insert, delta, stats, index) to
-  the target's paths; a file already present with the right size is skipped; a retry
-  first removes leftovers that are not part of the segment. Fail-fast: a missing source
-  fails the task with the file's name. The runner (inline thread or Spark executor)
-  writes the task's progress to etcd itself.
+  the target's paths, each through its own temporary object made visible atomically
+  and checked by checksum against the source; on a retry, a file already present is
+  kept only if its checksum equals the source's, and leftovers that are not part of the
+  segment are removed. Fail-fast: a missing source fails the task with the file's name.
+  The runner (inline thread or Spark executor) writes the task's progress to etcd; a
+  task record is written only by the attempt that owns it (a zombie cannot finish it).
 - wait_status: read-only, for the sensor: done when every task is terminal, the job
   is terminal, or the timeout has passed.
-- finalize: Completed (targets Flushed, rows summed) or Failed (remaining tasks Failed,
-  targets Dropped, target collection removed); both unpin the snapshot. Idempotent.
+- finalize: all tasks Completed wins over a timeout reached afterwards. Completed: the
+  job flips first (the decision, one guarded txn), targets go Flushed in batches while
+  the collection is still Importing, then ONE txn makes the collection Created.
+  Failed: the job flips first, remaining tasks Failed, ONE txn drops the collection and
+  frees its name, then the targets go Dropped in batches. Both unpin. Idempotent, and
+  safe to observe half done: the collection is never Created with a target not Flushed.
 """
 
 from __future__ import annotations
@@ -27,16 +34,18 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 from seglake import faults
-from seglake.errors import Conflict, NotFound, SeglakeError
-from seglake.lifecycle.restore import rollback_target, source_and_target_files
+from seglake.errors import Conflict, NotFound, SeglakeError, StateError
+from seglake.lifecycle.restore import drop_segments, rollback_target, source_and_target_files
 from seglake.meta import Meta
 from seglake.meta.codec import encode_struct
 from seglake.meta.copyjobs import (
     JOB_COMPLETED, JOB_EXECUTING, JOB_FAILED, JOB_PENDING, JOB_TERMINAL, TASK_COMPLETED, TASK_FAILED,
     TASK_IN_PROGRESS, TASK_PENDING, TASK_TERMINAL, CopyJob, CopyTask, Mapping)
 from seglake.meta.kv import Delete, Put, batched, retry_on_conflict, unchanged
+from seglake.meta.catalog import CREATED, DROPPED as COLL_DROPPED, IMPORTING as COLL_IMPORTING
 from seglake.meta.segments import FLUSHED, IMPORTING
 from seglake.storage import Store, layout
+from seglake.storage.base import ChecksumMismatch
 
 PROGRESS_EVERY_S = 0.5
 
@@ -47,91 +56,140 @@ class SourceMissing(SeglakeError):
 
 # -- plan -----------------------------------------------------------------------------------
 def plan(meta: Meta, job_id: int, max_per_task: int = 10, now: float | None = None) -> CopyJob:
-    """Pending -> Executing with its tasks. A job in any other state is returned as is."""
-    if max_per_task < 1:
-        raise ValueError("max_per_task must be >= 1")
+    """Pending -> Executing with its tasks. A job in any other state is returned as is.
+    The first plan records its task size on the job; every re-run uses that size."""
+    if isinstance(max_per_task, bool) or not isinstance(max_per_task, int) or not 1 <= max_per_task <= 100_000:
+        raise ValueError(f"max_per_task must be an integer in 1..100000, got {max_per_task!r}")
     now = time.time() if now is None else now
     job, job_kv = meta.copyjobs.get(job_id)
     if job.state != JOB_PENDING:
         return job
     if now > job.timeout_at:
         return fail(meta, job_id, "timeout", now=now)
+    if not job.task_size:  # the plan is recorded once: a re-run with another size converges
+        job = meta.copyjobs.update(job_kv, job.replace(task_size=max_per_task))
+        job, job_kv = meta.copyjobs.get(job_id)
     targets = sorted((s for s in meta.segments.list(job.target_collection_id) if s.state == IMPORTING),
                      key=lambda s: s.segment_id)
     mappings = [Mapping(s.source["collection_id"], s.source["partition_id"], s.source["segment_id"],
                         s.partition_id, s.segment_id) for s in targets]
     by_id = {s.segment_id: s for s in targets}
     ops = []
-    for task_id, chunk in enumerate(batched(mappings, max_per_task)):
+    for task_id, chunk in enumerate(batched(mappings, job.task_size)):
         segs = [by_id[m.target_segment] for m in chunk]
         task = CopyTask(job_id=job_id, task_id=task_id, state=TASK_PENDING, mappings=tuple(chunk),
                         total_files=sum(s.file_count() for s in segs), total_bytes=sum(s.total_size() for s in segs),
                         updated_at=now)
         ops.append(Put(meta.copyjobs.task_key(job_id, task_id), encode_struct(task)))
+    keep = {op.key for op in ops}
+    ops += [Delete(kv.key) for kv in meta.kv.range(meta.keys.copy_tasks_prefix(job_id), keys_only=True)
+            if kv.key not in keep]  # written by an older plan of another shape
     guard = [unchanged(job_kv)]
     meta.kv.write(ops, guard=guard, reason=f"copy job {job_id} changed while planning")
     faults.point("copy.after_plan_tasks")
-    new = job.replace(state=JOB_EXECUTING, started_at=now, total_tasks=len(ops))
+    new = job.replace(state=JOB_EXECUTING, started_at=now, total_tasks=len(keep))
     meta.kv.txn(guard, [Put(job_kv.key, encode_struct(new))], reason=f"copy job {job_id} changed while planning")
     return new
+
+
+ENGINES = ("auto", "spark", "inline")
+UNSET_ENGINE = (None, "", "None")  # "None": an unset Param rendered by a template
+
+
+def resume_engine(meta: Meta, job_id: int, requested: str | None) -> str:
+    """The engine a run of the job uses: the one asked for, else the job's own (what its
+    restore asked for), so a resume or re-drive keeps the original engine by default."""
+    engine = meta.copyjobs.get(job_id)[0].engine if requested in UNSET_ENGINE else requested
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    return engine
 
 
 # -- copy -----------------------------------------------------------------------------------
 def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int = 1,
               now=time.time) -> CopyTask:
     """Run one task to Completed (or Failed on a missing source). Safe to re-run and to
-    run twice at once: copies are idempotent and every record write is compare-guarded."""
-    task, kv = meta.copyjobs.get_task(job_id, task_id)
+    run twice at once: every file goes through the attempt's own temporary object and
+    appears whole, and only the attempt that owns the task record writes it."""
     job, _ = meta.copyjobs.get(job_id)
-    if task.state in TASK_TERMINAL or job.state != JOB_EXECUTING or now() > job.timeout_at:
+
+    def take() -> tuple[CopyTask, bool]:
+        task, kv = meta.copyjobs.get_task(job_id, task_id)
+        if task.state in TASK_TERMINAL or job.state != JOB_EXECUTING or now() > job.timeout_at:
+            return task, False
+        return meta.copyjobs.update_task(kv, task.replace(state=TASK_IN_PROGRESS, attempt=task.attempt + 1,
+                                                          updated_at=now(), reason="")), True
+    task, mine = retry_on_conflict(take, f"take copy task {task_id} of job {job_id}")
+    if not mine:
         return task
-    task = meta.copyjobs.update_task(kv, task.replace(state=TASK_IN_PROGRESS, attempt=task.attempt + 1,
-                                                      updated_at=now(), reason=""))
     progress = {"segments": 0, "files": 0, "bytes": 0, "skipped": 0}
-    last = time.monotonic()
     pool = ThreadPoolExecutor(threads) if threads > 1 else None
     try:
-        for m in task.mappings:
-            target = meta.segments.get(job.target_collection_id, m.target_partition, m.target_segment)
-            files = source_and_target_files(target)
-            if task.attempt > 1:
-                _remove_leftovers(store, target, {dst for _, dst, _ in files})
-            check = task.attempt > 1  # a first attempt writes into fresh, unique target paths
-            results = (pool.map(lambda f, check=check: _copy_one(store, *f, check=check), files) if pool
-                       else (_copy_one(store, *f, check=check) for f in files))
-            for copied, size in results:
-                progress["files" if copied else "skipped"] += 1
-                progress["bytes"] += size if copied else 0
-            progress["segments"] += 1
-            if time.monotonic() - last > PROGRESS_EVERY_S:
-                task = _save_progress(meta, task, progress, now())
-                last = time.monotonic()
+        with store.durable_batch():  # every file durable before the task can be Completed
+            _copy_mappings(meta, store, job, task, progress, pool, now)
     except SourceMissing as e:
         return _finish_task(meta, task, progress, TASK_FAILED, str(e), now())
+    except (_Superseded, FileNotFoundError):
+        cur, _ = meta.copyjobs.get_task(job_id, task_id)
+        if cur.attempt == task.attempt:
+            raise  # a real failure of the attempt that owns the task
+        return cur  # a re-drive took the task over (and removed our temp files): leave it to it
     finally:
         if pool:
             pool.shutdown(wait=True)
     return _finish_task(meta, task, progress, TASK_COMPLETED, "", now())
 
 
+def _copy_mappings(meta: Meta, store: Store, job: CopyJob, task: CopyTask, progress: dict, pool, now) -> None:
+    """Copy every file of the task's segments, counting into `progress` and saving it to
+    the task record now and then (raises _Superseded once a re-drive owns the task)."""
+    last = time.monotonic()
+    for m in task.mappings:
+        target = meta.segments.get(job.target_collection_id, m.target_partition, m.target_segment)
+        files = source_and_target_files(target)
+        if task.attempt > 1:
+            _remove_leftovers(store, target, {dst for _, dst, _ in files})
+        check = task.attempt > 1  # a first attempt writes into fresh, unique target paths
+        results = (pool.map(lambda f, check=check: _copy_one(store, *f, check=check), files) if pool
+                   else (_copy_one(store, *f, check=check) for f in files))
+        for copied, size in results:
+            progress["files" if copied else "skipped"] += 1
+            progress["bytes"] += size if copied else 0
+        progress["segments"] += 1
+        if time.monotonic() - last > PROGRESS_EVERY_S:
+            task = _save_progress(meta, task, progress, now())
+            last = time.monotonic()
+
+
+class _Superseded(Exception):
+    """Another attempt owns the task now: this one stops without writing its record."""
+
+
 def _copy_one(store: Store, src: str, dst: str, size: int, check: bool = True) -> tuple[bool, int]:
-    """(copied, size). With check, skips a destination already present with the right size."""
-    if check:
-        try:
-            if store.head(dst).size == size:
-                return False, size
-        except NotFound:
-            pass
+    """(copied, size). With check (a retry), keeps a destination already present only if
+    its content checksum equals the source's; otherwise copies through a temporary
+    object made visible atomically, checked against the source and the recorded size."""
     try:
-        # In place: the target is Importing (nobody reads it) and a resumed copy checks
-        # every size, so a short file left by a kill is found and copied again.
-        info = store.copy(src, dst, atomic=False)
+        if check and _same_content(store, src, dst, size):
+            return False, size
+        info, _ = store.copy_checked(src, dst)
     except NotFound:
         raise SourceMissing(f"source file missing: {src}") from None
+    except ChecksumMismatch as e:
+        raise SourceMissing(str(e)) from None
     if info.size != size:
         raise SourceMissing(f"source file {src} is {info.size} bytes, the snapshot recorded {size}")
     faults.point("copy.after_file")
     return True, size
+
+
+def _same_content(store: Store, src: str, dst: str, size: int) -> bool:
+    try:
+        if store.head(dst).size != size:
+            return False
+    except NotFound:
+        return False
+    return store.checksum(dst) == store.checksum(src)
 
 
 def _remove_leftovers(store: Store, target, expected: set[str]) -> None:
@@ -151,16 +209,18 @@ def _save_progress(meta: Meta, task: CopyTask, progress: dict, now: float) -> Co
     try:
         cur, kv = meta.copyjobs.get_task(task.job_id, task.task_id)
         if cur.state != TASK_IN_PROGRESS or cur.attempt != task.attempt:
-            return task  # someone else (a re-drive) owns the task now; keep copying, do not write
+            raise _Superseded()  # a re-drive owns the task now: stop, write nothing
         return meta.copyjobs.update_task(kv, new)
     except Conflict:
         return task
 
 
 def _finish_task(meta: Meta, task: CopyTask, progress: dict, state: str, reason: str, now: float) -> CopyTask:
+    """Only the attempt that owns the record finishes it: a zombie whose task was taken
+    over by a re-drive (a higher attempt) leaves it to that attempt."""
     def attempt() -> CopyTask:
         cur, kv = meta.copyjobs.get_task(task.job_id, task.task_id)
-        if cur.state in TASK_TERMINAL:
+        if cur.state in TASK_TERMINAL or cur.attempt != task.attempt:
             return cur
         return meta.copyjobs.update_task(kv, cur.replace(
             state=state, reason=reason, updated_at=now, copied_segments=progress["segments"],
@@ -224,55 +284,72 @@ def wait_status(meta: Meta, job_id: int, now: float | None = None) -> tuple[str,
         return "error", str(e)
     if job.state in JOB_TERMINAL:
         return "success", f"copy job {job_id} is {job.state}"
+    if job.state == JOB_EXECUTING:
+        tasks = meta.copyjobs.tasks(job_id)
+        if any(t.state == TASK_FAILED for t in tasks):
+            return "success", f"copy job {job_id} has a failed task"
+        if _all_completed(job, tasks):
+            return "success", f"copy job {job_id}: all {len(tasks)} tasks completed"
     if now > job.timeout_at:
         return "success", f"copy job {job_id} timed out"
     if job.state == JOB_PENDING:
         return "waiting", f"copy job {job_id} is Pending"
-    tasks = meta.copyjobs.tasks(job_id)
-    if any(t.state == TASK_FAILED for t in tasks):
-        return "success", f"copy job {job_id} has a failed task"
-    if all(t.state == TASK_COMPLETED for t in tasks):
-        return "success", f"copy job {job_id}: all {len(tasks)} tasks completed"
     p = progress(meta, job_id)
     return "waiting", f"copy job {job_id}: {p['copied_segments']}/{p['total_segments']} segments copied"
 
 
+def _all_completed(job: CopyJob, tasks: list[CopyTask]) -> bool:
+    return len(tasks) == job.total_tasks and all(t.state == TASK_COMPLETED for t in tasks)
+
+
 def finalize(meta: Meta, job_id: int, now: float | None = None) -> CopyJob:
-    """Complete or fail the job from what its tasks say; a no-op while tasks still run."""
+    """Complete or fail the job from what its tasks say; a no-op while tasks still run.
+    Work that finished wins over a timeout reached afterwards."""
     now = time.time() if now is None else now
     job, _ = meta.copyjobs.get(job_id)
     if job.state == JOB_COMPLETED:
         return _finish(meta, job, now)   # re-run: make sure every step happened
     if job.state == JOB_FAILED:
         return fail(meta, job_id, job.reason, now=now)
+    if job.state == JOB_EXECUTING:
+        tasks = meta.copyjobs.tasks(job_id)
+        failed = [t for t in tasks if t.state == TASK_FAILED]
+        if failed:
+            return fail(meta, job_id, f"{len(failed)}/{len(tasks)} tasks failed; task {failed[0].task_id}: "
+                                      f"{failed[0].reason}", now=now)
+        if _all_completed(job, tasks):
+            return _finish(meta, job, now)
     if now > job.timeout_at:
         return fail(meta, job_id, "timeout", now=now)
-    if job.state == JOB_PENDING:
-        return job
-    tasks = meta.copyjobs.tasks(job_id)
-    failed = [t for t in tasks if t.state == TASK_FAILED]
-    if failed:
-        return fail(meta, job_id, f"{len(failed)}/{len(tasks)} tasks failed; task {failed[0].task_id}: "
-                                  f"{failed[0].reason}", now=now)
-    if all(t.state == TASK_COMPLETED for t in tasks):
-        return _finish(meta, job, now)
     return job
 
 
 def _finish(meta: Meta, job: CopyJob, now: float) -> CopyJob:
+    """Decide (job Completed, one guarded txn: a concurrent fail loses), then Flush the
+    targets in batches while the collection is still Importing (nobody uses it), then
+    ONE txn makes the collection Created, then unpin. Re-runnable from any step."""
     targets = [s for s in meta.segments.list(job.target_collection_id) if s.state in (IMPORTING, FLUSHED)]
-    meta.segments.transition([s.ref for s in targets if s.state == IMPORTING], FLUSHED)
-    faults.point("copy.before_complete")
     job = meta.copyjobs.transition(job.job_id, JOB_COMPLETED, finished_at=job.finished_at or now,
                                    total_rows=sum(s.num_rows for s in targets))
+    meta.segments.transition([s.ref for s in targets if s.state == IMPORTING], FLUSHED)
+    faults.point("copy.before_complete")
+    retry_on_conflict(lambda: meta.catalog.set_state(job.target_collection_id, CREATED, expect=COLL_IMPORTING),
+                      f"make the target of copy job {job.job_id} usable")
     meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
     return job
 
 
 def fail(meta: Meta, job_id: int, reason: str, now: float | None = None) -> CopyJob:
-    """Job Failed (first, so nothing new starts), remaining tasks Failed, rollback, unpin."""
+    """Job Failed (first, so nothing new starts; a job already Completed stays so and is
+    finished instead), remaining tasks Failed, rollback, unpin."""
     now = time.time() if now is None else now
-    job = meta.copyjobs.transition(job_id, JOB_FAILED, reason=reason, finished_at=now)
+    try:
+        job = meta.copyjobs.transition(job_id, JOB_FAILED, reason=reason, finished_at=now)
+    except StateError:
+        job, _ = meta.copyjobs.get(job_id)
+        if job.state == JOB_COMPLETED:
+            return _finish(meta, job, now)  # completion won the race
+        raise
     for t in meta.copyjobs.tasks(job_id):
         if t.state not in TASK_TERMINAL:
             try:
@@ -281,9 +358,7 @@ def fail(meta: Meta, job_id: int, reason: str, now: float | None = None) -> Copy
                     meta.copyjobs.update_task(kv, cur.replace(state=TASK_FAILED, reason=job.reason, updated_at=now))
             except Conflict:
                 pass  # its runner finished it meanwhile: terminal either way
-    coll = meta.catalog.get(job.target_collection_id)
-    if coll.state != "Dropped":
-        rollback_target(meta, job.target_collection_id, f"copy job {job_id} failed: {job.reason}", now=now)
+    rollback_target(meta, job.target_collection_id, f"copy job {job_id} failed: {job.reason}", now=now)
     meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
     return job
 
@@ -323,12 +398,21 @@ def list_jobs(meta: Meta, collection: str | None = None) -> list[dict]:
 
 def cleanup_expired(meta: Meta, retention: float, now: float | None = None) -> list[int]:
     """Remove finished jobs (tasks first, then the job) `retention` seconds after they
-    ended. A Failed job is kept while its target segment records still exist."""
+    ended, once their target is settled (a half-done finish or rollback is completed
+    first). A Failed job is kept while its target segment records still exist. Also
+    completes the rollback of restore targets dropped before their job existed."""
     now = time.time() if now is None else now
+    for coll in list(meta.catalog.list(include_dropped=True)):
+        if coll.state == COLL_DROPPED and "restore_job_id" in coll.properties:
+            drop_segments(meta, coll.collection_id, now)
     removed = []
     for job in list(meta.copyjobs.list()):
         if job.state not in JOB_TERMINAL or (job.finished_at or now) + retention > now:
             continue
+        try:
+            finalize(meta, job.job_id, now=now)  # idempotent: settles the target
+        except SeglakeError:
+            continue  # kept; the next run tries again
         if job.state == JOB_FAILED and meta.kv.count(meta.keys.segments_prefix(job.target_collection_id)):
             continue
         _, kv = meta.copyjobs.get(job.job_id)
@@ -336,4 +420,3 @@ def cleanup_expired(meta: Meta, retention: float, now: float | None = None) -> l
         meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
         removed.append(job.job_id)
     return removed
-

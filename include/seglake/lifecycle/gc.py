@@ -1,36 +1,48 @@
-"""Garbage collection: fail-closed, mark then sweep; never a referenced file.
+"""Garbage collection: fail-closed, mark then sweep; never a referenced file, never a
+file that is not seglake's own.
 
-    check tolerances (floor unless force) -> load references (ALL or nothing)
-      -> mark:  list the store (cutoff fixed when listing STARTS), anti-join with the
-                references, classify -> candidate report (_gc/{run}/candidates.parquet)
+    check tolerances (finite; floor unless force) -> load references (ALL or nothing)
+      -> mark:  list the store (cutoff fixed when listing STARTS), judge every key:
+                only keys `layout.parse_key` parses (and round-trips) are ever candidates:
+                orphans older than the cutoff, and the files of segments Dropped longer
+                than drop_tolerance; everything else is counted as unrecognised (files,
+                bytes, a sample) and never touched -> candidate report
+                (_gc/{run}/candidates.parquet, dropped.json, summary.json)
       -> sweep: per batch of 1,000: refresh references with everything changed in etcd
                 since they were loaded, drop candidates now referenced, delete the rest
-      -> dropped segments: files of segments Dropped longer than drop_tolerance (not
-                referenced by any snapshot), then their records
+                only if still the object the mark saw (size, mtime), never through a
+                symlink; then remove the records of Dropped segments whose files are all
+                gone (guarded: the record is unchanged since the mark)
       -> records: stale PENDING and unfinished DELETING snapshots, expired TTL snapshots,
                 finished copy jobs past retention, empty Dropped collections
 
-References: every file of every segment record (any state: Dropped ones until their own
-reclaim step), every file of every snapshot (RefIndex), and the snapshot records' own
-manifests and metadata. A collection with a PENDING snapshot, or paused, is skipped and
-reported. Keys on both sides are canonical (storage.layout.normalize_key). Internal
-prefixes (_gc/, _reports/) are never collected.
+References: every file of every live segment record, every file of every snapshot
+(RefIndex) and the snapshot records' own manifests and metadata; files of Dropped
+segment records until their drop tolerance passes. A collection with a PENDING snapshot,
+or paused, is skipped and reported. Internal prefixes (_gc/, _reports/) and WAL
+fragments (wal/) are never collected. Counts are true: `deleted` is what this run
+unlinked, a file another run removed first is `already_gone`. A dry run is the mark
+alone and reports the same candidates (and totals) the real run deletes.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
+from seglake import faults
 from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake import limits
 from seglake.lifecycle import copyjob, snapshot
 from seglake.meta import Meta
 from seglake.meta.codec import decode_struct
-from seglake.meta.kv import Delete, unchanged
+from seglake.meta.kv import Compare, Delete, exists, unchanged
 from seglake.meta.segments import DROPPED, Segment
 from seglake.meta.snapshots import COMMITTED, DELETING, PENDING
 from seglake.storage import Store, layout
@@ -39,7 +51,13 @@ from seglake.storage.base import ObjectInfo
 GC_PREFIX = "_gc"
 INTERNAL = ("_gc/", "_reports/")
 SWEEP_BATCH = 1000
+SAMPLE = 20
 ORPHAN, DROPPED_SEGMENT = "orphan", "dropped_segment"
+CANDIDATE_REASONS = (ORPHAN, DROPPED_SEGMENT)
+REFERENCED, INTERNAL_FILE, UNRECOGNISED = "referenced", "internal", "unrecognised"
+UNKNOWN_SEGMENT, OUT_OF_SCOPE, DROPPED_RECENT = "unknown_segment", "out_of_scope", "dropped_within_tolerance"
+UNREADABLE_DIR = "unreadable_directory"  # listed with report_unreadable: its content was not judged
+BLOCKED, PAUSED, YOUNG = "skipped_pending_snapshot", "skipped_paused", "kept_young"
 
 
 class GCError(SeglakeError):
@@ -68,22 +86,28 @@ class GCOptions:
         return base
 
     def check(self) -> "GCOptions":
-        """Refuse tolerances below the floor unless forced -- before any listing."""
-        for name in ("missing_tolerance", "drop_tolerance"):
+        """Refuse non-finite or negative durations, and tolerances below the floor unless
+        forced -- before any listing."""
+        for name in ("floor", "missing_tolerance", "drop_tolerance", "snapshot_pending_timeout",
+                     "copy_job_retention"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValidationError(f"gc {name} must be a non-negative number of seconds, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValidationError(f"gc {name} must be a finite, non-negative number of seconds, got {v!r}")
+        for name in ("missing_tolerance", "drop_tolerance"):
+            v = limits.check(name, f"gc {name} (seconds)", getattr(self, name))  # finite, in range
             if v < self.floor and not self.force:
                 raise ValidationError(f"gc {name} of {v:g}s is below the {self.floor:g}s floor; "
                                       "pass force=true to run with it anyway")
+        c = self.collection_id
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= layout.MAX_ID):
+            raise ValidationError(f"gc collection_id must be an id or None, got {c!r}")
         return self
 
 
 # -- pause / resume -------------------------------------------------------------------------
 def pause(meta: Meta, collection_id: int | None = None, ttl: float = 3600, reason: str = "") -> dict:
     """Pause GC globally or for one collection until `ttl` seconds pass (an etcd lease)."""
-    if ttl <= 0:
-        raise ValidationError("pause ttl must be positive")
+    ttl = limits.check("gc_pause_ttl", "gc pause ttl", ttl)
     key = _pause_key(meta, collection_id)
     lease = meta.kv.grant_lease(int(max(1, ttl)))
     until = time.time() + ttl
@@ -114,28 +138,46 @@ def paused_scopes(meta: Meta) -> tuple[bool, set[int]]:
 # -- references -------------------------------------------------------------------------------
 @dataclass
 class References:
-    files: set[str] = field(default_factory=set)
+    files: set[str] = field(default_factory=set)        # live: never deleted
+    dropped: dict[str, tuple[int, int]] = field(default_factory=dict)  # file of a Dropped record -> (coll, seg)
     segment_collection: dict[int, int] = field(default_factory=dict)  # segment id -> collection id
     snapshot_segments: set[tuple[int, int]] = field(default_factory=set)
     snapshot_files: set[str] = field(default_factory=set)
+    snapshot_ids: set[tuple[int, int]] = field(default_factory=set)   # (collection, snapshot id) with a record
     blocked: set[int] = field(default_factory=set)      # collections with a PENDING snapshot
     paused: set[int] = field(default_factory=set)
     paused_all: bool = False
     revision: int = 0
     segments: list[Segment] = field(default_factory=list)
+    changed_segments: set[tuple[int, int]] = field(default_factory=set)  # records written after `revision` was first read
 
     def __contains__(self, key: str) -> bool:
         return key in self.files
 
     def add_segment(self, seg: Segment) -> None:
         self.segment_collection[seg.segment_id] = seg.collection_id
-        self.files.update(f.key for f in layout.segment_files(seg))
+        keys = [f.key for f in layout.segment_files(seg)]
+        if seg.state == DROPPED:
+            self.dropped.update((k, (seg.collection_id, seg.segment_id)) for k in keys)
+        else:
+            self.files.update(keys)
 
     def add_snapshots(self, idx: "snapshot.RefIndex") -> None:
         self.files |= idx.files | idx.own_files
         self.snapshot_files |= idx.files
         self.snapshot_segments |= idx.segments
         self.blocked |= idx.blocked_collections
+        self.snapshot_ids |= {(r.collection_id, r.snapshot_id) for r in idx.snapshots}
+        for c, s in idx.segments:
+            self.segment_collection.setdefault(s, c)
+
+    def skipped(self, coll: int | None) -> str | None:
+        """Why a collection's files must be left alone right now, if they must."""
+        if coll is not None and coll in self.blocked:
+            return BLOCKED
+        if self.paused_all or (coll is not None and coll in self.paused):
+            return PAUSED
+        return None
 
 
 def load_references(meta: Meta, store: Store) -> References:
@@ -154,14 +196,17 @@ def load_references(meta: Meta, store: Store) -> References:
 
 
 def refresh_references(meta: Meta, store: Store, refs: References) -> References:
-    """Add what changed in etcd since `refs` was read: new or updated segment records,
-    and (if any snapshot record changed) a fresh snapshot index. Raises GCError."""
+    """Add what changed in etcd since `refs` was read: new or updated segment records
+    (remembered in `changed_segments`), and (if any snapshot record changed) a fresh
+    snapshot index. Raises GCError."""
     try:
         now_rev = meta.kv.revision()
         if now_rev == refs.revision:
             return refs  # nothing at all was written to etcd since: the references stand
         for kv in meta.kv.range(meta.keys.segments_prefix(), revision=now_rev, min_mod_revision=refs.revision + 1):
-            refs.add_segment(decode_struct(kv.value, Segment, kv.key))
+            seg = decode_struct(kv.value, Segment, kv.key)
+            refs.add_segment(seg)
+            refs.changed_segments.add((seg.collection_id, seg.segment_id))
         changed = any(True for _ in meta.kv.range(meta.keys.snapshots_prefix(), revision=now_rev,
                                                  min_mod_revision=refs.revision + 1, keys_only=True))
         if changed:
@@ -175,43 +220,79 @@ def refresh_references(meta: Meta, store: Store, refs: References) -> References
 
 
 # -- classification ---------------------------------------------------------------------------
-def collection_of(key: str, refs: References) -> int | None:
-    """The collection a key belongs to, from its path (index files: via segment id)."""
-    parts = key.split("/")
-    try:
-        if parts[0] in (layout.INSERT_LOG, layout.DELTA_LOG, layout.STATS_LOG, layout.SNAPSHOTS):
-            return int(parts[1])
-        if parts[0] == layout.INDEX_FILES and len(parts) >= 6:
-            return refs.segment_collection.get(int(parts[4]))
-    except ValueError:
-        return None
-    return None
+@dataclass
+class Reclaim:
+    """Dropped segments whose files this run may delete (past drop_tolerance, in scope,
+    not referenced by a snapshot, collection neither blocked nor paused)."""
+    segments: dict[tuple[int, int], Segment] = field(default_factory=dict)
+    kept: int = 0   # past the tolerance but referenced by a snapshot, blocked or paused
+
+
+def reclaimable(refs: References, opts: GCOptions, now: float) -> Reclaim:
+    out = Reclaim()
+    for seg in refs.segments:
+        if seg.state != DROPPED or seg.dropped_at is None or not math.isfinite(seg.dropped_at) \
+                or seg.dropped_at + opts.drop_tolerance > now:
+            continue
+        c = seg.collection_id
+        if opts.collection_id is not None and c != opts.collection_id:
+            continue
+        if (c, seg.segment_id) in refs.snapshot_segments or refs.skipped(c) \
+                or any(layout.parse_key(f.key) is None for f in layout.segment_files(seg)):
+            out.kept += 1  # (a file GC cannot recognise would outlive its record: keep both)
+        else:
+            out.segments[(c, seg.segment_id)] = seg
+    return out
+
+
+def judge(key: str, refs: References, reclaim: Reclaim, collection_id: int | None = None
+          ) -> tuple[str, int | None, int | None]:
+    """(verdict, collection id, segment id) of one listed key, before its age is looked
+    at: a candidate reason (ORPHAN, DROPPED_SEGMENT) or why it is kept. Only a key that
+    `layout.parse_key` parses can ever be a candidate."""
+    if key.startswith(INTERNAL):
+        return INTERNAL_FILE, None, None
+    if key.endswith("/"):
+        return UNREADABLE_DIR, None, None
+    if key in refs.files:
+        return REFERENCED, None, None
+    p = layout.parse_key(key)
+    if p is None:
+        return UNRECOGNISED, None, None
+    if p.snapshot_id is not None:
+        if (p.collection_id, p.snapshot_id) not in refs.snapshot_ids:
+            return UNRECOGNISED, p.collection_id, None  # no record ever named this id: not ours to judge
+        coll, seg = p.collection_id, None
+    else:
+        seg = p.segment_id
+        coll = p.collection_id if p.collection_id is not None else refs.segment_collection.get(seg)
+    if collection_id is not None and coll != collection_id:
+        return (UNKNOWN_SEGMENT if coll is None else OUT_OF_SCOPE), coll, seg
+    skipped = refs.skipped(coll)
+    if skipped:
+        return skipped, coll, seg
+    owner = refs.dropped.get(key)
+    if owner is not None:
+        if owner in reclaim.segments:
+            return DROPPED_SEGMENT, owner[0], owner[1]
+        return DROPPED_RECENT, owner[0], owner[1]
+    return ORPHAN, coll, seg
 
 
 def classify(objects: Iterable[ObjectInfo], refs: References, cutoff: float,
-             collection_id: int | None = None) -> Iterator[dict]:
-    """Every unreferenced object with its verdict: candidate (orphan, older than the
-    cutoff) or kept (young, blocked, paused). Referenced objects yield nothing."""
+             collection_id: int | None = None, reclaim: Reclaim | None = None) -> Iterator[dict]:
+    """Every listed object with its verdict: a candidate (orphan older than the cutoff,
+    file of a reclaimable Dropped segment) or why it is kept."""
+    reclaim = reclaim or Reclaim()
     for o in objects:
-        key = layout.normalize_key(o.key)
-        if key.startswith(INTERNAL) or key in refs.files:
-            continue
-        coll = collection_of(key, refs)
-        if collection_id is not None and coll != collection_id:
-            continue
-        if coll is not None and coll in refs.blocked:
-            verdict = "skipped_pending_snapshot"
-        elif refs.paused_all or (coll is not None and coll in refs.paused):
-            verdict = "skipped_paused"
-        elif o.mtime >= cutoff:
-            verdict = "kept_young"
-        else:
-            verdict = ORPHAN
-        yield {"path": key, "size": o.size, "mtime": o.mtime, "reason": verdict,
-               "collection_id": -1 if coll is None else coll}
+        verdict, coll, seg = judge(o.key, refs, reclaim, collection_id)
+        if verdict == ORPHAN and o.mtime >= cutoff:
+            verdict = YOUNG
+        yield {"path": o.key, "size": o.size, "mtime": o.mtime, "reason": verdict,
+               "collection_id": -1 if coll is None else coll, "segment_id": -1 if seg is None else seg}
 
 
-def scan_prefixes(refs: References, collection_id: int | None) -> list[str]:
+def scan_prefixes(collection_id: int | None) -> list[str]:
     """What mark lists: the whole store, or one collection's prefixes (+ index files)."""
     if collection_id is None:
         return [""]
@@ -222,13 +303,14 @@ def scan_prefixes(refs: References, collection_id: int | None) -> list[str]:
 def split_prefixes(store: Store, prefixes: list[str]) -> tuple[list[str], list[ObjectInfo]]:
     """Work units for a distributed listing: each top-level directory is split one level
     further (insert_log/ -> insert_log/{collection}/ ...). Returns (prefixes to list,
-    objects found on the way)."""
+    objects found on the way). Units and objects together are exactly what
+    `store.list(p)` yields for every p."""
     units, loose = [], []
     for p in prefixes:
-        dirs, files = store.list_level(p)
+        dirs, files = store.list_level(p, report_unreadable=True)
         loose += files
         for d in dirs:
-            sub, sub_files = store.list_level(d)
+            sub, sub_files = store.list_level(d, report_unreadable=True)
             loose += sub_files
             units += sub
     return units, loose
@@ -236,17 +318,38 @@ def split_prefixes(store: Store, prefixes: list[str]) -> tuple[list[str], list[O
 
 def list_units_from_env(prefixes: Iterable[str], settings_env: dict) -> Iterator[tuple[str, int, float]]:
     """Spark executor side: open the store from the settings the driver handed over and
-    list the given prefixes as (path, size, mtime) rows."""
+    list the given prefixes as (path, size, mtime) rows. A key that is not valid UTF-8
+    travels in its display form (which never parses, so it stays unrecognised)."""
     from seglake.config import Settings
     from seglake.storage import open_store
 
     store = open_store(Settings.load(env=settings_env))
     for p in prefixes:
-        for o in store.list(p):
-            yield (o.key, o.size, o.mtime)
+        for o in store.list(p, report_unreadable=True):
+            yield (layout.display_key(o.key), o.size, o.mtime)
 
 
 # -- mark -------------------------------------------------------------------------------------
+@dataclass
+class Tally:
+    files: int = 0
+    bytes: int = 0
+    sample: list[str] = field(default_factory=list)
+
+    def add(self, key: str, size: int) -> None:
+        self.files += 1
+        self.bytes += size
+        if len(self.sample) < SAMPLE:
+            self.sample.append(layout.display_key(key))
+
+    def to_json(self) -> dict:
+        return {"files": self.files, "bytes": self.bytes, "sample": sorted(self.sample)}
+
+
+# A listing for mark: prefixes -> (objects, how many referenced objects it already left out).
+Listing = Callable[[list[str]], tuple[Iterable[ObjectInfo], int]]
+
+
 @dataclass
 class MarkResult:
     run_id: str
@@ -257,6 +360,14 @@ class MarkResult:
     kept: dict[str, int]
     report_key: str
     refs_revision: int = 0
+    referenced: int = 0
+    internal: int = 0
+    unrecognised: Tally = field(default_factory=Tally)
+    unknown_segment: Tally = field(default_factory=Tally)
+    unreadable: Tally = field(default_factory=Tally)   # directories that could not be listed
+    dropped_segments: int = 0
+    dropped_kept: int = 0
+    dry_run: bool = False
 
     def summary(self) -> dict:
         by = defaultdict(lambda: {"files": 0, "bytes": 0})
@@ -264,56 +375,74 @@ class MarkResult:
             b = by[f"{c['collection_id']}/{c['reason']}"]
             b["files"] += 1
             b["bytes"] += c["size"]
+        dropped = [c for c in self.candidates if c["reason"] == DROPPED_SEGMENT]
         return {"run_id": self.run_id, "started_at": self.started_at, "cutoff": self.cutoff,
-                "listed": self.listed, "candidates": len(self.candidates),
-                "candidate_bytes": sum(c["size"] for c in self.candidates),
-                "kept": self.kept, "by_collection_reason": dict(by), "report": self.report_key,
-                "refs_revision": self.refs_revision}
+                "listed": self.listed, "referenced": self.referenced, "internal": self.internal,
+                "candidates": len(self.candidates), "candidate_bytes": sum(c["size"] for c in self.candidates),
+                "kept": self.kept, "unrecognised": self.unrecognised.to_json(),
+                "unknown_segment": self.unknown_segment.to_json(),
+                "unreadable_directories": self.unreadable.to_json(),
+                "dropped": {"segments": self.dropped_segments, "files": len(dropped),
+                            "bytes": sum(c["size"] for c in dropped), "kept_referenced_or_skipped": self.dropped_kept},
+                "by_collection_reason": dict(by), "report": self.report_key,
+                "refs_revision": self.refs_revision, "dry_run": self.dry_run}
 
 
 def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
-         refs: References | None = None, now=time.time, listing=None) -> MarkResult:
-    """The mark phase (a dry run is this alone). `listing(prefixes)` may replace the
-    store listing (the Spark engine lists in executors)."""
+         refs: References | None = None, now=time.time, listing: Listing | None = None) -> MarkResult:
+    """The mark phase (a dry run is this alone): every candidate the sweep may delete,
+    with the size and mtime it had. `listing(prefixes)` may replace the store listing
+    (the Spark engine lists in executors and leaves referenced keys out)."""
     opts.check()
-    run_id = run_id or f"gc-{int(now() * 1000)}"
+    run_id = run_id or f"gc-{int(now() * 1000)}-{uuid.uuid4().hex[:6]}"  # two runs at once never share one
     started = now()
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     refs = refs or load_references(meta, store)
-    prefixes = scan_prefixes(refs, opts.collection_id)
-    objects = listing(prefixes) if listing else (o for p in prefixes for o in store.list(p))
-    candidates, kept, listed = [], defaultdict(int), 0
-
-    def counted(it):
-        nonlocal listed
-        for o in it:
-            listed += 1
-            yield o
-
-    for row in classify(counted(objects), refs, cutoff, opts.collection_id):
-        if row["reason"] == ORPHAN:
-            candidates.append(row)
+    reclaim = reclaimable(refs, opts, started)
+    prefixes = scan_prefixes(opts.collection_id)
+    if listing is not None:
+        objects, pre_referenced = listing(prefixes)
+    else:
+        objects, pre_referenced = (o for p in prefixes for o in store.list(p, report_unreadable=True)), 0
+    m = MarkResult(run_id, started, cutoff, pre_referenced, [], {}, "", refs.revision, referenced=pre_referenced,
+                   dropped_segments=len(reclaim.segments), dropped_kept=reclaim.kept, dry_run=opts.dry_run)
+    kept = defaultdict(int)
+    for row in classify(objects, refs, cutoff, opts.collection_id, reclaim):
+        m.listed += 1
+        reason = row["reason"]
+        if reason in CANDIDATE_REASONS:
+            m.candidates.append(row)
+        elif reason == REFERENCED:
+            m.referenced += 1
+        elif reason == INTERNAL_FILE:
+            m.internal += 1
+        elif reason == UNRECOGNISED:
+            m.unrecognised.add(row["path"], row["size"])
+        elif reason == UNREADABLE_DIR:
+            m.unreadable.add(row["path"], 0)
         else:
-            kept[row["reason"]] += 1
-    report_key = write_report(store, run_id, candidates)
-    result = MarkResult(run_id, started, cutoff, listed, candidates, dict(kept), report_key, refs.revision)
-    store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps({**result.summary(), "dry_run": opts.dry_run,
-                                                                  "swept": None}).encode())
+            kept[reason] += 1
+            if reason == UNKNOWN_SEGMENT:
+                m.unknown_segment.add(row["path"], row["size"])
+    m.kept = dict(kept)
+    m.report_key = write_report(store, run_id, m.candidates)
+    store.put(f"{GC_PREFIX}/{run_id}/dropped.json", json.dumps(
+        {"segments": sorted([list(seg.ref) for seg in reclaim.segments.values()])}).encode())
+    store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps({**m.summary(), "swept": None}).encode())
     store.put(f"{GC_PREFIX}/latest.json", json.dumps({"run_id": run_id}).encode())
-    return result
+    return m
+
+
+_REPORT_COLUMNS = (("path", "string"), ("size", "int64"), ("mtime", "float64"), ("reason", "string"),
+                   ("collection_id", "int64"), ("segment_id", "int64"))
 
 
 def write_report(store: Store, run_id: str, candidates: list[dict]) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({
-        "path": pa.array([c["path"] for c in candidates], pa.string()),
-        "size": pa.array([c["size"] for c in candidates], pa.int64()),
-        "mtime": pa.array([c["mtime"] for c in candidates], pa.float64()),
-        "reason": pa.array([c["reason"] for c in candidates], pa.string()),
-        "collection_id": pa.array([c["collection_id"] for c in candidates], pa.int64()),
-    })
+    table = pa.table({name: pa.array([c[name] for c in candidates], getattr(pa, typ)())
+                      for name, typ in _REPORT_COLUMNS})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     key = f"{GC_PREFIX}/{run_id}/candidates.parquet"
@@ -331,6 +460,13 @@ def read_report(store: Store, run_id: str) -> list[dict]:
     return pq.read_table(io.BytesIO(raw)).to_pylist()
 
 
+def _read_json(store: Store, run_id: str, name: str) -> dict:
+    try:
+        return json.loads(store.get(f"{GC_PREFIX}/{run_id}/{name}"))
+    except NotFound:
+        raise NotFound(f"gc run {run_id!r} has no {name}; run its mark first") from None
+
+
 def latest_summary(store: Store) -> dict:
     try:
         run_id = json.loads(store.get(f"{GC_PREFIX}/latest.json"))["run_id"]
@@ -342,106 +478,126 @@ def latest_summary(store: Store) -> dict:
 # -- sweep ------------------------------------------------------------------------------------
 @dataclass
 class SweepResult:
-    deleted: int = 0
+    deleted: int = 0          # unlinked by this run
     deleted_bytes: int = 0
-    rechecked_kept: int = 0
+    rechecked_kept: int = 0   # referenced, blocked or paused by the time of the delete
+    changed_kept: int = 0     # no longer the object the mark saw (size/mtime, a symlink on the path)
+    already_gone: int = 0     # removed by someone else (another run) first
     errors: list[tuple[str, str]] = field(default_factory=list)
     by_collection: dict = field(default_factory=lambda: defaultdict(lambda: {"files": 0, "bytes": 0}))
+    by_reason: dict = field(default_factory=lambda: defaultdict(lambda: {"files": 0, "bytes": 0}))
+    dropped_records_removed: int = 0
+    dropped_records_kept: int = 0
+
+    def summary(self) -> dict:
+        d = self.by_reason.get(DROPPED_SEGMENT, {"files": 0, "bytes": 0})
+        return {"deleted": self.deleted, "deleted_bytes": self.deleted_bytes, "rechecked_kept": self.rechecked_kept,
+                "changed_kept": self.changed_kept, "already_gone": self.already_gone,
+                "errors": [list(e) for e in self.errors[:100]], "error_count": len(self.errors),
+                "by_collection": {str(k): v for k, v in self.by_collection.items()},
+                "by_reason": dict(self.by_reason),
+                "dropped": {"segments": self.dropped_records_removed, "files": d["files"], "bytes": d["bytes"],
+                            "records_kept": self.dropped_records_kept}}
+
+
+def still_collectable(c: dict, refs: References) -> bool:
+    """The sweep's re-check of one candidate against the refreshed references. A report
+    row that does not parse as seglake's own key is never collectable, whatever it says."""
+    key, coll, reason = c["path"], c["collection_id"], c["reason"]
+    if reason not in CANDIDATE_REASONS or key.startswith(INTERNAL) or layout.parse_key(key) is None:
+        return False
+    if key in refs.files or refs.skipped(None if coll < 0 else coll):
+        return False
+    if reason == DROPPED_SEGMENT:
+        owner = (coll, c.get("segment_id", -1))
+        return owner not in refs.changed_segments and refs.dropped.get(key) == owner
+    return key not in refs.dropped  # an orphan a (Dropped) record now references waits for that record
 
 
 def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
           batch: int = SWEEP_BATCH) -> SweepResult:
     """Delete the report's candidates in batches, each re-checked right before deleting
-    against references refreshed from etcd. Idempotent: already-gone files are fine.
+    against references refreshed from etcd, each file only if it is still the object
+    the mark saw. Idempotent and resumable: re-running a killed sweep deletes what is
+    left and counts only that. Ends with the records of fully reclaimed Dropped segments.
 
     The candidates were unreferenced at the etcd revision the mark read its references
     at, so without `refs` the sweep starts from that revision and only applies what
     changed since (new or updated segment records, any snapshot change), batch by batch."""
     candidates = read_report(store, run_id)
+    summary = _read_json(store, run_id, "summary.json")
+    mark_rev = summary["refs_revision"]
     if refs is None:
-        summary = json.loads(store.get(f"{GC_PREFIX}/{run_id}/summary.json"))
-        rev = summary.get("refs_revision")
-        refs = References(revision=rev) if rev else load_references(meta, store)
+        refs = References(revision=mark_rev)
+        for c in candidates:  # the Dropped records the mark judged, as it saw them
+            if c["reason"] == DROPPED_SEGMENT:
+                refs.dropped[c["path"]] = (c["collection_id"], c.get("segment_id", -1))
     out = SweepResult()
+    unfinished: set[tuple[int, int]] = set()  # dropped segments with a file left behind
     for i in range(0, len(candidates), batch):
         chunk = candidates[i:i + batch]
+        faults.point("gc.sweep.batch")
         refs = refresh_references(meta, store, refs)
-        doomed = []
+        doomed = {}
         for c in chunk:
-            coll = c["collection_id"]
-            if (c["path"] in refs.files or refs.paused_all or coll in refs.paused or coll in refs.blocked):
-                out.rechecked_kept += 1
+            if still_collectable(c, refs):
+                doomed[c["path"]] = c
             else:
-                doomed.append(c)
-        errors = {e.key: e.error for e in store.delete_many([c["path"] for c in doomed])}
-        for c in doomed:
-            if c["path"] in errors:
-                out.errors.append((c["path"], errors[c["path"]]))
-                continue
+                out.rechecked_kept += 1
+                unfinished.add((c["collection_id"], c.get("segment_id", -1)))
+        res = store.delete_checked([ObjectInfo(c["path"], c["size"], c["mtime"]) for c in doomed.values()])
+        for key in res.deleted:
+            c = doomed[key]
             out.deleted += 1
             out.deleted_bytes += c["size"]
-            b = out.by_collection[c["collection_id"]]
-            b["files"] += 1
-            b["bytes"] += c["size"]
-    try:
-        summary = json.loads(store.get(f"{GC_PREFIX}/{run_id}/summary.json"))
-        summary["swept"] = {"deleted": out.deleted, "deleted_bytes": out.deleted_bytes,
-                            "rechecked_kept": out.rechecked_kept, "errors": out.errors[:100],
-                            "by_collection": {str(k): v for k, v in out.by_collection.items()}}
-        store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps(summary).encode())
-    except NotFound:
-        pass
+            for b in (out.by_collection[c["collection_id"]], out.by_reason[c["reason"]]):
+                b["files"] += 1
+                b["bytes"] += c["size"]
+        out.already_gone += len(res.missing)
+        out.changed_kept += len(res.changed)
+        out.errors += [(e.key, e.error) for e in res.errors]
+        for key in res.changed + [e.key for e in res.errors]:
+            unfinished.add((doomed[key]["collection_id"], doomed[key].get("segment_id", -1)))
+    refs = refresh_references(meta, store, refs)
+    _remove_dropped_records(meta, store, run_id, mark_rev, refs, unfinished, out)
+    summary["swept"] = out.summary()
+    store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps(summary).encode())
     return out
 
 
+def _remove_dropped_records(meta: Meta, store: Store, run_id: str, mark_rev: int, refs: References,
+                            unfinished: set[tuple[int, int]], out: SweepResult) -> None:
+    """Remove the record of each reclaimable Dropped segment whose files are all gone,
+    in one guarded txn per record: it must be unchanged since the mark's revision."""
+    try:
+        segments = _read_json(store, run_id, "dropped.json")["segments"]
+    except NotFound:
+        return  # a report without one (written before dropped segments were marked): nothing to remove
+    for c, p, s in segments:
+        if (c, s) in unfinished or (c, s) in refs.changed_segments or (c, s) in refs.snapshot_segments \
+                or refs.skipped(c):
+            out.dropped_records_kept += 1
+            continue
+        key = meta.keys.segment(c, p, s)
+        try:
+            meta.kv.txn([exists(key), Compare(key, "mod", "<", mark_rev + 1)], [Delete(key)])
+            out.dropped_records_removed += 1
+        except Conflict:
+            if meta.kv.get(key) is not None:
+                out.dropped_records_kept += 1  # changed since the mark: judged again next run
+            # else another run removed it first: not counted here
+
+
 # -- dropped segments and records ----------------------------------------------------------------
-def reclaim_dropped(meta: Meta, store: Store, opts: GCOptions, now: float | None = None,
-                    refs: References | None = None) -> dict:
-    """Files of segments Dropped longer than drop_tolerance, then their records; never
-    a segment (or file) a snapshot references, never a blocked or paused collection."""
-    opts.check()
-    now = time.time() if now is None else now
-    refs = refs or load_references(meta, store)
-    reclaimed, files, nbytes, kept = 0, 0, 0, 0
-    for seg in refs.segments:
-        if seg.state != DROPPED or seg.dropped_at is None or seg.dropped_at + opts.drop_tolerance > now:
-            continue
-        c = seg.collection_id
-        if opts.collection_id is not None and c != opts.collection_id:
-            continue
-        if (c, seg.segment_id) in refs.snapshot_segments or c in refs.blocked or refs.paused_all or c in refs.paused:
-            kept += 1
-            continue
-        if opts.dry_run:
-            reclaimed += 1
-            continue
-        seg_files = list(layout.segment_files(seg))
-        keys = [f.key for f in seg_files if f.key not in refs.snapshot_files]
-        errors = store.delete_many(keys)
-        if errors:
-            raise GCError(f"could not delete files of dropped segment {seg.segment_id}: {errors[0].key}: "
-                          f"{errors[0].error}")
-        kv = meta.kv.get(meta.segments.key(seg))
-        if kv is not None:
-            try:
-                meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
-            except Conflict:
-                continue  # changed since: judged again next run
-        reclaimed += 1
-        files += len(keys)
-        nbytes += sum(f.size for f in seg_files if f.key not in refs.snapshot_files)
-    return {"segments": reclaimed, "files": files, "bytes": nbytes, "kept_referenced_or_skipped": kept}
-
-
 def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None = None) -> dict:
     """Stale PENDING / unfinished DELETING / expired snapshots, expired copy jobs, and
     Dropped collections with nothing left."""
     now = time.time() if now is None else now
     out = defaultdict(int)
     for rec in list(meta.snapshots.list(opts.collection_id)):
-        if rec.state == PENDING and rec.created_at + opts.snapshot_pending_timeout < now:
-            snapshot.remove_files_and_record(meta, store, rec)
-            out["stale_pending_snapshots"] += 1
+        if rec.state == PENDING:  # reclaimed only when its writers stopped beating, claim first
+            if snapshot.reclaim_abandoned(meta, store, rec, opts.snapshot_pending_timeout, now=now):
+                out["stale_pending_snapshots"] += 1
         elif rec.state == DELETING:
             snapshot.remove_files_and_record(meta, store, rec)
             out["deleting_snapshots_finished"] += 1
@@ -463,37 +619,53 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
 
 
 def run(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None) -> dict:
-    """The whole GC, inline: mark, then (unless dry run) sweep, dropped segments, records."""
+    """The whole GC, inline: mark, then (unless dry run) sweep and records. The dry
+    run's `mark` (candidates, dropped) is what the real run's sweep deletes."""
     opts.check()
     refs = load_references(meta, store)
     m = mark(meta, store, opts, run_id=run_id, refs=refs)
     result = {"mark": m.summary(), "dry_run": opts.dry_run}
+    result["dropped"] = dict(result["mark"]["dropped"])
     if opts.dry_run:
-        result["dropped"] = reclaim_dropped(meta, store, opts, refs=refs)
         return result
-    s = sweep(meta, store, m.run_id, refs=refs)
-    result["sweep"] = {"deleted": s.deleted, "deleted_bytes": s.deleted_bytes,
-                       "rechecked_kept": s.rechecked_kept, "errors": s.errors[:20]}
-    result["dropped"] = reclaim_dropped(meta, store, opts, refs=load_references(meta, store))
+    s = sweep(meta, store, m.run_id, refs=refs).summary()
+    result["sweep"] = s
+    result["dropped"] = {**s["dropped"], "kept_referenced_or_skipped": m.dropped_kept}
     result["records"] = clean_records(meta, store, opts)
     return result
 
 
 def format_summary(result: dict) -> str:
     m = result["mark"]
-    lines = [f"gc run {m['run_id']}{' (dry run)' if result.get('dry_run') else ''}: listed {m['listed']} objects, "
-             f"{m['candidates']} orphan candidates ({m['candidate_bytes']} bytes), kept {m['kept']}"]
+    dry = result.get("dry_run")
+    u = m.get("unrecognised") or {"files": 0, "bytes": 0, "sample": []}
+    lines = [f"gc run {m['run_id']}{' (dry run)' if dry else ''}: listed {m['listed']} objects "
+             f"({m.get('referenced', 0)} referenced), {m['candidates']} candidates ({m['candidate_bytes']} bytes)"
+             f"{' that a real run deletes' if dry else ''}, kept {m['kept']}",
+             f"unrecognised (never deleted): {u['files']} files, {u['bytes']} bytes"
+             + (f", e.g. {', '.join(u['sample'][:5])}" if u["sample"] else "")]
+    ud = m.get("unreadable_directories") or {}
+    if ud.get("files"):
+        lines.append(f"directories that could not be read (their content not judged): {ud['files']}, "
+                     f"e.g. {', '.join(ud['sample'][:5])}")
+    us = m.get("unknown_segment") or {}
+    if us.get("files"):
+        lines.append(f"index files of unknown segments (not judged by a scoped run): {us['files']} files, "
+                     f"{us['bytes']} bytes, e.g. {', '.join(us['sample'][:5])}")
     for k, v in sorted(m["by_collection_reason"].items()):
         coll, reason = k.split("/")
         lines.append(f"  collection {coll if coll != '-1' else '?'}: {reason}: {v['files']} files, {v['bytes']} bytes")
+    d = result.get("dropped") or (result.get("sweep") or {}).get("dropped") or m.get("dropped")
+    if d:
+        kept = d.get("kept_referenced_or_skipped", (m.get("dropped") or {}).get("kept_referenced_or_skipped", 0))
+        lines.append(f"dropped segments: {d['segments']} {'would be ' if dry else ''}reclaimed "
+                     f"({d['files']} files, {d['bytes']} bytes), {kept} kept")
     if "sweep" in result:
         s = result["sweep"]
-        lines.append(f"swept: {s['deleted']} files, {s['deleted_bytes']} bytes deleted; "
-                     f"{s['rechecked_kept']} kept by the re-check; {len(s['errors'])} errors")
-    d = result.get("dropped")
-    if d:
-        lines.append(f"dropped segments: {d['segments']} {'would be ' if result.get('dry_run') else ''}reclaimed "
-                     f"({d['files']} files, {d['bytes']} bytes), {d['kept_referenced_or_skipped']} kept")
+        lines.append(f"swept: {s['deleted']} files, {s['deleted_bytes']} bytes deleted by this run; "
+                     f"{s['already_gone']} already gone; {s['rechecked_kept']} kept by the re-check; "
+                     f"{s['changed_kept']} changed since the mark (kept); {s['error_count']} errors; "
+                     f"{s['dropped']['segments']} dropped segment records removed")
     if result.get("records"):
         lines.append("records: " + ", ".join(f"{k} {v}" for k, v in sorted(result["records"].items())))
     return "\n".join(lines)

@@ -1,110 +1,241 @@
 """Restore a COMMITTED snapshot into a new collection, through a copy-segment job.
 
-    validate -> create target collection (create-if-absent on the name)
+    validate -> read the snapshot (metadata + manifests), before anything is written
+             -> target collection, state Importing (create-if-absent on the name), or the
+                Importing target of the SAME restore (same source, snapshot, target): resume
+             -> claim the target for this attempt (a token in its record, CAS)
              -> register target segments as Importing (ids pre-allocated, contiguous)
-             -> ONE txn: copy job (Pending) + pin on the snapshot, guarded by the
-                snapshot record being unchanged (still COMMITTED) and the job absent
+             -> ONE txn: copy job (Pending) + pin on the snapshot, guarded by the snapshot
+                record (still the same COMMITTED snapshot), the job absent and our claim
              -> job id; the copy-job steps (lifecycle/copyjob.py) do the rest.
 
 Each target segment record is the source record with target ids, state Importing and
 `source` naming where its files come from: it is both the copy plan and, once Flushed,
-the restored metadata. Resumable: a restore re-run by the same owner picks up the target
-collection it created (its properties name the job id and the id block). All-or-nothing:
-if the final transaction loses (snapshot dropped meanwhile), the target is rolled back.
+the restored metadata. The target stays Importing (unusable, snapshots refused) until
+the job's last step flips it Created in one transaction.
+
+Resumable: a restore re-run with the same source, snapshot and target (any owner, e.g.
+a re-triggered DAG run) continues the same job. A second driver that finds the job
+already created converges on it. All-or-nothing: any failure after the target exists
+rolls it back -- only if this attempt still holds the claim and no job was created --
+and says so; a driver whose claim was taken reports RestoreRaceLost and touches nothing.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 
-from seglake.errors import Conflict, NotFound, StateError, ValidationError
+from seglake import faults, limits
+from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
 from seglake.lifecycle import snapshot as snapshots
 from seglake.meta import Meta
-from seglake.meta.catalog import CREATED, DEFAULT_DB
-from seglake.meta.codec import encode_struct
+from seglake.meta.catalog import DEFAULT_DB, DROPPED, IMPORTING, Collection
+from seglake.meta.codec import decode, encode, encode_struct
 from seglake.meta.copyjobs import JOB_PENDING, CopyJob
-from seglake.meta.kv import Put, absent, unchanged
-from seglake.meta.segments import IMPORTING
+from seglake.meta.kv import CAS_ATTEMPTS, Compare, Delete, KeyValue, Put, absent, unchanged
+from seglake.meta.segments import DROPPED as SEG_DROPPED
+from seglake.meta.segments import IMPORTING as SEG_IMPORTING
 from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
 from seglake.storage import Store, layout
 
+ENGINES = ("auto", "spark", "inline")
+
+
+class RestoreRaceLost(Conflict):
+    """Another driver of the same restore claimed the target (or finished it) first;
+    this driver left everything as the winner has it."""
+
+
+class SnapshotDropped(StateError):
+    """The snapshot was dropped (or replaced) while the restore was being set up."""
+
 
 def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: str, *,
-            db: str = DEFAULT_DB, timeout: float = 3600.0, owner: str = "", now: float | None = None) -> int:
-    """Create the target and its Pending copy job; returns the job id."""
+            db: str = DEFAULT_DB, timeout: float = 3600.0, owner: str = "", engine: str = "auto",
+            now: float | None = None) -> int:
+    """Create (or resume) the Importing target and its Pending copy job; returns the job id."""
     for kind, name in (("collection", collection), ("snapshot", snapshot), ("collection", target), ("db", db)):
         validate_name(kind, name)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValidationError(f"restore timeout must be a positive number of seconds, got {timeout!r}")
-    source = meta.catalog.get_by_name(collection, db)
-    rec, _ = meta.snapshots.get(source.collection_id, snapshot)
+    timeout = limits.check("restore_timeout", "restore timeout (seconds)", timeout)  # finite, in range
+    if engine not in ENGINES:
+        raise ValidationError(f"restore engine must be one of {ENGINES}, got {engine!r}")
+    if not isinstance(owner, str):
+        raise ValidationError("restore owner must be a string")
+    rec, _ = snapshots.resolve(meta, collection, snapshot, db=db)  # also once the source is dropped
     if rec.state != COMMITTED:
         raise StateError(f"snapshot {snapshot!r} is {rec.state}; only a COMMITTED snapshot can be restored")
+    identity = {"collection": collection, "collection_id": rec.collection_id, "snapshot": snapshot,
+                "snapshot_id": rec.snapshot_id}
 
-    coll = _existing_target(meta, target, db, owner)
-    if coll is None:
+    found = _existing_target(meta, target, db, identity)
+    if found is not None and found.properties.get("restore_job_id") is not None:
+        job = _job_if_any(meta, found.properties["restore_job_id"])
+        if job is not None and job.target_collection_id == found.collection_id:
+            return job.job_id  # already set up (or finished): converge
+    try:  # everything the target needs is read before anything is written
         doc = snapshots.read_metadata(store, rec)
-        segs = snapshots.read_segments(store, rec)  # fails before any write if a manifest is bad
-        job_id = meta.ids.allocate()
-        base = meta.ids.allocate(max(1, len(segs)))
-        part_names = [p["name"] for p in doc["collection"]["partitions"]]
-        coll = meta.catalog.create(
-            target, doc["collection"]["schema"], db=db, partitions=part_names, shards=doc["collection"]["shards"],
-            properties={"restore_job_id": job_id, "restore_owner": owner, "restore_id_base": base,
-                        "restored_from": {"collection": collection, "snapshot": snapshot,
-                                          "snapshot_id": rec.snapshot_id}})
-    else:
         segs = snapshots.read_segments(store, rec)
-    job_id = coll.properties["restore_job_id"]
-    base = coll.properties["restore_id_base"]
-    existing = _job_if_any(meta, job_id)
-    if existing is not None:
-        return existing.job_id  # a re-run after the job was created: nothing left to do here
-
-    source_parts = {p["partition_id"]: p["name"]
-                    for p in snapshots.read_metadata(store, rec)["collection"]["partitions"]}
-    target_parts = {p.name: p.partition_id for p in coll.partitions}
-    segs = sorted(segs, key=lambda s: (s.partition_id, s.segment_id))
-    targets = []
-    for i, s in enumerate(segs):
-        targets.append(s.replace(
-            segment_id=base + i, collection_id=coll.collection_id,
-            partition_id=target_parts[source_parts[s.partition_id]],
-            channel=coll.vchannels[i % len(coll.vchannels)], state=IMPORTING, dropped_at=None,
-            source={"collection_id": s.collection_id, "partition_id": s.partition_id, "segment_id": s.segment_id}))
-    meta.segments.save(targets)  # Importing: invisible to queries, referenced for GC
-
-    now = time.time() if now is None else now
-    job = CopyJob(
-        job_id=job_id, state=JOB_PENDING, db=db, source_collection_id=source.collection_id,
-        source_collection=collection, snapshot=snapshot, snapshot_id=rec.snapshot_id,
-        target_collection_id=coll.collection_id, target_collection=target, total_segments=len(targets),
-        total_files=sum(t.file_count() for t in targets), total_bytes=sum(t.total_size() for t in targets),
-        created_at=now, timeout_at=now + timeout, owner=owner)
-    snap, snap_kv = meta.snapshots.get(source.collection_id, snapshot)
-    job_key = meta.keys.copy_job(job_id)
-    try:
-        if snap.state != COMMITTED or snap.snapshot_id != rec.snapshot_id:
-            raise StateError(f"snapshot {snapshot!r} is {snap.state}; only a COMMITTED snapshot can be restored")
-        meta.kv.txn([unchanged(snap_kv), absent(job_key)],
-                    [Put(job_key, encode_struct(job)),
-                     Put(snap_kv.key, encode_struct(snap.replace(pins=(*snap.pins, job_id))))],
-                    reason=f"snapshot {snapshot!r} changed while the restore was being set up")
-    except (Conflict, StateError):
-        rollback_target(meta, coll.collection_id, f"restore of {snapshot!r} could not start")
+    except SeglakeError as e:
+        _raise_if_snapshot_gone(meta, rec, target, e, rolled_back=False)
         raise
-    return job_id
+
+    token = uuid.uuid4().hex
+    if found is None:
+        coll = _create_target(meta, target, db, doc, len(segs), identity, owner, token)
+        if coll is None:  # the name was taken meanwhile: by the same restore (resume it) or not
+            return restore(meta, store, collection, snapshot, target, db=db, timeout=timeout, owner=owner,
+                           engine=engine, now=now)
+    else:
+        coll = found
+    claim = _claim(meta, coll.collection_id, token)
+    coll = Collection.from_json(decode(claim.value, claim.key))
+    job_id = coll.properties["restore_job_id"]
+    try:
+        targets = _target_segments(meta, coll, doc, segs)
+        meta.segments.save(targets)  # Importing: invisible to queries, referenced for GC
+        now = time.time() if now is None else now
+        job = CopyJob(
+            job_id=job_id, state=JOB_PENDING, db=db, source_collection_id=rec.collection_id,
+            source_collection=collection, snapshot=snapshot, snapshot_id=rec.snapshot_id,
+            target_collection_id=coll.collection_id, target_collection=target, total_segments=len(targets),
+            total_files=sum(t.file_count() for t in targets), total_bytes=sum(t.total_size() for t in targets),
+            created_at=now, timeout_at=now + timeout, owner=owner, engine=engine)
+        return _create_job(meta, job, claim)
+    except Exception as e:  # noqa: BLE001 - every failure after the target exists is handled here
+        return _after_failure(meta, rec, coll, claim, target, e)
 
 
-def _existing_target(meta: Meta, target: str, db: str, owner: str):
+def _existing_target(meta: Meta, target: str, db: str, identity: dict) -> Collection | None:
+    """The target of this same restore (resume), None if the name is free; else Conflict
+    naming what holds the name and how to continue it."""
     try:
         coll = meta.catalog.get_by_name(target, db)
     except NotFound:
         return None
-    if owner and coll.properties.get("restore_owner") == owner and coll.state == CREATED:
-        return coll  # our own restore, re-run after a crash
-    raise Conflict(f"collection {target!r} already exists in db {db!r}")
+    props = coll.properties
+    job_id = props.get("restore_job_id")
+    same = all(props.get("restored_from", {}).get(k) == v for k, v in identity.items())
+    if job_id is not None and same and coll.state == IMPORTING:
+        return coll  # our restore, re-run after a crash or re-triggered: resume it
+    if job_id is not None and same:
+        job = _job_if_any(meta, job_id)
+        if job is not None and job.target_collection_id == coll.collection_id:
+            return coll  # finished by this same restore: a re-trigger changes nothing
+    if job_id is None:
+        raise Conflict(f"collection {target!r} already exists in db {db!r}")
+    src = props.get("restored_from", {})
+    how = (f"re-trigger snapshot_restore with collection={src.get('collection')!r}, "
+           f"snapshot={src.get('snapshot')!r}, target={target!r} or run copy_segment_job with "
+           f"job_id={job_id}" if coll.state == IMPORTING else "choose another target name")
+    raise Conflict(f"collection {target!r} already exists in db {db!r}: it is the {coll.state} target of "
+                   f"restore job {job_id} (snapshot {src.get('snapshot')!r} of {src.get('collection')!r}); {how}")
+
+
+def _create_target(meta: Meta, target: str, db: str, doc: dict, n_segments: int, identity: dict,
+                   owner: str, token: str) -> Collection | None:
+    """The Importing target (create-if-absent); None when someone else took the name."""
+    job_id = meta.ids.allocate()
+    base = meta.ids.allocate(max(1, n_segments))
+    c = doc["collection"]
+    try:
+        return meta.catalog.create(
+            target, c["schema"], db=db, partitions=[p["name"] for p in c["partitions"]], shards=c["shards"],
+            state=IMPORTING,
+            properties={"restore_job_id": job_id, "restore_owner": owner, "restore_id_base": base,
+                        "restore_attempt": token, "restored_from": identity})
+    except Conflict:
+        return None
+
+
+def _claim(meta: Meta, collection_id: int, token: str) -> KeyValue:
+    """Write this attempt's token into the target (CAS); the returned revision guards
+    every later write of this attempt, so a driver whose claim was taken cannot act."""
+    key = meta.keys.collection(collection_id)
+    for _ in range(CAS_ATTEMPTS):
+        kv = meta.kv.get(key)
+        if kv is None:
+            raise RestoreRaceLost(f"restore target id {collection_id} vanished while being claimed")
+        coll = Collection.from_json(decode(kv.value, key))
+        if coll.state != IMPORTING and coll.properties.get("restore_attempt") != token:
+            raise RestoreRaceLost(f"restore target {coll.name!r} is {coll.state}: another driver got there first")
+        if coll.properties.get("restore_attempt") == token:
+            return kv
+        new = Collection(**{**coll.__dict__, "properties": {**coll.properties, "restore_attempt": token}})
+        try:
+            meta.kv.txn([unchanged(kv)], [Put(key, encode(new.to_json()))])
+        except Conflict:
+            continue
+    raise Conflict(f"could not claim restore target id {collection_id}: persistent contention")
+
+
+def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list) -> list:
+    base = coll.properties["restore_id_base"]
+    source_parts = {p["partition_id"]: p["name"] for p in doc["collection"]["partitions"]}
+    target_parts = {p.name: p.partition_id for p in coll.partitions}
+    out = []
+    for i, s in enumerate(sorted(segs, key=lambda s: (s.partition_id, s.segment_id))):
+        out.append(s.replace(
+            segment_id=base + i, collection_id=coll.collection_id,
+            partition_id=target_parts[source_parts[s.partition_id]],
+            channel=coll.vchannels[i % len(coll.vchannels)], state=SEG_IMPORTING, dropped_at=None,
+            source={"collection_id": s.collection_id, "partition_id": s.partition_id, "segment_id": s.segment_id}))
+    return out
+
+
+def _create_job(meta: Meta, job: CopyJob, claim: KeyValue) -> int:
+    """ONE txn: the job + the pin, guarded by the snapshot (same id, COMMITTED), the job
+    absent and our claim. A concurrent pin by another restore only changes the snapshot's
+    revision: re-read and try again."""
+    job_key = meta.keys.copy_job(job.job_id)
+    for _ in range(CAS_ATTEMPTS):
+        try:
+            snap, snap_kv = meta.snapshots.get(job.source_collection_id, job.snapshot)
+        except NotFound:
+            raise SnapshotDropped(f"snapshot {job.snapshot!r} was dropped") from None
+        if snap.state != COMMITTED or snap.snapshot_id != job.snapshot_id:
+            raise SnapshotDropped(f"snapshot {job.snapshot!r} is {snap.state}"
+                                  + ("" if snap.snapshot_id == job.snapshot_id else " (replaced)"))
+        faults.point("restore.before_job_txn")
+        try:
+            meta.kv.txn([unchanged(snap_kv), absent(job_key), unchanged(claim)],
+                        [Put(job_key, encode_struct(job)),
+                         Put(snap_kv.key, encode_struct(snap.replace(pins=(*snap.pins, job.job_id))))],
+                        reason=f"restore job {job.job_id} could not be created")
+            return job.job_id
+        except Conflict:
+            if meta.kv.get(job_key) is not None or meta.kv.get(claim.key) != claim:
+                raise  # not the snapshot's revision: decided by _after_failure
+    raise Conflict(f"snapshot {job.snapshot!r}: persistent contention while pinning it")
+
+
+def _after_failure(meta: Meta, rec, coll: Collection, claim: KeyValue, target: str, err: Exception) -> int:
+    """A failure after the target exists: converge on a job someone created, report a lost
+    claim, or roll back what this attempt holds and re-raise (saying if the snapshot went)."""
+    job_id = coll.properties["restore_job_id"]
+    job = _job_if_any(meta, job_id)
+    if job is not None and job.target_collection_id == coll.collection_id:
+        return job_id  # a second driver of the same restore created it: the restore is set up
+    if meta.kv.get(claim.key) != claim:
+        raise RestoreRaceLost(f"restore into {target!r}: another driver of the same restore holds the target "
+                              f"now; this one left it alone ({type(err).__name__}: {err})") from err
+    try:
+        rollback_target(meta, coll.collection_id, f"restore of {rec.name!r} failed: {err}",
+                        guard=[unchanged(claim), absent(meta.keys.copy_job(job_id))])
+    except Conflict:
+        return _after_failure(meta, rec, coll, claim, target, err)  # decided meanwhile: re-read
+    _raise_if_snapshot_gone(meta, rec, target, err, rolled_back=True)
+    raise err
+
+
+def _raise_if_snapshot_gone(meta: Meta, rec, target: str, err: Exception, rolled_back: bool) -> None:
+    cur = meta.snapshots.find(rec.collection_id, rec.name)
+    if cur is not None and cur.state == COMMITTED and cur.snapshot_id == rec.snapshot_id:
+        return
+    done = f"; target {target!r} rolled back" if rolled_back else ""
+    raise SnapshotDropped(f"snapshot {rec.name!r} of collection {rec.collection_name!r} was dropped while the "
+                          f"restore was being set up{done} ({type(err).__name__}: {err})") from err
 
 
 def _job_if_any(meta: Meta, job_id: int):
@@ -114,13 +245,46 @@ def _job_if_any(meta: Meta, job_id: int):
         return None
 
 
-def rollback_target(meta: Meta, collection_id: int, reason: str, now: float | None = None) -> None:
-    """All-or-nothing: every target segment Dropped, the target collection removed (its
-    name freed; records and files stay for GC)."""
+def rollback_target(meta: Meta, collection_id: int, reason: str, *, guard: list[Compare] | None = None,
+                    now: float | None = None) -> None:
+    """All-or-nothing, safe to observe half done: ONE txn makes the Importing target
+    Dropped and frees its name (guarded by `guard` when given: Conflict if it fails),
+    then its segments go Dropped in batches (records and files stay for GC). Re-runnable
+    (a record GC already removed is fine); a Created collection is never rolled back."""
+    key = meta.keys.collection(collection_id)
+    for _ in range(CAS_ATTEMPTS):
+        kv = meta.kv.get(key)
+        if kv is None:
+            return  # rolled back and already reclaimed by GC
+        coll = Collection.from_json(decode(kv.value, key))
+        if coll.state == DROPPED:
+            break
+        if coll.state != IMPORTING:
+            raise StateError(f"collection {coll.name!r} is {coll.state}; only an Importing restore target "
+                             "is rolled back")
+        compares, ops = [unchanged(kv), *(guard or [])], []
+        name_kv = meta.kv.get(meta.keys.collection_name(coll.db, coll.name))
+        if name_kv is not None and name_kv.value == str(collection_id).encode():
+            compares.append(unchanged(name_kv))
+            ops.append(Delete(name_kv.key))
+        props = {**coll.properties, "dropped_reason": reason[:2000]}
+        new = Collection(**{**coll.__dict__, "state": DROPPED, "properties": props})
+        try:
+            meta.kv.txn(compares, [Put(key, encode(new.to_json())), *ops])
+            break
+        except Conflict:
+            if guard:
+                raise
+    else:
+        raise Conflict(f"could not roll back collection id {collection_id}: persistent contention")
+    drop_segments(meta, collection_id, now)
+
+
+def drop_segments(meta: Meta, collection_id: int, now: float | None = None) -> int:
+    """The live segments of a Dropped restore target -> Dropped (idempotent)."""
     now = time.time() if now is None else now
-    refs = [s.ref for s in meta.segments.list(collection_id)]
-    meta.segments.transition(refs, "Dropped", now=now)
-    meta.catalog.remove(collection_id, reason)
+    refs = [s.ref for s in meta.segments.list(collection_id) if s.state != SEG_DROPPED]
+    return meta.segments.transition(refs, SEG_DROPPED, now=now)
 
 
 def source_and_target_files(target_seg) -> list[tuple[str, str, int]]:

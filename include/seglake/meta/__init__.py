@@ -14,6 +14,7 @@ class Meta:
     def __init__(self, kv: KV, root: str = "seglake", id_block_size: int = 10000):
         self.kv = kv
         self.keys = Keys(root)
+        kv.marker_keys = self.keys  # write markers live under this root
         self.ids = IdAllocator(kv, self.keys.alloc_id(), id_block_size)
 
     @classmethod

@@ -3,10 +3,18 @@
 - IdAllocator: reserves blocks of ids with a compare-and-swap on `{root}/alloc/id`
   (value = the next unreserved id). A process hands out ids from its block; an unused
   remainder is simply skipped, never reissued.
-- TSO: hybrid timestamps `physical_ms << 18 | logical`. The persisted value at
-  `{root}/alloc/tso` is an upper bound (a window 3 s ahead) on every physical part ever
-  issued; a restarted allocator starts above it, so timestamps never go backwards even
-  if the wall clock does.
+- TSO: hybrid timestamps `physical_ms << 18 | logical`, ordered across every process
+  sharing the root (like Milvus's TSO, without a TSO server). `{root}/alloc/tso` holds
+  the global high-water mark: an upper bound on the physical part of every timestamp
+  ever issued. An allocator reserves a window [lo, hi) by CAS (lo = max(mark, wall),
+  persisted hi = lo + window) and issues timestamps inside it, but only while its
+  reservation is still the newest: each `now()` confirms that with one linearizable
+  read of the key's revision. If anyone reserved since, it reserves a new window above
+  theirs. So a timestamp issued after another one returned (any process) is larger,
+  a restarted or new allocator starts above everything issued, and a wall clock that
+  goes backwards only stalls the physical part (the logical part counts on).
+  Cost: one etcd read per timestamp, plus a CAS per window of wall time; allocators
+  taking turns faster than the window run ahead of the wall clock by a window a turn.
 """
 
 from __future__ import annotations
@@ -15,11 +23,11 @@ import threading
 import time
 
 from seglake.errors import Conflict
-from seglake.meta.kv import KV, Put, absent, unchanged
+from seglake.meta.kv import KV, KeyValue, Put, absent, unchanged
 
 LOGICAL_BITS = 18
 LOGICAL_MASK = (1 << LOGICAL_BITS) - 1
-TSO_WINDOW_MS = 3000
+TSO_WINDOW_MS = 250  # small: allocators taking turns faster than this push the mark ahead by it
 FIRST_ID = 1
 
 
@@ -71,31 +79,41 @@ class IdAllocator:
 
 
 class TSO:
-    def __init__(self, kv: KV, key: str, clock=time.time):
-        self.kv, self.key, self.clock = kv, key, clock
+    def __init__(self, kv: KV, key: str, clock=time.time, window_ms: int = TSO_WINDOW_MS):
+        self.kv, self.key, self.clock, self.window_ms = kv, key, clock, window_ms
         self._lock = threading.Lock()
-        self._physical = 0
-        self._logical = 0
-        self._window = 0  # persisted upper bound of physical
-        saved = kv.get(key)
-        self._physical = int(saved.value) + 1 if saved else 0
+        self._physical = self._logical = 0
+        self._hi = 0   # end (exclusive) of this allocator's reserved window
+        self._rev = 0  # mod_revision of the key written by that reservation (0: none)
 
-    def _extend_window(self, physical: int) -> None:
-        _, new = _cas_advance(self.kv, self.key, lambda c: max(c or 0, physical) + TSO_WINDOW_MS)
-        self._window = new
-        # another process may have pushed the window: never issue below its start
-        self._physical = max(self._physical, new - TSO_WINDOW_MS)
+    def _reserve(self, cur: KeyValue | None) -> int:
+        """CAS a new window above the global mark (and the wall clock); its first ts."""
+        while True:
+            mark = int(cur.value) if cur else 0
+            lo = max(mark, int(self.clock() * 1000), self._hi)
+            hi = lo + self.window_ms
+            try:
+                self._rev = self.kv.txn([unchanged(cur) if cur else absent(self.key)],
+                                        [Put(self.key, str(hi))])
+            except Conflict:  # another allocator reserved meanwhile: go above it
+                cur = self.kv.get(self.key)
+                continue
+            self._hi, self._physical, self._logical = hi, lo, 0
+            return compose_ts(lo)
 
     def now(self) -> int:
-        """A hybrid timestamp strictly greater than any this key has issued before."""
+        """A hybrid timestamp larger than every timestamp any allocator on this key
+        issued before this call began."""
         with self._lock:
-            wall = int(self.clock() * 1000)
-            if wall > self._physical:
-                self._physical, self._logical = wall, 0
-            else:
-                self._logical += 1
-                if self._logical > LOGICAL_MASK:
-                    self._physical, self._logical = self._physical + 1, 0
-            if self._physical >= self._window:
-                self._extend_window(self._physical)
-            return compose_ts(self._physical, self._logical)
+            cur = self.kv.get(self.key)  # linearizable: is our window still the newest?
+            if cur is None or cur.mod_revision != self._rev:
+                return self._reserve(cur)
+            physical, logical = int(self.clock() * 1000), 0
+            if physical <= self._physical:  # same ms, or the clock went back
+                physical, logical = self._physical, self._logical + 1
+                if logical > LOGICAL_MASK:
+                    physical, logical = physical + 1, 0
+            if physical >= self._hi:
+                return self._reserve(cur)
+            self._physical, self._logical = physical, logical
+            return compose_ts(physical, logical)

@@ -1,6 +1,8 @@
 """Collections: schema, partitions, shards -> virtual channels, and state.
 
     Created --drop--> Dropping --(segments dropped, channels released)--> Dropped
+    Importing (a restore target: not usable yet) --last step of the copy job--> Created
+    Importing --rollback (one txn, name freed)--> Dropped
 
 A name is unique per database through create-if-absent on `catalog/names/{db}/{name}`;
 the collection record and the name key are written in one guarded transaction.
@@ -19,8 +21,9 @@ from seglake.names import validate_name
 if TYPE_CHECKING:
     from seglake.meta import Meta
 
-CREATED, DROPPING, DROPPED = "Created", "Dropping", "Dropped"
-COLLECTION_TRANSITIONS = {CREATED: {DROPPING}, DROPPING: {DROPPED}, DROPPED: set()}
+CREATED, DROPPING, DROPPED, IMPORTING = "Created", "Dropping", "Dropped", "Importing"
+COLLECTION_TRANSITIONS = {CREATED: {DROPPING}, DROPPING: {DROPPED}, DROPPED: set(),
+                          IMPORTING: {CREATED, DROPPED}}
 
 SCALAR_TYPES = {"Bool", "Int8", "Int16", "Int32", "Int64", "Float", "Double", "VarChar"}
 VECTOR_TYPES = {"FloatVector"}
@@ -152,8 +155,9 @@ class Catalog:
 
     def create(self, name: str, schema: Schema | list[dict], *, db: str = DEFAULT_DB,
                partitions: list[str] | None = None, shards: int = 1,
-               properties: dict | None = None) -> Collection:
-        """Create-if-absent on the name: of two concurrent creates, exactly one wins."""
+               properties: dict | None = None, state: str = CREATED) -> Collection:
+        """Create-if-absent on the name: of two concurrent creates, exactly one wins.
+        state=Importing creates a restore target that readers must not use yet."""
         validate_name("collection", name)
         validate_name("db", db)
         schema = schema if isinstance(schema, Schema) else Schema.build(schema)
@@ -165,6 +169,8 @@ class Catalog:
             raise ValidationError("duplicate partition names")
         if not isinstance(shards, int) or not 1 <= shards <= 64:
             raise ValidationError(f"shards must be in 1..64, got {shards!r}")
+        if state not in (CREATED, IMPORTING):
+            raise ValidationError(f"a collection is created Created or Importing, not {state!r}")
         if self.kv.get(self.keys.collection_name(db, name)) is not None:
             raise Conflict(f"collection {name!r} already exists in db {db!r}")
 
@@ -173,7 +179,7 @@ class Catalog:
             collection_id=first, name=name, db=db, schema=schema,
             partitions=tuple(Partition(first + 1 + i, p) for i, p in enumerate(partitions)),
             shards=shards, vchannels=vchannel_names(first, shards),
-            created_ts=self.meta.tso.now(), properties=dict(properties or {}),
+            created_ts=self.meta.tso.now(), properties=dict(properties or {}), state=state,
         )
         name_key = self.keys.collection_name(db, name)
         self.kv.txn(

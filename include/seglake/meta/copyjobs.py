@@ -7,8 +7,10 @@
                                                               by a re-drive: attempt + 1)
 
 Keys: {root}/copy/jobs/{job_id}, {root}/copy/tasks/{job_id}/{task_id}; task ids are the
-task's index in the job (0..n-1), so planning twice writes the same tasks, never more.
-Progress lives on the tasks (each written by its one runner), the job sums them.
+task's index in the job (0..n-1) and the task size is recorded on the job before the
+first task is written, so planning twice (with any size) writes the same tasks, never more.
+Progress lives on the tasks (each written by the attempt that owns it: `attempt` fences
+a re-drive from a zombie runner), the job sums them.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class CopyJob(msgspec.Struct, frozen=True, kw_only=True):
     total_rows: int = 0
     reason: str = ""
     owner: str = ""
+    engine: str = "auto"      # what the restore asked for; a resume uses it unless told otherwise
+    task_size: int = 0        # segments per task, recorded once by the first plan (0: not planned)
 
     def replace(self, **changes) -> "CopyJob":
         return msgspec.structs.replace(self, **changes)

@@ -6,9 +6,11 @@ Layout under the configurable root (default `seglake`):
     {root}/catalog/names/{db}/{name}                 -> collection_id
     {root}/segments/{collection_id}/{partition_id}/{segment_id}
     {root}/snapshots/{collection_id}/{name}
+    {root}/snapshot_alive/{collection_id}/{snapshot_id}   writer heartbeat of a PENDING snapshot
     {root}/copy/jobs/{job_id}    {root}/copy/tasks/{job_id}/{task_id}
     {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
     {root}/alloc/id   {root}/alloc/tso      {root}/gc/...
+    {root}/txn/{write_id}                            write markers (leased, see meta/kv.py)
 
 Prefix builders end with '/', so the prefix of collection 1 never matches 10.
 Ids are decimal integers; names are validated before they reach a key.
@@ -80,6 +82,11 @@ class Keys:
         base = f"{self.root}/snapshots/"
         return base if collection_id is None else f"{base}{_id(collection_id)}/"
 
+    def snapshot_alive(self, collection_id: int, snapshot_id: int) -> str:
+        """Heartbeat of a PENDING snapshot's writer (outside snapshots/: a heartbeat is
+        not a snapshot change and must not make GC reload the snapshot references)."""
+        return f"{self.root}/snapshot_alive/{_id(collection_id)}/{_id(snapshot_id)}"
+
     # copy jobs
     def copy_job(self, job_id: int) -> str:
         return f"{self.root}/copy/jobs/{_id(job_id)}"
@@ -106,6 +113,10 @@ class Keys:
 
     def alloc_tso(self) -> str:
         return f"{self.root}/alloc/tso"
+
+    # write markers of exactly-once guarded transactions (meta/kv.py), leased
+    def txn_marker(self, write_id: str) -> str:
+        return f"{self.root}/txn/{_seg(write_id)}"
 
     # gc
     def gc(self, *parts: str) -> str:

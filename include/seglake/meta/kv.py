@@ -9,16 +9,25 @@ Guarantees
   store is valid at every chunk boundary; a failed guard stops at that chunk (Conflict).
 - `range(prefix)`: pages of `page_size` keys, all read at the revision of the first
   page (one consistent view), so nothing assumes a prefix fits in one gRPC message.
+- Guarded transactions (any compare) are exactly-once across retries: each carries a
+  write id, a marker key `{root}/txn/{write_id}` put in the same transaction (on a
+  lease, so markers expire) and guarded by "marker absent". etcd answers UNAVAILABLE
+  ("request timed out", "leader changed") or the client times out AFTER a write may
+  have been applied; the retry then cannot apply twice (its own marker fails the
+  compare) and the failure branch reads the marker back in the same transaction, so a
+  write that did land is reported as done (its revision), never as Conflict.
 - Errors: Conflict, NotFound, Unavailable (after `retries` with exponential backoff),
-  never a raw gRPC exception. Reads retry on any transient failure; writes retry only
-  when the request never reached the server (UNAVAILABLE), so a retried guarded write
-  cannot be misreported.
+  never a raw gRPC exception. Reads and guarded writes retry on any transient failure;
+  unguarded writes (blind puts/deletes, same state if applied twice) on UNAVAILABLE.
+  An Unavailable from a write means its outcome is unknown: re-read before acting.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from dataclasses import dataclass
@@ -29,6 +38,8 @@ from seglake.errors import Conflict, SeglakeError, Unavailable
 MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
 MAX_TXN_BYTES = 1_400_000  # under etcd's default 1.5 MiB --max-request-bytes, with headroom
 _OP_OVERHEAD = 16
+_MARKER_BYTES = 512  # the write marker's put + compare, counted against MAX_TXN_BYTES
+MARKER_TTL = 600  # seconds a write marker outlives its transaction (lease)
 T = TypeVar("T")
 
 
@@ -92,8 +103,11 @@ Op = Put | Delete
 
 def chunk_ops(ops: Sequence[Op], guard: Sequence[Compare] = (),
               max_ops: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES) -> list[list[Op]]:
-    """Split ops, in order, into chunks that each fit one transaction with the guard."""
+    """Split ops, in order, into chunks that each fit one transaction with the guard
+    (and, when guarded, the write marker: one op and its compare)."""
     guard_bytes = sum(c.size() for c in guard)
+    if guard:
+        max_ops, guard_bytes = max_ops - 1, guard_bytes + _MARKER_BYTES
     chunks: list[list[Op]] = []
     cur: list[Op] = []
     cur_bytes = guard_bytes
@@ -116,8 +130,10 @@ class KV:
 
     def __init__(self, endpoints: str | Sequence[str] = "127.0.0.1:2379", *, timeout: float = 10.0,
                  retries: int = 4, user: str = "", password: str = "", ca_cert: str = "",
-                 max_message_bytes: int = 64 << 20):
+                 max_message_bytes: int = 64 << 20, root: str = "seglake"):
         import importlib
+
+        from seglake.meta.keys import Keys
 
         import etcd3  # heavy; imported on use so the engine imports fast
 
@@ -131,6 +147,9 @@ class KV:
         self.endpoints = list(endpoints)
         self.timeout = timeout
         self.retries = retries
+        self.marker_keys = Keys(root)  # where write markers live (under the root: etcd RBAC by prefix)
+        self._marker_lease: tuple[int, float] | None = None  # (lease id, granted at, monotonic)
+        self._lease_lock = threading.Lock()
         creds = None
         if ca_cert:
             creds = etcd_client_mod.MultiEndpointEtcd3Client.get_secure_creds(ca_cert)
@@ -155,7 +174,8 @@ class KV:
     @classmethod
     def from_settings(cls, s) -> "KV":
         return cls(s.etcd_endpoint, timeout=s.etcd_timeout, retries=s.etcd_retries,
-                   user=s.etcd_user, password=s.etcd_password, ca_cert=s.etcd_ca_cert)
+                   user=s.etcd_user, password=s.etcd_password, ca_cert=s.etcd_ca_cert,
+                   root=s.etcd_root)
 
     def close(self) -> None:
         self._client.close()
@@ -206,6 +226,24 @@ class KV:
             resp = self._client.get_response(key)
             return _kv(resp.kvs[0]) if resp.kvs else None
         return self._call(do, write=False, what=f"get {key}")
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, KeyValue | None]:
+        """Many single-key reads, up to MAX_TXN_OPS per round trip (a read-only txn,
+        each chunk one consistent revision). Missing keys map to None."""
+        from etcd3 import etcdrpc
+        from etcd3 import transactions as etx
+
+        out: dict[str, KeyValue | None] = {}
+        for chunk in batched(list(dict.fromkeys(keys)), MAX_TXN_OPS):
+            request = etcdrpc.TxnRequest(compare=[], failure=[],
+                                         success=self._client._ops_to_requests([etx.Get(k) for k in chunk]))
+            resp = self._call(lambda r=request: self._client.kvstub.Txn(
+                r, self.timeout, credentials=self._client.call_credentials, metadata=self._client.metadata),
+                write=False, what=f"get {len(chunk)} keys")
+            for key, item in zip(chunk, resp.responses, strict=True):
+                kvs = item.response_range.kvs
+                out[key] = _kv(kvs[0]) if kvs else None
+        return out
 
     def range(self, prefix: str, *, page_size: int = 1000, keys_only: bool = False,
               start_after: str | None = None, revision: int | None = None,
@@ -266,26 +304,67 @@ class KV:
 
     def txn(self, compares: Sequence[Compare], ops: Sequence[Op],
             reason: str | None = None) -> int:
-        """One transaction. Returns its revision; raises Conflict if a compare fails."""
-        if len(ops) > MAX_TXN_OPS or len(compares) > MAX_TXN_OPS:
-            raise SeglakeError(f"transaction of {len(ops)} ops exceeds {MAX_TXN_OPS}; use write()")
+        """One transaction. Returns its revision; raises Conflict if a compare fails.
+        Guarded (compares given): exactly-once across retries, see the module doc."""
+        guarded = bool(compares)
+        limit = MAX_TXN_OPS - 1 if guarded else MAX_TXN_OPS  # one slot for the marker
+        if len(ops) > limit or len(compares) > limit:
+            raise SeglakeError(f"transaction of {len(ops)} ops, {len(compares)} compares exceeds "
+                               f"{limit}; use write()")
         from etcd3 import etcdrpc
+        from etcd3 import transactions as etx
 
         tx = self._client.transactions
-        request = etcdrpc.TxnRequest(
-            compare=[_compare(tx, c).build_message() for c in compares],
-            success=self._client._ops_to_requests([_op(tx, o) for o in ops]),
-            failure=[])
+        marker = self.marker_keys.txn_marker(uuid.uuid4().hex) if guarded else ""
+
+        def build():
+            cs, success, failure = list(compares), list(ops), []
+            if guarded:
+                cs.append(absent(marker))
+                success.append(Put(marker, b"", self._marker_lease_id()))
+                failure.append(etx.Get(marker))
+            return etcdrpc.TxnRequest(
+                compare=[_compare(tx, c).build_message() for c in cs],
+                success=self._client._ops_to_requests([_op(tx, o) for o in success]),
+                failure=self._client._ops_to_requests(failure))
+        request = build()
 
         def do():
-            return self._client.kvstub.Txn(request, self.timeout,
-                                           credentials=self._client.call_credentials,
-                                           metadata=self._client.metadata)
-        resp = self._call(do, write=True, what="txn")
+            nonlocal request
+            stub = self._client.kvstub
+            try:
+                return stub.Txn(request, self.timeout, credentials=self._client.call_credentials,
+                                metadata=self._client.metadata)
+            except Exception as e:
+                if not (guarded and _lease_not_found(e)):
+                    raise
+                with self._lease_lock:  # the marker lease is gone (revoked): nothing was applied
+                    self._marker_lease = None
+                request = build()
+                return stub.Txn(request, self.timeout, credentials=self._client.call_credentials,
+                                metadata=self._client.metadata)
+        try:
+            resp = self._call(do, write=not guarded, what="txn")
+        except Unavailable as e:
+            raise Unavailable(f"{e} (the transaction may or may not have been applied: "
+                              "re-read before acting on it)") from None
         if not resp.succeeded:
+            if guarded:
+                mine = resp.responses[0].response_range.kvs
+                if mine:  # an earlier attempt of this very write landed: it is done
+                    return mine[0].mod_revision
             keys = ", ".join(sorted({c.key for c in compares}))
             raise Conflict(reason or f"concurrent change on {keys}")
         return resp.header.revision
+
+    def _marker_lease_id(self) -> int:
+        """A lease for write markers, granted lazily and replaced at half its TTL, so a
+        marker outlives every retry of its write by minutes and then expires."""
+        with self._lease_lock:
+            now = time.monotonic()
+            if self._marker_lease is None or now - self._marker_lease[1] > MARKER_TTL / 2:
+                self._marker_lease = (self.grant_lease(MARKER_TTL), now)
+            return self._marker_lease[0]
 
     def write(self, ops: Sequence[Op], guard: Sequence[Compare] = (),
               reason: str | None = None, ordered: bool = True, inflight: int = 4) -> int:
@@ -355,6 +434,13 @@ def _op(tx, o: Op):
             return tx.delete(o.key, range_end=utils.prefix_range_end(utils.to_bytes(o.key)))
         return tx.delete(o.key)
     raise TypeError(f"not an etcd op: {o!r}")
+
+
+def _lease_not_found(e: Exception) -> bool:
+    import grpc
+
+    return (isinstance(e, grpc.RpcError) and hasattr(e, "code") and e.code() == grpc.StatusCode.NOT_FOUND
+            and "lease not found" in (e.details() or ""))
 
 
 def _is_failed_node(e: Exception) -> bool:

@@ -2,19 +2,27 @@
 object storage (manifests + metadata JSON, see lifecycle/snapshot.py).
 
     (absent) --begin--> PENDING --commit--> COMMITTED --drop--> DELETING --> (absent)
-    PENDING (stale, or failed) --GC--> (absent)
+    PENDING (abandoned: no heartbeat) --GC claim--> DELETING --> (absent)
 
 Every change is one transaction compared on the record's mod revision. `pins` lists the
 copy jobs reading a COMMITTED snapshot; a pinned snapshot cannot start DELETING.
+
+A PENDING record has a heartbeat key (keys.snapshot_alive) its writers refresh. GC may
+claim a PENDING record only when the heartbeat is older than its timeout, and only by
+ONE transaction comparing both the record and the heartbeat unchanged: a writer's
+heartbeat or commit in between makes the claim lose, and a claim that won makes the
+writer's commit lose. Nothing is deleted before the claim has won.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from typing import TYPE_CHECKING, Iterator
 
 import msgspec
 
-from seglake.errors import NotFound, StateError
+from seglake.errors import Conflict, NotFound, StateError
 from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.kv import Delete, KeyValue, Put, absent, retry_on_conflict, unchanged
 
@@ -22,6 +30,7 @@ if TYPE_CHECKING:
     from seglake.meta import Meta
 
 PENDING, COMMITTED, DELETING = "PENDING", "COMMITTED", "DELETING"
+# PENDING -> DELETING exists too, but only through claim_abandoned (guarded by the heartbeat)
 SNAPSHOT_TRANSITIONS = {PENDING: {COMMITTED}, COMMITTED: {DELETING}, DELETING: set()}
 
 
@@ -48,6 +57,10 @@ class SnapshotRecord(msgspec.Struct, frozen=True, kw_only=True):
     manifests: int = 0
     pins: tuple[int, ...] = ()        # copy jobs reading this snapshot
     error: str | None = None          # last failure of a PENDING create
+    failed: bool = False              # the create gave up (its DAG run failed): waiters stop
+    requested_revision: int = 0       # etcd revision when the snapshot was requested
+    attempt: int = 0                  # the write attempt whose manifests were committed
+    metadata_sha256: str | None = None  # of the committed metadata JSON
 
     def replace(self, **changes) -> "SnapshotRecord":
         return msgspec.structs.replace(self, **changes)
@@ -77,11 +90,83 @@ class Snapshots:
             return None
 
     def create_pending(self, rec: SnapshotRecord) -> SnapshotRecord:
-        """Create-if-absent on (collection, name): of two concurrent creates one wins."""
+        """Create-if-absent on (collection, name), with its first heartbeat: of two
+        concurrent creates one wins."""
         key = self.key(rec.collection_id, rec.name)
-        self.kv.txn([absent(key)], [Put(key, encode_struct(rec))],
+        self.kv.txn([absent(key)], [Put(key, encode_struct(rec)),
+                                    Put(self.alive_key(rec), _beat(rec.created_at, "begin"))],
                     reason=f"snapshot {rec.name!r} already exists for collection {rec.collection_name!r}")
         return rec
+
+    # -- heartbeat of a PENDING record ------------------------------------------------------
+    def alive_key(self, rec: SnapshotRecord) -> str:
+        return self.keys.snapshot_alive(rec.collection_id, rec.snapshot_id)
+
+    def last_beat(self, rec: SnapshotRecord) -> tuple[float, KeyValue | None]:
+        """(when a writer last proved alive, the heartbeat key as read). A record without
+        a heartbeat key counts from its creation."""
+        kv = self.kv.get(self.alive_key(rec))
+        if kv is None:
+            return rec.created_at, None
+        try:
+            at = float(json.loads(kv.value)["at"])
+        except (ValueError, KeyError, TypeError):
+            at = rec.created_at  # unreadable: no younger than the record
+        return (at if math.isfinite(at) else rec.created_at), kv  # NaN/inf count as no heartbeat
+
+    def heartbeat(self, rec: SnapshotRecord, now: float, by: str = "") -> SnapshotRecord:
+        """Refresh the heartbeat of OUR PENDING record, guarded by the record being
+        unchanged. Raises StateError once it is no longer ours and PENDING (committed,
+        claimed by GC, dropped, replaced), so a writer learns at once that it lost."""
+        def attempt() -> SnapshotRecord:
+            cur, kv = self._ours(rec)
+            if cur.state == PENDING:
+                self.kv.txn([unchanged(kv)], [Put(self.alive_key(cur), _beat(now, by))])
+            return cur
+        return retry_on_conflict(attempt, f"heartbeat of snapshot {rec.name!r}")
+
+    def _ours(self, rec: SnapshotRecord) -> tuple[SnapshotRecord, KeyValue]:
+        try:
+            cur, kv = self.get(rec.collection_id, rec.name)
+        except NotFound:
+            raise StateError(f"snapshot {rec.name!r} (id {rec.snapshot_id}) no longer exists: it was "
+                             "reclaimed as abandoned or dropped while being written") from None
+        if cur.snapshot_id != rec.snapshot_id:
+            raise StateError(f"snapshot {rec.name!r} was replaced (id {rec.snapshot_id} -> {cur.snapshot_id}) "
+                             "while being written")
+        if cur.state == DELETING:
+            raise StateError(f"snapshot {rec.name!r} (id {rec.snapshot_id}) is DELETING: it was reclaimed "
+                             "as abandoned (no heartbeat within the pending timeout) or dropped")
+        return cur, kv
+
+    def commit(self, read: KeyValue, new: SnapshotRecord) -> SnapshotRecord:
+        """PENDING -> COMMITTED in one transaction compared on the record as read; the
+        heartbeat goes with it. Conflict if anyone (GC's claim, another attempt) moved first."""
+        self.kv.txn([unchanged(read)], [Put(read.key, encode_struct(new)), Delete(self.alive_key(new))],
+                    reason=f"snapshot {new.name!r} changed while it was being committed")
+        return new
+
+    def claim_abandoned(self, rec: SnapshotRecord, timeout: float, now: float) -> SnapshotRecord | None:
+        """PENDING -> DELETING when no writer has beaten for `timeout` seconds: ONE txn
+        comparing the record and the heartbeat unchanged. None when the record is not an
+        abandoned PENDING one, or when a writer moved in between (it is alive)."""
+        try:
+            cur, kv = self.get(rec.collection_id, rec.name)
+        except NotFound:
+            return None
+        if cur.snapshot_id != rec.snapshot_id or cur.state != PENDING:
+            return None
+        at, beat = self.last_beat(cur)
+        if not now - at > timeout:
+            return None
+        guard = [unchanged(kv), unchanged(beat) if beat is not None else absent(self.alive_key(cur))]
+        new = cur.replace(state=DELETING, error=f"reclaimed by GC: no writer heartbeat for {now - at:.0f}s "
+                                                f"(timeout {timeout:g}s)")
+        try:
+            self.kv.txn(guard, [Put(kv.key, encode_struct(new)), Delete(self.alive_key(cur))])
+        except Conflict:
+            return None
+        return new
 
     def update(self, read: KeyValue, new: SnapshotRecord, reason: str | None = None) -> SnapshotRecord:
         """Replace the record read as `read`; Conflict if anyone changed it since."""
@@ -96,8 +181,9 @@ class Snapshots:
             raise StateError(f"snapshot {name!r} is {rec.state}; {rec.state} -> {to_state} is not allowed")
         return self.update(kv, rec.replace(state=to_state, **changes))
 
-    def remove(self, read: KeyValue) -> None:
-        self.kv.txn([unchanged(read)], [Delete(read.key)])
+    def remove(self, read: KeyValue, rec: SnapshotRecord | None = None) -> None:
+        """Delete the record read as `read` (and its heartbeat key, if `rec` is given)."""
+        self.kv.txn([unchanged(read)], [Delete(read.key)] + ([Delete(self.alive_key(rec))] if rec else []))
 
     def list(self, collection_id: int | None = None) -> Iterator[SnapshotRecord]:
         for kv in self.kv.range(self.keys.snapshots_prefix(collection_id)):
@@ -124,3 +210,7 @@ class Snapshots:
             if job_id in rec.pins:
                 self.update(kv, rec.replace(pins=tuple(p for p in rec.pins if p != job_id)))
         retry_on_conflict(attempt, f"unpin snapshot {name!r}")
+
+
+def _beat(at: float, by: str) -> str:
+    return json.dumps({"at": at, "by": by})

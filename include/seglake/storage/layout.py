@@ -6,15 +6,24 @@
     index_files/{build_id}/{version}/{part}/{seg}/{file}
     snapshots/{coll}/metadata/{snapshot_id}.json
     snapshots/{coll}/manifests/{snapshot_id}/{n}.avro
+    snapshots/{coll}/manifests/{snapshot_id}/{attempt}/{n}.avro   per write attempt (snap)
+    snapshots/{coll}/metadata/{snapshot_id}/{attempt}.json        per write attempt (snap)
     wal/{pchannel}/...
     _reports/{kind}/{name}.json       run reports (verify, gc)
 
 Keys are relative to the store root, use '/', never start or end with '/', and never
 contain '.' or '..' components. Prefixes end with '/'.
+
+`parse_key` is the only parser: a key is seglake's own file only if it parses AND the
+builders above turn the parsed ids back into exactly the same key (canonical decimal
+ids, no leading zeros, signs, spaces or non-ASCII digits). GC never considers anything
+else.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -24,14 +33,37 @@ SEGMENT_ROOTS = (INSERT_LOG, DELTA_LOG, STATS_LOG, INDEX_FILES)
 
 
 def normalize_key(key: str) -> str:
-    """Canonical form of a key (no leading/trailing '/'); rejects escapes from the root."""
+    """Canonical form of a key (no leading/trailing '/'); rejects escapes from the root,
+    backslashes and NUL. Never maps one stored name onto another: a listed key that is
+    not already canonical must be refused (`check_key`), not normalised."""
     if not isinstance(key, str):
         raise ValueError(f"object key must be a string, got {key!r}")
-    k = key.replace("\\", "/").strip("/")
+    k = key.strip("/")
     parts = k.split("/")
-    if not k or any(p in ("", ".", "..") for p in parts):
+    if not k or "\\" in k or "\0" in k or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"invalid object key {key!r}")
     return k
+
+
+def check_key(key: str) -> str:
+    """`key` itself if it is canonical, else ValueError: for deletes, which must touch
+    exactly the key that was listed, never a normalised neighbour."""
+    try:
+        if normalize_key(key) == key:
+            return key
+    except ValueError:
+        pass
+    raise ValueError(f"object key {display_key(key)!r} is not canonical")
+
+
+def display_key(key: str) -> str:
+    """A printable, UTF-8-safe form of any listed key (undecodable bytes of a local
+    name as \\xNN), for reports only: never used to address an object."""
+    try:
+        key.encode("utf-8")
+        return key
+    except UnicodeEncodeError:
+        return os.fsencode(key).decode("utf-8", "backslashreplace")
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -91,8 +123,107 @@ def snapshot_manifests_prefix(coll: int, snapshot_id: int) -> str:
     return f"{SNAPSHOTS}/{coll}/manifests/{snapshot_id}/"
 
 
+def snapshot_attempt_manifest(coll: int, snapshot_id: int, attempt: int, n: int) -> str:
+    """Manifest `n` written by one write attempt (a racing attempt never shares a name)."""
+    return f"{snapshot_attempt_prefix(coll, snapshot_id, attempt)}{n}.avro"
+
+
+def snapshot_attempt_prefix(coll: int, snapshot_id: int, attempt: int) -> str:
+    return f"{SNAPSHOTS}/{coll}/manifests/{snapshot_id}/{attempt}/"
+
+
+def snapshot_attempt_metadata(coll: int, snapshot_id: int, attempt: int) -> str:
+    """Metadata JSON of one write attempt; the committed record names the winner's."""
+    return f"{snapshot_metadata_prefix(coll, snapshot_id)}{attempt}.json"
+
+
+def snapshot_metadata_prefix(coll: int, snapshot_id: int) -> str:
+    return f"{SNAPSHOTS}/{coll}/metadata/{snapshot_id}/"
+
+
 def report(kind: str, name: str) -> str:
     return f"{REPORTS}/{normalize_key(kind)}/{normalize_key(name)}.json"
+
+
+# -- parsing: the one parser, checked against the builders --------------------------------
+INSERT, DELTA, STATS, INDEX = "insert", "delta", "stats", "index"
+SNAPSHOT_METADATA, SNAPSHOT_MANIFEST = "snapshot_metadata", "snapshot_manifest"
+SNAPSHOT_ATTEMPT_METADATA, SNAPSHOT_ATTEMPT_MANIFEST = "snapshot_attempt_metadata", "snapshot_attempt_manifest"
+MAX_ID = 2**63 - 1
+_ID = r"(?:0|[1-9][0-9]{0,18})"
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}"  # an index file name (never a dot file)
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    """The ids a key of seglake's own layout encodes."""
+    kind: str
+    collection_id: int | None = None   # None for index files (keyed by build id)
+    partition_id: int | None = None
+    segment_id: int | None = None
+    field_id: int | None = None
+    log_id: int | None = None
+    build_id: int | None = None
+    version: int | None = None
+    name: str | None = None
+    snapshot_id: int | None = None
+    attempt: int | None = None
+    n: int | None = None
+
+    def key(self) -> str:
+        """The key the builders make from these ids."""
+        return _BUILD[self.kind](self)
+
+
+def _ids(*names: str) -> str:
+    return "/".join(f"(?P<{n}>{_ID})" for n in names)
+
+
+_PATTERNS = {kind: re.compile(rx, re.ASCII) for kind, rx in (
+    (INSERT, rf"{INSERT_LOG}/{_ids('collection_id', 'partition_id', 'segment_id', 'field_id', 'log_id')}"),
+    (DELTA, rf"{DELTA_LOG}/{_ids('collection_id', 'partition_id', 'segment_id', 'log_id')}"),
+    (STATS, rf"{STATS_LOG}/{_ids('collection_id', 'partition_id', 'segment_id', 'field_id', 'log_id')}"),
+    (INDEX, rf"{INDEX_FILES}/{_ids('build_id', 'version', 'partition_id', 'segment_id')}/(?P<name>{_NAME})"),
+    (SNAPSHOT_METADATA, rf"{SNAPSHOTS}/(?P<collection_id>{_ID})/metadata/(?P<snapshot_id>{_ID})\.json"),
+    (SNAPSHOT_MANIFEST, rf"{SNAPSHOTS}/(?P<collection_id>{_ID})/manifests/(?P<snapshot_id>{_ID})/(?P<n>{_ID})\.avro"),
+    (SNAPSHOT_ATTEMPT_METADATA,
+     rf"{SNAPSHOTS}/(?P<collection_id>{_ID})/metadata/(?P<snapshot_id>{_ID})/(?P<attempt>{_ID})\.json"),
+    (SNAPSHOT_ATTEMPT_MANIFEST,
+     rf"{SNAPSHOTS}/(?P<collection_id>{_ID})/manifests/(?P<snapshot_id>{_ID})/(?P<attempt>{_ID})/(?P<n>{_ID})\.avro"),
+)}
+_ROOT_KINDS = {INSERT_LOG: (INSERT,), DELTA_LOG: (DELTA,), STATS_LOG: (STATS,), INDEX_FILES: (INDEX,),
+               SNAPSHOTS: (SNAPSHOT_METADATA, SNAPSHOT_MANIFEST, SNAPSHOT_ATTEMPT_METADATA,
+                           SNAPSHOT_ATTEMPT_MANIFEST)}
+_BUILD = {
+    INSERT: lambda p: insert_log(p.collection_id, p.partition_id, p.segment_id, p.field_id, p.log_id),
+    DELTA: lambda p: delta_log(p.collection_id, p.partition_id, p.segment_id, p.log_id),
+    STATS: lambda p: stats_log(p.collection_id, p.partition_id, p.segment_id, p.field_id, p.log_id),
+    INDEX: lambda p: index_file(p.build_id, p.version, p.partition_id, p.segment_id, p.name),
+    SNAPSHOT_METADATA: lambda p: snapshot_metadata(p.collection_id, p.snapshot_id),
+    SNAPSHOT_MANIFEST: lambda p: snapshot_manifest(p.collection_id, p.snapshot_id, p.n),
+    SNAPSHOT_ATTEMPT_METADATA: lambda p: snapshot_attempt_metadata(p.collection_id, p.snapshot_id, p.attempt),
+    SNAPSHOT_ATTEMPT_MANIFEST: lambda p: snapshot_attempt_manifest(p.collection_id, p.snapshot_id, p.attempt, p.n),
+}
+
+
+def parse_key(key) -> ParsedKey | None:
+    """The ids of a segment or snapshot file of seglake's layout, or None for anything
+    else (other prefixes, odd names, non-canonical ids, '//', trailing '/', backslashes,
+    undecodable names, ids past int64). Never raises; a result always round-trips:
+    `parse_key(k).key() == k`."""
+    if not isinstance(key, str):
+        return None
+    root = key.partition("/")[0]
+    for kind in _ROOT_KINDS.get(root, ()):
+        m = _PATTERNS[kind].fullmatch(key)
+        if m is None:
+            continue
+        fields = {k: (v if k == "name" else int(v)) for k, v in m.groupdict().items()}
+        if any(v > MAX_ID for k, v in fields.items() if k != "name"):
+            return None
+        parsed = ParsedKey(kind, **fields)
+        return parsed if parsed.key() == key else None
+    return None
 
 
 @dataclass(frozen=True)

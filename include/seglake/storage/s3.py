@@ -10,8 +10,8 @@ import io
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, SeglakeError, Unavailable
-from seglake.storage.base import DeleteError, ObjectInfo, Store
-from seglake.storage.layout import normalize_key, normalize_prefix
+from seglake.storage.base import ChecksumMismatch, DeleteError, DeleteOutcome, ObjectInfo, Store
+from seglake.storage.layout import check_key, normalize_key, normalize_prefix
 
 DELETE_BATCH = 1000
 MAX_COPY_OBJECT = 5 * 1024**3
@@ -62,7 +62,7 @@ class S3Store(Store):
 
     # key mapping ------------------------------------------------------------------------
     def _full(self, key: str) -> str:
-        k = normalize_key(key)
+        k = normalize_key(key)  # reads and writes; deletes pass check_key first
         return f"{self.base}/{k}" if self.base else k
 
     def _rel(self, full: str) -> str:
@@ -90,14 +90,17 @@ class S3Store(Store):
             raise self._err(e, what, key) from None
 
     # Store ------------------------------------------------------------------------------
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", report_unreadable: bool = False) -> Iterator[ObjectInfo]:
         pfx = normalize_prefix(prefix)
-        full = f"{self.base}/{pfx}" if self.base else pfx
+        yield from self._list_full(f"{self.base}/{pfx}" if self.base else pfx)
+
+    def _list_full(self, full: str) -> Iterator[ObjectInfo]:
+        """Every object under the exact bucket prefix `full`, keys exactly as listed."""
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": 1000})
         it = iter(pages)
         while True:
-            page = self._do("list", pfx, lambda: next(it, None))
+            page = self._do("list", self._rel(full), lambda: next(it, None))
             if page is None:
                 return
             for obj in page.get("Contents", []):
@@ -105,7 +108,7 @@ class S3Store(Store):
                     continue  # directory marker
                 yield ObjectInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"].timestamp())
 
-    def list_level(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+    def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         pfx = normalize_prefix(prefix)
         full = f"{self.base}/{pfx}" if self.base else pfx
         pages = self.client.get_paginator("list_objects_v2").paginate(
@@ -116,7 +119,12 @@ class S3Store(Store):
             page = self._do("list", pfx, lambda: next(it, None))
             if page is None:
                 return dirs, files
-            dirs += [self._rel(p["Prefix"]) for p in page.get("CommonPrefixes", [])]
+            for p in page.get("CommonPrefixes", []):
+                rel = self._rel(p["Prefix"])
+                try:
+                    dirs.append(check_key(rel[:-1]) + "/")
+                except ValueError:  # 'a//', '/', ... : list() cannot take it; its objects come back here
+                    files += self._list_full(p["Prefix"])
             files += [ObjectInfo(self._rel(o["Key"]), o["Size"], o["LastModified"].timestamp())
                       for o in page.get("Contents", []) if not o["Key"].endswith("/")]
 
@@ -146,29 +154,79 @@ class S3Store(Store):
             self._do("copy", src, lambda: self.client.copy(source, self.bucket, self._full(dst)))
         return ObjectInfo(normalize_key(dst), info.size, info.mtime)
 
-    def delete_many(self, keys: Iterable[str]) -> list[DeleteError]:
-        errors: list[DeleteError] = []
-        batch: list[str] = []
+    def checksum(self, key: str) -> str:
+        """The object's MD5 as S3 records it (its ETag; no download). A multipart ETag is
+        not a content hash: those objects are streamed and hashed here instead."""
+        r = self._do("head", key, lambda: self.client.head_object(Bucket=self.bucket, Key=self._full(key)))
+        etag = r.get("ETag", "").strip('"')
+        return f"md5:{etag}" if etag and "-" not in etag else super().checksum(key)
 
-        def flush():
-            if not batch:
-                return
+    def copy_checked(self, src: str, dst: str) -> tuple[ObjectInfo, str]:
+        """Server-side copy (atomic on S3), checked by comparing the target's ETag (from
+        the copy's answer) with the source's: the same requests as copy()."""
+        source = {"Bucket": self.bucket, "Key": self._full(src)}
+        head = self._do("head", src, lambda: self.client.head_object(**source))
+        want = head.get("ETag", "").strip('"')
+        if head["ContentLength"] > MAX_COPY_OBJECT or not want or "-" in want:
+            return super().copy_checked(src, dst)
+        r = self._do("copy", src, lambda: self.client.copy_object(
+            Bucket=self.bucket, Key=self._full(dst), CopySource=source))
+        got = r.get("CopyObjectResult", {}).get("ETag", "").strip('"')
+        if got != want:
+            raise ChecksumMismatch(f"copy of {src} to {dst}: target ETag {got}, source {want}")
+        return ObjectInfo(normalize_key(dst), head["ContentLength"], head["LastModified"].timestamp()), f"md5:{want}"
+
+    def delete_checked(self, objects: Iterable[str | ObjectInfo]) -> DeleteOutcome:
+        """DeleteObjects in 1000s of exactly the keys given (never a normalised one; S3
+        has no symlinks). An ObjectInfo is first HEADed (in parallel): gone -> missing,
+        another size or a Last-Modified more than a second off (HEAD has second
+        precision) -> changed and kept. S3 cannot delete conditionally, so an object
+        rewritten between that HEAD and the delete is not detected."""
+        out = DeleteOutcome()
+        plain, expected = [], []
+        for o in objects:
+            key = o.key if isinstance(o, ObjectInfo) else o
+            try:
+                check_key(key)
+            except ValueError as e:
+                out.errors.append(DeleteError(key, str(e)))
+                continue
+            (expected if isinstance(o, ObjectInfo) else plain).append(o)
+        if expected:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max(1, min(16, self._client_args["max_pool"]))) as pool:
+                verdicts = list(pool.map(self._still_there, expected))
+            for o, verdict in zip(expected, verdicts, strict=True):
+                if verdict == "same":
+                    plain.append(o.key)
+                elif isinstance(verdict, DeleteError):
+                    out.errors.append(verdict)
+                else:
+                    getattr(out, verdict).append(o.key)
+        for i in range(0, len(plain), DELETE_BATCH):
+            batch = plain[i:i + DELETE_BATCH]
             resp = self._do("delete", batch[0], lambda: self.client.delete_objects(
                 Bucket=self.bucket,
                 Delete={"Objects": [{"Key": self._full(k)} for k in batch], "Quiet": True}))
+            failed = {}
             for err in resp.get("Errors", []):
-                if err.get("Code") in ("NoSuchKey",):
-                    continue
-                errors.append(DeleteError(self._rel(err["Key"]), f"{err.get('Code')}: {err.get('Message')}"))
-            batch.clear()
+                if err.get("Code") not in ("NoSuchKey",):
+                    failed[self._rel(err["Key"])] = f"{err.get('Code')}: {err.get('Message')}"
+            out.errors += [DeleteError(k, e) for k, e in failed.items()]
+            out.deleted += [k for k in batch if k not in failed]
+        return out
 
-        for k in keys:
-            normalize_key(k)
-            batch.append(k)
-            if len(batch) >= DELETE_BATCH:
-                flush()
-        flush()
-        return errors
+    def _still_there(self, o: ObjectInfo):
+        try:
+            now = self.head(o.key)
+        except NotFound:
+            return "missing"
+        except SeglakeError as e:
+            return DeleteError(o.key, str(e))
+        if now.size != o.size or abs(now.mtime - o.mtime) >= 1.0:
+            return "changed"
+        return "same"
 
     def ensure_bucket(self) -> None:
         from botocore.exceptions import ClientError

@@ -21,7 +21,6 @@ Fragment file `wal/{pchannel}/{n:020d}.frag` (layout.wal_fragment):
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 import time
@@ -69,16 +68,11 @@ def all_pchannels() -> list[str]:
 
 def check_wal_settings(s) -> None:
     """The WAL's config keys are finite and in range (refused before any side effect)."""
-    bounds = {"wal_batch_time": (0.0, 10.0), "wal_txn_keepalive": (1.0, 7 * 86400.0),
-              "wal_scanner_startup_delay": (0.0, 86400.0), "wal_pause_poll": (0.01, 600.0)}
-    for k, (lo, hi) in bounds.items():
-        v = getattr(s, k)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-            raise ValidationError(f"config key {k!r}: must be a finite duration in [{lo}, {hi}] s, got {v!r}")
-    if s.wal_fragment_bytes > 1 << 30:
-        raise ValidationError(f"config key 'wal_fragment_bytes': at most 1 GiB, got {s.wal_fragment_bytes}")
-    if s.wal_fragment_records > 1_000_000:
-        raise ValidationError(f"config key 'wal_fragment_records': at most 1000000, got {s.wal_fragment_records}")
+    from seglake import limits
+
+    for k in ("wal_fragment_bytes", "wal_fragment_records", "wal_batch_time", "wal_txn_keepalive",
+              "wal_scanner_startup_delay", "wal_pause_poll"):
+        limits.check(k, f"config key {k!r}", getattr(s, k))
 
 
 # -- fragment encoding ------------------------------------------------------------------

@@ -1,0 +1,194 @@
+"""The operator's view of the store, read-only: what the seglake page in Airflow and the
+`/metrics` endpoint show. Everything is computed from etcd and the store at call time;
+nothing here writes.
+
+`overview()` returns plain JSON-able dicts (collections, snapshots, copy jobs with rate
+and ETA, the latest GC summary, GC pause state, WAL channels). Each section is read on
+its own: a section that cannot be read carries an `error` string instead of hiding the
+others, so a page always renders what it can.
+
+WAL channels come from an optional hook: when `seglake.wal` exists and exposes
+`console_channels(meta) -> list[dict]` (keys: vchannel, term, writer, last_tick_ts,
+checkpoint_ts, lag_s, paused), its rows are shown; otherwise the section is empty.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections import Counter, defaultdict
+from typing import Callable
+
+from seglake.errors import NotFound, SeglakeError
+from seglake.meta import Meta
+from seglake.meta.catalog import COLLECTION_TRANSITIONS
+from seglake.meta.copyjobs import JOB_EXECUTING, JOB_TERMINAL, JOB_TRANSITIONS, TASK_TRANSITIONS
+from seglake.meta.segments import DROPPED, SEGMENT_TRANSITIONS
+from seglake.meta.snapshots import SNAPSHOT_TRANSITIONS
+from seglake.storage import Store
+
+COLLECTION_STATES = tuple(COLLECTION_TRANSITIONS)
+SEGMENT_STATES = tuple(SEGMENT_TRANSITIONS)
+SNAPSHOT_STATES = tuple(SNAPSHOT_TRANSITIONS)
+JOB_STATES = tuple(JOB_TRANSITIONS)
+TASK_STATES = tuple(TASK_TRANSITIONS)
+WAL_HOOK = "console_channels"
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _section(fn: Callable[[], object]) -> dict:
+    """Run one read; a failure becomes {"error": ...} for that section only."""
+    try:
+        return {"rows": fn(), "error": None}
+    except (SeglakeError, OSError, ValueError, KeyError) as e:
+        return {"rows": [], "error": f"{type(e).__name__}: {e}"}
+
+
+# -- collections ----------------------------------------------------------------------------
+def collections(meta: Meta) -> list[dict]:
+    """Every collection (dropped ones too) with its live segments, rows, bytes, files."""
+    stats: dict[int, dict] = defaultdict(lambda: {"segments": 0, "rows": 0, "bytes": 0, "files": 0,
+                                                  "by_state": Counter()})
+    for seg in meta.segments.list():
+        s = stats[seg.collection_id]
+        s["by_state"][seg.state] += 1
+        if seg.state != DROPPED:
+            s["segments"] += 1
+            s["rows"] += seg.num_rows
+            s["bytes"] += seg.total_size()
+            s["files"] += seg.file_count()
+    out = []
+    for c in meta.catalog.list(include_dropped=True):
+        s = stats[c.collection_id]
+        out.append({"collection_id": c.collection_id, "name": c.name, "db": c.db, "state": c.state,
+                    "segments": s["segments"], "rows": s["rows"], "bytes": s["bytes"], "files": s["files"],
+                    "segments_by_state": dict(s["by_state"]), "partitions": len(c.partitions),
+                    "shards": c.shards, "channels": list(c.vchannels)})
+    return sorted(out, key=lambda r: (r["db"], r["name"], r["collection_id"]))
+
+
+# -- snapshots ------------------------------------------------------------------------------
+def snapshots(meta: Meta, now: float) -> list[dict]:
+    out = []
+    for r in meta.snapshots.list():
+        ttl_left = _finite(r.expires_at - now) if r.expires_at is not None else None
+        out.append({"collection": r.collection_name, "collection_id": r.collection_id, "db": r.db,
+                    "name": r.name, "state": r.state, "description": r.description,
+                    "created_at": r.created_at, "age_s": max(0.0, now - r.created_at),
+                    "expires_at": r.expires_at, "ttl_left_s": ttl_left, "pins": list(r.pins),
+                    "segments": r.segments, "rows": r.rows, "bytes": r.bytes, "files": r.files,
+                    "error": r.error})
+    return sorted(out, key=lambda r: (r["db"], r["collection"], r["name"]))
+
+
+# -- copy jobs ------------------------------------------------------------------------------
+def job_rate_eta(job: dict, now: float) -> tuple[float | None, float | None]:
+    """(bytes per second, seconds left) of a copy job from its progress; None when unknown.
+    The rate is over the job's running time (until it finished); the ETA only while it runs."""
+    p = job["progress"]
+    started = job.get("started_at")
+    if not started:
+        return None, None
+    elapsed = (job.get("finished_at") or now) - started
+    if elapsed <= 0 or p["copied_bytes"] <= 0:
+        return None, None
+    rate = p["copied_bytes"] / elapsed
+    eta = None
+    if job["state"] == JOB_EXECUTING:
+        eta = max(0.0, (p["total_bytes"] - p["copied_bytes"]) / rate)
+    return _finite(rate), _finite(eta)
+
+
+def copy_jobs(meta: Meta, now: float) -> list[dict]:
+    from seglake.lifecycle import copyjob
+
+    out = []
+    for job in meta.copyjobs.list():
+        try:
+            d = copyjob.describe_job(meta, job.job_id, now=now)
+        except NotFound:  # removed between the list and the read (retention cleanup)
+            continue
+        p = d["progress"]
+        rate, eta = job_rate_eta(d, now)
+
+        def frac(done: int, total: int) -> float:
+            return min(1.0, done / total) if total > 0 else 1.0
+
+        d.update(rate_bps=rate, eta_s=eta, terminal=d["state"] in JOB_TERMINAL,
+                 fractions={"segments": frac(p["copied_segments"], p["total_segments"]),
+                            "files": frac(p["copied_files"], p["total_files"]),
+                            "bytes": frac(p["copied_bytes"], p["total_bytes"])})
+        out.append(d)
+    return sorted(out, key=lambda d: -d["job_id"])
+
+
+def task_states(meta: Meta) -> Counter:
+    """Copy tasks of every job, by state."""
+    n: Counter = Counter()
+    for job in meta.copyjobs.list():
+        for t in meta.copyjobs.tasks(job.job_id):
+            n[t.state] += 1
+    return n
+
+
+# -- gc -------------------------------------------------------------------------------------
+def gc_latest(store: Store) -> dict | None:
+    """The latest GC run's summary, flattened for display: totals, per (collection, reason)
+    rows, what was swept. None when no run was recorded yet."""
+    from seglake.lifecycle import gc
+
+    try:
+        s = gc.latest_summary(store)
+    except NotFound:
+        return None
+    rows = []
+    for key, v in sorted((s.get("by_collection_reason") or {}).items()):
+        coll, _, reason = key.partition("/")
+        rows.append({"collection_id": int(coll) if coll.lstrip("-").isdigit() else None,
+                     "reason": reason or "?", "files": int(v.get("files", 0)), "bytes": int(v.get("bytes", 0))})
+    swept = s.get("swept")
+    return {"run_id": s.get("run_id"), "started_at": s.get("started_at"), "dry_run": bool(s.get("dry_run")),
+            "listed": s.get("listed", 0), "candidates": s.get("candidates", 0),
+            "candidate_bytes": s.get("candidate_bytes", 0), "kept": s.get("kept") or {},
+            "rows": rows, "swept": swept,
+            "deleted": (swept or {}).get("deleted", 0), "deleted_bytes": (swept or {}).get("deleted_bytes", 0)}
+
+
+def gc_pause(meta: Meta) -> dict:
+    from seglake.lifecycle import gc
+
+    glob, colls = gc.paused_scopes(meta)
+    return {"all": glob, "collections": sorted(colls)}
+
+
+# -- WAL channels (optional) --------------------------------------------------------------------
+def wal_channels(meta: Meta) -> list[dict]:
+    """Rows from `seglake.wal.console_channels(meta)` when the WAL module provides it."""
+    try:
+        wal = importlib.import_module("seglake.wal")
+    except ModuleNotFoundError as e:
+        if e.name not in ("seglake.wal", "seglake"):
+            raise
+        return []
+    hook = getattr(wal, WAL_HOOK, None)
+    return list(hook(meta)) if callable(hook) else []
+
+
+# -- everything ---------------------------------------------------------------------------------
+def overview(meta: Meta, store: Store, now: float | None = None) -> dict:
+    now = time.time() if now is None else now
+    out = {"now": now,
+           "collections": _section(lambda: collections(meta)),
+           "snapshots": _section(lambda: snapshots(meta, now)),
+           "jobs": _section(lambda: copy_jobs(meta, now)),
+           "gc": _section(lambda: gc_latest(store)),
+           "gc_pause": _section(lambda: gc_pause(meta)),
+           "channels": _section(lambda: wal_channels(meta))}
+    names = {c["collection_id"]: c["name"] for c in out["collections"]["rows"]}
+    for r in (out["gc"]["rows"] or {}).get("rows", []):
+        r["collection"] = names.get(r["collection_id"])
+    return out

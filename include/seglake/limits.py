@@ -1,0 +1,131 @@
+"""The range of every number that crosses an edge, declared once.
+
+Config keys (file, Variable, SEGLAKE_* env), DAG conf keys (Param form, REST), CLI flags
+and the engine entry points (gc.pause, snapshot ttl, restore timeout) all check their
+numbers here: finite, of the right kind (an integer where an id or a count is meant) and
+within [minimum, maximum], or a ValidationError naming the key, before any side effect.
+NaN must be refused explicitly: it compares false with every bound, so `x < floor`
+lets it through. Durations are in seconds; a form in hours scales the same Limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from seglake.errors import ValidationError
+
+HOUR = 3600.0
+DAY = 86400.0
+YEAR = 365 * DAY
+ID_MAX = 2**63 - 1  # ids are int64 in etcd records, Parquet columns and Spark rows
+
+
+@dataclass(frozen=True)
+class Limit:
+    minimum: float
+    maximum: float
+    integer: bool = False
+    exclusive_minimum: bool = False
+    unit: str = ""
+
+    def check(self, key: str, value: Any, scale: float = 1.0) -> int | float:
+        """`value` (in units of `scale`, e.g. hours) as a checked number in base units
+        (seconds): refused when not a number, NaN, infinite, fractional for an integer
+        key, or out of range. The message names `key` and the bounds in `key`'s units."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            kind = "an integer" if self.integer else "a number"
+            raise ValidationError(f"{key}: expected {kind}, got {_show(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError(f"{key}: {value!r} is not a finite number")
+        if self.integer:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValidationError(f"{key}: expected an integer, got {value!r}")
+            value = int(value)
+        lo, hi = self.bounds(scale)
+        low_ok = value > lo if self.exclusive_minimum else value >= lo
+        if not low_ok or value > hi:
+            raise ValidationError(f"{key}: {value!r} is out of range, must be {self.describe(scale)}")
+        base = value if scale == 1.0 else value * scale
+        return int(base) if self.integer else float(base)
+
+    def bounds(self, scale: float = 1.0) -> tuple[int | float, int | float]:
+        """(minimum, maximum) in units of `scale`; exact for integers (2**63 - 1 is not
+        a float: dividing would round it up to 2**63 and let 2**63 through)."""
+        if scale == 1.0:
+            return self.minimum, self.maximum
+        return _num(self.minimum / scale), _num(self.maximum / scale)
+
+    def describe(self, scale: float = 1.0) -> str:
+        lo, hi = self.bounds(scale)
+        return f"{'>' if self.exclusive_minimum else '>='} {lo} and <= {hi}"
+
+    def schema(self, scale: float = 1.0) -> dict[str, Any]:
+        """JSON-schema bounds for a Param. The `not` clause refuses NaN up front (before
+        a run exists): NaN passes `minimum` and `maximum` alike, a real number never
+        passes both of an empty interval. Infinity fails `maximum`/`minimum` already."""
+        lo, hi = self.bounds(scale)
+        out: dict[str, Any] = {"maximum": hi, "exclusiveMinimum" if self.exclusive_minimum else "minimum": lo}
+        out["not"] = {"type": "number", "minimum": 1, "maximum": 0}
+        return out
+
+
+def _num(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else x
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _seconds(maximum: float, *, positive: bool = False) -> Limit:
+    return Limit(0, maximum, exclusive_minimum=positive, unit="s")
+
+
+def _count(minimum: int, maximum: int) -> Limit:
+    return Limit(minimum, maximum, integer=True)
+
+
+LIMITS: dict[str, Limit] = {
+    # -- config keys (seglake.config.Settings): one entry per numeric key ----------------
+    "etcd_timeout": _seconds(HOUR, positive=True),
+    "etcd_retries": _count(0, 100),
+    "missing_tolerance": _seconds(10 * YEAR),
+    "drop_tolerance": _seconds(10 * YEAR),
+    "copy_job_retention": _seconds(10 * YEAR),
+    "snapshot_pending_timeout": _seconds(30 * DAY, positive=True),
+    "copy_job_timeout": _seconds(7 * DAY, positive=True),
+    "tolerance_floor": _seconds(10 * YEAR),
+    "max_segments_per_task": _count(1, 100_000),
+    "inline_threshold_bytes": _count(0, 2**50),
+    "snapshot_inline_max_segments": _count(0, 10**9),
+    "segments_per_manifest": _count(1, 1_000_000),
+    "gc_inline_max_files": _count(0, 10**10),
+    "id_block_size": _count(1, 10**7),
+    "copy_threads": _count(1, 256),
+    "wal_fragment_bytes": _count(1024, 1 << 30),
+    "wal_fragment_records": _count(1, 1_000_000),
+    "wal_batch_time": _seconds(10.0),
+    "wal_txn_keepalive": Limit(1.0, 7 * DAY, unit="s"),
+    "wal_scanner_startup_delay": _seconds(DAY),
+    "wal_pause_poll": Limit(0.01, 600.0, unit="s"),
+    # -- engine entry points and the conf / CLI keys that feed them ----------------------
+    "snapshot_ttl": _seconds(10 * YEAR),               # 0: no TTL
+    "restore_timeout": _seconds(7 * DAY, positive=True),
+    "gc_pause_ttl": _seconds(YEAR, positive=True),
+    "id": _count(1, ID_MAX),                           # job, collection, segment ids
+    "poll_interval": _seconds(HOUR, positive=True),
+    # -- demo data (Milvus limits: 1024 partitions, 16 shards, dim 32768) ------------------
+    "demo_partitions": _count(1, 1024),
+    "demo_segments": _count(1, 10_000),
+    "demo_rows": _count(1, 10_000_000),
+    "demo_dim": _count(1, 32_768),
+    "demo_shards": _count(1, 16),
+}
+
+
+def check(limit: str, key: str, value: Any, scale: float = 1.0) -> int | float:
+    """LIMITS[limit].check(key, value, scale): the one call every edge makes."""
+    return LIMITS[limit].check(key, value, scale)

@@ -1,0 +1,127 @@
+"""Prometheus text exposition of the store's state, computed from etcd and the store at
+scrape time (Milvus-style gauges by state). Pure over Meta/Store: the Airflow plugin only
+serves `render()`.
+
+Every state of every state machine is emitted, zero included, so a series never vanishes
+between scrapes; label values are escaped; every value is finite. When a source cannot be
+read, its gauges are left out and `seglake_scrape_error{source=...}` is 1.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from typing import Callable, Iterable
+
+from seglake import console
+from seglake.errors import SeglakeError
+from seglake.meta import Meta
+from seglake.storage import Store
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _escape(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _num(v: float) -> str:
+    v = float(v)
+    if not math.isfinite(v):
+        raise ValueError(f"metric value is not finite: {v}")
+    return str(int(v)) if v.is_integer() and abs(v) < 2 ** 53 else repr(v)
+
+
+class Exposition:
+    """Collects metric families and renders them in the text format (version 0.0.4)."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+
+    def family(self, name: str, help_: str, samples: Iterable[tuple[dict, float]], kind: str = "gauge") -> None:
+        self._lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
+        for labels, value in samples:
+            lab = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            self._lines.append(f"{name}{{{lab}}} {_num(value)}" if lab else f"{name} {_num(value)}")
+
+    def text(self) -> str:
+        return "\n".join(self._lines) + "\n"
+
+
+def _by_state(counts: Counter, states: Iterable[str]) -> list[tuple[dict, float]]:
+    """One sample per known state (zeros included), plus any unexpected state seen."""
+    known = list(states)
+    return [({"state": s}, counts.get(s, 0)) for s in known + sorted(set(counts) - set(known))]
+
+
+def render(meta: Meta, store: Store, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    out = Exposition()
+    errors: dict[str, int] = {}
+
+    def read(source: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+            errors[source] = 0
+        except (SeglakeError, OSError, ValueError, KeyError):
+            errors[source] = 1
+
+    def collections() -> None:
+        rows = console.collections(meta)
+        out.family("seglake_collections", "Collections by state.",
+                   _by_state(Counter(r["state"] for r in rows), console.COLLECTION_STATES))
+        segs: Counter = Counter()
+        for r in rows:
+            segs.update(r["segments_by_state"])
+        out.family("seglake_segments", "Segment records by state.", _by_state(segs, console.SEGMENT_STATES))
+        out.family("seglake_live_bytes", "Bytes referenced by live (not Dropped) segments.",
+                   [({}, sum(r["bytes"] for r in rows))])
+
+    def snapshots() -> None:
+        rows = console.snapshots(meta, now)
+        out.family("seglake_snapshots", "Snapshots by state.",
+                   _by_state(Counter(r["state"] for r in rows), console.SNAPSHOT_STATES))
+        out.family("seglake_snapshot_pins", "Copy jobs pinning a snapshot, summed over snapshots.",
+                   [({}, sum(len(r["pins"]) for r in rows))])
+
+    def jobs() -> None:
+        job_counts, task_counts = Counter(j.state for j in meta.copyjobs.list()), console.task_states(meta)
+        out.family("seglake_copy_jobs", "Copy-segment jobs by state.", _by_state(job_counts, console.JOB_STATES))
+        out.family("seglake_copy_tasks", "Copy-segment tasks by state.", _by_state(task_counts, console.TASK_STATES))
+
+    def gc() -> None:
+        g = console.gc_latest(store)
+        ran = g is not None
+        g = g or {}
+        out.family("seglake_gc_last_run_timestamp_seconds", "Start of the latest GC run (0: none yet).",
+                   [({}, g.get("started_at") or 0)])
+        out.family("seglake_gc_last_run_dry_run", "1 when the latest GC run was a dry run.",
+                   [({}, 1 if g.get("dry_run") else 0)])
+        out.family("seglake_gc_candidate_files", "Orphan candidates of the latest GC run.",
+                   [({}, g.get("candidates", 0))])
+        out.family("seglake_gc_candidate_bytes", "Bytes of the orphan candidates of the latest GC run.",
+                   [({}, g.get("candidate_bytes", 0))])
+        out.family("seglake_gc_deleted_files", "Files the latest GC run deleted.", [({}, g.get("deleted", 0))])
+        out.family("seglake_gc_deleted_bytes", "Bytes the latest GC run deleted.", [({}, g.get("deleted_bytes", 0))])
+        out.family("seglake_gc_runs_recorded", "1 once a GC run has written a summary.", [({}, int(ran))])
+
+    def gc_pause() -> None:
+        p = console.gc_pause(meta)
+        out.family("seglake_gc_paused", "1 when GC is paused for the scope.",
+                   [({"scope": "all"}, int(p["all"]))]
+                   + [({"scope": str(c)}, 1) for c in p["collections"]])
+
+    def wal() -> None:
+        rows = console.wal_channels(meta)
+        out.family("seglake_wal_checkpoint_lag_seconds", "Checkpoint lag per virtual channel.",
+                   [({"vchannel": r["vchannel"]}, r["lag_s"]) for r in rows
+                    if isinstance(r.get("lag_s"), (int, float)) and math.isfinite(r["lag_s"])])
+
+    for source, fn in (("collections", collections), ("snapshots", snapshots), ("copy_jobs", jobs),
+                       ("gc", gc), ("gc_pause", gc_pause), ("wal", wal)):
+        read(source, fn)
+    out.family("seglake_scrape_error", "1 when a source could not be read at this scrape.",
+               [({"source": s}, v) for s, v in errors.items()])
+    out.family("seglake_scrape_timestamp_seconds", "When this scrape was computed.", [({}, now)])
+    return out.text()

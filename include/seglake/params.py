@@ -1,0 +1,193 @@
+"""The DAG conf contract, declared once per DAG and used twice:
+
+* as the DAG's Param form (`param_schemas`): Airflow validates a UI or REST conf
+  against it before a run exists (types, name patterns, ranges, NaN via seglake.limits);
+* by `check_conf`, the strict check the first task of every DAG runs on the run's RAW
+  conf (`dag_run.conf`) before any side effect: Airflow has no strict mode, so an
+  unknown or misspelt key (`{"tagret": ...}`, gc `{"dryrun": true}`) would otherwise be
+  ignored and its default used. Unknown keys are refused naming the closest valid one;
+  what a DAG creates or destroys (collection, snapshot name, target, job id) has no
+  default and is required; every number is finite and in range; names full-match.
+
+Every conf key of every DAG is listed here; a DAG never declares a Param of its own.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from seglake.errors import ValidationError
+from seglake.limits import HOUR, LIMITS
+from seglake.names import NAME_PATTERN, validate_name
+
+ENGINES = ("auto", "spark", "inline")
+KINDS = ("name", "text", "number", "integer", "boolean", "enum")
+
+
+@dataclass(frozen=True)
+class Key:
+    kind: str                      # one of KINDS
+    title: str
+    required: bool = False         # no default: the run must name it
+    default: Any = None
+    nullable: bool = False         # null / absent means "from config" (the default)
+    description: str = ""
+    limit: str = ""                # seglake.limits key for number / integer
+    scale: float = 1.0             # one conf unit in the limit's units (HOUR: conf in hours)
+    choices: tuple = ()
+    max_length: int = 1024
+
+    def schema(self) -> dict[str, Any]:
+        """Param kwargs (JSON schema + title/description); no default when required."""
+        base = {"name": "string", "text": "string", "number": "number", "integer": "integer",
+                "boolean": "boolean", "enum": "string"}[self.kind]
+        out: dict[str, Any] = {"type": ["null", base] if self.nullable else base, "title": self.title}
+        if self.description:
+            out["description"] = self.description
+        if self.kind == "name":
+            out["pattern"] = NAME_PATTERN
+        elif self.kind == "text":
+            out["maxLength"] = self.max_length
+        elif self.kind == "enum":
+            out["enum"] = [*([None] if self.nullable else []), *self.choices]
+        elif self.kind in ("number", "integer"):
+            out.update(LIMITS[self.limit].schema(self.scale))
+        return out
+
+    def check(self, key: str, value: Any) -> Any:
+        """The value if valid, else ValidationError naming `key` (never a secret here)."""
+        if value is None:
+            if self.nullable:
+                return None
+            hint = (" (a NaN or Infinity in a JSON conf arrives as null)"
+                    if self.kind in ("number", "integer") else "")
+            raise ValidationError(f"conf key {key!r} is null{hint}: expected {self._expected()}")
+        if self.kind == "name":
+            validate_name(key, value)
+        elif self.kind == "text":
+            if not isinstance(value, str) or len(value) > self.max_length:
+                raise ValidationError(f"conf key {key!r}: expected a string of at most {self.max_length} "
+                                      f"characters, got {_show(value)}")
+        elif self.kind == "boolean":
+            if not isinstance(value, bool):
+                raise ValidationError(f"conf key {key!r}: expected true or false, got {_show(value)}")
+        elif self.kind == "enum":
+            if value not in self.choices:
+                raise ValidationError(f"conf key {key!r}: expected one of {', '.join(self.choices)}, "
+                                      f"got {_show(value)}")
+        else:
+            LIMITS[self.limit].check(f"conf key {key!r}", value, self.scale)
+        return value
+
+    def _expected(self) -> str:
+        return {"name": "a name", "text": "a string", "number": "a finite number", "integer": "an integer",
+                "boolean": "true or false", "enum": "one of " + ", ".join(self.choices)}[self.kind]
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+ENGINE = Key("enum", "Engine", default="auto", choices=ENGINES,
+             description="auto: inline below the size threshold, Spark above it")
+DB = Key("name", "Database", default="default")
+
+
+def _name(title: str, description: str = "") -> Key:
+    return Key("name", title, required=True, description=description)
+
+
+SPECS: dict[str, dict[str, Key]] = {
+    "snapshot_create": {
+        "collection": _name("Collection"),
+        "name": _name("Snapshot name"),
+        "description": Key("text", "Description", default="", nullable=True),  # "" alone would be required
+        "ttl_hours": Key("number", "TTL (hours)", default=0, limit="snapshot_ttl", scale=HOUR,
+                         description="Garbage-collect the snapshot after this long; 0 keeps it until dropped"),
+        "db": DB,
+        "engine": ENGINE,
+    },
+    "snapshot_drop": {
+        "collection": _name("Collection"),
+        "name": _name("Snapshot name", "The snapshot to drop (no default)"),
+        "db": DB,
+    },
+    "snapshot_restore": {
+        "collection": _name("Source collection"),
+        "snapshot": _name("Snapshot"),
+        "target": _name("Target collection", "Must not exist yet (no default)"),
+        "db": DB,
+        "engine": ENGINE,
+        "timeout_hours": Key("number", "Job timeout (hours)", nullable=True, limit="restore_timeout", scale=HOUR,
+                             description="Empty: copy_job_timeout from config (1 h)"),
+    },
+    "copy_segment_job": {
+        "job_id": Key("integer", "Copy job id", required=True, limit="id",
+                      description="From `seglake jobs list` (no default)"),
+        "engine": Key("enum", "Engine", nullable=True, choices=ENGINES,
+                      description="Empty: the engine the job was created with (a resume keeps it)"),
+    },
+    "gc": {
+        "dry_run": Key("boolean", "Dry run", default=False, description="Mark only: delete nothing"),
+        "collection": Key("name", "Collection", nullable=True, description="Empty: the whole store"),
+        "db": DB,
+        "missing_tolerance_hours": Key("number", "Orphan tolerance (hours)", nullable=True,
+                                       limit="missing_tolerance", scale=HOUR,
+                                       description="Empty: from config (1 day)"),
+        "drop_tolerance_hours": Key("number", "Dropped-segment tolerance (hours)", nullable=True,
+                                    limit="drop_tolerance", scale=HOUR, description="Empty: from config (3 h)"),
+        "force": Key("boolean", "Force", default=False, description="Allow tolerances below the 1 hour floor"),
+        "engine": ENGINE,
+    },
+    "verify_collection": {
+        "collection": _name("Collection", "Name of the collection to verify"),
+        "db": DB,
+    },
+}
+
+# Keys people send to the wrong DAG, where difflib finds nothing close.
+HINTS: dict[str, dict[str, str]] = {
+    "snapshot_create": {"snapshot": "name"},
+    "snapshot_drop": {"snapshot": "name"},
+    "snapshot_restore": {"name": "snapshot", "target_collection": "target", "timeout": "timeout_hours"},
+    "copy_segment_job": {"job": "job_id", "id": "job_id"},
+    "gc": {"tolerance": "missing_tolerance_hours"},
+}
+
+
+def closest(key: str, valid: list[str], hints: Mapping[str, str] | None = None) -> str:
+    """' (did you mean ...?)' or the list of valid keys, for an error message."""
+    near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+    guess = near[0] if near else (hints or {}).get(str(key))
+    if guess:
+        return f" (did you mean {guess!r}?)"
+    return f"; valid keys: {', '.join(valid)}"
+
+
+def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The run's conf with defaults filled in, or one ValidationError listing every
+    problem: unknown keys (naming the closest valid one), missing required keys, values
+    of the wrong type, NaN/Infinity, out of range. Pure: call it before any side effect."""
+    spec = SPECS[dag_id]
+    conf = {} if conf is None else conf
+    if not isinstance(conf, Mapping):
+        raise ValidationError(f"{dag_id}: conf must be a JSON object, got {type(conf).__name__}")
+    problems: list[str] = []
+    for key in conf:
+        if key not in spec:
+            problems.append(f"unknown conf key {key!r}{closest(key, list(spec), HINTS.get(dag_id))}")
+    out: dict[str, Any] = {}
+    for key, k in spec.items():
+        if k.required and conf.get(key) is None and key not in conf:
+            problems.append(f"missing conf key {key!r}: {k.title.lower()} has no default")
+            continue
+        try:
+            out[key] = k.check(key, conf[key]) if key in conf else k.default
+        except ValidationError as e:
+            problems.append(str(e))
+    if problems:
+        raise ValidationError(f"{dag_id}: refused conf before any change: " + "; ".join(problems))
+    return out

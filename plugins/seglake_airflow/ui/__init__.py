@@ -1,0 +1,77 @@
+"""The seglake page inside Airflow: a FastAPI app mounted by the `seglake_ui` plugin.
+
+Read-only: every route reads etcd and the store through the engine (`seglake.console`,
+`seglake.metrics`); the only way to change anything is the links to DAG trigger forms.
+Airflow does not protect plugin routes on its own: the app requires Airflow's
+authentication and DAG read access on EVERY route (an app-level dependency), so an
+anonymous request gets 401 and a bad token 403.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+URL_PREFIX = "/seglake"
+
+
+class LazyApp:
+    """An ASGI app that builds the real one on its first request, so the processes that
+    merely load plugins (scheduler, workers, triggerer) never import FastAPI or Airflow's
+    API security (~0.7 s each)."""
+
+    def __init__(self, factory: Callable):
+        self._factory = factory
+        self._app = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self._app is None:
+            self._app = self._factory()
+        await self._app(scope, receive, send)
+
+
+@contextmanager
+def _engine() -> Iterator[tuple[object, object]]:
+    """Meta and Store resolved like a task resolves them (Variable + connections)."""
+    from seglake_airflow.hooks.engine import SeglakeHook
+
+    hook = SeglakeHook()
+    try:
+        yield hook.meta, hook.store
+    finally:
+        hook.close()
+
+
+def create_app():
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from fastapi import Depends, FastAPI
+    from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+
+    app = FastAPI(title="seglake", docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(requires_access_dag(method="GET"))])
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> HTMLResponse:
+        from seglake import console
+        from seglake_airflow.ui.render import render_page
+
+        with _engine() as (meta, store):
+            data = console.overview(meta, store)
+        return HTMLResponse(render_page(data), headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/overview")
+    def overview() -> JSONResponse:
+        from seglake import console
+
+        with _engine() as (meta, store):
+            return JSONResponse(console.overview(meta, store), headers={"Cache-Control": "no-store"})
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        from seglake import metrics as m
+
+        with _engine() as (meta, store):
+            text = m.render(meta, store)
+        return PlainTextResponse(text, media_type=m.CONTENT_TYPE)
+
+    return app

@@ -1,0 +1,189 @@
+"""Server-side HTML of the seglake page: one self-contained document (inline CSS and SVG,
+no script, no external asset), every value escaped. Input: `seglake.console.overview()`."""
+
+from __future__ import annotations
+
+import json
+import time
+from html import escape
+from urllib.parse import quote
+
+REFRESH_S = 10
+CSS = """
+body{font-family:system-ui,sans-serif;margin:16px;color:#1f2933;background:#fff}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #d9e2ec}
+table{border-collapse:collapse;font-size:13px;width:100%} th,td{padding:4px 8px;text-align:left;
+border-bottom:1px solid #eef2f6;vertical-align:top} th{background:#f5f7fa;font-weight:600}
+td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#7b8794;font-size:12px}
+.st{display:inline-block;padding:1px 6px;border-radius:8px;font-size:12px;background:#e4e7eb}
+.st.ok{background:#c6f7e2}.st.run{background:#bae3ff}.st.bad{background:#ffd0d0}.st.warn{background:#fff3c4}
+.bar{background:#e4e7eb;height:8px;width:160px;border-radius:4px;overflow:hidden;margin:2px 0}
+.bar>i{display:block;height:100%;background:#2680c2}.err{color:#ab091e}
+"""
+OK = {"Created", "COMMITTED", "Completed", "Flushed"}
+RUN = {"Executing", "InProgress", "PENDING", "Pending", "Importing"}
+BAD = {"Failed", "Dropped", "Dropping", "DELETING"}
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def human_duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(max(0, s))
+    d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
+    if d:
+        return f"{d}d {h}h"
+    if h:
+        return f"{h}h {m}m"
+    return f"{m}m {s % 60}s" if m else f"{s}s"
+
+
+def _state(s: str) -> str:
+    cls = "ok" if s in OK else "run" if s in RUN else "bad" if s in BAD else ""
+    return f'<span class="st {cls}">{escape(s)}</span>'
+
+
+def _bar(fraction: float, label: str) -> str:
+    pct = max(0.0, min(1.0, fraction)) * 100
+    return f'<div class="bar" title="{escape(label)}"><i style="width:{pct:.1f}%"></i></div>' \
+           f'<span class="muted">{escape(label)}</span>'
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset(), empty: str = "none") -> str:
+    if not rows:
+        return f'<p class="muted">{escape(empty)}</p>'
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _section(title: str, sec: dict, body) -> str:
+    html = f'<section id="{escape(title.lower().replace(" ", "-"))}"><h2>{escape(title)}</h2>'
+    if sec.get("error"):
+        html += f'<p class="err">could not read: {escape(sec["error"])}</p>'
+    else:
+        html += body(sec["rows"])
+    return html + "</section>"
+
+
+def restore_link(snap: dict) -> str:
+    """The snapshot_restore trigger form, pre-filled (opened in Airflow's top window)."""
+    conf = {"collection": snap["collection"], "snapshot": snap["name"], "db": snap["db"],
+            "target": f"{snap['collection']}_restored"[:255]}
+    return f"../dags/snapshot_restore/trigger/single?conf={quote(json.dumps(conf, separators=(',', ':')))}"
+
+
+def _collections(rows: list[dict]) -> str:
+    return _table(
+        ["collection", "db", "state", "segments", "rows", "bytes", "files", "partitions", "channels"],
+        [[escape(r["name"]), escape(r["db"]), _state(r["state"]), str(r["segments"]), f"{r['rows']:,}",
+          human_bytes(r["bytes"]), str(r["files"]), str(r["partitions"]),
+          '<span class="muted">' + escape(", ".join(r["channels"])) + "</span>"] for r in rows],
+        numeric={3, 4, 5, 6, 7}, empty="no collections")
+
+
+def _snapshots(rows: list[dict]) -> str:
+    out = []
+    for r in rows:
+        ttl = "never" if r["expires_at"] is None else (
+            "expired" if (r["ttl_left_s"] or 0) <= 0 else human_duration(r["ttl_left_s"]))
+        action = (f'<a target="_top" href="{escape(restore_link(r))}">restore&hellip;</a>'
+                  if r["state"] == "COMMITTED" else "")
+        out.append([escape(r["collection"]), escape(r["name"]), _state(r["state"]), human_duration(r["age_s"]),
+                    ttl, escape(", ".join(map(str, r["pins"])) or "-"), str(r["segments"]), f"{r['rows']:,}",
+                    human_bytes(r["bytes"]), escape(r["error"] or r["description"] or ""), action])
+    return _table(["collection", "snapshot", "state", "age", "TTL left", "pins", "segments", "rows", "size",
+                   "note", ""], out, numeric={6, 7, 8}, empty="no snapshots")
+
+
+def _jobs(rows: list[dict]) -> str:
+    out = []
+    for j in rows:
+        p, f = j["progress"], j["fractions"]
+        bars = (_bar(f["segments"], f"segments {p['copied_segments']}/{p['total_segments']}")
+                + _bar(f["files"], f"files {p['copied_files']}/{p['total_files']}")
+                + _bar(f["bytes"], f"{human_bytes(p['copied_bytes'])} / {human_bytes(p['total_bytes'])}"))
+        rate = f"{human_bytes(j['rate_bps'])}/s" if j["rate_bps"] else "-"
+        eta = human_duration(j["eta_s"]) if j["eta_s"] is not None else "-"
+        out.append([str(j["job_id"]), _state(j["state"]),
+                    f"{escape(j['source_collection'])}/{escape(j['snapshot'])} &rarr; {escape(j['target_collection'])}",
+                    bars, rate, eta, human_duration(j["duration_s"]),
+                    f"{p['tasks_completed']}/{p['tasks']}" + (f" ({p['tasks_failed']} failed)" if p["tasks_failed"] else ""),
+                    escape(j["reason"] or "")])
+    return _table(["job", "state", "restore", "progress", "rate", "ETA", "duration", "tasks", "reason"], out,
+                  numeric={4, 5, 6}, empty="no copy jobs")
+
+
+def gc_chart(rows: list[dict], width: int = 640) -> str:
+    """Bytes per (collection, reason) of the latest GC run as horizontal SVG bars."""
+    if not rows:
+        return '<p class="muted">no candidates in the latest run</p>'
+    top = max(r["bytes"] for r in rows) or 1
+    bar_h, gap, label_w = 18, 6, 220
+    h = len(rows) * (bar_h + gap)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" role="img" '
+             f'aria-label="gc candidates by collection and reason">']
+    for i, r in enumerate(rows):
+        y = i * (bar_h + gap)
+        w = max(1.0, (width - label_w - 120) * r["bytes"] / top)
+        name = r.get("collection") or (f"id {r['collection_id']}" if r["collection_id"] not in (None, -1) else "?")
+        parts.append(f'<text x="0" y="{y + 13}" font-size="12">{escape(name)} &middot; {escape(r["reason"])}</text>'
+                     f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="#e12d39"/>'
+                     f'<text x="{label_w + w + 6:.1f}" y="{y + 13}" font-size="12">'
+                     f'{human_bytes(r["bytes"])}, {r["files"]} files</text>')
+    return "".join(parts) + "</svg>"
+
+
+def _gc(g: dict | None, pause: dict) -> str:
+    if pause.get("all"):
+        p = '<p><span class="st warn">GC paused (all collections)</span></p>'
+    elif pause.get("collections"):
+        p = f'<p><span class="st warn">GC paused for collection ids {escape(", ".join(map(str, pause["collections"])))}</span></p>'
+    else:
+        p = '<p class="muted">GC not paused</p>'
+    if g is None:
+        return p + '<p class="muted">no GC run recorded yet</p>'
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(g["started_at"])) if g.get("started_at") else "?"
+    head = (f'<p>latest run <b>{escape(str(g["run_id"]))}</b> at {when}'
+            f'{" (dry run)" if g["dry_run"] else ""}: listed {g["listed"]} objects, '
+            f'{g["candidates"]} candidates ({human_bytes(g["candidate_bytes"])})</p>')
+    kept = ", ".join(f"{escape(str(k))} {v}" for k, v in sorted(g["kept"].items())) or "none"
+    swept = (f'swept: {g["deleted"]} files, {human_bytes(g["deleted_bytes"])} deleted'
+             if g["swept"] else ("nothing swept (dry run)" if g["dry_run"] else "not swept yet"))
+    return p + head + gc_chart(g["rows"]) + f'<p class="muted">kept by reason: {kept}; {swept}</p>'
+
+
+def _channels(rows: list[dict]) -> str:
+    return _table(["vchannel", "term", "writer", "last time tick", "checkpoint lag", "paused"],
+                  [[escape(str(r.get("vchannel", ""))), escape(str(r.get("term", ""))),
+                    escape(str(r.get("writer", ""))), escape(str(r.get("last_tick_ts", ""))),
+                    human_duration(r.get("lag_s")), "yes" if r.get("paused") else "no"] for r in rows],
+                  numeric={4}, empty="no WAL channels")
+
+
+def render_page(data: dict) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data["now"]))
+    gc_sec = {"error": data["gc"]["error"] or data["gc_pause"]["error"],
+              "rows": (data["gc"]["rows"], data["gc_pause"]["rows"] or {})}
+    return "".join([
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>seglake</title>'
+        f'<meta http-equiv="refresh" content="{REFRESH_S}"><style>{CSS}</style></head><body>',
+        f'<h1>seglake</h1><p class="muted">read at {stamp}; refreshes every {REFRESH_S}s; '
+        f'<a href="metrics">metrics</a> &middot; <a href="api/overview">json</a></p>',
+        _section("Collections", data["collections"], _collections),
+        _section("Snapshots", data["snapshots"], _snapshots),
+        _section("Copy jobs", data["jobs"], _jobs),
+        _section("Garbage collection", gc_sec, lambda r: _gc(*r)),
+        _section("Channels", data["channels"], _channels),
+        "</body></html>"])

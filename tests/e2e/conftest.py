@@ -1,0 +1,251 @@
+"""`airflow standalone` for the end-to-end tests: one per session, on free loopback ports,
+with its own AIRFLOW_HOME under .dev/test/e2e, connections and the seglake Variable given
+through the environment (pointing at the session's test etcd and a private store).
+
+Stopped at the end by process group (standalone and every child it started: api-server,
+scheduler, dag-processor, triggerer, task processes, Spark JVMs); processes that left
+the group are found by a marker in their environment. If the test process dies without
+running its finalizers, a watchdog in its own session kills the group.
+
+The heavy lock (/tmp/seglake-heavy.lock) is NOT taken here: wrap a manual run in
+`flock /tmp/seglake-heavy.lock ...` (a lock taken in-process would deadlock a caller that
+already holds it for the whole suite).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+E2E_HOME = REPO / ".dev" / "test" / "e2e"
+ARTIFACTS = REPO / ".dev" / "test" / "artifacts"
+MARKER = "SEGLAKE_E2E_SESSION"
+DAG_IDS = ("verify_collection", "snapshot_create", "snapshot_restore", "snapshot_drop", "gc")
+HEALTHY_TIMEOUT = 150
+PARSE_TIMEOUT = 150
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _marked_pids(marker: str) -> list[int]:
+    """Processes whose environment carries this session's marker (ours, by construction)."""
+    needle = f"{MARKER}={marker}".encode()
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0"):
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+def _kill_group_and_marked(pgid: int, marker: str, timeout: float = 20.0) -> None:
+    """SIGTERM the group and the marked stragglers, wait, then SIGKILL what is left."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+        for pid in _marked_pids(marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            try:
+                os.waitpid(-pgid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not _marked_pids(marker):
+                return
+            time.sleep(0.2)
+
+
+@dataclass
+class Standalone:
+    base: str
+    home: Path
+    root: str
+    store_uri: str
+    token: str = ""
+    proc: subprocess.Popen | None = None
+    marker: str = field(default_factory=lambda: uuid.uuid4().hex)
+    ports: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+
+    # -- REST -------------------------------------------------------------------------
+    def request(self, method: str, path: str, body=None, token: str | None = None, timeout: float = 30):
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token if token is not None else self.token}"} \
+            if (token if token is not None else self.token) else {}
+        return httpx.request(method, self.base + path, json=body, headers=headers, timeout=timeout)
+
+    def trigger(self, dag_id: str, conf: dict):
+        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+
+    def run_count(self, dag_id: str) -> int:
+        r = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=1")
+        r.raise_for_status()
+        return r.json()["total_entries"]
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 240) -> str:
+        deadline = time.time() + timeout
+        state = None
+        while time.time() < deadline:
+            r = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            r.raise_for_status()
+            state = r.json()["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(2)
+        raise TimeoutError(f"{dag_id} run {run_id} still {state} after {timeout}s; tasks: {self.task_states(dag_id, run_id)}")
+
+    def task_states(self, dag_id: str, run_id: str) -> dict:
+        r = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {t["task_id"]: t["state"] for t in r.json().get("task_instances", [])} if r.status_code == 200 else {}
+
+    def log_tail(self, n: int = 4000) -> str:
+        p = self.home / "standalone.log"
+        return p.read_text(errors="replace")[-n:] if p.exists() else ""
+
+
+def _env(sa: Standalone, etcd_endpoint: str) -> dict:
+    host, _, port = etcd_endpoint.rpartition(":")
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SEGLAKE_"))}
+    env.update({
+        MARKER: sa.marker,
+        "AIRFLOW_HOME": str(sa.home),
+        "SEGLAKE_HOME": str(sa.home.parent),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(sa.ports["api"]),
+        "AIRFLOW__API__BASE_URL": sa.base,
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{sa.base}/execution/",
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(sa.ports["worker_log"]),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(sa.ports["trigger_log"]),
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(sa.ports["scheduler_health"]),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW_CONN_ETCD_DEFAULT": json.dumps({"conn_type": "etcd", "host": host, "port": int(port),
+                                                 "extra": {"root": sa.root}}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]",
+                                                  "extra": {"deploy-mode": "client"}}),
+        "AIRFLOW_VAR_SEGLAKE_CONFIG": json.dumps({"store_uri": sa.store_uri}),
+        # this checkout's engine and plugins first (the venv may hold another checkout's)
+        "PYTHONPATH": os.pathsep.join([str(REPO / "include"), str(REPO / "plugins")]
+                                      + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    })
+    return env
+
+
+def _watchdog(parent: int, pgid: int) -> subprocess.Popen:
+    """Kills the standalone group once `parent` (this test process) is gone."""
+    code = (f"while kill -0 {parent} 2>/dev/null; do sleep 1; done; "
+            f"kill -TERM -- -{pgid} 2>/dev/null; sleep 10; kill -KILL -- -{pgid} 2>/dev/null")
+    return subprocess.Popen(["bash", "-c", code], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def standalone(etcd_server):
+    """A running `airflow standalone`, healthy, DAGs parsed and unpaused, an admin token."""
+    import httpx
+
+    t0 = time.time()
+    shutil.rmtree(E2E_HOME, ignore_errors=True)
+    home = E2E_HOME / "airflow"
+    home.mkdir(parents=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    ports = {k: free_port() for k in ("api", "worker_log", "trigger_log", "scheduler_health")}
+    sa = Standalone(base=f"http://127.0.0.1:{ports['api']}", home=home, root=f"e2e{uuid.uuid4().hex[:8]}",
+                    store_uri=str(E2E_HOME / "store"), ports=ports)
+    log = open(home / "standalone.log", "wb")
+    sa.proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"],
+                               env=_env(sa, etcd_server.endpoint), cwd=str(home), stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    pgid = sa.proc.pid
+    dog = _watchdog(os.getpid(), pgid)
+    stopped = []
+
+    def stop():
+        if stopped:
+            return
+        stopped.append(True)
+        t = time.time()
+        _kill_group_and_marked(pgid, sa.marker)
+        try:
+            sa.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        dog.kill()
+        dog.wait(timeout=5)
+        log.close()
+        sa.timings["stop_s"] = round(time.time() - t, 1)
+
+    atexit.register(stop)
+    try:
+        deadline = time.time() + HEALTHY_TIMEOUT
+        while True:
+            assert sa.proc.poll() is None, f"standalone exited {sa.proc.returncode}:\n{sa.log_tail()}"
+            try:
+                h = httpx.get(sa.base + "/api/v2/monitor/health", timeout=5).json()
+                if all(h.get(k, {}).get("status") == "healthy"
+                       for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            assert time.time() < deadline, f"standalone not healthy in {HEALTHY_TIMEOUT}s:\n{sa.log_tail()}"
+            time.sleep(1)
+        sa.timings["healthy_s"] = round(time.time() - t0, 1)
+        passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+        r = httpx.post(sa.base + "/auth/token", json={"username": "admin", "password": passwords["admin"]}, timeout=10)
+        r.raise_for_status()
+        sa.token = r.json()["access_token"]
+        r = sa.request("POST", "/api/v2/pools", {"name": "seglake_spark", "slots": 1,
+                                                 "description": "seglake SparkSubmit tasks"})
+        assert r.status_code in (200, 201, 409), r.text
+        deadline = time.time() + PARSE_TIMEOUT
+        while True:
+            r = sa.request("GET", "/api/v2/dags?limit=100&tags=seglake")
+            have = {d["dag_id"] for d in r.json().get("dags", [])} if r.status_code == 200 else set()
+            if set(DAG_IDS) <= have:
+                break
+            assert time.time() < deadline, f"DAGs not parsed in {PARSE_TIMEOUT}s (have {sorted(have)}):\n{sa.log_tail()}"
+            time.sleep(2)
+        sa.timings["dags_parsed_s"] = round(time.time() - t0, 1)
+        yield sa
+    finally:
+        stop()
+        atexit.unregister(stop)
+        assert not _marked_pids(sa.marker), "processes of the standalone session survived the stop"
+        (ARTIFACTS / "e2e-timings.json").write_text(json.dumps(sa.timings, indent=2))
+        print(f"\ne2e timings: {json.dumps(sa.timings)}")

@@ -1,0 +1,94 @@
+"""Engine steps the fault suite runs in a child process, so a test can SIGKILL it.
+
+    python steps.py STEP JSON_ARGS
+
+Settings come from the environment (SEGLAKE_CONFIG, SEGLAKE_*), fault points from
+SEGLAKE_FAULTS. Exit 0 prints the step's JSON result on stdout; an engine error
+(SeglakeError: the "clear error" a fault case accepts) exits 3 with
+`SeglakeError <Type>: <message>` on stderr; anything else is a crash (traceback, exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def restore_all(meta, store, settings, a: dict) -> dict:
+    """The whole restore as one driver: restore -> plan -> copy -> finalize."""
+    from seglake.lifecycle import restore
+
+    job_id = restore.restore(meta, store, a["collection"], a["snapshot"], a["target"], owner=a.get("owner", ""))
+    return _drive(meta, store, settings, job_id, a)
+
+
+def redrive(meta, store, settings, a: dict) -> dict:
+    """What copy_segment_job does for a job id: plan (idempotent) -> copy -> finalize."""
+    return _drive(meta, store, settings, a["job_id"], a)
+
+
+def _drive(meta, store, settings, job_id: int, a: dict) -> dict:
+    from seglake.lifecycle import copyjob
+
+    copyjob.plan(meta, job_id, a.get("per_task", 3))
+    workers = a.get("workers", 1)
+    if workers > 1:
+        copyjob.PARALLEL_MIN_FILES = 0  # small test data, but the worker-process engine
+    copyjob.run_inline(meta, store, job_id, threads=a.get("threads", 1),
+                       settings=settings if workers > 1 else None, workers=workers)
+    job = copyjob.finalize(meta, job_id)
+    return {"job_id": job_id, "state": job.state, "reason": job.reason, "total_rows": job.total_rows}
+
+
+def snapshot_create(meta, store, settings, a: dict) -> dict:
+    from seglake.lifecycle import snapshot
+
+    rec = snapshot.create(meta, store, a["collection"], a["name"], owner=a.get("owner", ""),
+                          per_file=a.get("per_file", 2))
+    return {"state": rec.state, "segments": rec.segments, "rows": rec.rows}
+
+
+def gc_run(meta, store, settings, a: dict) -> dict:
+    """gc.run with the given options; `delete_delay` slows every object delete (so a
+    test can act mid-sweep) without changing what is deleted."""
+    from seglake.lifecycle import gc
+
+    delay = a.get("delete_delay", 0)
+    if delay:
+        real = store.delete_many
+
+        def slow(keys):
+            errors = []
+            for k in list(keys):
+                time.sleep(delay)
+                errors += real([k])
+            return errors
+
+        store.delete_many = slow
+    return gc.run(meta, store, gc.GCOptions(**a.get("opts", {})))
+
+
+STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run)}
+
+
+def main() -> int:
+    step, args = sys.argv[1], json.loads(sys.argv[2])
+    from seglake.config import Settings
+    from seglake.errors import SeglakeError
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+
+    try:
+        settings = Settings.load()
+        with Meta.from_settings(settings) as meta:
+            result = STEPS[step](meta, open_store(settings), settings, args)
+    except SeglakeError as e:
+        print(f"SeglakeError {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
+    print(json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

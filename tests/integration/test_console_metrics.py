@@ -1,0 +1,167 @@
+"""The operator's view (seglake.console) and the Prometheus exposition (seglake.metrics)
+against real etcd and real files: values match what the engine wrote, every state is
+emitted, and a source that cannot be read is reported without hiding the others."""
+
+import math
+import re
+import time
+
+import pytest
+
+from seglake import console, demo, metrics
+from seglake.lifecycle import copyjob, gc, restore, snapshot
+from seglake.meta.copyjobs import JOB_EXECUTING
+from seglake.storage import layout
+
+SMALL = demo.SeedParams(partitions=2, segments=3, rows=100, dim=8)
+SAMPLE = re.compile(r'^([a-z_]+)(\{([a-z_]+="(?:[^"\\]|\\.)*",?)*\})? (\S+)$')
+
+
+def parse(text: str) -> dict[str, dict[str, float]]:
+    """Prometheus text -> {metric: {labels: value}}; fails on any malformed line."""
+    out: dict[str, dict[str, float]] = {}
+    typed = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            typed.add(line.split()[2])
+            continue
+        if line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"malformed sample line: {line!r}"
+        name, labels, value = m.group(1), m.group(2) or "", float(m.group(4))
+        assert name in typed, f"{name} has no TYPE line"
+        assert math.isfinite(value), line
+        out.setdefault(name, {})[labels] = value
+    return out
+
+
+@pytest.fixture
+def world(meta, store):
+    """A collection, a committed snapshot with a TTL, a finished restore, one Executing job."""
+    src, _ = demo.seed(meta, store, SMALL)
+    snapshot.create(meta, store, "demo", "s1", ttl=3600)
+    job = restore.restore(meta, store, "demo", "s1", "demo_copy")
+    copyjob.plan(meta, job, 2)
+    copyjob.run_inline(meta, store, job)
+    copyjob.finalize(meta, job)
+    running = restore.restore(meta, store, "demo", "s1", "demo_copy2")
+    copyjob.plan(meta, running, 2)
+    return src, job, running
+
+
+def test_overview_reports_what_the_engine_wrote(meta, store, world):
+    src, done_job, running_job = world
+    o = console.overview(meta, store)
+    assert all(o[k]["error"] is None for k in ("collections", "snapshots", "jobs", "gc", "gc_pause", "channels"))
+    colls = {c["name"]: c for c in o["collections"]["rows"]}
+    segs = list(meta.segments.list(src.collection_id))
+    assert colls["demo"]["segments"] == len(segs) == 6
+    assert colls["demo"]["rows"] == sum(s.num_rows for s in segs)
+    assert colls["demo"]["bytes"] == sum(s.total_size() for s in segs) > 0
+    assert colls["demo"]["channels"] == list(src.vchannels)
+    assert colls["demo_copy"]["segments"] == 6 and colls["demo_copy"]["state"] == "Created"
+    (snap,) = o["snapshots"]["rows"]
+    assert (snap["name"], snap["state"], snap["segments"]) == ("s1", "COMMITTED", 6)
+    assert 3500 < snap["ttl_left_s"] <= 3600 and snap["pins"] == [running_job]
+    jobs = {j["job_id"]: j for j in o["jobs"]["rows"]}
+    assert jobs[done_job]["state"] == "Completed" and jobs[done_job]["fractions"]["bytes"] == 1.0
+    assert jobs[done_job]["eta_s"] is None
+    assert jobs[running_job]["state"] == JOB_EXECUTING and jobs[running_job]["fractions"]["segments"] == 0.0
+    assert o["gc"]["rows"] is None                       # no GC run yet
+    assert o["gc_pause"]["rows"] == {"all": False, "collections": []}
+    assert o["channels"]["rows"] == []                   # no WAL yet (or no channels)
+
+
+def test_rate_and_eta_of_a_running_job():
+    job = {"state": JOB_EXECUTING, "started_at": 100.0, "finished_at": None,
+           "progress": {"copied_bytes": 300, "total_bytes": 1000}}
+    rate, eta = console.job_rate_eta(job, now=110.0)
+    assert rate == 30.0 and eta == pytest.approx(700 / 30)
+    assert console.job_rate_eta({**job, "started_at": None}, 110.0) == (None, None)
+    assert console.job_rate_eta({**job, "started_at": 110.0}, 110.0) == (None, None)   # no elapsed time
+    done = {**job, "state": "Completed", "finished_at": 105.0}
+    assert console.job_rate_eta(done, 500.0) == (60.0, None)
+
+
+def test_gc_summary_and_pause_are_shown(meta, store, world):
+    src, *_ = world
+    store.put(layout.insert_log(src.collection_id, src.partitions[0].partition_id, 987654, 100, 1), b"x" * 100)
+    time.sleep(0.05)   # older than the cutoff of a zero tolerance
+    gc.run(meta, store, gc.GCOptions(dry_run=True, force=True, missing_tolerance=0))
+    gc.pause(meta, src.collection_id, ttl=60, reason="test")
+    o = console.overview(meta, store)
+    g = o["gc"]["rows"]
+    assert g is not None and g["dry_run"] is True and g["swept"] is None
+    assert g["candidates"] == 1 and g["candidate_bytes"] == 100
+    assert [(r["collection"], r["reason"], r["files"]) for r in g["rows"]] == [("demo", "orphan", 1)]
+    assert g["candidates"] == sum(r["files"] for r in g["rows"])
+    assert g["candidate_bytes"] == sum(r["bytes"] for r in g["rows"])
+    assert o["gc_pause"]["rows"] == {"all": False, "collections": [src.collection_id]}
+
+
+def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
+    _, done_job, running_job = world
+    m = parse(metrics.render(meta, store))
+    assert m["seglake_copy_jobs"] == {'{state="Pending"}': 0, '{state="Executing"}': 1,
+                                      '{state="Completed"}': 1, '{state="Failed"}': 0}
+    tasks = sum(m["seglake_copy_tasks"].values())
+    assert tasks == len(meta.copyjobs.tasks(done_job)) + len(meta.copyjobs.tasks(running_job))
+    assert m["seglake_copy_tasks"]['{state="Pending"}'] == len(meta.copyjobs.tasks(running_job))
+    assert m["seglake_snapshots"]['{state="COMMITTED"}'] == 1 and m["seglake_snapshots"]['{state="PENDING"}'] == 0
+    # the running restore's target stays Importing (invisible) until its job completes
+    assert m["seglake_collections"]['{state="Created"}'] == 2 and m["seglake_collections"]['{state="Importing"}'] == 1
+    assert m["seglake_segments"]['{state="Flushed"}'] == 12 and m["seglake_segments"]['{state="Importing"}'] == 6
+    assert m["seglake_gc_runs_recorded"] == {"": 0} and m["seglake_gc_candidate_bytes"] == {"": 0}
+    assert all(v == 0 for v in m["seglake_scrape_error"].values())
+
+
+def test_metrics_after_a_real_sweep(meta, store, world):
+    src, *_ = world
+    store.put(layout.insert_log(src.collection_id, src.partitions[0].partition_id, 987654, 100, 1), b"y" * 250)
+    time.sleep(0.05)
+    result = gc.run(meta, store, gc.GCOptions(dry_run=False, force=True, missing_tolerance=0))
+    m = parse(metrics.render(meta, store))
+    assert m["seglake_gc_runs_recorded"] == {"": 1} and m["seglake_gc_last_run_dry_run"] == {"": 0}
+    assert m["seglake_gc_candidate_bytes"][""] == result["mark"]["candidate_bytes"]
+    assert m["seglake_gc_deleted_bytes"][""] == result["sweep"]["deleted_bytes"]
+    assert m["seglake_gc_deleted_files"][""] == result["sweep"]["deleted"] == 1
+    assert m["seglake_gc_deleted_bytes"][""] == 250
+
+
+def test_a_source_that_cannot_be_read_is_reported_not_hidden(meta, store, world, monkeypatch):
+    from seglake.errors import Unavailable
+
+    def boom(*a, **k):
+        raise Unavailable("etcd down (test)")
+
+    monkeypatch.setattr(console, "copy_jobs", boom)
+    monkeypatch.setattr(console, "task_states", boom)
+    o = console.overview(meta, store)
+    assert "etcd down" in o["jobs"]["error"] and o["collections"]["error"] is None
+    m = parse(metrics.render(meta, store))
+    assert m["seglake_scrape_error"]['{source="copy_jobs"}'] == 1
+    assert m["seglake_scrape_error"]['{source="collections"}'] == 0
+    assert "seglake_copy_tasks" not in m and "seglake_collections" in m
+
+
+def test_label_values_are_escaped_and_values_finite():
+    e = metrics.Exposition()
+    e.family("x", "h", [({"a": 'q"b\\c\nd'}, 1)])
+    assert 'x{a="q\\"b\\\\c\\nd"} 1' in e.text()
+    with pytest.raises(ValueError):
+        metrics.Exposition().family("x", "h", [({}, float("nan"))])
+
+
+def test_wal_hook_absent_means_no_channels(meta, monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def no_wal(name, *a, **k):
+        if name == "seglake.wal":
+            raise ModuleNotFoundError("No module named 'seglake.wal'", name="seglake.wal")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(console.importlib, "import_module", no_wal)
+    assert console.wal_channels(meta) == []

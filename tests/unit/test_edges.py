@@ -1,0 +1,234 @@
+"""Every edge refuses bad input before any side effect (issue 8, items 3, 17, 18, 19 and
+"Conf"): config file / Variable JSON, SEGLAKE_* env, DAG conf, CLI flags and the engine
+entry points. Pure checks only; the DAG and store-level tests live in tests/dags and
+tests/integration."""
+
+import json
+import math
+from dataclasses import fields
+
+import jsonschema
+import pytest
+
+from seglake import cli, limits, params
+from seglake.config import Settings, gc_schedule, spark_env
+from seglake.errors import ConfigError, ValidationError
+from seglake.names import NAME_PATTERN, validate_name
+
+NON_FINITE = [math.nan, math.inf, -math.inf]
+
+
+# -- one table of limits ------------------------------------------------------------------
+def test_every_numeric_config_key_and_conf_key_has_a_limit():
+    numeric = [f.name for f in fields(Settings) if f.metadata["kind"] in ("int", "duration")]
+    assert set(numeric) <= set(limits.LIMITS)
+    for spec in params.SPECS.values():
+        for key in spec.values():
+            assert key.kind in params.KINDS
+            if key.kind in ("number", "integer"):
+                assert key.limit in limits.LIMITS
+
+
+@pytest.mark.parametrize("name", sorted(limits.LIMITS))
+@pytest.mark.parametrize("bad", [*NON_FINITE, True, "1", None, 2**64, -1])
+def test_limits_refuse_non_finite_wrong_type_and_out_of_range(name, bad):
+    with pytest.raises(ValidationError, match="the_key"):
+        limits.check(name, "the_key", bad)
+
+
+def test_integer_bounds_are_exact():
+    """2**63 - 1 divided by 1.0 is 2**63: the bound must not go through a float."""
+    assert limits.check("id", "job_id", 2**63 - 1) == 2**63 - 1
+    with pytest.raises(ValidationError, match="job_id.*out of range"):
+        limits.check("id", "job_id", 2**63)
+    with pytest.raises(ValidationError, match="integer"):
+        limits.check("id", "job_id", 1.5)
+
+
+@pytest.mark.parametrize("name", sorted(limits.LIMITS))
+def test_param_schema_refuses_nan_and_infinity_but_not_the_bounds(name):
+    lim = limits.LIMITS[name]
+    schema = {"type": "integer" if lim.integer else "number", **lim.schema()}
+    lo, hi = lim.bounds()
+    jsonschema.validate(hi, schema)
+    if not lim.exclusive_minimum:
+        jsonschema.validate(lo, schema)
+    for bad in NON_FINITE:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+# -- config: file / Variable JSON / env ---------------------------------------------------------
+@pytest.mark.parametrize("text", ['{"missing_tolerance": NaN}', '{"drop_tolerance": Infinity}',
+                                  '{"copy_threads": -Infinity}', '{"etcd_timeout": 1e999}'])
+def test_json_config_refuses_non_finite_numbers_naming_the_key(text):
+    key = json.loads(text.replace("NaN", "0").replace("-Infinity", "0").replace("Infinity", "0"))
+    for load in (lambda: Settings.load(variable=text, env={}), lambda: Settings.load(env={"SEGLAKE_CONFIG": text})):
+        with pytest.raises(ConfigError, match=repr(next(iter(key)))):
+            load()
+
+
+@pytest.mark.parametrize("env", [{"SEGLAKE_MISSING_TOLERANCE": "9" * 400}, {"SEGLAKE_COPY_THREADS": str(10**30)},
+                                 {"SEGLAKE_ETCD_TIMEOUT": "0"}, {"SEGLAKE_COPY_JOB_TIMEOUT": "30d"}])
+def test_env_numbers_are_finite_and_in_range(env):
+    with pytest.raises(ConfigError, match=next(iter(env)).removeprefix("SEGLAKE_").lower()):
+        Settings.load(env=env)
+
+
+def test_nan_tolerance_cannot_pass_the_floor():
+    from seglake.lifecycle.gc import GCOptions
+
+    with pytest.raises(ValidationError, match="missing_tolerance"):
+        GCOptions(missing_tolerance=math.nan).check()
+    with pytest.raises(ValidationError, match="drop_tolerance"):
+        GCOptions(drop_tolerance=math.inf, force=True).check()
+
+
+@pytest.mark.parametrize("name,near", [("SEGLAKE_ETCD_ENDPINT", "SEGLAKE_ETCD_ENDPOINT"),
+                                       ("SEGLAKE_MISING_TOLERANCE", "SEGLAKE_MISSING_TOLERANCE"),
+                                       ("SEGLAKE_GCSCHEDULE", "SEGLAKE_GC_SCHEDULE"),
+                                       ("SEGLAKE_CONFG", "SEGLAKE_CONFIG")])
+def test_misspelt_env_variables_are_refused_naming_the_nearest(name, near):
+    with pytest.raises(ConfigError, match=f"{name}.*did you mean '{near}'"):
+        Settings.load(env={name: "1"})
+
+
+def test_non_key_seglake_variables_are_known():
+    Settings.load(env={"SEGLAKE_HOME": "/x", "SEGLAKE_FAULTS": ""})
+
+
+@pytest.mark.parametrize("key", ["etcd_password", "s3_secret_key"])
+@pytest.mark.parametrize("value", [123456789, ["hunter2-secret"], {"v": "hunter2-secret"}])
+def test_a_wrongly_typed_secret_is_never_echoed(key, value):
+    with pytest.raises(ConfigError, match=key) as err:
+        Settings.from_dict({key: value})
+    assert "hunter2" not in str(err.value) and "123456789" not in str(err.value)
+
+
+def test_secrets_file_layer_and_spark_env(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"etcd_password": "pw1", "s3_secret_key": "sk1"}))
+    env = {"SEGLAKE_SECRETS_FILE": str(path), "SEGLAKE_CONFIG": json.dumps({"etcd_root": "r"})}
+    s = Settings.load(env=env)
+    assert (s.etcd_password, s.s3_secret_key, s.etcd_root) == ("pw1", "sk1", "r")
+    out = spark_env(env)
+    assert out["SEGLAKE_ETCD_PASSWORD"] == "pw1" and "SEGLAKE_SECRETS_FILE" not in out
+    path.write_text(json.dumps({"etcd_root": "not-a-secret"}))
+    with pytest.raises(ConfigError, match="not a secret key"):
+        Settings.load(env=env)
+
+
+def test_gc_schedule_comes_from_the_environment_only():
+    assert gc_schedule({}) == "@daily"
+    assert gc_schedule({"SEGLAKE_GC_SCHEDULE": "30 2 * * *"}) == "30 2 * * *"
+    assert gc_schedule({"SEGLAKE_GC_SCHEDULE": "none"}) is None
+    with pytest.raises(ConfigError, match="gc_schedule"):
+        gc_schedule({"SEGLAKE_GC_SCHEDULE": "every day"})
+    with pytest.raises(ConfigError, match="gc_schedule.*cannot come from the Variable"):
+        Settings.load(variable='{"gc_schedule": "@hourly"}', env={})
+
+
+def test_gc_dag_schedule_is_read_from_the_environment_at_parse_time():
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "dags" / "gc.py").read_text())
+    kw = [k for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "schedule"]
+    assert [ast.unparse(k.value) for k in kw] == ["gc_schedule()"]
+
+
+# -- names --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["abc\n", "abc\r\n", "\nabc", "a" * 256, "1abc", "a-b", "", "ab c", "é"])
+def test_names_full_match_in_the_engine_and_the_param_pattern(bad):
+    with pytest.raises(ValidationError):
+        validate_name("collection", bad)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, {"type": "string", "pattern": NAME_PATTERN})
+
+
+@pytest.mark.parametrize("good", ["abc", "_x", "A1_b2", "a" * 255])
+def test_good_names_pass_both(good):
+    assert validate_name("collection", good) == good
+    jsonschema.validate(good, {"type": "string", "pattern": NAME_PATTERN})
+
+
+# -- DAG conf -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dag_id,conf,message", [
+    ("snapshot_drop", {"collection": "demo", "snapshot": "s1"}, "unknown conf key 'snapshot' (did you mean 'name'?)"),
+    ("snapshot_drop", {"collection": "demo", "snapshot": "s1"}, "missing conf key 'name'"),
+    ("snapshot_restore", {"collection": "d", "snapshot": "s", "tagret": "t"}, "did you mean 'target'"),
+    ("snapshot_restore", {"collection": "d", "snapshot": "s", "tagret": "t"}, "missing conf key 'target'"),
+    ("gc", {"dryrun": True}, "did you mean 'dry_run'"),
+    ("copy_segment_job", {}, "missing conf key 'job_id'"),
+    ("copy_segment_job", {"job_id": 2**63}, "job_id"),
+    ("copy_segment_job", {"job_id": "1"}, "expected an integer"),
+    ("snapshot_create", {"collection": "d", "name": "n", "ttl_hours": math.nan}, "'ttl_hours': nan"),
+    ("snapshot_create", {"collection": "d", "name": "n", "ttl_hours": None}, "'ttl_hours' is null"),
+    ("snapshot_restore", {"collection": "d", "snapshot": "s", "target": "t", "timeout_hours": math.inf},
+     "'timeout_hours': inf"),
+    ("gc", {"missing_tolerance_hours": -math.inf}, "missing_tolerance_hours"),
+    ("gc", {"dry_run": "false"}, "'dry_run': expected true or false"),
+    ("gc", {"collection": "x\n"}, "invalid collection name"),
+    ("verify_collection", {"collection": "demo", "database": "x"}, "unknown conf key 'database'"),
+    ("snapshot_create", {"collection": "d", "name": "n", "engine": "gpu"}, "engine"),
+])
+def test_check_conf_refuses_and_names_the_key(dag_id, conf, message):
+    with pytest.raises(ValidationError) as err:
+        params.check_conf(dag_id, conf)
+    assert message in str(err.value)
+
+
+def test_check_conf_fills_defaults_and_keeps_nullables():
+    assert params.check_conf("gc", None) == {
+        "dry_run": False, "collection": None, "db": "default", "missing_tolerance_hours": None,
+        "drop_tolerance_hours": None, "force": False, "engine": "auto"}
+    out = params.check_conf("snapshot_restore", {"collection": "d", "snapshot": "s", "target": "t"})
+    assert out["timeout_hours"] is None  # -> copy_job_timeout from config
+
+
+@pytest.mark.parametrize("dag_id", sorted(params.SPECS))
+def test_param_schemas_accept_the_defaults_and_refuse_nan(dag_id):
+    for key, spec in params.SPECS[dag_id].items():
+        schema = spec.schema()
+        if not spec.required:
+            jsonschema.validate(spec.default, schema)
+        if spec.kind in ("number", "integer"):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(math.nan, schema)
+
+
+# -- CLI flags ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv,flag", [
+    (["gc", "pause", "--ttl-hours", "inf"], "--ttl-hours"),
+    (["gc", "pause", "--ttl-hours", "nan"], "--ttl-hours"),
+    (["gc", "pause", "--ttl-hours", "0"], "--ttl-hours"),
+    (["snapshots", "create", "demo", "s", "--ttl-hours", "nan"], "--ttl-hours"),
+    (["snapshots", "create", "demo", "s", "--ttl-hours", "1e400"], "--ttl-hours"),
+    (["jobs", "describe", "9223372036854775808"], "job_id"),
+    (["jobs", "describe", "1", "--interval", "nan"], "--interval"),
+    (["demo", "seed", "--rows", "0"], "--rows"),
+    (["demo", "seed", "--dim", "100000"], "--dim"),
+    (["demo", "purge", "demo\n"], "name"),
+    (["snapshots", "drop", "demo", "s\n"], "name"),
+    (["collections", "list", "--db", "x y"], "--db"),
+])
+def test_cli_flags_are_checked_before_any_command_runs(argv, flag, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "Settings", None)  # nothing may load config or connect
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    assert f"argument {flag}" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_misspelt_env_variable(capsys, monkeypatch):
+    monkeypatch.setenv("SEGLAKE_ETCD_ENDPINT", "127.0.0.1:1")
+    assert cli.main(["config", "show"]) == 2
+    assert "did you mean 'SEGLAKE_ETCD_ENDPOINT'" in capsys.readouterr().err
+
+
+def test_optional_string_params_are_nullable():
+    """In the 3.3 trigger form a `Param("", type="string")` counts as required."""
+    for dag_id, spec in params.SPECS.items():
+        for key, k in spec.items():
+            if not k.required and k.kind in ("name", "text") and k.default in ("", None):
+                assert k.nullable, f"{dag_id}.{key}"
