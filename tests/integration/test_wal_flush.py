@@ -253,15 +253,16 @@ def test_seal_reason_unit():
 
 
 def test_seal_policy_settings_are_validated(settings, meta, store):
-    from seglake.errors import ValidationError
-    from seglake.errors import ConfigError
-    with pytest.raises(ConfigError, match="flush_seal_rows"):
-        settings.replace(flush_seal_rows=0)
-    for bad in ({"flush_seal_age": float("inf")}, {"flush_seal_idle": float("nan")},
-                {"flush_seal_rows": 10**12}, {"flush_seal_age": 1e12}):
-        s = settings.replace(**bad)
+    from seglake.errors import ConfigError, ValidationError
+    from seglake.wal.buffer import SealPolicy
+    for bad in ({"flush_seal_age": float("inf")}, {"flush_seal_idle": float("nan")}, {"flush_seal_rows": 0},
+                {"flush_seal_rows": 10**12}, {"flush_seal_age": 1e12}, {"flush_seal_bytes": 10}):
+        with pytest.raises(ConfigError, match="flush_seal"):
+            settings.replace(**bad)
+    # the engine re-checks a policy built by hand (no Settings in between)
+    for kw in ({"age": float("inf")}, {"idle": float("nan")}, {"rows": 0}, {"bytes": True}):
         with pytest.raises(ValidationError, match="flush_seal"):
-            Flusher(meta, store, "seglake-dml_0", s)
+            SealPolicy(**{"rows": 10, "bytes": 4096, "age": 1.0, "idle": 1.0, **kw}).validate()
     assert meta.kv.get(meta.keys.root + "/wal/seglake-dml_0/flusher") is None   # nothing taken
 
 
