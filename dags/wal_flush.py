@@ -30,24 +30,12 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
 from seglake_airflow import spark_job
+from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
 
-PCHANNEL_PATTERN = r"^(all|seglake-dml_(?:[0-9]|1[0-5]))$"
-# The conf contract of this DAG (kept in one block so it can move to the shared module).
-PARAMS = {
-    "pchannel": Param("all", type="string", pattern=PCHANNEL_PATTERN, title="pchannel",
-                      description="One pchannel (seglake-dml_N) or all"),
-    "engine": Param("auto", type="string", enum=["auto", "spark", "inline"], title="Engine"),
-    "max_seconds": Param(240, type="number", exclusiveMinimum=0, maximum=86400, title="Max run time (s)",
-                         description="Stop reading the log after this long (a run ends at a time tick)"),
-    "flush_all": Param(False, type="boolean", title="Flush all",
-                       description="Seal and flush every growing segment at the end of the run"),
-    "wait_timeout_seconds": Param(3600, type="integer", minimum=1, maximum=86400,
-                                  title="Wait timeout (s)", description="How long to wait while paused"),
-}
 PREP = "ti.xcom_pull(task_ids='prepare')"
 
 
@@ -62,7 +50,7 @@ PREP = "ti.xcom_pull(task_ids='prepare')"
     tags=["seglake", "wal"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=20)},
-    params=PARAMS,
+    params=dag_params("wal_flush"),
 )
 def wal_flush():
     @task
@@ -158,7 +146,9 @@ def wal_flush():
                 "delta_logs": sum(r["delta_logs"] for r in results),
                 "checkpoints": {v: cp for r in results for v, cp in r["checkpoints"].items()}}
 
-    ready = wait.expand(pchannel=list_pchannels())
+    listed = list_pchannels()
+    check_conf("wal_flush") >> listed
+    ready = wait.expand(pchannel=listed)
     prep = prepare(ready)
     inline = flush_inline.partial(prep=prep).expand(pchannel=ready)
     choose_engine(prep) >> [inline, flush_spark]

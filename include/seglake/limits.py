@@ -121,6 +121,8 @@ LIMITS: dict[str, Limit] = {
     "gc_pause_ttl": _seconds(YEAR, positive=True),
     "id": _count(1, ID_MAX),                           # job, collection, segment ids
     "poll_interval": _seconds(HOUR, positive=True),
+    "flush_max_seconds": _seconds(DAY, positive=True),
+    "flush_wait_timeout": _seconds(DAY, positive=True),
     # -- demo data (Milvus limits: 1024 partitions, 16 shards, dim 32768) ------------------
     "demo_partitions": _count(1, 1024),
     "demo_segments": _count(1, 10_000),
