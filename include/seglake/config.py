@@ -130,6 +130,12 @@ class Settings:
     wal_txn_keepalive: float = _duration(60.0, "a WAL transaction expires this long after its last message")
     wal_scanner_startup_delay: float = _duration(0.0, "a consuming WAL scanner waits this long before it starts")
     wal_pause_poll: float = _duration(1.0, "how often a paused WAL scanner re-reads the pause flag")
+    # WAL flusher (seal policies of growing segments; see lifecycle/flush.py)
+    flush_seal_rows: int = _int(1_000_000, "a growing segment is sealed at this many rows")
+    flush_seal_bytes: int = _int(256 << 20, "a growing segment is sealed at this many buffered bytes")
+    flush_seal_age: float = _duration(600.0, "a growing segment is sealed this long after its first row")
+    flush_seal_idle: float = _duration(60.0, "a growing segment is sealed after this long without a new row")
+    wal_flush_schedule: str = _str("*/5 * * * *", "schedule of the wal_flush DAG (e.g. @continuous)")
 
     # -- construction -------------------------------------------------------------
     @classmethod
