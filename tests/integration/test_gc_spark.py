@@ -18,7 +18,7 @@ pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parents[2]
 SMALL = demo.SeedParams(partitions=2, segments=2, rows=100, dim=4)
 COMPARED = ("referenced", "candidates", "candidate_bytes", "kept", "unrecognised", "unknown_segment",
-            "dropped", "by_collection_reason")
+            "dropped", "by_collection_reason", "wal")
 
 
 def _write(store, rel, age=3 * 86400):
@@ -46,6 +46,13 @@ def _spark_mark(settings, run_id, collection_id=0):
 def test_spark_and_inline_marks_agree(meta, store, settings):
     c, _ = demo.seed(meta, store, SMALL)
     cid = c.collection_id
+    # a WAL ingested and flushed: fragments below every checkpoint (truncatable) and above
+    from test_gc_wal import _fragments, _ingest_and_flush, _min_checkpoint
+    from wal_helpers import pchannels
+    wcoll = _ingest_and_flush(meta, store, settings, name="w1")
+    mins = {p: _min_checkpoint(meta, p) for p in pchannels(wcoll)}
+    wal_below = {k for k, (p, n) in _fragments(store).items() if n < mins[p]}
+    assert wal_below and len(_fragments(store)) > len(wal_below)
     segs = sorted(meta.segments.list(cid), key=lambda s: s.segment_id)
     meta.segments.transition([segs[0].ref], DROPPED, now=time.time() - 86400)
     for o in store.list(""):
@@ -67,7 +74,10 @@ def test_spark_and_inline_marks_agree(meta, store, settings):
         assert spark["listed"] - spark["internal"] == inline["listed"] - inline["internal"] > 0
         assert sorted(map(str, gc.read_report(store, f"spark-{scope}"))) == \
             sorted(map(str, gc.read_report(store, f"inline-{scope}")))
-        assert inline["candidates"] == 5 + (1 if not scope else 0) + len(list(segs[0].binlogs)) + 4
+        assert inline["candidates"] == 5 + (1 if not scope else 0) + len(list(segs[0].binlogs)) + 4 + \
+            (len(wal_below) if not scope else 0)
+        assert {r["path"] for r in gc.read_report(store, f"spark-{scope}") if r["reason"] == gc.WAL_TRUNCATED} == \
+            (wal_below if not scope else set())
         assert inline["unrecognised"]["files"] == (12 if not scope else 5)
         assert inline["unknown_segment"]["files"] == (1 if scope else 0)
         assert inline["listed"] == inline["referenced"] + inline["internal"] + inline["candidates"] + \

@@ -261,7 +261,9 @@ def test_wal_settings_must_be_finite(settings):
 
 
 def test_gc_leaves_wal_untouched(meta, store, settings):
-    """A GC run with zero tolerance (forced) never deletes or moves a WAL fragment."""
+    """A GC run with zero tolerance (forced) never deletes or moves a WAL fragment while
+    nothing is truncatable: no vchannel has a checkpoint yet (nothing flushed). The
+    fragments are judged (kept as needed), not left unrecognised."""
     from seglake.lifecycle import gc
     coll = _coll(meta, store, settings)
     with WalClient(meta, store, settings) as c:
@@ -273,8 +275,10 @@ def test_gc_leaves_wal_untouched(meta, store, settings):
     for o in store.list("wal/"):
         os.utime(store._path(o.key), (1, 1))
     before = sorted((o.key, o.size) for o in store.list("wal/"))
-    gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True))
+    r = gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True))
     assert sorted((o.key, o.size) for o in store.list("wal/")) == before
+    assert r["mark"]["kept"][gc.WAL_RETAINED] == len(before)
+    assert r["mark"]["wal"] == {"pchannels": len(pchannels(coll)), "truncatable": 0, "error": None}
 
 
 def test_create_collection_announced_on_each_pchannel(meta, store, settings):

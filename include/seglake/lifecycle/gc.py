@@ -19,8 +19,13 @@ file that is not seglake's own.
 References: every file of every live segment record, every file of every snapshot
 (RefIndex) and the snapshot records' own manifests and metadata; files of Dropped
 segment records until their drop tolerance passes. A collection with a PENDING snapshot,
-or paused, is skipped and reported. Internal prefixes (_gc/, _reports/) and WAL
-fragments (wal/) are never collected. Counts are true: `deleted` is what this run
+or paused, is skipped and reported. Internal prefixes (_gc/, _reports/) are never
+collected. WAL fragments (wal/{pchannel}/N.frag) are candidates ("wal_truncated") only
+when `flush.truncatable_fragments` says every live vchannel of the pchannel has a
+checkpoint above them, and they are older than missing_tolerance; the set is computed
+once per pchannel in the mark (any error: no WAL key is a candidate, the error is
+reported) and again right before each sweep batch, which records the truncation in etcd
+before deleting. Counts are true: `deleted` is what this run
 unlinked, a file another run removed first is `already_gone`. A dry run is the mark
 alone and reports the same candidates (and totals) the real run deletes.
 """
@@ -52,8 +57,9 @@ GC_PREFIX = "_gc"
 INTERNAL = ("_gc/", "_reports/")
 SWEEP_BATCH = 1000
 SAMPLE = 20
-ORPHAN, DROPPED_SEGMENT = "orphan", "dropped_segment"
-CANDIDATE_REASONS = (ORPHAN, DROPPED_SEGMENT)
+ORPHAN, DROPPED_SEGMENT, WAL_TRUNCATED = "orphan", "dropped_segment", "wal_truncated"
+CANDIDATE_REASONS = (ORPHAN, DROPPED_SEGMENT, WAL_TRUNCATED)
+WAL_RETAINED, WAL_SKIPPED = "wal_retained", "wal_skipped_error"  # kept: needed by a consumer / not judged
 REFERENCED, INTERNAL_FILE, UNRECOGNISED = "referenced", "internal", "unrecognised"
 UNKNOWN_SEGMENT, OUT_OF_SCOPE, DROPPED_RECENT = "unknown_segment", "out_of_scope", "dropped_within_tolerance"
 UNREADABLE_DIR = "unreadable_directory"  # listed with report_unreadable: its content was not judged
@@ -245,8 +251,62 @@ def reclaimable(refs: References, opts: GCOptions, now: float) -> Reclaim:
     return out
 
 
-def judge(key: str, refs: References, reclaim: Reclaim, collection_id: int | None = None
-          ) -> tuple[str, int | None, int | None]:
+@dataclass
+class WalView:
+    """The WAL fragments this run may truncate, per pchannel seen under wal/, read once.
+    `error` set: nothing under wal/ is judged (fail closed for the WAL only)."""
+    truncatable: dict[str, set[str]] = field(default_factory=dict)
+    error: str | None = None
+
+    def verdict(self, key: str) -> str | None:
+        """WAL_TRUNCATED (before its age is looked at), why a fragment is kept, or None
+        for a key that is not a WAL fragment."""
+        p = layout.parse_wal_fragment(key)
+        if p is None or not _is_pchannel(p[0]):
+            return None  # not a fragment of one of seglake's pchannels: unrecognised
+        if self.error is not None:
+            return WAL_SKIPPED
+        return WAL_TRUNCATED if key in self.truncatable.get(p[0], ()) else WAL_RETAINED
+
+    def summary(self) -> dict:
+        return {"pchannels": len(self.truncatable), "truncatable": sum(map(len, self.truncatable.values())),
+                "error": self.error}
+
+
+def _is_pchannel(name: str) -> bool:
+    from seglake.wal.log import validate_pchannel
+    try:
+        validate_pchannel(name)
+    except ValidationError:
+        return False
+    return True
+
+
+def wal_truncatable(meta: Meta, pchannel: str) -> set[str]:
+    from seglake.lifecycle.flush import truncatable_fragments
+    return set(truncatable_fragments(meta, pchannel))
+
+
+def load_wal_view(meta: Meta, store: Store, collection_id: int | None) -> WalView:
+    """Truncatable fragments of every pchannel with a directory under wal/. A scoped run
+    (one collection) never judges the WAL. Never raises: an error is kept in the view."""
+    view = WalView()
+    if collection_id is not None:
+        return view
+    try:
+        faults.point("gc.mark.wal")
+        dirs, _ = store.list_level(f"{layout.WAL}/")
+        for d in dirs:
+            name = d[len(layout.WAL) + 1:].rstrip("/")
+            if _is_pchannel(name):  # (any other directory's keys stay unrecognised)
+                view.truncatable[name] = wal_truncatable(meta, name)
+    except Exception as e:
+        view.truncatable, view.error = {}, f"{type(e).__name__}: {e}"
+    return view
+
+
+def judge(key: str, refs: References, reclaim: Reclaim, collection_id: int | None = None,
+          wal: WalView | None = None) -> tuple[str, int | None, int | None]:
     """(verdict, collection id, segment id) of one listed key, before its age is looked
     at: a candidate reason (ORPHAN, DROPPED_SEGMENT) or why it is kept. Only a key that
     `layout.parse_key` parses can ever be a candidate."""
@@ -256,6 +316,9 @@ def judge(key: str, refs: References, reclaim: Reclaim, collection_id: int | Non
         return UNREADABLE_DIR, None, None
     if key in refs.files:
         return REFERENCED, None, None
+    w = (wal or WalView(error="not loaded")).verdict(key)
+    if w is not None:
+        return (refs.skipped(None) or w), None, None
     p = layout.parse_key(key)
     if p is None:
         return UNRECOGNISED, None, None
@@ -280,13 +343,14 @@ def judge(key: str, refs: References, reclaim: Reclaim, collection_id: int | Non
 
 
 def classify(objects: Iterable[ObjectInfo], refs: References, cutoff: float,
-             collection_id: int | None = None, reclaim: Reclaim | None = None) -> Iterator[dict]:
-    """Every listed object with its verdict: a candidate (orphan older than the cutoff,
-    file of a reclaimable Dropped segment) or why it is kept."""
+             collection_id: int | None = None, reclaim: Reclaim | None = None,
+             wal: WalView | None = None) -> Iterator[dict]:
+    """Every listed object with its verdict: a candidate (orphan or truncatable WAL
+    fragment older than the cutoff, file of a reclaimable Dropped segment) or why it is kept."""
     reclaim = reclaim or Reclaim()
     for o in objects:
-        verdict, coll, seg = judge(o.key, refs, reclaim, collection_id)
-        if verdict == ORPHAN and o.mtime >= cutoff:
+        verdict, coll, seg = judge(o.key, refs, reclaim, collection_id, wal)
+        if verdict in (ORPHAN, WAL_TRUNCATED) and o.mtime >= cutoff:
             verdict = YOUNG
         yield {"path": o.key, "size": o.size, "mtime": o.mtime, "reason": verdict,
                "collection_id": -1 if coll is None else coll, "segment_id": -1 if seg is None else seg}
@@ -368,6 +432,7 @@ class MarkResult:
     dropped_segments: int = 0
     dropped_kept: int = 0
     dry_run: bool = False
+    wal: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         by = defaultdict(lambda: {"files": 0, "bytes": 0})
@@ -385,7 +450,7 @@ class MarkResult:
                 "dropped": {"segments": self.dropped_segments, "files": len(dropped),
                             "bytes": sum(c["size"] for c in dropped), "kept_referenced_or_skipped": self.dropped_kept},
                 "by_collection_reason": dict(by), "report": self.report_key,
-                "refs_revision": self.refs_revision, "dry_run": self.dry_run}
+                "refs_revision": self.refs_revision, "dry_run": self.dry_run, "wal": self.wal}
 
 
 def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
@@ -399,15 +464,17 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     refs = refs or load_references(meta, store)
     reclaim = reclaimable(refs, opts, started)
+    wal = load_wal_view(meta, store, opts.collection_id)
     prefixes = scan_prefixes(opts.collection_id)
     if listing is not None:
         objects, pre_referenced = listing(prefixes)
     else:
         objects, pre_referenced = (o for p in prefixes for o in store.list(p, report_unreadable=True)), 0
     m = MarkResult(run_id, started, cutoff, pre_referenced, [], {}, "", refs.revision, referenced=pre_referenced,
-                   dropped_segments=len(reclaim.segments), dropped_kept=reclaim.kept, dry_run=opts.dry_run)
+                   dropped_segments=len(reclaim.segments), dropped_kept=reclaim.kept, dry_run=opts.dry_run,
+                   wal=wal.summary())
     kept = defaultdict(int)
-    for row in classify(objects, refs, cutoff, opts.collection_id, reclaim):
+    for row in classify(objects, refs, cutoff, opts.collection_id, reclaim, wal):
         m.listed += 1
         reason = row["reason"]
         if reason in CANDIDATE_REASONS:
@@ -504,6 +571,8 @@ def still_collectable(c: dict, refs: References) -> bool:
     """The sweep's re-check of one candidate against the refreshed references. A report
     row that does not parse as seglake's own key is never collectable, whatever it says."""
     key, coll, reason = c["path"], c["collection_id"], c["reason"]
+    if reason == WAL_TRUNCATED:  # (the sweep also re-reads the pchannel's truncatable set)
+        return layout.parse_wal_fragment(key) is not None and not refs.skipped(None)
     if reason not in CANDIDATE_REASONS or key.startswith(INTERNAL) or layout.parse_key(key) is None:
         return False
     if key in refs.files or refs.skipped(None if coll < 0 else coll):
@@ -545,6 +614,10 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
             else:
                 out.rechecked_kept += 1
                 unfinished.add((c["collection_id"], c.get("segment_id", -1)))
+        for key in _wal_not_truncatable(meta, [c["path"] for c in doomed.values() if c["reason"] == WAL_TRUNCATED],
+                                        out):
+            del doomed[key]
+            out.rechecked_kept += 1
         res = store.delete_checked([ObjectInfo(c["path"], c["size"], c["mtime"]) for c in doomed.values()])
         for key in res.deleted:
             c = doomed[key]
@@ -563,6 +636,29 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
     summary["swept"] = out.summary()
     store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps(summary).encode())
     return out
+
+
+def _wal_not_truncatable(meta: Meta, keys: list[str], out: SweepResult) -> list[str]:
+    """Re-read, right before deleting, which of these WAL fragments are still below
+    every checkpoint, and record the truncation of those in etcd (before any delete).
+    Returns the keys that must be kept; a pchannel that fails is kept whole (error)."""
+    by_pchannel: dict[str, list[str]] = defaultdict(list)
+    for k in keys:
+        by_pchannel[layout.parse_wal_fragment(k)[0]].append(k)
+    keep = []
+    for pch, ks in sorted(by_pchannel.items()):
+        try:
+            ok = wal_truncatable(meta, pch)
+            faults.point("gc.sweep.wal_truncate")
+            go = [k for k in ks if k in ok]
+            if go:
+                from seglake.lifecycle.flush import record_truncation
+                record_truncation(meta, pch, go)
+            keep += [k for k in ks if k not in ok]
+        except Exception as e:
+            out.errors.append((layout.wal_prefix(pch), f"wal truncation not recorded, kept: {type(e).__name__}: {e}"))
+            keep += ks
+    return keep
 
 
 def _remove_dropped_records(meta: Meta, store: Store, run_id: str, mark_rev: int, refs: References,
@@ -666,6 +762,12 @@ def format_summary(result: dict) -> str:
                      f"{s['already_gone']} already gone; {s['rechecked_kept']} kept by the re-check; "
                      f"{s['changed_kept']} changed since the mark (kept); {s['error_count']} errors; "
                      f"{s['dropped']['segments']} dropped segment records removed")
+    w = m.get("wal") or {}
+    if w.get("error"):
+        lines.append(f"wal: not judged (nothing under wal/ deleted): {w['error']}")
+    elif w.get("pchannels"):
+        lines.append(f"wal: {w['truncatable']} fragments below every checkpoint in {w['pchannels']} pchannels "
+                     "(deleted once older than missing_tolerance)")
     if result.get("records"):
         lines.append("records: " + ", ".join(f"{k} {v}" for k, v in sorted(result["records"].items())))
     return "\n".join(lines)
