@@ -13,6 +13,7 @@ arrive in the environment (SEGLAKE_CONFIG + secrets), never in argv.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.load()
     spark = SparkSession.builder.appName("seglake-flush-wal").getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
     try:
         results = run(spark, args.pchannels, args.max_seconds, bool(args.flush_all))
     finally:

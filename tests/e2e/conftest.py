@@ -32,7 +32,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 E2E_HOME = REPO / ".dev" / "test" / "e2e"
 ARTIFACTS = REPO / ".dev" / "test" / "artifacts"
-MARKER = "SEGLAKE_E2E_SESSION"
+MARKER = "E2E_SEGLAKE_SESSION"  # not SEGLAKE_*: config refuses unknown SEGLAKE_ names
 DAG_IDS = ("verify_collection", "snapshot_create", "snapshot_restore", "snapshot_drop", "gc")
 HEALTHY_TIMEOUT = 150
 PARSE_TIMEOUT = 150
