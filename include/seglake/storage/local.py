@@ -183,9 +183,9 @@ class LocalStore(Store):
             for p in [*files, *dirs]:
                 _fsync_path(p)
             return
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(_fsync_path, files))  # data first, then the entries naming it
-            list(pool.map(_fsync_path, dirs))
+        with ThreadPoolExecutor(threads) as pool:  # one job per slice: a task per fsync costs more than it
+            for paths in (files, sorted(dirs)):     # data first, then the entries naming it
+                list(pool.map(_fsync_all, [paths[i::threads] for i in range(threads)]))
 
     def _tmp(self, dst: Path) -> Path:
         self._mkdirs(dst.parent)  # one mkdir per directory, not per file
@@ -485,6 +485,11 @@ def _fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _fsync_all(paths) -> None:
+    for p in paths:
+        _fsync_path(p)
 
 
 def _unlink_quiet(path: Path) -> None:
