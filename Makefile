@@ -63,6 +63,7 @@ bench: setup
 	$(PY) bench/restore.py
 	$(PY) bench/gc.py
 	$(PY) bench/wal.py
+	$(PY) bench/flush.py
 
 clean: down
 	rm -rf $(DEV)

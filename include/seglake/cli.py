@@ -7,6 +7,7 @@ Configuration comes from the environment (SEGLAKE_CONFIG JSON, SEGLAKE_<KEY>), s
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -527,11 +528,40 @@ def number_arg(limit: str, scale: float = 1.0):
 
 
 # -- parser ----------------------------------------------------------------------------
+class Parser(argparse.ArgumentParser):
+    """argparse, but an unrecognised flag is refused naming the closest option of the
+    subcommand it was given to ("--tll-hours ... did you mean --ttl-hours?")."""
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self.chosen(ns)
+            known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+            hints = []
+            for arg in extras:
+                flag = arg.split("=", 1)[0]
+                close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6) if flag.startswith("-") else []
+                if close:
+                    hints.append(f"{flag}: did you mean {close[0]}?")
+            parser.error(f"unrecognized arguments: {' '.join(extras)}" + ("; " + "; ".join(hints) if hints else ""))
+        return ns
+
+    def chosen(self, ns: argparse.Namespace) -> argparse.ArgumentParser:
+        """The deepest subcommand parser `ns` selected (self when there is none)."""
+        parser = self
+        while True:
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            nxt = next((a.choices[v] for a in subs if (v := getattr(ns, a.dest, None)) in a.choices), None)
+            if nxt is None:
+                return parser
+            parser = nxt
+
+
 def build_parser() -> argparse.ArgumentParser:
     from seglake.limits import HOUR
 
     coll_t, snap_t, db_t = name_arg("collection"), name_arg("snapshot"), name_arg("db")
-    p = argparse.ArgumentParser(prog="seglake", description=__doc__.splitlines()[0])
+    p = Parser(prog="seglake", description=__doc__.splitlines()[0])
     out = argparse.ArgumentParser(add_help=False)
     out.add_argument("--json", action="store_true", help="machine-readable output")
     common = argparse.ArgumentParser(add_help=False, parents=[out])

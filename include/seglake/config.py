@@ -37,7 +37,8 @@ ENV_JSON = "SEGLAKE_CONFIG"
 ENV_SECRETS_FILE = "SEGLAKE_SECRETS_FILE"
 VARIABLE_NAME = "seglake_config"
 # SEGLAKE_* variables that are not settings keys (read by devstack/config and faults.py)
-ENV_OTHER = frozenset({ENV_JSON, ENV_SECRETS_FILE, "SEGLAKE_HOME", "SEGLAKE_FAULTS"})
+ENV_OTHER = frozenset({ENV_JSON, ENV_SECRETS_FILE, "SEGLAKE_HOME", "SEGLAKE_FAULTS", "SEGLAKE_SPARK_LOG_LEVEL",
+                       "SEGLAKE_BENCH_DIR"})
 
 # The repository root when installed editable (include/seglake/config.py -> repo).
 _REPO = Path(__file__).resolve().parents[2]
@@ -129,6 +130,12 @@ class Settings:
     wal_txn_keepalive: float = _duration(60.0, "a WAL transaction expires this long after its last message")
     wal_scanner_startup_delay: float = _duration(0.0, "a consuming WAL scanner waits this long before it starts")
     wal_pause_poll: float = _duration(1.0, "how often a paused WAL scanner re-reads the pause flag")
+    # WAL flusher (seal policies of growing segments; see lifecycle/flush.py)
+    flush_seal_rows: int = _int(1_000_000, "a growing segment is sealed at this many rows")
+    flush_seal_bytes: int = _int(256 << 20, "a growing segment is sealed at this many buffered bytes")
+    flush_seal_age: float = _duration(600.0, "a growing segment is sealed this long after its first row")
+    flush_seal_idle: float = _duration(60.0, "a growing segment is sealed after this long without a new row")
+    wal_flush_schedule: str = _str("*/5 * * * *", "schedule of the wal_flush DAG (e.g. @continuous)")
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -227,6 +234,9 @@ class Settings:
 
 
 _ENV_ONLY = frozenset(f.name for f in fields(Settings) if f.metadata.get("env_only"))
+# etcd_root: every seglake key is f"{root}/..."; one clean path, no empty or dot-only segment
+_ROOT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)*")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")  # in no path, URI, endpoint or name a setting holds
 _SCHEDULE_RE = re.compile(r"@(once|hourly|daily|weekly|monthly|quarterly|yearly)|none|"
                           r"[0-9*/,\-A-Za-z?#LW]+( [0-9*/,\-A-Za-z?#LW]+){4,5}")
 
@@ -335,4 +345,9 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
         raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
     if f.name == "gc_schedule" and not _SCHEDULE_RE.fullmatch(value):
         raise ConfigError(f"config key 'gc_schedule': {value!r} is not a cron expression, an @preset or 'none'")
+    if f.name == "etcd_root" and not _ROOT_RE.fullmatch(value):
+        raise ConfigError(f"config key 'etcd_root': {value!r} is not a key prefix (path segments of letters, "
+                          f"digits, '_', '.', '-', each starting with a letter or digit, joined by '/')")
+    if not f.metadata.get("secret") and _CONTROL_RE.search(value):
+        raise ConfigError(f"config key {f.name!r}: {value!r} contains a control character (newline, tab, NUL...)")
     return value

@@ -117,14 +117,11 @@ def _signal_group(leader: int, sig: int) -> None:
         pass
 
 
-_PR_SET_PDEATHSIG = 1
-
-
 def _die_with_parent() -> None:
     """preexec_fn (runs in the child before exec): SIGTERM when the parent thread dies."""
-    import ctypes
+    from seglake.proclife import die_with_parent
 
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    die_with_parent(signal.SIGTERM)
 
 
 _WATCHDOG = r"""

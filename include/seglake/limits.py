@@ -111,12 +111,18 @@ LIMITS: dict[str, Limit] = {
     "wal_txn_keepalive": Limit(1.0, 7 * DAY, unit="s"),
     "wal_scanner_startup_delay": _seconds(DAY),
     "wal_pause_poll": Limit(0.01, 600.0, unit="s"),
+    "flush_seal_rows": _count(1, 100_000_000),
+    "flush_seal_bytes": _count(1024, 1 << 40),
+    "flush_seal_age": _seconds(30 * DAY),
+    "flush_seal_idle": _seconds(30 * DAY),
     # -- engine entry points and the conf / CLI keys that feed them ----------------------
     "snapshot_ttl": _seconds(10 * YEAR),               # 0: no TTL
     "restore_timeout": _seconds(7 * DAY, positive=True),
     "gc_pause_ttl": _seconds(YEAR, positive=True),
     "id": _count(1, ID_MAX),                           # job, collection, segment ids
     "poll_interval": _seconds(HOUR, positive=True),
+    "flush_max_seconds": _seconds(DAY, positive=True),
+    "flush_wait_timeout": _seconds(DAY, positive=True),
     # -- demo data (Milvus limits: 1024 partitions, 16 shards, dim 32768) ------------------
     "demo_partitions": _count(1, 1024),
     "demo_segments": _count(1, 10_000),

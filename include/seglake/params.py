@@ -146,6 +146,18 @@ SPECS: dict[str, dict[str, Key]] = {
         "collection": _name("Collection", "Name of the collection to verify"),
         "db": DB,
     },
+    "wal_flush": {
+        "pchannel": Key("enum", "pchannel", default="all",
+                        choices=("all", *(f"seglake-dml_{i}" for i in range(16))),
+                        description="One pchannel or all"),
+        "engine": ENGINE,
+        "max_seconds": Key("number", "Max run time (s)", default=240, limit="flush_max_seconds",
+                           description="Stop reading the log after this long (a run ends at a time tick)"),
+        "flush_all": Key("boolean", "Flush all", default=False,
+                         description="Seal and flush every growing segment at the end of the run"),
+        "wait_timeout_seconds": Key("number", "Wait timeout (s)", default=3600, limit="flush_wait_timeout",
+                                    description="How long to wait while paused"),
+    },
 }
 
 # Keys people send to the wrong DAG, where difflib finds nothing close.

@@ -16,6 +16,7 @@ tasks are left alone.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 

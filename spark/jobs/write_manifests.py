@@ -16,6 +16,7 @@ environment.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 

@@ -55,17 +55,21 @@ def gc_run(meta, store, settings, a: dict) -> dict:
     from seglake.lifecycle import gc
 
     delay = a.get("delete_delay", 0)
-    if delay:
-        real = store.delete_many
+    if delay:  # every delete path (delete_many included) goes through delete_checked
+        from seglake.storage.base import DeleteOutcome
 
-        def slow(keys):
-            errors = []
-            for k in list(keys):
+        real = store.delete_checked
+
+        def slow(objects):
+            out = DeleteOutcome()
+            for o in list(objects):
                 time.sleep(delay)
-                errors += real([k])
-            return errors
+                one = real([o])
+                for name in ("deleted", "missing", "changed", "errors"):
+                    getattr(out, name).extend(getattr(one, name))
+            return out
 
-        store.delete_many = slow
+        store.delete_checked = slow
     return gc.run(meta, store, gc.GCOptions(**a.get("opts", {})))
 
 

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from typing import NamedTuple
 
 import pytest
 from fault_harness import child_env, fingerprint, load_dag, seed_and_snapshot
@@ -140,9 +141,10 @@ def no_spark(monkeypatch):
     monkeypatch.setattr(SeglakeSparkSubmitOperator, "execute", refuse)
 
 
-def _refusal(dag_id, conf, capfd) -> str:
-    """The error text of a refused run: the exception dag.test raised before any run
-    exists, or the error lines of a run that failed. A run that succeeds fails the test."""
+def _refusal(dag_id, conf, capfd) -> tuple[str, bool]:
+    """The error text of a refused run and whether it was refused before any run existed:
+    the exception dag.test raised (True), or the error lines of a run that failed
+    (False). A run that succeeds fails the test."""
     capfd.readouterr()
     dag = load_dag(dag_id)
     for t in dag.tasks:
@@ -150,19 +152,35 @@ def _refusal(dag_id, conf, capfd) -> str:
     try:
         run = dag.test(run_conf=conf)
     except Exception as e:  # noqa: BLE001 - ParamValidationError or the DAG's own conf check
-        return f"{type(e).__name__}: {e}"
+        return f"{type(e).__name__}: {e}", True
     out = capfd.readouterr()
     assert run.state == "failed", f"{dag_id} accepted {conf!r} (run {run.state})"
     words = ("Error", "Exception", "refused", "invalid", "Invalid", "unknown", "Unknown")
-    return "\n".join(line for line in (out.out + out.err).splitlines() if any(w in line for w in words))
+    return "\n".join(line for line in (out.out + out.err).splitlines() if any(w in line for w in words)), False
 
 
 def _assert_dag_refused(dag_id, conf, names, meta, store, capfd):
+    """Refused naming every one of `names`; or, for `Required(misspelt, key)`, either
+    the did-you-mean naming both, or Airflow's Param check refusing the missing required
+    `key` before any run exists. Either way etcd and the store are untouched."""
     before = fingerprint(meta, store)
-    msg = _refusal(dag_id, conf, capfd)
-    for n in names:
-        assert n.lower() in msg.lower(), f"{dag_id} {conf!r}: the error does not name {n!r}:\n{msg[-2000:]}"
+    msg, before_run = _refusal(dag_id, conf, capfd)
+    low = msg.lower()
+    if isinstance(names, Required) and not (names.misspelt.lower() in low and names.key.lower() in low):
+        assert before_run, f"{dag_id} {conf!r}: a run was created before the refusal:\n{msg[-2000:]}"
+        assert f"invalid input for param {names.key}: no value passed" in low, \
+            f"{dag_id} {conf!r}: neither a did-you-mean nor the missing required {names.key!r}:\n{msg[-2000:]}"
+    else:
+        for n in names:
+            assert n.lower() in low, f"{dag_id} {conf!r}: the error does not name {n!r}:\n{msg[-2000:]}"
     assert fingerprint(meta, store) == before, f"{dag_id} {conf!r} changed etcd or the store"
+
+
+class Required(NamedTuple):
+    """A misspelt REQUIRED key: Airflow may refuse the missing `key` first (correct:
+    before any run exists), else the conf check must name `misspelt` and `key`."""
+    misspelt: str
+    key: str
 
 
 CREATE = {"collection": "demo", "name": "s_new", "engine": "inline"}
@@ -173,15 +191,15 @@ CONF_CASES = [
     *[("snapshot_create", {**CREATE, "ttl_hours": v}, ["ttl_hours"], f"create_ttl_{label}")
       for label, v in BAD_NUMBERS],
     ("snapshot_create", {**CREATE, "name": "s_new\n"}, ["name", "invalid"], "create_newline_name"),
-    ("snapshot_create", {"collection": "demo", "nmae": "s_new", "engine": "inline"}, ["nmae", "name"],
+    ("snapshot_create", {"collection": "demo", "nmae": "s_new", "engine": "inline"}, Required("nmae", "name"),
      "create_misspelt"),
     *[("snapshot_restore", {**RESTORE, "timeout_hours": v}, ["timeout_hours"], f"restore_timeout_{label}")
       for label, v in BAD_NUMBERS],
     ("snapshot_restore", {**RESTORE, "target": "t_new\n"}, ["target", "invalid"], "restore_newline_target"),
     ("snapshot_restore", {"collection": "demo", "snapshot": "s1", "tagret": "t_new", "engine": "inline"},
-     ["tagret", "target"], "restore_misspelt"),
+     Required("tagret", "target"), "restore_misspelt"),
     ("snapshot_drop", {"collection": "demo", "name": "s1\n"}, ["name", "invalid"], "drop_newline_name"),
-    ("snapshot_drop", {"collection": "demo", "snapshot": "s1"}, ["snapshot", "name"], "drop_misspelt"),
+    ("snapshot_drop", {"collection": "demo", "snapshot": "s1"}, Required("snapshot", "name"), "drop_misspelt"),
     ("copy_segment_job", {}, ["job_id"], "copy_missing_job_id"),
     ("copy_segment_job", {"job_id": HUGE_I}, ["job_id"], "copy_huge_job_id"),
     ("copy_segment_job", {"job_id": NAN}, ["job_id"], "copy_nan_job_id"),

@@ -53,7 +53,22 @@ def _assert_collected(meta, store, g):
 
 
 def _counts(result) -> tuple[int, int, int]:
-    return result["sweep"]["deleted"], result["dropped"]["segments"], result["dropped"]["files"]
+    """(orphan files, dropped segment records, dropped segment files) this run removed.
+    `sweep.deleted` counts every file this run unlinked, orphans and Dropped segments'
+    files alike; `dropped.files` is the Dropped segments' share of it."""
+    s, d = result["sweep"], result["dropped"]
+    assert s["deleted"] == sum(b["files"] for b in s["by_reason"].values()), f"deleted disagrees with by_reason: {s}"
+    assert d["files"] == s["by_reason"].get("dropped_segment", {"files": 0})["files"], f"dropped disagrees: {result}"
+    return s["deleted"] - d["files"], d["segments"], d["files"]
+
+
+def _accounted(result) -> None:
+    """Every candidate of this run's mark is accounted for exactly once by its sweep:
+    deleted by it, already gone (another run first), kept by the re-check or errored."""
+    s = result["sweep"]
+    assert s["error_count"] == 0, s["errors"]
+    assert s["deleted"] + s["already_gone"] + s["rechecked_kept"] + s["changed_kept"] == result["mark"]["candidates"], \
+        f"sweep counts do not add up to the mark's candidates: {result}"
 
 
 def test_two_gc_runs_at_once(meta, store, settings, spawn, garbage):
@@ -62,10 +77,31 @@ def test_two_gc_runs_at_once(meta, store, settings, spawn, garbage):
     done = [o.result for o in outcomes if o.assert_ok_or_clear_error("gc", "running", "another")]
     assert done, "neither GC run completed"
     _assert_collected(meta, store, garbage)
+    for r in done:
+        _accounted(r)
     totals = [sum(x) for x in zip(*(_counts(r) for r in done))]
     assert totals == [40, 1, 7], f"two runs together report {totals} deletions; 40 orphans, 1 segment, 7 files"
+    assert sum(r["sweep"]["deleted"] for r in done) == 47, "a file was counted as deleted by both runs"
+    if len(done) == 2:  # what one run deleted, the other (if its mark saw it) found already gone
+        assert all(r["sweep"]["already_gone"] <= 47 - r["sweep"]["deleted"] for r in done)
     again = gc.run(meta, store, gc.GCOptions())
     assert _counts(again) == (0, 0, 0)
+    assert again["sweep"]["already_gone"] == 0
+    _assert_collected(meta, store, garbage)
+
+
+def _left(store, keys) -> set:
+    return {k for k in keys if store.exists(k)}
+
+
+def _re_run_counts_only_its_own(meta, store, garbage, left_old, left_dropped):
+    """A re-run after a kill deletes what the killed run left and counts only that:
+    nothing it did not unlink, nothing already gone, the segment record once."""
+    result = gc.run(meta, store, gc.GCOptions())
+    _accounted(result)
+    assert _counts(result) == (len(left_old), 1, len(left_dropped)), "the re-run must count only what it deleted"
+    assert result["sweep"]["deleted"] == len(left_old) + len(left_dropped)
+    assert result["sweep"]["already_gone"] == 0
     _assert_collected(meta, store, garbage)
 
 
@@ -73,24 +109,20 @@ def test_gc_killed_mid_sweep_then_re_run(meta, store, settings, spawn, garbage):
     old = garbage["old"]
     child = spawn("gc_run", {"delete_delay": 0.03}, settings)
     kill_when(child, lambda: sum(not store.exists(k) for k in old) / len(old), 0.5)
-    left = {k for k in old if store.exists(k)}
+    left = _left(store, old)
     assert 0 < len(left) < len(old)
     assert_invariants(meta, store)
-    result = gc.run(meta, store, gc.GCOptions())
-    assert _counts(result) == (len(left), 1, 7)
-    _assert_collected(meta, store, garbage)
+    _re_run_counts_only_its_own(meta, store, garbage, left, _left(store, garbage["dropped_files"]))
 
 
 def test_gc_killed_while_reclaiming_a_dropped_segment_then_re_run(meta, store, settings, spawn, garbage):
     files = garbage["dropped_files"]
     child = spawn("gc_run", {"delete_delay": 0.05}, settings)
     kill_when(child, lambda: sum(not store.exists(k) for k in files) / len(files), 2 / 7)
-    left = {k for k in files if store.exists(k)}
+    left = _left(store, files)
     assert 0 < len(left) < len(files)
     assert_invariants(meta, store)
-    result = gc.run(meta, store, gc.GCOptions())
-    assert _counts(result) == (0, 1, len(left)), "the re-run must count only what it deleted"
-    _assert_collected(meta, store, garbage)
+    _re_run_counts_only_its_own(meta, store, garbage, _left(store, garbage["old"]), left)
 
 
 def test_gc_reclaiming_a_pending_snapshot_while_it_commits(meta, store, settings, spawn):

@@ -109,7 +109,8 @@ def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
     assert tasks == len(meta.copyjobs.tasks(done_job)) + len(meta.copyjobs.tasks(running_job))
     assert m["seglake_copy_tasks"]['{state="Pending"}'] == len(meta.copyjobs.tasks(running_job))
     assert m["seglake_snapshots"]['{state="COMMITTED"}'] == 1 and m["seglake_snapshots"]['{state="PENDING"}'] == 0
-    assert m["seglake_collections"]['{state="Created"}'] == 3
+    # the running restore's target stays Importing (invisible) until its job completes
+    assert m["seglake_collections"]['{state="Created"}'] == 2 and m["seglake_collections"]['{state="Importing"}'] == 1
     assert m["seglake_segments"]['{state="Flushed"}'] == 12 and m["seglake_segments"]['{state="Importing"}'] == 6
     assert m["seglake_gc_runs_recorded"] == {"": 0} and m["seglake_gc_candidate_bytes"] == {"": 0}
     assert all(v == 0 for v in m["seglake_scrape_error"].values())
@@ -164,3 +165,30 @@ def test_wal_hook_absent_means_no_channels(meta, monkeypatch):
 
     monkeypatch.setattr(console.importlib, "import_module", no_wal)
     assert console.wal_channels(meta) == []
+
+
+def test_wal_channels_show_term_ticks_and_checkpoint_lag(meta, store, settings):
+    """The page and /metrics read the real WAL: one row per vchannel, its pchannel's term
+    and last tick; lag appears once a checkpoint exists, and is the tick distance."""
+    import json
+
+    from seglake.meta.alloc import physical_ms
+    from seglake.wal.client import WalClient, synthetic_rows
+
+    from wal_helpers import make_collection
+
+    with WalClient(meta, store, settings) as client:
+        coll = make_collection(client, "walc", shards=2)
+        client.insert("walc", synthetic_rows(coll, 50, meta.ids.allocate(50)))
+    rows = {r["vchannel"]: r for r in console.wal_channels(meta)}
+    assert set(rows) == set(coll.vchannels)
+    assert all(r["term"] >= 1 and r["last_tick_ts"] and r["lag_s"] is None for r in rows.values())
+    v = coll.vchannels[0]
+    last = rows[v]["last_tick_ts"]
+    tick = (int(last * 1000) - 2500) << 18           # a checkpoint 2.5 s behind the log
+    meta.kv.put(meta.keys.channel_checkpoint(v), json.dumps({"message_id": [1, 1, 0], "time_tick": tick}))
+    rows = {r["vchannel"]: r for r in console.wal_channels(meta)}
+    assert rows[v]["lag_s"] == pytest.approx(2.5, abs=0.002)
+    assert rows[v]["checkpoint_ts"] == physical_ms(tick) / 1000
+    m = parse(metrics.render(meta, store))
+    assert m["seglake_wal_checkpoint_lag_seconds"] == {f'{{vchannel="{v}"}}': pytest.approx(2.5, abs=0.002)}

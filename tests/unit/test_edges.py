@@ -197,6 +197,35 @@ def test_param_schemas_accept_the_defaults_and_refuse_nan(dag_id):
                 jsonschema.validate(math.nan, schema)
 
 
+# -- string settings: etcd_root full-matches a key prefix, no control characters ---------------
+@pytest.mark.parametrize("root", ["seglake", "by-dev", "t0123abcd", "a/b", "a.b_c-d/e1"])
+def test_etcd_root_accepts_clean_key_prefixes(root):
+    assert Settings.from_dict({"etcd_root": root}).etcd_root == root
+    assert Settings.from_env({"SEGLAKE_ETCD_ROOT": root}).etcd_root == root
+
+
+@pytest.mark.parametrize("root", ["seglake\n", "\nseglake", "seg\nlake", "seglake/", "/seglake", "a//b", "a/../b",
+                                  ".", "", "seg lake", "seg\tlake", "seglake\x00", "a/b\r"])
+def test_etcd_root_must_full_match_a_key_prefix_in_every_layer(root):
+    with pytest.raises(ConfigError, match="etcd_root"):
+        Settings.from_dict({"etcd_root": root})
+    if "\x00" not in root:  # an environment variable cannot hold NUL
+        with pytest.raises(ConfigError, match="etcd_root"):
+            Settings.from_env({"SEGLAKE_ETCD_ROOT": root})
+    with pytest.raises(ConfigError, match="etcd_root"):
+        Settings.load(variable=json.dumps({"etcd_root": root}), env={})
+
+
+@pytest.mark.parametrize("key,value", [("store_uri", "/tmp/store\n"), ("store_uri", "s3://b/p\r"),
+                                       ("store_uri", "/tmp/a\x00b"), ("etcd_endpoint", "127.0.0.1:2379\n"),
+                                       ("s3_endpoint", "http://h:1\t"), ("etcd_ca_cert", "/ca.pem\x7f")])
+def test_string_settings_refuse_control_characters_naming_the_key(key, value):
+    with pytest.raises(ConfigError, match=key):
+        Settings.from_dict({key: value})
+    with pytest.raises(ConfigError, match=key):
+        Settings.load(variable=json.dumps({key: value}), env={})
+
+
 # -- CLI flags ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv,flag", [
     (["gc", "pause", "--ttl-hours", "inf"], "--ttl-hours"),
@@ -218,6 +247,30 @@ def test_cli_flags_are_checked_before_any_command_runs(argv, flag, capsys, monke
         cli.main(argv)
     assert exit_.value.code == 2
     assert f"argument {flag}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,bad,near", [
+    (["snapshots", "create", "demo", "s", "--tll-hours", "1"], "--tll-hours", "--ttl-hours"),
+    (["snapshots", "create", "demo", "s", "--tll-hours=1"], "--tll-hours", "--ttl-hours"),
+    (["gc", "run", "--exectue"], "--exectue", "--execute"),
+    (["gc", "run", "--missing-tolerence-hours", "2"], "--missing-tolerence-hours", "--missing-tolerance-hours"),
+    (["demo", "seed", "--segmnets", "2"], "--segmnets", "--segments"),
+])
+def test_cli_misspelt_flag_is_refused_naming_the_subcommands_closest(argv, bad, near, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "Settings", None)  # refused before config is loaded or anything connects
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {bad}" in err and f"did you mean {near}?" in err, err
+
+
+def test_cli_unrecognised_argument_without_a_close_flag_gets_no_guess(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "Settings", None)
+    with pytest.raises(SystemExit):
+        cli.main(["snapshots", "create", "demo", "s", "extra", "--zzzz"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: extra --zzzz" in err and "did you mean" not in err, err
 
 
 def test_cli_refuses_a_misspelt_env_variable(capsys, monkeypatch):

@@ -44,6 +44,7 @@ from seglake.meta.copyjobs import (
 from seglake.meta.kv import Delete, KeyValue, Put, batched, retry_on_conflict, unchanged
 from seglake.meta.catalog import CREATED, DROPPED as COLL_DROPPED, IMPORTING as COLL_IMPORTING
 from seglake.meta.segments import FLUSHED, IMPORTING
+from seglake.proclife import worker_of
 from seglake.storage import Store, layout
 from seglake.storage.base import ChecksumMismatch
 
@@ -277,7 +278,9 @@ def run_inline(meta: Meta, store: Store, job_id: int, threads: int = 1, settings
         env = settings.to_env()
         shares = [ids[i::workers] for i in range(min(workers, len(ids)))]
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(len(shares), mp_context=ctx) as pool:
+        # workers die with this driver: a SIGKILLed driver leaves no copier behind
+        with ProcessPoolExecutor(len(shares), mp_context=ctx, initializer=worker_of,
+                                 initargs=(os.getpid(),)) as pool:
             for f in [pool.submit(_run_share, share, job_id, env) for share in shares]:
                 f.result()
         return [meta.copyjobs.get_task(job_id, t)[0] for t in ids]

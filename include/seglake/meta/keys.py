@@ -152,3 +152,14 @@ def wal_prefix(keys: Keys) -> str:
 
 def channels_prefix(keys: Keys) -> str:
     return f"{keys.root}/channels/"
+
+
+# -- WAL flusher (flush helper; append-only) --------------------------------------------
+#   {root}/wal/{pchannel}/flusher    flusher term: {term, flusher, opened_at}
+#   {root}/wal/{pchannel}/truncated  {"before_fragment": n}: fragments below n may be gone
+def wal_flusher(keys: Keys, pchannel: str) -> str:
+    return f"{keys.root}/wal/{_seg(pchannel)}/flusher"
+
+
+def wal_truncated(keys: Keys, pchannel: str) -> str:
+    return f"{keys.root}/wal/{_seg(pchannel)}/truncated"

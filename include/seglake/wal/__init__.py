@@ -1,3 +1,22 @@
 """Write-ahead log: messages, per-pchannel logs of fragments in the store, term-fenced
 writers (lifetime), the scanner adaptor (reorder, txn, vchannel filter, pause) and the
 ingest client. See README "How the WAL works"."""
+
+
+def console_channels(meta) -> list[dict]:
+    """One row per vchannel for the seglake page and /metrics: its pchannel's term,
+    writer, last time tick (unix seconds), the vchannel's checkpoint tick and its lag
+    behind the log (seconds; None before the flusher's first checkpoint), paused."""
+    from seglake.meta.alloc import physical_ms
+    from seglake.wal.client import read_checkpoint, wal_status
+
+    rows = []
+    for p in wal_status(meta):
+        last_s = physical_ms(p["last_time_tick"]) / 1000 if p["last_time_tick"] else None
+        for c in p["consumers"]:
+            cp = read_checkpoint(meta, c["vchannel"])
+            rows.append({"vchannel": c["vchannel"], "pchannel": p["pchannel"], "term": p["term"],
+                         "writer": p["writer"], "last_tick_ts": last_s,
+                         "checkpoint_ts": None if cp is None else physical_ms(cp.get("time_tick", 0)) / 1000,
+                         "lag_s": None if c["lag_ms"] is None else c["lag_ms"] / 1000, "paused": p["paused"]})
+    return rows

@@ -1,0 +1,120 @@
+"""bench/flush.py: the WAL flusher against its physical anchor, in one run.
+
+Ingest 1,000,000 rows (int64 pk, 128-dim float32 vector, one float scalar; batches of
+10,000, the shape of bench/wal.py) through WalClient, then flush the pchannel inline
+(scanner with crc checks, buffers, Parquet binlogs per field + stats log, each put
+atomically and fsynced, etcd transactions guarded by the flusher term). Anchor, in the
+same run: pyarrow reading the same fragment files (records walked by their length
+prefixes, no checks) and writing the same Parquet files (one per field, zstd, synced)
+with no etcd.
+
+    python bench/flush.py [--rows 1000000] [--batch 10000] [--dim 128] [--repeat 3]
+
+Prints rows/s and MB/s for both and
+    BENCH flush_inline_1M ratio=<flusher/anchor time> target=1.50 ok|miss
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import private_etcd, verdict  # noqa: E402
+
+
+def anchor(frag_paths: list[Path], out: Path, fields: list[str], rows: int) -> float:
+    """Read the fragments with plain pyarrow and write one Parquet file per field."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from seglake.wal.log import MAGIC
+
+    t = time.perf_counter()
+    batches = []
+    for p in frag_paths:
+        data = memoryview(p.read_bytes())
+        pos = len(MAGIC) + 16
+        end = len(data) - 24   # footer: u32 count, u64 bytes, u32 crc, 8-byte END
+        while pos < end:
+            n, _crc = struct.unpack_from("<II", data, pos)
+            rec = data[pos + 8:pos + 8 + n]
+            pos += 8 + n
+            hlen, blen = struct.unpack_from("<II", rec, 0)
+            if blen and json.loads(bytes(rec[8:8 + hlen]))["type"] == "Insert":
+                with pa.ipc.open_stream(pa.py_buffer(rec[8 + hlen:8 + hlen + blen])) as r:
+                    batches.extend(r)
+    table = pa.Table.from_batches(batches)
+    assert table.num_rows == rows, (table.num_rows, rows)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in fields:
+        path = out / name
+        pq.write_table(pa.table({name: table.column(name)}), path, compression="zstd")
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    return time.perf_counter() - t
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    if min(args.rows, args.batch, args.dim, args.repeat) < 1:
+        ap.error("every count must be >= 1")
+
+    from seglake.config import Settings
+    from seglake.lifecycle.flush import flush_pchannel
+    from seglake.meta import Meta
+    from seglake.storage.local import LocalStore
+    from seglake.wal.client import WalClient, synthetic_rows
+    from seglake.wal.log import WalLog
+
+    schema = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
+              {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": args.dim},
+              {"field_id": 102, "name": "price", "dtype": "Float"}]
+    with private_etcd() as etcd, tempfile.TemporaryDirectory(prefix="seglake-bench-flush-", dir=os.environ.get(
+            "SEGLAKE_BENCH_DIR")) as d:
+        flushes, anchors = [], []
+        for r in range(args.repeat):   # a fresh log per repeat (a flushed log is not flushed twice)
+            settings = Settings.from_dict({"etcd_endpoint": etcd.endpoint, "etcd_root": f"bench{r}",
+                                           "store_uri": str(Path(d) / f"store{r}"),
+                                           "flush_seal_rows": max(args.rows, 1), "flush_seal_bytes": 1 << 40})
+            meta, store = Meta.from_settings(settings), LocalStore(Path(d) / f"store{r}")
+            with WalClient(meta, store, settings, batch_rows=args.batch) as client:
+                coll = client.create_collection("bench", schema, shards=1)
+                table = synthetic_rows(coll, args.rows, 1)
+                client.insert("bench", table)
+            p = coll.vchannels[0].rsplit("_", 1)[0]
+            log = WalLog(meta, store, p)
+            frags = [Path(store.uri) / log.fragment_key(n) for n in log.state().fragments()]
+            mb = sum(f.stat().st_size for f in frags) / 1e6
+            anchors.append(anchor(frags, Path(d) / f"anchor{r}", [f["name"] for f in schema], args.rows))
+            t = time.perf_counter()
+            st = flush_pchannel(meta, store, p, settings, flush_all=True)
+            flushes.append(time.perf_counter() - t)
+            assert st["rows"] == args.rows and st["segments"] == 1, st
+            meta.close()
+        t_flush, t_anchor = statistics.median(flushes), statistics.median(anchors)
+        print(f"{args.rows} rows, {mb:.1f} MB of WAL fragments")
+        print(f"flush inline: {t_flush:.2f} s ({args.rows / t_flush:,.0f} rows/s, {mb / t_flush:.0f} MB/s); "
+              f"anchor (pyarrow read + Parquet write, no etcd) {t_anchor:.2f} s "
+              f"({args.rows / t_anchor:,.0f} rows/s, {mb / t_anchor:.0f} MB/s)  [medians of {args.repeat}: "
+              f"flush {', '.join(f'{x:.2f}' for x in flushes)}; anchor {', '.join(f'{x:.2f}' for x in anchors)}]")
+        verdict("flush_inline_1M", t_flush, t_anchor, 1.50)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,704 @@
+"""The WAL flusher: turn a pchannel's log into Flushed segments, exactly once.
+
+Recovery (flusherimpl.go): the live vchannels of the pchannel (collections not Dropped,
+vchannels not released by a drop) and each one's checkpoint
+`{root}/channels/{v}/checkpoint` = {"message_id": [term, fragment, offset], "time_tick": tt}.
+The scan starts at the MINIMUM checkpoint (inclusive), or at the log's start (above any
+truncation) when a live vchannel has none. Growing/Sealed records a killed run left
+behind are marked Dropped (they have no files; their rows are re-read from the log).
+
+Checkpoint meaning: every message of the vchannel with time tick <= cp.time_tick is
+durable in Flushed segments (or was ignored), and a scan from cp.message_id delivers
+every message with a larger time tick. Positions are only taken at "safe points":
+TimeTicks delivered while no transaction is open (a committed txn's bodies carry the
+commit's tick but keep their earlier ids). A vchannel's checkpoint = the minimum start
+of its buffered segments and pending delete buffers, else the last safe point; it never
+moves backwards (lowering raises CheckpointError, equal is a no-op).
+
+Replay never duplicates: a message at or below the vchannel's checkpoint is skipped; an
+Insert at or below the last Flushed segment of its partition (segments of one partition
+cover consecutive tick ranges, cut only at time-tick boundaries) is skipped; a Delete
+already in a Flushed segment's delta logs (tick <= their highest ts) is not re-applied.
+
+Sync of a sealed segment: insert binlogs (Parquet, one per field), delta log (pk, ts)
+and stats log (pk min/max, rows) are written first under fresh log ids (durable:
+store.put is atomic and fsyncs); then ONE etcd transaction sets the segment Flushed and
+advances the checkpoint, guarded by the flusher term (`{root}/wal/{p}/flusher`, taken
+by CAS at open: a newer flusher fences this one; the loser's files are orphans for GC).
+Deletes of rows in already-Flushed segments become a delta log on that segment, added
+to its record in the same kind of guarded transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake.meta import keys as keymod
+from seglake.meta.alloc import physical_ms
+from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
+from seglake.meta.codec import decode_struct, encode_struct
+from seglake.meta.kv import Compare, Delete, Put, absent, retry_on_conflict
+from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Binlog, Segment
+from seglake.parquet import table_buffer
+from seglake.storage import layout
+from seglake.wal import message as M
+from seglake.wal.buffer import FLUSH, DeltaBuffer, SealPolicy, SegmentBuffer
+from seglake.wal.log import Fenced, WalLog, all_pchannels, validate_pchannel
+from seglake.wal.message import Message, MessageId
+
+RELEASED = "released_vchannels"   # collection property: vchannels a drop released (issue 11)
+
+
+class CheckpointError(SeglakeError):
+    """An attempt to move a vchannel checkpoint backwards."""
+
+
+# -- checkpoints -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Checkpoint:
+    message_id: MessageId
+    time_tick: int
+
+    def to_json(self) -> dict:
+        return {"message_id": self.message_id.to_json(), "time_tick": self.time_tick}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Checkpoint":
+        tt = d.get("time_tick")
+        if isinstance(tt, bool) or not isinstance(tt, int) or tt < 0:
+            raise ValidationError(f"checkpoint time tick must be a non-negative int, got {tt!r}")
+        return cls(MessageId.parse(d["message_id"]), tt)
+
+
+def read_checkpoint(meta, vchannel: str) -> tuple[Checkpoint | None, int]:
+    """(checkpoint, mod revision of its key; 0 when absent)."""
+    kv = meta.kv.get(meta.keys.channel_checkpoint(vchannel))
+    return (None, 0) if kv is None else (Checkpoint.from_json(json.loads(kv.value)), kv.mod_revision)
+
+
+def advances(old: Checkpoint | None, new: Checkpoint) -> bool:
+    """True when `new` moves past `old`; False when equal; CheckpointError when lower."""
+    if old is None:
+        return True
+    if new.message_id < old.message_id or new.time_tick < old.time_tick:
+        raise CheckpointError(f"checkpoint would move backwards: {old.message_id}@{old.time_tick} -> "
+                              f"{new.message_id}@{new.time_tick}")
+    return (new.message_id, new.time_tick) != (old.message_id, old.time_tick)
+
+
+def _rev_guard(key: str, rev: int) -> Compare:
+    return absent(key) if not rev else Compare(key, "mod", "==", rev)
+
+
+# -- vchannels and truncation ----------------------------------------------------------
+def live_vchannels(meta, pchannel: str) -> dict:
+    """vchannel -> Collection for every vchannel of `pchannel` a flusher must serve
+    (collection not Dropped, vchannel not released by a drop)."""
+    out = {}
+    for coll in meta.catalog.list(include_dropped=True):
+        if coll.state == COLL_DROPPED:
+            continue
+        released = set(coll.properties.get(RELEASED, ()))
+        for v in coll.vchannels:
+            if pchannel_of(v) == pchannel and v not in released:
+                out[v] = coll
+    return out
+
+
+def truncated_before(meta, pchannel: str) -> int:
+    """Fragments below this number may have been truncated (1 = none)."""
+    kv = meta.kv.get(keymod.wal_truncated(meta.keys, pchannel))
+    return 1 if kv is None else int(json.loads(kv.value)["before_fragment"])
+
+
+def truncatable_fragments(meta, pchannel: str, consumer_positions=()) -> list[str]:
+    """Keys of the WAL fragments of `pchannel` strictly below every live vchannel's
+    checkpoint and every extra consumer position (MessageIds). Fails closed: no live
+    vchannel, or one without a checkpoint, means nothing is truncatable. Pure read."""
+    validate_pchannel(pchannel)
+    vch = live_vchannels(meta, pchannel)
+    if not vch:
+        return []
+    bounds = []
+    for v in vch:
+        cp, _ = read_checkpoint(meta, v)
+        if cp is None:
+            return []
+        bounds.append(cp.message_id.fragment)
+    bounds += [MessageId.parse(p).fragment for p in consumer_positions]
+    below = min(bounds)
+    st = WalLog(meta, None, pchannel).state()
+    numbers = set(st.fragments()) | set(st.holes)
+    return [layout.wal_fragment(pchannel, n) for n in sorted(numbers) if n < below]
+
+
+def record_truncation(meta, pchannel: str, fragment_keys: list[str]) -> int:
+    """Persist, BEFORE deleting any of `fragment_keys`, that the log below the highest
+    one + 1 may be gone (recovery then starts above it). Monotonic; returns the bound."""
+    nums = [n for k in fragment_keys if (p := layout.parse_wal_fragment(k)) and p[0] == pchannel
+            for n in [p[1]]]
+    if not nums:
+        return truncated_before(meta, pchannel)
+    key = keymod.wal_truncated(meta.keys, pchannel)
+    bound = max(nums) + 1
+
+    def attempt() -> int:
+        kv = meta.kv.get(key)
+        cur = 1 if kv is None else int(json.loads(kv.value)["before_fragment"])
+        if bound <= cur:
+            return cur
+        meta.kv.txn([_rev_guard(key, 0 if kv is None else kv.mod_revision)],
+                    [Put(key, json.dumps({"before_fragment": bound}))])
+        return bound
+    return retry_on_conflict(attempt, f"record truncation of {pchannel}")
+
+
+# -- flusher term ----------------------------------------------------------------------------
+def acquire_term(meta, pchannel: str, name: str) -> tuple[int, int]:
+    """Take the pchannel's flusher term T+1 by CAS: (term, mod revision). Every commit of
+    this flusher compares that revision, so a newer flusher fences it."""
+    key = keymod.wal_flusher(meta.keys, pchannel)
+
+    def attempt():
+        kv = meta.kv.get(key)
+        cur = 0 if kv is None else json.loads(kv.value)["term"]
+        rec = json.dumps({"term": cur + 1, "flusher": name, "opened_at": time.time()})
+        rev = meta.kv.txn([_rev_guard(key, 0 if kv is None else kv.mod_revision)], [Put(key, rec)])
+        return cur + 1, rev
+    return retry_on_conflict(attempt, f"take the flusher term of {pchannel}")
+
+
+# -- per-vchannel state ------------------------------------------------------------------------
+@dataclass
+class VState:
+    vchannel: str
+    coll: object
+    schema: pa.Schema
+    floor: Checkpoint | None = None
+    cp_rev: int = 0
+    growing: dict = field(default_factory=dict)      # partition_id -> SegmentBuffer
+    sealed: list = field(default_factory=list)       # SegmentBuffer, in seal order
+    flushed: dict = field(default_factory=dict)      # segment_id -> [Segment, mod_rev]
+    flushed_pks: dict = field(default_factory=dict)  # segment_id -> np.ndarray (lazy)
+    part_hw: dict = field(default_factory=dict)      # partition_id -> highest flushed row tick
+    delta_hw: dict = field(default_factory=dict)     # segment_id -> highest flushed delete tick
+    deltas: dict = field(default_factory=dict)       # segment_id -> DeltaBuffer
+    closed: bool = False
+
+    @property
+    def pk(self):
+        return self.coll.schema.primary
+
+
+@dataclass
+class FlushStats:
+    pchannel: str
+    term: int = 0
+    start: str | None = None
+    messages: int = 0
+    skipped: int = 0           # already covered by a checkpoint or a Flushed segment
+    ignored: int = 0           # for no open vchannel state
+    duplicate_creates: int = 0
+    segments: int = 0
+    rows: int = 0
+    bytes: int = 0
+    delta_logs: int = 0
+    deletes: int = 0
+    stale_dropped: int = 0
+    seals: dict = field(default_factory=dict)
+    checkpoints: dict = field(default_factory=dict)   # vchannel -> {message_id, time_tick, lag_ms}
+    stopped: str = "caught_up"
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Flusher:
+    """One pchannel's flusher. `open()` takes the term and recovers; `run()` consumes
+    the log up to its end (or a deadline) and syncs. `hooks` (name -> callable) are
+    called at `after_files` and `after_commit` (crash tests)."""
+
+    def __init__(self, meta, store, pchannel: str, settings, *, clock=time.time, name: str | None = None,
+                 hooks: dict | None = None):
+        self.policy = SealPolicy.from_settings(settings)   # validated before any side effect
+        self.meta, self.store, self.settings = meta, store, settings
+        self.pchannel = validate_pchannel(pchannel)
+        self.clock = clock
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.hooks = hooks or {}
+        self.term_key = keymod.wal_flusher(meta.keys, pchannel)
+        self.term = self.term_rev = 0
+        self.states: dict[str, VState] = {}
+        self.last_safe: Checkpoint | None = None
+        self.scanner = None
+        self.stats = FlushStats(pchannel)
+
+    # -- recovery ---------------------------------------------------------------------------
+    def open(self) -> "Flusher":
+        self.term, self.term_rev = acquire_term(self.meta, self.pchannel, self.name)
+        self.stats.term = self.term
+        starts, complete = [], True
+        for v, coll in sorted(live_vchannels(self.meta, self.pchannel).items()):
+            st = self._open_state(v, coll)
+            if st.floor is None:
+                complete = False
+            else:
+                starts.append(st.floor.message_id)
+        first = truncated_before(self.meta, self.pchannel)
+        if complete and starts:
+            start = min(starts)
+        else:
+            start = MessageId(0, first, 0) if first > 1 else None
+        self.start = start
+        self.stats.start = None if start is None else str(start)
+        return self
+
+    def _open_state(self, v: str, coll) -> VState:
+        cp, rev = read_checkpoint(self.meta, v)
+        st = VState(v, coll, M.arrow_schema(coll.schema), cp, rev)
+        stale = []
+        for kv in self.meta.kv.range(self.meta.keys.segments_prefix(coll.collection_id)):
+            seg = decode_struct(kv.value, Segment, kv.key)
+            if seg.channel != v:
+                continue
+            if seg.state in (GROWING, SEALED):
+                stale.append((kv, seg))
+            elif seg.state == FLUSHED:
+                st.flushed[seg.segment_id] = [seg, kv.mod_revision]
+                st.part_hw[seg.partition_id] = max(st.part_hw.get(seg.partition_id, 0), seg.dml_ts)
+                if seg.deltalogs:
+                    st.delta_hw[seg.segment_id] = max(b.ts_to for b in seg.deltalogs)
+        for kv, seg in stale:   # a killed run's buffers: no files, rows are replayed from the log
+            self._commit([Compare(kv.key, "mod", "==", kv.mod_revision)],
+                         [Put(kv.key, encode_struct(seg.replace(state=DROPPED, dropped_at=self.clock())))],
+                         f"drop stale {seg.state} segment {seg.segment_id}")
+            self.stats.stale_dropped += 1
+        self.states[v] = st
+        return st
+
+    # -- guarded commits ------------------------------------------------------------------------
+    def _commit(self, compares: list, ops: list, what: str) -> int:
+        guard = Compare(self.term_key, "mod", "==", self.term_rev)
+        try:
+            return self.meta.kv.txn([guard, *compares], ops)
+        except Conflict:
+            kv = self.meta.kv.get(self.term_key)
+            if kv is None or kv.mod_revision != self.term_rev:
+                cur = None if kv is None else json.loads(kv.value)
+                raise Fenced(f"flusher of {self.pchannel} at term {self.term} is fenced "
+                             f"(current flusher: {cur}); not committed: {what}") from None
+            raise Conflict(f"flusher of {self.pchannel}: {what}: a record changed underneath") from None
+
+    def _hook(self, name: str, **kw) -> None:
+        from seglake import faults
+
+        faults.point(f"flush.{name}")   # crash tests across processes (Spark executors)
+        fn = self.hooks.get(name)
+        if fn is not None:
+            fn(self, **kw)
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self, *, max_seconds: float | None = None, flush_all: bool = False) -> FlushStats:
+        """Consume the committed log to its end (or until `max_seconds`), dispatching
+        every message; then sync what is sealed (everything when flush_all) and the
+        pending delete buffers, and move every vchannel's checkpoint."""
+        from seglake.wal.scanner import Scanner
+
+        if self.term == 0:
+            self.open()
+        deadline = None if max_seconds is None else time.monotonic() + float(max_seconds)
+        self.scanner = Scanner(self.meta, self.store, self.pchannel, self.settings, start=self.start,
+                               follow=False)
+        try:
+            if self.scanner.paused() is not None:
+                self.stats.stopped = "paused"    # consumption held back: nothing is read
+                self.stats.checkpoints = self.checkpoint_report()
+                return self.stats
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                m = self.scanner.next(timeout=left)
+                if m is None:
+                    if self.scanner.paused() is not None:
+                        self.stats.stopped = "paused"
+                    elif deadline is not None and time.monotonic() >= deadline:
+                        self.stats.stopped = "deadline"
+                    break
+                self.dispatch(m)
+                if deadline is not None and m.type == M.TIME_TICK and time.monotonic() >= deadline:
+                    self.stats.stopped = "deadline"
+                    break
+            self.finish(flush_all=flush_all)
+        finally:
+            self.scanner.close()
+        return self.stats
+
+    def dispatch(self, m: Message) -> None:
+        self.stats.messages += 1
+        if m.type == M.TIME_TICK:
+            return self.on_tick(m)
+        if m.type == M.CREATE_COLLECTION:
+            return self.on_create(m)
+        targets = [self.states[m.vchannel]] if m.vchannel in self.states else (
+            list(self.states.values()) if m.vchannel == "" and m.type == M.FLUSH else [])
+        targets = [st for st in targets if not st.closed]
+        if not targets:
+            self.stats.ignored += 1
+            return
+        for st in targets:
+            if st.floor is not None and m.time_tick <= st.floor.time_tick:
+                self.stats.skipped += 1
+                continue
+            if m.type == M.INSERT:
+                self.on_insert(st, m)
+            elif m.type == M.DELETE:
+                self.on_delete(st, m)
+            elif m.type == M.FLUSH:
+                self.seal_all(st, FLUSH)
+            elif m.type == M.DROP_COLLECTION:
+                self.on_drop(st, m)
+                st.closed = True          # messages after the drop are ignored
+
+    def on_create(self, m: Message) -> None:
+        """Open the vchannel's data-sync state; a duplicate is ignored."""
+        v = m.vchannel
+        if v in self.states or pchannel_of(v) != self.pchannel:
+            self.stats.duplicate_creates += 1
+            return
+        try:
+            coll = self.meta.catalog.get(m.collection_id)
+        except NotFound:
+            self.stats.ignored += 1
+            return
+        if coll.state == COLL_DROPPED or v in coll.properties.get(RELEASED, ()):
+            self.stats.ignored += 1
+            return
+        self._open_state(v, coll)
+
+    def on_drop(self, st: VState, m: Message) -> None:
+        """DropCollection reached the vchannel: seal and sync everything buffered before
+        it (nothing acknowledged is lost); the state is closed after. Hook for the
+        DropCollection issue (mark segments Dropped, release the vchannel)."""
+        self.seal_all(st, "drop")
+        self.sync(st, deltas=True)
+
+    def on_insert(self, st: VState, m: Message) -> None:
+        pid = m.partition_id
+        if m.time_tick <= st.part_hw.get(pid, 0):
+            self.stats.skipped += 1
+            return
+        buf = st.growing.get(pid) or self._open_segment(st, pid, m.time_tick)
+        batch = m.body if m.body.schema == st.schema else M.conform_batch(m.body, st.coll.schema)
+        buf.add_rows(batch, m.time_tick, self.clock())
+
+    def on_delete(self, st: VState, m: Message) -> None:
+        pks = m.body.column("pk").to_numpy(zero_copy_only=False)
+        pk = st.pk.name
+        for buf in [*st.growing.values(), *st.sealed]:
+            if m.partition_id and buf.partition_id != m.partition_id:
+                continue
+            hit = pks[np.isin(pks, buf.pks(pk))]
+            buf.add_deletes(hit, m.time_tick)
+            self.stats.deletes += len(hit)
+        for sid, (seg, _rev) in st.flushed.items():
+            if m.partition_id and seg.partition_id != m.partition_id:
+                continue
+            if m.time_tick <= st.delta_hw.get(sid, 0):
+                continue   # already in this segment's delta logs
+            hit = pks[np.isin(pks, self._flushed_pks(st, seg))]
+            if len(hit):
+                d = st.deltas.get(sid) or st.deltas.setdefault(
+                    sid, DeltaBuffer(sid, seg.partition_id, self._position(st)))
+                d.add(hit, m.time_tick)
+                self.stats.deletes += len(hit)
+
+    def _flushed_pks(self, st: VState, seg: Segment) -> np.ndarray:
+        pks = st.flushed_pks.get(seg.segment_id)
+        if pks is None:
+            import pyarrow.parquet as pq
+            fid = st.pk.field_id
+            parts = []
+            for b in seg.binlogs.get(fid, ()):
+                with self.store.open_read(layout.insert_log(seg.collection_id, seg.partition_id,
+                                                            seg.segment_id, fid, b.log_id)) as f:
+                    parts.append(pq.read_table(f).column(0).to_numpy())
+            pks = st.flushed_pks[seg.segment_id] = np.concatenate(parts) if parts else np.array([], np.int64)
+        return pks
+
+    def on_tick(self, m: Message) -> None:
+        """A safe point when no transaction is open; seal by policy, sync sealed."""
+        if self.scanner is None or len(self.scanner.txn) == 0:
+            self.last_safe = Checkpoint(m.id, m.time_tick)
+        now = self.clock()
+        for st in self.states.values():
+            if st.closed:
+                continue
+            for pid, buf in list(st.growing.items()):
+                reason = buf.seal_reason(self.policy, now)
+                if reason:
+                    self._seal(st, pid, reason)
+            if st.sealed:
+                self.sync(st)
+
+    # -- segments ---------------------------------------------------------------------------------
+    def _position(self, st: VState) -> Checkpoint | None:
+        """Where a replay must start to rebuild a buffer opened now."""
+        pos = self.last_safe
+        if st.floor is not None and (pos is None or pos.message_id < st.floor.message_id):
+            pos = st.floor
+        return pos
+
+    def _open_segment(self, st: VState, pid: int, tt: int) -> SegmentBuffer:
+        sid = self.meta.ids.allocate()
+        seg = Segment(segment_id=sid, collection_id=st.coll.collection_id, partition_id=pid,
+                      channel=st.vchannel, state=GROWING, start_ts=tt, created_ts=tt)
+        key = self.meta.keys.segment(seg.collection_id, pid, sid)
+        rev = self._commit([absent(key)], [Put(key, encode_struct(seg))], f"open growing segment {sid}")
+        now = self.clock()
+        buf = SegmentBuffer(sid, seg.collection_id, pid, st.vchannel, self._position(st), now,
+                            last_write=now, record_rev=rev)
+        st.growing[pid] = buf
+        return buf
+
+    def _seal(self, st: VState, pid: int, reason: str) -> None:
+        buf = st.growing.pop(pid)
+        buf.sealed = reason
+        st.sealed.append(buf)
+        self.stats.seals[reason] = self.stats.seals.get(reason, 0) + 1
+
+    def seal_all(self, st: VState, reason: str) -> None:
+        for pid in list(st.growing):
+            if st.growing[pid].rows:
+                self._seal(st, pid, reason)
+
+    def _checkpoint_after(self, st: VState, done: object) -> Checkpoint | None:
+        """min(start of every buffer still held but `done`) else the last safe point."""
+        starts = [b.start for b in [*st.growing.values(), *st.sealed, *st.deltas.values()] if b is not done]
+        if starts:
+            if any(s is None for s in starts):
+                return None
+            return min(starts, key=lambda c: (c.message_id, c.time_tick))
+        return self._position(st)
+
+    def _cp_ops(self, st: VState, done: object) -> tuple[list, list, Checkpoint | None]:
+        cp = self._checkpoint_after(st, done)
+        key = self.meta.keys.channel_checkpoint(st.vchannel)
+        if cp is None or not advances(st.floor, cp):
+            return [], [], None
+        return [_rev_guard(key, st.cp_rev)], [Put(key, json.dumps(cp.to_json()))], cp
+
+    def _applied_cp(self, st: VState, cp: Checkpoint | None, rev: int) -> None:
+        if cp is not None:
+            st.floor, st.cp_rev = cp, rev
+
+    def sync(self, st: VState, *, deltas: bool = False) -> None:
+        """Sync every sealed segment of `st` (in seal order), then, with deltas=True, every
+        pending delete buffer on Flushed segments."""
+        while st.sealed:
+            self._sync_segment(st, st.sealed[0])
+        if deltas:
+            for sid in list(st.deltas):
+                self._sync_delta(st, st.deltas[sid])
+
+    def _put(self, key: str, columns: dict):
+        """One Parquet log file, visible only complete (temp + rename) and durable
+        (fsynced) before it is returned. Locally pyarrow encodes straight into the temp
+        file (an in-memory buffer of a large binlog costs reallocations and page faults)."""
+        from seglake.storage.local import LocalStore
+
+        if isinstance(self.store, LocalStore):
+            import pyarrow.parquet as pq
+
+            def write(tmp) -> None:
+                pq.write_table(pa.table(columns), str(tmp), compression="zstd")
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            return self.store._atomic(key, write)
+        return self.store.put(key, table_buffer(columns).to_pybytes())
+
+    def _sync_segment(self, st: VState, buf: SegmentBuffer) -> None:
+        c, p, s = buf.collection_id, buf.partition_id, buf.segment_id
+        table = buf.table(st.schema)
+        fields = st.coll.schema.fields
+        log0 = self.meta.ids.allocate(len(fields) + 2)
+        binlogs, statslogs, deltalogs, nbytes = {}, {}, (), 0
+
+        def write_field(i: int):
+            f = fields[i]
+            return self._put(layout.insert_log(c, p, s, f.field_id, log0 + i), {f.name: table.column(f.name)})
+
+        # one binlog per field, encoded and written in parallel (pyarrow and fsync release the GIL)
+        with ThreadPoolExecutor(min(4, len(fields))) as pool:
+            for i, info in enumerate(pool.map(write_field, range(len(fields)))):
+                binlogs[fields[i].field_id] = (Binlog(log0 + i, info.size, buf.rows, buf.first_tt, buf.last_tt),)
+                nbytes += info.size
+        pks = buf.pks(st.pk.name)
+        if buf.deletes:
+            dp, dt = np.concatenate(buf.del_pks), np.concatenate(buf.del_ts)
+            info = self._put(layout.delta_log(c, p, s, log0 + len(fields)), {"pk": dp, "ts": dt})
+            deltalogs = (Binlog(log0 + len(fields), info.size, len(dp), int(dt.min()), int(dt.max())),)
+            nbytes += info.size
+        stats = json.dumps({"field_id": st.pk.field_id, "min": int(pks.min()), "max": int(pks.max()),
+                            "rows": buf.rows}).encode()
+        info = self.store.put(layout.stats_log(c, p, s, st.pk.field_id, log0 + len(fields) + 1), stats)
+        statslogs[st.pk.field_id] = (Binlog(log0 + len(fields) + 1, info.size, buf.rows, buf.first_tt, buf.last_tt),)
+        nbytes += info.size
+        self._hook("after_files", segment_id=s)
+        seg = Segment(segment_id=s, collection_id=c, partition_id=p, channel=st.vchannel, state=FLUSHED,
+                      num_rows=buf.rows, binlogs=binlogs, deltalogs=deltalogs, statslogs=statslogs,
+                      start_ts=buf.first_tt, dml_ts=buf.last_tt, created_ts=buf.first_tt)
+        key = self.meta.keys.segment(c, p, s)
+        cmp, ops, cp = self._cp_ops(st, buf)
+        rev = self._commit([Compare(key, "mod", "==", buf.record_rev), *cmp],
+                           [Put(key, encode_struct(seg)), *ops], f"flush segment {s}")
+        self._applied_cp(st, cp, rev)
+        st.sealed.remove(buf)
+        st.flushed[s] = [seg, rev]
+        st.flushed_pks[s] = pks
+        st.part_hw[p] = max(st.part_hw.get(p, 0), buf.last_tt)
+        if deltalogs:
+            st.delta_hw[s] = deltalogs[0].ts_to
+        self.stats.segments += 1
+        self.stats.rows += buf.rows
+        self.stats.bytes += nbytes
+        self._hook("after_commit", segment_id=s)
+
+    def _sync_delta(self, st: VState, d: DeltaBuffer) -> None:
+        seg, rev0 = st.flushed[d.segment_id]
+        c, p, s = seg.collection_id, seg.partition_id, seg.segment_id
+        log_id = self.meta.ids.allocate()
+        dp, dt = np.concatenate(d.pks), np.concatenate(d.ts)
+        info = self._put(layout.delta_log(c, p, s, log_id), {"pk": dp, "ts": dt})
+        self._hook("after_files", segment_id=s)
+        new = seg.replace(deltalogs=(*seg.deltalogs, Binlog(log_id, info.size, len(dp), int(dt.min()), int(dt.max()))))
+        key = self.meta.keys.segment(c, p, s)
+        cmp, ops, cp = self._cp_ops(st, d)
+        rev = self._commit([Compare(key, "mod", "==", rev0), *cmp], [Put(key, encode_struct(new)), *ops],
+                           f"delta log on segment {s}")
+        self._applied_cp(st, cp, rev)
+        del st.deltas[s]
+        st.flushed[s] = [new, rev]
+        st.delta_hw[s] = int(dt.max())
+        self.stats.delta_logs += 1
+        self.stats.bytes += info.size
+        self._hook("after_commit", segment_id=s)
+
+    def finish(self, *, flush_all: bool = False) -> None:
+        """End of a run: seal everything when flush_all, sync sealed segments and delete
+        buffers, advance idle checkpoints, remove the Growing records of buffers left in
+        memory (their rows stay in the log above the checkpoint)."""
+        for st in self.states.values():
+            if flush_all and not st.closed:
+                self.seal_all(st, FLUSH)
+            self.sync(st, deltas=True)
+            cmp, ops, cp = self._cp_ops(st, None)
+            if ops:
+                self._applied_cp(st, cp, self._commit(cmp, ops, f"checkpoint of {st.vchannel}"))
+            for buf in list(st.growing.values()):
+                key = self.meta.keys.segment(buf.collection_id, buf.partition_id, buf.segment_id)
+                self._commit([Compare(key, "mod", "==", buf.record_rev)], [Delete(key)],
+                             f"remove unflushed growing segment {buf.segment_id}")
+            st.growing.clear()
+        self.stats.checkpoints = self.checkpoint_report()
+
+    def checkpoint_report(self) -> dict:
+        last = WalLog(self.meta, None, self.pchannel).state().last_tt
+        out = {}
+        for v, st in sorted(self.states.items()):
+            cp = st.floor
+            out[v] = {"message_id": None if cp is None else str(cp.message_id),
+                      "time_tick": None if cp is None else cp.time_tick,
+                      "lag_ms": None if cp is None else max(0, physical_ms(last) - physical_ms(cp.time_tick))}
+        return out
+
+
+# -- entry points ---------------------------------------------------------------------------------
+def flush_pchannel(meta, store, pchannel: str, settings, *, max_seconds: float | None = None,
+                   flush_all: bool = False, clock=time.time, hooks: dict | None = None) -> dict:
+    """Open a flusher on `pchannel` (taking its term), run it once, return its stats."""
+    f = Flusher(meta, store, pchannel, settings, clock=clock, hooks=hooks)
+    return f.run(max_seconds=max_seconds, flush_all=flush_all).to_json()
+
+
+def pchannels_with_log(meta) -> list[str]:
+    """The pchannels that have a log record (the ones worth flushing)."""
+    prefix = keymod.wal_prefix(meta.keys)
+    found = set()
+    for kv in meta.kv.range(prefix, keys_only=True):
+        p = kv.key[len(prefix):].split("/", 1)[0]
+        if p in all_pchannels() and kv.key == keymod.wal_log(meta.keys, p):
+            found.add(p)
+    return sorted(found)
+
+
+def flush_partition(pchannels, settings_env: dict, opts: dict):
+    """Executor side of the Spark engine: flush each pchannel of the partition."""
+    from seglake.config import Settings
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+
+    settings = Settings.load(env=settings_env)
+    meta, store = Meta.from_settings(settings), open_store(settings)
+    try:
+        for p in pchannels:
+            yield flush_pchannel(meta, store, p, settings, max_seconds=opts.get("max_seconds"),
+                                 flush_all=bool(opts.get("flush_all")))
+    finally:
+        meta.close()
+
+
+# -- DAG helpers --------------------------------------------------------------------------------
+def backlog(meta, pchannel: str) -> dict:
+    """How much of the log lies above the pchannel's minimum checkpoint (estimate: the
+    log's average fragment size times the fragments at or above it)."""
+    st = WalLog(meta, None, pchannel).state()
+    frags = list(st.fragments())
+    starts = []
+    for v in live_vchannels(meta, pchannel):
+        cp, _ = read_checkpoint(meta, v)
+        starts.append(0 if cp is None else cp.message_id.fragment)
+    low = min(starts) if starts else st.last + 1
+    above = sum(1 for n in frags if n >= low)
+    return {"pchannel": pchannel, "fragments": above,
+            "bytes": 0 if not frags else int(st.bytes * above / len(frags)), "last_time_tick": st.last_tt}
+
+
+def flush_ready(meta, pchannel: str, settings, started_at: float, now: float | None = None) -> tuple[bool, str]:
+    """Whether the pchannel's flush may start: not paused, and the scanner startup delay
+    has passed since `started_at` (unix seconds). Returns (ready, why)."""
+    from seglake.wal.log import pause_state
+
+    validate_pchannel(pchannel)
+    now = time.time() if now is None else now
+    paused = pause_state(meta, pchannel)
+    if paused is not None:
+        scope = "global" if paused["key"].endswith("/_pause") else "pchannel"
+        return False, f"{pchannel}: consumption paused ({scope}, reason {paused.get('reason') or '-'})"
+    wait = started_at + settings.wal_scanner_startup_delay - now
+    if wait > 0:
+        return False, f"{pchannel}: startup delay, {wait:.1f} s left"
+    return True, f"{pchannel}: ready"
+
+
+def format_summary(results: list[dict]) -> str:
+    lines = [f"wal_flush: {len(results)} pchannel(s), {sum(r['segments'] for r in results)} segments, "
+             f"{sum(r['rows'] for r in results)} rows, {sum(r['bytes'] for r in results)} bytes, "
+             f"{sum(r['delta_logs'] for r in results)} delta logs"]
+    for r in results:
+        lines.append(f"  {r['pchannel']} (term {r['term']}, {r['stopped']}): {r['segments']} segments, "
+                     f"{r['rows']} rows, skipped {r['skipped']}, seals {r['seals']}")
+        for v, cp in r["checkpoints"].items():
+            lines.append(f"    {v}: checkpoint {cp['message_id']} lag {cp['lag_ms']} ms")
+    return "\n".join(lines)

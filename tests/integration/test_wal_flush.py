@@ -1,0 +1,441 @@
+"""The WAL flusher against real etcd and real files: exactly once across kills and
+concurrent flushers, checkpoints, seal policies, verify/snapshot/restore of the result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from seglake.errors import Conflict
+from seglake.lifecycle import copyjob, restore, snapshot, verify
+from seglake.lifecycle.flush import (CheckpointError, Checkpoint, Flusher, advances, flush_pchannel,
+                                     live_vchannels, read_checkpoint, record_truncation, truncatable_fragments,
+                                     truncated_before)
+from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
+from seglake.meta.segments import DROPPED, FLUSHED, GROWING
+from seglake.storage import layout
+from seglake.wal import message as M
+from seglake.wal.client import WalClient, synthetic_rows
+from seglake.wal.log import Fenced
+from seglake.wal.message import Message, MessageId
+from seglake.wal.writer import WalWriter
+
+from wal_helpers import all_messages, make_collection, pchannels
+
+
+def _flushed_rows(meta, store, coll):
+    """(pks of every Flushed segment's pk binlogs, deleted pks of every delta log)."""
+    pks, deleted = [], []
+    for seg in meta.segments.list(coll.collection_id, states=[FLUSHED]):
+        for b in seg.binlogs[100]:
+            with store.open_read(layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id, 100,
+                                                   b.log_id)) as f:
+                pks += pq.read_table(f).column("pk").to_pylist()
+        for b in seg.deltalogs:
+            with store.open_read(layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id,
+                                                  b.log_id)) as f:
+                deleted += pq.read_table(f).column("pk").to_pylist()
+    return pks, deleted
+
+
+def _flush_all(meta, store, settings, coll, **kw):
+    return [flush_pchannel(meta, store, p, settings, flush_all=True, **kw) for p in pchannels(coll)]
+
+
+def _ingest(meta, store, settings, name="c1", shards=2):
+    """300 rows in 3 batches, 10 deletes, a committed txn (20 rows) and a rolled-back
+    txn (20 rows). Returns (collection, committed pks, deleted pks, rolled-back pks)."""
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, name, shards=shards)
+        for i in range(3):
+            c.insert(name, synthetic_rows(coll, 100, 1 + 100 * i))
+        c.delete(name, list(range(5, 15)))
+        c.insert(name, synthetic_rows(coll, 20, 1001), txn=True)
+        # a rolled-back transaction, appended by hand on the first vchannel
+        v = coll.vchannels[0]
+        w = c.writer(pchannel_of(v))
+        w.append(Message.begin_txn(v, 777, 60000))
+        w.append(Message.insert(v, coll.collection_id, coll.partitions[0].partition_id,
+                                M.conform_batch(synthetic_rows(coll, 20, 5001).to_batches()[0], coll.schema), txn_id=777))
+        w.append(Message.rollback_txn(v, 777))
+    committed = list(range(1, 301)) + list(range(1001, 1021))
+    return coll, committed, list(range(5, 15)), list(range(5001, 5021))
+
+
+def test_flush_holds_every_committed_row_once_deletes_in_delta_logs_rolled_back_nowhere(meta, any_store, settings):
+    store = any_store
+    coll, committed, deleted, rolled = _ingest(meta, store, settings)
+    stats = _flush_all(meta, store, settings, coll)
+    pks, dels = _flushed_rows(meta, store, coll)
+    assert sorted(pks) == committed
+    assert sorted(dels) == deleted
+    assert not set(rolled) & set(pks)
+    assert sum(s["rows"] for s in stats) == len(committed)
+    # a re-run reads the log again from the checkpoints and adds nothing
+    again = _flush_all(meta, store, settings, coll)
+    assert sum(s["segments"] + s["delta_logs"] for s in again) == 0
+    assert sorted(_flushed_rows(meta, store, coll)[0]) == committed
+    report = verify.verify_collection(meta, store, "c1")
+    assert report["ok"], verify.format_report(report)
+    assert report["rows"] == len(committed)
+
+
+def test_replay_skips_what_the_checkpoint_covers_and_recovery_starts_at_the_minimum(meta, store, settings):
+    """Partition p2 stays buffered (its start holds the checkpoint back) while _default's
+    later rows are flushed: the next run replays from the checkpoint, skips the flushed
+    rows, re-buffers p2's, and the result holds every row exactly once."""
+    from wal_helpers import schema
+    s = settings.replace(flush_seal_rows=25)
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("c1", schema(), shards=1, partitions=["_default", "p2", "p3"])
+        c.insert("c1", synthetic_rows(coll, 1, 9000))                 # a safe point before p2
+        c.insert("c1", synthetic_rows(coll, 5, 1), partition="p2")    # buffered, never sealed here
+        c.insert("c1", synthetic_rows(coll, 5, 201), partition="p3")  # buffered, opened later
+        c.insert("c1", synthetic_rows(coll, 30, 101))                 # 31 rows: sealed, flushed
+    p, v = pchannels(coll)[0], coll.vchannels[0]
+    st = flush_pchannel(meta, store, p, s)
+    assert st["rows"] == 31
+    cp = read_checkpoint(meta, v)[0]
+    p2_ids = [m.id for m in all_messages(meta, store, p, settings)
+              if m.type == M.INSERT and m.partition_id == coll.partition("p2").partition_id]
+    assert cp.message_id < min(p2_ids)                              # held at the buffered start
+    f = Flusher(meta, store, p, s).open()
+    assert f.start == cp.message_id                                  # recovery from the checkpoint
+    st = f.run(flush_all=True).to_json()
+    assert st["skipped"] >= 1 and st["rows"] == 10
+    pks, _ = _flushed_rows(meta, store, coll)
+    assert sorted(pks) == [1, 2, 3, 4, 5] + list(range(101, 131)) + list(range(201, 206)) + [9000]
+    assert not read_checkpoint(meta, v)[0].message_id < cp.message_id
+
+
+def test_checkpoint_rules():
+    a = Checkpoint(MessageId(1, 5, 3), 100)
+    assert advances(None, a)
+    assert not advances(a, Checkpoint(MessageId(1, 5, 3), 100))        # equal: no-op
+    assert advances(a, Checkpoint(MessageId(2, 6, 0), 200))
+    with pytest.raises(CheckpointError):
+        advances(a, Checkpoint(MessageId(1, 5, 2), 100))
+    with pytest.raises(CheckpointError):
+        advances(a, Checkpoint(MessageId(1, 6, 0), 99))
+
+
+def test_checkpoint_is_the_start_of_the_oldest_buffered_segment(meta, store, settings):
+    """Without a seal, rows stay buffered: the checkpoint must not pass their start, so
+    the next run re-reads them; nothing is flushed twice or lost."""
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        c.insert("c1", synthetic_rows(coll, 10, 1))      # a first safe point exists after this
+        p = pchannels(coll)[0]
+        flush_pchannel(meta, store, p, settings)          # nothing sealed (default policy)
+        cp0 = read_checkpoint(meta, coll.vchannels[0])[0]
+        c.insert("c1", synthetic_rows(coll, 10, 11))
+    stats = flush_pchannel(meta, store, p, settings)
+    cp1 = read_checkpoint(meta, coll.vchannels[0])[0]
+    first_insert = min(m.id for m in all_messages(meta, store, p, settings) if m.type == M.INSERT)
+    assert stats["segments"] == 0 and cp0 is not None
+    assert not cp1.message_id < cp0.message_id and cp1.message_id < first_insert
+    # no Growing record is left behind by a run that ends with buffered rows
+    assert [s.state for s in meta.segments.list(coll.collection_id)] == []
+    stats = flush_pchannel(meta, store, p, settings, flush_all=True)
+    assert stats["rows"] == 20
+    assert sorted(_flushed_rows(meta, store, coll)[0]) == list(range(1, 21))
+
+
+def test_create_collection_replayed_twice_opens_one_state(meta, store, settings):
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        v = coll.vchannels[0]
+        c.writer(pchannel_of(v)).append(Message(M.CREATE_COLLECTION, v, collection_id=coll.collection_id))
+        c.insert("c1", synthetic_rows(coll, 10, 1))
+    f = Flusher(meta, store, pchannel_of(v), settings)
+    f.states.clear()
+    f.term, f.term_rev = 0, 0
+    stats = f.run(flush_all=True)
+    assert list(f.states) == [v]
+    assert stats.duplicate_creates >= 1
+    assert sorted(_flushed_rows(meta, store, coll)[0]) == list(range(1, 11))
+
+
+def test_a_dropped_collection_is_skipped_at_recovery(meta, store, settings):
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, "c1", shards=1)
+        other = make_collection(c, "c2", shards=1)
+        c.insert("c1", synthetic_rows(coll, 10, 1))
+    p = pchannel_of(coll.vchannels[0])
+    meta.catalog.set_state(coll.collection_id, "Dropping")
+    meta.catalog.set_state(coll.collection_id, COLL_DROPPED)
+    assert coll.vchannels[0] not in live_vchannels(meta, p)
+    flush_pchannel(meta, store, p, settings, flush_all=True)
+    assert list(meta.segments.list(coll.collection_id)) == []
+    assert read_checkpoint(meta, coll.vchannels[0])[0] is None
+    if pchannel_of(other.vchannels[0]) == p:
+        assert read_checkpoint(meta, other.vchannels[0])[0] is not None
+
+
+def test_two_flushers_of_one_pchannel_one_commits_the_other_is_fenced(meta, store, settings):
+    coll, committed, deleted, _ = _ingest(meta, store, settings, shards=1)
+    p = pchannels(coll)[0]
+    a = Flusher(meta, store, p, settings).open()
+    b = Flusher(meta, store, p, settings).open()        # newer term: fences a
+    with pytest.raises(Fenced, match="fenced"):
+        a.run(flush_all=True)
+    b.run(flush_all=True)
+    pks, dels = _flushed_rows(meta, store, coll)
+    assert sorted(pks) == committed and sorted(dels) == deleted
+    # a's files (written before its failed commit) are unreferenced orphans
+    referenced = {f.key for s in meta.segments.list(coll.collection_id) for f in layout.segment_files(s)}
+    on_disk = {o.key for pre in layout.collection_prefixes(coll.collection_id) for o in store.list(pre)}
+    assert referenced <= on_disk
+    assert all(s.state in (FLUSHED, DROPPED) for s in meta.segments.list(coll.collection_id))
+
+
+class _TickClock(Flusher):
+    """A flusher whose injected clock jumps `step` seconds at every TimeTick."""
+    now, step = 1000.0, 0.0
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, clock=lambda: self.now, **kw)
+
+    def on_tick(self, m):
+        self.now += self.step
+        super().on_tick(m)
+
+
+@pytest.mark.parametrize("rows, idle, age, step, batches, expect", [
+    (25, 1e6, 1e6, 0.0, [30], "rows"),            # 30 rows >= 25 at the tick
+    (10**6, 30.0, 1e6, 31.0, [5], "idle"),        # 31 s without a new row
+    (10**6, 1e6, 50.0, 31.0, [3, 3], "age"),      # 62 s since the first row, rows kept coming
+    (10**6, 1e6, 1e6, 31.0, [5], None),           # no policy reached: stays buffered
+])
+def test_seal_policies_with_an_injected_clock(rows, idle, age, step, batches, expect, meta, store, settings):
+    s = settings.replace(flush_seal_rows=rows, flush_seal_idle=idle, flush_seal_age=age)
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        first = 1
+        for n in batches:
+            c.insert("c1", synthetic_rows(coll, n, first))
+            first += n
+    f = _TickClock(meta, store, pchannels(coll)[0], s)
+    f.step = step
+    st = f.run().to_json()
+    if expect is None:
+        assert st["seals"] == {} and st["segments"] == 0
+    else:
+        assert st["seals"] == {expect: 1} and st["rows"] == sum(batches)
+
+
+def test_seal_reason_unit():
+    from seglake.wal.buffer import AGE, BYTES, IDLE, ROWS, SealPolicy, SegmentBuffer
+    import pyarrow as pa
+    batch = pa.record_batch([pa.array(np.arange(5, dtype=np.int64))], names=["pk"])
+    pol = SealPolicy(rows=10, bytes=10_000, age=100.0, idle=30.0)
+    buf = SegmentBuffer(1, 1, 1, "v", None, opened_at=0.0, last_write=0.0)
+    assert buf.seal_reason(pol, 1e9) is None                  # empty never seals
+    buf.add_rows(batch, 1, now=50.0)
+    assert buf.seal_reason(pol, 60.0) is None
+    assert buf.seal_reason(pol, 80.0) == IDLE
+    buf.add_rows(batch, 2, now=95.0)
+    assert buf.seal_reason(pol, 96.0) == ROWS
+    buf2 = SegmentBuffer(2, 1, 1, "v", None, opened_at=0.0, last_write=0.0)
+    buf2.add_rows(batch, 1, now=90.0)
+    assert buf2.seal_reason(pol, 101.0) == AGE
+    assert buf2.seal_reason(SealPolicy(rows=10, bytes=1024, age=1e6, idle=1e6), 0.0) is None
+    big = pa.record_batch([pa.array(np.arange(200, dtype=np.int64))], names=["pk"])
+    buf2.add_rows(big, 2, now=0.0)
+    assert buf2.seal_reason(SealPolicy(rows=10**6, bytes=1024, age=1e6, idle=1e6), 0.0) == BYTES
+
+
+def test_seal_policy_settings_are_validated(settings, meta, store):
+    from seglake.errors import ConfigError, ValidationError
+    from seglake.wal.buffer import SealPolicy
+    for bad in ({"flush_seal_age": float("inf")}, {"flush_seal_idle": float("nan")}, {"flush_seal_rows": 0},
+                {"flush_seal_rows": 10**12}, {"flush_seal_age": 1e12}, {"flush_seal_bytes": 10}):
+        with pytest.raises(ConfigError, match="flush_seal"):
+            settings.replace(**bad)
+    # the engine re-checks a policy built by hand (no Settings in between)
+    for kw in ({"age": float("inf")}, {"idle": float("nan")}, {"rows": 0}, {"bytes": True}):
+        with pytest.raises(ValidationError, match="flush_seal"):
+            SealPolicy(**{"rows": 10, "bytes": 4096, "age": 1.0, "idle": 1.0, **kw}).validate()
+    assert meta.kv.get(meta.keys.root + "/wal/seglake-dml_0/flusher") is None   # nothing taken
+
+
+def test_a_flush_message_seals(meta, store, settings):
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=2)
+        c.insert("c1", synthetic_rows(coll, 40, 1))
+        c.flush("c1")
+    stats = [flush_pchannel(meta, store, p, settings) for p in pchannels(coll)]   # no flush_all
+    assert sum(s["seals"].get("flush", 0) for s in stats) == 2
+    assert sorted(_flushed_rows(meta, store, coll)[0]) == list(range(1, 41))
+
+
+def test_delete_of_a_flushed_row_becomes_a_delta_log_on_its_segment(meta, store, settings):
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        c.insert("c1", synthetic_rows(coll, 50, 1))
+    p = pchannels(coll)[0]
+    flush_pchannel(meta, store, p, settings, flush_all=True)
+    (seg,) = list(meta.segments.list(coll.collection_id))
+    assert seg.deltalogs == ()
+    with WalClient(meta, store, settings) as c:
+        c.delete("c1", [3, 4, 999])
+    st = flush_pchannel(meta, store, p, settings)
+    (seg,) = list(meta.segments.list(coll.collection_id))
+    assert st["delta_logs"] == 1 and len(seg.deltalogs) == 1 and seg.deltalogs[0].entries == 2
+    assert sorted(_flushed_rows(meta, store, coll)[1]) == [3, 4]
+    flush_pchannel(meta, store, p, settings, flush_all=True)     # replay: not applied twice
+    assert len(next(iter(meta.segments.list(coll.collection_id))).deltalogs) == 1
+    assert verify.verify_collection(meta, store, "c1")["ok"]
+
+
+KILLER = r"""
+import os, signal, sys
+from seglake.config import Settings
+from seglake.meta import Meta
+from seglake.storage import open_store
+from seglake.lifecycle.flush import flush_pchannel
+s = Settings.load()
+meta, store = Meta.from_settings(s), open_store(s)
+point, nth = sys.argv[2], int(sys.argv[3])
+seen = [0]
+def hook(f, **kw):
+    seen[0] += 1
+    if seen[0] >= nth:
+        os.kill(os.getpid(), signal.SIGKILL)
+flush_pchannel(meta, store, sys.argv[1], s, flush_all=True, hooks={point: hook})
+print("completed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("point, nth", [("after_files", 1), ("after_files", 2), ("after_commit", 1),
+                                        ("after_commit", 2)])
+def test_sigkill_of_a_flusher_then_rerun_is_exactly_once(point, nth, meta, store, settings):
+    s = settings.replace(flush_seal_rows=60)
+    coll, committed, deleted, rolled = _ingest(meta, store, settings, shards=1)
+    p = pchannels(coll)[0]
+    env = {**os.environ, **s.to_env(), "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", KILLER, p, point, str(nth)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    flush_pchannel(meta, store, p, s, flush_all=True)
+    pks, dels = _flushed_rows(meta, store, coll)
+    assert sorted(pks) == committed
+    assert sorted(set(dels)) == deleted and len(dels) == len(deleted)
+    assert not set(rolled) & set(pks)
+    assert {s.state for s in meta.segments.list(coll.collection_id)} <= {FLUSHED, DROPPED}
+    assert verify.verify_collection(meta, store, "c1")["ok"]
+
+
+def test_flushed_collection_verifies_snapshots_and_restores(meta, store, settings):
+    coll, committed, _, _ = _ingest(meta, store, settings)
+    _flush_all(meta, store, settings, coll)
+    snapshot.create(meta, store, "c1", "s1")
+    job_id = restore.restore(meta, store, "c1", "s1", "c1copy")
+    copyjob.plan(meta, job_id, 3)
+    copyjob.run_inline(meta, store, job_id, threads=2)
+    job = copyjob.finalize(meta, job_id)
+    assert job.total_rows == len(committed)
+    report = verify.verify_collection(meta, store, "c1copy")
+    assert report["ok"] and report["rows"] == len(committed)
+
+
+def test_truncatable_fragments_are_strictly_below_every_checkpoint(meta, store, settings):
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        p = pchannels(coll)[0]
+        assert truncatable_fragments(meta, p) == []               # no checkpoint: nothing
+        for i in range(4):
+            c.insert("c1", synthetic_rows(coll, 10, 1 + 10 * i))
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+        c.insert("c1", synthetic_rows(coll, 10, 100))             # above the checkpoint
+    cp = read_checkpoint(meta, coll.vchannels[0])[0]
+    keys = truncatable_fragments(meta, p)
+    nums = [layout.parse_wal_fragment(k)[1] for k in keys]
+    assert nums and all(n < cp.message_id.fragment for n in nums)
+    assert truncatable_fragments(meta, p, consumer_positions=[MessageId(0, 1, 0)]) == []
+    # a second live collection without a checkpoint on the same pchannel blocks truncation
+    with WalClient(meta, store, settings) as c:
+        c2 = make_collection(c, "c2", shards=1)
+    if pchannel_of(c2.vchannels[0]) == p:
+        assert truncatable_fragments(meta, p) == []
+        flush_pchannel(meta, store, p, settings)
+        keys = truncatable_fragments(meta, p)
+    # truncate: record first, then delete; recovery then starts above the bound
+    bound = record_truncation(meta, p, keys)
+    assert store.delete_many(keys) == []
+    assert truncated_before(meta, p) == bound
+    with WalClient(meta, store, settings) as c:
+        c3 = make_collection(c, "c3", shards=1)                  # no checkpoint yet
+        c.insert("c3", synthetic_rows(c3, 5, 1))
+    for q in sorted(set(pchannels(c3)) | {p}):
+        flush_pchannel(meta, store, q, settings, flush_all=True)
+    assert sorted(_flushed_rows(meta, store, c3)[0]) == [1, 2, 3, 4, 5]
+    assert sorted(_flushed_rows(meta, store, coll)[0]) == list(range(1, 41)) + list(range(100, 110))
+
+
+def test_a_replayed_delete_is_not_applied_twice_to_a_flushed_segment(meta, store, settings):
+    """p2's buffered rows hold the checkpoint below a delete that was already written as
+    a delta log on a Flushed segment: the replay must not add a second delta log."""
+    from wal_helpers import schema
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("c1", schema(), shards=1, partitions=["_default", "p2"])
+        c.insert("c1", synthetic_rows(coll, 50, 1))
+    p = pchannels(coll)[0]
+    flush_pchannel(meta, store, p, settings, flush_all=True)
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(coll, 5, 1001), partition="p2")   # stays buffered
+        c.delete("c1", [3, 4])
+    st = flush_pchannel(meta, store, p, settings)
+    assert st["delta_logs"] == 1
+    st = flush_pchannel(meta, store, p, settings, flush_all=True)          # replays the delete
+    assert st["delta_logs"] == 0 and st["rows"] == 5
+    pks, dels = _flushed_rows(meta, store, coll)
+    assert sorted(dels) == [3, 4]
+    assert sorted(pks) == list(range(1, 51)) + list(range(1001, 1006))
+
+
+def test_an_open_transaction_holds_the_checkpoint_back(meta, store, settings):
+    """A txn begun before a flush and committed after: the checkpoint must not pass its
+    BeginTxn, or the next run would never see the txn's rows."""
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        v = coll.vchannels[0]
+        w = c.writer(pchannel_of(v))
+        w.append(Message.begin_txn(v, 4242, 3_600_000))
+        w.append(Message.insert(v, coll.collection_id, coll.partitions[0].partition_id,
+                                M.conform_batch(synthetic_rows(coll, 10, 500).to_batches()[0], coll.schema),
+                                txn_id=4242))
+        c.insert("c1", synthetic_rows(coll, 5, 1))
+        flush_pchannel(meta, store, pchannel_of(v), settings, flush_all=True)
+        w.append(Message.commit_txn(v, 4242))
+    flush_pchannel(meta, store, pchannel_of(v), settings, flush_all=True)
+    assert sorted(_flushed_rows(meta, store, coll)[0]) == [1, 2, 3, 4, 5] + list(range(500, 510))
+
+
+def test_rows_below_a_vchannel_checkpoint_are_skipped_even_without_their_segment(meta, store, settings):
+    """Two collections share a pchannel; one's buffered rows keep the minimum checkpoint
+    low. The other's flushed segment is then dropped (as compaction would): a replay must
+    still skip its rows by the vchannel checkpoint, not re-ingest them."""
+    with WalClient(meta, store, settings) as c:
+        a = make_collection(c, "ca", shards=16)
+        b = make_collection(c, "cb", shards=16)
+        c.insert("ca", synthetic_rows(a, 64, 1))
+        c.insert("cb", synthetic_rows(b, 64, 1))
+        c.flush("cb")
+    p = pchannel_of(a.vchannels[0])
+    vb = next(v for v in b.vchannels if pchannel_of(v) == p)
+    flush_pchannel(meta, store, p, settings)
+    flushed_b = [s for s in meta.segments.list(b.collection_id) if s.channel == vb]
+    assert flushed_b and all(s.state == FLUSHED for s in flushed_b)
+    meta.segments.transition([s.ref for s in flushed_b], DROPPED, now=0.0)
+    f = Flusher(meta, store, p, settings).open()
+    assert f.start < read_checkpoint(meta, vb)[0].message_id
+    f.run(flush_all=True)
+    assert [s for s in meta.segments.list(b.collection_id, states=[FLUSHED]) if s.channel == vb] == []
