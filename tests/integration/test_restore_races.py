@@ -271,9 +271,9 @@ def test_a_zombie_attempt_cannot_finish_a_task_a_re_drive_owns(meta, store, snap
     job_id = restore.restore(meta, store, "demo", "s1", "zombie")
     copyjob.plan(meta, job_id, 10)
     task, kv = meta.copyjobs.get_task(job_id, 0)
-    zombie = meta.copyjobs.update_task(kv, task.replace(state="InProgress", attempt=1))
+    zombie = copyjob._Owned(*meta.copyjobs.update_task_kv(kv, task.replace(state="InProgress", attempt=1)))
     _, kv = meta.copyjobs.get_task(job_id, 0)
-    meta.copyjobs.update_task(kv, zombie.replace(attempt=2))  # the re-drive took over, mid-copy
+    meta.copyjobs.update_task(kv, zombie.task.replace(attempt=2))  # the re-drive took over, mid-copy
     done = {"segments": 5, "files": 35, "bytes": 1, "skipped": 0}
     copyjob._finish_task(meta, zombie, done, TASK_COMPLETED, "", 0.0)
     cur = meta.copyjobs.get_task(job_id, 0)[0]

@@ -41,7 +41,7 @@ from seglake.meta.codec import encode_struct
 from seglake.meta.copyjobs import (
     JOB_COMPLETED, JOB_EXECUTING, JOB_FAILED, JOB_PENDING, JOB_TERMINAL, TASK_COMPLETED, TASK_FAILED,
     TASK_IN_PROGRESS, TASK_PENDING, TASK_TERMINAL, CopyJob, CopyTask, Mapping)
-from seglake.meta.kv import Delete, Put, batched, retry_on_conflict, unchanged
+from seglake.meta.kv import Delete, KeyValue, Put, batched, retry_on_conflict, unchanged
 from seglake.meta.catalog import CREATED, DROPPED as COLL_DROPPED, IMPORTING as COLL_IMPORTING
 from seglake.meta.segments import FLUSHED, IMPORTING
 from seglake.proclife import worker_of
@@ -114,22 +114,23 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
     appears whole, and only the attempt that owns the task record writes it."""
     job, _ = meta.copyjobs.get(job_id)
 
-    def take() -> tuple[CopyTask, bool]:
+    def take() -> tuple[CopyTask, KeyValue | None]:
         task, kv = meta.copyjobs.get_task(job_id, task_id)
         if task.state in TASK_TERMINAL or job.state != JOB_EXECUTING or now() > job.timeout_at:
-            return task, False
-        return meta.copyjobs.update_task(kv, task.replace(state=TASK_IN_PROGRESS, attempt=task.attempt + 1,
-                                                          updated_at=now(), reason="")), True
+            return task, None
+        return meta.copyjobs.update_task_kv(kv, task.replace(state=TASK_IN_PROGRESS, attempt=task.attempt + 1,
+                                                             updated_at=now(), reason=""))
     task, mine = retry_on_conflict(take, f"take copy task {task_id} of job {job_id}")
-    if not mine:
+    if mine is None:
         return task
+    own = _Owned(task, mine)
     progress = {"segments": 0, "files": 0, "bytes": 0, "skipped": 0}
     pool = ThreadPoolExecutor(threads) if threads > 1 else None
     try:
         with store.durable_batch():  # every file durable before the task can be Completed
-            _copy_mappings(meta, store, job, task, progress, pool, now)
+            _copy_mappings(meta, store, job, own, progress, pool, now)
     except SourceMissing as e:
-        return _finish_task(meta, task, progress, TASK_FAILED, str(e), now())
+        return _finish_task(meta, own, progress, TASK_FAILED, str(e), now())
     except (_Superseded, FileNotFoundError):
         cur, _ = meta.copyjobs.get_task(job_id, task_id)
         if cur.attempt == task.attempt:
@@ -138,15 +139,26 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
     finally:
         if pool:
             pool.shutdown(wait=True)
-    return _finish_task(meta, task, progress, TASK_COMPLETED, "", now())
+    return _finish_task(meta, own, progress, TASK_COMPLETED, "", now())
 
 
-def _copy_mappings(meta: Meta, store: Store, job: CopyJob, task: CopyTask, progress: dict, pool, now) -> None:
+class _Owned:
+    """The task record as this attempt last wrote it (record and KeyValue): its next
+    write is guarded on that revision, so it needs no read unless someone else wrote."""
+
+    def __init__(self, task: CopyTask, kv: KeyValue):
+        self.task, self.kv = task, kv
+
+
+def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress: dict, pool, now) -> None:
     """Copy every file of the task's segments, counting into `progress` and saving it to
-    the task record now and then (raises _Superseded once a re-drive owns the task)."""
+    the task record now and then (raises _Superseded once a re-drive owns the task).
+    The target records are read together, in one round trip per 128."""
+    task = own.task
     last = time.monotonic()
-    for m in task.mappings:
-        target = meta.segments.get(job.target_collection_id, m.target_partition, m.target_segment)
+    targets = meta.segments.get_many((job.target_collection_id, m.target_partition, m.target_segment)
+                                     for m in task.mappings)
+    for target in targets:
         files = source_and_target_files(target)
         if task.attempt > 1:
             _remove_leftovers(store, target, {dst for _, dst, _ in files})
@@ -158,7 +170,7 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, task: CopyTask, progr
             progress["bytes"] += size if copied else 0
         progress["segments"] += 1
         if time.monotonic() - last > PROGRESS_EVERY_S:
-            task = _save_progress(meta, task, progress, now())
+            _save_progress(meta, own, progress, now())
             last = time.monotonic()
 
 
@@ -204,28 +216,45 @@ def _remove_leftovers(store: Store, target, expected: set[str]) -> None:
         store.delete_many(extra)
 
 
-def _save_progress(meta: Meta, task: CopyTask, progress: dict, now: float) -> CopyTask:
-    new = task.replace(copied_segments=progress["segments"], copied_files=progress["files"],
-                       copied_bytes=progress["bytes"], skipped_files=progress["skipped"], updated_at=now)
+def _with_progress(task: CopyTask, progress: dict, **changes) -> CopyTask:
+    return task.replace(copied_segments=progress["segments"], copied_files=progress["files"],
+                        copied_bytes=progress["bytes"], skipped_files=progress["skipped"], **changes)
+
+
+def _save_progress(meta: Meta, own: _Owned, progress: dict, now: float) -> None:
+    """Write the progress guarded on the attempt's own last write; if anybody else wrote
+    the record since, re-read it: a re-drive owns the task now (raise _Superseded, write
+    nothing), else one more try from the fresh record (a lost race skips this save)."""
     try:
-        cur, kv = meta.copyjobs.get_task(task.job_id, task.task_id)
-        if cur.state != TASK_IN_PROGRESS or cur.attempt != task.attempt:
-            raise _Superseded()  # a re-drive owns the task now: stop, write nothing
-        return meta.copyjobs.update_task(kv, new)
+        own.task, own.kv = meta.copyjobs.update_task_kv(own.kv, _with_progress(own.task, progress, updated_at=now))
+        return
     except Conflict:
-        return task
+        pass
+    cur, kv = meta.copyjobs.get_task(own.task.job_id, own.task.task_id)
+    if cur.state != TASK_IN_PROGRESS or cur.attempt != own.task.attempt:
+        raise _Superseded()  # a re-drive owns the task now: stop, write nothing
+    try:
+        own.task, own.kv = meta.copyjobs.update_task_kv(kv, _with_progress(cur, progress, updated_at=now))
+    except Conflict:
+        pass
 
 
-def _finish_task(meta: Meta, task: CopyTask, progress: dict, state: str, reason: str, now: float) -> CopyTask:
+def _finish_task(meta: Meta, own: _Owned, progress: dict, state: str, reason: str, now: float) -> CopyTask:
     """Only the attempt that owns the record finishes it: a zombie whose task was taken
-    over by a re-drive (a higher attempt) leaves it to that attempt."""
+    over by a re-drive (a higher attempt) leaves it to that attempt. First guarded on the
+    attempt's own last write (no read); after any other write, from a fresh read."""
+    task = own.task
+    changes = dict(state=state, reason=reason, updated_at=now)
+    try:
+        return meta.copyjobs.update_task_kv(own.kv, _with_progress(task, progress, **changes))[0]
+    except Conflict:
+        pass
+
     def attempt() -> CopyTask:
         cur, kv = meta.copyjobs.get_task(task.job_id, task.task_id)
         if cur.state in TASK_TERMINAL or cur.attempt != task.attempt:
             return cur
-        return meta.copyjobs.update_task(kv, cur.replace(
-            state=state, reason=reason, updated_at=now, copied_segments=progress["segments"],
-            copied_files=progress["files"], copied_bytes=progress["bytes"], skipped_files=progress["skipped"]))
+        return meta.copyjobs.update_task(kv, _with_progress(cur, progress, **changes))
     return retry_on_conflict(attempt, f"finish copy task {task.task_id}")
 
 

@@ -150,8 +150,15 @@ class CopyJobs:
         return [decode_struct(kv.value, CopyTask, kv.key) for kv in self.kv.range(self.keys.copy_tasks_prefix(job_id))]
 
     def update_task(self, read: KeyValue, new: CopyTask) -> CopyTask:
+        return self.update_task_kv(read, new)[0]
+
+    def update_task_kv(self, read: KeyValue, new: CopyTask) -> tuple[CopyTask, KeyValue]:
+        """Compare-guarded write of a task record; returns it with the KeyValue as written,
+        so its writer can guard its next write on it without reading the record again
+        (any other writer in between changes the revision: that write then conflicts)."""
         if new.state not in TASK_TRANSITIONS[decode_struct(read.value, CopyTask).state] | {new.state}:
             raise StateError(f"copy task {new.task_id}: transition to {new.state} not allowed")
-        self.kv.txn([unchanged(read)], [Put(read.key, encode_struct(new))],
-                    reason=f"copy task {new.task_id} of job {new.job_id} changed concurrently")
-        return new
+        value = encode_struct(new)
+        rev = self.kv.txn([unchanged(read)], [Put(read.key, value)],
+                          reason=f"copy task {new.task_id} of job {new.job_id} changed concurrently")
+        return new, KeyValue(read.key, value, rev, read.create_revision, read.version + 1)

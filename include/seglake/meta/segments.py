@@ -124,6 +124,19 @@ class Segments:
             raise NotFound(f"segment {segment_id} not found in collection {collection_id}")
         return decode_struct(kv.value, Segment, kv.key)
 
+    def get_many(self, refs: Iterable[tuple[int, int, int]]) -> list[Segment]:
+        """The records of `refs`, in order, read in batched round trips (NotFound if any is missing)."""
+        refs = list(refs)
+        keys = [self.keys.segment(c, p, s) for c, p, s in refs]
+        read = self.kv.get_many(keys)
+        out = []
+        for (c, _p, s), key in zip(refs, keys):
+            kv = read[key]
+            if kv is None:
+                raise NotFound(f"segment {s} not found in collection {c}")
+            out.append(decode_struct(kv.value, Segment, key))
+        return out
+
     def list(self, collection_id: int | None = None, partition_id: int | None = None,
              states: Iterable[str] | None = None, page_size: int = 1000,
              revision: int | None = None) -> Iterator[Segment]:
@@ -155,9 +168,10 @@ class Segments:
 
     def _transition_batch(self, batch, to_state, changes, now) -> int:
         compares, ops = [], []
-        for c, p, s in batch:
-            key = self.keys.segment(c, p, s)
-            kv = self.kv.get(key)
+        keys = [self.keys.segment(c, p, s) for c, p, s in batch]
+        read = self.kv.get_many(keys)  # one round trip for the batch; each compare below guards its record
+        for (c, p, s), key in zip(batch, keys):
+            kv = read[key]
             if kv is None:
                 raise NotFound(f"segment {s} not found in collection {c}")
             seg = decode_struct(kv.value, Segment, key)
