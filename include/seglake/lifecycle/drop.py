@@ -227,14 +227,14 @@ def wait_released(meta, name: str, db: str = DEFAULT_DB, *, timeout: float = 360
 
 
 def drop_collection(meta, store, settings, name: str, db: str = DEFAULT_DB, *, wait: bool = False,
-                    timeout: float = 3600.0, clock=time.time) -> dict:
+                    timeout: float = 3600.0, poll: float = 2.0, clock=time.time) -> dict:
     """begin_drop, then (wait=True: after the flushers released every vchannel) finish.
     Without wait, finishes only if nothing is held (a direct drop); else reports Dropping."""
     rep = begin_drop(meta, store, settings, name, db, clock=clock)
     if rep["state"] == COLL_DROPPED:
         return rep
     if wait:
-        wait_released(meta, name, db, timeout=timeout)
+        wait_released(meta, name, db, timeout=timeout, poll=poll)
     elif rep["held"]:
         return rep
     return finish_drop(meta, name, db, clock=clock)
