@@ -44,6 +44,11 @@ def _rows(meta, store, coll, states=(DROPPED,)):
     return sorted(pks), sorted(dels)
 
 
+def _files(meta, coll, states=(DROPPED,)) -> set[str]:
+    return {k for seg in meta.segments.list(coll.collection_id, states=list(states))
+            for k in (f.key for f in layout.segment_files(seg))}
+
+
 def _ingest(meta, store, settings, name="c1"):
     """100 rows flushed, then 50 rows and 2 deletes left in the log (buffered)."""
     with WalClient(meta, store, settings) as c:
@@ -215,14 +220,16 @@ def test_snapshot_of_a_dropped_collection_restores_after_forced_gc(meta, store, 
     coll = _ingest(meta, store, settings)
     snapshot.create(meta, store, "c1", "s1")            # holds the 100 flushed rows
     snap_files = set(gc.load_references(meta, store).files)
+    in_snap = {x.segment_id for x in meta.segments.list(coll.collection_id, states=[FLUSHED])}
     drop.begin_drop(meta, store, settings, "c1")
     _flush(meta, store, settings, coll)
     drop.finish_drop(meta, "c1")
-    dropped_files = {k for k in gc.load_references(meta, store).files} - snap_files
+    dropped_files = {f.key for x in meta.segments.list(coll.collection_id) if x.segment_id not in in_snap
+                     for f in layout.segment_files(x)}
     tiny = gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True)
     gc.run(meta, store, tiny)
     left = {o.key for o in store.list("")}
-    assert snap_files <= left                            # a snapshot's files are kept
+    assert snap_files <= left                            # a snapshot's segments' files are kept
     assert dropped_files and not dropped_files & left    # the drop-synced segment's files are gone
     assert [x.name for x in meta.snapshots.list(coll.collection_id)] == ["s1"]
     _restore(meta, store, "c1", "s1", "c1copy")
@@ -236,7 +243,8 @@ def test_gc_reclaims_dropped_files_only_after_drop_tolerance_then_the_record(met
     drop.drop_collection(meta, store, settings, "c1", wait=False)
     _flush(meta, store, settings, coll)
     drop.finish_drop(meta, "c1")
-    files = set(gc.load_references(meta, store).files)
+    files = _files(meta, coll)
+    assert files <= {o.key for o in store.list("")}
     gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=3600, floor=0, force=True))
     assert files <= {o.key for o in store.list("")}      # within drop_tolerance: kept
     assert meta.catalog.get(coll.collection_id).state == COLL_DROPPED
