@@ -13,7 +13,8 @@ Drops a collection the Milvus way ("Flush&Drop", `seglake.lifecycle.drop`):
    released. It TRIGGERS NOTHING: the `wal_flush` DAG (its schedule, or a manual run)
    syncs every buffered insert and delete of the vchannel, marks its segments Dropped
    (records kept) and removes its checkpoint. The log names each vchannel still held and
-   its checkpoint lag. Skipped (short-circuit) when `wait_for_flush` is false.
+   its checkpoint lag. With `wait_for_flush` false it does not wait, and finish is
+   skipped while a vchannel is still held (the run only begins the drop).
 4. **finish**: `Dropping -> Dropped`, the name freed (a new collection may take it).
 5. **summary**: segments and rows dropped, bytes awaiting GC; the GC DAG reclaims the
    files after `drop_tolerance` (snapshot-referenced files are kept; snapshots of the
@@ -55,10 +56,6 @@ def drop_collection():
         print(drop.format_status(rep))
         return {"state": rep["state"], "collection_id": rep["collection_id"]}
 
-    @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def should_wait(params: dict) -> bool:
-        return bool(params["wait_for_flush"])
-
     @task.sensor(mode="reschedule", poke_interval=10, timeout=7 * 86400)
     def wait_released(started: dict, params: dict, dag_run=None):
         import time
@@ -68,6 +65,9 @@ def drop_collection():
         from seglake.lifecycle import drop
         from seglake_airflow.hooks.engine import SeglakeHook
 
+        if not params["wait_for_flush"]:
+            print("wait_for_flush is false: not waiting (finish is skipped while a vchannel is held)")
+            return PokeReturnValue(is_done=True)
         meta = SeglakeHook().meta
         coll = meta.catalog.get(started["collection_id"])
         held = drop.held_vchannels(meta, coll) if coll.state == "Dropping" else []
@@ -83,7 +83,14 @@ def drop_collection():
         from seglake.lifecycle import drop
         from seglake_airflow.hooks.engine import SeglakeHook
 
-        rep = drop.finish_drop(SeglakeHook().meta, params["collection"], params["db"])
+        meta = SeglakeHook().meta
+        coll = drop.find(meta, params["collection"], params["db"])
+        if not params["wait_for_flush"] and coll is not None and coll.state == "Dropping" \
+                and drop.held_vchannels(meta, coll):
+            from airflow.sdk.exceptions import AirflowSkipException
+            raise AirflowSkipException("vchannels still held and wait_for_flush is false: left Dropping; "
+                                       "re-run once wal_flush released them")
+        rep = drop.finish_drop(meta, params["collection"], params["db"])
         print(drop.format_status(rep))
         return rep
 
@@ -103,11 +110,7 @@ def drop_collection():
 
     started = begin()
     check_conf("drop_collection") >> started
-    gate = should_wait()
-    started >> gate
-    done = finish()
-    gate >> wait_released(started) >> done
-    done >> summary()
+    wait_released(started) >> finish() >> summary()
 
 
 drop_collection()
