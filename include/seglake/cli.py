@@ -126,6 +126,21 @@ def cmd_collections_describe(args, s: Settings) -> int:
     return 0
 
 
+def cmd_collections_drop(args, s: Settings) -> int:
+    """Begin (or continue) dropping a collection; --wait blocks until the flushers
+    (wal_flush) released every vchannel, then finishes. Refused on a terminal without --yes."""
+    from seglake.lifecycle import drop
+
+    if not args.yes:
+        if sys.stdin.isatty():
+            raise SystemExit(f"refusing to drop collection {args.name!r} without --yes")
+    meta, store = _open(s)
+    rep = drop.drop_collection(meta, store, s, args.name, args.db, wait=args.wait,
+                               timeout=args.timeout_hours * 3600, poll=1.0)
+    emit(args, rep, text=drop.format_status(rep))
+    return 0
+
+
 def cmd_segments_list(args, s: Settings) -> int:
     meta, _ = _open(s)
     c = meta.catalog.get_by_name(args.collection, args.db)
@@ -590,6 +605,15 @@ def build_parser() -> argparse.ArgumentParser:
     cd = colls.add_parser("describe", parents=[common])
     cd.add_argument("name", type=coll_t)
     cd.set_defaults(fn=cmd_collections_describe)
+    cdr = colls.add_parser("drop", parents=[common],
+                           help="drop a collection: Dropping, flush-and-drop by wal_flush, then Dropped "
+                                "(files stay until GC's drop_tolerance; snapshots stay restorable)")
+    cdr.add_argument("name", type=coll_t)
+    cdr.add_argument("--wait", action="store_true", help="wait until every vchannel is released, then finish")
+    cdr.add_argument("--timeout-hours", type=number_arg("drop_timeout", HOUR), default=1.0,
+                     help="with --wait: give up after this long (default 1)")
+    cdr.add_argument("--yes", action="store_true", help="do not ask (required on a terminal)")
+    cdr.set_defaults(fn=cmd_collections_drop)
 
     segs = sub.add_parser("segments", help="segments").add_subparsers(dest="action", required=True)
     sl = segs.add_parser("list", parents=[common])

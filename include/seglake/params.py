@@ -146,6 +146,15 @@ SPECS: dict[str, dict[str, Key]] = {
         "collection": _name("Collection", "Name of the collection to verify"),
         "db": DB,
     },
+    "drop_collection": {
+        "collection": _name("Collection", "Name of the collection to drop (Created or already Dropping)"),
+        "db": DB,
+        "wait_for_flush": Key("boolean", "Wait for flush", default=True,
+                              description="Wait until wal_flush released every vchannel, then finish the drop; "
+                                          "false: only begin (Dropping) and return"),
+        "timeout_hours": Key("number", "Wait timeout (hours)", default=1, limit="drop_timeout", scale=HOUR,
+                             description="Give up waiting for the flushers after this long"),
+    },
     "wal_flush": {
         "pchannel": Key("enum", "pchannel", default="all",
                         choices=("all", *(f"seglake-dml_{i}" for i in range(16))),
@@ -167,6 +176,7 @@ HINTS: dict[str, dict[str, str]] = {
     "snapshot_restore": {"name": "snapshot", "target_collection": "target", "timeout": "timeout_hours"},
     "copy_segment_job": {"job": "job_id", "id": "job_id"},
     "gc": {"tolerance": "missing_tolerance_hours"},
+    "drop_collection": {"name": "collection", "wait": "wait_for_flush", "timeout": "timeout_hours"},
 }
 
 

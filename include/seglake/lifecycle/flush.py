@@ -57,6 +57,7 @@ from seglake.wal.log import Fenced, WalLog, all_pchannels, validate_pchannel
 from seglake.wal.message import Message, MessageId
 
 RELEASED = "released_vchannels"   # collection property: vchannels a drop released (issue 11)
+RELEASE_BATCH = 100               # segment records per release txn (etcd --max-txn-ops 128)
 
 
 class CheckpointError(SeglakeError):
@@ -218,6 +219,7 @@ class FlushStats:
     seals: dict = field(default_factory=dict)
     checkpoints: dict = field(default_factory=dict)   # vchannel -> {message_id, time_tick, lag_ms}
     stopped: str = "caught_up"
+    released: list = field(default_factory=list)   # vchannels released by a DropCollection
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -386,10 +388,52 @@ class Flusher:
 
     def on_drop(self, st: VState, m: Message) -> None:
         """DropCollection reached the vchannel: seal and sync everything buffered before
-        it (nothing acknowledged is lost); the state is closed after. Hook for the
-        DropCollection issue (mark segments Dropped, release the vchannel)."""
+        it (inserts and deletes: nothing acknowledged is lost), then release it: ONE
+        term-guarded txn marks every segment of the vchannel Dropped (records kept,
+        dropped_at set), removes its checkpoint and adds it to the collection's
+        released vchannels. A crash before that txn replays the drop on recovery."""
         self.seal_all(st, "drop")
         self.sync(st, deltas=True)
+        self._hook("drop_synced", vchannel=st.vchannel)
+        self._release(st)
+        self.states.pop(st.vchannel, None)   # later messages for it are ignored
+        self.stats.released.append(st.vchannel)
+
+    def _release(self, st: VState) -> None:
+        from seglake.meta.catalog import Collection
+        from seglake.meta.codec import decode, encode
+
+        ckey = self.meta.keys.collection(st.coll.collection_id)
+        cp_key = self.meta.keys.channel_checkpoint(st.vchannel)
+        now = self.clock()
+
+        def attempt() -> None:
+            ckv = self.meta.kv.get(ckey)
+            if ckv is None:
+                raise NotFound(f"collection id {st.coll.collection_id} not found")
+            coll = Collection.from_json(decode(ckv.value, ckey))
+            released = list(coll.properties.get(RELEASED, ()))
+            if st.vchannel in released:
+                return
+            compares, ops = [Compare(ckey, "mod", "==", ckv.mod_revision)], []
+            for kv in self.meta.kv.range(self.meta.keys.segments_prefix(coll.collection_id)):
+                seg = decode_struct(kv.value, Segment, kv.key)
+                if seg.channel == st.vchannel and seg.state != DROPPED:
+                    compares.append(Compare(kv.key, "mod", "==", kv.mod_revision))
+                    ops.append(Put(kv.key, encode_struct(seg.replace(state=DROPPED, dropped_at=now))))
+            while len(ops) > RELEASE_BATCH:   # more than one txn holds: drop the excess first
+                self._commit(compares[1:RELEASE_BATCH + 1], ops[:RELEASE_BATCH], f"drop segments of {st.vchannel}")
+                del compares[1:RELEASE_BATCH + 1], ops[:RELEASE_BATCH]
+            cp = self.meta.kv.get(cp_key)
+            if cp is not None:
+                compares.append(Compare(cp_key, "mod", "==", cp.mod_revision))
+                ops.append(Delete(cp_key))
+            new = Collection(**{**coll.__dict__, "properties": {**coll.properties,
+                                                                 RELEASED: [*released, st.vchannel]}})
+            ops.append(Put(ckey, encode(new.to_json())))
+            self._commit(compares, ops, f"release {st.vchannel} (drop)")
+        retry_on_conflict(attempt, f"release {st.vchannel}")
+        self._hook("after_release", vchannel=st.vchannel)
 
     def on_insert(self, st: VState, m: Message) -> None:
         pid = m.partition_id

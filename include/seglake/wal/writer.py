@@ -211,6 +211,9 @@ class WalWriter:
         if m.vchannel not in coll.vchannels:
             raise ValidationError(f"unknown vchannel {m.vchannel!r}: collection {coll.name!r} has "
                                   f"{', '.join(coll.vchannels)}")
+        if m.vchannel in coll.properties.get("released_vchannels", ()):
+            raise ValidationError(f"{m.type} refused: vchannel {m.vchannel!r} was released by the drop "
+                                  f"of collection {coll.name!r} (id {coll.collection_id})")
         allowed = {M.DROP_COLLECTION: (CREATED, DROPPING)}.get(m.type, (CREATED,))
         if coll.state not in allowed:
             raise ValidationError(f"{m.type} refused: collection {coll.name!r} is {coll.state}"

@@ -1,0 +1,116 @@
+"""
+### Drop collection
+
+Drops a collection the Milvus way ("Flush&Drop", `seglake.lifecycle.drop`):
+
+1. **check_conf**: the strict conf check (unknown keys, names, timeout range).
+2. **begin**: validates (a running restore targeting the collection or an Importing
+   collection is refused, naming the copy job), flips `Created -> Dropping` (the name
+   stays reserved) and appends a DropCollection message to each of its vchannels through
+   the fenced WAL writer. A collection that never saw the WAL (seeded, restored) has its
+   segments marked Dropped and its vchannels released right here.
+3. **wait_released** (reschedule sensor, `timeout_hours`): waits until every vchannel is
+   released. It TRIGGERS NOTHING: the `wal_flush` DAG (its schedule, or a manual run)
+   syncs every buffered insert and delete of the vchannel, marks its segments Dropped
+   (records kept) and removes its checkpoint. The log names each vchannel still held and
+   its checkpoint lag. With `wait_for_flush` false it does not wait, and finish is
+   skipped while a vchannel is still held (the run only begins the drop).
+4. **finish**: `Dropping -> Dropped`, the name freed (a new collection may take it).
+5. **summary**: segments and rows dropped, bytes awaiting GC; the GC DAG reclaims the
+   files after `drop_tolerance` (snapshot-referenced files are kept; snapshots of the
+   collection stay restorable until dropped).
+
+Idempotent: re-running on a Dropping collection continues, on a Dropped one reports and
+succeeds. REST: `conf = {"collection": "c1", "db": "default", "wait_for_flush": true, "timeout_hours": 1}`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import dag, task
+
+from seglake_airflow.conf import check_conf, dag_params
+
+
+@dag(
+    dag_id="drop_collection",
+    dag_display_name="Drop collection",
+    description="Drop a collection: Dropping, flush-and-drop by wal_flush, Dropped; GC reclaims later",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["seglake", "wal"],
+    doc_md=__doc__,
+    default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=20)},
+    params=dag_params("drop_collection"),
+)
+def drop_collection():
+    @task
+    def begin(params: dict) -> dict:
+        from seglake.lifecycle import drop
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        rep = drop.begin_drop(hook.meta, hook.store, hook.settings, params["collection"], params["db"])
+        print(drop.format_status(rep))
+        return {"state": rep["state"], "collection_id": rep["collection_id"]}
+
+    @task.sensor(mode="reschedule", poke_interval=10, timeout=7 * 86400)
+    def wait_released(started: dict, params: dict, dag_run=None):
+        import time
+
+        from airflow.sdk import PokeReturnValue
+        from airflow.sdk.exceptions import AirflowFailException
+        from seglake.lifecycle import drop
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        if not params["wait_for_flush"]:
+            print("wait_for_flush is false: not waiting (finish is skipped while a vchannel is held)")
+            return PokeReturnValue(is_done=True)
+        meta = SeglakeHook().meta
+        coll = meta.catalog.get(started["collection_id"])
+        held = drop.held_vchannels(meta, coll) if coll.state == "Dropping" else []
+        why = ("every vchannel released" if not held else "waiting for wal_flush to release: "
+               + ", ".join(f"{h['vchannel']} (checkpoint lag {h['lag_ms']} ms)" for h in held))
+        print(why)
+        if held and time.time() - dag_run.start_date.timestamp() > params["timeout_hours"] * 3600:
+            raise AirflowFailException(f"gave up after {params['timeout_hours']} h: {why}")
+        return PokeReturnValue(is_done=not held)
+
+    @task
+    def finish(params: dict) -> dict:
+        from seglake.lifecycle import drop
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        meta = SeglakeHook().meta
+        coll = drop.find(meta, params["collection"], params["db"])
+        if not params["wait_for_flush"] and coll is not None and coll.state == "Dropping" \
+                and drop.held_vchannels(meta, coll):
+            from airflow.sdk.exceptions import AirflowSkipException
+            raise AirflowSkipException("vchannels still held and wait_for_flush is false: left Dropping; "
+                                       "re-run once wal_flush released them")
+        rep = drop.finish_drop(meta, params["collection"], params["db"])
+        print(drop.format_status(rep))
+        return rep
+
+    @task(trigger_rule="none_failed")
+    def summary(params: dict) -> dict:
+        from seglake.lifecycle import drop
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        coll = drop.find(hook.meta, params["collection"], params["db"])
+        rep = drop.status(hook.meta, coll)
+        print(drop.format_status(rep))
+        print(f"GC may reclaim the Dropped segments' files {hook.settings.drop_tolerance:g} s after "
+              f"their dropped_at (latest {rep['latest_dropped_at']}); snapshot-referenced files are kept")
+        return {k: rep[k] for k in ("collection", "state", "segments_dropped", "rows_dropped",
+                                    "bytes_awaiting_gc", "latest_dropped_at")}
+
+    started = begin()
+    check_conf("drop_collection") >> started
+    wait_released(started) >> finish() >> summary()
+
+
+drop_collection()

@@ -1,0 +1,274 @@
+"""DropCollection (issue 11) against real etcd and real files: flush-and-drop by the
+flusher, crash at every step, restores and snapshots around a drop, GC after the drop,
+name reuse, appends to a released vchannel."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from seglake import cli
+from seglake.errors import Conflict, NotFound, StateError, ValidationError
+from seglake.faults import InjectedFault, inject
+from seglake.lifecycle import copyjob, drop, gc, restore, snapshot, verify
+from seglake.lifecycle.flush import RELEASED, Flusher, flush_pchannel, live_vchannels, read_checkpoint
+from seglake.meta.catalog import CREATED, DROPPED as COLL_DROPPED, DROPPING, pchannel_of
+from seglake.meta.segments import DROPPED, FLUSHED
+from seglake.storage import layout
+from seglake.wal.client import WalClient, synthetic_rows
+from seglake.wal.message import Message
+from seglake.wal import message as M
+
+from wal_helpers import make_collection, pchannels
+
+FLUSHED_PKS = list(range(1, 101))
+BUFFERED_PKS = list(range(101, 151))
+DELETED = [3, 120]          # one in a Flushed segment, one still buffered
+
+
+def _rows(meta, store, coll, states=(DROPPED,)):
+    """(pks of the pk binlogs, deleted pks of the delta logs) of the segments in `states`."""
+    pks, dels = [], []
+    for seg in meta.segments.list(coll.collection_id, states=list(states)):
+        for b in seg.binlogs.get(100, ()):
+            with store.open_read(layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id, 100,
+                                                   b.log_id)) as f:
+                pks += pq.read_table(f).column("pk").to_pylist()
+        for b in seg.deltalogs:
+            with store.open_read(layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id,
+                                                  b.log_id)) as f:
+                dels += pq.read_table(f).column("pk").to_pylist()
+    return sorted(pks), sorted(dels)
+
+
+def _files(meta, coll, states=(DROPPED,)) -> set[str]:
+    return {k for seg in meta.segments.list(coll.collection_id, states=list(states))
+            for k in (f.key for f in layout.segment_files(seg))}
+
+
+def _ingest(meta, store, settings, name="c1"):
+    """100 rows flushed, then 50 rows and 2 deletes left in the log (buffered)."""
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, name, shards=2)
+        c.insert(name, synthetic_rows(coll, 100, 1))
+        for p in pchannels(coll):
+            flush_pchannel(meta, store, p, settings, flush_all=True)
+        c.insert(name, synthetic_rows(coll, 50, 101))
+        c.delete(name, DELETED)
+    return meta.catalog.get(coll.collection_id)
+
+
+def _flush(meta, store, settings, coll, **kw):
+    return [flush_pchannel(meta, store, p, settings, **kw) for p in pchannels(coll)]
+
+
+def _assert_dropped(meta, store, coll):
+    """The converged final state: every row acknowledged before the drop is in the
+    Dropped segments' files exactly once, the deletes too; name free; channels released."""
+    c = meta.catalog.get(coll.collection_id)
+    assert c.state == COLL_DROPPED
+    assert sorted(c.properties[RELEASED]) == sorted(coll.vchannels)
+    assert {s.state for s in meta.segments.list(coll.collection_id)} == {DROPPED}
+    assert all(s.dropped_at for s in meta.segments.list(coll.collection_id))
+    pks, dels = _rows(meta, store, coll)
+    assert pks == FLUSHED_PKS + BUFFERED_PKS
+    assert dels == DELETED
+    for v in coll.vchannels:
+        assert read_checkpoint(meta, v)[0] is None
+        assert v not in live_vchannels(meta, pchannel_of(v))
+    with pytest.raises(NotFound):
+        meta.catalog.get_by_name(coll.name)
+
+
+def test_drop_syncs_buffered_rows_and_deletes_before_segments_become_dropped(meta, store, settings):
+    coll = _ingest(meta, store, settings)
+    assert _rows(meta, store, coll, [FLUSHED]) == (FLUSHED_PKS, [])
+    rep = drop.begin_drop(meta, store, settings, "c1")
+    assert rep["state"] == DROPPING and {h["vchannel"] for h in rep["held"]} == set(coll.vchannels)
+    with pytest.raises(StateError, match="still held"):
+        drop.finish_drop(meta, "c1")
+    with pytest.raises(Conflict):                       # the name stays reserved while Dropping
+        meta.catalog.create("c1", coll.schema)
+    stats = _flush(meta, store, settings, coll)
+    assert sorted(v for s in stats for v in s["released"]) == sorted(coll.vchannels)
+    assert sum(s["rows"] for s in stats) == len(BUFFERED_PKS)
+    rep = drop.finish_drop(meta, "c1")
+    assert rep["segments_dropped"] == rep["segments"] and rep["rows_dropped"] == 150
+    assert rep["bytes_awaiting_gc"] > 0
+    _assert_dropped(meta, store, coll)
+    # re-running on Dropped reports, changes nothing
+    assert drop.begin_drop(meta, store, settings, "c1")["note"] == "already Dropped"
+    assert drop.finish_drop(meta, "c1")["state"] == COLL_DROPPED
+    # a flusher re-run does not re-open the released vchannels
+    f = Flusher(meta, store, pchannels(coll)[0], settings).open()
+    assert not set(f.states) & set(coll.vchannels)
+
+
+def test_appends_to_a_released_vchannel_are_refused(meta, store, settings):
+    coll = _ingest(meta, store, settings)
+    drop.begin_drop(meta, store, settings, "c1")
+    v = coll.vchannels[0]
+    from seglake.wal.writer import WalWriter
+    with WalWriter.open(meta, store, pchannel_of(v), settings) as w:
+        with pytest.raises(ValidationError, match="Dropping"):   # no data after the drop message
+            w.append(Message.delete(v, coll.collection_id, [1], [1]))
+    _flush(meta, store, settings, coll)
+    with WalWriter.open(meta, store, pchannel_of(v), settings) as w:
+        with pytest.raises(ValidationError, match="released by the drop"):
+            w.append(Message(M.DROP_COLLECTION, v, collection_id=coll.collection_id))
+
+
+def test_name_reuse_after_dropped_gets_new_ids(meta, store, settings):
+    coll = _ingest(meta, store, settings)
+    drop.begin_drop(meta, store, settings, "c1")
+    _flush(meta, store, settings, coll)
+    drop.finish_drop(meta, "c1")
+    with WalClient(meta, store, settings) as c:
+        new = make_collection(c, "c1", shards=2)
+        c.insert("c1", synthetic_rows(new, 10, 1))
+    assert new.collection_id != coll.collection_id and not set(new.vchannels) & set(coll.vchannels)
+    _flush(meta, store, settings, new, flush_all=True)
+    assert _rows(meta, store, new, [FLUSHED])[0] == list(range(1, 11))
+    assert meta.catalog.get(coll.collection_id).state == COLL_DROPPED
+
+
+# -- crash at each step ---------------------------------------------------------------------------
+def test_crash_after_dropping_before_messages_rerun_converges(meta, store, settings, monkeypatch):
+    coll = _ingest(meta, store, settings)
+    monkeypatch.setattr(drop, "_append_drops", lambda *a, **k: (_ for _ in ()).throw(InjectedFault("crash")))
+    with pytest.raises(InjectedFault):
+        drop.begin_drop(meta, store, settings, "c1")
+    monkeypatch.undo()
+    assert meta.catalog.get(coll.collection_id).state == DROPPING
+    _flush(meta, store, settings, coll)                  # no drop message yet: nothing released
+    assert not meta.catalog.get(coll.collection_id).properties.get(RELEASED)
+    drop.begin_drop(meta, store, settings, "c1")         # continues: appends the messages
+    _flush(meta, store, settings, coll)
+    drop.finish_drop(meta, "c1")
+    _assert_dropped(meta, store, coll)
+
+
+def test_crash_after_messages_rerun_appends_again_harmlessly(meta, store, settings):
+    coll = _ingest(meta, store, settings)
+    drop.begin_drop(meta, store, settings, "c1")
+    drop.begin_drop(meta, store, settings, "c1")         # a re-run: a second DropCollection per vchannel
+    _flush(meta, store, settings, coll)
+    assert drop.begin_drop(meta, store, settings, "c1")["held"] == []   # nothing left to append
+    drop.finish_drop(meta, "c1")
+    _assert_dropped(meta, store, coll)
+
+
+@pytest.mark.parametrize("point", ["after_files", "after_commit", "drop_synced", "after_release"])
+def test_crash_in_the_flushers_drop_path_rerun_converges(meta, store, settings, point):
+    coll = _ingest(meta, store, settings)
+    drop.begin_drop(meta, store, settings, "c1")
+    with inject(f"flush.{point}"):
+        for p in pchannels(coll):
+            with pytest.raises(InjectedFault):
+                flush_pchannel(meta, store, p, settings)
+    if point != "after_release":
+        assert drop.begin_drop(meta, store, settings, "c1")["held"]
+    _flush(meta, store, settings, coll)
+    _flush(meta, store, settings, coll)                  # and again: nothing changes
+    drop.finish_drop(meta, "c1")
+    _assert_dropped(meta, store, coll)
+
+
+def test_crash_before_the_collection_flips_rerun_finishes(meta, store, settings):
+    coll = _ingest(meta, store, settings)
+    drop.begin_drop(meta, store, settings, "c1")
+    _flush(meta, store, settings, coll)
+    rep = drop.begin_drop(meta, store, settings, "c1")   # every vchannel released, not flipped yet
+    assert rep["state"] == DROPPING and rep["held"] == []
+    rep = drop.drop_collection(meta, store, settings, "c1")
+    assert rep["state"] == COLL_DROPPED
+    _assert_dropped(meta, store, coll)
+
+
+# -- restores, snapshots, GC -------------------------------------------------------------------------
+def _restore(meta, store, src, snap, target, finish=True):
+    job_id = restore.restore(meta, store, src, snap, target)
+    if finish:
+        copyjob.plan(meta, job_id, 3)
+        copyjob.run_inline(meta, store, job_id, threads=2)
+        copyjob.finalize(meta, job_id)
+    return job_id
+
+
+def test_drop_refused_while_a_restore_targets_it_then_direct_drop(meta, store, settings):
+    coll = _ingest(meta, store, settings)
+    snapshot.create(meta, store, "c1", "s1")
+    job_id = _restore(meta, store, "c1", "s1", "c2", finish=False)
+    with pytest.raises(StateError, match=f"job {job_id}"):
+        drop.begin_drop(meta, store, settings, "c2")
+    assert meta.catalog.get_by_name("c2").state != DROPPING
+    copyjob.plan(meta, job_id, 3)
+    copyjob.run_inline(meta, store, job_id, threads=2)
+    copyjob.finalize(meta, job_id)
+    c2 = meta.catalog.get_by_name("c2")
+    assert c2.state == CREATED
+    rep = drop.drop_collection(meta, store, settings, "c2")   # never saw the WAL: no flusher to wait on
+    assert rep["state"] == COLL_DROPPED and rep["mode"] == "direct"
+    assert {s.state for s in meta.segments.list(c2.collection_id)} == {DROPPED}
+    assert meta.catalog.get(coll.collection_id).state == CREATED   # the source is untouched
+
+
+def test_snapshot_of_a_dropped_collection_restores_after_forced_gc(meta, store, settings):
+    coll = _ingest(meta, store, settings)
+    snapshot.create(meta, store, "c1", "s1")            # holds the 100 flushed rows
+    snap_files = set(gc.load_references(meta, store).files)
+    in_snap = {x.segment_id for x in meta.segments.list(coll.collection_id, states=[FLUSHED])}
+    drop.begin_drop(meta, store, settings, "c1")
+    _flush(meta, store, settings, coll)
+    drop.finish_drop(meta, "c1")
+    dropped_files = {f.key for x in meta.segments.list(coll.collection_id) if x.segment_id not in in_snap
+                     for f in layout.segment_files(x)}
+    tiny = gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True)
+    gc.run(meta, store, tiny)
+    left = {o.key for o in store.list("")}
+    assert snap_files <= left                            # a snapshot's segments' files are kept
+    assert dropped_files and not dropped_files & left    # the drop-synced segment's files are gone
+    assert [x.name for x in meta.snapshots.list(coll.collection_id)] == ["s1"]
+    _restore(meta, store, "c1", "s1", "c1copy")
+    report = verify.verify_collection(meta, store, "c1copy")
+    assert report["ok"], verify.format_report(report)
+    assert report["rows"] == len(FLUSHED_PKS)
+
+
+def test_gc_reclaims_dropped_files_only_after_drop_tolerance_then_the_record(meta, store, settings):
+    coll = _ingest(meta, store, settings)
+    drop.drop_collection(meta, store, settings, "c1", wait=False)
+    _flush(meta, store, settings, coll)
+    drop.finish_drop(meta, "c1")
+    files = _files(meta, coll)
+    assert files <= {o.key for o in store.list("")}
+    gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=3600, floor=0, force=True))
+    assert files <= {o.key for o in store.list("")}      # within drop_tolerance: kept
+    assert meta.catalog.get(coll.collection_id).state == COLL_DROPPED
+    gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True))
+    assert not files & {o.key for o in store.list("")}
+    gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True))
+    assert meta.kv.count(meta.keys.segments_prefix(coll.collection_id)) == 0
+    with pytest.raises(NotFound):                         # nothing left: the record is removed
+        meta.catalog.get(coll.collection_id)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+def test_cli_drop_waits_and_refuses_on_a_terminal_without_yes(meta, store, settings, monkeypatch, capsys):
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    coll = _ingest(meta, store, settings)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    with pytest.raises(SystemExit, match="--yes"):
+        cli.main(["collections", "drop", "c1"])
+    assert meta.catalog.get(coll.collection_id).state == CREATED
+    rc = cli.main(["collections", "drop", "c1", "--yes", "--json"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["state"] == DROPPING
+    _flush(meta, store, settings, coll)
+    rc = cli.main(["collections", "drop", "c1", "--yes", "--wait", "--timeout-hours", "0.01", "--json"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["state"] == COLL_DROPPED
+    with pytest.raises(SystemExit):
+        cli.main(["collections", "drop", "c1", "--yes", "--timeout-hours", "nan"])
