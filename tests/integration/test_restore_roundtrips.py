@@ -2,7 +2,6 @@
 batched with get_many, task writes guarded on the attempt's own last write), and the
 guards that replaced the per-file re-reads still stop a superseded attempt."""
 
-import pytest
 
 from seglake import demo
 from seglake.lifecycle import copyjob, restore, snapshot

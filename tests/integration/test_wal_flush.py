@@ -3,7 +3,6 @@ concurrent flushers, checkpoints, seal policies, verify/snapshot/restore of the 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,19 +12,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from seglake.errors import Conflict
 from seglake.lifecycle import copyjob, restore, snapshot, verify
 from seglake.lifecycle.flush import (CheckpointError, Checkpoint, Flusher, advances, flush_pchannel,
                                      live_vchannels, read_checkpoint, record_truncation, truncatable_fragments,
                                      truncated_before)
 from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
-from seglake.meta.segments import DROPPED, FLUSHED, GROWING
+from seglake.meta.segments import DROPPED, FLUSHED
 from seglake.storage import layout
 from seglake.wal import message as M
 from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.log import Fenced
 from seglake.wal.message import Message, MessageId
-from seglake.wal.writer import WalWriter
 
 from wal_helpers import all_messages, make_collection, pchannels
 
