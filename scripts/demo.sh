@@ -57,4 +57,19 @@ echo "== 5. gc through 'airflow dags test' as a dry run (mark only), then its re
 run_dag gc gc '{"dry_run": true}'
 seglake gc report
 echo
+echo "== 6. the write-ahead log: ingest into demo_wal (inserts, deletes, a committed and a rolled-back txn)"
+python scripts/demo_wal.py ingest
+seglake wal status
+echo
+echo "== 7. wal_flush through 'airflow dags test' (every pchannel, seal everything), then read the segments back"
+run_dag wal_flush wal_flush '{"pchannel": "all", "flush_all": true, "engine": "inline"}'
+python scripts/demo_wal.py check
+seglake segments list demo_wal
+echo
+echo "== 8. drop_collection: begin (Dropping + DropCollection messages), wal_flush releases the vchannels, finish"
+run_dag drop_begin drop_collection '{"collection": "demo_wal", "wait_for_flush": false}'
+run_dag wal_flush_drop wal_flush '{"pchannel": "all", "engine": "inline"}'
+run_dag drop_finish drop_collection '{"collection": "demo_wal"}'
+grep -E "Dropped|dropped" "$AIRFLOW_HOME/demo-drop_finish.log" | grep -v "^\s*$" | tail -3 | sed -E 's/ \[airflow.*$//' || true
+echo
 echo "== done. 'make up' then 'seglake collections describe demo' / 'seglake segments list demo' to inspect."
