@@ -7,6 +7,7 @@ Configuration comes from the environment (SEGLAKE_CONFIG JSON, SEGLAKE_<KEY>), s
 from __future__ import annotations
 
 import argparse
+import re
 import difflib
 import json
 import sys
@@ -439,7 +440,7 @@ def cmd_delete(args, s: Settings) -> int:
     pks = []
     for part in args.pks.split(","):
         part = part.strip()
-        if not part or not part.lstrip("-").isdigit():
+        if not re.fullmatch(r"-?[0-9]+", part, re.ASCII):  # ASCII only: int() also takes other digits
             raise SeglakeError(f"delete: --pks must be comma-separated integers, got {part!r}")
         pks.append(int(part))
     meta, store = _open(s)

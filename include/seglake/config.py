@@ -44,7 +44,7 @@ ENV_OTHER = frozenset({ENV_JSON, ENV_SECRETS_FILE, "SEGLAKE_HOME", "SEGLAKE_FAUL
 _REPO = Path(__file__).resolve().parents[2]
 DEFAULT_HOME = Path(os.environ.get("SEGLAKE_HOME", _REPO / ".dev"))
 
-_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
+_DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?", re.ASCII)  # ASCII digits, no padding
 _ANY_DURATION = Limit(0.0, 10 * YEAR, unit="s")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
@@ -319,6 +319,8 @@ def _from_env_string(f: dataclasses.Field, raw: str) -> Any:
     kind = f.metadata["kind"]
     if kind == "int":
         try:
+            if not re.fullmatch(r"-?[0-9]+", raw, re.ASCII):  # int() takes '+3', '1_0', ' 3\n', '١٢'
+                raise ValueError(raw)
             return int(raw)
         except ValueError:
             raise ConfigError(f"config key {f.name!r}: {raw!r} is not an integer") from None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 import time
 from collections import Counter, defaultdict
 from typing import Callable
@@ -148,7 +149,7 @@ def gc_latest(store: Store) -> dict | None:
     rows = []
     for key, v in sorted((s.get("by_collection_reason") or {}).items()):
         coll, _, reason = key.partition("/")
-        rows.append({"collection_id": int(coll) if coll.lstrip("-").isdigit() else None,
+        rows.append({"collection_id": int(coll) if re.fullmatch(r"-?[0-9]+", coll, re.ASCII) else None,
                      "reason": reason or "?", "files": int(v.get("files", 0)), "bytes": int(v.get("bytes", 0))})
     swept = s.get("swept")
     return {"run_id": s.get("run_id"), "started_at": s.get("started_at"), "dry_run": bool(s.get("dry_run")),

@@ -144,6 +144,12 @@ def test_prefix_collisions_special_names_and_symlinks(meta, store, tmp_path):
     gc.run(meta, store, _opts(collection_id=one.collection_id))
     assert not store.exists(orphan) and store.exists(ref)  # scope 1 never touches 10
     assert all(store.exists(k) for k in odd)  # not seglake's layout: never deleted
+    # a symlink inside the store makes files reachable under two keys: the whole-store run
+    # refuses before deleting anything (fail closed), naming it
+    with pytest.raises(gc.GCError, match="symlink 'insert_log/link'"):
+        gc.run(meta, store, _opts())
+    assert (outside / "precious").read_bytes() == b"keep" and store.exists(ref)
+    os.unlink(os.path.join(store.uri, "insert_log", "link"))
     res = gc.run(meta, store, _opts())
     assert store.exists(ref) and all(store.exists(k) for k in odd)
     assert res["mark"]["unrecognised"]["files"] == 2 and set(res["mark"]["unrecognised"]["sample"]) == set(odd)

@@ -285,3 +285,20 @@ def test_optional_string_params_are_nullable():
         for key, k in spec.items():
             if not k.required and k.kind in ("name", "text") and k.default in ("", None):
                 assert k.nullable, f"{dag_id}.{key}"
+
+
+@pytest.mark.parametrize("raw", ["١٢", "+3", "1_0", "3\n", " 3", "²"])
+def test_env_integers_are_plain_ascii_digits(raw):
+    """Found by the adversarial review: int() takes other digits, signs, underscores, padding."""
+    from seglake.config import ConfigError, Settings
+
+    with pytest.raises(ConfigError, match="copy_threads"):
+        Settings.from_env({"SEGLAKE_COPY_THREADS": raw})
+
+
+@pytest.mark.parametrize("raw", ["１０h", "١٠d", " 10h\n", "10 h"])
+def test_env_durations_are_plain_ascii(raw):
+    from seglake.config import ConfigError, Settings
+
+    with pytest.raises(ConfigError, match="missing_tolerance"):
+        Settings.from_env({"SEGLAKE_MISSING_TOLERANCE": raw})

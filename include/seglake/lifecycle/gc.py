@@ -51,7 +51,7 @@ from seglake.meta.kv import Compare, Delete, exists, unchanged
 from seglake.meta.segments import DROPPED, Segment
 from seglake.meta.snapshots import COMMITTED, DELETING, PENDING
 from seglake.storage import Store, layout
-from seglake.storage.base import ObjectInfo
+from seglake.storage.base import SYMLINK, ObjectInfo
 
 GC_PREFIX = "_gc"
 INTERNAL = ("_gc/", "_reports/")
@@ -349,6 +349,10 @@ def classify(objects: Iterable[ObjectInfo], refs: References, cutoff: float,
     fragment older than the cutoff, file of a reclaimable Dropped segment) or why it is kept."""
     reclaim = reclaim or Reclaim()
     for o in objects:
+        if o.size == SYMLINK:  # fail closed: a referenced file may live behind it under another key
+            raise GCError(f"symlink {layout.display_key(o.key)!r} inside the store: files may be reachable "
+                          "under two keys, so an unreferenced-looking file could be referenced; remove the "
+                          "symlink (move the data instead). Nothing deleted")
         verdict, coll, seg = judge(o.key, refs, reclaim, collection_id, wal)
         if verdict in (ORPHAN, WAL_TRUNCATED) and o.mtime >= cutoff:
             verdict = YOUNG

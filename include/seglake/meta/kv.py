@@ -25,6 +25,7 @@ Guarantees
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 import uuid
@@ -161,7 +162,7 @@ class KV:
         eps = []
         for ep in self.endpoints:
             host, _, port = ep.rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not re.fullmatch(r"[0-9]{1,5}", port, re.ASCII) or not 0 < int(port) < 65536:
                 raise SeglakeError(f"etcd endpoint {ep!r} is not host:port")
             eps.append(etcd_client_mod.Endpoint(host, int(port), secure=bool(creds), creds=creds,
                                                 time_retry=time_retry, opts=opts))

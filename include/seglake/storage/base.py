@@ -17,6 +17,7 @@ class ObjectInfo:
 
 
 UNREADABLE = -1  # the size of a directory listed with report_unreadable that could not be read
+SYMLINK = -2     # the size of a symlink (file or directory) listed with report_unreadable
 
 
 @dataclass(frozen=True)

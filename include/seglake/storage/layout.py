@@ -275,6 +275,6 @@ def parse_wal_fragment(key: str) -> tuple[str, int] | None:
     if len(parts) != 3 or parts[0] != WAL or not parts[2].endswith(FRAGMENT_SUFFIX):
         return None
     num = parts[2][:-len(FRAGMENT_SUFFIX)]
-    if len(num) != 20 or not num.isdigit() or int(num) < 1:
+    if not re.fullmatch(r"[0-9]{20}", num, re.ASCII) or int(num) < 1:  # ASCII: '²'.isdigit() is True
         return None
     return (parts[1], int(num)) if wal_fragment(parts[1], int(num)) == key else None

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, Unavailable
-from seglake.storage.base import (UNREADABLE, ChecksumMismatch, DeleteError, DeleteOutcome, ObjectInfo, Store,
+from seglake.storage.base import (SYMLINK, UNREADABLE, ChecksumMismatch, DeleteError, DeleteOutcome, ObjectInfo, Store,
                                    crc_name, crc_update)
 from seglake.storage.layout import check_key, normalize_key, normalize_prefix
 
@@ -98,6 +98,8 @@ class LocalStore(Store):
             raise Unavailable(f"cannot list {start!r}: {e.strerror}") from None
         for e in entries:
             if e.is_symlink():
+                if report_unreadable:  # GC must see it: files may be reachable under two keys
+                    files.append(ObjectInfo(pfx + e.name, SYMLINK, 0.0))
                 continue
             if e.is_dir(follow_symlinks=False):
                 if _canonical(pfx + e.name):
@@ -418,6 +420,8 @@ def _walk(start: str, pfx: str, report_unreadable: bool = False) -> Iterator[Obj
         files = []
         for e in entries:
             if e.is_symlink():
+                if report_unreadable:  # GC must see it: files may be reachable under two keys
+                    yield ObjectInfo(rel + e.name, SYMLINK, 0.0)
                 continue
             if e.is_dir(follow_symlinks=False):
                 stack.append((e.path, rel + e.name + "/"))

@@ -21,6 +21,7 @@ Fragment file `wal/{pchannel}/{n:020d}.frag` (layout.wal_fragment):
 from __future__ import annotations
 
 import json
+import re
 import os
 import struct
 import time
@@ -56,7 +57,7 @@ def validate_pchannel(pchannel: str) -> str:
     from seglake.meta.catalog import PCHANNEL_COUNT
 
     num = pchannel[len(PCHANNEL_PREFIX):] if isinstance(pchannel, str) and pchannel.startswith(PCHANNEL_PREFIX) else ""
-    if not (num.isdigit() and len(num) <= 3 and str(int(num)) == num and int(num) < PCHANNEL_COUNT):
+    if not (re.fullmatch(r"(?:0|[1-9][0-9]{0,2})", num, re.ASCII) and int(num) < PCHANNEL_COUNT):
         raise ValidationError(f"unknown pchannel {pchannel!r} (expected {PCHANNEL_PREFIX}0..{PCHANNEL_COUNT - 1})")
     return pchannel
 
