@@ -36,7 +36,13 @@ ROLLED_BACK = list(range(20001, 20201))    # a rolled-back transaction
 
 
 def reset(meta, store, settings) -> None:
-    """Drop a demo_wal left by an earlier run through the real drop (flushing inline)."""
+    """Drop a demo_wal (and its restored copy) left by an earlier run through the real
+    drop (flushing inline)."""
+    try:
+        meta.catalog.get_by_name(NAME + "_restored")
+        drop.drop_collection(meta, store, settings, NAME + "_restored")  # never saw the WAL: direct
+    except NotFound:
+        pass
     try:
         coll = meta.catalog.get_by_name(NAME)
     except NotFound:
