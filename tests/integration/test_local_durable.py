@@ -22,9 +22,9 @@ def events(monkeypatch):
         real_fsync(fd)
         log.append(("fsync", st.st_ino, stat.S_ISDIR(st.st_mode)))
 
-    def replace(a, b):
-        real_replace(a, b)
-        log.append(("rename", os.stat(b).st_ino, False))
+    def replace(a, b, **kw):
+        real_replace(a, b, **kw)
+        log.append(("rename", os.stat(b, dir_fd=kw.get("dst_dir_fd")).st_ino, False))
 
     monkeypatch.setattr(local_mod.os, "fsync", fsync)
     monkeypatch.setattr(local_mod.os, "replace", replace)

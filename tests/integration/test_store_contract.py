@@ -72,6 +72,7 @@ def test_bad_keys_are_refused_before_any_io(any_store):
 
 
 def test_local_store_never_follows_a_symlink_out_of_the_root(tmp_path):
+    from seglake.storage.base import SymlinkRefused
     from seglake.storage.local import LocalStore
 
     outside = tmp_path / "outside"
@@ -83,7 +84,7 @@ def test_local_store_never_follows_a_symlink_out_of_the_root(tmp_path):
     os.symlink(outside / "precious", tmp_path / "root" / "c" / "filelink")
     assert [o.key for o in store.list("")] == ["c/real"]
     assert list(store.list("c/link")) == []
-    with pytest.raises(NotFound):
+    with pytest.raises(SymlinkRefused):  # refused by name, never followed
         store.head("c/filelink")
     assert (outside / "precious").read_bytes() == b"keep"
 

@@ -49,7 +49,6 @@ from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
 from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.kv import Compare, Delete, Put, absent, retry_on_conflict
 from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Binlog, Segment
-from seglake.parquet import table_buffer
 from seglake.storage import layout
 from seglake.wal import message as M
 from seglake.wal.buffer import FLUSH, DeltaBuffer, SealPolicy, SegmentBuffer
@@ -554,23 +553,13 @@ class Flusher:
                 self._sync_delta(st, st.deltas[sid])
 
     def _put(self, key: str, columns: dict):
-        """One Parquet log file, visible only complete (temp + rename) and durable
-        (fsynced) before it is returned. Locally pyarrow encodes straight into the temp
-        file (an in-memory buffer of a large binlog costs reallocations and page faults)."""
-        from seglake.storage.local import LocalStore
+        """One Parquet log file, visible only complete and durable (one fsync) before it
+        is returned. pyarrow encodes straight into the store's writer (locally the temp
+        file itself: an in-memory buffer of a large binlog costs page faults)."""
+        import pyarrow.parquet as pq
 
-        if isinstance(self.store, LocalStore):
-            import pyarrow.parquet as pq
-
-            def write(tmp) -> None:
-                pq.write_table(pa.table(columns), str(tmp), compression="zstd")
-                fd = os.open(tmp, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            return self.store._atomic(key, write)
-        return self.store.put(key, table_buffer(columns).to_pybytes())
+        table = pa.table(columns)
+        return self.store.put_writer(key, lambda f: pq.write_table(table, f, compression="zstd"))
 
     def _sync_segment(self, st: VState, buf: SegmentBuffer) -> None:
         c, p, s = buf.collection_id, buf.partition_id, buf.segment_id

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import abc
+import io
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from seglake.errors import SeglakeError
 
@@ -44,6 +45,11 @@ def crc_name(crc: int) -> str:
 class ChecksumMismatch(SeglakeError):
     """A copied object's content differs from its source."""
 
+
+class SymlinkRefused(SeglakeError):
+    """A local store operation met a symlink on its key's path (or the root swapped for
+    one): refused, never followed, so no read or write lands outside the store."""
+
 @dataclass
 class DeleteOutcome:
     """What one delete call did, key by key: counts built from it are true even when
@@ -74,6 +80,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Atomic write: readers see the old object or the whole new one."""
+
+    def put_writer(self, key: str, write: Callable[[BinaryIO], Any]) -> ObjectInfo:
+        """Like put, for content produced by write(a writable binary file): the object
+        appears whole and durable, or not at all. A backend may stream it into a temp
+        object (the local store does); this default buffers it for one put."""
+        buf = io.BytesIO()
+        write(buf)
+        return self.put(key, buf.getbuffer())
 
     @abc.abstractmethod
     def copy(self, src: str, dst: str, atomic: bool = True) -> ObjectInfo:

@@ -1,5 +1,12 @@
 """Local-directory store: the embedded default.
 
+Every operation on a key (get, open_read, head, put, copy, delete) reaches it through
+one resolver: directory descriptors opened from the root one component at a time with
+O_NOFOLLOW, the file itself opened or made relative to its directory's descriptor. A
+symlink anywhere on the path, even one swapped in a moment ago, or the root swapped for
+one, is refused (SymlinkRefused) and never followed, so no read or write lands outside
+the store.
+
 Atomic puts and copies (temp file in the same directory, then rename). Durable on
 return: `put` and `copy` fsync the file, then its directory (and every directory they
 created), so an etcd commit that follows never references a file a power cut can
@@ -19,7 +26,6 @@ import itertools
 import mmap
 import os
 import stat
-import shutil
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -27,12 +33,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
-from seglake.errors import NotFound, Unavailable
+from seglake.errors import NotFound, SeglakeError, Unavailable
 from seglake.storage.base import (SYMLINK, UNREADABLE, ChecksumMismatch, DeleteError, DeleteOutcome, ObjectInfo, Store,
-                                   crc_name, crc_update)
+                                   SymlinkRefused, crc_name, crc_update)
 from seglake.storage.layout import check_key, normalize_key, normalize_prefix
 
 TMP_PREFIX = ".seglake-tmp-"
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+_IN_PLACE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _CLOEXEC
 
 
 class LocalStore(Store):
@@ -41,14 +52,13 @@ class LocalStore(Store):
         self.root.mkdir(parents=True, exist_ok=True)
         self.uri = str(self.root)
         self.delete_threads = delete_threads
-        self._dirs: set[Path] = set()
         self._token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._seq = itertools.count()
         self._batch = threading.local()  # .dirs: inside durable_batch(), dirs to fsync at its end
 
     def __getstate__(self):  # picklable for worker processes: caches are per process
         d = dict(self.__dict__)
-        d["_dirs"], d["_seq"], d["_batch"] = set(), None, None
+        d["_seq"], d["_batch"] = None, None
         return d
 
     def __setstate__(self, d):
@@ -57,8 +67,61 @@ class LocalStore(Store):
         self._seq = itertools.count()
         self._batch = threading.local()
 
-    def _path(self, key: str) -> Path:
-        return self.root / normalize_key(key)
+    # -- the one path resolver: every operation walks from the root without following -----
+    def _split(self, key: str) -> tuple[list[str], str]:
+        parent, _, name = normalize_key(key).rpartition("/")
+        return (parent.split("/") if parent else []), name
+
+    def _open_dir(self, parts: list[str], key: str, op: str, create: bool = False) -> int:
+        """A descriptor of the directory root/parts, opened one component at a time
+        relative to the previous one with O_NOFOLLOW|O_DIRECTORY (the same walk as
+        delete_checked): a symlink at any level, or the root swapped for one, raises
+        SymlinkRefused and nothing is followed. create: missing directories are made
+        (and their entries fsynced in the parent, or by the durable batch)."""
+        try:
+            fd = os.open(self.uri, _DIR_FLAGS)
+        except OSError as e:
+            if e.errno == errno.ENOTDIR and os.path.islink(self.uri):
+                e = OSError(errno.ELOOP, "symlink")
+            raise _path_error(e, key, op, [], self.uri) from None
+        i = 0
+        try:
+            for i, name in enumerate(parts):
+                try:
+                    nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    try:
+                        os.mkdir(name, dir_fd=fd)
+                    except FileExistsError:
+                        pass  # made concurrently (a symlink put there is refused just below)
+                    else:
+                        self._sync_dir(fd, parts[:i])
+                    nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+        except OSError as e:
+            if e.errno == errno.ENOTDIR and _is_symlink(parts[i], fd):  # O_DIRECTORY may win over O_NOFOLLOW
+                e = OSError(errno.ELOOP, "symlink")
+            os.close(fd)
+            raise _path_error(e, key, op, parts[:i + 1], self.uri) from None
+        return fd
+
+    def _open_file(self, key: str, op: str = "read") -> int:
+        """A read-only descriptor of the regular file `key` (no symlink at any level)."""
+        parts, name = self._split(key)
+        dfd = self._open_dir(parts, key, op)
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
+        except OSError as e:
+            raise _path_error(e, key, op, [*parts, name], self.uri) from None
+        finally:
+            os.close(dfd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise NotFound(f"object {key!r} not found in {self.uri}")
+        return fd
 
     def _real_dir(self, pfx: str) -> str | None:
         """The directory of a canonical prefix if every component below the root is a
@@ -115,57 +178,44 @@ class LocalStore(Store):
         return dirs, files
 
     def head(self, key: str) -> ObjectInfo:
-        p = self._path(key)
+        parts, name = self._split(key)
+        dfd = self._open_dir(parts, key, "head")
         try:
-            st = os.stat(p, follow_symlinks=False)
-        except FileNotFoundError:
-            raise NotFound(f"object {key!r} not found in {self.uri}") from None
-        if not os.path.isfile(p) or os.path.islink(p):
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except OSError as e:
+            raise _path_error(e, key, "head", [*parts, name], self.uri) from None
+        finally:
+            os.close(dfd)
+        if stat.S_ISLNK(st.st_mode):
+            raise _path_error(OSError(errno.ELOOP, "symlink"), key, "head", [*parts, name], self.uri)
+        if not stat.S_ISREG(st.st_mode):
             raise NotFound(f"object {key!r} not found in {self.uri}")
         return ObjectInfo(normalize_key(key), st.st_size, st.st_mtime)
 
     def get(self, key: str) -> bytes:
-        try:
-            with open(self._path(key), "rb") as f:
-                return f.read()
-        except (FileNotFoundError, IsADirectoryError):
-            raise NotFound(f"object {key!r} not found in {self.uri}") from None
+        with open(self._open_file(key, "get"), "rb") as f:
+            return f.read()
 
-    def open_read(self, key: str) -> BinaryIO:
-        try:
-            return open(self._path(key), "rb")
-        except (FileNotFoundError, IsADirectoryError):
-            raise NotFound(f"object {key!r} not found in {self.uri}") from None
+    def open_read(self, key: str, buffering: int = -1) -> BinaryIO:
+        """A reader of the regular file `key` (buffering=0: unbuffered, as open())."""
+        return open(self._open_file(key, "read"), "rb", buffering=buffering)
 
     # -- durable writes ------------------------------------------------------------------
-    def _mkdirs(self, d: Path) -> None:
-        """Make `d` (once per process); the parents of directories made here are
-        fsynced with the file, so the new entries are durable too."""
-        if d in self._dirs:
-            return
-        made, cur = [], d
-        while not cur.is_dir() and cur != self.root:
-            made.append(cur)
-            cur = cur.parent
-        d.mkdir(parents=True, exist_ok=True)
-        self._dirs.add(d)
-        for m in made:
-            self._sync_dir(m.parent)
-
-    def _sync_dir(self, d: Path) -> None:
+    def _sync_dir(self, dfd: int, parts: list[str]) -> None:
+        """The directory root/parts (open as `dfd`) fsynced now, or at the batch's end."""
         pending = getattr(self._batch, "dirs", None)
         if pending is not None:
-            pending.add(d)
+            pending.add(os.path.join(self.uri, *parts))
         else:
-            _fsync_path(d)
+            os.fsync(dfd)
 
-    def _sync_new_file(self, path: Path) -> None:
-        """A file nobody reads until the writer checked it (in place): deferrable."""
-        pending = getattr(self._batch, "files", None)
+    def _sync_data(self, fd: int, key: str, deferrable: bool) -> None:
+        """The file's data fsynced now, or (deferrable, in a durable batch) at its end."""
+        pending = getattr(self._batch, "files", None) if deferrable else None
         if pending is not None:
-            pending.append(path)
+            pending.append(os.path.join(self.uri, key))
         else:
-            _fsync_path(path)
+            os.fsync(fd)
 
     @contextmanager
     def durable_batch(self, threads: int = 8):
@@ -189,73 +239,102 @@ class LocalStore(Store):
         for paths in (files, sorted(dirs)):  # data first, then the entries naming it
             list(pool.map(_fsync_all, [paths[i::threads] for i in range(threads)]))
 
-    def _tmp(self, dst: Path) -> Path:
-        self._mkdirs(dst.parent)  # one mkdir per directory, not per file
-        return dst.parent / f"{TMP_PREFIX}{dst.name}.{self._token}.{next(self._seq)}"
-
-    def _atomic(self, key: str, write, defer_data: bool = False) -> ObjectInfo:
-        """write(tmp), fsync it, rename it over the destination, fsync the directory (or
-        leave that to the durable batch); a vanished directory is re-made once. With
-        defer_data the data fsync is deferred too, as for an in-place write: only for a
-        destination nobody reads until the writer checked it."""
-        dst = self._path(key)
+    def _write(self, key: str, write, atomic: bool = True, defer_data: bool = False) -> ObjectInfo:
+        """write(fd) into a file under `key`'s directory, reached by the no-follow walk.
+        atomic: a temp file of this call, its data fsynced (unless defer_data inside a
+        durable batch), renamed over the destination. Otherwise the destination itself
+        (opened O_NOFOLLOW: a symlink there is refused), its fsync deferrable: only for
+        a destination nobody reads until its writer checked it. Then the directory entry
+        is fsynced (or left to the batch). A directory removed behind our back is
+        walked (and made) again once."""
+        parts, name = self._split(key)
         for attempt in (1, 2):
-            tmp = self._tmp(dst)
             try:
-                write(tmp)
-                if not defer_data:
-                    _fsync_path(tmp)
-                st = os.stat(tmp)
-                os.replace(tmp, dst)
-                if defer_data:
-                    self._sync_new_file(dst)
-                self._sync_dir(dst.parent)
+                dfd = self._open_dir(parts, key, "write", create=True)
+            except FileNotFoundError:  # a directory removed between its mkdir and its open
+                if attempt == 2:
+                    raise
+                continue
+            target = f"{TMP_PREFIX}{name}.{self._token}.{next(self._seq)}" if atomic else name
+            created = False
+            try:
+                try:
+                    fd = os.open(target, _NEW_FLAGS if atomic else _IN_PLACE_FLAGS, 0o666, dir_fd=dfd)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.EISDIR):
+                        raise _path_error(e, key, "write", [*parts, name], self.uri) from None
+                    raise
+                created = atomic
+                try:
+                    write(fd)
+                    self._sync_data(fd, key, deferrable=defer_data or not atomic)
+                    st = os.fstat(fd)
+                finally:
+                    os.close(fd)
+                if atomic:
+                    os.replace(target, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    created = False
+                self._sync_dir(dfd, parts)
                 return ObjectInfo(normalize_key(key), st.st_size, st.st_mtime)
             except FileNotFoundError:
-                _unlink_quiet(tmp)
-                if attempt == 2 or dst.parent.is_dir():
+                if attempt == 2:
                     raise
-                self._dirs.discard(dst.parent)  # removed behind our back: make it again
-            except BaseException:
-                _unlink_quiet(tmp)
-                raise
+            finally:
+                if created:
+                    _unlink_quiet(target, dfd)
+                os.close(dfd)
         raise AssertionError("unreachable")
 
-    def _in_place(self, key: str, write) -> ObjectInfo:
-        """write(destination) directly: one rename fewer per file (costly on ext4); the
-        file and its directory entry are fsynced before returning, as in _atomic."""
-        dst = self._path(key)
-        self._mkdirs(dst.parent)
-        try:
-            write(dst)
-        except FileNotFoundError:
-            if dst.parent.is_dir():
-                raise
-            self._dirs.discard(dst.parent)
-            self._mkdirs(dst.parent)
-            write(dst)
-        self._sync_new_file(dst)
-        st = os.stat(dst)
-        self._sync_dir(dst.parent)
-        return ObjectInfo(normalize_key(key), st.st_size, st.st_mtime)
-
     def put(self, key: str, data: bytes) -> ObjectInfo:
-        def write(tmp: Path) -> None:
-            with open(tmp, "wb") as f:
-                f.write(data)
-        return self._atomic(key, write)
+        """Atomic and durable on return: the data is fsynced before the rename that makes
+        it visible, the directory entry after it."""
+        return self._write(key, lambda fd: _write_fd(fd, data))
+
+    def put_writer(self, key: str, write) -> ObjectInfo:
+        """write(file) straight into this call's temp file (no buffer of the whole
+        object), then as put: one data fsync, rename, directory fsync."""
+        def to_fd(fd: int) -> None:
+            with open(fd, "wb", buffering=1 << 20, closefd=False) as f:
+                write(f)
+        return self._write(key, to_fd)
+
+    def put_exclusive(self, key: str, write) -> bool:
+        """write(fd) a new file under `key` iff it does not exist (temp file, fsync,
+        link(2): EEXIST when taken, directory fsync). False when it exists."""
+        parts, name = self._split(key)
+        dfd = self._open_dir(parts, key, "write", create=True)
+        tmp = f"{TMP_PREFIX}{name}.{self._token}.{next(self._seq)}"
+        try:
+            fd = os.open(tmp, _NEW_FLAGS, 0o644, dir_fd=dfd)
+            try:
+                write(fd)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            except FileExistsError:
+                return False
+            os.fsync(dfd)
+            return True
+        finally:
+            _unlink_quiet(tmp, dfd)
+            os.close(dfd)
 
     def copy(self, src: str, dst: str, atomic: bool = True) -> ObjectInfo:
-        s = self._path(src)
+        """Kernel copy (sendfile) from the source's descriptor: no bytes through Python."""
+        sfd = self._open_source(src)
         try:
-            # shutil.copyfile uses sendfile in the kernel: no bytes through Python
-            if atomic:
-                return self._atomic(dst, lambda tmp: shutil.copyfile(s, tmp))
-            return self._in_place(dst, lambda path: shutil.copyfile(s, path))
-        except FileNotFoundError:
-            if not s.is_file():
-                raise NotFound(f"copy source {src!r} not found in {self.uri}") from None
-            raise
+            size = os.fstat(sfd).st_size
+            return self._write(dst, lambda fd: _sendfile_all(sfd, fd, size), atomic=atomic)
+        finally:
+            os.close(sfd)
+
+    def _open_source(self, src: str) -> int:
+        try:
+            return self._open_file(src, "copy")
+        except NotFound:
+            raise NotFound(f"copy source {src!r} not found in {self.uri}") from None
 
     def copy_checked(self, src: str, dst: str) -> tuple[ObjectInfo, str]:
         """One pass: read the source once, checksum what is read, write it to this call's
@@ -266,20 +345,16 @@ class LocalStore(Store):
         fsync is deferred like an in-place copy's (inside durable_batch(), to its end): a
         copy target is not read until its writer's batch ended, and a retry re-checks
         every file it finds by checksum, so a file cut short by a crash is copied again."""
-        s = self._path(src)
         state = {}
+        with open(self._open_source(src), "rb", buffering=0) as fi:
+            size = os.fstat(fi.fileno()).st_size
 
-        def write(tmp: Path) -> None:
-            with open(s, "rb", buffering=0) as fi, open(tmp, "wb", buffering=0) as fo:
-                size = os.fstat(fi.fileno()).st_size
-                crc = _copy_mapped(fi, fo, size) if size > MAP_MIN_BYTES else _copy_buffered(fi, fo)
-            state.update(crc=crc, n=size)
-        try:
-            info = self._atomic(dst, write, defer_data=True)
-        except FileNotFoundError:
-            if not s.is_file():
-                raise NotFound(f"copy source {src!r} not found in {self.uri}") from None
-            raise
+            def write(fd: int) -> None:
+                fi.seek(0)
+                with open(fd, "wb", buffering=0, closefd=False) as fo:
+                    crc = _copy_mapped(fi, fo, size) if size > MAP_MIN_BYTES else _copy_buffered(fi, fo)
+                state.update(crc=crc, n=size)
+            info = self._write(dst, write, defer_data=True)
         if info.size != state["n"]:
             raise ChecksumMismatch(f"copy of {src} to {dst}: wrote {info.size} bytes of {state['n']}")
         return info, crc_name(state["crc"])
@@ -346,7 +421,7 @@ class _DirChain:
     component at a time relative to the previous one; consecutive calls share the
     common prefix."""
 
-    FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    FLAGS = _DIR_FLAGS
 
     def __init__(self, root: str):
         self.fds: list[int] = [os.open(root, self.FLAGS)]
@@ -511,8 +586,47 @@ def _fsync_all(paths) -> None:
         _fsync_path(p)
 
 
-def _unlink_quiet(path: Path) -> None:
+def _unlink_quiet(name: str, dir_fd: int) -> None:
     try:
-        os.unlink(path)
+        os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
+
+
+def _write_fd(fd: int, data) -> None:
+    with memoryview(data) as view, view.cast("B") as b:
+        n = 0
+        while n < len(b):
+            n += os.write(fd, b[n:])
+
+
+def _sendfile_all(src: int, dst: int, size: int) -> None:
+    """Copy `size` bytes from the start of `src` in the kernel (a retry starts over)."""
+    off = 0
+    while off < size:
+        n = os.sendfile(dst, src, off, min(size - off, 1 << 30))
+        if n == 0:
+            raise ChecksumMismatch(f"source shrank during the copy: {off} of {size} bytes")
+        off += n
+
+
+def _is_symlink(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _path_error(e: OSError, key: str, op: str, parts: list[str], root: str) -> Exception:
+    """The error of a failed walk step at root/parts: a symlink is refused by name, a
+    missing object (or a file where a directory should be) is NotFound for reads."""
+    where = "/".join(parts)
+    if e.errno == errno.ELOOP:
+        what = f"{where!r} is a symlink" if parts else "the store root is a symlink"
+        return SymlinkRefused(f"refusing to {op} {key!r} in {root}: {what}; the local store never follows "
+                              "a symlink below its root")
+    if e.errno in (errno.ENOENT, errno.ENOTDIR) and op != "write":
+        return NotFound(f"object {key!r} not found in {root}")
+    if e.errno == errno.EISDIR or (e.errno == errno.ENOTDIR and op == "write"):
+        return SeglakeError(f"cannot {op} {key!r} in {root}: {where!r} is in the way ({e.strerror})")
+    return e

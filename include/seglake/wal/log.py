@@ -147,34 +147,11 @@ def put_exclusive(store, key: str, data) -> bool:
     from seglake.storage.s3 import S3Store
 
     parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
-    if isinstance(store, LocalStore):
-        dst = store._path(key)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.parent / f".seglake-tmp-{dst.name}.{os.getpid()}.{time.monotonic_ns()}"
+    if isinstance(store, LocalStore):  # the store's no-follow walk; link(2) fails on an existing name
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                _write_all(fd, parts)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
-                os.link(tmp, dst)
-            except FileExistsError:
-                return False
-            dfd = os.open(dst.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-            return True
+            return store.put_exclusive(key, lambda fd: _write_all(fd, parts))
         except OSError as e:
             raise Unavailable(f"cannot write WAL fragment {key} in {store.uri}: {e.strerror or e}") from None
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
     if isinstance(store, S3Store):
         from botocore.exceptions import BotoCoreError, ClientError
         body = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in parts)
@@ -310,7 +287,7 @@ def _read_whole(store, key: str):
         return store.get(key)
     import pyarrow as pa
     try:
-        with open(store._path(key), "rb", buffering=0) as f:
+        with store.open_read(key, buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
             buf = pa.allocate_buffer(size)
             view = memoryview(buf).cast("B")
