@@ -320,19 +320,6 @@ def cmd_gc_run(args, s: Settings) -> int:
     return 0
 
 
-def _hours(flag: str):
-    def parse(text: str) -> float:
-        import math
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a number of hours, got {text!r}") from None
-        if not math.isfinite(v) or v < 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be a finite, non-negative number of hours, got {text!r}")
-        return v
-    return parse
-
-
 def cmd_gc_pause(args, s: Settings) -> int:
     from seglake.lifecycle import gc
 
@@ -529,16 +516,10 @@ def number_arg(limit: str, scale: float = 1.0):
     def parse(text: str) -> int | float:
         from seglake.errors import ValidationError
 
-        try:
-            value = int(text) if lim.integer else float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if lim.integer else 'a number'}") \
-                from None
-        try:
-            lim.check("value", value, scale)
+        try:  # plain decimal only: float() would take 'nan', '+5', '1e3', ' 5', '-0.0'
+            return lim.parse("value", text, scale)
         except ValidationError as e:
             raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
-        return value
     parse.__name__ = "integer" if lim.integer else "number"
     return parse
 
@@ -658,10 +639,11 @@ def build_parser() -> argparse.ArgumentParser:
         fn=cmd_gc_report)
     gr = g.add_parser("run", parents=[common], help="run GC inline: a dry run unless --execute")
     gr.add_argument("--execute", action="store_true", help="really delete (default: dry run, report only)")
-    gr.add_argument("--collection", default=None, help="only this collection (default: the whole store)")
-    gr.add_argument("--missing-tolerance-hours", type=_hours("--missing-tolerance-hours"), default=None,
+    gr.add_argument("--collection", default=None, type=coll_t,
+                    help="only this collection (default: the whole store)")
+    gr.add_argument("--missing-tolerance-hours", type=number_arg("missing_tolerance", HOUR), default=None,
                     help="age before an orphan is deleted (default: from config)")
-    gr.add_argument("--drop-tolerance-hours", type=_hours("--drop-tolerance-hours"), default=None,
+    gr.add_argument("--drop-tolerance-hours", type=number_arg("drop_tolerance", HOUR), default=None,
                     help="age of a Dropped segment before its files go (default: from config)")
     gr.add_argument("--force", action="store_true", help="allow tolerances below the floor")
     gr.set_defaults(fn=cmd_gc_run)

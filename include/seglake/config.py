@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -31,6 +32,7 @@ from typing import Any, Mapping
 
 from seglake.errors import ConfigError, ValidationError
 from seglake.limits import LIMITS, YEAR, Limit
+from seglake.names import parse_endpoints
 
 ENV_PREFIX = "SEGLAKE_"
 ENV_JSON = "SEGLAKE_CONFIG"
@@ -44,13 +46,15 @@ ENV_OTHER = frozenset({ENV_JSON, ENV_SECRETS_FILE, "SEGLAKE_HOME", "SEGLAKE_FAUL
 _REPO = Path(__file__).resolve().parents[2]
 DEFAULT_HOME = Path(os.environ.get("SEGLAKE_HOME", _REPO / ".dev"))
 
-_DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?", re.ASCII)  # ASCII digits, no padding
+# plain decimal (ASCII digits, no sign, exponent, leading zero or padding) and a unit
+_DURATION_RE = re.compile(r"((?:0|[1-9][0-9]*)(?:\.[0-9]+)?)(ms|s|m|h|d)?", re.ASCII)
 _ANY_DURATION = Limit(0.0, 10 * YEAR, unit="s")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
-def parse_duration(key: str, value: Any) -> float:
-    """Seconds from a number or a string like '90', '10m', '3h', '1d'."""
+def parse_duration(key: str, value: Any, limit: Limit | None = None) -> float:
+    """Seconds from a number or a string like '90', '10m', '3h', '1d', checked against
+    `limit` (a settings key's own Limit; any duration up to 10 years without one)."""
     if isinstance(value, bool):
         raise ConfigError(f"config key {key!r}: expected a duration, got a boolean")
     if isinstance(value, (int, float)):
@@ -58,17 +62,19 @@ def parse_duration(key: str, value: Any) -> float:
     elif isinstance(value, str):
         m = _DURATION_RE.fullmatch(value)
         if not m:
-            raise ConfigError(f"config key {key!r}: {value!r} is not a duration (e.g. 600, '10m', '3h')")
+            raise ConfigError(f"config key {key!r}: {value!r} is not a duration: plain decimal digits and an "
+                              "optional unit ms, s, m, h or d (e.g. 600, '10m', '1.5h'); no sign, exponent "
+                              "or leading zero")
         seconds = float(m.group(1)) * _UNITS[m.group(2)]
     else:
         raise ConfigError(f"config key {key!r}: expected a duration, got {type(value).__name__}")
-    return _in_range(key, seconds)
+    return _in_range(key, seconds, limit or LIMITS.get(key, _ANY_DURATION))
 
 
-def _in_range(key: str, value: Any) -> Any:
+def _in_range(key: str, value: Any, limit: Limit) -> Any:
     """The seglake.limits check of a numeric config key, as a ConfigError."""
     try:
-        return LIMITS.get(key, _ANY_DURATION).check(f"config key {key!r}", value)
+        return limit.check(f"config key {key!r}", value)
     except ValidationError as e:
         raise ConfigError(str(e)) from None
 
@@ -172,10 +178,7 @@ class Settings:
         otherwise be ignored silently). Returns Settings, or the raw dict (validate=False)."""
         env = os.environ if env is None else env
         known = {ENV_PREFIX + f.name.upper(): f for f in fields(cls)}
-        unknown = sorted(n for n in env if n.startswith(ENV_PREFIX) and n not in known and n not in ENV_OTHER)
-        if unknown:
-            hint = _closest(unknown[0], [*known, *ENV_OTHER])
-            raise ConfigError(f"unknown environment variable {unknown[0]!r}{hint}")
+        _check_env_names(env, [*known, *ENV_OTHER])
         merged: dict[str, Any] = {}
         if env.get(ENV_JSON):
             merged.update(_parse_json(ENV_JSON, env[ENV_JSON]))
@@ -241,37 +244,91 @@ _SCHEDULE_RE = re.compile(r"@(once|hourly|daily|weekly|monthly|quarterly|yearly)
                           r"[0-9*/,\-A-Za-z?#LW]+( [0-9*/,\-A-Za-z?#LW]+){4,5}")
 
 
+def _check_env_names(env: Mapping[str, str], valid: list[str]) -> None:
+    """Refuse a variable that looks like ours but is not read: SEGLAKE_* not a known name,
+    or any other spelling of the prefix (`seglake_store_uri`, `Seglake_...`: environment
+    names are case-sensitive, so it would be ignored silently). Names the closest one."""
+    ours = sorted(n for n in env if n[:len(ENV_PREFIX)].upper() == ENV_PREFIX and n not in valid)
+    if not ours:
+        return
+    name = ours[0]
+    upper = {v.upper(): v for v in valid}
+    if name.upper() in upper:
+        raise ConfigError(f"environment variable {name!r} is not read: names are case-sensitive "
+                          f"(did you mean {upper[name.upper()]!r}?)")
+    raise ConfigError(f"unknown environment variable {name!r}{_closest(name.upper(), valid)}")
+
+
 def _closest(key: str, candidates: list[str]) -> str:
     near = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     return f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(sorted(candidates))}"
 
 
-class _NonFinite(str):
-    """What NaN / Infinity / -Infinity parse to, so the error can name their key."""
+class _Refused(str):
+    """A JSON number parsed into a marker, so the error can name the key that holds it."""
+    why = ""
 
 
-def _find_non_finite(data: Any, path: str) -> tuple[str, str] | None:
-    if isinstance(data, _NonFinite):
-        return path, str(data)
+class _NonFinite(_Refused):
+    why = "only finite numbers are allowed"       # NaN, Infinity, -Infinity, 1e400
+
+
+class _NegativeZero(_Refused):
+    why = "a negative zero; write 0"              # -0, -0.0, -0e5
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _parse_float(text: str) -> Any:
+    value = float(text)
+    if not math.isfinite(value):
+        return _NonFinite(text)
+    return _NegativeZero(text) if value == 0 and text.startswith("-") else value
+
+
+def _parse_int(text: str) -> Any:
+    return _NegativeZero(text) if text.startswith("-") and int(text) == 0 else int(text)
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def _find_refused(data: Any, path: str) -> tuple[str, _Refused] | None:
+    if isinstance(data, _Refused):
+        return path, data
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     for k, v in items:
-        found = _find_non_finite(v, f"{path}.{k}" if path else str(k))
+        found = _find_refused(v, f"{path}.{k}" if path else str(k))
         if found:
             return found
     return None
 
 
 def loads_strict(source: str, text: str | bytes) -> Any:
-    """json.loads that refuses NaN and (-)Infinity (Python's json accepts them by
-    default), naming the key that holds one."""
+    """json.loads for everything seglake parses as input (config JSON, SEGLAKE_CONFIG,
+    the Variable, the secrets file): refuses a key given twice in one object (Python's
+    json keeps the last one silently), NaN, (-)Infinity, overflowing numbers and
+    negative zeros (Python's json accepts them), naming the key."""
     try:
-        data = json.loads(text, parse_constant=_NonFinite)
+        data = json.loads(text, parse_constant=_NonFinite, parse_float=_parse_float, parse_int=_parse_int,
+                          object_pairs_hook=_unique_pairs)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{source}: not valid JSON ({e.msg} at char {e.pos})") from None
-    found = _find_non_finite(data, "")
+    except _DuplicateKey as e:
+        raise ConfigError(f"{source}: key {e.args[0]!r} is given more than once; each key may appear once") \
+            from None
+    found = _find_refused(data, "")
     if found:
         where = f"key {found[0]!r}" if found[0] else "value"
-        raise ConfigError(f"{source}: {where} is {found[1]}, only finite numbers are allowed")
+        raise ConfigError(f"{source}: {where} is {found[1]}, {found[1].why}")
     return data
 
 
@@ -317,13 +374,11 @@ def gc_schedule(env: Mapping[str, str] | None = None) -> str | None:
 
 def _from_env_string(f: dataclasses.Field, raw: str) -> Any:
     kind = f.metadata["kind"]
-    if kind == "int":
+    if kind == "int":  # plain decimal: int() would take '+3', '1_0', ' 3\n', '١٢', '-0'
         try:
-            if not re.fullmatch(r"-?[0-9]+", raw, re.ASCII):  # int() takes '+3', '1_0', ' 3\n', '١٢'
-                raise ValueError(raw)
-            return int(raw)
-        except ValueError:
-            raise ConfigError(f"config key {f.name!r}: {raw!r} is not an integer") from None
+            return LIMITS[f.name].parse(f"config key {f.name!r}", raw)
+        except ValidationError as e:
+            raise ConfigError(str(e)) from None
     if kind == "bool":
         low = raw.strip().lower()
         if low not in ("1", "0", "true", "false", "yes", "no"):
@@ -332,12 +387,39 @@ def _from_env_string(f: dataclasses.Field, raw: str) -> Any:
     return raw
 
 
+_SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _check_store_uri(value: str) -> None:
+    """s3://bucket[/prefix] (full match, see storage.s3.parse_s3_uri), or an absolute
+    local path (or ~/..., or file:///...) without '.' or '..' components: every process
+    (scheduler, workers, Spark executors) must name the same store, so a relative path,
+    which each resolves against its own working directory, is refused."""
+    if value[:5].lower() == "s3://":
+        from seglake.storage.s3 import parse_s3_uri
+        try:
+            parse_s3_uri(value)
+        except ValueError as e:
+            raise ConfigError(f"config key 'store_uri': {e}") from None
+        return
+    path = value[len("file://"):] if value.startswith("file://") else value
+    if _SCHEME_RE.match(path):
+        raise ConfigError(f"config key 'store_uri': unsupported scheme in {value!r} (use s3://bucket/prefix "
+                          "or an absolute path)")
+    if not path.startswith(("/", "~/")) and path != "~":
+        raise ConfigError(f"config key 'store_uri': {value!r} is not an absolute path (or s3://bucket/prefix): "
+                          "a relative path names a different store in every working directory")
+    if "\\" in path or any(p in (".", "..") for p in path.split("/")):
+        raise ConfigError(f"config key 'store_uri': {value!r} has a '.', '..' or backslash component; "
+                          "write the path it means")
+
+
 def _coerce(f: dataclasses.Field, value: Any) -> Any:
     kind = f.metadata["kind"]
-    if kind == "duration":
-        return parse_duration(f.name, value)
+    if kind == "duration":  # every numeric settings key has its own Limit (LIMITS[...] fails loudly)
+        return parse_duration(f.name, value, LIMITS[f.name])
     if kind == "int":
-        return _in_range(f.name, value)
+        return _in_range(f.name, value, LIMITS[f.name])
     if kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"config key {f.name!r}: expected true or false, got {value!r}")
@@ -347,6 +429,13 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
         raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
     if f.name == "gc_schedule" and not _SCHEDULE_RE.fullmatch(value):
         raise ConfigError(f"config key 'gc_schedule': {value!r} is not a cron expression, an @preset or 'none'")
+    if f.name == "store_uri":
+        _check_store_uri(value)
+    if f.name == "etcd_endpoint":
+        try:
+            parse_endpoints("config key 'etcd_endpoint'", value)
+        except ValidationError as e:
+            raise ConfigError(str(e)) from None
     if f.name == "etcd_root" and not _ROOT_RE.fullmatch(value):
         raise ConfigError(f"config key 'etcd_root': {value!r} is not a key prefix (path segments of letters, "
                           f"digits, '_', '.', '-', each starting with a letter or digit, joined by '/')")

@@ -11,6 +11,7 @@ lets it through. Durations are in seconds; a form in hours scales the same Limit
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,8 @@ class Limit:
             raise ValidationError(f"{key}: expected {kind}, got {_show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ValidationError(f"{key}: {value!r} is not a finite number")
+        if isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0:
+            raise ValidationError(f"{key}: -0.0 (a negative zero) is not a valid value; write 0")
         if self.integer:
             if isinstance(value, float) and not value.is_integer():
                 raise ValidationError(f"{key}: expected an integer, got {value!r}")
@@ -49,6 +52,20 @@ class Limit:
             raise ValidationError(f"{key}: {value!r} is out of range, must be {self.describe(scale)}")
         base = value if scale == 1.0 else value * scale
         return int(base) if self.integer else float(base)
+
+    def parse(self, key: str, text: str, scale: float = 1.0) -> int | float:
+        """A number written as text (an environment variable, a CLI flag), checked as
+        above and returned as written (not scaled). Plain decimal only: ASCII digits,
+        one optional fraction for a non-integer limit, nothing else: no sign ('+5',
+        '-0'), exponent ('1e3'), leading zero ('010'), '_', spaces, 'nan' or 'inf'."""
+        pattern = _INTEGER_TEXT if self.integer else _DECIMAL_TEXT
+        if not isinstance(text, str) or not pattern.fullmatch(text):
+            kind = "an integer" if self.integer else "a number"
+            raise ValidationError(f"{key}: {_show(text)} is not {kind} written in plain decimal digits "
+                                  f"(e.g. {'10' if self.integer else '1.5'})")
+        value = int(text) if self.integer else float(text)
+        self.check(key, value, scale)
+        return value
 
     def bounds(self, scale: float = 1.0) -> tuple[int | float, int | float]:
         """(minimum, maximum) in units of `scale`; exact for integers (2**63 - 1 is not
@@ -69,6 +86,10 @@ class Limit:
         out: dict[str, Any] = {"maximum": hi, "exclusiveMinimum" if self.exclusive_minimum else "minimum": lo}
         out["not"] = {"type": "number", "minimum": 1, "maximum": 0}
         return out
+
+
+_INTEGER_TEXT = re.compile(r"0|[1-9][0-9]*", re.ASCII)
+_DECIMAL_TEXT = re.compile(r"(?:0|[1-9][0-9]*)(?:\.[0-9]+)?", re.ASCII)
 
 
 def _num(x: float) -> int | float:
@@ -97,7 +118,9 @@ LIMITS: dict[str, Limit] = {
     "copy_job_retention": _seconds(10 * YEAR),
     "snapshot_pending_timeout": _seconds(30 * DAY, positive=True),
     "copy_job_timeout": _seconds(7 * DAY, positive=True),
-    "tolerance_floor": _seconds(10 * YEAR),
+    # the GC safety floor can be raised, never lowered below an hour (a write in flight is
+    # not yet referenced): tolerances below it need an explicit force on the run itself
+    "tolerance_floor": Limit(HOUR, 10 * YEAR, unit="s"),
     "max_segments_per_task": _count(1, 100_000),
     "inline_threshold_bytes": _count(0, 2**50),
     "snapshot_inline_max_segments": _count(0, 10**9),

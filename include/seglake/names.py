@@ -28,3 +28,40 @@ def validate_name(kind: str, value: object) -> str:
             "letters, digits and '_'"
         )
     return value
+
+
+# -- etcd endpoints: host:port, or a comma list of them for a cluster ----------------------
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+ENDPOINT_RE = re.compile(rf"({_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\]):([1-9][0-9]{{0,4}})", re.ASCII)
+MAX_ENDPOINTS = 32
+
+
+def parse_endpoints(key: str, value: object) -> list[tuple[str, int]]:
+    """[(host, port)] of 'host:port' or 'h1:p1,h2:p2,...' (an etcd cluster): each member
+    full-matches host:port (a DNS name, an IPv4 address or a bracketed IPv6 address; a
+    port 1..65535 in plain digits), no scheme, spaces, empty member or repeat."""
+    import ipaddress
+
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{key}: expected host:port (or a comma list for a cluster), got {value!r}")
+    members = value.split(",")
+    if len(members) > MAX_ENDPOINTS:
+        raise ValidationError(f"{key}: more than {MAX_ENDPOINTS} endpoints")
+    out: list[tuple[str, int]] = []
+    for ep in members:
+        m = ENDPOINT_RE.fullmatch(ep)
+        if m is None or len(m.group(1)) > 253 or int(m.group(2)) > 65535:
+            raise ValidationError(f"{key}: {ep!r} is not host:port with a port 1..65535 "
+                                  f"(members of a cluster joined by ',' without spaces)")
+        host, port = m.group(1), int(m.group(2))
+        try:
+            if host.startswith("["):
+                ipaddress.IPv6Address(host[1:-1])
+            elif re.fullmatch(r"[0-9.]+", host):
+                ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValidationError(f"{key}: {host!r} in {ep!r} is not a valid IP address") from None
+        if (host.lower(), port) in {(h.lower(), p) for h, p in out}:
+            raise ValidationError(f"{key}: {ep!r} is listed twice")
+        out.append((host, port))
+    return out

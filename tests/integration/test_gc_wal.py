@@ -15,7 +15,7 @@ from seglake.wal.client import WalClient, synthetic_rows
 
 from wal_helpers import inserted_pks, make_collection, pchannels
 
-OPTS = dict(missing_tolerance=3600, drop_tolerance=3600, floor=0)
+OPTS = dict(missing_tolerance=3600, drop_tolerance=3600)
 
 
 def _fragments(store, pchannel=None):
@@ -30,7 +30,7 @@ def _fragments(store, pchannel=None):
 def _age(store, keys, seconds=3 * 86400):
     t = time.time() - seconds
     for k in keys:
-        os.utime(store._path(k), (t, t))
+        os.utime(store.root / k, (t, t))
 
 
 def _min_checkpoint(meta, pchannel) -> int:

@@ -127,7 +127,7 @@ def test_truncated_fragment_reported_by_name(meta, store, settings):
     with WalClient(meta, store, settings) as c:
         c.insert("c1", synthetic_rows(coll, 50, 1))
     last = WalLog(meta, store, p).state().last
-    path = store._path(layout.wal_fragment(p, last))
+    path = store.root / layout.wal_fragment(p, last)
     data = path.read_bytes()
     path.write_bytes(data[:len(data) // 2])
     with pytest.raises(CorruptFragment, match=layout.wal_fragment(p, last)):
@@ -140,7 +140,7 @@ def test_bit_flipped_fragment_reported_by_name(meta, store, settings):
     with WalClient(meta, store, settings) as c:
         c.insert("c1", synthetic_rows(coll, 50, 1))
     last = WalLog(meta, store, p).state().last
-    path = store._path(layout.wal_fragment(p, last))
+    path = store.root / layout.wal_fragment(p, last)
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x04
     path.write_bytes(bytes(data))
@@ -273,7 +273,7 @@ def test_gc_leaves_wal_untouched(meta, store, settings):
     # an old fragment: mtime far in the past, so any age-based rule would pick it
     import os
     for o in store.list("wal/"):
-        os.utime(store._path(o.key), (1, 1))
+        os.utime(store.root / o.key, (1, 1))
     before = sorted((o.key, o.size) for o in store.list("wal/"))
     r = gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True))
     assert sorted((o.key, o.size) for o in store.list("wal/")) == before

@@ -186,7 +186,7 @@ def test_damaged_fragment_raises_in_order_after_earlier_messages(meta, store, se
             c.insert("c1", synthetic_rows(coll, 1, 10 + i))
     p = pchannels(coll)[0]
     last = WalLog(meta, store, p).state().last
-    path = store._path(layout.wal_fragment(p, last))
+    path = store.root / layout.wal_fragment(p, last)
     path.write_bytes(path.read_bytes()[:-10])
     s = Scanner(meta, store, p, settings, follow=False)
     got = []

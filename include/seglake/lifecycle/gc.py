@@ -99,6 +99,8 @@ class GCOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValidationError(f"gc {name} must be a finite, non-negative number of seconds, got {v!r}")
+        if not self.force:  # the floor has a floor of its own: only force goes below it
+            limits.check("tolerance_floor", "gc floor (seconds)", self.floor)
         for name in ("missing_tolerance", "drop_tolerance"):
             v = limits.check(name, f"gc {name} (seconds)", getattr(self, name))  # finite, in range
             if v < self.floor and not self.force:

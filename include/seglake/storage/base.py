@@ -87,7 +87,7 @@ class Store(abc.ABC):
         object (the local store does); this default buffers it for one put."""
         buf = io.BytesIO()
         write(buf)
-        return self.put(key, buf.getbuffer())
+        return self.put(key, buf.getvalue())
 
     @abc.abstractmethod
     def copy(self, src: str, dst: str, atomic: bool = True) -> ObjectInfo:

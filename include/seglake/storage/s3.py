@@ -7,6 +7,7 @@ through the hook) and otherwise from boto3's default chain; they are never logge
 from __future__ import annotations
 
 import io
+import re
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, SeglakeError, Unavailable
@@ -17,14 +18,32 @@ DELETE_BATCH = 1000
 MAX_COPY_OBJECT = 5 * 1024**3
 
 
+# A bucket as S3 names them (3-63 characters: lowercase labels of letters, digits and
+# '-' joined by single dots, not an IPv4 address); a prefix of path segments joined by
+# single '/', each starting with a letter, digit or '_' (so no '.', '..', hidden or empty
+# segment), no trailing '/', no backslash or percent-escape. Full match, nothing mended.
+_LABEL = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
+_BUCKET_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*", re.ASCII)
+_SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9_.=-]*"
+_S3_URI_RE = re.compile(rf"s3://([^/]*)((?:/{_SEGMENT})*)", re.ASCII)
+MAX_PREFIX = 512
+
+
 def parse_s3_uri(uri: str) -> tuple[str, str]:
-    if not uri.startswith("s3://"):
-        raise ValueError(f"not an s3:// uri: {uri!r}")
-    rest = uri[5:]
-    bucket, _, prefix = rest.partition("/")
-    if not bucket:
-        raise ValueError(f"s3 uri without a bucket: {uri!r}")
-    return bucket, prefix.strip("/")
+    """(bucket, prefix) of `s3://bucket` or `s3://bucket/a/b`; ValueError for anything
+    else, before any request is made."""
+    m = _S3_URI_RE.fullmatch(uri) if isinstance(uri, str) else None
+    if m is None:
+        raise ValueError(f"{uri!r} is not s3://bucket or s3://bucket/prefix: the prefix is path segments of "
+                         "letters, digits, '_', '.', '=', '-' (each starting with a letter, digit or '_') joined "
+                         "by single '/', with no trailing '/', '.', '..', '%' escape or backslash")
+    bucket, prefix = m.group(1), m.group(2)[1:]
+    if not (3 <= len(bucket) <= 63 and _BUCKET_RE.fullmatch(bucket)) or re.fullmatch(r"[0-9.]+", bucket):
+        raise ValueError(f"{uri!r}: {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, '-' "
+                         "and single dots, starting and ending with a letter or digit)")
+    if len(prefix) > MAX_PREFIX:
+        raise ValueError(f"{uri[:40]!r}...: the prefix is longer than {MAX_PREFIX} characters")
+    return bucket, prefix
 
 
 class S3Store(Store):
