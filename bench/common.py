@@ -1,7 +1,11 @@
-"""Benchmark helpers: a private etcd, timing, and the one-line BENCH verdict."""
+"""Benchmark helpers: a private etcd, timing, the one-line BENCH verdict, and the
+physical anchors the WAL benches share (the row shape, synced raw writes, raw Arrow IPC
+reads)."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -51,3 +55,51 @@ def raw_paged_read(client, prefix: bytes, page: int = 1000) -> int:
         if not resp.more:
             return n
         start = resp.kvs[-1].key + b"\0"
+
+
+# -- shared by bench/wal.py and bench/flush.py -------------------------------------------
+def add_row_args(ap: argparse.ArgumentParser) -> None:
+    """--rows --batch --dim --repeat: the WAL benches' common shape."""
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=3)
+
+
+def vector_schema(dim: int) -> list[dict]:
+    """int64 pk, a `dim`-wide float32 vector, one float scalar."""
+    return [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
+            {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": dim},
+            {"field_id": 102, "name": "price", "dtype": "Float"}]
+
+
+def bench_tmpdir(name: str) -> tempfile.TemporaryDirectory:
+    """A scratch directory under $SEGLAKE_BENCH_DIR (default: the system temp dir)."""
+    return tempfile.TemporaryDirectory(prefix=f"seglake-bench-{name}-", dir=os.environ.get("SEGLAKE_BENCH_DIR"))
+
+
+def fsync_path(path) -> None:
+    """The anchor's durability step: fsync a file or a directory by path."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_synced(path, data: bytes, sync: bool = True) -> None:
+    """The anchor write: one plain file, fsynced before returning (unless sync=False)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ipc_batches(buf) -> list:
+    """The anchor read: the record batches of one Arrow IPC stream, nothing checked."""
+    import pyarrow as pa
+    with pa.ipc.open_stream(pa.py_buffer(buf)) as r:
+        return list(r)

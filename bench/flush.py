@@ -17,16 +17,15 @@ Prints rows/s and MB/s for both and
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import struct
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import private_etcd, verdict  # noqa: E402
+from common import (add_row_args, bench_tmpdir, fsync_path, ipc_batches, private_etcd, vector_schema,  # noqa: E402
+                    verdict)
 
 
 def anchor(frag_paths: list[Path], out: Path, fields: list[str], rows: int) -> float:
@@ -50,26 +49,20 @@ def anchor(frag_paths: list[Path], out: Path, fields: list[str], rows: int) -> f
             pos += 8 + n
             hlen, blen = struct.unpack_from("<II", rec, 0)
             if blen and json.loads(bytes(rec[8:8 + hlen]))["type"] == "Insert":
-                with pa.ipc.open_stream(pa.py_buffer(rec[8 + hlen:8 + hlen + blen])) as r:
-                    batches.extend(r)
+                batches += ipc_batches(rec[8 + hlen:8 + hlen + blen])
     table = pa.Table.from_batches(batches)
     assert table.num_rows == rows, (table.num_rows, rows)
     out.mkdir(parents=True, exist_ok=True)
     for name in fields:
         path = out / name
         pq.write_table(pa.table({name: table.column(name)}), path, compression="zstd")
-        fd = os.open(path, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+        fsync_path(path)
     return time.perf_counter() - t
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--batch", type=int, default=10_000)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--repeat", type=int, default=3)
+    add_row_args(ap)
     args = ap.parse_args(argv)
     if min(args.rows, args.batch, args.dim, args.repeat) < 1:
         ap.error("every count must be >= 1")
@@ -81,11 +74,8 @@ def main(argv=None) -> int:
     from seglake.wal.client import WalClient, synthetic_rows
     from seglake.wal.log import WalLog
 
-    schema = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
-              {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": args.dim},
-              {"field_id": 102, "name": "price", "dtype": "Float"}]
-    with private_etcd() as etcd, tempfile.TemporaryDirectory(prefix="seglake-bench-flush-", dir=os.environ.get(
-            "SEGLAKE_BENCH_DIR")) as d:
+    schema = vector_schema(args.dim)
+    with private_etcd() as etcd, bench_tmpdir("flush") as d:
         flushes, anchors = [], []
         for r in range(args.repeat):   # a fresh log per repeat (a flushed log is not flushed twice)
             settings = Settings.from_dict({"etcd_endpoint": etcd.endpoint, "etcd_root": f"bench{r}",

@@ -21,15 +21,14 @@ Prints MB/s for both sides and
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import private_etcd, verdict  # noqa: E402
+from common import (add_row_args, bench_tmpdir, fsync_path, ipc_batches, private_etcd, vector_schema,  # noqa: E402
+                    verdict, write_synced)
 
 
 def ipc_bytes(batch) -> bytes:
@@ -44,38 +43,24 @@ def anchor_write(dirpath: Path, blobs: list[bytes], sync: bool) -> float:
     dirpath.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     for i, b in enumerate(blobs):
-        fd = os.open(dirpath / f"{i:08d}.arrow", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, b)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_synced(dirpath / f"{i:08d}.arrow", b, sync)
     if sync:
-        dfd = os.open(dirpath, os.O_RDONLY)
-        os.fsync(dfd)
-        os.close(dfd)
+        fsync_path(dirpath)
     return time.perf_counter() - t
 
 
 def anchor_read(dirpath: Path) -> tuple[float, int]:
-    import pyarrow as pa
     t = time.perf_counter()
     rows = 0
     for p in sorted(dirpath.iterdir()):
-        with pa.ipc.open_stream(pa.py_buffer(p.read_bytes())) as r:
-            for b in r:
-                rows += b.num_rows
+        rows += sum(b.num_rows for b in ipc_batches(p.read_bytes()))
     return time.perf_counter() - t, rows
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--batch", type=int, default=10_000)
-    ap.add_argument("--dim", type=int, default=128)
+    add_row_args(ap)
     ap.add_argument("--single", type=int, default=300)
-    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     if min(args.rows, args.batch, args.dim, args.single, args.repeat) < 1:
         ap.error("every count must be >= 1")
@@ -87,11 +72,8 @@ def main(argv=None) -> int:
     from seglake.wal.message import MessageId
     from seglake.wal.scanner import recovery_scanner
 
-    schema = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
-              {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": args.dim},
-              {"field_id": 102, "name": "price", "dtype": "Float"}]
-    with private_etcd() as etcd, tempfile.TemporaryDirectory(prefix="seglake-bench-wal-", dir=os.environ.get(
-            "SEGLAKE_BENCH_DIR")) as d:
+    schema = vector_schema(args.dim)
+    with private_etcd() as etcd, bench_tmpdir("wal") as d:
         settings = Settings.from_dict({"etcd_endpoint": etcd.endpoint, "etcd_root": "bench",
                                        "store_uri": str(Path(d) / "store")})
         meta, store = Meta.from_settings(settings), LocalStore(Path(d) / "store")

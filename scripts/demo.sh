@@ -21,6 +21,23 @@ run_dag() {
   [ "$state" = success ] || { tail -40 "$log"; exit 1; }
 }
 
+# compare SRC DST: segments, rows and bytes of two collections side by side; stop if they differ
+compare() {
+  python - "$1" "$2" <<'PY'
+import json, subprocess, sys
+rows = json.loads(subprocess.run(["seglake", "collections", "list", "--json"], check=True,
+                                 capture_output=True, text=True).stdout)
+by = {r["name"]: r for r in rows}
+names = sys.argv[1:3]
+src, dst = by[names[0]], by[names[1]]
+w = max(16, *(len(n) + 2 for n in names))
+print(f"{'':10}{names[0]:>{w}}{names[1]:>{w}}")
+for k in ("segments", "rows", "bytes"):
+    print(f"{k:10}{src[k]:>{w}}{dst[k]:>{w}}{'' if src[k] == dst[k] else '   <-- differs'}")
+assert all(src[k] == dst[k] for k in ("segments", "rows", "bytes")), "restored copy differs"
+PY
+}
+
 echo "== 1. seed the demo collection (real Parquet binlogs, delta/stats logs, index files)"
 seglake demo purge demo_restored >/dev/null
 seglake snapshots drop demo demo_snap >/dev/null 2>&1 || true  # a reset is refused while a snapshot exists
@@ -42,16 +59,7 @@ echo "== 4. snapshot_restore through 'airflow dags test' (copy-job TaskGroup, en
 run_dag restore snapshot_restore '{"collection": "demo", "snapshot": "demo_snap", "target": "demo_restored", "engine": "spark"}'
 seglake jobs list --collection demo_restored
 echo
-python - <<'PY'
-import json, subprocess
-rows = json.loads(subprocess.run(["seglake", "collections", "list", "--json"], check=True,
-                                 capture_output=True, text=True).stdout)
-by = {r["name"]: r for r in rows}
-src, dst = by["demo"], by["demo_restored"]
-print(f"{'':10}{'demo':>16}{'demo_restored':>16}")
-for k in ("segments", "rows", "bytes"):
-    print(f"{k:10}{src[k]:>16}{dst[k]:>16}{'' if src[k] == dst[k] else '   <-- differs'}")
-PY
+compare demo demo_restored
 echo
 echo "== 5. gc through 'airflow dags test' as a dry run (mark only), then its report"
 run_dag gc gc '{"dry_run": true}'
@@ -69,17 +77,7 @@ echo
 echo "== 7b. snapshot the flushed collection, restore it (inline), compare, drop the snapshot"
 run_dag wal_snapshot snapshot_create '{"collection": "demo_wal", "name": "demo_wal_snap", "engine": "inline"}'
 run_dag wal_restore snapshot_restore '{"collection": "demo_wal", "snapshot": "demo_wal_snap", "target": "demo_wal_restored", "engine": "inline"}'
-python - <<'PY'
-import json, subprocess
-rows = json.loads(subprocess.run(["seglake", "collections", "list", "--json"], check=True,
-                                 capture_output=True, text=True).stdout)
-by = {r["name"]: r for r in rows}
-src, dst = by["demo_wal"], by["demo_wal_restored"]
-print(f"{'':10}{'demo_wal':>18}{'demo_wal_restored':>18}")
-for k in ("segments", "rows", "bytes"):
-    print(f"{k:10}{src[k]:>18}{dst[k]:>18}{'' if src[k] == dst[k] else '   <-- differs'}")
-assert all(src[k] == dst[k] for k in ("segments", "rows", "bytes")), "restored copy differs"
-PY
+compare demo_wal demo_wal_restored
 run_dag wal_snapshot_drop snapshot_drop '{"collection": "demo_wal", "name": "demo_wal_snap"}'
 echo
 echo "== 8. drop_collection: begin (Dropping + DropCollection messages), wal_flush releases the vchannels, finish"

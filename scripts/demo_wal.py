@@ -12,15 +12,15 @@ import json
 import os
 import sys
 
-import pyarrow.parquet as pq
 
 from seglake.config import Settings
 from seglake.errors import NotFound
 from seglake.lifecycle import drop, flush
 from seglake.meta import Meta
 from seglake.meta.catalog import pchannel_of
+from seglake.lifecycle.verify import segment_rows
 from seglake.meta.segments import FLUSHED
-from seglake.storage import layout, open_store
+from seglake.storage import open_store
 from seglake.wal import message as M
 from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.message import Message
@@ -74,19 +74,9 @@ def ingest(meta, store, settings) -> None:
 
 def check(meta, store) -> int:
     coll = meta.catalog.get_by_name(NAME)
-    pks, deleted, segments = [], set(), 0
-    for seg in meta.segments.list(coll.collection_id):
-        if seg.state != FLUSHED:
-            continue
-        segments += 1
-        for b in seg.binlogs.get(100, []):
-            with store.open_read(layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id, 100,
-                                                   b.log_id)) as f:
-                pks += pq.read_table(f).column("pk").to_pylist()
-        for b in seg.deltalogs:
-            with store.open_read(layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id,
-                                                  b.log_id)) as f:
-                deleted.update(pq.read_table(f).column("pk").to_pylist())
+    segments = sum(1 for _ in meta.segments.list(coll.collection_id, states=[FLUSHED]))
+    pks, deleted_pks = segment_rows(meta, store, coll.collection_id, [FLUSHED])
+    deleted = set(deleted_pks)
     visible = sorted(set(pks) - deleted)
     expected = sorted(set(INSERTED + COMMITTED_TXN) - set(DELETED))
     ok = len(pks) == len(set(pks)) and visible == expected and not set(ROLLED_BACK) & set(pks)

@@ -4,14 +4,13 @@ run held by a paused pchannel that completes once consumption resumes."""
 import threading
 import time
 
-import pyarrow.parquet as pq
 import pytest
 from dag_helpers import load_dag, task_states
 
 from seglake.meta.segments import FLUSHED
-from seglake.storage import layout
 from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.log import set_pause
+from seglake.lifecycle.verify import segment_rows
 
 pytestmark = pytest.mark.airflow
 
@@ -30,16 +29,6 @@ def _ingest(meta, store, settings):
     return coll
 
 
-def _pks(meta, store, coll):
-    out = []
-    for seg in meta.segments.list(coll.collection_id, states=[FLUSHED]):
-        for b in seg.binlogs[100]:
-            with store.open_read(layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id, 100,
-                                                   b.log_id)) as f:
-                out += pq.read_table(f).column("pk").to_pylist()
-    return sorted(out)
-
-
 @pytest.mark.parametrize("engine", ["inline", pytest.param("spark", marks=pytest.mark.spark)])
 def test_wal_flush_dag_flushes_every_pchannel_once(airflow_env, meta, store, engine):
     coll = _ingest(meta, store, airflow_env)
@@ -48,10 +37,10 @@ def test_wal_flush_dag_flushes_every_pchannel_once(airflow_env, meta, store, eng
     states = task_states(run)
     assert run.state == "success", states
     assert states[f"flush_{engine}"] == "success" and states["summary"] == "success"
-    assert _pks(meta, store, coll) == list(range(1, 201))
+    assert segment_rows(meta, store, coll.collection_id, [FLUSHED])[0] == list(range(1, 201))
     run = dag.test(run_conf={"engine": engine, "flush_all": True})   # again: nothing new
     assert run.state == "success"
-    assert _pks(meta, store, coll) == list(range(1, 201))
+    assert segment_rows(meta, store, coll.collection_id, [FLUSHED])[0] == list(range(1, 201))
 
 
 def test_wal_flush_dag_waits_while_paused_then_completes(airflow_env, meta, store):
@@ -73,7 +62,7 @@ def test_wal_flush_dag_waits_while_paused_then_completes(airflow_env, meta, stor
         t.join()
         set_pause(meta, None, False)
     assert released and run.state == "success", task_states(run)
-    assert _pks(meta, store, coll) == list(range(1, 201))
+    assert segment_rows(meta, store, coll.collection_id, [FLUSHED])[0] == list(range(1, 201))
 
 
 def test_bad_conf_is_refused_before_any_run(airflow_env):
@@ -110,11 +99,11 @@ def test_a_spark_flush_killed_mid_way_then_rerun_is_exactly_once(airflow_env, me
            "--pchannels", p, "--report-key", "_reports/wal_flush/killed.json", "--flush-all", "1"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0
-    half = _pks(meta, store, coll)
+    half = segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]
     assert 0 < len(half) < 250 and len(half) == len(set(half))
     run = load_dag("wal_flush").test(run_conf={"engine": "inline", "flush_all": True, "pchannel": p})
     assert run.state == "success", task_states(run)
-    assert _pks(meta, store, coll) == list(range(1, 251))
+    assert segment_rows(meta, store, coll.collection_id, [FLUSHED])[0] == list(range(1, 251))
 
 
 def test_wal_flush_dag_with_no_log_succeeds_doing_nothing(airflow_env, meta):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 
-import pyarrow.parquet as pq
 import pytest
 
 from seglake import cli
@@ -21,27 +20,13 @@ from seglake.storage import layout
 from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.message import Message
 from seglake.wal import message as M
+from seglake.lifecycle.verify import segment_rows
 
 from wal_helpers import make_collection, pchannels
 
 FLUSHED_PKS = list(range(1, 101))
 BUFFERED_PKS = list(range(101, 151))
 DELETED = [3, 120]          # one in a Flushed segment, one still buffered
-
-
-def _rows(meta, store, coll, states=(DROPPED,)):
-    """(pks of the pk binlogs, deleted pks of the delta logs) of the segments in `states`."""
-    pks, dels = [], []
-    for seg in meta.segments.list(coll.collection_id, states=list(states)):
-        for b in seg.binlogs.get(100, ()):
-            with store.open_read(layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id, 100,
-                                                   b.log_id)) as f:
-                pks += pq.read_table(f).column("pk").to_pylist()
-        for b in seg.deltalogs:
-            with store.open_read(layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id,
-                                                  b.log_id)) as f:
-                dels += pq.read_table(f).column("pk").to_pylist()
-    return sorted(pks), sorted(dels)
 
 
 def _files(meta, coll, states=(DROPPED,)) -> set[str]:
@@ -73,7 +58,7 @@ def _assert_dropped(meta, store, coll):
     assert sorted(c.properties[RELEASED]) == sorted(coll.vchannels)
     assert {s.state for s in meta.segments.list(coll.collection_id)} == {DROPPED}
     assert all(s.dropped_at for s in meta.segments.list(coll.collection_id))
-    pks, dels = _rows(meta, store, coll)
+    pks, dels = segment_rows(meta, store, coll.collection_id, [DROPPED])
     assert pks == FLUSHED_PKS + BUFFERED_PKS
     assert dels == DELETED
     for v in coll.vchannels:
@@ -85,7 +70,7 @@ def _assert_dropped(meta, store, coll):
 
 def test_drop_syncs_buffered_rows_and_deletes_before_segments_become_dropped(meta, store, settings):
     coll = _ingest(meta, store, settings)
-    assert _rows(meta, store, coll, [FLUSHED]) == (FLUSHED_PKS, [])
+    assert segment_rows(meta, store, coll.collection_id, [FLUSHED]) == (FLUSHED_PKS, [])
     rep = drop.begin_drop(meta, store, settings, "c1")
     assert rep["state"] == DROPPING and {h["vchannel"] for h in rep["held"]} == set(coll.vchannels)
     with pytest.raises(StateError, match="still held"):
@@ -131,7 +116,7 @@ def test_name_reuse_after_dropped_gets_new_ids(meta, store, settings):
         c.insert("c1", synthetic_rows(new, 10, 1))
     assert new.collection_id != coll.collection_id and not set(new.vchannels) & set(coll.vchannels)
     _flush(meta, store, settings, new, flush_all=True)
-    assert _rows(meta, store, new, [FLUSHED])[0] == list(range(1, 11))
+    assert segment_rows(meta, store, new.collection_id, [FLUSHED])[0] == list(range(1, 11))
     assert meta.catalog.get(coll.collection_id).state == COLL_DROPPED
 
 

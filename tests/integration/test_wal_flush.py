@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from seglake.lifecycle import copyjob, restore, snapshot, verify
@@ -18,6 +17,7 @@ from seglake.lifecycle.flush import (CheckpointError, Checkpoint, Flusher, advan
                                      truncated_before)
 from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
 from seglake.meta.segments import DROPPED, FLUSHED
+from seglake.lifecycle.verify import segment_rows
 from seglake.storage import layout
 from seglake.wal import message as M
 from seglake.wal.client import WalClient, synthetic_rows
@@ -25,21 +25,6 @@ from seglake.wal.log import Fenced
 from seglake.wal.message import Message, MessageId
 
 from wal_helpers import all_messages, make_collection, pchannels
-
-
-def _flushed_rows(meta, store, coll):
-    """(pks of every Flushed segment's pk binlogs, deleted pks of every delta log)."""
-    pks, deleted = [], []
-    for seg in meta.segments.list(coll.collection_id, states=[FLUSHED]):
-        for b in seg.binlogs[100]:
-            with store.open_read(layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id, 100,
-                                                   b.log_id)) as f:
-                pks += pq.read_table(f).column("pk").to_pylist()
-        for b in seg.deltalogs:
-            with store.open_read(layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id,
-                                                  b.log_id)) as f:
-                deleted += pq.read_table(f).column("pk").to_pylist()
-    return pks, deleted
 
 
 def _flush_all(meta, store, settings, coll, **kw):
@@ -70,7 +55,7 @@ def test_flush_holds_every_committed_row_once_deletes_in_delta_logs_rolled_back_
     store = any_store
     coll, committed, deleted, rolled = _ingest(meta, store, settings)
     stats = _flush_all(meta, store, settings, coll)
-    pks, dels = _flushed_rows(meta, store, coll)
+    pks, dels = segment_rows(meta, store, coll.collection_id, [FLUSHED])
     assert sorted(pks) == committed
     assert sorted(dels) == deleted
     assert not set(rolled) & set(pks)
@@ -78,7 +63,7 @@ def test_flush_holds_every_committed_row_once_deletes_in_delta_logs_rolled_back_
     # a re-run reads the log again from the checkpoints and adds nothing
     again = _flush_all(meta, store, settings, coll)
     assert sum(s["segments"] + s["delta_logs"] for s in again) == 0
-    assert sorted(_flushed_rows(meta, store, coll)[0]) == committed
+    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == committed
     report = verify.verify_collection(meta, store, "c1")
     assert report["ok"], verify.format_report(report)
     assert report["rows"] == len(committed)
@@ -107,7 +92,7 @@ def test_replay_skips_what_the_checkpoint_covers_and_recovery_starts_at_the_mini
     assert f.start == cp.message_id                                  # recovery from the checkpoint
     st = f.run(flush_all=True).to_json()
     assert st["skipped"] >= 1 and st["rows"] == 10
-    pks, _ = _flushed_rows(meta, store, coll)
+    pks, _ = segment_rows(meta, store, coll.collection_id, [FLUSHED])
     assert sorted(pks) == [1, 2, 3, 4, 5] + list(range(101, 131)) + list(range(201, 206)) + [9000]
     assert not read_checkpoint(meta, v)[0].message_id < cp.message_id
 
@@ -142,7 +127,7 @@ def test_checkpoint_is_the_start_of_the_oldest_buffered_segment(meta, store, set
     assert [s.state for s in meta.segments.list(coll.collection_id)] == []
     stats = flush_pchannel(meta, store, p, settings, flush_all=True)
     assert stats["rows"] == 20
-    assert sorted(_flushed_rows(meta, store, coll)[0]) == list(range(1, 21))
+    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == list(range(1, 21))
 
 
 def test_create_collection_replayed_twice_opens_one_state(meta, store, settings):
@@ -157,7 +142,7 @@ def test_create_collection_replayed_twice_opens_one_state(meta, store, settings)
     stats = f.run(flush_all=True)
     assert list(f.states) == [v]
     assert stats.duplicate_creates >= 1
-    assert sorted(_flushed_rows(meta, store, coll)[0]) == list(range(1, 11))
+    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == list(range(1, 11))
 
 
 def test_a_dropped_collection_is_skipped_at_recovery(meta, store, settings):
@@ -184,7 +169,7 @@ def test_two_flushers_of_one_pchannel_one_commits_the_other_is_fenced(meta, stor
     with pytest.raises(Fenced, match="fenced"):
         a.run(flush_all=True)
     b.run(flush_all=True)
-    pks, dels = _flushed_rows(meta, store, coll)
+    pks, dels = segment_rows(meta, store, coll.collection_id, [FLUSHED])
     assert sorted(pks) == committed and sorted(dels) == deleted
     # a's files (written before its failed commit) are unreferenced orphans
     referenced = {f.key for s in meta.segments.list(coll.collection_id) for f in layout.segment_files(s)}
@@ -270,7 +255,7 @@ def test_a_flush_message_seals(meta, store, settings):
         c.flush("c1")
     stats = [flush_pchannel(meta, store, p, settings) for p in pchannels(coll)]   # no flush_all
     assert sum(s["seals"].get("flush", 0) for s in stats) == 2
-    assert sorted(_flushed_rows(meta, store, coll)[0]) == list(range(1, 41))
+    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == list(range(1, 41))
 
 
 def test_delete_of_a_flushed_row_becomes_a_delta_log_on_its_segment(meta, store, settings):
@@ -286,7 +271,7 @@ def test_delete_of_a_flushed_row_becomes_a_delta_log_on_its_segment(meta, store,
     st = flush_pchannel(meta, store, p, settings)
     (seg,) = list(meta.segments.list(coll.collection_id))
     assert st["delta_logs"] == 1 and len(seg.deltalogs) == 1 and seg.deltalogs[0].entries == 2
-    assert sorted(_flushed_rows(meta, store, coll)[1]) == [3, 4]
+    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[1]) == [3, 4]
     flush_pchannel(meta, store, p, settings, flush_all=True)     # replay: not applied twice
     assert len(next(iter(meta.segments.list(coll.collection_id))).deltalogs) == 1
     assert verify.verify_collection(meta, store, "c1")["ok"]
@@ -322,7 +307,7 @@ def test_sigkill_of_a_flusher_then_rerun_is_exactly_once(point, nth, meta, store
                        text=True, timeout=120)
     assert r.returncode == -signal.SIGKILL, r.stderr
     flush_pchannel(meta, store, p, s, flush_all=True)
-    pks, dels = _flushed_rows(meta, store, coll)
+    pks, dels = segment_rows(meta, store, coll.collection_id, [FLUSHED])
     assert sorted(pks) == committed
     assert sorted(set(dels)) == deleted and len(dels) == len(deleted)
     assert not set(rolled) & set(pks)
@@ -373,8 +358,8 @@ def test_truncatable_fragments_are_strictly_below_every_checkpoint(meta, store, 
         c.insert("c3", synthetic_rows(c3, 5, 1))
     for q in sorted(set(pchannels(c3)) | {p}):
         flush_pchannel(meta, store, q, settings, flush_all=True)
-    assert sorted(_flushed_rows(meta, store, c3)[0]) == [1, 2, 3, 4, 5]
-    assert sorted(_flushed_rows(meta, store, coll)[0]) == list(range(1, 41)) + list(range(100, 110))
+    assert sorted(segment_rows(meta, store, c3.collection_id, [FLUSHED])[0]) == [1, 2, 3, 4, 5]
+    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == list(range(1, 41)) + list(range(100, 110))
 
 
 def test_a_replayed_delete_is_not_applied_twice_to_a_flushed_segment(meta, store, settings):
@@ -393,7 +378,7 @@ def test_a_replayed_delete_is_not_applied_twice_to_a_flushed_segment(meta, store
     assert st["delta_logs"] == 1
     st = flush_pchannel(meta, store, p, settings, flush_all=True)          # replays the delete
     assert st["delta_logs"] == 0 and st["rows"] == 5
-    pks, dels = _flushed_rows(meta, store, coll)
+    pks, dels = segment_rows(meta, store, coll.collection_id, [FLUSHED])
     assert sorted(dels) == [3, 4]
     assert sorted(pks) == list(range(1, 51)) + list(range(1001, 1006))
 
@@ -413,7 +398,7 @@ def test_an_open_transaction_holds_the_checkpoint_back(meta, store, settings):
         flush_pchannel(meta, store, pchannel_of(v), settings, flush_all=True)
         w.append(Message.commit_txn(v, 4242))
     flush_pchannel(meta, store, pchannel_of(v), settings, flush_all=True)
-    assert sorted(_flushed_rows(meta, store, coll)[0]) == [1, 2, 3, 4, 5] + list(range(500, 510))
+    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == [1, 2, 3, 4, 5] + list(range(500, 510))
 
 
 def test_rows_below_a_vchannel_checkpoint_are_skipped_even_without_their_segment(meta, store, settings):

@@ -128,3 +128,26 @@ def format_report(report: dict, limit: int = 20) -> str:
 def _problem(segment_id, key, problem, expected, actual, detail) -> dict:
     return {"segment_id": segment_id, "key": key, "problem": problem,
             "expected": expected, "actual": actual, "detail": detail}
+
+
+def segment_rows(meta: Meta, store: Store, collection_id: int, states: Iterable[str] | None = None
+                 ) -> tuple[list[int], list[int]]:
+    """(primary keys in the pk binlogs, primary keys in the delta logs) of the
+    collection's segments in `states` (every segment when None), each sorted: what the
+    store holds, read back file by file (for checks and demos that compare row sets).
+    Duplicates are kept, so a row written twice shows up twice."""
+    import pyarrow.parquet as pq
+
+    pk = meta.catalog.get(collection_id).schema.primary()
+    pks: list[int] = []
+    deleted: list[int] = []
+    for seg in meta.segments.list(collection_id, states=None if states is None else list(states)):
+        for b in seg.binlogs.get(pk.field_id, ()):
+            key = layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id, pk.field_id, b.log_id)
+            with store.open_read(key) as f:
+                pks += pq.read_table(f, columns=[pk.name]).column(0).to_pylist()
+        for b in seg.deltalogs:
+            with store.open_read(layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id,
+                                                  b.log_id)) as f:
+                deleted += pq.read_table(f, columns=["pk"]).column(0).to_pylist()
+    return sorted(pks), sorted(deleted)

@@ -25,7 +25,6 @@ Guarantees
 from __future__ import annotations
 
 import random
-import re
 import threading
 import time
 import uuid
@@ -34,6 +33,7 @@ from itertools import islice
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
+from seglake.names import parse_endpoints
 from seglake.errors import Conflict, SeglakeError, Unavailable
 
 MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
@@ -160,11 +160,8 @@ class KV:
         # refuse it for 300 s). Several: fail over, retry a failed one after 2 s.
         time_retry = 0.0 if len(self.endpoints) == 1 else 2.0
         eps = []
-        for ep in self.endpoints:
-            host, _, port = ep.rpartition(":")
-            if not host or not re.fullmatch(r"[0-9]{1,5}", port, re.ASCII) or not 0 < int(port) < 65536:
-                raise SeglakeError(f"etcd endpoint {ep!r} is not host:port")
-            eps.append(etcd_client_mod.Endpoint(host, int(port), secure=bool(creds), creds=creds,
+        for host, port in parse_endpoints("etcd endpoint", ",".join(self.endpoints)):  # host:port, 1..65535
+            eps.append(etcd_client_mod.Endpoint(host, port, secure=bool(creds), creds=creds,
                                                 time_retry=time_retry, opts=opts))
         self._client = self._call(
             lambda: etcd_client_mod.MultiEndpointEtcd3Client(
