@@ -136,3 +136,30 @@ def test_the_same_operations_work_without_symlinks(tmp_path):
     assert sorted(o.key for o in store.list("")) == ["q/checked", "q/in_place", "q/r/s", "wal/p/1", "x/w", "x/y/z"]
     with pytest.raises(Exception, match="not found"):
         store.get("x/y")  # a directory is not an object
+
+
+def test_a_listing_never_enters_a_directory_swapped_for_a_symlink_mid_walk(tmp_path, monkeypatch):
+    """The walk opens each directory relative to its parent with O_NOFOLLOW: a directory
+    replaced by a symlink between the parent's scan and its own open is reported as a
+    symlink (report_unreadable) or skipped, and nothing outside is listed."""
+    from seglake.storage import local as local_mod
+    from seglake.storage.base import SYMLINK
+
+    store = LocalStore(tmp_path / "store")
+    store.put("a/b/f", b"inside")
+    store.put("a/c", b"c")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(SECRET)
+    real_scandir = local_mod._scandir
+
+    def scandir_then_swap(fd):
+        entries = real_scandir(fd)
+        if any(e.name == "b" for e in entries) and not os.path.islink(tmp_path / "store/a/b"):
+            os.rename(tmp_path / "store/a/b", tmp_path / "moved")
+            os.symlink(outside, tmp_path / "store/a/b")
+        return entries
+    monkeypatch.setattr(local_mod, "_scandir", scandir_then_swap)
+    got = list(store.list("", report_unreadable=True))
+    assert sorted((o.key, o.size) for o in got) == [("a/b", SYMLINK), ("a/c", 1)]
+    assert not any("secret" in o.key for o in store.list(""))

@@ -138,7 +138,7 @@ def segment_rows(meta: Meta, store: Store, collection_id: int, states: Iterable[
     Duplicates are kept, so a row written twice shows up twice."""
     import pyarrow.parquet as pq
 
-    pk = meta.catalog.get(collection_id).schema.primary()
+    pk = meta.catalog.get(collection_id).schema.primary
     pks: list[int] = []
     deleted: list[int] = []
     for seg in meta.segments.list(collection_id, states=None if states is None else list(states)):

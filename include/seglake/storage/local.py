@@ -123,58 +123,70 @@ class LocalStore(Store):
             raise NotFound(f"object {key!r} not found in {self.uri}")
         return fd
 
-    def _real_dir(self, pfx: str) -> str | None:
-        """The directory of a canonical prefix if every component below the root is a
-        real directory (no symlink anywhere on the way), else None."""
-        path = str(self.root)
-        for name in filter(None, pfx.split("/")):
-            path = os.path.join(path, name)
-            try:
-                if not stat.S_ISDIR(os.lstat(path).st_mode):
-                    return None
-            except OSError:
-                return None
-        return path
+    def _list_dir(self, pfx: str) -> int | None:
+        """A descriptor of the directory of a canonical prefix, by the same no-follow walk;
+        None when it does not exist or a component is a symlink (nothing to list there:
+        a symlink is listed, with report_unreadable, by the listing of its parent)."""
+        try:
+            return self._open_dir([p for p in pfx.split("/") if p], pfx, "list")
+        except (NotFound, SymlinkRefused):
+            return None
 
     def list(self, prefix: str = "", report_unreadable: bool = False) -> Iterator[ObjectInfo]:
         """Regular files only, keys exactly as named on disk (a name that is not valid
         UTF-8 comes through with surrogate escapes, for the caller to report, never to
-        be re-encoded into another key). Symlinks are neither followed nor listed."""
+        be re-encoded into another key). Symlinks are neither followed nor listed;
+        directories are opened relative to their parent's descriptor (O_NOFOLLOW), so
+        one swapped for a symlink during the walk is never entered."""
         pfx = normalize_prefix(prefix)
-        start = self._real_dir(pfx)
-        if start is not None:
-            yield from _walk(start, pfx, report_unreadable)
+        try:
+            fd = self._list_dir(pfx)
+        except OSError as e:
+            if report_unreadable and pfx:
+                yield ObjectInfo(pfx, UNREADABLE, 0.0)
+                return
+            raise Unavailable(f"cannot list {pfx or self.uri!r}: {e.strerror}") from None
+        if fd is not None:
+            yield from _walk(fd, pfx, report_unreadable)
 
     def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         pfx = normalize_prefix(prefix)
-        start = self._real_dir(pfx)
-        if start is None:
-            return [], []
-        dirs, files = [], []
         try:
-            entries = sorted(_scandir(start), key=lambda e: e.name)
-        except FileNotFoundError:
-            return [], []
+            fd = self._list_dir(pfx)
         except OSError as e:
             if report_unreadable and pfx:
                 return [], [ObjectInfo(pfx, UNREADABLE, 0.0)]
-            raise Unavailable(f"cannot list {start!r}: {e.strerror}") from None
-        for e in entries:
-            if e.is_symlink():
-                if report_unreadable:  # GC must see it: files may be reachable under two keys
-                    files.append(ObjectInfo(pfx + e.name, SYMLINK, 0.0))
-                continue
-            if e.is_dir(follow_symlinks=False):
-                if _canonical(pfx + e.name):
-                    dirs.append(f"{pfx}{e.name}/")
-                else:  # a prefix list() could not take: its objects come back here instead
-                    files += _walk(e.path, f"{pfx}{e.name}/", report_unreadable)
-            elif e.is_file(follow_symlinks=False):
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:
+            raise Unavailable(f"cannot list {pfx or self.uri!r}: {e.strerror}") from None
+        if fd is None:
+            return [], []
+        dirs, files = [], []
+        try:
+            try:
+                entries = sorted(_scandir(fd), key=lambda e: e.name)
+            except OSError as e:
+                if report_unreadable and pfx:
+                    return [], [ObjectInfo(pfx, UNREADABLE, 0.0)]
+                raise Unavailable(f"cannot list {pfx or self.uri!r}: {e.strerror}") from None
+            for e in entries:
+                if e.is_symlink():
+                    if report_unreadable:  # GC must see it: files may be reachable under two keys
+                        files.append(ObjectInfo(pfx + e.name, SYMLINK, 0.0))
                     continue
-                files.append(ObjectInfo(pfx + e.name, st.st_size, st.st_mtime))
+                if e.is_dir(follow_symlinks=False):
+                    if _canonical(pfx + e.name):
+                        dirs.append(f"{pfx}{e.name}/")
+                    else:  # a prefix list() could not take: its objects come back here instead
+                        sub = _open_sub(e.name, fd, pfx, report_unreadable, files)
+                        if sub is not None:
+                            files += _walk(sub, f"{pfx}{e.name}/", report_unreadable)
+                elif e.is_file(follow_symlinks=False):
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    files.append(ObjectInfo(pfx + e.name, st.st_size, st.st_mtime))
+        finally:
+            os.close(fd)
         return dirs, files
 
     def head(self, key: str) -> ObjectInfo:
@@ -476,38 +488,78 @@ def _unlink_at(dir_fd: int, key: str, name: str, expect: ObjectInfo | None, out:
         out.deleted.append(key)
 
 
-def _walk(start: str, pfx: str, report_unreadable: bool = False) -> Iterator[ObjectInfo]:
-    """Every regular file below the directory `start`, keyed `pfx` + its relative path;
-    an unreadable directory raises, or with report_unreadable comes back as
-    ObjectInfo(its prefix, UNREADABLE, 0.0)."""
-    stack = [(start, pfx)]
-    while stack:
-        path, rel = stack.pop()
-        try:
-            entries = sorted(_scandir(path), key=lambda e: e.name, reverse=True)
-        except FileNotFoundError:
-            continue  # removed while listing
-        except OSError as e:
-            if report_unreadable and rel:  # (the store root itself must be readable)
-                yield ObjectInfo(rel, UNREADABLE, 0.0)
+def _walk(fd: int, pfx: str, report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+    """Every regular file below the directory open as `fd` (closed here), keyed `pfx` +
+    its relative path, in key order per directory: its files, then its subdirectories,
+    each opened relative to its parent with O_NOFOLLOW (one swapped for a symlink after
+    the scan is reported like a symlink, never entered). At most one descriptor per
+    level is open. An unreadable directory raises, or with report_unreadable comes back
+    as ObjectInfo(its prefix, UNREADABLE, 0.0)."""
+    stack: list[tuple[int, str, Iterator[str]]] = []
+    try:
+        cur: tuple[int, str] | None = (fd, pfx)
+        while cur is not None or stack:
+            if cur is not None:
+                dfd, rel = cur
+                cur = None
+                try:
+                    entries = sorted(_scandir(dfd), key=lambda e: e.name)
+                except OSError as e:
+                    os.close(dfd)
+                    if report_unreadable and rel:  # (the store root itself must be readable)
+                        yield ObjectInfo(rel, UNREADABLE, 0.0)
+                        continue
+                    raise Unavailable(f"cannot list {rel!r}: {e.strerror}") from None
+                subdirs = []
+                for e in entries:
+                    if e.is_symlink():
+                        if report_unreadable:  # GC must see it: files may be reachable under two keys
+                            yield ObjectInfo(rel + e.name, SYMLINK, 0.0)
+                    elif e.is_dir(follow_symlinks=False):
+                        subdirs.append(e.name)
+                    elif e.is_file(follow_symlinks=False):
+                        try:
+                            st = e.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        yield ObjectInfo(rel + e.name, st.st_size, st.st_mtime)
+                stack.append((dfd, rel, iter(subdirs)))
                 continue
-            raise Unavailable(f"cannot list {path!r}: {e.strerror}") from None
-        files = []
-        for e in entries:
-            if e.is_symlink():
-                if report_unreadable:  # GC must see it: files may be reachable under two keys
-                    yield ObjectInfo(rel + e.name, SYMLINK, 0.0)
+            dfd, rel, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                os.close(dfd)
+                stack.pop()
                 continue
-            if e.is_dir(follow_symlinks=False):
-                stack.append((e.path, rel + e.name + "/"))
-            elif e.is_file(follow_symlinks=False):
-                files.append(e)
-        for e in reversed(files):
-            try:
-                st = e.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            yield ObjectInfo(rel + e.name, st.st_size, st.st_mtime)
+            found: list[ObjectInfo] = []
+            sub = _open_sub(name, dfd, rel, report_unreadable, found)
+            yield from found
+            if sub is not None:
+                cur = (sub, f"{rel}{name}/")
+    finally:
+        for dfd, _, _ in stack:
+            os.close(dfd)
+
+
+def _open_sub(name: str, dir_fd: int, rel: str, report_unreadable: bool, out: list) -> int | None:
+    """Open subdirectory `name` of `dir_fd` without following a symlink; None if it is
+    gone, was swapped for a symlink (reported as one) or cannot be read (reported, or
+    raised without report_unreadable)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None  # removed while listing
+    except OSError as e:
+        if e.errno == errno.ELOOP or (e.errno == errno.ENOTDIR and _is_symlink(name, dir_fd)):
+            if report_unreadable:
+                out.append(ObjectInfo(rel + name, SYMLINK, 0.0))
+            return None
+        if e.errno == errno.ENOTDIR:
+            return None  # replaced by a file: the next listing sees it
+        if report_unreadable:
+            out.append(ObjectInfo(f"{rel}{name}/", UNREADABLE, 0.0))
+            return None
+        raise Unavailable(f"cannot list {rel + name!r}: {e.strerror}") from None
 
 
 def _canonical(key: str) -> bool:
@@ -518,8 +570,8 @@ def _canonical(key: str) -> bool:
         return False
 
 
-def _scandir(path: str) -> list[os.DirEntry]:
-    with os.scandir(path) as it:
+def _scandir(dir_fd: int) -> list[os.DirEntry]:
+    with os.scandir(dir_fd) as it:
         return list(it)
 
 
