@@ -60,7 +60,7 @@ class Limit:
         '-0'), exponent ('1e3'), leading zero ('010'), '_', spaces, 'nan' or 'inf'."""
         pattern = _INTEGER_TEXT if self.integer else _DECIMAL_TEXT
         if not isinstance(text, str) or not pattern.fullmatch(text):
-            kind = "an integer" if self.integer else "a number"
+            kind = "an integer" if self.integer else "a finite number"
             raise ValidationError(f"{key}: {_show(text)} is not {kind} written in plain decimal digits "
                                   f"(e.g. {'10' if self.integer else '1.5'})")
         value = int(text) if self.integer else float(text)
