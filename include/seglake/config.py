@@ -158,6 +158,7 @@ class Settings:
         """Defaults <- environment <- Airflow Variable JSON <- explicit overrides."""
         env = os.environ if env is None else env
         merged = cls.from_env(env, validate=False)
+        cls.from_dict(merged)  # each layer is checked whole: a later layer never masks a bad value
         if variable:
             values = _parse_json(f"Variable {VARIABLE_NAME}", variable)
             env_only = sorted(set(values) & _ENV_ONLY)
@@ -165,6 +166,7 @@ class Settings:
                 raise ConfigError(f"config key {env_only[0]!r} cannot come from the Variable {VARIABLE_NAME}: it is "
                                   "read when the DAG file is parsed, where no Variable is read; set "
                                   f"{ENV_PREFIX}{env_only[0].upper()} in the environment instead")
+            cls.from_dict(values)
             merged.update(values)
         if overrides:
             merged.update({k: v for k, v in overrides.items() if v is not None})

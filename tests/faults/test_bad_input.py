@@ -19,7 +19,7 @@ from seglake.lifecycle import restore
 NAN, INF = math.nan, math.inf
 HUGE_F = 1e308            # finite, but hours * 3600 overflows to inf
 HUGE_I = 10**30           # past any int64
-BAD_NUMBERS = [("nan", NAN), ("inf", INF), ("negative", -1), ("huge", HUGE_F)]
+BAD_NUMBERS = [("nan", NAN), ("inf", INF), ("negative", -1), ("huge", HUGE_F), ("negative_zero", -0.0)]
 
 
 @pytest.fixture
@@ -73,6 +73,13 @@ def test_cli_bad_numbers(meta, store, settings, world, cmd, label, value):
 
 
 @pytest.mark.parametrize("interval", ["nan", "inf", "-1"])
+@pytest.mark.parametrize("text", ["-0", "+5", "1e3", "010", "0x10", " 1"])
+def test_cli_numbers_are_plain_decimal(meta, store, settings, world, text):
+    before = fingerprint(meta, store)
+    _assert_cli_refused(_cli(settings, "snapshots", "create", "demo", "s_cli", "--ttl-hours", text), "ttl")
+    assert fingerprint(meta, store) == before
+
+
 def test_cli_bad_watch_interval(meta, store, settings, world, interval):
     job = restore.restore(meta, store, "demo", "s1", "t_watch")
     before = fingerprint(meta, store)
@@ -113,13 +120,25 @@ def _config_json(settings, **bad):
     ({"SEGLAKE_MISSING_TOLERENCE": "1h"}, ["missing_tolerence", "missing_tolerance"]),
     ({"SEGLAKE_SEGMENTS_PER_MANIFST": "10"}, ["segments_per_manifst", "segments_per_manifest"]),
     ("root:newline", ["etcd_root"]),
+    ({"seglake_missing_tolerance": "1s"}, ["seglake_missing_tolerance", "SEGLAKE_MISSING_TOLERANCE"]),
+    ({"SEGLAKE_TOLERANCE_FLOOR": "0"}, ["tolerance_floor"]),
+    ({"SEGLAKE_STORE_URI": "s3://bkt/a/../b"}, ["store_uri"]),
+    ({"SEGLAKE_ETCD_ENDPOINT": "127.0.0.1:0"}, ["etcd_endpoint"]),
+    ("config:duplicate", ["missing_tolerance", "more than once"]),
+    ("config:negative_zero", ["missing_tolerance", "negative zero"]),
 ], ids=["nan", "inf", "negative", "huge_duration", "huge_int", "json_nan", "json_inf", "misspelt",
-        "misspelt2", "newline_root"])
+        "misspelt2", "newline_root", "lowercase_name", "floor_zero", "dotdot_uri", "port_zero", "json_duplicate",
+        "json_negative_zero"])
 def test_env_bad_values(meta, store, settings, world, env, names):
     if env == "config:drop_tolerance=nan":
         env = {"SEGLAKE_CONFIG": _config_json(settings, drop_tolerance=NAN)}
     elif env == "config:copy_job_timeout=inf":
         env = {"SEGLAKE_CONFIG": _config_json(settings, copy_job_timeout=INF)}
+    elif env == "config:duplicate":  # the later value would win silently: 1 s instead of 30 days
+        env = {"SEGLAKE_CONFIG": _config_json(settings, missing_tolerance=30 * 86400)[:-1] +
+               ', "missing_tolerance": 1}'}
+    elif env == "config:negative_zero":
+        env = {"SEGLAKE_CONFIG": _config_json(settings, missing_tolerance=-0.0)}
     elif env == "root:newline":
         env = {"SEGLAKE_ETCD_ROOT": settings.etcd_root + "\n"}
     before = fingerprint(meta, store)
@@ -205,6 +224,7 @@ CONF_CASES = [
     ("copy_segment_job", {"job_id": NAN}, ["job_id"], "copy_nan_job_id"),
     *[("gc", {**GC, "missing_tolerance_hours": v}, ["missing_tolerance_hours"], f"gc_tolerance_{label}")
       for label, v in BAD_NUMBERS],
+    ("gc", {**GC, "missing_tolerance_hours": 0}, ["floor"], "gc_below_floor_without_force"),
     ("gc", {**GC, "drop_tolerance_hours": NAN}, ["drop_tolerance_hours"], "gc_drop_tolerance_nan"),
     ("gc", {**GC, "collection": "demo\n"}, ["collection", "invalid"], "gc_newline_collection"),
     ("gc", {**GC, "dryrun": True}, ["dryrun", "dry_run"], "gc_misspelt"),
@@ -232,6 +252,10 @@ VARIABLE_CASES = [
     ({"segments_per_manifest": HUGE_I}, ["segments_per_manifest"], "huge"),
     ({"missing_tolerence": "1h"}, ["missing_tolerence", "missing_tolerance"], "misspelt"),
     ({"etcd_root": "seglake\n"}, ["etcd_root"], "newline_root"),
+    ({"tolerance_floor": 0}, ["tolerance_floor"], "floor_zero"),
+    ({"missing_tolerance": -0.0}, ["missing_tolerance", "negative zero"], "negative_zero"),
+    ({"store_uri": "s3://bkt/a/../b"}, ["store_uri"], "dotdot_uri"),
+    ({"etcd_endpoint": "127.0.0.1:99999"}, ["etcd_endpoint"], "bad_endpoint_masked_by_the_connection"),
 ]
 
 
@@ -240,6 +264,14 @@ VARIABLE_CASES = [
 def test_variable_bad_values(airflow_env, meta, store, world, no_spark, capfd, monkeypatch, bad, names):
     monkeypatch.setenv("AIRFLOW_VAR_SEGLAKE_CONFIG", json.dumps({"store_uri": airflow_env.store_uri, **bad}))
     _assert_dag_refused("snapshot_create", CREATE, names, meta, store, capfd)
+
+
+@pytest.mark.airflow
+def test_variable_duplicate_key_is_refused(airflow_env, meta, store, world, no_spark, capfd, monkeypatch):
+    """Python's json keeps the last of two equal keys: a 30-day tolerance followed by 1 s."""
+    monkeypatch.setenv("AIRFLOW_VAR_SEGLAKE_CONFIG", json.dumps({"store_uri": airflow_env.store_uri})[:-1] +
+                       ', "missing_tolerance": "30d", "missing_tolerance": "1s"}')
+    _assert_dag_refused("gc", GC, ["missing_tolerance", "more than once"], meta, store, capfd)
 
 
 @pytest.mark.airflow

@@ -274,3 +274,15 @@ def test_every_numeric_setting_has_a_limit_that_its_layers_enforce(f):
             Settings.from_dict({f.name: bad})
     with pytest.raises(ConfigError, match=f.name):
         Settings.from_env({f"SEGLAKE_{f.name.upper()}": str(above)})
+
+
+# -- every layer is checked whole: a later layer never masks a bad value ------------------
+@pytest.mark.parametrize("key,bad,good", [("etcd_endpoint", "h:0", "127.0.0.1:2379"),
+                                          ("store_uri", "s3://b/../x", "/data/store"),
+                                          ("tolerance_floor", 0, "2h")])
+def test_a_bad_value_is_refused_even_when_a_later_layer_overrides_it(key, bad, good):
+    with pytest.raises(ConfigError, match=key):  # the Variable's value, replaced by a connection override
+        Settings.load(variable=json.dumps({key: bad}), overrides={key: good}, env={})
+    env_text = bad if isinstance(bad, str) else str(bad)
+    with pytest.raises(ConfigError, match=key):  # the environment's, replaced by the Variable
+        Settings.load(variable=json.dumps({key: good}), env={f"SEGLAKE_{key.upper()}": env_text})
