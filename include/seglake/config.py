@@ -324,6 +324,8 @@ def loads_strict(source: str, text: str | bytes) -> Any:
                           object_pairs_hook=_unique_pairs)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{source}: not valid JSON ({e.msg} at char {e.pos})") from None
+    except ValueError as e:  # an integer past Python's digit limit
+        raise ConfigError(f"{source}: a number is out of range ({str(e)[:60]})") from None
     except _DuplicateKey as e:
         raise ConfigError(f"{source}: key {e.args[0]!r} is given more than once; each key may appear once") \
             from None

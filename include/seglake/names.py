@@ -31,7 +31,7 @@ def validate_name(kind: str, value: object) -> str:
 
 
 # -- etcd endpoints: host:port, or a comma list of them for a cluster ----------------------
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"  # '_' inside: container names (etcd_1)
 ENDPOINT_RE = re.compile(rf"({_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\]):([1-9][0-9]{{0,4}})", re.ASCII)
 MAX_ENDPOINTS = 32
 

@@ -82,6 +82,11 @@ def test_duplicate_keys_in_the_secrets_file_are_refused_without_the_value(tmp_pa
     assert "secret" not in str(e.value).replace("SECRETS_FILE", "")
 
 
+def test_an_integer_past_the_digit_limit_is_a_config_error():
+    with pytest.raises(ConfigError, match="copy_threads|out of range"):
+        Settings.load(variable='{"copy_threads": ' + "9" * 5000 + "}", env={})
+
+
 def test_nested_duplicates_are_refused_too():
     with pytest.raises(ConfigError, match="'b' is given more than once"):
         loads_strict("x", '{"a": {"b": 1, "b": 1}}')
@@ -190,7 +195,8 @@ BAD_S3 = ["s3://b/../x", "s3://bkt/a/../b", "s3://bkt/./a", "s3://bkt/a/.", "s3:
           "s3://" + "b" * 64, "s3://192.168.1.1/a", "s3://bkt/a b", "s3://bkt/.hidden", "S3://bkt/a",
           "s3://bkt/a?x=1", "s3://bkt/a#f", "s3://bkt/" + "a" * 513]
 GOOD_S3 = [("s3://bkt", ("bkt", "")), ("s3://my-bucket.example/a/b_c/d.e", ("my-bucket.example", "a/b_c/d.e")),
-           ("s3://seglake-test/t0123abcdef", ("seglake-test", "t0123abcdef")), ("s3://b12/dt=2026-01-01", ("b12", "dt=2026-01-01"))]
+           ("s3://seglake-test/t0123abcdef", ("seglake-test", "t0123abcdef")), ("s3://b12/dt=2026-01-01", ("b12", "dt=2026-01-01")),
+           ("s3://123/x", ("123", "x"))]
 
 
 @pytest.mark.parametrize("uri", BAD_S3)
@@ -229,11 +235,11 @@ def test_absolute_local_store_uris_pass(uri):
 # -- item 7: etcd_endpoint is host:port, or a comma list of them ---------------------------
 GOOD_EP = {"127.0.0.1:2379": [("127.0.0.1", 2379)], "localhost:1": [("localhost", 1)],
            "etcd-0.etcd.svc.cluster.local:65535": [("etcd-0.etcd.svc.cluster.local", 65535)],
-           "[::1]:2379": [("[::1]", 2379)],
+           "[::1]:2379": [("[::1]", 2379)], "proj_etcd_1:2379": [("proj_etcd_1", 2379)],
            "127.0.0.1:23790,127.0.0.1:23791,127.0.0.1:23792": [("127.0.0.1", p) for p in (23790, 23791, 23792)]}
 BAD_EP = ["h:0", "h:65536", "h:99999", "h:02379", "h", ":2379", "h:", "h:2379,", ",h:2379", "h:1,,h:2", "h:1, h:2",
           "http://h:1", "h:1,h:1", "H:1,h:1", "256.1.1.1:1", "1.2.3:1", "h:+1", "h:-1", "h:1 ", " h:1", "[zz]:1",
-          "[::1:1", "h_1:1", "-h:1", "h-:1", "h..x:1", "h:1/x", "h:1\n", "h:１", ",".join(f"h{i}:1" for i in range(33))]
+          "[::1:1", "_h:1", "h_:1", "-h:1", "h-:1", "h..x:1", "h:1/x", "h:1\n", "h:１", ",".join(f"h{i}:1" for i in range(33))]
 
 
 @pytest.mark.parametrize("value", sorted(GOOD_EP))

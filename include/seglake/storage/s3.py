@@ -26,6 +26,7 @@ _LABEL = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
 _BUCKET_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*", re.ASCII)
 _SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9_.=-]*"
 _S3_URI_RE = re.compile(rf"s3://([^/]*)((?:/{_SEGMENT})*)", re.ASCII)
+_IPV4_RE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+", re.ASCII)
 MAX_PREFIX = 512
 
 
@@ -38,7 +39,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
                          "letters, digits, '_', '.', '=', '-' (each starting with a letter, digit or '_') joined "
                          "by single '/', with no trailing '/', '.', '..', '%' escape or backslash")
     bucket, prefix = m.group(1), m.group(2)[1:]
-    if not (3 <= len(bucket) <= 63 and _BUCKET_RE.fullmatch(bucket)) or re.fullmatch(r"[0-9.]+", bucket):
+    if not (3 <= len(bucket) <= 63 and _BUCKET_RE.fullmatch(bucket)) or _IPV4_RE.fullmatch(bucket):
         raise ValueError(f"{uri!r}: {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, '-' "
                          "and single dots, starting and ending with a letter or digit)")
     if len(prefix) > MAX_PREFIX:
