@@ -110,3 +110,26 @@ def test_a_failed_batch_does_not_hide_the_error(tmp_path):
             raise RuntimeError("boom")
     store.put("k2", b"v")  # the batch state is gone: back to per-call syncs
     assert store.get("k2") == b"v"
+
+
+def test_a_flushed_binlog_is_fsynced_once_before_its_rename(meta, store, settings, events):
+    """lifecycle/flush writes Parquet through the store's public put_writer: one data
+    fsync per file (it used to fsync the temp file twice), before the rename."""
+    from seglake.lifecycle.flush import flush_pchannel
+    from seglake.wal.client import WalClient, synthetic_rows
+
+    from wal_helpers import make_collection, pchannels
+
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, "c1", shards=1)
+        c.insert("c1", synthetic_rows(coll, 50, 1))
+    events.clear()
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+    written = [o for o in store.list("insert_log/") if not o.key.rpartition("/")[2].startswith(".")]
+    assert written
+    for o in written:
+        i = ino(store.root / o.key)
+        syncs = [n for n, e in enumerate(events) if e == ("fsync", i, False)]
+        assert len(syncs) == 1, f"{o.key}: {len(syncs)} data fsyncs"
+        assert syncs[0] < events.index(("rename", i, False))
