@@ -83,12 +83,13 @@ def test_a_write_through_a_swapped_directory_is_refused(swapped, op):
     _outside_untouched(outside)
 
 
-@pytest.mark.parametrize("batch", [False, True])
-def test_writes_in_a_durable_batch_are_refused_too(swapped, batch):
+@pytest.mark.parametrize("atomic", [False, True])
+def test_writes_in_a_durable_batch_are_refused_too(swapped, atomic):
+    """A batch defers fsyncs, never the walk: the write is refused at once."""
     store, outside = swapped
     with pytest.raises(SymlinkRefused):
         with store.durable_batch():
-            store.copy("ok/src", "a/b/x", atomic=False)
+            store.copy("ok/src", "a/b/x", atomic=atomic)
     _outside_untouched(outside)
 
 
