@@ -5,7 +5,12 @@ and the engine entry points (gc.pause, snapshot ttl, restore timeout) all check 
 numbers here: finite, of the right kind (an integer where an id or a count is meant) and
 within [minimum, maximum], or a ValidationError naming the key, before any side effect.
 NaN must be refused explicitly: it compares false with every bound, so `x < floor`
-lets it through. Durations are in seconds; a form in hours scales the same Limit.
+lets it through. A negative zero (-0.0, which passes `>= 0`) is refused too: no limit
+here goes below 0, and a sign on a zero is a typo or an attack, never a value. Numbers
+written as text (environment variables, CLI flags; `Limit.parse`) are plain decimal
+only: no sign, exponent, leading zero, padding, '_' or non-ASCII digits. JSON numbers
+keep JSON's syntax (1e3 is 1000), through the same check. Durations are in seconds; a
+form in hours scales the same Limit.
 """
 
 from __future__ import annotations
