@@ -421,3 +421,29 @@ def test_rows_below_a_vchannel_checkpoint_are_skipped_even_without_their_segment
     assert f.start < read_checkpoint(meta, vb)[0].message_id
     f.run(flush_all=True)
     assert [s for s in meta.segments.list(b.collection_id, states=[FLUSHED]) if s.channel == vb] == []
+
+
+def test_a_replayed_delete_never_hits_rows_inserted_after_it(meta, store, settings):
+    """A delete of a pk that did not exist yet, then an insert of that pk, flushed while
+    p2's buffered rows hold the checkpoint below the delete: the replay must not apply
+    the old delete to the later row (a Flushed segment already holds every delete that
+    precedes its last row)."""
+    from wal_helpers import schema
+    s = settings.replace(flush_seal_rows=25)
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("c1", schema(), shards=1, partitions=["_default", "p2"])
+        c.insert("c1", synthetic_rows(coll, 5, 1001), partition="p2")   # stays buffered
+        c.delete("c1", [7, 8])                                         # nothing to delete yet
+        c.insert("c1", synthetic_rows(coll, 30, 1))                    # 7 and 8 inserted after
+    p = pchannels(coll)[0]
+    flush_pchannel(meta, store, p, s)
+    with WalClient(meta, store, settings) as c:
+        c.delete("c1", [1001])                                         # a delete in p2's buffer
+    flush_pchannel(meta, store, p, s)                                  # replays the early delete
+    flush_pchannel(meta, store, p, s, flush_all=True)
+    with WalClient(meta, store, settings) as c:
+        c.delete("c1", [9])                                            # a real delete on the Flushed rows
+    flush_pchannel(meta, store, p, s)
+    pks, dels = segment_rows(meta, store, coll.collection_id, [FLUSHED])
+    assert sorted(pks) == list(range(1, 31)) + list(range(1001, 1006))
+    assert sorted(dels) == [9, 1001]

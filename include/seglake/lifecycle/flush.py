@@ -17,8 +17,9 @@ moves backwards (lowering raises CheckpointError, equal is a no-op).
 
 Replay never duplicates: a message at or below the vchannel's checkpoint is skipped; an
 Insert at or below the last Flushed segment of its partition (segments of one partition
-cover consecutive tick ranges, cut only at time-tick boundaries) is skipped; a Delete
-already in a Flushed segment's delta logs (tick <= their highest ts) is not re-applied.
+cover consecutive tick ranges, cut only at time-tick boundaries) is skipped; a Delete is
+applied to a Flushed segment only above its last row's tick (every earlier delete was
+applied to its buffer, or preceded its rows) and above its delta logs' highest ts.
 
 Sync of a sealed segment: insert binlogs (Parquet, one per field), delta log (pk, ts)
 and stats log (pk min/max, rows) are written first under fresh log ids (durable:
@@ -455,8 +456,10 @@ class Flusher:
         for sid, (seg, _rev) in st.flushed.items():
             if m.partition_id and seg.partition_id != m.partition_id:
                 continue
-            if m.time_tick <= st.delta_hw.get(sid, 0):
-                continue   # already in this segment's delta logs
+            if m.time_tick <= max(seg.dml_ts, st.delta_hw.get(sid, 0)):
+                # already in this segment's delta logs, or (at or below its last row) applied
+                # to its buffer before it was flushed: a replayed delete never hits later rows
+                continue
             hit = pks[np.isin(pks, self._flushed_pks(st, seg))]
             if len(hit):
                 d = st.deltas.get(sid) or st.deltas.setdefault(
