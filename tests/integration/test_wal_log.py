@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 import pytest
 
@@ -428,3 +430,64 @@ def test_store_write_failure_is_typed_and_not_acknowledged(meta, store, settings
     assert inserted_pks(all_messages(meta, store, p, settings)) == [100, 101, 102]
     assert not [o.key for o in store.list(layout.wal_prefix(p)) if ".seglake-tmp-" in o.key]
     w.close()
+
+
+def _txn_insert(coll, txn_id, first_pk):
+    return M.Message.insert(coll.vchannels[0], coll.collection_id, coll.partitions[0].partition_id,
+                            synthetic_rows(coll, 3, first_pk).to_batches()[0], txn_id=txn_id)
+
+
+def _delivered_pks(meta, store, settings, coll):
+    return sorted(inserted_pks(all_messages(meta, store, pchannels(coll)[0], settings)))
+
+
+def test_a_commit_after_the_keepalive_is_refused_never_acknowledged_then_lost(meta, store, settings):
+    """The scanner drops a txn whose keepalive passed before its commit: the writer must
+    refuse such a commit (and a late body) instead of acknowledging rows no consumer
+    will ever see. A txn still alive commits and is delivered."""
+    coll = _coll(meta, store, settings)
+    v = coll.vchannels[0]
+    now = [time.time() + 100]                            # ahead of the log's ticks
+    w = _writer_for(meta, store, settings, coll, clock=lambda: now[0])
+    try:
+        w.append(M.Message.begin_txn(v, 11, 1000))        # keepalive 1 s
+        w.append(_txn_insert(coll, 11, 1))
+        w.append(M.Message.begin_txn(v, 12, 1000))
+        now[0] += 5                                       # both keepalives pass
+        with pytest.raises(ValidationError, match="expired"):
+            w.append(M.Message.commit_txn(v, 11))
+        with pytest.raises(ValidationError, match="expired"):
+            w.append(_txn_insert(coll, 12, 100))
+        w.append(M.Message.rollback_txn(v, 11))           # a rollback is always accepted
+        w.append(M.Message.begin_txn(v, 13, 1000))
+        w.append(_txn_insert(coll, 13, 200))
+        now[0] += 0.5
+        w.append(_txn_insert(coll, 13, 300))              # a body extends the keepalive
+        now[0] += 0.8
+        w.append(M.Message.commit_txn(v, 13))
+    finally:
+        w.close()
+    assert _delivered_pks(meta, store, settings, coll) == [200, 201, 202, 300, 301, 302]
+
+
+def test_txn_messages_for_a_txn_not_open_on_this_writer_are_refused(meta, store, settings):
+    """A body or commit of a txn never begun (or begun under an older term, whose writer
+    is fenced) is refused: the scanner would drop it silently."""
+    coll = _coll(meta, store, settings)
+    v = coll.vchannels[0]
+    w1 = _writer_for(meta, store, settings, coll)
+    w1.append(M.Message.begin_txn(v, 21, 60_000))
+    w1.append(_txn_insert(coll, 21, 1))
+    w2 = _writer_for(meta, store, settings, coll)         # failover: term + 1
+    try:
+        with pytest.raises(ValidationError, match="not open"):
+            w2.append(M.Message.commit_txn(v, 21))
+        with pytest.raises(ValidationError, match="not open"):
+            w2.append(_txn_insert(coll, 22, 50))
+        with pytest.raises(ValidationError, match="already open"):
+            w2.append([M.Message.begin_txn(v, 23, 60_000), M.Message.begin_txn(v, 23, 60_000)])
+        w2.append([M.Message.begin_txn(v, 24, 60_000), _txn_insert(coll, 24, 70), M.Message.commit_txn(v, 24)])
+    finally:
+        w1.close()
+        w2.close()
+    assert _delivered_pks(meta, store, settings, coll) == [70, 71, 72]

@@ -20,6 +20,13 @@ Guarantees
   every tick is > the log's persisted high-water mark `last_tt`, which advances in the
   same transaction that commits the fragment. Every append call is followed, in its
   fragment, by a TimeTick that confirms it.
+- Transactions: the writer mirrors the scanner's txn buffer with the ticks it assigns,
+  so it never acknowledges what a consumer would drop. A call is refused whole
+  (ValidationError, nothing appended) when it holds a body or CommitTxn of a txn that is
+  not open on this writer (never begun, already ended, or begun under an older term:
+  a failover ends every open txn), a BeginTxn of an open txn id, or a body or commit
+  whose tick is at or past the txn's expiry (last message tick + keepalive). A
+  RollbackTxn is always accepted.
 """
 
 from __future__ import annotations
@@ -93,6 +100,7 @@ class WalWriter:
         self._closed = False
         self._fenced: Fenced | None = None
         self._colls: dict[int, tuple[float, object]] = {}
+        self._txns: dict[int, tuple[int, int]] = {}   # open txn id -> (keepalive ts, expiry tick)
         self._thread = threading.Thread(target=self._run, name=f"wal-writer-{self.pchannel}", daemon=True)
         self._thread.start()
 
@@ -286,6 +294,8 @@ class WalWriter:
                         self._poison(e)
                     self._fail(reqs, e)
                     continue
+                if job is None:   # every call was refused
+                    continue
                 inflight.append(committer.submit(self._commit_job, *job))
         finally:
             for f in inflight:
@@ -294,8 +304,9 @@ class WalWriter:
 
     def _fail(self, reqs: list[_Request], e: BaseException) -> None:
         for r in reqs:
-            r.error = e
-            r.done.set()
+            if not r.done.is_set():   # a call refused earlier keeps its own error
+                r.error = e
+                r.done.set()
 
     def _poison(self, e: BaseException) -> None:
         """After a failed commit (or a fence) nothing more is appended by this writer:
@@ -339,19 +350,33 @@ class WalWriter:
         holes: list[int] = []
         for _ in range(MAX_HOLES_PER_FRAGMENT):
             saved_tt = self._last_tt
-            records, ids, offset = [], [], 0
+            records, ids, offset, taken, txns = [], [], 0, [], dict(self._txns)
             for r in reqs:
-                rid = []
-                for m, body in zip(r.messages, r.bodies, strict=True):
-                    mid = MessageId(self.term, n, offset)
-                    records.append(replace(m, time_tick=self._tick(), term=self.term, id=mid).encode_parts(body))
-                    rid.append(mid)
-                    offset += 1
+                if r.done.is_set():   # refused in an earlier attempt
+                    continue
+                r_tt, r_txns, r_records, rid = self._last_tt, dict(txns), [], []
+                try:
+                    for m, body in zip(r.messages, r.bodies, strict=True):
+                        mid = MessageId(self.term, n, offset + len(rid))
+                        tt = self._tick()
+                        _txn_step(r_txns, m, tt)
+                        r_records.append(replace(m, time_tick=tt, term=self.term, id=mid).encode_parts(body))
+                        rid.append(mid)
+                except ValidationError as e:   # this call only: nothing of it is written
+                    self._last_tt = r_tt
+                    self._fail([r], e)
+                    continue
+                txns = r_txns
+                records += r_records
+                offset += len(rid)
+                taken.append(r)
                 ids.append(rid)
                 # every append call is followed by a TimeTick that confirms it
                 records.append(replace(Message.time_tick_msg(), time_tick=self._tick(), term=self.term,
                                        id=MessageId(self.term, n, offset)).encode_parts())
                 offset += 1
+            if not taken:
+                return None
             parts = encode_fragment_parts(self.term, n, records)
             try:
                 created = put_exclusive(self.store, self.log.fragment_key(n), parts)
@@ -362,8 +387,9 @@ class WalWriter:
                 raise
             if created:
                 self._next_n = n + 1
+                self._txns = {k: v for k, v in txns.items() if v[1] > self._last_tt}   # expired ones end
                 holes, self._pending_holes = self._pending_holes + holes, []
-                return reqs, ids, n, len(records), sum(len(p) for p in parts), self._last_tt, holes
+                return taken, ids, n, len(records), sum(len(p) for p in parts), self._last_tt, holes
             self._last_tt = saved_tt
             self._check_term()
             holes.append(n)
@@ -397,3 +423,32 @@ class WalWriter:
         new.kv = KeyValue(self.log.log_key, new.encoded(), rev, st.kv.create_revision if st.kv else rev,
                           (st.kv.version if st.kv else 0) + 1)
         self.state = new
+
+
+def _txn_step(txns: dict[int, tuple[int, int]], m: Message, tt: int) -> None:
+    """Apply `m` (tick `tt`) to the open txns, as the scanner's txn buffer will; raise
+    ValidationError for what it would drop (see the module docstring)."""
+    if not m.txn_id:
+        return
+    if m.type == M.ROLLBACK_TXN:
+        txns.pop(m.txn_id, None)
+        return
+    if m.type == M.BEGIN_TXN:
+        if m.txn_id in txns:
+            raise ValidationError(f"BeginTxn refused: txn {m.txn_id} is already open")
+        ka = compose_ts(int(m.props["keepalive_ms"]))
+        txns[m.txn_id] = (ka, tt + ka)
+        return
+    cur = txns.get(m.txn_id)
+    if cur is None:
+        raise ValidationError(f"{m.type} refused: txn {m.txn_id} is not open on this writer (never begun, "
+                              f"already ended, or begun under an older term); nothing appended")
+    ka, expires = cur
+    if tt >= expires:
+        txns.pop(m.txn_id)
+        raise ValidationError(f"{m.type} refused: txn {m.txn_id} expired (its keepalive passed since its last "
+                              f"message); nothing of it will be consumed: roll back and retry")
+    if m.type == M.COMMIT_TXN:
+        txns.pop(m.txn_id)
+    else:
+        txns[m.txn_id] = (ka, max(expires, tt + ka))
