@@ -257,3 +257,31 @@ def test_cli_drop_waits_and_refuses_on_a_terminal_without_yes(meta, store, setti
     assert rc == 0 and json.loads(capsys.readouterr().out)["state"] == COLL_DROPPED
     with pytest.raises(SystemExit):
         cli.main(["collections", "drop", "c1", "--yes", "--timeout-hours", "nan"])
+
+
+def test_a_direct_drop_while_a_flusher_runs_leaves_nothing_written_for_the_released_vchannels(meta, store, settings):
+    """A flusher opened before a direct drop (a collection the client never announced,
+    fed by a raw writer) must write neither a segment nor a checkpoint for its vchannels
+    once they are released: every flusher commit re-checks the collection record."""
+    from wal_helpers import schema
+    from seglake.wal.writer import WalWriter
+    d = meta.catalog.create("direct", schema(), shards=16)
+    with WalClient(meta, store, settings) as c:
+        a = make_collection(c, "a", shards=16)
+        c.insert("a", synthetic_rows(a, 64, 1))
+    v = d.vchannels[0]
+    p = pchannel_of(v)
+    with WalWriter.open(meta, store, p, settings) as w:   # rows for d without an announcement
+        w.append(Message.insert(v, d.collection_id, d.partitions[0].partition_id,
+                                synthetic_rows(d, 5, 1).to_batches()[0]))
+    f = Flusher(meta, store, p, settings).open()
+    assert v in f.states
+    assert drop.begin_drop(meta, store, settings, "direct")["state"] == DROPPING
+    drop.finish_drop(meta, "direct")
+    f.run(flush_all=True)
+    assert v not in f.states
+    assert read_checkpoint(meta, v)[0] is None
+    assert {s.state for s in meta.segments.list(d.collection_id)} <= {DROPPED}
+    assert segment_rows(meta, store, d.collection_id, [FLUSHED]) == ([], [])
+    va = next(x for x in a.vchannels if pchannel_of(x) == p)     # the other collection is still served
+    assert read_checkpoint(meta, va)[0] is not None

@@ -27,7 +27,9 @@ store.put is atomic and fsyncs); then ONE etcd transaction sets the segment Flus
 advances the checkpoint, guarded by the flusher term (`{root}/wal/{p}/flusher`, taken
 by CAS at open: a newer flusher fences this one; the loser's files are orphans for GC).
 Deletes of rows in already-Flushed segments become a delta log on that segment, added
-to its record in the same kind of guarded transaction.
+to its record in the same kind of guarded transaction. Every commit for a vchannel also
+compares its collection record, re-read just before: once a drop released the vchannel
+(or the collection is Dropped) nothing more is written for it and its state is dropped.
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ RELEASE_BATCH = 100               # segment records per release txn (etcd --max-
 
 class CheckpointError(SeglakeError):
     """An attempt to move a vchannel checkpoint backwards."""
+
+
+class VchannelReleased(SeglakeError):
+    """The vchannel's collection released it (a drop) or is gone: nothing more is
+    committed for it; the flusher forgets its state."""
 
 
 # -- checkpoints -------------------------------------------------------------------------
@@ -289,17 +296,47 @@ class Flusher:
         return st
 
     # -- guarded commits ------------------------------------------------------------------------
-    def _commit(self, compares: list, ops: list, what: str) -> int:
+    def _live_guard(self, st: VState) -> Compare:
+        """A compare on the record of `st`'s collection, read now; VchannelReleased when
+        it released the vchannel, is Dropped or is gone (a direct drop, say, while this
+        flusher ran): no segment or checkpoint is ever written for a released vchannel."""
+        from seglake.meta.catalog import Collection
+        from seglake.meta.codec import decode
+
+        key = self.meta.keys.collection(st.coll.collection_id)
+        kv = self.meta.kv.get(key)
+        coll = None if kv is None else Collection.from_json(decode(kv.value, key))
+        if coll is None or coll.state == COLL_DROPPED or st.vchannel in coll.properties.get(RELEASED, ()):
+            raise VchannelReleased(f"vchannel {st.vchannel} was released (collection "
+                                   f"{st.coll.collection_id} {'gone' if coll is None else coll.state})")
+        return Compare(key, "mod", "==", kv.mod_revision)
+
+    def _commit(self, compares: list, ops: list, what: str, st: VState | None = None) -> int:
+        """ONE etcd txn guarded by the flusher term (and, with `st`, by its collection
+        still holding the vchannel; a concurrent change of that record is retried)."""
         guard = Compare(self.term_key, "mod", "==", self.term_rev)
-        try:
-            return self.meta.kv.txn([guard, *compares], ops)
-        except Conflict:
-            kv = self.meta.kv.get(self.term_key)
-            if kv is None or kv.mod_revision != self.term_rev:
-                cur = None if kv is None else json.loads(kv.value)
-                raise Fenced(f"flusher of {self.pchannel} at term {self.term} is fenced "
-                             f"(current flusher: {cur}); not committed: {what}") from None
-            raise Conflict(f"flusher of {self.pchannel}: {what}: a record changed underneath") from None
+        for _ in range(8):
+            live = [] if st is None else [self._live_guard(st)]
+            try:
+                return self.meta.kv.txn([guard, *live, *compares], ops)
+            except Conflict:
+                kv = self.meta.kv.get(self.term_key)
+                if kv is None or kv.mod_revision != self.term_rev:
+                    cur = None if kv is None else json.loads(kv.value)
+                    raise Fenced(f"flusher of {self.pchannel} at term {self.term} is fenced "
+                                 f"(current flusher: {cur}); not committed: {what}") from None
+                now = None if not live else self.meta.kv.get(live[0].key)
+                if live and (now is None or now.mod_revision != live[0].value):
+                    continue   # the collection record changed: re-check it
+                raise Conflict(f"flusher of {self.pchannel}: {what}: a record changed underneath") from None
+        raise Conflict(f"flusher of {self.pchannel}: {what}: the collection record keeps changing")
+
+    def _forget(self, st: VState) -> None:
+        """Stop serving a released vchannel (its buffers are dropped: the drop that
+        released it owns its segments)."""
+        st.closed = True
+        self.states.pop(st.vchannel, None)
+        self.stats.ignored += 1
 
     def _hook(self, name: str, **kw) -> None:
         from seglake import faults
@@ -360,15 +397,21 @@ class Flusher:
             if st.floor is not None and m.time_tick <= st.floor.time_tick:
                 self.stats.skipped += 1
                 continue
-            if m.type == M.INSERT:
-                self.on_insert(st, m)
-            elif m.type == M.DELETE:
-                self.on_delete(st, m)
-            elif m.type == M.FLUSH:
-                self.seal_all(st, FLUSH)
-            elif m.type == M.DROP_COLLECTION:
-                self.on_drop(st, m)
-                st.closed = True          # messages after the drop are ignored
+            try:
+                self._apply(st, m)
+            except VchannelReleased:
+                self._forget(st)
+
+    def _apply(self, st: VState, m: Message) -> None:
+        if m.type == M.INSERT:
+            self.on_insert(st, m)
+        elif m.type == M.DELETE:
+            self.on_delete(st, m)
+        elif m.type == M.FLUSH:
+            self.seal_all(st, FLUSH)
+        elif m.type == M.DROP_COLLECTION:
+            self.on_drop(st, m)
+            st.closed = True          # messages after the drop are ignored
 
     def on_create(self, m: Message) -> None:
         """Open the vchannel's data-sync state; a duplicate is ignored."""
@@ -485,7 +528,7 @@ class Flusher:
         if self.scanner is None or len(self.scanner.txn) == 0:
             self.last_safe = Checkpoint(m.id, m.time_tick)
         now = self.clock()
-        for st in self.states.values():
+        for st in list(self.states.values()):
             if st.closed:
                 continue
             for pid, buf in list(st.growing.items()):
@@ -493,7 +536,10 @@ class Flusher:
                 if reason:
                     self._seal(st, pid, reason)
             if st.sealed:
-                self.sync(st)
+                try:
+                    self.sync(st)
+                except VchannelReleased:
+                    self._forget(st)
 
     # -- segments ---------------------------------------------------------------------------------
     def _position(self, st: VState) -> Checkpoint | None:
@@ -508,7 +554,7 @@ class Flusher:
         seg = Segment(segment_id=sid, collection_id=st.coll.collection_id, partition_id=pid,
                       channel=st.vchannel, state=GROWING, start_ts=tt, created_ts=tt)
         key = self.meta.keys.segment(seg.collection_id, pid, sid)
-        rev = self._commit([absent(key)], [Put(key, encode_struct(seg))], f"open growing segment {sid}")
+        rev = self._commit([absent(key)], [Put(key, encode_struct(seg))], f"open growing segment {sid}", st)
         now = self.clock()
         buf = SegmentBuffer(sid, seg.collection_id, pid, st.vchannel, self._position(st), now,
                             last_write=now, record_rev=rev)
@@ -598,7 +644,7 @@ class Flusher:
         key = self.meta.keys.segment(c, p, s)
         cmp, ops, cp = self._cp_ops(st, buf)
         rev = self._commit([Compare(key, "mod", "==", buf.record_rev), *cmp],
-                           [Put(key, encode_struct(seg)), *ops], f"flush segment {s}")
+                           [Put(key, encode_struct(seg)), *ops], f"flush segment {s}", st)
         self._applied_cp(st, cp, rev)
         st.sealed.remove(buf)
         st.flushed[s] = [seg, rev]
@@ -622,7 +668,7 @@ class Flusher:
         key = self.meta.keys.segment(c, p, s)
         cmp, ops, cp = self._cp_ops(st, d)
         rev = self._commit([Compare(key, "mod", "==", rev0), *cmp], [Put(key, encode_struct(new)), *ops],
-                           f"delta log on segment {s}")
+                           f"delta log on segment {s}", st)
         self._applied_cp(st, cp, rev)
         del st.deltas[s]
         st.flushed[s] = [new, rev]
@@ -635,19 +681,25 @@ class Flusher:
         """End of a run: seal everything when flush_all, sync sealed segments and delete
         buffers, advance idle checkpoints, remove the Growing records of buffers left in
         memory (their rows stay in the log above the checkpoint)."""
-        for st in self.states.values():
-            if flush_all and not st.closed:
-                self.seal_all(st, FLUSH)
-            self.sync(st, deltas=True)
-            cmp, ops, cp = self._cp_ops(st, None)
-            if ops:
-                self._applied_cp(st, cp, self._commit(cmp, ops, f"checkpoint of {st.vchannel}"))
-            for buf in list(st.growing.values()):
-                key = self.meta.keys.segment(buf.collection_id, buf.partition_id, buf.segment_id)
-                self._commit([Compare(key, "mod", "==", buf.record_rev)], [Delete(key)],
-                             f"remove unflushed growing segment {buf.segment_id}")
-            st.growing.clear()
+        for st in list(self.states.values()):
+            try:
+                self._finish_state(st, flush_all)
+            except VchannelReleased:
+                self._forget(st)
         self.stats.checkpoints = self.checkpoint_report()
+
+    def _finish_state(self, st: VState, flush_all: bool) -> None:
+        if flush_all and not st.closed:
+            self.seal_all(st, FLUSH)
+        self.sync(st, deltas=True)
+        cmp, ops, cp = self._cp_ops(st, None)
+        if ops:
+            self._applied_cp(st, cp, self._commit(cmp, ops, f"checkpoint of {st.vchannel}", st))
+        for buf in list(st.growing.values()):
+            key = self.meta.keys.segment(buf.collection_id, buf.partition_id, buf.segment_id)
+            self._commit([Compare(key, "mod", "==", buf.record_rev)], [Delete(key)],
+                         f"remove unflushed growing segment {buf.segment_id}", st)
+        st.growing.clear()
 
     def checkpoint_report(self) -> dict:
         last = WalLog(self.meta, None, self.pchannel).state().last_tt
