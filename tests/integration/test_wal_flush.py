@@ -447,3 +447,32 @@ def test_a_replayed_delete_never_hits_rows_inserted_after_it(meta, store, settin
     pks, dels = segment_rows(meta, store, coll.collection_id, [FLUSHED])
     assert sorted(pks) == list(range(1, 31)) + list(range(1001, 1006))
     assert sorted(dels) == [9, 1001]
+
+
+def test_a_reinserted_pk_lands_outside_the_segment_whose_delta_log_deletes_it(meta, store, settings):
+    """insert pk, delete it, insert it again (later ticks, one growing segment): a
+    segment's delta log applies to its own rows, so the re-inserted row must not share
+    the segment that holds the delete (else a reader drops the live row too)."""
+    import pyarrow.parquet as pq
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        c.insert("c1", synthetic_rows(coll, 5, 1))
+        c.delete("c1", [3])
+        c.insert("c1", synthetic_rows(coll, 1, 3))        # pk 3 again
+        c.insert("c1", synthetic_rows(coll, 2, 10))
+    flush_pchannel(meta, store, pchannels(coll)[0], settings, flush_all=True)
+    pk_field = coll.schema.primary.field_id
+    live = []
+    for seg in meta.segments.list(coll.collection_id, states=[FLUSHED]):
+        rows, dels = [], set()
+        for b in seg.binlogs[pk_field]:
+            with store.open_read(layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id,
+                                                   pk_field, b.log_id)) as f:
+                rows += pq.read_table(f).column(0).to_pylist()
+        for b in seg.deltalogs:
+            with store.open_read(layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id,
+                                                  b.log_id)) as f:
+                dels |= set(pq.read_table(f).column("pk").to_pylist())
+        live += [r for r in rows if r not in dels]
+    assert sorted(live) == [1, 2, 3, 4, 5, 10, 11]
+    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == [1, 2, 3, 3, 4, 5, 10, 11]

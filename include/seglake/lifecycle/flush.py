@@ -21,6 +21,10 @@ cover consecutive tick ranges, cut only at time-tick boundaries) is skipped; a D
 applied to a Flushed segment only above its last row's tick (every earlier delete was
 applied to its buffer, or preceded its rows) and above its delta logs' highest ts.
 
+A segment's delta log applies to its own rows: when an Insert brings back a pk deleted in
+its partition's growing segment (at a later tick), that segment is sealed first, so
+the live row lands in the next one.
+
 Sync of a sealed segment: insert binlogs (Parquet, one per field), delta log (pk, ts)
 and stats log (pk min/max, rows) are written first under fresh log ids (durable:
 store.put is atomic and fsyncs); then ONE etcd transaction sets the segment Flushed and
@@ -59,6 +63,7 @@ from seglake.wal.log import Fenced, WalLog, all_pchannels, validate_pchannel
 from seglake.wal.message import Message, MessageId
 
 RELEASED = "released_vchannels"   # collection property: vchannels a drop released (issue 11)
+REINSERT = "reinsert"              # seal reason: a pk deleted in the growing segment is inserted again
 RELEASE_BATCH = 100               # segment records per release txn (etcd --max-txn-ops 128)
 
 
@@ -483,8 +488,15 @@ class Flusher:
         if m.time_tick <= st.part_hw.get(pid, 0):
             self.stats.skipped += 1
             return
-        buf = st.growing.get(pid) or self._open_segment(st, pid, m.time_tick)
         batch = m.body if m.body.schema == st.schema else M.conform_batch(m.body, st.coll.schema)
+        buf = st.growing.get(pid)
+        if buf is not None and buf.deletes and m.time_tick > buf.last_tt and np.isin(
+                batch.column(st.pk.name).to_numpy(zero_copy_only=False), np.concatenate(buf.del_pks)).any():
+            # a pk deleted in this buffer comes back: cut here (a tick boundary), so the
+            # segment's delta log never covers the new row
+            self._seal(st, pid, REINSERT)
+            buf = None
+        buf = buf or self._open_segment(st, pid, m.time_tick)
         buf.add_rows(batch, m.time_tick, self.clock())
 
     def on_delete(self, st: VState, m: Message) -> None:
