@@ -79,28 +79,29 @@ def drop_collection():
         return PokeReturnValue(is_done=not held)
 
     @task
-    def finish(params: dict) -> dict:
+    def finish(started: dict, params: dict) -> dict:
         from seglake.lifecycle import drop
         from seglake_airflow.hooks.engine import SeglakeHook
 
         meta = SeglakeHook().meta
-        coll = drop.find(meta, params["collection"], params["db"])
+        cid = started["collection_id"]   # the collection begun, never a later one with its name
+        coll = drop.find(meta, params["collection"], params["db"], cid)
         if not params["wait_for_flush"] and coll is not None and coll.state == "Dropping" \
                 and drop.held_vchannels(meta, coll):
             from airflow.sdk.exceptions import AirflowSkipException
             raise AirflowSkipException("vchannels still held and wait_for_flush is false: left Dropping; "
                                        "re-run once wal_flush released them")
-        rep = drop.finish_drop(meta, params["collection"], params["db"])
+        rep = drop.finish_drop(meta, params["collection"], params["db"], collection_id=cid)
         print(drop.format_status(rep))
         return rep
 
     @task(trigger_rule="none_failed")
-    def summary(params: dict) -> dict:
+    def summary(started: dict, params: dict) -> dict:
         from seglake.lifecycle import drop
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        coll = drop.find(hook.meta, params["collection"], params["db"])
+        coll = hook.meta.catalog.get(started["collection_id"])
         rep = drop.status(hook.meta, coll)
         print(drop.format_status(rep))
         print(f"GC may reclaim the Dropped segments' files {hook.settings.drop_tolerance:g} s after "
@@ -110,7 +111,7 @@ def drop_collection():
 
     started = begin()
     check_conf("drop_collection") >> started
-    wait_released(started) >> finish() >> summary()
+    wait_released(started) >> finish(started) >> summary(started)
 
 
 drop_collection()

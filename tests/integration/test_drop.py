@@ -285,3 +285,19 @@ def test_a_direct_drop_while_a_flusher_runs_leaves_nothing_written_for_the_relea
     assert segment_rows(meta, store, d.collection_id, [FLUSHED]) == ([], [])
     va = next(x for x in a.vchannels if pchannel_of(x) == p)     # the other collection is still served
     assert read_checkpoint(meta, va)[0] is not None
+
+
+def test_finishing_a_drop_acts_on_the_collection_begun_never_on_a_newer_one_with_its_name(meta, store, settings):
+    """A drop run (DAG, CLI --wait) finishes by the id it began on: when someone else
+    finished it meanwhile and re-created the name, the run reports the old collection
+    Dropped and leaves the new one alone."""
+    from wal_helpers import schema
+    old = meta.catalog.create("c1", schema(), shards=1)
+    rep = drop.begin_drop(meta, store, settings, "c1")
+    drop.finish_drop(meta, "c1")                               # someone else finishes it
+    new = meta.catalog.create("c1", schema(), shards=1)
+    again = drop.finish_drop(meta, "c1", collection_id=rep["collection_id"])
+    assert again["collection_id"] == old.collection_id and again["state"] == COLL_DROPPED
+    assert meta.catalog.get(new.collection_id).state == CREATED
+    assert drop.wait_released(meta, "c1", collection_id=old.collection_id)["collection_id"] == old.collection_id
+    assert drop.find(meta, "c1", collection_id=new.collection_id + 10**6) is None

@@ -36,10 +36,18 @@ DROP_MODE = "drop_mode"             # "wal" (a flusher releases) or "direct" (ne
 DROP_STARTED = "drop_started_at"
 
 
-def find(meta, name: str, db: str = DEFAULT_DB) -> Collection | None:
-    """The collection holding the name, else the newest Dropped one that had it."""
+def find(meta, name: str, db: str = DEFAULT_DB, collection_id: int | None = None) -> Collection | None:
+    """The collection holding the name, else the newest Dropped one that had it. With
+    `collection_id` (the one a drop began on): exactly that collection, or None when it
+    is gone or never had this name; a later collection that took the name is never it."""
     validate_name("collection", name)
     validate_name("db", db)
+    if collection_id is not None:
+        try:
+            coll = meta.catalog.get(collection_id)
+        except NotFound:
+            return None
+        return coll if (coll.name, coll.db) == (name, db) else None
     try:
         return meta.catalog.get_by_name(name, db)
     except NotFound:
@@ -144,11 +152,12 @@ def begin_drop(meta, store, settings, name: str, db: str = DEFAULT_DB, *, clock=
     return status(meta, meta.catalog.get(coll.collection_id))
 
 
-def finish_drop(meta, name: str, db: str = DEFAULT_DB, *, clock=time.time) -> dict:
+def finish_drop(meta, name: str, db: str = DEFAULT_DB, *, clock=time.time,
+                collection_id: int | None = None) -> dict:
     """Dropping -> Dropped and the name freed, in one txn guarded on the record and the
     name key, once every vchannel is released. Raises StateError naming the vchannels
-    still held; on Dropped reports."""
-    coll = find(meta, name, db)
+    still held; on Dropped reports. `collection_id`: the collection the drop began on."""
+    coll = find(meta, name, db, collection_id)
     if coll is None:
         raise NotFound(f"collection {name!r} not found in db {db!r}")
     if coll.state == COLL_DROPPED:
@@ -212,11 +221,11 @@ def status(meta, coll: Collection, note: str = "") -> dict:
 
 
 def wait_released(meta, name: str, db: str = DEFAULT_DB, *, timeout: float = 3600.0,
-                  poll: float = 2.0) -> dict:
+                  poll: float = 2.0, collection_id: int | None = None) -> dict:
     """Poll until no vchannel is held (a flusher does the work; this triggers nothing)."""
     deadline = time.monotonic() + timeout
     while True:
-        coll = find(meta, name, db)
+        coll = find(meta, name, db, collection_id)
         if coll is None or coll.state != DROPPING or not _held(coll):
             return status(meta, coll) if coll else {}
         if time.monotonic() >= deadline:
@@ -233,11 +242,12 @@ def drop_collection(meta, store, settings, name: str, db: str = DEFAULT_DB, *, w
     rep = begin_drop(meta, store, settings, name, db, clock=clock)
     if rep["state"] == COLL_DROPPED:
         return rep
+    cid = rep["collection_id"]
     if wait:
-        wait_released(meta, name, db, timeout=timeout, poll=poll)
+        wait_released(meta, name, db, timeout=timeout, poll=poll, collection_id=cid)
     elif rep["held"]:
         return rep
-    return finish_drop(meta, name, db, clock=clock)
+    return finish_drop(meta, name, db, clock=clock, collection_id=cid)
 
 
 def format_status(rep: dict) -> str:
