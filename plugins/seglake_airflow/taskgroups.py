@@ -102,10 +102,16 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
             from seglake.lifecycle import copyjob
             from seglake_airflow.hooks.engine import SeglakeHook
 
-            hook = SeglakeHook()
+            from seglake.progress import watch_copy_job
+
+            hook, watcher = SeglakeHook(), SeglakeHook()
             threads = hook.settings.copy_threads
-            tasks = copyjob.run_inline(hook.meta, hook.store, planned["job_id"], threads=threads,
-                                       settings=hook.settings)
+            try:
+                with watch_copy_job(watcher.meta, planned["job_id"]):   # a progress line every 5 s
+                    tasks = copyjob.run_inline(hook.meta, hook.store, planned["job_id"], threads=threads,
+                                               settings=hook.settings)
+            finally:
+                watcher.close()
             return {"tasks_run": len(tasks), "failed": sum(t.state == "Failed" for t in tasks)}
 
         xcom = f"ti.xcom_pull(task_ids='{group_id}.plan')"
