@@ -66,10 +66,11 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
     return group
 
 
-def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job") -> TaskGroup:
+def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job",
+                   deferrable: str | bool | None = "{{ params.deferrable }}") -> TaskGroup:
     """plan -> copy (inline | Spark) -> wait until every task is terminal -> finalize.
-    `job_id` and `engine` may be templates; an unset engine (None, "") means the engine
-    the job was created with. Shared by snapshot_restore (a new job) and copy_segment_job
+    `job_id`, `engine` and `deferrable` may be templates; an unset engine (None, "") means
+    the engine the job was created with, an unset deferrable the worker's default at run time. Shared by snapshot_restore (a new job) and copy_segment_job
     (resume or re-drive an existing one). Every step is idempotent: a re-triggered run
     continues an Executing job and is a no-op for a finished one."""
     with TaskGroup(group_id=group_id, tooltip="run a copy-segment job") as group:
@@ -131,6 +132,7 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
             check_kwargs={"job_id": "{{ %s['job_id'] }}" % xcom},
             poke_interval=5,
             timeout=24 * 3600,
+            deferrable=deferrable,
             trigger_rule="none_failed_min_one_success",
         )
 
