@@ -34,6 +34,7 @@ from airflow.sdk import dag, task
 
 from seglake_airflow import spark_job
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
 
 PREP = "ti.xcom_pull(task_ids='prepare')"
@@ -153,6 +154,7 @@ def wal_flush():
     inline = flush_inline.partial(prep=prep).expand(pchannel=ready)
     choose_engine(prep) >> [inline, flush_spark]
     [inline, flush_spark] >> summary(prep)
+    run_note("wal_flush")
 
 
 wal_flush()
