@@ -28,9 +28,14 @@ class SeglakeHook(BaseHook):
     hook_name = "seglake"
 
     def __init__(self, etcd_conn_id: str = "etcd_default", aws_conn_id: str = "aws_default",
-                 overrides: dict[str, Any] | None = None, quiet: bool = False, **kwargs: Any) -> None:
+                 overrides: dict[str, Any] | None = None, quiet: bool = False,
+                 get_connection=None, get_variable=None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.quiet = quiet   # no settings line in the log (a poller resolving them again and again)
+        # where connections / the Variable come from: the Task SDK (tasks, API server) by
+        # default; the CLI passes Airflow's core lookups (metadata DB included)
+        self._get_connection = get_connection or _connection
+        self._get_variable = get_variable
         self.etcd_conn_id = etcd_conn_id
         self.aws_conn_id = aws_conn_id
         self.overrides = dict(overrides or {})
@@ -38,11 +43,12 @@ class SeglakeHook(BaseHook):
     def connection_layers(self, store_uri: str) -> list[tuple[str, dict[str, Any]]]:
         """Settings the connections provide, as named layers (secrets included: never log)."""
         layers: list[tuple[str, dict[str, Any]]] = []
-        if _connection(self.etcd_conn_id) is not None:
+        etcd = self._get_connection(self.etcd_conn_id)
+        if etcd is not None:
             from seglake_airflow.hooks.etcd import EtcdHook
-            layers.append((f"connection {self.etcd_conn_id}", EtcdHook(self.etcd_conn_id).settings_overrides()))
+            layers.append((f"connection {self.etcd_conn_id}", EtcdHook(self.etcd_conn_id).settings_overrides(etcd)))
         if store_uri.startswith("s3://"):
-            conn = _connection(self.aws_conn_id)
+            conn = self._get_connection(self.aws_conn_id)
             if conn is not None:
                 extra, layer = conn.extra_dejson, {}
                 if conn.login:
@@ -61,7 +67,7 @@ class SeglakeHook(BaseHook):
         from seglake.config import VARIABLE_NAME, Settings
         from seglake.settings_sources import resolve
 
-        variable = Variable.get(VARIABLE_NAME, default=None)
+        variable = (self._get_variable or (lambda name: Variable.get(name, default=None)))(VARIABLE_NAME)
         base = Settings.load(variable=variable)
         layers = self.connection_layers(self.overrides.get("store_uri", base.store_uri))
         settings, sources = resolve(variable, layers, self.overrides)
