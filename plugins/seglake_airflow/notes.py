@@ -11,6 +11,10 @@ host/port/schema of the API server (or extra {"base_url": ...}), login/password 
 user who may edit DAG runs (no login: GET /auth/token, the simple auth manager's
 all-admins development mode). Without that connection the note is only logged. A
 failure to set the note is logged, never fails anything; the token is never logged.
+
+The same task sends the run's counters through Airflow's Stats (`seglake.restore.copied_bytes`,
+`seglake.gc.deleted_bytes`, ...; statsd or OpenTelemetry when Airflow's metrics are on):
+once per run, from what the run did.
 """
 
 from __future__ import annotations
@@ -22,42 +26,74 @@ NOTE_CONN_ID = "airflow_api"
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection")
 
 
-def compute_note(kind: str, params: dict, ti) -> str:
-    """The note of a run of `kind`, from its XComs (and etcd where they do not say enough)."""
+def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
+    """(the note, Stats counters) of a run of `kind`, from its XComs (and etcd where they
+    do not say enough). Counters only for work that happened."""
     from seglake import runinfo
     from seglake_airflow.hooks.engine import SeglakeHook
 
-    if kind == "snapshot_restore":
-        started = ti.xcom_pull(task_ids="restore")
-        job = None
-        if started:
-            from seglake.lifecycle import copyjob
-
-            job = copyjob.describe_job(SeglakeHook(quiet=True).meta, int(started["job_id"]))
-        return runinfo.restore_note(params, ti.xcom_pull(task_ids="compare"), job)
-    if kind == "copy_segment_job":
+    if kind in ("snapshot_restore", "copy_segment_job"):
         from seglake.lifecycle import copyjob
 
-        resolved = ti.xcom_pull(task_ids="resolve")
-        job = copyjob.describe_job(SeglakeHook(quiet=True).meta, int(params["job_id"])) if resolved else None
-        done = ti.xcom_pull(task_ids="verify.summarize")
-        return runinfo.restore_note({"collection": (job or {}).get("source_collection"),
-                                     "snapshot": (job or {}).get("snapshot"),
-                                     "target": (job or {}).get("target_collection")}, done, job)
+        if kind == "snapshot_restore":
+            started = ti.xcom_pull(task_ids="restore")
+            job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="compare")
+        else:
+            job_id = params["job_id"] if ti.xcom_pull(task_ids="resolve") else None
+            done = ti.xcom_pull(task_ids="verify.summarize")
+        job = copyjob.describe_job(SeglakeHook(quiet=True).meta, int(job_id)) if job_id is not None else None
+        if kind == "copy_segment_job" and job:
+            params = {"collection": job.get("source_collection"), "snapshot": job.get("snapshot"),
+                      "target": job.get("target_collection")}
+        counters = {}
+        if job and job.get("state") in ("Completed", "Failed"):
+            counters = {f"seglake.restore.jobs_{job['state'].lower()}": 1,
+                        "seglake.restore.copied_bytes": int(job["progress"]["copied_bytes"]),
+                        "seglake.restore.copied_files": int(job["progress"]["copied_files"])}
+        return runinfo.restore_note(params, done, job), counters
     if kind == "gc":
-        summary = ti.xcom_pull(task_ids="summary")
+        summary, swept = ti.xcom_pull(task_ids="summary"), ti.xcom_pull(task_ids="sweep")
         names = {}
         if summary:
             names = {c.collection_id: c.name for c in
                      SeglakeHook(quiet=True).meta.catalog.list(include_dropped=True)}
-        return runinfo.gc_note(summary, ti.xcom_pull(task_ids="sweep"), names)
+        counters = {}
+        if summary:
+            counters = {"seglake.gc.runs": 1, "seglake.gc.candidate_files": int(summary.get("candidates", 0)),
+                        "seglake.gc.candidate_bytes": int(summary.get("candidate_bytes", 0))}
+        if swept:
+            counters.update({"seglake.gc.deleted_files": int(swept.get("deleted", 0)),
+                             "seglake.gc.deleted_bytes": int(swept.get("deleted_bytes", 0))})
+        return runinfo.gc_note(summary, swept, names), counters
     if kind == "snapshot_create":
-        return runinfo.snapshot_note(params, ti.xcom_pull(task_ids="report"))
+        report = ti.xcom_pull(task_ids="report")
+        counters = {"seglake.snapshot.created": 1, "seglake.snapshot.bytes": int(report["bytes"])} if report else {}
+        return runinfo.snapshot_note(params, report), counters
     if kind == "wal_flush":
-        return runinfo.wal_flush_note(ti.xcom_pull(task_ids="summary"))
+        summary = ti.xcom_pull(task_ids="summary")
+        counters = ({"seglake.wal_flush.segments": int(summary.get("segments", 0)),
+                     "seglake.wal_flush.rows": int(summary.get("rows", 0)),
+                     "seglake.wal_flush.bytes": int(summary.get("bytes", 0))} if summary else {})
+        return runinfo.wal_flush_note(summary), counters
     if kind == "drop_collection":
-        return runinfo.drop_note(params, ti.xcom_pull(task_ids="summary"))
+        summary = ti.xcom_pull(task_ids="summary")
+        counters = {"seglake.drop.collections": 1} if summary and summary.get("state") == "Dropped" else {}
+        return runinfo.drop_note(params, summary), counters
     raise ValueError(f"no run note for {kind!r}")
+
+
+def _stats():
+    from airflow.sdk.observability.stats import Stats
+
+    return Stats
+
+
+def emit_counters(counters: dict[str, int]) -> None:
+    """Airflow's Stats (statsd / OpenTelemetry when configured, a no-op otherwise)."""
+    stats = _stats()
+    for name, value in counters.items():
+        if value > 0:
+            stats.incr(name, count=int(value))
 
 
 def _base_url(conn) -> str:
@@ -112,11 +148,16 @@ def run_note(kind: str):
     @teardown
     @task(task_id="run_note", retries=2)
     def run_note_task(params: dict, dag_run=None, ti=None) -> str:
+        counters: dict[str, int] = {}
         try:
-            text = compute_note(kind, params, ti)
+            text, counters = summarize(kind, params, ti)
         except Exception as e:  # noqa: BLE001 - a note never fails a run
             text = f"{kind}: no summary ({type(e).__name__}: {e})"[:1000]
         print(f"run note: {text}", flush=True)
+        try:
+            emit_counters(counters)
+        except Exception as e:  # noqa: BLE001 - metrics never fail a run
+            print(f"Stats counters not sent: {type(e).__name__}: {e}", flush=True)
         print(f"run note {set_run_note(dag_run.dag_id, dag_run.run_id, text)}", flush=True)
         return text
 

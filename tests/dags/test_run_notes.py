@@ -89,3 +89,64 @@ def test_without_the_connection_the_note_is_only_logged(airflow_env, meta, store
     run = load_dag("snapshot_create").test(run_conf={"collection": "quiet", "name": "q", "engine": "inline"})
     assert run.state == "success" and task_states(run)["run_note"] == "success"
     assert _note(run) is None
+
+
+def test_counters_go_to_airflow_stats(with_api, meta, store, monkeypatch):
+    """A Stats stand-in records what the run_note task sends (no statsd needed)."""
+    from seglake_airflow import notes
+
+    sent = []
+
+    class Recorder:
+        @staticmethod
+        def incr(name, count=1, rate=1, tags=None):
+            sent.append((name, count))
+
+    monkeypatch.setattr(notes, "_stats", lambda: Recorder)
+    coll, _ = demo.seed(meta, store, demo.SeedParams(name="stats", partitions=1, segments=1, rows=10, dim=4))
+    orphans = [f"insert_log/{coll.collection_id}/9/9/100/{i}" for i in (1, 2)]
+    old = time.time() - 3 * 86400
+    for k in orphans:
+        store.put(k, b"y" * 1000)
+        os.utime(os.path.join(store.uri, k), (old, old))
+    run = load_dag("gc").test(run_conf={"dry_run": False, "engine": "inline", "collection": "stats"})
+    assert run.state == "success", task_states(run)
+    got = dict(sent)
+    assert got["seglake.gc.deleted_bytes"] == 2000 and got["seglake.gc.deleted_files"] == 2, sent
+    assert got["seglake.gc.candidate_bytes"] == 2000 and got["seglake.gc.runs"] == 1
+    assert _note(run).startswith("gc: deleted 2 files (2.0 KiB) of 2 candidates -- stats: candidates 2 files")
+    assert not any(store.exists(k) for k in orphans)
+
+
+def test_restore_summary_and_counters_from_etcd(airflow_env, meta, store):
+    """The restore note and counters from the run's XComs plus the copy job in etcd."""
+    from seglake.lifecycle import copyjob, restore
+    from seglake_airflow.notes import summarize
+
+    demo.seed(meta, store, demo.SeedParams(name="src", partitions=1, segments=2, rows=25, dim=4))
+    snapshot.create(meta, store, "src", "s1")
+    job_id = restore.restore(meta, store, "src", "s1", "dst")
+    copyjob.plan(meta, job_id, 10)
+    copyjob.run_inline(meta, store, job_id)
+    job = copyjob.finalize(meta, job_id)
+    d = copyjob.describe_job(meta, job_id)
+
+    class TI:
+        def __init__(self, xcoms):
+            self.xcoms = xcoms
+
+        def xcom_pull(self, task_ids):
+            return self.xcoms.get(task_ids)
+
+    params = {"collection": "src", "snapshot": "s1", "target": "dst"}
+    text, counters = summarize("snapshot_restore", params, TI({"restore": {"job_id": job_id}, "compare": {}}))
+    assert text.startswith(f"restore src/s1 -> dst: {job.total_rows} rows, 2/2 segments, ") and \
+        f"(copy job {job_id}, auto)" in text and "FAILED" not in text
+    assert counters == {"seglake.restore.jobs_completed": 1,
+                        "seglake.restore.copied_bytes": d["progress"]["copied_bytes"],
+                        "seglake.restore.copied_files": d["progress"]["copied_files"]}
+    assert counters["seglake.restore.copied_bytes"] > 0
+    text, _ = summarize("snapshot_restore", params, TI({"restore": {"job_id": job_id}}))
+    assert text.startswith("FAILED: restore src/s1 -> dst: copy job Completed but verify/compare did not pass")
+    text, counters = summarize("snapshot_restore", params, TI({}))
+    assert text == "FAILED: restore src/s1 -> dst: no copy job was created (see the task logs)" and counters == {}
