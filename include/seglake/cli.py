@@ -377,10 +377,10 @@ def _config_show_airflow(args) -> int:
     from seglake.config import _REPO
     from seglake.settings_sources import table as source_table
 
-    try:
-        import airflow  # noqa: F401
-    except ImportError:
-        raise SeglakeError("--airflow needs Apache Airflow importable (run it with the project's venv)") from None
+    import importlib.util
+
+    if importlib.util.find_spec("airflow") is None:
+        raise SeglakeError("--airflow needs Apache Airflow importable (run it with the project's venv)")
     try:
         from seglake_airflow.hooks.engine import SeglakeHook
     except ImportError:

@@ -19,7 +19,6 @@ once per run, from what the run did.
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import quote
 
 NOTE_CONN_ID = "airflow_api"

@@ -62,7 +62,7 @@ def test_snapshot_and_gc_runs_get_their_summary_as_the_note(with_api, meta, stor
     run = load_dag("snapshot_create").test(run_conf={"collection": "notes", "name": "n1", "engine": "inline"})
     assert run.state == "success", task_states(run)
     rec = meta.snapshots.find(meta.catalog.get_by_name("notes").collection_id, "n1")
-    assert _note(run) == f"snapshot notes/n1: COMMITTED, 2 segments, 60 rows, " + \
+    assert _note(run) == "snapshot notes/n1: COMMITTED, 2 segments, 60 rows, " + \
         __import__("seglake.progress", fromlist=["x"]).human_bytes(rec.bytes)
 
     cid = meta.catalog.get_by_name("notes").collection_id

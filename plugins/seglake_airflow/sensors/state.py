@@ -47,7 +47,7 @@ class SeglakeStateSensor(BaseSensorOperator):
     def poke(self, context) -> bool:
         from seglake_airflow.hooks.engine import wait_status
 
-        status, message = wait_status(self.kind, self.check_kwargs, self.etcd_conn_id)
+        status, message = wait_status(self.kind, self.check_kwargs, self.etcd_conn_id, quiet=True)  # check_conf logged them
         self.log.info("%s: %s", self.kind, message)
         if status == "error":
             raise AirflowFailException(message)
