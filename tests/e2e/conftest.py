@@ -282,3 +282,16 @@ def standalone(etcd_server):
         sa.timings["total_s"] = round(time.time() - t0, 1)
         (ARTIFACTS / "e2e-timings.json").write_text(json.dumps(sa.timings, indent=2))
         print(f"\ne2e timings: {json.dumps(sa.timings)} (also in {ARTIFACTS / 'e2e-timings.json'})")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The e2e timings and the screenshot's path, in every run's summary (prints inside
+    tests are captured when they pass)."""
+    timings, shot = ARTIFACTS / "e2e-timings.json", ARTIFACTS / "seglake-page.png"
+    if not any(r.nodeid.startswith("tests/e2e/") for k in ("passed", "failed", "error")
+               for r in terminalreporter.stats.get(k, [])):
+        return
+    terminalreporter.section("seglake e2e")
+    if timings.exists():
+        terminalreporter.write_line(f"e2e timings (s): {timings.read_text().strip()}")
+    terminalreporter.write_line(f"seglake page screenshot: {shot if shot.exists() else 'not taken'}")
