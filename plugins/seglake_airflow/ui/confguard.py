@@ -63,7 +63,7 @@ class ConfGuard:
         except ValueError:
             doc = None   # Airflow answers malformed JSON itself
         error = unknown_keys_error(m.group("dag_id"), doc.get("conf")) if isinstance(doc, dict) else None
-        if error:
+        if error and await _may_trigger(scope, m.group("dag_id")):
             await _answer(send, 400, error)
             return
         replayed = False
@@ -76,6 +76,41 @@ class ConfGuard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+async def _may_trigger(scope, dag_id: str) -> bool:
+    """True only for a caller Airflow would let trigger this DAG (bearer token, else the
+    session cookie). Anyone else goes on to Airflow unchanged and gets its 401/403: an
+    anonymous caller learns nothing about the DAG's keys from us."""
+    from http.cookies import SimpleCookie
+
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    from airflow.configuration import conf
+
+    manager = get_auth_manager()
+    if type(manager).__name__ == "SimpleAuthManager" and conf.getboolean(
+            "core", "simple_auth_manager_all_admins", fallback=False):
+        return True   # development mode: Airflow makes every caller an admin (its middleware may run after us)
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        cookie = SimpleCookie()
+        try:
+            cookie.load(headers.get("cookie", ""))
+        except Exception:  # noqa: BLE001 - a malformed cookie header: no session
+            return False
+        token = cookie[COOKIE_NAME_JWT_TOKEN].value if COOKIE_NAME_JWT_TOKEN in cookie else ""
+    if not token.strip():
+        return False
+    try:
+        user = await manager.get_user_from_token(token.strip())
+        return bool(manager.is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
+                                              details=DagDetails(id=dag_id), user=user))
+    except Exception:  # noqa: BLE001 - expired, forged, unknown: Airflow answers it
+        return False
 
 
 async def _answer(send, status: int, detail: str) -> None:
