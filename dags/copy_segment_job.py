@@ -17,6 +17,7 @@ from datetime import timedelta
 from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
 
 
@@ -50,6 +51,7 @@ def copy_segment_job():
     xcom = "ti.xcom_pull(task_ids='resolve')"
     verify = verify_collection_group("{{ %s['target'] }}" % xcom, "{{ %s['db'] }}" % xcom)
     resolved >> copy >> verify
+    run_note("copy_segment_job")
 
 
 copy_segment_job()

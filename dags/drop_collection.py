@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 
 
 @dag(
@@ -112,6 +113,7 @@ def drop_collection():
     started = begin()
     check_conf("drop_collection") >> started
     wait_released(started) >> finish(started) >> summary(started)
+    run_note("drop_collection")
 
 
 drop_collection()

@@ -37,6 +37,7 @@ from airflow.sdk import dag, task
 from seglake.config import gc_schedule
 from seglake_airflow import spark_job
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
 
 PREP = "ti.xcom_pull(task_ids='prepare')"
@@ -173,6 +174,7 @@ def gc():
     # a dry run skips sweep and records: the mark's counts (what a real run deletes) still report
     [inline, mark_spark] >> swept >> recs >> done
     [inline, mark_spark] >> done
+    run_note("gc")
 
 
 gc()

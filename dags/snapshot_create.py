@@ -28,6 +28,7 @@ from airflow.sdk import PokeReturnValue, dag, task
 
 from seglake_airflow import spark_job
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
 
 BEGIN = "ti.xcom_pull(task_ids='begin')"
@@ -144,6 +145,7 @@ def snapshot_create():
     choose_engine(begun) >> [inline, write_spark]
     [inline, write_spark] >> give_up(begun)
     wait_committed(begun) >> report(begun)
+    run_note("snapshot_create")
 
 
 snapshot_create()

@@ -24,6 +24,7 @@ from datetime import timedelta
 from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
 
 
@@ -84,6 +85,7 @@ def snapshot_restore():
     copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
     verify = verify_collection_group("{{ params.target }}", "{{ params.db }}")
     started >> copy >> verify >> compare()
+    run_note("snapshot_restore")
 
 
 snapshot_restore()

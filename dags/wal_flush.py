@@ -27,13 +27,14 @@ earlier one fails fenced (its files become orphans for GC). REST:
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import dag, task
 
+from seglake.config import Settings
 from seglake_airflow import spark_job
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
 
 PREP = "ti.xcom_pull(task_ids='prepare')"
@@ -43,7 +44,7 @@ PREP = "ti.xcom_pull(task_ids='prepare')"
     dag_id="wal_flush",
     dag_display_name="WAL flush",
     description="Flush each pchannel's WAL into Flushed segments (inline or Spark), exactly once",
-    schedule=os.environ.get("SEGLAKE_WAL_FLUSH_SCHEDULE", "*/5 * * * *"),
+    schedule=None if (_sched := Settings.from_env().wal_flush_schedule) == "none" else _sched,  # "none": manual only
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
@@ -153,6 +154,7 @@ def wal_flush():
     inline = flush_inline.partial(prep=prep).expand(pchannel=ready)
     choose_engine(prep) >> [inline, flush_spark]
     [inline, flush_spark] >> summary(prep)
+    run_note("wal_flush")
 
 
 wal_flush()

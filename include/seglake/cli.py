@@ -7,9 +7,11 @@ Configuration comes from the environment (SEGLAKE_CONFIG JSON, SEGLAKE_<KEY>), s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import difflib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Iterable
@@ -335,8 +337,61 @@ def cmd_gc_pause(args, s: Settings) -> int:
 
 
 def cmd_config_show(args, s: Settings) -> int:
+    if args.airflow:
+        return _config_show_airflow(args)
     pub = s.to_public()
     emit(args, pub, [{"key": k, "value": v} for k, v in pub.items()], ["key", "value"])
+    return 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _config_show_airflow(args) -> int:
+    """The settings a DAG run would use: the same resolution as its tasks (SeglakeHook:
+    environment, the Variable, the etcd_default / aws_default connections from Airflow's
+    secrets backends and metadata DB), each key with the layer that set it; secrets masked."""
+    from seglake.config import _REPO
+    from seglake.settings_sources import table as source_table
+
+    import importlib.util
+
+    if importlib.util.find_spec("airflow") is None:
+        raise SeglakeError("--airflow needs Apache Airflow importable (run it with the project's venv)")
+    try:
+        from seglake_airflow.hooks.engine import SeglakeHook
+    except ImportError:
+        sys.path.insert(0, str(_REPO / "plugins"))
+        from seglake_airflow.hooks.engine import SeglakeHook
+    with _stdout_to_stderr():   # Airflow's own log lines (structlog, on fd 1) stay out of --json
+        from airflow.models.connection import Connection
+        from airflow.models.variable import Variable
+
+        def connection(conn_id: str):   # secrets backends, then the metadata DB (the SDK sees no DB here)
+            try:
+                return Connection.get_connection_from_secrets(conn_id)
+            except Exception:  # noqa: BLE001 - not defined: the layers below apply
+                return None
+
+        hook = SeglakeHook(quiet=True, get_connection=connection,
+                           get_variable=lambda name: Variable.get(name, default_var=None))
+        rows = source_table(hook.settings, hook.sources)
+    data = {"settings": {r["key"]: r["value"] for r in rows}, "sources": {r["key"]: r["source"] for r in rows},
+            "airflow_home": os.environ.get("AIRFLOW_HOME", "~/airflow")}
+    emit(args, data, rows, ["key", "value", "source"])
+    if not args.json:
+        print(f"\n(AIRFLOW_HOME {data['airflow_home']}: a DAG run uses etcd {hook.settings.etcd_endpoint} "
+              f"root {hook.settings.etcd_root!r} and store {hook.settings.store_uri})")
     return 0
 
 
@@ -660,7 +715,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(fn=cmd_verify)
 
     cfg = sub.add_parser("config", help="configuration").add_subparsers(dest="action", required=True)
-    cfg.add_parser("show", parents=[out]).set_defaults(fn=cmd_config_show)
+    cs = cfg.add_parser("show", parents=[out])
+    cs.add_argument("--airflow", action="store_true",
+                    help="resolve like a DAG run: + the Variable seglake_config and the Airflow connections")
+    cs.set_defaults(fn=cmd_config_show)
 
     st = sub.add_parser("stack", help="the local etcd (make up/down/status)")
     st.add_argument("action", choices=["up", "down", "status"])

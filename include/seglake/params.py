@@ -93,6 +93,9 @@ def _show(value: Any) -> str:
 
 ENGINE = Key("enum", "Engine", default="auto", choices=ENGINES,
              description="auto: inline below the size threshold, Spark above it")
+DEFERRABLE = Key("boolean", "Deferrable wait", nullable=True,
+                 description="Wait for the copy in the triggerer (true) or in reschedule mode (false); "
+                             "empty: the worker's [operators] default_deferrable when the run starts")
 DB = Key("name", "Database", default="default")
 
 
@@ -123,12 +126,14 @@ SPECS: dict[str, dict[str, Key]] = {
         "engine": ENGINE,
         "timeout_hours": Key("number", "Job timeout (hours)", nullable=True, limit="restore_timeout", scale=HOUR,
                              description="Empty: copy_job_timeout from config (1 h)"),
+        "deferrable": DEFERRABLE,
     },
     "copy_segment_job": {
         "job_id": Key("integer", "Copy job id", required=True, limit="id",
                       description="From `seglake jobs list` (no default)"),
         "engine": Key("enum", "Engine", nullable=True, choices=ENGINES,
                       description="Empty: the engine the job was created with (a resume keeps it)"),
+        "deferrable": DEFERRABLE,
     },
     "gc": {
         "dry_run": Key("boolean", "Dry run", default=False, description="Mark only: delete nothing"),

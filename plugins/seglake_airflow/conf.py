@@ -5,7 +5,8 @@
 it. It re-checks the run's raw `dag_run.conf` strictly (unknown keys, required keys,
 NaN, ranges) and resolves the settings (SEGLAKE_* env, the `seglake_config` Variable,
 connections: unknown keys, NaN, ranges), and fails at once (AirflowFailException: no
-retry) before anything is written.
+retry) before anything is written. For gc it then prints the effective options and where
+each came from (seglake.runinfo.gc_options_lines): the first lines of every gc run.
 """
 
 from __future__ import annotations
@@ -32,9 +33,16 @@ def check_conf(dag_id: str):
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
+        raw = dag_run.conf if dag_run is not None else {}
         with fail_fast():
-            conf = check(dag_id, dag_run.conf if dag_run is not None else {})
-            SeglakeHook().settings  # noqa: B018 - every config layer checked; connects to nothing
+            conf = check(dag_id, raw)
+            hook = SeglakeHook()
+            hook.settings  # noqa: B018 - every config layer checked; connects to nothing
+        if dag_id == "gc":   # the effective options, first thing in every gc run's logs
+            from seglake.runinfo import gc_options_lines
+
+            run_type = getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", None))
+            print("\n".join(gc_options_lines(conf, raw, hook.settings, hook.sources, run_type)), flush=True)
         return conf
 
     return check_conf_task()

@@ -66,10 +66,11 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
     return group
 
 
-def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job") -> TaskGroup:
+def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job",
+                   deferrable: str | bool | None = "{{ params.deferrable }}") -> TaskGroup:
     """plan -> copy (inline | Spark) -> wait until every task is terminal -> finalize.
-    `job_id` and `engine` may be templates; an unset engine (None, "") means the engine
-    the job was created with. Shared by snapshot_restore (a new job) and copy_segment_job
+    `job_id`, `engine` and `deferrable` may be templates; an unset engine (None, "") means
+    the engine the job was created with, an unset deferrable the worker's default at run time. Shared by snapshot_restore (a new job) and copy_segment_job
     (resume or re-drive an existing one). Every step is idempotent: a re-triggered run
     continues an Executing job and is a no-op for a finished one."""
     with TaskGroup(group_id=group_id, tooltip="run a copy-segment job") as group:
@@ -102,10 +103,16 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
             from seglake.lifecycle import copyjob
             from seglake_airflow.hooks.engine import SeglakeHook
 
-            hook = SeglakeHook()
+            from seglake.progress import watch_copy_job
+
+            hook, watcher = SeglakeHook(), SeglakeHook()
             threads = hook.settings.copy_threads
-            tasks = copyjob.run_inline(hook.meta, hook.store, planned["job_id"], threads=threads,
-                                       settings=hook.settings)
+            try:
+                with watch_copy_job(watcher.meta, planned["job_id"]):   # a progress line every 5 s
+                    tasks = copyjob.run_inline(hook.meta, hook.store, planned["job_id"], threads=threads,
+                                               settings=hook.settings)
+            finally:
+                watcher.close()
             return {"tasks_run": len(tasks), "failed": sum(t.state == "Failed" for t in tasks)}
 
         xcom = f"ti.xcom_pull(task_ids='{group_id}.plan')"
@@ -125,6 +132,7 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
             check_kwargs={"job_id": "{{ %s['job_id'] }}" % xcom},
             poke_interval=5,
             timeout=24 * 3600,
+            deferrable=deferrable,
             trigger_rule="none_failed_min_one_success",
         )
 

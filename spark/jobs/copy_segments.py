@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     spark = SparkSession.builder.appName(f"seglake-copy-{args.job_id}").getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
     try:
-        with Meta.from_settings(settings) as meta:
+        from seglake.progress import watch_copy_job
+
+        with Meta.from_settings(settings) as meta, Meta.from_settings(settings) as watcher, \
+                watch_copy_job(watcher, args.job_id):   # a progress line every 5 s while executors copy
             results = run(spark, meta, args.job_id)
     finally:
         spark.stop()

@@ -32,7 +32,7 @@ def api(airflow_home):
     ("snapshot_restore", '{"collection": "demo", "snapshot": "s", "target": "t", "timeout_hours": NaN}',
      "timeout_hours: nan"),
     ("snapshot_restore", '{"collection": "demo", "snapshot": "s"}', "param target"),
-    ("snapshot_drop", '{"collection": "demo", "snapshot": "s"}', "param name"),
+    ("snapshot_drop", '{"collection": "demo", "snapshot": "s"}', "did you mean 'name'?"),  # seglake ConfGuard
     ("copy_segment_job", '{}', "param job_id"),
     ("gc", '{"missing_tolerance_hours": NaN}', "missing_tolerance_hours: nan"),
     ("gc", '{"drop_tolerance_hours": -Infinity}', "drop_tolerance_hours"),

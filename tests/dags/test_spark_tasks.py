@@ -38,3 +38,16 @@ def test_every_spark_job_lowers_spark_logging(job):
         pytest.skip("no Spark session in this module")
     levels = [c for c in calls if c.func.attr == "setLogLevel"]
     assert levels, f"{job} leaves Spark at INFO"
+
+
+@pytest.mark.parametrize("value,expected", [("none", None), ("@hourly", "@hourly")])
+def test_scheduled_dags_accept_the_schedules_the_config_accepts(airflow_home, monkeypatch, value, expected):
+    """SEGLAKE_WAL_FLUSH_SCHEDULE=none (valid config) made wal_flush fail to parse (found by the e2e)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    for key, dag_id in (("SEGLAKE_WAL_FLUSH_SCHEDULE", "wal_flush"), ("SEGLAKE_GC_SCHEDULE", "gc")):
+        monkeypatch.setenv(key, value)
+        bag = DagBag(dag_folder=str(REPO / "dags" / f"{dag_id}.py"))
+        assert not bag.import_errors, bag.import_errors
+        manual = type(bag.dags[dag_id].timetable).__name__ == "NullTimetable"
+        assert manual == (expected is None), (dag_id, bag.dags[dag_id].timetable)

@@ -75,3 +75,19 @@ def test_loading_the_plugin_does_not_import_the_api_stack():
                          env={**__import__("os").environ,
                               "PYTHONPATH": f"{repo / 'include'}:{repo / 'plugins'}"})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_the_conf_guard_tells_anonymous_callers_nothing(client, token):
+    """Unknown keys get the guard's 400 only with a token that may trigger the DAG;
+    anonymous or forged callers get Airflow's own 401/403 and learn no key names."""
+    body = {"logical_date": None, "conf": {"dryrun": True}}
+    r = client.post("/api/v2/dags/gc/dagRuns", json=body)
+    assert r.status_code == 401 and "dry_run" not in r.text
+    r = client.post("/api/v2/dags/gc/dagRuns", json=body, headers={"Authorization": "Bearer forged"})
+    assert r.status_code == 403 and "dry_run" not in r.text
+    r = client.post("/api/v2/dags/gc/dagRuns", json=body, headers={"Cookie": "_token=forged"})
+    assert r.status_code in (401, 403) and "dry_run" not in r.text
+    r = client.post("/api/v2/dags/gc/dagRuns", json=body, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 400 and "did you mean 'dry_run'?" in r.json()["detail"]
+    r = client.post("/api/v2/dags/gc/dagRuns", json=body, headers={"Cookie": f"_token={token}"})
+    assert r.status_code == 400 and "did you mean 'dry_run'?" in r.json()["detail"]

@@ -33,7 +33,9 @@ REPO = Path(__file__).resolve().parents[2]
 E2E_HOME = REPO / ".dev" / "test" / "e2e"
 ARTIFACTS = REPO / ".dev" / "test" / "artifacts"
 MARKER = "E2E_SEGLAKE_SESSION"  # not SEGLAKE_*: config refuses unknown SEGLAKE_ names
-DAG_IDS = ("verify_collection", "snapshot_create", "snapshot_restore", "snapshot_drop", "gc")
+DAG_IDS = ("verify_collection", "snapshot_create", "snapshot_restore", "snapshot_drop", "gc", "wal_flush",
+           "drop_collection", "copy_segment_job")
+COPY_FAULT = "copy.after_file:sleep=0.2"   # slows the DAGs' copies enough to catch one mid-way
 HEALTHY_TIMEOUT = 150
 PARSE_TIMEOUT = 150
 
@@ -89,6 +91,7 @@ class Standalone:
     root: str
     store_uri: str
     token: str = ""
+    password: str = field(default_factory=lambda: uuid.uuid4().hex)
     proc: subprocess.Popen | None = None
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
     ports: dict = field(default_factory=dict)
@@ -126,6 +129,24 @@ class Standalone:
         r = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         return {t["task_id"]: t["state"] for t in r.json().get("task_instances", [])} if r.status_code == 200 else {}
 
+    def run(self, dag_id: str, run_id: str) -> dict:
+        r = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        r.raise_for_status()
+        return r.json()
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, tries: int = 3) -> str:
+        """The task's log over its first `tries` tries (text), through REST."""
+        out = []
+        for n in range(1, tries + 1):
+            r = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{n}"
+                                    "?full_content=true", timeout=30)
+            if r.status_code != 200:
+                break
+            body = r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
+            content = body.get("content", body) if isinstance(body, dict) else body
+            out.append(json.dumps(content) if not isinstance(content, str) else content)
+        return "\n".join(out)
+
     def log_tail(self, n: int = 4000) -> str:
         p = self.home / "standalone.log"
         return p.read_text(errors="replace")[-n:] if p.exists() else ""
@@ -157,6 +178,13 @@ def _env(sa: Standalone, etcd_endpoint: str) -> dict:
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]",
                                                   "extra": {"deploy-mode": "client"}}),
         "AIRFLOW_VAR_SEGLAKE_CONFIG": json.dumps({"store_uri": sa.store_uri}),
+        # the run_note teardown sets run notes through the REST API as this user
+        "AIRFLOW_CONN_AIRFLOW_API": json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": sa.ports["api"],
+                                                "schema": "http", "login": "admin", "password": sa.password}),
+        # no scheduled runs: unpausing would start the latest interval at once (a REAL gc)
+        "SEGLAKE_GC_SCHEDULE": "none",
+        "SEGLAKE_WAL_FLUSH_SCHEDULE": "none",
+        "SEGLAKE_FAULTS": COPY_FAULT,
         # this checkout's engine and plugins first (the venv may hold another checkout's)
         "PYTHONPATH": os.pathsep.join([str(REPO / "include"), str(REPO / "plugins")]
                                       + [p for p in [os.environ.get("PYTHONPATH")] if p]),
@@ -188,6 +216,9 @@ def standalone(etcd_server):
     ports = {k: free_port() for k in ("api", "worker_log", "trigger_log", "scheduler_health")}
     sa = Standalone(base=f"http://127.0.0.1:{ports['api']}", home=home, root=f"e2e{uuid.uuid4().hex[:8]}",
                     store_uri=str(E2E_HOME / "store"), ports=ports)
+    # a known admin password (simple auth manager keeps an existing one): the run_note
+    # connection logs in with it
+    (home / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": sa.password}))
     log = open(home / "standalone.log", "wb")
     sa.proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"],
                                env=_env(sa, etcd_server.endpoint), cwd=str(home), stdout=log,
@@ -227,6 +258,7 @@ def standalone(etcd_server):
             time.sleep(1)
         sa.timings["healthy_s"] = round(time.time() - t0, 1)
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+        assert passwords["admin"] == sa.password
         r = httpx.post(sa.base + "/auth/token", json={"username": "admin", "password": passwords["admin"]}, timeout=10)
         r.raise_for_status()
         sa.token = r.json()["access_token"]
@@ -247,5 +279,19 @@ def standalone(etcd_server):
         stop()
         atexit.unregister(stop)
         assert not _marked_pids(sa.marker), "processes of the standalone session survived the stop"
+        sa.timings["total_s"] = round(time.time() - t0, 1)
         (ARTIFACTS / "e2e-timings.json").write_text(json.dumps(sa.timings, indent=2))
-        print(f"\ne2e timings: {json.dumps(sa.timings)}")
+        print(f"\ne2e timings: {json.dumps(sa.timings)} (also in {ARTIFACTS / 'e2e-timings.json'})")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The e2e timings and the screenshot's path, in every run's summary (prints inside
+    tests are captured when they pass)."""
+    timings, shot = ARTIFACTS / "e2e-timings.json", ARTIFACTS / "seglake-page.png"
+    if not any(r.nodeid.startswith("tests/e2e/") for k in ("passed", "failed", "error")
+               for r in terminalreporter.stats.get(k, [])):
+        return
+    terminalreporter.section("seglake e2e")
+    if timings.exists():
+        terminalreporter.write_line(f"e2e timings (s): {timings.read_text().strip()}")
+    terminalreporter.write_line(f"seglake page screenshot: {shot if shot.exists() else 'not taken'}")

@@ -1,8 +1,10 @@
 """End to end under the real scheduler (`airflow standalone`): DAG runs through the REST
-API with their effect in etcd, a bad conf refused before any run exists, the seglake page
-and /metrics refused to anonymous callers and loaded in headless Chromium.
+API with their effect in etcd and their run note, a bad conf and an unknown key refused
+before any run exists, a restore whose wait really defers to the triggerer, WAL ingest ->
+wal_flush -> drop_collection, the seglake page and /metrics refused to anonymous callers
+and loaded in headless Chromium (screenshot kept, path printed).
 
-One Spark run in all (the verify step of the restore); everything else runs inline.
+Two Spark runs in all (the verify step of each restore); everything else runs inline.
 Tests run in file order and build on each other (one store, one standalone).
 """
 
@@ -19,13 +21,14 @@ from pathlib import Path
 import pytest
 
 from seglake import demo
+from seglake.errors import Conflict
 from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.meta.segments import FLUSHED
 from seglake.meta.snapshots import COMMITTED
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".dev" / "test" / "artifacts"
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
-COLL, SNAP, TARGET = "e2e_demo", "e2e_snap", "e2e_restored"
+COLL, SNAP, TARGET, DEFERRED, WAL = "e2e_demo", "e2e_snap", "e2e_restored", "e2e_deferred", "e2e_wal"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -40,9 +43,11 @@ def engine(standalone, etcd_server):
                             "store_uri": standalone.store_uri, "etcd_timeout": 5})
     meta, store = Meta.from_settings(s), open_store(s)
     coll, _ = demo.seed(meta, store, demo.SeedParams(name=COLL, partitions=1, segments=3, rows=100, dim=4))
-    for dag_id in ("verify_collection", "snapshot_create", "snapshot_restore", "snapshot_drop", "gc"):
+    for dag_id in ("verify_collection", "snapshot_create", "snapshot_restore", "snapshot_drop", "gc",
+                   "wal_flush", "drop_collection", "copy_segment_job"):
         r = standalone.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         assert r.status_code == 200, r.text
+    standalone.settings = s
     yield meta, store, coll
     meta.close()
 
@@ -57,18 +62,34 @@ def _started(standalone, dag_id: str, conf: dict) -> str:
     return r.json()["dag_run_id"]
 
 
-def _succeeded(standalone, dag_id: str, run_id: str, timeout: float = 240) -> None:
+def _succeeded(standalone, dag_id: str, run_id: str, timeout: float = 240) -> str:
+    """Waits for success; returns the run's note (set by the run_note teardown)."""
     state = standalone.wait_run(dag_id, run_id, timeout)
     assert state == "success", f"{dag_id} {run_id}: {state} {standalone.task_states(dag_id, run_id)}"
+    deadline = time.time() + 60   # the teardown may still be finishing when the run state flips
+    while True:
+        run = standalone.run(dag_id, run_id)
+        states = standalone.task_states(dag_id, run_id)
+        if run.get("note") or states.get("run_note") in ("success", "failed", "upstream_failed") \
+                or time.time() > deadline:
+            return run.get("note") or ""
+        time.sleep(1)
 
 
-def test_bad_conf_is_refused_before_any_run(standalone, engine):
-    for dag_id, conf in (("verify_collection", {"collection": "bad-name!"}),
-                         ("snapshot_restore", {"collection": COLL, "snapshot": SNAP, "target": TARGET,
-                                               "timeout_hours": -1})):
+def test_bad_conf_and_unknown_keys_are_refused_before_any_run(standalone, engine):
+    for dag_id, conf, detail in (
+            ("verify_collection", {"collection": "bad-name!"}, "collection"),
+            ("snapshot_restore", {"collection": COLL, "snapshot": SNAP, "target": TARGET, "timeout_hours": -1},
+             "timeout_hours"),
+            ("snapshot_restore", {"collection": COLL, "snapshot": SNAP, "tagret": TARGET},
+             "unknown conf key 'tagret' (did you mean 'target'?)"),
+            ("gc", {"dryrun": True}, "unknown conf key 'dryrun' (did you mean 'dry_run'?)"),
+            ("snapshot_restore", {"collection": COLL, "snapshot": SNAP, "target": TARGET, "deferrable": "yes"},
+             "deferrable")):
         before = standalone.run_count(dag_id)
         r = standalone.trigger(dag_id, conf)
         assert r.status_code == 400, f"{dag_id} {conf}: HTTP {r.status_code} {r.text}"
+        assert detail in r.text, r.text
         assert standalone.run_count(dag_id) == before
 
 
@@ -81,10 +102,14 @@ def test_snapshot_gc_and_verify_runs(standalone, engine):
     snap_run = _started(standalone, "snapshot_create", {"collection": COLL, "name": SNAP, "engine": "inline"})
     gc_run = _started(standalone, "gc", {"dry_run": True, "engine": "inline"})
     missing_run = _started(standalone, "verify_collection", {"collection": "no_such_collection"})
-    _succeeded(standalone, "snapshot_create", snap_run)
+    note = _succeeded(standalone, "snapshot_create", snap_run)
     rec = meta.snapshots.find(coll.collection_id, SNAP)
     assert rec is not None and rec.state == COMMITTED and rec.description == "" and rec.segments == 3
-    _succeeded(standalone, "gc", gc_run)
+    assert note.startswith(f"snapshot {COLL}/{SNAP}: COMMITTED, 3 segments, {rec.rows} rows"), note
+    note = _succeeded(standalone, "gc", gc_run)
+    assert note.startswith("gc dry run: would delete 0 files"), note   # the whole store, nothing old
+    opts = standalone.task_log("gc", gc_run, "check_conf")
+    assert "gc options (manual run" in opts and "scope = whole store" in opts, opts[-3000:]
     assert standalone.wait_run("verify_collection", missing_run) == "failed"
     states = standalone.task_states("verify_collection", missing_run)
     assert states["verify.check_files"] in ("upstream_failed", None), states   # Spark never started
@@ -108,7 +133,93 @@ def test_restore_inline_then_verify_on_spark(standalone, engine):
     (job,) = [j for j in meta.copyjobs.list() if j.target_collection == TARGET]
     assert job.state == JOB_COMPLETED
     assert meta.snapshots.find(coll.collection_id, SNAP).pins == ()
+    note = standalone.run("snapshot_restore", run).get("note") or ""
+    assert note.startswith(f"restore {COLL}/{SNAP} -> {TARGET}: {job.total_rows} rows, 3/3 segments"), note
+    log = standalone.task_log("snapshot_restore", run, "copy_job.copy_inline")
+    assert f"copy job {job.job_id}: 3/3 segments, " in log and "(done)" in log, log[-3000:]   # progress line
     _timed(standalone, "restore_with_spark_verify_s", t0)
+
+
+def test_restore_whose_wait_defers_to_the_triggerer(standalone, engine):
+    """A restore with deferrable=true whose copy is taken over by another runner (a
+    re-drive) mid-way: its own copy step ends without finishing the task, so the wait
+    really defers; the triggerer polls etcd until the other runner completes the copy."""
+    from seglake.lifecycle import copyjob
+    from seglake.meta.copyjobs import TASK_IN_PROGRESS
+
+    meta, store, coll = engine
+    t0 = time.time()
+    run = _started(standalone, "snapshot_restore", {"collection": COLL, "snapshot": SNAP, "target": DEFERRED,
+                                                    "engine": "inline", "deferrable": True})
+    deadline = time.time() + 120
+    while True:   # the DAG's copy (slowed by the session's fault) owns the task: take it over
+        jobs = [j for j in meta.copyjobs.list() if j.target_collection == DEFERRED]
+        tasks = meta.copyjobs.tasks(jobs[0].job_id) if jobs else []
+        if tasks and tasks[0].state == TASK_IN_PROGRESS and tasks[0].attempt == 1:
+            task, kv = meta.copyjobs.get_task(jobs[0].job_id, 0)
+            if task.attempt == 1:
+                try:
+                    meta.copyjobs.update_task_kv(kv, task.replace(attempt=2))
+                    break
+                except Conflict:
+                    pass   # the DAG's copy saved its progress in between: read again
+        assert time.time() < deadline, f"the copy never started: {standalone.task_states('snapshot_restore', run)}"
+        time.sleep(0.05)
+    job_id = jobs[0].job_id
+    deadline = time.time() + 120
+    while standalone.task_states("snapshot_restore", run).get("copy_job.wait") != "deferred":
+        assert time.time() < deadline, standalone.task_states("snapshot_restore", run)
+        time.sleep(1)
+    standalone.timings["deferred_after_s"] = round(time.time() - t0, 1)
+    time.sleep(6)   # the trigger polls (every 5 s) and logs the wait's progress
+    copyjob.copy_task(meta, store, job_id, 0)   # the other runner finishes the copy
+    note = _succeeded(standalone, "snapshot_restore", run, timeout=300)
+    job, _ = meta.copyjobs.get(job_id)
+    assert job.state == JOB_COMPLETED and note.startswith(f"restore {COLL}/{SNAP} -> {DEFERRED}: "), note
+    wait_log = standalone.task_log("snapshot_restore", run, "copy_job.wait")
+    assert "waiting in the triggerer (deferred)" in wait_log, wait_log[-3000:]
+    assert "segments copied" in wait_log and "seglake settings" not in wait_log, wait_log[-3000:]
+    _timed(standalone, "restore_deferred_s", t0)
+
+
+def test_wal_ingest_flush_and_drop_collection(standalone, engine):
+    """Ingest through the WAL, wal_flush (inline) makes Flushed segments, then
+    drop_collection waits for a second wal_flush to release the vchannels: Dropped."""
+    from seglake.meta.segments import DROPPED
+    from seglake.wal.client import WalClient, synthetic_rows
+
+    meta, store, _ = engine
+    t0 = time.time()
+    schema = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
+              {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": 4},
+              {"field_id": 102, "name": "price", "dtype": "Float"}]
+    with WalClient(meta, store, standalone.settings) as c:
+        wal_coll = c.create_collection(WAL, schema, shards=2)
+        c.insert(WAL, synthetic_rows(wal_coll, 300, 1))
+        c.delete(WAL, [1, 2, 3])
+    run = _started(standalone, "wal_flush", {"pchannel": "all", "engine": "inline", "flush_all": True,
+                                             "max_seconds": 60})
+    note = _succeeded(standalone, "wal_flush", run)
+    flushed = [s for s in meta.segments.list(wal_coll.collection_id) if s.state == FLUSHED]
+    assert flushed and sum(s.num_rows for s in flushed) == 300
+    assert note.startswith("wal_flush: ") and " segments flushed, " in note, note
+    _timed(standalone, "wal_flush_s", t0)
+
+    t0 = time.time()
+    drop_run = _started(standalone, "drop_collection", {"collection": WAL, "wait_for_flush": True,
+                                                        "timeout_hours": 0.1})
+    deadline = time.time() + 120
+    while meta.catalog.get(wal_coll.collection_id).state != "Dropping":
+        assert time.time() < deadline, standalone.task_states("drop_collection", drop_run)
+        time.sleep(1)
+    flush_run = _started(standalone, "wal_flush", {"pchannel": "all", "engine": "inline", "max_seconds": 60})
+    _succeeded(standalone, "wal_flush", flush_run)
+    note = _succeeded(standalone, "drop_collection", drop_run, timeout=300)
+    assert meta.catalog.get(wal_coll.collection_id).state == "Dropped"
+    segs = list(meta.segments.list(wal_coll.collection_id))
+    assert segs and {s.state for s in segs} == {DROPPED}
+    assert note.startswith(f"drop_collection {WAL}: Dropped, {len(segs)} segments (300 rows"), note
+    _timed(standalone, "drop_collection_s", t0)
 
 
 def test_plugin_routes_refuse_anonymous_on_the_real_server(standalone, engine):
@@ -161,13 +272,13 @@ def test_page_and_metrics_in_headless_chromium(standalone, engine):
     try:
         base = f"http://127.0.0.1:{proxy.server_address[1]}"
         dom = _chromium("--dump-dom", f"{base}/seglake/")
-        for name in (COLL, TARGET, SNAP, "COMMITTED", "Completed", "no WAL channels"):
+        for name in (COLL, TARGET, DEFERRED, SNAP, "COMMITTED", "Completed"):
             assert name in dom, f"{name!r} not on the page"
         assert f"<td>{job.job_id}</td>" in dom
         metrics = _chromium("--dump-dom", f"{base}/seglake/metrics")
         committed = sum(r.state == COMMITTED for r in meta.snapshots.list())
-        for line in ('seglake_copy_jobs{state="Completed"} 1', f'seglake_snapshots{{state="COMMITTED"}} {committed}',
-                     'seglake_collections{state="Created"} 2'):
+        for line in ('seglake_copy_jobs{state="Completed"} 2', f'seglake_snapshots{{state="COMMITTED"}} {committed}',
+                     'seglake_collections{state="Created"} 3', 'seglake_collections{state="Dropped"} 1'):
             assert line in metrics, f"{line!r} not in {metrics[:3000]}"
         anonymous = _chromium("--dump-dom", f"{standalone.base}/seglake/")   # no proxy, no login
         assert "Not authenticated" in anonymous and COLL not in anonymous
@@ -175,6 +286,7 @@ def test_page_and_metrics_in_headless_chromium(standalone, engine):
         shot.unlink(missing_ok=True)
         _chromium(f"--screenshot={shot}", "--window-size=1400,1000", f"{base}/seglake/")
         assert shot.stat().st_size > 10_000
+        print(f"\nseglake page screenshot: {shot}")
     finally:
         proxy.shutdown()
         proxy.server_close()

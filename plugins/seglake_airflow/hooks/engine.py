@@ -28,38 +28,62 @@ class SeglakeHook(BaseHook):
     hook_name = "seglake"
 
     def __init__(self, etcd_conn_id: str = "etcd_default", aws_conn_id: str = "aws_default",
-                 overrides: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 overrides: dict[str, Any] | None = None, quiet: bool = False,
+                 get_connection=None, get_variable=None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.quiet = quiet   # no settings line in the log (a poller resolving them again and again)
+        # where connections / the Variable come from: the Task SDK (tasks, API server) by
+        # default; the CLI passes Airflow's core lookups (metadata DB included)
+        self._get_connection = get_connection or _connection
+        self._get_variable = get_variable
         self.etcd_conn_id = etcd_conn_id
         self.aws_conn_id = aws_conn_id
         self.overrides = dict(overrides or {})
 
+    def connection_layers(self, store_uri: str) -> list[tuple[str, dict[str, Any]]]:
+        """Settings the connections provide, as named layers (secrets included: never log)."""
+        layers: list[tuple[str, dict[str, Any]]] = []
+        etcd = self._get_connection(self.etcd_conn_id)
+        if etcd is not None:
+            from seglake_airflow.hooks.etcd import EtcdHook
+            layers.append((f"connection {self.etcd_conn_id}", EtcdHook(self.etcd_conn_id).settings_overrides(etcd)))
+        if store_uri.startswith("s3://"):
+            conn = self._get_connection(self.aws_conn_id)
+            if conn is not None:
+                extra, layer = conn.extra_dejson, {}
+                if conn.login:
+                    layer["s3_access_key"] = conn.login
+                    layer["s3_secret_key"] = conn.password or ""
+                if extra.get("endpoint_url"):
+                    layer["s3_endpoint"] = extra["endpoint_url"]
+                if extra.get("region_name"):
+                    layer["s3_region"] = extra["region_name"]
+                layers.append((f"connection {self.aws_conn_id}", layer))
+        return layers
+
     @cached_property
-    def settings(self):
+    def _resolved(self):
         from airflow.sdk import Variable
         from seglake.config import VARIABLE_NAME, Settings
+        from seglake.settings_sources import resolve
 
-        variable = Variable.get(VARIABLE_NAME, default=None)
+        variable = (self._get_variable or (lambda name: Variable.get(name, default=None)))(VARIABLE_NAME)
         base = Settings.load(variable=variable)
-        layered: dict[str, Any] = {}
-        if _connection(self.etcd_conn_id) is not None:
-            from seglake_airflow.hooks.etcd import EtcdHook
-            layered.update(EtcdHook(self.etcd_conn_id).settings_overrides())
-        store_uri = self.overrides.get("store_uri", base.store_uri)
-        if store_uri.startswith("s3://"):
-            conn = _connection(self.aws_conn_id)
-            if conn is not None:
-                extra = conn.extra_dejson
-                if conn.login:
-                    layered["s3_access_key"] = conn.login
-                    layered["s3_secret_key"] = conn.password or ""
-                if extra.get("endpoint_url"):
-                    layered["s3_endpoint"] = extra["endpoint_url"]
-                if extra.get("region_name"):
-                    layered["s3_region"] = extra["region_name"]
-        settings = base.replace(**layered, **self.overrides)
-        log.info("seglake settings: %s", settings.to_public())
-        return settings
+        layers = self.connection_layers(self.overrides.get("store_uri", base.store_uri))
+        settings, sources = resolve(variable, layers, self.overrides)
+        if not self.quiet:
+            log.info("seglake settings: %s", settings.to_public())
+        return settings, sources
+
+    @property
+    def settings(self):
+        """Engine defaults <- SEGLAKE_* env <- Variable <- connections <- per-run overrides."""
+        return self._resolved[0]
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """{settings key: the layer that set it} (default, environment, Variable, connection ..., run)."""
+        return self._resolved[1]
 
     @cached_property
     def meta(self):
@@ -79,12 +103,13 @@ class SeglakeHook(BaseHook):
             self.meta.close()
 
 
-def wait_status(kind: str, check_kwargs: dict, etcd_conn_id: str = "etcd_default") -> tuple[str, str]:
+def wait_status(kind: str, check_kwargs: dict, etcd_conn_id: str = "etcd_default",
+                quiet: bool = False) -> tuple[str, str]:
     """One engine wait condition (seglake.lifecycle.waits), with a short-lived hook:
-    what the sensor pokes and the trigger polls."""
+    what the sensor pokes and the trigger polls (quietly: no settings line per poll)."""
     from seglake.lifecycle.waits import check
 
-    hook = SeglakeHook(etcd_conn_id=etcd_conn_id)
+    hook = SeglakeHook(etcd_conn_id=etcd_conn_id, quiet=quiet)
     try:
         return check(hook.meta, kind, **check_kwargs)
     finally:

@@ -31,9 +31,10 @@ class EtcdHook(BaseHook):
                              "extra": '{"endpoints": "h1:2379,h2:2379", "ca_cert": "/path/ca.pem", "root": "seglake"}'},
         }
 
-    def settings_overrides(self) -> dict[str, Any]:
-        """Settings keys this connection provides (secrets included; never log them)."""
-        conn = self.get_connection(self.etcd_conn_id)
+    def settings_overrides(self, conn=None) -> dict[str, Any]:
+        """Settings keys this connection (or `conn`, already fetched) provides (secrets
+        included; never log them)."""
+        conn = conn if conn is not None else self.get_connection(self.etcd_conn_id)
         extra = conn.extra_dejson
         out: dict[str, Any] = {}
         if extra.get("endpoints"):

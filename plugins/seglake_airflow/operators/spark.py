@@ -25,6 +25,8 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
+
 
 def write_secrets_file(secrets: dict[str, str]) -> str:
     """A new file only this user can read (0600 from creation), holding `secrets` as JSON."""
@@ -67,6 +69,10 @@ class SeglakeSparkSubmitOperator(SparkSubmitOperator):
         conf = dict(self.conf or {})
         conf.setdefault("spark.ui.enabled", "true" if settings.spark_ui else "false")
         conf.setdefault("spark.sql.shuffle.partitions", "4")
+        # Spark's own INFO lines drown the job's: WARN from the SparkContext's start on
+        # (the jobs' setLogLevel comes later); SEGLAKE_SPARK_LOG_LEVEL=INFO to debug
+        level = os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN").upper()
+        conf.setdefault("spark.log.level", level if level in SPARK_LOG_LEVELS else "WARN")
         self.conf = conf
         self._hook = None
         try:

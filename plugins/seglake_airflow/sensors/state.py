@@ -1,23 +1,40 @@
 """SeglakeStateSensor: waits for an engine condition (seglake.lifecycle.waits) in
 reschedule mode, or deferrable through SeglakeStateTrigger. Pokes once before deferring;
-an "error" status fails the task at once with the engine's message."""
+an "error" status fails the task at once with the engine's message.
+
+`deferrable` is chosen per run: True/False, a template such as "{{ params.deferrable }}",
+or None/empty, which means `[operators] default_deferrable` read when the task RUNS
+(on the worker), not when the DAG file is parsed."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
-from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+UNSET = (None, "", "None")   # "None": an unset Param rendered by a template
+
+
+def resolve_deferrable(value: Any) -> bool:
+    """The run's choice; unset -> the worker's [operators] default_deferrable now."""
+    if isinstance(value, bool):
+        return value
+    if value in UNSET:
+        from airflow.configuration import conf
+
+        return conf.getboolean("operators", "default_deferrable", fallback=False)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise AirflowFailException(f"deferrable must be true, false or empty, got {str(value)[:40]!r}")
+
 
 class SeglakeStateSensor(BaseSensorOperator):
-    template_fields = ("check_kwargs",)
+    template_fields = ("check_kwargs", "deferrable")
 
     def __init__(self, *, kind: str, check_kwargs: dict[str, Any], etcd_conn_id: str = "etcd_default",
-                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-                 **kwargs: Any) -> None:
+                 deferrable: bool | str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("mode", "reschedule")
         kwargs.setdefault("poke_interval", 5)
         kwargs.setdefault("timeout", 6 * 3600)
@@ -30,14 +47,17 @@ class SeglakeStateSensor(BaseSensorOperator):
     def poke(self, context) -> bool:
         from seglake_airflow.hooks.engine import wait_status
 
-        status, message = wait_status(self.kind, self.check_kwargs, self.etcd_conn_id)
+        status, message = wait_status(self.kind, self.check_kwargs, self.etcd_conn_id, quiet=True)  # check_conf logged them
         self.log.info("%s: %s", self.kind, message)
         if status == "error":
             raise AirflowFailException(message)
         return status == "success"
 
     def execute(self, context) -> Any:
-        if not self.deferrable:
+        deferrable = resolve_deferrable(self.deferrable)
+        self.log.info("%s: waiting %s", self.kind, "in the triggerer (deferred)" if deferrable
+                      else f"in {self.mode} mode")
+        if not deferrable:
             return super().execute(context)
         if self.poke(context):
             return None

@@ -1,0 +1,124 @@
+"""What a DAG run says about itself: the effective options it runs with (first lines of
+a gc run) and the one-line summary set as the run's note when it ends. Pure functions
+over plain dicts (a run's conf, its settings and their sources, task results), so the
+Airflow glue only fetches and prints."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from seglake.progress import human_bytes, human_seconds
+
+
+def _dur(seconds: float) -> str:
+    return f"{seconds:g} s ({human_seconds(seconds)})"
+
+
+def gc_options_lines(conf: Mapping[str, Any], raw_conf: Mapping[str, Any] | None, settings,
+                     sources: Mapping[str, str], run_type: str | None = None) -> list[str]:
+    """Every option a gc run uses and where it came from: `Param` (this run's conf),
+    `Param default` (the form's default: what a scheduled run, or an unpause, uses), or
+    for tolerances not given, the settings layer (default, environment, Variable ...)."""
+    raw = dict(raw_conf or {})
+
+    def param(key: str) -> str:
+        return "Param" if key in raw else "Param default"
+
+    lines = [f"gc options ({run_type or 'manual'} run; "
+             f"{'a scheduled run uses the form defaults' if run_type == 'scheduled' else 'conf as given'}):"]
+    dry = bool(conf.get("dry_run"))
+    lines.append(f"  dry_run = {str(dry).lower():<28} [{param('dry_run')}]"
+                 + ("" if dry else "  <- a REAL run: unreferenced files past the tolerances are deleted"))
+    scope = f"collection {conf['db']}.{conf['collection']}" if conf.get("collection") else "whole store"
+    lines.append(f"  scope = {scope:<30} [{param('collection')}]")
+    for key in ("missing_tolerance", "drop_tolerance"):
+        hours = conf.get(f"{key}_hours")
+        if hours is not None:
+            value, src = float(hours) * 3600, f"Param {key}_hours"
+        else:
+            value, src = getattr(settings, key), f"config: {sources.get(key, 'default')}"
+        lines.append(f"  {key} = {_dur(value):<22} [{src}]")
+    lines.append(f"  tolerance_floor = {_dur(settings.tolerance_floor):<20} [config: "
+                 f"{sources.get('tolerance_floor', 'default')}]")
+    lines.append(f"  force = {str(bool(conf.get('force'))).lower():<30} [{param('force')}]")
+    lines.append(f"  engine = {str(conf.get('engine')):<29} [{param('engine')}]")
+    lines.append(f"  etcd = {settings.etcd_endpoint} root {settings.etcd_root!r} "
+                 f"[{sources.get('etcd_endpoint', 'default')}]; store = {settings.store_uri} "
+                 f"[{sources.get('store_uri', 'default')}]")
+    return lines
+
+
+# -- run notes ------------------------------------------------------------------------------
+NOTE_MAX = 1000
+
+
+def _short(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= NOTE_MAX else text[:NOTE_MAX - 3] + "..."
+
+
+def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, job: Mapping[str, Any] | None) -> str:
+    """`job`: copyjob.describe_job of the run's copy job (None if the restore never made one);
+    `compared`: the compare task's result (None unless the run got that far)."""
+    head = f"restore {params.get('collection')}/{params.get('snapshot')} -> {params.get('target')}"
+    if not job:
+        return _short(f"FAILED: {head}: no copy job was created (see the task logs)")
+    p = job.get("progress") or {}
+    facts = (f"{job.get('total_rows', 0)} rows, {p.get('copied_segments', 0)}/{p.get('total_segments', 0)} segments, "
+             f"{human_bytes(p.get('copied_bytes', 0))} in {human_seconds(job.get('duration_s') or 0)} "
+             f"(copy job {job.get('job_id')}, {job.get('engine')})")
+    if job.get("state") == "Failed":
+        return _short(f"FAILED: {head}: copy job {job.get('job_id')} Failed: {job.get('reason')}; {facts}")
+    if compared is None:
+        return _short(f"FAILED: {head}: copy job {job.get('state')} but verify/compare did not pass; {facts}")
+    return _short(f"{head}: {facts}")
+
+
+def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None = None,
+            names: Mapping[int, str] | None = None) -> str:
+    if not summary:
+        return "FAILED: gc did not finish (nothing deleted unless the sweep ran; see the task logs)"
+    names = names or {}
+    dry = bool(summary.get("dry_run"))
+    per: dict[str, list[int]] = {}
+    for key, v in (summary.get("by_collection_reason") or {}).items():
+        coll, _, _ = str(key).partition("/")
+        label = names.get(int(coll), f"#{coll}") if coll.isascii() and coll.isdigit() else (coll or "?")
+        acc = per.setdefault(label, [0, 0])
+        acc[0] += int(v.get("files", 0))
+        acc[1] += int(v.get("bytes", 0))
+    if dry:
+        head = (f"gc dry run: would delete {summary.get('candidates', 0)} files "
+                f"({human_bytes(summary.get('candidate_bytes', 0))})")
+    else:
+        swept = swept or {}
+        head = (f"gc: deleted {swept.get('deleted', summary.get('deleted', 0))} files "
+                f"({human_bytes(swept.get('deleted_bytes', 0))}) of {summary.get('candidates', 0)} candidates")
+    verb = "would delete" if dry else "candidates"
+    parts = [f"{name}: {verb} {files} files, {human_bytes(size)}" for name, (files, size) in sorted(per.items())]
+    tail = f"; {summary['unrecognised']} unrecognised files kept" if summary.get("unrecognised") else ""
+    return _short(head + (" -- " + "; ".join(parts) if parts else "") + tail)
+
+
+def snapshot_note(params: Mapping[str, Any], report: Mapping[str, Any] | None) -> str:
+    if not report:
+        return _short(f"FAILED: snapshot {params.get('collection')}/{params.get('name')} was not committed "
+                      "(see the task logs)")
+    return _short(f"snapshot {report['collection']}/{report['name']}: {report['state']}, {report['segments']} "
+                  f"segments, {report['rows']} rows, {human_bytes(report['bytes'])}")
+
+
+def wal_flush_note(summary: Mapping[str, Any] | None) -> str:
+    if not summary:
+        return "FAILED: wal_flush did not finish (see the task logs)"
+    return _short(f"wal_flush: {summary.get('segments', 0)} segments flushed, {summary.get('rows', 0)} rows, "
+                  f"{summary.get('delta_logs', 0)} delta logs, {human_bytes(summary.get('bytes', 0))} "
+                  f"over {summary.get('pchannels', 0)} pchannels")
+
+
+def drop_note(params: Mapping[str, Any], summary: Mapping[str, Any] | None) -> str:
+    if not summary:
+        return _short(f"FAILED: drop_collection {params.get('collection')} did not finish (see the task logs)")
+    return _short(f"drop_collection {summary['collection']}: {summary['state']}, {summary['segments_dropped']} "
+                  f"segments ({summary['rows_dropped']} rows, {human_bytes(summary['bytes_awaiting_gc'])}) "
+                  "Dropped, files wait for GC's drop_tolerance")

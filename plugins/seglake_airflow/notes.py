@@ -1,0 +1,166 @@
+"""The run's note: a one-line summary set on the DAG run when it ends.
+
+Airflow 3.3 has no Task SDK call that sets a DAG run's note (apache/airflow#64890; the
+Execution API only reads it), so the supported way is the public REST API:
+`PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}?update_mask=note`. `run_note(kind)` adds
+a teardown task `run_note` downstream of every leaf of the DAG: it runs when everything
+else is done, failed runs included, and as a teardown it does not decide the run's
+state. It computes the line from the run's XComs and etcd (seglake.runinfo), prints it
+(the task log always has it), and sets it through the `airflow_api` connection:
+host/port/schema of the API server (or extra {"base_url": ...}), login/password of a
+user who may edit DAG runs (no login: GET /auth/token, the simple auth manager's
+all-admins development mode). Without that connection the note is only logged. A
+failure to set the note is logged, never fails anything; the token is never logged.
+
+The same task sends the run's counters through Airflow's Stats (`seglake.restore.copied_bytes`,
+`seglake.gc.deleted_bytes`, ...; statsd or OpenTelemetry when Airflow's metrics are on):
+once per run, from what the run did.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+NOTE_CONN_ID = "airflow_api"
+KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection")
+
+
+def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
+    """(the note, Stats counters) of a run of `kind`, from its XComs (and etcd where they
+    do not say enough). Counters only for work that happened."""
+    from seglake import runinfo
+    from seglake_airflow.hooks.engine import SeglakeHook
+
+    if kind in ("snapshot_restore", "copy_segment_job"):
+        from seglake.lifecycle import copyjob
+
+        if kind == "snapshot_restore":
+            started = ti.xcom_pull(task_ids="restore")
+            job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="compare")
+        else:
+            job_id = params["job_id"] if ti.xcom_pull(task_ids="resolve") else None
+            done = ti.xcom_pull(task_ids="verify.summarize")
+        job = copyjob.describe_job(SeglakeHook(quiet=True).meta, int(job_id)) if job_id is not None else None
+        if kind == "copy_segment_job" and job:
+            params = {"collection": job.get("source_collection"), "snapshot": job.get("snapshot"),
+                      "target": job.get("target_collection")}
+        counters = {}
+        if job and job.get("state") in ("Completed", "Failed"):
+            counters = {f"seglake.restore.jobs_{job['state'].lower()}": 1,
+                        "seglake.restore.copied_bytes": int(job["progress"]["copied_bytes"]),
+                        "seglake.restore.copied_files": int(job["progress"]["copied_files"])}
+        return runinfo.restore_note(params, done, job), counters
+    if kind == "gc":
+        summary, swept = ti.xcom_pull(task_ids="summary"), ti.xcom_pull(task_ids="sweep")
+        names = {}
+        if summary:
+            names = {c.collection_id: c.name for c in
+                     SeglakeHook(quiet=True).meta.catalog.list(include_dropped=True)}
+        counters = {}
+        if summary:
+            counters = {"seglake.gc.runs": 1, "seglake.gc.candidate_files": int(summary.get("candidates", 0)),
+                        "seglake.gc.candidate_bytes": int(summary.get("candidate_bytes", 0))}
+        if swept:
+            counters.update({"seglake.gc.deleted_files": int(swept.get("deleted", 0)),
+                             "seglake.gc.deleted_bytes": int(swept.get("deleted_bytes", 0))})
+        return runinfo.gc_note(summary, swept, names), counters
+    if kind == "snapshot_create":
+        report = ti.xcom_pull(task_ids="report")
+        counters = {"seglake.snapshot.created": 1, "seglake.snapshot.bytes": int(report["bytes"])} if report else {}
+        return runinfo.snapshot_note(params, report), counters
+    if kind == "wal_flush":
+        summary = ti.xcom_pull(task_ids="summary")
+        counters = ({"seglake.wal_flush.segments": int(summary.get("segments", 0)),
+                     "seglake.wal_flush.rows": int(summary.get("rows", 0)),
+                     "seglake.wal_flush.bytes": int(summary.get("bytes", 0))} if summary else {})
+        return runinfo.wal_flush_note(summary), counters
+    if kind == "drop_collection":
+        summary = ti.xcom_pull(task_ids="summary")
+        counters = {"seglake.drop.collections": 1} if summary and summary.get("state") == "Dropped" else {}
+        return runinfo.drop_note(params, summary), counters
+    raise ValueError(f"no run note for {kind!r}")
+
+
+def _stats():
+    from airflow.sdk.observability.stats import Stats
+
+    return Stats
+
+
+def emit_counters(counters: dict[str, int]) -> None:
+    """Airflow's Stats (statsd / OpenTelemetry when configured, a no-op otherwise)."""
+    stats = _stats()
+    for name, value in counters.items():
+        if value > 0:
+            stats.incr(name, count=int(value))
+
+
+def _base_url(conn) -> str:
+    extra = conn.extra_dejson
+    if extra.get("base_url"):
+        return str(extra["base_url"]).rstrip("/")
+    host = conn.host or "127.0.0.1"
+    if "://" in host:
+        return host.rstrip("/")
+    return f"{conn.schema or 'http'}://{host}" + (f":{conn.port}" if conn.port else "")
+
+
+def set_run_note(dag_id: str, run_id: str, text: str, conn_id: str = NOTE_CONN_ID) -> str:
+    """Set the note through the REST API; returns what happened (for the log)."""
+    import httpx
+
+    from seglake_airflow.hooks.engine import _connection
+
+    conn = _connection(conn_id)
+    if conn is None:
+        return f"not set: no connection {conn_id!r} (the note is in this log only)"
+    base = _base_url(conn)
+    try:
+        with httpx.Client(base_url=base, timeout=20) as client:
+            if conn.login:
+                r = client.post("/auth/token", json={"username": conn.login, "password": conn.password or ""})
+            else:
+                r = client.get("/auth/token")
+            if r.status_code not in (200, 201):
+                return f"not set: {base}/auth/token answered HTTP {r.status_code}"
+            token = r.json()["access_token"]
+            r = client.patch(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}",
+                             params={"update_mask": "note"}, json={"note": text},
+                             headers={"Authorization": f"Bearer {token}"})
+    except (httpx.HTTPError, ValueError, KeyError) as e:
+        return f"not set: {type(e).__name__} talking to {base}"
+    if r.status_code != 200:
+        return f"not set: PATCH dagRun answered HTTP {r.status_code}: {r.text[:200]}"
+    return f"set on {dag_id} {run_id}"
+
+
+def run_note(kind: str):
+    """Add the `run_note` teardown downstream of every current leaf of the DAG being defined."""
+    from airflow.sdk import task, teardown
+    from airflow.sdk.definitions._internal.contextmanager import DagContext
+
+    if kind not in KINDS:
+        raise ValueError(f"no run note for {kind!r}")
+    dag = DagContext.get_current()
+    leaves = [t for t in dag.tasks if not t.downstream_list]
+
+    @teardown
+    @task(task_id="run_note", retries=2)
+    def run_note_task(params: dict, dag_run=None, ti=None) -> str:
+        counters: dict[str, int] = {}
+        try:
+            text, counters = summarize(kind, params, ti)
+        except Exception as e:  # noqa: BLE001 - a note never fails a run
+            text = f"{kind}: no summary ({type(e).__name__}: {e})"[:1000]
+        print(f"run note: {text}", flush=True)
+        try:
+            emit_counters(counters)
+        except Exception as e:  # noqa: BLE001 - metrics never fail a run
+            print(f"Stats counters not sent: {type(e).__name__}: {e}", flush=True)
+        print(f"run note {set_run_note(dag_run.dag_id, dag_run.run_id, text)}", flush=True)
+        return text
+
+    note = run_note_task()
+    for leaf in leaves:
+        leaf >> note
+    return note
