@@ -64,13 +64,14 @@ def build_source(meta, store, name: str, n_files: int, size: int, concurrency: i
     return keys
 
 
-def raw_copy_loop(server, bucket: str, keys: list[str], prefix: str, concurrency: int) -> int:
+def raw_copy_loop(conn: tuple[str, str, str], bucket: str, keys: list[str], prefix: str, concurrency: int) -> int:
     """The anchor: CopyObject of every key to `prefix`, `concurrency` in flight."""
     import boto3
     from botocore.config import Config
 
-    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
-                          aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
+    endpoint, access_key, secret_key = conn
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id=access_key, aws_secret_access_key=secret_key,
                           config=Config(max_pool_connections=concurrency, s3={"addressing_style": "path"},
                                         retries={"max_attempts": 5, "mode": "standard"}))
 
@@ -81,15 +82,28 @@ def raw_copy_loop(server, bucket: str, keys: list[str], prefix: str, concurrency
         return sum(1 for _ in pool.map(one, keys))
 
 
-def engine_restore(meta, store, settings, source: str, target: str) -> dict:
-    """restore -> plan -> copy (one runner, copy_threads in flight) -> finalize."""
+def raw_copy_processes(conn: tuple[str, str, str], bucket: str, keys: list[str], prefix: str, concurrency: int, procs: int) -> int:
+    """The anchor spread like the engine's worker processes: `procs` processes, each a
+    raw loop with concurrency/procs threads over its share of the keys."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(procs) as pool:
+        return sum(pool.starmap(raw_copy_loop, [(conn, bucket, keys[i::procs], prefix, concurrency // procs)
+                                                for i in range(procs)]))
+
+
+def engine_restore(meta, store, settings, source: str, target: str, workers: int = 1) -> dict:
+    """restore -> plan -> copy -> finalize. workers=1: one runner with copy_threads in
+    flight; more: run_inline's worker processes (one per core, as deployed; each a
+    runner with copy_threads in flight, the Spark executor's code)."""
     from seglake.lifecycle import copyjob, restore
 
     t0 = time.perf_counter()
     job_id = restore.restore(meta, store, source, "snap", target, engine="inline")
     copyjob.plan(meta, job_id, settings.max_segments_per_task)
     t1 = time.perf_counter()
-    tasks = copyjob.run_inline(meta, store, job_id, threads=settings.copy_threads, workers=1)
+    tasks = copyjob.run_inline(meta, store, job_id, threads=settings.copy_threads, settings=settings, workers=workers)
     t2 = time.perf_counter()
     job = copyjob.finalize(meta, job_id)
     t3 = time.perf_counter()
@@ -129,19 +143,30 @@ def main(argv=None) -> int:
                 print(f"set-up: SeaweedFS + etcd start, {len(keys)} PUTs of {args.size} B, snapshot: {setup:.1f}s")
                 print(f"concurrency {args.concurrency} (copy_threads; anchor threads and connection pool), "
                       f"{settings.max_segments_per_task} segments per task, {os.cpu_count()} cores")
-                raw, eng = [], []
+                conn = (weed.endpoint, weed.access_key, weed.secret_key)
+                procs = max(1, min(4, os.cpu_count() or 1))  # run_inline's default worker count
+                times: dict[str, list[float]] = {"raw1": [], "eng1": [], "rawN": [], "engN": []}
                 for i in range(args.runs):
                     t = time.perf_counter()
-                    n = raw_copy_loop(weed, store.bucket, keys, f"raw{i}", args.concurrency)
-                    raw.append(time.perf_counter() - t)
-                    r = engine_restore(meta, store, settings, "src", f"dst{i}")
-                    eng.append(r["total"])
-                    print(f"run {i}: raw CopyObject loop {raw[-1]:.2f}s ({n / raw[-1]:.0f}/s); engine {r['total']:.2f}s "
-                          f"(restore+plan {r['setup']:.2f}s, copy {r['copy']:.2f}s over {r['tasks']} tasks, "
-                          f"finalize {r['finalize']:.2f}s; {r['files'] / r['total']:.0f} files/s)", flush=True)
-                t_raw, t_eng = statistics.median(raw), statistics.median(eng)
-                print(f"median of {args.runs}: raw {t_raw:.2f}s, engine {t_eng:.2f}s")
-                verdict("restore_s3_20k", t_eng, t_raw, TARGET)
+                    n = raw_copy_loop(conn, store.bucket, keys, f"raw{i}", args.concurrency)
+                    times["raw1"].append(time.perf_counter() - t)
+                    r1 = engine_restore(meta, store, settings, "src", f"one{i}")
+                    times["eng1"].append(r1["total"])
+                    t = time.perf_counter()
+                    raw_copy_processes(conn, store.bucket, keys, f"rawp{i}", args.concurrency, procs)
+                    times["rawN"].append(time.perf_counter() - t)
+                    settings_n = Settings.from_dict({**settings.to_dict(secrets=True), "copy_threads": args.concurrency // procs})
+                    rn = engine_restore(meta, store, settings_n, "src", f"many{i}", workers=procs)
+                    times["engN"].append(rn["total"])
+                    print(f"run {i}: 1 process: raw CopyObject loop {times['raw1'][-1]:.2f}s ({n / times['raw1'][-1]:.0f}/s), "
+                          f"engine {r1['total']:.2f}s (restore+plan {r1['setup']:.2f}s, copy {r1['copy']:.2f}s over "
+                          f"{r1['tasks']} tasks, finalize {r1['finalize']:.2f}s); {procs} processes: raw "
+                          f"{times['rawN'][-1]:.2f}s, engine {rn['total']:.2f}s (copy {rn['copy']:.2f}s)", flush=True)
+                med = {k: statistics.median(v) for k, v in times.items()}
+                print(f"median of {args.runs}: 1 process: raw {med['raw1']:.2f}s engine {med['eng1']:.2f}s "
+                      f"({med['eng1'] / med['raw1']:.2f}x); {procs} processes x {args.concurrency // procs} threads: "
+                      f"raw {med['rawN']:.2f}s engine {med['engN']:.2f}s")
+                verdict("restore_s3_20k", med["engN"], med["rawN"], TARGET)
             finally:
                 meta.close()
         finally:
