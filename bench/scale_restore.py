@@ -8,11 +8,15 @@ measured in the same run on the same source objects:
   copy-task runner with copy_threads = `--concurrency`, one runner, as one Spark
   executor or one inline worker runs it; finalize), every copy checked by ETag.
 
-Runs alternate (anchor, engine, anchor, engine, ...) and the medians are compared:
+Runs alternate (anchor, engine, ...) and the medians are compared:
 
     BENCH restore_s3_20k ratio=<engine / anchor> target=1.20
 
-The set-up (server start, 20,000 PUTs, snapshot) is timed and printed apart.
+Also printed: a raw loop doing HeadObject + CopyObject per key (the engine's request
+pattern: the HEAD gives the source's size and ETag the check needs), the engine as
+deployed (run_inline's worker processes, one per core, copy_threads split over them) and
+the S3 LIST rate over the bucket. The set-up (server start, PUTs, snapshot) is timed
+and printed apart.
 
     python bench/scale_restore.py [--files 20000] [--size 65536] [--concurrency 32] [--runs 3]
 """
@@ -64,8 +68,11 @@ def build_source(meta, store, name: str, n_files: int, size: int, concurrency: i
     return keys
 
 
-def raw_copy_loop(conn: tuple[str, str, str], bucket: str, keys: list[str], prefix: str, concurrency: int) -> int:
-    """The anchor: CopyObject of every key to `prefix`, `concurrency` in flight."""
+def raw_copy_loop(conn: tuple[str, str, str], bucket: str, keys: list[str], prefix: str, concurrency: int,
+                  head: bool = False) -> int:
+    """The anchor: CopyObject of every key to `prefix`, `concurrency` in flight. head:
+    a HeadObject before each copy (what the engine's check costs: the source's size
+    and ETag), to show what bounds the ratio."""
     import boto3
     from botocore.config import Config
 
@@ -76,21 +83,12 @@ def raw_copy_loop(conn: tuple[str, str, str], bucket: str, keys: list[str], pref
                                         retries={"max_attempts": 5, "mode": "standard"}))
 
     def one(key: str) -> None:
+        if head:
+            client.head_object(Bucket=bucket, Key=key)
         client.copy_object(Bucket=bucket, Key=f"{prefix}/{key}", CopySource={"Bucket": bucket, "Key": key})
 
     with ThreadPoolExecutor(concurrency) as pool:
         return sum(1 for _ in pool.map(one, keys))
-
-
-def raw_copy_processes(conn: tuple[str, str, str], bucket: str, keys: list[str], prefix: str, concurrency: int, procs: int) -> int:
-    """The anchor spread like the engine's worker processes: `procs` processes, each a
-    raw loop with concurrency/procs threads over its share of the keys."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(procs) as pool:
-        return sum(pool.starmap(raw_copy_loop, [(conn, bucket, keys[i::procs], prefix, concurrency // procs)
-                                                for i in range(procs)]))
 
 
 def engine_restore(meta, store, settings, source: str, target: str, workers: int = 1) -> dict:
@@ -145,28 +143,38 @@ def main(argv=None) -> int:
                       f"{settings.max_segments_per_task} segments per task, {os.cpu_count()} cores")
                 conn = (weed.endpoint, weed.access_key, weed.secret_key)
                 procs = max(1, min(4, os.cpu_count() or 1))  # run_inline's default worker count
-                times: dict[str, list[float]] = {"raw1": [], "eng1": [], "rawN": [], "engN": []}
+                settings_n = Settings.from_dict({**settings.to_dict(secrets=True),
+                                                 "copy_threads": max(1, args.concurrency // procs)})
+                times: dict[str, list[float]] = {"raw": [], "raw_head": [], "engine": [], "deployed": []}
                 for i in range(args.runs):
                     t = time.perf_counter()
                     n = raw_copy_loop(conn, store.bucket, keys, f"raw{i}", args.concurrency)
-                    times["raw1"].append(time.perf_counter() - t)
-                    r1 = engine_restore(meta, store, settings, "src", f"one{i}")
-                    times["eng1"].append(r1["total"])
+                    times["raw"].append(time.perf_counter() - t)
                     t = time.perf_counter()
-                    raw_copy_processes(conn, store.bucket, keys, f"rawp{i}", args.concurrency, procs)
-                    times["rawN"].append(time.perf_counter() - t)
-                    settings_n = Settings.from_dict({**settings.to_dict(secrets=True), "copy_threads": args.concurrency // procs})
+                    raw_copy_loop(conn, store.bucket, keys, f"rawh{i}", args.concurrency, head=True)
+                    times["raw_head"].append(time.perf_counter() - t)
+                    r = engine_restore(meta, store, settings, "src", f"one{i}")
+                    times["engine"].append(r["total"])
                     rn = engine_restore(meta, store, settings_n, "src", f"many{i}", workers=procs)
-                    times["engN"].append(rn["total"])
-                    print(f"run {i}: 1 process: raw CopyObject loop {times['raw1'][-1]:.2f}s ({n / times['raw1'][-1]:.0f}/s), "
-                          f"engine {r1['total']:.2f}s (restore+plan {r1['setup']:.2f}s, copy {r1['copy']:.2f}s over "
-                          f"{r1['tasks']} tasks, finalize {r1['finalize']:.2f}s); {procs} processes: raw "
-                          f"{times['rawN'][-1]:.2f}s, engine {rn['total']:.2f}s (copy {rn['copy']:.2f}s)", flush=True)
+                    times["deployed"].append(rn["total"])
+                    print(f"run {i}: raw CopyObject loop {times['raw'][-1]:.2f}s ({n / times['raw'][-1]:.0f}/s); "
+                          f"raw HEAD+CopyObject loop {times['raw_head'][-1]:.2f}s; engine {r['total']:.2f}s "
+                          f"(restore+plan {r['setup']:.2f}s, copy {r['copy']:.2f}s over {r['tasks']} tasks, "
+                          f"finalize {r['finalize']:.2f}s); engine as deployed ({procs} worker processes x "
+                          f"{settings_n.copy_threads}) {rn['total']:.2f}s", flush=True)
                 med = {k: statistics.median(v) for k, v in times.items()}
-                print(f"median of {args.runs}: 1 process: raw {med['raw1']:.2f}s engine {med['eng1']:.2f}s "
-                      f"({med['eng1'] / med['raw1']:.2f}x); {procs} processes x {args.concurrency // procs} threads: "
-                      f"raw {med['rawN']:.2f}s engine {med['engN']:.2f}s")
-                verdict("restore_s3_20k", med["engN"], med["rawN"], TARGET)
+                t = time.perf_counter()
+                pages = listed = 0
+                for page in store.client.get_paginator("list_objects_v2").paginate(
+                        Bucket=store.bucket, PaginationConfig={"PageSize": 1000}):
+                    pages, listed = pages + 1, listed + len(page.get("Contents", []))
+                t_list = time.perf_counter() - t
+                print(f"median of {args.runs}: raw {med['raw']:.2f}s, raw HEAD+copy {med['raw_head']:.2f}s, "
+                      f"engine {med['engine']:.2f}s ({med['engine'] / med['raw_head']:.2f}x the HEAD+copy loop), "
+                      f"deployed {med['deployed']:.2f}s")
+                print(f"S3 LIST rate: {listed} objects in {pages} pages, {t_list:.2f}s: {listed / t_list:,.0f} "
+                      f"objects/s, {t_list / pages * 1000:.0f} ms per page")
+                verdict("restore_s3_20k", med["engine"], med["raw"], TARGET)
             finally:
                 meta.close()
         finally:

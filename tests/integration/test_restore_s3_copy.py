@@ -17,7 +17,7 @@ from seglake import demo
 from seglake.config import Settings
 from seglake.lifecycle import copyjob, restore, snapshot, verify
 from seglake.meta.copyjobs import JOB_COMPLETED, JOB_FAILED, TASK_FAILED
-from seglake.storage import layout, open_store
+from seglake.storage import layout
 from seglake.storage import s3 as s3mod
 from seglake.storage.base import ChecksumMismatch
 from seglake.storage.s3 import S3Store
@@ -198,6 +198,23 @@ def test_multipart_copy_of_a_single_part_source_over_the_limit(s3_store, monkeyp
     s3_store.copy("big/one", "big/one-plain")  # the unchecked copy takes the same server-side path
     assert len(_part_ranges(spy)) == 3 and spy.count("get_object") == 0
     assert s3_store.get("big/one-plain") == data
+
+
+def test_multipart_copy_of_a_multipart_copy(s3_store, monkeypatch):
+    """A restore of a restored collection: the source is itself a multipart copy, whose
+    ETag (on SeaweedFS) is no MD5 composition of its content; the copy still checks out,
+    by streaming both sides, and a wrong copy of it is still refused."""
+    monkeypatch.setattr(s3mod, "MAX_COPY_OBJECT", MiB)
+    parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(1000)]
+    _upload_in_parts(s3_store, "big/src", parts)
+    s3_store.copy_checked("big/src", "big/gen1")
+    s3_store.copy_checked("big/gen1", "big/gen2")
+    assert s3_store.get("big/gen2") == b"".join(parts)
+    spy = Spy().install(monkeypatch)
+    spy.rewrite["upload_part_copy"] = _shift_second_part
+    with pytest.raises(ChecksumMismatch):
+        s3_store.copy_checked("big/gen1", "big/gen3")
+    assert not s3_store.exists("big/gen3") and _no_uploads_left(s3_store)
 
 
 def _shift_second_part(real, **kw):

@@ -276,9 +276,11 @@ class S3Store(Store):
 
     def _verify_streamed(self, src: str, dst: str, want: str, ranges, aligned: bool) -> None:
         """The fallback check, bytes streamed in STREAM_CHUNK pieces (never whole in
-        memory): the destination's MD5 (per part, composed, when the copy is aligned with
-        the source's parts) against the source's ETag; against the source's streamed MD5
-        when neither gives a comparable value. A mismatch deletes the destination."""
+        memory): the destination's MD5 (per part and composed, when the copy follows the
+        source's parts) against the source's ETag; when that ETag is no hash of the
+        content that can be recomputed (e.g. SeaweedFS's ETag of an object itself made
+        by UploadPartCopy), the source is streamed too and the MD5s compared. A mismatch
+        deletes the destination."""
         def digests(key: str) -> tuple[list[str], str]:
             whole, parts = hashlib.md5(), []
             for offset, length in ranges:
@@ -289,13 +291,10 @@ class S3Store(Store):
                 parts.append(h.hexdigest())
             return parts, whole.hexdigest()
 
-        parts, whole = digests(dst)
-        if aligned:
-            got, expected = composite_etag(parts), want
-        elif _MD5.fullmatch(want):
-            got, expected = whole, want
-        else:
-            got, expected = whole, digests(src)[1]
+        parts, got = digests(dst)
+        if (aligned and composite_etag(parts) == want) or got == want:
+            return
+        expected = digests(src)[1]
         if got != expected:
             try:
                 self.client.delete_object(Bucket=self.bucket, Key=self._full(dst))
