@@ -31,7 +31,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 
 from seglake import faults
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError
@@ -108,10 +109,11 @@ def resume_engine(meta: Meta, job_id: int, requested: str | None) -> str:
 
 # -- copy -----------------------------------------------------------------------------------
 def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int = 1,
-              now=time.time) -> CopyTask:
+              now=time.time, pool: ThreadPoolExecutor | None = None) -> CopyTask:
     """Run one task to Completed (or Failed on a missing source). Safe to re-run and to
     run twice at once: every file goes through the attempt's own temporary object and
-    appears whole, and only the attempt that owns the task record writes it."""
+    appears whole, and only the attempt that owns the task record writes it. Copies run
+    on `pool` (shared by the tasks of one runner), else on `threads` threads of its own."""
     job, _ = meta.copyjobs.get(job_id)
 
     def take() -> tuple[CopyTask, KeyValue | None]:
@@ -125,7 +127,8 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
         return task
     own = _Owned(task, mine)
     progress = {"segments": 0, "files": 0, "bytes": 0, "skipped": 0}
-    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    own_pool = ThreadPoolExecutor(threads) if pool is None and threads > 1 else None
+    pool = pool or own_pool
     try:
         with store.durable_batch():  # every file durable before the task can be Completed
             _copy_mappings(meta, store, job, own, progress, pool, now)
@@ -137,8 +140,8 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
             raise  # a real failure of the attempt that owns the task
         return cur  # a re-drive took the task over (and removed our temp files): leave it to it
     finally:
-        if pool:
-            pool.shutdown(wait=True)
+        if own_pool:
+            own_pool.shutdown(wait=True)
     return _finish_task(meta, own, progress, TASK_COMPLETED, "", now())
 
 
@@ -153,25 +156,59 @@ class _Owned:
 def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress: dict, pool, now) -> None:
     """Copy every file of the task's segments, counting into `progress` and saving it to
     the task record now and then (raises _Superseded once a re-drive owns the task).
-    The target records are read together, in one round trip per 128."""
+    The target records are read together, in one round trip per 128. With a pool, up to
+    COPY_WINDOW x its threads files are in flight across segments; a segment counts once
+    all its files are done, and no copy of this task is left running when this returns."""
     task = own.task
     last = time.monotonic()
     targets = meta.segments.get_many((job.target_collection_id, m.target_partition, m.target_segment)
                                      for m in task.mappings)
-    for target in targets:
-        files = source_and_target_files(target)
-        if task.attempt > 1:
-            _remove_leftovers(store, target, {dst for _, dst, _ in files})
-        check = task.attempt > 1  # a first attempt writes into fresh, unique target paths
-        results = (pool.map(lambda f, check=check: _copy_one(store, *f, check=check), files) if pool
-                   else (_copy_one(store, *f, check=check) for f in files))
-        for copied, size in results:
+    check = task.attempt > 1  # a first attempt writes into fresh, unique target paths
+    window = COPY_WINDOW * pool._max_workers if pool else 0
+    pending: deque = deque()  # (future, last file of its segment?) in submission order
+
+    def settle_oldest() -> None:
+        nonlocal last
+        fut, ends_segment = pending.popleft()
+        if fut is not None:
+            copied, size = fut.result()
             progress["files" if copied else "skipped"] += 1
             progress["bytes"] += size if copied else 0
-        progress["segments"] += 1
-        if time.monotonic() - last > PROGRESS_EVERY_S:
-            _save_progress(meta, own, progress, now())
-            last = time.monotonic()
+        if ends_segment:
+            progress["segments"] += 1
+            if time.monotonic() - last > PROGRESS_EVERY_S:
+                _save_progress(meta, own, progress, now())
+                last = time.monotonic()
+
+    try:
+        for target in targets:
+            files = source_and_target_files(target)
+            if check:
+                _remove_leftovers(store, target, {dst for _, dst, _ in files})
+            for i, f in enumerate(files):
+                fut = pool.submit(_copy_one, store, *f, check=check) if pool else _done(_copy_one, store, *f, check=check)
+                pending.append((fut, i == len(files) - 1))
+                while len(pending) > window:
+                    settle_oldest()
+            if not files:
+                pending.append((None, True))
+        while pending:
+            settle_oldest()
+    finally:  # on a failure: nothing of this task keeps copying after it is finished
+        for fut, _ in pending:
+            if fut is not None:
+                fut.cancel()
+        wait([fut for fut, _ in pending if fut is not None])
+
+
+def _done(fn, *args, **kwargs) -> Future:
+    """fn's outcome as a finished future (the path without a pool)."""
+    fut: Future = Future()
+    try:
+        fut.set_result(fn(*args, **kwargs))
+    except Exception as e:  # noqa: BLE001 - re-raised by .result() in submission order
+        fut.set_exception(e)
+    return fut
 
 
 class _Superseded(Exception):
@@ -284,7 +321,7 @@ def run_inline(meta: Meta, store: Store, job_id: int, threads: int = 1, settings
             for f in [pool.submit(_run_share, share, job_id, env) for share in shares]:
                 f.result()
         return [meta.copyjobs.get_task(job_id, t)[0] for t in ids]
-    return [copy_task(meta, store, job_id, t, threads=threads) for t in ids]
+    return list(run_tasks(meta, store, job_id, ids, threads))
 
 
 def _run_share(task_ids: list[int], job_id: int, settings_env: dict) -> list[tuple[int, str, str]]:
@@ -301,9 +338,31 @@ def run_tasks_from_env(task_ids, job_id: int, settings_env: dict):
     store = open_store(settings)
     threads = settings.copy_threads if settings.is_s3 else 1
     with Meta.from_settings(settings) as meta:
-        for task_id in task_ids:
-            t = copy_task(meta, store, job_id, task_id, threads=threads)
+        for t in run_tasks(meta, store, job_id, list(task_ids), threads):
             yield t.task_id, t.state, t.reason
+
+
+TASKS_IN_FLIGHT = 4  # tasks of one runner side by side: one task's tail never idles the pool
+COPY_WINDOW = 2      # files a task keeps queued per copy thread
+
+
+def run_tasks(meta: Meta, store: Store, job_id: int, task_ids: list[int], concurrency: int = 1):
+    """Run the tasks with up to `concurrency` (settings key copy_threads) file copies in
+    flight: one pool shared by up to TASKS_IN_FLIGHT tasks at once, each task's copies
+    windowed across its segments. Yields each task's final record, in the order given;
+    a failure stops the tasks not yet started and waits for the running ones."""
+    if concurrency <= 1 or not task_ids:
+        for task_id in task_ids:
+            yield copy_task(meta, store, job_id, task_id)
+        return
+    files = ThreadPoolExecutor(concurrency, thread_name_prefix="seglake-copy")
+    tasks = ThreadPoolExecutor(min(TASKS_IN_FLIGHT, len(task_ids)), thread_name_prefix="seglake-task")
+    try:
+        for fut in [tasks.submit(copy_task, meta, store, job_id, t, pool=files) for t in task_ids]:
+            yield fut.result()
+    finally:
+        tasks.shutdown(wait=True, cancel_futures=True)
+        files.shutdown(wait=True)
 
 
 # -- wait / finalize ------------------------------------------------------------------------

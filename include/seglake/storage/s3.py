@@ -1,21 +1,46 @@
 """S3 store (boto3): paginated listing, server-side copy, DeleteObjects in 1000s.
 
+Copies never move an object's bytes through this process: CopyObject up to
+MAX_COPY_OBJECT (S3's 5 GiB limit), above it (and for any source uploaded in parts) an
+explicit multipart copy whose parts are UploadPartCopy ranges, several in flight.
+
 Credentials come from the settings (or, inside Airflow, the `aws_default` connection
 through the hook) and otherwise from boto3's default chain; they are never logged.
 """
 
 from __future__ import annotations
 
+import binascii
+import hashlib
 import io
 import re
+from concurrent.futures import ThreadPoolExecutor
+from itertools import accumulate
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, SeglakeError, Unavailable
-from seglake.storage.base import ChecksumMismatch, DeleteError, DeleteOutcome, ObjectInfo, Store
+from seglake.storage.base import (
+    ChecksumMismatch, DeleteError, DeleteOutcome, ObjectInfo, Store, crc_name, crc_update)
 from seglake.storage.layout import check_key, normalize_key, normalize_prefix
 
 DELETE_BATCH = 1000
-MAX_COPY_OBJECT = 5 * 1024**3
+MAX_COPY_OBJECT = 5 * 1024**3   # CopyObject's limit; larger objects are copied in parts
+COPY_PART_SIZE = 512 * 1024**2  # part size of a multipart copy of a source not uploaded in parts
+MAX_PARTS = 10_000              # S3's limit on the parts of one upload
+PARTS_IN_FLIGHT = 8             # UploadPartCopy requests in flight for one object
+STREAM_CHUNK = 8 << 20          # bounded read size where a check must stream (see _verify_parts)
+_MD5 = re.compile(r"[0-9a-f]{32}")
+_MULTIPART = re.compile(r"([0-9a-f]{32})-([0-9]{1,5})")
+
+
+def _etag(answer: dict) -> str:
+    return answer.get("ETag", "").strip('"')
+
+
+def composite_etag(part_etags: list[str]) -> str:
+    """The ETag S3 gives an object completed from parts with these MD5 ETags."""
+    digest = hashlib.md5(b"".join(binascii.unhexlify(e) for e in part_etags)).hexdigest()
+    return f"{digest}-{len(part_etags)}"
 
 
 # A bucket as S3 names them (3-63 characters: lowercase labels of letters, digits and
@@ -165,36 +190,144 @@ class S3Store(Store):
 
     def copy(self, src: str, dst: str, atomic: bool = True) -> ObjectInfo:
         """Server-side: no bytes pass through this process. Always atomic on S3."""
-        source = {"Bucket": self.bucket, "Key": self._full(src)}
-        info = self.head(src)
-        if info.size <= MAX_COPY_OBJECT:
+        head = self._do("head", src, lambda: self.client.head_object(Bucket=self.bucket, Key=self._full(src)))
+        if head["ContentLength"] <= MAX_COPY_OBJECT:
             self._do("copy", src, lambda: self.client.copy_object(
-                Bucket=self.bucket, Key=self._full(dst), CopySource=source))
-        else:  # multipart UploadPartCopy, still server-side
-            self._do("copy", src, lambda: self.client.copy(source, self.bucket, self._full(dst)))
-        return ObjectInfo(normalize_key(dst), info.size, info.mtime)
+                Bucket=self.bucket, Key=self._full(dst), CopySource={"Bucket": self.bucket, "Key": self._full(src)}))
+        else:
+            self._multipart_copy(src, dst, head, check=False)
+        return ObjectInfo(normalize_key(dst), head["ContentLength"], head["LastModified"].timestamp())
 
     def checksum(self, key: str) -> str:
         """The object's MD5 as S3 records it (its ETag; no download). A multipart ETag is
-        not a content hash: those objects are streamed and hashed here instead."""
+        not a content hash: those objects are streamed (in bounded pieces) and hashed."""
         r = self._do("head", key, lambda: self.client.head_object(Bucket=self.bucket, Key=self._full(key)))
-        etag = r.get("ETag", "").strip('"')
-        return f"md5:{etag}" if etag and "-" not in etag else super().checksum(key)
+        etag = _etag(r)
+        if _MD5.fullmatch(etag):
+            return f"md5:{etag}"
+        crc = 0
+        for chunk in self._stream(key, 0, r["ContentLength"]):
+            crc = crc_update(chunk, crc)
+        return crc_name(crc)
 
     def copy_checked(self, src: str, dst: str) -> tuple[ObjectInfo, str]:
-        """Server-side copy (atomic on S3), checked by comparing the target's ETag (from
-        the copy's answer) with the source's: the same requests as copy()."""
+        """Server-side copy (atomic on S3) whose content is checked without reading it:
+        up to MAX_COPY_OBJECT, one CopyObject whose answer's ETag must equal the source's
+        MD5 ETag (HEAD + copy: two requests). A larger source, or one uploaded in parts
+        (its ETag is no MD5), goes through _multipart_copy. Raises ChecksumMismatch."""
         source = {"Bucket": self.bucket, "Key": self._full(src)}
         head = self._do("head", src, lambda: self.client.head_object(**source))
-        want = head.get("ETag", "").strip('"')
-        if head["ContentLength"] > MAX_COPY_OBJECT or not want or "-" in want:
+        want, size = _etag(head), head["ContentLength"]
+        info = ObjectInfo(normalize_key(dst), size, head["LastModified"].timestamp())
+        if size > MAX_COPY_OBJECT or (size and _MULTIPART.fullmatch(want)):
+            self._multipart_copy(src, dst, head, check=True)
+            return info, f"etag:{want}"
+        if not _MD5.fullmatch(want):  # no content hash from this server: compare streamed checksums
             return super().copy_checked(src, dst)
         r = self._do("copy", src, lambda: self.client.copy_object(
             Bucket=self.bucket, Key=self._full(dst), CopySource=source))
-        got = r.get("CopyObjectResult", {}).get("ETag", "").strip('"')
+        got = _etag(r.get("CopyObjectResult", {}))
         if got != want:
             raise ChecksumMismatch(f"copy of {src} to {dst}: target ETag {got}, source {want}")
-        return ObjectInfo(normalize_key(dst), head["ContentLength"], head["LastModified"].timestamp()), f"md5:{want}"
+        return info, f"md5:{want}"
+
+    # multipart copy -----------------------------------------------------------------------
+    def _multipart_copy(self, src: str, dst: str, head: dict, check: bool) -> None:
+        """Copy `src` (as HEADed) to `dst` in UploadPartCopy ranges, PARTS_IN_FLIGHT at a
+        time, each conditional on the source still having the HEADed ETag; any failure
+        aborts the upload, so `dst` appears only whole. A source uploaded in parts is
+        copied along its own part boundaries: on S3 each part's answer is the MD5 of the
+        bytes copied, so they must compose into the source's ETag, checked BEFORE the
+        upload is completed (a mismatch aborts it). When the answers cannot prove that
+        (a server whose part ETags are no MD5s, such as SeaweedFS, or a single-part
+        source above 5 GiB), the completed copy is checked by _verify_streamed."""
+        size, want = head["ContentLength"], _etag(head)
+        ranges, aligned = self._part_ranges(src, size, want)
+        full_dst = self._full(dst)
+        source = {"Bucket": self.bucket, "Key": self._full(src)}
+        up = self._do("copy", src, lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=full_dst))
+        upload = dict(Bucket=self.bucket, Key=full_dst, UploadId=up["UploadId"])
+
+        def part(numbered: tuple[int, tuple[int, int]]) -> str:
+            number, (offset, length) = numbered
+            r = self._do("copy", src, lambda: self.client.upload_part_copy(
+                PartNumber=number, CopySource=source, CopySourceIfMatch=head["ETag"],
+                CopySourceRange=f"bytes={offset}-{offset + length - 1}", **upload))
+            return _etag(r.get("CopyPartResult", {}))
+
+        try:
+            with ThreadPoolExecutor(max(1, min(PARTS_IN_FLIGHT, len(ranges)))) as pool:
+                etags = list(pool.map(part, enumerate(ranges, 1)))
+            proven = check and aligned and all(_MD5.fullmatch(e) for e in etags)
+            if proven and composite_etag(etags) != want:
+                raise ChecksumMismatch(f"copy of {src} to {dst}: parts compose to ETag "
+                                       f"{composite_etag(etags)}, source {want}")
+            self._do("copy", src, lambda: self.client.complete_multipart_upload(
+                MultipartUpload={"Parts": [{"ETag": e, "PartNumber": i} for i, e in enumerate(etags, 1)]},
+                **upload))
+        except BaseException:
+            try:
+                self.client.abort_multipart_upload(**upload)
+            except Exception:  # noqa: BLE001 - the original failure is the one to report
+                pass
+            raise
+        if check and not proven:
+            self._verify_streamed(src, dst, want, ranges, aligned)
+
+    def _part_ranges(self, src: str, size: int, want: str) -> tuple[list[tuple[int, int]], bool]:
+        """(offset, length) of each part to copy, and whether they are the source's own
+        parts (their lengths read with HEAD ?partNumber=, in parallel, all of the HEADed
+        version). Otherwise COPY_PART_SIZE pieces (larger when MAX_PARTS would not do)."""
+        m = _MULTIPART.fullmatch(want)
+        if m and 0 < int(m.group(2)) <= MAX_PARTS:
+            def part_length(number: int) -> int:  # HEAD ?partNumber= answers that part's length
+                return self._do("head", src, lambda: self.client.head_object(
+                    Bucket=self.bucket, Key=self._full(src), PartNumber=number))["ContentLength"]
+
+            n = int(m.group(2))
+            with ThreadPoolExecutor(max(1, min(PARTS_IN_FLIGHT, n))) as pool:
+                lengths = list(pool.map(part_length, range(1, n + 1)))
+            if sum(lengths) == size and all(length > 0 for length in lengths):
+                offsets = [0, *accumulate(lengths[:-1])]
+                return list(zip(offsets, lengths)), True
+        piece = max(COPY_PART_SIZE, -(-size // MAX_PARTS))
+        return [(o, min(piece, size - o)) for o in range(0, size, piece)], False
+
+    def _verify_streamed(self, src: str, dst: str, want: str, ranges, aligned: bool) -> None:
+        """The fallback check, bytes streamed in STREAM_CHUNK pieces (never whole in
+        memory): the destination's MD5 (per part and composed, when the copy follows the
+        source's parts) against the source's ETag; when that ETag is no hash of the
+        content that can be recomputed (e.g. SeaweedFS's ETag of an object itself made
+        by UploadPartCopy), the source is streamed too and the MD5s compared. A mismatch
+        deletes the destination."""
+        def digests(key: str) -> tuple[list[str], str]:
+            whole, parts = hashlib.md5(), []
+            for offset, length in ranges:
+                h = hashlib.md5()
+                for chunk in self._stream(key, offset, length):
+                    h.update(chunk)
+                    whole.update(chunk)
+                parts.append(h.hexdigest())
+            return parts, whole.hexdigest()
+
+        parts, got = digests(dst)
+        if (aligned and composite_etag(parts) == want) or got == want:
+            return
+        expected = digests(src)[1]
+        if got != expected:
+            try:
+                self.client.delete_object(Bucket=self.bucket, Key=self._full(dst))
+            except Exception:  # noqa: BLE001 - the mismatch is the failure to report
+                pass
+            raise ChecksumMismatch(f"copy of {src} to {dst}: target MD5 {got}, source {expected}")
+
+    def _stream(self, key: str, offset: int, length: int) -> Iterator[bytes]:
+        """The bytes [offset, offset+length) of `key`, in STREAM_CHUNK pieces."""
+        if length <= 0:
+            return
+        r = self._do("get", key, lambda: self.client.get_object(
+            Bucket=self.bucket, Key=self._full(key), Range=f"bytes={offset}-{offset + length - 1}"))
+        yield from r["Body"].iter_chunks(STREAM_CHUNK)
 
     def delete_checked(self, objects: Iterable[str | ObjectInfo]) -> DeleteOutcome:
         """DeleteObjects in 1000s of exactly the keys given (never a normalised one; S3
