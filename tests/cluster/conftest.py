@@ -95,8 +95,8 @@ def cluster_airflow(cluster, airflow_home, root_prefix, monkeypatch):
 
 @pytest.fixture
 def healthy_cluster(cluster):
-    """The cluster, all members back and healthy after the test (a kill test restarts
-    the member it killed; this checks nothing is left broken for the next test)."""
+    """The cluster; after the test every etcd member it killed is started again (same
+    ports and data dir: it rejoins) and the whole cluster is healthy for the next test."""
     yield cluster
     for i, m in enumerate(cluster.etcd):
         if cluster.owned_pid(m) is None:
