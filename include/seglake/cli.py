@@ -424,6 +424,15 @@ def cmd_cluster(args, s: Settings) -> int:
         if args.action == "env":
             print(stack.env_file)
             return 0
+        if args.action == "apps":
+            apps = stack.spark_apps()
+            if args.since:
+                apps = [a for a in apps if a["id"] > args.since]
+            rows = [{"app": a["id"], "name": a["name"], "state": a["state"],
+                     "duration": f"{(a['duration_ms'] or 0) / 1000:.1f}s",
+                     "executors": sorted(f"{e['executor']}@{e['host']}" for e in a["executors"])} for a in apps]
+            emit(args, apps, rows, ["app", "name", "state", "duration", "executors"])
+            return 0
         st = stack.status()
         _print_cluster(st, args.json, "status")
         ok = (all(m["healthy"] for m in st["etcd"]["members"]) and st["s3"]["healthy"] and st["spark"]["alive"]
@@ -753,7 +762,9 @@ def build_parser() -> argparse.ArgumentParser:
     cu = sub.add_parser("cluster", parents=[out],
                         help="the scale-out profile: 3 etcd members, SeaweedFS S3, Spark standalone master + "
                              "workers, on loopback (make cluster-up / cluster-down)")
-    cu.add_argument("action", choices=["up", "down", "status", "env"])
+    cu.add_argument("action", choices=["up", "down", "status", "env", "apps"],
+                    help="apps: the Spark applications the master ran, with the workers their executors ran on")
+    cu.add_argument("--since", default=None, help="apps: only applications after this app id")
     cu.add_argument("--base", default=None, help="state directory (default: $SEGLAKE_HOME/cluster)")
     cu.add_argument("--workers", type=int, choices=range(1, 5), default=2, help="Spark workers (up)")
     cu.add_argument("--timeout", type=_seconds("--timeout", 3600), default=300.0,

@@ -3,7 +3,10 @@ restore (copy + verify) -> GC dry run through dag.test(), engine=spark for every
 against 3 etcd members, SeaweedFS S3 and the Spark standalone master with 2 workers --
 configured only through the cluster's connection profile (AIRFLOW_CONN_* env)."""
 
+import subprocess
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from dag_helpers import load_dag, task_states
@@ -25,8 +28,64 @@ def _run(dag_id: str, conf: dict, timings: dict, label: str):
     return task_states(run)
 
 
+class PsSampler:
+    """Samples `ps -ww -eo pid,args` (full width) every 50 ms while the DAGs run: records every command
+    line holding the secret, and whether an executor JVM (started by a worker daemon,
+    not by spark-submit) had the secret in its environment -- the spark.executorEnv path."""
+
+    def __init__(self, secret: str):
+        self.secret, self.leaks, self.samples = secret, [], 0
+        self.executors: set[int] = set()
+        self.executors_with_secret: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        want = f"SEGLAKE_S3_SECRET_KEY={self.secret}".encode()
+        while not self._stop.is_set():
+            out = subprocess.run(["ps", "-ww", "-eo", "pid,args", "--no-headers"], capture_output=True, text=True).stdout
+            self.samples += 1
+            for line in out.splitlines():
+                pid, _, args = line.strip().partition(" ")
+                if self.secret in args:
+                    self.leaks.append(args[:300])
+                if "CoarseGrainedExecutorBackend" in args and int(pid) not in self.executors_with_secret:
+                    self.executors.add(int(pid))
+                    try:
+                        if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                            self.executors_with_secret.add(int(pid))
+                    except OSError:
+                        pass
+            time.sleep(0.05)
+
+
 def test_seed_snapshot_restore_verify_gc_on_the_standalone_cluster(cluster_airflow, cmeta, cstore, csettings):
-    cluster, timings = cluster_airflow, {}
+    with PsSampler(csettings.s3_secret_key) as ps:
+        _smoke(cluster_airflow, cmeta, cstore, csettings)
+    # the secret reached the executors of the standalone cluster through their
+    # environment, and no process had it on its command line, at any sample
+    assert ps.samples > 100 and ps.executors, (ps.samples, ps.executors)
+    assert ps.executors_with_secret, "no executor JVM had the S3 secret in its environment"
+    assert ps.leaks == []
+    logs = [p for p in cluster_airflow.base.rglob("*")  # server logs; executors' stdout/stderr in the work dirs
+            if p.is_file() and (p.suffix in (".log", ".out") or p.name in ("stdout", "stderr"))]
+    assert any(p.name == "stderr" for p in logs), "no executor output found to check"
+    assert not [p for p in logs if csettings.s3_secret_key.encode() in p.read_bytes()], \
+        "a cluster log or work file holds the secret"
+    print(f"ps sampled {ps.samples} times, {len(ps.executors)} executor JVMs, "
+          f"{len(ps.executors_with_secret)} with the secret in their environment, 0 command lines with it")
+
+
+def _smoke(cluster, cmeta, cstore, csettings):
+    timings = {}
     assert csettings.etcd_endpoint.count(",") == 2 and cstore.uri.startswith("s3://")
     before = {a["id"] for a in cluster.spark_apps()}
 
