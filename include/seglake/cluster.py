@@ -206,7 +206,7 @@ class ClusterStack:
     worker_memory: str = "1g"
     bucket: str = "seglake"
     prefix: str = "cluster"
-    state: dict = field(default_factory=dict)
+    state: dict = field(default_factory=dict, repr=False)  # holds the S3 secret: never in a repr
     _servers: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
@@ -365,8 +365,11 @@ class ClusterStack:
         # workers once the master's RPC port listens: a worker that misses the master
         # retries only every 5-15 s; their JVMs start while the master finishes
         while not port_open(self.master.ports["rpc"]):
-            if self.master.proc.poll() is not None or time.time() > deadline:
-                self.master.wait_healthy(0)  # raises with the master's log
+            if self.master.proc.poll() is not None:
+                raise ClusterError(f"the Spark master exited with {self.master.proc.returncode}; see "
+                                   f"{self.master.log_file}:\n" + self.master.log_file.read_text()[-2000:])
+            if time.time() > deadline:
+                raise ClusterError(f"the Spark master did not listen within {timeout:g} s; see {self.master.log_file}")
             time.sleep(0.1)
         for w in self.spark_workers:
             w.launch(detach)

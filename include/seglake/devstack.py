@@ -313,7 +313,7 @@ class WeedServer(Server):
 
     name: str = "weed"
     access_key: str = "seglake-test"
-    secret_key: str = ""
+    secret_key: str = field(default="", repr=False)  # never in a repr (pytest prints reprs on failures)
 
     def __post_init__(self):
         for k in ("master", "volume", "filer", "s3", "admin", "webdav"):

@@ -66,3 +66,11 @@ def test_the_env_file_is_private_and_its_seglake_names_are_settings_keys(stack):
     assert s.etcd_endpoint == stack.etcd_endpoints and s.store_uri == "s3://seglake/cluster"
     assert set(env) - set(seglake) == {"AIRFLOW_CONN_ETCD_DEFAULT", "AIRFLOW_CONN_AWS_DEFAULT",
                                        "AIRFLOW_CONN_SPARK_DEFAULT", "AIRFLOW_VAR_SEGLAKE_CONFIG"}
+
+
+def test_no_repr_shows_the_s3_secret(stack):
+    """pytest prints the repr of objects in a failed assertion: the stack and its S3
+    server must not carry the secret there."""
+    secret = stack.state["weed"]["secret_key"]
+    assert secret and secret not in repr(stack) and secret not in repr(stack.weed)
+    assert secret not in repr(stack.settings())
