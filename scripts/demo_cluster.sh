@@ -49,7 +49,7 @@ where() {
 SPARK_MASTER=$(python -c 'import json,os; print("spark://127.0.0.1:%d" % json.loads(os.environ["AIRFLOW_CONN_SPARK_DEFAULT"])["port"])')
 echo
 echo "== where: etcd $SEGLAKE_ETCD_ENDPOINT (3 members), S3 $SEGLAKE_S3_ENDPOINT ($SEGLAKE_STORE_URI), Spark $SPARK_MASTER"
-seglake config show | grep -E "^(etcd_endpoint|store_uri|s3_endpoint|s3_secret_key) "
+seglake config show | grep -E "^(etcd_endpoint|store_uri|s3_endpoint|s3_secret_key) " || true
 last_app=$(seglake cluster apps --json | python -c 'import json,sys; a=json.load(sys.stdin); print(a[-1]["id"] if a else "")')
 
 echo
