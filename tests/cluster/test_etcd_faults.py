@@ -163,6 +163,9 @@ def test_member_killed_during_a_gc_mark_completes_or_fails_closed_then_converges
 
 # -- a leader change mid-transaction ----------------------------------------------------------
 @pytest.mark.parametrize("change", ["move", "kill"])
+# with "kill", the client may reconnect through the proxy to the dead member before the proxy
+# closes: the proxy's accept thread then fails to dial it (harmless, the client fails over)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_leader_change_after_an_applied_write_lost_its_answer_lands_exactly_once(healthy_cluster, root_prefix,
                                                                                  change):
     """The client's member applies a compare-and-swap, its answer is lost, and the member
