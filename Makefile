@@ -19,7 +19,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-fast bench up down status clean
+.PHONY: setup demo test test-fast bench up down status clean cluster-up cluster-down cluster-status demo-cluster
 
 setup: $(STAMP) $(AIRFLOW_READY)
 
@@ -51,6 +51,20 @@ status:
 demo: setup
 	scripts/demo.sh
 
+# The scale-out profile (loopback): 3 etcd members, SeaweedFS S3, Spark standalone master
+# + 2 workers, state and the connection profile in .dev/cluster (see README "Scaling out").
+cluster-up: setup
+	seglake cluster up
+
+cluster-down:
+	@if [ -x $(VENV)/bin/seglake ]; then seglake cluster down; else echo "nothing to stop"; fi
+
+cluster-status:
+	@seglake cluster status
+
+demo-cluster: setup
+	scripts/demo_cluster.sh
+
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
@@ -65,5 +79,5 @@ bench: setup
 	$(PY) bench/wal.py
 	$(PY) bench/flush.py
 
-clean: down
+clean: down cluster-down
 	rm -rf $(DEV)

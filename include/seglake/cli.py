@@ -433,6 +433,69 @@ def cmd_stack(args, s: Settings) -> int:
     return 0
 
 
+def cmd_cluster(args, s: Settings) -> int:
+    """The scale-out profile (seglake.cluster): 3 etcd members, SeaweedFS, Spark standalone."""
+    from seglake.cluster import ClusterError, ClusterStack
+    from seglake.config import DEFAULT_HOME
+
+    base = Path(args.base) if args.base else Path(DEFAULT_HOME) / "cluster"
+    try:
+        if args.action == "up":
+            stack = ClusterStack(base=base, workers=args.workers)
+            outcome = stack.up(detach=True, timeout=args.timeout)
+            _print_cluster(stack.status(), args.json, "already running" if outcome == "running" else "started")
+            return 0
+        if args.action == "down":
+            stopped = ClusterStack(base=base).down()
+            print("stopped: " + ", ".join(stopped) if stopped else "cluster not running: nothing to stop")
+            return 0
+        stack = ClusterStack.attach(base)
+        if args.action == "env":
+            print(stack.env_file)
+            return 0
+        if args.action == "apps":
+            apps = stack.spark_apps()
+            if args.since:
+                apps = [a for a in apps if a["id"] > args.since]
+            rows = [{"app": a["id"], "name": a["name"], "state": a["state"],
+                     "duration": f"{(a['duration_ms'] or 0) / 1000:.1f}s",
+                     "executors": sorted(f"{e['executor']}@{e['host']}" for e in a["executors"])} for a in apps]
+            emit(args, apps, rows, ["app", "name", "state", "duration", "executors"])
+            return 0
+        st = stack.status()
+        _print_cluster(st, args.json, "status")
+        ok = (all(m["healthy"] for m in st["etcd"]["members"]) and st["s3"]["healthy"] and st["spark"]["alive"]
+              and all(w["alive"] for w in st["spark"]["workers"]))
+        return 0 if ok else 3
+    except ClusterError as e:
+        if args.action == "status":
+            print(f"cluster: down ({e})")
+            return 3
+        raise
+
+
+def _print_cluster(st: dict, as_json: bool, what: str) -> None:
+    if as_json:
+        print(json.dumps(st, indent=2))
+        return
+    print(f"cluster {what} ({st['base']}):")
+    for m in st["etcd"]["members"]:
+        print(f"  etcd {m['member']:<3} {m['endpoint']:<22} pid {m['pid'] or '-':<8} "
+              f"{'up' if m['healthy'] else 'DOWN'}{'  leader' if m['leader'] else ''}")
+    s3 = st["s3"]
+    print(f"  s3       {s3['endpoint']:<22} pid {s3['pid'] or '-':<8} {'up' if s3['healthy'] else 'DOWN'}"
+          f"  store {s3['store_uri']}")
+    sp = st["spark"]
+    print(f"  spark    {sp['master']:<22} pid {sp['pid'] or '-':<8} {'up' if sp['alive'] else 'DOWN'}"
+          f"  web UI {sp['webui']}")
+    for w in sp["workers"]:
+        print(f"  worker   {w['host']:<22} pid {w['pid'] or '-':<8} {'up' if w['alive'] else 'DOWN'}"
+              f"  {w['cores']} core, {w['memory']}")
+    if st.get("startup_s", {}).get("total") is not None and what == "started":
+        print(f"  started in {st['startup_s']['total']:.1f} s")
+    print(f"  profile: set -a; . {st['env_file']}; set +a   (Airflow connections + SEGLAKE_* for the CLI)")
+
+
 # -- write-ahead log (wal helper) -------------------------------------------------------
 def cmd_ingest(args, s: Settings) -> int:
     """Append rows from a Parquet/Arrow file or --rows N synthetic rows through the WAL."""
@@ -723,6 +786,17 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stack", help="the local etcd (make up/down/status)")
     st.add_argument("action", choices=["up", "down", "status"])
     st.set_defaults(fn=cmd_stack, json=False)
+    cu = sub.add_parser("cluster", parents=[out],
+                        help="the scale-out profile: 3 etcd members, SeaweedFS S3, Spark standalone master + "
+                             "workers, on loopback (make cluster-up / cluster-down)")
+    cu.add_argument("action", choices=["up", "down", "status", "env", "apps"],
+                    help="apps: the Spark applications the master ran, with the workers their executors ran on")
+    cu.add_argument("--since", default=None, help="apps: only applications after this app id")
+    cu.add_argument("--base", default=None, help="state directory (default: $SEGLAKE_HOME/cluster)")
+    cu.add_argument("--workers", type=int, choices=range(1, 5), default=2, help="Spark workers (up)")
+    cu.add_argument("--timeout", type=number_arg("cluster_timeout"), default=300.0,
+                    help="seconds to wait for every server to be healthy (up)")
+    cu.set_defaults(fn=cmd_cluster)
     add_wal_parsers(sub, out, common)
     return p
 

@@ -208,6 +208,12 @@ class Server:
         return pid if pid_alive(pid) else None
 
     def start(self, timeout: float = 30.0, detach: bool = False) -> "Server":
+        """Launch, then wait until healthy (stopped again if it is not within `timeout`)."""
+        return self.launch(detach).wait_healthy(timeout)
+
+    def launch(self, detach: bool = False) -> "Server":
+        """Start the process (own session, pid file) without waiting for it: servers
+        that only become healthy together (an etcd cluster's members) launch first."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.running_pid():
             raise RuntimeError(f"{self.name} already running (pid {self.running_pid()}, {self.pid_file})")
@@ -221,6 +227,10 @@ class Server:
         if not detach:
             self.watchdog = start_watchdog(self.proc.pid)
         self.pid_file.write_text(f"{self.proc.pid}\n")
+        return self
+
+    def wait_healthy(self, timeout: float = 30.0) -> "Server":
+        """Bounded wait for healthy(); an exit or the timeout stops it and raises."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -251,7 +261,14 @@ class Server:
 
 @dataclass
 class EtcdServer(Server):
+    """One etcd member: alone by default, or one of a static cluster (`initial_cluster`
+    "n1=http://127.0.0.1:P1,n2=...", `member` its own name, `cluster_token` unique per
+    cluster so a member never joins another cluster's peers)."""
+
     name: str = "etcd"
+    member: str = "n1"
+    initial_cluster: str = ""
+    cluster_token: str = ""
 
     def __post_init__(self):
         self.ports.setdefault("client", free_port())
@@ -263,12 +280,18 @@ class EtcdServer(Server):
 
     def command(self) -> list[str]:
         c, p = self.ports["client"], self.ports["peer"]
+        alone = not self.initial_cluster
+        cluster = self.initial_cluster or f"{self.member}=http://127.0.0.1:{p}"
         return [
-            find_binary("etcd"), "--name", "n1", "--data-dir", str(self.state_dir / "etcd-data"),
+            find_binary("etcd"), "--name", self.member, "--data-dir", str(self.state_dir / "etcd-data"),
             "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
             "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
-            "--initial-cluster", f"n1=http://127.0.0.1:{p}", "--logger=zap", "--log-level=warn",
-            "--heartbeat-interval=10", "--election-timeout=100",
+            "--initial-cluster", cluster, "--logger=zap", "--log-level=warn",
+            # one member elects itself at once; a cluster on a loaded machine needs slack
+            # against spurious elections (a failover still takes well under a second)
+            "--heartbeat-interval=10" if alone else "--heartbeat-interval=50",
+            "--election-timeout=100" if alone else "--election-timeout=500",
+            *([] if alone else ["--initial-cluster-state=new", f"--initial-cluster-token={self.cluster_token}"]),
             "--auto-compaction-mode=revision", "--auto-compaction-retention=1000",
             "--quota-backend-bytes=8589934592",
         ]
@@ -290,7 +313,7 @@ class WeedServer(Server):
 
     name: str = "weed"
     access_key: str = "seglake-test"
-    secret_key: str = ""
+    secret_key: str = field(default="", repr=False)  # never in a repr (pytest prints reprs on failures)
 
     def __post_init__(self):
         for k in ("master", "volume", "filer", "s3", "admin", "webdav"):

@@ -153,6 +153,7 @@ LIMITS: dict[str, Limit] = {
     "flush_wait_timeout": _seconds(DAY, positive=True),
     "drop_timeout": _seconds(7 * DAY, positive=True),   # waiting for the flushers to release a drop
     # -- demo data (Milvus limits: 1024 partitions, 16 shards, dim 32768) ------------------
+    "cluster_timeout": _seconds(HOUR, positive=True),  # seglake cluster up --timeout
     "demo_partitions": _count(1, 1024),
     "demo_segments": _count(1, 10_000),
     "demo_rows": _count(1, 10_000_000),

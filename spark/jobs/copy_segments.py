@@ -46,14 +46,13 @@ def run(spark, meta, job_id: int) -> list[tuple[int, str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from pyspark.sql import SparkSession
+    from seglake.sparksession import job_session
 
     from seglake.config import Settings
     from seglake.meta import Meta
 
     settings = Settings.load()
-    spark = SparkSession.builder.appName(f"seglake-copy-{args.job_id}").getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
+    spark = job_session(f"seglake-copy-{args.job_id}")  # seglake env -> spark.executorEnv.*, never argv
     try:
         from seglake.progress import watch_copy_job
 

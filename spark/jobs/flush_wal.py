@@ -13,7 +13,6 @@ arrive in the environment (SEGLAKE_CONFIG + secrets), never in argv.
 from __future__ import annotations
 
 import argparse
-import os
 import json
 import sys
 
@@ -48,15 +47,14 @@ def run(spark, pchannels: list[str], max_seconds: float | None, flush_all: bool)
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from pyspark.sql import SparkSession
+    from seglake.sparksession import job_session
 
     from seglake.config import Settings
     from seglake.lifecycle.flush import format_summary
     from seglake.storage import open_store
 
     settings = Settings.load()
-    spark = SparkSession.builder.appName("seglake-flush-wal").getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
+    spark = job_session("seglake-flush-wal")  # seglake env -> spark.executorEnv.*, never argv
     try:
         results = run(spark, args.pchannels, args.max_seconds, bool(args.flush_all))
     finally:

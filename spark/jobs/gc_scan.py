@@ -57,7 +57,7 @@ def spark_listing(spark, store, refs, settings_env: dict):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from pyspark.sql import SparkSession
+    from seglake.sparksession import job_session
 
     from seglake.config import Settings
     from seglake.lifecycle import gc
@@ -71,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(settings)
     from seglake.config import spark_env
     env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
-    spark = SparkSession.builder.appName(f"seglake-gc-scan-{args.run_id}").getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
+    spark = job_session(f"seglake-gc-scan-{args.run_id}")  # seglake env -> spark.executorEnv.*, never argv
     try:
         with Meta.from_settings(settings) as meta:
             refs = gc.load_references(meta, store)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 
@@ -44,15 +43,14 @@ def run(spark, settings, collection: str, db: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from pyspark.sql import SparkSession
+    from seglake.sparksession import job_session
 
     from seglake.config import Settings
     from seglake.lifecycle.verify import format_report
     from seglake.storage import open_store
 
     settings = Settings.load()
-    spark = SparkSession.builder.appName(f"seglake-verify-{args.collection}").getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
+    spark = job_session(f"seglake-verify-{args.collection}")  # seglake env -> spark.executorEnv.*, never argv
     try:
         report = run(spark, settings, args.collection, args.db)
     finally:

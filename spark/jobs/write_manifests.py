@@ -16,7 +16,6 @@ environment.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -56,15 +55,14 @@ def run(spark, meta, store, collection_id: int, name: str, per_file: int, snapsh
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from pyspark.sql import SparkSession
+    from seglake.sparksession import job_session
 
     from seglake.config import Settings
     from seglake.meta import Meta
     from seglake.storage import open_store
 
     settings = Settings.load()
-    spark = SparkSession.builder.appName(f"seglake-snapshot-{args.name}").getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
+    spark = job_session(f"seglake-snapshot-{args.name}")  # seglake env -> spark.executorEnv.*, never argv
     try:
         with Meta.from_settings(settings) as meta:
             rec = run(spark, meta, open_store(settings), args.collection_id, args.name, args.per_file,

@@ -30,14 +30,35 @@ def test_every_spark_submit_task_is_in_the_spark_pool(dagbag):
 
 
 @pytest.mark.parametrize("job", sorted(p.name for p in (REPO / "spark" / "jobs").glob("*.py")))
-def test_every_spark_job_lowers_spark_logging(job):
-    """The session's log level is set right after the session is created."""
+def test_every_spark_job_builds_its_session_through_job_session(job):
+    """Executors on a standalone cluster get the seglake env (secrets included) only
+    through spark.executorEnv.* on the job's builder: every job uses the one builder
+    that sets it (and lowers Spark's INFO logging), none builds its own."""
     tree = ast.parse((REPO / "spark" / "jobs" / job).read_text())
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
-    if not any(c.func.attr == "getOrCreate" for c in calls):
-        pytest.skip("no Spark session in this module")
-    levels = [c for c in calls if c.func.attr == "setLogLevel"]
-    assert levels, f"{job} leaves Spark at INFO"
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert "SparkSession" not in names and "getOrCreate" not in attrs, \
+        f"{job} builds its own SparkSession: use seglake.sparksession.job_session"
+    assert "job_session" in names, f"{job} has no Spark session"
+
+
+def test_job_session_sets_executor_env_and_lowers_logging():
+    tree = ast.parse((REPO / "include" / "seglake" / "sparksession.py").read_text())
+    calls = [n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+    assert calls.index("getOrCreate") < calls.index("setLogLevel")
+
+
+def test_executor_env_conf_carries_every_seglake_variable_and_resolves_the_secrets_file(tmp_path):
+    import json
+
+    from seglake.sparksession import executor_env_conf
+
+    secrets = tmp_path / "s.json"
+    secrets.write_text(json.dumps({"s3_secret_key": "sk-1"}))
+    conf = executor_env_conf({"SEGLAKE_CONFIG": "{}", "SEGLAKE_FAULTS": "x:sleep=1", "SEGLAKE_SECRETS_FILE": str(secrets),
+                              "PATH": "/bin", "AWS_SECRET_ACCESS_KEY": "other"})
+    assert conf == {"spark.executorEnv.SEGLAKE_CONFIG": "{}", "spark.executorEnv.SEGLAKE_FAULTS": "x:sleep=1",
+                    "spark.executorEnv.SEGLAKE_S3_SECRET_KEY": "sk-1"}
 
 
 @pytest.mark.parametrize("value,expected", [("none", None), ("@hourly", "@hourly")])
