@@ -18,7 +18,6 @@ tasks are left alone.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 

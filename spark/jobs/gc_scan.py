@@ -15,7 +15,6 @@ report under _gc/RUN/. Deleting is the sweep's job, never this one's.
 from __future__ import annotations
 
 import argparse
-import os
 import json
 import sys
 
