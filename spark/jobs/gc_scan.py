@@ -9,7 +9,7 @@ Driver: check tolerances (refuse below the floor unless forced), fix the mark's 
 revision, read the small state at it (snapshot records, paused scopes, the WAL view),
 cut the segment records into key ranges. Executors (seglake.lifecycle.gcdist): read
 segment records by key range at that revision and snapshot manifests one per task,
-list the store by collection prefix (large prefixes in key ranges); Spark joins them;
+list the store by collection prefix (large ones cut further by a delimiter walk); Spark joins them;
 executors judge every object with the inline engine's `gc.decide`, write the report
 parts under _gc/RUN/ and return counts. Driver: summary.json from the counts. Any task
 that cannot read its part of the references fails the job: no summary, nothing to sweep.
@@ -35,7 +35,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dry-run", type=int, choices=[0, 1], default=0)
     p.add_argument("--parts", type=int, default=0, help="report parts (0: 2 x default parallelism)")
     p.add_argument("--segment-range-keys", type=int, default=0, help="segment records per reference task")
-    p.add_argument("--split-at", type=int, default=0, help="objects above which a prefix is listed in ranges")
+    p.add_argument("--split-at", type=int, default=0, help="objects above which a prefix is listed in several units")
     return p.parse_args(argv)
 
 
@@ -88,13 +88,16 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     levels = 2 if opts.collection_id is None else 0
     top = sc.parallelize([0], 1).flatMap(lambda _: gcdist.walk_top(plan, gc.scan_prefixes(opts.collection_id), levels)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
-    units = top.filter(lambda x: x[0] == "unit").map(lambda x: x[1])
+    prefixes = top.filter(lambda x: x[0] == "unit").map(lambda x: x[1])
+    n_prefixes = prefixes.count()
+    planned = _partitioned_by_index(prefixes, n_prefixes) \
+        .flatMap(lambda p: gcdist.plan_units(plan, p, split_at or gcdist.SPLIT_AT)) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    units = planned.filter(lambda x: x[0] == "unit").map(lambda x: x[1])
     n_units = units.count()
-    ranges_rdd = _partitioned_by_index(units, n_units) \
-        .flatMap(lambda p: gcdist.plan_ranges(plan, p, split_at or gcdist.SPLIT_AT))
-    n_ranges = ranges_rdd.count()
-    listed = _partitioned_by_index(ranges_rdd, n_ranges).flatMap(lambda u: gcdist.list_range_rows(plan, u)) \
-        .union(top.filter(lambda x: x[0] == "obj").map(lambda x: x[1]))
+    listed = _partitioned_by_index(units, n_units).flatMap(lambda u: gcdist.list_unit_rows(plan, u)) \
+        .union(top.filter(lambda x: x[0] == "obj").map(lambda x: x[1])) \
+        .union(planned.filter(lambda x: x[0] == "obj").map(lambda x: x[1]))
     objects = spark.createDataFrame(listed, gcdist.LIST_SCHEMA)
 
     # the joins: what the references say about each listed path
@@ -135,6 +138,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     refs.unpersist()
     snap_items.unpersist()
     top.unpersist()
+    planned.unpersist()
 
     counts = gc.MarkCounts()
     for r in results:

@@ -8,8 +8,8 @@ here: plain functions over rows, testable without Spark).
                (`segment_rows`); one snapshot's metadata per task, then ONE MANIFEST PER
                TASK -> reference rows (`snapshot_rows`, `manifest_rows`); the listing:
                the top two levels in one task (`walk_top`), then per collection prefix a
-               probe and, when large, ranges cut at a delimiter walk (`plan_ranges`),
-               one range per task (`list_range_rows`)
+               probe and, when large, a delimiter walk that cuts it into units by child
+               name (`plan_units`), one unit per task (`list_unit_rows`)
     Spark      joins: path -> referenced / Dropped owner, owner -> reclaimable,
                segment -> collection; rows co-partitioned by segment
     executors  `gc.decide` per row (the inline engine's judgement), one report part
@@ -37,9 +37,9 @@ from seglake.storage import layout
 from seglake.storage.base import SYMLINK, ObjectInfo
 
 SEGMENT_RANGE_KEYS = 20_000   # segment records per reference task
-SPLIT_AT = 1_000              # a collection prefix with more objects is listed in ranges
-RANGES_PER_PREFIX = 16        # ranges a large prefix is cut into (at most)
-WALK_DEPTH = 3                # delimiter levels walked below a large prefix to find cut points
+SPLIT_AT = 1_000              # a collection prefix with more objects is listed in several units
+UNITS_PER_PREFIX = 16         # units a large prefix is cut into (about)
+WALK_DEPTH = 3                # delimiter levels walked below a large prefix at most
 
 # reference row: (tag, path, collection, partition, segment, etcd key, flag)
 REF_SCHEMA = "tag string, path string, c long, p long, s long, key string, flag boolean"
@@ -182,37 +182,64 @@ def walk_top(plan: MarkPlan, prefixes: list[str], levels: int) -> Iterator[tuple
         todo += [(d, left - 1) for d in dirs]
 
 
-def plan_ranges(plan: MarkPlan, prefix: str, split_at: int = SPLIT_AT, want: int = RANGES_PER_PREFIX,
-                depth: int = WALK_DEPTH) -> list[tuple[str, str | None, str | None]]:
-    """How to list one prefix: whole (a probe saw at most `split_at` objects), or cut
-    into up to `want` contiguous key ranges at child prefixes found by a delimiter walk
-    (breadth first, at most `depth` levels). Ranges cover the prefix exactly once."""
+def plan_units(plan: MarkPlan, prefix: str, split_at: int = SPLIT_AT, want: int = UNITS_PER_PREFIX,
+               depth: int = WALK_DEPTH) -> Iterator[tuple]:
+    """How to list one prefix: ("unit", (prefix, None)) whole when a probe sees at most
+    `split_at` objects, else cut by a delimiter walk (`split_units`)."""
     store = plan.store()
     if sum(1 for _ in islice(store.list(prefix, report_unreadable=True), split_at + 1)) <= split_at:
-        return [(prefix, None, None)]
-    level = [prefix]
-    for _ in range(depth):
-        children = []
-        for d in level:
-            sub, _files = store.list_level(d, report_unreadable=True)  # (what it cannot read: listed later)
-            children += sub
-        if not children:
-            break
-        level = sorted(children)
-        if len(level) >= want:
-            break
-    if level == [prefix]:
-        return [(prefix, None, None)]
-    step = max(1, -(-len(level) // want))
-    cuts = level[step::step]
-    bounds = [None, *cuts, None]
-    return [(prefix, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+        yield ("unit", (prefix, None))
+    else:
+        yield from split_units(store, prefix, want, depth)
 
 
-def list_range_rows(plan: MarkPlan, unit: tuple[str, str | None, str | None]) -> Iterator[tuple]:
+def split_units(store, prefix: str, want: int, depth: int) -> Iterator[tuple]:
+    """A delimiter walk of a large prefix: the objects directly in it ("obj" rows) and
+    about `want` units (prefix, name start) that together list everything below its
+    children once: a level with fewer than `want` children is walked one level deeper
+    (at most `depth`), a level with enough is cut into groups of child names sharing a
+    leading string (`name_groups`). No unit relies on listing order."""
+    dirs, files = store.list_level(prefix, report_unreadable=True)
+    for o in files:
+        yield ("obj", object_row(o))
+    if not dirs:
+        return
+    if len(dirs) < want and depth > 0:
+        share = -(-want // len(dirs))
+        for d in dirs:
+            yield from split_units(store, d, share, depth - 1)
+        return
+    for start in name_groups([d[len(prefix):] for d in dirs], want):
+        yield ("unit", (prefix, start))
+
+
+def name_groups(names: list[str], want: int) -> list[str]:
+    """Leading strings that split `names` (distinct, each ending in '/') into groups of
+    about len/want: every name begins with exactly one of them (a trie's leaves)."""
+    target = max(1, -(-len(names) // max(1, want)))
+    out: list[str] = []
+
+    def split(q: str, group: list[str]) -> None:
+        if len(group) <= target or all(len(n) == len(q) for n in group):
+            out.append(q)
+            return
+        by_next: dict[str, list[str]] = {}
+        for n in group:
+            by_next.setdefault(n[len(q)], []).append(n)  # (a name equal to q ends in '/': a group of one)
+        for c in sorted(by_next):
+            split(q + c, by_next[c])
+
+    split("", sorted(names))
+    return out
+
+
+def list_unit_rows(plan: MarkPlan, unit: tuple[str, str | None]) -> Iterator[tuple]:
     faults.point("gc.mark.list")
-    prefix, lo, hi = unit
-    for o in plan.store().list_range(prefix, lo, hi, report_unreadable=True):
+    prefix, start = unit
+    store = plan.store()
+    objects = store.list(prefix, report_unreadable=True) if start is None else \
+        store.list_names(prefix, start, report_unreadable=True)
+    for o in objects:
         yield object_row(o)
 
 

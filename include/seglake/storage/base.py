@@ -54,10 +54,6 @@ class DeleteOutcome:
     errors: list[DeleteError] = field(default_factory=list)
 
 
-def _in_range(key: str, start: str | None, end: str | None) -> bool:
-    return (start is None or key >= start) and (end is None or key < end)
-
-
 class Store(abc.ABC):
     uri: str
 
@@ -106,22 +102,19 @@ class Store(abc.ABC):
         """One level under `prefix`: (child prefixes ending in '/', objects directly there).
         Used to split a listing across workers."""
 
-    def list_range(self, prefix: str, start: str | None = None, end: str | None = None,
-                   report_unreadable: bool = False) -> Iterator[ObjectInfo]:
-        """The objects `list(prefix)` yields whose key k has start <= k < end (None: no
-        bound), so ranges cut at any keys cover a prefix exactly once. This default walks
-        `list_level` and lists whole only the child prefixes inside the range; S3
-        overrides it with one ranged listing (StartAfter)."""
-        dirs, files = self.list_level(prefix, report_unreadable=report_unreadable)
-        yield from (o for o in files if _in_range(o.key, start, end))
+    def list_names(self, prefix: str, start: str, report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+        """Every object below the child prefixes of `prefix` whose names begin with
+        `start` ('' : all of them); objects directly in `prefix` are not included (its
+        `list_level` returns those). Names cut at any strings this way cover a prefix's
+        children once each, without relying on listing order. This default lists the
+        matching children of `list_level` one by one; S3 lists Prefix=prefix+start."""
+        from seglake.storage.layout import normalize_prefix
+
+        prefix = normalize_prefix(prefix)
+        dirs, _files = self.list_level(prefix, report_unreadable=report_unreadable)
         for d in dirs:
-            after = d[:-1] + chr(ord("/") + 1)  # every key under d sorts in [d, after)
-            if (end is not None and d >= end) or (start is not None and after <= start):
-                continue
-            if (start is None or start <= d) and (end is None or after <= end):
+            if d[len(prefix):].startswith(start):
                 yield from self.list(d, report_unreadable=report_unreadable)
-            else:
-                yield from self.list_range(d, start, end, report_unreadable)
 
     def checksum(self, key: str) -> str:
         """A checksum of the object's content (CRC-32C streamed here; a backend may

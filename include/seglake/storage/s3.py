@@ -94,12 +94,10 @@ class S3Store(Store):
         pfx = normalize_prefix(prefix)
         yield from self._list_full(f"{self.base}/{pfx}" if self.base else pfx)
 
-    def _list_full(self, full: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """Every object under the exact bucket prefix `full` (after the full key
-        `start_after` if given), keys exactly as listed."""
-        extra = {"StartAfter": start_after} if start_after else {}
+    def _list_full(self, full: str) -> Iterator[ObjectInfo]:
+        """Every object under the exact bucket prefix `full`, keys exactly as listed."""
         pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": 1000}, **extra)
+            Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": 1000})
         it = iter(pages)
         while True:
             page = self._do("list", self._rel(full), lambda: next(it, None))
@@ -110,24 +108,21 @@ class S3Store(Store):
                     continue  # directory marker
                 yield ObjectInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"].timestamp())
 
-    def list_range(self, prefix: str, start: str | None = None, end: str | None = None,
-                   report_unreadable: bool = False) -> Iterator[ObjectInfo]:
-        """One paginated listing of `prefix` from `start` (StartAfter the key just
-        below it) up to `end`, exclusive: ranges cut at any keys cover a prefix exactly once."""
+    def list_names(self, prefix: str, start: str, report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+        """One paginated listing of Prefix=prefix+start (not cut at a '/': S3 and
+        SeaweedFS both take any string), keeping the objects below a child prefix that
+        `list_level` returns as a directory."""
         pfx = normalize_prefix(prefix)
         full = f"{self.base}/{pfx}" if self.base else pfx
-        for o in self._list_full(full, start_after=None if start is None else self._below(start)):
-            if start is not None and o.key < start:
-                continue
-            if end is not None and o.key >= end:
-                return
+        for o in self._list_full(full + start):
+            name, slash, _ = o.key[len(pfx):].partition("/")
+            if not slash:
+                continue  # directly in `prefix`: list_level's
+            try:
+                check_key(pfx + name)
+            except ValueError:
+                continue  # 'a//...': list_level returns these objects as files
             yield o
-
-    def _below(self, rel: str) -> str:
-        """A full bucket key that sorts before the full key of `rel` and after every key
-        below it that can share its prefix: StartAfter is exclusive, list_range filters."""
-        full = f"{self.base}/{rel}" if self.base else rel
-        return full[:-1] if full else ""
 
     def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         pfx = normalize_prefix(prefix)
