@@ -64,6 +64,7 @@ bench: setup
 	$(PY) bench/gc.py
 	$(PY) bench/wal.py
 	$(PY) bench/flush.py
+	$(PY) bench/scale.py
 
 clean: down
 	rm -rf $(DEV)

@@ -39,9 +39,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _partitioned_by_index(rdd, n: int):
-    """Exactly one element per partition (zipWithIndex + identity partitioner)."""
-    return rdd.zipWithIndex().map(lambda x: (x[1], x[0])).partitionBy(max(1, n), lambda i: i).values()
+def _partitioned_by_index(rdd, n: int, most: int | None = None):
+    """The n elements spread evenly over min(n, most) partitions: one per partition when
+    `most` is None (zipWithIndex + a modulo partitioner)."""
+    parts = max(1, n if most is None else min(n, most))
+    return rdd.zipWithIndex().map(lambda x: (x[1], x[0])).partitionBy(parts, lambda i: i % parts).values()
 
 
 def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, parts: int = 0,
@@ -85,17 +87,18 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
         .persist(StorageLevel.MEMORY_AND_DISK)
 
     # the listing, on the executors
-    levels = 2 if opts.collection_id is None else 0
+    levels = 1 if opts.collection_id is None else 0  # insert_log/, index_files/, ... or one collection's
     top = sc.parallelize([0], 1).flatMap(lambda _: gcdist.walk_top(plan, gc.scan_prefixes(opts.collection_id), levels)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     prefixes = top.filter(lambda x: x[0] == "unit").map(lambda x: x[1])
     n_prefixes = prefixes.count()
-    planned = _partitioned_by_index(prefixes, n_prefixes) \
-        .flatMap(lambda p: gcdist.plan_units(plan, p, split_at or gcdist.SPLIT_AT)) \
+    want = max(gcdist.UNITS_PER_PREFIX, 4 * par)  # listing units a large prefix is cut into
+    planned = _partitioned_by_index(prefixes, n_prefixes, 4 * par) \
+        .flatMap(lambda p: gcdist.plan_units(plan, p, split_at or gcdist.SPLIT_AT, want)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     units = planned.filter(lambda x: x[0] == "unit").map(lambda x: x[1])
     n_units = units.count()
-    listed = _partitioned_by_index(units, n_units).flatMap(lambda u: gcdist.list_unit_rows(plan, u)) \
+    listed = _partitioned_by_index(units, n_units, 8 * par).flatMap(lambda u: gcdist.list_unit_rows(plan, u)) \
         .union(top.filter(lambda x: x[0] == "obj").map(lambda x: x[1])) \
         .union(planned.filter(lambda x: x[0] == "obj").map(lambda x: x[1]))
     objects = spark.createDataFrame(listed, gcdist.LIST_SCHEMA)

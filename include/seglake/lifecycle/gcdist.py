@@ -7,9 +7,12 @@ here: plain functions over rows, testable without Spark).
     executors  one key range of segment records at R per task -> reference rows
                (`segment_rows`); one snapshot's metadata per task, then ONE MANIFEST PER
                TASK -> reference rows (`snapshot_rows`, `manifest_rows`); the listing:
-               the top two levels in one task (`walk_top`), then per collection prefix a
-               probe and, when large, a delimiter walk that cuts it into units by child
-               name (`plan_units`), one unit per task (`list_unit_rows`)
+               the top level in one task (`walk_top`), then per top prefix (or per
+               collection prefix of a scoped run) a probe and, when large, a delimiter walk
+               that cuts it into units by child name: a level with few children (the
+               collections under insert_log/) is walked one deeper, so every collection
+               prefix gets units of its own (`plan_units`); units spread over the tasks
+               (`list_unit_rows`)
     Spark      joins: path -> referenced / Dropped owner, owner -> reclaimable,
                segment -> collection; rows co-partitioned by segment
     executors  `gc.decide` per row (the inline engine's judgement), one report part
@@ -66,8 +69,15 @@ class MarkPlan:
         return Settings.load(env=self.settings_env)
 
     def store(self):
+        """One store per worker process and settings (an S3 client is costly to build)."""
         from seglake.storage import open_store
-        return open_store(self.settings())
+        key = json.dumps(self.settings_env, sort_keys=True)
+        if key not in _STORES:
+            _STORES[key] = open_store(self.settings())
+        return _STORES[key]
+
+
+_STORES: dict = {}
 
 
 def _prefix_end(prefix: str) -> str:
