@@ -163,7 +163,7 @@ def spark_mark(settings, run_id: str, master: str) -> tuple[float, int, dict]:
            "--missing-tolerance", "0", "--drop-tolerance", "0", "--force", "1", "--dry-run", "1"]
     t = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak, done = 0, threading.Event()
+    peak, parts, done = 0, {}, threading.Event()
 
     def sample():
         nonlocal peak
@@ -171,7 +171,10 @@ def spark_mark(settings, run_id: str, master: str) -> tuple[float, int, dict]:
         while not done.is_set():
             if len(pids) < 2:
                 pids = driver_pids(p.pid, script)
-            peak = max(peak, sum(_rss_kib(x) for x in pids))
+            now = {x: _rss_kib(x) for x in pids}
+            peak = max(peak, sum(now.values()))
+            for x, v in now.items():
+                parts[x] = max(parts.get(x, 0), v)
             done.wait(0.1)
     th = threading.Thread(target=sample, daemon=True)
     th.start()
@@ -181,6 +184,8 @@ def spark_mark(settings, run_id: str, master: str) -> tuple[float, int, dict]:
     th.join()
     if p.returncode != 0:
         raise RuntimeError(f"gc_scan failed ({p.returncode}): {err[-3000:]}")
+    jvm, py = parts.get(p.pid, 0), sum(v for x, v in parts.items() if x != p.pid)
+    print(f"  driver peaks: JVM {jvm / 1024:.0f} MiB, Python driver {py / 1024:.0f} MiB", flush=True)
     return wall, peak, json.loads(out.strip().splitlines()[-1])
 
 

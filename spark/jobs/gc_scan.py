@@ -83,8 +83,9 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     n_manifests = manifests.count()
     man_refs = _partitioned_by_index(manifests, n_manifests).flatMap(lambda m: gcdist.manifest_rows(plan, m))
     own_refs = snap_items.filter(lambda x: x[0] == "ref").map(lambda x: x[1])
+    # (on disk: in local mode executor memory is the driver JVM's)
     refs = spark.createDataFrame(seg_refs.union(man_refs).union(own_refs), gcdist.REF_SCHEMA) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .persist(StorageLevel.DISK_ONLY)
 
     # the listing, on the executors
     levels = 1 if opts.collection_id is None else 0  # insert_log/, index_files/, ... or one collection's
