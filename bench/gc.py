@@ -136,6 +136,7 @@ def main(argv=None) -> int:
             t_start = time.perf_counter() - t
             t = time.perf_counter()
             ms = gc_scan.spark_mark(spark, meta, store, opts, "bench-spark", settings.to_env())
+            assert ms.counts.candidates == len(old)
             t_spark = time.perf_counter() - t
             spark.stop()
             assert {c["path"] for c in gc.read_report(store, "bench-spark")} == set(old)
