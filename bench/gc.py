@@ -135,12 +135,11 @@ def main(argv=None) -> int:
                      .config("spark.ui.enabled", "false").getOrCreate())
             t_start = time.perf_counter() - t
             t = time.perf_counter()
-            refs = gc.load_references(meta, store)
-            ms = gc.mark(meta, store, opts, run_id="bench-spark", refs=refs,
-                         listing=gc_scan.spark_listing(spark, store, refs, settings.to_env()))
+            ms = gc_scan.spark_mark(spark, meta, store, opts, "bench-spark", settings.to_env())
+            assert ms.counts.candidates == len(old)
             t_spark = time.perf_counter() - t
             spark.stop()
-            assert {c["path"] for c in ms.candidates} == set(old)
+            assert {c["path"] for c in gc.read_report(store, "bench-spark")} == set(old)
             print(f"spark mark {t_spark:.2f}s (+ session start-up {t_start:.2f}s)")
 
         # delete anchor: rm of as many files, laid out like the orphans

@@ -8,13 +8,16 @@ never a file that is not seglake's own:
 
 1. **prepare**: tolerances below the floor (1 h) are refused unless `force`; every
    reference (segment records, snapshot manifests) must load completely.
-2. **mark** (Spark `spark/jobs/gc_scan.py`: listing split by collection prefix across
-   executors, anti-join in Spark; or inline): candidate report under `_gc/{run}/`:
+2. **mark** (Spark `spark/jobs/gc_scan.py`: segment records read by etcd key range and
+   snapshot manifests one per task on the executors, the listing split by collection
+   prefix (large ones in key ranges), joined and judged on the executors, which write the
+   report parts; the driver holds counts only. Or inline): candidate report under `_gc/{run}/`:
    old orphans and the files of segments Dropped longer than `drop_tolerance` (never
    one a snapshot references). Only keys of seglake's own layout are ever candidates;
    anything else is reported as `unrecognised` and left alone. The age cutoff is fixed
    when the listing starts. A dry run stops here: its report is what a real run deletes.
-3. **sweep** (skipped on `dry_run`): deletes candidates in batches of 1,000, each
+3. **sweep** (skipped on `dry_run`; Spark `spark/jobs/gc_sweep.py`, one task per report
+   part, when the mark ran on Spark): deletes candidates in batches of 1,000, each
    re-checked against references refreshed from etcd right before deleting, each file
    only if it is still the one the mark saw, never through a symlink; then removes the
    records of the Dropped segments whose files are gone.
@@ -78,10 +81,18 @@ def gc():
             cid = (hook.meta.catalog.get_by_name(params["collection"], params["db"]).collection_id
                    if params["collection"] else None)
             opts = _opts(params, hook, cid).check()
-            refs = engine.load_references(hook.meta, hook.store)  # fail closed, before any listing
-        chosen = choose(params["engine"], len(refs.files), hook.settings.gc_inline_max_files)
-        print(f"gc: {len(refs.files)} referenced files, {len(refs.blocked)} collections with a PENDING "
-              f"snapshot, paused: {'all' if refs.paused_all else sorted(refs.paused)}; engine {chosen}")
+            # engine=spark: the references are read by the executors (never all in this
+            # worker); otherwise a store with more segment records than inline files is Spark's
+            records = hook.meta.kv.count(hook.meta.keys.segments_prefix())
+            limit = hook.settings.gc_inline_max_files
+            if params["engine"] == "spark" or (params["engine"] == "auto" and records >= limit):
+                chosen = "spark"
+                print(f"gc: {records} segment records; engine spark (references read by the executors)")
+            else:
+                refs = engine.load_references(hook.meta, hook.store)  # fail closed, before any listing
+                chosen = choose(params["engine"], len(refs.files), limit)
+                print(f"gc: {len(refs.files)} referenced files, {len(refs.blocked)} collections with a PENDING "
+                      f"snapshot, paused: {'all' if refs.paused_all else sorted(refs.paused)}; engine {chosen}")
         return {"run_id": _safe(run_id or "manual"), "collection_id": cid, "engine": chosen,
                 "missing_tolerance": opts.missing_tolerance, "drop_tolerance": opts.drop_tolerance,
                 "force": opts.force, "dry_run": opts.dry_run}
@@ -116,7 +127,22 @@ def gc():
         ],
     )
 
-    @task(trigger_rule="none_failed_min_one_success")
+    @task.branch(trigger_rule="none_failed_min_one_success")
+    def choose_sweep(prep: dict) -> list[str]:
+        """A dry run sweeps nothing; otherwise the mark's engine sweeps."""
+        if prep["dry_run"]:
+            return []
+        return ["sweep_spark" if prep["engine"] == "spark" else "sweep"]
+
+    sweep_spark = SeglakeSparkSubmitOperator(
+        task_id="sweep_spark",
+        application=spark_job("gc_sweep"),
+        name="seglake-gc-sweep",
+        pool="seglake_spark",
+        application_args=["--run-id", "{{ %s['run_id'] }}" % PREP],
+    )
+
+    @task
     def sweep(prep: dict) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException
         from seglake.lifecycle import gc as engine
@@ -168,11 +194,12 @@ def gc():
     check_conf("gc") >> prep
     inline = mark_inline(prep=prep)
     choose_engine(prep) >> [inline, mark_spark]
+    pick = choose_sweep(prep)
     swept = sweep(prep)
     recs = records(prep=prep)
     done = summary(prep)
-    # a dry run skips sweep and records: the mark's counts (what a real run deletes) still report
-    [inline, mark_spark] >> swept >> recs >> done
+    # a dry run skips the sweeps and records: the mark's counts (what a real run deletes) still report
+    [inline, mark_spark] >> pick >> [swept, sweep_spark] >> recs >> done
     [inline, mark_spark] >> done
     run_note("gc")
 

@@ -40,7 +40,7 @@ ENV_SECRETS_FILE = "SEGLAKE_SECRETS_FILE"
 VARIABLE_NAME = "seglake_config"
 # SEGLAKE_* variables that are not settings keys (read by devstack/config and faults.py)
 ENV_OTHER = frozenset({ENV_JSON, ENV_SECRETS_FILE, "SEGLAKE_HOME", "SEGLAKE_FAULTS", "SEGLAKE_SPARK_LOG_LEVEL",
-                       "SEGLAKE_BENCH_DIR"})
+                       "SEGLAKE_BENCH_DIR", "SEGLAKE_BENCH_SPARK_MASTER"})
 
 # The repository root when installed editable (include/seglake/config.py -> repo).
 _REPO = Path(__file__).resolve().parents[2]

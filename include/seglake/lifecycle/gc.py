@@ -32,6 +32,7 @@ alone and reports the same candidates (and totals) the real run deletes.
 
 from __future__ import annotations
 
+import bisect
 import io
 import json
 import math
@@ -176,7 +177,7 @@ class References:
         self.snapshot_segments |= idx.segments
         self.blocked |= idx.blocked_collections
         self.snapshot_ids |= {(r.collection_id, r.snapshot_id) for r in idx.snapshots}
-        for c, s in idx.segments:
+        for c, s in sorted(idx.segments):  # a segment no record names: its smallest collection id
             self.segment_collection.setdefault(s, c)
 
     def skipped(self, coll: int | None) -> str | None:
@@ -196,17 +197,75 @@ def load_references(meta: Meta, store: Store) -> References:
         for seg in meta.segments.list(revision=refs.revision):
             refs.segments.append(seg)
             refs.add_segment(seg)
-        refs.add_snapshots(snapshot.RefIndex.load(meta, store))
+        refs.add_snapshots(snapshot_index(store, snapshot_records(meta, refs.revision)))
         refs.paused_all, refs.paused = paused_scopes(meta)
     except Exception as e:
         raise GCError(f"references could not be read completely, nothing deleted: {type(e).__name__}: {e}") from e
     return refs
 
 
+def snapshot_records(meta: Meta, revision: int, min_mod_revision: int | None = None) -> list:
+    """The snapshot records at `revision` (only those written after min_mod_revision)."""
+    from seglake.meta.snapshots import SnapshotRecord
+    return [decode_struct(kv.value, SnapshotRecord, kv.key)
+            for kv in meta.kv.range(meta.keys.snapshots_prefix(), revision=revision, min_mod_revision=min_mod_revision)]
+
+
+def snapshot_own_refs(store: Store, rec) -> tuple[list[str], list[dict]]:
+    """(the record's own files: metadata + manifests, the manifests to read) of one
+    snapshot record. A COMMITTED snapshot's unreadable metadata raises (fail closed); a
+    DELETING one's contributes nothing; a PENDING one blocks its collection instead."""
+    from seglake import manifest
+    if rec.state == PENDING or (rec.state == DELETING and not rec.location):
+        return [], []
+    try:
+        doc = snapshot.read_metadata(store, rec)
+    except manifest.ManifestError:
+        if rec.state == DELETING:
+            return [], []
+        raise
+    return [rec.location] + [m["key"] for m in doc["manifests"]], list(doc["manifests"])
+
+
+def snapshot_manifest_refs(store: Store, rec, m: dict) -> tuple[set[str], set[tuple[int, int]]]:
+    """(files, (collection, segment) ids) one verified manifest references; a DELETING
+    snapshot's unreadable manifest contributes nothing, a COMMITTED one's raises."""
+    from seglake import manifest
+    try:
+        entries = snapshot.read_manifest(store, rec, m)
+    except manifest.ManifestError:
+        if rec.state == DELETING:
+            return set(), set()
+        raise
+    files, segs = set(), set()
+    for e in entries:
+        segs.add((e["collection_id"], e["segment_id"]))
+        files.update(layout.normalize_key(p) for p, _ in manifest.entry_files(e))
+    return files, segs
+
+
+def snapshot_index(store: Store, records: list) -> "snapshot.RefIndex":
+    """What these snapshot records reference (the same reads the Spark mark splits one
+    manifest per task)."""
+    idx = snapshot.RefIndex()
+    for rec in records:
+        idx.snapshots.append(rec)
+        if rec.state == PENDING:
+            idx.blocked_collections.add(rec.collection_id)
+        own, manifests = snapshot_own_refs(store, rec)
+        idx.own_files.update(own)
+        for m in manifests:
+            files, segs = snapshot_manifest_refs(store, rec, m)
+            idx.files |= files
+            idx.segments |= segs
+    return idx
+
+
 def refresh_references(meta: Meta, store: Store, refs: References) -> References:
     """Add what changed in etcd since `refs` was read: new or updated segment records
-    (remembered in `changed_segments`), and (if any snapshot record changed) a fresh
-    snapshot index. Raises GCError."""
+    (remembered in `changed_segments`), and what the snapshot records written since
+    reference (an unchanged record references what it did at the mark). Never removes a
+    reference. Raises GCError."""
     try:
         now_rev = meta.kv.revision()
         if now_rev == refs.revision:
@@ -215,10 +274,9 @@ def refresh_references(meta: Meta, store: Store, refs: References) -> References
             seg = decode_struct(kv.value, Segment, kv.key)
             refs.add_segment(seg)
             refs.changed_segments.add((seg.collection_id, seg.segment_id))
-        changed = any(True for _ in meta.kv.range(meta.keys.snapshots_prefix(), revision=now_rev,
-                                                 min_mod_revision=refs.revision + 1, keys_only=True))
+        changed = snapshot_records(meta, now_rev, min_mod_revision=refs.revision + 1)
         if changed:
-            refs.add_snapshots(snapshot.RefIndex.load(meta, store))
+            refs.add_snapshots(snapshot_index(store, changed))
         refs.paused_all, refs.paused = paused_scopes(meta)
         refs.revision = now_rev
     except Exception as e:
@@ -310,38 +368,71 @@ def load_wal_view(meta: Meta, store: Store, collection_id: int | None) -> WalVie
 def judge(key: str, refs: References, reclaim: Reclaim, collection_id: int | None = None,
           wal: WalView | None = None) -> tuple[str, int | None, int | None]:
     """(verdict, collection id, segment id) of one listed key, before its age is looked
-    at: a candidate reason (ORPHAN, DROPPED_SEGMENT) or why it is kept. Only a key that
+    at, from the references held in memory (the inline engine)."""
+    owner = refs.dropped.get(key)
+    return decide(key, key in refs.files, owner, owner in reclaim.segments, refs.segment_collection.get,
+                  refs, collection_id, wal)
+
+
+def decide(key: str, referenced: bool, owner: tuple[int, int] | None, owner_reclaimable: bool,
+           segment_collection: Callable[[int], int | None], scope: References, collection_id: int | None = None,
+           wal: WalView | None = None) -> tuple[str, int | None, int | None]:
+    """THE judgement of one listed key, for both engines, from what the references say
+    about it: `referenced` (a live record or a snapshot names it), `owner` (the Dropped
+    record naming it, and whether that segment is reclaimable this run),
+    `segment_collection(seg)` (the collection of a segment, for keys that carry no
+    collection id) and the small `scope` (blocked and paused collections, snapshot ids).
+    A candidate reason (ORPHAN, DROPPED_SEGMENT) or why the key is kept. Only a key that
     `layout.parse_key` parses can ever be a candidate."""
     if key.startswith(INTERNAL):
         return INTERNAL_FILE, None, None
     if key.endswith("/"):
         return UNREADABLE_DIR, None, None
-    if key in refs.files:
+    if referenced:
         return REFERENCED, None, None
     w = (wal or WalView(error="not loaded")).verdict(key)
     if w is not None:
-        return (refs.skipped(None) or w), None, None
+        return (scope.skipped(None) or w), None, None
     p = layout.parse_key(key)
     if p is None:
         return UNRECOGNISED, None, None
     if p.snapshot_id is not None:
-        if (p.collection_id, p.snapshot_id) not in refs.snapshot_ids:
+        if (p.collection_id, p.snapshot_id) not in scope.snapshot_ids:
             return UNRECOGNISED, p.collection_id, None  # no record ever named this id: not ours to judge
         coll, seg = p.collection_id, None
     else:
         seg = p.segment_id
-        coll = p.collection_id if p.collection_id is not None else refs.segment_collection.get(seg)
+        coll = p.collection_id if p.collection_id is not None or seg is None else segment_collection(seg)
     if collection_id is not None and coll != collection_id:
         return (UNKNOWN_SEGMENT if coll is None else OUT_OF_SCOPE), coll, seg
-    skipped = refs.skipped(coll)
+    skipped = scope.skipped(coll)
     if skipped:
         return skipped, coll, seg
-    owner = refs.dropped.get(key)
     if owner is not None:
-        if owner in reclaim.segments:
-            return DROPPED_SEGMENT, owner[0], owner[1]
-        return DROPPED_RECENT, owner[0], owner[1]
+        return (DROPPED_SEGMENT if owner_reclaimable else DROPPED_RECENT), owner[0], owner[1]
     return ORPHAN, coll, seg
+
+
+def lookup_segment(key: str) -> int | None:
+    """The segment id whose collection `decide` must look up for this key (a key of the
+    layout that names a segment but no collection: index files), else None."""
+    p = layout.parse_key(key)
+    return p.segment_id if p is not None and p.snapshot_id is None and p.collection_id is None else None
+
+
+def refuse_symlink(key: str) -> None:
+    """Fail closed: a referenced file may live behind a symlink under another key."""
+    raise GCError(f"symlink {layout.display_key(key)!r} inside the store: files may be reachable "
+                  "under two keys, so an unreferenced-looking file could be referenced; remove the "
+                  "symlink (move the data instead). Nothing deleted")
+
+
+def report_row(o: ObjectInfo, verdict: str, coll: int | None, seg: int | None, cutoff: float) -> dict:
+    """One judged object as a report row; the age cutoff applies here (both engines)."""
+    if verdict in (ORPHAN, WAL_TRUNCATED) and o.mtime >= cutoff:
+        verdict = YOUNG
+    return {"path": o.key, "size": o.size, "mtime": o.mtime, "reason": verdict,
+            "collection_id": -1 if coll is None else coll, "segment_id": -1 if seg is None else seg}
 
 
 def classify(objects: Iterable[ObjectInfo], refs: References, cutoff: float,
@@ -351,15 +442,9 @@ def classify(objects: Iterable[ObjectInfo], refs: References, cutoff: float,
     fragment older than the cutoff, file of a reclaimable Dropped segment) or why it is kept."""
     reclaim = reclaim or Reclaim()
     for o in objects:
-        if o.size == SYMLINK:  # fail closed: a referenced file may live behind it under another key
-            raise GCError(f"symlink {layout.display_key(o.key)!r} inside the store: files may be reachable "
-                          "under two keys, so an unreferenced-looking file could be referenced; remove the "
-                          "symlink (move the data instead). Nothing deleted")
-        verdict, coll, seg = judge(o.key, refs, reclaim, collection_id, wal)
-        if verdict in (ORPHAN, WAL_TRUNCATED) and o.mtime >= cutoff:
-            verdict = YOUNG
-        yield {"path": o.key, "size": o.size, "mtime": o.mtime, "reason": verdict,
-               "collection_id": -1 if coll is None else coll, "segment_id": -1 if seg is None else seg}
+        if o.size == SYMLINK:
+            refuse_symlink(o.key)
+        yield report_row(o, *judge(o.key, refs, reclaim, collection_id, wal), cutoff)
 
 
 def scan_prefixes(collection_id: int | None) -> list[str]:
@@ -386,38 +471,106 @@ def split_prefixes(store: Store, prefixes: list[str]) -> tuple[list[str], list[O
     return units, loose
 
 
-def list_units_from_env(prefixes: Iterable[str], settings_env: dict) -> Iterator[tuple[str, int, float]]:
-    """Spark executor side: open the store from the settings the driver handed over and
-    list the given prefixes as (path, size, mtime) rows. A key that is not valid UTF-8
-    travels in its display form (which never parses, so it stays unrecognised)."""
-    from seglake.config import Settings
-    from seglake.storage import open_store
-
-    store = open_store(Settings.load(env=settings_env))
-    for p in prefixes:
-        for o in store.list(p, report_unreadable=True):
-            yield (layout.display_key(o.key), o.size, o.mtime)
-
-
 # -- mark -------------------------------------------------------------------------------------
 @dataclass
 class Tally:
     files: int = 0
     bytes: int = 0
-    sample: list[str] = field(default_factory=list)
+    sample: list[str] = field(default_factory=list)  # the SAMPLE smallest keys (same for any split)
 
     def add(self, key: str, size: int) -> None:
         self.files += 1
         self.bytes += size
-        if len(self.sample) < SAMPLE:
-            self.sample.append(layout.display_key(key))
+        k = layout.display_key(key)
+        if len(self.sample) < SAMPLE or k < self.sample[-1]:
+            bisect.insort(self.sample, k)
+            del self.sample[SAMPLE:]
+
+    def merge(self, other: "Tally") -> None:
+        self.files += other.files
+        self.bytes += other.bytes
+        self.sample = sorted(set(self.sample) | set(other.sample))[:SAMPLE]
 
     def to_json(self) -> dict:
         return {"files": self.files, "bytes": self.bytes, "sample": sorted(self.sample)}
 
+    @classmethod
+    def from_json(cls, d: dict) -> "Tally":
+        return cls(d["files"], d["bytes"], sorted(d["sample"]))
 
-# A listing for mark: prefixes -> (objects, how many referenced objects it already left out).
-Listing = Callable[[list[str]], tuple[Iterable[ObjectInfo], int]]
+
+@dataclass
+class MarkCounts:
+    """What a mark saw, as counts only: built row by row (inline, or per partition on
+    Spark executors) and merged. No per-object data beyond the bounded samples."""
+    listed: int = 0
+    referenced: int = 0
+    internal: int = 0
+    candidates: int = 0
+    candidate_bytes: int = 0
+    kept: dict = field(default_factory=lambda: defaultdict(int))
+    by_collection_reason: dict = field(default_factory=dict)
+    unrecognised: Tally = field(default_factory=Tally)
+    unknown_segment: Tally = field(default_factory=Tally)
+    unreadable: Tally = field(default_factory=Tally)   # directories that could not be listed
+    dropped_segments: int = 0   # Dropped segments this run reclaims
+    dropped_kept: int = 0       # past the tolerance but referenced by a snapshot, blocked or paused
+    dropped_files: int = 0
+    dropped_bytes: int = 0
+
+    def add(self, row: dict) -> None:
+        self.listed += 1
+        reason = row["reason"]
+        if reason in CANDIDATE_REASONS:
+            self.candidates += 1
+            self.candidate_bytes += row["size"]
+            b = self.by_collection_reason.setdefault(f"{row['collection_id']}/{reason}", {"files": 0, "bytes": 0})
+            b["files"] += 1
+            b["bytes"] += row["size"]
+            if reason == DROPPED_SEGMENT:
+                self.dropped_files += 1
+                self.dropped_bytes += row["size"]
+        elif reason == REFERENCED:
+            self.referenced += 1
+        elif reason == INTERNAL_FILE:
+            self.internal += 1
+        elif reason == UNRECOGNISED:
+            self.unrecognised.add(row["path"], row["size"])
+        elif reason == UNREADABLE_DIR:
+            self.unreadable.add(row["path"], 0)
+        else:
+            self.kept[reason] += 1
+            if reason == UNKNOWN_SEGMENT:
+                self.unknown_segment.add(row["path"], row["size"])
+
+    _PLAIN = ("listed", "referenced", "internal", "candidates", "candidate_bytes", "dropped_segments",
+              "dropped_kept", "dropped_files", "dropped_bytes")
+    _TALLIES = ("unrecognised", "unknown_segment", "unreadable")
+
+    def merge(self, o: "MarkCounts") -> "MarkCounts":
+        for n in self._PLAIN:
+            setattr(self, n, getattr(self, n) + getattr(o, n))
+        for k, v in o.kept.items():
+            self.kept[k] += v
+        for k, v in o.by_collection_reason.items():
+            b = self.by_collection_reason.setdefault(k, {"files": 0, "bytes": 0})
+            b["files"] += v["files"]
+            b["bytes"] += v["bytes"]
+        for n in self._TALLIES:
+            getattr(self, n).merge(getattr(o, n))
+        return self
+
+    def to_json(self) -> dict:
+        return {**{n: getattr(self, n) for n in self._PLAIN}, "kept": dict(self.kept),
+                "by_collection_reason": self.by_collection_reason,
+                **{n: getattr(self, n).to_json() for n in self._TALLIES}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "MarkCounts":
+        c = cls(**{n: d[n] for n in cls._PLAIN}, by_collection_reason=d["by_collection_reason"],
+                **{n: Tally.from_json(d[n]) for n in cls._TALLIES})
+        c.kept.update(d["kept"])
+        return c
 
 
 @dataclass
@@ -425,112 +578,149 @@ class MarkResult:
     run_id: str
     started_at: float
     cutoff: float
-    listed: int
-    candidates: list[dict]
-    kept: dict[str, int]
-    report_key: str
+    counts: MarkCounts
+    report_parts: list[list[int]]      # [part index, candidates, dropped segments] of every part written
+    candidates: list[dict] = field(default_factory=list)  # inline engine only (the Spark driver holds none)
     refs_revision: int = 0
-    referenced: int = 0
-    internal: int = 0
-    unrecognised: Tally = field(default_factory=Tally)
-    unknown_segment: Tally = field(default_factory=Tally)
-    unreadable: Tally = field(default_factory=Tally)   # directories that could not be listed
-    dropped_segments: int = 0
-    dropped_kept: int = 0
     dry_run: bool = False
     wal: dict = field(default_factory=dict)
+    engine: str = "inline"
+
+    @property
+    def report_key(self) -> str:
+        return f"{GC_PREFIX}/{self.run_id}/{CANDIDATES}/"
 
     def summary(self) -> dict:
-        by = defaultdict(lambda: {"files": 0, "bytes": 0})
-        for c in self.candidates:
-            b = by[f"{c['collection_id']}/{c['reason']}"]
-            b["files"] += 1
-            b["bytes"] += c["size"]
-        dropped = [c for c in self.candidates if c["reason"] == DROPPED_SEGMENT]
+        c = self.counts
         return {"run_id": self.run_id, "started_at": self.started_at, "cutoff": self.cutoff,
-                "listed": self.listed, "referenced": self.referenced, "internal": self.internal,
-                "candidates": len(self.candidates), "candidate_bytes": sum(c["size"] for c in self.candidates),
-                "kept": self.kept, "unrecognised": self.unrecognised.to_json(),
-                "unknown_segment": self.unknown_segment.to_json(),
-                "unreadable_directories": self.unreadable.to_json(),
-                "dropped": {"segments": self.dropped_segments, "files": len(dropped),
-                            "bytes": sum(c["size"] for c in dropped), "kept_referenced_or_skipped": self.dropped_kept},
-                "by_collection_reason": dict(by), "report": self.report_key,
-                "refs_revision": self.refs_revision, "dry_run": self.dry_run, "wal": self.wal}
+                "listed": c.listed, "referenced": c.referenced, "internal": c.internal,
+                "candidates": c.candidates, "candidate_bytes": c.candidate_bytes,
+                "kept": dict(sorted(c.kept.items())), "unrecognised": c.unrecognised.to_json(),
+                "unknown_segment": c.unknown_segment.to_json(),
+                "unreadable_directories": c.unreadable.to_json(),
+                "dropped": {"segments": c.dropped_segments, "files": c.dropped_files, "bytes": c.dropped_bytes,
+                            "kept_referenced_or_skipped": c.dropped_kept},
+                "by_collection_reason": dict(sorted(c.by_collection_reason.items())), "report": self.report_key,
+                "report_parts": sorted(self.report_parts), "refs_revision": self.refs_revision,
+                "dry_run": self.dry_run, "wal": self.wal, "engine": self.engine}
+
+
+def new_run_id(now=time.time) -> str:
+    return f"gc-{int(now() * 1000)}-{uuid.uuid4().hex[:6]}"  # two runs at once never share one
 
 
 def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
-         refs: References | None = None, now=time.time, listing: Listing | None = None) -> MarkResult:
-    """The mark phase (a dry run is this alone): every candidate the sweep may delete,
-    with the size and mtime it had. `listing(prefixes)` may replace the store listing
-    (the Spark engine lists in executors and leaves referenced keys out)."""
+         refs: References | None = None, now=time.time) -> MarkResult:
+    """The mark phase, inline (a dry run is this alone): every candidate the sweep may
+    delete, with the size and mtime it had, in a one-part report. The Spark engine
+    (spark/jobs/gc_scan.py) judges with the same `decide` and writes the same report."""
     opts.check()
-    run_id = run_id or f"gc-{int(now() * 1000)}-{uuid.uuid4().hex[:6]}"  # two runs at once never share one
+    run_id = run_id or new_run_id(now)
     started = now()
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     refs = refs or load_references(meta, store)
     reclaim = reclaimable(refs, opts, started)
     wal = load_wal_view(meta, store, opts.collection_id)
-    prefixes = scan_prefixes(opts.collection_id)
-    if listing is not None:
-        objects, pre_referenced = listing(prefixes)
-    else:
-        objects, pre_referenced = (o for p in prefixes for o in store.list(p, report_unreadable=True)), 0
-    m = MarkResult(run_id, started, cutoff, pre_referenced, [], {}, "", refs.revision, referenced=pre_referenced,
-                   dropped_segments=len(reclaim.segments), dropped_kept=reclaim.kept, dry_run=opts.dry_run,
-                   wal=wal.summary())
-    kept = defaultdict(int)
+    objects = (o for p in scan_prefixes(opts.collection_id) for o in store.list(p, report_unreadable=True))
+    counts = MarkCounts(dropped_segments=len(reclaim.segments), dropped_kept=reclaim.kept)
+    candidates = []
     for row in classify(objects, refs, cutoff, opts.collection_id, reclaim, wal):
-        m.listed += 1
-        reason = row["reason"]
-        if reason in CANDIDATE_REASONS:
-            m.candidates.append(row)
-        elif reason == REFERENCED:
-            m.referenced += 1
-        elif reason == INTERNAL_FILE:
-            m.internal += 1
-        elif reason == UNRECOGNISED:
-            m.unrecognised.add(row["path"], row["size"])
-        elif reason == UNREADABLE_DIR:
-            m.unreadable.add(row["path"], 0)
-        else:
-            kept[reason] += 1
-            if reason == UNKNOWN_SEGMENT:
-                m.unknown_segment.add(row["path"], row["size"])
-    m.kept = dict(kept)
-    m.report_key = write_report(store, run_id, m.candidates)
-    store.put(f"{GC_PREFIX}/{run_id}/dropped.json", json.dumps(
-        {"segments": sorted([list(seg.ref) for seg in reclaim.segments.values()])}).encode())
-    store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps({**m.summary(), "swept": None}).encode())
-    store.put(f"{GC_PREFIX}/latest.json", json.dumps({"run_id": run_id}).encode())
+        counts.add(row)
+        if row["reason"] in CANDIDATE_REASONS:
+            candidates.append(row)
+    dropped = sorted(seg.ref for seg in reclaim.segments.values())
+    part = write_part(store, run_id, 0, candidates, dropped)
+    m = MarkResult(run_id, started, cutoff, counts, [part] if part else [], candidates, refs.revision,
+                   opts.dry_run, wal.summary())
+    finish_mark(store, m.summary())
     return m
 
 
+def finish_mark(store: Store, summary: dict) -> None:
+    """Make a mark visible: its summary (written last: a report without one does not
+    exist for the sweep), then the pointer to the latest run."""
+    store.put(f"{GC_PREFIX}/{summary['run_id']}/summary.json", json.dumps({**summary, "swept": None}).encode())
+    store.put(f"{GC_PREFIX}/latest.json", json.dumps({"run_id": summary["run_id"]}).encode())
+
+
+# -- the candidate report: _gc/{run}/candidates/part-N.parquet (+ dropped/part-N.parquet) --------
+# Every file of one Dropped segment, and the segment itself, are in the same part: a sweep of
+# that part alone knows when the segment's record may go. summary.json lists the parts
+# written ([index, candidates, dropped segments]); reports of earlier versions
+# (candidates.parquet + dropped.json, no part list) are read as one part.
+CANDIDATES, DROPPED_PARTS, LEGACY_PART = "candidates", "dropped", -1
 _REPORT_COLUMNS = (("path", "string"), ("size", "int64"), ("mtime", "float64"), ("reason", "string"),
                    ("collection_id", "int64"), ("segment_id", "int64"))
+_DROPPED_COLUMNS = (("collection_id", "int64"), ("partition_id", "int64"), ("segment_id", "int64"))
 
 
-def write_report(store: Store, run_id: str, candidates: list[dict]) -> str:
+def part_key(run_id: str, kind: str, index: int) -> str:
+    return f"{GC_PREFIX}/{run_id}/{kind}/part-{index:05d}.parquet"
+
+
+def _put_parquet(store: Store, key: str, columns, rows: list) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({name: pa.array([c[name] for c in candidates], getattr(pa, typ)())
-                      for name, typ in _REPORT_COLUMNS})
+    table = pa.table({name: pa.array([r[i] if isinstance(r, (tuple, list)) else r[name] for r in rows],
+                                     getattr(pa, typ)()) for i, (name, typ) in enumerate(columns)})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
-    key = f"{GC_PREFIX}/{run_id}/candidates.parquet"
     store.put(key, sink.getvalue().to_pybytes())
-    return key
+
+
+def _get_parquet(store: Store, key: str) -> list[dict]:
+    import pyarrow.parquet as pq
+    return pq.read_table(io.BytesIO(store.get(key))).to_pylist()
+
+
+def write_part(store: Store, run_id: str, index: int, candidates: list[dict],
+               dropped: list[tuple[int, int, int]]) -> list[int] | None:
+    """Write one part of the report (nothing when it has neither candidates nor dropped
+    segments); returns its entry for summary.json. Re-writing a part is harmless."""
+    if not candidates and not dropped:
+        return None
+    _put_parquet(store, part_key(run_id, CANDIDATES, index), _REPORT_COLUMNS, candidates)
+    _put_parquet(store, part_key(run_id, DROPPED_PARTS, index), _DROPPED_COLUMNS, list(dropped))
+    return [index, len(candidates), len(dropped)]
+
+
+def report_parts(summary: dict) -> list[list[int]]:
+    if "report_parts" in summary:
+        return [list(p) for p in summary["report_parts"]]
+    return [[LEGACY_PART, summary.get("candidates", 0), -1]]
+
+
+def read_part(store: Store, run_id: str, part: list[int]) -> tuple[list[dict], list[tuple[int, int, int]]]:
+    """(candidates, dropped segments (c, p, s)) of one part, checked against the counts
+    summary.json holds for it. GCError for a damaged part."""
+    index, n, k = part
+    try:
+        if index == LEGACY_PART:
+            candidates = _get_parquet(store, f"{GC_PREFIX}/{run_id}/candidates.parquet")
+            try:
+                dropped = [tuple(x) for x in _read_json(store, run_id, "dropped.json")["segments"]]
+            except NotFound:
+                dropped = []  # written before dropped segments were marked: nothing to remove
+            return candidates, dropped
+        candidates = _get_parquet(store, part_key(run_id, CANDIDATES, index))
+        dropped = [(d["collection_id"], d["partition_id"], d["segment_id"])
+                   for d in _get_parquet(store, part_key(run_id, DROPPED_PARTS, index))]
+    except NotFound:
+        raise NotFound(f"gc run {run_id!r}: report part {index} is missing") from None
+    if len(candidates) != n or len(dropped) != k:
+        raise GCError(f"gc run {run_id!r}: report part {index} holds {len(candidates)} candidates and "
+                      f"{len(dropped)} dropped segments, its summary says {n} and {k}: damaged, nothing deleted")
+    return candidates, dropped
 
 
 def read_report(store: Store, run_id: str) -> list[dict]:
-    import pyarrow.parquet as pq
-
+    """Every candidate of a run's report (tests, the CLI, small reports only)."""
     try:
-        raw = store.get(f"{GC_PREFIX}/{run_id}/candidates.parquet")
+        summary = _read_json(store, run_id, "summary.json")
     except NotFound:
         raise NotFound(f"no gc report for run {run_id!r}") from None
-    return pq.read_table(io.BytesIO(raw)).to_pylist()
+    return [c for p in report_parts(summary) for c in read_part(store, run_id, p)[0]]
 
 
 def _read_json(store: Store, run_id: str, name: str) -> dict:
@@ -556,19 +746,57 @@ class SweepResult:
     rechecked_kept: int = 0   # referenced, blocked or paused by the time of the delete
     changed_kept: int = 0     # no longer the object the mark saw (size/mtime, a symlink on the path)
     already_gone: int = 0     # removed by someone else (another run) first
-    errors: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)   # the first MAX_ERRORS
+    error_count: int = 0
     by_collection: dict = field(default_factory=lambda: defaultdict(lambda: {"files": 0, "bytes": 0}))
     by_reason: dict = field(default_factory=lambda: defaultdict(lambda: {"files": 0, "bytes": 0}))
     dropped_records_removed: int = 0
     dropped_records_kept: int = 0
 
+    MAX_ERRORS = 100
+    _PLAIN = ("deleted", "deleted_bytes", "rechecked_kept", "changed_kept", "already_gone", "error_count",
+              "dropped_records_removed", "dropped_records_kept")
+
+    def error(self, key: str, why: str) -> None:
+        self.error_count += 1
+        if len(self.errors) < self.MAX_ERRORS:
+            self.errors.append((key, why))
+
+    def count_deleted(self, c: dict) -> None:
+        self.deleted += 1
+        self.deleted_bytes += c["size"]
+        for b in (self.by_collection[str(c["collection_id"])], self.by_reason[c["reason"]]):
+            b["files"] += 1
+            b["bytes"] += c["size"]
+
+    def merge(self, o: "SweepResult") -> "SweepResult":
+        for n in self._PLAIN:
+            setattr(self, n, getattr(self, n) + getattr(o, n))
+        self.errors = (self.errors + o.errors)[:self.MAX_ERRORS]
+        for mine, theirs in ((self.by_collection, o.by_collection), (self.by_reason, o.by_reason)):
+            for k, v in theirs.items():
+                mine[k]["files"] += v["files"]
+                mine[k]["bytes"] += v["bytes"]
+        return self
+
+    def to_json(self) -> dict:
+        return {**{n: getattr(self, n) for n in self._PLAIN}, "errors": [list(e) for e in self.errors],
+                "by_collection": dict(self.by_collection), "by_reason": dict(self.by_reason)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "SweepResult":
+        out = cls(**{n: d[n] for n in cls._PLAIN}, errors=[tuple(e) for e in d["errors"]])
+        out.by_collection.update(d["by_collection"])
+        out.by_reason.update(d["by_reason"])
+        return out
+
     def summary(self) -> dict:
         d = self.by_reason.get(DROPPED_SEGMENT, {"files": 0, "bytes": 0})
         return {"deleted": self.deleted, "deleted_bytes": self.deleted_bytes, "rechecked_kept": self.rechecked_kept,
                 "changed_kept": self.changed_kept, "already_gone": self.already_gone,
-                "errors": [list(e) for e in self.errors[:100]], "error_count": len(self.errors),
-                "by_collection": {str(k): v for k, v in self.by_collection.items()},
-                "by_reason": dict(self.by_reason),
+                "errors": [list(e) for e in self.errors], "error_count": self.error_count,
+                "by_collection": dict(sorted(self.by_collection.items())),
+                "by_reason": dict(sorted(self.by_reason.items())),
                 "dropped": {"segments": self.dropped_records_removed, "files": d["files"], "bytes": d["bytes"],
                             "records_kept": self.dropped_records_kept}}
 
@@ -591,23 +819,40 @@ def still_collectable(c: dict, refs: References) -> bool:
 
 def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
           batch: int = SWEEP_BATCH) -> SweepResult:
-    """Delete the report's candidates in batches, each re-checked right before deleting
-    against references refreshed from etcd, each file only if it is still the object
-    the mark saw. Idempotent and resumable: re-running a killed sweep deletes what is
-    left and counts only that. Ends with the records of fully reclaimed Dropped segments.
+    """Delete the report's candidates, part by part (`sweep_part`), then record what was
+    done in summary.json. Idempotent and resumable: re-running a killed sweep deletes
+    what is left and counts only that.
 
     The candidates were unreferenced at the etcd revision the mark read its references
     at, so without `refs` the sweep starts from that revision and only applies what
-    changed since (new or updated segment records, any snapshot change), batch by batch."""
-    candidates = read_report(store, run_id)
+    changed since (new or updated segment records, snapshot records written since)."""
     summary = _read_json(store, run_id, "summary.json")
     mark_rev = summary["refs_revision"]
-    if refs is None:
-        refs = References(revision=mark_rev)
-        for c in candidates:  # the Dropped records the mark judged, as it saw them
-            if c["reason"] == DROPPED_SEGMENT:
-                refs.dropped[c["path"]] = (c["collection_id"], c.get("segment_id", -1))
+    refs = References(revision=mark_rev) if refs is None else refs
     out = SweepResult()
+    for part in report_parts(summary):
+        refs = sweep_part(meta, store, run_id, mark_rev, part, refs, out, batch)
+    record_sweep(store, run_id, out)
+    return out
+
+
+def record_sweep(store: Store, run_id: str, out: SweepResult) -> None:
+    summary = _read_json(store, run_id, "summary.json")
+    summary["swept"] = out.summary()
+    store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps(summary).encode())
+
+
+def sweep_part(meta: Meta, store: Store, run_id: str, mark_rev: int, part: list[int], refs: References,
+               out: SweepResult, batch: int = SWEEP_BATCH) -> References:
+    """Sweep one part of the report: batches of `batch`, each re-checked right before
+    deleting against references refreshed from etcd (everything changed since `refs`),
+    each file deleted only if it is still the object the mark saw; then the records of
+    the part's Dropped segments whose files are all gone. Adds to `out`; returns the
+    refreshed references. The same code runs inline and in Spark executors (one part per task)."""
+    candidates, dropped = read_part(store, run_id, part)
+    for c in candidates:  # the Dropped records the mark judged, as it saw them (a newer view wins)
+        if c["reason"] == DROPPED_SEGMENT:
+            refs.dropped.setdefault(c["path"], (c["collection_id"], c.get("segment_id", -1)))
     unfinished: set[tuple[int, int]] = set()  # dropped segments with a file left behind
     for i in range(0, len(candidates), batch):
         chunk = candidates[i:i + batch]
@@ -626,22 +871,33 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
             out.rechecked_kept += 1
         res = store.delete_checked([ObjectInfo(c["path"], c["size"], c["mtime"]) for c in doomed.values()])
         for key in res.deleted:
-            c = doomed[key]
-            out.deleted += 1
-            out.deleted_bytes += c["size"]
-            for b in (out.by_collection[c["collection_id"]], out.by_reason[c["reason"]]):
-                b["files"] += 1
-                b["bytes"] += c["size"]
+            out.count_deleted(doomed[key])
         out.already_gone += len(res.missing)
         out.changed_kept += len(res.changed)
-        out.errors += [(e.key, e.error) for e in res.errors]
+        for e in res.errors:
+            out.error(e.key, e.error)
         for key in res.changed + [e.key for e in res.errors]:
             unfinished.add((doomed[key]["collection_id"], doomed[key].get("segment_id", -1)))
     refs = refresh_references(meta, store, refs)
-    _remove_dropped_records(meta, store, run_id, mark_rev, refs, unfinished, out)
-    summary["swept"] = out.summary()
-    store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps(summary).encode())
-    return out
+    _remove_dropped_records(meta, dropped, mark_rev, refs, unfinished, out)
+    return refs
+
+
+def sweep_parts_from_env(settings_env: dict, run_id: str, mark_rev: int, parts: Iterable[list[int]],
+                         batch: int = SWEEP_BATCH) -> dict:
+    """Spark executor side of the sweep: these parts, from the etcd changes since the
+    mark's revision; returns the counts (JSON) for the driver to add up."""
+    from seglake.config import Settings
+    from seglake.storage import open_store
+
+    settings = Settings.load(env=settings_env)
+    store = open_store(settings)
+    out = SweepResult()
+    with Meta.from_settings(settings) as meta:
+        refs = References(revision=mark_rev)
+        for part in parts:
+            refs = sweep_part(meta, store, run_id, mark_rev, part, refs, out, batch)
+    return out.to_json()
 
 
 def _wal_not_truncatable(meta: Meta, keys: list[str], out: SweepResult) -> list[str]:
@@ -662,19 +918,15 @@ def _wal_not_truncatable(meta: Meta, keys: list[str], out: SweepResult) -> list[
                 record_truncation(meta, pch, go)
             keep += [k for k in ks if k not in ok]
         except Exception as e:
-            out.errors.append((layout.wal_prefix(pch), f"wal truncation not recorded, kept: {type(e).__name__}: {e}"))
+            out.error(layout.wal_prefix(pch), f"wal truncation not recorded, kept: {type(e).__name__}: {e}")
             keep += ks
     return keep
 
 
-def _remove_dropped_records(meta: Meta, store: Store, run_id: str, mark_rev: int, refs: References,
+def _remove_dropped_records(meta: Meta, segments: list[tuple[int, int, int]], mark_rev: int, refs: References,
                             unfinished: set[tuple[int, int]], out: SweepResult) -> None:
     """Remove the record of each reclaimable Dropped segment whose files are all gone,
     in one guarded txn per record: it must be unchanged since the mark's revision."""
-    try:
-        segments = _read_json(store, run_id, "dropped.json")["segments"]
-    except NotFound:
-        return  # a report without one (written before dropped segments were marked): nothing to remove
     for c, p, s in segments:
         if (c, s) in unfinished or (c, s) in refs.changed_segments or (c, s) in refs.snapshot_segments \
                 or refs.skipped(c):
@@ -732,7 +984,7 @@ def run(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None) ->
         return result
     s = sweep(meta, store, m.run_id, refs=refs).summary()
     result["sweep"] = s
-    result["dropped"] = {**s["dropped"], "kept_referenced_or_skipped": m.dropped_kept}
+    result["dropped"] = {**s["dropped"], "kept_referenced_or_skipped": m.counts.dropped_kept}
     result["records"] = clean_records(meta, store, opts)
     return result
 

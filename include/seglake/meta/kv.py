@@ -245,14 +245,15 @@ class KV:
 
     def range(self, prefix: str, *, page_size: int = 1000, keys_only: bool = False,
               start_after: str | None = None, revision: int | None = None,
-              min_mod_revision: int | None = None) -> Iterator[KeyValue]:
-        """Every key under `prefix`, in key order, paged, at one consistent revision
+              min_mod_revision: int | None = None, end: str | None = None) -> Iterator[KeyValue]:
+        """Every key under `prefix` (and below `end` if given: the key range
+        [prefix, end) then), in key order, paged, at one consistent revision
         (`revision`, or the store's revision at the first page); with min_mod_revision
         only keys changed since then. The next page is fetched in the background while
         the caller consumes this one."""
         from etcd3 import utils
 
-        end = utils.prefix_range_end(utils.to_bytes(prefix))
+        end = utils.prefix_range_end(utils.to_bytes(prefix)) if end is None else utils.to_bytes(end)
         start = utils.to_bytes(prefix if start_after is None else start_after + "\0")
 
         def fetch(start: bytes, revision: int | None):
@@ -280,11 +281,12 @@ class KV:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
 
-    def count(self, prefix: str) -> int:
+    def count(self, prefix: str, *, end: str | None = None, revision: int | None = None) -> int:
+        """How many keys under `prefix` (or in [prefix, end)), at `revision` if given."""
         from etcd3 import utils
 
-        end = utils.prefix_range_end(utils.to_bytes(prefix))
-        resp = self._call(lambda: self._client.get_range_response(prefix, end, count_only=True),
+        end = utils.prefix_range_end(utils.to_bytes(prefix)) if end is None else utils.to_bytes(end)
+        resp = self._call(lambda: self._client.get_range_response(prefix, end, count_only=True, revision=revision),
                           write=False, what=f"count {prefix}")
         return resp.count
 

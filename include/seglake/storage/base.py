@@ -116,6 +116,20 @@ class Store(abc.ABC):
         """One level under `prefix`: (child prefixes ending in '/', objects directly there).
         Used to split a listing across workers."""
 
+    def list_names(self, prefix: str, start: str, report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+        """Every object below the child prefixes of `prefix` whose names begin with
+        `start` ('' : all of them); objects directly in `prefix` are not included (its
+        `list_level` returns those). Names cut at any strings this way cover a prefix's
+        children once each, without relying on listing order. This default lists the
+        matching children of `list_level` one by one; S3 lists Prefix=prefix+start."""
+        from seglake.storage.layout import normalize_prefix
+
+        prefix = normalize_prefix(prefix)
+        dirs, _files = self.list_level(prefix, report_unreadable=report_unreadable)
+        for d in dirs:
+            if d[len(prefix):].startswith(start):
+                yield from self.list(d, report_unreadable=report_unreadable)
+
     def checksum(self, key: str) -> str:
         """A checksum of the object's content (CRC-32C streamed here; a backend may
         answer from its own metadata). Equal for equal content within one store."""

@@ -153,6 +153,22 @@ class S3Store(Store):
                     continue  # directory marker
                 yield ObjectInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"].timestamp())
 
+    def list_names(self, prefix: str, start: str, report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+        """One paginated listing of Prefix=prefix+start (not cut at a '/': S3 and
+        SeaweedFS both take any string), keeping the objects below a child prefix that
+        `list_level` returns as a directory."""
+        pfx = normalize_prefix(prefix)
+        full = f"{self.base}/{pfx}" if self.base else pfx
+        for o in self._list_full(full + start):
+            name, slash, _ = o.key[len(pfx):].partition("/")
+            if not slash:
+                continue  # directly in `prefix`: list_level's
+            try:
+                check_key(pfx + name)
+            except ValueError:
+                continue  # 'a//...': list_level returns these objects as files
+            yield o
+
     def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         pfx = normalize_prefix(prefix)
         full = f"{self.base}/{pfx}" if self.base else pfx
