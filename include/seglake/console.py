@@ -122,7 +122,7 @@ def copy_jobs(meta: Meta, now: float) -> list[dict]:
         d.update(rate_bps=rate, eta_s=eta, terminal=d["state"] in JOB_TERMINAL,
                  fractions={"segments": frac(p["copied_segments"], p["total_segments"]),
                             "files": frac(p["copied_files"], p["total_files"]),
-                            "bytes": frac(p["copied_bytes"], p["total_bytes"])})
+                            "bytes": frac(p["done_bytes"], p["total_bytes"])})
         out.append(d)
     return sorted(out, key=lambda d: -d["job_id"])
 

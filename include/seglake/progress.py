@@ -101,7 +101,7 @@ def _job_done(meta, job_id: int) -> dict:
     from seglake.lifecycle import copyjob
 
     p = copyjob.progress(meta, job_id)
-    return {"segments": p["copied_segments"], "files": p["copied_files"], "bytes": p["copied_bytes"]}
+    return {"segments": p["copied_segments"], "files": p["copied_files"], "bytes": p["done_bytes"]}
 
 
 @contextmanager

@@ -28,12 +28,13 @@ def executor_env_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {f"spark.executorEnv.{k}": v for k, v in sorted(spark_env(env).items())}
 
 
-def job_session(app_name: str, env: Mapping[str, str] | None = None):
-    """getOrCreate() a session named `app_name` whose executors get the seglake env."""
+def job_session(app_name: str, env: Mapping[str, str] | None = None, conf: Mapping[str, str] | None = None):
+    """getOrCreate() a session named `app_name` whose executors get the seglake env;
+    `conf`: the job's own Spark settings (e.g. spark.task.maxFailures)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    for key, value in executor_env_conf(env).items():
+    for key, value in {**(conf or {}), **executor_env_conf(env)}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     sc = spark.sparkContext

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 
@@ -48,16 +47,14 @@ def spark_sweep(spark, store, run_id: str, settings_env: dict, batch: int = 0):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from pyspark.sql import SparkSession
-
     from seglake.config import Settings, spark_env
+    from seglake.sparksession import job_session
     from seglake.storage import open_store
 
     settings = Settings.load()
     store = open_store(settings)
-    spark = (SparkSession.builder.appName(f"seglake-gc-sweep-{args.run_id}")
-             .config("spark.task.maxFailures", "1").getOrCreate())
-    spark.sparkContext.setLogLevel(os.environ.get("SEGLAKE_SPARK_LOG_LEVEL", "WARN"))
+    spark = job_session(f"seglake-gc-sweep-{args.run_id}",   # seglake env -> spark.executorEnv.*, never argv
+                        conf={"spark.task.maxFailures": "1"})
     try:
         out = spark_sweep(spark, store, args.run_id, spark_env(), args.batch)
     finally:

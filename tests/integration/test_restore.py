@@ -132,6 +132,9 @@ def test_an_interrupted_copy_resumes_skips_done_files_and_cleans_leftovers(meta,
     tasks = copyjob.run_inline(meta, store, job_id)
     assert tasks[0].skipped_files == 30 and tasks[0].attempt == 2
     assert copyjob.finalize(meta, job_id).state == JOB_COMPLETED
+    p = copyjob.progress(meta, job_id)   # the bars: all done, though attempt 2 copied less than all
+    assert p["done_bytes"] == p["total_bytes"] > p["copied_bytes"] > 0
+    assert p["copied_files"] == p["total_files"]
     assert not store.exists(stray)
     assert sorted(o.key for o in _listing(store, target, meta)) == _target_files(meta, target)
 

@@ -113,7 +113,7 @@ def _jobs(rows: list[dict]) -> str:
         p, f = j["progress"], j["fractions"]
         bars = (_bar(f["segments"], f"segments {p['copied_segments']}/{p['total_segments']}")
                 + _bar(f["files"], f"files {p['copied_files']}/{p['total_files']}")
-                + _bar(f["bytes"], f"{human_bytes(p['copied_bytes'])} / {human_bytes(p['total_bytes'])}"))
+                + _bar(f["bytes"], f"{human_bytes(p['done_bytes'])} / {human_bytes(p['total_bytes'])}"))
         rate = f"{human_bytes(j['rate_bps'])}/s" if j["rate_bps"] else "-"
         eta = human_duration(j["eta_s"]) if j["eta_s"] is not None else "-"
         out.append([str(j["job_id"]), _state(j["state"]),
