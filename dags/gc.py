@@ -188,7 +188,7 @@ def gc():
         return {"run_id": prep["run_id"], "dry_run": prep["dry_run"], "candidates": doc["candidates"],
                 "candidate_bytes": doc["candidate_bytes"], "by_collection_reason": doc["by_collection_reason"],
                 "unrecognised": doc["unrecognised"]["files"], "dropped": doc["dropped"],
-                "deleted": (doc.get("swept") or {}).get("deleted", 0)}
+                **{k: (doc.get("swept") or {}).get(k, 0) for k in ("deleted", "deleted_bytes", "error_count")}}
 
     prep = prepare()
     check_conf("gc") >> prep

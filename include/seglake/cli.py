@@ -2,6 +2,16 @@
 
 Configuration comes from the environment (SEGLAKE_CONFIG JSON, SEGLAKE_<KEY>), see
 `seglake config show`. Every listing prints a table, or JSON with --json.
+
+Every failure a user can cause or meet goes through `fail()`: one line on stderr,
+`seglake <command>: error: <message>` (argparse's own format), no traceback, any
+configured secret's value masked, and one exit code per outcome:
+  0  done
+  1  the operation ran and failed: etcd or the store unreachable, corrupt data, files
+     that could not be deleted, `verify` found problems, a watched job Failed
+  2  refused as asked, nothing done: bad usage or value, a name that does not exist, a
+     state or a conflict that forbids it (ValidationError, NotFound, StateError, Conflict)
+  3  `stack status` / `cluster status`: down
 """
 
 from __future__ import annotations
@@ -17,7 +27,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from seglake.config import Settings
-from seglake.errors import SeglakeError
+from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
+
+EXIT_FAILED, EXIT_REFUSED = 1, 2
+REFUSED = (ValidationError, NotFound, StateError, Conflict)
 
 
 def table(rows: list[dict], columns: list[str]) -> str:
@@ -134,9 +147,8 @@ def cmd_collections_drop(args, s: Settings) -> int:
     (wal_flush) released every vchannel, then finishes. Refused on a terminal without --yes."""
     from seglake.lifecycle import drop
 
-    if not args.yes:
-        if sys.stdin.isatty():
-            raise SystemExit(f"refusing to drop collection {args.name!r} without --yes")
+    if not args.yes and sys.stdin.isatty():
+        raise ValidationError(f"refusing to drop collection {args.name!r} without --yes")
     meta, store = _open(s)
     rep = drop.drop_collection(meta, store, s, args.name, args.db, wait=args.wait,
                                timeout=args.timeout_hours * 3600, poll=1.0)
@@ -296,7 +308,7 @@ def cmd_gc_report(args, s: Settings) -> int:
     print("deleted: " + (f"{swept['deleted']} files, {human_bytes(swept['deleted_bytes'])}, "
                          f"{swept.get('already_gone', 0)} already gone, "
                          f"{swept['rechecked_kept']} kept by the re-check, "
-                         f"{swept.get('changed_kept', 0)} changed since the mark, {len(swept['errors'])} errors"
+                         f"{swept.get('changed_kept', 0)} changed since the mark, {_error_count(swept)} errors"
                          if swept else "nothing (mark only)"))
     rows = []
     for k, v in sorted(doc["by_collection_reason"].items()):
@@ -305,6 +317,12 @@ def cmd_gc_report(args, s: Settings) -> int:
                      "size": human_bytes(v["bytes"])})
     print(table(rows, ["collection", "reason", "files", "size"]))
     return 0
+
+
+def _error_count(swept: dict) -> int:
+    """How many deletes failed: the run's count, never the length of its sample list
+    (`errors` holds the first SweepResult.MAX_ERRORS only)."""
+    return swept["error_count"] if "error_count" in swept else len(swept["errors"])
 
 
 def cmd_gc_run(args, s: Settings) -> int:
@@ -367,7 +385,7 @@ def _config_show_airflow(args) -> int:
     import importlib.util
 
     if importlib.util.find_spec("airflow") is None:
-        raise SeglakeError("--airflow needs Apache Airflow importable (run it with the project's venv)")
+        raise ValidationError("--airflow needs Apache Airflow importable (run it with the project's venv)")
     try:
         from seglake_airflow.hooks.engine import SeglakeHook
     except ImportError:
@@ -401,7 +419,7 @@ def _stack_etcd(s: Settings):
 
     host, _, port = s.etcd_endpoint.rpartition(":")
     if host not in ("127.0.0.1", "localhost") or "," in s.etcd_endpoint:
-        raise SeglakeError(f"the local stack runs etcd on loopback; etcd_endpoint is {s.etcd_endpoint!r}")
+        raise ValidationError(f"the local stack runs etcd on loopback; etcd_endpoint is {s.etcd_endpoint!r}")
     return EtcdServer(state_dir=Path(DEFAULT_HOME) / "etcd", ports={"client": int(port), "peer": int(port) + 1})
 
 
@@ -502,7 +520,7 @@ def cmd_ingest(args, s: Settings) -> int:
     from seglake.wal.client import WalClient, check_count, synthetic_rows
 
     if (args.file is None) == (args.rows is None):
-        raise SeglakeError("ingest: give exactly one of --file PATH or --rows N")
+        raise ValidationError("give exactly one of --file PATH or --rows N")
     batch_rows = check_count("--batch-rows", args.batch_rows, maximum=1_000_000)
     meta, store = _open(s)
     coll = meta.catalog.get_by_name(args.collection, args.db)
@@ -525,7 +543,7 @@ def _read_table(path: str):
 
     p = Path(path)
     if not p.is_file():
-        raise SeglakeError(f"ingest: no such file {path!r}")
+        raise ValidationError(f"no such file {path!r}")
     try:
         if p.suffix in (".arrow", ".ipc", ".feather"):
             with pa.memory_map(str(p)) as src:
@@ -536,7 +554,7 @@ def _read_table(path: str):
                     return pa.ipc.open_stream(src).read_all()
         return pq.read_table(str(p))
     except (pa.ArrowInvalid, OSError) as e:
-        raise SeglakeError(f"ingest: cannot read {path!r}: {e}") from None
+        raise ValidationError(f"cannot read {path!r}: {e}") from None
 
 
 def cmd_delete(args, s: Settings) -> int:
@@ -546,7 +564,7 @@ def cmd_delete(args, s: Settings) -> int:
     for part in args.pks.split(","):
         part = part.strip()
         if not re.fullmatch(r"-?[0-9]+", part, re.ASCII):  # ASCII only: int() also takes other digits
-            raise SeglakeError(f"delete: --pks must be comma-separated integers, got {part!r}")
+            raise ValidationError(f"--pks must be comma-separated integers, got {part!r}")
         pks.append(int(part))
     meta, store = _open(s)
     with WalClient(meta, store, s) as client:
@@ -572,7 +590,7 @@ def cmd_wal_pause(args, s: Settings) -> int:
     from seglake.wal.log import set_pause
 
     if bool(args.pchannel) == bool(args.all):
-        raise SeglakeError(f"wal {args.action}: give exactly one of --pchannel NAME or --all")
+        raise ValidationError("give exactly one of --pchannel NAME or --all")
     meta, _ = _open(s)
     set_pause(meta, args.pchannel, args.action == "pause", getattr(args, "reason", ""))
     print(f"WAL consumption {'paused' if args.action == 'pause' else 'resumed'} for "
@@ -645,7 +663,12 @@ def number_arg(limit: str, scale: float = 1.0):
 # -- parser ----------------------------------------------------------------------------
 class Parser(argparse.ArgumentParser):
     """argparse, but an unrecognised flag is refused naming the closest option of the
-    subcommand it was given to ("--tll-hours ... did you mean --ttl-hours?")."""
+    subcommand it was given to ("--tll-hours ... did you mean --ttl-hours?"), and every
+    usage error leaves through `fail()` (exit 2, secrets masked)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        raise SystemExit(fail(self.prog, message, EXIT_REFUSED))
 
     def parse_args(self, args=None, namespace=None):
         ns, extras = self.parse_known_args(args, namespace)
@@ -801,14 +824,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# -- errors: the one way out for every failure -------------------------------------------
+def _secret_values(settings: Settings | None) -> list[str]:
+    """The values to mask: the loaded settings' secrets, else (config did not load) the
+    secret SEGLAKE_* variables as given."""
+    from dataclasses import fields
+
+    from seglake import config
+
+    if settings is not None:
+        values = list(settings.secrets_env().values())
+    else:
+        values = [os.environ.get(config.ENV_PREFIX + f.name.upper(), "") for f in fields(config.Settings)
+                  if f.metadata.get("secret")]
+    return sorted({v for v in values if v}, key=len, reverse=True)  # longest first: no partial leftovers
+
+
+def fail(prog: str, message: str, code: int, settings: Settings | None = None) -> int:
+    """Print `prog: error: message` on stderr with every secret value masked; return `code`."""
+    for secret in _secret_values(settings):
+        message = message.replace(secret, "***")
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return code
+
+
+def exit_code(e: SeglakeError) -> int:
+    return EXIT_REFUSED if isinstance(e, REFUSED) else EXIT_FAILED
+
+
 def main(argv: Iterable[str] | None = None) -> int:
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    settings = None
     try:
         settings = Settings.load()
         return args.fn(args, settings)
     except SeglakeError as e:
-        print(f"seglake: error: {e}", file=sys.stderr)
-        return 2
+        return fail(parser.chosen(args).prog, str(e), exit_code(e), settings)
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ def gc_latest(store: Store) -> dict | None:
             "listed": s.get("listed", 0), "candidates": s.get("candidates", 0),
             "candidate_bytes": s.get("candidate_bytes", 0), "kept": s.get("kept") or {},
             "rows": rows, "swept": swept,
-            "deleted": (swept or {}).get("deleted", 0), "deleted_bytes": (swept or {}).get("deleted_bytes", 0)}
+            **{k: (swept or {}).get(k, 0) for k in ("deleted", "deleted_bytes", "error_count")}}
 
 
 def gc_pause(meta: Meta) -> dict:

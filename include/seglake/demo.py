@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from seglake.errors import NotFound, StateError, ValidationError
+from seglake.errors import NotFound, SeglakeError, StateError, ValidationError
 from seglake.limits import LIMITS
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB, Collection
@@ -115,7 +115,7 @@ def purge_collection(meta: Meta, store: Store, coll: Collection) -> int:
         keys.extend(o.key for o in store.list(prefix))
     errors = store.delete_many(sorted(set(keys)))
     if errors:
-        raise RuntimeError(f"could not delete {len(errors)} files, first: {errors[0]}")
+        raise SeglakeError(f"could not delete {len(errors)} files, first: {errors[0]}")
     meta.catalog.purge(coll.collection_id)
     return len(set(keys))
 

@@ -90,10 +90,11 @@ def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None =
     if dry:
         head = (f"gc dry run: would delete {summary.get('candidates', 0)} files "
                 f"({human_bytes(summary.get('candidate_bytes', 0))})")
-    else:
-        swept = swept or {}
-        head = (f"gc: deleted {swept.get('deleted', summary.get('deleted', 0))} files "
-                f"({human_bytes(swept.get('deleted_bytes', 0))}) of {summary.get('candidates', 0)} candidates")
+    else:  # the summary carries the sweep's totals whichever engine swept (`swept`: the inline task's XCom)
+        done = {k: (swept or {}).get(k, summary.get(k, 0)) for k in ("deleted", "deleted_bytes", "error_count")}
+        head = (f"gc: deleted {done['deleted']} files ({human_bytes(done['deleted_bytes'])}) of "
+                f"{summary.get('candidates', 0)} candidates"
+                + (f", {done['error_count']} could not be deleted" if done["error_count"] else ""))
     verb = "would delete" if dry else "candidates"
     parts = [f"{name}: {verb} {files} files, {human_bytes(size)}" for name, (files, size) in sorted(per.items())]
     tail = f"; {summary['unrecognised']} unrecognised files kept" if summary.get("unrecognised") else ""

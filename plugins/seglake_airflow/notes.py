@@ -60,9 +60,10 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         if summary:
             counters = {"seglake.gc.runs": 1, "seglake.gc.candidate_files": int(summary.get("candidates", 0)),
                         "seglake.gc.candidate_bytes": int(summary.get("candidate_bytes", 0))}
-        if swept:
-            counters.update({"seglake.gc.deleted_files": int(swept.get("deleted", 0)),
-                             "seglake.gc.deleted_bytes": int(swept.get("deleted_bytes", 0))})
+        done = swept or (summary if summary and not summary.get("dry_run") else None)  # the Spark sweep: the summary
+        if done:
+            counters.update({"seglake.gc.deleted_files": int(done.get("deleted", 0)),
+                             "seglake.gc.deleted_bytes": int(done.get("deleted_bytes", 0))})
         return runinfo.gc_note(summary, swept, names), counters
     if kind == "snapshot_create":
         report = ti.xcom_pull(task_ids="report")

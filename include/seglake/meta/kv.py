@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from seglake.names import parse_endpoints
-from seglake.errors import Conflict, SeglakeError, Unavailable
+from seglake.errors import ConfigError, Conflict, SeglakeError, Unavailable
 
 MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
 MAX_TXN_BYTES = 1_400_000  # under etcd's default 1.5 MiB --max-request-bytes, with headroom
@@ -144,6 +144,9 @@ class KV:
             endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
         if not endpoints:
             raise SeglakeError("no etcd endpoint configured")
+        if bool(user) != bool(password):  # the client would raise a bare Exception
+            raise ConfigError("etcd_user and etcd_password must be set together "
+                              f"(etcd_user {'set' if user else 'empty'}, etcd_password {'set' if password else 'empty'})")
         self._etcd3 = etcd3
         self.endpoints = list(endpoints)
         self.timeout = timeout

@@ -160,6 +160,7 @@ def _gc(g: dict | None, pause: dict) -> str:
             f'{g["candidates"]} candidates ({human_bytes(g["candidate_bytes"])})</p>')
     kept = ", ".join(f"{escape(str(k))} {v}" for k, v in sorted(g["kept"].items())) or "none"
     swept = (f'swept: {g["deleted"]} files, {human_bytes(g["deleted_bytes"])} deleted'
+             + (f', <span class="st bad">{g["error_count"]} could not be deleted</span>' if g["error_count"] else "")
              if g["swept"] else ("nothing swept (dry run)" if g["dry_run"] else "not swept yet"))
     return p + head + gc_chart(g["rows"]) + f'<p class="muted">kept by reason: {kept}; {swept}</p>'
 

@@ -1,0 +1,162 @@
+"""The CLI's one error path (cli.fail): every subcommand given a bad input answers with
+one `seglake <command>: error: ...` line, exit 2 when refused as asked and 1 when the
+operation failed, no traceback, no secret value; and counts the CLI prints are the
+run's counts, never the length of a capped sample list."""
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from seglake import cli, demo
+from seglake.lifecycle import gc, snapshot
+
+SECRET = "Sk9xQv7pL2"   # also a valid collection name: echoed input must be masked too
+SMALL = demo.SeedParams(partitions=1, segments=2, rows=20, dim=4)
+
+
+@pytest.fixture
+def env(meta, store, settings, monkeypatch):
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SEGLAKE_S3_SECRET_KEY", SECRET)
+    demo.seed(meta, store, SMALL)
+    snapshot.create(meta, store, "demo", "s1")   # makes `demo purge demo` a refusal
+    return settings
+
+
+def _leaves(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return {parser.prog: parser}
+    return {prog: p for a in subs for child in a.choices.values() for prog, p in _leaves(child).items()}
+
+
+# one bad input per subcommand: (argv, exit code, words the message must hold)
+CASES = {
+    "seglake demo seed": (["demo", "seed", "--dim", "0"], 2, "--dim"),
+    "seglake demo purge": (["demo", "purge", "demo"], 2, "has snapshots 's1'"),
+    "seglake collections list": (["collections", "list", "--db", "x y"], 2, "--db"),
+    "seglake collections describe": (["collections", "describe", "nope"], 2, "collection 'nope' not found"),
+    "seglake collections drop": (["collections", "drop", "nope", "--yes"], 2, "collection 'nope' not found"),
+    "seglake segments list": (["segments", "list", "nope"], 2, "collection 'nope' not found"),
+    "seglake snapshots list": (["snapshots", "list", "--collection", "a b"], 2, "--collection"),
+    "seglake snapshots describe": (["snapshots", "describe", "demo", "nope"], 2, "snapshot 'nope' not found"),
+    "seglake snapshots create": (["snapshots", "create", "demo", "s1"], 2, "snapshot 's1' already exists"),
+    "seglake snapshots drop": (["snapshots", "drop", "demo", "nope"], 2, "snapshot 'nope' not found"),
+    "seglake jobs list": (["jobs", "list", "--collection", "a\n"], 2, "--collection"),
+    "seglake jobs describe": (["jobs", "describe", "424242"], 2, "copy job 424242 not found"),
+    "seglake gc report": (["gc", "report"], 2, "no gc run"),
+    "seglake gc run": (["gc", "run", "--collection", "nope"], 2, "collection 'nope' not found"),
+    "seglake gc pause": (["gc", "pause", "--collection", "nope"], 2, "collection 'nope' not found"),
+    "seglake gc resume": (["gc", "resume", "--collection", "nope"], 2, "collection 'nope' not found"),
+    "seglake verify": (["verify", "nope"], 2, "collection 'nope' not found"),
+    "seglake config show": (["config", "show", "--jsn"], 2, "did you mean --json?"),
+    "seglake stack": (["stack", "sideways"], 2, "invalid choice"),
+    "seglake cluster": (["cluster", "up", "--workers", "9"], 2, "--workers"),
+    "seglake ingest": (["ingest", "demo"], 2, "exactly one of --file PATH or --rows N"),
+    "seglake delete": (["delete", "demo", "--pks", "1,x"], 2, "comma-separated integers"),
+    "seglake wal status": (["wal", "status", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
+    "seglake wal pause": (["wal", "pause"], 2, "exactly one of --pchannel NAME or --all"),
+    "seglake wal resume": (["wal", "resume", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
+}
+
+
+def _run(capsys, argv) -> tuple[int, str, str]:
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:   # argparse leaves by SystemExit: through cli.fail too
+        rc = e.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_every_subcommand_has_a_bad_input_case():
+    assert set(_leaves(cli.build_parser())) == set(CASES)
+
+
+@pytest.mark.parametrize("prog", sorted(CASES))
+def test_a_bad_input_gets_one_error_line_in_one_format(env, capsys, prog):
+    argv, code, words = CASES[prog]
+    rc, out, err = _run(capsys, argv)
+    assert rc == code, (rc, out, err)
+    lines = [ln for ln in err.splitlines() if ": error: " in ln]
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
+    assert words in lines[0], err
+    assert "Traceback" not in err and out == ""
+
+
+def test_a_secret_is_masked_even_when_the_input_echoes_it(env, capsys):
+    rc, out, err = _run(capsys, ["collections", "describe", SECRET])
+    assert rc == 2 and SECRET not in err and "collection '***' not found" in err, err
+
+
+def test_an_unreachable_etcd_is_an_operation_failure_without_traceback(env):
+    with socket.socket() as s:   # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.run([sys.executable, "-m", "seglake.cli", "collections", "list"], capture_output=True, text=True,
+                       env={**_child_env(env), "SEGLAKE_ETCD_ENDPOINT": f"127.0.0.1:{port}", "SEGLAKE_ETCD_RETRIES": "0",
+                            "SEGLAKE_ETCD_TIMEOUT": "2"}, timeout=60)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert p.stderr.startswith("seglake collections list: error: ") and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_password_without_a_user_is_refused_not_a_traceback(env):
+    """etcd3's client raised a bare Exception for it: a traceback, exit 1."""
+    p = subprocess.run([sys.executable, "-m", "seglake.cli", "collections", "list"], capture_output=True, text=True,
+                       env={**_child_env(env), "SEGLAKE_ETCD_PASSWORD": "pw-" + SECRET}, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.startswith("seglake collections list: error: etcd_user and etcd_password must be set together")
+    assert "Traceback" not in p.stderr and SECRET not in p.stderr, p.stderr
+
+
+def test_drop_without_yes_on_a_terminal_is_refused_through_the_same_path(env, meta, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    rc, out, err = _run(capsys, ["collections", "drop", "demo"])
+    assert rc == 2 and err.startswith("seglake collections drop: error: refusing to drop collection 'demo' "
+                                      "without --yes"), err
+    assert meta.catalog.get_by_name("demo").state == "Created"
+
+
+def _child_env(settings) -> dict:
+    import os
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SEGLAKE_")}
+    return {**base, **settings.to_env(), "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+# -- counts from capped lists ----------------------------------------------------------------------
+def _sweep_with_errors(store, run_id: str, n: int) -> None:
+    """Record `n` failed deletes on the run's summary the way the sweep does (SweepResult.error,
+    then summary['swept'] = out.summary()): more than the MAX_ERRORS the summary keeps."""
+    out = gc.SweepResult()
+    for i in range(n):
+        out.error(f"insert_log/1/2/3/4/{i}", "Permission denied")
+    doc = gc.latest_summary(store)
+    doc["swept"] = out.summary()
+    store.put(f"{gc.GC_PREFIX}/{run_id}/summary.json", json.dumps(doc).encode())
+
+
+def test_gc_report_prints_the_runs_error_count_not_the_capped_sample(env, meta, store, capsys):
+    res = gc.run(meta, store, gc.GCOptions())
+    n = gc.SweepResult.MAX_ERRORS + 50
+    _sweep_with_errors(store, res["mark"]["run_id"], n)
+    assert len(gc.latest_summary(store)["swept"]["errors"]) == gc.SweepResult.MAX_ERRORS   # the sample is capped
+    rc, out, err = _run(capsys, ["gc", "report"])
+    assert rc == 0 and f"{n} errors" in out, out
+
+
+def test_the_page_shows_the_runs_error_count(env, meta, store):
+    from seglake import console
+    from seglake_airflow.ui.render import _gc
+
+    res = gc.run(meta, store, gc.GCOptions())
+    n = gc.SweepResult.MAX_ERRORS + 7
+    _sweep_with_errors(store, res["mark"]["run_id"], n)
+    g = console.gc_latest(store)
+    assert g["error_count"] == n
+    assert f"{n} could not be deleted" in _gc(g, {"all": False, "collections": []})
