@@ -85,6 +85,6 @@ def test_the_trigger_logs_progress_changes_not_settings(airflow_env, meta, store
     event = asyncio.run(run())
     assert event.payload["status"] == "success", event.payload
     assert not [t for t in text if "seglake settings" in t], text
-    waiting = [t for t in text if "segments copied" in t]
+    waiting = [t for t in text if "tasks completed" in t]
     assert waiting and len(waiting) <= 3, text                  # once per change, not per poll
     assert any("success" in t and f"copy job {job_id}" in t for t in text), text

@@ -178,7 +178,7 @@ def test_restore_whose_wait_defers_to_the_triggerer(standalone, engine):
     assert job.state == JOB_COMPLETED and note.startswith(f"restore {COLL}/{SNAP} -> {DEFERRED}: "), note
     wait_log = standalone.task_log("snapshot_restore", run, "copy_job.wait")
     assert "waiting in the triggerer (deferred)" in wait_log, wait_log[-3000:]
-    assert "segments copied" in wait_log and "seglake settings" not in wait_log, wait_log[-3000:]
+    assert "tasks completed" in wait_log and "seglake settings" not in wait_log, wait_log[-3000:]
     _timed(standalone, "restore_deferred_s", t0)
 
 

@@ -16,8 +16,9 @@
   segment are removed. Fail-fast: a missing source fails the task with the file's name.
   The runner (inline thread or Spark executor) writes the task's progress to etcd; a
   task record is written only by the attempt that owns it (a zombie cannot finish it).
-- wait_status: read-only, for the sensor: done when every task is terminal, the job
-  is terminal, or the timeout has passed.
+- wait_status: read-only, for the sensor: done when every task is Completed, any is
+  Failed, the job is terminal, or the timeout has passed. A poke reads the job record
+  and counts the tasks' state markers: O(1) in the number of tasks.
 - finalize: all tasks Completed wins over a timeout reached afterwards. Completed: the
   job flips first (the decision, one guarded txn), targets go Flushed in batches while
   the collection is still Importing, then ONE txn makes the collection Created.
@@ -89,7 +90,7 @@ def plan(meta: Meta, job_id: int, max_per_task: int = 10, now: float | None = No
     guard = [unchanged(job_kv)]
     meta.kv.write(ops, guard=guard, reason=f"copy job {job_id} changed while planning")
     faults.point("copy.after_plan_tasks")
-    new = job.replace(state=JOB_EXECUTING, started_at=now, total_tasks=len(keep))
+    new = job.replace(state=JOB_EXECUTING, started_at=now, total_tasks=len(keep), state_markers=True)
     meta.kv.txn(guard, [Put(job_kv.key, encode_struct(new))], reason=f"copy job {job_id} changed while planning")
     return new
 
@@ -375,18 +376,28 @@ def wait_status(meta: Meta, job_id: int, now: float | None = None) -> tuple[str,
         return "error", str(e)
     if job.state in JOB_TERMINAL:
         return "success", f"copy job {job_id} is {job.state}"
+    done = 0
     if job.state == JOB_EXECUTING:
-        tasks = meta.copyjobs.tasks(job_id)
-        if any(t.state == TASK_FAILED for t in tasks):
+        done, failed = _terminal_counts(meta, job)
+        if failed:
             return "success", f"copy job {job_id} has a failed task"
-        if _all_completed(job, tasks):
-            return "success", f"copy job {job_id}: all {len(tasks)} tasks completed"
+        if done == job.total_tasks:
+            return "success", f"copy job {job_id}: all {done} tasks completed"
     if now > job.timeout_at:
         return "success", f"copy job {job_id} timed out"
     if job.state == JOB_PENDING:
         return "waiting", f"copy job {job_id} is Pending"
-    p = progress(meta, job_id)
-    return "waiting", f"copy job {job_id}: {p['copied_segments']}/{p['total_segments']} segments copied"
+    return "waiting", f"copy job {job_id}: {done}/{job.total_tasks} tasks completed"
+
+
+def _terminal_counts(meta: Meta, job: CopyJob) -> tuple[int, int]:
+    """(tasks Completed, tasks Failed): two count-only reads of the state markers; a job
+    planned before they existed (no `state_markers`) from its task records."""
+    if job.state_markers:
+        counts = meta.copyjobs.terminal_counts(job.job_id)
+        return counts[TASK_COMPLETED], counts[TASK_FAILED]
+    tasks = [t for t in meta.copyjobs.tasks(job.job_id) if t.task_id < job.total_tasks]
+    return sum(t.state == TASK_COMPLETED for t in tasks), sum(t.state == TASK_FAILED for t in tasks)
 
 
 def _all_completed(job: CopyJob, tasks: list[CopyTask]) -> bool:
@@ -510,7 +521,7 @@ def cleanup_expired(meta: Meta, retention: float, now: float | None = None) -> l
         if job.state == JOB_FAILED and meta.kv.count(meta.keys.segments_prefix(job.target_collection_id)):
             continue
         _, kv = meta.copyjobs.get(job.job_id)
-        meta.kv.delete_prefix(meta.keys.copy_tasks_prefix(job.job_id))
+        meta.copyjobs.delete_tasks(job.job_id)
         meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
         removed.append(job.job_id)
     return removed

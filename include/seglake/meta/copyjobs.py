@@ -11,6 +11,9 @@ task's index in the job (0..n-1) and the task size is recorded on the job before
 first task is written, so planning twice (with any size) writes the same tasks, never more.
 Progress lives on the tasks (each written by the attempt that owns it: `attempt` fences
 a re-drive from a zombie runner), the job sums them.
+A task's move to Completed or Failed also puts {root}/copy/task_states/{job_id}/{state}/{task_id}
+in the same txn (terminal states never change, so a marker is never stale): a wait counts
+them with count-only reads instead of reading every task record (`terminal_counts`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import msgspec
 from seglake.errors import NotFound, StateError
 from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.kv import KeyValue, Put, retry_on_conflict, unchanged
+
+STATE_MARKER = b"1"
 
 if TYPE_CHECKING:
     from seglake.meta import Meta
@@ -77,6 +82,7 @@ class CopyJob(msgspec.Struct, frozen=True, kw_only=True):
     owner: str = ""
     engine: str = "auto"      # what the restore asked for; a resume uses it unless told otherwise
     task_size: int = 0        # segments per task, recorded once by the first plan (0: not planned)
+    state_markers: bool = False  # planned by a seglake that writes task state markers (older jobs: read tasks)
 
     def replace(self, **changes) -> "CopyJob":
         return msgspec.structs.replace(self, **changes)
@@ -149,16 +155,30 @@ class CopyJobs:
     def tasks(self, job_id: int) -> list[CopyTask]:
         return [decode_struct(kv.value, CopyTask, kv.key) for kv in self.kv.range(self.keys.copy_tasks_prefix(job_id))]
 
+    def terminal_counts(self, job_id: int) -> dict[str, int]:
+        """{Completed: n, Failed: m}: count-only reads of the state markers (no record is read)."""
+        return {state: self.kv.count(self.keys.copy_task_states_prefix(job_id, state)) for state in TASK_TERMINAL}
+
+    def delete_tasks(self, job_id: int) -> None:
+        """Every task record of the job, then its state markers."""
+        self.kv.delete_prefix(self.keys.copy_tasks_prefix(job_id))
+        self.kv.delete_prefix(self.keys.copy_task_states_prefix(job_id))
+
     def update_task(self, read: KeyValue, new: CopyTask) -> CopyTask:
         return self.update_task_kv(read, new)[0]
 
     def update_task_kv(self, read: KeyValue, new: CopyTask) -> tuple[CopyTask, KeyValue]:
         """Compare-guarded write of a task record; returns it with the KeyValue as written,
         so its writer can guard its next write on it without reading the record again
-        (any other writer in between changes the revision: that write then conflicts)."""
-        if new.state not in TASK_TRANSITIONS[decode_struct(read.value, CopyTask).state] | {new.state}:
+        (any other writer in between changes the revision: that write then conflicts).
+        Entering a terminal state puts its state marker in the same txn."""
+        old = decode_struct(read.value, CopyTask).state
+        if new.state not in TASK_TRANSITIONS[old] | {new.state}:
             raise StateError(f"copy task {new.task_id}: transition to {new.state} not allowed")
         value = encode_struct(new)
-        rev = self.kv.txn([unchanged(read)], [Put(read.key, value)],
+        ops = [Put(read.key, value)]
+        if new.state != old and new.state in TASK_TERMINAL:
+            ops.append(Put(self.keys.copy_task_state(new.job_id, new.state, new.task_id), STATE_MARKER))
+        rev = self.kv.txn([unchanged(read)], ops,
                           reason=f"copy task {new.task_id} of job {new.job_id} changed concurrently")
         return new, KeyValue(read.key, value, rev, read.create_revision, read.version + 1)

@@ -8,6 +8,7 @@ Layout under the configurable root (default `seglake`):
     {root}/snapshots/{collection_id}/{name}
     {root}/snapshot_alive/{collection_id}/{snapshot_id}   writer heartbeat of a PENDING snapshot
     {root}/copy/jobs/{job_id}    {root}/copy/tasks/{job_id}/{task_id}
+    {root}/copy/task_states/{job_id}/{Completed|Failed}/{task_id}   a task's terminal state (counted by waits)
     {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
     {root}/alloc/id   {root}/alloc/tso      {root}/gc/...
     {root}/txn/{write_id}                            write markers (leased, see meta/kv.py)
@@ -99,6 +100,13 @@ class Keys:
 
     def copy_tasks_prefix(self, job_id: int) -> str:
         return f"{self.root}/copy/tasks/{_id(job_id)}/"
+
+    def copy_task_state(self, job_id: int, state: str, task_id: int) -> str:
+        return f"{self.copy_task_states_prefix(job_id, state)}{_id(task_id)}"
+
+    def copy_task_states_prefix(self, job_id: int, state: str | None = None) -> str:
+        base = f"{self.root}/copy/task_states/{_id(job_id)}/"
+        return base if state is None else f"{base}{_seg(state)}/"
 
     # channels and WAL
     def channel_checkpoint(self, vchannel: str) -> str:

@@ -3,7 +3,7 @@ the triggerer. Serializable kwargs only; never writes; blocking engine calls run
 thread (asyncio.to_thread).
 
 Its log is the wait's progress: the engine's status line (e.g. "copy job 7: 3/10
-segments copied") whenever it changes, and at least every `LOG_EVERY_S` while it does
+tasks completed") whenever it changes, and at least every `LOG_EVERY_S` while it does
 not. The settings are resolved quietly (no settings dump on every poll)."""
 
 from __future__ import annotations
