@@ -38,10 +38,9 @@ from datetime import datetime, timedelta
 from airflow.sdk import dag, task
 
 from seglake.config import gc_schedule
-from seglake_airflow import spark_job
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
-from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
+from seglake_airflow.operators.spark import spark_submit_task
 
 PREP = "ti.xcom_pull(task_ids='prepare')"
 
@@ -112,20 +111,14 @@ def gc():
             m = engine.mark(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]), run_id=prep["run_id"])
         return {k: v for k, v in m.summary().items() if k != "by_collection_reason"}
 
-    mark_spark = SeglakeSparkSubmitOperator(
-        task_id="mark_spark",
-        application=spark_job("gc_scan"),
-        name="seglake-gc-scan",
-        pool="seglake_spark",
-        application_args=[
-            "--run-id", "{{ %s['run_id'] }}" % PREP,
-            "--collection-id", "{{ %s['collection_id'] or 0 }}" % PREP,
-            "--missing-tolerance", "{{ %s['missing_tolerance'] }}" % PREP,
-            "--drop-tolerance", "{{ %s['drop_tolerance'] }}" % PREP,
-            "--force", "{{ 1 if %s['force'] else 0 }}" % PREP,
-            "--dry-run", "{{ 1 if %s['dry_run'] else 0 }}" % PREP,
-        ],
-    )
+    mark_spark = spark_submit_task("mark_spark", "gc_scan", [
+        "--run-id", "{{ %s['run_id'] }}" % PREP,
+        "--collection-id", "{{ %s['collection_id'] or 0 }}" % PREP,
+        "--missing-tolerance", "{{ %s['missing_tolerance'] }}" % PREP,
+        "--drop-tolerance", "{{ %s['drop_tolerance'] }}" % PREP,
+        "--force", "{{ 1 if %s['force'] else 0 }}" % PREP,
+        "--dry-run", "{{ 1 if %s['dry_run'] else 0 }}" % PREP,
+    ])
 
     @task.branch(trigger_rule="none_failed_min_one_success")
     def choose_sweep(prep: dict) -> list[str]:
@@ -134,13 +127,7 @@ def gc():
             return []
         return ["sweep_spark" if prep["engine"] == "spark" else "sweep"]
 
-    sweep_spark = SeglakeSparkSubmitOperator(
-        task_id="sweep_spark",
-        application=spark_job("gc_sweep"),
-        name="seglake-gc-sweep",
-        pool="seglake_spark",
-        application_args=["--run-id", "{{ %s['run_id'] }}" % PREP],
-    )
+    sweep_spark = spark_submit_task("sweep_spark", "gc_sweep", ["--run-id", "{{ %s['run_id'] }}" % PREP])
 
     @task
     def sweep(prep: dict) -> dict:

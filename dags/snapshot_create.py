@@ -26,10 +26,9 @@ from datetime import timedelta
 
 from airflow.sdk import PokeReturnValue, dag, task
 
-from seglake_airflow import spark_job
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
-from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
+from seglake_airflow.operators.spark import spark_submit_task
 
 BEGIN = "ti.xcom_pull(task_ids='begin')"
 
@@ -81,15 +80,11 @@ def snapshot_create():
             rec = snapshot.write_all(hook.meta, hook.store, rec, hook.settings.segments_per_manifest)
         return {"state": rec.state, "segments": rec.segments}
 
-    write_spark = SeglakeSparkSubmitOperator(
-        task_id="write_spark",
-        application=spark_job("write_manifests"),
-        name="seglake-write-manifests",
-        pool="seglake_spark",
-        application_args=["--collection-id", "{{ %s['collection_id'] }}" % BEGIN,
-                          "--name", "{{ %s['name'] }}" % BEGIN,
-                          "--snapshot-id", "{{ %s['snapshot_id'] }}" % BEGIN],
-    )
+    write_spark = spark_submit_task("write_spark", "write_manifests", [
+        "--collection-id", "{{ %s['collection_id'] }}" % BEGIN,
+        "--name", "{{ %s['name'] }}" % BEGIN,
+        "--snapshot-id", "{{ %s['snapshot_id'] }}" % BEGIN,
+    ])
 
     @task(trigger_rule="one_failed")
     def give_up(begun: dict) -> None:

@@ -32,10 +32,9 @@ from datetime import datetime, timedelta
 from airflow.sdk import dag, task
 
 from seglake.config import Settings
-from seglake_airflow import spark_job
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
-from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
+from seglake_airflow.operators.spark import spark_submit_task
 
 PREP = "ti.xcom_pull(task_ids='prepare')"
 
@@ -115,19 +114,12 @@ def wal_flush():
         return flush_pchannel(hook.meta, hook.store, pchannel, settings, max_seconds=prep["max_seconds"],
                               flush_all=prep["flush_all"])
 
-    flush_spark = SeglakeSparkSubmitOperator(
-        task_id="flush_spark",
-        application=spark_job("flush_wal"),
-        name="seglake-flush-wal",
-        pool="seglake_spark",
-        settings_overrides={"wal_scanner_startup_delay": 0},
-        application_args=[
-            "--pchannels", "{{ %s['pchannels'] | join(',') }}" % PREP,
-            "--report-key", "{{ %s['report_key'] }}" % PREP,
-            "--max-seconds", "{{ %s['max_seconds'] }}" % PREP,
-            "--flush-all", "{{ 1 if %s['flush_all'] else 0 }}" % PREP,
-        ],
-    )
+    flush_spark = spark_submit_task("flush_spark", "flush_wal", [
+        "--pchannels", "{{ %s['pchannels'] | join(',') }}" % PREP,
+        "--report-key", "{{ %s['report_key'] }}" % PREP,
+        "--max-seconds", "{{ %s['max_seconds'] }}" % PREP,
+        "--flush-all", "{{ 1 if %s['flush_all'] else 0 }}" % PREP,
+    ], settings_overrides={"wal_scanner_startup_delay": 0})
 
     @task(trigger_rule="none_failed_min_one_success")
     def summary(prep: dict, ti=None) -> dict:

@@ -7,8 +7,7 @@ import re
 
 from airflow.sdk import TaskGroup, task
 
-from seglake_airflow import spark_job
-from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
+from seglake_airflow.operators.spark import spark_submit_task
 
 
 def _safe(run_id: str) -> str:
@@ -35,17 +34,11 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
 
         resolved = resolve(collection, db, run_id="{{ run_id }}")
         xcom = f"ti.xcom_pull(task_ids='{group_id}.resolve')"
-        check = SeglakeSparkSubmitOperator(
-            task_id="check_files",
-            application=spark_job("verify_collection"),
-            name="seglake-verify",
-            pool="seglake_spark",
-            application_args=[
-                "--collection", "{{ %s['collection'] }}" % xcom,
-                "--db", "{{ %s['db'] }}" % xcom,
-                "--report-key", "{{ %s['report_key'] }}" % xcom,
-            ],
-        )
+        check = spark_submit_task("check_files", "verify_collection", [
+            "--collection", "{{ %s['collection'] }}" % xcom,
+            "--db", "{{ %s['db'] }}" % xcom,
+            "--report-key", "{{ %s['report_key'] }}" % xcom,
+        ])
 
         @task(task_id="summarize")
         def summarize(resolved: dict) -> dict:
@@ -116,13 +109,7 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
             return {"tasks_run": len(tasks), "failed": sum(t.state == "Failed" for t in tasks)}
 
         xcom = f"ti.xcom_pull(task_ids='{group_id}.plan')"
-        copy_spark = SeglakeSparkSubmitOperator(
-            task_id="copy_spark",
-            application=spark_job("copy_segments"),
-            name="seglake-copy-segments",
-            pool="seglake_spark",
-            application_args=["--job-id", "{{ %s['job_id'] }}" % xcom],
-        )
+        copy_spark = spark_submit_task("copy_spark", "copy_segments", ["--job-id", "{{ %s['job_id'] }}" % xcom])
 
         from seglake_airflow.sensors.state import SeglakeStateSensor
 

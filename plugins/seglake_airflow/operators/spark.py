@@ -13,6 +13,9 @@ whose PATH is passed instead (SEGLAKE_SECRETS_FILE; the driver reads it through
 seglake.config and hands the values to its executors inside the task closure), and the
 file is deleted when the job ends. Cluster deploy mode on those masters is refused when a
 secret is set: the driver would run on a host that cannot read the file.
+
+DAGs build their Spark tasks with `spark_submit_task` only: one place sets the pool,
+the connection, the default conf and the application path.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
+SPARK_POOL = "seglake_spark"      # bounds the JVMs restores, snapshots and GC may start at once
+SPARK_CONN_ID = "spark_default"
 
 
 def write_secrets_file(secrets: dict[str, str]) -> str:
@@ -43,7 +48,7 @@ def write_secrets_file(secrets: dict[str, str]) -> str:
 class SeglakeSparkSubmitOperator(SparkSubmitOperator):
     def __init__(self, *, etcd_conn_id: str = "etcd_default", aws_conn_id: str = "aws_default",
                  settings_overrides: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("conn_id", "spark_default")
+        kwargs.setdefault("conn_id", SPARK_CONN_ID)
         kwargs.setdefault("conf", {})
         super().__init__(**kwargs)
         self.etcd_conn_id = etcd_conn_id
@@ -114,3 +119,26 @@ class SeglakeSparkSubmitOperator(SparkSubmitOperator):
                 pass
             self._secrets_file = None
 
+
+
+def spark_submit_task(task_id: str, job: str, application_args: list[str], *,
+                      settings_overrides: dict[str, Any] | None = None, **kwargs: Any) -> SeglakeSparkSubmitOperator:
+    """The Spark task of a DAG: spark/jobs/{job}.py (refused at parse time when there is no
+    such job) as `seglake-{job}` in the seglake_spark pool on spark_default. Settings and
+    secrets reach it through the environment at run time (SeglakeSparkSubmitOperator),
+    never through `application_args` or `conf`: both must hold templates of ids only."""
+    import difflib
+
+    from seglake_airflow import SPARK_JOBS, spark_job
+
+    jobs = sorted(p.stem for p in SPARK_JOBS.glob("*.py"))
+    if job not in jobs:
+        close = difflib.get_close_matches(job, jobs, n=1)
+        raise ValueError(f"no Spark job {job!r} in {SPARK_JOBS}" + (f"; did you mean {close[0]!r}?" if close else ""))
+    for forbidden in ("pool", "conn_id", "application", "name", "env_vars"):
+        if forbidden in kwargs:
+            raise TypeError(f"spark_submit_task sets {forbidden!r} itself")
+    return SeglakeSparkSubmitOperator(
+        task_id=task_id, application=spark_job(job), name="seglake-" + job.replace("_", "-"),
+        pool=SPARK_POOL, conn_id=SPARK_CONN_ID, application_args=list(application_args),
+        settings_overrides=settings_overrides, **kwargs)
