@@ -12,6 +12,7 @@ configured secret's value masked, and one exit code per outcome:
   2  refused as asked, nothing done: bad usage or value, a name that does not exist, a
      state or a conflict that forbids it (ValidationError, NotFound, StateError, Conflict)
   3  `stack status` / `cluster status`: down
+  130 interrupted (Ctrl-C)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, Iterable
 from seglake.config import Settings
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
 
-EXIT_FAILED, EXIT_REFUSED = 1, 2
+EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 1, 2, 130
 REFUSED = (ValidationError, NotFound, StateError, Conflict)
 
 
@@ -861,6 +862,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         return args.fn(args, settings)
     except SeglakeError as e:
         return fail(parser.chosen(args).prog, str(e), exit_code(e), settings)
+    except KeyboardInterrupt:   # e.g. `jobs describe --watch`: stopped by the user, not a crash
+        return fail(parser.chosen(args).prog, "interrupted", EXIT_INTERRUPTED, settings)
 
 
 if __name__ == "__main__":

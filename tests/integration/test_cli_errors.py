@@ -160,3 +160,26 @@ def test_the_page_shows_the_runs_error_count(env, meta, store):
     g = console.gc_latest(store)
     assert g["error_count"] == n
     assert f"{n} could not be deleted" in _gc(g, {"all": False, "collections": []})
+
+
+def test_ctrl_c_while_watching_a_job_is_one_line_not_a_traceback(env, meta, store):
+    import os
+    import signal
+    import time
+
+    from seglake.lifecycle import restore
+
+    job = restore.restore(meta, store, "demo", "s1", "t_watch")
+    p = subprocess.Popen([sys.executable, "-m", "seglake.cli", "jobs", "describe", str(job), "--watch",
+                          "--interval", "0.2"], env=_child_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        deadline = time.time() + 30
+        line = p.stdout.readline()            # the first refresh: it is watching
+        assert f"copy job {job}" in line and time.time() < deadline, line
+        os.kill(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130 and err.strip() == "seglake jobs describe: error: interrupted", err
