@@ -347,9 +347,9 @@ def cmd_gc_pause(args, s: Settings) -> int:
     meta, _ = _open(s)
     cid = meta.catalog.get_by_name(args.collection, args.db).collection_id if args.collection else None
     if args.action == "pause":
-        r = gc.pause(meta, cid, ttl=args.ttl_hours * 3600, reason=args.reason)
+        gc.pause(meta, cid, ttl=args.ttl_hours * 3600, reason=args.reason)
         print(f"gc paused for {args.collection or 'all collections'} for {args.ttl_hours:g} h")
-        return 0 if r else 1
+        return 0
     gc.resume(meta, cid)
     print(f"gc resumed for {args.collection or 'all collections'}")
     return 0
