@@ -183,3 +183,12 @@ def test_ctrl_c_while_watching_a_job_is_one_line_not_a_traceback(env, meta, stor
         if p.poll() is None:
             p.kill()
     assert p.returncode == 130 and err.strip() == "seglake jobs describe: error: interrupted", err
+
+
+def test_a_store_uri_that_is_a_file_is_an_operation_failure_without_traceback(env, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    p = subprocess.run([sys.executable, "-m", "seglake.cli", "gc", "report"], capture_output=True, text=True,
+                       env={**_child_env(env), "SEGLAKE_STORE_URI": str(blocker)}, timeout=60)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith(f"seglake gc report: error: store_uri '{blocker}': cannot use it"), p.stderr

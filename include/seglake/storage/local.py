@@ -49,7 +49,11 @@ _IN_PLACE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _CLOEX
 class LocalStore(Store):
     def __init__(self, root: str | os.PathLike, delete_threads: int = 8):
         self.root = Path(root).expanduser().resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file in the way, no permission, read-only: say so, no traceback
+            raise Unavailable(f"store_uri {str(root)!r}: cannot use it as the store's directory "
+                              f"({e.strerror})") from None
         self.uri = str(self.root)
         self.delete_threads = delete_threads
         self._token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
