@@ -178,7 +178,11 @@ def cmd_verify(args, s: Settings) -> int:
     meta, store = _open(s)
     report = verify.verify_collection(meta, store, args.collection, args.db)
     emit(args, report, text=verify.format_report(report))
-    return 0 if report["ok"] else 1
+    if not report["ok"]:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(report["problem_counts"].items()))
+        return fail(args.prog, f"collection {report['collection']!r}: {counts} in "
+                               f"{len(report['bad_segments'])} segment(s)", EXIT_FAILED, s)
+    return 0
 
 
 def _snapshot_rows(items: list[dict]) -> list[dict]:
@@ -287,8 +291,10 @@ def cmd_jobs_describe(args, s: Settings) -> int:
             print(f"  tasks {p['tasks_completed']}/{p['tasks']} completed, {p['tasks_failed']} failed; "
                   f"duration {j['duration_s']:.1f}s; rows {j['total_rows']}"
                   + (f"; reason: {j['reason']}" if j["reason"] else ""))
-        if not args.watch or j["state"] in ("Completed", "Failed"):
-            return 0 if j["state"] != "Failed" else 1
+        if j["state"] == "Failed":
+            return fail(args.prog, f"copy job {j['job_id']} Failed: {j['reason']}", EXIT_FAILED, s)
+        if not args.watch or j["state"] == "Completed":
+            return 0
         time.sleep(args.interval)
 
 
@@ -856,14 +862,15 @@ def exit_code(e: SeglakeError) -> int:
 def main(argv: Iterable[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
+    args.prog = parser.chosen(args).prog
     settings = None
     try:
         settings = Settings.load()
         return args.fn(args, settings)
     except SeglakeError as e:
-        return fail(parser.chosen(args).prog, str(e), exit_code(e), settings)
+        return fail(args.prog, str(e), exit_code(e), settings)
     except KeyboardInterrupt:   # e.g. `jobs describe --watch`: stopped by the user, not a crash
-        return fail(parser.chosen(args).prog, "interrupted", EXIT_INTERRUPTED, settings)
+        return fail(args.prog, "interrupted", EXIT_INTERRUPTED, settings)
 
 
 if __name__ == "__main__":

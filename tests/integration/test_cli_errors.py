@@ -192,3 +192,29 @@ def test_a_store_uri_that_is_a_file_is_an_operation_failure_without_traceback(en
                        env={**_child_env(env), "SEGLAKE_STORE_URI": str(blocker)}, timeout=60)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.startswith(f"seglake gc report: error: store_uri '{blocker}': cannot use it"), p.stderr
+
+
+def test_verify_problems_and_a_failed_job_end_with_one_error_line_exit_1(env, meta, store, capsys):
+    """The command ran and its answer is a failure: the report on stdout, and the same one
+    error line as every other failure on stderr."""
+    from seglake.lifecycle import copyjob, restore
+
+    coll = meta.catalog.get_by_name("demo")
+    seg = next(iter(meta.segments.list(coll.collection_id)))
+    store.delete_many([next(iter(layout_files(seg))).key])
+    rc, out, err = _run(capsys, ["verify", "demo"])
+    assert rc == 1 and "PROBLEMS" in out and err.startswith("seglake verify: error: collection 'demo': 1 missing"), err
+
+    job = restore.restore(meta, store, "demo", "s1", "t_fail")
+    copyjob.plan(meta, job, 1)
+    copyjob.run_inline(meta, store, job)            # the missing file fails its task
+    copyjob.finalize(meta, job)
+    rc, out, err = _run(capsys, ["jobs", "describe", str(job)])
+    assert rc == 1 and f"copy job {job}: Failed" in out
+    assert err.startswith(f"seglake jobs describe: error: copy job {job} Failed: "), err
+
+
+def layout_files(seg):
+    from seglake.storage import layout
+
+    return layout.segment_files(seg)
