@@ -54,6 +54,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     from seglake.lifecycle import gc, gcdist
 
     opts.check()
+    gc.check_run_id(run_id)
     sc = spark.sparkContext
     par = sc.defaultParallelism
     parts = parts or max(2, 2 * par)

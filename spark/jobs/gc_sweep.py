@@ -31,8 +31,7 @@ def spark_sweep(spark, store, run_id: str, settings_env: dict, batch: int = 0):
     """The distributed sweep; returns the merged gc.SweepResult (also in summary.json)."""
     from seglake.lifecycle import gc
 
-    summary = gc._read_json(store, run_id, "summary.json")
-    mark_rev, parts = summary["refs_revision"], gc.report_parts(summary)
+    mark_rev, parts = gc.sweep_plan(store, run_id)  # (refused for a dry run's mark)
     batch = batch or gc.SWEEP_BATCH
     env = dict(settings_env)
     out = gc.SweepResult()
