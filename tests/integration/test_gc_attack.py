@@ -247,3 +247,37 @@ def test_a_drop_reverted_between_mark_and_sweep_keeps_files_and_record(meta, sto
     s = gc.sweep(meta, store, m.run_id)
     assert s.deleted == 0 and s.rechecked_kept == len(files) and all(store.exists(k) for k in files)
     assert s.dropped_records_removed == 0 and meta.segments.get(*seg.ref).state == FLUSHED
+
+
+def test_a_listing_page_that_fails_mid_way_fails_the_mark_before_any_report(meta):
+    """moto for the injection (the error on the second page of the store's listing): the
+    mark raises, no summary exists, so nothing can be swept."""
+    moto = pytest.importorskip("moto")
+    import boto3
+    from botocore.exceptions import ClientError
+
+    from seglake.storage.s3 import S3Store
+
+    with moto.mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="gc-mark")
+        store = S3Store("s3://gc-mark/root", client=client)
+        demo.seed(meta, store, SMALL)
+        for i in range(1_100):
+            client.put_object(Bucket="gc-mark", Key=f"root/insert_log/1/9/9/100/{i}", Body=b"o")
+        calls = {"n": 0}
+
+        def fail_second_page(params, **_):
+            if params.get("ContinuationToken"):
+                calls["n"] += 1
+                raise ClientError({"Error": {"Code": "SlowDown", "Message": "injected"}}, "ListObjectsV2")
+
+        client.meta.events.register("before-parameter-build.s3.ListObjectsV2", fail_second_page)
+        with pytest.raises(gc.SeglakeError, match="SlowDown"):
+            gc.mark(meta, store, gc.GCOptions(missing_tolerance=0, force=True), run_id="broken")
+        assert calls["n"] == 1
+        client.meta.events.unregister("before-parameter-build.s3.ListObjectsV2", fail_second_page)
+        assert not store.exists("_gc/broken/summary.json") and not store.exists("_gc/latest.json")
+        with pytest.raises(NotFound):
+            gc.sweep(meta, store, "broken")
+        assert sum(1 for _ in store.list("insert_log/1/9/")) == 1_100
