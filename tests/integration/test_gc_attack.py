@@ -16,7 +16,6 @@ import os
 import time
 
 import pytest
-
 from seglake import demo
 from seglake.errors import NotFound, ValidationError
 from seglake.lifecycle import gc
@@ -92,7 +91,7 @@ def test_a_tampered_report_deletes_nothing_it_does_not_vouch_for(meta, store, co
     orphans = _orphans(store, c, 3)
     m = gc.mark(meta, store, gc.GCOptions(), run_id="t")
     assert sorted(x["path"] for x in m.candidates) == orphans
-    live = sorted(gc.load_references(meta, store).files)[0]  # a file a live record references
+    live = min(gc.load_references(meta, store).files)  # a file a live record references
     info = store.head(live)
     row = {"path": live, "size": info.size, "mtime": info.mtime, "reason": gc.ORPHAN, "collection_id": c,
            "segment_id": layout.parse_key(live).segment_id}
@@ -237,7 +236,7 @@ def test_kv_changes_is_complete_up_to_its_fence_and_refuses_a_compacted_history(
 
 
 def test_a_drop_reverted_between_mark_and_sweep_keeps_files_and_record(meta, store, coll):
-    seg = sorted(meta.segments.list(coll.collection_id), key=lambda s: s.segment_id)[0]
+    seg = min(meta.segments.list(coll.collection_id), key=lambda s: s.segment_id)
     meta.segments.transition([seg.ref], DROPPED, now=time.time() - 2 * DAY)
     m = gc.mark(meta, store, gc.GCOptions())
     files = {f.key for f in layout.segment_files(seg)}
@@ -255,7 +254,6 @@ def test_a_listing_page_that_fails_mid_way_fails_the_mark_before_any_report(meta
     moto = pytest.importorskip("moto")
     import boto3
     from botocore.exceptions import ClientError
-
     from seglake.storage.s3 import S3Store
 
     with moto.mock_aws():

@@ -7,9 +7,9 @@ import pytest
 
 moto = pytest.importorskip("moto")
 
-from seglake.errors import SeglakeError  # noqa: E402
-from seglake.lifecycle import gcdist  # noqa: E402
-from seglake.storage.s3 import S3Store  # noqa: E402
+from seglake.errors import SeglakeError
+from seglake.lifecycle import gcdist
+from seglake.storage.s3 import S3Store
 
 N = 1_100  # > 1 page of 1000, of objects and of common prefixes
 
@@ -88,7 +88,7 @@ def test_a_page_that_says_more_follow_without_a_token_fails_the_listing(s3, whic
 
 def test_a_name_repeated_across_pages_is_listed_once(s3):
     store, client = s3
-    dirs, files = store.list_level("insert_log/")
+    dirs, _ = store.list_level("insert_log/")
     assert len(dirs) == N
 
     def repeat(parsed):

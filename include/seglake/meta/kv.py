@@ -304,7 +304,7 @@ class KV:
         return resp.header.revision
 
     def changes(self, lo: str, hi: str, since: int, fence: str,
-                deadline: float | None = None) -> tuple[dict[str, "KeyValue | None"], int]:
+                deadline: float | None = None) -> tuple[dict[str, KeyValue | None], int]:
         """({key: its value after its last change, None if that change deleted it} for
         every key in [lo, hi) changed at revision `since` or later, the revision R the
         answer is complete up to). Read from etcd's history with ONE watch from `since`:

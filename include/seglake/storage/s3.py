@@ -144,7 +144,7 @@ class S3Store(Store):
         a failed page raises (after boto's retries), and so does a page that says more
         follow without a continuation token (boto's paginator would end there quietly,
         and a listing must never pass for complete when it is not)."""
-        kwargs = dict(Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": 1000})
+        kwargs = {"Bucket": self.bucket, "Prefix": full, "PaginationConfig": {"PageSize": 1000}}
         if delimiter:
             kwargs["Delimiter"] = "/"
         it = iter(self.client.get_paginator("list_objects_v2").paginate(**kwargs))
