@@ -57,7 +57,9 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     gc.check_run_id(run_id)
     sc = spark.sparkContext
     par = sc.defaultParallelism
-    parts = parts or max(2, 2 * par)
+    parts = gc.positive("--parts", parts or max(2, 2 * par))
+    segment_range_keys = gc.positive("--segment-range-keys", segment_range_keys or gcdist.SEGMENT_RANGE_KEYS)
+    split_at = gc.positive("--split-at", split_at or gcdist.SPLIT_AT)
     started = now()
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     try:
@@ -68,7 +70,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
         scope.blocked = {r.collection_id for r in records if r.state == gc.PENDING}
         scope.snapshot_ids = {(r.collection_id, r.snapshot_id) for r in records}
         scope.paused_all, scope.paused = gc.paused_scopes(meta)
-        ranges = gcdist.segment_ranges(meta, rev, segment_range_keys or gcdist.SEGMENT_RANGE_KEYS)
+        ranges = gcdist.segment_ranges(meta, rev, segment_range_keys)
     except Exception as e:
         raise gc.GCError(f"references could not be read completely, nothing deleted: {type(e).__name__}: {e}") from e
     wal = gc.load_wal_view(meta, store, opts.collection_id)
@@ -95,7 +97,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     n_prefixes = prefixes.count()
     want = max(gcdist.UNITS_PER_PREFIX, 4 * par)  # listing units a large prefix is cut into
     planned = _partitioned_by_index(prefixes, n_prefixes, 4 * par) \
-        .flatMap(lambda p: gcdist.plan_units(plan, p, split_at or gcdist.SPLIT_AT, want)) \
+        .flatMap(lambda p: gcdist.plan_units(plan, p, split_at, want)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     units = planned.filter(lambda x: x[0] == "unit").map(lambda x: x[1])
     n_units = units.count()

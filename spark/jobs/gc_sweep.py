@@ -32,7 +32,7 @@ def spark_sweep(spark, store, run_id: str, settings_env: dict, batch: int = 0):
     from seglake.lifecycle import gc
 
     mark_rev, parts = gc.sweep_plan(store, run_id)  # (refused for a dry run's mark)
-    batch = batch or gc.SWEEP_BATCH
+    batch = gc.positive("--batch", batch or gc.SWEEP_BATCH)
     env = dict(settings_env)
     out = gc.SweepResult()
     if parts:

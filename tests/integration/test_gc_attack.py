@@ -279,3 +279,27 @@ def test_a_listing_page_that_fails_mid_way_fails_the_mark_before_any_report(meta
         with pytest.raises(NotFound):
             gc.sweep(meta, store, "broken")
         assert sum(1 for _ in store.list("insert_log/1/9/")) == 1_100
+
+
+@pytest.mark.parametrize("batch", [0, -1, True, 1.5, 10**10])
+def test_a_sweep_batch_out_of_range_is_refused_before_any_delete(meta, store, coll, batch):
+    """A batch of -1 once swept nothing and still removed the Dropped record whose files
+    it never deleted."""
+    seg = min(meta.segments.list(coll.collection_id), key=lambda s: s.segment_id)
+    meta.segments.transition([seg.ref], DROPPED, now=time.time() - 2 * DAY)
+    orphans = _orphans(store, coll.collection_id, 2)
+    m = gc.mark(meta, store, gc.GCOptions())
+    assert m.counts.dropped_segments == 1
+    with pytest.raises(ValidationError, match="batch"):
+        gc.sweep(meta, store, m.run_id, batch=batch)
+    assert meta.segments.get(*seg.ref).state == DROPPED
+    assert all(store.exists(k) for k in orphans) and all(store.exists(f.key) for f in layout.segment_files(seg))
+
+
+@pytest.mark.parametrize("cid", [0, -1, True, 2**63, "1"])
+def test_a_collection_scope_that_is_no_collection_id_is_refused(meta, store, coll, cid):
+    """Collection ids start at 1: a scope of 0 meant 'one collection' inline but 'the whole
+    store' to the Spark job (--collection-id 0)."""
+    with pytest.raises(ValidationError, match="collection_id"):
+        gc.run(meta, store, gc.GCOptions(collection_id=cid))
+    assert not any(o.key.startswith("_gc/") for o in store.list(""))

@@ -379,3 +379,17 @@ def test_segment_ranges_cover_every_record_once(meta):
     got = [kv.key for lo, hi in ranges for kv in meta.kv.range(lo, end=hi, revision=rev, keys_only=True)]
     want = [kv.key for kv in meta.kv.range(meta.keys.segments_prefix(), revision=rev, keys_only=True)]
     assert got == want and len(want) == len(recs) + 1
+
+
+def test_spark_job_counts_out_of_range_are_refused_before_any_work(spark, settings, meta, store):
+    import gc_sweep
+    from seglake.errors import ValidationError
+    _, _, _, orphans = _seed(meta, store)
+    for kw in ({"parts": -1}, {"split_at": -5}, {"segment_range_keys": -2}):
+        with pytest.raises(ValidationError, match=next(iter(kw)).replace("_", "-")):
+            _spark_mark(spark, settings, meta, store, "counts", **kw)
+    assert not store.exists("_gc/counts/summary.json")
+    gc.mark(meta, store, _opts(), run_id="counts")
+    with pytest.raises(ValidationError, match="batch"):
+        gc_sweep.spark_sweep(spark, store, "counts", settings.to_env(), batch=-1)
+    assert all(store.exists(k) for k in orphans)

@@ -49,6 +49,7 @@ from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
 from seglake import limits
 from seglake.lifecycle import copyjob, snapshot
 from seglake.meta import Meta
+from seglake.meta.alloc import FIRST_ID
 from seglake.meta.codec import decode_struct
 from seglake.meta.kv import Compare, Delete, exists, unchanged
 from seglake.meta.segments import DROPPED, Segment
@@ -110,9 +111,19 @@ class GCOptions:
                 raise ValidationError(f"gc {name} of {v:g}s is below the {self.floor:g}s floor; "
                                       "pass force=true to run with it anyway")
         c = self.collection_id
-        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= layout.MAX_ID):
-            raise ValidationError(f"gc collection_id must be an id or None, got {c!r}")
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or not FIRST_ID <= c <= layout.MAX_ID):
+            raise ValidationError(f"gc collection_id must be a collection id ({FIRST_ID}..{layout.MAX_ID}) or None "
+                                  f"(the whole store), got {c!r}")
         return self
+
+
+def positive(name: str, value) -> int:
+    """`value` if it is an int in 1..10**9 (a batch size, a part or task count), else
+    ValidationError naming `name`: a zero or negative batch would sweep nothing and still
+    remove the Dropped records whose files it never deleted."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9:
+        raise ValidationError(f"{name} must be an integer from 1 to 1000000000, got {value!r}")
+    return value
 
 
 # -- pause / resume -------------------------------------------------------------------------
@@ -879,6 +890,7 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
     at, so without `refs` the sweep starts from that revision and only applies what
     changed since (new or updated segment records, snapshot records written since)."""
     mark_rev, parts = sweep_plan(store, run_id)
+    positive("gc sweep batch", batch)
     refs = References(revision=mark_rev) if refs is None else refs
     out = SweepResult()
     for part in parts:
@@ -900,6 +912,7 @@ def sweep_part(meta: Meta, store: Store, run_id: str, mark_rev: int, part: list[
     each file deleted only if it is still the object the mark saw; then the records of
     the part's Dropped segments whose files are all gone. Adds to `out`; returns the
     refreshed references. The same code runs inline and in Spark executors (one part per task)."""
+    batch = positive("gc sweep batch", batch)
     candidates, dropped = read_part(store, run_id, part)
     for c in candidates:  # the Dropped records the mark judged, as it saw them (a newer view wins)
         if c["reason"] == DROPPED_SEGMENT:
