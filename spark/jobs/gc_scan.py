@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                                       dry_run=bool(args.dry_run), collection_id=args.collection_id or None).check()
     store = open_store(settings)
     env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
-    spark = job_session(f"seglake-gc-scan-{args.run_id}")  # seglake env -> spark.executorEnv.*, never argv
+    # seglake env -> spark.executorEnv.*, never argv; no speculative duplicate writes a report part
+    spark = job_session(f"seglake-gc-scan-{args.run_id}", conf={"spark.speculation": "false"})
     try:
         with Meta.from_settings(settings) as meta:
             result = spark_mark(spark, meta, store, opts, args.run_id, env, parts=args.parts,

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.load()
     store = open_store(settings)
     spark = job_session(f"seglake-gc-sweep-{args.run_id}",   # seglake env -> spark.executorEnv.*, never argv
-                        conf={"spark.task.maxFailures": "1"})
+                        conf={"spark.task.maxFailures": "1", "spark.speculation": "false"})  # one attempt per part: true counts
     try:
         out = spark_sweep(spark, store, args.run_id, spark_env(), args.batch)
     finally:

@@ -8,8 +8,11 @@ file that is not seglake's own.
                 than drop_tolerance; everything else is counted as unrecognised (files,
                 bytes, a sample) and never touched -> candidate report
                 (_gc/{run}/candidates.parquet, dropped.json, summary.json)
-      -> sweep: per batch of 1,000: refresh references with everything changed in etcd
-                since they were loaded, drop candidates now referenced, delete the rest
+      -> sweep: only a report whose parts are byte for byte what its mark wrote (sha256 in
+                summary.json), never a dry run's; per batch of 1,000: refresh references with
+                everything changed in etcd since they were loaded (read from etcd's history,
+                or from the current state once that history is compacted), drop candidates
+                now referenced, delete the rest
                 only if still the object the mark saw (size, mtime), never through a
                 symlink; then remove the records of Dropped segments whose files are all
                 gone (guarded: the record is unchanged since the mark)
@@ -599,7 +602,7 @@ class MarkResult:
     started_at: float
     cutoff: float
     counts: MarkCounts
-    report_parts: list[list[int]]      # [part index, candidates, dropped segments] of every part written
+    report_parts: list[list]           # [index, candidates, dropped segments, sha256 x 2] of every part written
     candidates: list[dict] = field(default_factory=list)  # inline engine only (the Spark driver holds none)
     refs_revision: int = 0
     dry_run: bool = False
