@@ -303,3 +303,36 @@ def test_a_collection_scope_that_is_no_collection_id_is_refused(meta, store, col
     with pytest.raises(ValidationError, match="collection_id"):
         gc.run(meta, store, gc.GCOptions(collection_id=cid))
     assert not any(o.key.startswith("_gc/") for o in store.list(""))
+
+
+def test_compaction_between_fixing_the_marks_revision_and_reading_it_fails_the_mark(meta, store, coll, settings,
+                                                                                  monkeypatch):
+    """Both engines read references at one fixed revision: compacted before (or while)
+    they are read, the read fails and so does the mark (no report), inline and in the
+    Spark engine's reference tasks."""
+    from seglake.lifecycle import gcdist
+    from seglake.meta.segments import Segments
+
+    orphans = _orphans(store, coll.collection_id, 2)
+    real = Segments.list
+
+    def compact_then_list(self, *a, **kw):
+        self.kv.put(self.keys.collection(10**6) + "-later", b"x")  # history moves past the revision
+        self.kv._client.compact(self.kv.revision())
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Segments, "list", compact_then_list)
+    with pytest.raises(gc.GCError, match="references could not be read completely.*compacted"):
+        gc.run(meta, store, gc.GCOptions())
+    monkeypatch.setattr(Segments, "list", real)
+    assert not any(o.key.startswith("_gc/") for o in store.list("")) and all(store.exists(k) for k in orphans)
+    # the Spark engine's reference task for a key range, at a revision compacted since
+    rev = meta.kv.revision()
+    (lo, hi), = gcdist.segment_ranges(meta, rev)
+    plan = gcdist.MarkPlan("c", time.time(), 0.0, rev, None, 0.0, gc.References(revision=rev), gc.WalView(),
+                           settings.to_env())
+    assert sum(1 for _ in gcdist.segment_rows(plan, lo, hi)) > 0
+    meta.kv.put(meta.keys.collection(coll.collection_id) + "-later", b"x")
+    meta.kv._client.compact(meta.kv.revision())
+    with pytest.raises(Exception, match="compacted"):
+        list(gcdist.segment_rows(plan, lo, hi))
