@@ -3,6 +3,8 @@ every listing GC uses (the plain one, the delimiter level, the name-range units 
 Spark mark) fails instead of passing a partial view for complete, and lists each key
 once even when the server repeats a name across pages."""
 
+from datetime import datetime, timezone
+
 import pytest
 
 moto = pytest.importorskip("moto")
@@ -97,3 +99,18 @@ def test_a_name_repeated_across_pages_is_listed_once(s3):
     _on_page(client, 2, repeat)
     again, _ = store.list_level("insert_log/")
     assert sorted(again) == sorted(dirs)
+
+
+@pytest.mark.parametrize("which", ["list", "list_level", "list_names", "split_units"])
+def test_a_page_naming_a_key_outside_the_prefix_fails_the_listing(s3, which):
+    """'root_insert_log/...' cut to the store's key space would read 'insert_log/...':
+    another object's name, judged with this one's size and age."""
+    store, client = s3
+
+    def stray(parsed):
+        parsed["Contents"] = parsed.get("Contents", []) + [
+            {"Key": "root_insert_log/1/2/3/100/1", "Size": 1, "LastModified": datetime.now(timezone.utc)}]
+
+    _on_page(client, 1, stray)
+    with pytest.raises(SeglakeError, match="outside the prefix"):
+        _listings(store)[which]()

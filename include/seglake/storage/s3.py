@@ -143,7 +143,8 @@ class S3Store(Store):
         """Every page of one ListObjectsV2 of the exact bucket prefix `full`, or an error:
         a failed page raises (after boto's retries), and so does a page that says more
         follow without a continuation token (boto's paginator would end there quietly,
-        and a listing must never pass for complete when it is not)."""
+        and a listing must never pass for complete when it is not) or that names a key
+        outside `full` (cut to the store's key space, it would name another object)."""
         kwargs = {"Bucket": self.bucket, "Prefix": full, "PaginationConfig": {"PageSize": 1000}}
         if delimiter:
             kwargs["Delimiter"] = "/"
@@ -152,6 +153,11 @@ class S3Store(Store):
             page = self._do("list", self._rel(full), lambda: next(it, None))
             if page is None:
                 return
+            names = [o["Key"] for o in page.get("Contents", [])] + [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+            stray = next((n for n in names if not n.startswith(full)), None)
+            if stray is not None:
+                raise Unavailable(f"S3 list {self._rel(full)!r} in {self.uri} answered {stray!r}, outside the prefix "
+                                  f"{full!r}: the listing cannot be trusted")
             yield page
             if page.get("IsTruncated") and not page.get("NextContinuationToken"):
                 raise Unavailable(f"S3 list {self._rel(full)!r} in {self.uri}: a page says more objects follow "
