@@ -3,7 +3,7 @@ every listing GC uses (the plain one, the delimiter level, the name-range units 
 Spark mark) fails instead of passing a partial view for complete, and lists each key
 once even when the server repeats a name across pages."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -109,7 +109,7 @@ def test_a_page_naming_a_key_outside_the_prefix_fails_the_listing(s3, which):
 
     def stray(parsed):
         parsed["Contents"] = parsed.get("Contents", []) + [
-            {"Key": "root_insert_log/1/2/3/100/1", "Size": 1, "LastModified": datetime.now(timezone.utc)}]
+            {"Key": "root_insert_log/1/2/3/100/1", "Size": 1, "LastModified": datetime.now(UTC)}]
 
     _on_page(client, 1, stray)
     with pytest.raises(SeglakeError, match="outside the prefix"):
