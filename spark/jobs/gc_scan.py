@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     from seglake.meta import Meta
     from seglake.storage import open_store
 
+    gc.check_run_id(args.run_id)  # before anything starts
     settings = Settings.load()
     opts = gc.GCOptions.from_settings(settings, missing_tolerance=args.missing_tolerance,
                                       drop_tolerance=args.drop_tolerance, force=bool(args.force),

@@ -47,9 +47,11 @@ def spark_sweep(spark, store, run_id: str, settings_env: dict, batch: int = 0):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from seglake.config import Settings, spark_env
+    from seglake.lifecycle import gc
     from seglake.sparksession import job_session
     from seglake.storage import open_store
 
+    gc.check_run_id(args.run_id)  # before anything starts
     settings = Settings.load()
     store = open_store(settings)
     spark = job_session(f"seglake-gc-sweep-{args.run_id}",   # seglake env -> spark.executorEnv.*, never argv
