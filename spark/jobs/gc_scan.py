@@ -54,9 +54,12 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     from seglake.lifecycle import gc, gcdist
 
     opts.check()
+    gc.check_run_id(run_id)
     sc = spark.sparkContext
     par = sc.defaultParallelism
-    parts = parts or max(2, 2 * par)
+    parts = gc.positive("--parts", parts or max(2, 2 * par))
+    segment_range_keys = gc.positive("--segment-range-keys", segment_range_keys or gcdist.SEGMENT_RANGE_KEYS)
+    split_at = gc.positive("--split-at", split_at or gcdist.SPLIT_AT)
     started = now()
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     try:
@@ -67,7 +70,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
         scope.blocked = {r.collection_id for r in records if r.state == gc.PENDING}
         scope.snapshot_ids = {(r.collection_id, r.snapshot_id) for r in records}
         scope.paused_all, scope.paused = gc.paused_scopes(meta)
-        ranges = gcdist.segment_ranges(meta, rev, segment_range_keys or gcdist.SEGMENT_RANGE_KEYS)
+        ranges = gcdist.segment_ranges(meta, rev, segment_range_keys)
     except Exception as e:
         raise gc.GCError(f"references could not be read completely, nothing deleted: {type(e).__name__}: {e}") from e
     wal = gc.load_wal_view(meta, store, opts.collection_id)
@@ -94,7 +97,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     n_prefixes = prefixes.count()
     want = max(gcdist.UNITS_PER_PREFIX, 4 * par)  # listing units a large prefix is cut into
     planned = _partitioned_by_index(prefixes, n_prefixes, 4 * par) \
-        .flatMap(lambda p: gcdist.plan_units(plan, p, split_at or gcdist.SPLIT_AT, want)) \
+        .flatMap(lambda p: gcdist.plan_units(plan, p, split_at, want)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     units = planned.filter(lambda x: x[0] == "unit").map(lambda x: x[1])
     n_units = units.count()
@@ -162,13 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     from seglake.meta import Meta
     from seglake.storage import open_store
 
+    gc.check_run_id(args.run_id)  # before anything starts
     settings = Settings.load()
     opts = gc.GCOptions.from_settings(settings, missing_tolerance=args.missing_tolerance,
                                       drop_tolerance=args.drop_tolerance, force=bool(args.force),
                                       dry_run=bool(args.dry_run), collection_id=args.collection_id or None).check()
     store = open_store(settings)
     env = spark_env()  # secrets resolved: executors may not reach the driver's secrets file
-    spark = job_session(f"seglake-gc-scan-{args.run_id}")  # seglake env -> spark.executorEnv.*, never argv
+    # seglake env -> spark.executorEnv.*, never argv; no speculative duplicate writes a report part
+    spark = job_session(f"seglake-gc-scan-{args.run_id}", conf={"spark.speculation": "false"})
     try:
         with Meta.from_settings(settings) as meta:
             result = spark_mark(spark, meta, store, opts, args.run_id, env, parts=args.parts,

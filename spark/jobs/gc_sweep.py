@@ -31,9 +31,8 @@ def spark_sweep(spark, store, run_id: str, settings_env: dict, batch: int = 0):
     """The distributed sweep; returns the merged gc.SweepResult (also in summary.json)."""
     from seglake.lifecycle import gc
 
-    summary = gc._read_json(store, run_id, "summary.json")
-    mark_rev, parts = summary["refs_revision"], gc.report_parts(summary)
-    batch = batch or gc.SWEEP_BATCH
+    mark_rev, parts = gc.sweep_plan(store, run_id)  # (refused for a dry run's mark)
+    batch = gc.positive("--batch", batch or gc.SWEEP_BATCH)
     env = dict(settings_env)
     out = gc.SweepResult()
     if parts:
@@ -48,13 +47,15 @@ def spark_sweep(spark, store, run_id: str, settings_env: dict, batch: int = 0):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from seglake.config import Settings, spark_env
+    from seglake.lifecycle import gc
     from seglake.sparksession import job_session
     from seglake.storage import open_store
 
+    gc.check_run_id(args.run_id)  # before anything starts
     settings = Settings.load()
     store = open_store(settings)
     spark = job_session(f"seglake-gc-sweep-{args.run_id}",   # seglake env -> spark.executorEnv.*, never argv
-                        conf={"spark.task.maxFailures": "1"})
+                        conf={"spark.task.maxFailures": "1", "spark.speculation": "false"})  # one attempt per part: true counts
     try:
         out = spark_sweep(spark, store, args.run_id, spark_env(), args.batch)
     finally:

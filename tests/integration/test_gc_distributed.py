@@ -230,8 +230,8 @@ def test_a_fault_in_one_manifest_task_fails_the_spark_submit_job(settings, meta,
 def test_the_sweep_keeps_what_became_referenced_since_the_mark(spark, env):
     import gc_sweep
     settings, meta, store = env
-    c1, c2, dropped, orphans = _seed(meta, store)
-    m = _spark_mark(spark, settings, meta, store, "race", parts=3)
+    c1, _, dropped, orphans = _seed(meta, store)
+    _spark_mark(spark, settings, meta, store, "race", parts=3)
     assert {c["path"] for c in gc.read_report(store, "race")} >= set(orphans)
     # after the mark: a flush commits a record naming an orphan file (written before its record)
     key = orphans[0]
@@ -242,24 +242,72 @@ def test_the_sweep_keeps_what_became_referenced_since_the_mark(spark, env):
     # ... and the Dropped segment's record is written again (it is judged afresh next run)
     kv = meta.kv.get(meta.keys.segment(*dropped.ref))
     meta.kv.put(kv.key, kv.value)
-    # ... and an unrecognised key is slipped into a report part in place of an orphan
-    victim = next(c for c in gc.read_report(store, "race") if c["path"] in orphans[1:])
-    for idx, n, k in m.report_parts:
-        pk = gc.part_key("race", gc.CANDIDATES, idx)
-        rows = gc._get_parquet(store, pk)
-        if victim in rows:
-            rows[rows.index(victim)] = {**victim, "path": "notes/readme.txt"}
-            gc._put_parquet(store, pk, gc._REPORT_COLUMNS, rows)
     out = gc_sweep.spark_sweep(spark, store, "race", settings.to_env())
     assert store.exists(key)                                   # referenced since the mark: kept
     assert all(store.exists(f.key) for f in layout.segment_files(dropped))  # its record changed: kept
     assert meta.segments.get(*dropped.ref).state == DROPPED    # record kept too
-    assert store.exists("notes/readme.txt") and all(store.exists(k) for k in ODD)
-    assert store.exists(victim["path"])                        # no longer in the report
-    assert out.rechecked_kept == 1 + len(list(layout.segment_files(dropped))) + 1
+    assert all(store.exists(k) for k in ODD)
+    assert out.rechecked_kept == 1 + len(list(layout.segment_files(dropped)))
     assert out.dropped_records_kept == 1 and out.dropped_records_removed == 0
-    assert out.deleted == len(orphans) - 2
-    assert not any(store.exists(k) for k in orphans if k not in (key, victim["path"]))
+    assert out.deleted == len(orphans) - 1
+    assert not any(store.exists(k) for k in orphans if k != key)
+    # an unrecognised key in a report row is never collectable, whatever the row says
+    row = {"path": "notes/readme.txt", "size": 1, "mtime": 0.0, "reason": gc.ORPHAN, "collection_id": 1,
+           "segment_id": 1}
+    assert not gc.still_collectable(row, gc.References())
+
+
+def test_a_report_part_not_written_by_its_mark_is_refused_by_the_spark_sweep(spark, env):
+    """A part replaced by a copy of another part (same counts), on the executors: that
+    task fails before deleting anything in it, the job fails."""
+    import gc_sweep
+    settings, meta, store = env
+    _seed(meta, store)
+    for i in range(40):  # enough orphans that several parts hold some
+        store.put(f"insert_log/1/8/{5000 + i}/100/1", b"x")
+    time.sleep(0.05)
+    m = _spark_mark(spark, settings, meta, store, "swap", parts=6)
+    a, b = sorted(m.report_parts, key=lambda p: p[1])[-2:]
+    victims = [c["path"] for c in gc.read_part(store, "swap", b)[0]]
+    assert victims
+    summary = json.loads(store.get("_gc/swap/summary.json"))  # b's counts made a's: only the digest differs
+    summary["report_parts"] = [p if p[0] != b[0] else [b[0], a[1], a[2], *b[3:]] for p in summary["report_parts"]]
+    store.put("_gc/swap/summary.json", json.dumps(summary).encode())
+    for kind in (gc.CANDIDATES, gc.DROPPED_PARTS):
+        store.put(gc.part_key("swap", kind, b[0]), store.get(gc.part_key("swap", kind, a[0])))
+    with pytest.raises(Exception, match="not the file its mark wrote"):
+        gc_sweep.spark_sweep(spark, store, "swap", settings.to_env())
+    assert all(store.exists(k) for k in victims)
+    assert gc.latest_summary(store)["swept"] is None
+
+
+def test_spark_and_inline_marks_agree_on_odd_keys_and_colliding_prefixes(spark, env):
+    """Keys with '%', spaces, unicode, a 200-character name, an object named like a
+    collection's prefix (S3), collection c's prefix inside c*10's: both engines list each
+    key once and judge it alike, whole store and scoped to c (which never reaches c*10)."""
+    settings, meta, store = env
+    c1, _, _, _ = _seed(meta, store)
+    c = c1.collection_id
+    odd = [f"insert_log/{c}/9/9/100/%31", f"insert_log/{c}/9/9/100/a b", f"insert_log/{c}/9/9/100/\u00fc",
+           f"insert_log/{c}/9/9/100/" + "9" * 200, "index_files/1/1/9/9/x y%"]
+    if store.uri.startswith("s3://"):
+        odd += [f"insert_log/{c}", f"insert_log/{c}/9", f"delta_log/{c}/9/9"]  # objects named like prefixes
+    neighbour = [f"insert_log/{c}0/9/9/100/1", f"delta_log/{c}0/9/9/1", f"stats_log/{c}1/9/9/100/1"]
+    for k in odd + neighbour:
+        store.put(k, b"odd " + k.encode())
+    time.sleep(0.05)
+    for scope in (None, c):
+        name = f"odd-{scope}"
+        gc.mark(meta, store, _opts(dry_run=True, collection_id=scope), run_id=f"inline-{name}")
+        _spark_mark(spark, settings, meta, store, f"spark-{name}", _opts(dry_run=True, collection_id=scope),
+                    split_at=2, segment_range_keys=2, parts=5)
+        s, report = _compare(store, f"spark-{name}", f"inline-{name}")
+        paths = {r["path"] for r in report}
+        assert len(report) == len(paths) and not paths & set(odd)
+        if scope is None:
+            assert set(neighbour) <= paths and s["unrecognised"]["files"] == len(ODD) + len(odd)
+        else:
+            assert not paths & set(neighbour) and all(r["collection_id"] == c for r in report)
 
 
 def test_the_driver_never_collects_per_object_rows(spark, settings, meta, store, monkeypatch):
@@ -331,3 +379,17 @@ def test_segment_ranges_cover_every_record_once(meta):
     got = [kv.key for lo, hi in ranges for kv in meta.kv.range(lo, end=hi, revision=rev, keys_only=True)]
     want = [kv.key for kv in meta.kv.range(meta.keys.segments_prefix(), revision=rev, keys_only=True)]
     assert got == want and len(want) == len(recs) + 1
+
+
+def test_spark_job_counts_out_of_range_are_refused_before_any_work(spark, settings, meta, store):
+    import gc_sweep
+    from seglake.errors import ValidationError
+    _, _, _, orphans = _seed(meta, store)
+    for kw in ({"parts": -1}, {"split_at": -5}, {"segment_range_keys": -2}):
+        with pytest.raises(ValidationError, match=next(iter(kw)).replace("_", "-")):
+            _spark_mark(spark, settings, meta, store, "counts", **kw)
+    assert not store.exists("_gc/counts/summary.json")
+    gc.mark(meta, store, _opts(), run_id="counts")
+    with pytest.raises(ValidationError, match="batch"):
+        gc_sweep.spark_sweep(spark, store, "counts", settings.to_env(), batch=-1)
+    assert all(store.exists(k) for k in orphans)

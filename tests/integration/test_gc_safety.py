@@ -396,25 +396,39 @@ def test_a_store_root_swapped_for_a_symlink_deletes_nothing(tmp_path):
     assert out.errors and not out.deleted and (outside / "insert_log/1/2/3/100/1").exists()
 
 
-def test_the_split_listing_sees_exactly_what_the_plain_listing_sees(store, s3_store):
-    """The Spark engine lists the units split_prefixes gives; odd directory names (that
-    no prefix can address) must neither crash it nor be lost or listed twice."""
+def spark_listing(settings, prefixes=("",), levels=1, split_at=1, want=4) -> list[str]:
+    """The keys the Spark mark's executors list (gcdist.listing_rows: walk_top ->
+    plan_units -> list_unit_rows, the same steps in one process), every prefix split."""
+    from seglake.lifecycle import gcdist
+    plan = gcdist.MarkPlan("listing", 0.0, 0.0, 0, None, 0.0, gc.References(), gc.WalView(), settings.to_env())
+    return [row[0] for row in gcdist.listing_rows(plan, list(prefixes), levels, split_at, want)]
+
+
+def test_the_split_listing_sees_exactly_what_the_plain_listing_sees(store, s3_store, settings, s3_server,
+                                                                       root_prefix):
+    """The Spark engine lists by units (gcdist); odd directory names (that no prefix can
+    address), keys with '%', spaces, unicode, an object and a 'directory' of one name,
+    must neither crash it nor be lost or listed twice."""
+    from conftest import _s3_settings
     for rel in ["README", "notes\\dir/f", b"\xffdir/f", "insert_log/a\\b/1", "insert_log/1/x\\y/z",
                 b"insert_log/\xfe/1", "insert_log/1 /2/3/100/1", "insert_log/1/2/3/100/1", "wal/p\n/1"]:
         _write(store, rel)
-    s3_keys = ["README", "notes\\dir/f", "insert_log/a%2Fb/1", "insert_log/1/x y/z", "insert_log/1/2/3/100/1"]
+    s3_keys = ["README", "notes\\dir/f", "insert_log/a%2Fb/1", "insert_log/1/x y/z", "insert_log/1/2/3/100/1",
+               "insert_log/1", "insert_log/1/2", "insert_log/1/2/3/100/%31", "insert_log/1/2/3/100/\u00fc \u2603",
+               "insert_log/1/2/3/100/" + "L" * 200, "insert_log/10/2/3/100/1", "insert_log/1+/x", "insert_log/1%/x"]
     for k in s3_keys:
         s3_store.client.put_object(Bucket=s3_store.bucket, Key=f"{s3_store.base}/{k}", Body=b"o")
-    for st, n in ((store, 9), (s3_store, len(s3_keys))):
-        for prefixes in ([""], ["insert_log/"]):
-            units, loose = gc.split_prefixes(st, prefixes)
-            split = sorted(o.key for o in loose) + sorted(o.key for u in units for o in st.list(u))
-            plain = [o.key for p in prefixes for o in st.list(p)]
-            assert sorted(split) == sorted(plain) and len(split) == len(set(split))
+    s3_settings = _s3_settings(s3_server, root_prefix)
+    for st, st_settings, n in ((store, settings, 9), (s3_store, s3_settings, len(s3_keys))):
+        for prefixes, levels in (([""], 1), (["insert_log/"], 0), (["insert_log/1/", "insert_log/10/"], 0)):
+            for split_at in (1, 1000):
+                split = spark_listing(st_settings, prefixes, levels, split_at)
+                plain = [gc.layout.display_key(o.key) for p in prefixes for o in st.list(p)]
+                assert sorted(split) == sorted(plain) and len(split) == len(set(split)), (prefixes, split_at)
         assert len(list(st.list(""))) == n
 
 
-def test_an_unreadable_directory_is_reported_and_never_blocks_the_run(meta, store, coll, monkeypatch):
+def test_an_unreadable_directory_is_reported_and_never_blocks_the_run(meta, store, coll, monkeypatch, settings):
     """e.g. a root-owned lost+found (0700) at the top of a store on its own mount, seen by
     a non-root worker: the run goes on, reports the directory, deletes nothing in it."""
     from seglake.storage import local
@@ -436,8 +450,6 @@ def test_an_unreadable_directory_is_reported_and_never_blocks_the_run(meta, stor
     assert all(os.path.exists(p) for p in hidden) and not os.path.exists(orphan)
     assert res["mark"]["unreadable_directories"]["sample"] == ["insert_log/%d/8/" % c, "lost+found/"]
     assert "could not be read" in gc.format_summary(res)
-    units, loose = gc.split_prefixes(store, [""])  # the Spark engine's listing reports them too
-    split = {o.key for o in loose} | {o.key for u in units for o in store.list(u, report_unreadable=True)}
-    assert {"lost+found/", f"insert_log/{c}/8/"} <= split
+    assert {"lost+found/", f"insert_log/{c}/8/"} <= set(spark_listing(settings))  # the Spark listing too
     with pytest.raises(gc.SeglakeError, match="cannot list"):  # plain listings still refuse
         list(store.list(""))

@@ -10,15 +10,15 @@ import time
 import pytest
 
 from seglake import demo
-from seglake.lifecycle import gc
+from seglake.lifecycle import gc, gcdist
 from seglake.storage import layout
-from seglake.storage.base import SymlinkRefused
+from seglake.storage.base import SYMLINK, ObjectInfo, SymlinkRefused
 
 SMALL = demo.SeedParams(partitions=1, segments=2, rows=20, dim=4)
 DAY = 86400
 
 
-def test_a_symlinked_collection_directory_does_not_get_its_referenced_files_deleted(meta, store):
+def test_a_symlinked_collection_directory_does_not_get_its_referenced_files_deleted(meta, store, settings):
     c, _ = demo.seed(meta, store, SMALL)
     cid = c.collection_id
     refs = gc.load_references(meta, store)
@@ -39,7 +39,8 @@ def test_a_symlinked_collection_directory_does_not_get_its_referenced_files_dele
         gc.run(meta, store, gc.GCOptions())
     lost = [k for k in mine if not os.path.exists(os.path.join(store.uri, k))]  # still there, via the link
     assert lost == [], f"GC deleted {len(lost)} referenced files via their alias"
-    units, loose = gc.split_prefixes(store, gc.scan_prefixes(None))   # the Spark engine's listing
-    assert any(o.key == f"insert_log/{cid}" for o in loose)
-    with pytest.raises(gc.GCError, match="symlink"):
-        list(gc.classify(loose, refs, time.time(), None))
+    plan = gcdist.MarkPlan("alias", 0.0, 0.0, 0, None, 0.0, gc.References(), gc.WalView(), settings.to_env())
+    rows = list(gcdist.listing_rows(plan, gc.scan_prefixes(None), 1, split_at=1))  # the Spark engine's listing
+    assert any(r[0] == f"insert_log/{cid}" and r[1] == SYMLINK for r in rows)
+    with pytest.raises(gc.GCError, match="symlink"):  # (judge_partition refuses it the same way)
+        list(gc.classify([ObjectInfo(r[0], r[1], r[2]) for r in rows], refs, time.time(), None))

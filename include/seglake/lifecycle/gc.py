@@ -8,8 +8,11 @@ file that is not seglake's own.
                 than drop_tolerance; everything else is counted as unrecognised (files,
                 bytes, a sample) and never touched -> candidate report
                 (_gc/{run}/candidates.parquet, dropped.json, summary.json)
-      -> sweep: per batch of 1,000: refresh references with everything changed in etcd
-                since they were loaded, drop candidates now referenced, delete the rest
+      -> sweep: only a report whose parts are byte for byte what its mark wrote (sha256 in
+                summary.json), never a dry run's; per batch of 1,000: refresh references with
+                everything changed in etcd since they were loaded (read from etcd's history,
+                or from the current state once that history is compacted), drop candidates
+                now referenced, delete the rest
                 only if still the object the mark saw (size, mtime), never through a
                 symlink; then remove the records of Dropped segments whose files are all
                 gone (guarded: the record is unchanged since the mark)
@@ -33,9 +36,11 @@ alone and reports the same candidates (and totals) the real run deletes.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import io
 import json
 import math
+import re
 import time
 import uuid
 from collections import defaultdict
@@ -47,6 +52,7 @@ from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
 from seglake import limits
 from seglake.lifecycle import copyjob, snapshot
 from seglake.meta import Meta
+from seglake.meta.alloc import FIRST_ID
 from seglake.meta.codec import decode_struct
 from seglake.meta.kv import Compare, Delete, exists, unchanged
 from seglake.meta.segments import DROPPED, Segment
@@ -108,9 +114,19 @@ class GCOptions:
                 raise ValidationError(f"gc {name} of {v:g}s is below the {self.floor:g}s floor; "
                                       "pass force=true to run with it anyway")
         c = self.collection_id
-        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= layout.MAX_ID):
-            raise ValidationError(f"gc collection_id must be an id or None, got {c!r}")
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or not FIRST_ID <= c <= layout.MAX_ID):
+            raise ValidationError(f"gc collection_id must be a collection id ({FIRST_ID}..{layout.MAX_ID}) or None "
+                                  f"(the whole store), got {c!r}")
         return self
+
+
+def positive(name: str, value) -> int:
+    """`value` if it is an int in 1..10**9 (a batch size, a part or task count), else
+    ValidationError naming `name`: a zero or negative batch would sweep nothing and still
+    remove the Dropped records whose files it never deleted."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9:
+        raise ValidationError(f"{name} must be an integer from 1 to 1000000000, got {value!r}")
+    return value
 
 
 # -- pause / resume -------------------------------------------------------------------------
@@ -204,11 +220,11 @@ def load_references(meta: Meta, store: Store) -> References:
     return refs
 
 
-def snapshot_records(meta: Meta, revision: int, min_mod_revision: int | None = None) -> list:
-    """The snapshot records at `revision` (only those written after min_mod_revision)."""
+def snapshot_records(meta: Meta, revision: int) -> list:
+    """The snapshot records at `revision`."""
     from seglake.meta.snapshots import SnapshotRecord
     return [decode_struct(kv.value, SnapshotRecord, kv.key)
-            for kv in meta.kv.range(meta.keys.snapshots_prefix(), revision=revision, min_mod_revision=min_mod_revision)]
+            for kv in meta.kv.range(meta.keys.snapshots_prefix(), revision=revision)]
 
 
 def snapshot_own_refs(store: Store, rec) -> tuple[list[str], list[dict]]:
@@ -265,24 +281,47 @@ def refresh_references(meta: Meta, store: Store, refs: References) -> References
     """Add what changed in etcd since `refs` was read: new or updated segment records
     (remembered in `changed_segments`), and what the snapshot records written since
     reference (an unchanged record references what it did at the mark). Never removes a
-    reference. Raises GCError."""
+    reference. Reads only the changes (`changed_records`), not every record. Raises GCError."""
     try:
-        now_rev = meta.kv.revision()
-        if now_rev == refs.revision:
+        if meta.kv.revision() == refs.revision:
             return refs  # nothing at all was written to etcd since: the references stand
-        for kv in meta.kv.range(meta.keys.segments_prefix(), revision=now_rev, min_mod_revision=refs.revision + 1):
-            seg = decode_struct(kv.value, Segment, kv.key)
+        segments, snapshots, upto = changed_records(meta, refs.revision)
+        for seg in segments:
             refs.add_segment(seg)
             refs.changed_segments.add((seg.collection_id, seg.segment_id))
-        changed = snapshot_records(meta, now_rev, min_mod_revision=refs.revision + 1)
-        if changed:
-            refs.add_snapshots(snapshot_index(store, changed))
+        if snapshots:
+            refs.add_snapshots(snapshot_index(store, snapshots))
         refs.paused_all, refs.paused = paused_scopes(meta)
-        refs.revision = now_rev
+        refs.revision = upto
     except Exception as e:
         raise GCError(f"references could not be refreshed, stopping before this batch: "
                       f"{type(e).__name__}: {e}") from e
     return refs
+
+
+def changed_records(meta: Meta, revision: int) -> tuple[list[Segment], list, int]:
+    """(segment records, snapshot records) written after `revision` and still present,
+    as they are now, in key order, and the revision that view is complete up to. Read
+    from etcd's history since `revision` (one watch over gc/..snapshots/, cost: the
+    changes); when that history is compacted, from the current state instead: every
+    record whose mod_revision is above `revision` (one scan of both prefixes: a record
+    changed since keeps a mod_revision above it whatever was compacted, so nothing is
+    missed either way; 'no change seen' is never assumed)."""
+    from seglake.meta.kv import Compacted
+    from seglake.meta.snapshots import SnapshotRecord
+
+    seg_prefix, snap_prefix = meta.keys.segments_prefix(), meta.keys.snapshots_prefix()
+    lo, hi = meta.keys.gc() + "/", snap_prefix[:-1] + "0"  # {root}/gc/ .. segments/ .. snapshots/ (end)
+    try:
+        changed, upto = meta.kv.changes(lo, hi, revision + 1, meta.keys.gc("fence", uuid.uuid4().hex))
+        kvs = [kv for _, kv in sorted(changed.items()) if kv is not None]
+    except Compacted:
+        upto = meta.kv.revision()
+        kvs = [kv for p in (seg_prefix, snap_prefix)
+               for kv in meta.kv.range(p, revision=upto, min_mod_revision=revision + 1)]
+    segments = [decode_struct(kv.value, Segment, kv.key) for kv in kvs if kv.key.startswith(seg_prefix)]
+    snapshots = [decode_struct(kv.value, SnapshotRecord, kv.key) for kv in kvs if kv.key.startswith(snap_prefix)]
+    return segments, snapshots, upto
 
 
 # -- classification ---------------------------------------------------------------------------
@@ -455,22 +494,6 @@ def scan_prefixes(collection_id: int | None) -> list[str]:
                                                         f"{layout.INDEX_FILES}/"]
 
 
-def split_prefixes(store: Store, prefixes: list[str]) -> tuple[list[str], list[ObjectInfo]]:
-    """Work units for a distributed listing: each top-level directory is split one level
-    further (insert_log/ -> insert_log/{collection}/ ...). Returns (prefixes to list,
-    objects found on the way). Units and objects together are exactly what
-    `store.list(p)` yields for every p."""
-    units, loose = [], []
-    for p in prefixes:
-        dirs, files = store.list_level(p, report_unreadable=True)
-        loose += files
-        for d in dirs:
-            sub, sub_files = store.list_level(d, report_unreadable=True)
-            loose += sub_files
-            units += sub
-    return units, loose
-
-
 # -- mark -------------------------------------------------------------------------------------
 @dataclass
 class Tally:
@@ -579,7 +602,7 @@ class MarkResult:
     started_at: float
     cutoff: float
     counts: MarkCounts
-    report_parts: list[list[int]]      # [part index, candidates, dropped segments] of every part written
+    report_parts: list[list]           # [index, candidates, dropped segments, sha256 x 2] of every part written
     candidates: list[dict] = field(default_factory=list)  # inline engine only (the Spark driver holds none)
     refs_revision: int = 0
     dry_run: bool = False
@@ -615,7 +638,7 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
     delete, with the size and mtime it had, in a one-part report. The Spark engine
     (spark/jobs/gc_scan.py) judges with the same `decide` and writes the same report."""
     opts.check()
-    run_id = run_id or new_run_id(now)
+    run_id = check_run_id(new_run_id(now) if run_id is None else run_id)
     started = now()
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     refs = refs or load_references(meta, store)
@@ -646,9 +669,24 @@ def finish_mark(store: Store, summary: dict) -> None:
 # -- the candidate report: _gc/{run}/candidates/part-N.parquet (+ dropped/part-N.parquet) --------
 # Every file of one Dropped segment, and the segment itself, are in the same part: a sweep of
 # that part alone knows when the segment's record may go. summary.json lists the parts
-# written ([index, candidates, dropped segments]); reports of earlier versions
-# (candidates.parquet + dropped.json, no part list) are read as one part.
+# written ([index, candidates, dropped segments, sha256 of the candidates file, sha256 of the
+# dropped file]): the sweep reads only those parts and only with those exact bytes, so a part
+# another mark of the same run id wrote (a retried or zombie task, a reused id), a copied,
+# truncated or edited part is refused before anything in it is deleted. Reports of earlier
+# versions ([index, candidates, dropped] without digests; candidates.parquet + dropped.json
+# without a part list) are read with their counts checked only.
 CANDIDATES, DROPPED_PARTS, LEGACY_PART = "candidates", "dropped", -1
+_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}", re.ASCII)
+
+
+def check_run_id(run_id) -> str:
+    """A run id names one directory under _gc/: letters, digits, '_', '.', '-' (not
+    starting with '.' or '-'), at most 200 characters, full match. ValidationError
+    before any side effect otherwise."""
+    if not isinstance(run_id, str) or _RUN_ID.fullmatch(run_id) is None:
+        raise ValidationError(f"gc run id {run_id!r} must be 1-200 letters, digits, '_', '.' or '-', "
+                              "starting with a letter, digit or '_'")
+    return run_id
 _REPORT_COLUMNS = (("path", "string"), ("size", "int64"), ("mtime", "float64"), ("reason", "string"),
                    ("collection_id", "int64"), ("segment_id", "int64"))
 _DROPPED_COLUMNS = (("collection_id", "int64"), ("partition_id", "int64"), ("segment_id", "int64"))
@@ -658,7 +696,8 @@ def part_key(run_id: str, kind: str, index: int) -> str:
     return f"{GC_PREFIX}/{run_id}/{kind}/part-{index:05d}.parquet"
 
 
-def _put_parquet(store: Store, key: str, columns, rows: list) -> None:
+def _put_parquet(store: Store, key: str, columns, rows: list) -> str:
+    """Write rows as one Parquet object; returns the sha256 of the bytes written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -666,35 +705,51 @@ def _put_parquet(store: Store, key: str, columns, rows: list) -> None:
                                      getattr(pa, typ)()) for i, (name, typ) in enumerate(columns)})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
-    store.put(key, sink.getvalue().to_pybytes())
+    data = sink.getvalue().to_pybytes()
+    store.put(key, data)
+    return hashlib.sha256(data).hexdigest()
 
 
-def _get_parquet(store: Store, key: str) -> list[dict]:
+def _get_parquet(store: Store, key: str, sha256: str | None = None) -> list[dict]:
+    """The rows of one Parquet object; with `sha256`, only if its bytes have that digest
+    (GCError otherwise)."""
     import pyarrow.parquet as pq
-    return pq.read_table(io.BytesIO(store.get(key))).to_pylist()
+    data = store.get(key)
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise GCError(f"{key} is not the file its mark wrote (sha256 differs): damaged or replaced, "
+                      "nothing in it deleted")
+    return pq.read_table(io.BytesIO(data)).to_pylist()
 
 
 def write_part(store: Store, run_id: str, index: int, candidates: list[dict],
-               dropped: list[tuple[int, int, int]]) -> list[int] | None:
+               dropped: list[tuple[int, int, int]]) -> list | None:
     """Write one part of the report (nothing when it has neither candidates nor dropped
-    segments); returns its entry for summary.json. Re-writing a part is harmless."""
+    segments); returns its entry for summary.json, which binds the part to these exact
+    bytes. Re-writing a part is harmless: only the entry in the summary counts."""
     if not candidates and not dropped:
         return None
-    _put_parquet(store, part_key(run_id, CANDIDATES, index), _REPORT_COLUMNS, candidates)
-    _put_parquet(store, part_key(run_id, DROPPED_PARTS, index), _DROPPED_COLUMNS, list(dropped))
-    return [index, len(candidates), len(dropped)]
+    c = _put_parquet(store, part_key(run_id, CANDIDATES, index), _REPORT_COLUMNS, candidates)
+    d = _put_parquet(store, part_key(run_id, DROPPED_PARTS, index), _DROPPED_COLUMNS, list(dropped))
+    return [index, len(candidates), len(dropped), c, d]
 
 
-def report_parts(summary: dict) -> list[list[int]]:
-    if "report_parts" in summary:
-        return [list(p) for p in summary["report_parts"]]
-    return [[LEGACY_PART, summary.get("candidates", 0), -1]]
+def report_parts(summary: dict) -> list[list]:
+    """The parts summary.json lists, each index once (GCError otherwise)."""
+    if "report_parts" not in summary:
+        return [[LEGACY_PART, summary.get("candidates", 0), -1]]
+    parts = [list(p) for p in summary["report_parts"]]
+    indexes = [p[0] if p else None for p in parts]
+    if any(len(p) not in (3, 5) for p in parts) or len(set(indexes)) != len(indexes):
+        raise GCError(f"gc run {summary.get('run_id')!r}: its summary lists report parts twice or malformed: "
+                      "damaged, nothing deleted")
+    return parts
 
 
-def read_part(store: Store, run_id: str, part: list[int]) -> tuple[list[dict], list[tuple[int, int, int]]]:
-    """(candidates, dropped segments (c, p, s)) of one part, checked against the counts
-    summary.json holds for it. GCError for a damaged part."""
-    index, n, k = part
+def read_part(store: Store, run_id: str, part: list) -> tuple[list[dict], list[tuple[int, int, int]]]:
+    """(candidates, dropped segments (c, p, s)) of one part, exactly the bytes summary.json
+    names for it (its sha256) and with its counts. GCError for a damaged or replaced part."""
+    index, n, k = part[:3]
+    want_c, want_d = part[3:5] if len(part) == 5 else (None, None)
     try:
         if index == LEGACY_PART:
             candidates = _get_parquet(store, f"{GC_PREFIX}/{run_id}/candidates.parquet")
@@ -703,15 +758,26 @@ def read_part(store: Store, run_id: str, part: list[int]) -> tuple[list[dict], l
             except NotFound:
                 dropped = []  # written before dropped segments were marked: nothing to remove
             return candidates, dropped
-        candidates = _get_parquet(store, part_key(run_id, CANDIDATES, index))
+        candidates = _get_parquet(store, part_key(run_id, CANDIDATES, index), want_c)
         dropped = [(d["collection_id"], d["partition_id"], d["segment_id"])
-                   for d in _get_parquet(store, part_key(run_id, DROPPED_PARTS, index))]
+                   for d in _get_parquet(store, part_key(run_id, DROPPED_PARTS, index), want_d)]
     except NotFound:
         raise NotFound(f"gc run {run_id!r}: report part {index} is missing") from None
     if len(candidates) != n or len(dropped) != k:
         raise GCError(f"gc run {run_id!r}: report part {index} holds {len(candidates)} candidates and "
                       f"{len(dropped)} dropped segments, its summary says {n} and {k}: damaged, nothing deleted")
     return candidates, dropped
+
+
+def sweep_plan(store: Store, run_id: str) -> tuple[int, list[list]]:
+    """(the mark's reference revision, its report parts) for a sweep of `run_id`, both
+    engines. Refused (GCError) for a dry run's mark: a dry run promises no delete, now or
+    later; a real run marks again."""
+    summary = _read_json(store, check_run_id(run_id), "summary.json")
+    if summary.get("dry_run"):
+        raise GCError(f"gc run {run_id!r} was a dry run: its report is never swept (run GC without dry_run); "
+                      "nothing deleted")
+    return summary["refs_revision"], report_parts(summary)
 
 
 def read_report(store: Store, run_id: str) -> list[dict]:
@@ -826,11 +892,11 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
     The candidates were unreferenced at the etcd revision the mark read its references
     at, so without `refs` the sweep starts from that revision and only applies what
     changed since (new or updated segment records, snapshot records written since)."""
-    summary = _read_json(store, run_id, "summary.json")
-    mark_rev = summary["refs_revision"]
+    mark_rev, parts = sweep_plan(store, run_id)
+    positive("gc sweep batch", batch)
     refs = References(revision=mark_rev) if refs is None else refs
     out = SweepResult()
-    for part in report_parts(summary):
+    for part in parts:
         refs = sweep_part(meta, store, run_id, mark_rev, part, refs, out, batch)
     record_sweep(store, run_id, out)
     return out
@@ -849,6 +915,7 @@ def sweep_part(meta: Meta, store: Store, run_id: str, mark_rev: int, part: list[
     each file deleted only if it is still the object the mark saw; then the records of
     the part's Dropped segments whose files are all gone. Adds to `out`; returns the
     refreshed references. The same code runs inline and in Spark executors (one part per task)."""
+    batch = positive("gc sweep batch", batch)
     candidates, dropped = read_part(store, run_id, part)
     for c in candidates:  # the Dropped records the mark judged, as it saw them (a newer view wins)
         if c["reason"] == DROPPED_SEGMENT:
@@ -976,6 +1043,7 @@ def run(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None) ->
     """The whole GC, inline: mark, then (unless dry run) sweep and records. The dry
     run's `mark` (candidates, dropped) is what the real run's sweep deletes."""
     opts.check()
+    run_id = check_run_id(new_run_id() if run_id is None else run_id)
     refs = load_references(meta, store)
     m = mark(meta, store, opts, run_id=run_id, refs=refs)
     result = {"mark": m.summary(), "dry_run": opts.dry_run}

@@ -253,6 +253,22 @@ def list_unit_rows(plan: MarkPlan, unit: tuple[str, str | None]) -> Iterator[tup
         yield object_row(o)
 
 
+def listing_rows(plan: MarkPlan, prefixes: list[str], levels: int, split_at: int = SPLIT_AT,
+                 want: int = UNITS_PER_PREFIX) -> Iterator[tuple]:
+    """The listing the Spark mark distributes (walk_top -> plan_units -> list_unit_rows),
+    run in one process in the same steps: every object row once. For tests and tools
+    that must see exactly what the executors list."""
+    units = []
+    for kind, x in walk_top(plan, prefixes, levels):
+        if kind == "obj":
+            yield x
+        else:
+            units.append(x)
+    for p in units:
+        for kind, x in plan_units(plan, p, split_at, want):
+            yield from ([x] if kind == "obj" else list_unit_rows(plan, x))
+
+
 # -- judging ------------------------------------------------------------------------------------
 def judge_partition(plan: MarkPlan, index: int, rows: Iterable) -> Iterator[str]:
     """Judge one partition of joined rows with `gc.decide`, write its report part, and

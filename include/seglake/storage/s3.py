@@ -139,15 +139,33 @@ class S3Store(Store):
         pfx = normalize_prefix(prefix)
         yield from self._list_full(f"{self.base}/{pfx}" if self.base else pfx)
 
-    def _list_full(self, full: str) -> Iterator[ObjectInfo]:
-        """Every object under the exact bucket prefix `full`, keys exactly as listed."""
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": 1000})
-        it = iter(pages)
+    def _pages(self, full: str, delimiter: bool = False) -> Iterator[dict]:
+        """Every page of one ListObjectsV2 of the exact bucket prefix `full`, or an error:
+        a failed page raises (after boto's retries), and so does a page that says more
+        follow without a continuation token (boto's paginator would end there quietly,
+        and a listing must never pass for complete when it is not) or that names a key
+        outside `full` (cut to the store's key space, it would name another object)."""
+        kwargs = {"Bucket": self.bucket, "Prefix": full, "PaginationConfig": {"PageSize": 1000}}
+        if delimiter:
+            kwargs["Delimiter"] = "/"
+        it = iter(self.client.get_paginator("list_objects_v2").paginate(**kwargs))
         while True:
             page = self._do("list", self._rel(full), lambda: next(it, None))
             if page is None:
                 return
+            names = [o["Key"] for o in page.get("Contents", [])] + [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+            stray = next((n for n in names if not n.startswith(full)), None)
+            if stray is not None:
+                raise Unavailable(f"S3 list {self._rel(full)!r} in {self.uri} answered {stray!r}, outside the prefix "
+                                  f"{full!r}: the listing cannot be trusted")
+            yield page
+            if page.get("IsTruncated") and not page.get("NextContinuationToken"):
+                raise Unavailable(f"S3 list {self._rel(full)!r} in {self.uri}: a page says more objects follow "
+                                  "but gives no continuation token: the listing is incomplete")
+
+    def _list_full(self, full: str) -> Iterator[ObjectInfo]:
+        """Every object under the exact bucket prefix `full`, keys exactly as listed."""
+        for page in self._pages(full):
             for obj in page.get("Contents", []):
                 if obj["Key"].endswith("/"):
                     continue  # directory marker
@@ -172,14 +190,8 @@ class S3Store(Store):
     def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         pfx = normalize_prefix(prefix)
         full = f"{self.base}/{pfx}" if self.base else pfx
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=full, Delimiter="/", PaginationConfig={"PageSize": 1000})
         dirs, files = [], []
-        it = iter(pages)
-        while True:
-            page = self._do("list", pfx, lambda: next(it, None))
-            if page is None:
-                return dirs, files
+        for page in self._pages(full, delimiter=True):
             for p in page.get("CommonPrefixes", []):
                 rel = self._rel(p["Prefix"])
                 try:
@@ -188,6 +200,9 @@ class S3Store(Store):
                     files += self._list_full(p["Prefix"])
             files += [ObjectInfo(self._rel(o["Key"]), o["Size"], o["LastModified"].timestamp())
                       for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+        # each name once, even if a server repeats one across pages: a unit listed twice
+        # would judge (and count) its objects twice
+        return list(dict.fromkeys(dirs)), list({o.key: o for o in files}.values())
 
     def head(self, key: str) -> ObjectInfo:
         r = self._do("head", key, lambda: self.client.head_object(Bucket=self.bucket, Key=self._full(key)))

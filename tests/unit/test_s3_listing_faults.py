@@ -1,0 +1,116 @@
+"""S3 listing under injected faults (moto: AWS's own answers, with one page broken):
+every listing GC uses (the plain one, the delimiter level, the name-range units of the
+Spark mark) fails instead of passing a partial view for complete, and lists each key
+once even when the server repeats a name across pages."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+moto = pytest.importorskip("moto")
+
+from seglake.errors import SeglakeError
+from seglake.lifecycle import gcdist
+from seglake.storage.s3 import S3Store
+
+N = 1_100  # > 1 page of 1000, of objects and of common prefixes
+
+
+@pytest.fixture(scope="module")
+def bucket():
+    import boto3
+
+    with moto.mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="gc-faults")
+        for i in range(N):
+            client.put_object(Bucket="gc-faults", Key=f"root/insert_log/1/2/{i}/100/1", Body=b"x")
+            client.put_object(Bucket="gc-faults", Key=f"root/insert_log/{i}/x", Body=b"x")
+        yield
+
+
+@pytest.fixture
+def s3(bucket):
+    """A store over the module's bucket with a client of its own (its own event hooks)."""
+    import boto3
+
+    client = boto3.client("s3", region_name="us-east-1")
+    return S3Store("s3://gc-faults/root", client=client), client
+
+
+def _on_page(client, n: int, fn):
+    """Call fn(parsed) on the n-th ListObjectsV2 answer (1-based) of this client."""
+    seen = {"calls": 0}
+
+    def hook(parsed, **_):
+        seen["calls"] += 1
+        if seen["calls"] == n:
+            fn(parsed)
+
+    client.meta.events.register("after-call.s3.ListObjectsV2", hook)
+    return seen
+
+
+def _listings(store):
+    """Every listing the mark makes (inline and Spark units), each run to its end."""
+    return {
+        "list": lambda: list(store.list("insert_log/")),
+        "list_level": lambda: store.list_level("insert_log/"),
+        "list_names": lambda: list(store.list_names("insert_log/1/2/", "")),
+        "split_units": lambda: list(gcdist.split_units(store, "insert_log/", 4, 1)),
+    }
+
+
+@pytest.mark.parametrize("which", ["list", "list_level", "list_names", "split_units"])
+def test_a_page_that_fails_mid_listing_fails_the_listing(s3, which):
+    store, client = s3
+
+    def boom(**_):
+        from botocore.exceptions import ClientError
+        seen["calls"] += 1
+        if seen["calls"] == 2:  # the second page: the first one was already consumed
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "injected"}}, "ListObjectsV2")
+
+    seen = {"calls": 0}
+    client.meta.events.register("before-call.s3.ListObjectsV2", boom)
+    with pytest.raises(SeglakeError, match="InternalError"):
+        _listings(store)[which]()
+    assert seen["calls"] >= 2
+
+
+@pytest.mark.parametrize("which", ["list", "list_level", "list_names", "split_units"])
+def test_a_page_that_says_more_follow_without_a_token_fails_the_listing(s3, which):
+    store, client = s3
+    whole = _listings(store)[which]()                 # the complete answer first
+    _on_page(client, 1, lambda parsed: parsed.pop("NextContinuationToken", None))
+    assert whole
+    with pytest.raises(SeglakeError, match="listing is incomplete"):  # (was: a quietly shorter answer)
+        _listings(store)[which]()
+
+
+def test_a_name_repeated_across_pages_is_listed_once(s3):
+    store, client = s3
+    dirs, _ = store.list_level("insert_log/")
+    assert len(dirs) == N
+
+    def repeat(parsed):
+        parsed["CommonPrefixes"] = parsed.get("CommonPrefixes", []) + [{"Prefix": "root/insert_log/7/"}]
+
+    _on_page(client, 2, repeat)
+    again, _ = store.list_level("insert_log/")
+    assert sorted(again) == sorted(dirs)
+
+
+@pytest.mark.parametrize("which", ["list", "list_level", "list_names", "split_units"])
+def test_a_page_naming_a_key_outside_the_prefix_fails_the_listing(s3, which):
+    """'root_insert_log/...' cut to the store's key space would read 'insert_log/...':
+    another object's name, judged with this one's size and age."""
+    store, client = s3
+
+    def stray(parsed):
+        parsed["Contents"] = parsed.get("Contents", []) + [
+            {"Key": "root_insert_log/1/2/3/100/1", "Size": 1, "LastModified": datetime.now(UTC)}]
+
+    _on_page(client, 1, stray)
+    with pytest.raises(SeglakeError, match="outside the prefix"):
+        _listings(store)[which]()
