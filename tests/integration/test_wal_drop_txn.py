@@ -127,6 +127,15 @@ class World:
                               props={"name": coll.name}))
         self.dropped.add(name)
 
+    def real_drop(self, name: str) -> None:
+        """The operator's path: `begin_drop` appends through its own writer, which takes
+        a new term on P and fences ours (a failover: every open txn of ours is ended).
+        Our writer is then reopened, as a client retrying after Fenced would."""
+        drop.begin_drop(self.meta, self.store, self.settings, name)
+        self.dropped.add(name)
+        self.w.close()
+        self.w = WalWriter.open(self.meta, self.store, self.p, self.settings)
+
     # -- flusher runs with a crash point ----------------------------------------------------------
     def _hook(self, _flusher, **_kw):
         self.calls += 1
@@ -264,7 +273,26 @@ def drop_of_the_txn_vchannel(w: World) -> None:
     w.flush()
 
 
-SCENARIOS = [commit_after_drop, commit_before_drop, rollback_after_drop, expired_after_drop,
+def retry_after_the_drop_fenced_the_writer(w: World) -> None:
+    """The drop's writer fences the txn's writer: its commit is refused, the client
+    retries the whole txn under the same id on a new writer. The first attempt's
+    bodies were never committed: only the retry's rows may land (once)."""
+    w.insert("a", 1, 10)
+    w.insert("b", 1, 10)
+    w.begin("b")
+    w.insert("b", 1001, 5, txn=TXN)
+    w.flush(flush_all=True)
+    w.real_drop("a")
+    w.commit()                             # refused: begun under the fenced term
+    assert w.refused
+    w.begin("b")                           # the retry, same txn id
+    w.insert("b", 1001, 5, txn=TXN)
+    w.commit()
+    w.insert("b", 11, 10)
+    w.flush()
+
+
+SCENARIOS = [retry_after_the_drop_fenced_the_writer, commit_after_drop, commit_before_drop, rollback_after_drop, expired_after_drop,
              two_txns_two_vchannels, drop_of_the_txn_vchannel]
 
 
@@ -284,3 +312,26 @@ def test_a_drop_beside_an_open_txn_is_exactly_once_at_every_crash_point(etcd_ser
         n += 1
     print(f"{scenario.__name__}: {len(points) - 1} crash points")
     assert len(points) >= 5, points        # no crash + at least the four kinds of step
+
+
+def test_a_txn_its_writer_lost_to_a_drop_holds_no_checkpoint_back(etcd_server, tmp_path):
+    """A failover ends every open txn on the writer (a commit is refused from then on),
+    so the consumers end it too: the vchannel's checkpoint moves past the drop at once,
+    not after the txn's keepalive (here an hour) while the WAL below it cannot be
+    truncated."""
+    w = World(etcd_server, tmp_path, crash_at=None)
+    try:
+        w.insert("b", 1, 10)
+        w.begin("b")
+        w.insert("b", 1001, 5, txn=TXN)
+        w.flush(flush_all=True)
+        before = read_checkpoint(w.meta, w.vb)[0]
+        w.real_drop("a")
+        drop_tt = w.w.last_time_tick
+        w.insert("b", 11, 10)
+        w.flush(flush_all=True)
+        cp = read_checkpoint(w.meta, w.vb)[0]
+        assert cp.time_tick > drop_tt > before.time_tick
+        w.check()
+    finally:
+        w.close()
