@@ -292,7 +292,25 @@ def retry_after_the_drop_fenced_the_writer(w: World) -> None:
     w.flush()
 
 
-SCENARIOS = [retry_after_the_drop_fenced_the_writer, commit_after_drop, commit_before_drop, rollback_after_drop, expired_after_drop,
+def real_drop_of_the_txn_vchannel(w: World) -> None:
+    """b's own drop through `begin_drop` while b's txn is open: the drop's writer fences
+    the txn's, so the commit is refused (never acknowledged), and b's rows from before
+    the drop are in its Dropped segments once."""
+    w.insert("a", 1, 10)
+    w.insert("b", 1, 10)
+    w.begin("b")
+    w.insert("b", 1001, 5, txn=TXN)
+    w.flush(flush_all=True)
+    w.insert("b", 11, 10)
+    w.delete("b", [3])
+    w.real_drop("b")
+    w.commit()
+    assert w.refused
+    w.insert("a", 11, 10)
+    w.flush()
+
+
+SCENARIOS = [retry_after_the_drop_fenced_the_writer, real_drop_of_the_txn_vchannel, commit_after_drop, commit_before_drop, rollback_after_drop, expired_after_drop,
              two_txns_two_vchannels, drop_of_the_txn_vchannel]
 
 
