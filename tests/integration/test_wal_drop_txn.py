@@ -319,7 +319,7 @@ def test_a_drop_beside_an_open_txn_is_exactly_once_at_every_crash_point(etcd_ser
     _every_crash_point(etcd_server, tmp_path, scenario)
 
 
-def drop_released_in_batches(w: World) -> None:
+def drop_released_in_batches(w: World, *, until_drop: bool = False) -> None:
     """The release of va takes several txns (more segments than one etcd txn holds; the
     batch is 2 here). The open txn on vb holds va's checkpoint back before its Begin,
     so a crash between two batches replays every row of va since then: a partition
@@ -336,10 +336,52 @@ def drop_released_in_batches(w: World) -> None:
     w.flush(flush_all=True)
     w.insert("a", 21, 10, part=0)
     w.drop_msg("a")
+    if until_drop:
+        return
     w.flush()
     w.commit()
     w.insert("b", 11, 10)
     w.flush()
+
+
+FLUSH_ONCE = """
+from seglake.config import Settings
+from seglake.lifecycle import flush
+from seglake.meta import Meta
+from seglake.storage import open_store
+import sys
+flush.RELEASE_BATCH = 2
+s = Settings.load()
+flush.flush_pchannel(Meta.from_settings(s), open_store(s), sys.argv[1], s)
+"""
+
+
+def test_a_flusher_sigkilled_between_release_batches_never_writes_dropped_rows_twice(etcd_server, tmp_path,
+                                                                                      monkeypatch):
+    """The same cut by a real SIGKILL of a flusher process (fault point
+    flush.release_batch:kill after the 2nd batch), then a recovery run here."""
+    import os
+    import subprocess
+    import sys
+
+    from seglake.lifecycle import flush
+    monkeypatch.setattr(flush, "RELEASE_BATCH", 2)
+    w = World(etcd_server, tmp_path, crash_at=None)
+    try:
+        drop_released_in_batches(w, until_drop=True)
+        env = {**os.environ, **w.settings.to_env(), "PYTHONPATH": os.pathsep.join(sys.path),
+               "SEGLAKE_FAULTS": "flush.release_batch:kill@2"}
+        proc = subprocess.run([sys.executable, "-c", FLUSH_ONCE, w.p], env=env, timeout=120)
+        assert proc.returncode == -9
+        segs = [s for s in w.meta.segments.list(w.a.collection_id) if s.channel == w.va]
+        assert {s.state for s in segs} == {DROPPED, FLUSHED}     # cut between two batches
+        w.flush()
+        w.commit()
+        w.insert("b", 11, 10)
+        w.flush()
+        w.check()
+    finally:
+        w.close()
 
 
 def test_a_drop_released_in_several_txns_is_exactly_once_at_every_crash_point(etcd_server, tmp_path,
