@@ -19,9 +19,10 @@ Replay never duplicates: a message at or below the vchannel's checkpoint is skip
 Insert at or below the last flushed segment of its partition (Flushed, or Dropped with
 files: a drop's release takes several txns past RELEASE_BATCH segments and may be cut
 by a crash, while an open txn holds the checkpoint back before its Begin; segments of
-one partition cover consecutive tick ranges, cut only at time-tick boundaries) is skipped; a Delete is
-applied to a Flushed segment only above its last row's tick (every earlier delete was
-applied to its buffer, or preceded its rows) and above its delta logs' highest ts.
+one partition cover consecutive tick ranges, cut only at time-tick boundaries) is
+skipped; a Delete is applied to a Flushed segment only above its last row's tick (every
+earlier delete was applied to its buffer, or preceded its rows) and above its delta
+logs' highest ts.
 
 A segment's delta log applies to its own rows: when an Insert brings back a pk deleted in
 its partition's growing segment (at a later tick), that segment is sealed first, so
