@@ -248,11 +248,11 @@ def two_txns_two_vchannels(w: World) -> None:
     w.flush(flush_all=True)
     w.commit(TXN + 1)                      # a's txn commits before a's drop: its rows go with a
     w.insert("a", 2001, 5, txn=TXN)        # b's txn also writes to va (a txn is per pchannel)
-    w.txn_rows[TXN] = ("b", w.txn_rows[TXN][1][:5])   # ... those rows belong to a, dropped below
     w.drop_msg("a")
     w.insert("b", 11, 10)
     w.flush()
-    w.commit(TXN)
+    w.commit(TXN)                          # it touched va, dropped since: refused as a whole
+    assert w.refused
     w.insert("b", 21, 10)
     w.flush()
 
@@ -268,7 +268,8 @@ def drop_of_the_txn_vchannel(w: World) -> None:
     w.drop_msg("b")                        # b's own drop while its txn is open
     w.insert("a", 11, 10)
     w.flush()
-    w.commit()                             # after b's drop: its rows go with b (never written)
+    w.commit()                             # after b's drop: refused, never acknowledged
+    assert w.refused
     w.insert("a", 21, 10)
     w.flush()
 

@@ -10,6 +10,9 @@ time tick. Output: what may be consumed now.
   time tick (ids kept); a commit of an unknown txn is ignored (counted);
 - RollbackTxn: the txn's messages are dropped;
 - after each batch every txn whose expiry <= the confirming tick is dropped (expired);
+- a DropCollection ends every open txn with a message on its vchannel (counted as
+  `dropped`; the writer refuses their commit: a txn never commits half, nor rows into
+  a released vchannel, and holds no safe point back);
 - a failover ends every open txn (the writer refuses a body or commit of a txn begun
   under an older term): the first message or confirming tick of a newer term drops
   every txn begun under an older one (counted as `fenced`). Without it a txn the new
@@ -45,7 +48,7 @@ class TxnBuffer:
         self._txns: dict[int, _Txn] = {}
         self.bytes = 0
         self.committed = self.rolled_back = self.expired = 0
-        self.unknown = self.duplicate_begin = self.fenced = 0
+        self.unknown = self.duplicate_begin = self.fenced = self.dropped = 0
         self.term = 0   # the newest WAL term seen
 
     def __len__(self) -> int:
@@ -58,6 +61,8 @@ class TxnBuffer:
             if m.term > self.term:
                 self._new_term(m.term)
             if not m.txn_id:
+                if m.type == M.DROP_COLLECTION:
+                    self._end_touching(m.vchannel)
                 out.append(m)
             elif m.type == M.BEGIN_TXN:
                 self._begin(m)
@@ -71,6 +76,11 @@ class TxnBuffer:
             self._new_term(term)
         self._expire(tt)
         return out
+
+    def _end_touching(self, vchannel: str) -> None:
+        for txn_id in [i for i, t in self._txns.items()
+                       if t.begin.vchannel == vchannel or any(b.vchannel == vchannel for b in t.body)]:
+            self._drop(txn_id, "dropped")
 
     def _new_term(self, term: int) -> None:
         self.term = term
