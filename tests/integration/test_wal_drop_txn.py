@@ -430,3 +430,27 @@ def test_a_txn_its_writer_lost_to_a_drop_holds_no_checkpoint_back(etcd_server, t
         w.check()
     finally:
         w.close()
+
+
+def test_a_txn_that_touched_a_dropped_vchannel_holds_no_checkpoint_back(etcd_server, tmp_path):
+    """A txn on vb with a body on va can never commit once va's DropCollection is in the
+    log (the writer refuses it): consumers end it there, so vb's checkpoint moves past
+    the drop without waiting out the txn's keepalive (an hour here)."""
+    w = World(etcd_server, tmp_path, crash_at=None)
+    try:
+        w.insert("b", 1, 10)
+        w.begin("b")
+        w.insert("b", 1001, 5, txn=TXN)
+        w.insert("a", 2001, 5, txn=TXN)
+        w.flush(flush_all=True)
+        before = read_checkpoint(w.meta, w.vb)[0]
+        w.drop_msg("a")
+        drop_tt = w.w.last_time_tick
+        w.insert("b", 11, 10)
+        w.flush(flush_all=True)
+        assert read_checkpoint(w.meta, w.vb)[0].time_tick > drop_tt > before.time_tick
+        w.commit()
+        assert w.refused
+        w.check()
+    finally:
+        w.close()
