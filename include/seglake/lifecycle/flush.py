@@ -16,10 +16,13 @@ of its buffered segments and pending delete buffers, else the last safe point; i
 moves backwards (lowering raises CheckpointError, equal is a no-op).
 
 Replay never duplicates: a message at or below the vchannel's checkpoint is skipped; an
-Insert at or below the last Flushed segment of its partition (segments of one partition
-cover consecutive tick ranges, cut only at time-tick boundaries) is skipped; a Delete is
-applied to a Flushed segment only above its last row's tick (every earlier delete was
-applied to its buffer, or preceded its rows) and above its delta logs' highest ts.
+Insert at or below the last flushed segment of its partition (Flushed, or Dropped with
+files: a drop's release takes several txns past RELEASE_BATCH segments and may be cut
+by a crash, while an open txn holds the checkpoint back before its Begin; segments of
+one partition cover consecutive tick ranges, cut only at time-tick boundaries) is
+skipped; a Delete is applied to a Flushed segment only above its last row's tick (every
+earlier delete was applied to its buffer, or preceded its rows) and above its delta
+logs' highest ts.
 
 A segment's delta log applies to its own rows: when an Insert brings back a pk deleted in
 its partition's growing segment (at a later tick), that segment is sealed first, so
@@ -287,11 +290,14 @@ class Flusher:
                 continue
             if seg.state in (GROWING, SEALED):
                 stale.append((kv, seg))
-            elif seg.state == FLUSHED:
-                st.flushed[seg.segment_id] = [seg, kv.mod_revision]
+            elif seg.state == FLUSHED or (seg.state == DROPPED and seg.binlogs):
+                # a Dropped segment with files was Flushed: its rows stay skipped on replay
+                # (a drop's release cut in several txns, compaction), never written twice
                 st.part_hw[seg.partition_id] = max(st.part_hw.get(seg.partition_id, 0), seg.dml_ts)
-                if seg.deltalogs:
-                    st.delta_hw[seg.segment_id] = max(b.ts_to for b in seg.deltalogs)
+                if seg.state == FLUSHED:
+                    st.flushed[seg.segment_id] = [seg, kv.mod_revision]
+                    if seg.deltalogs:
+                        st.delta_hw[seg.segment_id] = max(b.ts_to for b in seg.deltalogs)
         for kv, seg in stale:   # a killed run's buffers: no files, rows are replayed from the log
             self._commit([Compare(kv.key, "mod", "==", kv.mod_revision)],
                          [Put(kv.key, encode_struct(seg.replace(state=DROPPED, dropped_at=self.clock())))],
@@ -472,6 +478,7 @@ class Flusher:
             while len(ops) > RELEASE_BATCH:   # more than one txn holds: drop the excess first
                 self._commit(compares[1:RELEASE_BATCH + 1], ops[:RELEASE_BATCH], f"drop segments of {st.vchannel}")
                 del compares[1:RELEASE_BATCH + 1], ops[:RELEASE_BATCH]
+                self._hook("release_batch", vchannel=st.vchannel)
             cp = self.meta.kv.get(cp_key)
             if cp is not None:
                 compares.append(Compare(cp_key, "mod", "==", cp.mod_revision))

@@ -170,7 +170,7 @@ class Scanner:
     def handle(self, m: Message) -> None:
         """One message from upstream through filter, reorder and txn buffers."""
         if m.type == M.TIME_TICK:
-            released = self.txn.handle(self.reorder.pop_until(m.time_tick), m.time_tick)
+            released = self.txn.handle(self.reorder.pop_until(m.time_tick), m.time_tick, m.term)
             self.pending.add(released)
             self.pending.add([m])
             return

@@ -9,7 +9,17 @@ time tick. Output: what may be consumed now.
 - CommitTxn: the txn's bodies are emitted together, each stamped with the commit's
   time tick (ids kept); a commit of an unknown txn is ignored (counted);
 - RollbackTxn: the txn's messages are dropped;
-- after each batch every txn whose expiry <= the confirming tick is dropped (expired).
+- after each batch every txn whose expiry <= the confirming tick is dropped (expired);
+- a DropCollection ends every open txn with a message on its vchannel (counted as
+  `dropped`; the writer refuses their commit: a txn never commits half, nor rows into
+  a released vchannel, and holds no safe point back);
+- a failover ends every open txn (the writer refuses a body or commit of a txn begun
+  under an older term): the first message or confirming tick of a newer term drops
+  every txn begun under an older one (counted as `fenced`). Without it a txn the new
+  writer can never commit held every safe point back until its keepalive, and a retry
+  under the same txn id merged the uncommitted first attempt's bodies into the retry's
+  commit (rows twice). Ticks of a newer term are above every older term's, so nothing
+  of an older term follows in tick order.
 """
 
 from __future__ import annotations
@@ -38,15 +48,21 @@ class TxnBuffer:
         self._txns: dict[int, _Txn] = {}
         self.bytes = 0
         self.committed = self.rolled_back = self.expired = 0
-        self.unknown = self.duplicate_begin = 0
+        self.unknown = self.duplicate_begin = self.fenced = self.dropped = 0
+        self.term = 0   # the newest WAL term seen
 
     def __len__(self) -> int:
         return len(self._txns)
 
-    def handle(self, msgs: list[Message], tt: int) -> list[Message]:
+    def handle(self, msgs: list[Message], tt: int, term: int = 0) -> list[Message]:
+        """`msgs` released up to the confirming tick `tt`, written at `term` (0: unknown)."""
         out: list[Message] = []
         for m in msgs:
+            if m.term > self.term:
+                self._new_term(m.term)
             if not m.txn_id:
+                if m.type == M.DROP_COLLECTION:
+                    self._end_touching(m.vchannel)
                 out.append(m)
             elif m.type == M.BEGIN_TXN:
                 self._begin(m)
@@ -56,8 +72,20 @@ class TxnBuffer:
                 self._drop(m.txn_id, "rolled_back")
             else:
                 self._body(m)
+        if term > self.term:
+            self._new_term(term)
         self._expire(tt)
         return out
+
+    def _end_touching(self, vchannel: str) -> None:
+        for txn_id in [i for i, t in self._txns.items()
+                       if t.begin.vchannel == vchannel or any(b.vchannel == vchannel for b in t.body)]:
+            self._drop(txn_id, "dropped")
+
+    def _new_term(self, term: int) -> None:
+        self.term = term
+        for txn_id in [i for i, t in self._txns.items() if t.begin.term < term]:
+            self._drop(txn_id, "fenced")
 
     def _begin(self, m: Message) -> None:
         if m.txn_id in self._txns:

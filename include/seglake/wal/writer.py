@@ -24,7 +24,8 @@ Guarantees
   so it never acknowledges what a consumer would drop. A call is refused whole
   (ValidationError, nothing appended) when it holds a body or CommitTxn of a txn that is
   not open on this writer (never begun, already ended, or begun under an older term:
-  a failover ends every open txn), a BeginTxn of an open txn id, or a body or commit
+  a failover ends every open txn, and a DropCollection every txn that touched its
+  vchannel), a BeginTxn of an open txn id, or a body or commit
   whose tick is at or past the txn's expiry (last message tick + keepalive). A
   RollbackTxn is always accepted.
 """
@@ -100,7 +101,8 @@ class WalWriter:
         self._closed = False
         self._fenced: Fenced | None = None
         self._colls: dict[int, tuple[float, object]] = {}
-        self._txns: dict[int, tuple[int, int]] = {}   # open txn id -> (keepalive ts, expiry tick)
+        # open txn id -> (keepalive ts, expiry tick, vchannels it touched)
+        self._txns: dict[int, tuple[int, int, frozenset]] = {}
         self._thread = threading.Thread(target=self._run, name=f"wal-writer-{self.pchannel}", daemon=True)
         self._thread.start()
 
@@ -428,6 +430,9 @@ class WalWriter:
 def _txn_step(txns: dict[int, tuple[int, int]], m: Message, tt: int) -> None:
     """Apply `m` (tick `tt`) to the open txns, as the scanner's txn buffer will; raise
     ValidationError for what it would drop (see the module docstring)."""
+    if m.type == M.DROP_COLLECTION:   # a txn touching a dropped vchannel can never commit
+        for txn_id in [i for i, t in txns.items() if m.vchannel in t[2]]:
+            txns.pop(txn_id)
     if not m.txn_id:
         return
     if m.type == M.ROLLBACK_TXN:
@@ -437,13 +442,14 @@ def _txn_step(txns: dict[int, tuple[int, int]], m: Message, tt: int) -> None:
         if m.txn_id in txns:
             raise ValidationError(f"BeginTxn refused: txn {m.txn_id} is already open")
         ka = compose_ts(int(m.props["keepalive_ms"]))
-        txns[m.txn_id] = (ka, tt + ka)
+        txns[m.txn_id] = (ka, tt + ka, frozenset((m.vchannel,)))
         return
     cur = txns.get(m.txn_id)
     if cur is None:
         raise ValidationError(f"{m.type} refused: txn {m.txn_id} is not open on this writer (never begun, "
-                              f"already ended, or begun under an older term); nothing appended")
-    ka, expires = cur
+                              f"already ended, a vchannel it touched dropped, or begun under an older "
+                              f"term); nothing appended")
+    ka, expires, vchannels = cur
     if tt >= expires:
         txns.pop(m.txn_id)
         raise ValidationError(f"{m.type} refused: txn {m.txn_id} expired (its keepalive passed since its last "
@@ -451,4 +457,4 @@ def _txn_step(txns: dict[int, tuple[int, int]], m: Message, tt: int) -> None:
     if m.type == M.COMMIT_TXN:
         txns.pop(m.txn_id)
     else:
-        txns[m.txn_id] = (ka, max(expires, tt + ka))
+        txns[m.txn_id] = (ka, max(expires, tt + ka), vchannels | {m.vchannel})
