@@ -20,11 +20,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from engine_fixtures import engine_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_HOME = REPO / ".dev" / "test"
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "spark" / "jobs"))
+# the test Airflow's cluster policy (short sensor pokes): on the path before Airflow is imported
+sys.path.insert(0, str(REPO / "tests" / "airflow_policy"))
 
 # Airflow reads its configuration at import: fix it before any test imports airflow.
 os.environ["AIRFLOW_HOME"] = str(TEST_HOME / "airflow")
@@ -85,20 +88,7 @@ def settings(etcd_server, tmp_path, root_prefix):
                                "store_uri": str(tmp_path / "store"), "etcd_timeout": 5})
 
 
-@pytest.fixture
-def meta(settings):
-    from seglake.meta import Meta
-
-    m = Meta.from_settings(settings)
-    yield m
-    m.close()
-
-
-@pytest.fixture
-def store(settings):
-    from seglake.storage import open_store
-
-    return open_store(settings)
+meta, store = engine_fixtures("settings", "meta", "store")
 
 
 @pytest.fixture

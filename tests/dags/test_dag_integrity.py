@@ -10,13 +10,6 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
 
 
-@pytest.fixture(scope="module")
-def dagbag(airflow_home):
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(REPO / "dags"))
-
-
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
     assert {"verify_collection", "snapshot_create", "snapshot_drop", "snapshot_restore",
