@@ -43,6 +43,22 @@ for k in list(os.environ):  # the developer's own seglake settings must not leak
         del os.environ[k]
 
 
+_LAYER_S: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Time per layer (tests/<layer>/), setup + call + teardown, for the summary."""
+    parts = report.nodeid.split("/")
+    layer = parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+    _LAYER_S[layer] = _LAYER_S.get(layer, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _LAYER_S:
+        terminalreporter.write_line("seglake time per layer (s, setup+call+teardown): " + ", ".join(
+            f"{k} {v:.1f}" for k, v in sorted(_LAYER_S.items())) + f"; total {sum(_LAYER_S.values()):.1f}")
+
+
 @pytest.fixture(scope="session")
 def test_home():
     TEST_HOME.mkdir(parents=True, exist_ok=True)
