@@ -51,3 +51,18 @@ def test_plugins_package_is_not_loaded_as_loose_modules():
     """Airflow imports every top-level plugins/*.py under its file name; our package
     must be ignored by that loader (it would shadow `seglake` otherwise)."""
     assert "seglake_airflow/" in (REPO / "plugins" / ".airflowignore").read_text()
+
+
+def test_the_test_airflow_pokes_every_sensor_every_second(dagbag):
+    """tests/airflow_policy (Airflow's cluster-policy hook) is loaded in the test process:
+    every sensor of every DAG pokes every 1 s here instead of its 5-10 s, same mode. Without
+    it, each snapshot_create run idles 10 s (its wait pokes once before the write starts)."""
+    from airflow.sdk import BaseSensorOperator
+    from airflow_local_settings import POKE_S
+
+    sensors = {f"{d.dag_id}.{t.task_id}": (t.poke_interval, t.mode) for d in dagbag.dags.values()
+               for t in d.tasks if isinstance(t, BaseSensorOperator)}
+    assert {"snapshot_create.wait_committed", "snapshot_restore.copy_job.wait",
+            "drop_collection.wait_released"} <= set(sensors), sensors
+    assert all(p == POKE_S for p, _ in sensors.values()), sensors
+    assert sensors["snapshot_create.wait_committed"][1] == "reschedule"
