@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from airflow_fixtures import sync_once
 from engine_fixtures import engine_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +128,8 @@ def any_store(request, tmp_path):
 
 @pytest.fixture(scope="session")
 def airflow_home(test_home):
-    """A private Airflow home, migrated once per session (SQLite)."""
+    """A private Airflow home, migrated once per session (SQLite). While it is in use,
+    dag.test() skips re-syncing a bundle identical to its last sync (airflow_fixtures)."""
     home = Path(os.environ["AIRFLOW_HOME"])
     marker = home / ".migrated"
     if not marker.exists():
@@ -136,7 +138,12 @@ def airflow_home(test_home):
         subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
                        stdout=subprocess.DEVNULL, env=os.environ.copy(), timeout=300)
         marker.touch()
-    return home
+    from airflow.dag_processing import dagbag
+
+    real = dagbag.sync_bag_to_db
+    dagbag.sync_bag_to_db = sync_once(real)
+    yield home
+    dagbag.sync_bag_to_db = real
 
 
 @pytest.fixture

@@ -66,3 +66,41 @@ def test_the_test_airflow_pokes_every_sensor_every_second(dagbag):
             "drop_collection.wait_released"} <= set(sensors), sensors
     assert all(p == POKE_S for p, _ in sensors.values()), sensors
     assert sensors["snapshot_create.wait_committed"][1] == "reschedule"
+
+
+def test_the_bundle_sync_is_skipped_only_while_nothing_changed(monkeypatch):
+    """airflow_fixtures.sync_once (installed by the airflow_home fixture): dag.test()'s
+    per-run re-sync of the dags bundle is skipped only when it would write the same thing."""
+    from datetime import datetime
+
+    import pytest
+    from airflow_fixtures import sync_once
+
+    synced = []
+
+    def real(bag, bundle_name, bundle_version, **kwargs):
+        if bag.fail:
+            raise RuntimeError("db down")
+        synced.append(bundle_name)
+
+    class Bag:
+        bundle_path, dag_ids, import_errors, fail = "/dags", ["a", "b"], {}, False
+
+        def __init__(self, mtime=1):
+            self.file_last_changed = {"/dags/a.py": datetime.fromtimestamp(mtime)}
+
+    sync = sync_once(real)
+    sync(Bag(), "dags-folder", None)
+    sync(Bag(), "dags-folder", None)
+    assert synced == ["dags-folder"]                     # the same bag again: skipped
+    sync(Bag(mtime=2), "dags-folder", None)              # a DAG file changed
+    monkeypatch.setenv("SEGLAKE_GC_SCHEDULE", "none")   # what a DAG file reads at parse
+    sync(Bag(mtime=2), "dags-folder", None)
+    sync(Bag(mtime=2), "other", None)
+    assert len(synced) == 4
+    failing = Bag(mtime=3)
+    failing.fail = True
+    with pytest.raises(RuntimeError):
+        sync(failing, "dags-folder", None)
+    sync(Bag(mtime=3), "dags-folder", None)             # a failed sync is not remembered
+    assert len(synced) == 5
