@@ -38,6 +38,11 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PYSPARK_PYTHON"] = sys.executable
+# Every Spark driver JVM the tests start (spark-submit, local master: the executors too):
+# the C1 JIT only and the serial GC. The tests' jobs are seconds long on 2 cores, where
+# C2 compiler threads and a parallel GC cost more start-up CPU than they return. Same
+# spark-submit, same jobs; a developer's own SPARK_SUBMIT_OPTS wins.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
 for k in list(os.environ):  # the developer's own seglake settings must not leak in
     if k.startswith("SEGLAKE_") and k != "SEGLAKE_HOME":
