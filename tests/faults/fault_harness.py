@@ -544,5 +544,3 @@ def assert_restored(meta, store, job_id: int, snap) -> None:
 def assert_invariants(meta, store) -> None:
     assert_nothing_referenced_lost(meta, store)
     assert_nothing_committed_twice(meta, store)
-
-
