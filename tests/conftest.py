@@ -20,11 +20,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+from airflow_fixtures import sync_once
+from engine_fixtures import engine_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_HOME = REPO / ".dev" / "test"
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "spark" / "jobs"))
+# the test Airflow's cluster policy (short sensor pokes): on the path before Airflow is imported
+sys.path.insert(0, str(REPO / "tests" / "airflow_policy"))
 
 # Airflow reads its configuration at import: fix it before any test imports airflow.
 os.environ["AIRFLOW_HOME"] = str(TEST_HOME / "airflow")
@@ -34,10 +38,31 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PYSPARK_PYTHON"] = sys.executable
+# Every Spark driver JVM the tests start (spark-submit, local master: the executors too):
+# the C1 JIT only and the serial GC. The tests' jobs are seconds long on 2 cores, where
+# C2 compiler threads and a parallel GC cost more start-up CPU than they return. Same
+# spark-submit, same jobs; a developer's own SPARK_SUBMIT_OPTS wins.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
 for k in list(os.environ):  # the developer's own seglake settings must not leak in
     if k.startswith("SEGLAKE_") and k != "SEGLAKE_HOME":
         del os.environ[k]
+
+
+_LAYER_S: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Time per layer (tests/<layer>/), setup + call + teardown, for the summary."""
+    parts = report.nodeid.split("/")
+    layer = parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+    _LAYER_S[layer] = _LAYER_S.get(layer, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _LAYER_S:
+        terminalreporter.write_line("seglake time per layer (s, setup+call+teardown): " + ", ".join(
+            f"{k} {v:.1f}" for k, v in sorted(_LAYER_S.items())) + f"; total {sum(_LAYER_S.values()):.1f}")
 
 
 @pytest.fixture(scope="session")
@@ -85,20 +110,7 @@ def settings(etcd_server, tmp_path, root_prefix):
                                "store_uri": str(tmp_path / "store"), "etcd_timeout": 5})
 
 
-@pytest.fixture
-def meta(settings):
-    from seglake.meta import Meta
-
-    m = Meta.from_settings(settings)
-    yield m
-    m.close()
-
-
-@pytest.fixture
-def store(settings):
-    from seglake.storage import open_store
-
-    return open_store(settings)
+meta, store = engine_fixtures("settings", "meta", "store")
 
 
 @pytest.fixture
@@ -121,7 +133,8 @@ def any_store(request, tmp_path):
 
 @pytest.fixture(scope="session")
 def airflow_home(test_home):
-    """A private Airflow home, migrated once per session (SQLite)."""
+    """A private Airflow home, migrated once per session (SQLite). While it is in use,
+    dag.test() skips re-syncing a bundle identical to its last sync (airflow_fixtures)."""
     home = Path(os.environ["AIRFLOW_HOME"])
     marker = home / ".migrated"
     if not marker.exists():
@@ -130,7 +143,12 @@ def airflow_home(test_home):
         subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
                        stdout=subprocess.DEVNULL, env=os.environ.copy(), timeout=300)
         marker.touch()
-    return home
+    from airflow.dag_processing import dagbag
+
+    real = dagbag.sync_bag_to_db
+    dagbag.sync_bag_to_db = sync_once(real)
+    yield home
+    dagbag.sync_bag_to_db = real
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_fixtures import engine_fixtures
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "faults"))  # fault_harness: invariants, spawn, LostReplyProxy
@@ -70,20 +71,7 @@ def csettings(cluster, root_prefix):
     return cluster.settings(root=root_prefix, prefix=root_prefix, etcd_timeout=5)
 
 
-@pytest.fixture
-def cmeta(csettings):
-    from seglake.meta import Meta
-
-    m = Meta.from_settings(csettings)
-    yield m
-    m.close()
-
-
-@pytest.fixture
-def cstore(csettings):
-    from seglake.storage import open_store
-
-    return open_store(csettings)
+cmeta, cstore = engine_fixtures("csettings", "cmeta", "cstore")
 
 
 @pytest.fixture

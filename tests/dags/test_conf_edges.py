@@ -116,18 +116,14 @@ def test_a_bad_variable_fails_the_first_task_and_gc_deletes_nothing(stocked, sto
     assert message in out + err
 
 
-def test_every_dag_declares_the_contract_and_checks_it_first(airflow_home):
+def test_every_dag_declares_the_contract_and_checks_it_first(dagbag):
     """Every DAG in dags/ takes its Params from seglake.params, and `check_conf` is its
     only root: no task can run before the strict check."""
-    from airflow.dag_processing.dagbag import DagBag
-
     from seglake.params import SPECS
 
-    from dag_helpers import DAGS
-
-    bag = DagBag(dag_folder=str(DAGS))
-    assert set(bag.dag_ids) == set(SPECS)
-    for dag_id, dag in bag.dags.items():
+    assert not dagbag.import_errors, dagbag.import_errors
+    assert set(dagbag.dag_ids) == set(SPECS)
+    for dag_id, dag in dagbag.dags.items():
         assert set(dag.params) == set(SPECS[dag_id]), dag_id
         assert [t.task_id for t in dag.roots] == ["check_conf"], dag_id
         check = dag.get_task("check_conf")

@@ -3,26 +3,16 @@
 with HTTP 400 naming the param, before any run exists. Python's json accepts NaN, so
 NaN reaches the Param schema; the `not` clause of seglake.limits refuses it."""
 
-import os
-
 import pytest
-from dag_helpers import DAGS
+from dag_helpers import core_api_client
 
 pytestmark = pytest.mark.airflow
 
 
 @pytest.fixture(scope="module")
-def api(airflow_home):
-    os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "True"
-    from airflow.api_fastapi.app import create_app
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-    from fastapi.testclient import TestClient
-
-    sync_bag_to_db(DagBag(dag_folder=str(DAGS)), bundle_name="dags-folder", bundle_version=None)
-    client = TestClient(create_app("core"))
-    assert client.get("/auth/token").status_code == 201
-    yield client
-    os.environ.pop("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", None)
+def api(dagbag):
+    with core_api_client(dagbag) as client:
+        yield client
 
 
 @pytest.mark.parametrize("dag_id,conf,param", [

@@ -10,13 +10,6 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
 
 
-@pytest.fixture(scope="module")
-def dagbag(airflow_home):
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(REPO / "dags"))
-
-
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
     assert {"verify_collection", "snapshot_create", "snapshot_drop", "snapshot_restore",
@@ -58,3 +51,56 @@ def test_plugins_package_is_not_loaded_as_loose_modules():
     """Airflow imports every top-level plugins/*.py under its file name; our package
     must be ignored by that loader (it would shadow `seglake` otherwise)."""
     assert "seglake_airflow/" in (REPO / "plugins" / ".airflowignore").read_text()
+
+
+def test_the_test_airflow_pokes_every_sensor_every_second(dagbag):
+    """tests/airflow_policy (Airflow's cluster-policy hook) is loaded in the test process:
+    every sensor of every DAG pokes every 1 s here instead of its 5-10 s, same mode. Without
+    it, each snapshot_create run idles 10 s (its wait pokes once before the write starts)."""
+    from airflow.sdk import BaseSensorOperator
+    from airflow_local_settings import POKE_S
+
+    sensors = {f"{d.dag_id}.{t.task_id}": (t.poke_interval, t.mode) for d in dagbag.dags.values()
+               for t in d.tasks if isinstance(t, BaseSensorOperator)}
+    assert {"snapshot_create.wait_committed", "snapshot_restore.copy_job.wait",
+            "drop_collection.wait_released"} <= set(sensors), sensors
+    assert all(p == POKE_S for p, _ in sensors.values()), sensors
+    assert sensors["snapshot_create.wait_committed"][1] == "reschedule"
+
+
+def test_the_bundle_sync_is_skipped_only_while_nothing_changed(monkeypatch):
+    """airflow_fixtures.sync_once (installed by the airflow_home fixture): dag.test()'s
+    per-run re-sync of the dags bundle is skipped only when it would write the same thing."""
+    from datetime import datetime
+
+    import pytest
+    from airflow_fixtures import sync_once
+
+    synced = []
+
+    def real(bag, bundle_name, bundle_version, **kwargs):
+        if bag.fail:
+            raise RuntimeError("db down")
+        synced.append(bundle_name)
+
+    class Bag:
+        bundle_path, dag_ids, import_errors, fail = "/dags", ["a", "b"], {}, False
+
+        def __init__(self, mtime=1):
+            self.file_last_changed = {"/dags/a.py": datetime.fromtimestamp(mtime)}
+
+    sync = sync_once(real)
+    sync(Bag(), "dags-folder", None)
+    sync(Bag(), "dags-folder", None)
+    assert synced == ["dags-folder"]                     # the same bag again: skipped
+    sync(Bag(mtime=2), "dags-folder", None)              # a DAG file changed
+    monkeypatch.setenv("SEGLAKE_GC_SCHEDULE", "none")   # what a DAG file reads at parse
+    sync(Bag(mtime=2), "dags-folder", None)
+    sync(Bag(mtime=2), "other", None)
+    assert len(synced) == 4
+    failing = Bag(mtime=3)
+    failing.fail = True
+    with pytest.raises(RuntimeError):
+        sync(failing, "dags-folder", None)
+    sync(Bag(mtime=3), "dags-folder", None)             # a failed sync is not remembered
+    assert len(synced) == 5

@@ -2,27 +2,17 @@
 DAG run in between (the drop's sensor triggers nothing: wal_flush releases the vchannels)."""
 
 import pytest
-from dag_helpers import load_dag, task_states
+from dag_helpers import load_dag, task_states, wal_ingest
 
 from seglake.errors import NotFound
 from seglake.meta.segments import DROPPED
-from seglake.wal.client import WalClient, synthetic_rows
 from seglake.lifecycle.verify import segment_rows
 
 pytestmark = pytest.mark.airflow
 
 
-def _schema():
-    return [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
-            {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": 4},
-            {"field_id": 102, "name": "price", "dtype": "Float"}]
-
-
 def test_drop_collection_dag_through_wal_flush_to_dropped(airflow_env, meta, store):
-    with WalClient(meta, store, airflow_env) as c:
-        coll = c.create_collection("d1", _schema(), shards=2)
-        c.insert("d1", synthetic_rows(coll, 120, 1))
-        c.delete("d1", [1, 2])
+    coll = wal_ingest(meta, store, airflow_env, "d1", 120, deletes=[1, 2])
     drop_dag = load_dag("drop_collection")
     run = drop_dag.test(run_conf={"collection": "d1", "wait_for_flush": False})
     states = task_states(run)
@@ -48,8 +38,7 @@ def test_drop_collection_dag_through_wal_flush_to_dropped(airflow_env, meta, sto
 
 
 def test_drop_collection_dag_refuses_bad_conf_before_any_change(airflow_env, meta, store):
-    with WalClient(meta, store, airflow_env) as c:
-        coll = c.create_collection("d1", _schema(), shards=1)
+    coll = wal_ingest(meta, store, airflow_env, "d1", 0, shards=1)
     for bad in ({"colection": "d1"}, {"collection": "d1", "timeout_hours": float("nan")},
                 {"collection": "d1", "timeout_hours": 10**6}, {"collection": "d1", "wait": True}):
         try:

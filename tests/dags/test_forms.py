@@ -3,25 +3,16 @@ UI, i.e. nullable in the schema the form is built from (`/api/v2/dags/{id}/detai
 and an empty value is accepted by Param validation and by REST: an empty GC collection
 is a whole-store run, a snapshot needs no description."""
 
-import os
-
 import pytest
-from dag_helpers import DAGS, load_dag
+from dag_helpers import core_api_client, load_dag
 
 pytestmark = pytest.mark.airflow
 
 
 @pytest.fixture(scope="module")
-def api(airflow_home):
-    os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "True"
-    from airflow.api_fastapi.app import create_app
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-    from fastapi.testclient import TestClient
-
-    sync_bag_to_db(DagBag(dag_folder=str(DAGS)), bundle_name="dags-folder", bundle_version=None)
-    client = TestClient(create_app("core"))
-    yield client
-    os.environ.pop("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", None)
+def api(dagbag):
+    with core_api_client(dagbag) as client:
+        yield client
 
 
 @pytest.mark.parametrize("dag_id,key", [("gc", "collection"), ("snapshot_create", "description"),

@@ -10,13 +10,6 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
 
 
-@pytest.fixture(scope="module")
-def dagbag(airflow_home):
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(REPO / "dags"))
-
-
 def test_every_spark_submit_task_is_in_the_spark_pool(dagbag):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 

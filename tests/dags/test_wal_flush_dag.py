@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from dag_helpers import load_dag, task_states
+from dag_helpers import WAL_SCHEMA, load_dag, task_states, wal_ingest
 
 from seglake.meta.segments import FLUSHED
 from seglake.wal.client import WalClient, synthetic_rows
@@ -15,18 +15,8 @@ from seglake.lifecycle.verify import segment_rows
 pytestmark = pytest.mark.airflow
 
 
-def _schema():
-    return [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
-            {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": 4},
-            {"field_id": 102, "name": "price", "dtype": "Float"}]
-
-
 def _ingest(meta, store, settings):
-    with WalClient(meta, store, settings) as c:
-        coll = c.create_collection("w1", _schema(), shards=2)
-        c.insert("w1", synthetic_rows(coll, 200, 1))
-        c.delete("w1", [1, 2, 3])
-    return coll
+    return wal_ingest(meta, store, settings, "w1", 200, deletes=[1, 2, 3])
 
 
 @pytest.mark.parametrize("engine", ["inline", pytest.param("spark", marks=pytest.mark.spark)])
@@ -83,11 +73,9 @@ def test_a_spark_flush_killed_mid_way_then_rerun_is_exactly_once(airflow_env, me
     import sys
     from pathlib import Path
 
-    from seglake.wal.client import WalClient
-
     s = airflow_env.replace(flush_seal_rows=40)
     with WalClient(meta, store, s) as c:
-        coll = c.create_collection("w1", _schema(), shards=1)
+        coll = c.create_collection("w1", WAL_SCHEMA, shards=1)
         for i in range(5):
             c.insert("w1", synthetic_rows(coll, 50, 1 + 50 * i))
     p = coll.vchannels[0].rsplit("_", 1)[0]

@@ -32,6 +32,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 E2E_HOME = REPO / ".dev" / "test" / "e2e"
 ARTIFACTS = REPO / ".dev" / "test" / "artifacts"
+POLICY = REPO / "tests" / "airflow_policy"
 MARKER = "E2E_SEGLAKE_SESSION"  # not SEGLAKE_*: config refuses unknown SEGLAKE_ names
 DAG_IDS = ("verify_collection", "snapshot_create", "snapshot_restore", "snapshot_drop", "gc", "wal_flush",
            "drop_collection", "copy_segment_job")
@@ -122,7 +123,7 @@ class Standalone:
             state = r.json()["state"]
             if state in ("success", "failed"):
                 return state
-            time.sleep(2)
+            time.sleep(0.5)
         raise TimeoutError(f"{dag_id} run {run_id} still {state} after {timeout}s; tasks: {self.task_states(dag_id, run_id)}")
 
     def task_states(self, dag_id: str, run_id: str) -> dict:
@@ -185,8 +186,9 @@ def _env(sa: Standalone, etcd_endpoint: str) -> dict:
         "SEGLAKE_GC_SCHEDULE": "none",
         "SEGLAKE_WAL_FLUSH_SCHEDULE": "none",
         "SEGLAKE_FAULTS": COPY_FAULT,
-        # this checkout's engine and plugins first (the venv may hold another checkout's)
-        "PYTHONPATH": os.pathsep.join([str(REPO / "include"), str(REPO / "plugins")]
+        # this checkout's engine and plugins first (the venv may hold another checkout's), and
+        # the test Airflow's cluster policy (airflow_local_settings: sensors poke every 1 s)
+        "PYTHONPATH": os.pathsep.join([str(REPO / "include"), str(REPO / "plugins"), str(POLICY)]
                                       + [p for p in [os.environ.get("PYTHONPATH")] if p]),
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
         "PYSPARK_PYTHON": sys.executable,
@@ -272,7 +274,7 @@ def standalone(etcd_server):
             if set(DAG_IDS) <= have:
                 break
             assert time.time() < deadline, f"DAGs not parsed in {PARSE_TIMEOUT}s (have {sorted(have)}):\n{sa.log_tail()}"
-            time.sleep(2)
+            time.sleep(0.5)
         sa.timings["dags_parsed_s"] = round(time.time() - t0, 1)
         yield sa
     finally:

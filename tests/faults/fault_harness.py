@@ -40,9 +40,11 @@ from seglake.devstack import EtcdServer, WeedServer, pid_alive
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent / "dags"))  # dag_helpers: the fault cases run DAGs too
+from engine_fixtures import engine_fixtures  # noqa: E402
+
 STEPS = HERE / "steps.py"
 INCLUDE = str(Path(seglake.__file__).resolve().parents[1])  # the seglake this test imports
-DAGS = REPO / "dags"
 ROWS_SMALL = dict(partitions=2, segments=5, rows=200, dim=8)  # 10 segments, 70 files
 
 
@@ -108,20 +110,7 @@ def fsettings(etcd, tmp_path):
                                "store_uri": str(tmp_path / "store"), "etcd_timeout": 2, "etcd_retries": 3})
 
 
-@pytest.fixture
-def fmeta(fsettings):
-    from seglake.meta import Meta
-
-    m = Meta.from_settings(fsettings)
-    yield m
-    m.close()
-
-
-@pytest.fixture
-def fstore(fsettings):
-    from seglake.storage import open_store
-
-    return open_store(fsettings)
+fmeta, fstore = engine_fixtures("fsettings", "fmeta", "fstore")
 
 
 @pytest.fixture
@@ -555,14 +544,3 @@ def assert_restored(meta, store, job_id: int, snap) -> None:
 def assert_invariants(meta, store) -> None:
     assert_nothing_referenced_lost(meta, store)
     assert_nothing_committed_twice(meta, store)
-
-
-# -- Airflow ---------------------------------------------------------------------------------
-def load_dag(dag_id: str):
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(DAGS / f"{dag_id}.py")).dags[dag_id]
-
-
-def task_states(run) -> dict:
-    return {ti.task_id: ti.state for ti in run.get_task_instances()}

@@ -12,7 +12,8 @@ import sys
 from typing import NamedTuple
 
 import pytest
-from fault_harness import child_env, fingerprint, load_dag, seed_and_snapshot
+from dag_helpers import load_dag
+from fault_harness import child_env, fingerprint, seed_and_snapshot
 
 from seglake.lifecycle import restore
 

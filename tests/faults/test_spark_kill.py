@@ -7,8 +7,8 @@ One Spark job per kill point: ~10 s each here, so the three points share one job
 import sys
 
 import pytest
-from fault_harness import (
-    REPO, assert_invariants, assert_restored, copy_progress, kill_when, load_dag, seed_and_snapshot, task_states)
+from dag_helpers import load_dag, task_states
+from fault_harness import REPO, assert_invariants, assert_restored, copy_progress, kill_when, seed_and_snapshot
 
 from seglake.lifecycle import copyjob, restore
 
