@@ -351,14 +351,15 @@ def test_a_first_attempt_costs_one_request_per_small_object(meta, s3_store):
     assert verify.verify_collection(meta, s3_store, "s3one")["ok"]
 
 
-@pytest.mark.parametrize("server", ["honours", "ignores"])
+@pytest.mark.parametrize("server", ["honours", "ignores", "deleted"])
 def test_a_source_changed_between_its_listing_and_its_copy_fails_the_task(
         meta, etcd_server, s3_server, root_prefix, s3_store, server):
     """The source is rewritten (same size, other bytes) right before its CopyObject is
     sent. SeaweedFS honours CopySourceIfMatch (412: nothing is copied); for a server that
     ignores it ('ignores': the condition is stripped from the request) the answer's ETag
-    differs from the listed one and the copy is deleted. Either way the task fails naming
-    the source, the job fails and rolls back, and no object is left at the target key."""
+    differs from the listed one and the copy is deleted. ('deleted': the source is removed
+    instead.) Either way the task fails naming the source, the job fails and rolls back,
+    and no object is left at the target key."""
     job_id = _restore_job(meta, s3_store, "s3changed", per_task=100, segments=2)
     job = meta.copyjobs.get(job_id)[0]
     targets = meta.segments.list(job.target_collection_id)
@@ -368,7 +369,10 @@ def test_a_source_changed_between_its_listing_and_its_copy_fails_the_task(
 
     def rewrite_source(params, **_):
         if params.get("Key") == s3_store._full(dst) and not rewritten:
-            other.client.put_object(Bucket=s3_store.bucket, Key=full, Body=os.urandom(size))
+            if server == "deleted":
+                other.client.delete_object(Bucket=s3_store.bucket, Key=full)
+            else:
+                other.client.put_object(Bucket=s3_store.bucket, Key=full, Body=os.urandom(size))
             rewritten.append(src)
         if server == "ignores":
             params.pop("CopySourceIfMatch", None)
@@ -376,6 +380,7 @@ def test_a_source_changed_between_its_listing_and_its_copy_fails_the_task(
     (task,) = copyjob.run_inline(meta, s3_store, job_id, threads=4)
     assert rewritten == [src]
     assert task.state == TASK_FAILED and src in task.reason, task.reason
+    assert ("missing" if server == "deleted" else "ETag") in task.reason
     assert not s3_store.exists(dst)
     assert copyjob.finalize(meta, job_id).state == JOB_FAILED
     assert not [c for c in meta.catalog.list() if c.name == "s3changed"]
