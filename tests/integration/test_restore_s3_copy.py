@@ -458,3 +458,22 @@ def test_describe_answers_from_listings_and_never_wrongly(s3_store):
                                                   hashlib.md5(body).hexdigest())
     assert requests.ops["ListObjectsV2"] <= 6, requests.ops  # 4 groups, 2 gaps (measured: 5)
     assert set(requests.ops) == {"ListObjectsV2"}
+
+
+def test_aws_describe_and_conditional_copy(aws_store):
+    """On AWS's semantics (moto: byte-ordered listings), describe finds every key, names
+    that sort around '/' included; copy_listed of a source rewritten since it was listed
+    copies nothing and raises ChecksumMismatch; of an unchanged one, sends one request."""
+    bodies = {"odd/a-x": b"1", "odd/a/c": b"22", "odd/a.b": b"333", "odd/a/b/1": b"4444", "odd/b": b"55555"}
+    for k, v in bodies.items():
+        aws_store.put(k, v)
+    got = aws_store.describe([*bodies, "odd/zz"])
+    assert {k: (v.size, v.md5) for k, v in got.items()} == \
+        {k: (len(v), hashlib.md5(v).hexdigest()) for k, v in bodies.items()}
+    requests = Requests(aws_store.client)
+    info, digest = aws_store.copy_listed(got["odd/b"], "copy/b")
+    assert (info.size, digest, dict(requests.ops)) == (5, f"md5:{got['odd/b'].md5}", {"CopyObject": 1})
+    aws_store.put("odd/a/c", b"XX")  # same size, other bytes
+    with pytest.raises(ChecksumMismatch, match="changed after it was listed|ETag"):
+        aws_store.copy_listed(got["odd/a/c"], "copy/c")
+    assert not aws_store.exists("copy/c")
