@@ -8,6 +8,7 @@
 
 - plan: Pending -> Executing. The task size is recorded on the job first, then tasks of
   that many mappings are written (children before the parent), then the job flips.
+  Mappings are taken in the order their source directories list (_listing_order).
   Idempotent with any size argument: a re-run derives exactly the same tasks.
 - copy_task: copies every file of each mapped segment (insert, delta, stats, index) to
   the target's paths, each through its own temporary object made visible atomically
@@ -75,7 +76,7 @@ def plan(meta: Meta, job_id: int, max_per_task: int = 10, now: float | None = No
         job = meta.copyjobs.update(job_kv, job.replace(task_size=max_per_task))
         job, job_kv = meta.copyjobs.get(job_id)
     targets = sorted((s for s in meta.segments.list(job.target_collection_id) if s.state == IMPORTING),
-                     key=lambda s: s.segment_id)
+                     key=_listing_order)
     mappings = [Mapping(s.source["collection_id"], s.source["partition_id"], s.source["segment_id"],
                         s.partition_id, s.segment_id) for s in targets]
     by_id = {s.segment_id: s for s in targets}
@@ -95,6 +96,14 @@ def plan(meta: Meta, job_id: int, max_per_task: int = 10, now: float | None = No
     new = job.replace(state=JOB_EXECUTING, started_at=now, total_tasks=len(keep))
     meta.kv.txn(guard, [Put(job_kv.key, encode_struct(new))], reason=f"copy job {job_id} changed while planning")
     return new
+
+
+def _listing_order(target) -> tuple[str, str, int]:
+    """Where the target's source files sit in a listing of their kind's collection
+    prefix: by partition and segment directory, ids compared as the strings they are in
+    the keys ('4' after '232'). Tasks cut from this order find their files together, so
+    the listing a task makes of its sources (Store.describe) reads little else."""
+    return str(target.source["partition_id"]), str(target.source["segment_id"]), target.segment_id
 
 
 ENGINES = ("auto", "spark", "inline")

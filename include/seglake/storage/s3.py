@@ -198,8 +198,7 @@ class S3Store(Store):
             cursor = ""
             while i < len(wanted):
                 start = max(wanted[i].rpartition("/")[0] + "/", cursor)
-                left = len(wanted) - i  # the first page asks for exactly these, later ones some slack
-                ask = min(DESCRIBE_PAGE, left + (left // 4 + DESCRIBE_SLACK if cursor else 0))
+                ask = min(DESCRIBE_PAGE, len(wanted) - i)  # exactly the keys still wanted
                 page = self._do("list", self._rel(prefix.rstrip("/")), lambda: self.client.list_objects_v2(
                     Bucket=self.bucket, Prefix=prefix, StartAfter=start, MaxKeys=ask))
                 contents = page.get("Contents", [])
