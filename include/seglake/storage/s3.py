@@ -30,7 +30,6 @@ COPY_PART_SIZE = 512 * 1024**2  # part size of a multipart copy of a source not 
 MAX_PARTS = 10_000              # S3's limit on the parts of one upload
 PARTS_IN_FLIGHT = 8             # UploadPartCopy requests in flight for one object
 DESCRIBE_PAGE = 1000            # ListObjectsV2's largest page
-DESCRIBE_SLACK = 16             # keys a describe() page asks beyond those still wanted
 STREAM_CHUNK = 8 << 20          # bounded read size where a check must stream (see _verify_parts)
 _MD5 = re.compile(r"[0-9a-f]{32}")
 _MULTIPART = re.compile(r"([0-9a-f]{32})-([0-9]{1,5})")
@@ -178,11 +177,10 @@ class S3Store(Store):
         each group is read in ListObjectsV2 pages under the group's common directory,
         each page starting (StartAfter) at the directory of the smallest key not yet
         reached, so the gaps between the wanted keys (other segments, other builds'
-        files) are skipped, and asking for as many keys as are still wanted (once a gap
-        was met, a quarter + DESCRIBE_SLACK more: reading a short gap is cheaper than a
-        request). Keys that sit together, as a copy task's segments do, cost one page
-        per group per DESCRIBE_PAGE keys and list nothing else; scattered keys at most
-        one page each. Nothing is inferred from a key's absence (SeaweedFS lists in directory
+        files) are skipped, and asking for exactly as many keys as are still wanted.
+        Keys that sit together, as a copy task's segments do, cost one page per group
+        per DESCRIBE_PAGE keys and list nothing else; keys alternating with others at
+        most twice their number in pages that halve; scattered keys a page each. Nothing is inferred from a key's absence (SeaweedFS lists in directory
         order, not byte order): a key not seen is left out (unknown), so a wrong
         ordering only costs the caller its fallback, never a wrong answer."""
         rel = {self._full(k): normalize_key(k) for k in keys}
