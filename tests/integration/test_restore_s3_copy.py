@@ -488,3 +488,21 @@ def test_aws_describe_and_conditional_copy(aws_store):
     with pytest.raises(ChecksumMismatch, match="changed after it was listed|ETag"):
         aws_store.copy_listed(got["odd/a/c"], "copy/c")
     assert not aws_store.exists("copy/c")
+
+
+def test_describe_of_scattered_keys_reads_a_bounded_number_of_keys(s3_store):
+    """Wanted keys each followed by 30 unwanted ones: the pages shrink to the density
+    they meet, so they carry at most ~3x the keys wanted and take at most a page each
+    (not a page of every unwanted key; not the whole prefix)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    keys = [f"insert_log/9/1/{seg}/100/{n}" for seg in range(1000, 1012) for n in range(31)]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda k: s3_store.client.put_object(Bucket=s3_store.bucket, Key=s3_store._full(k),
+                                                           Body=k.encode()), keys))
+    wanted = keys[::31]  # the first file of each segment
+    requests = Requests(s3_store.client)
+    got = s3_store.describe(wanted)
+    assert sorted(got) == sorted(wanted) and all(got[k].size == len(k) for k in wanted)
+    assert requests.ops["ListObjectsV2"] <= len(wanted), requests.ops
+    assert requests.listed <= 3 * len(wanted), requests.listed  # (measured: 12 pages, 33 keys)

@@ -177,10 +177,12 @@ class S3Store(Store):
         each group is read in ListObjectsV2 pages under the group's common directory,
         each page starting (StartAfter) at the directory of the smallest key not yet
         reached, so the gaps between the wanted keys (other segments, other builds'
-        files) are skipped, and asking for exactly as many keys as are still wanted.
-        Keys that sit together, as a copy task's segments do, cost one page per group
-        per DESCRIBE_PAGE keys and list nothing else; keys alternating with others at
-        most twice their number in pages that halve; scattered keys a page each. Nothing is inferred from a key's absence (SeaweedFS lists in directory
+        files) are skipped. The first page asks for exactly the keys wanted, each next
+        one for twice the wanted keys the last one held (doubling after a page of none),
+        never more than are still wanted. Keys that sit together, as a copy task's
+        segments do, cost one page per group per DESCRIBE_PAGE keys and list nothing
+        else; in any layout the pages carry at most ~3x the keys wanted (plus what sits
+        in their own directories), scattered keys costing a page each. Nothing is inferred from a key's absence (SeaweedFS lists in directory
         order, not byte order): a key not seen is left out (unknown), so a wrong
         ordering only costs the caller its fallback, never a wrong answer."""
         rel = {self._full(k): normalize_key(k) for k in keys}
@@ -192,20 +194,21 @@ class S3Store(Store):
             common = os.path.commonprefix(wanted)
             prefix = common[:common.rfind("/") + 1]
             seen = {full: None for full in wanted}
-            i = 0
-            cursor = ""
+            i, cursor, ask = 0, "", len(wanted)
             while i < len(wanted):
                 start = max(wanted[i].rpartition("/")[0] + "/", cursor)
-                ask = min(DESCRIBE_PAGE, len(wanted) - i)  # exactly the keys still wanted
+                ask = min(DESCRIBE_PAGE, len(wanted) - i, ask)
                 page = self._do("list", self._rel(prefix.rstrip("/")), lambda: self.client.list_objects_v2(
                     Bucket=self.bucket, Prefix=prefix, StartAfter=start, MaxKeys=ask))
-                contents = page.get("Contents", [])
+                contents, found = page.get("Contents", []), 0
                 for obj in contents:
                     if obj["Key"] in seen:
                         seen[obj["Key"]] = out[rel[obj["Key"]]] = self._listed(obj)
+                        found += 1
                 if not page.get("IsTruncated") or not contents or contents[-1]["Key"] <= start:
                     break  # the group is read to its end (or the server is not ordered: stop)
                 cursor = contents[-1]["Key"]
+                ask = 2 * found if found else 2 * ask  # as dense as this page was; probe past a gap
                 while i < len(wanted) and (wanted[i] <= cursor or seen[wanted[i]] is not None):
                     i += 1
         return out
