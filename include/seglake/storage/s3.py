@@ -182,9 +182,10 @@ class S3Store(Store):
         never more than are still wanted. Keys that sit together, as a copy task's
         segments do, cost one page per group per DESCRIBE_PAGE keys and list nothing
         else; in any layout the pages carry at most ~3x the keys wanted (plus what sits
-        in their own directories), scattered keys costing a page each. Nothing is inferred from a key's absence (SeaweedFS lists in directory
-        order, not byte order): a key not seen is left out (unknown), so a wrong
-        ordering only costs the caller its fallback, never a wrong answer."""
+        in their own directories), scattered keys costing a page each. Nothing is
+        inferred from a key's absence (SeaweedFS lists in directory order, not byte
+        order): a key not seen is left out (unknown), so an ordering the walk does not
+        expect only costs the caller its fallback (a HEAD), never a wrong answer."""
         rel = {self._full(k): normalize_key(k) for k in keys}
         groups: dict[str, list[str]] = {}
         for full in sorted(rel):
