@@ -11,6 +11,7 @@ through the hook) and otherwise from boto3's default chain; they are never logge
 from __future__ import annotations
 
 import binascii
+import datetime
 import hashlib
 import io
 import os
@@ -37,6 +38,33 @@ _MULTIPART = re.compile(r"([0-9a-f]{32})-([0-9]{1,5})")
 
 def _etag(answer: dict) -> str:
     return answer.get("ETag", "").strip('"')
+
+
+def _fast_timestamps(client):
+    """The client, its answers' timestamps parsed by _timestamp: its endpoint gets a
+    parser factory of its own (botocore's shared one, and every other client, are left
+    as they are). A botocore without that attribute keeps its own parser."""
+    from botocore.parsers import ResponseParserFactory
+
+    endpoint = getattr(client, "_endpoint", None)
+    if endpoint is not None and hasattr(endpoint, "_response_parser_factory"):
+        factory = ResponseParserFactory()
+        factory.set_parser_defaults(timestamp_parser=_timestamp)
+        endpoint._response_parser_factory = factory
+    return client
+
+
+def _timestamp(value):
+    """botocore's timestamp parser, with the ISO-8601 form of S3's XML answers (one per
+    listed key: LastModified) parsed by datetime.fromisoformat: ~0.1 us instead of
+    dateutil's ~90 us, which was most of a listed key's client CPU."""
+    if isinstance(value, str) and len(value) > 19 and value[10] == "T" and value[-1] == "Z":
+        try:
+            return datetime.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    from botocore.utils import parse_timestamp
+    return parse_timestamp(value)
 
 
 def _md5_of(etag: str) -> str:
@@ -109,7 +137,7 @@ class S3Store(Store):
             if a["access_key"]:
                 kwargs["aws_access_key_id"] = a["access_key"]
                 kwargs["aws_secret_access_key"] = a["secret_key"]
-            self._client = boto3.client("s3", **kwargs)
+            self._client = _fast_timestamps(boto3.client("s3", **kwargs))
         return self._client
 
     # key mapping ------------------------------------------------------------------------
