@@ -352,7 +352,7 @@ def test_a_first_attempt_costs_one_request_per_small_object(meta, s3_store):
     ops = dict(requests.ops)
     assert ops.pop("CopyObject") == job.total_files
     lists = ops.pop("ListObjectsV2")
-    assert kinds == 4 * job.total_tasks and kinds <= lists <= kinds + job.total_segments  # (measured: 23)
+    assert kinds == 4 * job.total_tasks and kinds <= lists <= kinds + job.total_segments  # (measured: 18)
     assert lists * 4 < job.total_files  # 112 files
     assert ops == {}, ops  # no HeadObject, no GetObject/PutObject, nothing else
     assert copyjob.finalize(meta, job_id).state == JOB_COMPLETED
@@ -466,7 +466,7 @@ def test_describe_answers_from_listings_and_never_wrongly(s3_store):
         body = data.get(k, odd.get(k))
         assert (v.key, v.size, v.md5, v.etag) == (k, len(body), hashlib.md5(body).hexdigest(),
                                                   hashlib.md5(body).hexdigest())
-    assert requests.ops["ListObjectsV2"] <= 12, requests.ops  # 4 groups, the gap, the halving (measured: 11)
+    assert requests.ops["ListObjectsV2"] <= 10, requests.ops  # 4 groups, the gap, the alternation (measured: 8)
     assert requests.listed <= 2 * len(wanted + list(odd)), requests.listed
     assert set(requests.ops) == {"ListObjectsV2"}
 
@@ -505,7 +505,7 @@ def test_describe_of_scattered_keys_reads_a_bounded_number_of_keys(s3_store):
     got = s3_store.describe(wanted)
     assert sorted(got) == sorted(wanted) and all(got[k].size == len(k) for k in wanted)
     assert requests.ops["ListObjectsV2"] <= len(wanted), requests.ops
-    assert requests.listed <= 3 * len(wanted), requests.listed  # (measured: 12 pages, 33 keys)
+    assert requests.listed <= 3 * len(wanted), requests.listed  # (measured: 12 pages, 34 keys)
 
 
 def test_the_store_client_parses_listing_timestamps_fast_and_alone(s3_store):

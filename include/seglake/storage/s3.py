@@ -206,11 +206,12 @@ class S3Store(Store):
         each page starting (StartAfter) at the directory of the smallest key not yet
         reached, so the gaps between the wanted keys (other segments, other builds'
         files) are skipped. The first page asks for exactly the keys wanted, each next
-        one for twice the wanted keys the last one held (doubling after a page of none),
-        never more than are still wanted. Keys that sit together, as a copy task's
-        segments do, cost one page per group per DESCRIBE_PAGE keys and list nothing
-        else; in any layout the pages carry at most ~3x the keys wanted (plus what sits
-        in their own directories), scattered keys costing a page each. Nothing is
+        one for twice the wanted keys the last one held (doubling after a page of none):
+        a page as dense as the last one covers as many wanted keys. Keys that sit
+        together, as a copy task's segments do, cost one page per group per DESCRIBE_PAGE
+        keys and list nothing else; keys alternating with others two pages; in any
+        layout the pages carry at most ~3x the keys wanted (plus what sits in their own
+        directories), scattered keys costing a page each. Nothing is
         inferred from a key's absence (SeaweedFS lists in directory order, not byte
         order): a key not seen is left out (unknown), so an ordering the walk does not
         expect only costs the caller its fallback (a HEAD), never a wrong answer."""
@@ -226,7 +227,7 @@ class S3Store(Store):
             i, cursor, ask = 0, "", len(wanted)
             while i < len(wanted):
                 start = max(wanted[i].rpartition("/")[0] + "/", cursor)
-                ask = min(DESCRIBE_PAGE, len(wanted) - i, ask)
+                ask = min(DESCRIBE_PAGE, ask)
                 page = self._do("list", self._rel(prefix.rstrip("/")), lambda: self.client.list_objects_v2(
                     Bucket=self.bucket, Prefix=prefix, StartAfter=start, MaxKeys=ask))
                 contents, found = page.get("Contents", []), 0
