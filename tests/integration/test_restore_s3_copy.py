@@ -528,3 +528,14 @@ def test_the_store_client_parses_listing_timestamps_fast_and_alone(s3_store):
     assert abs(listed.mtime - s3_store.head("ts/a").mtime) < 1.0  # HEAD: second precision
     assert s3_store.client._endpoint._response_parser_factory is not \
         boto3.client("s3", region_name="us-east-1")._endpoint._response_parser_factory
+
+
+def test_plan_cuts_tasks_in_the_order_the_sources_list(meta, s3_store):
+    """With ids of different widths (the demo's run from 1 to 3 digits) numeric order is
+    not listing order ('4' lists after '232'); plan takes the segments in listing order,
+    so each task's source directories are one run of that order."""
+    job_id = _restore_job(meta, s3_store, "s3order", per_task=3, segments=10)
+    order = [(str(m.source_partition), str(m.source_segment))
+             for t in meta.copyjobs.tasks(job_id) for m in t.mappings]
+    numeric = sorted(order, key=lambda ps: (int(ps[0]), int(ps[1])))
+    assert order == sorted(order) != numeric  # the demo's ids do sort differently as strings
