@@ -539,3 +539,18 @@ def test_plan_cuts_tasks_in_the_order_the_sources_list(meta, s3_store):
              for t in meta.copyjobs.tasks(job_id) for m in t.mappings]
     numeric = sorted(order, key=lambda ps: (int(ps[0]), int(ps[1])))
     assert order == sorted(order) != numeric  # the demo's ids do sort differently as strings
+
+
+def test_copy_listed_of_a_source_uploaded_in_parts_keeps_the_multipart_path(s3_store, monkeypatch):
+    """A listed source whose ETag is a multipart one (no MD5 of the content) is not
+    copied by one CopyObject: it takes copy_checked's multipart path (its own part
+    boundaries, the copy checked), so the listing never weakens the check. (Below
+    MAX_COPY_OBJECT: the ETag alone routes it.)"""
+    parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(1000)]
+    _upload_in_parts(s3_store, "big/src", parts)
+    listed = s3_store.describe(["big/src"])["big/src"]
+    assert listed.md5 == "" and listed.etag.endswith("-3")
+    spy = Spy().install(monkeypatch)
+    s3_store.copy_listed(listed, "big/dst")
+    assert len(_part_ranges(spy)) == 3 and spy.count("copy_object") == 0
+    assert s3_store.get("big/dst") == b"".join(parts)
