@@ -5,9 +5,11 @@
 The driver lists the job's unfinished tasks and spreads them over the executors (one
 partition per core). Each executor opens etcd and the store itself, copies its tasks'
 files and writes each task's progress and final state to etcd. On S3 every copy is
-server-side (CopyObject; UploadPartCopy above 5 GiB) and `copy_threads` copies are in
-flight per executor, shared by several of its tasks at once (copyjob.run_tasks); no
-object's bytes pass through the executor or the driver. The driver decides nothing: the DAG's sensor and
+server-side and `copy_threads` copies are in flight per executor, shared by several of
+its tasks at once (copyjob.run_tasks); each task lists its sources first (a few
+ListObjectsV2 pages, on the executor), then sends one CopyObject per file conditional on
+the listed ETag (UploadPartCopy above 5 GiB); no object's bytes pass through the
+executor or the driver. The driver decides nothing: the DAG's sensor and
 finalize step read the task states. Re-submitting the job, or running it beside a
 re-drive, is harmless: every file is written under a temporary name of its own and
 renamed into place after its checksum was taken, a retry keeps only files whose checksum

@@ -8,12 +8,16 @@
 
 - plan: Pending -> Executing. The task size is recorded on the job first, then tasks of
   that many mappings are written (children before the parent), then the job flips.
+  Mappings are taken in the order their source directories list (_listing_order).
   Idempotent with any size argument: a re-run derives exactly the same tasks.
 - copy_task: copies every file of each mapped segment (insert, delta, stats, index) to
   the target's paths, each through its own temporary object made visible atomically
   and checked by checksum against the source; on a retry, a file already present is
   kept only if its checksum equals the source's, and leftovers that are not part of the
   segment are removed. Fail-fast: a missing source fails the task with the file's name.
+  On S3 the task first lists its sources (Store.describe: a few ListObjectsV2 pages for
+  the task's files, no HEAD per file), then copies each file in ONE request, conditional
+  on the listed ETag and checked against it (see _copy_mappings for why per task).
   The runner (inline thread or Spark executor) writes the task's progress to etcd; a
   task record is written only by the attempt that owns it (a zombie cannot finish it).
 - wait_status: read-only, for the sensor: done when every task is Completed, any is
@@ -48,7 +52,7 @@ from seglake.meta.catalog import CREATED, DROPPED as COLL_DROPPED, IMPORTING as 
 from seglake.meta.segments import FLUSHED, IMPORTING
 from seglake.proclife import worker_of
 from seglake.storage import Store, layout
-from seglake.storage.base import ChecksumMismatch
+from seglake.storage.base import ChecksumMismatch, Listed
 
 PROGRESS_EVERY_S = 0.5
 
@@ -73,7 +77,7 @@ def plan(meta: Meta, job_id: int, max_per_task: int = 10, now: float | None = No
         job = meta.copyjobs.update(job_kv, job.replace(task_size=max_per_task))
         job, job_kv = meta.copyjobs.get(job_id)
     targets = sorted((s for s in meta.segments.list(job.target_collection_id) if s.state == IMPORTING),
-                     key=lambda s: s.segment_id)
+                     key=_listing_order)
     mappings = [Mapping(s.source["collection_id"], s.source["partition_id"], s.source["segment_id"],
                         s.partition_id, s.segment_id) for s in targets]
     by_id = {s.segment_id: s for s in targets}
@@ -93,6 +97,14 @@ def plan(meta: Meta, job_id: int, max_per_task: int = 10, now: float | None = No
     new = job.replace(state=JOB_EXECUTING, started_at=now, total_tasks=len(keep), state_markers=True)
     meta.kv.txn(guard, [Put(job_kv.key, encode_struct(new))], reason=f"copy job {job_id} changed while planning")
     return new
+
+
+def _listing_order(target) -> tuple[str, str, int]:
+    """Where the target's source files sit in a listing of their kind's collection
+    prefix: by partition and segment directory, ids compared as the strings they are in
+    the keys ('4' after '232'). Tasks cut from this order find their files together, so
+    the listing a task makes of its sources (Store.describe) reads little else."""
+    return str(target.source["partition_id"]), str(target.source["segment_id"]), target.segment_id
 
 
 ENGINES = ("auto", "spark", "inline")
@@ -159,7 +171,16 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress
     the task record now and then (raises _Superseded once a re-drive owns the task).
     The target records are read together, in one round trip per 128. With a pool, up to
     COPY_WINDOW x its threads files are in flight across segments; a segment counts once
-    all its files are done, and no copy of this task is left running when this returns."""
+    all its files are done, and no copy of this task is left running when this returns.
+
+    The sources' sizes and content hashes come from one describe() of all the task's
+    files, taken by each attempt when it starts, not at plan time: the task record stays
+    the mappings alone (an ETag per file there would add ~40 B per file to every
+    progress write, and to etcd's quota for the job's life), a resumed or re-driven
+    attempt checks against what the sources are NOW, and the listing runs on the
+    runners (Spark executors), not on the driver. A retry also takes the destinations'
+    hashes from the listing of the target's directories it makes anyway (leftovers): a
+    file found whole is kept without any request of its own."""
     task = own.task
     last = time.monotonic()
     targets = meta.segments.get_many((job.target_collection_id, m.target_partition, m.target_segment)
@@ -181,13 +202,15 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress
                 _save_progress(meta, own, progress, now())
                 last = time.monotonic()
 
+    plans = [source_and_target_files(target) for target in targets]
+    sources = store.describe(src for files in plans for src, _, _ in files)
     try:
-        for target in targets:
-            files = source_and_target_files(target)
-            if check:
-                _remove_leftovers(store, target, {dst for _, dst, _ in files})
-            for i, f in enumerate(files):
-                fut = pool.submit(_copy_one, store, *f, check=check) if pool else _done(_copy_one, store, *f, check=check)
+        for target, files in zip(targets, plans, strict=True):
+            present = _remove_leftovers(store, target, {dst for _, dst, _ in files}) if check else None
+            for i, (src, dst, size) in enumerate(files):
+                args = (store, src, dst, size, check, sources.get(src),
+                        _UNLISTED if present is None else present.get(dst))
+                fut = pool.submit(_copy_one, *args) if pool else _done(_copy_one, *args)
                 pending.append((fut, i == len(files) - 1))
                 while len(pending) > window:
                     settle_oldest()
@@ -216,14 +239,23 @@ class _Superseded(Exception):
     """Another attempt owns the task now: this one stops without writing its record."""
 
 
-def _copy_one(store: Store, src: str, dst: str, size: int, check: bool = True) -> tuple[bool, int]:
+_UNLISTED = object()  # a destination whose directory was not listed (a first attempt)
+
+
+def _copy_one(store: Store, src: str, dst: str, size: int, check: bool = True, source: Listed | None = None,
+              target=_UNLISTED) -> tuple[bool, int]:
     """(copied, size). With check (a retry), keeps a destination already present only if
-    its content checksum equals the source's; otherwise copies through a temporary
-    object made visible atomically, checked against the source and the recorded size."""
+    its content equals the source's; otherwise copies through a temporary object made
+    visible atomically, checked against the source and the recorded size. `source` is
+    the source as the task's listing described it (store.describe): its size is checked
+    before the copy, which is then one conditional request (store.copy_listed); `target`
+    is the destination as its directory's listing showed it (None: not there)."""
     try:
-        if check and _same_content(store, src, dst, size):
+        if check and _same_content(store, src, dst, size, source, target):
             return False, size
-        info, _ = store.copy_checked(src, dst)
+        if source is not None and source.size != size:
+            raise SourceMissing(f"source file {src} is {source.size} bytes, the snapshot recorded {size}")
+        info, _ = store.copy_listed(source, dst) if source is not None else store.copy_checked(src, dst)
     except NotFound:
         raise SourceMissing(f"source file missing: {src}") from None
     except ChecksumMismatch as e:
@@ -234,24 +266,44 @@ def _copy_one(store: Store, src: str, dst: str, size: int, check: bool = True) -
     return True, size
 
 
-def _same_content(store: Store, src: str, dst: str, size: int) -> bool:
-    try:
-        if store.head(dst).size != size:
+def _same_content(store: Store, src: str, dst: str, size: int, source: Listed | None = None,
+                  target=_UNLISTED) -> bool:
+    """Whether `dst` already holds `src`'s content at the recorded size. From the listings
+    when they tell (the destination absent or of another size; both MD5s recorded: no
+    request at all), else by the store's checksums (a HEAD each on S3, read locally)."""
+    if target is _UNLISTED:
+        try:
+            target = store.head(dst)
+        except NotFound:
             return False
-    except NotFound:
+    if target is None or target.size != size:
         return False
-    return store.checksum(dst) == store.checksum(src)
+    if source is not None and getattr(target, "md5", "") and source.md5:
+        return target.md5 == source.md5
+    try:
+        have = store.checksum(dst)
+    except NotFound:
+        return False  # removed since it was listed: copy it
+    return have == store.checksum(src)
 
 
-def _remove_leftovers(store: Store, target, expected: set[str]) -> None:
+def _remove_leftovers(store: Store, target, expected: set[str]) -> dict[str, Listed]:
     """Objects under the target segment's own directories that are not its files (temp
-    files of a killed copy). Those directories belong to this target segment only."""
+    files of a killed copy) are removed; returns the expected files found there, as
+    listed (with their content hash where the store records one). Those directories
+    belong to this target segment only."""
     c, p, s = target.ref
     dirs = list(layout.segment_dirs(c, p, s)) + sorted({layout.index_dir(f.build_id, f.version, p, s)
                                                          for f in target.index_files})
-    extra = [o.key for d in dirs for o in store.list(d) if o.key not in expected]
+    found, extra = {}, []
+    for o in (o for d in dirs for o in store.list_described(d)):
+        if o.key in expected:
+            found[o.key] = o
+        else:
+            extra.append(o.key)
     if extra:
         store.delete_many(extra)
+    return found
 
 
 def _with_progress(task: CopyTask, progress: dict, **changes) -> CopyTask:

@@ -17,6 +17,17 @@ class ObjectInfo:
     mtime: float   # unix seconds
 
 
+@dataclass(frozen=True)
+class Listed:
+    """An object as a listing described it. md5: the content's MD5 when the store vouches
+    that its entity tag is one (a single-part S3 object), else ''."""
+    key: str
+    size: int
+    mtime: float
+    etag: str = ""
+    md5: str = ""
+
+
 UNREADABLE = -1  # the size of a directory listed with report_unreadable that could not be read
 SYMLINK = -2     # the size of a symlink (file or directory) listed with report_unreadable
 
@@ -148,6 +159,23 @@ class Store(abc.ABC):
         if want != got:
             raise ChecksumMismatch(f"copy of {src} to {dst}: target checksum {got}, source {want}")
         return info, want
+
+    def describe(self, keys: Iterable[str]) -> dict[str, Listed]:
+        """What the store can say about `keys` without a request per key (S3: from
+        listings). A key left out is unknown, not absent. This default says nothing: a
+        store without recorded content hashes (the local one) checks by reading."""
+        return {}
+
+    def list_described(self, prefix: str) -> Iterator[Listed]:
+        """Every object under `prefix`, as list() finds it, with whatever content hash
+        the store records for it (S3: the ETag)."""
+        for o in self.list(prefix):
+            yield Listed(o.key, o.size, o.mtime)
+
+    def copy_listed(self, src: Listed, dst: str) -> tuple[ObjectInfo, str]:
+        """copy_checked of a source as describe() found it: a backend may copy it in one
+        request, conditional on that description. This default is copy_checked."""
+        return self.copy_checked(src.key, dst)
 
     def exists(self, key: str) -> bool:
         from seglake.errors import NotFound
