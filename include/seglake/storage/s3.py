@@ -16,6 +16,7 @@ import hashlib
 import io
 import os
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate
 from typing import BinaryIO, Iterable, Iterator
@@ -33,6 +34,7 @@ PARTS_IN_FLIGHT = 8             # UploadPartCopy requests in flight for one obje
 DESCRIBE_PAGE = 1000            # ListObjectsV2's largest page
 STREAM_CHUNK = 8 << 20          # bounded read size where a check must stream (see _verify_parts)
 _MD5 = re.compile(r"[0-9a-f]{32}")
+_CLIENT_LOCK = threading.Lock()  # S3Store.client: one client per store, built once
 _MULTIPART = re.compile(r"([0-9a-f]{32})-([0-9]{1,5})")
 
 
@@ -123,7 +125,14 @@ class S3Store(Store):
 
     @property
     def client(self):
-        if self._client is None:
+        """The store's one boto3 client, built on first use. Built under a lock: copy and
+        listing threads start together, and boto3's default session is not thread-safe
+        (two threads would each build a client, or fail inside botocore)."""
+        if self._client is not None:
+            return self._client
+        with _CLIENT_LOCK:
+            if self._client is not None:
+                return self._client
             import boto3
             from botocore.config import Config
 
