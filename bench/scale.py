@@ -163,9 +163,10 @@ def tree(root: int, parents: dict[int, list[int]]) -> list[int]:
 def role(pid: int) -> str:
     """What a Spark-side process is, from its command line."""
     cmd = _cmdline(pid)
-    for needle, name in (("CoarseGrainedExecutorBackend", "executor JVM"), ("pyspark.daemon", "executor Python"),
-                         ("pyspark.worker", "executor Python"), ("deploy.SparkSubmit", "driver JVM"),
-                         ("launcher.Main", "launcher JVM"), ("gc_scan.py", "Python driver")):
+    for needle, name in (("CoarseGrainedExecutorBackend", "executor JVM"), ("deploy.SparkSubmit", "driver JVM"),
+                         ("launcher.Main", "launcher JVM"), ("pyspark.daemon", "executor Python"),
+                         ("pyspark.worker", "executor Python"), ("gc_scan.py", "Python driver")):  # (JVMs first:
+        # the driver JVM's command line names gc_scan.py too)
         if needle in cmd:
             return name
     return (cmd.split() or ["?"])[0].rsplit("/", 1)[-1]
@@ -228,7 +229,8 @@ class RssSampler:
         return out
 
 
-def spark_mark(settings, run_id: str, master: str, worker_pids: list[int]) -> tuple[float, int, dict]:
+def spark_mark(settings, run_id: str, master: str, worker_pids: list[int],
+               gc_log: Path | None = None) -> tuple[float, int, dict]:
     """(wall seconds, peak driver RSS in KiB, summary) of one spark-submit of gc_scan.py;
     spark-submit runs in its own process group, killed if this run fails or times out."""
     script = str(REPO / "spark" / "jobs" / "gc_scan.py")
@@ -240,6 +242,8 @@ def spark_mark(settings, run_id: str, master: str, worker_pids: list[int]) -> tu
     cmd = ["spark-submit", "--master", master, "--conf", "spark.ui.enabled=false",
            "--conf", "spark.sql.shuffle.partitions=8", script, "--run-id", run_id,
            "--missing-tolerance", "0", "--drop-tolerance", "0", "--force", "1", "--dry-run", "1"]
+    if gc_log is not None:  # the driver JVM's heap after each collection (what is live vs committed)
+        cmd[1:1] = ["--conf", f"spark.driver.extraJavaOptions=-Xlog:gc*:file={gc_log / (run_id + '.driver-gc.log')}"]
     t = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
@@ -305,6 +309,7 @@ def main(argv=None) -> int:
     ap.add_argument("--master", default=os.environ.get("SEGLAKE_BENCH_SPARK_MASTER") or "cluster",
                     help="cluster (start the project's standalone cluster), or a Spark master URL")
     ap.add_argument("--no-restore", action="store_true", help="skip bench/scale_restore.py")
+    ap.add_argument("--gc-log", type=Path, help="diagnosis: write the driver JVM's GC log into this directory")
     args = ap.parse_args(argv)
 
     import boto3
@@ -332,7 +337,7 @@ def main(argv=None) -> int:
                 setup += time.perf_counter() - t
                 print(f"set-up: {ref + orph} objects ({segs} segment records, {orph} orphans) in "
                       f"{time.perf_counter() - t:.1f}s; bucket holds {total}", flush=True)
-                wall, peak, summary = spark_mark(settings, f"scale-{size}", master, workers)
+                wall, peak, summary = spark_mark(settings, f"scale-{size}", master, workers, args.gc_log)
                 assert summary["candidates"] == orphans and summary["referenced"] == referenced, summary
                 rss[size] = peak
                 print(f"spark mark ({master}) of {total} objects: {wall:.1f}s end to end, driver peak RSS "
