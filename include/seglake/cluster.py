@@ -495,9 +495,15 @@ class ClusterStack:
     def restart_member(self, i: int, detach: bool = False, timeout: float = 60.0) -> None:
         """Start member `i` again on its ports and data dir (it rejoins), wait until the
         whole cluster is healthy."""
-        m = self.etcd[i]
-        m.launch(detach)
-        m.wait_healthy(timeout)
+        self.restart_members([i], detach, timeout)
+
+    def restart_members(self, indices: list[int], detach: bool = False, timeout: float = 60.0) -> None:
+        """Start these members again together (after a lost quorum none of them is
+        healthy alone), wait until the whole cluster is healthy."""
+        for i in indices:
+            self.etcd[i].launch(detach)
+        for i in indices:
+            self.etcd[i].wait_healthy(timeout)
         deadline = time.time() + timeout
         while not all(x.healthy() for x in self.etcd):
             if time.time() > deadline:
