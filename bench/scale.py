@@ -202,8 +202,8 @@ class RssSampler:
                 parents = _parents()
                 drv = tree(self.root, parents)
                 exe = [x for w in self.workers for x in tree(w, parents) if x != w]
-                for x in drv + exe:
-                    self.roles.setdefault(x, role(x))
+                for x in drv + exe:  # (again each time: spark-submit's bash execs into the JVM)
+                    self.roles[x] = role(x) if _cmdline(x) else self.roles.get(x, "?")
             now = {x: _rss_kib(x) for x in drv}
             self.peak = max(self.peak, sum(now.values()))
             for x, v in now.items():
