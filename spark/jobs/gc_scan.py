@@ -24,9 +24,6 @@ import sys
 import time
 
 
-BROADCAST_THRESHOLDS = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gc_scan")
     p.add_argument("--run-id", required=True)
@@ -106,12 +103,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
         .union(planned.filter(lambda x: x[0] == "obj").map(lambda x: x[1]))
     objects = spark.createDataFrame(listed, gcdist.LIST_SCHEMA)
 
-    # the joins: what the references say about each listed path. Never broadcast: a
-    # broadcast join first collects its smaller side into the DRIVER (every referenced
-    # path, up to the 10 MB threshold Spark's adaptive execution measures at run time);
-    # shuffled joins keep every row on the executors
-    for key in BROADCAST_THRESHOLDS:
-        spark.conf.set(key, "-1")
+    # the joins: what the references say about each listed path
     files = refs.where(F.col("tag").isin(gcdist.LIVE, gcdist.DROP, gcdist.SNAPFILE))
     by_path = files.groupBy("path").agg(
         F.max(F.when(F.col("tag") != gcdist.DROP, F.lit(True))).alias("referenced"),
