@@ -1,20 +1,30 @@
 """bench/scale.py: GC mark at scale on SeaweedFS S3 through the Spark path.
 
-A private etcd and SeaweedFS (`weed mini`) are started; the bucket is filled with
-segment files (10 per segment record, 10 collections) and 10% orphans, written through
-the filer's HTTP API by 3 processes x 8 threads (empty objects: the set-up time is
-printed). Then, in the same run:
+By default (`make bench`) the run starts the project's own scale-out cluster
+(seglake.cluster: 3 etcd members, SeaweedFS, a Spark standalone master and 2 workers of
+1 core / 1 GiB, loopback), with bounded waits, and stops every server by pid at the end,
+also when the run fails. `--master local[2]` (or SEGLAKE_BENCH_SPARK_MASTER) runs against
+a private etcd + SeaweedFS and that master instead. One bucket is filled once, in two
+steps, and serves both lines: segment files (10 per segment record, 10 collections) and
+10% orphans, written through the filer's HTTP API by 3 processes x 8 threads (empty
+objects: the set-up time is printed). Then, in the same run:
 
-- GC mark through spark-submit of spark/jobs/gc_scan.py (a dry run; master from
-  SEGLAKE_BENCH_SPARK_MASTER, else local[2]) vs a raw paginated `list_objects_v2` of the
-  same bucket: `BENCH gc_mark_s3_500k` (end-to-end job time / raw listing time, target 2.00);
-- the driver's peak RSS (the driver JVM + the Python driver, sampled from /proc; in
-  local mode the executors run inside that JVM, on a cluster they do not) at 100k and
-  500k objects: `BENCH gc_driver_rss_growth` (500k / 100k, target 1.20).
+- GC mark through spark-submit of spark/jobs/gc_scan.py (a dry run) vs a raw paginated
+  `list_objects_v2` of the same bucket: `BENCH gc_mark_s3_500k` (end-to-end job time /
+  raw listing time, target 2.00);
+- the driver's peak RSS at 100k and 500k objects: `BENCH gc_driver_rss_growth` (500k /
+  100k, target 1.20). Counted: VmRSS from /proc of every process in spark-submit's tree
+  (the driver JVM that spark-submit execs into, the launcher JVM it runs first, the Python
+  driver), summed per 0.1 s sample, the peak sum. On the cluster the executors are
+  children of the worker daemons, not of spark-submit: the run checks that no executor
+  (JVM or Python worker) is in the counted tree, and prints the executors' peaks apart
+  (not counted). In local mode the executors run inside the driver JVM and cannot be
+  told apart: the line then measures driver + executors.
 
-bench/scale_restore.py (the restore line) runs afterwards when present.
+bench/scale_restore.py (the restore line) runs afterwards when present (`--no-restore`:
+not).
 
-    python bench/scale.py [--objects 500000] [--small 100000]
+    python bench/scale.py [--objects 500000] [--small 100000] [--master cluster|local[2]|URL]
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,6 +117,7 @@ def raw_list(client) -> int:
     return n
 
 
+# -- the driver's memory, from /proc -------------------------------------------------------
 def _rss_kib(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -117,19 +129,6 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(d))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
 def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -138,20 +137,102 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def driver_pids(root: int, script: str) -> list[int]:
-    """The driver JVM (spark-submit execs into it) and the Python driver it starts (not
-    the executors' Python workers)."""
-    pids, todo = [root], [root]
+def _parents() -> dict[int, list[int]]:
+    """ppid -> children, from one pass over /proc."""
+    out: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    out.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def tree(root: int, parents: dict[int, list[int]]) -> list[int]:
+    """`root` and every process below it."""
+    out, todo = [], [root]
     while todo:
-        for c in _children(todo.pop()):
-            todo.append(c)
-            if script in _cmdline(c) and "pyspark.daemon" not in _cmdline(c):
-                pids.append(c)
-    return pids
+        pid = todo.pop()
+        out.append(pid)
+        todo += parents.get(pid, [])
+    return out
 
 
-def spark_mark(settings, run_id: str, master: str) -> tuple[float, int, dict]:
-    """(wall seconds, peak driver RSS in KiB, summary) of one spark-submit of gc_scan.py."""
+def role(pid: int) -> str:
+    """What a Spark-side process is, from its command line."""
+    cmd = _cmdline(pid)
+    for needle, name in (("CoarseGrainedExecutorBackend", "executor JVM"), ("deploy.SparkSubmit", "driver JVM"),
+                         ("launcher.Main", "launcher JVM"), ("pyspark.daemon", "executor Python"),
+                         ("pyspark.worker", "executor Python"), ("gc_scan.py", "Python driver")):  # (JVMs first:
+        # the driver JVM's command line names gc_scan.py too)
+        if needle in cmd:
+            return name
+    return (cmd.split() or ["?"])[0].rsplit("/", 1)[-1]
+
+
+class RssSampler:
+    """Peak VmRSS of the driver tree (every process below spark-submit: the sum per
+    sample, and each process's own peak), and each executor process's peak (the trees
+    below the worker daemons, the daemons themselves left out). A sample every 0.1 s,
+    the trees walked again every 0.5 s."""
+
+    def __init__(self, driver_root: int, worker_pids: list[int]):
+        self.root, self.workers = driver_root, worker_pids
+        self.peak = 0
+        self.driver: dict[int, int] = {}
+        self.executors: dict[int, int] = {}
+        self.roles: dict[int, str] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        n, drv, exe = 0, [], []
+        while not self._done.is_set():
+            if n % 5 == 0:
+                parents = _parents()
+                drv = tree(self.root, parents)
+                exe = [x for w in self.workers for x in tree(w, parents) if x != w]
+                for x in drv + exe:  # (again each time: spark-submit's bash execs into the JVM)
+                    self.roles[x] = role(x) if _cmdline(x) else self.roles.get(x, "?")
+            now = {x: _rss_kib(x) for x in drv}
+            self.peak = max(self.peak, sum(now.values()))
+            for x, v in now.items():
+                self.driver[x] = max(self.driver.get(x, 0), v)
+            for x in exe:
+                self.executors[x] = max(self.executors.get(x, 0), _rss_kib(x))
+            n += 1
+            self._done.wait(0.1)
+
+    def check_driver_only(self) -> None:
+        """On a cluster, an executor in the counted tree would make the number a lie."""
+        wrong = [f"{x} ({self.roles[x]})" for x in self.driver if self.roles[x].startswith("executor")]
+        if wrong:
+            raise RuntimeError(f"executor processes in spark-submit's tree: {wrong}")
+
+    def lines(self) -> list[str]:
+        def fmt(d: dict[int, int]) -> str:
+            return ", ".join(f"{self.roles[x]} {v / 1024:.0f} MiB (pid {x})"
+                             for x, v in sorted(d.items(), key=lambda kv: -kv[1]) if v)
+        out = [f"  counted (spark-submit's tree), peaks: {fmt(self.driver)}; peak of the sum {self.peak / 1024:.0f} MiB"]
+        if self.executors:
+            out.append(f"  not counted (below the worker daemons), peaks: {fmt(self.executors)}")
+        return out
+
+
+def spark_mark(settings, run_id: str, master: str, worker_pids: list[int],
+               gc_log: Path | None = None) -> tuple[float, int, dict]:
+    """(wall seconds, peak driver RSS in KiB, summary) of one spark-submit of gc_scan.py;
+    spark-submit runs in its own process group, killed if this run fails or times out."""
     script = str(REPO / "spark" / "jobs" / "gc_scan.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEGLAKE_")}
     env.update(settings.to_env())
@@ -161,87 +242,116 @@ def spark_mark(settings, run_id: str, master: str) -> tuple[float, int, dict]:
     cmd = ["spark-submit", "--master", master, "--conf", "spark.ui.enabled=false",
            "--conf", "spark.sql.shuffle.partitions=8", script, "--run-id", run_id,
            "--missing-tolerance", "0", "--drop-tolerance", "0", "--force", "1", "--dry-run", "1"]
+    if gc_log is not None:  # the driver JVM's heap after each collection (what is live vs committed)
+        cmd[1:1] = ["--conf", f"spark.driver.extraJavaOptions=-Xlog:gc*:file={gc_log / (run_id + '.driver-gc.log')}"]
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak, parts, done = 0, {}, threading.Event()
-
-    def sample():
-        nonlocal peak
-        pids: list[int] = []
-        while not done.is_set():
-            if len(pids) < 2:
-                pids = driver_pids(p.pid, script)
-            now = {x: _rss_kib(x) for x in pids}
-            peak = max(peak, sum(now.values()))
-            for x, v in now.items():
-                parts[x] = max(parts.get(x, 0), v)
-            done.wait(0.1)
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    out, err = p.communicate(timeout=3600)
-    wall = time.perf_counter() - t
-    done.set()
-    th.join()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        with RssSampler(p.pid, worker_pids) as rss:
+            out, err = p.communicate(timeout=1800)
+        wall = time.perf_counter() - t
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
     if p.returncode != 0:
         raise RuntimeError(f"gc_scan failed ({p.returncode}): {err[-3000:]}")
-    jvm, py = parts.get(p.pid, 0), sum(v for x, v in parts.items() if x != p.pid)
-    print(f"  driver peaks: JVM {jvm / 1024:.0f} MiB, Python driver {py / 1024:.0f} MiB", flush=True)
-    return wall, peak, json.loads(out.strip().splitlines()[-1])
+    if worker_pids:
+        rss.check_driver_only()
+    for line in rss.lines():
+        print(line, flush=True)
+    return wall, rss.peak, json.loads(out.strip().splitlines()[-1])
+
+
+# -- the servers --------------------------------------------------------------------------------
+@contextmanager
+def servers(master: str, scratch: Path):
+    """(settings, filer port, master URL, worker daemon pids) of this run's servers:
+    master "cluster": the project's standalone cluster (seglake.cluster), started with a
+    bounded wait, its servers tied to this process, and stopped by pid on the way out --
+    also on failure; any other master: a private etcd + SeaweedFS and that master."""
+    if master != "cluster":
+        from seglake.config import Settings
+        from seglake.devstack import WeedServer
+
+        with private_etcd() as etcd:
+            weed = WeedServer(state_dir=scratch / "weed").start(timeout=60)
+            try:
+                yield Settings.from_dict({
+                    "etcd_endpoint": etcd.endpoint, "store_uri": f"s3://{BUCKET}/{BASE}",
+                    "s3_endpoint": weed.endpoint, "s3_access_key": weed.access_key,
+                    "s3_secret_key": weed.secret_key, "etcd_timeout": 30}), weed.ports["filer"], master, []
+            finally:
+                weed.stop(timeout=30)
+        return
+    from seglake.cluster import ClusterStack
+
+    stack = ClusterStack(base=scratch / "cluster", bucket=BUCKET, prefix=BASE)
+    t = time.perf_counter()
+    try:
+        stack.up(timeout=300)
+        workers = [stack.owned_pid(w) for w in stack.spark_workers]
+        print(f"cluster up in {time.perf_counter() - t:.1f}s: etcd {stack.etcd_endpoints}, s3 {stack.s3_endpoint}, "
+              f"spark {stack.spark_master_url}, workers {len(workers)} x {stack.worker_cores} core / "
+              f"{stack.worker_memory} (pids {workers})", flush=True)
+        yield stack.settings(prefix=BASE, etcd_timeout=30), stack.weed.ports["filer"], stack.spark_master_url, workers
+    finally:
+        t = time.perf_counter()
+        stopped = stack.down()
+        print(f"cluster down in {time.perf_counter() - t:.1f}s: {', '.join(stopped)}", flush=True)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--objects", type=int, default=500_000)
     ap.add_argument("--small", type=int, default=100_000)
+    ap.add_argument("--master", default=os.environ.get("SEGLAKE_BENCH_SPARK_MASTER") or "cluster",
+                    help="cluster (start the project's standalone cluster), or a Spark master URL")
+    ap.add_argument("--no-restore", action="store_true", help="skip bench/scale_restore.py")
+    ap.add_argument("--gc-log", type=Path, help="diagnosis: write the driver JVM's GC log into this directory")
     args = ap.parse_args(argv)
 
     import boto3
     from botocore.config import Config
-
-    from seglake.config import Settings
-    from seglake.devstack import WeedServer
     from seglake.meta import Meta
-    from seglake.meta.kv import KV
+    from seglake.storage import open_store
 
-    master = os.environ.get("SEGLAKE_BENCH_SPARK_MASTER") or "local[2]"
-    with private_etcd() as etcd, tempfile.TemporaryDirectory(prefix="seglake-bench-scale-", dir="/work") as d:
-        weed = WeedServer(state_dir=Path(d)).start(timeout=60)
-        try:
-            settings = Settings.from_dict({
-                "etcd_endpoint": etcd.endpoint, "store_uri": f"s3://{BUCKET}/{BASE}", "s3_endpoint": weed.endpoint,
-                "s3_access_key": weed.access_key, "s3_secret_key": weed.secret_key, "etcd_timeout": 30})
-            client = boto3.client("s3", endpoint_url=weed.endpoint, aws_access_key_id=weed.access_key,
-                                  aws_secret_access_key=weed.secret_key, region_name="us-east-1",
-                                  config=Config(s3={"addressing_style": "path"}))
-            client.create_bucket(Bucket=BUCKET)
-            meta = Meta(KV(etcd.endpoint, timeout=30), root="seglake")
-            rss, total, orphans, referenced, next_seg = {}, 0, 0, 0, 1
-            result = {}
+    t_run = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="seglake-bench-scale-", dir="/work") as d, \
+            servers(args.master, Path(d)) as (settings, filer_port, master, workers):
+        open_store(settings).ensure_bucket()
+        client = boto3.client("s3", endpoint_url=settings.s3_endpoint, aws_access_key_id=settings.s3_access_key,
+                              aws_secret_access_key=settings.s3_secret_key, region_name="us-east-1",
+                              config=Config(s3={"addressing_style": "path"}))
+        rss, total, orphans, referenced, next_seg, setup = {}, 0, 0, 0, 1, 0.0
+        result = {}
+        with Meta.from_settings(settings) as meta:
             for size in (args.small, args.objects):
                 t = time.perf_counter()
-                segs, ref, orph = populate(meta, weed.ports["filer"], next_seg, size - total)
+                segs, ref, orph = populate(meta, filer_port, next_seg, size - total)
                 next_seg += segs
                 total, referenced, orphans = total + ref + orph, referenced + ref, orphans + orph
                 listed = raw_list(client)  # (+ the reports of earlier marks under _gc/)
                 assert listed >= total, (listed, total)
+                setup += time.perf_counter() - t
                 print(f"set-up: {ref + orph} objects ({segs} segment records, {orph} orphans) in "
                       f"{time.perf_counter() - t:.1f}s; bucket holds {total}", flush=True)
-                wall, peak, summary = spark_mark(settings, f"scale-{size}", master)
+                wall, peak, summary = spark_mark(settings, f"scale-{size}", master, workers, args.gc_log)
                 assert summary["candidates"] == orphans and summary["referenced"] == referenced, summary
                 rss[size] = peak
                 print(f"spark mark ({master}) of {total} objects: {wall:.1f}s end to end, driver peak RSS "
-                      f"{peak / 1024:.0f} MiB (JVM + Python driver), {summary['candidates']} candidates", flush=True)
+                      f"{peak / 1024:.0f} MiB, {summary['candidates']} candidates", flush=True)
                 result[size] = wall
-            t_list = _timed(lambda: raw_list(client))  # (warm: the set-up listed the bucket too)
-            print(f"raw paginated list_objects_v2 of {total} objects: {t_list:.1f}s", flush=True)
-            meta.close()
-        finally:
-            weed.stop(timeout=30)
+        t_list = _timed(lambda: raw_list(client))  # (warm: the set-up listed the bucket too)
+        print(f"raw paginated list_objects_v2 of {total} objects: {t_list:.1f}s", flush=True)
+    print(f"set-up of {total} objects {setup:.1f}s in all; bench wall time {time.perf_counter() - t_run:.1f}s",
+          flush=True)
     verdict("gc_mark_s3_500k", result[args.objects], t_list, 2.0)
     verdict("gc_driver_rss_growth", rss[args.objects], rss[args.small], 1.2)
     restore = Path(__file__).resolve().parent / "scale_restore.py"
-    if restore.exists():
-        return subprocess.run([sys.executable, str(restore)]).returncode
+    if restore.exists() and not args.no_restore:
+        return subprocess.run([sys.executable, str(restore)], check=False).returncode
     return 0
 
 

@@ -13,7 +13,8 @@ Guarantees
 - Loopback only: etcd client and peer URLs, SeaweedFS (-ip.bind), and Spark (--host and
   SPARK_LOCAL_IP, which binds the web UIs and the executors too) listen on 127.0.0.1.
 - `up` with nothing running starts a fresh cluster (data of the last run wiped, new free
-  ports); `up` while everything runs is a no-op ("running"); `up` while only part of it
+  ports; when a server cannot bind a port another program took after it was picked,
+  everything started is stopped and `up` tries again on new ports, 3 attempts in all); `up` while everything runs is a no-op ("running"); `up` while only part of it
   runs refuses until `down`. `down` with nothing running is a no-op. A file lock
   serialises concurrent `up` / `down`.
 - The profile: `state.json` (ports, token; 0600) and `env` (0600: holds the S3 secret), a
@@ -46,6 +47,9 @@ from seglake.errors import SeglakeError
 
 LOOPBACK = "127.0.0.1"
 STATE_VERSION = 1
+PORT_ATTEMPTS = 3  # `up` on fresh ports when a server could not bind one (taken meanwhile)
+PORT_CLASH_MARKERS = ("address already in use", "Address already in use", "is not available on",
+                      "Failed to bind", "could not bind")
 
 
 class ClusterError(SeglakeError):
@@ -342,19 +346,39 @@ class ClusterStack:
             missing = missing_prerequisites()
             if missing:
                 raise ClusterError("cannot start the cluster: " + "; ".join(missing))
-            for sub in ("etcd", "weed", "spark"):  # a fresh cluster: nothing of the last run
-                shutil.rmtree(self.base / sub, ignore_errors=True)
-            self.state = self._new_state()
-            self._servers = self._build(self.state)
-            _write_private(self.state_file, json.dumps(self.state, indent=1))
-            try:
-                self._start_all(detach, timeout)
-            except BaseException:
-                self._stop_all()
-                raise
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                for sub in ("etcd", "weed", "spark"):  # a fresh cluster: nothing of the last run
+                    shutil.rmtree(self.base / sub, ignore_errors=True)
+                self.state = self._new_state()
+                self._servers = self._build(self.state)
+                _write_private(self.state_file, json.dumps(self.state, indent=1))
+                try:
+                    self._start_all(detach, timeout)
+                    break
+                except BaseException as e:
+                    clash = isinstance(e, Exception) and self._port_clash()
+                    self._stop_all()
+                    if not clash or attempt == PORT_ATTEMPTS:
+                        raise
+                    print(f"seglake cluster: {clash} (taken by another program since it was picked); "
+                          f"starting again on new ports ({attempt + 1}/{PORT_ATTEMPTS})", file=sys.stderr)
             self._ensure_bucket()
             _write_private(self.env_file, self.env_text())
             return "started"
+
+    def _port_clash(self) -> str | None:
+        """The log line of a server that could not bind its port, if one could not: the
+        ports are picked free, then bound by other processes, so on a busy machine another
+        program may take one in between."""
+        for s in self._servers:
+            try:
+                tail = s.log_file.read_text(errors="replace")[-4000:]
+            except OSError:
+                continue
+            for line in tail.splitlines():
+                if any(m in line for m in PORT_CLASH_MARKERS):
+                    return f"{self._label(s)}: {line.strip()[:200]}"
+        return None
 
     def _start_all(self, detach: bool, timeout: float) -> None:
         t0 = time.time()
@@ -471,9 +495,15 @@ class ClusterStack:
     def restart_member(self, i: int, detach: bool = False, timeout: float = 60.0) -> None:
         """Start member `i` again on its ports and data dir (it rejoins), wait until the
         whole cluster is healthy."""
-        m = self.etcd[i]
-        m.launch(detach)
-        m.wait_healthy(timeout)
+        self.restart_members([i], detach, timeout)
+
+    def restart_members(self, indices: list[int], detach: bool = False, timeout: float = 60.0) -> None:
+        """Start these members again together (after a lost quorum none of them is
+        healthy alone), wait until the whole cluster is healthy."""
+        for i in indices:
+            self.etcd[i].launch(detach)
+        for i in indices:
+            self.etcd[i].wait_healthy(timeout)
         deadline = time.time() + timeout
         while not all(x.healthy() for x in self.etcd):
             if time.time() > deadline:

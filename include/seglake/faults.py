@@ -6,7 +6,9 @@ matters. Nothing happens unless a test armed that point, in-process with
 executors, Airflow tasks) with SEGLAKE_FAULTS="snapshot.before_commit,...".
 An armed point raises InjectedFault, or with "name:kill" SIGKILLs its own process;
 "name:kill@N" / "name:raise@N" fire at the N-th time the point is reached in a process;
-"name:sleep=S" slows every pass by S seconds (to catch a job mid-way from outside).
+"name:sleep=S" slows every pass by S seconds (to catch a job mid-way from outside);
+"name:gate=PATH" holds each pass until the file PATH exists (appending the process's pid
+to PATH.reached first, so a test knows the job got there, acts, then opens the gate).
 """
 
 from __future__ import annotations
@@ -47,9 +49,22 @@ def point(name: str) -> None:
     if action.startswith("sleep="):
         time.sleep(float(action[6:]))
         return
+    if action.startswith("gate="):
+        _gate(name, action[5:])
+        return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise InjectedFault(f"injected fault at {name}")
+
+
+def _gate(name: str, path: str, timeout: float = 300.0) -> None:
+    with open(f"{path}.reached", "a") as f:
+        f.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise InjectedFault(f"gate {path} at {name} not opened within {timeout:g} s")
+        time.sleep(0.05)
 
 
 @contextmanager
