@@ -114,10 +114,16 @@ meta, store = engine_fixtures("settings", "meta", "store")
 
 
 @pytest.fixture
-def s3_store(s3_server, root_prefix):
+def s3_store_settings(s3_server, root_prefix):
+    """Settings whose store is the test's prefix of the SeaweedFS bucket (no etcd)."""
+    return _s3_settings(s3_server, root_prefix)
+
+
+@pytest.fixture
+def s3_store(s3_store_settings):
     from seglake.storage import open_store
 
-    s = open_store(_s3_settings(s3_server, root_prefix))
+    s = open_store(s3_store_settings)
     s.ensure_bucket()
     return s
 

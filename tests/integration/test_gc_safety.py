@@ -404,12 +404,10 @@ def spark_listing(settings, prefixes=("",), levels=1, split_at=1, want=4) -> lis
     return [row[0] for row in gcdist.listing_rows(plan, list(prefixes), levels, split_at, want)]
 
 
-def test_the_split_listing_sees_exactly_what_the_plain_listing_sees(store, s3_store, settings, s3_server,
-                                                                       root_prefix):
+def test_the_split_listing_sees_exactly_what_the_plain_listing_sees(store, s3_store, settings, s3_store_settings):
     """The Spark engine lists by units (gcdist); odd directory names (that no prefix can
     address), keys with '%', spaces, unicode, an object and a 'directory' of one name,
     must neither crash it nor be lost or listed twice."""
-    from conftest import _s3_settings
     for rel in ["README", "notes\\dir/f", b"\xffdir/f", "insert_log/a\\b/1", "insert_log/1/x\\y/z",
                 b"insert_log/\xfe/1", "insert_log/1 /2/3/100/1", "insert_log/1/2/3/100/1", "wal/p\n/1"]:
         _write(store, rel)
@@ -418,7 +416,7 @@ def test_the_split_listing_sees_exactly_what_the_plain_listing_sees(store, s3_st
                "insert_log/1/2/3/100/" + "L" * 200, "insert_log/10/2/3/100/1", "insert_log/1+/x", "insert_log/1%/x"]
     for k in s3_keys:
         s3_store.client.put_object(Bucket=s3_store.bucket, Key=f"{s3_store.base}/{k}", Body=b"o")
-    s3_settings = _s3_settings(s3_server, root_prefix)
+    s3_settings = s3_store_settings
     for st, st_settings, n in ((store, settings, 9), (s3_store, s3_settings, len(s3_keys))):
         for prefixes, levels in (([""], 1), (["insert_log/"], 0), (["insert_log/1/", "insert_log/10/"], 0)):
             for split_at in (1, 1000):
