@@ -73,9 +73,17 @@ def vector_schema(dim: int) -> list[dict]:
             {"field_id": 102, "name": "price", "dtype": "Float"}]
 
 
+def bench_disk_dir() -> str:
+    """Where disk-backed scratch goes: $SEGLAKE_BENCH_DIR, else the repo's .dev/bench."""
+    d = os.environ.get("SEGLAKE_BENCH_DIR") or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                            ".dev", "bench")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
 def bench_tmpdir(name: str) -> tempfile.TemporaryDirectory:
-    """A scratch directory under $SEGLAKE_BENCH_DIR (default: the system temp dir)."""
-    return tempfile.TemporaryDirectory(prefix=f"seglake-bench-{name}-", dir=os.environ.get("SEGLAKE_BENCH_DIR"))
+    """A scratch directory under bench_disk_dir()."""
+    return tempfile.TemporaryDirectory(prefix=f"seglake-bench-{name}-", dir=bench_disk_dir())
 
 
 def fsync_path(path) -> None:

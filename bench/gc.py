@@ -16,13 +16,12 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark" / "jobs"))
-from common import private_etcd, verdict  # noqa: E402
+from common import bench_tmpdir, private_etcd, verdict  # noqa: E402
 
 FILES_PER_SEGMENT = 10
 OLD = time.time() - 3 * 86400
@@ -91,7 +90,7 @@ def main(argv=None) -> int:
     from seglake.meta.kv import KV
     from seglake.storage.local import LocalStore
 
-    with private_etcd() as etcd, tempfile.TemporaryDirectory(prefix="seglake-bench-gc-", dir="/work") as d:
+    with private_etcd() as etcd, bench_tmpdir("gc") as d:
         meta = Meta(KV(etcd.endpoint, timeout=30), root="seglake")
         store = LocalStore(Path(d) / "store")
         settings = Settings.from_dict({"etcd_endpoint": etcd.endpoint, "store_uri": store.uri})

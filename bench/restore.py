@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark" / "jobs"))
-from common import private_etcd, verdict  # noqa: E402
+from common import bench_disk_dir, private_etcd, verdict  # noqa: E402
 
 FILES_PER_SEGMENT = 10
 
@@ -69,7 +69,7 @@ def drop_target(meta, store, target: str):
     demo.purge_collection(meta, store, coll)
 
 
-FILESYSTEMS = {"tmpfs": "/dev/shm", "disk": "/work"}
+FILESYSTEMS = {"tmpfs": "/dev/shm", "disk": bench_disk_dir()}
 
 
 def sync_fs(path) -> None:

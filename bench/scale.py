@@ -35,7 +35,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -44,7 +43,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import private_etcd, verdict  # noqa: E402
+from common import bench_tmpdir, private_etcd, verdict  # noqa: E402
 
 BUCKET, BASE = "seglake-bench", "scale"
 FILES_PER_SEGMENT = 10
@@ -318,7 +317,7 @@ def main(argv=None) -> int:
     from seglake.storage import open_store
 
     t_run = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="seglake-bench-scale-", dir="/work") as d, \
+    with bench_tmpdir("scale") as d, \
             servers(args.master, Path(d)) as (settings, filer_port, master, workers):
         open_store(settings).ensure_bucket()
         client = boto3.client("s3", endpoint_url=settings.s3_endpoint, aws_access_key_id=settings.s3_access_key,
