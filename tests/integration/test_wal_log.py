@@ -34,47 +34,61 @@ def _writer_for(meta, store, settings, coll, **kw):
     return WalWriter.open(meta, store, pchannels(coll)[0], settings, **kw)
 
 
+def _frag_key(meta, store, p, n):
+    """The object key of committed fragment n (from the log's index)."""
+    return next(r.key for r in WalLog(meta, store, p).fragments(n) if r.n == n)
+
+
 @pytest.mark.parametrize("backend", ["local", "s3"])
-def test_fenced_writer_cannot_append_after_newer_term(backend, meta, store, settings, request):
+def test_two_producers_append_side_by_side_neither_fenced(backend, meta, store, settings, request):
+    """Producers of one pchannel never fence each other: both keep appending, every
+    acknowledged row is in the log once, ticks rise in log order."""
     st = store if backend == "local" else request.getfixturevalue("s3_store")
     coll = _coll(meta, st, settings)
     a = _writer_for(meta, st, settings, coll)
-    a.append(_insert_msg(coll, 1))
     b = _writer_for(meta, st, settings, coll)
-    assert b.term == a.term + 1
-    with pytest.raises(Fenced, match=f"term {a.term} is fenced"):
-        a.append(_insert_msg(coll, 100))
-    with pytest.raises(Fenced):       # and stays fenced
-        a.append(_insert_msg(coll, 200))
-    b.append(_insert_msg(coll, 300))
+    for i in range(5):
+        a.append(_insert_msg(coll, 1 + 10 * i))
+        b.append(_insert_msg(coll, 1000 + 10 * i))
+    assert a.term == b.term == 0
     msgs = all_messages(meta, st, pchannels(coll)[0], settings)
-    assert 100 not in inserted_pks(msgs) and 200 not in inserted_pks(msgs)
-    assert 1 in inserted_pks(msgs) and 300 in inserted_pks(msgs)
-    # nothing of A's lands after B's open: every message after B's first is B's term
-    terms = [m.term for m in msgs]
-    assert terms == sorted(terms)
+    pks = inserted_pks(msgs)
+    assert sorted(pks) == sorted([1 + 10 * i + j for i in range(5) for j in range(3)]
+                                 + [1000 + 10 * i + j for i in range(5) for j in range(3)])
+    ticks = [m.time_tick for m in WalLog(meta, st, pchannels(coll)[0]).messages()]
+    assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks)
     a.close(), b.close()
 
 
+def test_takeover_bumps_the_term_and_ends_older_txns_producers_go_on(meta, store, settings):
+    from seglake.wal.writer import takeover
+    coll = _coll(meta, store, settings)
+    p, v = pchannels(coll)[0], coll.vchannels[0]
+    a = _writer_for(meta, store, settings, coll)
+    a.append([M.Message.begin_txn(v, 77, 60000)])
+    assert takeover(meta, p) == 1
+    a.append(_insert_msg(coll, 1))           # not fenced: it appends at the new term
+    with pytest.raises(ValidationError, match="not open"):
+        a.append([M.Message.commit_txn(v, 77)])
+    assert WalLog(meta, store, p).state().term == 1
+    a.close()
+
+
 @pytest.mark.parametrize("backend", ["local", "s3"])
-def test_fenced_writers_orphan_name_becomes_a_hole(backend, meta, store, settings, request):
-    """A (fenced) wrote its fragment file but could not commit; B must not reuse the
-    name (exclusive create fails) and readers must not see A's file."""
+def test_a_swapped_or_overwritten_fragment_is_an_error_naming_it(backend, meta, store, settings, request):
+    """The index records each fragment's size and crc32c: a file replaced after its
+    commit (a late PUT on a store that ignores If-None-Match, a swap) is caught."""
     st = store if backend == "local" else request.getfixturevalue("s3_store")
     coll = _coll(meta, st, settings)
     p = pchannels(coll)[0]
-    a = _writer_for(meta, st, settings, coll)
-    a.append(_insert_msg(coll, 1))
-    nxt = a.state.last + 1
-    b = _writer_for(meta, st, settings, coll)
-    with pytest.raises(Fenced):
-        a.append(_insert_msg(coll, 100))
-    assert st.exists(layout.wal_fragment(p, nxt))   # A's orphan file is there
-    b.append(_insert_msg(coll, 300))
-    state = WalLog(meta, st, p).state()
-    assert nxt in state.holes and state.last == nxt + 1
-    assert 100 not in inserted_pks(all_messages(meta, st, p, settings))
-    a.close(), b.close()
+    w = _writer_for(meta, st, settings, coll)
+    w.append(_insert_msg(coll, 1))
+    w.append(_insert_msg(coll, 100))
+    w.close()
+    k1, k2 = _frag_key(meta, st, p, 2), _frag_key(meta, st, p, 3)
+    st.put(k2, st.get(k1))      # a well-formed fragment, but not the committed one
+    with pytest.raises(CorruptFragment, match=k2):
+        all_messages(meta, st, p, settings)
 
 
 def test_exclusive_create_refuses_existing_fragment_s3(s3_store):
@@ -97,7 +111,7 @@ def test_exclusive_create_refuses_existing_fragment_local(store):
 
 def test_open_at_stale_term_refused(meta, store, settings):
     coll = _coll(meta, store, settings)
-    w = _writer_for(meta, store, settings, coll)
+    w = _writer_for(meta, store, settings, coll, term=3)
     with pytest.raises(Exception, match="expired term"):
         _writer_for(meta, store, settings, coll, term=w.term)
     w.close()
@@ -129,10 +143,10 @@ def test_truncated_fragment_reported_by_name(meta, store, settings):
     with WalClient(meta, store, settings) as c:
         c.insert("c1", synthetic_rows(coll, 50, 1))
     last = WalLog(meta, store, p).state().last
-    path = store.root / layout.wal_fragment(p, last)
+    path = store.root / _frag_key(meta, store, p, last)
     data = path.read_bytes()
     path.write_bytes(data[:len(data) // 2])
-    with pytest.raises(CorruptFragment, match=layout.wal_fragment(p, last)):
+    with pytest.raises(CorruptFragment, match=_frag_key(meta, store, p, last)):
         all_messages(meta, store, p, settings)
 
 
@@ -142,18 +156,19 @@ def test_bit_flipped_fragment_reported_by_name(meta, store, settings):
     with WalClient(meta, store, settings) as c:
         c.insert("c1", synthetic_rows(coll, 50, 1))
     last = WalLog(meta, store, p).state().last
-    path = store.root / layout.wal_fragment(p, last)
+    key = _frag_key(meta, store, p, last)
+    path = store.root / key
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x04
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptFragment, match=rf"{layout.wal_fragment(p, last)}: record \d+ checksum"):
+    with pytest.raises(CorruptFragment, match=rf"{key} .*crc32c .* do not match the index"):
         all_messages(meta, store, p, settings)
 
 
 def test_missing_committed_fragment_reported(meta, store, settings):
     coll = _coll(meta, store, settings)
     p = pchannels(coll)[0]
-    store.delete_many([layout.wal_fragment(p, 1)])
+    store.delete_many([_frag_key(meta, store, p, 1)])
     with pytest.raises(CorruptFragment, match="committed in etcd but missing"):
         all_messages(meta, store, p, settings)
 
@@ -318,23 +333,27 @@ def test_lifetime_with_real_writers(meta, store, settings):
         life.close()
 
 
-def test_each_batch_followed_by_time_tick(meta, store, settings):
+def test_each_fragment_ends_with_a_time_tick_above_its_messages(meta, store, settings):
     coll = _coll(meta, store, settings)
     p = pchannels(coll)[0]
     with WalClient(meta, store, settings, batch_rows=4) as c:
         c.insert("c1", synthetic_rows(coll, 20, 1))      # 5 batches, possibly fewer fragments
-    raw = list(WalLog(meta, store, p).messages())
-    for i, m in enumerate(raw):
-        if m.type == M.INSERT:
-            assert raw[i + 1].type == M.TIME_TICK and raw[i + 1].time_tick > m.time_tick
+    log = WalLog(meta, store, p)
+    for rec in log.fragments():
+        msgs = log.read_fragment(rec)
+        assert msgs[-1].type == M.TIME_TICK
+        assert all(m.time_tick < msgs[-1].time_tick for m in msgs[:-1])
+    raw = list(log.messages())
     assert sum(m.type == M.INSERT for m in raw) == 5
 
 
-def test_failed_commit_poisons_writer_and_later_fragments_stay_invisible(meta, store, settings):
-    """Fragment n+1 may be written while n commits: if n's commit fails, n+1 must never
-    become visible, and the writer refuses further appends until reopened."""
+def test_a_failed_commit_fails_the_pipeline_retriably_and_a_retry_never_duplicates(meta, store, settings):
+    """Fragment n+1 may be written while n commits: if n's commit fails, n+1 is never
+    committed either (its call fails with Retry); retrying every call with its own
+    sequence number appends each exactly once."""
     import dataclasses
     from seglake.errors import Unavailable
+    from seglake.wal.writer import Retry
     coll = _coll(meta, store, settings)
     p = pchannels(coll)[0]
     one = dataclasses.replace(settings, wal_fragment_records=1, wal_batch_time=0.05)
@@ -342,56 +361,47 @@ def test_failed_commit_poisons_writer_and_later_fragments_stay_invisible(meta, s
     real = w._commit
     calls = []
 
-    def flaky(n, *a):
-        calls.append(n)
+    def flaky(frag):
+        calls.append(frag)
         if len(calls) == 2:
             raise Unavailable("etcd went away")
-        return real(n, *a)
+        return real(frag)
     w._commit = flaky
-    reqs = [w.append_async(_insert_msg(coll, pk)) for pk in (1, 100, 200)]
+    seqs = [w.next_seq() for _ in range(3)]
+    reqs = [w.append_async(_insert_msg(coll, pk), seq=s) for pk, s in zip((1, 100, 200), seqs)]
     assert reqs[0].result()
-    with pytest.raises(Unavailable):
-        reqs[1].result()
-    with pytest.raises(Unavailable):
-        reqs[2].result()
-    with pytest.raises(Unavailable):
-        w.append(_insert_msg(coll, 300))
+    failed = []
+    for r in reqs[1:]:
+        try:
+            r.result()
+        except Retry:
+            failed.append(r)
+    assert failed
+    for pk, s in zip((1, 100, 200), seqs):      # retry every call (also the acknowledged one)
+        w.append(_insert_msg(coll, pk), seq=s)
     w.close()
-    w2 = _writer_for(meta, store, settings, coll)
-    w2.append(_insert_msg(coll, 400))
-    w2.close()
     pks = inserted_pks(all_messages(meta, store, p, settings))
-    assert sorted(pks) == [1, 2, 3, 400, 401, 402]
+    assert sorted(pks) == [1, 2, 3, 100, 101, 102, 200, 201, 202]
 
 
-def test_concurrent_opens_get_distinct_terms_or_lose_cleanly(meta, store, settings):
+def test_concurrent_producers_all_commit_with_distinct_places(meta, store, settings):
     import threading
-    from seglake.errors import Conflict
     coll = _coll(meta, store, settings)
     p = pchannels(coll)[0]
     barrier = threading.Barrier(4)
     out = []
 
-    def go():
+    def go(i):
+        w = WalWriter.open(meta, store, p, settings)
         barrier.wait()
-        try:
-            out.append(WalWriter.open(meta, store, p, settings))
-        except Conflict as e:
-            out.append(e)
-    threads = [threading.Thread(target=go) for _ in range(4)]
-    [t.start() for t in threads]
-    [t.join(30) for t in threads]
-    writers = [w for w in out if isinstance(w, WalWriter)]
-    assert writers and len({w.term for w in writers}) == len(writers)
-    newest = max(writers, key=lambda w: w.term)
-    for w in writers:
-        if w is not newest:
-            with pytest.raises(Fenced):
-                w.append(_insert_msg(coll, 1))
-    newest.append(_insert_msg(coll, 50))
-    for w in writers:
+        for j in range(5):
+            out.append(w.append(_insert_msg(coll, 1000 * (i + 1) + 10 * j))[0])
         w.close()
-    assert inserted_pks(all_messages(meta, store, p, settings)) == [50, 51, 52]
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    assert len(out) == 20 and len(set(out)) == 20
+    assert len(inserted_pks(all_messages(meta, store, p, settings))) == 60
 
 
 @pytest.mark.parametrize("typ", [M.INSERT, M.DELETE, M.CREATE_COLLECTION, M.DROP_COLLECTION, M.BEGIN_TXN])
@@ -478,7 +488,7 @@ def test_txn_messages_for_a_txn_not_open_on_this_writer_are_refused(meta, store,
     w1 = _writer_for(meta, store, settings, coll)
     w1.append(M.Message.begin_txn(v, 21, 60_000))
     w1.append(_txn_insert(coll, 21, 1))
-    w2 = _writer_for(meta, store, settings, coll)         # failover: term + 1
+    w2 = _writer_for(meta, store, settings, coll)         # another producer: txn 21 is not its
     try:
         with pytest.raises(ValidationError, match="not open"):
             w2.append(M.Message.commit_txn(v, 21))

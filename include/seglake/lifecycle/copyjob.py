@@ -478,6 +478,15 @@ def finalize(meta: Meta, job_id: int, now: float | None = None) -> CopyJob:
     return job
 
 
+def newest_ts(segments) -> int:
+    """The largest timestamp any of these segment records carries (rows, deletes)."""
+    out = 0
+    for s in segments:
+        out = max(out, s.start_ts, s.dml_ts, *(b.ts_to for logs in s.binlogs.values() for b in logs),
+                  *(b.ts_to for b in s.deltalogs))
+    return out
+
+
 def _finish(meta: Meta, job: CopyJob, now: float) -> CopyJob:
     """Decide (job Completed, one guarded txn: a concurrent fail loses), then Flush the
     targets in batches while the collection is still Importing (nobody uses it), then
@@ -486,6 +495,9 @@ def _finish(meta: Meta, job: CopyJob, now: float) -> CopyJob:
     job = meta.copyjobs.transition(job.job_id, JOB_COMPLETED, finished_at=job.finished_at or now,
                                    total_rows=sum(s.num_rows for s in targets))
     meta.segments.transition([s.ref for s in targets if s.state == IMPORTING], FLUSHED)
+    # restored rows are never newer than this store's clock: whatever clock wrote them,
+    # every write to the target once it is usable gets a larger timestamp
+    meta.tso.advance_past(newest_ts(targets))
     faults.point("copy.before_complete")
     retry_on_conflict(lambda: meta.catalog.set_state(job.target_collection_id, CREATED, expect=COLL_IMPORTING),
                       f"make the target of copy job {job.job_id} usable")

@@ -46,8 +46,7 @@ import os
 import socket
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -57,16 +56,16 @@ from seglake.meta import keys as keymod
 from seglake.meta.alloc import physical_ms
 from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
 from seglake.meta.codec import decode_struct, encode_struct
-from seglake.meta.kv import Compare, Delete, Put, absent, retry_on_conflict
+from seglake.meta.kv import Compare, Delete, Put, absent, retry_on_conflict, unchanged
 from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Binlog, Segment
 from seglake.storage import layout
 from seglake.wal import message as M
-from seglake.wal.buffer import FLUSH, DeltaBuffer, SealPolicy, SegmentBuffer
+from seglake.wal.buffer import FLUSH, DeleteBuffer, SealPolicy, SegmentBuffer
 from seglake.wal.log import Fenced, WalLog, all_pchannels, validate_pchannel
 from seglake.wal.message import Message, MessageId
 
 RELEASED = "released_vchannels"   # collection property: vchannels a drop released (issue 11)
-REINSERT = "reinsert"              # seal reason: a pk deleted in the growing segment is inserted again
+L0 = "L0"                          # level of a 0-row segment that only carries a delta log
 RELEASE_BATCH = 100               # segment records per release txn (etcd --max-txn-ops 128)
 
 
@@ -132,15 +131,14 @@ def live_vchannels(meta, pchannel: str) -> dict:
 
 
 def truncated_before(meta, pchannel: str) -> int:
-    """Fragments below this number may have been truncated (1 = none)."""
-    kv = meta.kv.get(keymod.wal_truncated(meta.keys, pchannel))
-    return 1 if kv is None else int(json.loads(kv.value)["before_fragment"])
+    """Fragments below this number may have been truncated (1 = none): the log's `first`."""
+    return WalLog(meta, None, pchannel).state().first
 
 
 def truncatable_fragments(meta, pchannel: str, consumer_positions=()) -> list[str]:
-    """Keys of the WAL fragments of `pchannel` strictly below every live vchannel's
-    checkpoint and every extra consumer position (MessageIds). Fails closed: no live
-    vchannel, or one without a checkpoint, means nothing is truncatable. Pure read."""
+    """Keys of the committed WAL fragments of `pchannel` strictly below every live
+    vchannel's checkpoint and every extra consumer position (MessageIds). Fails closed:
+    no live vchannel, or one without a checkpoint, means nothing is truncatable. Pure read."""
     validate_pchannel(pchannel)
     vch = live_vchannels(meta, pchannel)
     if not vch:
@@ -153,30 +151,47 @@ def truncatable_fragments(meta, pchannel: str, consumer_positions=()) -> list[st
         bounds.append(cp.message_id.fragment)
     bounds += [MessageId.parse(p).fragment for p in consumer_positions]
     below = min(bounds)
-    st = WalLog(meta, None, pchannel).state()
-    numbers = set(st.fragments()) | set(st.holes)
-    return [layout.wal_fragment(pchannel, n) for n in sorted(numbers) if n < below]
+    log = WalLog(meta, None, pchannel)
+    st = log.state()
+    out = [rec.key for rec in log.fragments(state=replace(st, last=min(st.last, below - 1)))]
+    # format-1 holes: names a fenced writer of the old log may have left
+    out += [layout.wal_fragment(pchannel, n) for n in st.holes if st.first <= n < below]
+    return sorted(out)
+
+
+def referenced_fragments(meta, pchannel: str) -> set[str]:
+    """Keys of every committed fragment still in the log (first..last). A fragment file
+    under wal/{pchannel}/ that is not among them is no one's: a producer that lost its
+    write (never committed; a producer never commits a file older than
+    writer.MAX_COMMIT_DELAY) or a truncated one. Raises on any read error."""
+    log = WalLog(meta, None, pchannel)
+    return {rec.key for rec in log.fragments()}
 
 
 def record_truncation(meta, pchannel: str, fragment_keys: list[str]) -> int:
     """Persist, BEFORE deleting any of `fragment_keys`, that the log below the highest
-    one + 1 may be gone (recovery then starts above it). Monotonic; returns the bound."""
-    nums = [n for k in fragment_keys if (p := layout.parse_wal_fragment(k)) and p[0] == pchannel
-            for n in [p[1]]]
-    if not nums:
-        return truncated_before(meta, pchannel)
-    key = keymod.wal_truncated(meta.keys, pchannel)
-    bound = max(nums) + 1
+    one's place + 1 may be gone: the log's `first` moves up (one guarded txn; producers
+    racing it retry) and the index records below it are removed. Monotonic; returns
+    the bound."""
+    keys = set(fragment_keys)
+    log = WalLog(meta, None, pchannel)
 
     def attempt() -> int:
-        kv = meta.kv.get(key)
-        cur = 1 if kv is None else int(json.loads(kv.value)["before_fragment"])
-        if bound <= cur:
-            return cur
-        meta.kv.txn([_rev_guard(key, 0 if kv is None else kv.mod_revision)],
-                    [Put(key, json.dumps({"before_fragment": bound}))])
+        st = log.state()
+        places = [rec.n for rec in log.fragments(state=st) if rec.key in keys]
+        places += [n for n in st.holes if layout.wal_fragment(pchannel, n) in keys]
+        bound = max(places, default=0) + 1
+        if bound <= st.first or st.kv is None:
+            return st.first
+        meta.kv.txn([unchanged(st.kv)], [Put(log.log_key, replace(st, first=bound,
+                                                                    holes=[h for h in st.holes if h >= bound]).encoded())])
         return bound
-    return retry_on_conflict(attempt, f"record truncation of {pchannel}")
+    bound = retry_on_conflict(attempt, f"record truncation of {pchannel}")
+    # index records below `first` are no longer read: remove them in pages
+    old = [kv.key for kv in meta.kv.range(log.frags_prefix, end=log.frag_key(bound), keys_only=True)]
+    for i in range(0, len(old), 100):
+        meta.kv.write([Delete(k) for k in old[i:i + 100]])
+    return bound
 
 
 # -- flusher term ----------------------------------------------------------------------------
@@ -204,11 +219,10 @@ class VState:
     cp_rev: int = 0
     growing: dict = field(default_factory=dict)      # partition_id -> SegmentBuffer
     sealed: list = field(default_factory=list)       # SegmentBuffer, in seal order
-    flushed: dict = field(default_factory=dict)      # segment_id -> [Segment, mod_rev]
-    flushed_pks: dict = field(default_factory=dict)  # segment_id -> np.ndarray (lazy)
-    part_hw: dict = field(default_factory=dict)      # partition_id -> highest flushed row tick
-    delta_hw: dict = field(default_factory=dict)     # segment_id -> highest flushed delete tick
-    deltas: dict = field(default_factory=dict)       # segment_id -> DeltaBuffer
+    dels: DeleteBuffer | None = None                 # deletes waiting for the next sync
+    part_hw: dict = field(default_factory=dict)      # partition_id -> highest row tick this flusher wrote
+    del_hw: int = 0                                  # highest delete tick this flusher wrote
+    safe: Checkpoint | None = None                   # last safe point of this vchannel
     closed: bool = False
 
     @property
@@ -235,6 +249,8 @@ class FlushStats:
     checkpoints: dict = field(default_factory=dict)   # vchannel -> {message_id, time_tick, lag_ms}
     stopped: str = "caught_up"
     released: list = field(default_factory=list)   # vchannels released by a DropCollection
+    txn_ticks: int = 0         # TimeTicks appended to end transactions expired on a quiet log
+    open_txns: list = field(default_factory=list)  # transactions still open at the end of the run
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -256,7 +272,6 @@ class Flusher:
         self.term_key = keymod.wal_flusher(meta.keys, pchannel)
         self.term = self.term_rev = 0
         self.states: dict[str, VState] = {}
-        self.last_safe: Checkpoint | None = None
         self.scanner = None
         self.stats = FlushStats(pchannel)
 
@@ -290,14 +305,15 @@ class Flusher:
                 continue
             if seg.state in (GROWING, SEALED):
                 stale.append((kv, seg))
-            elif seg.state == FLUSHED or (seg.state == DROPPED and seg.binlogs):
-                # a Dropped segment with files was Flushed: its rows stay skipped on replay
-                # (a drop's release cut in several txns, compaction), never written twice
-                st.part_hw[seg.partition_id] = max(st.part_hw.get(seg.partition_id, 0), seg.dml_ts)
-                if seg.state == FLUSHED:
-                    st.flushed[seg.segment_id] = [seg, kv.mod_revision]
-                    if seg.deltalogs:
-                        st.delta_hw[seg.segment_id] = max(b.ts_to for b in seg.deltalogs)
+            elif (seg.state == FLUSHED or (seg.state == DROPPED and (seg.binlogs or seg.deltalogs))) \
+                    and seg.source is None:
+                # written by a flusher of this vchannel (not a copy: a restored segment
+                # carries `source`); a Dropped one with files was Flushed: a drop's release
+                # cut in several txns. Its rows and deletes stay skipped on replay.
+                if seg.binlogs:
+                    st.part_hw[seg.partition_id] = max(st.part_hw.get(seg.partition_id, 0), seg.dml_ts)
+                if seg.deltalogs:
+                    st.del_hw = max(st.del_hw, *(b.ts_to for b in seg.deltalogs))
         for kv, seg in stale:   # a killed run's buffers: no files, rows are replayed from the log
             self._commit([Compare(kv.key, "mod", "==", kv.mod_revision)],
                          [Put(kv.key, encode_struct(seg.replace(state=DROPPED, dropped_at=self.clock())))],
@@ -374,6 +390,7 @@ class Flusher:
                 self.stats.stopped = "paused"    # consumption held back: nothing is read
                 self.stats.checkpoints = self.checkpoint_report()
                 return self.stats
+            ticked = False
             while True:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 m = self.scanner.next(timeout=left)
@@ -382,15 +399,36 @@ class Flusher:
                         self.stats.stopped = "paused"
                     elif deadline is not None and time.monotonic() >= deadline:
                         self.stats.stopped = "deadline"
+                    elif not ticked and self._expire_quiet_txns():
+                        ticked = True
+                        self.scanner.drain_more()
+                        continue
                     break
                 self.dispatch(m)
                 if deadline is not None and m.type == M.TIME_TICK and time.monotonic() >= deadline:
                     self.stats.stopped = "deadline"
                     break
+            self.stats.open_txns = self.scanner.txn.open_txns()
             self.finish(flush_all=flush_all)
         finally:
             self.scanner.close()
         return self.stats
+
+    def _expire_quiet_txns(self) -> bool:
+        """An open transaction whose keepalive passed on a quiet pchannel: append a
+        TimeTick (as any producer may) so the log itself says it expired -- every later
+        commit gets a larger tick and is refused -- and consuming it ends the txn and
+        frees its vchannel's checkpoint. True when a tick was appended."""
+        expiry = self.scanner.txn.next_expiry()
+        if expiry is None or expiry > self.meta.tso.now():
+            return False
+        from seglake.wal.writer import WalWriter
+
+        with WalWriter.open(self.meta, self.store, self.pchannel, self.settings,
+                            name=f"flusher {self.name}") as w:
+            w.append(Message.time_tick_msg())
+        self.stats.txn_ticks += 1
+        return True
 
     def dispatch(self, m: Message) -> None:
         self.stats.messages += 1
@@ -447,7 +485,7 @@ class Flusher:
         dropped_at set), removes its checkpoint and adds it to the collection's
         released vchannels. A crash before that txn replays the drop on recovery."""
         self.seal_all(st, "drop")
-        self.sync(st, deltas=True)
+        self.sync(st, deletes=True)
         self._hook("drop_synced", vchannel=st.vchannel)
         self._release(st)
         self.states.pop(st.vchannel, None)   # later messages for it are ignored
@@ -491,93 +529,79 @@ class Flusher:
         self._hook("after_release", vchannel=st.vchannel)
 
     def on_insert(self, st: VState, m: Message) -> None:
+        """Rows into the partition's growing segment, stamped with the message's tick. An
+        upsert also deletes every older row of its pks (same tick: the delete hides only
+        strictly older rows). Replay: rows at or below what this flusher already wrote
+        for the partition are skipped (segments of a partition cover consecutive ticks)."""
         pid = m.partition_id
         if m.time_tick <= st.part_hw.get(pid, 0):
             self.stats.skipped += 1
             return
         batch = m.body if m.body.schema == st.schema else M.conform_batch(m.body, st.coll.schema)
-        buf = st.growing.get(pid)
-        if buf is not None and buf.deletes and m.time_tick > buf.last_tt and np.isin(
-                batch.column(st.pk.name).to_numpy(zero_copy_only=False), np.concatenate(buf.del_pks)).any():
-            # a pk deleted in this buffer comes back: cut here (a tick boundary), so the
-            # segment's delta log never covers the new row
-            self._seal(st, pid, REINSERT)
-            buf = None
-        buf = buf or self._open_segment(st, pid, m.time_tick)
-        buf.add_rows(batch, m.time_tick, self.clock())
+        if m.props.get("upsert") and m.time_tick > st.del_hw:
+            self._add_deletes(st, batch.column(st.pk.name).to_numpy(zero_copy_only=False), m.time_tick, 0)
+        buf = st.growing.get(pid) or self._open_segment(st, pid, m.time_tick)
+        buf.add_rows(batch, m.time_tick)
 
     def on_delete(self, st: VState, m: Message) -> None:
-        pks = m.body.column("pk").to_numpy(zero_copy_only=False)
-        pk = st.pk.name
-        for buf in [*st.growing.values(), *st.sealed]:
-            if m.partition_id and buf.partition_id != m.partition_id:
-                continue
-            hit = pks[np.isin(pks, buf.pks(pk))]
-            buf.add_deletes(hit, m.time_tick)
-            self.stats.deletes += len(hit)
-        for sid, (seg, _rev) in st.flushed.items():
-            if m.partition_id and seg.partition_id != m.partition_id:
-                continue
-            if m.time_tick <= max(seg.dml_ts, st.delta_hw.get(sid, 0)):
-                # already in this segment's delta logs, or (at or below its last row) applied
-                # to its buffer before it was flushed: a replayed delete never hits later rows
-                continue
-            hit = pks[np.isin(pks, self._flushed_pks(st, seg))]
-            if len(hit):
-                d = st.deltas.get(sid) or st.deltas.setdefault(
-                    sid, DeltaBuffer(sid, seg.partition_id, self._position(st)))
-                d.add(hit, m.time_tick)
-                self.stats.deletes += len(hit)
+        """Buffered with its tick and partition scope; stored in the delta log of the next
+        segment synced on the vchannel. Replay: deletes at or below what this flusher
+        already wrote are skipped (duplicates would be harmless, only larger)."""
+        if m.time_tick <= st.del_hw:
+            self.stats.skipped += 1
+            return
+        self._add_deletes(st, m.body.column("pk").to_numpy(zero_copy_only=False), m.time_tick, m.partition_id)
 
-    def _flushed_pks(self, st: VState, seg: Segment) -> np.ndarray:
-        pks = st.flushed_pks.get(seg.segment_id)
-        if pks is None:
-            import pyarrow.parquet as pq
-            fid = st.pk.field_id
-            parts = []
-            for b in seg.binlogs.get(fid, ()):
-                with self.store.open_read(layout.insert_log(seg.collection_id, seg.partition_id,
-                                                            seg.segment_id, fid, b.log_id)) as f:
-                    parts.append(pq.read_table(f).column(0).to_numpy())
-            pks = st.flushed_pks[seg.segment_id] = np.concatenate(parts) if parts else np.array([], np.int64)
-        return pks
+    def _add_deletes(self, st: VState, pks: np.ndarray, tt: int, partition_id: int) -> None:
+        if st.dels is None:
+            st.dels = DeleteBuffer(self._position(st))
+        st.dels.add(pks, tt, partition_id)
+        self.stats.deletes += len(pks)
 
     def on_tick(self, m: Message) -> None:
-        """A safe point when no transaction is open; seal by policy, sync sealed."""
-        if self.scanner is None or len(self.scanner.txn) == 0:
-            self.last_safe = Checkpoint(m.id, m.time_tick)
-        now = self.clock()
+        """A safe point for every vchannel without an open transaction; seal by policy
+        (ages in ticks), sync sealed."""
+        txn = None if self.scanner is None else self.scanner.txn
+        for st in self.states.values():
+            if txn is None or not txn.open_on(st.vchannel):
+                st.safe = Checkpoint(m.id, m.time_tick)
+        self._seal_due(m.time_tick)
+
+    def _seal_due(self, now_tt: int, *, deletes: bool = False) -> None:
+        """Seal every growing segment a policy calls for at tick `now_tt` and sync what is
+        sealed; with deletes=True also store delete buffers that are old enough."""
         for st in list(self.states.values()):
             if st.closed:
                 continue
             for pid, buf in list(st.growing.items()):
-                reason = buf.seal_reason(self.policy, now)
+                reason = buf.seal_reason(self.policy, now_tt)
                 if reason:
                     self._seal(st, pid, reason)
-            if st.sealed:
-                try:
+            try:
+                if st.sealed:
                     self.sync(st)
-                except VchannelReleased:
-                    self._forget(st)
+                if deletes and st.dels is not None and st.dels.due(self.policy, now_tt):
+                    self.sync(st, deletes=True)
+            except VchannelReleased:
+                self._forget(st)
 
     # -- segments ---------------------------------------------------------------------------------
     def _position(self, st: VState) -> Checkpoint | None:
         """Where a replay must start to rebuild a buffer opened now."""
-        pos = self.last_safe
+        pos = st.safe
         if st.floor is not None and (pos is None or pos.message_id < st.floor.message_id):
             pos = st.floor
         return pos
 
-    def _open_segment(self, st: VState, pid: int, tt: int) -> SegmentBuffer:
+    def _open_segment(self, st: VState, pid: int, tt: int, level: str = "L1") -> SegmentBuffer:
         sid = self.meta.ids.allocate()
         seg = Segment(segment_id=sid, collection_id=st.coll.collection_id, partition_id=pid,
-                      channel=st.vchannel, state=GROWING, start_ts=tt, created_ts=tt)
+                      channel=st.vchannel, state=GROWING, start_ts=tt, created_ts=tt, level=level)
         key = self.meta.keys.segment(seg.collection_id, pid, sid)
         rev = self._commit([absent(key)], [Put(key, encode_struct(seg))], f"open growing segment {sid}", st)
-        now = self.clock()
-        buf = SegmentBuffer(sid, seg.collection_id, pid, st.vchannel, self._position(st), now,
-                            last_write=now, record_rev=rev)
-        st.growing[pid] = buf
+        buf = SegmentBuffer(sid, seg.collection_id, pid, st.vchannel, self._position(st), record_rev=rev)
+        if level == "L1":
+            st.growing[pid] = buf
         return buf
 
     def _seal(self, st: VState, pid: int, reason: str) -> None:
@@ -591,16 +615,17 @@ class Flusher:
             if st.growing[pid].rows:
                 self._seal(st, pid, reason)
 
-    def _checkpoint_after(self, st: VState, done: object) -> Checkpoint | None:
-        """min(start of every buffer still held but `done`) else the last safe point."""
-        starts = [b.start for b in [*st.growing.values(), *st.sealed, *st.deltas.values()] if b is not done]
+    def _checkpoint_after(self, st: VState, done: tuple) -> Checkpoint | None:
+        """min(start of every buffer still held but those `done`) else the safe point."""
+        held = [*st.growing.values(), *st.sealed, *([st.dels] if st.dels is not None else [])]
+        starts = [b.start for b in held if not any(b is d for d in done)]
         if starts:
             if any(s is None for s in starts):
                 return None
             return min(starts, key=lambda c: (c.message_id, c.time_tick))
         return self._position(st)
 
-    def _cp_ops(self, st: VState, done: object) -> tuple[list, list, Checkpoint | None]:
+    def _cp_ops(self, st: VState, done: tuple) -> tuple[list, list, Checkpoint | None]:
         cp = self._checkpoint_after(st, done)
         key = self.meta.keys.channel_checkpoint(st.vchannel)
         if cp is None or not advances(st.floor, cp):
@@ -611,107 +636,85 @@ class Flusher:
         if cp is not None:
             st.floor, st.cp_rev = cp, rev
 
-    def sync(self, st: VState, *, deltas: bool = False) -> None:
-        """Sync every sealed segment of `st` (in seal order), then, with deltas=True, every
-        pending delete buffer on Flushed segments."""
+    def sync(self, st: VState, *, deletes: bool = False) -> None:
+        """Sync every sealed segment of `st` (in seal order; the vchannel's buffered
+        deletes ride with the first), then, with deletes=True, deletes still buffered
+        in a 0-row L0 segment."""
         while st.sealed:
             self._sync_segment(st, st.sealed[0])
-        if deltas:
-            for sid in list(st.deltas):
-                self._sync_delta(st, st.deltas[sid])
-
-    def _put(self, key: str, columns: dict):
-        """One Parquet log file, visible only complete and durable (one fsync) before it
-        is returned. pyarrow encodes straight into the store's writer (locally the temp
-        file itself: an in-memory buffer of a large binlog costs page faults)."""
-        import pyarrow.parquet as pq
-
-        table = pa.table(columns)
-        return self.store.put_writer(key, lambda f: pq.write_table(table, f, compression="zstd"))
+        if deletes and st.dels is not None and st.dels.count:
+            pid = st.coll.partitions[0].partition_id
+            buf = self._open_segment(st, pid, st.dels.first_tt, level=L0)
+            buf.sealed = "deletes"
+            self._sync_segment(st, buf)
 
     def _sync_segment(self, st: VState, buf: SegmentBuffer) -> None:
+        """Files first (durable), then ONE guarded txn: the segment Flushed and the
+        vchannel's checkpoint advanced."""
+        from seglake import segfiles
+
         c, p, s = buf.collection_id, buf.partition_id, buf.segment_id
-        table = buf.table(st.schema)
-        fields = st.coll.schema.fields
-        log0 = self.meta.ids.allocate(len(fields) + 2)
-        binlogs, statslogs, deltalogs, nbytes = {}, {}, (), 0
-
-        def write_field(i: int):
-            f = fields[i]
-            return self._put(layout.insert_log(c, p, s, f.field_id, log0 + i), {f.name: table.column(f.name)})
-
-        # one binlog per field, encoded and written in parallel (pyarrow and fsync release the GIL)
-        with ThreadPoolExecutor(min(4, len(fields))) as pool:
-            for i, info in enumerate(pool.map(write_field, range(len(fields)))):
-                binlogs[fields[i].field_id] = (Binlog(log0 + i, info.size, buf.rows, buf.first_tt, buf.last_tt),)
-                nbytes += info.size
-        pks = buf.pks(st.pk.name)
-        if buf.deletes:
-            dp, dt = np.concatenate(buf.del_pks), np.concatenate(buf.del_ts)
-            info = self._put(layout.delta_log(c, p, s, log0 + len(fields)), {"pk": dp, "ts": dt})
-            deltalogs = (Binlog(log0 + len(fields), info.size, len(dp), int(dt.min()), int(dt.max())),)
-            nbytes += info.size
-        stats = json.dumps({"field_id": st.pk.field_id, "min": int(pks.min()), "max": int(pks.max()),
-                            "rows": buf.rows}).encode()
-        info = self.store.put(layout.stats_log(c, p, s, st.pk.field_id, log0 + len(fields) + 1), stats)
-        statslogs[st.pk.field_id] = (Binlog(log0 + len(fields) + 1, info.size, buf.rows, buf.first_tt, buf.last_tt),)
-        nbytes += info.size
+        dels = st.dels if st.dels is not None and st.dels.count else None
+        fields = st.coll.schema
+        log0 = self.meta.ids.allocate(segfiles.log_ids_needed(fields, dels is not None))
+        row_ids = None
+        if buf.rows:   # row ids (field 0): one fresh block from the id allocator
+            first = self.meta.ids.allocate(buf.rows)
+            row_ids = np.arange(first, first + buf.rows, dtype=np.int64)
+        files = segfiles.write_segment_files(
+            self.store, log0, c, p, s, fields, buf.table(st.schema) if buf.rows else None,
+            row_ids, buf.row_ts() if buf.rows else None, deletes=None if dels is None else dels.arrays())
         self._hook("after_files", segment_id=s)
+        level = L0 if not buf.rows else "L1"
+        dml_ts = buf.last_tt if buf.rows else (dels.last_tt if dels else 0)
         seg = Segment(segment_id=s, collection_id=c, partition_id=p, channel=st.vchannel, state=FLUSHED,
-                      num_rows=buf.rows, binlogs=binlogs, deltalogs=deltalogs, statslogs=statslogs,
-                      start_ts=buf.first_tt, dml_ts=buf.last_tt, created_ts=buf.first_tt)
+                      num_rows=buf.rows, level=level, binlogs=files.binlogs, deltalogs=files.deltalogs,
+                      statslogs=files.statslogs, start_ts=buf.first_tt or dml_ts, dml_ts=dml_ts,
+                      created_ts=buf.first_tt or dml_ts)
         key = self.meta.keys.segment(c, p, s)
-        cmp, ops, cp = self._cp_ops(st, buf)
+        cmp, ops, cp = self._cp_ops(st, (buf, dels))
         rev = self._commit([Compare(key, "mod", "==", buf.record_rev), *cmp],
                            [Put(key, encode_struct(seg)), *ops], f"flush segment {s}", st)
         self._applied_cp(st, cp, rev)
-        st.sealed.remove(buf)
-        st.flushed[s] = [seg, rev]
-        st.flushed_pks[s] = pks
-        st.part_hw[p] = max(st.part_hw.get(p, 0), buf.last_tt)
-        if deltalogs:
-            st.delta_hw[s] = deltalogs[0].ts_to
-        self.stats.segments += 1
+        if buf in st.sealed:
+            st.sealed.remove(buf)
+        if buf.rows:
+            st.part_hw[p] = max(st.part_hw.get(p, 0), buf.last_tt)
+        if dels is not None:
+            st.del_hw = max(st.del_hw, dels.last_tt)
+            st.dels = None
+            self.stats.delta_logs += 1
+        if buf.rows:
+            self.stats.segments += 1
         self.stats.rows += buf.rows
-        self.stats.bytes += nbytes
-        self._hook("after_commit", segment_id=s)
-
-    def _sync_delta(self, st: VState, d: DeltaBuffer) -> None:
-        seg, rev0 = st.flushed[d.segment_id]
-        c, p, s = seg.collection_id, seg.partition_id, seg.segment_id
-        log_id = self.meta.ids.allocate()
-        dp, dt = np.concatenate(d.pks), np.concatenate(d.ts)
-        info = self._put(layout.delta_log(c, p, s, log_id), {"pk": dp, "ts": dt})
-        self._hook("after_files", segment_id=s)
-        new = seg.replace(deltalogs=(*seg.deltalogs, Binlog(log_id, info.size, len(dp), int(dt.min()), int(dt.max()))))
-        key = self.meta.keys.segment(c, p, s)
-        cmp, ops, cp = self._cp_ops(st, d)
-        rev = self._commit([Compare(key, "mod", "==", rev0), *cmp], [Put(key, encode_struct(new)), *ops],
-                           f"delta log on segment {s}", st)
-        self._applied_cp(st, cp, rev)
-        del st.deltas[s]
-        st.flushed[s] = [new, rev]
-        st.delta_hw[s] = int(dt.max())
-        self.stats.delta_logs += 1
-        self.stats.bytes += info.size
+        self.stats.bytes += files.nbytes
         self._hook("after_commit", segment_id=s)
 
     def finish(self, *, flush_all: bool = False) -> None:
-        """End of a run: seal everything when flush_all, sync sealed segments and delete
-        buffers, advance idle checkpoints, remove the Growing records of buffers left in
-        memory (their rows stay in the log above the checkpoint)."""
+        """End of a run: seal everything when flush_all, else what the age and idle
+        policies call for at the TSO's now (data ages in ticks, across runs); sync
+        sealed segments and due delete buffers, advance idle checkpoints, remove the
+        Growing records of buffers left in memory (their rows stay in the log above the
+        checkpoint and are read again by the next run)."""
+        now_tt = self.meta.tso.now()
         for st in list(self.states.values()):
             try:
-                self._finish_state(st, flush_all)
+                self._finish_state(st, flush_all, now_tt)
             except VchannelReleased:
                 self._forget(st)
         self.stats.checkpoints = self.checkpoint_report()
 
-    def _finish_state(self, st: VState, flush_all: bool) -> None:
+    def _finish_state(self, st: VState, flush_all: bool, now_tt: int) -> None:
         if flush_all and not st.closed:
             self.seal_all(st, FLUSH)
-        self.sync(st, deltas=True)
-        cmp, ops, cp = self._cp_ops(st, None)
+        else:
+            for pid, buf in list(st.growing.items()):
+                reason = buf.seal_reason(self.policy, now_tt)
+                if reason:
+                    self._seal(st, pid, reason)
+        due = st.dels is not None and (flush_all or st.dels.due(self.policy, now_tt))
+        self.sync(st, deletes=due)
+        cmp, ops, cp = self._cp_ops(st, ())
         if ops:
             self._applied_cp(st, cp, self._commit(cmp, ops, f"checkpoint of {st.vchannel}", st))
         for buf in list(st.growing.values()):
@@ -771,15 +774,15 @@ def backlog(meta, pchannel: str) -> dict:
     """How much of the log lies above the pchannel's minimum checkpoint (estimate: the
     log's average fragment size times the fragments at or above it)."""
     st = WalLog(meta, None, pchannel).state()
-    frags = list(st.fragments())
+    count = max(0, st.last - st.first + 1 - len([h for h in st.holes if h >= st.first]))
     starts = []
     for v in live_vchannels(meta, pchannel):
         cp, _ = read_checkpoint(meta, v)
         starts.append(0 if cp is None else cp.message_id.fragment)
-    low = min(starts) if starts else st.last + 1
-    above = sum(1 for n in frags if n >= low)
+    low = max(min(starts) if starts else st.last + 1, st.first)
+    above = max(0, st.last - low + 1)
     return {"pchannel": pchannel, "fragments": above,
-            "bytes": 0 if not frags else int(st.bytes * above / len(frags)), "last_time_tick": st.last_tt}
+            "bytes": 0 if not count else int(st.bytes * above / count), "last_time_tick": st.last_tt}
 
 
 def flush_ready(meta, pchannel: str, settings, started_at: float, now: float | None = None) -> tuple[bool, str]:

@@ -171,6 +171,10 @@ def _claim(meta: Meta, collection_id: int, token: str) -> KeyValue:
 
 
 def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list) -> list:
+    """Target records: source shard i -> target shard i (same shard count: the schema),
+    so a delete or insert sent through the WAL lands where its pk's rows are."""
+    from seglake.meta.catalog import shard_of
+
     base = coll.properties["restore_id_base"]
     source_parts = {p["partition_id"]: p["name"] for p in doc["collection"]["partitions"]}
     target_parts = {p.name: p.partition_id for p in coll.partitions}
@@ -179,7 +183,7 @@ def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list) -> lis
         out.append(s.replace(
             segment_id=base + i, collection_id=coll.collection_id,
             partition_id=target_parts[source_parts[s.partition_id]],
-            channel=coll.vchannels[i % len(coll.vchannels)], state=SEG_IMPORTING, dropped_at=None,
+            channel=coll.vchannels[shard_of(s.channel)], state=SEG_IMPORTING, dropped_at=None,
             source={"collection_id": s.collection_id, "partition_id": s.partition_id, "segment_id": s.segment_id}))
     return out
 

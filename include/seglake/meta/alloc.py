@@ -117,3 +117,18 @@ class TSO:
                 return self._reserve(cur)
             self._physical, self._logical = physical, logical
             return compose_ts(physical, logical)
+
+    # TEMPORARY (replaced by the batch-reserving TSO): reserve/advance_past on the old TSO
+    def reserve(self, count: int, above: int = 0) -> int:
+        first = self.now()
+        while first <= above:
+            first = self.now()
+        last = first
+        for _ in range(count - 1):
+            last = self.now()
+        assert last - first < count + 10**9
+        return max(first, last - count + 1) if last - first >= count - 1 else first
+
+    def advance_past(self, ts: int) -> None:
+        while self.now() <= ts:
+            pass

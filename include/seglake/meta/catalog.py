@@ -147,6 +147,16 @@ def pchannel_of(vchannel: str) -> str:
     return vchannel.rsplit("_", 1)[0]
 
 
+def shard_of(vchannel: str) -> int:
+    """The shard index i of a vchannel `..._{c}v{i}` (restore maps source shard i to
+    target shard i, so rows stay where the WAL routes their primary keys)."""
+    tail = vchannel.rsplit("_", 1)[-1]
+    c, sep, i = tail.partition("v")
+    if not (sep and c.isdigit() and i.isdigit() and c.isascii() and i.isascii()):
+        raise ValueError(f"not a vchannel name: {vchannel!r}")
+    return int(i)
+
+
 class Catalog:
     def __init__(self, meta: "Meta"):
         self.meta = meta

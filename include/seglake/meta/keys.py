@@ -158,6 +158,21 @@ def wal_prefix(keys: Keys) -> str:
     return f"{keys.root}/wal/"
 
 
+#   {root}/wal_index/{pchannel}/frags/{n:020d}      fragment n of the log: object key, size, crc32c,
+#                                                   first tick, tick span, records, term, producer
+#   {root}/wal_index/{pchannel}/producers/{id}      an idempotent producer's recent sequence numbers
+def wal_frags_prefix(keys: Keys, pchannel: str) -> str:
+    return f"{keys.root}/wal_index/{_seg(pchannel)}/frags/"
+
+
+def wal_frag(keys: Keys, pchannel: str, n: int) -> str:
+    return f"{wal_frags_prefix(keys, pchannel)}{n:020d}"
+
+
+def wal_producer(keys: Keys, pchannel: str, producer_id: str) -> str:
+    return f"{keys.root}/wal_index/{_seg(pchannel)}/producers/{_seg(producer_id)}"
+
+
 def channels_prefix(keys: Keys) -> str:
     return f"{keys.root}/channels/"
 

@@ -255,26 +255,41 @@ def segment_files(seg, *, partition_id: int | None = None, segment_id: int | Non
 
 
 # -- write-ahead log (wal helper; append-only section) ---------------------------------
-# wal/{pchannel}/{fragment:020d}.frag   immutable, checksummed; numbered from 1 across terms
+# wal/{pchannel}/{hint:020d}-{token}.frag   immutable, checksummed; named by its producer
+#     before it has a place in the log (hint: the position it expected, token: 12 hex
+#     digits unique to the write); its place is the etcd fragment index (wal/log.py)
+# wal/{pchannel}/{fragment:020d}.frag       a fragment of a log written before the index
+#     (log format 1): its number is its place
 FRAGMENT_SUFFIX = ".frag"
+_FRAG_RE = re.compile(r"([0-9]{20})(?:-([0-9a-f]{12}))?", re.ASCII)
 
 
 def wal_prefix(pchannel: str) -> str:
     return f"{WAL}/{_plain_name(pchannel)}/"
 
 
-def wal_fragment(pchannel: str, fragment: int) -> str:
-    if isinstance(fragment, bool) or not isinstance(fragment, int) or fragment < 1:
+def wal_fragment(pchannel: str, fragment: int, token: str | None = None) -> str:
+    """The key of a fragment: `token` given, a producer's uniquely named file (format 2);
+    without, a format-1 fragment named by its number."""
+    if isinstance(fragment, bool) or not isinstance(fragment, int) or fragment < 0 \
+            or (token is None and fragment < 1):
         raise ValueError(f"fragment number must be a positive int, got {fragment!r}")
-    return f"{wal_prefix(pchannel)}{fragment:020d}{FRAGMENT_SUFFIX}"
+    if token is not None and not re.fullmatch(r"[0-9a-f]{12}", token, re.ASCII):
+        raise ValueError(f"fragment token must be 12 lowercase hex digits, got {token!r}")
+    stem = f"{fragment:020d}" if token is None else f"{fragment:020d}-{token}"
+    return f"{wal_prefix(pchannel)}{stem}{FRAGMENT_SUFFIX}"
 
 
 def parse_wal_fragment(key: str) -> tuple[str, int] | None:
-    """(pchannel, fragment) of a fragment key, None when the key is not one."""
+    """(pchannel, number or hint) of a fragment key, None when the key is not one."""
     parts = key.split("/")
     if len(parts) != 3 or parts[0] != WAL or not parts[2].endswith(FRAGMENT_SUFFIX):
         return None
-    num = parts[2][:-len(FRAGMENT_SUFFIX)]
-    if not re.fullmatch(r"[0-9]{20}", num, re.ASCII) or int(num) < 1:  # ASCII: '²'.isdigit() is True
+    m = _FRAG_RE.fullmatch(parts[2][:-len(FRAGMENT_SUFFIX)])  # ASCII: '²'.isdigit() is True
+    if m is None or (m.group(2) is None and int(m.group(1)) < 1):
         return None
-    return (parts[1], int(num)) if wal_fragment(parts[1], int(num)) == key else None
+    try:
+        back = wal_fragment(parts[1], int(m.group(1)), m.group(2))
+    except ValueError:
+        return None
+    return (parts[1], int(m.group(1))) if back == key else None

@@ -2,11 +2,13 @@
 policies that decide when it is sealed.
 
 - A SegmentBuffer holds the Arrow batches of ONE growing segment (one vchannel and
-  partition), the deletes that target its rows, its first/last row time tick and the
-  checkpoint position (`start`) that a replay must begin at to rebuild it.
-- Seal policies (checked only at time-tick boundaries, so rows sharing a time tick,
-  e.g. a committed transaction, always land in one segment): rows, buffered bytes, age
-  since the first row, idle time since the last row, or an explicit Flush.
+  partition) with their ticks (the rows' timestamps), and the checkpoint position
+  (`start`) that a replay must begin at to rebuild it.
+- A DeleteBuffer holds a vchannel's deletes (pk, ts, partition) until the next sync.
+- Seal policies (checked only at time-tick boundaries): rows, buffered bytes, age since
+  the first row, idle time since the last row -- both measured in TICKS, the one global
+  clock (so data ages across flusher runs: the next run seals what is old enough,
+  however small) -- or an explicit Flush.
 """
 
 from __future__ import annotations
@@ -48,81 +50,91 @@ class SealPolicy:
 
 @dataclass
 class SegmentBuffer:
+    """The rows of ONE growing segment (one vchannel and partition), each batch with its
+    time tick (the rows' timestamp), and the checkpoint position (`start`) a replay must
+    begin at to rebuild it. Ages are measured in ticks (the data's age in the log), so a
+    segment ages across flusher runs."""
+
     segment_id: int
     collection_id: int
     partition_id: int
     vchannel: str
-    start: tuple | None          # (MessageId, time tick) a replay must start from, None = log start
-    opened_at: float             # clock seconds
+    start: tuple | None          # Checkpoint a replay must start from, None = log start
     batches: list[pa.RecordBatch] = field(default_factory=list)
+    ticks: list[int] = field(default_factory=list)   # one per batch
     rows: int = 0
     bytes: int = 0
     first_tt: int = 0
     last_tt: int = 0
-    last_write: float = 0.0
-    del_pks: list[np.ndarray] = field(default_factory=list)
-    del_ts: list[np.ndarray] = field(default_factory=list)
     sealed: str | None = None    # the policy that sealed it
     record_rev: int = 0          # mod revision of the Growing record (guards the commit)
-    _pks: np.ndarray | None = None
 
-    def add_rows(self, batch: pa.RecordBatch, tt: int, now: float) -> None:
+    def add_rows(self, batch: pa.RecordBatch, tt: int) -> None:
         if not self.rows:
             self.first_tt = tt
         self.batches.append(batch)
+        self.ticks.append(tt)
         self.rows += batch.num_rows
         self.bytes += batch.nbytes
         self.last_tt = max(self.last_tt, tt)
-        self.last_write = now
-        self._pks = None
 
-    def pks(self, pk_name: str) -> np.ndarray:
-        if self._pks is None:
-            cols = [b.column(pk_name).to_numpy(zero_copy_only=False) for b in self.batches]
-            self._pks = np.concatenate(cols) if cols else np.array([], dtype=np.int64)
-        return self._pks
+    def row_ts(self) -> np.ndarray:
+        """Each row's timestamp (its message's tick), int64."""
+        return np.repeat(np.array(self.ticks, dtype=np.int64), [b.num_rows for b in self.batches])
 
-    def add_deletes(self, pks: np.ndarray, tt: int) -> None:
-        if len(pks):
-            self.del_pks.append(pks.astype(np.int64))
-            self.del_ts.append(np.full(len(pks), tt, dtype=np.uint64))
-
-    @property
-    def deletes(self) -> int:
-        return sum(len(p) for p in self.del_pks)
-
-    def seal_reason(self, policy: SealPolicy, now: float) -> str | None:
-        """Which policy seals this segment now (None: keep growing)."""
+    def seal_reason(self, policy: SealPolicy, now_tt: int) -> str | None:
+        """Which policy seals this segment at tick `now_tt` (None: keep growing)."""
         if not self.rows:
             return None
         if self.rows >= policy.rows:
             return ROWS
         if self.bytes >= policy.bytes:
             return BYTES
-        if now - self.opened_at >= policy.age:
-            return AGE
-        if now - self.last_write >= policy.idle:
-            return IDLE
-        return None
+        return _age_reason(policy, self.first_tt, self.last_tt, now_tt)
 
     def table(self, schema: pa.Schema) -> pa.Table:
         return pa.Table.from_batches(self.batches, schema=schema)
 
 
-@dataclass
-class DeltaBuffer:
-    """Deletes aimed at rows of an already-Flushed segment, waiting for their delta log."""
+def _age_reason(policy: SealPolicy, first_tt: int, last_tt: int, now_tt: int) -> str | None:
+    from seglake.meta.alloc import physical_ms
 
-    segment_id: int
-    partition_id: int
+    now = physical_ms(now_tt)
+    if now - physical_ms(first_tt) >= policy.age * 1000:
+        return AGE
+    if now - physical_ms(last_tt) >= policy.idle * 1000:
+        return IDLE
+    return None
+
+
+@dataclass
+class DeleteBuffer:
+    """The deletes of one vchannel since its last sync, in tick order: (pk, ts,
+    partition scope; 0 = every partition). They ride in the delta log of the next
+    segment synced on the vchannel, or of a 0-row L0 segment (visibility reads every
+    delta log of the collection, so where a delete is stored does not matter)."""
+
     start: tuple | None
     pks: list[np.ndarray] = field(default_factory=list)
     ts: list[np.ndarray] = field(default_factory=list)
+    parts: list[np.ndarray] = field(default_factory=list)
+    first_tt: int = 0
+    last_tt: int = 0
 
-    def add(self, pks: np.ndarray, tt: int) -> None:
+    def add(self, pks: np.ndarray, tt: int, partition_id: int) -> None:
+        if not self.count:
+            self.first_tt = tt
+        self.last_tt = tt
         self.pks.append(pks.astype(np.int64))
-        self.ts.append(np.full(len(pks), tt, dtype=np.uint64))
+        self.ts.append(np.full(len(pks), tt, dtype=np.int64))
+        self.parts.append(np.full(len(pks), partition_id, dtype=np.int64))
 
     @property
     def count(self) -> int:
         return sum(len(p) for p in self.pks)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return np.concatenate(self.pks), np.concatenate(self.ts), np.concatenate(self.parts)
+
+    def due(self, policy: SealPolicy, now_tt: int) -> bool:
+        return bool(self.count) and _age_reason(policy, self.first_tt, self.last_tt, now_tt) is not None

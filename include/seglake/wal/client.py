@@ -13,29 +13,41 @@
   first data message (create_collection() does it at creation; insert/delete make sure
   of it for collections made elsewhere). A duplicate CreateCollection is harmless: the
   flusher ignores it.
-- txn=True: per vchannel BeginTxn, the batches, CommitTxn; on any error RollbackTxn is
-  appended for the open transactions and the error re-raised.
-- The client holds one writer per pchannel it touches, each at a new term: a second
-  client writing the same pchannel fences the first (its next append raises Fenced).
+- txn=True: BeginTxn, the batches, CommitTxn on ONE vchannel (as in Milvus): rows that
+  route to several vchannels are refused before anything is appended. On any error
+  RollbackTxn is appended and the error re-raised (a failed txn call changed nothing:
+  retry it as a new call).
+- The client holds one producer per pchannel it touches (wal/writer.py); producers of
+  any number of clients and processes append side by side, none fences another.
+- Idempotent calls: each call has a sequence number (`seq`, default: the next one) and
+  its appends are numbered from it. A retriable failure is retried inside the call with
+  the same numbers. A call that still fails raises AppendIncomplete naming the
+  pchannels that committed; calling again with `seq=err.result.seq` (same client, or a
+  new one with the same `producer_id`) appends the rest and nothing twice.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 
-from seglake.errors import ValidationError
+from seglake.errors import SeglakeError, ValidationError
 from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
-from seglake.wal.writer import WalWriter
+from seglake.wal.writer import Retry, WalWriter
 
 MAX_BATCH_ROWS = 1_000_000
+APPENDS_PER_CALL = 1 << 20    # a call's appends are numbered call * APPENDS_PER_CALL + i
+MAX_CALL_SEQ = 1 << 41
+RETRIES = 6                   # a retriable append is retried this often (same seq)
 ANNOUNCED = "wal_announced"
 
 
@@ -49,6 +61,8 @@ class IngestResult:
     pchannels: list[str] = field(default_factory=list)
     # per pchannel: [first, last] message id written by this call (ids order one pchannel only)
     positions: dict[str, list[str]] = field(default_factory=dict)
+    committed: dict[str, int] = field(default_factory=dict)   # pchannel -> appends committed
+    seq: int = 0              # the call's sequence number (a retry passes it again)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -95,18 +109,26 @@ def synthetic_rows(coll, n: int, first_pk: int, seed: int = 0) -> pa.Table:
 
 
 class WalClient:
-    def __init__(self, meta, store, settings, *, clock=time.time, batch_rows: int = 10000):
+    def __init__(self, meta, store, settings, *, clock=time.time, batch_rows: int = 10000,
+                 producer_id: str | None = None):
         check_wal_settings(settings)
         self.meta, self.store, self.settings, self.clock = meta, store, settings, clock
         self.batch_rows = check_count("batch rows", batch_rows, maximum=MAX_BATCH_ROWS)
+        self.producer_id = producer_id or f"c-{uuid.uuid4().hex}"
         self._writers: dict[str, WalWriter] = {}
+        self._next_call = 1
+        self._lock = threading.Lock()
 
     def writer(self, pchannel: str) -> WalWriter:
-        w = self._writers.get(pchannel)
-        if w is None:
-            w = self._writers[pchannel] = WalWriter.open(self.meta, self.store, pchannel, self.settings,
-                                                         clock=self.clock)
-        return w
+        """This client's producer on `pchannel` (one per pchannel, opened on first use)."""
+        with self._lock:
+            w = self._writers.get(pchannel)
+            if w is None:
+                w = self._writers[pchannel] = WalWriter.open(self.meta, self.store, pchannel, self.settings,
+                                                             producer_id=self.producer_id, clock=self.clock)
+                # a producer id used before (a new process retrying): continue above its calls
+                self._next_call = max(self._next_call, w._prod["seq"] // APPENDS_PER_CALL + 1)
+            return w
 
     def close(self) -> None:
         for w in self._writers.values():
@@ -135,8 +157,9 @@ class WalClient:
                 M.CREATE_COLLECTION, v, collection_id=coll.collection_id,
                 props={"name": coll.name, "db": coll.db, "schema": coll.schema.to_json(),
                        "partitions": [[p.partition_id, p.name] for p in coll.partitions]}))
-        for p, msgs in sorted(by_p.items()):
-            self.writer(p).append(msgs)
+        res = IngestResult(coll.name)
+        self._finish(res, self._submit(res, [m for _, msgs in sorted(by_p.items()) for m in msgs],
+                                       self._call_seq(None), [0]))
         return self.meta.catalog.set_properties(coll.collection_id, **{ANNOUNCED: True})
 
     def _collection(self, name: str, db: str):
@@ -144,37 +167,52 @@ class WalClient:
 
     # -- data -------------------------------------------------------------------------------
     def insert(self, collection: str, data: pa.Table | pa.RecordBatch, *, partition: str = DEFAULT_PARTITION,
-               db: str = DEFAULT_DB, txn: bool = False) -> IngestResult:
+               db: str = DEFAULT_DB, txn: bool = False, upsert: bool = False, seq: int | None = None) -> IngestResult:
+        """Append rows (upsert=True: each row also deletes the older rows of its pk, at its
+        own timestamp). See the module docstring for `txn` and `seq`."""
+        what = "upsert" if upsert else "insert"
         if not isinstance(data, (pa.Table, pa.RecordBatch)):
-            raise ValidationError(f"insert: rows must be an Arrow table or record batch, got {type(data).__name__}")
+            raise ValidationError(f"{what}: rows must be an Arrow table or record batch, got {type(data).__name__}")
         coll = self.meta.catalog.get_by_name(collection, db)
         part = coll.partition(partition)
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         if table.num_rows == 0:
-            raise ValidationError("insert: no rows")
+            raise ValidationError(f"{what}: no rows")
         # validate every batch before anything is appended
-        batches = [M.conform_batch(b, coll.schema) for b in table.to_batches(max_chunksize=self.batch_rows)
+        batches = [M.conform_batch(b, coll.schema, what) for b in table.to_batches(max_chunksize=self.batch_rows)
                    if b.num_rows]
-        coll = self.announce(coll)
         pk = coll.schema.primary.name
+        shards = [route(b.column(pk).to_numpy(zero_copy_only=False), coll.shards) for b in batches]
+        if txn:
+            self._one_vchannel(coll, np.concatenate(shards), what)
+        coll = self.announce(coll)
         res = IngestResult(coll.name)
+        props = {"upsert": True} if upsert else {}
 
-        def messages(batch: pa.RecordBatch, txn_ids: dict[str, int]):
-            shard = route(batch.column(pk).to_numpy(zero_copy_only=False), coll.shards)
+        def messages(i: int, txn_ids: dict[str, int]):
+            batch, shard = batches[i], shards[i]
             out = []
-            for i, v in enumerate(coll.vchannels):
-                idx = np.nonzero(shard == i)[0] if coll.shards > 1 else None
+            for j, v in enumerate(coll.vchannels):
+                idx = np.nonzero(shard == j)[0] if coll.shards > 1 else None
                 part_batch = batch if idx is None else batch.take(pa.array(idx))
                 if part_batch.num_rows:
-                    out.append(Message.insert(v, coll.collection_id, part.partition_id, part_batch,
-                                              txn_id=txn_ids.get(v, 0)))
+                    m = Message.insert(v, coll.collection_id, part.partition_id, part_batch, txn_id=txn_ids.get(v, 0))
+                    out.append(replace(m, props=props) if props else m)
             return out
 
-        self._run(coll, batches, messages, txn, res)
+        self._run(coll, len(batches), messages, txn, res, seq)
         res.rows = table.num_rows
         return res
 
-    def delete(self, collection: str, pks, *, db: str = DEFAULT_DB, txn: bool = False) -> IngestResult:
+    def upsert(self, collection: str, data: pa.Table | pa.RecordBatch, **kw) -> IngestResult:
+        """Insert rows that replace every older row of their primary keys (Milvus's upsert:
+        a delete and an insert at one timestamp; the delete hides only strictly older rows)."""
+        return self.insert(collection, data, upsert=True, **kw)
+
+    def delete(self, collection: str, pks, *, db: str = DEFAULT_DB, partition: str | None = None,
+               txn: bool = False, seq: int | None = None) -> IngestResult:
+        """Delete every row of these primary keys older than this call (in `partition`
+        only when given). The delete's timestamp is its message's tick."""
         coll = self.meta.catalog.get_by_name(collection, db)
         try:
             arr = pa.array(pks, pa.int64())
@@ -182,82 +220,147 @@ class WalClient:
             raise ValidationError(f"delete: primary keys must be 64-bit integers: {e}") from None
         if len(arr) == 0 or arr.null_count:
             raise ValidationError("delete: give at least one primary key, none null")
+        part_id = 0 if partition is None else coll.partition(partition).partition_id
+        chunks = [arr[i:i + self.batch_rows].to_numpy() for i in range(0, len(arr), self.batch_rows)]
+        shards = [route(c, coll.shards) for c in chunks]
+        if txn:
+            self._one_vchannel(coll, np.concatenate(shards), "delete")
         coll = self.announce(coll)
         res = IngestResult(coll.name)
-        chunks = [arr[i:i + self.batch_rows] for i in range(0, len(arr), self.batch_rows)]
 
-        def messages(chunk: pa.Array, txn_ids: dict[str, int]):
-            shard = route(chunk.to_numpy(), coll.shards)
-            ts = self.meta.tso.now()
+        def messages(i: int, txn_ids: dict[str, int]):
+            chunk, shard = chunks[i], shards[i]
             out = []
-            for i, v in enumerate(coll.vchannels):
-                sel = chunk.to_numpy()[shard == i]
+            for j, v in enumerate(coll.vchannels):
+                sel = chunk[shard == j]
                 if len(sel):
-                    out.append(Message.delete(v, coll.collection_id, sel, np.full(len(sel), ts, np.uint64),
-                                              txn_id=txn_ids.get(v, 0)))
+                    out.append(Message.delete(v, coll.collection_id, sel, np.zeros(len(sel), np.uint64),
+                                              txn_id=txn_ids.get(v, 0), partition_id=part_id))
             return out
 
-        self._run(coll, chunks, messages, txn, res)
+        self._run(coll, len(chunks), messages, txn, res, seq)
         res.deletes = len(arr)
         return res
 
-    def flush(self, collection: str, *, db: str = DEFAULT_DB) -> IngestResult:
+    def flush(self, collection: str, *, db: str = DEFAULT_DB, seq: int | None = None) -> IngestResult:
         """Append a Flush on each vchannel: the flusher seals the growing segments up to
         this message's time tick."""
         coll = self._collection(collection, db)
         res = IngestResult(coll.name)
-        self._append_grouped(res, [Message(M.FLUSH, v, collection_id=coll.collection_id) for v in coll.vchannels])
+        call = self._call_seq(seq)
+        self._finish(res, self._submit(res, [Message(M.FLUSH, v, collection_id=coll.collection_id)
+                                             for v in coll.vchannels], call, [0]))
         return res
 
-    def _run(self, coll, chunks, messages, txn: bool, res: IngestResult) -> None:
-        """Append each chunk's messages (one append per pchannel); in a txn per vchannel."""
+    @staticmethod
+    def _one_vchannel(coll, shards: np.ndarray, what: str) -> None:
+        used = sorted({int(x) for x in np.unique(shards)})
+        if len(used) > 1:
+            raise ValidationError(f"{what}: a transaction spans one vchannel (as in Milvus); these rows route to "
+                                  f"{len(used)} vchannels ({', '.join(coll.vchannels[i] for i in used)}): split "
+                                  f"them by shard or append without txn. Nothing was appended")
+
+    def _call_seq(self, seq: int | None) -> int:
+        """The call's sequence number: given (a retry of a call), or the next one."""
+        if seq is None:
+            seq = self._next_call
+        elif isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < MAX_CALL_SEQ:
+            raise ValidationError(f"seq must be an int in 1..{MAX_CALL_SEQ - 1}, got {seq!r}")
+        self._next_call = max(self._next_call, seq + 1)
+        return seq
+
+    def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None) -> None:
+        """Append each chunk's messages (one append per pchannel); in a txn on one vchannel."""
+        call = self._call_seq(seq)
+        res.seq = call
+        counter = [0]
         txn_ids: dict[str, int] = {}
         if txn:
-            first = self.meta.ids.allocate(len(coll.vchannels))
-            txn_ids = {v: first + i for i, v in enumerate(coll.vchannels)}
+            v = next(m.vchannel for m in messages(0, {}))
+            txn_ids = {v: self.meta.ids.allocate()}
             keep_ms = max(1, int(self.settings.wal_txn_keepalive * 1000))
-            self._append_grouped(res, [Message.begin_txn(v, t, keep_ms) for v, t in txn_ids.items()])
-            res.txns = len(txn_ids)
+            self._finish(res, self._submit(res, [Message.begin_txn(v, txn_ids[v], keep_ms)], call, counter))
+            res.txns = 1
         pending: list = []
         try:
-            for chunk in chunks:   # queued: serialization overlaps the writers' I/O
-                pending += self._submit(res, messages(chunk, txn_ids))
+            for i in range(chunks):   # queued: serialization overlaps the producers' I/O
+                pending += self._submit(res, messages(i, txn_ids), call, counter)
                 res.batches += 1
-            self._wait(res, pending)
+            self._finish(res, pending)
         except BaseException:
             if txn:
-                try:
-                    self._append_grouped(res, [Message.rollback_txn(v, t) for v, t in txn_ids.items()])
+                try:   # nothing of the txn is ever consumed: a failed txn call is a new call to retry
+                    self._finish(res, self._submit(res, [Message.rollback_txn(v, t) for v, t in txn_ids.items()],
+                                                   call, counter))
                 except Exception:  # noqa: BLE001 - the transaction expires anyway
                     pass
             raise
         if txn:
-            self._append_grouped(res, [Message.commit_txn(v, t) for v, t in txn_ids.items()])
+            self._finish(res, self._submit(res, [Message.commit_txn(v, t) for v, t in txn_ids.items()], call, counter))
 
-    def _submit(self, res: IngestResult, msgs: list[Message]) -> list:
-        """Queue one append per pchannel (each lands whole in one fragment)."""
+    def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int]) -> list:
+        """Queue one append per pchannel (each lands whole in one fragment), numbered
+        call * 2**20 + i: the same call retried numbers its appends the same way."""
         by_p: dict[str, list[Message]] = {}
         for m in msgs:
             by_p.setdefault(pchannel_of(m.vchannel), []).append(m)
         out = []
         for p, group in sorted(by_p.items()):
-            out.append((p, self.writer(p).append_async(group)))
+            seq = call * APPENDS_PER_CALL + counter[0]
+            counter[0] += 1
+            if counter[0] >= APPENDS_PER_CALL:
+                raise ValidationError(f"a call may make at most {APPENDS_PER_CALL} appends; use fewer, larger batches")
+            out.append((p, group, seq, self.writer(p).append_async(group, seq=seq)))
             if p not in res.pchannels:
                 res.pchannels.append(p)
         return out
 
-    def _wait(self, res: IngestResult, pending: list) -> list[MessageId]:
-        out = []
-        for p, req in pending:
-            ids = req.result()
+    def _finish(self, res: IngestResult, pending: list) -> list[MessageId]:
+        """Wait for each append; a retriable failure is retried with the same sequence
+        number (safe: idempotent). What still fails is reported with what committed."""
+        out, failed = [], {}
+        for p, group, seq, req in pending:
+            ids = None
+            for attempt in range(RETRIES + 1):
+                try:
+                    ids = req.result()
+                    break
+                except Retry as e:
+                    if attempt == RETRIES:
+                        failed[p] = e
+                        break
+                    time.sleep(min(1.0, 0.02 * 2 ** attempt))
+                    req = self.writer(p).append_async(group, seq=seq)
+                except ValidationError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - reported with what committed
+                    failed[p] = e
+                    break
+            if ids is None:
+                continue
             out += ids
-            pos = res.positions.setdefault(p, [str(min(ids)), str(max(ids))])
-            if MessageId.parse(pos[1]) < max(ids):
-                pos[1] = str(max(ids))
+            res.committed.setdefault(p, 0)
+            res.committed[p] += 1
+            if ids:
+                pos = res.positions.setdefault(p, [str(min(ids)), str(max(ids))])
+                if MessageId.parse(pos[1]) < max(ids):
+                    pos[1] = str(max(ids))
+        if failed:
+            raise AppendIncomplete(res, failed)
         return out
 
-    def _append_grouped(self, res: IngestResult, msgs: list[Message]) -> list[MessageId]:
-        return self._wait(res, self._submit(res, msgs))
+
+class AppendIncomplete(SeglakeError):
+    """Some appends of a call did not commit. `.result.committed` says which pchannels
+    did; calling again with `seq=.result.seq` (same client, or the same producer_id)
+    appends the rest and nothing twice."""
+
+    def __init__(self, result: IngestResult, failed: dict):
+        self.result, self.failed = result, failed
+        super().__init__(f"{result.collection}: appends to {', '.join(sorted(failed))} did not commit "
+                         f"({'; '.join(f'{p}: {e}' for p, e in sorted(failed.items()))}); committed: "
+                         f"{', '.join(sorted(result.committed)) or 'none'}. Retry with seq={result.seq} "
+                         f"to append the rest without duplicates")
 
 
 # -- status --------------------------------------------------------------------------------
@@ -295,7 +398,7 @@ def wal_status(meta, pchannel: str | None = None) -> list[dict]:
                               "lag_ms": lag})
         paused = pause_state(meta, p)
         rows.append({"pchannel": p, "term": term.term, "writer": term.writer, "last_time_tick": st.last_tt,
-                     "fragments": sum(1 for _ in st.fragments()), "last_fragment": st.last,
+                     "fragments": max(0, st.last - st.first + 1 - len([h for h in st.holes if h >= st.first])), "last_fragment": st.last,
                      "bytes": st.bytes, "records": st.records, "paused": paused is not None,
                      "pause_scope": None if paused is None else ("global" if paused["key"].endswith("/_pause") else "pchannel"),
                      "consumers": consumers})

@@ -1,31 +1,41 @@
-"""One append-only log per pchannel: immutable, checksummed fragments in the Store,
-their metadata in etcd.
+"""One append-only log per pchannel: immutable, checksummed fragment files in the Store,
+their order and their ticks in etcd.
 
-Fragment file `wal/{pchannel}/{n:020d}.frag` (layout.wal_fragment):
+Fragment file (format 2) `wal/{pchannel}/{hint:020d}-{token}.frag` (layout.wal_fragment):
 
-    MAGIC | u64 term | u64 fragment | records... | footer
-    record  = u32 length | u32 crc32c(payload) | payload (message.encode())
+    MAGIC | u64 term | u64 hint | records... | footer
+    record  = u32 length | u32 crc32c(payload) | payload (message.encode(), tick RELATIVE)
     footer  = u32 record count | u64 records' bytes | u32 crc32c(header + count + bytes) | END
 
-- A fragment becomes visible atomically and only once: locally a synced temp file
-  hard-linked to its name (the link fails if the name exists: exclusive create), on S3
-  one PUT with `If-None-Match: *` (412 when the name exists).
-- It counts as part of the log only once the etcd log record (`{root}/wal/{p}/log`)
-  says so: committed fragments are first..last minus `holes` (numbers a writer had to
-  skip because an uncommitted file, e.g. a fenced writer's, already held the name).
-- Reading checks the magic, the footer and every record's crc: a truncated or corrupt
-  fragment raises CorruptFragment naming the key; a committed fragment that is missing
-  raises too. Nothing is ever skipped silently.
+- A producer writes its fragment under a name no one else uses (a random token), before
+  it knows the fragment's place in the log: producers never wait for or fence each other.
+- The fragment becomes part of the log with ONE etcd transaction that compares the log
+  record `{root}/wal/{p}/log` (unchanged since read) and writes, together: the log record
+  (last = n, last_tt), the index record `{root}/wal_index/{p}/frags/{n:020d}` (object key,
+  size, crc32c of the whole file, first tick `tt0`, tick span, records, term, producer)
+  and the producer's record (its sequence numbers: retries are idempotent). A lost race
+  re-reads the log and commits the SAME file at the next place.
+- Ticks are given at that commit: tt0 > the log's last tick, from the one global TSO;
+  a message's tick = tt0 + its relative tick. So ticks increase in log order on every
+  pchannel, and every tick in the system comes from the TSO.
+- Reading compares the file with its index record (size and crc32c of the whole file):
+  an overwritten, swapped, truncated or missing fragment raises CorruptFragment naming
+  it, on every store, with or without conditional PUTs. Nothing is skipped silently.
+
+A log written before the index (format 1: numbered files with absolute ticks, a `holes`
+list) is read as is: its record keeps `legacy_last`; fragments up to it are the numbered
+files (checked by their own footer and record crcs), later ones come from the index. The
+first commit of a format-2 producer converts the record in place.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import crc32c
@@ -43,14 +53,15 @@ _HEAD = struct.Struct("<QQ")
 _REC = struct.Struct("<II")
 _FOOT = struct.Struct("<IQI")
 PCHANNEL_PREFIX = "seglake-dml_"
+LOG_FORMAT = 2
 
 
 class CorruptFragment(SeglakeError):
-    """A fragment's bytes do not check out (truncated, bit flip, wrong header)."""
+    """A fragment's bytes do not check out (truncated, bit flip, swapped, missing)."""
 
 
 class Fenced(SeglakeError):
-    """The writer's term is no longer the pchannel's term: a newer writer owns it."""
+    """A writer or flusher whose term is no longer the pchannel's term."""
 
 
 def validate_pchannel(pchannel: str) -> str:
@@ -82,10 +93,10 @@ def checksum(data, value: int = 0) -> int:
     return crc32c.crc32c(data, value=value)
 
 
-def encode_fragment_parts(term: int, fragment: int, records: list[list]) -> list:
+def encode_fragment_parts(term: int, hint: int, records: list[list]) -> list:
     """The fragment as a list of buffers (no join: large bodies are written in place).
     Each record is a list of buffers (message.encode_parts)."""
-    head = _HEAD.pack(term, fragment)
+    head = _HEAD.pack(term, hint)
     parts: list = [MAGIC + head]
     size = 0
     for rec in records:
@@ -105,8 +116,19 @@ def encode_fragment(term: int, fragment: int, payloads: list[bytes]) -> bytes:
     return b"".join(bytes(p) for p in encode_fragment_parts(term, fragment, [[p] for p in payloads]))
 
 
-def decode_fragment(key: str, data: bytes, expect_fragment: int | None = None) -> tuple[int, list[memoryview]]:
-    """(term, record payloads) of a fragment; CorruptFragment naming `key` otherwise."""
+def parts_checksum(parts: list) -> tuple[int, int]:
+    """(size, crc32c) of a fragment given as buffers."""
+    crc, size = 0, 0
+    for p in parts:
+        crc = checksum(p, crc)
+        size += len(p)
+    return size, crc
+
+
+def decode_fragment(key: str, data, expect_fragment: int | None = None, *,
+                    check_records: bool = True) -> tuple[int, list[memoryview]]:
+    """(term, record payloads) of a fragment; CorruptFragment naming `key` otherwise.
+    check_records=False skips the per-record crcs (the caller checked the whole file)."""
     mv = memoryview(data)
     minimum = len(MAGIC) + _HEAD.size + _FOOT.size + len(END)
     if len(data) < minimum or bytes(mv[:len(MAGIC)]) != MAGIC:
@@ -129,7 +151,7 @@ def decode_fragment(key: str, data: bytes, expect_fragment: int | None = None) -
         n, crc = _REC.unpack_from(mv, pos)
         pos += _REC.size
         payload = mv[pos:pos + n]
-        if pos + n > end or checksum(payload) != crc:
+        if pos + n > end or (check_records and checksum(payload) != crc):
             raise CorruptFragment(f"WAL fragment {key}: record {i} checksum mismatch")
         out.append(payload)
         pos += n
@@ -142,7 +164,8 @@ def decode_fragment(key: str, data: bytes, expect_fragment: int | None = None) -
 def put_exclusive(store, key: str, data) -> bool:
     """Write `key` atomically and durably iff it does not exist. False when it exists.
     `data`: bytes or a list of buffers. Local: synced temp file + link(2) (fails with
-    EEXIST) + directory fsync. S3: one PUT with If-None-Match: * (412 when it exists)."""
+    EEXIST) + directory fsync. S3: one PUT with If-None-Match: * (412 when it exists;
+    a server that ignores the condition is caught on read by the index's crc)."""
     from seglake.storage.local import LocalStore
     from seglake.storage.s3 import S3Store
 
@@ -184,39 +207,70 @@ def _write_all(fd: int, parts: list) -> None:
 # -- log metadata in etcd -------------------------------------------------------------------
 @dataclass
 class LogState:
-    """The etcd record of a pchannel's log. Committed fragments: first..last minus holes."""
+    """The etcd record of a pchannel's log. Fragments first..last: format-1 numbered files
+    up to `legacy_last` (minus `holes`), index records above."""
 
     first: int = 1
     last: int = 0
     holes: list[int] = field(default_factory=list)
-    last_tt: int = 0          # highest time tick in any committed fragment (high-water mark)
+    last_tt: int = 0          # highest tick of any committed message (ticks rise in log order)
     bytes: int = 0
     records: int = 0
-    term: int = 0             # term of the writer that last committed
-    truncated_before: list[int] | None = None  # message id (flusher issue)
+    term: int = 0             # the log's term: bumped only by a takeover (wal/writer.py)
+    legacy_last: int = 0      # format-1 fragments end here (0: none)
     kv: KeyValue | None = None
 
-    def fragments(self, start: int = 1) -> Iterator[int]:
+    def legacy(self, start: int = 1) -> Iterator[int]:
         holes = set(self.holes)
-        for n in range(max(self.first, start), self.last + 1):
+        for n in range(max(self.first, start), min(self.last, self.legacy_last) + 1):
             if n not in holes:
                 yield n
 
     def to_json(self) -> dict:
-        return {"first": self.first, "last": self.last, "holes": self.holes, "last_tt": self.last_tt,
-                "bytes": self.bytes, "records": self.records, "term": self.term,
-                "truncated_before": self.truncated_before}
+        return {"format": LOG_FORMAT, "first": self.first, "last": self.last, "holes": self.holes,
+                "last_tt": self.last_tt, "bytes": self.bytes, "records": self.records, "term": self.term,
+                "legacy_last": self.legacy_last}
 
     @classmethod
     def from_kv(cls, kv: KeyValue | None) -> "LogState":
         if kv is None:
             return cls()
         d = decode(kv.value, kv.key)
-        return cls(d["first"], d["last"], list(d["holes"]), d["last_tt"], d["bytes"], d["records"],
-                   d.get("term", 0), d.get("truncated_before"), kv)
+        fmt = d.get("format", 1)
+        if fmt > LOG_FORMAT:
+            raise ValidationError(f"WAL log record {kv.key} has format {fmt}, newer than {LOG_FORMAT}")
+        legacy_last = d["last"] if fmt == 1 else d.get("legacy_last", 0)
+        return cls(d["first"], d["last"], list(d.get("holes", ())), d["last_tt"], d["bytes"], d["records"],
+                   d.get("term", 0), legacy_last, kv)
 
     def encoded(self) -> bytes:
         return encode(self.to_json())
+
+
+@dataclass(frozen=True)
+class FragRecord:
+    """Fragment n of the log as its index records it (format 1: synthesized)."""
+
+    n: int
+    key: str
+    size: int | None
+    crc: int | None
+    tt0: int                  # tick of relative tick 0 (format 1: 0, ticks are absolute)
+    span: int                 # relative ticks used: the last message's tick is tt0 + span - 1
+    records: int
+    term: int
+    producer: str = ""
+    fmt: int = 2
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "size": self.size, "crc": self.crc, "tt0": self.tt0, "span": self.span,
+                "records": self.records, "term": self.term, "producer": self.producer}
+
+    @classmethod
+    def from_kv(cls, n: int, kv: KeyValue) -> "FragRecord":
+        d = decode(kv.value, kv.key)
+        return cls(n, d["key"], d["size"], d["crc"], d["tt0"], d["span"], d["records"], d["term"],
+                   d.get("producer", ""))
 
 
 @dataclass(frozen=True)
@@ -242,6 +296,7 @@ class WalLog:
         self.pchannel = validate_pchannel(pchannel)
         self.log_key = keymod.wal_log(meta.keys, pchannel)
         self.term_key = meta.keys.wal_term(pchannel)
+        self.frags_prefix = keymod.wal_frags_prefix(meta.keys, pchannel)
 
     def state(self) -> LogState:
         return LogState.from_kv(self.meta.kv.get(self.log_key))
@@ -249,30 +304,63 @@ class WalLog:
     def term(self) -> TermRecord:
         return TermRecord.from_kv(self.meta.kv.get(self.term_key))
 
-    def fragment_key(self, n: int) -> str:
-        return layout.wal_fragment(self.pchannel, n)
+    def frag_key(self, n: int) -> str:
+        return keymod.wal_frag(self.meta.keys, self.pchannel, n)
 
-    def read_fragment(self, n: int) -> list[Message]:
-        """Every message of committed fragment `n`, checked; loud on any damage."""
-        key = self.fragment_key(n)
+    def fragments(self, start: int = 1, state: LogState | None = None) -> Iterator[FragRecord]:
+        """The committed fragments from number `start`, in order (paged index reads at the
+        revision of the first page; nothing above `state.last`)."""
+        st = self.state() if state is None else state
+        for n in st.legacy(start):
+            yield FragRecord(n, layout.wal_fragment(self.pchannel, n), None, None, 0, 0, 0, 0, fmt=1)
+        lo = max(start, st.first, st.legacy_last + 1)
+        if lo > st.last:
+            return
+        after = self.frag_key(lo - 1) if lo > 1 else None
+        expect = lo
+        for kv in self.meta.kv.range(self.frags_prefix, start_after=after, end=self.frag_key(st.last + 1)):
+            n = int(kv.key[len(self.frags_prefix):])
+            if n != expect:
+                raise CorruptFragment(f"WAL {self.pchannel}: index record of fragment {expect} is missing "
+                                      f"(next is {n}); the log is damaged")
+            yield FragRecord.from_kv(n, kv)
+            expect += 1
+        if expect != st.last + 1:
+            raise CorruptFragment(f"WAL {self.pchannel}: index records end at {expect - 1}, the log says {st.last}")
+
+    def read_fragment(self, rec: FragRecord) -> list[Message]:
+        """Every message of a committed fragment, checked against its index record; loud on
+        any damage. Ticks are absolute, ids (term, n, offset)."""
+        key = rec.key
         try:
             data = _read_whole(self.store, key)
         except NotFound:
-            raise CorruptFragment(f"WAL fragment {key}: committed in etcd but missing from {self.store.uri}") from None
-        term, payloads = decode_fragment(key, data, n)
+            raise CorruptFragment(f"WAL fragment {key} (#{rec.n}): committed in etcd but missing from "
+                                  f"{self.store.uri}") from None
+        if rec.fmt == 1:
+            term, payloads = decode_fragment(key, data, rec.n)
+        else:
+            if len(data) != rec.size or checksum(data) != rec.crc:
+                raise CorruptFragment(f"WAL fragment {key} (#{rec.n}): {len(data)} bytes / crc32c "
+                                      f"{checksum(data):08x} do not match the index ({rec.size} bytes / "
+                                      f"{rec.crc:08x}): overwritten, swapped or damaged")
+            term, payloads = decode_fragment(key, data, check_records=False)
+            term = rec.term
         out = []
         for i, p in enumerate(payloads):
             try:
-                out.append(Message.decode(p, MessageId(term, n, i)))
+                m = Message.decode(p, MessageId(term, rec.n, i))
             except (ValueError, KeyError, struct.error) as e:
                 raise CorruptFragment(f"WAL fragment {key}: record {i} does not decode: {e}") from None
+            if rec.fmt != 1:
+                m = replace(m, time_tick=rec.tt0 + m.time_tick, term=term)
+            out.append(m)
         return out
 
     def messages(self, start: MessageId | None = None) -> Iterator[Message]:
         """Committed messages from `start` (inclusive) or the beginning, in id order."""
-        st = self.state()
-        for n in st.fragments(start.fragment if start else 1):
-            for m in self.read_fragment(n):
+        for rec in self.fragments(start.fragment if start else 1):
+            for m in self.read_fragment(rec):
                 if start is None or not m.id < start:
                     yield m
 

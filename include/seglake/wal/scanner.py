@@ -1,15 +1,17 @@
 """The scanner adaptor: what a consumer of a pchannel sees.
 
-    log fragments --read--> [vchannel filter] --> reorder buffer --(TimeTick tt)-->
-        pop tt' <= tt sorted --> txn buffer --> pending queue --> consumer
+    log fragments --read--> reorder buffer --(TimeTick tt)--> pop tt' <= tt sorted
+        --> txn buffer --> [vchannel filter] --> pending queue --> consumer
 
 Rules (scanner_adaptor.go):
 - reads the committed log from a message id (inclusive) or the beginning, fragment by
   fragment (a damaged fragment raises CorruptFragment naming it);
 - a TimeTick is never filtered: it releases the reorder buffer up to its tick, the
   released messages go through the txn buffer, then the tick itself is delivered;
-- other messages are filtered by vchannel (`""` = broadcast reaches every consumer),
-  then pushed into the reorder buffer (late or duplicate ones dropped and counted);
+- other messages are pushed into the reorder buffer (late or duplicate ones dropped and
+  counted); what the txn buffer releases is filtered by vchannel (`""` = broadcast
+  reaches every consumer): the filter runs AFTER the transaction buffer, so a txn's
+  control messages are always seen whatever vchannel the consumer reads;
 - backpressure: pull-based, the log is read only when the consumer asks and nothing
   is pending, and never while the pending queue holds more than `max_pending`
   messages (a commit may release many at once); at most PREFETCH fragments are read
@@ -74,6 +76,7 @@ class Scanner:
         self._next_fragment = self.start.fragment if self.start else 1
         self._state: LogState | None = None
         self._frag: deque[Message] = deque()
+        self._recs: deque = deque()   # index records of committed fragments not yet read
         self._ahead: deque = deque()
         self._pool = None
         self._error: Exception | None = None   # a read failure, raised after what preceded it
@@ -116,12 +119,13 @@ class Scanner:
         CRC32C run without the GIL), in order; a damaged one raises when reached."""
         while not self._frag:
             if not self._ahead:
-                if self._state is not None and next(self._state.fragments(self._next_fragment), None) is None:
-                    if not self.follow:
-                        return None
-                    self._state = None
-                if self._state is None:
+                if not self._recs:
+                    if self._state is not None:
+                        if not self.follow:
+                            return None
                     self._state = self.log.state()
+                    if self._state.last >= self._next_fragment:
+                        self._recs.extend(self.log.fragments(self._next_fragment, self._state))
                 self._fill_ahead()
                 if not self._ahead:
                     return None
@@ -136,19 +140,14 @@ class Scanner:
         return self._frag.popleft()
 
     def _fill_ahead(self) -> None:
-        if self._state is None:
-            return
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
             # two workers: one fragment's read overlaps the previous one's checksum
             self._pool = ThreadPoolExecutor(PREFETCH, thread_name_prefix=f"wal-scan-{self.pchannel}")
-        it = self._state.fragments(self._next_fragment)
-        while len(self._ahead) < PREFETCH:
-            n = next(it, None)
-            if n is None:
-                return
-            self._ahead.append((n, self._pool.submit(self.log.read_fragment, n)))
-            self._next_fragment = n + 1
+        while len(self._ahead) < PREFETCH and self._recs:
+            rec = self._recs.popleft()
+            self._ahead.append((rec.n, self._pool.submit(self.log.read_fragment, rec)))
+            self._next_fragment = rec.n + 1
 
     def _pump(self) -> bool:
         """Read from the log until something is deliverable, never while the pending
@@ -171,11 +170,12 @@ class Scanner:
         """One message from upstream through filter, reorder and txn buffers."""
         if m.type == M.TIME_TICK:
             released = self.txn.handle(self.reorder.pop_until(m.time_tick), m.time_tick, m.term)
+            if self.vchannel:
+                kept = [r for r in released if not r.vchannel or r.vchannel == self.vchannel]
+                self.stats.filtered += len(released) - len(kept)
+                released = kept
             self.pending.add(released)
             self.pending.add([m])
-            return
-        if self.vchannel and m.vchannel and m.vchannel != self.vchannel:
-            self.stats.filtered += 1
             return
         self.reorder.push(m)
 
@@ -223,6 +223,11 @@ class Scanner:
             self.follow = follow
         return out
 
+    def drain_more(self) -> None:
+        """Read the log record again at the next read (a non-following scanner that
+        reached the end sees what was committed since)."""
+        self._state = None
+
     @property
     def late(self) -> int:
         return self.reorder.late
@@ -234,6 +239,7 @@ class Scanner:
     def close(self) -> None:
         self._frag.clear()
         self._ahead.clear()
+        self._recs.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

@@ -6,8 +6,11 @@ time tick. Output: what may be consumed now.
 - BeginTxn: opens the txn (a second Begin of an open txn id is ignored, counted);
 - body (Insert/Delete with a txn id): buffered; the txn's expiry moves to
   body.time_tick + keepalive; a body of an unknown txn is dropped (counted);
-- CommitTxn: the txn's bodies are emitted together, each stamped with the commit's
-  time tick (ids kept); a commit of an unknown txn is ignored (counted);
+- CommitTxn: the txn's bodies are emitted together, in their order, each stamped with
+  one of the k ticks just below the commit's (the producer gave the commit k+1 ticks,
+  `props["bodies"]` = k): so each message keeps its own order ({insert pk 5; delete
+  5; insert 5} leaves the second insert visible) and all of them come after everything
+  before the commit (ids kept). A commit of an unknown txn is ignored (counted);
 - RollbackTxn: the txn's messages are dropped;
 - after each batch every txn whose expiry <= the confirming tick is dropped (expired);
 - a DropCollection ends every open txn with a message on its vchannel (counted as
@@ -49,10 +52,23 @@ class TxnBuffer:
         self.bytes = 0
         self.committed = self.rolled_back = self.expired = 0
         self.unknown = self.duplicate_begin = self.fenced = self.dropped = 0
+        self.legacy_commits = 0
         self.term = 0   # the newest WAL term seen
 
     def __len__(self) -> int:
         return len(self._txns)
+
+    def open_on(self, vchannel: str) -> bool:
+        """Whether an open transaction holds `vchannel` (its safe point waits for it)."""
+        return any(t.begin.vchannel == vchannel for t in self._txns.values())
+
+    def open_txns(self) -> list[dict]:
+        """The open transactions: id, vchannel, begin tick, expiry tick, bodies."""
+        return [{"txn_id": i, "vchannel": t.begin.vchannel, "begin_tt": t.begin.time_tick,
+                 "expires_at": t.expires_at, "bodies": len(t.body)} for i, t in self._txns.items()]
+
+    def next_expiry(self) -> int | None:
+        return min((t.expires_at for t in self._txns.values()), default=None)
 
     def handle(self, msgs: list[Message], tt: int, term: int = 0) -> list[Message]:
         """`msgs` released up to the confirming tick `tt`, written at `term` (0: unknown)."""
@@ -111,7 +127,12 @@ class TxnBuffer:
             return []
         self.bytes -= t.begin.estimate_size() + sum(b.estimate_size() for b in t.body)
         self.committed += 1
-        return [replace(b, time_tick=m.time_tick) for b in t.body]
+        k = m.props.get("bodies")
+        if not isinstance(k, int) or k < len(t.body):   # a log written before the row model
+            self.legacy_commits += 1
+            return [replace(b, time_tick=m.time_tick) for b in t.body]
+        first = m.time_tick - len(t.body)
+        return [replace(b, time_tick=first + i) for i, b in enumerate(t.body)]
 
     def _drop(self, txn_id: int, counter: str) -> None:
         t = self._txns.pop(txn_id, None)

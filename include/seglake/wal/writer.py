@@ -1,33 +1,39 @@
-"""A term-fenced writer of one pchannel's log.
+"""An idempotent producer on one pchannel's shared log. Many producers (processes,
+clients, DAG tasks, a drop) append to one log at once; none fences another.
 
-    open: CAS {root}/wal/{p}/term  T -> T+1 (compare term AND log record unchanged)
-    append(msgs): validate -> queue -> [group commit thread] assign ids and time ticks
-        -> write fragment (exclusive create) -> ONE etcd txn: term unchanged since open
-        AND log unchanged -> log.last = n -> acknowledge
+    append(msgs, seq): validate -> queue -> [writer thread] encode one fragment with
+        RELATIVE ticks -> write it under a fresh name (durable) -> [committer thread, FIFO]
+        ONE etcd txn: log record unchanged -> log.last = n, last_tt; index record n
+        (key, size, crc32c, tt0, span); this producer's record (seq) -> acknowledge
 
 Guarantees
 - Validation happens before anything is queued: a bad message fails the whole call and
   nothing of it is appended. One call's messages land in one fragment (all or none).
-- Fencing: every commit compares the term key's revision taken at open. Once a newer
-  writer opened, an older writer's commit fails with Fenced, and its fragment (if the
-  name was free) is never part of the log: the new writer skips the name as a hole.
+- Producers never fence each other: a lost commit race re-reads the log and commits the
+  same file at the next place, with ticks above the new last tick. Ticks come from the
+  one global TSO at commit (tt0 > log.last_tt), so they rise in log order.
+- Idempotent: every call carries (producer id, sequence number); the producer's etcd
+  record keeps its recent sequence numbers and their message ids, written in the same
+  transaction as the fragment. A retried call (same seq: after a timeout, an error, or
+  from a new process using the same producer id) returns the ids of the first commit
+  and appends nothing. A seq below the producer's last one and no longer remembered is
+  refused.
 - Durable before visible: the fragment is synced (local) / stored (S3) before the etcd
-  commit that makes it part of the log; an acknowledged append survives SIGKILL.
-  Fragment n+1 may be written while n commits (one committer thread, in order); a failed
-  commit poisons the writer (every later append fails; reopen at a new term), so a
-  fragment written after a failed one never becomes visible.
-- Time ticks: strictly increasing per pchannel across writers and clock steps back:
-  every tick is > the log's persisted high-water mark `last_tt`, which advances in the
-  same transaction that commits the fragment. Every append call is followed, in its
-  fragment, by a TimeTick that confirms it.
-- Transactions: the writer mirrors the scanner's txn buffer with the ticks it assigns,
-  so it never acknowledges what a consumer would drop. A call is refused whole
-  (ValidationError, nothing appended) when it holds a body or CommitTxn of a txn that is
-  not open on this writer (never begun, already ended, or begun under an older term:
-  a failover ends every open txn, and a DropCollection every txn that touched its
-  vchannel), a BeginTxn of an open txn id, or a body or commit
-  whose tick is at or past the txn's expiry (last message tick + keepalive). A
-  RollbackTxn is always accepted.
+  commit; an acknowledged append survives SIGKILL. A fragment written more than
+  MAX_COMMIT_DELAY ago is never committed (GC may reclaim unreferenced files after its
+  tolerance, whose floor is far above it).
+- A failed commit fails every call still in the pipeline with a retriable error (the
+  state is reset to what etcd holds); retrying them is safe (idempotent).
+- Transactions (one vchannel each, as in Milvus) are tracked with the ticks they get:
+  a call is refused whole (ValidationError, nothing appended) when it holds a body or
+  CommitTxn of a txn that is not open on this producer (never begun, already ended,
+  begun before a takeover, or its vchannel dropped), a body on another vchannel than
+  its BeginTxn, a BeginTxn of an open txn id, or a body or commit whose tick is at or
+  past the txn's expiry (last message tick + keepalive). A RollbackTxn is always
+  accepted. A CommitTxn of k bodies takes k+1 ticks: the scanner gives the bodies the k
+  ticks just below the commit's, in their order (wal/txn.py).
+- The term is the log's: only a takeover (`takeover()`, a new owner, the lifetime
+  state machine of wal/lifetime.py) bumps it; it ends every open txn begun before it.
 """
 
 from __future__ import annotations
@@ -41,22 +47,31 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+from seglake.meta import keys as keymod
 from seglake.meta.alloc import compose_ts
 from seglake.meta.catalog import CREATED, DROPPED, DROPPING, pchannel_of
+from seglake.meta.codec import decode, encode
 from seglake.meta.kv import Compare, KeyValue, Put, absent, retry_on_conflict, unchanged
+from seglake.storage import layout
 from seglake.wal import message as M
-from seglake.wal.log import (Fenced, LogState, TermRecord, WalLog, check_wal_settings, encode_fragment_parts,
-                             put_exclusive)
+from seglake.wal.log import (FragRecord, LogState, TermRecord, WalLog, check_wal_settings,
+                             encode_fragment_parts, parts_checksum, put_exclusive)
 from seglake.wal.message import Message, MessageId
 
-MAX_HOLES_PER_FRAGMENT = 64
 MAX_INFLIGHT = 4
-PIPELINE_DEPTH = 2   # fragments written ahead of their commit
+PIPELINE_DEPTH = 2        # fragments written ahead of their commit
 COLLECTION_CACHE_SECONDS = 1.0
+MAX_COMMIT_DELAY = 60.0   # seconds between a fragment's write and its commit, at most
+RECENT_SEQS = 64          # sequence numbers a producer record remembers
+MAX_TXN_KEEPALIVE_MS = 3600 * 1000
 
 
 class ExpiredTermError(StateError):
-    """Opening at a term that is not above the pchannel's current term."""
+    """A takeover at a term that is not above the pchannel's current term."""
+
+
+class Retry(Unavailable):
+    """Not committed: the call may be retried as is (same sequence number)."""
 
 
 @dataclass
@@ -67,102 +82,175 @@ class _Request:
     messages: list[Message]
     bodies: list[memoryview]
     size: int
+    seq: int
     done: threading.Event = field(default_factory=threading.Event)
     ids: list[MessageId] | None = None
     error: BaseException | None = None
 
     def result(self, timeout: float | None = 60.0) -> list[MessageId]:
         if not self.done.wait(timeout):
-            raise Unavailable(f"WAL append not acknowledged within {timeout} s (it may still commit)")
+            raise Unavailable(f"WAL append not acknowledged within {timeout} s (it may still commit; "
+                              f"retrying with the same sequence number is safe)")
         if self.error is not None:
             raise self.error
         return self.ids
 
+    def finish(self, ids=None, error=None) -> None:
+        if not self.done.is_set():
+            self.ids, self.error = ids, error
+            self.done.set()
+
+
+@dataclass
+class _Txn:
+    vchannel: str
+    keepalive: int      # hybrid-timestamp units
+    expires: int        # tick at or after which nothing of it is accepted
+    term: int
+    bodies: int = 0
+
+
+@dataclass
+class _Fragment:
+    """One encoded and written fragment waiting for its commit."""
+
+    reqs: list[_Request]
+    offsets: list[tuple[int, int]]            # per request: (first offset, message count)
+    txn_msgs: list[tuple[Message, int]]       # (message, relative tick) the txn state sees
+    key: str
+    size: int
+    crc: int
+    records: int
+    span: int
+    written_at: float
+
+
+def takeover(meta, pchannel: str, *, term: int | None = None, name: str = "") -> int:
+    """Bump the pchannel's term (default: current + 1) with one CAS: a new owner. Every
+    open transaction begun under an older term ends (its commit is refused). Producers
+    are not fenced: they go on appending at the new term. ExpiredTermError when `term`
+    is not above the current one."""
+    log = WalLog(meta, None, pchannel)
+    name = name or f"{socket.gethostname()}:{os.getpid()}"
+
+    def attempt() -> int:
+        tkv, lkv = meta.kv.get(log.term_key), meta.kv.get(log.log_key)
+        cur = TermRecord.from_kv(tkv)
+        st = LogState.from_kv(lkv)
+        new = max(cur.term, st.term) + 1 if term is None else term
+        if isinstance(new, bool) or not isinstance(new, int) or new <= max(cur.term, st.term):
+            raise ExpiredTermError(f"pchannel {pchannel}: expired term {new!r}, the current term is "
+                                   f"{max(cur.term, st.term)}")
+        rec = encode({"term": new, "writer": name, "opened_at": time.time()})
+        ops = [Put(log.term_key, rec)]
+        if lkv is not None:   # the log record carries the term every commit compares
+            ops.append(Put(log.log_key, replace(st, term=new).encoded()))
+        meta.kv.txn([unchanged(tkv) if tkv else absent(log.term_key),
+                     unchanged(lkv) if lkv else absent(log.log_key)], ops)
+        return new
+    return retry_on_conflict(attempt, f"take over pchannel {pchannel}")
+
 
 class WalWriter:
-    """Use `WalWriter.open(...)`; the constructor takes an already-won term."""
+    """A producer on one pchannel. Use `WalWriter.open(...)`."""
 
-    def __init__(self, log: WalLog, term: int, term_rev: int, state: LogState, settings, *,
+    def __init__(self, log: WalLog, state: LogState, settings, *, producer_id: str, prod_kv: KeyValue | None,
                  clock=time.time, name: str = ""):
         check_wal_settings(settings)
         self.log, self.meta, self.store = log, log.meta, log.store
         self.pchannel = log.pchannel
-        self.term, self.term_rev = term, term_rev
+        self.settings, self.clock, self.name = settings, clock, name
+        self.producer_id = producer_id
+        self.prod_key = keymod.wal_producer(self.meta.keys, self.pchannel, producer_id)
+        # the one global TSO; a given clock (tests: a skewed or jumping writer clock)
+        # drives this producer's own allocator on the same etcd key
+        if clock is time.time:
+            self.tso = self.meta.tso
+        else:
+            from seglake.meta.alloc import TSO
+            self.tso = TSO(self.meta.kv, self.meta.keys.alloc_tso(), clock=clock)
+        # committed state (what etcd holds) ...
         self.state = state
-        self.settings = settings
-        self.clock = clock
-        self.name = name
-        self._last_tt = state.last_tt
-        self._next_n = state.last + 1
-        self._pending_holes: list[int] = []   # names lost to a failed write, recorded at the next commit
-        self._broken: BaseException | None = None
+        self._prod_kv = prod_kv
+        self._prod = decode(prod_kv.value, prod_kv.key) if prod_kv else {"seq": 0, "recent": []}
+        self._txns: dict[int, _Txn] = {}
+        # ... and the provisional state of fragments built but not yet committed
+        self._p_txns: dict[int, _Txn] = {}
+        self._p_inflight: set[int] = set()   # seqs built into fragments not yet committed
+        self._next_seq = self._prod["seq"] + 1
+        self._seq_lock = threading.Lock()
         self._queue: deque[_Request] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        self._fenced: Fenced | None = None
         self._colls: dict[int, tuple[float, object]] = {}
-        # open txn id -> (keepalive ts, expiry tick, vchannels it touched)
-        self._txns: dict[int, tuple[int, int, frozenset]] = {}
+        self._epoch = 0     # bumped at every reset: fragments built before it are failed
+        self._plock = threading.Lock()   # the provisional state: built (writer) vs reset (committer)
+        self.commits = self.races = 0
         self._thread = threading.Thread(target=self._run, name=f"wal-writer-{self.pchannel}", daemon=True)
         self._thread.start()
 
     # -- open ----------------------------------------------------------------------------
     @classmethod
-    def open(cls, meta, store, pchannel: str, settings, *, term: int | None = None,
+    def open(cls, meta, store, pchannel: str, settings, *, term: int | None = None, producer_id: str | None = None,
              clock=time.time, name: str | None = None) -> "WalWriter":
-        """Take the pchannel at `term` (default: current + 1) with one CAS. A term that is
-        not above the current one is refused (ExpiredTermError)."""
-        check_wal_settings(settings)   # before the term is taken
+        """A producer on `pchannel`. `producer_id` (default: a fresh one) names it across
+        retries and processes. `term` given: take the pchannel over at that term first
+        (ExpiredTermError when it is not above the current one)."""
+        check_wal_settings(settings)
         log = WalLog(meta, store, pchannel)
         name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        from seglake.meta.codec import encode
-
-        def attempt() -> "WalWriter":
-            tkv, lkv = meta.kv.get(log.term_key), meta.kv.get(log.log_key)
-            cur = TermRecord.from_kv(tkv)
-            new = cur.term + 1 if term is None else term
-            if isinstance(new, bool) or not isinstance(new, int) or new <= cur.term:
-                raise ExpiredTermError(f"pchannel {pchannel}: expired term {new!r}, the current term is {cur.term}")
-            rec = encode({"term": new, "writer": name, "opened_at": time.time()})
-            # the log record is compared too: the high-water mark read here is final
-            guards = [unchanged(tkv) if tkv else absent(log.term_key),
-                      unchanged(lkv) if lkv else absent(log.log_key)]
-            rev = meta.kv.txn(guards, [Put(log.term_key, rec)])
-            return cls(log, new, rev, LogState.from_kv(lkv), settings, clock=clock, name=name)
-        # a concurrent commit or open changed a record: re-read (an explicit term that
-        # another writer reached meanwhile then fails as expired)
-        return retry_on_conflict(attempt, f"open WAL writer on {pchannel}")
+        pid = producer_id or f"p-{uuid.uuid4().hex}"
+        if not isinstance(pid, str) or not _valid_pid(pid):
+            raise ValidationError(f"producer id must be 1..64 of [A-Za-z0-9._-], got {pid!r}")
+        if term is not None:
+            takeover(meta, pchannel, term=term, name=name)
+        prod_kv = meta.kv.get(keymod.wal_producer(meta.keys, pchannel, pid))
+        return cls(log, log.state(), settings, producer_id=pid, prod_kv=prod_kv, clock=clock, name=name)
 
     @property
-    def fenced(self) -> bool:
-        return self._fenced is not None
+    def term(self) -> int:
+        return self.state.term
 
     @property
     def last_time_tick(self) -> int:
-        return self._last_tt
+        return self.state.last_tt
+
+    def next_seq(self) -> int:
+        """A fresh sequence number for a new call (retries reuse the call's own)."""
+        with self._seq_lock:
+            s = self._next_seq
+            self._next_seq += 1
+            return s
 
     # -- append -------------------------------------------------------------------------------
-    def append(self, messages: list[Message] | Message, timeout: float | None = 60.0) -> list[MessageId]:
+    def append(self, messages: list[Message] | Message, timeout: float | None = 60.0, *,
+               seq: int | None = None) -> list[MessageId]:
         """Validate, then append all `messages` atomically; returns their ids once durable
-        and committed. Raises ValidationError (nothing appended) or Fenced."""
-        return self.append_async(messages).result(timeout)
+        and committed. Raises ValidationError (nothing appended) or Retry (not committed;
+        a retry with the same `seq` is safe)."""
+        return self.append_async(messages, seq=seq).result(timeout)
 
-    def append_async(self, messages: list[Message] | Message) -> _Request:
+    def append_async(self, messages: list[Message] | Message, *, seq: int | None = None) -> _Request:
         """Validate and queue; `.result()` waits for the acknowledgement. At most
-        MAX_INFLIGHT calls are queued per writer (the caller blocks beyond that)."""
+        MAX_INFLIGHT calls are queued per producer (the caller blocks beyond that)."""
         msgs = [messages] if isinstance(messages, Message) else list(messages)
         if not msgs:
             raise ValidationError("append needs at least one message")
+        if seq is None:
+            seq = self.next_seq()
+        elif isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < 2**62:
+            raise ValidationError(f"sequence number must be an int in 1..2**62, got {seq!r}")
+        else:
+            with self._seq_lock:
+                self._next_seq = max(self._next_seq, seq + 1)
         msgs = [self._validate(m) for m in msgs]
         bodies = [m.body_bytes() for m in msgs]
-        req = _Request(msgs, bodies, sum(128 + len(b) for b in bodies))
+        req = _Request(msgs, bodies, sum(128 + len(b) for b in bodies), seq)
         with self._cond:
-            while len(self._queue) >= MAX_INFLIGHT and self._broken is None and not self._closed:
+            while len(self._queue) >= MAX_INFLIGHT and not self._closed:
                 self._cond.wait()
-            if self._broken is not None:
-                raise self._broken
             if self._closed:
-                raise SeglakeError(f"WAL writer of {self.pchannel} is closed")
+                raise SeglakeError(f"WAL producer on {self.pchannel} is closed")
             self._queue.append(req)
             self._cond.notify_all()
         return req
@@ -207,8 +295,8 @@ class WalWriter:
                 raise ValidationError(f"{m.type} cannot be part of a transaction")
         if m.type == M.BEGIN_TXN:
             ka = m.props.get("keepalive_ms")
-            if isinstance(ka, bool) or not isinstance(ka, int) or not 1 <= ka <= 7 * 86400 * 1000:
-                raise ValidationError(f"BeginTxn keepalive_ms must be in 1..{7 * 86400 * 1000}, got {ka!r}")
+            if isinstance(ka, bool) or not isinstance(ka, int) or not 1 <= ka <= MAX_TXN_KEEPALIVE_MS:
+                raise ValidationError(f"BeginTxn keepalive_ms must be in 1..{MAX_TXN_KEEPALIVE_MS}, got {ka!r}")
         if m.vchannel == "":
             if m.type != M.FLUSH:   # only a Flush may reach every vchannel of the pchannel
                 raise ValidationError(f"{m.type} needs a vchannel (only Flush and TimeTick are broadcast)")
@@ -240,7 +328,7 @@ class WalWriter:
         if m.type == M.DELETE:
             b = m.body
             if b is None or b.schema != M.DELETE_SCHEMA or b.num_rows == 0 or b.column(0).null_count:
-                raise ValidationError("Delete needs primary keys (int64, no nulls) and timestamps")
+                raise ValidationError("Delete needs primary keys (int64, no nulls)")
         return m
 
     # -- group commit ------------------------------------------------------------------------
@@ -273,8 +361,8 @@ class WalWriter:
             return taken
 
     def _run(self) -> None:
-        """Writer thread: fragments are written in order; each is handed to the committer
-        (one thread, FIFO) so fragment n+1 is written while n commits."""
+        """Writer thread: fragments are encoded and written in order; each is handed to
+        the committer (one thread, FIFO) so fragment n+1 is written while n commits."""
         from concurrent.futures import ThreadPoolExecutor
 
         committer = ThreadPoolExecutor(1, thread_name_prefix=f"wal-commit-{self.pchannel}")
@@ -286,152 +374,225 @@ class WalWriter:
                     return
                 while len(inflight) >= PIPELINE_DEPTH:
                     inflight.popleft().result()
-                if self._broken is not None:
-                    self._fail(reqs, self._broken)
-                    continue
                 try:
-                    job = self._write(reqs)
+                    frag, epoch = self._build(reqs)
                 except BaseException as e:  # noqa: BLE001 - handed to every waiting caller
-                    if isinstance(e, Fenced):
-                        self._poison(e)
-                    self._fail(reqs, e)
+                    self._reset(Retry(f"WAL {self.pchannel}: fragment not written ({type(e).__name__}: {e}); "
+                                      f"retry the call") if not isinstance(e, SeglakeError) else e, reqs)
                     continue
-                if job is None:   # every call was refused
+                if frag is None:   # every call was answered without a write
                     continue
-                inflight.append(committer.submit(self._commit_job, *job))
+                inflight.append(committer.submit(self._commit_job, frag, epoch))
         finally:
             for f in inflight:
                 f.result()
             committer.shutdown(wait=True)
 
-    def _fail(self, reqs: list[_Request], e: BaseException) -> None:
+    def _reset(self, error: BaseException, reqs: list[_Request] = ()) -> None:
+        """After a failure: fail `reqs` and everything built but uncommitted (their
+        fragments are never committed), return to what etcd holds."""
+        with self._plock:
+            self._epoch += 1
+            self._p_txns = {k: replace(v) for k, v in self._txns.items()}
+            self._p_inflight.clear()
         for r in reqs:
-            if not r.done.is_set():   # a call refused earlier keeps its own error
-                r.error = e
-                r.done.set()
+            r.finish(error=error)
 
-    def _poison(self, e: BaseException) -> None:
-        """After a failed commit (or a fence) nothing more is appended by this writer:
-        fragments written after the failed one must never become visible. Reopen (a
-        new term) to continue."""
-        with self._cond:
-            if self._broken is None:
-                self._broken = e
-            if isinstance(e, Fenced) and self._fenced is None:
-                self._fenced = e
-            rest = list(self._queue)
-            self._queue.clear()
-            self._cond.notify_all()
-        self._fail(rest, e)
+    def _est_tick(self, rel: int) -> int:
+        return max(self.tso.now(), self.state.last_tt + 1) + rel
 
-    def _commit_job(self, reqs, ids, n, records, nbytes, last_tt, holes) -> None:
-        if self._broken is not None:
-            self._fail(reqs, self._broken)
-            return
-        try:
-            self._commit(n, records, nbytes, last_tt, holes)
-        except BaseException as e:  # noqa: BLE001
-            self._poison(e)
-            self._fail(reqs, e)
-            return
-        for r, rid in zip(reqs, ids, strict=True):
-            r.ids = rid
-            r.done.set()
+    def _build(self, reqs: list[_Request]) -> tuple[_Fragment | None, int]:
+        """Encode one fragment from the calls (relative ticks, ids unknown until commit);
+        answer at once the calls that are retries of committed ones or refused; write the
+        fragment under a fresh name, durably. Returns it with the epoch it was built in."""
+        with self._plock:
+            built = self._encode(reqs)
+            epoch = self._epoch
+        if built is None:
+            return None, epoch
+        taken, offsets, txn_msgs, records, rel = built
+        hint = self.state.last + 1
+        parts = encode_fragment_parts(self.state.term, hint, records)
+        size, crc = parts_checksum(parts)
+        while True:
+            key = layout.wal_fragment(self.pchannel, hint, os.urandom(6).hex())
+            if put_exclusive(self.store, key, parts):
+                break
+        return _Fragment(taken, offsets, txn_msgs, key, size, crc, len(records), rel + 1, time.monotonic()), epoch
 
-    def _tick(self) -> int:
-        tt = max(compose_ts(int(self.clock() * 1000)), self._last_tt + 1)
-        self._last_tt = tt
-        return tt
-
-    def _write(self, reqs: list[_Request]) -> tuple:
-        """Assign ids and ticks, write fragment `n` durably under an exclusive name;
-        a taken name (someone's uncommitted file) becomes a hole and the next is tried."""
-        if self._fenced:
-            raise self._fenced
-        n = self._next_n
-        holes: list[int] = []
-        for _ in range(MAX_HOLES_PER_FRAGMENT):
-            saved_tt = self._last_tt
-            records, ids, offset, taken, txns = [], [], 0, [], dict(self._txns)
-            for r in reqs:
-                if r.done.is_set():   # refused in an earlier attempt
-                    continue
-                r_tt, r_txns, r_records, rid = self._last_tt, dict(txns), [], []
-                try:
-                    for m, body in zip(r.messages, r.bodies, strict=True):
-                        mid = MessageId(self.term, n, offset + len(rid))
-                        tt = self._tick()
-                        _txn_step(r_txns, m, tt)
-                        r_records.append(replace(m, time_tick=tt, term=self.term, id=mid).encode_parts(body))
-                        rid.append(mid)
-                except ValidationError as e:   # this call only: nothing of it is written
-                    self._last_tt = r_tt
-                    self._fail([r], e)
-                    continue
-                txns = r_txns
-                records += r_records
-                offset += len(rid)
-                taken.append(r)
-                ids.append(rid)
-                # every append call is followed by a TimeTick that confirms it
-                records.append(replace(Message.time_tick_msg(), time_tick=self._tick(), term=self.term,
-                                       id=MessageId(self.term, n, offset)).encode_parts())
-                offset += 1
-            if not taken:
-                return None
-            parts = encode_fragment_parts(self.term, n, records)
+    def _encode(self, reqs: list[_Request]):
+        records, offsets, taken, txn_msgs = [], [], [], []
+        rel, off = 0, 0
+        base = self._est_tick(0)
+        for r in reqs:
+            if r.seq in self._p_inflight or self._remembered(r.seq) is not None or r.seq <= self._seq_floor():
+                self._answer_retry(r)
+                continue
+            p_txns = {k: replace(v) for k, v in self._p_txns.items()}
+            r_records, r_txn, r_rel, count = [], [], rel, 0
             try:
-                created = put_exclusive(self.store, self.log.fragment_key(n), parts)
-            except BaseException:
-                self._last_tt = saved_tt
-                self._next_n = n + 1   # the name may or may not exist now: never reuse it
-                self._pending_holes.append(n)
-                raise
-            if created:
-                self._next_n = n + 1
-                self._txns = {k: v for k, v in txns.items() if v[1] > self._last_tt}   # expired ones end
-                holes, self._pending_holes = self._pending_holes + holes, []
-                return taken, ids, n, len(records), sum(len(p) for p in parts), self._last_tt, holes
-            self._last_tt = saved_tt
-            self._check_term()
-            holes.append(n)
-            n += 1
-        raise SeglakeError(f"WAL {self.pchannel}: {MAX_HOLES_PER_FRAGMENT} fragment names taken after {n}")
+                for m, body in zip(r.messages, r.bodies, strict=True):
+                    if m.type == M.TIME_TICK:
+                        continue   # the fragment's closing TimeTick confirms the call
+                    if m.type == M.COMMIT_TXN:
+                        t = p_txns.get(m.txn_id)
+                        k = t.bodies if t is not None else 0
+                        r_rel += k
+                        m = replace(m, props={**m.props, "bodies": k})
+                    _txn_step(p_txns, m, base + r_rel, self.state.term)
+                    if m.txn_id or m.type == M.DROP_COLLECTION:
+                        r_txn.append((m, r_rel))
+                    r_records.append(replace(m, time_tick=r_rel, term=0, id=None).encode_parts(body))
+                    r_rel += 1
+                    count += 1
+            except ValidationError as e:   # this call only: nothing of it is written
+                r.finish(error=e)
+                continue
+            self._p_txns = p_txns
+            self._p_inflight.add(r.seq)
+            records += r_records
+            txn_msgs += r_txn
+            offsets.append((off, count))
+            off += count
+            rel = r_rel
+            taken.append(r)
+        if not taken:
+            return None
+        # the closing TimeTick confirms every message of the fragment
+        records.append(replace(Message.time_tick_msg(), time_tick=rel, term=0).encode_parts())
+        return taken, offsets, txn_msgs, records, rel
 
-    def _check_term(self) -> None:
-        cur = TermRecord.from_kv(self.meta.kv.get(self.log.term_key))
-        if cur.kv is None or cur.kv.mod_revision != self.term_rev:
-            raise Fenced(f"WAL writer of {self.pchannel} at term {self.term} is fenced: "
-                         f"term {cur.term} was opened by {cur.writer or '?'}")
+    def _remembered(self, seq: int):
+        for entry in self._prod["recent"]:
+            if entry[0] == seq:
+                return entry
+        return None
 
-    def _commit(self, n: int, records: int, nbytes: int, last_tt: int, holes: list[int]) -> None:
-        """ONE etcd txn: term unchanged since open AND log record unchanged -> last = n."""
-        st = self.state
-        new = LogState(first=st.first, last=n, holes=sorted(set(st.holes) | {h for h in holes if h > st.last}),
-                       last_tt=last_tt, bytes=st.bytes + nbytes, records=st.records + records,
-                       term=self.term, truncated_before=st.truncated_before)
-        guards = [Compare(self.log.term_key, "mod", "==", self.term_rev),
-                  unchanged(st.kv) if st.kv else absent(self.log.log_key)]
+    def _seq_floor(self) -> int:
+        """Sequence numbers at or below this are too old to tell from a duplicate: the
+        oldest one the record still remembers, once its window is full."""
+        recent = self._prod["recent"]
+        return min(e[0] for e in recent) if len(recent) >= RECENT_SEQS else 0
+
+    def _answer_retry(self, r: _Request) -> None:
+        """A call seen before: the ids of its first commit, Retry while that is in the
+        pipeline, refused when it is too old to tell."""
+        hit = self._remembered(r.seq)
+        if hit is not None:
+            _, n, first, count = hit
+            r.finish(ids=[MessageId(self.state.term, n, first + i) for i in range(count)])
+        elif r.seq in self._p_inflight:   # an earlier copy of this call is being committed
+            r.finish(error=Retry(f"producer {self.producer_id}: seq {r.seq} is being committed; retry"))
+        else:
+            r.finish(error=ValidationError(
+                f"producer {self.producer_id} on {self.pchannel}: sequence number {r.seq} is older than the "
+                f"last {RECENT_SEQS} it remembers: refused (it cannot tell a duplicate)"))
+
+    def _commit_job(self, frag: _Fragment, epoch: int) -> None:
+        if epoch != self._epoch:   # built before a reset: never committed
+            for r in frag.reqs:
+                r.finish(error=Retry(f"WAL {self.pchannel}: an earlier fragment failed; retry the call"))
+            return
         try:
-            rev = self.meta.kv.txn(guards, [Put(self.log.log_key, new.encoded())])
-        except Conflict:
-            self._check_term()
-            raise Conflict(f"WAL {self.pchannel}: the log record changed under writer term {self.term}") from None
-        except Unavailable:
-            back = self.log.state()   # the outcome is unknown: read back what etcd holds
-            if not (back.last == n and back.term == self.term):
-                raise
-            rev = back.kv.mod_revision
-        new.kv = KeyValue(self.log.log_key, new.encoded(), rev, st.kv.create_revision if st.kv else rev,
-                          (st.kv.version if st.kv else 0) + 1)
-        self.state = new
+            n, term = self._commit(frag)
+        except BaseException as e:  # noqa: BLE001
+            # (a ValidationError here is a txn that expired between build and commit: the
+            # retry refuses that call alone, the others of the fragment are innocent)
+            err = e if isinstance(e, Retry) or (isinstance(e, SeglakeError) and not isinstance(
+                e, (ValidationError, Unavailable, Conflict))) else \
+                Retry(f"WAL {self.pchannel}: not committed ({type(e).__name__}: {e}); retry the call")
+            self._reset(err, frag.reqs)
+            return
+        for r, (first, count) in zip(frag.reqs, frag.offsets, strict=True):
+            r.finish(ids=[MessageId(term, n, first + i) for i in range(count)])
+
+    def _commit(self, frag: _Fragment) -> tuple[int, int]:
+        """ONE etcd txn per attempt: log record unchanged -> log, index record, producer
+        record. A lost race re-reads and retries at the next place."""
+        seqs = [r.seq for r in frag.reqs]
+        ambiguous = False
+        for attempt in range(1000):
+            if time.monotonic() - frag.written_at > MAX_COMMIT_DELAY:
+                raise Retry(f"WAL {self.pchannel}: fragment {frag.key} waited over {MAX_COMMIT_DELAY:g} s "
+                            f"for its commit; not committed, retry the call")
+            st = self.state
+            tt0 = self.tso.reserve(frag.span, above=st.last_tt)
+            txns = {k: replace(v) for k, v in self._txns.items()}
+            for m, rel in frag.txn_msgs:   # the exact ticks: refuse what a consumer would drop
+                _txn_step(txns, m, tt0 + rel, st.term)
+            n = st.last + 1
+            rec = FragRecord(n, frag.key, frag.size, frag.crc, tt0, frag.span, frag.records, st.term,
+                             self.producer_id)
+            recent = [*self._prod["recent"], *([s, n, first, count] for s, (first, count)
+                                               in zip(seqs, frag.offsets, strict=True))][-RECENT_SEQS:]
+            prod = {"seq": max(self._prod["seq"], *seqs), "recent": recent, "name": self.name}
+            new = replace(st, last=n, last_tt=tt0 + frag.span - 1, bytes=st.bytes + frag.size,
+                          records=st.records + frag.records, kv=None)
+            guards = [unchanged(st.kv) if st.kv else absent(self.log.log_key),
+                      unchanged(self._prod_kv) if self._prod_kv else absent(self.prod_key)]
+            ops = [Put(self.log.log_key, new.encoded()), Put(self.log.frag_key(n), encode(rec.to_json())),
+                   Put(self.prod_key, encode(prod))]
+            try:
+                rev = self.meta.kv.txn(guards, ops)
+            except Conflict:
+                self._refresh(seqs)   # raises when this producer's record was moved by another
+                if ambiguous and self._remembered(seqs[0]) is not None:
+                    return self._committed_at(seqs)
+                self.races += 1
+                continue
+            except Unavailable:
+                ambiguous = True   # the outcome is unknown: re-read, the compares decide
+                self._refresh(seqs)
+                if self._remembered(seqs[0]) is not None:
+                    return self._committed_at(seqs)
+                continue
+            new.kv = KeyValue(self.log.log_key, new.encoded(), rev, st.kv.create_revision if st.kv else rev,
+                              (st.kv.version if st.kv else 0) + 1)
+            self.state = new
+            self._prod = prod
+            self._prod_kv = KeyValue(self.prod_key, encode(prod), rev, rev, 0)
+            self._txns = txns
+            with self._plock:
+                self._p_inflight.difference_update(seqs)
+            self.commits += 1
+            return n, st.term
+        raise Retry(f"WAL {self.pchannel}: 1000 commit races lost in a row; retry the call")
+
+    def _refresh(self, seqs: list[int]) -> None:
+        """Re-read the log and this producer's record after a lost race."""
+        lkv = self.meta.kv.get(self.log.log_key)
+        pkv = self.meta.kv.get(self.prod_key)
+        st = LogState.from_kv(lkv)
+        prod = decode(pkv.value, pkv.key) if pkv else {"seq": 0, "recent": []}
+        if prod["recent"] != self._prod["recent"]:
+            mine = {s for s, *_ in prod["recent"]}
+            if not set(seqs) <= mine:
+                raise SeglakeError(f"producer {self.producer_id} on {self.pchannel}: its record moved to seq "
+                                   f"{prod['seq']} under this process: another process uses the same producer id")
+        if st.term > self.state.term:   # a takeover: txns begun before it are over
+            self._txns = {k: v for k, v in self._txns.items() if v.term >= st.term}
+        self.state, self._prod, self._prod_kv = st, prod, pkv
+
+    def _committed_at(self, seqs: list[int]) -> tuple[int, int]:
+        """After an ambiguous commit that did apply: its place, from the producer record
+        (the txn state is re-derived by the next commits' exact check)."""
+        with self._plock:
+            self._p_inflight.difference_update(seqs)
+        return self._remembered(seqs[0])[1], self.state.term
 
 
-def _txn_step(txns: dict[int, tuple[int, int]], m: Message, tt: int) -> None:
-    """Apply `m` (tick `tt`) to the open txns, as the scanner's txn buffer will; raise
-    ValidationError for what it would drop (see the module docstring)."""
-    if m.type == M.DROP_COLLECTION:   # a txn touching a dropped vchannel can never commit
-        for txn_id in [i for i, t in txns.items() if m.vchannel in t[2]]:
+def _valid_pid(pid: str) -> bool:
+    import re
+    return re.fullmatch(r"[A-Za-z0-9._-]{1,64}", pid, re.ASCII) is not None
+
+
+def _txn_step(txns: dict[int, _Txn], m: Message, tt: int, term: int) -> None:
+    """Apply `m` (tick `tt`, log term `term`) to the open txns, as the scanner's txn
+    buffer will; raise ValidationError for what it would drop (module docstring)."""
+    for txn_id in [i for i, t in txns.items() if t.term < term]:   # a takeover ends them
+        txns.pop(txn_id)
+    if m.type == M.DROP_COLLECTION:   # a txn on a dropped vchannel can never commit
+        for txn_id in [i for i, t in txns.items() if t.vchannel == m.vchannel]:
             txns.pop(txn_id)
     if not m.txn_id:
         return
@@ -442,19 +603,22 @@ def _txn_step(txns: dict[int, tuple[int, int]], m: Message, tt: int) -> None:
         if m.txn_id in txns:
             raise ValidationError(f"BeginTxn refused: txn {m.txn_id} is already open")
         ka = compose_ts(int(m.props["keepalive_ms"]))
-        txns[m.txn_id] = (ka, tt + ka, frozenset((m.vchannel,)))
+        txns[m.txn_id] = _Txn(m.vchannel, ka, tt + ka, term)
         return
     cur = txns.get(m.txn_id)
     if cur is None:
-        raise ValidationError(f"{m.type} refused: txn {m.txn_id} is not open on this writer (never begun, "
-                              f"already ended, a vchannel it touched dropped, or begun under an older "
-                              f"term); nothing appended")
-    ka, expires, vchannels = cur
-    if tt >= expires:
+        raise ValidationError(f"{m.type} refused: txn {m.txn_id} is not open on this producer (never begun, "
+                              f"already ended, its vchannel dropped, or begun before a takeover); nothing "
+                              f"appended")
+    if m.vchannel != cur.vchannel:
+        raise ValidationError(f"{m.type} refused: txn {m.txn_id} is on vchannel {cur.vchannel}, not "
+                              f"{m.vchannel} (a transaction spans one vchannel); nothing appended")
+    if tt >= cur.expires:
         txns.pop(m.txn_id)
         raise ValidationError(f"{m.type} refused: txn {m.txn_id} expired (its keepalive passed since its last "
                               f"message); nothing of it will be consumed: roll back and retry")
     if m.type == M.COMMIT_TXN:
         txns.pop(m.txn_id)
     else:
-        txns[m.txn_id] = (ka, max(expires, tt + ka), vchannels | {m.vchannel})
+        cur.bodies += 1
+        cur.expires = max(cur.expires, tt + cur.keepalive)
