@@ -22,7 +22,7 @@ from seglake.lifecycle.verify import segment_rows
 from seglake.meta.segments import FLUSHED
 from seglake.storage import open_store
 from seglake.wal import message as M
-from seglake.wal.client import WalClient, synthetic_rows
+from seglake.wal.client import WalClient, shard_pks, synthetic_rows
 from seglake.wal.message import Message
 
 NAME = "demo_wal"
@@ -31,7 +31,7 @@ SCHEMA = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
           {"field_id": 102, "name": "price", "dtype": "Float"}]
 INSERTED = list(range(1, 3001))           # three batches of 1,000
 DELETED = list(range(100, 200))           # then deleted
-COMMITTED_TXN = list(range(10001, 10201))  # a committed transaction
+COMMITTED_TXN = shard_pks(2, 200, 10001).tolist()  # a committed transaction (one vchannel: shard 0)
 ROLLED_BACK = list(range(20001, 20201))    # a rolled-back transaction
 
 
@@ -60,7 +60,7 @@ def ingest(meta, store, settings) -> None:
         for i in range(3):
             c.insert(NAME, synthetic_rows(coll, 1000, 1 + 1000 * i))
         c.delete(NAME, DELETED)
-        c.insert(NAME, synthetic_rows(coll, len(COMMITTED_TXN), COMMITTED_TXN[0]), txn=True)
+        c.insert(NAME, synthetic_rows(coll, len(COMMITTED_TXN), COMMITTED_TXN[0], shard=0), txn=True)
         v = coll.vchannels[0]  # a transaction rolled back (by hand: the client only rolls back on error)
         w = c.writer(pchannel_of(v))
         batch = M.conform_batch(synthetic_rows(coll, len(ROLLED_BACK), ROLLED_BACK[0]).to_batches()[0], coll.schema)

@@ -24,7 +24,10 @@ from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.log import Fenced
 from seglake.wal.message import Message, MessageId
 
-from wal_helpers import all_messages, make_collection, pchannels
+import time
+
+from seglake.wal.log import WalLog
+from wal_helpers import all_messages, make_collection, pchannels, visible_pks
 
 
 def _flush_all(meta, store, settings, coll, **kw):
@@ -39,7 +42,8 @@ def _ingest(meta, store, settings, name="c1", shards=2):
         for i in range(3):
             c.insert(name, synthetic_rows(coll, 100, 1 + 100 * i))
         c.delete(name, list(range(5, 15)))
-        c.insert(name, synthetic_rows(coll, 20, 1001), txn=True)
+        txn = synthetic_rows(coll, 20, 1001, shard=0)
+        c.insert(name, txn, txn=True)
         # a rolled-back transaction, appended by hand on the first vchannel
         v = coll.vchannels[0]
         w = c.writer(pchannel_of(v))
@@ -47,7 +51,7 @@ def _ingest(meta, store, settings, name="c1", shards=2):
         w.append(Message.insert(v, coll.collection_id, coll.partitions[0].partition_id,
                                 M.conform_batch(synthetic_rows(coll, 20, 5001).to_batches()[0], coll.schema), txn_id=777))
         w.append(Message.rollback_txn(v, 777))
-    committed = list(range(1, 301)) + list(range(1001, 1021))
+    committed = list(range(1, 301)) + txn.column("pk").to_pylist()
     return coll, committed, list(range(5, 15)), list(range(5001, 5021))
 
 
@@ -178,60 +182,82 @@ def test_two_flushers_of_one_pchannel_one_commits_the_other_is_fenced(meta, stor
     assert all(s.state in (FLUSHED, DROPPED) for s in meta.segments.list(coll.collection_id))
 
 
-class _TickClock(Flusher):
-    """A flusher whose injected clock jumps `step` seconds at every TimeTick."""
-    now, step = 1000.0, 0.0
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, clock=lambda: self.now, **kw)
-
-    def on_tick(self, m):
-        self.now += self.step
-        super().on_tick(m)
+def _append_at(meta, store, settings, coll, t, msgs):
+    """Append with a writer whose clock reads `t` (the TSO follows it forward)."""
+    from seglake.wal.writer import WalWriter
+    with WalWriter.open(meta, store, pchannels(coll)[0], settings, clock=lambda: t) as w:
+        w.append(msgs)
 
 
 @pytest.mark.parametrize("rows, idle, age, step, batches, expect", [
     (25, 1e6, 1e6, 0.0, [30], "rows"),            # 30 rows >= 25 at the tick
-    (10**6, 30.0, 1e6, 31.0, [5], "idle"),        # 31 s without a new row
+    (10**6, 30.0, 1e6, 31.0, [5], "idle"),        # a tick 31 s after the last row
     (10**6, 1e6, 50.0, 31.0, [3, 3], "age"),      # 62 s since the first row, rows kept coming
     (10**6, 1e6, 1e6, 31.0, [5], None),           # no policy reached: stays buffered
 ])
-def test_seal_policies_with_an_injected_clock(rows, idle, age, step, batches, expect, meta, store, settings):
+def test_seal_policies_measured_in_ticks(rows, idle, age, step, batches, expect, meta, store, settings):
+    """Ages are the data's age in the log (ticks of the one TSO), not the flusher run's
+    clock: a writer whose clock moves `step` s between appends drives them."""
     s = settings.replace(flush_seal_rows=rows, flush_seal_idle=idle, flush_seal_age=age)
     with WalClient(meta, store, settings) as c:
         coll = make_collection(c, shards=1)
-        first = 1
-        for n in batches:
-            c.insert("c1", synthetic_rows(coll, n, first))
-            first += n
-    f = _TickClock(meta, store, pchannels(coll)[0], s)
-    f.step = step
-    st = f.run().to_json()
+    t, first = time.time(), 1
+    for n in batches:
+        rows_ = synthetic_rows(coll, n, first)
+        _append_at(meta, store, settings, coll, t, [Message.insert(
+            coll.vchannels[0], coll.collection_id, coll.partitions[0].partition_id, rows_.to_batches()[0])])
+        first += n
+        t += step
+    _append_at(meta, store, settings, coll, t, [Message.time_tick_msg()])
+    st = flush_pchannel(meta, store, pchannels(coll)[0], s)
     if expect is None:
         assert st["seals"] == {} and st["segments"] == 0
     else:
         assert st["seals"] == {expect: 1} and st["rows"] == sum(batches)
 
 
+def test_a_scheduled_run_seals_small_old_data_and_the_checkpoint_moves(meta, store, settings):
+    """Issue 17 #3: rows older than the idle policy are sealed by the next plain run
+    (no flush_all, no Flush message), however few; the checkpoint moves past them."""
+    s = settings.replace(flush_seal_idle=1.0, flush_seal_age=2.0)
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=1)
+        c.insert("c1", synthetic_rows(coll, 3, 1))
+    p = pchannels(coll)[0]
+    st = flush_pchannel(meta, store, p, s)
+    assert st["segments"] == 0          # younger than the policy: kept in the log
+    time.sleep(2.2)
+    st = flush_pchannel(meta, store, p, s)
+    assert st["segments"] == 1 and st["rows"] == 3
+    cp, _ = read_checkpoint(meta, coll.vchannels[0])
+    assert cp is not None and cp.message_id.fragment >= WalLog(meta, store, p).state().last
+    assert visible_pks(meta, store, coll.collection_id) == [1, 2, 3]
+
+
 def test_seal_reason_unit():
+    from seglake.meta.alloc import compose_ts
     from seglake.wal.buffer import AGE, BYTES, IDLE, ROWS, SealPolicy, SegmentBuffer
     import pyarrow as pa
+
+    def tt(sec):
+        return compose_ts(int(sec * 1000))
     batch = pa.record_batch([pa.array(np.arange(5, dtype=np.int64))], names=["pk"])
     pol = SealPolicy(rows=10, bytes=10_000, age=100.0, idle=30.0)
-    buf = SegmentBuffer(1, 1, 1, "v", None, opened_at=0.0, last_write=0.0)
-    assert buf.seal_reason(pol, 1e9) is None                  # empty never seals
-    buf.add_rows(batch, 1, now=50.0)
-    assert buf.seal_reason(pol, 60.0) is None
-    assert buf.seal_reason(pol, 80.0) == IDLE
-    buf.add_rows(batch, 2, now=95.0)
-    assert buf.seal_reason(pol, 96.0) == ROWS
-    buf2 = SegmentBuffer(2, 1, 1, "v", None, opened_at=0.0, last_write=0.0)
-    buf2.add_rows(batch, 1, now=90.0)
-    assert buf2.seal_reason(pol, 101.0) == AGE
-    assert buf2.seal_reason(SealPolicy(rows=10, bytes=1024, age=1e6, idle=1e6), 0.0) is None
+    buf = SegmentBuffer(1, 1, 1, "v", None)
+    assert buf.seal_reason(pol, tt(1e9)) is None                  # empty never seals
+    buf.add_rows(batch, tt(50.0))
+    assert buf.seal_reason(pol, tt(60.0)) is None
+    assert buf.seal_reason(pol, tt(80.0)) == IDLE
+    buf.add_rows(batch, tt(95.0))
+    assert buf.seal_reason(pol, tt(96.0)) == ROWS
+    buf2 = SegmentBuffer(2, 1, 1, "v", None)
+    buf2.add_rows(batch, tt(1.0))
+    buf2.add_rows(batch[:1], tt(90.0))
+    assert buf2.seal_reason(pol, tt(101.0)) == AGE
+    assert buf2.seal_reason(SealPolicy(rows=10, bytes=1024, age=1e6, idle=1e6), tt(0.0)) is None
     big = pa.record_batch([pa.array(np.arange(200, dtype=np.int64))], names=["pk"])
-    buf2.add_rows(big, 2, now=0.0)
-    assert buf2.seal_reason(SealPolicy(rows=10**6, bytes=1024, age=1e6, idle=1e6), 0.0) == BYTES
+    buf2.add_rows(big, tt(100.0))
+    assert buf2.seal_reason(SealPolicy(rows=10**6, bytes=1024, age=1e6, idle=1e6), tt(100.0)) == BYTES
 
 
 def test_seal_policy_settings_are_validated(settings, meta, store):
@@ -258,22 +284,23 @@ def test_a_flush_message_seals(meta, store, settings):
     assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == list(range(1, 41))
 
 
-def test_delete_of_a_flushed_row_becomes_a_delta_log_on_its_segment(meta, store, settings):
+def test_a_delete_reaching_flushed_data_hides_it_and_a_replay_adds_nothing(meta, store, settings):
+    """Deletes are stored once (an L0 segment: a delta log, 0 rows) and hide every older
+    row of their pk wherever it lives; none of the flushed pk columns is read."""
     with WalClient(meta, store, settings) as c:
         coll = make_collection(c, shards=1)
         c.insert("c1", synthetic_rows(coll, 50, 1))
     p = pchannels(coll)[0]
     flush_pchannel(meta, store, p, settings, flush_all=True)
-    (seg,) = list(meta.segments.list(coll.collection_id))
-    assert seg.deltalogs == ()
     with WalClient(meta, store, settings) as c:
         c.delete("c1", [3, 4, 999])
-    st = flush_pchannel(meta, store, p, settings)
-    (seg,) = list(meta.segments.list(coll.collection_id))
-    assert st["delta_logs"] == 1 and len(seg.deltalogs) == 1 and seg.deltalogs[0].entries == 2
-    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[1]) == [3, 4]
-    flush_pchannel(meta, store, p, settings, flush_all=True)     # replay: not applied twice
-    assert len(next(iter(meta.segments.list(coll.collection_id))).deltalogs) == 1
+    st = flush_pchannel(meta, store, p, settings, flush_all=True)
+    assert st["delta_logs"] == 1
+    l0 = [s for s in meta.segments.list(coll.collection_id) if s.level == "L0"]
+    assert len(l0) == 1 and l0[0].num_rows == 0 and l0[0].deltalogs[0].entries == 3
+    assert visible_pks(meta, store, coll.collection_id) == [x for x in range(1, 51) if x not in (3, 4)]
+    flush_pchannel(meta, store, p, settings, flush_all=True)     # replay: not written twice
+    assert sum(len(s.deltalogs) for s in meta.segments.list(coll.collection_id)) == 1
     assert verify.verify_collection(meta, store, "c1")["ok"]
 
 
@@ -362,9 +389,9 @@ def test_truncatable_fragments_are_strictly_below_every_checkpoint(meta, store, 
     assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == list(range(1, 41)) + list(range(100, 110))
 
 
-def test_a_replayed_delete_is_not_applied_twice_to_a_flushed_segment(meta, store, settings):
-    """p2's buffered rows hold the checkpoint below a delete that was already written as
-    a delta log on a Flushed segment: the replay must not add a second delta log."""
+def test_a_replayed_delete_is_not_written_twice(meta, store, settings):
+    """p2's buffered rows hold the checkpoint below a delete already written: the replay
+    must not write it again."""
     from wal_helpers import schema
     with WalClient(meta, store, settings) as c:
         coll = c.create_collection("c1", schema(), shards=1, partitions=["_default", "p2"])
@@ -372,15 +399,16 @@ def test_a_replayed_delete_is_not_applied_twice_to_a_flushed_segment(meta, store
     p = pchannels(coll)[0]
     flush_pchannel(meta, store, p, settings, flush_all=True)
     with WalClient(meta, store, settings) as c:
-        c.insert("c1", synthetic_rows(coll, 5, 1001), partition="p2")   # stays buffered
+        c.insert("c1", synthetic_rows(coll, 5, 1001), partition="p2")
         c.delete("c1", [3, 4])
-    st = flush_pchannel(meta, store, p, settings)
-    assert st["delta_logs"] == 1
-    st = flush_pchannel(meta, store, p, settings, flush_all=True)          # replays the delete
-    assert st["delta_logs"] == 0 and st["rows"] == 5
+    st = flush_pchannel(meta, store, p, settings, flush_all=True)
+    assert st["delta_logs"] == 1 and st["rows"] == 5
+    st = flush_pchannel(meta, store, p, settings, flush_all=True)
+    assert st["delta_logs"] == 0 and st["rows"] == 0
     pks, dels = segment_rows(meta, store, coll.collection_id, [FLUSHED])
     assert sorted(dels) == [3, 4]
-    assert sorted(pks) == list(range(1, 51)) + list(range(1001, 1006))
+    assert visible_pks(meta, store, coll.collection_id) == sorted(
+        [x for x in range(1, 51) if x not in (3, 4)] + list(range(1001, 1006)))
 
 
 def test_an_open_transaction_holds_the_checkpoint_back(meta, store, settings):
@@ -423,11 +451,9 @@ def test_rows_below_a_vchannel_checkpoint_are_skipped_even_without_their_segment
     assert [s for s in meta.segments.list(b.collection_id, states=[FLUSHED]) if s.channel == vb] == []
 
 
-def test_a_replayed_delete_never_hits_rows_inserted_after_it(meta, store, settings):
-    """A delete of a pk that did not exist yet, then an insert of that pk, flushed while
-    p2's buffered rows hold the checkpoint below the delete: the replay must not apply
-    the old delete to the later row (a Flushed segment already holds every delete that
-    precedes its last row)."""
+def test_a_delete_never_hides_rows_inserted_after_it(meta, store, settings):
+    """A delete of a pk that did not exist yet, then an insert of that pk: the row is
+    newer than the delete and stays visible, through replays and re-flushes."""
     from wal_helpers import schema
     s = settings.replace(flush_seal_rows=25)
     with WalClient(meta, store, settings) as c:
@@ -438,41 +464,25 @@ def test_a_replayed_delete_never_hits_rows_inserted_after_it(meta, store, settin
     p = pchannels(coll)[0]
     flush_pchannel(meta, store, p, s)
     with WalClient(meta, store, settings) as c:
-        c.delete("c1", [1001])                                         # a delete in p2's buffer
-    flush_pchannel(meta, store, p, s)                                  # replays the early delete
+        c.delete("c1", [1001])
+    flush_pchannel(meta, store, p, s)
     flush_pchannel(meta, store, p, s, flush_all=True)
     with WalClient(meta, store, settings) as c:
         c.delete("c1", [9])                                            # a real delete on the Flushed rows
-    flush_pchannel(meta, store, p, s)
-    pks, dels = segment_rows(meta, store, coll.collection_id, [FLUSHED])
-    assert sorted(pks) == list(range(1, 31)) + list(range(1001, 1006))
-    assert sorted(dels) == [9, 1001]
+    flush_pchannel(meta, store, p, s, flush_all=True)
+    assert visible_pks(meta, store, coll.collection_id) == [x for x in range(1, 31) if x != 9] + \
+        list(range(1002, 1006))
 
 
-def test_a_reinserted_pk_lands_outside_the_segment_whose_delta_log_deletes_it(meta, store, settings):
-    """insert pk, delete it, insert it again (later ticks, one growing segment): a
-    segment's delta log applies to its own rows, so the re-inserted row must not share
-    the segment that holds the delete (else a reader drops the live row too)."""
-    import pyarrow.parquet as pq
+def test_a_reinserted_pk_stays_visible_an_upsert_replaces(meta, store, settings):
+    """Delete then insert of the same pk in one growing segment: the new row is newer
+    than the delete and stays; an upsert hides only strictly older rows of its pks."""
     with WalClient(meta, store, settings) as c:
         coll = make_collection(c, shards=1)
-        c.insert("c1", synthetic_rows(coll, 5, 1))
-        c.delete("c1", [3])
-        c.insert("c1", synthetic_rows(coll, 1, 3))        # pk 3 again
-        c.insert("c1", synthetic_rows(coll, 2, 10))
+        c.insert("c1", synthetic_rows(coll, 10, 1))
+        c.delete("c1", [2, 3])
+        c.insert("c1", synthetic_rows(coll, 1, 2))
+        c.upsert("c1", synthetic_rows(coll, 2, 5))
+        c.upsert("c1", synthetic_rows(coll, 1, 77))                    # an upsert of a new pk
     flush_pchannel(meta, store, pchannels(coll)[0], settings, flush_all=True)
-    pk_field = coll.schema.primary.field_id
-    live = []
-    for seg in meta.segments.list(coll.collection_id, states=[FLUSHED]):
-        rows, dels = [], set()
-        for b in seg.binlogs[pk_field]:
-            with store.open_read(layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id,
-                                                   pk_field, b.log_id)) as f:
-                rows += pq.read_table(f).column(0).to_pylist()
-        for b in seg.deltalogs:
-            with store.open_read(layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id,
-                                                  b.log_id)) as f:
-                dels |= set(pq.read_table(f).column("pk").to_pylist())
-        live += [r for r in rows if r not in dels]
-    assert sorted(live) == [1, 2, 3, 4, 5, 10, 11]
-    assert sorted(segment_rows(meta, store, coll.collection_id, [FLUSHED])[0]) == [1, 2, 3, 3, 4, 5, 10, 11]
+    assert visible_pks(meta, store, coll.collection_id) == [1, 2, 4, 5, 6, 7, 8, 9, 10, 77]

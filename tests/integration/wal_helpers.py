@@ -37,3 +37,32 @@ def inserted_pks(msgs) -> list[int]:
 
 
 __all__ = ["DEFAULT_PARTITION", "schema", "make_collection", "pchannels", "all_messages", "inserted_pks"]
+
+
+def visible_pks(meta, store, collection_id) -> list[int]:
+    """The pks of every visible row of the collection's Flushed segments (duplicates
+    kept): a row is visible unless a delete of its pk with a larger timestamp exists
+    (collection-wide, or in its partition when the delete names one)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    from seglake.meta.segments import FLUSHED
+    from seglake.storage import layout
+
+    pk = meta.catalog.get(collection_id).schema.primary
+    rows, dels = [], []
+    for seg in meta.segments.list(collection_id, states=[FLUSHED]):
+        c, p, s = seg.collection_id, seg.partition_id, seg.segment_id
+        if pk.field_id in seg.binlogs:
+            cols = []
+            for fid in (pk.field_id, 1):
+                (b,) = seg.binlogs[fid]
+                with store.open_read(layout.insert_log(c, p, s, fid, b.log_id)) as f:
+                    cols.append(pq.read_table(f).column(0).to_numpy())
+            rows += [(int(a), int(t), p) for a, t in zip(*cols)]
+        for b in seg.deltalogs:
+            with store.open_read(layout.delta_log(c, p, s, b.log_id)) as f:
+                t = pq.read_table(f)
+            parts = t.column("partition").to_pylist() if "partition" in t.column_names else [0] * t.num_rows
+            dels += list(zip(t.column("pk").to_pylist(), t.column("ts").to_pylist(), parts))
+    return sorted(a for a, t, p in rows
+                  if not any(d == a and dt > t and dp in (0, p) for d, dt, dp in dels))

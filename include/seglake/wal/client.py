@@ -85,15 +85,27 @@ def check_count(name: str, value, *, minimum: int = 1, maximum: int = 10**9) -> 
     return value
 
 
-def synthetic_rows(coll, n: int, first_pk: int, seed: int = 0) -> pa.Table:
-    """n rows in the collection's schema: sequential primary keys from first_pk, random
-    vectors and scalars (like `seglake demo seed`)."""
+def shard_pks(shards: int, n: int, first_pk: int, shard: int = 0) -> np.ndarray:
+    """The first n primary keys >= first_pk that route to `shard` (a transaction spans
+    one vchannel: its rows must route to one shard)."""
+    out, lo = [], first_pk
+    while sum(len(o) for o in out) < n:
+        cand = np.arange(lo, lo + 4 * n * shards, dtype=np.int64)
+        out.append(cand[route(cand, shards) == shard])
+        lo += len(cand)
+    return np.concatenate(out)[:n]
+
+
+def synthetic_rows(coll, n: int, first_pk: int, seed: int = 0, shard: int | None = None) -> pa.Table:
+    """n rows in the collection's schema: sequential primary keys from first_pk (only
+    those of `shard` when given), random vectors and scalars (like `seglake demo seed`)."""
     rng = np.random.default_rng(seed)
+    pks = np.arange(first_pk, first_pk + n, dtype=np.int64) if shard is None else shard_pks(coll.shards, n, first_pk, shard)
     cols = {}
     for f in coll.schema.fields:
         t = M.arrow_type(f)
         if f.is_primary:
-            cols[f.name] = pa.array(np.arange(first_pk, first_pk + n, dtype=np.int64))
+            cols[f.name] = pa.array(pks)
         elif f.dtype == "FloatVector":
             flat = pa.array(rng.random(n * f.dim, dtype=np.float32))
             cols[f.name] = pa.FixedSizeListArray.from_arrays(flat, f.dim)
