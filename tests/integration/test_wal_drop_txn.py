@@ -33,6 +33,8 @@ from seglake.meta.segments import DROPPED, FLUSHED
 from seglake.wal import message as M
 from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.message import Message
+from seglake.wal.log import WalLog
+from seglake.errors import ValidationError
 from seglake.wal.writer import WalWriter
 
 from wal_helpers import DEFAULT_PARTITION, make_collection, schema
@@ -247,12 +249,11 @@ def two_txns_two_vchannels(w: World) -> None:
     w.insert("b", 1, 10)
     w.flush(flush_all=True)
     w.commit(TXN + 1)                      # a's txn commits before a's drop: its rows go with a
-    w.insert("a", 2001, 5, txn=TXN)        # b's txn also writes to va (a txn is per pchannel)
     w.drop_msg("a")
     w.insert("b", 11, 10)
     w.flush()
-    w.commit(TXN)                          # it touched va, dropped since: refused as a whole
-    assert w.refused
+    w.commit(TXN)                          # a txn spans one vchannel: a's drop leaves b's alone
+    assert not w.refused
     w.insert("b", 21, 10)
     w.flush()
 
@@ -275,9 +276,10 @@ def drop_of_the_txn_vchannel(w: World) -> None:
 
 
 def retry_after_the_drop_fenced_the_writer(w: World) -> None:
-    """The drop's writer fences the txn's writer: its commit is refused, the client
-    retries the whole txn under the same id on a new writer. The first attempt's
-    bodies were never committed: only the retry's rows may land (once)."""
+    """The client lost its producer (reopened after a's drop): the commit on the new
+    producer is refused (the txn is not its own), the client retries the whole txn
+    under the same id there. A txn is named by producer and id: the first attempt's
+    bodies are never committed, only the retry's rows land (once)."""
     w.insert("a", 1, 10)
     w.insert("b", 1, 10)
     w.begin("b")
@@ -409,11 +411,10 @@ def _every_crash_point(etcd_server, tmp_path, scenario) -> None:
     assert len(points) >= 5, points        # no crash + at least the four kinds of step
 
 
-def test_a_txn_its_writer_lost_to_a_drop_holds_no_checkpoint_back(etcd_server, tmp_path):
-    """A failover ends every open txn on the writer (a commit is refused from then on),
-    so the consumers end it too: the vchannel's checkpoint moves past the drop at once,
-    not after the txn's keepalive (here an hour) while the WAL below it cannot be
-    truncated."""
+def test_an_unrelated_drop_neither_ends_nor_holds_back_an_open_txn(etcd_server, tmp_path):
+    """Issue 17 #4/#7: a's drop (through its own producer) never disturbs b's open txn:
+    the txn commits afterwards; b's checkpoint waits for b's txn only, and moves past
+    the drop once it commits."""
     w = World(etcd_server, tmp_path, crash_at=None)
     try:
         w.insert("b", 1, 10)
@@ -421,9 +422,14 @@ def test_a_txn_its_writer_lost_to_a_drop_holds_no_checkpoint_back(etcd_server, t
         w.insert("b", 1001, 5, txn=TXN)
         w.flush(flush_all=True)
         before = read_checkpoint(w.meta, w.vb)[0]
-        w.real_drop("a")
-        drop_tt = w.w.last_time_tick
+        drop.begin_drop(w.meta, w.store, w.settings, "a")
+        w.dropped.add("a")
+        drop_tt = WalLog(w.meta, w.store, w.p).state().last_tt
         w.insert("b", 11, 10)
+        w.flush(flush_all=True)
+        assert read_checkpoint(w.meta, w.vb)[0].time_tick < drop_tt   # held by b's own txn
+        w.commit()
+        assert not w.refused
         w.flush(flush_all=True)
         cp = read_checkpoint(w.meta, w.vb)[0]
         assert cp.time_tick > drop_tt > before.time_tick
@@ -432,25 +438,17 @@ def test_a_txn_its_writer_lost_to_a_drop_holds_no_checkpoint_back(etcd_server, t
         w.close()
 
 
-def test_a_txn_that_touched_a_dropped_vchannel_holds_no_checkpoint_back(etcd_server, tmp_path):
-    """A txn on vb with a body on va can never commit once va's DropCollection is in the
-    log (the writer refuses it): consumers end it there, so vb's checkpoint moves past
-    the drop without waiting out the txn's keepalive (an hour here)."""
+def test_a_txn_body_on_another_vchannel_is_refused(etcd_server, tmp_path):
+    """A transaction spans one vchannel (as in Milvus): a body for another one is
+    refused before anything is appended; the txn itself goes on."""
     w = World(etcd_server, tmp_path, crash_at=None)
     try:
         w.insert("b", 1, 10)
         w.begin("b")
         w.insert("b", 1001, 5, txn=TXN)
-        w.insert("a", 2001, 5, txn=TXN)
-        w.flush(flush_all=True)
-        before = read_checkpoint(w.meta, w.vb)[0]
-        w.drop_msg("a")
-        drop_tt = w.w.last_time_tick
-        w.insert("b", 11, 10)
-        w.flush(flush_all=True)
-        assert read_checkpoint(w.meta, w.vb)[0].time_tick > drop_tt > before.time_tick
+        with pytest.raises(ValidationError, match="spans one vchannel"):
+            w.insert("a", 2001, 5, txn=TXN)
         w.commit()
-        assert w.refused
         w.check()
     finally:
         w.close()

@@ -353,7 +353,7 @@ class WalLog:
             except (ValueError, KeyError, struct.error) as e:
                 raise CorruptFragment(f"WAL fragment {key}: record {i} does not decode: {e}") from None
             if rec.fmt != 1:
-                m = replace(m, time_tick=rec.tt0 + m.time_tick, term=term)
+                m = replace(m, time_tick=rec.tt0 + m.time_tick, term=term, producer=rec.producer)
             out.append(m)
         return out
 

@@ -103,6 +103,7 @@ class Message:
     props: dict = field(default_factory=dict)   # type-specific small values (JSON)
     body: pa.RecordBatch | None = None
     version: int = VERSION
+    producer: str = ""   # the producer that appended it (from the log's index; "" in a format-1 log)
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:

@@ -1,7 +1,9 @@
 """Transaction buffer: holds a transaction's messages until it ends.
 
 Input: messages released by the reorder buffer (time-tick order) and the confirming
-time tick. Output: what may be consumed now.
+time tick. Output: what may be consumed now. A transaction is named by its producer
+and its txn id (producers never share one: a retry on a new producer under the same
+id is another transaction).
 - no txn id: passes through at once;
 - BeginTxn: opens the txn (a second Begin of an open txn id is ignored, counted);
 - body (Insert/Delete with a txn id): buffered; the txn's expiry moves to
@@ -64,7 +66,7 @@ class TxnBuffer:
 
     def open_txns(self) -> list[dict]:
         """The open transactions: id, vchannel, begin tick, expiry tick, bodies."""
-        return [{"txn_id": i, "vchannel": t.begin.vchannel, "begin_tt": t.begin.time_tick,
+        return [{"txn_id": i[1], "producer": i[0], "vchannel": t.begin.vchannel, "begin_tt": t.begin.time_tick,
                  "expires_at": t.expires_at, "bodies": len(t.body)} for i, t in self._txns.items()]
 
     def next_expiry(self) -> int | None:
@@ -85,7 +87,7 @@ class TxnBuffer:
             elif m.type == M.COMMIT_TXN:
                 out.extend(self._commit(m))
             elif m.type == M.ROLLBACK_TXN:
-                self._drop(m.txn_id, "rolled_back")
+                self._drop((m.producer, m.txn_id), "rolled_back")
             else:
                 self._body(m)
         if term > self.term:
@@ -104,15 +106,15 @@ class TxnBuffer:
             self._drop(txn_id, "fenced")
 
     def _begin(self, m: Message) -> None:
-        if m.txn_id in self._txns:
+        if (m.producer, m.txn_id) in self._txns:
             self.duplicate_begin += 1
             return
         ka = _keepalive_ts(m.props.get("keepalive_ms", 0))
-        self._txns[m.txn_id] = _Txn(m, ka, m.time_tick + ka)
+        self._txns[(m.producer, m.txn_id)] = _Txn(m, ka, m.time_tick + ka)
         self.bytes += m.estimate_size()
 
     def _body(self, m: Message) -> None:
-        t = self._txns.get(m.txn_id)
+        t = self._txns.get((m.producer, m.txn_id))
         if t is None:
             self.unknown += 1
             return
@@ -121,7 +123,7 @@ class TxnBuffer:
         self.bytes += m.estimate_size()
 
     def _commit(self, m: Message) -> list[Message]:
-        t = self._txns.pop(m.txn_id, None)
+        t = self._txns.pop((m.producer, m.txn_id), None)
         if t is None:
             self.unknown += 1
             return []
