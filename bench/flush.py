@@ -88,7 +88,7 @@ def main(argv=None) -> int:
                 client.insert("bench", table)
             p = coll.vchannels[0].rsplit("_", 1)[0]
             log = WalLog(meta, store, p)
-            frags = [Path(store.uri) / log.fragment_key(n) for n in log.state().fragments()]
+            frags = [Path(store.uri) / rec.key for rec in log.fragments()]
             mb = sum(f.stat().st_size for f in frags) / 1e6
             anchors.append(anchor(frags, Path(d) / f"anchor{r}", [f["name"] for f in schema], args.rows))
             t = time.perf_counter()

@@ -65,10 +65,12 @@ def test_sigkill_mid_append_keeps_every_acknowledged_batch(backend, batches, met
     for p in pchannels(coll):
         msgs = all_messages(meta, store, p, settings)
         pks |= set(inserted_pks(msgs))
-        state = WalLog(meta, store, p).state()
-        # every committed fragment decodes; an uncommitted tail file (if any) is not in the log
-        for n in state.fragments():
-            decode_fragment(layout.wal_fragment(p, n), store.get(layout.wal_fragment(p, n)), n)
+        log = WalLog(meta, store, p)
+        # every committed fragment decodes and matches its index; an uncommitted file
+        # (if any) is not in the log
+        for rec in log.fragments():
+            log.read_fragment(rec)
+            decode_fragment(rec.key, store.get(rec.key))
     batches = {pk // 10 for pk in pks if pk < 10**9}
     assert set(range(1, acked + 1)) <= batches            # every acknowledged batch
     for b in batches:                                       # nothing half visible
