@@ -13,9 +13,10 @@ delta log of whatever segment of its vchannel it syncs next (or of a 0-row "L0" 
 holding only a delta log), so visibility reads EVERY delta log of the collection's live
 segments (in the states asked for; Dropped segments never count), computes per pk the
 largest delete ts of each scope (collection-wide, per partition) and filters the rows.
-Everything is vectorised (numpy searchsorted over ranks of the deleted pks; no Python
-loop per row or per delete): ~1M rows against 100k deletes in well under a second
-beyond reading the columns.
+Everything is vectorised (a table or hash lookup of each row's pk among the deleted pks,
+then numpy sorts and searchsorted over (scope, pk rank) keys; no Python loop per row or
+per delete): the rule itself takes 0.05-0.15 s for 1M rows against 100k deletes on one
+core here (dense pks are the fast end).
 
 Duplicates: a pk inserted twice and never deleted is visible TWICE in `visible_rows`
 (Milvus's count(*) rule; `verify`'s `visible_rows` and the demo checks count that way).
@@ -55,6 +56,7 @@ from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from seglake.errors import ValidationError
 from seglake.meta.segments import DROPPED, FLUSHED
@@ -97,6 +99,19 @@ def _group_hits(dgroups, dranks, dts, rgroups, rranks, rts, n_ranks: int) -> np.
     return in_group & _max_ts_hits(gd * n_ranks + dranks, dts, rkeys, rts)
 
 
+def _ranks(pks: np.ndarray, upk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(indices of the pks found in the sorted unique `upk`, their positions in upk).
+    A binary search of 1M unsorted keys costs ~140 ms here: dense pks (ids from an
+    allocator) take numpy's lookup table instead (~10 ms), others a hash lookup (~60 ms)."""
+    lo, hi = min(int(pks.min()), int(upk[0])), max(int(pks.max()), int(upk[-1]))
+    if hi - lo <= 4 * (len(pks) + len(upk)):
+        cand = np.nonzero(np.isin(pks, upk, kind="table"))[0]
+        return cand, np.searchsorted(upk, pks[cand])
+    found = pc.index_in(pa.array(pks), value_set=pa.array(upk))
+    cand = np.nonzero(found.is_valid().to_numpy(zero_copy_only=False))[0]
+    return cand, found.drop_null().to_numpy().astype(np.int64)
+
+
 def apply_deletes(pks, ts, partition_ids, del_pks, del_ts, del_parts, *, segment_ids=None, del_segs=None
                   ) -> np.ndarray:
     """The visibility rule on arrays: a bool mask over the rows (pks, ts, partition_ids),
@@ -114,16 +129,17 @@ def apply_deletes(pks, ts, partition_ids, del_pks, del_ts, del_parts, *, segment
     visible = np.ones(n, dtype=bool)
     if not n or not d:
         return visible
-    upk = np.unique(del_pks)
-    rank = np.minimum(np.searchsorted(upk, pks), len(upk) - 1)
-    cand = np.nonzero(upk[rank] == pks)[0]           # rows whose pk has some delete
+    upk, dr = np.unique(del_pks, return_inverse=True)     # dr: each delete's pk rank
+    cand, rr = _ranks(pks, upk)                           # rows whose pk has a delete, its rank
     if not len(cand):
         return visible
-    rr, rts = rank[cand], ts[cand]
-    dr = np.searchsorted(upk, del_pks)
+    rts = ts[cand]
     hidden = np.zeros(len(cand), dtype=bool)
     every = (del_parts == 0) & (del_segs == 0)
-    hidden |= _max_ts_hits(dr[every], del_ts[every], rr, rts)
+    if every.any():     # keys are the pk ranks themselves: the max ts per rank by direct indexing
+        mx = np.full(len(upk), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(mx, dr[every], del_ts[every])
+        hidden |= mx[rr] > rts
     scoped = (del_parts != 0) & (del_segs == 0)
     if scoped.any():
         hidden |= _group_hits(del_parts[scoped], dr[scoped], del_ts[scoped], parts[cand], rr, rts, len(upk))
