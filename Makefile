@@ -78,6 +78,7 @@ bench: setup
 	$(PY) bench/gc.py
 	$(PY) bench/wal.py
 	$(PY) bench/flush.py
+	$(PY) bench/visibility.py
 	$(PY) bench/scale.py
 
 clean: down cluster-down

@@ -10,7 +10,9 @@
    tasks are terminal -> finalize: *Completed* (targets Flushed) or *Failed* (rollback:
    targets Dropped, target collection removed).
 3. **verify**: `verify_collection` on the target; the run fails if a file or row count differs.
-4. **compare**: source (snapshot) and target row counts side by side.
+4. **compare**: source (snapshot) and target side by side: segments, stored rows, bytes,
+   and visible rows (seglake.visibility, the one visibility function: the rows no delete
+   hides, counted like count(*)).
 
 Re-running a run that died, or triggering a new run with the same collection, snapshot
 and target, resumes the same job (a finished one is left as it is). REST:
@@ -64,15 +66,21 @@ def snapshot_restore():
     def compare(params: dict) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from seglake.lifecycle.snapshot import resolve
+        from seglake.lifecycle.snapshot import read_metadata, read_segments, resolve
+        from seglake.visibility import visible_count, visible_rows_of
         from seglake_airflow.hooks.engine import SeglakeHook
 
-        meta = SeglakeHook().meta
+        hook = SeglakeHook()
+        meta = hook.meta
         snap, _ = resolve(meta, params["collection"], params["snapshot"], db=params["db"])  # source may be dropped
         target = meta.catalog.get_by_name(params["target"], params["db"])
         segs = [s for s in meta.segments.list(target.collection_id) if s.state == "Flushed"]
+        source_segs = [s for s in read_segments(hook.store, snap) if s.state != "Dropped"]
         rows = {"segments": (snap.segments, len(segs)), "rows": (snap.rows, sum(s.num_rows for s in segs)),
-                "bytes": (snap.bytes, sum(s.total_size() for s in segs))}
+                "bytes": (snap.bytes, sum(s.total_size() for s in segs)),
+                "visible": (visible_rows_of(hook.store, target.schema, source_segs, known_partitions=[
+                                p["partition_id"] for p in read_metadata(hook.store, snap)["collection"]["partitions"]]
+                            ).num_rows, visible_count(meta, hook.store, target.collection_id))}
         print(f"{'':10}{'source snapshot':>18}{'target':>18}")
         for k, (a, b) in rows.items():
             print(f"{k:10}{a:>18}{b:>18}{'' if a == b else '   <-- differs'}")

@@ -19,6 +19,7 @@ from seglake.lifecycle import drop, flush
 from seglake.meta import Meta
 from seglake.meta.catalog import pchannel_of
 from seglake.lifecycle.verify import segment_rows
+from seglake.visibility import visible_rows
 from seglake.meta.segments import FLUSHED
 from seglake.storage import open_store
 from seglake.wal import message as M
@@ -73,11 +74,15 @@ def ingest(meta, store, settings) -> None:
 
 
 def check(meta, store) -> int:
+    """The visible rows (seglake.visibility: deletes hide strictly older rows of their pk;
+    count(*) keeps duplicates) must be exactly the committed rows minus the deleted ones,
+    each once; the binlogs must hold no row twice and none of the rolled-back txn."""
     coll = meta.catalog.get_by_name(NAME)
     segments = sum(1 for _ in meta.segments.list(coll.collection_id, states=[FLUSHED]))
     pks, deleted_pks = segment_rows(meta, store, coll.collection_id, [FLUSHED])
     deleted = set(deleted_pks)
-    visible = sorted(set(pks) - deleted)
+    visible_list = visible_rows(meta, store, coll.collection_id).column("pk").to_pylist()
+    visible = sorted(visible_list)
     expected = sorted(set(INSERTED + COMMITTED_TXN) - set(DELETED))
     ok = len(pks) == len(set(pks)) and visible == expected and not set(ROLLED_BACK) & set(pks)
     print(json.dumps({"collection": NAME, "flushed_segments": segments, "rows_in_binlogs": len(pks),

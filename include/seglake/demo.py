@@ -3,6 +3,13 @@
 Files first, then the records that make them visible, so an interrupted seed leaves
 only unreferenced files (GC reclaims them) and never a record pointing at nothing.
 
+Segments are written in the row model (seglake.segfiles): fields 0 (row ids, from the id
+allocator) and 1 (the segment's one TSO timestamp), a stats log with a bloom filter, and
+a delta log deleting `delete_ratio` of the segment's pks at a later timestamp
+(collection-wide). Segment n of a partition goes to vchannel n % shards and holds only
+pks that the WAL routes to that vchannel (`seglake.wal.client.route`), so a later write
+of one of its pks through the WAL lands on the same shard.
+
 Seeded collections carry DEMO_PROPERTY in their catalog record. `purge` (the CLI's
 `demo purge` and `demo seed --reset`) deletes only demo data -- a seeded collection, or
 one restored from a snapshot of one -- and never while a snapshot of it exists or a copy
@@ -19,9 +26,8 @@ from seglake.errors import NotFound, SeglakeError, StateError, ValidationError
 from seglake.limits import LIMITS
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB, Collection
-from seglake.meta.segments import FLUSHED, Binlog, IndexFile, Segment
+from seglake.meta.segments import FLUSHED, IndexFile, Segment
 from seglake.names import validate_name
-from seglake.parquet import table_bytes
 from seglake.storage import Store, layout
 
 PK, VEC, SCALAR = 100, 101, 102
@@ -143,46 +149,60 @@ def seed(meta: Meta, store: Store, params: SeedParams = SeedParams(), *, reset: 
     n = 0
     for part in coll.partitions:
         for _ in range(params.segments):
-            channel = coll.vchannels[n % len(coll.vchannels)]
-            segments.append(_write_segment(meta, store, coll, part.partition_id, channel, params, rng))
+            segments.append(_write_segment(meta, store, coll, part.partition_id, n % len(coll.vchannels),
+                                           params, rng))
             n += 1
     meta.segments.save(segments)
     return coll, True
 
 
-def _write_segment(meta, store, coll, part_id, channel, p: SeedParams, rng) -> Segment:
+def shard_pks(meta: Meta, shard: int, shards: int, n: int):
+    """n fresh primary keys (ids from the allocator, ascending) that the WAL routes to
+    vchannel `shard` of a collection with `shards` shards."""
+    import numpy as np
+
+    from seglake.wal.client import route
+
+    out, need = [], n
+    while need > 0:
+        block = need * shards + 64        # ~1/shards of a block routes to each shard
+        first = meta.ids.allocate(block)
+        cand = np.arange(first, first + block, dtype=np.int64)
+        hit = cand[route(cand, shards) == shard][:need]
+        out.append(hit)
+        need -= len(hit)
+    return np.concatenate(out) if out else np.array([], dtype=np.int64)
+
+
+def _write_segment(meta, store, coll, part_id, shard: int, p: SeedParams, rng) -> Segment:
     import numpy as np
     import pyarrow as pa
 
+    from seglake.segfiles import log_ids_needed, write_segment_files
+    from seglake.wal.message import arrow_schema
+
     c = coll.collection_id
     seg_id = meta.ids.allocate()
-    log_ids = meta.ids.allocate(5)
-    build_id = meta.ids.allocate()
-    pk_start = meta.ids.allocate(p.rows)
-    ts_from = meta.tso.now()
-    pks = np.arange(pk_start, pk_start + p.rows, dtype=np.int64)
+    pks = shard_pks(meta, shard, coll.shards, p.rows)
+    row_ids = meta.ids.allocate(p.rows) + np.arange(p.rows, dtype=np.int64)
+    ts = meta.tso.now()
     vectors = rng.standard_normal((p.rows, p.dim), dtype=np.float32)
     prices = rng.uniform(1, 1000, p.rows).astype(np.float32)
-    ts_to = meta.tso.now()
+    flat = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), p.dim)
+    table = pa.table({"pk": pks, "embedding": flat, "price": prices}, schema=arrow_schema(coll.schema))
+
+    n_del = int(p.rows * p.delete_ratio)
+    deletes, dml_ts = None, ts
+    if n_del:
+        dml_ts = meta.tso.now()     # after the rows: the delete hides them
+        deletes = (rng.choice(pks, size=n_del, replace=False), dml_ts, 0)
+    first_log = meta.ids.allocate(log_ids_needed(coll.schema, bool(n_del), p.rows))
+    build_id = meta.ids.allocate()
+    files = write_segment_files(store, first_log, c, part_id, seg_id, coll.schema, table, row_ids,
+                                np.full(p.rows, ts, dtype=np.int64), deletes=deletes)
 
     def put(key, data):
         return store.put(key, data).size
-
-    flat = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), p.dim)
-    columns = {PK: {"pk": pks}, VEC: {"embedding": flat}, SCALAR: {"price": prices}}
-    binlogs = {}
-    for i, (field_id, cols) in enumerate(columns.items()):
-        size = put(layout.insert_log(c, part_id, seg_id, field_id, log_ids + i), table_bytes(cols))
-        binlogs[field_id] = (Binlog(log_ids + i, size, p.rows, ts_from, ts_to),)
-
-    n_del = int(p.rows * p.delete_ratio)
-    deleted = rng.choice(pks, size=n_del, replace=False) if n_del else np.array([], dtype=np.int64)
-    delta_id = log_ids + 3
-    dsize = put(layout.delta_log(c, part_id, seg_id, delta_id),
-                table_bytes({"pk": deleted, "ts": np.full(n_del, ts_to, dtype=np.uint64)}))
-    stats = json.dumps({"field_id": PK, "min": int(pks[0]), "max": int(pks[-1]), "rows": p.rows}).encode()
-    stats_id = log_ids + 4
-    ssize = put(layout.stats_log(c, part_id, seg_id, PK, stats_id), stats)
 
     k = min(16, p.rows)
     centroids = np.stack([chunk.mean(axis=0) for chunk in np.array_split(vectors, k)]).astype(np.float32)
@@ -192,9 +212,7 @@ def _write_segment(meta, store, coll, part_id, channel, p: SeedParams, rng) -> S
         for name, data in (("centroids", centroids.tobytes()), ("index_meta.json", index_meta))
     )
     return Segment(
-        segment_id=seg_id, collection_id=c, partition_id=part_id, channel=channel, state=FLUSHED,
-        num_rows=p.rows, binlogs=binlogs,
-        deltalogs=(Binlog(delta_id, dsize, n_del, ts_to, ts_to),),
-        statslogs={PK: (Binlog(stats_id, ssize, p.rows, ts_from, ts_to),)},
-        index_files=index_files, start_ts=ts_from, dml_ts=ts_to, created_ts=ts_from,
+        segment_id=seg_id, collection_id=c, partition_id=part_id, channel=coll.vchannels[shard], state=FLUSHED,
+        num_rows=p.rows, binlogs=files.binlogs, deltalogs=files.deltalogs, statslogs=files.statslogs,
+        index_files=index_files, start_ts=ts, dml_ts=dml_ts, created_ts=ts,
     )

@@ -53,7 +53,8 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
             print(text)
             if not report["ok"]:
                 raise AirflowFailException("verification failed:\n" + text)
-            return {k: report[k] for k in ("collection", "segments_checked", "files_checked", "rows", "ok")}
+            return {k: report.get(k) for k in ("collection", "segments_checked", "files_checked", "rows",
+                                                "visible_rows", "ok")}
 
         resolved >> check >> summarize(resolved)
     return group

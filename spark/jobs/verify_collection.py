@@ -4,7 +4,8 @@
 
 The driver plans the checks from etcd (seglake.lifecycle.verify.plan), executors check
 files in parallel (one partition per core, threads inside for S3 latency), the driver
-summarizes and writes the report JSON to the store at KEY (a temp name, then visible).
+counts the visible rows (seglake.visibility), summarizes and writes the report JSON to
+the store at KEY (a temp name, then visible).
 Configuration arrives in the environment (SEGLAKE_CONFIG + secrets), never in argv.
 Exit code 0 when the job ran, whatever it found: the DAG judges the report.
 """
@@ -25,10 +26,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def run(spark, settings, collection: str, db: str) -> dict:
-    """Plan on the driver, check on executors, summarize: the job minus its I/O setup."""
+    """Plan on the driver, check on executors, count visible rows on the driver (the one
+    visibility function), summarize: the job minus its I/O setup."""
     from seglake.config import spark_env
-    from seglake.lifecycle.verify import check_partition, plan, summarize
+    from seglake.lifecycle.verify import check_partition, count_visible, plan, summarize
     from seglake.meta import Meta
+    from seglake.storage import open_store
 
     with Meta.from_settings(settings) as meta:
         planned = plan(meta, collection, db)
@@ -38,7 +41,9 @@ def run(spark, settings, collection: str, db: str) -> dict:
     problems = (sc.parallelize(planned["checks"], n)
                   .mapPartitions(lambda it: check_partition(it, env))
                   .collect())
-    return summarize(planned, problems)
+    with Meta.from_settings(settings) as meta:
+        visible, more = count_visible(meta, open_store(settings), planned, problems)
+    return summarize(planned, problems + more, visible)
 
 
 def main(argv: list[str] | None = None) -> int:

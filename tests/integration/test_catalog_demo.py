@@ -76,7 +76,9 @@ def test_demo_seed_registers_real_files_and_verifies(meta, store):
         for f in layout.segment_files(s):
             assert store.head(f.key).size == f.size
     report = verify.verify_collection(meta, store, coll.name)
-    assert report["ok"] and report["rows"] == 800 and report["files_checked"] == 4 * 7
+    # per segment: fields 0, 1 and 3 user fields, delta log, stats log, 2 index files
+    assert report["ok"] and report["rows"] == 800 and report["files_checked"] == 4 * 9
+    assert report["visible_rows"] == 800 - 4 * 2      # delete_ratio 0.01 of 200 rows per segment
     again, created = demo.seed(meta, store, SMALL)
     assert not created and again.collection_id == coll.collection_id
 
@@ -105,7 +107,42 @@ def test_verify_finds_a_row_count_that_differs(meta, store):
     meta.segments.save([wrong])
     report = verify.verify_collection(meta, store, coll.name)
     assert report["problem_counts"].get("rows_mismatch") == 1
-    assert report["problem_counts"].get("metadata") == 2  # two other fields disagree with num_rows
+    assert report["problem_counts"].get("metadata") == 4  # the other fields (0, 1, 101, 102) disagree with num_rows
+
+
+def test_demo_seed_writes_the_row_model_and_keeps_the_shard_mapping(meta, store):
+    """Every seeded pk routes (as the WAL routes it) to its segment's vchannel; rows carry
+    row ids and a timestamp; the delete of each segment is later than its rows; stats
+    have a bloom filter; visible rows = rows - deletes."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from seglake.segfiles import ROW_ID_FIELD, TS_FIELD, read_stats
+    from seglake.visibility import visible_rows
+    from seglake.wal.client import route
+
+    params = demo.SeedParams(partitions=2, segments=3, rows=100, dim=4, shards=3, delete_ratio=0.1)
+    coll, _ = demo.seed(meta, store, params)
+    segs = list(meta.segments.list(coll.collection_id))
+    assert len(segs) == 6 and {s.channel for s in segs} == set(coll.vchannels)
+    all_pks, row_ids = [], []
+    for s in segs:
+        (b,) = s.binlogs[demo.PK]
+        pks = pq.read_table(store.open_read(layout.insert_log(*s.ref, demo.PK, b.log_id))).column(0).to_numpy()
+        assert len(pks) == params.rows
+        shard = coll.vchannels.index(s.channel)
+        assert (route(pks, coll.shards) == shard).all(), f"segment {s.segment_id}: pks off its vchannel"
+        all_pks += pks.tolist()
+        (r,) = s.binlogs[ROW_ID_FIELD]
+        row_ids += pq.read_table(store.open_read(layout.insert_log(*s.ref, ROW_ID_FIELD, r.log_id))).column(0).to_pylist()
+        (t,) = s.binlogs[TS_FIELD]
+        assert t.ts_from == t.ts_to == s.start_ts and s.deltalogs[0].ts_from > s.start_ts
+        st = read_stats(store, s)
+        assert st.bloom is not None and st.may_contain(pks).all()
+    assert len(set(all_pks)) == len(all_pks) == 600 and len(set(row_ids)) == 600
+    vis = visible_rows(meta, store, coll.collection_id)
+    assert vis.num_rows == 600 - 6 * 10
+    assert np.isin(vis.column("pk").to_numpy(), np.array(all_pks)).all()
 
 
 def test_demo_reset_purges_files_and_records(meta, store):

@@ -1,9 +1,12 @@
 """Verify a collection: every file its segment metadata references exists, has the
-recorded size, and (Parquet logs) holds the recorded number of rows.
+recorded size, and (Parquet logs) holds the recorded number of rows; then count its
+visible rows with the one visibility function (seglake.visibility: rows of Flushed
+segments no delete hides, duplicate pks counted twice -- Milvus's count(*)).
 
 The work splits into `plan` (metadata -> file checks, plus metadata-only checks),
-`check_file` (one object; runs on Spark executors or in a thread pool) and `summarize`
-(results -> report). The Spark job and the inline path call the same three functions.
+`check_file` (one object; runs on Spark executors or in a thread pool), `count_visible`
+(on the driver, only when every file checked out) and `summarize` (results -> report).
+The Spark job and the inline path call the same functions.
 Read-only: verification never writes anything but its report.
 """
 
@@ -20,6 +23,7 @@ from seglake.meta.segments import DROPPED
 from seglake.storage import Store, layout
 
 MISSING, SIZE, ROWS, UNREADABLE, META = "missing", "size_mismatch", "rows_mismatch", "unreadable", "metadata"
+VISIBILITY = "visibility"
 
 
 def plan(meta: Meta, name: str, db: str = DEFAULT_DB) -> dict:
@@ -86,7 +90,22 @@ def check_partition(checks: Iterable[dict], settings_env: dict) -> Iterable[dict
     yield from check_files(open_store(settings), list(checks), threads=settings.copy_threads if settings.is_s3 else 1)
 
 
-def summarize(planned: dict, file_problems: list[dict]) -> dict:
+def count_visible(meta: Meta, store: Store, planned: dict, file_problems: list[dict]) -> tuple[int | None, list[dict]]:
+    """(visible rows of the collection's Flushed segments, problems): None without a
+    count when a file check failed (the rows cannot be read whole), or with a
+    `visibility` problem when reading them for the count fails."""
+    from seglake.visibility import visible_count
+
+    if file_problems:
+        return None, []
+    try:
+        return visible_count(meta, store, planned["collection_id"]), []
+    except Exception as e:  # noqa: BLE001 - any failure to read the rows is a finding
+        return None, [_problem(0, "", VISIBILITY, None, None, f"visible rows could not be counted: {e}")]
+
+
+def summarize(planned: dict, file_problems: list[dict], visible: int | None = None) -> dict:
+    """The report. `visible`: count_visible's count (None: not counted)."""
     problems = planned["problems"] + sorted(file_problems, key=lambda p: (p["segment_id"], p["key"]))
     by_segment = defaultdict(list)
     for p in problems:
@@ -98,6 +117,7 @@ def summarize(planned: dict, file_problems: list[dict]) -> dict:
         "files_checked": len(planned["checks"]),
         "bytes_checked": sum(c["size"] for c in planned["checks"]),
         "rows": sum(s["num_rows"] for s in planned["segments"]),
+        "visible_rows": visible,
         "problem_counts": dict(Counter(p["problem"] for p in problems)),
         "bad_segments": sorted(by_segment),
         "problems": problems,
@@ -105,15 +125,18 @@ def summarize(planned: dict, file_problems: list[dict]) -> dict:
 
 
 def verify_collection(meta: Meta, store: Store, name: str, db: str = DEFAULT_DB, threads: int = 8) -> dict:
-    """Inline verification (no Spark): plan, check every file, summarize."""
+    """Inline verification (no Spark): plan, check every file, count visible rows, summarize."""
     planned = plan(meta, name, db)
-    return summarize(planned, check_files(store, planned["checks"], threads))
+    problems = check_files(store, planned["checks"], threads)
+    visible, more = count_visible(meta, store, planned, problems)
+    return summarize(planned, problems + more, visible)
 
 
 def format_report(report: dict, limit: int = 20) -> str:
     head = (f"collection {report['collection']!r} (id {report['collection_id']}): "
             f"{report['segments_checked']} segments, {report['files_checked']} files, "
-            f"{report['bytes_checked']} bytes, {report['rows']} rows")
+            f"{report['bytes_checked']} bytes, {report['rows']} rows"
+            + ("" if report.get("visible_rows") is None else f" ({report['visible_rows']} visible)"))
     if report["ok"]:
         return head + " -- all files present, sizes and row counts match"
     counts = ", ".join(f"{n} {k}" for k, n in sorted(report["problem_counts"].items()))
@@ -134,8 +157,10 @@ def segment_rows(meta: Meta, store: Store, collection_id: int, states: Iterable[
                  ) -> tuple[list[int], list[int]]:
     """(primary keys in the pk binlogs, primary keys in the delta logs) of the
     collection's segments in `states` (every segment when None), each sorted: what the
-    store holds, read back file by file (for checks and demos that compare row sets).
-    Duplicates are kept, so a row written twice shows up twice."""
+    store holds, read back file by file (for checks of what was written where).
+    Duplicates are kept, so a row written twice shows up twice. This is NOT the visible
+    row set (a pk deleted and written again is in both lists): for that, use
+    seglake.visibility.visible_rows / visible_count."""
     import pyarrow.parquet as pq
 
     pk = meta.catalog.get(collection_id).schema.primary
