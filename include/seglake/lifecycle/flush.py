@@ -656,14 +656,15 @@ class Flusher:
         c, p, s = buf.collection_id, buf.partition_id, buf.segment_id
         dels = st.dels if st.dels is not None and st.dels.count else None
         fields = st.coll.schema
-        log0 = self.meta.ids.allocate(segfiles.log_ids_needed(fields, dels is not None))
-        row_ids = None
+        log0 = self.meta.ids.allocate(segfiles.log_ids_needed(fields, dels is not None, buf.rows))
+        row_ids = np.zeros(0, dtype=np.int64)
         if buf.rows:   # row ids (field 0): one fresh block from the id allocator
             first = self.meta.ids.allocate(buf.rows)
             row_ids = np.arange(first, first + buf.rows, dtype=np.int64)
         files = segfiles.write_segment_files(
-            self.store, log0, c, p, s, fields, buf.table(st.schema) if buf.rows else None,
-            row_ids, buf.row_ts() if buf.rows else None, deletes=None if dels is None else dels.arrays())
+            self.store, log0, c, p, s, fields, buf.table(st.schema), row_ids,
+            buf.row_ts() if buf.rows else np.zeros(0, dtype=np.int64),
+            deletes=None if dels is None else dels.arrays())
         self._hook("after_files", segment_id=s)
         level = L0 if not buf.rows else "L1"
         dml_ts = buf.last_tt if buf.rows else (dels.last_tt if dels else 0)

@@ -118,17 +118,23 @@ class TSO:
             self._physical, self._logical = physical, logical
             return compose_ts(physical, logical)
 
-    # TEMPORARY (replaced by the batch-reserving TSO): reserve/advance_past on the old TSO
     def reserve(self, count: int, above: int = 0) -> int:
+        """The first of `count` consecutive timestamps, all > `above` and issued to no
+        one else (consumed one by one from this allocator's window: each now() is one
+        linearizable read, see the module docstring)."""
+        with self._lock:
+            pass
         first = self.now()
-        while first <= above:
+        if first <= above:
+            self.advance_past(above)
             first = self.now()
         last = first
         for _ in range(count - 1):
             last = self.now()
-        assert last - first < count + 10**9
-        return max(first, last - count + 1) if last - first >= count - 1 else first
+        return last - count + 1 if last - first >= count - 1 else first
 
     def advance_past(self, ts: int) -> None:
-        while self.now() <= ts:
-            pass
+        """Every timestamp issued after this returns (any allocator) is > ts: the mark
+        moves above ts's physical part by CAS, which also ends every window reserved
+        before (each now() checks the key's revision)."""
+        _cas_advance(self.kv, self.key, lambda c: max(c or 0, physical_ms(ts) + 1))
