@@ -587,9 +587,10 @@ def cmd_wal_status(args, s: Settings) -> int:
     rows = wal_status(meta, args.pchannel)
     for r in rows:
         r["size"] = human_bytes(r["bytes"])
-        r["lag_ms"] = [c["lag_ms"] for c in r["consumers"]]
+        r["lag_ms"] = ",".join("-" if c["lag_ms"] is None else str(c["lag_ms"]) for c in r["consumers"]) or "-"
+        r["txns"] = ",".join(f"{t['txn_id']}@{t['vchannel']}" for t in r["open_txns"]) or "-"
     emit(args, rows, rows, ["pchannel", "term", "writer", "last_time_tick", "fragments", "size", "paused",
-                            "lag_ms"])
+                            "lag_ms", "txns"])
     return 0
 
 

@@ -47,19 +47,24 @@ def test_ingest_rows_and_status(meta, store, env, coll, capsys):
     rows = {r["pchannel"]: r for r in json.loads(out)}
     assert set(rows) == set(pchannels(coll))
     for r in rows.values():
-        assert r["term"] >= 1 and r["fragments"] >= 2 and r["bytes"] > 0 and r["paused"] is False
+        assert r["term"] == 0 and r["fragments"] >= 2 and r["bytes"] > 0 and r["paused"] is False
         assert r["last_time_tick"] > 0 and r["consumers"][0]["lag_ms"] is None
 
 
 def test_ingest_parquet_file_txn_and_delete(meta, store, env, coll, tmp_path, capsys):
     f = tmp_path / "rows.parquet"
-    pq.write_table(synthetic_rows(coll, 7, 500), f)
+    rows = synthetic_rows(coll, 7, 500, shard=0)     # a transaction spans one vchannel
+    pq.write_table(rows, f)
     assert _run(capsys, "ingest", "c1", "--file", str(f), "--txn")[0] == 0
-    assert _all_pks(meta, store, env, coll) == list(range(500, 507))
-    assert _run(capsys, "delete", "c1", "--pks", "500,501")[0] == 0
+    pks = rows.column("pk").to_pylist()
+    assert _all_pks(meta, store, env, coll) == pks
+    pq.write_table(synthetic_rows(coll, 7, 900), f)   # rows of both shards: refused whole
+    rc, _, err = _run(capsys, "ingest", "c1", "--file", str(f), "--txn")
+    assert rc != 0 and "spans one vchannel" in err and _all_pks(meta, store, env, coll) == pks
+    assert _run(capsys, "delete", "c1", "--pks", f"{pks[0]},{pks[1]}")[0] == 0
     deletes = [pk for p in pchannels(coll) for m in all_messages(meta, store, p, env) if m.type == "Delete"
                for pk in m.body.column("pk").to_pylist()]
-    assert sorted(deletes) == [500, 501]
+    assert sorted(deletes) == sorted(pks[:2])
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -409,6 +409,8 @@ class Flusher:
                     self.stats.stopped = "deadline"
                     break
             self.stats.open_txns = self.scanner.txn.open_txns()
+            self.meta.kv.put(keymod.wal_open_txns(self.meta.keys, self.pchannel),
+                             json.dumps({"at_tick": self.scanner.reorder.last_pop_tt, "txns": self.stats.open_txns}))
             self.finish(flush_all=flush_all)
         finally:
             self.scanner.close()

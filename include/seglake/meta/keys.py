@@ -169,6 +169,11 @@ def wal_frag(keys: Keys, pchannel: str, n: int) -> str:
     return f"{wal_frags_prefix(keys, pchannel)}{n:020d}"
 
 
+def wal_open_txns(keys: Keys, pchannel: str) -> str:
+    """What the last flusher run saw open (informational: status, page)."""
+    return f"{keys.root}/wal_index/{_seg(pchannel)}/open_txns"
+
+
 def wal_producer(keys: Keys, pchannel: str, producer_id: str) -> str:
     return f"{keys.root}/wal_index/{_seg(pchannel)}/producers/{_seg(producer_id)}"
 

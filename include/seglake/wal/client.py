@@ -387,6 +387,9 @@ def read_checkpoint(meta, vchannel: str) -> dict | None:
 
 def wal_status(meta, pchannel: str | None = None) -> list[dict]:
     """Per pchannel: term, writer, last time tick, fragments, bytes, paused, consumer lag."""
+    import json
+
+    from seglake.meta import keys as keymod
     from seglake.meta.alloc import physical_ms
     from seglake.wal.log import TermRecord, WalLog, all_pchannels, pause_state, validate_pchannel
 
@@ -409,7 +412,9 @@ def wal_status(meta, pchannel: str | None = None) -> list[dict]:
             consumers.append({"vchannel": v, "checkpoint": None if cp is None else cp.get("message_id"),
                               "lag_ms": lag})
         paused = pause_state(meta, p)
-        rows.append({"pchannel": p, "term": term.term, "writer": term.writer, "last_time_tick": st.last_tt,
+        otx = meta.kv.get(keymod.wal_open_txns(meta.keys, p))
+        rows.append({"open_txns": [] if otx is None else json.loads(otx.value)["txns"],
+                     "pchannel": p, "term": term.term, "writer": term.writer, "last_time_tick": st.last_tt,
                      "fragments": max(0, st.last - st.first + 1 - len([h for h in st.holes if h >= st.first])), "last_fragment": st.last,
                      "bytes": st.bytes, "records": st.records, "paused": paused is not None,
                      "pause_scope": None if paused is None else ("global" if paused["key"].endswith("/_pause") else "pchannel"),
