@@ -163,3 +163,27 @@ def test_flusher_and_recovery_work_after_truncation(meta, store, settings):
         msgs = recovery_scanner(meta, store, p, settings, start=low, follow=False).drain()
         seen += inserted_pks(msgs)
     assert set(seen) >= set(range(10101, 10151))
+
+
+def test_a_producers_uncommitted_fragment_is_reclaimed_after_tolerance_committed_ones_kept(meta, store, settings):
+    """A producer that wrote its fragment and never committed it (killed, lost every
+    commit race for a minute) leaves a file no index record names: GC reclaims it once
+    older than the tolerance, never a committed fragment above the checkpoints."""
+    from seglake.wal.log import WalLog, encode_fragment, put_exclusive
+    coll = _ingest_and_flush(meta, store, settings)
+    p = pchannels(coll)[0]
+    orphan = layout.wal_fragment(p, 999, "0123456789ab")
+    assert put_exclusive(store, orphan, encode_fragment(0, 999, [b"never committed"]))
+    committed = {r.key for r in WalLog(meta, store, p).fragments()}
+    mins = _min_checkpoint(meta, p)
+    above = {r.key for r in WalLog(meta, store, p).fragments() if r.n >= mins}
+    assert above
+    _age(store, [orphan, *committed])
+    r = gc.run(meta, store, gc.GCOptions(**OPTS))
+    left = set(_fragments(store, p))
+    assert orphan not in left and above <= left
+    fresh = layout.wal_fragment(p, 1000, "0123456789ac")   # young: kept
+    assert put_exclusive(store, fresh, encode_fragment(0, 1000, [b"in flight"]))
+    gc.run(meta, store, gc.GCOptions(**OPTS))
+    assert fresh in set(_fragments(store, p))
+    assert r is not None

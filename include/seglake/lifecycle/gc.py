@@ -23,9 +23,11 @@ References: every file of every live segment record, every file of every snapsho
 (RefIndex) and the snapshot records' own manifests and metadata; files of Dropped
 segment records until their drop tolerance passes. A collection with a PENDING snapshot,
 or paused, is skipped and reported. Internal prefixes (_gc/, _reports/) are never
-collected. WAL fragments (wal/{pchannel}/N.frag) are candidates ("wal_truncated") only
+collected. WAL fragments (wal/{pchannel}/*.frag) are candidates ("wal_truncated") only
 when `flush.truncatable_fragments` says every live vchannel of the pchannel has a
-checkpoint above them, and they are older than missing_tolerance; the set is computed
+checkpoint above them, or no committed fragment of the log names them (a producer's
+write that never committed: producers never commit a file older than a minute), and
+they are older than missing_tolerance; the sets are computed
 once per pchannel in the mark (any error: no WAL key is a candidate, the error is
 reported) and again right before each sweep batch, which records the truncation in etcd
 before deleting. Counts are true: `deleted` is what this run
@@ -352,9 +354,13 @@ def reclaimable(refs: References, opts: GCOptions, now: float) -> Reclaim:
 
 @dataclass
 class WalView:
-    """The WAL fragments this run may truncate, per pchannel seen under wal/, read once.
-    `error` set: nothing under wal/ is judged (fail closed for the WAL only)."""
+    """The WAL fragments this run may delete, per pchannel seen under wal/, read once:
+    those below every checkpoint (`truncatable`) and files no committed fragment of the
+    log names (not in `referenced`: a producer's write that never committed, a format-1
+    hole, a truncated fragment). `error` set: nothing under wal/ is judged (fail closed
+    for the WAL only)."""
     truncatable: dict[str, set[str]] = field(default_factory=dict)
+    referenced: dict[str, set[str]] = field(default_factory=dict)
     error: str | None = None
 
     def verdict(self, key: str) -> str | None:
@@ -363,9 +369,11 @@ class WalView:
         p = layout.parse_wal_fragment(key)
         if p is None or not _is_pchannel(p[0]):
             return None  # not a fragment of one of seglake's pchannels: unrecognised
-        if self.error is not None:
+        if self.error is not None or p[0] not in self.referenced:
             return WAL_SKIPPED
-        return WAL_TRUNCATED if key in self.truncatable.get(p[0], ()) else WAL_RETAINED
+        if key in self.truncatable.get(p[0], ()) or key not in self.referenced[p[0]]:
+            return WAL_TRUNCATED
+        return WAL_RETAINED
 
     def summary(self) -> dict:
         return {"pchannels": len(self.truncatable), "truncatable": sum(map(len, self.truncatable.values())),
@@ -386,6 +394,11 @@ def wal_truncatable(meta: Meta, pchannel: str) -> set[str]:
     return set(truncatable_fragments(meta, pchannel))
 
 
+def wal_referenced(meta: Meta, pchannel: str) -> set[str]:
+    from seglake.lifecycle.flush import referenced_fragments
+    return referenced_fragments(meta, pchannel)
+
+
 def load_wal_view(meta: Meta, store: Store, collection_id: int | None) -> WalView:
     """Truncatable fragments of every pchannel with a directory under wal/. A scoped run
     (one collection) never judges the WAL. Never raises: an error is kept in the view."""
@@ -399,8 +412,9 @@ def load_wal_view(meta: Meta, store: Store, collection_id: int | None) -> WalVie
             name = d[len(layout.WAL) + 1:].rstrip("/")
             if _is_pchannel(name):  # (any other directory's keys stay unrecognised)
                 view.truncatable[name] = wal_truncatable(meta, name)
+                view.referenced[name] = wal_referenced(meta, name)
     except Exception as e:
-        view.truncatable, view.error = {}, f"{type(e).__name__}: {e}"
+        view.truncatable, view.referenced, view.error = {}, {}, f"{type(e).__name__}: {e}"
     return view
 
 
@@ -978,12 +992,13 @@ def _wal_not_truncatable(meta: Meta, keys: list[str], out: SweepResult) -> list[
     for pch, ks in sorted(by_pchannel.items()):
         try:
             ok = wal_truncatable(meta, pch)
+            ref = wal_referenced(meta, pch)
             faults.point("gc.sweep.wal_truncate")
-            go = [k for k in ks if k in ok]
-            if go:
+            below = [k for k in ks if k in ok]
+            if below:
                 from seglake.lifecycle.flush import record_truncation
-                record_truncation(meta, pch, go)
-            keep += [k for k in ks if k not in ok]
+                record_truncation(meta, pch, below)
+            keep += [k for k in ks if k not in ok and k in ref]
         except Exception as e:
             out.error(layout.wal_prefix(pch), f"wal truncation not recorded, kept: {type(e).__name__}: {e}")
             keep += ks
