@@ -72,12 +72,17 @@ echo
 echo "== 7. wal_flush through 'airflow dags test' (every pchannel, seal everything), then read the segments back"
 run_dag wal_flush wal_flush '{"pchannel": "all", "flush_all": true, "engine": "inline"}'
 python scripts/demo_wal.py check
+python scripts/demo_wal.py sample
 seglake segments list demo_wal
 echo
 echo "== 7b. snapshot the flushed collection, restore it (inline), compare, drop the snapshot"
 run_dag wal_snapshot snapshot_create '{"collection": "demo_wal", "name": "demo_wal_snap", "engine": "inline"}'
 run_dag wal_restore snapshot_restore '{"collection": "demo_wal", "snapshot": "demo_wal_snap", "target": "demo_wal_restored", "engine": "inline"}'
 compare demo_wal demo_wal_restored
+echo "== 7c. deletes and upserts through the WAL into the restored copy, flushed, applied where its rows are"
+python scripts/demo_wal.py restored-write
+run_dag wal_flush_restored wal_flush '{"pchannel": "all", "flush_all": true, "engine": "inline"}'
+python scripts/demo_wal.py restored-check
 run_dag wal_snapshot_drop snapshot_drop '{"collection": "demo_wal", "name": "demo_wal_snap"}'
 echo
 echo "== 8. drop_collection: begin (Dropping + DropCollection messages), wal_flush releases the vchannels, finish"
