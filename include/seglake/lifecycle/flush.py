@@ -533,7 +533,7 @@ class Flusher:
     def on_insert(self, st: VState, m: Message) -> None:
         """Rows into the partition's growing segment, stamped with the message's tick. An
         upsert also deletes every older row of its pks (same tick: the delete hides only
-        strictly older rows). Replay: rows at or below what this flusher already wrote
+        strictly older rows of its partition, as in Milvus). Replay: rows at or below what this flusher already wrote
         for the partition are skipped (segments of a partition cover consecutive ticks)."""
         pid = m.partition_id
         if m.time_tick <= st.part_hw.get(pid, 0):
@@ -541,7 +541,8 @@ class Flusher:
             return
         batch = m.body if m.body.schema == st.schema else M.conform_batch(m.body, st.coll.schema)
         if m.props.get("upsert") and m.time_tick > st.del_hw:
-            self._add_deletes(st, batch.column(st.pk.name).to_numpy(zero_copy_only=False), m.time_tick, 0)
+            # as Milvus: an upsert's delete reaches its own partition only
+            self._add_deletes(st, batch.column(st.pk.name).to_numpy(zero_copy_only=False), m.time_tick, pid)
         buf = st.growing.get(pid) or self._open_segment(st, pid, m.time_tick)
         buf.add_rows(batch, m.time_tick)
 
