@@ -10,31 +10,38 @@ behind are marked Dropped (they have no files; their rows are re-read from the l
 Checkpoint meaning: every message of the vchannel with time tick <= cp.time_tick is
 durable in Flushed segments (or was ignored), and a scan from cp.message_id delivers
 every message with a larger time tick. Positions are only taken at "safe points":
-TimeTicks delivered while no transaction is open (a committed txn's bodies carry the
-commit's tick but keep their earlier ids). A vchannel's checkpoint = the minimum start
-of its buffered segments and pending delete buffers, else the last safe point; it never
-moves backwards (lowering raises CheckpointError, equal is a no-op).
+TimeTicks delivered while no transaction is open ON THAT VCHANNEL (a transaction spans
+one vchannel; a committed txn's bodies get ticks just below the commit's but keep their
+earlier ids). A vchannel's checkpoint = the minimum start of its buffered segments and
+its delete buffer, else its last safe point; it never moves backwards (lowering raises
+CheckpointError, equal is a no-op).
+
+The row model: every row is stamped with its message's tick (field 1, the one TSO) and
+a fresh row id (field 0); a Delete (and an upsert's implied delete, scoped to its
+partition) is stored as (pk, ts, partition) in the delta log of the next segment synced
+on its vchannel, or of a 0-row L0 segment. Visibility (seglake.visibility) reads every
+delta log of the collection: where a delete is stored does not matter, and no pk column
+is read to place it.
 
 Replay never duplicates: a message at or below the vchannel's checkpoint is skipped; an
-Insert at or below the last flushed segment of its partition (Flushed, or Dropped with
-files: a drop's release takes several txns past RELEASE_BATCH segments and may be cut
-by a crash, while an open txn holds the checkpoint back before its Begin; segments of
-one partition cover consecutive tick ranges, cut only at time-tick boundaries) is
-skipped; a Delete is applied to a Flushed segment only above its last row's tick (every
-earlier delete was applied to its buffer, or preceded its rows) and above its delta
-logs' highest ts.
+Insert at or below the last segment THIS FLUSHER wrote for its partition (Flushed, or
+Dropped with files: a drop's release takes several txns past RELEASE_BATCH segments and
+may be cut by a crash; restored segments carry `source` and do not count) is skipped --
+segments of one partition cover consecutive tick ranges, cut only at time-tick
+boundaries; a Delete at or below the highest delete tick this flusher wrote is skipped
+(a duplicate would only be harmless extra bytes).
 
-A segment's delta log applies to its own rows: when an Insert brings back a pk deleted in
-its partition's growing segment (at a later tick), that segment is sealed first, so
-the live row lands in the next one.
+Seal policies (rows, bytes, age, idle) measure age in ticks: at every TimeTick, and at
+the end of a run against the TSO's now, so data older than the policy is flushed by the
+next scheduled run however small it is, and the checkpoint moves past it.
 
-Sync of a sealed segment: insert binlogs (Parquet, one per field), delta log (pk, ts)
-and stats log (pk min/max, rows) are written first under fresh log ids (durable:
+Sync of a sealed segment: insert binlogs (Parquet, one per field, with fields 0 and 1),
+delta log (pk, ts, partition) and stats log (pk min/max and a bloom filter, seglake.
+segfiles) are written first under fresh log ids (durable:
 store.put is atomic and fsyncs); then ONE etcd transaction sets the segment Flushed and
 advances the checkpoint, guarded by the flusher term (`{root}/wal/{p}/flusher`, taken
 by CAS at open: a newer flusher fences this one; the loser's files are orphans for GC).
-Deletes of rows in already-Flushed segments become a delta log on that segment, added
-to its record in the same kind of guarded transaction. Every commit for a vchannel also
+Every commit for a vchannel also
 compares its collection record, re-read just before: once a drop released the vchannel
 (or the collection is Dropped) nothing more is written for it and its state is dropped.
 """
