@@ -105,7 +105,9 @@ def test_tso_is_monotonic_across_restarts_even_if_the_clock_goes_back(settings, 
         b = [t2.now() for _ in range(10)]
     assert a == sorted(a) and len(set(a)) == 1000
     assert b[0] > a[-1] and b == sorted(b)
-    assert physical_ms(b[0]) > physical_ms(a[-1])
+    # the clock far back stalls the physical part; the logical part counts on (the mark
+    # moves by the timestamps reserved, not by a window of milliseconds)
+    assert physical_ms(a[-1]) <= physical_ms(b[0]) <= physical_ms(a[-1]) + 1
 
 
 def test_unreachable_etcd_raises_unavailable_after_bounded_retries():

@@ -16,14 +16,13 @@ class Meta:
         self.keys = Keys(root)
         kv.marker_keys = self.keys  # write markers live under this root
         self.ids = IdAllocator(kv, self.keys.alloc_id(), id_block_size)
+        # ONE allocator per Meta, built here (no etcd call) so every thread shares it and
+        # its batches: see seglake.meta.alloc for the ordering guarantee
+        self.tso = TSO(kv, self.keys.alloc_tso())
 
     @classmethod
     def from_settings(cls, settings) -> "Meta":
         return cls(KV.from_settings(settings), settings.etcd_root, settings.id_block_size)
-
-    @cached_property
-    def tso(self) -> TSO:
-        return TSO(self.kv, self.keys.alloc_tso())
 
     @cached_property
     def catalog(self):

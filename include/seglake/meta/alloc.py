@@ -3,31 +3,75 @@
 - IdAllocator: reserves blocks of ids with a compare-and-swap on `{root}/alloc/id`
   (value = the next unreserved id). A process hands out ids from its block; an unused
   remainder is simply skipped, never reissued.
-- TSO: hybrid timestamps `physical_ms << 18 | logical`, ordered across every process
-  sharing the root (like Milvus's TSO, without a TSO server). `{root}/alloc/tso` holds
-  the global high-water mark: an upper bound on the physical part of every timestamp
-  ever issued. An allocator reserves a window [lo, hi) by CAS (lo = max(mark, wall),
-  persisted hi = lo + window) and issues timestamps inside it, but only while its
-  reservation is still the newest: each `now()` confirms that with one linearizable
-  read of the key's revision. If anyone reserved since, it reserves a new window above
-  theirs. So a timestamp issued after another one returned (any process) is larger,
-  a restarted or new allocator starts above everything issued, and a wall clock that
-  goes backwards only stalls the physical part (the logical part counts on).
-  Cost: one etcd read per timestamp, plus a CAS per window of wall time; allocators
-  taking turns faster than the window run ahead of the wall clock by a window a turn.
+- TSO: hybrid timestamps `physical_ms << 18 | logical` (compose_ts / physical_ms), from
+  ONE global allocator state in etcd, `{root}/alloc/tso` (like Milvus's TSO, without a
+  TSO server). The key holds the mark: the next unreserved timestamp, i.e. every
+  timestamp ever reserved is below it. An allocator reserves a BATCH [lo, lo + n) by
+  CAS, lo = max(mark, compose_ts(wall_ms), above + 1), new mark = lo + n, and hands the
+  batch out locally (n = BATCH_SIZE, or more for a large reserve()).
+
+  The mark advances by the counts actually reserved (whole batches, used or not), not
+  by windows of wall time, so its physical part stays on the wall clock (the fastest
+  one among the allocators): it runs ahead only while more than 2**18 timestamps are
+  reserved per ms -- the logical part then carries into the next ms, the only way ahead
+  of the clock -- or when a reserve(above=...) / advance_past(ts) asks for more. A wall
+  clock set back stalls the physical part (the logical part counts on from the mark);
+  set forward, the next batch follows it.
+
+  Guarantee (BATCH_MAX_AGE = 0.05 s; a batch is used only while younger than that,
+  age measured with time.monotonic from just before its CAS was sent, and only up to
+  its size; then the next call reserves a new one):
+  * every timestamp is issued once: batches never overlap, across processes, restarts
+    and wall clocks set back or forward (the mark only grows);
+  * a call (now / reserve) that begins more than BATCH_MAX_AGE after another call
+    returned, in any process on any machine, returns larger timestamps than that call
+    did (real time; each side measures only its own monotonic clock). Calls closer
+    than that in two processes may come out in either order -- the price of not paying
+    a round trip per timestamp. A caller that must come after what another process
+    just wrote passes it as reserve(above=...) or takes the max with what it read;
+  * within one process (per etcd endpoint list and key), timestamps strictly increase:
+    a call that begins after another returned, in any thread and through any TSO
+    object, returns larger ones; concurrent calls get distinct ones;
+  * a new or restarted allocator's first batch is above everything reserved before;
+  * a call that begins after advance_past(ts) returned, in any process, returns
+    timestamps > ts.
+  Timestamps from a batch may lag the wall clock by up to BATCH_MAX_AGE, never lead it
+  by more than the carry above.
+
+  In a process, TSO objects on the same etcd endpoints, key and clock share one batch
+  (every Meta's: the clock is time.time); objects with other clocks (tests) have their
+  own, ordered with the rest by a process-wide floor per key (a CAS whenever another
+  went ahead). A forked child drops the batches it inherited.
+
+  Format of the key: "v2:<decimal hybrid timestamp>" (the mark). The prefix makes an
+  old allocator fail loudly on it rather than read a hybrid timestamp as milliseconds.
+  The OLD format, a bare decimal physical-ms integer (e.g. "1763934000250": an upper
+  bound on the physical part of every timestamp issued, exclusive), is read as
+  compose_ts(value) -- above everything the old TSO issued -- and the next CAS writes
+  the new format. Old and new allocators must not run side by side.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 import threading
 import time
+import weakref
 
-from seglake.errors import Conflict
+from seglake.errors import Conflict, SeglakeError, ValidationError
 from seglake.meta.kv import KV, KeyValue, Put, absent, unchanged
 
 LOGICAL_BITS = 18
 LOGICAL_MASK = (1 << LOGICAL_BITS) - 1
-TSO_WINDOW_MS = 250  # small: allocators taking turns faster than this push the mark ahead by it
+BATCH_MAX_AGE = 0.05  # seconds a reserved batch may be used (time.monotonic); see the module doc
+BATCH_SIZE = 4096     # timestamps per CAS by default (a 2**18 logical space per ms)
+MAX_COUNT = 1 << LOGICAL_BITS  # the most timestamps one reserve() hands out
+TS_LIMIT = 1 << 63    # timestamps are int64 downstream
+MARK_PREFIX = "v2:"   # the current format of the TSO key's value
+CAS_ATTEMPTS = 1000
+_monotonic, _sleep = time.monotonic, time.sleep  # module-level: tests replace them
 FIRST_ID = 1
 
 
@@ -41,6 +85,83 @@ def physical_ms(ts: int) -> int:
 
 def ts_seconds(ts: int) -> float:
     return physical_ms(ts) / 1000.0
+
+
+def encode_mark(mark: int) -> str:
+    """The TSO key's value in the current format: "v2:<decimal hybrid timestamp>"."""
+    return f"{MARK_PREFIX}{mark}"
+
+
+def decode_mark(value: bytes | str, key: str = "tso") -> int:
+    """The mark (a hybrid timestamp) from either format: "v2:<hybrid>", or the old bare
+    decimal physical-ms integer, read as compose_ts(value)."""
+    s = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+    body, old = (s[len(MARK_PREFIX):], False) if s.startswith(MARK_PREFIX) else (s, True)
+    if not (body.isascii() and body.isdigit()):
+        raise SeglakeError(f"{key}: unreadable TSO mark {s[:64]!r}")
+    return compose_ts(int(body)) if old else int(body)
+
+
+def _check_int(name: str, v, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ValidationError(f"{name} must be an integer, not {v!r}")
+    v = int(v)
+    if not lo <= v <= hi:
+        raise ValidationError(f"{name} must be in {lo}..{hi}, not {v}")
+    return v
+
+
+# -- per-process TSO state ---------------------------------------------------------------
+class _Batch:
+    """A process's batch on one (etcd endpoints, key, clock), shared by every TSO object
+    built on them (every Meta on the same etcd: the default clock is time.time)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.next = self.end = 0         # the batch: [next, end)
+        self.born = -math.inf            # time.monotonic() taken before its CAS was sent
+        self.cur: KeyValue | None = None  # the key as last seen (read or written) here
+
+
+_state_lock = threading.Lock()
+_batches: "weakref.WeakValueDictionary[tuple, _Batch]" = weakref.WeakValueDictionary()
+_floors: dict[tuple, int] = {}  # (endpoints, key) -> the largest timestamp issued in this process
+
+
+def _batch_for(scope: tuple) -> _Batch:
+    with _state_lock:
+        b = _batches.get(scope)
+        if b is None:
+            b = _batches[scope] = _Batch()
+        return b
+
+
+def _floor(scope: tuple) -> int:
+    with _state_lock:
+        return _floors.get(scope, -1)
+
+
+def _raise_floor(scope: tuple, ts: int) -> None:
+    with _state_lock:
+        if ts > _floors.get(scope, -1):
+            _floors[scope] = ts
+
+
+def _after_fork_in_child() -> None:
+    """A forked child must not hand out its parent's batch (duplicates): drop every
+    batch; locks are new (one may have been held by a parent thread at the fork)."""
+    global _state_lock
+    _state_lock = threading.Lock()
+    for b in list(_batches.values()):
+        b.lock = threading.Lock()
+        b.reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _cas_advance(kv: KV, key: str, advance) -> tuple[int, int]:
@@ -79,62 +200,102 @@ class IdAllocator:
 
 
 class TSO:
-    def __init__(self, kv: KV, key: str, clock=time.time, window_ms: int = TSO_WINDOW_MS):
-        self.kv, self.key, self.clock, self.window_ms = kv, key, clock, window_ms
-        self._lock = threading.Lock()
-        self._physical = self._logical = 0
-        self._hi = 0   # end (exclusive) of this allocator's reserved window
-        self._rev = 0  # mod_revision of the key written by that reservation (0: none)
+    """Hybrid timestamps from the one global mark at `key`; see the module doc.
 
-    def _reserve(self, cur: KeyValue | None) -> int:
-        """CAS a new window above the global mark (and the wall clock); its first ts."""
-        while True:
-            mark = int(cur.value) if cur else 0
-            lo = max(mark, int(self.clock() * 1000), self._hi)
-            hi = lo + self.window_ms
-            try:
-                self._rev = self.kv.txn([unchanged(cur) if cur else absent(self.key)],
-                                        [Put(self.key, str(hi))])
-            except Conflict:  # another allocator reserved meanwhile: go above it
-                cur = self.kv.get(self.key)
-                continue
-            self._hi, self._physical, self._logical = hi, lo, 0
-            return compose_ts(lo)
+    `clock` (seconds, like time.time) is the wall clock; tests inject a fake one. TSO
+    objects of one process on the same etcd endpoints, key and clock share one batch
+    (they differ only in the KV client they call etcd with). `batch_size`: timestamps
+    reserved per etcd write (more when a reserve() asks for more); unused ones are
+    skipped, never reissued."""
 
+    def __init__(self, kv: KV, key: str, clock=time.time, batch_size: int = BATCH_SIZE):
+        self.kv, self.key, self.clock = kv, key, clock
+        self.batch_size = _check_int("batch_size", batch_size, 1, MAX_COUNT)
+        eps = getattr(kv, "endpoints", None)
+        self._scope = (tuple(eps) if eps else id(kv), key)
+        self._b = _batch_for((*self._scope, clock, self.batch_size))
+
+    # -- the API -------------------------------------------------------------------
     def now(self) -> int:
-        """A hybrid timestamp larger than every timestamp any allocator on this key
-        issued before this call began."""
-        with self._lock:
-            cur = self.kv.get(self.key)  # linearizable: is our window still the newest?
-            if cur is None or cur.mod_revision != self._rev:
-                return self._reserve(cur)
-            physical, logical = int(self.clock() * 1000), 0
-            if physical <= self._physical:  # same ms, or the clock went back
-                physical, logical = self._physical, self._logical + 1
-                if logical > LOGICAL_MASK:
-                    physical, logical = physical + 1, 0
-            if physical >= self._hi:
-                return self._reserve(cur)
-            self._physical, self._logical = physical, logical
-            return compose_ts(physical, logical)
+        """One timestamp (the guarantee: see the module doc)."""
+        return self._issue(1, 0)
 
     def reserve(self, count: int, above: int = 0) -> int:
-        """The first of `count` consecutive timestamps, all > `above` and issued to no
-        one else (consumed one by one from this allocator's window: each now() is one
-        linearizable read, see the module docstring)."""
-        with self._lock:
-            pass
-        first = self.now()
-        if first <= above:
-            self.advance_past(above)
-            first = self.now()
-        last = first
-        for _ in range(count - 1):
-            last = self.now()
-        return last - count + 1 if last - first >= count - 1 else first
+        """The first of `count` consecutive timestamps [lo, lo + count), all strictly
+        greater than `above`, issued like `now()` (same ordering guarantee), as one unit.
+        `count` is an int in 1..2**18, `above` an int >= 0; else ValidationError, before
+        any etcd access."""
+        count = _check_int("count", count, 1, MAX_COUNT)
+        above = _check_int("above", above, 0, TS_LIMIT - 1 - count)
+        return self._issue(count, above)
 
     def advance_past(self, ts: int) -> None:
-        """Every timestamp issued after this returns (any allocator) is > ts: the mark
-        moves above ts's physical part by CAS, which also ends every window reserved
-        before (each now() checks the key's revision)."""
-        _cas_advance(self.kv, self.key, lambda c: max(c or 0, physical_ms(ts) + 1))
+        """Make every timestamp reserved after this call returns, by any allocator in any
+        process, greater than `ts`: CAS the global mark to >= ts + 1 (no write when it is
+        already there), then wait BATCH_MAX_AGE (time.monotonic) before returning, so every
+        batch reserved before the mark passed `ts` -- by anyone -- has expired. Calls
+        already under way when this one returns are not covered. `ts` is an int >= 0;
+        else ValidationError, before any etcd access."""
+        ts = _check_int("ts", ts, 0, TS_LIMIT - 2)
+        b = self._b
+        with b.lock:
+            cur = b.cur
+            for _ in range(CAS_ATTEMPTS):
+                if cur is not None and decode_mark(cur.value, self.key) > ts:
+                    break
+                try:
+                    self._put_mark(cur, ts + 1)
+                    break
+                except Conflict:
+                    cur = self.kv.get(self.key)
+            else:
+                raise Conflict(f"could not advance {self.key} past {ts} after {CAS_ATTEMPTS} attempts")
+            t0 = _monotonic()
+            b.next = b.end = 0  # this process's own batch: dropped at once
+            _raise_floor(self._scope, ts)
+        while (left := BATCH_MAX_AGE - (_monotonic() - t0)) > 0:
+            _sleep(left)
+
+    # -- internals -----------------------------------------------------------------
+    def _issue(self, count: int, above: int) -> int:
+        b = self._b
+        with b.lock:
+            t_call = _monotonic()  # taken once the call runs: a batch born BATCH_MAX_AGE
+            for _ in range(CAS_ATTEMPTS):  # or more before it is not used
+                floor = max(above, _floor(self._scope))
+                first = max(b.next, floor + 1)
+                if first + count <= b.end and b.born > t_call - BATCH_MAX_AGE:
+                    b.next = first + count
+                    _raise_floor(self._scope, first + count - 1)
+                    return first
+                self._reserve_batch(count, floor)  # born >= t_call: fresh for this call
+            raise Conflict(f"could not issue a timestamp from {self.key} after {CAS_ATTEMPTS} attempts")
+
+    def _reserve_batch(self, count: int, floor: int) -> None:
+        """CAS a new batch [lo, lo + size) with lo = max(mark, wall, floor + 1); the mark
+        becomes lo + size. Under the batch's lock."""
+        b, size = self._b, max(count, self.batch_size)
+        born = _monotonic()  # before the CAS is sent: the batch's age is never understated
+        cur = b.cur  # optimistic: usually still current when this process is alone
+        for _ in range(CAS_ATTEMPTS):
+            mark = decode_mark(cur.value, self.key) if cur is not None else 0
+            lo = max(mark, compose_ts(int(self.clock() * 1000)), floor + 1)
+            if lo + size > TS_LIMIT:
+                raise SeglakeError(f"{self.key}: timestamp {lo + size} would exceed 2**63")
+            try:
+                self._put_mark(cur, lo + size)
+            except Conflict:  # another allocator reserved meanwhile: re-read, go above it
+                cur = self.kv.get(self.key)
+                continue
+            b.next, b.end, b.born = lo, lo + size, born
+            return
+        raise Conflict(f"could not reserve timestamps on {self.key} after {CAS_ATTEMPTS} attempts")
+
+    def _put_mark(self, cur: KeyValue | None, mark: int) -> None:
+        """CAS the mark from `cur` (None: absent) to `mark`, in the current format."""
+        value = encode_mark(mark)
+        rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)],
+                          [Put(self.key, value)])
+        self._b.cur = KeyValue(self.key, value.encode(), rev,
+                               cur.create_revision if cur is not None else rev,
+                               cur.version + 1 if cur is not None else 1)
