@@ -17,6 +17,7 @@ from seglake.wal.writer import WalWriter
 from wal_helpers import all_messages, inserted_pks, make_collection, pchannels
 
 P = "seglake-dml_3"
+BATCH_AGE = 0.06   # > alloc.BATCH_MAX_AGE: a TSO batch reserved before a clock move has expired
 
 
 def _coll(meta, store, settings, shards=1):
@@ -464,6 +465,7 @@ def test_a_commit_after_the_keepalive_is_refused_never_acknowledged_then_lost(me
         w.append(_txn_insert(coll, 11, 1))
         w.append(M.Message.begin_txn(v, 12, 1000))
         now[0] += 5                                       # both keepalives pass
+        time.sleep(BATCH_AGE)   # the TSO's batch follows the moved clock
         with pytest.raises(ValidationError, match="expired"):
             w.append(M.Message.commit_txn(v, 11))
         with pytest.raises(ValidationError, match="expired"):
@@ -472,8 +474,10 @@ def test_a_commit_after_the_keepalive_is_refused_never_acknowledged_then_lost(me
         w.append(M.Message.begin_txn(v, 13, 1000))
         w.append(_txn_insert(coll, 13, 200))
         now[0] += 0.5
+        time.sleep(BATCH_AGE)   # the TSO's batch follows the moved clock
         w.append(_txn_insert(coll, 13, 300))              # a body extends the keepalive
         now[0] += 0.8
+        time.sleep(BATCH_AGE)   # the TSO's batch follows the moved clock
         w.append(M.Message.commit_txn(v, 13))
     finally:
         w.close()
