@@ -353,7 +353,7 @@ def test_a_first_attempt_costs_one_request_per_small_object(meta, s3_store):
     assert ops.pop("CopyObject") == job.total_files
     lists = ops.pop("ListObjectsV2")
     assert kinds == 4 * job.total_tasks and kinds <= lists <= kinds + job.total_segments  # (measured: 18)
-    assert lists * 4 < job.total_files  # 112 files
+    assert lists * 4 < job.total_files  # 144 files
     assert ops == {}, ops  # no HeadObject, no GetObject/PutObject, nothing else
     assert copyjob.finalize(meta, job_id).state == JOB_COMPLETED
     assert verify.verify_collection(meta, s3_store, "s3one")["ok"]
