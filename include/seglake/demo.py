@@ -5,8 +5,8 @@ only unreferenced files (GC reclaims them) and never a record pointing at nothin
 
 Segments are written in the row model (seglake.segfiles): fields 0 (row ids, from the id
 allocator) and 1 (the segment's one TSO timestamp), a stats log with a bloom filter, and
-a delta log deleting `delete_ratio` of the segment's pks at a later timestamp
-(collection-wide). Segment n of a partition goes to vchannel n % shards and holds only
+a delta log deleting `delete_ratio` of the segment's pks (rounded up) at a later
+timestamp (collection-wide). Segment n of a partition goes to vchannel n % shards and holds only
 pks that the WAL routes to that vchannel (`seglake.wal.client.route`), so a later write
 of one of its pks through the WAL lands on the same shard.
 
@@ -20,6 +20,7 @@ job still reads or writes it; everything else goes through its lifecycle.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 from seglake.errors import NotFound, SeglakeError, StateError, ValidationError
@@ -191,7 +192,8 @@ def _write_segment(meta, store, coll, part_id, shard: int, p: SeedParams, rng) -
     flat = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), p.dim)
     table = pa.table({"pk": pks, "embedding": flat, "price": prices}, schema=arrow_schema(coll.schema))
 
-    n_del = int(p.rows * p.delete_ratio)
+    # rounded up: with a positive ratio every segment has a delete log (as before the row model)
+    n_del = min(p.rows, math.ceil(p.rows * p.delete_ratio - 1e-9))
     deletes, dml_ts = None, ts
     if n_del:
         dml_ts = meta.tso.now()     # after the rows: the delete hides them

@@ -214,8 +214,9 @@ def read_deletes(store, segments: Iterable, known_partitions: Iterable[int] | No
         if foreign.any():
             src = {int(s.source["partition_id"]): s.partition_id for s in segments
                    if s.source and "partition_id" in s.source}
+            ids, inv = np.unique(dparts[foreign], return_inverse=True)      # distinct ids: a few
             dparts = dparts.copy()
-            dparts[foreign] = [src.get(int(x), 0) for x in dparts[foreign]]   # distinct ids: few
+            dparts[foreign] = np.array([src.get(int(x), 0) for x in ids], dtype=np.int64)[inv]
     return Deletes(pks, ts, dparts, dsegs)
 
 

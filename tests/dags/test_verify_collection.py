@@ -18,6 +18,11 @@ def test_passes_on_a_good_collection_and_fails_on_a_damaged_one(airflow_env, met
     dag = load_dag("verify_collection")
     run = dag.test(run_conf={"collection": coll.name})
     assert run.state == "success", task_states(run)
+    import json
+
+    from seglake.visibility import visible_count
+    (first,) = [json.loads(store.get(o.key)) for o in store.list("_reports/verify")]
+    assert first["ok"] and first["visible_rows"] == visible_count(meta, store, coll.collection_id) > 0
 
     seg = next(meta.segments.list(coll.collection_id))
     files = list(layout.segment_files(seg))
@@ -28,9 +33,9 @@ def test_passes_on_a_good_collection_and_fails_on_a_damaged_one(airflow_env, met
     assert run.state == "failed"
     assert states["verify.check_files"] == "success" and states["verify.summarize"] == "failed"
     reports = [o.key for o in store.list("_reports/verify")]
-    import json
     latest = json.loads(store.get(sorted(reports, key=lambda k: store.head(k).mtime)[-1]))
     assert latest["problem_counts"] == {"missing": 1, "size_mismatch": 1}
+    assert latest["visible_rows"] is None      # not counted over damaged files
     assert {p["key"] for p in latest["problems"]} == {files[0].key, files[2].key}
 
 

@@ -45,7 +45,7 @@ from engine_fixtures import engine_fixtures  # noqa: E402
 
 STEPS = HERE / "steps.py"
 INCLUDE = str(Path(seglake.__file__).resolve().parents[1])  # the seglake this test imports
-ROWS_SMALL = dict(partitions=2, segments=5, rows=200, dim=8)  # 10 segments, 70 files
+ROWS_SMALL = dict(partitions=2, segments=5, rows=200, dim=8)  # 10 segments, 90 files (fields 0, 1 + 3, delta, stats, 2 index)
 
 
 # -- servers that can be killed and restarted ------------------------------------------------
@@ -395,7 +395,7 @@ def wait_until(cond, timeout: float = 60, poll: float = 0.01, what: str = "condi
 
 # -- data and progress -----------------------------------------------------------------------
 def seed_and_snapshot(meta, store, name: str = "demo", snap: str = "s1", **params):
-    """A small collection (10 segments, 70 files by default) and a COMMITTED snapshot."""
+    """A small collection (10 segments, 90 files by default) and a COMMITTED snapshot."""
     from seglake import demo
     from seglake.lifecycle import snapshot
 

@@ -8,7 +8,7 @@ from fault_harness import (
 
 from seglake.lifecycle import copyjob
 
-SLOW = "copy.after_file:sleep=0.03"  # ~2 s for the 70 files: room to kill at a chosen point
+SLOW = "copy.after_file:sleep=0.03"  # ~2.7 s for the 90 files: room to kill at a chosen point
 
 
 def _redrive(meta, store, job_id, per_task=3):

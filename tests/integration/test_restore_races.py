@@ -203,9 +203,13 @@ def test_a_full_size_file_with_a_zero_hole_is_copied_again(meta, store, snap):
     copyjob.plan(meta, job_id, 10)
     with faults.inject("copy.after_file", at=12), pytest.raises(faults.InjectedFault):
         copyjob.run_inline(meta, store, job_id)
-    # a file the first attempt copied (which ones depends on the listing order)
-    src, dst = next((s, d) for s, d in _copied_target_files(meta, store, job_id) if store.exists(d))
+    # a file the killed run copied (which ones depends on the copy order: by source ids as
+    # strings), the largest, so the hole fits inside it
+    copied = [(s, d) for s, d in _copied_target_files(meta, store, job_id) if store.exists(d)]
+    assert copied
+    src, dst = max(copied, key=lambda sd: store.head(sd[0]).size)
     good = store.get(src)
+    assert len(good) > 1000
     assert store.get(dst) == good
     store.put(dst, good[:100] + b"\0" * (len(good) - 200) + good[-100:])  # same size, a hole
     tasks = copyjob.run_inline(meta, store, job_id)
