@@ -505,3 +505,43 @@ def test_txn_messages_for_a_txn_not_open_on_this_writer_are_refused(meta, store,
         w1.close()
         w2.close()
     assert _delivered_pks(meta, store, settings, coll) == [70, 71, 72]
+
+
+def test_a_commit_whose_answer_is_lost_is_never_appended_twice(meta, store, settings):
+    """etcd applies the commit but the answer is lost (Unavailable), then the re-read
+    fails too: the call fails with Retry; retrying it (same seq) returns the first
+    commit's ids and appends nothing; a later call appends normally."""
+    from seglake.errors import Unavailable
+    from seglake.wal.writer import Retry
+    coll = _coll(meta, store, settings)
+    p = pchannels(coll)[0]
+    w = _writer_for(meta, store, settings, coll)
+    real_txn, real_refresh = w.meta.kv.txn, w._refresh
+    state = {"txn": 0, "refresh": 0}
+
+    def lossy_txn(compares, ops, *a, **k):
+        rev = real_txn(compares, ops, *a, **k)
+        if not any(getattr(o, "key", "") == w.log.log_key for o in ops):
+            return rev             # (the TSO's batches)
+        state["txn"] += 1
+        if state["txn"] == 1:
+            raise Unavailable("the answer was lost")
+        return rev
+
+    def failing_refresh():
+        state["refresh"] += 1
+        if state["refresh"] == 1:
+            raise Unavailable("etcd still away")
+        return real_refresh()
+    w.meta.kv.txn, w._refresh = lossy_txn, failing_refresh
+    try:
+        seq = w.next_seq()
+        with pytest.raises(Retry):
+            w.append(_insert_msg(coll, 1), seq=seq)
+        ids = w.append(_insert_msg(coll, 1), seq=seq)      # the retry
+        assert ids and state["txn"] == 1                     # nothing new committed
+        w.append(_insert_msg(coll, 100))
+    finally:
+        w.meta.kv.txn = real_txn
+        w.close()
+    assert sorted(inserted_pks(all_messages(meta, store, p, settings))) == [1, 2, 3, 100, 101, 102]

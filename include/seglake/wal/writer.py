@@ -185,6 +185,7 @@ class WalWriter:
         self._colls: dict[int, tuple[float, object]] = {}
         self._epoch = 0     # bumped at every reset: fragments built before it are failed
         self._plock = threading.Lock()   # the provisional state: built (writer) vs reset (committer)
+        self._stale = False
         self.commits = self.races = 0
         self._thread = threading.Thread(target=self._run, name=f"wal-writer-{self.pchannel}", daemon=True)
         self._thread.start()
@@ -377,8 +378,10 @@ class WalWriter:
                 try:
                     frag, epoch = self._build(reqs)
                 except BaseException as e:  # noqa: BLE001 - handed to every waiting caller
-                    self._reset(Retry(f"WAL {self.pchannel}: fragment not written ({type(e).__name__}: {e}); "
-                                      f"retry the call") if not isinstance(e, SeglakeError) else e, reqs)
+                    # nothing of these calls was committed: retrying them is safe
+                    self._reset(e if isinstance(e, (ValidationError, Retry)) else Retry(
+                        f"WAL {self.pchannel}: fragment not written ({type(e).__name__}: {e}); retry the call"),
+                        reqs)
                     continue
                 if frag is None:   # every call was answered without a write
                     continue
@@ -393,6 +396,7 @@ class WalWriter:
         fragments are never committed), return to what etcd holds."""
         with self._plock:
             self._epoch += 1
+            self._stale = True   # what etcd holds may have moved (an unknown outcome): re-read first
             self._p_txns = {k: replace(v) for k, v in self._txns.items()}
             self._p_inflight.clear()
         for r in reqs:
@@ -406,6 +410,10 @@ class WalWriter:
         answer at once the calls that are retries of committed ones or refused; write the
         fragment under a fresh name, durably. Returns it with the epoch it was built in."""
         with self._plock:
+            if self._stale:
+                self._refresh()
+                self._p_txns = {k: replace(v) for k, v in self._txns.items()}
+                self._stale = False
             built = self._encode(reqs)
             epoch = self._epoch
         if built is None:
@@ -510,7 +518,6 @@ class WalWriter:
         """ONE etcd txn per attempt: log record unchanged -> log, index record, producer
         record. A lost race re-reads and retries at the next place."""
         seqs = [r.seq for r in frag.reqs]
-        ambiguous = False
         for attempt in range(1000):
             if time.monotonic() - frag.written_at > MAX_COMMIT_DELAY:
                 raise Retry(f"WAL {self.pchannel}: fragment {frag.key} waited over {MAX_COMMIT_DELAY:g} s "
@@ -534,17 +541,19 @@ class WalWriter:
                    Put(self.prod_key, encode(prod))]
             try:
                 rev = self.meta.kv.txn(guards, ops)
-            except Conflict:
-                self._refresh(seqs)   # raises when this producer's record was moved by another
-                if ambiguous and self._remembered(seqs[0]) is not None:
+            except (Conflict, Unavailable) as e:
+                # a lost race, or an outcome unknown (etcd unreachable): re-read; if this
+                # producer's record already holds these calls (an earlier attempt applied,
+                # here or in a commit whose answer was lost before a retry), they are
+                # committed: answer with that place, never append them again
+                self._refresh()
+                done = [q for q in seqs if self._remembered(q) is not None]
+                if len(done) == len(seqs):
                     return self._committed_at(seqs)
-                self.races += 1
-                continue
-            except Unavailable:
-                ambiguous = True   # the outcome is unknown: re-read, the compares decide
-                self._refresh(seqs)
-                if self._remembered(seqs[0]) is not None:
-                    return self._committed_at(seqs)
+                if done:   # some of these calls committed in another fragment: rebuild without them
+                    raise Retry(f"WAL {self.pchannel}: calls {done} of producer {self.producer_id} were "
+                                f"committed already; retry the others")
+                self.races += isinstance(e, Conflict)
                 continue
             new.kv = KeyValue(self.log.log_key, new.encoded(), rev, st.kv.create_revision if st.kv else rev,
                               (st.kv.version if st.kv else 0) + 1)
@@ -558,17 +567,15 @@ class WalWriter:
             return n, st.term
         raise Retry(f"WAL {self.pchannel}: 1000 commit races lost in a row; retry the call")
 
-    def _refresh(self, seqs: list[int]) -> None:
-        """Re-read the log and this producer's record after a lost race."""
+    def _refresh(self) -> None:
+        """Re-read the log and this producer's record (after a lost race or an unknown
+        outcome). A (producer, seq) is committed at most once whatever happens: every
+        commit compares the producer record, and calls it already holds are answered
+        from it, never appended again."""
         lkv = self.meta.kv.get(self.log.log_key)
         pkv = self.meta.kv.get(self.prod_key)
         st = LogState.from_kv(lkv)
         prod = decode(pkv.value, pkv.key) if pkv else {"seq": 0, "recent": []}
-        if prod["recent"] != self._prod["recent"]:
-            mine = {s for s, *_ in prod["recent"]}
-            if not set(seqs) <= mine:
-                raise SeglakeError(f"producer {self.producer_id} on {self.pchannel}: its record moved to seq "
-                                   f"{prod['seq']} under this process: another process uses the same producer id")
         if st.term > self.state.term:   # a takeover: txns begun before it are over
             self._txns = {k: v for k, v in self._txns.items() if v.term >= st.term}
         self.state, self._prod, self._prod_kv = st, prod, pkv
