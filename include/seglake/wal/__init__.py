@@ -6,7 +6,8 @@ ingest client. See README "How the WAL works"."""
 def console_channels(meta) -> list[dict]:
     """One row per vchannel for the seglake page and /metrics: its pchannel's term,
     writer, last time tick (unix seconds), the vchannel's checkpoint tick and its lag
-    behind the log (seconds; None before the flusher's first checkpoint), paused."""
+    behind the log (seconds; None before the flusher's first checkpoint), paused, and
+    the transactions the last flusher run saw open on it."""
     from seglake.meta.alloc import physical_ms
     from seglake.wal.client import read_checkpoint, wal_status
 
@@ -18,5 +19,7 @@ def console_channels(meta) -> list[dict]:
             rows.append({"vchannel": c["vchannel"], "pchannel": p["pchannel"], "term": p["term"],
                          "writer": p["writer"], "last_tick_ts": last_s,
                          "checkpoint_ts": None if cp is None else physical_ms(cp.get("time_tick", 0)) / 1000,
-                         "lag_s": None if c["lag_ms"] is None else c["lag_ms"] / 1000, "paused": p["paused"]})
+                         "lag_s": None if c["lag_ms"] is None else c["lag_ms"] / 1000, "paused": p["paused"],
+                         # as the last flusher run saw them (txn ids open on this vchannel)
+                         "open_txns": [t["txn_id"] for t in p.get("open_txns", ()) if t["vchannel"] == c["vchannel"]]})
     return rows

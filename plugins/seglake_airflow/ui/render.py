@@ -166,10 +166,11 @@ def _gc(g: dict | None, pause: dict) -> str:
 
 
 def _channels(rows: list[dict]) -> str:
-    return _table(["vchannel", "term", "writer", "last time tick", "checkpoint lag", "paused"],
+    return _table(["vchannel", "term", "writer", "last time tick", "checkpoint lag", "paused", "open txns"],
                   [[escape(str(r.get("vchannel", ""))), escape(str(r.get("term", ""))),
                     escape(str(r.get("writer", ""))), escape(str(r.get("last_tick_ts", ""))),
-                    human_duration(r.get("lag_s")), "yes" if r.get("paused") else "no"] for r in rows],
+                    human_duration(r.get("lag_s")), "yes" if r.get("paused") else "no",
+                    escape(", ".join(str(t) for t in r.get("open_txns", ())) or "-")] for r in rows],
                   numeric={4}, empty="no WAL channels")
 
 
