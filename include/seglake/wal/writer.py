@@ -186,6 +186,7 @@ class WalWriter:
         self._epoch = 0     # bumped at every reset: fragments built before it are failed
         self._plock = threading.Lock()   # the provisional state: built (writer) vs reset (committer)
         self._stale = False
+        self._committing = 0   # fragments handed to the committer, not yet answered
         self.commits = self.races = 0
         self._thread = threading.Thread(target=self._run, name=f"wal-writer-{self.pchannel}", daemon=True)
         self._thread.start()
@@ -341,7 +342,9 @@ class WalWriter:
                 self._cond.wait()
             if not self._queue:
                 return None
-            deadline = time.monotonic() + s.wal_batch_time
+            # group commit: while a commit is in flight, let the window fill; an idle
+            # producer writes at once (a lone append does not wait for company)
+            deadline = time.monotonic() + (s.wal_batch_time if self._committing else 0.0)
             while not self._closed:
                 size = sum(r.size for r in self._queue)
                 count = sum(len(r.messages) for r in self._queue)
@@ -385,6 +388,8 @@ class WalWriter:
                     continue
                 if frag is None:   # every call was answered without a write
                     continue
+                with self._cond:
+                    self._committing += 1
                 inflight.append(committer.submit(self._commit_job, frag, epoch))
         finally:
             for f in inflight:
@@ -497,6 +502,13 @@ class WalWriter:
                 f"last {RECENT_SEQS} it remembers: refused (it cannot tell a duplicate)"))
 
     def _commit_job(self, frag: _Fragment, epoch: int) -> None:
+        try:
+            self._commit_one(frag, epoch)
+        finally:
+            with self._cond:
+                self._committing -= 1
+
+    def _commit_one(self, frag: _Fragment, epoch: int) -> None:
         if epoch != self._epoch:   # built before a reset: never committed
             for r in frag.reqs:
                 r.finish(error=Retry(f"WAL {self.pchannel}: an earlier fragment failed; retry the call"))
