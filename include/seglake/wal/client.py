@@ -46,6 +46,7 @@ from seglake.wal.writer import Retry, WalWriter, _valid_pid
 
 MAX_BATCH_ROWS = 1_000_000
 APPENDS_PER_CALL = 1 << 20    # a call's appends are numbered call * APPENDS_PER_CALL + i
+ROLLBACK_APPEND = APPENDS_PER_CALL - 1   # a txn call's RollbackTxn: its own number, never a CommitTxn's
 MAX_CALL_SEQ = 1 << 41
 RETRIES = 6                   # a retriable append is retried this often (same seq)
 ANNOUNCED = "wal_announced"
@@ -325,15 +326,18 @@ class WalClient:
         except BaseException:
             if txn:
                 try:   # nothing of the txn is ever consumed: a failed txn call is a new call to retry
+                    # under the call's reserved last number, never one its CommitTxn uses: a
+                    # retry with this seq must not be answered with the rollback's ids
                     self._finish(res, self._submit(res, [Message.rollback_txn(v, t) for v, t in txn_ids.items()],
-                                                   call, counter))
+                                                   call, [ROLLBACK_APPEND], limit=APPENDS_PER_CALL))
                 except Exception:  # noqa: BLE001 - the transaction expires anyway
                     pass
             raise
         if txn:
             self._finish(res, self._submit(res, [Message.commit_txn(v, t) for v, t in txn_ids.items()], call, counter))
 
-    def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int]) -> list:
+    def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int],
+                limit: int = ROLLBACK_APPEND) -> list:
         """Queue one append per pchannel (each lands whole in one fragment), numbered
         call * 2**20 + i: the same call retried numbers its appends the same way."""
         by_p: dict[str, list[Message]] = {}
@@ -341,10 +345,10 @@ class WalClient:
             by_p.setdefault(pchannel_of(m.vchannel), []).append(m)
         out = []
         for p, group in sorted(by_p.items()):
+            if counter[0] >= limit:
+                raise ValidationError(f"a call may make at most {limit} appends; use fewer, larger batches")
             seq = call * APPENDS_PER_CALL + counter[0]
             counter[0] += 1
-            if counter[0] >= APPENDS_PER_CALL:
-                raise ValidationError(f"a call may make at most {APPENDS_PER_CALL} appends; use fewer, larger batches")
             out.append((p, group, seq, self.writer(p).append_async(group, seq=seq)))
             if p not in res.pchannels:
                 res.pchannels.append(p)
