@@ -42,10 +42,11 @@ from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
-from seglake.wal.writer import Retry, WalWriter
+from seglake.wal.writer import Retry, WalWriter, _valid_pid
 
 MAX_BATCH_ROWS = 1_000_000
 APPENDS_PER_CALL = 1 << 20    # a call's appends are numbered call * APPENDS_PER_CALL + i
+ROLLBACK_APPEND = APPENDS_PER_CALL - 1   # a txn call's RollbackTxn: its own number, never a CommitTxn's
 MAX_CALL_SEQ = 1 << 41
 RETRIES = 6                   # a retriable append is retried this often (same seq)
 ANNOUNCED = "wal_announced"
@@ -126,10 +127,14 @@ class WalClient:
         check_wal_settings(settings)
         self.meta, self.store, self.settings, self.clock = meta, store, settings, clock
         self.batch_rows = check_count("batch rows", batch_rows, maximum=MAX_BATCH_ROWS)
+        if producer_id is not None and (not isinstance(producer_id, str) or not _valid_pid(producer_id)):
+            raise ValidationError(f"producer id must be 1..64 of [A-Za-z0-9._-], got {producer_id!r}")
         self.producer_id = producer_id or f"c-{uuid.uuid4().hex}"
         self._writers: dict[str, WalWriter] = {}
         self._next_call = 1
+        self._seeded = producer_id is None   # a fresh id has no calls behind it
         self._lock = threading.Lock()
+        self._seq_lock = threading.Lock()
 
     def writer(self, pchannel: str) -> WalWriter:
         """This client's producer on `pchannel` (one per pchannel, opened on first use)."""
@@ -273,13 +278,32 @@ class WalClient:
                                   f"them by shard or append without txn. Nothing was appended")
 
     def _call_seq(self, seq: int | None) -> int:
-        """The call's sequence number: given (a retry of a call), or the next one."""
-        if seq is None:
-            seq = self._next_call
-        elif isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < MAX_CALL_SEQ:
+        """The call's sequence number: given (a retry of a call), or the next one -- above
+        every call this producer id made before, on ANY pchannel (a new process reusing
+        the id must never be answered with an older call's ids)."""
+        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < MAX_CALL_SEQ):
             raise ValidationError(f"seq must be an int in 1..{MAX_CALL_SEQ - 1}, got {seq!r}")
-        self._next_call = max(self._next_call, seq + 1)
-        return seq
+        with self._seq_lock:
+            if seq is None:
+                self._seed()
+                seq = self._next_call
+            self._next_call = max(self._next_call, seq + 1)
+            return seq
+
+    def _seed(self) -> None:
+        """Once per client with a given producer id: continue above the calls its records
+        remember on every pchannel."""
+        if self._seeded:
+            return
+        from seglake.meta import keys as keymod
+        from seglake.meta.codec import decode
+        from seglake.wal.log import all_pchannels
+
+        for p in all_pchannels():
+            kv = self.meta.kv.get(keymod.wal_producer(self.meta.keys, p, self.producer_id))
+            if kv is not None:
+                self._next_call = max(self._next_call, decode(kv.value, kv.key)["seq"] // APPENDS_PER_CALL + 1)
+        self._seeded = True
 
     def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None) -> None:
         """Append each chunk's messages (one append per pchannel); in a txn on one vchannel."""
@@ -302,15 +326,18 @@ class WalClient:
         except BaseException:
             if txn:
                 try:   # nothing of the txn is ever consumed: a failed txn call is a new call to retry
+                    # under the call's reserved last number, never one its CommitTxn uses: a
+                    # retry with this seq must not be answered with the rollback's ids
                     self._finish(res, self._submit(res, [Message.rollback_txn(v, t) for v, t in txn_ids.items()],
-                                                   call, counter))
+                                                   call, [ROLLBACK_APPEND], limit=APPENDS_PER_CALL))
                 except Exception:  # noqa: BLE001 - the transaction expires anyway
                     pass
             raise
         if txn:
             self._finish(res, self._submit(res, [Message.commit_txn(v, t) for v, t in txn_ids.items()], call, counter))
 
-    def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int]) -> list:
+    def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int],
+                limit: int = ROLLBACK_APPEND) -> list:
         """Queue one append per pchannel (each lands whole in one fragment), numbered
         call * 2**20 + i: the same call retried numbers its appends the same way."""
         by_p: dict[str, list[Message]] = {}
@@ -318,10 +345,10 @@ class WalClient:
             by_p.setdefault(pchannel_of(m.vchannel), []).append(m)
         out = []
         for p, group in sorted(by_p.items()):
+            if counter[0] >= limit:
+                raise ValidationError(f"a call may make at most {limit} appends; use fewer, larger batches")
             seq = call * APPENDS_PER_CALL + counter[0]
             counter[0] += 1
-            if counter[0] >= APPENDS_PER_CALL:
-                raise ValidationError(f"a call may make at most {APPENDS_PER_CALL} appends; use fewer, larger batches")
             out.append((p, group, seq, self.writer(p).append_async(group, seq=seq)))
             if p not in res.pchannels:
                 res.pchannels.append(p)
