@@ -178,3 +178,28 @@ def test_an_open_txn_holds_only_its_own_vchannel_and_expires_on_a_quiet_log(meta
     with pytest.raises(Exception, match="expired|not open"):
         with WalWriter.open(meta, store, p, settings) as w2:
             w2.append(M.Message.commit_txn(a.vchannels[0], 77))
+
+
+def test_a_call_spanning_pchannels_reports_what_committed_and_its_retry_completes_the_rest(meta, store, settings):
+    """#4: one pchannel fails for good: the call raises AppendIncomplete naming the
+    pchannels that committed; a retry with its seq (a new client, same producer id)
+    appends only the rest."""
+    from seglake.errors import SeglakeError
+    from seglake.wal.client import AppendIncomplete
+    with WalClient(meta, store, settings, producer_id="job-9") as c:
+        coll = make_collection(c, shards=4)
+        bad = pchannels(coll)[1]
+        w = c.writer(bad)
+
+        def broken(frag):
+            raise SeglakeError("disk on fire")
+        w._commit = broken
+        with pytest.raises(AppendIncomplete) as e:
+            c.insert("c1", synthetic_rows(coll, 40, 1))
+    res = e.value.result
+    assert bad not in res.committed and set(res.committed) == set(res.pchannels) - {bad}
+    with WalClient(meta, store, settings, producer_id="job-9") as c:
+        again = c.insert("c1", synthetic_rows(coll, 40, 1), seq=res.seq)
+    assert sorted(again.committed) == sorted(res.pchannels)
+    _flush(meta, store, settings, coll)
+    assert _visible(meta, store, coll) == list(range(1, 41))
