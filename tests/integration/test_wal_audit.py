@@ -64,3 +64,42 @@ def test_a_txn_call_retried_with_its_seq_is_never_acknowledged_when_it_was_rolle
             acked = False
     _flush(meta, store, settings, coll)
     assert _pks(meta, store, coll) == (list(range(1, 6)) if acked else [])
+
+
+def _lose_reply_then_unreachable(monkeypatch, kv, gets_failing: int = 2):
+    """etcd applies the next producer commit but its answer is lost, and the next
+    `gets_failing` reads fail too (a leader election): the writer cannot learn at once
+    whether its commit happened."""
+    from seglake.errors import Unavailable
+
+    real_txn, real_get = kv.txn, kv.get
+    state = {"armed": True, "fail": 0}
+
+    def txn(compares, ops, *a, **k):
+        rev = real_txn(compares, ops, *a, **k)
+        if state["armed"] and any("/producers/" in getattr(o, "key", "") for o in ops):
+            state["armed"], state["fail"] = False, gets_failing
+            raise Unavailable("etcd: request timed out (it was applied)")
+        return rev
+
+    def get(key, *a, **k):
+        if state["fail"] > 0:
+            state["fail"] -= 1
+            raise Unavailable("etcd: no leader")
+        return real_get(key, *a, **k)
+    monkeypatch.setattr(kv, "txn", txn)
+    monkeypatch.setattr(kv, "get", get)
+    return state
+
+
+def test_an_ambiguous_commit_whose_reread_fails_is_never_appended_twice(meta, store, settings, monkeypatch):
+    with WalClient(meta, store, settings, producer_id="amb") as c:
+        coll = make_collection(c, shards=1)
+        c.insert("c1", synthetic_rows(coll, 3, 1))
+        state = _lose_reply_then_unreachable(monkeypatch, meta.kv)
+        c.insert("c1", synthetic_rows(coll, 3, 10))    # retried inside the client, same seq
+        assert not state["armed"]
+        c.insert("c1", synthetic_rows(coll, 3, 20))    # the producer goes on
+    monkeypatch.undo()
+    _flush(meta, store, settings, coll)
+    assert _pks(meta, store, coll) == [1, 2, 3, 10, 11, 12, 20, 21, 22]

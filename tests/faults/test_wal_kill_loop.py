@@ -1,0 +1,146 @@
+"""The WAL under a kill loop, audited row by row (tests/faults/wal_kill.py).
+
+For DURATION seconds two producer processes append random inserts, upserts and deletes
+(some in transactions) of OVERLAPPING pks to one 2-shard collection (two pchannels),
+with fixed producer ids and explicit sequence numbers, retrying failed calls with the
+same seq; one of them runs on a clock that jumps +1h / -1h. A flusher process is
+SIGKILLed every few seconds and also kills itself at its `flush.after_files` /
+`flush.after_commit` fault points; now and then a second flusher runs beside it (one
+fences the other). Producers are SIGKILLed and restarted now and then, and retry their
+last unacknowledged call with its seq (or abandon it). At the end: flush_all, then the
+audit: the log holds every acknowledged op exactly once at the ids returned, nothing
+twice, ticks rise and respect real-time order, and the visible rows equal the row
+model applied to the log, row by row (pk, value, partition, timestamp).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import wal_kill
+from fault_harness import assert_nothing_committed_twice
+
+DURATION = float(os.environ.get("WAL_KILL_LOOP_SECONDS", 150))   # local; S3 runs half of it
+FLUSHER_KILL_EVERY = (1.5, 5.0)
+PRODUCER_KILL_EVERY = (6.0, 15.0)
+SECOND_FLUSHER_EVERY = (10.0, 20.0)
+HERE = Path(__file__).resolve().parent
+
+
+def _settings(backend, settings, request):
+    s = settings.replace(flush_seal_rows=40, flush_seal_idle=1.0, flush_seal_age=3.0, etcd_timeout=5)
+    if backend == "s3":
+        server = request.getfixturevalue("s3_server")
+        st = request.getfixturevalue("s3_store")
+        s = s.replace(store_uri=st.uri, s3_endpoint=server.endpoint, s3_access_key=server.access_key,
+                      s3_secret_key=server.secret_key)
+    return s
+
+
+def _run_loop(meta, store, s, spawn, d: Path, *, duration: float, producers: int, skew: tuple,
+              kill_producers: bool, kill_flushers: bool, seed: int, txn_rate: float = 0.15) -> dict:
+    from seglake.lifecycle.flush import flush_pchannel
+    from seglake.meta.catalog import pchannel_of
+    from seglake.meta.segments import DROPPED, FLUSHED
+    from seglake.storage import open_store
+    from seglake.wal.client import WalClient
+
+    rng = random.Random(seed)
+    with WalClient(meta, store, s) as c:
+        coll = c.create_collection("kl", wal_kill.schema(), shards=2, partitions=wal_kill.PARTITIONS)
+    pchs = sorted({pchannel_of(v) for v in coll.vchannels})
+    argv = lambda role, a: [sys.executable, str(HERE / "wal_kill.py"), role, json.dumps(a)]  # noqa: E731
+    pargs = [{"dir": str(d), "idx": i, "producer_id": f"prod-{i}", "seed": seed, "collection": "kl",
+              "skew": skew[i], "abandon": 0.3, "txn_rate": txn_rate} for i in range(producers)]
+    counts = {"flusher_kills": 0, "flusher_fault_exits": 0, "producer_kills": 0, "second_flushers": 0,
+              "flusher_starts": 0}
+
+    def start_flusher():
+        faults = rng.choice(["", "", f"flush.after_files:kill@{rng.randint(1, 12)}",
+                             f"flush.after_commit:kill@{rng.randint(1, 12)}"])
+        counts["flusher_starts"] += 1
+        return spawn("flusher", {}, s, faults=faults,
+                     argv=argv("flusher", {"dir": str(d), "pchannels": pchs, "seed": rng.random()}))
+
+    prods = [spawn("producer", {}, s, argv=argv("producer", a)) for a in pargs]
+    flushers = [start_flusher()]
+    t_end = time.monotonic() + duration
+    next_fkill = time.monotonic() + rng.uniform(*FLUSHER_KILL_EVERY)
+    next_pkill = [time.monotonic() + rng.uniform(*PRODUCER_KILL_EVERY) for _ in prods]
+    next_second = time.monotonic() + rng.uniform(*SECOND_FLUSHER_EVERY)
+    while time.monotonic() < t_end:
+        time.sleep(0.1)
+        now = time.monotonic()
+        for i, p in enumerate(prods):
+            if not p.alive():
+                pytest.fail(f"producer {i} exited (rc {p.proc.returncode}) during the loop:\n"
+                            f"{p.err.read_text()[-3000:]}")
+            if kill_producers and now >= next_pkill[i]:
+                p.kill()
+                counts["producer_kills"] += 1
+                prods[i] = spawn("producer", {}, s, argv=argv("producer", pargs[i]))
+                next_pkill[i] = now + rng.uniform(*PRODUCER_KILL_EVERY)
+        for f in list(flushers):
+            if not f.alive():
+                rc = f.proc.returncode
+                assert rc == -signal.SIGKILL, f"flusher exited rc {rc}:\n{f.err.read_text()[-3000:]}"
+                counts["flusher_fault_exits"] += 1
+                flushers.remove(f)
+        if kill_flushers and now >= next_fkill and flushers:
+            victim = rng.choice(flushers)
+            victim.kill()
+            flushers.remove(victim)
+            counts["flusher_kills"] += 1
+            next_fkill = now + rng.uniform(*FLUSHER_KILL_EVERY)
+        if not flushers:
+            flushers.append(start_flusher())
+        if now >= next_second and len(flushers) < 2:
+            flushers.append(start_flusher())
+            counts["second_flushers"] += 1
+            next_second = now + rng.uniform(*SECOND_FLUSHER_EVERY)
+    (d / "stop").touch()
+    for i, p in enumerate(prods):
+        out = p.wait(timeout=120)
+        assert out.rc == 0, f"producer {i} rc {out.rc}:\n{out.err[-3000:]}"
+        counts[f"producer{i}"] = out.result
+    for f in flushers:
+        out = f.wait(timeout=120)
+        assert out.rc in (0, -signal.SIGKILL), f"flusher rc {out.rc}:\n{out.err[-3000:]}"
+    # every flusher process's error lines (SeglakeErrors it survived)
+    errs = [line for f in Path(d).parent.glob("child*.err") for line in f.read_text().splitlines()
+            if line.startswith("flush ")]
+    counts["flusher_errors"] = len(errs)
+    counts["flusher_error_kinds"] = sorted({e.split(": ")[1] for e in errs})
+    runs = [int(x.split()[1]) for x in (d / "flusher.runs").read_text().splitlines()] if (d / "flusher.runs").exists() else []
+    counts["flusher_runs_logged"] = sum(runs)
+    st = open_store(s)
+    for p in pchs:
+        flush_pchannel(meta, st, p, s, flush_all=True)
+    segs = list(meta.segments.list(coll.collection_id))
+    assert {x.state for x in segs} <= {FLUSHED, DROPPED}, {x.state for x in segs}
+    counts["segments_flushed"] = sum(1 for x in segs if x.state == FLUSHED)
+    assert_nothing_committed_twice(meta, st)
+    counts.update(wal_kill.audit(meta, st, meta.catalog.get(coll.collection_id), d, producers))
+    counts["flusher_errors_sample"] = errs[:3]
+    return counts
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_kill_loop_row_exact(backend, meta, store, settings, spawn, tmp_path, request):
+    s = _settings(backend, settings, request)
+    from seglake.storage import open_store
+    st = open_store(s)
+    d = tmp_path / "loop"
+    d.mkdir()
+    counts = _run_loop(meta, st, s, spawn, d, duration=DURATION if backend == "local" else DURATION / 2,
+                       producers=2, skew=(False, True), kill_producers=True, kill_flushers=True,
+                       seed=hash(backend) & 0xFFFF)
+    print(json.dumps(counts, indent=1, default=str))
