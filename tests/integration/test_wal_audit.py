@@ -6,7 +6,7 @@ import pytest
 
 from seglake.lifecycle.flush import flush_pchannel
 from seglake.visibility import visible_rows
-from seglake.wal.client import WalClient, synthetic_rows
+from seglake.wal.client import AppendIncomplete, WalClient, synthetic_rows
 
 from wal_helpers import make_collection, pchannels
 
@@ -97,9 +97,32 @@ def test_an_ambiguous_commit_whose_reread_fails_is_never_appended_twice(meta, st
         coll = make_collection(c, shards=1)
         c.insert("c1", synthetic_rows(coll, 3, 1))
         state = _lose_reply_then_unreachable(monkeypatch, meta.kv)
-        c.insert("c1", synthetic_rows(coll, 3, 10))    # retried inside the client, same seq
+        try:
+            c.insert("c1", synthetic_rows(coll, 3, 10))    # retried inside the client, same seq
+        except AppendIncomplete as e:                      # what its message says to do
+            c.insert("c1", synthetic_rows(coll, 3, 10), seq=e.result.seq)
         assert not state["armed"]
         c.insert("c1", synthetic_rows(coll, 3, 20))    # the producer goes on
     monkeypatch.undo()
     _flush(meta, store, settings, coll)
     assert _pks(meta, store, coll) == [1, 2, 3, 10, 11, 12, 20, 21, 22]
+
+
+@pytest.mark.parametrize("gets_failing", [0, 2])
+def test_a_txn_whose_begin_lost_its_answer_still_commits_once(meta, store, settings, monkeypatch, gets_failing):
+    """The BeginTxn's commit applied but its answer was lost (and, with gets_failing, the
+    re-reads fail too: the writer resets without knowing): the writer learns from its
+    record that the Begin committed and that its txn is open, so the body and the commit
+    of the same call follow, once ('not open on this producer' before)."""
+    with WalClient(meta, store, settings, producer_id="amb-txn") as c:
+        coll = make_collection(c, shards=1)
+        c.insert("c1", synthetic_rows(coll, 3, 1))
+        state = _lose_reply_then_unreachable(monkeypatch, meta.kv, gets_failing)
+        try:
+            c.insert("c1", synthetic_rows(coll, 4, 10), txn=True)
+        except AppendIncomplete as e:   # what its message says to do
+            c.insert("c1", synthetic_rows(coll, 4, 10), txn=True, seq=e.result.seq)
+        assert not state["armed"]
+    monkeypatch.undo()
+    _flush(meta, store, settings, coll)
+    assert _pks(meta, store, coll) == [1, 2, 3, 10, 11, 12, 13]

@@ -177,6 +177,9 @@ class WalWriter:
         # ... and the provisional state of fragments built but not yet committed
         self._p_txns: dict[int, _Txn] = {}
         self._p_inflight: set[int] = set()   # seqs built into fragments not yet committed
+        # txn fragments whose commit outcome was never learned: a later re-read that finds
+        # them committed applies their txn state (a BeginTxn whose answer was lost opened its txn)
+        self._unresolved: dict[str, _Fragment] = {}
         self._next_seq = self._prod["seq"] + 1
         self._seq_lock = threading.Lock()
         self._queue: deque[_Request] = deque()
@@ -516,6 +519,10 @@ class WalWriter:
         try:
             n, term = self._commit(frag)
         except BaseException as e:  # noqa: BLE001
+            if frag.txn_msgs and not isinstance(e, ValidationError):
+                self._unresolved[frag.key] = frag
+                while len(self._unresolved) > 64:
+                    self._unresolved.pop(next(iter(self._unresolved)))
             # (a ValidationError here is a txn that expired between build and commit: the
             # retry refuses that call alone, the others of the fragment are innocent)
             err = e if isinstance(e, Retry) or (isinstance(e, SeglakeError) and not isinstance(
@@ -561,7 +568,7 @@ class WalWriter:
                 self._refresh()
                 done = [q for q in seqs if self._remembered(q) is not None]
                 if len(done) == len(seqs):
-                    return self._committed_at(seqs)
+                    return self._committed_at(frag, seqs)
                 if done:   # some of these calls committed in another fragment: rebuild without them
                     raise Retry(f"WAL {self.pchannel}: calls {done} of producer {self.producer_id} were "
                                 f"committed already; retry the others")
@@ -591,13 +598,38 @@ class WalWriter:
         if st.term > self.state.term:   # a takeover: txns begun before it are over
             self._txns = {k: v for k, v in self._txns.items() if v.term >= st.term}
         self.state, self._prod, self._prod_kv = st, prod, pkv
+        for key, frag in list(self._unresolved.items()):
+            hit = self._remembered(frag.reqs[0].seq)
+            if hit is not None:
+                self._unresolved.pop(key)
+                self._adopt(frag, hit[1])
 
-    def _committed_at(self, seqs: list[int]) -> tuple[int, int]:
+    def _adopt(self, frag: _Fragment, n: int) -> int:
+        """`frag`'s calls are in the producer record at log place `n` (a commit whose answer
+        was lost): if fragment n is this one, apply the txn state its messages made, at the
+        ticks the index record gives. Returns the place's term."""
+        kv = self.meta.kv.get(self.log.frag_key(n))
+        rec = None if kv is None else FragRecord.from_kv(n, kv)
+        if rec is None or rec.key != frag.key:   # another copy of these calls committed, or truncated
+            return self.state.term
+        if frag.txn_msgs:
+            txns = {k: replace(v) for k, v in self._txns.items()}
+            try:
+                for m, rel in frag.txn_msgs:
+                    _txn_step(txns, m, rec.tt0 + rel, rec.term)
+                self._txns = txns
+            except ValidationError:   # what the scanner drops opened nothing
+                pass
+        return rec.term
+
+    def _committed_at(self, frag: _Fragment, seqs: list[int]) -> tuple[int, int]:
         """After an ambiguous commit that did apply: its place, from the producer record
-        (the txn state is re-derived by the next commits' exact check)."""
+        (and the txn state it made)."""
         with self._plock:
             self._p_inflight.difference_update(seqs)
-        return self._remembered(seqs[0])[1], self.state.term
+        self._unresolved.pop(frag.key, None)
+        n = self._remembered(seqs[0])[1]
+        return n, self._adopt(frag, n)
 
 
 def _valid_pid(pid: str) -> bool:
