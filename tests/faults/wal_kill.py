@@ -228,13 +228,23 @@ def main() -> int:
     from seglake.meta import Meta
     from seglake.storage import open_store
 
-    try:
-        settings = Settings.load()
-        with Meta.from_settings(settings) as meta:
-            result = {"producer": producer, "flusher": flusher}[role](meta, open_store(settings), settings, args)
-    except SeglakeError as e:
-        print(f"SeglakeError {type(e).__name__}: {e}", file=sys.stderr)
-        return 3
+    from seglake.errors import Unavailable
+
+    settings = Settings.load()
+    deadline = time.monotonic() + 60
+    while True:   # etcd unavailable (a loaded machine: "no leader") = a restart of the actor
+        try:
+            with Meta.from_settings(settings) as meta:
+                result = {"producer": producer, "flusher": flusher}[role](meta, open_store(settings), settings, args)
+            break
+        except Unavailable as e:
+            print(f"restart {role}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            if time.monotonic() > deadline:
+                return 3
+            time.sleep(0.5)
+        except SeglakeError as e:
+            print(f"SeglakeError {type(e).__name__}: {e}", file=sys.stderr)
+            return 3
     print(json.dumps(result, default=str))
     return 0
 

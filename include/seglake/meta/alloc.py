@@ -220,14 +220,21 @@ class TSO:
         """One timestamp (the guarantee: see the module doc)."""
         return self._issue(1, 0)
 
-    def reserve(self, count: int, above: int = 0) -> int:
+    def reserve(self, count: int, above: int = 0, *, linearizable: bool = False) -> int:
         """The first of `count` consecutive timestamps [lo, lo + count), all strictly
         greater than `above`, issued like `now()` (same ordering guarantee), as one unit.
         `count` is an int in 1..2**18, `above` an int >= 0; else ValidationError, before
-        any etcd access."""
+        any etcd access.
+
+        linearizable=True: also greater than every timestamp ANY call in any process
+        returned before this one began, at the cost of one etcd read: the mark read now
+        bounds every timestamp issued so far; this process's batch serves only while it
+        is the newest one reserved (its end >= that mark), else a new batch is reserved
+        above the mark. (The WAL's commits use it, so an append acknowledged before
+        another began has the smaller tick, on any pchannel.)"""
         count = _check_int("count", count, 1, MAX_COUNT)
         above = _check_int("above", above, 0, TS_LIMIT - 1 - count)
-        return self._issue(count, above)
+        return self._issue(count, above, fresh=linearizable)
 
     def advance_past(self, ts: int) -> None:
         """Make every timestamp reserved after this call returns, by any allocator in any
@@ -257,14 +264,18 @@ class TSO:
             _sleep(left)
 
     # -- internals -----------------------------------------------------------------
-    def _issue(self, count: int, above: int) -> int:
+    def _issue(self, count: int, above: int, fresh: bool = False) -> int:
         b = self._b
+        seen = self.kv.get(self.key) if fresh else None   # read after the call began
+        mark = decode_mark(seen.value, self.key) if seen is not None else 0
         with b.lock:
+            if seen is not None and (b.cur is None or seen.mod_revision > b.cur.mod_revision):
+                b.cur = seen   # the CAS below starts from what was just read
             t_call = _monotonic()  # taken once the call runs: a batch born BATCH_MAX_AGE
             for _ in range(CAS_ATTEMPTS):  # or more before it is not used
                 floor = max(above, _floor(self._scope))
                 first = max(b.next, floor + 1)
-                if first + count <= b.end and b.born > t_call - BATCH_MAX_AGE:
+                if first + count <= b.end and b.born > t_call - BATCH_MAX_AGE and b.end >= mark:
                     b.next = first + count
                     _raise_floor(self._scope, first + count - 1)
                     return first

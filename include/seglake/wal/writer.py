@@ -542,7 +542,7 @@ class WalWriter:
                 raise Retry(f"WAL {self.pchannel}: fragment {frag.key} waited over {MAX_COMMIT_DELAY:g} s "
                             f"for its commit; not committed, retry the call")
             st = self.state
-            tt0 = self.tso.reserve(frag.span, above=st.last_tt)
+            tt0 = self.tso.reserve(frag.span, above=st.last_tt, linearizable=True)
             txns = {k: replace(v) for k, v in self._txns.items()}
             for m, rel in frag.txn_msgs:   # the exact ticks: refuse what a consumer would drop
                 _txn_step(txns, m, tt0 + rel, st.term)
