@@ -137,6 +137,7 @@ LIMITS: dict[str, Limit] = {
     "wal_fragment_records": _count(1, 1_000_000),
     "wal_batch_time": _seconds(10.0),
     "wal_txn_keepalive": Limit(1.0, 7 * DAY, unit="s"),
+    "wal_producer_expiry": Limit(60.0, 365 * DAY, unit="s"),
     "wal_scanner_startup_delay": _seconds(DAY),
     "wal_pause_poll": Limit(0.01, 600.0, unit="s"),
     "flush_seal_rows": _count(1, 100_000_000),

@@ -126,3 +126,39 @@ def test_a_txn_whose_begin_lost_its_answer_still_commits_once(meta, store, setti
     monkeypatch.undo()
     _flush(meta, store, settings, coll)
     assert _pks(meta, store, coll) == [1, 2, 3, 10, 11, 12, 13]
+
+
+def test_idle_producer_records_expire_in_the_flusher_and_live_ones_stay(meta, store, settings):
+    """A producer's record (its sequence numbers) is removed by the flusher once the
+    producer has not committed for wal_producer_expiry; a producer that commits keeps
+    its record; a record without a last-commit tick (written before it had one) is
+    stamped first, so its clock starts then, not at 0."""
+    from seglake.meta import keys as keymod
+    from seglake.meta.alloc import compose_ts, physical_ms
+    from seglake.meta.codec import decode, encode
+    from seglake.wal.log import expire_producers
+
+    s = settings.replace(wal_producer_expiry=60.0)
+    with WalClient(meta, store, s, producer_id="idle") as a, WalClient(meta, store, s, producer_id="busy") as b:
+        coll = make_collection(a, shards=1)
+        a.insert("c1", synthetic_rows(coll, 3, 1))
+        b.insert("c1", synthetic_rows(coll, 3, 10))
+    (p,) = pchannels(coll)
+    key = lambda pid: keymod.wal_producer(meta.keys, p, pid)  # noqa: E731
+    rec = decode(meta.kv.get(key("idle")).value)
+    assert isinstance(rec["tt"], int)
+    meta.kv.put(key("idle"), encode({**rec, "tt": compose_ts(physical_ms(rec["tt"]) - 61_000)}))  # 61 s ago
+    legacy = {k: v for k, v in decode(meta.kv.get(key("busy")).value).items() if k != "tt"}
+    meta.kv.put(key("old"), encode(legacy))
+    stats = flush_pchannel(meta, store, p, s, flush_all=True)
+    assert stats["producers_expired"] == 1
+    assert meta.kv.get(key("idle")) is None and meta.kv.get(key("busy")) is not None
+    assert isinstance(decode(meta.kv.get(key("old")).value)["tt"], int)   # stamped, kept
+    # a minute later by the TSO: busy and old go too
+    later = compose_ts(physical_ms(meta.tso.now()) + 61_000)
+    assert expire_producers(meta, p, later, 60.0) == 2
+    # a reused id starts afresh and appends normally
+    with WalClient(meta, store, s, producer_id="idle") as a:
+        a.insert("c1", synthetic_rows(coll, 2, 20))
+    _flush(meta, store, s, coll)
+    assert _pks(meta, store, coll) == [1, 2, 3, 10, 11, 12, 20, 21]

@@ -68,7 +68,7 @@ from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Binlog, Seg
 from seglake.storage import layout
 from seglake.wal import message as M
 from seglake.wal.buffer import FLUSH, DeleteBuffer, SealPolicy, SegmentBuffer
-from seglake.wal.log import Fenced, WalLog, all_pchannels, validate_pchannel
+from seglake.wal.log import Fenced, WalLog, all_pchannels, expire_producers, validate_pchannel
 from seglake.wal.message import Message, MessageId
 
 RELEASED = "released_vchannels"   # collection property: vchannels a drop released (issue 11)
@@ -258,6 +258,7 @@ class FlushStats:
     released: list = field(default_factory=list)   # vchannels released by a DropCollection
     txn_ticks: int = 0         # TimeTicks appended to end transactions expired on a quiet log
     open_txns: list = field(default_factory=list)  # transactions still open at the end of the run
+    producers_expired: int = 0  # producer records removed (idle over wal_producer_expiry)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -419,6 +420,8 @@ class Flusher:
             self.meta.kv.put(keymod.wal_open_txns(self.meta.keys, self.pchannel),
                              json.dumps({"at_tick": self.scanner.reorder.last_pop_tt, "txns": self.stats.open_txns}))
             self.finish(flush_all=flush_all)
+            self.stats.producers_expired = expire_producers(self.meta, self.pchannel, self.meta.tso.now(),
+                                                            self.settings.wal_producer_expiry)
         finally:
             self.scanner.close()
         return self.stats

@@ -174,8 +174,12 @@ def wal_open_txns(keys: Keys, pchannel: str) -> str:
     return f"{keys.root}/wal_index/{_seg(pchannel)}/open_txns"
 
 
+def wal_producers_prefix(keys: Keys, pchannel: str) -> str:
+    return f"{keys.root}/wal_index/{_seg(pchannel)}/producers/"
+
+
 def wal_producer(keys: Keys, pchannel: str, producer_id: str) -> str:
-    return f"{keys.root}/wal_index/{_seg(pchannel)}/producers/{_seg(producer_id)}"
+    return f"{wal_producers_prefix(keys, pchannel)}{_seg(producer_id)}"
 
 
 def channels_prefix(keys: Keys) -> str:

@@ -408,3 +408,29 @@ def set_pause(meta, pchannel: str | None, paused: bool, reason: str = "") -> Non
         meta.kv.put(key, json.dumps({"paused_at": time.time(), "reason": reason}))
     else:
         meta.kv.delete(key)
+
+
+def expire_producers(meta, pchannel: str, now_tt: int, idle_seconds: float) -> int:
+    """Remove the records of producers that have not committed on `pchannel` for more
+    than `idle_seconds` (by their last commit's tick `tt` against `now_tt`; a record
+    without one is stamped `now_tt` first, starting its clock). Each delete compares the
+    record, so a producer committing meanwhile keeps it. A producer id reused after its
+    record is gone starts afresh: a retry of a call older than that may append twice
+    (as a Kafka producer id expires; the flusher calls this with wal_producer_expiry).
+    Returns how many were removed."""
+    from seglake.errors import Conflict
+    from seglake.meta.alloc import physical_ms
+    from seglake.meta.kv import Delete, Put, unchanged
+
+    removed = 0
+    for kv in meta.kv.range(keymod.wal_producers_prefix(meta.keys, pchannel)):
+        rec = decode(kv.value, kv.key)
+        try:
+            if not isinstance(rec.get("tt"), int):
+                meta.kv.txn([unchanged(kv)], [Put(kv.key, encode({**rec, "tt": now_tt}))])
+            elif physical_ms(now_tt) - physical_ms(rec["tt"]) > idle_seconds * 1000:
+                meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
+                removed += 1
+        except Conflict:   # the producer committed meanwhile: it is alive
+            pass
+    return removed

@@ -551,7 +551,8 @@ class WalWriter:
                              self.producer_id)
             recent = [*self._prod["recent"], *([s, n, first, count] for s, (first, count)
                                                in zip(seqs, frag.offsets, strict=True))][-RECENT_SEQS:]
-            prod = {"seq": max(self._prod["seq"], *seqs), "recent": recent, "name": self.name}
+            prod = {"seq": max(self._prod["seq"], *seqs), "recent": recent, "name": self.name,
+                    "tt": tt0 + frag.span - 1}   # its last commit's tick: expire_producers
             new = replace(st, last=n, last_tt=tt0 + frag.span - 1, bytes=st.bytes + frag.size,
                           records=st.records + frag.records, kv=None)
             guards = [unchanged(st.kv) if st.kv else absent(self.log.log_key),
