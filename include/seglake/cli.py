@@ -24,6 +24,7 @@ import difflib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -245,6 +246,40 @@ def cmd_snapshots_drop(args, s: Settings) -> int:
     meta, store = _open(s)
     result = snapshot.drop(meta, store, args.collection, args.name, db=args.db)
     emit(args, result, text=f"dropped snapshot {args.name!r}: {result['files_removed']} files removed")
+    return 0
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def cmd_snapshots_pin(args, s: Settings) -> int:
+    from seglake.lifecycle import snapshot
+
+    meta, _ = _open(s)
+    d = snapshot.pin(meta, args.collection, args.name, args.ttl_hours * 3600, db=args.db, by=args.by)
+    emit(args, d, text=f"pin {d['pin_id']}: snapshot {args.name!r} of {args.collection!r} is kept until "
+                       f"{_when(d['expires_at'])} (unpin with `seglake snapshots unpin {d['pin_id']}`)")
+    return 0
+
+
+def cmd_snapshots_unpin(args, s: Settings) -> int:
+    from seglake.lifecycle import snapshot
+
+    meta, _ = _open(s)
+    d = snapshot.unpin(meta, args.pin_id)
+    emit(args, d, text=f"unpinned {d['pin_id']} (snapshot {d['snapshot']!r} of {d['collection']!r})")
+    return 0
+
+
+def cmd_snapshots_pins(args, s: Settings) -> int:
+    from seglake.lifecycle import snapshot
+
+    meta, _ = _open(s)
+    items = snapshot.list_pins(meta, args.collection, db=args.db)
+    emit(args, items, [{"pin": d["pin_id"], "collection": d["collection"], "snapshot": d["snapshot"],
+                        "until": _when(d["expires_at"]), "by": d.get("by") or "-"} for d in items],
+         ["pin", "collection", "snapshot", "until", "by"], text=None if items else "no pins")
     return 0
 
 
@@ -771,6 +806,19 @@ def build_parser() -> argparse.ArgumentParser:
     sx.add_argument("collection", type=coll_t)
     sx.add_argument("name", type=snap_t)
     sx.set_defaults(fn=cmd_snapshots_drop)
+    sp = snaps.add_parser("pin", parents=[common], help="keep a snapshot (no drop, GC keeps its files) for a while")
+    sp.add_argument("collection", type=coll_t)
+    sp.add_argument("name", type=snap_t)
+    sp.add_argument("--ttl-hours", type=number_arg("pin_ttl", HOUR), required=True,
+                    help="how long the pin holds (hours, fractions allowed; at most 8760)")
+    sp.add_argument("--by", default="", help="who or what pinned it (shown in the list)")
+    sp.set_defaults(fn=cmd_snapshots_pin)
+    su = snaps.add_parser("unpin", parents=[out], help="remove a pin by its id")
+    su.add_argument("pin_id", type=number_arg("pin_id"))
+    su.set_defaults(fn=cmd_snapshots_unpin)
+    sps = snaps.add_parser("pins", parents=[common], help="list the unexpired pins")
+    sps.add_argument("--collection", default=None, type=coll_t)
+    sps.set_defaults(fn=cmd_snapshots_pins)
 
     jobs = sub.add_parser("jobs", help="copy-segment jobs").add_subparsers(dest="action", required=True)
     jl = jobs.add_parser("list", parents=[out])

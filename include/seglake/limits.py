@@ -146,6 +146,8 @@ LIMITS: dict[str, Limit] = {
     "flush_seal_idle": _seconds(30 * DAY),
     # -- engine entry points and the conf / CLI keys that feed them ----------------------
     "snapshot_ttl": _seconds(10 * YEAR),               # 0: no TTL
+    "pin_ttl": Limit(1.0, 365 * DAY, unit="s"),
+    "pin_id": _count(1, 2**63 - 1),
     "restore_timeout": _seconds(7 * DAY, positive=True),
     "gc_pause_ttl": _seconds(YEAR, positive=True),
     "id": _count(1, ID_MAX),                           # job, collection, segment ids

@@ -63,7 +63,7 @@ def test_overview_reports_what_the_engine_wrote(meta, store, world):
     assert colls["demo_copy"]["segments"] == 6 and colls["demo_copy"]["state"] == "Created"
     (snap,) = o["snapshots"]["rows"]
     assert (snap["name"], snap["state"], snap["segments"]) == ("s1", "COMMITTED", 6)
-    assert 3500 < snap["ttl_left_s"] <= 3600 and snap["pins"] == [running_job]
+    assert 3500 < snap["ttl_left_s"] <= 3600 and snap["pins"] == [f"copy job {running_job}"]
     jobs = {j["job_id"]: j for j in o["jobs"]["rows"]}
     assert jobs[done_job]["state"] == "Completed" and jobs[done_job]["fractions"]["bytes"] == 1.0
     assert jobs[done_job]["eta_s"] is None

@@ -1030,6 +1030,7 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
     Dropped collections with nothing left."""
     now = time.time() if now is None else now
     out = defaultdict(int)
+    out["expired_pins_removed"] = meta.snapshots.remove_expired_holds(now)
     for rec in list(meta.snapshots.list(opts.collection_id)):
         if rec.state == PENDING:  # reclaimed only when its writers stopped beating, claim first
             if snapshot.reclaim_abandoned(meta, store, rec, opts.snapshot_pending_timeout, now=now):
@@ -1037,10 +1038,12 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
         elif rec.state == DELETING:
             snapshot.remove_files_and_record(meta, store, rec)
             out["deleting_snapshots_finished"] += 1
-        elif rec.state == COMMITTED and rec.expires_at is not None and rec.expires_at < now and not rec.pins:
-            snapshot.drop_by_id(meta, store, rec.collection_id, rec.name)
+        elif rec.state == COMMITTED and rec.expires_at is not None and rec.expires_at < now \
+                and not rec.pinned_by(now):
+            snapshot.drop_by_id(meta, store, rec.collection_id, rec.name, now=now)
             out["expired_snapshots"] += 1
     out["copy_jobs_removed"] = len(copyjob.cleanup_expired(meta, opts.copy_job_retention, now=now))
+
     for coll in list(meta.catalog.list(include_dropped=True)):
         if coll.state != "Dropped" or (opts.collection_id is not None and coll.collection_id != opts.collection_id):
             continue

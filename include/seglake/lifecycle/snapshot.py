@@ -534,15 +534,15 @@ def drop(meta: Meta, store: Store, collection: str, name: str, *, db: str = DEFA
     return drop_by_id(meta, store, rec.collection_id, name)
 
 
-def drop_by_id(meta: Meta, store: Store, collection_id: int, name: str) -> dict:
+def drop_by_id(meta: Meta, store: Store, collection_id: int, name: str, *, now: float | None = None) -> dict:
     rec, kv = meta.snapshots.get(collection_id, name)
     if rec.state == PENDING:
         raise StateError(f"snapshot {name!r} is PENDING (being created); it cannot be dropped. Wait for it "
                          "to commit, or for GC to reclaim it once its writer stopped (snapshot_pending_timeout)")
     if rec.state == COMMITTED:
-        if rec.pins:
-            raise Conflict(f"snapshot {name!r} is being read by restore job(s) "
-                           f"{', '.join(map(str, rec.pins))}; drop it after they finish")
+        if by := rec.pinned_by(time.time() if now is None else now):
+            raise Conflict(f"snapshot {name!r} is pinned ({', '.join(by)}): drop it after the jobs finish "
+                           f"and the pins are removed (`seglake snapshots unpin`) or expire")
         rec = meta.snapshots.update(kv, rec.replace(state=DELETING),
                                     reason=f"snapshot {name!r} changed while dropping; retry")
     faults.point("snapshot.drop_after_deleting")
@@ -557,7 +557,40 @@ def info(rec: SnapshotRecord) -> dict:
             "created_at": rec.created_at, "committed_at": rec.committed_at, "expires_at": rec.expires_at,
             "segments": rec.segments, "rows": rec.rows, "bytes": rec.bytes, "files": rec.files,
             "partitions": rec.partitions, "location": rec.location, "consistent_ts": rec.consistent_ts,
-            "description": rec.description, "pins": list(rec.pins), "error": rec.error}
+            "description": rec.description, "pins": list(rec.pins),
+            "holds": [{"pin_id": p, "expires_at": exp} for p, exp in rec.holds], "error": rec.error}
+
+
+# -- operators' pins (Milvus 3.0's pin_snapshot_data / unpin_snapshot_data) ------------------
+def pin(meta: Meta, collection: str, name: str, ttl: float, *, db: str = DEFAULT_DB, by: str = "",
+        collection_id: int | None = None, now: float | None = None) -> dict:
+    """Pin a COMMITTED snapshot for `ttl` seconds (1 s .. 365 days): it cannot be dropped
+    (nor expire), so GC keeps every file it references; returns the pin (its `pin_id` is
+    what unpin takes). Checked before any change; the pin vanishes by itself at expiry."""
+    ttl = limits.check("pin_ttl", "pin ttl (seconds)", ttl)
+    rec, _ = resolve(meta, collection, name, db=db, collection_id=collection_id)
+    now = time.time() if now is None else now
+    pin_id = meta.ids.allocate()
+    meta.snapshots.hold(rec.collection_id, rec.name, pin_id, now + ttl, now, by=by)
+    return meta.snapshots.pin_record(pin_id) or {"pin_id": pin_id}
+
+
+def unpin(meta: Meta, pin_id: int) -> dict:
+    """Remove pin `pin_id`; NotFound (one sentence) for an unknown or expired-and-removed id."""
+    if isinstance(pin_id, bool) or not isinstance(pin_id, int) or pin_id <= 0:
+        raise ValidationError(f"pin id must be a positive integer, got {pin_id!r}")
+    return meta.snapshots.release(pin_id)
+
+
+def list_pins(meta: Meta, collection: str | None = None, *, db: str = DEFAULT_DB,
+              now: float | None = None) -> list[dict]:
+    """Unexpired pins (of one collection by name, or all), oldest first."""
+    now = time.time() if now is None else now
+    if collection is not None:
+        validate_name("collection", collection)
+    out = [d for d in meta.snapshots.pin_records() if d["expires_at"] > now
+           and (collection is None or (d["collection"] == collection and d["db"] == db))]
+    return sorted(out, key=lambda d: (d["created_at"], d["pin_id"]))
 
 
 def list_snapshots(meta: Meta, collection: str | None = None, *, db: str = DEFAULT_DB,

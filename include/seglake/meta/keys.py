@@ -7,6 +7,7 @@ Layout under the configurable root (default `seglake`):
     {root}/segments/{collection_id}/{partition_id}/{segment_id}
     {root}/snapshots/{collection_id}/{name}
     {root}/snapshot_alive/{collection_id}/{snapshot_id}   writer heartbeat of a PENDING snapshot
+    {root}/snapshot_pins/{pin_id}                    an operator's pin of a snapshot (TTL)
     {root}/copy/jobs/{job_id}    {root}/copy/tasks/{job_id}/{task_id}
     {root}/copy/task_states/{job_id}/{Completed|Failed}/{task_id}   a task's terminal state (counted by waits)
     {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
@@ -82,6 +83,14 @@ class Keys:
     def snapshots_prefix(self, collection_id: int | None = None) -> str:
         base = f"{self.root}/snapshots/"
         return base if collection_id is None else f"{base}{_id(collection_id)}/"
+
+    def snapshot_pin(self, pin_id: int) -> str:
+        """An operator's pin (`seglake snapshots pin`): which snapshot, until when. Outside
+        snapshots/ (the pin's effect is its id in the snapshot record's `holds`)."""
+        return f"{self.root}/snapshot_pins/{_id(pin_id)}"
+
+    def snapshot_pins_prefix(self) -> str:
+        return f"{self.root}/snapshot_pins/"
 
     def snapshot_alive(self, collection_id: int, snapshot_id: int) -> str:
         """Heartbeat of a PENDING snapshot's writer (outside snapshots/: a heartbeat is

@@ -5,7 +5,10 @@ object storage (manifests + metadata JSON, see lifecycle/snapshot.py).
     PENDING (abandoned: no heartbeat) --GC claim--> DELETING --> (absent)
 
 Every change is one transaction compared on the record's mod revision. `pins` lists the
-copy jobs reading a COMMITTED snapshot; a pinned snapshot cannot start DELETING.
+copy jobs reading a COMMITTED snapshot, `holds` the operators' pins (pin id, expiry; each
+also a key `{root}/snapshot_pins/{pin_id}`, written in the same transaction); a snapshot
+with a job pin or an unexpired hold cannot start DELETING (nor expire). An expired hold
+binds nothing; GC removes it with its key.
 
 A PENDING record has a heartbeat key (keys.snapshot_alive) its writers refresh. GC may
 claim a PENDING record only when the heartbeat is older than its timeout, and only by
@@ -56,11 +59,17 @@ class SnapshotRecord(msgspec.Struct, frozen=True, kw_only=True):
     partitions: int = 0
     manifests: int = 0
     pins: tuple[int, ...] = ()        # copy jobs reading this snapshot
+    holds: tuple[tuple[int, float], ...] = ()  # operators' pins: (pin id, expires_at unix s)
     error: str | None = None          # last failure of a PENDING create
     failed: bool = False              # the create gave up (its DAG run failed): waiters stop
     requested_revision: int = 0       # etcd revision when the snapshot was requested
     attempt: int = 0                  # the write attempt whose manifests were committed
     metadata_sha256: str | None = None  # of the committed metadata JSON
+
+    def pinned_by(self, now: float) -> list[str]:
+        """What keeps this snapshot from being dropped at `now`: 'copy job N' for every copy
+        job reading it, 'pin N' for every unexpired operator pin."""
+        return [f"copy job {j}" for j in self.pins] + [f"pin {p}" for p, exp in self.holds if exp > now]
 
     def replace(self, **changes) -> "SnapshotRecord":
         return msgspec.structs.replace(self, **changes)
@@ -210,6 +219,82 @@ class Snapshots:
             if job_id in rec.pins:
                 self.update(kv, rec.replace(pins=tuple(p for p in rec.pins if p != job_id)))
         retry_on_conflict(attempt, f"unpin snapshot {name!r}")
+
+
+    # -- operators' pins (holds) -----------------------------------------------------------
+    def hold(self, collection_id: int, name: str, pin_id: int, expires_at: float, now: float,
+             by: str = "") -> SnapshotRecord:
+        """Pin a COMMITTED snapshot until `expires_at`: ONE txn comparing the record, writing
+        it with the hold and the pin's own key (absent before: a pin id is used once)."""
+        pin_key = self.keys.snapshot_pin(pin_id)
+
+        def attempt() -> SnapshotRecord:
+            rec, kv = self.get(collection_id, name)
+            if any(h[0] == pin_id for h in rec.holds):   # an earlier attempt applied (its answer lost)
+                return rec
+            if rec.state != COMMITTED:
+                raise StateError(f"snapshot {name!r} is {rec.state}; only a COMMITTED snapshot can be pinned")
+            holds = tuple(h for h in rec.holds if h[1] > now) + ((pin_id, expires_at),)
+            new = rec.replace(holds=holds)
+            doc = {"pin_id": pin_id, "collection_id": collection_id, "collection": rec.collection_name,
+                   "db": rec.db, "snapshot": name, "snapshot_id": rec.snapshot_id, "created_at": now,
+                   "expires_at": expires_at, "by": by}
+            self.kv.txn([unchanged(kv), absent(pin_key)], [Put(kv.key, encode_struct(new)),
+                                                            Put(pin_key, json.dumps(doc))])
+            return new
+        return retry_on_conflict(attempt, f"pin snapshot {name!r}")
+
+    def pin_record(self, pin_id: int) -> dict | None:
+        kv = self.kv.get(self.keys.snapshot_pin(pin_id))
+        return None if kv is None else json.loads(kv.value)
+
+    def pin_records(self) -> list[dict]:
+        return [json.loads(kv.value) for kv in self.kv.range(self.keys.snapshot_pins_prefix())]
+
+    def release(self, pin_id: int) -> dict:
+        """Remove pin `pin_id` (its key and its hold on the snapshot, one txn). NotFound
+        for an id that is not (or no longer) a pin."""
+        pin_key = self.keys.snapshot_pin(pin_id)
+
+        def attempt() -> dict:
+            pkv = self.kv.get(pin_key)
+            if pkv is None:
+                raise NotFound(f"pin {pin_id} not found (never made, already unpinned, or expired and removed "
+                               f"by GC); `seglake snapshots pins` lists the pins")
+            doc = json.loads(pkv.value)
+            skv = self.kv.get(self.key(doc["collection_id"], doc["snapshot"]))
+            rec = None if skv is None else decode_struct(skv.value, SnapshotRecord, skv.key)
+            if rec is None or rec.snapshot_id != doc["snapshot_id"]:   # the snapshot is gone (or another)
+                self.kv.txn([unchanged(pkv)], [Delete(pin_key)])
+            else:
+                new = rec.replace(holds=tuple(h for h in rec.holds if h[0] != pin_id))
+                self.kv.txn([unchanged(pkv), unchanged(skv)], [Delete(pin_key), Put(skv.key, encode_struct(new))])
+            return doc
+        return retry_on_conflict(attempt, f"unpin {pin_id}")
+
+    def remove_expired_holds(self, now: float) -> int:
+        """Expired pins vanish: every pin key past its expiry is released (and any hold a
+        record still carries past its expiry is dropped with it). Returns how many."""
+        n = 0
+        for doc in self.pin_records():
+            if doc["expires_at"] <= now:
+                try:
+                    self.release(doc["pin_id"])
+                    n += 1
+                except NotFound:
+                    pass
+        for rec in list(self.list()):
+            if any(exp <= now for _, exp in rec.holds):
+                def attempt(rec=rec):
+                    cur, kv = self.get(rec.collection_id, rec.name)
+                    keep = tuple(h for h in cur.holds if h[1] > now)
+                    if keep != cur.holds:
+                        self.update(kv, cur.replace(holds=keep))
+                try:
+                    retry_on_conflict(attempt, f"expire pins of snapshot {rec.name!r}")
+                except NotFound:
+                    pass
+        return n
 
 
 def _beat(at: float, by: str) -> str:
