@@ -283,6 +283,70 @@ def cmd_snapshots_pins(args, s: Settings) -> int:
     return 0
 
 
+def _policy_text(d: dict) -> str:
+    from seglake.lifecycle.retention import KEYS
+    return ", ".join(f"{k.removeprefix('keep_')} {d[k]}" for k in KEYS if d.get(k))
+
+
+def cmd_retention_set(args, s: Settings) -> int:
+    from seglake.lifecycle import retention
+
+    meta, _ = _open(s)
+    given = {k: getattr(args, k) for k in retention.KEYS if getattr(args, k) is not None}
+    d = retention.set_policy(meta, args.collection, given, db=args.db)
+    emit(args, d, text=f"retention of {args.collection!r}: keep {_policy_text(d)}")
+    return 0
+
+
+def cmd_retention_show(args, s: Settings) -> int:
+    from seglake.lifecycle import retention
+
+    meta, _ = _open(s)
+    d = retention.get_policy(meta, args.collection, db=args.db)
+    if d is None:
+        raise NotFound(f"collection {args.collection!r} has no retention policy")
+    emit(args, d, text=f"retention of {args.collection!r}: keep {_policy_text(d)}")
+    return 0
+
+
+def cmd_retention_clear(args, s: Settings) -> int:
+    from seglake.lifecycle import retention
+
+    meta, _ = _open(s)
+    gone = retention.clear_policy(meta, args.collection, db=args.db)
+    emit(args, {"cleared": gone}, text=f"retention of {args.collection!r} " + ("cleared" if gone else "was not set"))
+    return 0
+
+
+def cmd_retention_list(args, s: Settings) -> int:
+    from seglake.lifecycle import retention
+
+    meta, _ = _open(s)
+    items = retention.list_policies(meta)
+    emit(args, items, [{"collection": d["collection"], "db": d["db"], "keep": _policy_text(d)} for d in items],
+         ["collection", "db", "keep"])
+    return 0
+
+
+def cmd_retention_run(args, s: Settings) -> int:
+    from seglake.lifecycle import retention
+
+    meta, store = _open(s)
+    reports = retention.run_all(meta, store, now=time.time(), dry_run=args.dry_run, collection=args.collection,
+                                db=args.db)
+    lines = []
+    for r in reports:
+        if "error" in r:
+            lines.append(f"{r['collection']}: FAILED {r['error']}")
+            continue
+        verb = "would " if r["dry_run"] else ""
+        lines.append(f"{r['collection']}: {verb}create {r['created'] or 'nothing'}; {verb}prune "
+                     f"{', '.join(r['pruned']) or 'nothing'}; keep {len(r['kept'])}"
+                     + "".join(f"; {n} held ({', '.join(w)})" for n, w in r["held"].items()))
+    emit(args, reports, text="\n".join(lines) or "no retention policies")
+    return 0 if not any("error" in r for r in reports) else 2
+
+
 def _bar(fraction: float, width: int = 30) -> str:
     n = int(round(fraction * width))
     return "[" + "#" * n + "." * (width - n) + f"] {fraction * 100:5.1f}%"
@@ -851,6 +915,27 @@ def build_parser() -> argparse.ArgumentParser:
             gp.add_argument("--ttl-hours", type=number_arg("gc_pause_ttl", HOUR), default=1.0)
             gp.add_argument("--reason", default="")
         gp.set_defaults(fn=cmd_gc_pause)
+
+    ret = sub.add_parser("retention", help="snapshot retention schedules (keep last / hourly / daily / "
+                         "weekly / monthly)").add_subparsers(dest="action", required=True)
+    rs = ret.add_parser("set", parents=[common], help="set a collection's policy (unset counts are 0)")
+    rs.add_argument("collection", type=coll_t)
+    for unit in ("last", "hourly", "daily", "weekly", "monthly"):
+        rs.add_argument(f"--keep-{unit}", dest=f"keep_{unit}", type=number_arg("retention_keep"), default=None)
+    rs.set_defaults(fn=cmd_retention_set)
+    rsh = ret.add_parser("show", parents=[common])
+    rsh.add_argument("collection", type=coll_t)
+    rsh.set_defaults(fn=cmd_retention_show)
+    rc = ret.add_parser("clear", parents=[common])
+    rc.add_argument("collection", type=coll_t)
+    rc.set_defaults(fn=cmd_retention_clear)
+    rl = ret.add_parser("list", parents=[out])
+    rl.set_defaults(fn=cmd_retention_list)
+    rr = ret.add_parser("run", parents=[common], help="one schedule run now, inline (the snapshot_schedule DAG "
+                                                      "runs it hourly)")
+    rr.add_argument("--collection", default=None, type=coll_t, help="only this collection")
+    rr.add_argument("--dry-run", action="store_true", help="list what would be created and pruned")
+    rr.set_defaults(fn=cmd_retention_run)
 
     v = sub.add_parser("verify", parents=[common], help="check a collection's files inline (no Spark)")
     v.add_argument("collection", type=coll_t)

@@ -8,6 +8,7 @@ Layout under the configurable root (default `seglake`):
     {root}/snapshots/{collection_id}/{name}
     {root}/snapshot_alive/{collection_id}/{snapshot_id}   writer heartbeat of a PENDING snapshot
     {root}/snapshot_pins/{pin_id}                    an operator's pin of a snapshot (TTL)
+    {root}/retention/{collection_id}                 a collection's snapshot retention policy
     {root}/copy/jobs/{job_id}    {root}/copy/tasks/{job_id}/{task_id}
     {root}/copy/task_states/{job_id}/{Completed|Failed}/{task_id}   a task's terminal state (counted by waits)
     {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
@@ -91,6 +92,12 @@ class Keys:
 
     def snapshot_pins_prefix(self) -> str:
         return f"{self.root}/snapshot_pins/"
+
+    def retention(self, collection_id: int) -> str:
+        return f"{self.root}/retention/{_id(collection_id)}"
+
+    def retention_prefix(self) -> str:
+        return f"{self.root}/retention/"
 
     def snapshot_alive(self, collection_id: int, snapshot_id: int) -> str:
         """Heartbeat of a PENDING snapshot's writer (outside snapshots/: a heartbeat is
