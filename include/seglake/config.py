@@ -128,6 +128,8 @@ class Settings:
     copy_threads: int = _int(8, "parallel file copies per worker")
     gc_schedule: str = _str("@daily", "schedule of the gc DAG (environment only: read at DAG parse time)",
                             env_only=True)
+    retention_schedule: str = _str("@hourly", "schedule of the snapshot_schedule DAG (retention policies; "
+                                   "environment only: read at DAG parse time)", env_only=True)
     spark_ui: bool = _bool(False, "enable the Spark UI for SparkSubmit jobs")
     # write-ahead log
     wal_fragment_bytes: int = _int(8 << 20, "a WAL fragment is closed at this many bytes")
@@ -371,6 +373,12 @@ def spark_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+def retention_schedule(env: Mapping[str, str] | None = None) -> str | None:
+    """The snapshot_schedule DAG's schedule, like gc_schedule."""
+    value = Settings.from_env(env).retention_schedule
+    return None if value == "none" else value
+
+
 def gc_schedule(env: Mapping[str, str] | None = None) -> str | None:
     """The gc DAG's schedule from the environment alone (DAG parse time: no Variable,
     no network). Every SEGLAKE_* variable is checked on the way. 'none' -> None."""
@@ -433,8 +441,8 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
     if not isinstance(value, str):
         shown = "(value not shown: secret)" if f.metadata.get("secret") else repr(value)
         raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
-    if f.name == "gc_schedule" and not _SCHEDULE_RE.fullmatch(value):
-        raise ConfigError(f"config key 'gc_schedule': {value!r} is not a cron expression, an @preset or 'none'")
+    if f.name in ("gc_schedule", "retention_schedule") and not _SCHEDULE_RE.fullmatch(value):
+        raise ConfigError(f"config key {f.name!r}: {value!r} is not a cron expression, an @preset or 'none'")
     if f.name == "store_uri":
         _check_store_uri(value)
     if f.name == "etcd_endpoint":

@@ -160,6 +160,26 @@ SPECS: dict[str, dict[str, Key]] = {
         "timeout_hours": Key("number", "Wait timeout (hours)", default=1, limit="drop_timeout", scale=HOUR,
                              description="Give up waiting for the flushers after this long"),
     },
+    "snapshot_schedule": {
+        "collection": Key("name", "Collection", nullable=True,
+                          description="Empty: every collection with a retention policy"),
+        "db": DB,
+        "dry_run": Key("boolean", "Dry run", default=False,
+                       description="List what the policy would create and prune; change nothing"),
+    },
+    "snapshot_retention": {
+        "collection": _name("Collection", "The collection whose retention policy to set (no default)"),
+        "db": DB,
+        **{f"keep_{u}": Key("integer", f"Keep {u}", default=0, limit="retention_keep",
+                            description=d) for u, d in (
+            ("last", "The newest N schedule snapshots"),
+            ("hourly", "The newest snapshot of each of the last N hours that have one"),
+            ("daily", "... of each of the last N days"),
+            ("weekly", "... of each of the last N ISO weeks"),
+            ("monthly", "... of each of the last N months"))},
+        "clear": Key("boolean", "Clear the policy", default=False,
+                     description="Remove the collection's policy (the keep counts are ignored)"),
+    },
     "wal_flush": {
         "pchannel": Key("enum", "pchannel", default="all",
                         choices=("all", *(f"seglake-dml_{i}" for i in range(16))),

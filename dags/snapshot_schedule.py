@@ -1,0 +1,75 @@
+"""
+### Snapshot schedule (retention policies)
+
+Runs hourly by default (the config key `retention_schedule`, set as
+`SEGLAKE_RETENTION_SCHEDULE` in the dag-processor's environment; read at parse time) and
+from the form. For every collection with a retention policy (`seglake retention set`, or
+the **Snapshot: retention policy** form), at the run's time:
+
+1. takes the snapshot the policy calls for, named `sched_YYYYMMDDTHHMMZ` after the run's
+   time (a retried run finds it instead of taking a second one), unless one of the
+   schedule's already falls in the current hour / day / week / month (the finest unit
+   the policy keeps);
+2. drops the schedule's snapshots the policy no longer keeps (newest `keep_last`; the
+   newest of each of the last `keep_hourly` hours, `keep_daily` days, `keep_weekly` ISO
+   weeks, `keep_monthly` months) -- never one a pin or a copy job holds, never one made
+   by hand, never the collection's last.
+
+`dry_run` lists what would be created and dropped, and changes nothing. One collection's
+failure is reported and fails the run after the others were done.
+REST: `conf = {"collection": null, "dry_run": true}`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import dag, task
+
+from seglake.config import retention_schedule
+from seglake_airflow.conf import check_conf, dag_params
+
+
+@dag(
+    dag_id="snapshot_schedule",
+    dag_display_name="Snapshot: schedule (retention)",
+    description="Take and prune snapshots as each collection's retention policy says",
+    schedule=retention_schedule(),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["seglake", "snapshot"],
+    doc_md=__doc__,
+    default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=30)},
+    params=dag_params("snapshot_schedule"),
+)
+def snapshot_schedule():
+    @task
+    def run_policies(params: dict, dag_run=None) -> list[dict]:
+        from seglake.lifecycle import retention
+        from seglake_airflow.failfast import fail_fast
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        at = (dag_run.run_after or dag_run.logical_date).timestamp()   # the run's time: retries agree on it
+        with fail_fast():
+            reports = retention.run_all(hook.meta, hook.store, now=at, dry_run=params["dry_run"],
+                                        collection=params["collection"], db=params["db"])
+        for r in reports:
+            if "error" in r:
+                print(f"{r['collection']}: FAILED {r['error']}")
+                continue
+            verb = "would " if r["dry_run"] else ""
+            print(f"{r['collection']}: {verb}create {r['created'] or 'nothing'}; {verb}drop "
+                  f"{', '.join(r['pruned']) or 'nothing'}; keep {', '.join(r['kept']) or 'nothing'}"
+                  + "".join(f"; {n} held ({', '.join(w)})" for n, w in r["held"].items()))
+        failed = [r for r in reports if "error" in r]
+        if failed:
+            raise RuntimeError(f"retention failed for {len(failed)} collection(s): "
+                               + "; ".join(f"{r['collection']}: {r['error']}" for r in failed))
+        return reports
+
+    check_conf("snapshot_schedule") >> run_policies()
+
+
+snapshot_schedule()
