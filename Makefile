@@ -79,6 +79,7 @@ bench: setup
 	$(PY) bench/wal.py
 	$(PY) bench/flush.py
 	$(PY) bench/visibility.py
+	$(PY) bench/copy_big.py
 	$(PY) bench/scale.py
 
 clean: down cluster-down

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import mmap
 import os
 import stat
 import threading
@@ -356,8 +355,10 @@ class LocalStore(Store):
         """One pass: read the source once, checksum what is read, write it to this call's
         own temp file, rename it over the destination (atomic). The checksum is the one of
         the bytes the destination holds; its size is checked against the bytes read.
-        Large files are read through a read-only mapping (one copy fewer); seglake never
-        rewrites a file in place, so a mapped source cannot shrink under the copy. The data
+        The bytes go through one 4 MiB buffer per thread: memory stays flat whatever the
+        file's size (a read-only mapping of the whole source, used before, put all of it in
+        the process's RSS: 1 GiB copied peaked at 1,043 MB against 20 MB now, and was
+        slower). The data
         fsync is deferred like an in-place copy's (inside durable_batch(), to its end): a
         copy target is not read until its writer's batch ended, and a retry re-checks
         every file it finds by checksum, so a file cut short by a crash is copied again."""
@@ -368,7 +369,7 @@ class LocalStore(Store):
             def write(fd: int) -> None:
                 fi.seek(0)
                 with open(fd, "wb", buffering=0, closefd=False) as fo:
-                    crc = _copy_mapped(fi, fo, size) if size > MAP_MIN_BYTES else _copy_buffered(fi, fo)
+                    crc = _copy_buffered(fi, fo)
                 state.update(crc=crc, n=size)
             info = self._write(dst, write, defer_data=True)
         if info.size != state["n"]:
@@ -580,30 +581,19 @@ def _scandir(dir_fd: int) -> list[os.DirEntry]:
 
 
 _local = threading.local()
-MAP_MIN_BYTES = 4 << 20
 
 
 def _copy_buffered(fi, fo) -> int:
-    """Copy through a 1 MiB buffer kept per thread (allocating one per file costs more
+    """Copy through a 4 MiB buffer kept per thread (allocating one per file costs more
     than a small copy); returns the CRC of the bytes written."""
     buf = getattr(_local, "buf", None)
     if buf is None:
-        buf = _local.buf = bytearray(1 << 20)
+        buf = _local.buf = bytearray(4 << 20)
     crc = 0
     while k := fi.readinto(buf):
         with memoryview(buf)[:k] as view:
             crc = crc_update(view, crc)
             _write_all(fo, view)
-    return crc
-
-
-def _copy_mapped(fi, fo, size: int) -> int:
-    crc = 0
-    with mmap.mmap(fi.fileno(), size, access=mmap.ACCESS_READ) as m, memoryview(m) as whole:
-        for off in range(0, size, 8 << 20):
-            with whole[off:off + (8 << 20)] as view:
-                crc = crc_update(view, crc)
-                _write_all(fo, view)
     return crc
 
 
