@@ -56,7 +56,9 @@ def snapshot_restore():
                                         params["target"], db=params["db"],
                                         timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
                                                  else float(params["timeout_hours"]) * 3600), owner=run_id or "",
-                                        engine=params["engine"])
+                                        engine=params["engine"],
+                                        max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
+                                        max_requests_per_second=params["max_requests_per_second"])
             except engine.RestoreRaceLost as e:  # a retry converges on the winner's job
                 raise RuntimeError(f"{e}; retrying") from e
         print(f"restore of {params['snapshot']!r} into {params['target']!r}: copy job {job_id}")

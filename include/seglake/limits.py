@@ -148,6 +148,8 @@ LIMITS: dict[str, Limit] = {
     "snapshot_ttl": _seconds(10 * YEAR),               # 0: no TTL
     "pin_ttl": Limit(1.0, 365 * DAY, unit="s"),
     "pin_id": _count(1, 2**63 - 1),
+    "copy_max_bytes_per_second": Limit(0, 1e12, unit="B/s"),
+    "copy_max_requests_per_second": Limit(0, 1e6, unit="req/s"),
     "retention_keep": _count(0, 100_000),
     "restore_timeout": _seconds(7 * DAY, positive=True),
     "gc_pause_ttl": _seconds(YEAR, positive=True),

@@ -127,6 +127,11 @@ SPECS: dict[str, dict[str, Key]] = {
         "timeout_hours": Key("number", "Job timeout (hours)", nullable=True, limit="restore_timeout", scale=HOUR,
                              description="Empty: copy_job_timeout from config (1 h)"),
         "deferrable": DEFERRABLE,
+        "max_mib_per_second": Key("number", "Max MiB/s", default=0, limit="copy_max_bytes_per_second",
+                                  scale=1 << 20, description="Copy rate limit shared by every runner of the "
+                                                             "job (MiB per second); 0: none"),
+        "max_requests_per_second": Key("number", "Max requests/s", default=0, limit="copy_max_requests_per_second",
+                                       description="File copies per second, shared by every runner; 0: none"),
     },
     "copy_segment_job": {
         "job_id": Key("integer", "Copy job id", required=True, limit="id",

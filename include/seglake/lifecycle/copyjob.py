@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
@@ -53,6 +54,7 @@ from seglake.meta.segments import FLUSHED, IMPORTING
 from seglake.proclife import worker_of
 from seglake.storage import Store, layout
 from seglake.storage.base import ChecksumMismatch, Listed
+from seglake.throttle import Throttle, human_rate
 
 PROGRESS_EVERY_S = 0.5
 
@@ -121,13 +123,21 @@ def resume_engine(meta: Meta, job_id: int, requested: str | None) -> str:
 
 
 # -- copy -----------------------------------------------------------------------------------
+def job_throttle(meta: Meta, job: CopyJob) -> Throttle:
+    """The job's rate limit as seen by one runner (every runner shares it through etcd)."""
+    return Throttle(meta.kv, meta.keys.copy_throttle(job.job_id), job.max_bytes_per_second,
+                    job.max_requests_per_second)
+
+
 def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int = 1,
-              now=time.time, pool: ThreadPoolExecutor | None = None) -> CopyTask:
+              now=time.time, pool: ThreadPoolExecutor | None = None, throttle: Throttle | None = None) -> CopyTask:
     """Run one task to Completed (or Failed on a missing source). Safe to re-run and to
     run twice at once: every file goes through the attempt's own temporary object and
     appears whole, and only the attempt that owns the task record writes it. Copies run
-    on `pool` (shared by the tasks of one runner), else on `threads` threads of its own."""
+    on `pool` (shared by the tasks of one runner), else on `threads` threads of its own;
+    each copy first takes its share of the job's rate limit (`throttle`, else the job's)."""
     job, _ = meta.copyjobs.get(job_id)
+    throttle = throttle if throttle is not None else job_throttle(meta, job)
 
     def take() -> tuple[CopyTask, KeyValue | None]:
         task, kv = meta.copyjobs.get_task(job_id, task_id)
@@ -144,7 +154,7 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
     pool = pool or own_pool
     try:
         with store.durable_batch():  # every file durable before the task can be Completed
-            _copy_mappings(meta, store, job, own, progress, pool, now)
+            _copy_mappings(meta, store, job, own, progress, pool, now, throttle)
     except SourceMissing as e:
         return _finish_task(meta, own, progress, TASK_FAILED, str(e), now())
     except (_Superseded, FileNotFoundError):
@@ -166,7 +176,8 @@ class _Owned:
         self.task, self.kv = task, kv
 
 
-def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress: dict, pool, now) -> None:
+def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress: dict, pool, now,
+                   throttle: Throttle | None = None) -> None:
     """Copy every file of the task's segments, counting into `progress` and saving it to
     the task record now and then (raises _Superseded once a re-drive owns the task).
     The target records are read together, in one round trip per 128. With a pool, up to
@@ -209,7 +220,7 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress
             present = _remove_leftovers(store, target, {dst for _, dst, _ in files}) if check else None
             for i, (src, dst, size) in enumerate(files):
                 args = (store, src, dst, size, check, sources.get(src),
-                        _UNLISTED if present is None else present.get(dst))
+                        _UNLISTED if present is None else present.get(dst), throttle)
                 fut = pool.submit(_copy_one, *args) if pool else _done(_copy_one, *args)
                 pending.append((fut, i == len(files) - 1))
                 while len(pending) > window:
@@ -243,7 +254,7 @@ _UNLISTED = object()  # a destination whose directory was not listed (a first at
 
 
 def _copy_one(store: Store, src: str, dst: str, size: int, check: bool = True, source: Listed | None = None,
-              target=_UNLISTED) -> tuple[bool, int]:
+              target=_UNLISTED, throttle: Throttle | None = None) -> tuple[bool, int]:
     """(copied, size). With check (a retry), keeps a destination already present only if
     its content equals the source's; otherwise copies through a temporary object made
     visible atomically, checked against the source and the recorded size. `source` is
@@ -255,6 +266,8 @@ def _copy_one(store: Store, src: str, dst: str, size: int, check: bool = True, s
             return False, size
         if source is not None and source.size != size:
             raise SourceMissing(f"source file {src} is {source.size} bytes, the snapshot recorded {size}")
+        if throttle is not None:
+            throttle.acquire(size)
         info, _ = store.copy_listed(source, dst) if source is not None else store.copy_checked(src, dst)
     except NotFound:
         raise SourceMissing(f"source file missing: {src}") from None
@@ -404,18 +417,30 @@ def run_tasks(meta: Meta, store: Store, job_id: int, task_ids: list[int], concur
     flight: one pool shared by up to TASKS_IN_FLIGHT tasks at once, each task's copies
     windowed across its segments. Yields each task's final record, in the order given;
     a failure stops the tasks not yet started and waits for the running ones."""
-    if concurrency <= 1 or not task_ids:
-        for task_id in task_ids:
-            yield copy_task(meta, store, job_id, task_id)
+    if not task_ids:
         return
-    files = ThreadPoolExecutor(concurrency, thread_name_prefix="seglake-copy")
-    tasks = ThreadPoolExecutor(min(TASKS_IN_FLIGHT, len(task_ids)), thread_name_prefix="seglake-task")
+    throttle = job_throttle(meta, meta.copyjobs.get(job_id)[0])   # one per runner: its report is the runner's
     try:
-        for fut in [tasks.submit(copy_task, meta, store, job_id, t, pool=files) for t in task_ids]:
-            yield fut.result()
+        if concurrency <= 1:
+            for task_id in task_ids:
+                yield copy_task(meta, store, job_id, task_id, throttle=throttle)
+            return
+        files = ThreadPoolExecutor(concurrency, thread_name_prefix="seglake-copy")
+        tasks = ThreadPoolExecutor(min(TASKS_IN_FLIGHT, len(task_ids)), thread_name_prefix="seglake-task")
+        try:
+            for fut in [tasks.submit(copy_task, meta, store, job_id, t, pool=files, throttle=throttle)
+                        for t in task_ids]:
+                yield fut.result()
+        finally:
+            tasks.shutdown(wait=True, cancel_futures=True)
+            files.shutdown(wait=True)
     finally:
-        tasks.shutdown(wait=True, cancel_futures=True)
-        files.shutdown(wait=True)
+        if throttle.limited:
+            r = throttle.report()
+            print(f"copy job {job_id}: rate limit {human_rate(r['limit_bytes_per_second'], 'B/s')}, "
+                  f"{human_rate(r['limit_requests_per_second'], 'req/s')} (shared by every runner); this runner "
+                  f"moved {r['bytes']} bytes in {r['requests']} requests at {human_rate(r['bytes_per_second'], 'B/s')}"
+                  f", waited {r['waited_s']:.1f} s", file=sys.stderr, flush=True)
 
 
 # -- wait / finalize ------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from seglake.meta.segments import IMPORTING as SEG_IMPORTING
 from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
 from seglake.storage import Store, layout
+from seglake.throttle import check_rates
 
 ENGINES = ("auto", "spark", "inline")
 
@@ -54,11 +55,14 @@ class SnapshotDropped(StateError):
 
 def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: str, *,
             db: str = DEFAULT_DB, timeout: float = 3600.0, owner: str = "", engine: str = "auto",
-            now: float | None = None) -> int:
-    """Create (or resume) the Importing target and its Pending copy job; returns the job id."""
+            now: float | None = None, max_bytes_per_second: float = 0, max_requests_per_second: float = 0) -> int:
+    """Create (or resume) the Importing target and its Pending copy job; returns the job id.
+    max_bytes_per_second / max_requests_per_second: the copy's rate limit, shared by every
+    runner of the job (seglake.throttle; 0 = none)."""
     for kind, name in (("collection", collection), ("snapshot", snapshot), ("collection", target), ("db", db)):
         validate_name(kind, name)
     timeout = limits.check("restore_timeout", "restore timeout (seconds)", timeout)  # finite, in range
+    bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
     if engine not in ENGINES:
         raise ValidationError(f"restore engine must be one of {ENGINES}, got {engine!r}")
     if not isinstance(owner, str):
@@ -86,7 +90,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
         coll = _create_target(meta, target, db, doc, len(segs), identity, owner, token)
         if coll is None:  # the name was taken meanwhile: by the same restore (resume it) or not
             return restore(meta, store, collection, snapshot, target, db=db, timeout=timeout, owner=owner,
-                           engine=engine, now=now)
+                           engine=engine, now=now, max_bytes_per_second=bps, max_requests_per_second=rps)
     else:
         coll = found
     claim = _claim(meta, coll.collection_id, token)
@@ -101,7 +105,8 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
             source_collection=collection, snapshot=snapshot, snapshot_id=rec.snapshot_id,
             target_collection_id=coll.collection_id, target_collection=target, total_segments=len(targets),
             total_files=sum(t.file_count() for t in targets), total_bytes=sum(t.total_size() for t in targets),
-            created_at=now, timeout_at=now + timeout, owner=owner, engine=engine)
+            created_at=now, timeout_at=now + timeout, owner=owner, engine=engine,
+            max_bytes_per_second=bps, max_requests_per_second=rps)
         return _create_job(meta, job, claim)
     except Exception as e:  # noqa: BLE001 - every failure after the target exists is handled here
         return _after_failure(meta, rec, coll, claim, target, e)

@@ -83,6 +83,8 @@ class CopyJob(msgspec.Struct, frozen=True, kw_only=True):
     engine: str = "auto"      # what the restore asked for; a resume uses it unless told otherwise
     task_size: int = 0        # segments per task, recorded once by the first plan (0: not planned)
     state_markers: bool = False  # planned by a seglake that writes task state markers (older jobs: read tasks)
+    max_bytes_per_second: float = 0.0     # the job's copy rate limit, shared by all its runners (0: none)
+    max_requests_per_second: float = 0.0
 
     def replace(self, **changes) -> "CopyJob":
         return msgspec.structs.replace(self, **changes)
@@ -163,6 +165,7 @@ class CopyJobs:
         """Every task record of the job, then its state markers."""
         self.kv.delete_prefix(self.keys.copy_tasks_prefix(job_id))
         self.kv.delete_prefix(self.keys.copy_task_states_prefix(job_id))
+        self.kv.delete(self.keys.copy_throttle(job_id))
 
     def update_task(self, read: KeyValue, new: CopyTask) -> CopyTask:
         return self.update_task_kv(read, new)[0]

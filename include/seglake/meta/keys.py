@@ -111,6 +111,10 @@ class Keys:
     def copy_jobs_prefix(self) -> str:
         return f"{self.root}/copy/jobs/"
 
+    def copy_throttle(self, job_id: int) -> str:
+        """The job's shared rate-limit clock (seglake.throttle)."""
+        return f"{self.root}/copy/throttle/{_id(job_id)}"
+
     def copy_task(self, job_id: int, task_id: int) -> str:
         return f"{self.root}/copy/tasks/{_id(job_id)}/{_id(task_id)}"
 

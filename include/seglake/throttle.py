@@ -1,0 +1,105 @@
+"""One rate limit shared by every runner of a copy job (issue 19 item 6): bytes per second
+and requests per second, across threads, processes and Spark executors.
+
+The limit is a virtual clock in etcd, `{root}/copy/throttle/{job_id}` (GCRA, the
+"generic cell rate algorithm"): the time until which the job's budget is spent. A runner
+about to copy `n` bytes in one request takes the slot [start, start + cost) with
+start = max(clock, now) and cost = max(n / bytes_per_second, 1 / requests_per_second),
+by one compare-and-swap of the clock, then waits until now >= start + cost - BURST. So
+the job as a whole moves at most `bytes_per_second` (and `requests_per_second`) plus a
+burst of BURST seconds' worth, whoever runs it, and a runner never waits for another's
+slot. Runners' wall clocks should agree to well under a second (NTP).
+
+Each Throttle measures what it did (bytes, requests, seconds waited, effective rate) for
+the runner's log. 0 means unlimited; then acquire() touches nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from seglake import limits
+from seglake.errors import Conflict
+from seglake.meta.kv import KeyValue, Put, absent, unchanged
+
+BURST = 0.25          # seconds of budget a job may use at once (its first files start at once)
+CAS_ATTEMPTS = 1000
+
+
+def check_rates(max_bytes_per_second, max_requests_per_second) -> tuple[float, float]:
+    """The two limits, checked (finite, 0..1e12 B/s and 0..1e6 req/s; 0 = unlimited)."""
+    return (float(limits.check("copy_max_bytes_per_second", "max_bytes_per_second", max_bytes_per_second)),
+            float(limits.check("copy_max_requests_per_second", "max_requests_per_second", max_requests_per_second)))
+
+
+class Throttle:
+    def __init__(self, kv, key: str, bytes_per_second: float = 0.0, requests_per_second: float = 0.0,
+                 clock=time.time, sleep=time.sleep):
+        self.kv, self.key = kv, key
+        self.bps, self.rps = check_rates(bytes_per_second, requests_per_second)
+        self.clock, self.sleep = clock, sleep
+        self._lock = threading.Lock()
+        self._cur: KeyValue | None = None   # the clock as last seen here (optimistic CAS)
+        self.bytes = self.requests = 0
+        self.waited = 0.0
+        self.started: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.bps or self.rps)
+
+    def acquire(self, nbytes: int, requests: int = 1) -> float:
+        """Take the budget for `requests` requests moving `nbytes`, waiting as long as the
+        job's rate says. Returns the seconds waited."""
+        if not self.limited:
+            return 0.0
+        cost = max(nbytes / self.bps if self.bps else 0.0, requests / self.rps if self.rps else 0.0)
+        with self._lock:
+            cur = self._cur
+            for _ in range(CAS_ATTEMPTS):
+                now = self.clock()
+                spent = float(cur.value) if cur is not None else 0.0
+                start = max(spent, now)
+                new = f"{start + cost:.6f}"
+                try:
+                    rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)],
+                                      [Put(self.key, new)])
+                except Conflict:
+                    cur = self.kv.get(self.key)
+                    continue
+                self._cur = KeyValue(self.key, new.encode(), rev, cur.create_revision if cur else rev,
+                                     (cur.version if cur else 0) + 1)
+                break
+            else:
+                raise Conflict(f"copy throttle {self.key}: {CAS_ATTEMPTS} lost races in a row")
+            self.started = now if self.started is None else self.started
+            self.bytes += nbytes
+            self.requests += requests
+        wait = start + cost - BURST - self.clock()
+        if wait > 0:
+            self.sleep(wait)
+            with self._lock:
+                self.waited += wait
+        return max(0.0, wait)
+
+    def report(self) -> dict:
+        """What this runner moved under the limit: bytes, requests, seconds waited, and
+        its effective rates since its first acquire."""
+        el = max(1e-9, self.clock() - self.started) if self.started is not None else 0.0
+        return {"limit_bytes_per_second": self.bps, "limit_requests_per_second": self.rps,
+                "bytes": self.bytes, "requests": self.requests, "waited_s": round(self.waited, 3),
+                "bytes_per_second": round(self.bytes / el, 1) if el else 0.0,
+                "requests_per_second": round(self.requests / el, 2) if el else 0.0}
+
+
+def human_rate(value: float, unit: str) -> str:
+    """'8.0 MiB/s', '20 req/s', 'unlimited' (0)."""
+    if not value:
+        return f"unlimited {unit}"
+    if unit == "B/s":
+        for u, k in (("GiB/s", 1 << 30), ("MiB/s", 1 << 20), ("KiB/s", 1 << 10)):
+            if value >= k:
+                return f"{value / k:.1f} {u}"
+        return f"{value:.0f} B/s"
+    return f"{value:g} {unit}"

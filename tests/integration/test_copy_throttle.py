@@ -1,0 +1,108 @@
+"""Copy rate limits (issue 19 item 6), real etcd + real files: a restore's copy moves at
+the job's max_bytes_per_second / max_requests_per_second, measured; the limit is ONE
+budget shared by every runner (threads, processes); bad limits are refused before any
+change."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from seglake import demo
+from seglake.errors import ValidationError
+from seglake.lifecycle import copyjob, restore, snapshot
+from seglake.throttle import BURST, Throttle
+
+MiB = 1 << 20
+
+
+def test_a_restore_at_8_mib_per_second_takes_its_bytes_over_the_rate(meta, store, capfd):
+    coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=4, rows=6000, dim=128))
+    snapshot.create(meta, store, coll.name, "s")
+    job_id = restore.restore(meta, store, coll.name, "s", "slow", max_bytes_per_second=8 * MiB)
+    job = meta.copyjobs.get(job_id)[0]
+    assert job.max_bytes_per_second == 8 * MiB and job.total_bytes > 10 * MiB
+    copyjob.plan(meta, job_id, 2)
+    t = time.monotonic()
+    copyjob.run_inline(meta, store, job_id, threads=4)
+    took = time.monotonic() - t
+    copyjob.finalize(meta, job_id)
+    want = job.total_bytes / (8 * MiB) - BURST
+    assert want * 0.85 <= took <= want * 1.15 + 0.5, (took, want)
+    assert meta.copyjobs.get(job_id)[0].state == "Completed"
+    err = capfd.readouterr().err
+    assert f"copy job {job_id}: rate limit 8.0 MiB/s" in err and "waited" in err
+
+
+def test_requests_per_second_limits_file_copies(meta, store):
+    coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=3, rows=20, dim=4))
+    snapshot.create(meta, store, coll.name, "s")
+    job_id = restore.restore(meta, store, coll.name, "s", "few", max_requests_per_second=20)
+    job = meta.copyjobs.get(job_id)[0]
+    copyjob.plan(meta, job_id, 1)
+    t = time.monotonic()
+    copyjob.run_inline(meta, store, job_id, threads=4)
+    took = time.monotonic() - t
+    want = job.total_files / 20 - BURST
+    assert want * 0.85 <= took <= want * 1.15 + 0.5, (took, want, job.total_files)
+
+
+_CHILD = r"""
+import json, sys, time
+from seglake.meta.kv import KV
+from seglake.throttle import Throttle
+kv = KV(sys.argv[1], root=sys.argv[2])
+th = Throttle(kv, sys.argv[2] + "/copy/throttle/7", 4 * 2**20, 0)
+t = time.monotonic()
+for _ in range(int(sys.argv[3])):
+    th.acquire(2**20)
+print(json.dumps({"took": time.monotonic() - t, **th.report()}))
+"""
+
+
+def test_one_budget_is_shared_by_runners_in_other_processes(settings, root_prefix):
+    """Three processes each move 4 x 1 MiB under one 4 MiB/s job limit: together 12 MiB
+    take ~3 s (each alone would take ~1 s)."""
+    import seglake
+    env = {"PYTHONPATH": str(Path(seglake.__file__).resolve().parents[1])}
+    import os
+    env = {**os.environ, **env}
+    t = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, settings.etcd_endpoint, root_prefix, "4"],
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    outs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    took = time.monotonic() - t
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(o["bytes"] for o in outs) == 12 * MiB
+    want = 12 / 4 - BURST
+    assert max(o["took"] for o in outs) >= want * 0.85, outs
+    assert took <= want * 1.15 + 2.0, (took, outs)   # (process start-up on top)
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"max_bytes_per_second": -1}, "max_bytes_per_second"),
+    ({"max_bytes_per_second": math.nan}, "max_bytes_per_second"),
+    ({"max_bytes_per_second": math.inf}, "max_bytes_per_second"),
+    ({"max_requests_per_second": "5"}, "max_requests_per_second"),
+    ({"max_requests_per_second": True}, "max_requests_per_second"),
+    ({"max_requests_per_second": 1e9}, "max_requests_per_second"),
+])
+def test_bad_limits_are_refused_before_any_change(meta, store, kw, words):
+    coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=1, rows=10, dim=4))
+    snapshot.create(meta, store, coll.name, "s")
+    with pytest.raises(ValidationError, match=words):
+        restore.restore(meta, store, coll.name, "s", "t", **kw)
+    assert list(meta.copyjobs.list()) == []
+    with pytest.raises(Exception):
+        meta.catalog.get_by_name("t")
+
+
+def test_an_unlimited_throttle_touches_nothing(meta):
+    th = Throttle(meta.kv, meta.keys.copy_throttle(1))
+    assert th.acquire(10 * MiB) == 0.0 and meta.kv.get(meta.keys.copy_throttle(1)) is None
