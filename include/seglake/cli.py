@@ -222,6 +222,9 @@ def cmd_snapshots_describe(args, s: Settings) -> int:
                      + (", ..." if len(d["manifests"]) > 3 else "") + ")")
     if d["pins"]:
         lines.append(f"read by restore jobs: {', '.join(map(str, d['pins']))}")
+    live = [h for h in d.get("holds", []) if h["expires_at"] > time.time()]
+    if live:
+        lines.append("pinned: " + ", ".join(f"pin {h['pin_id']} until {_when(h['expires_at'])}" for h in live))
     if d["error"]:
         lines.append(f"last error: {d['error']}")
     emit(args, d, text="\n".join(lines))

@@ -82,7 +82,8 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
         rows = console.snapshots(meta, now)
         out.family("seglake_snapshots", "Snapshots by state.",
                    _by_state(Counter(r["state"] for r in rows), console.SNAPSHOT_STATES))
-        out.family("seglake_snapshot_pins", "Copy jobs pinning a snapshot, summed over snapshots.",
+        out.family("seglake_snapshot_pins",
+                   "What holds snapshots (copy jobs reading them, unexpired operator pins), summed over snapshots.",
                    [({}, sum(len(r["pins"]) for r in rows))])
 
     def jobs() -> None:

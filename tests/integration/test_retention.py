@@ -39,7 +39,7 @@ def test_runs_over_three_days_keep_the_policy_and_respect_pins_and_hand_made_sna
         rep = retention.run(meta, store, "demo", now=T0 + h * HOUR)
         created += [rep["created"]] if rep["created"] else []
         if h == 0:
-            pin = snapshot.pin(meta, "demo", rep["created"], 10 * 86400, now=T0)
+            pin = snapshot.pin(meta, "demo", rep["created"], 10 * 86400)   # (pins run on the wall clock)
     assert created == ["sched_20260301T0000Z", "sched_20260302T0000Z", "sched_20260303T0000Z"]
     assert rep["held"] == {"sched_20260301T0000Z": [f"pin {pin['pin_id']}"]}
     assert _names(meta, coll) == ["by_hand", *created]
@@ -52,7 +52,7 @@ def test_runs_over_three_days_keep_the_policy_and_respect_pins_and_hand_made_sna
 def test_a_pinned_snapshot_is_held_and_pruned_once_unpinned(meta, store, coll):
     retention.set_policy(meta, "demo", {"keep_last": 1})
     first = retention.run(meta, store, "demo", now=T0)["created"]
-    p = snapshot.pin(meta, "demo", first, 86400, now=T0)
+    p = snapshot.pin(meta, "demo", first, 86400)
     rep = retention.run(meta, store, "demo", now=T0 + HOUR)
     assert rep["held"] == {first: [f"pin {p['pin_id']}"]} and rep["pruned"] == []
     snapshot.unpin(meta, p["pin_id"])

@@ -55,15 +55,17 @@ def test_a_pinned_snapshot_is_not_dropped_and_gc_keeps_its_files_after_the_colle
 
 def test_a_pin_holds_a_snapshot_past_its_own_ttl_and_expired_pins_vanish(meta, store, coll):
     snapshot.create(meta, store, "demo", "short", ttl=1)
-    now = time.time()
-    p = snapshot.pin(meta, "demo", "short", 60, now=now)
-    later = now + 30   # the snapshot's TTL is over, the pin's is not
-    res = gc.clean_records(meta, store, gc.GCOptions(), now=later)
+    p = snapshot.pin(meta, "demo", "short", 2)
+    time.sleep(1.1)   # the snapshot's TTL is over, the pin's is not
+    res = gc.clean_records(meta, store, gc.GCOptions())
     assert res.get("expired_snapshots", 0) == 0 and res["expired_pins_removed"] == 0
-    assert [d["pin_id"] for d in snapshot.list_pins(meta, "demo", now=later)] == [p["pin_id"]]
-    after = now + 61   # the pin expired: it binds nothing, GC removes it and the expired snapshot
-    assert snapshot.list_pins(meta, now=after) == []
-    res = gc.clean_records(meta, store, gc.GCOptions(), now=after)
+    assert [d["pin_id"] for d in snapshot.list_pins(meta, "demo")] == [p["pin_id"]]
+    # a GC whose `now` is ahead of the clock does not end the pin (pins run on the wall clock)
+    res = gc.clean_records(meta, store, gc.GCOptions(), now=time.time() + 3600)
+    assert res["expired_pins_removed"] == 0 and meta.snapshots.find(coll.collection_id, "short") is not None
+    time.sleep(1.0)   # now the pin expired: it binds nothing, GC removes it and the expired snapshot
+    assert snapshot.list_pins(meta) == []
+    res = gc.clean_records(meta, store, gc.GCOptions())
     assert res["expired_pins_removed"] == 1 and res["expired_snapshots"] == 1
     assert meta.snapshots.pin_record(p["pin_id"]) is None
     assert meta.snapshots.find(coll.collection_id, "short") is None

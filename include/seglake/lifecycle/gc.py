@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from seglake import faults
-from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
 from seglake import limits
 from seglake.lifecycle import copyjob, snapshot
 from seglake.meta import Meta
@@ -1039,8 +1039,12 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
             snapshot.remove_files_and_record(meta, store, rec)
             out["deleting_snapshots_finished"] += 1
         elif rec.state == COMMITTED and rec.expires_at is not None and rec.expires_at < now \
-                and not rec.pinned_by(now):
-            snapshot.drop_by_id(meta, store, rec.collection_id, rec.name, now=now)
+                and not rec.pinned_by(min(now, time.time())):
+            try:
+                snapshot.drop_by_id(meta, store, rec.collection_id, rec.name, now=now)
+            except (Conflict, StateError):   # pinned (or changed) since the listing: the pin wins
+                out["expired_snapshots_held"] += 1
+                continue
             out["expired_snapshots"] += 1
     out["copy_jobs_removed"] = len(copyjob.cleanup_expired(meta, opts.copy_job_retention, now=now))
 
@@ -1051,8 +1055,8 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
                 meta.kv.count(meta.keys.snapshots_prefix(coll.collection_id)):
             continue
         kv = meta.kv.get(meta.keys.collection(coll.collection_id))
-        if kv is not None:
-            meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
+        if kv is not None:   # with its retention policy, if it had one
+            meta.kv.txn([unchanged(kv)], [Delete(kv.key), Delete(meta.keys.retention(coll.collection_id))])
             out["dropped_collections_removed"] += 1
     return dict(out)
 

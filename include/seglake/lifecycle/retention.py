@@ -7,9 +7,15 @@ snapshots to take and which to keep (issue 19 item 5).
   key checked (a count 0..100000, an int: NaN, 1.5, "3", true refused; unknown keys refused
   naming the closest valid one; at least one count positive) before anything is written.
 - The schedule's snapshots are named `sched_YYYYMMDDTHHMMZ` after the run's time (UTC,
-  the minute): a retried run of the same time finds its snapshot instead of taking a
-  second one. Their time for the policy is the one in the name. Snapshots made by hand
-  (any other name) are never pruned by a schedule, and they count as "the last one".
+  the minute) and OWNED by the schedule (record owner `retention:<name>`): a retried or
+  concurrent run of the same time resumes or finds that snapshot instead of taking a
+  second one. Their time for the policy is the one in the name. Any other snapshot --
+  made by hand, even under a sched_ name -- is never pruned by a schedule, and counts as
+  "the last one".
+- A run's time may not be ahead of the wall clock (by more than MAX_AHEAD); a run at a
+  time earlier than the newest schedule snapshot (late, backfilled) takes none (it would
+  hold today's data under yesterday's name), and only prunes. Pins are judged by the
+  wall clock, never by a run's time.
 - Due: a run takes a snapshot unless one of the schedule's already falls in the current
   bucket of the finest unit the policy keeps (hour, day, ISO week, month); with only
   `keep_last`, every run takes one.
@@ -42,6 +48,8 @@ from seglake.params import closest
 UNITS = ("hourly", "daily", "weekly", "monthly")           # finest first
 KEYS = ("keep_last", *(f"keep_{u}" for u in UNITS))
 SCHED_RE = re.compile(r"sched_(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})Z")
+OWNER = "retention:"   # + the snapshot's name: the owner of the schedule's snapshots
+MAX_AHEAD = 300.0      # seconds a run's time may be ahead of the wall clock
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,19 @@ def _collection(meta, collection: str, db: str):
     return meta.catalog.get_by_name(collection, db)
 
 
+def _policy_key(meta, collection: str, db: str) -> str | None:
+    """The policy key of the collection named so: the live collection's, else (the
+    collection was dropped, its name freed) the one policy recorded under that name."""
+    from seglake.errors import NotFound as _NF
+    try:
+        return meta.keys.retention(_collection(meta, collection, db).collection_id)
+    except _NF:
+        found = [d for d in list_policies(meta) if (d.get("collection"), d.get("db")) == (collection, db)]
+        if len(found) == 1 and isinstance(found[0].get("collection_id"), int):
+            return meta.keys.retention(found[0]["collection_id"])
+        raise
+
+
 def set_policy(meta, collection: str, policy: Mapping[str, Any] | Policy, *, db: str = DEFAULT_DB,
                now: float | None = None) -> dict:
     pol = policy if isinstance(policy, Policy) else parse_policy(policy)
@@ -157,15 +178,14 @@ def set_policy(meta, collection: str, policy: Mapping[str, Any] | Policy, *, db:
 
 
 def get_policy(meta, collection: str, *, db: str = DEFAULT_DB) -> dict | None:
-    coll = _collection(meta, collection, db)
-    kv = meta.kv.get(meta.keys.retention(coll.collection_id))
+    kv = meta.kv.get(_policy_key(meta, collection, db))
     return None if kv is None else json.loads(kv.value)
 
 
 def clear_policy(meta, collection: str, *, db: str = DEFAULT_DB) -> bool:
-    """Remove the policy; False when there was none."""
-    coll = _collection(meta, collection, db)
-    key = meta.keys.retention(coll.collection_id)
+    """Remove the policy (also of a dropped collection, by its name); False when there
+    was none."""
+    key = _policy_key(meta, collection, db)
     if meta.kv.get(key) is None:
         return False
     meta.kv.delete(key)
@@ -173,8 +193,14 @@ def clear_policy(meta, collection: str, *, db: str = DEFAULT_DB) -> bool:
 
 
 def list_policies(meta) -> list[dict]:
-    return sorted((json.loads(kv.value) for kv in meta.kv.range(meta.keys.retention_prefix())),
-                  key=lambda d: (d["db"], d["collection"]))
+    out = []
+    for kv in meta.kv.range(meta.keys.retention_prefix()):
+        try:
+            d = json.loads(kv.value)
+        except ValueError:
+            d = None
+        out.append(d if isinstance(d, dict) else {"key": kv.key, "collection": "?", "db": "?"})
+    return sorted(out, key=lambda d: (str(d.get("db")), str(d.get("collection"))))
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -192,31 +218,58 @@ def run(meta, store, collection: str, *, now: float, db: str = DEFAULT_DB, dry_r
     return _run(meta, store, doc, now=now, dry_run=dry_run, create=create, drop=drop)
 
 
+def is_schedules(rec) -> bool:
+    """A snapshot the schedule took (and so may prune): its name and its owner say so."""
+    return sched_time(rec.name) is not None and rec.owner == OWNER + rec.name
+
+
 def _run(meta, store, doc: dict, *, now: float, dry_run: bool, create=None, drop=None) -> dict:
     from seglake.lifecycle import snapshot
     from seglake.meta.catalog import CREATED
 
+    wall = time.time()
     if isinstance(now, bool) or not isinstance(now, (int, float)) or not (0 < now < 2**33):
         raise ValidationError(f"schedule time must be a unix time in seconds, got {now!r}")
-    policy = parse_policy({k: doc[k] for k in KEYS})
+    if now > wall + MAX_AHEAD:
+        raise ValidationError(f"schedule time {sched_name(now)} is ahead of the clock ({sched_name(wall)}): "
+                              f"a run cannot snapshot the future")
+    try:
+        policy = parse_policy({k: doc[k] for k in KEYS if k in doc})
+    except ValidationError as e:
+        raise ValidationError(f"the policy record of {doc.get('collection')!r} is malformed: {e}") from None
     coll = meta.catalog.get(doc["collection_id"])
-    create = create or (lambda name: snapshot.create(meta, store, coll.name, name, "retention schedule", db=coll.db))
-    drop = drop or (lambda name: snapshot.drop_by_id(meta, store, coll.collection_id, name, now=now))
+    create = create or (lambda name: snapshot.create(meta, store, coll.name, name, "retention schedule",
+                                                     db=coll.db, owner=OWNER + name))
+    drop = drop or (lambda name: snapshot.drop_by_id(meta, store, coll.collection_id, name))
 
     recs = {r.name: r for r in meta.snapshots.list(coll.collection_id)}
-    times = {n: t for n, r in recs.items() if (t := sched_time(n)) is not None and r.state == COMMITTED}
+    times = {n: sched_time(n) for n, r in recs.items() if r.state == COMMITTED and is_schedules(r)}
     report: dict[str, Any] = {"collection": coll.name, "db": coll.db, "at": now, "dry_run": dry_run,
                               "policy": policy.to_json(), "created": None, "pruned": [], "kept": {}, "held": {}}
     name = sched_name(now)
+    mine = recs.get(name) if recs.get(name) is not None and is_schedules(recs[name]) else None
+    newest = max(times.values(), default=None)
     if coll.state != CREATED:
         report["note"] = f"collection is {coll.state}: no new snapshot, the existing ones are pruned by the policy"
-    elif due(policy, times, now) or name in recs:
-        rec = recs.get(name)
-        if rec is None or rec.state != COMMITTED:   # absent, or a PENDING create this run resumes
-            if not dry_run:
+    elif name in recs and mine is None:
+        report["note"] = f"a snapshot named {name!r} exists and is not the schedule's: none taken this run"
+    elif mine is None and newest is not None and sched_time(name) < newest:
+        report["note"] = (f"the schedule already has a newer snapshot ({sched_name(newest)}): a run at "
+                          f"{name} takes none")
+    elif (mine is not None and mine.state != COMMITTED) or (mine is None and due(policy, times, now)):
+        if not dry_run:
+            try:
                 create(name)
+            except (Conflict, snapshot.SnapshotLost) as e:   # a concurrent run of the same time took it
+                cur = meta.snapshots.find(coll.collection_id, name)
+                if cur is None or not is_schedules(cur):
+                    raise
+                report["note"] = f"{name} was being taken by another run of the same time ({type(e).__name__})"
+                if cur.state != COMMITTED:
+                    name = None
+        if name is not None:
             report["created"] = name
-        times[name] = sched_time(name)
+            times[name] = sched_time(name)
     kept = keep_set(policy, times)
     left = {n for n, r in recs.items() if r.state == COMMITTED} | ({name} if report["created"] else set())
     for n in sorted(times, key=lambda x: times[x]):
@@ -224,7 +277,7 @@ def _run(meta, store, doc: dict, *, now: float, dry_run: bool, create=None, drop
             report["kept"][n] = kept[n]
             continue
         rec = recs.get(n)
-        by = rec.pinned_by(now) if rec is not None else []
+        by = rec.pinned_by(time.time()) if rec is not None else []
         if by:
             report["held"][n] = by
             continue
@@ -250,12 +303,25 @@ def run_all(meta, store, *, now: float, dry_run: bool = False, collection: str |
 
     out = []
     for doc in list_policies(meta):
-        if collection is not None and (doc["collection"], doc["db"]) != (collection, db):
+        if collection is not None and (doc.get("collection"), doc.get("db")) != (collection, db):
             continue
         try:
             out.append(_run(meta, store, doc, now=now, dry_run=dry_run))
+        except NotFound as e:
+            if "collection id" not in str(e) or not isinstance(doc.get("collection_id"), int):
+                out.append({"collection": doc.get("collection"), "db": doc.get("db"),
+                            "error": f"{type(e).__name__}: {e}"})
+                continue
+            # the collection is gone for good (GC purged it): so is its policy
+            meta.kv.delete(meta.keys.retention(doc["collection_id"]))
+            out.append({"collection": doc.get("collection"), "db": doc.get("db"), "created": None, "pruned": [],
+                        "kept": {}, "held": {}, "dry_run": dry_run,
+                        "note": "the collection no longer exists: its policy was removed"})
         except SeglakeError as e:
-            out.append({"collection": doc["collection"], "db": doc["db"], "error": f"{type(e).__name__}: {e}"})
+            out.append({"collection": doc.get("collection"), "db": doc.get("db"), "error": f"{type(e).__name__}: {e}"})
+        except (KeyError, TypeError, ValueError) as e:   # a malformed record: reported, the others go on
+            out.append({"collection": doc.get("collection"), "db": doc.get("db"),
+                        "error": f"malformed policy record ({type(e).__name__}: {e})"})
     if collection is not None and not out:
         raise NotFound(f"collection {collection!r} has no retention policy")
     return out

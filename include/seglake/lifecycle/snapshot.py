@@ -540,7 +540,7 @@ def drop_by_id(meta: Meta, store: Store, collection_id: int, name: str, *, now: 
         raise StateError(f"snapshot {name!r} is PENDING (being created); it cannot be dropped. Wait for it "
                          "to commit, or for GC to reclaim it once its writer stopped (snapshot_pending_timeout)")
     if rec.state == COMMITTED:
-        if by := rec.pinned_by(time.time() if now is None else now):
+        if by := rec.pinned_by(time.time() if now is None else min(now, time.time())):   # pins: wall clock
             raise Conflict(f"snapshot {name!r} is pinned ({', '.join(by)}): drop it after the jobs finish "
                            f"and the pins are removed (`seglake snapshots unpin`) or expire")
         rec = meta.snapshots.update(kv, rec.replace(state=DELETING),
@@ -568,8 +568,13 @@ def pin(meta: Meta, collection: str, name: str, ttl: float, *, db: str = DEFAULT
     (nor expire), so GC keeps every file it references; returns the pin (its `pin_id` is
     what unpin takes). Checked before any change; the pin vanishes by itself at expiry."""
     ttl = limits.check("pin_ttl", "pin ttl (seconds)", ttl)
+    if not isinstance(by, str) or len(by) > 256 or not by.isprintable():
+        raise ValidationError("pin 'by' must be printable text of at most 256 characters")
     rec, _ = resolve(meta, collection, name, db=db, collection_id=collection_id)
     now = time.time() if now is None else now
+    if rec.expires_at is not None and rec.expires_at <= now:
+        raise StateError(f"snapshot {name!r} expired at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(rec.expires_at))}"
+                         f" (its TTL); GC removes it: an expired snapshot cannot be pinned")
     pin_id = meta.ids.allocate()
     meta.snapshots.hold(rec.collection_id, rec.name, pin_id, now + ttl, now, by=by)
     return meta.snapshots.pin_record(pin_id) or {"pin_id": pin_id}
@@ -586,10 +591,16 @@ def list_pins(meta: Meta, collection: str | None = None, *, db: str = DEFAULT_DB
               now: float | None = None) -> list[dict]:
     """Unexpired pins (of one collection by name, or all), oldest first."""
     now = time.time() if now is None else now
+    cid = None
     if collection is not None:
         validate_name("collection", collection)
+        try:   # the live collection of that name: its pins, not a dropped namesake's
+            cid = meta.catalog.get_by_name(collection, db).collection_id
+        except NotFound:
+            pass
     out = [d for d in meta.snapshots.pin_records() if d["expires_at"] > now
-           and (collection is None or (d["collection"] == collection and d["db"] == db))]
+           and (collection is None or (d["collection_id"] == cid if cid is not None
+                                       else (d["collection"] == collection and d["db"] == db)))]
     return sorted(out, key=lambda d: (d["created_at"], d["pin_id"]))
 
 

@@ -274,7 +274,10 @@ class Snapshots:
 
     def remove_expired_holds(self, now: float) -> int:
         """Expired pins vanish: every pin key past its expiry is released (and any hold a
-        record still carries past its expiry is dropped with it). Returns how many."""
+        record still carries past its expiry is dropped with it). Returns how many.
+        Expiry is judged by the wall clock: a `now` ahead of it never ends a live pin."""
+        import time as _time
+        now = min(now, _time.time())
         n = 0
         for doc in self.pin_records():
             if doc["expires_at"] <= now:

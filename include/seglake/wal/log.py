@@ -418,10 +418,12 @@ def expire_producers(meta, pchannel: str, now_tt: int, idle_seconds: float) -> i
     record is gone starts afresh: a retry of a call older than that may append twice
     (as a Kafka producer id expires; the flusher calls this with wal_producer_expiry).
     Returns how many were removed."""
+    from seglake import limits
     from seglake.errors import Conflict
     from seglake.meta.alloc import physical_ms
     from seglake.meta.kv import Delete, Put, unchanged
 
+    idle_seconds = limits.check("wal_producer_expiry", "producer expiry (seconds)", idle_seconds)
     removed = 0
     for kv in meta.kv.range(keymod.wal_producers_prefix(meta.keys, pchannel)):
         rec = decode(kv.value, kv.key)

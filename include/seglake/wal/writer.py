@@ -496,13 +496,22 @@ class WalWriter:
         hit = self._remembered(r.seq)
         if hit is not None:
             _, n, first, count = hit
-            r.finish(ids=[MessageId(self.state.term, n, first + i) for i in range(count)])
+            r.finish(ids=[MessageId(self._term_at(n), n, first + i) for i in range(count)])
         elif r.seq in self._p_inflight:   # an earlier copy of this call is being committed
             r.finish(error=Retry(f"producer {self.producer_id}: seq {r.seq} is being committed; retry"))
         else:
             r.finish(error=ValidationError(
                 f"producer {self.producer_id} on {self.pchannel}: sequence number {r.seq} is older than the "
                 f"last {RECENT_SEQS} it remembers: refused (it cannot tell a duplicate)"))
+
+    def _term_at(self, n: int) -> int:
+        """The term fragment n was committed under (its index record; the current term
+        when it was truncated away or cannot be read: a takeover since is then unknown)."""
+        try:
+            kv = self.meta.kv.get(self.log.frag_key(n))
+        except SeglakeError:
+            return self.state.term
+        return self.state.term if kv is None else FragRecord.from_kv(n, kv).term
 
     def _commit_job(self, frag: _Fragment, epoch: int) -> None:
         try:
@@ -517,7 +526,7 @@ class WalWriter:
                 r.finish(error=Retry(f"WAL {self.pchannel}: an earlier fragment failed; retry the call"))
             return
         try:
-            n, term = self._commit(frag)
+            placed = self._commit(frag)
         except BaseException as e:  # noqa: BLE001
             if frag.txn_msgs and not isinstance(e, ValidationError):
                 self._unresolved[frag.key] = frag
@@ -530,10 +539,15 @@ class WalWriter:
                 Retry(f"WAL {self.pchannel}: not committed ({type(e).__name__}: {e}); retry the call")
             self._reset(err, frag.reqs)
             return
+        if placed is None:   # committed earlier, its answer lost: each call from its record entry
+            for r in frag.reqs:
+                self._answer_retry(r)
+            return
+        n, term = placed
         for r, (first, count) in zip(frag.reqs, frag.offsets, strict=True):
             r.finish(ids=[MessageId(term, n, first + i) for i in range(count)])
 
-    def _commit(self, frag: _Fragment) -> tuple[int, int]:
+    def _commit(self, frag: _Fragment) -> tuple[int, int] | None:
         """ONE etcd txn per attempt: log record unchanged -> log, index record, producer
         record. A lost race re-reads and retries at the next place."""
         seqs = [r.seq for r in frag.reqs]
@@ -602,8 +616,8 @@ class WalWriter:
         for key, frag in list(self._unresolved.items()):
             hit = self._remembered(frag.reqs[0].seq)
             if hit is not None:
-                self._unresolved.pop(key)
-                self._adopt(frag, hit[1])
+                self._adopt(frag, hit[1])   # (a failed read here keeps it for the next re-read)
+                self._unresolved.pop(key, None)
 
     def _adopt(self, frag: _Fragment, n: int) -> int:
         """`frag`'s calls are in the producer record at log place `n` (a commit whose answer
@@ -623,14 +637,18 @@ class WalWriter:
                 pass
         return rec.term
 
-    def _committed_at(self, frag: _Fragment, seqs: list[int]) -> tuple[int, int]:
-        """After an ambiguous commit that did apply: its place, from the producer record
-        (and the txn state it made)."""
+    def _committed_at(self, frag: _Fragment, seqs: list[int]) -> None:
+        """After an ambiguous commit: these calls are in the producer record (committed by
+        an attempt whose answer was lost -- of this fragment, or of an earlier one built
+        with other calls beside them): adopt the txn state that fragment made. The calls
+        are then answered each from its own record entry (place, first, count), never
+        with this fragment's offsets. Returns None (the caller's signal)."""
         with self._plock:
             self._p_inflight.difference_update(seqs)
-        self._unresolved.pop(frag.key, None)
         n = self._remembered(seqs[0])[1]
-        return n, self._adopt(frag, n)
+        self._adopt(frag, n)
+        self._unresolved.pop(frag.key, None)
+        return None
 
 
 def _valid_pid(pid: str) -> bool:
