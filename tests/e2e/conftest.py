@@ -135,8 +135,17 @@ class Standalone:
         r.raise_for_status()
         return r.json()
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, tries: int = 3) -> str:
-        """The task's log over its first `tries` tries (text), through REST."""
+    def task_log(self, dag_id: str, run_id: str, task_id: str, tries: int = 3, wait: float = 30.0) -> str:
+        """The task's log over its first `tries` tries (text), through REST; asked again
+        for up to `wait` seconds while the server has none yet (a loaded machine)."""
+        deadline = time.time() + wait
+        while True:
+            text = self._task_log(dag_id, run_id, task_id, tries)
+            if text.strip() or time.time() > deadline:
+                return text
+            time.sleep(1)
+
+    def _task_log(self, dag_id: str, run_id: str, task_id: str, tries: int) -> str:
         out = []
         for n in range(1, tries + 1):
             r = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{n}"

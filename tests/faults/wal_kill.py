@@ -449,7 +449,7 @@ def _vchannel_of(coll, pk: int) -> str:
     import numpy as np
 
     from seglake.wal.client import route
-    key = (coll.collection_id, pk)
+    key = (tuple(coll.vchannels), pk)   # (collection ids repeat across tests' etcd roots)
     if key not in _VCH:
         _VCH[key] = coll.vchannels[int(route(np.array([pk], dtype=np.int64), coll.shards)[0])]
     return _VCH[key]
