@@ -21,7 +21,6 @@ processes a test can SIGKILL at a chosen progress, and the checks every case end
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
@@ -231,11 +230,23 @@ class LostReplyProxy:
 
 
 # -- child processes -------------------------------------------------------------------------
-_PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+# A child is started through this trampoline instead of a preexec_fn: a preexec_fn makes
+# Python fork() (not vfork) the test process, whose gRPC threads (the etcd client) then
+# run their at-fork handlers in the child before exec -- which now and then aborted it
+# (SIGABRT, "epoll_wait error: Bad file descriptor"). The trampoline sets its own death
+# signal (kept across exec), checks the parent did not die first, and execs the command.
+_TRAMPOLINE = ("import ctypes, os, signal, sys\n"
+               "ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)\n"
+               "if os.getppid() != int(sys.argv[1]):\n"
+               "    sys.exit(137)\n"
+               "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def _tied(cmd: list[str]) -> list[str]:
+    """`cmd` run so that it is SIGKILLed when this test process dies."""
+    return [sys.executable, "-c", _TRAMPOLINE, str(os.getpid()), *cmd]
 
 
 def child_env(settings, faults: str = "", extra: dict | None = None) -> dict:
@@ -353,9 +364,8 @@ def spawn(tmp_path):
         out, err = tmp_path / f"child{n}.out", tmp_path / f"child{n}.err"
         cmd = argv or [sys.executable, str(STEPS), step, json.dumps(args)]
         with open(out, "wb") as o, open(err, "wb") as e:
-            proc = subprocess.Popen(cmd, env=child_env(settings, faults, extra_env), stdout=o, stderr=e,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=_die_with_parent, cwd=str(tmp_path))
+            proc = subprocess.Popen(_tied(cmd), env=child_env(settings, faults, extra_env), stdout=o, stderr=e,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(tmp_path))
         child = Child(proc, out, err)
         children.append(child)
         return child
