@@ -162,6 +162,38 @@ def paused_scopes(meta: Meta) -> tuple[bool, set[int]]:
     return glob, colls
 
 
+# -- the settings of scheduled runs ------------------------------------------------------------
+# A scheduled gc run never uses the form's defaults: it runs with the conf an operator
+# recorded on purpose (`seglake gc schedule set`), and is refused until there is one.
+def set_schedule(meta: Meta, conf: dict, floor: float, by: str = "") -> dict:
+    """Record the conf of scheduled gc runs, checked first like a triggered conf (the
+    DAG's contract, the tolerance floor); returns the record. Fail-fast, one put."""
+    from seglake.params import check_conf, check_gc_floor
+
+    checked = check_conf("gc", conf)
+    check_gc_floor(checked, floor)
+    if checked["collection"] is not None:
+        meta.catalog.get_by_name(checked["collection"], checked["db"])   # NotFound names it
+    record = {"conf": checked, "set_at": time.time(), "set_by": by}
+    meta.kv.put(meta.keys.gc("schedule"), json.dumps(record))
+    return record
+
+
+def get_schedule(meta: Meta) -> dict | None:
+    """The record `set_schedule` wrote, or None."""
+    kv = meta.kv.get(meta.keys.gc("schedule"))
+    return None if kv is None else json.loads(kv.value)
+
+
+def clear_schedule(meta: Meta) -> bool:
+    """Remove the record (scheduled runs are refused again); True if there was one."""
+    key = meta.keys.gc("schedule")
+    if meta.kv.get(key) is None:
+        return False
+    meta.kv.delete(key)
+    return True
+
+
 # -- references -------------------------------------------------------------------------------
 @dataclass
 class References:
