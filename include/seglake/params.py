@@ -122,6 +122,8 @@ def show(value: Any) -> str:
     """A conf value as the operator wrote it (JSON spelling: NaN, Infinity, true, null), short."""
     if isinstance(value, float) and not math.isfinite(value):
         text = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    elif isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0:
+        text = "-0.0 (a negative zero: write 0)"
     elif isinstance(value, bool) or value is None:
         text = json.dumps(value)
     elif isinstance(value, str):
