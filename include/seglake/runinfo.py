@@ -88,7 +88,7 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
 def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None = None,
             names: Mapping[int, str] | None = None) -> str:
     if not summary:
-        return "FAILED: gc did not finish (nothing deleted unless the sweep ran; see the task logs)"
+        return "FAILED: gc did not finish, nothing was deleted unless the sweep ran (see the task logs)"
     names = names or {}
     dry = bool(summary.get("dry_run"))
     per: dict[str, list[int]] = {}

@@ -128,7 +128,7 @@ def with_reason(text: str, reasons: list[tuple[str, str]]) -> str:
     task_id, why = reasons[0]
     more = f" (and {len(reasons) - 1} more failed tasks)" if len(reasons) > 1 else ""
     if text.startswith("FAILED"):
-        head = text.split(" (see the task logs)")[0].split("; see the task logs")[0]
+        head = text.replace(" (see the task logs)", "")
         return _short(f"{head}: task {task_id} failed: {why}{more}")
     return _short(f"FAILED: task {task_id} failed: {why}{more}; {text}")
 
