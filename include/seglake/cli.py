@@ -154,7 +154,7 @@ def cmd_collections_drop(args, s: Settings) -> int:
     meta, store = _open(s)
     rep = drop.drop_collection(meta, store, s, args.name, args.db, wait=args.wait,
                                timeout=args.timeout_hours * 3600, poll=1.0)
-    emit(args, rep, text=drop.format_status(rep))
+    emit(args, rep, text=drop.format_status(rep, s.drop_tolerance))
     return 0
 
 
@@ -724,15 +724,28 @@ def cmd_delete(args, s: Settings) -> int:
 def cmd_wal_status(args, s: Settings) -> int:
     from seglake.wal.client import wal_status
 
+    from seglake.progress import tick_time
+
     meta, _ = _open(s)
     rows = wal_status(meta, args.pchannel)
+    table_rows = []
     for r in rows:
-        r["size"] = human_bytes(r["bytes"])
-        r["lag_ms"] = ",".join("-" if c["lag_ms"] is None else str(c["lag_ms"]) for c in r["consumers"]) or "-"
-        r["txns"] = ",".join(f"{t['txn_id']}@{t['vchannel']}" for t in r["open_txns"]) or "-"
-    emit(args, rows, rows, ["pchannel", "term", "writer", "last_time_tick", "fragments", "size", "paused",
-                            "lag_ms", "txns"])
+        table_rows.append({**r, "size": human_bytes(r["bytes"]), "last tick (UTC)": tick_time(r["last_time_tick"]),
+                           "checkpoint lag": _lags(r["consumers"]),
+                           "txns": ",".join(f"{t['txn_id']}@{t['vchannel']}" for t in r["open_txns"]) or "-"})
+    emit(args, rows, table_rows, ["pchannel", "term", "writer", "last tick (UTC)", "fragments", "size", "paused",
+                                  "checkpoint lag", "txns"])
     return 0
+
+
+def _lags(consumers: list[dict]) -> str:
+    """Each vchannel's checkpoint lag behind the log, or why there is none."""
+    if not consumers:
+        return "no vchannels"
+    if all(c["lag_ms"] is None for c in consumers):
+        return "no checkpoint yet (not flushed)"
+    return ", ".join(f"{c['vchannel']}: "
+                     + ("no checkpoint" if c["lag_ms"] is None else f"{c['lag_ms'] / 1000:g} s") for c in consumers)
 
 
 def cmd_wal_pause(args, s: Settings) -> int:

@@ -61,6 +61,10 @@ CASES = {
     "seglake retention clear": (["retention", "clear", "nope"], 2, "collection 'nope' not found"),
     "seglake retention list": (["retention", "list", "--jsn"], 2, "did you mean --json?"),
     "seglake retention run": (["retention", "run", "--collection", "demo"], 2, "no retention policy"),
+    "seglake gc schedule set": (["gc", "schedule", "set", "--execute", "--missing-tolerance-hours", "0.1"], 2,
+                                "0.1 is below the GC floor of 1 hour; allowed: at least 1, or set force to true"),
+    "seglake gc schedule show": (["gc", "schedule", "show", "--db", "a b"], 2, "--db"),
+    "seglake gc schedule clear": (["gc", "schedule", "clear", "--jsn"], 2, "did you mean --json?"),
     "seglake verify": (["verify", "nope"], 2, "collection 'nope' not found"),
     "seglake config show": (["config", "show", "--jsn"], 2, "did you mean --json?"),
     "seglake stack": (["stack", "sideways"], 2, "invalid choice"),
@@ -226,3 +230,24 @@ def layout_files(seg):
     from seglake.storage import layout
 
     return layout.segment_files(seg)
+
+
+def test_gc_schedule_set_show_clear(env, capsys):
+    """The settings of scheduled gc runs: explicit (no default mode), shown in words."""
+    rc, out, err = _run(capsys, ["gc", "schedule", "show"])
+    assert rc == 0 and "no scheduled gc settings: a scheduled gc run is refused" in out, (out, err)
+    rc, out, err = _run(capsys, ["gc", "schedule", "set"])
+    assert rc == 2 and "one of the arguments --dry-run --execute is required" in err, err
+    rc, out, err = _run(capsys, ["gc", "schedule", "set", "--execute", "--collection", "demo",
+                                 "--drop-tolerance-hours", "6", "--engine", "inline"])
+    assert rc == 0, err
+    assert out.startswith("scheduled gc runs will use: a REAL run (deletes), collection default.demo, engine inline, "
+                          "drop_tolerance 6 h (set 20"), out
+    rc, out, _ = _run(capsys, ["gc", "schedule", "show", "--json"])
+    rec = json.loads(out)
+    assert rec["conf"] == {"dry_run": False, "collection": "demo", "db": "default", "missing_tolerance_hours": None,
+                           "drop_tolerance_hours": 6, "force": False, "engine": "inline"}
+    rc, out, _ = _run(capsys, ["gc", "schedule", "clear"])
+    assert rc == 0 and "scheduled runs are refused until they are set again" in out
+    rc, out, _ = _run(capsys, ["gc", "schedule", "show"])
+    assert "no scheduled gc settings" in out
