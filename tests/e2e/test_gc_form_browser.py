@@ -151,6 +151,24 @@ def test_a_refusal_in_the_form_is_one_plain_sentence(standalone, store_with_orph
     assert len(_runs(standalone, dag_id)) == before
 
 
+def test_deferrable_wait_shows_what_it_sends(standalone, store_with_orphans, browser):
+    """Issue 20: the nullable boolean showed as a switch that looked "off" and sent null.
+    Now a dropdown whose label says what is sent, and the run gets exactly that."""
+    b = browser
+    _open_trigger_form(b, standalone, "copy_segment_job")
+    shown = b.text("#element_deferrable")
+    assert "worker default ([operators] default_deferrable)" in shown, shown
+    assert not b.js("!!document.querySelector('input[name=\"element_deferrable\"][type=\"checkbox\"]')")
+    # what it sends: null (the worker's default), as the label says -- a run of a job that does not
+    # exist (it fails in its first steps, changing nothing) carries the form's conf
+    before = {r["dag_run_id"] for r in _runs(standalone, "copy_segment_job")}
+    b.type_into('input[name="element_job_id"]', "424242")
+    b.click('[data-testid="trigger-dag-submit"]')
+    b.wait_text("Dag Run Triggered", timeout=60)
+    (run,) = [r for r in _runs(standalone, "copy_segment_job") if r["dag_run_id"] not in before]
+    assert "deferrable" in run["conf"] and run["conf"]["deferrable"] is None, run["conf"]
+
+
 def test_the_seglake_page_without_a_login_goes_to_the_login_page(standalone):
     with Browser(timeout=60) as b:
         b.open(f"{standalone.base}/seglake/")
