@@ -476,7 +476,12 @@ def cmd_gc_schedule(args, s: Settings) -> int:
             user = getpass.getuser()
         except Exception:  # noqa: BLE001 - no user name in a container: record none
             user = ""
-        rec = gc.set_schedule(meta, conf, s.tolerance_floor, by=user)
+        try:
+            rec = gc.set_schedule(meta, conf, s.tolerance_floor, by=user)
+        except ValidationError as e:   # the conf's words in the CLI's: --flags, not conf keys
+            text = re.sub(r"conf key '([a-z_]+)'", lambda m: "--" + m.group(1).replace("_", "-"), str(e))
+            raise ValidationError(text.replace("gc: refused conf before any change: ", "")
+                                  .replace("set force to true", "pass --force")) from None
         emit(args, rec, text="scheduled gc runs will use: " + _schedule_text(rec))
         return 0
     if args.schedule_action == "clear":

@@ -113,8 +113,9 @@ class GCOptions:
         for name in ("missing_tolerance", "drop_tolerance"):
             v = limits.check(name, f"gc {name} (seconds)", getattr(self, name))  # finite, in range
             if v < self.floor and not self.force:
-                raise ValidationError(f"gc {name} of {v:g}s is below the {self.floor:g}s floor; "
-                                      "pass force=true to run with it anyway")
+                raise ValidationError(f"gc {name} of {v:g}s ({v / 3600:g} h) is below the {self.floor:g}s floor "
+                                      f"({self.floor / 3600:g} h); allowed: at least the floor, or force (CLI "
+                                      "--force, DAG conf force: true) to go below it")
         c = self.collection_id
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or not FIRST_ID <= c <= layout.MAX_ID):
             raise ValidationError(f"gc collection_id must be a collection id ({FIRST_ID}..{layout.MAX_ID}) or None "
