@@ -151,6 +151,25 @@ def test_a_refusal_in_the_form_is_one_plain_sentence(standalone, store_with_orph
     assert len(_runs(standalone, dag_id)) == before
 
 
+@pytest.mark.parametrize("conf,message", [
+    ('{"missing_tolerance_hours": NaN}', "conf key 'missing_tolerance_hours' (Orphan tolerance (hours)): NaN is not "
+                                         "allowed; allowed: a finite number from 0 to 87600 hours"),
+    ('{"dry_run": false, "drop_tolerance_hours": 0.1}', "conf key 'drop_tolerance_hours' (Dropped-segment tolerance "
+                                                         "(hours)): 0.1 is below the GC floor of 1 hour"),
+])
+def test_rest_refusals_over_real_http_are_plain_400s(standalone, store_with_orphans, conf, message):
+    """Airflow's REST trigger on the real API server: the same sentence as the form, no run."""
+    import httpx
+
+    before = len(_runs(standalone, "gc"))
+    r = httpx.post(f"{standalone.base}/api/v2/dags/gc/dagRuns", content='{"logical_date": null, "conf": %s}' % conf,
+                   headers={"Authorization": f"Bearer {standalone.token}", "Content-Type": "application/json"},
+                   timeout=30)
+    assert r.status_code == 400, r.text
+    assert message in r.json()["detail"] and "Failed validating" not in r.text and "(?!" not in r.text, r.text
+    assert len(_runs(standalone, "gc")) == before
+
+
 def test_deferrable_wait_shows_what_it_sends(standalone, store_with_orphans, browser):
     """Issue 20: the nullable boolean showed as a switch that looked "off" and sent null.
     Now a dropdown whose label says what is sent, and the run gets exactly that."""
