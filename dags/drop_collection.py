@@ -104,9 +104,9 @@ def drop_collection():
         hook = SeglakeHook()
         coll = hook.meta.catalog.get(started["collection_id"])
         rep = drop.status(hook.meta, coll)
-        print(drop.format_status(rep))
-        print(f"GC may reclaim the Dropped segments' files {hook.settings.drop_tolerance:g} s after "
-              f"their dropped_at (latest {rep['latest_dropped_at']}); snapshot-referenced files are kept")
+        print(drop.format_status(rep, hook.settings.drop_tolerance))
+        print("GC reclaims the Dropped segments' files drop_tolerance after they were dropped; "
+              "snapshot-referenced files are kept")
         return {k: rep[k] for k in ("collection", "state", "segments_dropped", "rows_dropped",
                                     "bytes_awaiting_gc", "latest_dropped_at")}
 

@@ -1,10 +1,20 @@
 """
 ### Garbage collection
 
-Scheduled (daily by default; the config key `gc_schedule`, set as `SEGLAKE_GC_SCHEDULE`
-in the dag-processor's environment, overrides: read at parse time, so not from the Variable) and
-triggerable with the form below. Fail closed, mark then sweep, never a referenced file,
-never a file that is not seglake's own:
+**A run from the form is a dry run unless you switch *Dry run* off**: it marks and
+reports what a real run would delete, and deletes nothing. A real run deletes the
+unreferenced files older than the orphan tolerance and the files of segments Dropped
+longer than the dropped-segment tolerance, then their records, expired or abandoned
+snapshots, old copy jobs and empty Dropped collections.
+
+Manual only by default. A schedule is set with `SEGLAKE_GC_SCHEDULE` (a cron expression
+or an @preset) in the dag-processor's environment (read at parse time, so not from the
+Variable); a scheduled run then does what an operator recorded with
+`seglake gc schedule set --dry-run|--execute [...]` (never the form's defaults) and is
+refused, with the reason in its note, until that is set. Every refusal of a triggered
+run (a bad value, a tolerance below the 1 h floor without `force`) is an HTTP 400 from
+the trigger itself, before a run exists. Fail closed, mark then sweep, never a
+referenced file, never a file that is not seglake's own:
 
 1. **prepare**: tolerances below the floor (1 h) are refused unless `force`; every
    reference (segment records, snapshot manifests) must load completely.
@@ -25,7 +35,9 @@ never a file that is not seglake's own:
    snapshots, copy jobs past retention, empty Dropped collections.
 5. **summary**: files and bytes per collection and reason (task log and XCom).
 
-A refusal (tolerance, unreadable references) fails the run at once, without retries.
+A refusal (unreadable references, a scheduled run without settings) fails the run at
+once, without retries; the run's note says why. A dry run's note starts with
+"gc DRY RUN".
 Collections with a PENDING snapshot, and paused scopes (`seglake gc pause`), are skipped
 and reported. REST: `conf = {"dry_run": true, "collection": null, "engine": "auto"}`.
 CLI: `seglake gc run` (dry run unless `--execute`).
@@ -59,40 +71,56 @@ PREP = "ti.xcom_pull(task_ids='prepare')"
     params=dag_params("gc"),
 )
 def gc():
-    def _opts(params: dict, hook, collection_id):
+    def _opts(conf: dict, hook, collection_id):
         from seglake.lifecycle import gc as engine
 
-        hours = {k: None if params[f"{k}_hours"] is None else float(params[f"{k}_hours"]) * 3600
+        hours = {k: None if conf[f"{k}_hours"] is None else float(conf[f"{k}_hours"]) * 3600
                  for k in ("missing_tolerance", "drop_tolerance")}
-        return engine.GCOptions.from_settings(hook.settings, force=params["force"], dry_run=params["dry_run"],
+        return engine.GCOptions.from_settings(hook.settings, force=conf["force"], dry_run=conf["dry_run"],
                                               collection_id=collection_id, **hours)
 
+    def _prep_opts(prep: dict, hook):
+        """The options prepare fixed (from the conf check_conf resolved), for the later steps."""
+        from seglake.lifecycle import gc as engine
+
+        return engine.GCOptions.from_settings(
+            hook.settings, missing_tolerance=prep["missing_tolerance"], drop_tolerance=prep["drop_tolerance"],
+            force=prep["force"], dry_run=prep["dry_run"], collection_id=prep["collection_id"])
+
     @task
-    def prepare(params: dict, run_id: str | None = None) -> dict:
+    def prepare(conf: dict, run_id: str | None = None) -> dict:
+        """`conf`: what check_conf resolved (a scheduled run: the operator's record), never
+        the Params directly. Records the Airflow run beside the report (the page links it)."""
         from seglake.lifecycle import gc as engine
         from seglake_airflow.engine_choice import choose
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
         from seglake_airflow.taskgroups import _safe
 
+        import json
+
         hook = SeglakeHook()
         with fail_fast(engine.GCError):
-            cid = (hook.meta.catalog.get_by_name(params["collection"], params["db"]).collection_id
-                   if params["collection"] else None)
-            opts = _opts(params, hook, cid).check()
+            cid = (hook.meta.catalog.get_by_name(conf["collection"], conf["db"]).collection_id
+                   if conf["collection"] else None)
+            opts = _opts(conf, hook, cid).check()
             # engine=spark: the references are read by the executors (never all in this
             # worker); otherwise a store with more segment records than inline files is Spark's
             records = hook.meta.kv.count(hook.meta.keys.segments_prefix())
             limit = hook.settings.gc_inline_max_files
-            if params["engine"] == "spark" or (params["engine"] == "auto" and records >= limit):
+            if conf["engine"] == "spark" or (conf["engine"] == "auto" and records >= limit):
                 chosen = "spark"
                 print(f"gc: {records} segment records; engine spark (references read by the executors)")
             else:
                 refs = engine.load_references(hook.meta, hook.store)  # fail closed, before any listing
-                chosen = choose(params["engine"], len(refs.files), limit)
+                chosen = choose(conf["engine"], len(refs.files), limit)
                 print(f"gc: {len(refs.files)} referenced files, {len(refs.blocked)} collections with a PENDING "
                       f"snapshot, paused: {'all' if refs.paused_all else sorted(refs.paused)}; engine {chosen}")
-        return {"run_id": _safe(run_id or "manual"), "collection_id": cid, "engine": chosen,
+        safe = _safe(run_id or "manual")
+        # which Airflow run made this report (the seglake page links to it); _gc/ is never collected
+        hook.store.put(f"{engine.GC_PREFIX}/{safe}/airflow.json",
+                       json.dumps({"dag_id": "gc", "run_id": run_id, "dry_run": opts.dry_run}).encode())
+        return {"run_id": safe, "collection_id": cid, "engine": chosen,
                 "missing_tolerance": opts.missing_tolerance, "drop_tolerance": opts.drop_tolerance,
                 "force": opts.force, "dry_run": opts.dry_run}
 
@@ -101,14 +129,14 @@ def gc():
         return "mark_spark" if prep["engine"] == "spark" else "mark_inline"
 
     @task
-    def mark_inline(params: dict, prep: dict) -> dict:
+    def mark_inline(prep: dict) -> dict:
         from seglake.lifecycle import gc as engine
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
         with fail_fast(engine.GCError):
-            m = engine.mark(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]), run_id=prep["run_id"])
+            m = engine.mark(hook.meta, hook.store, _prep_opts(prep, hook), run_id=prep["run_id"])
         return {k: v for k, v in m.summary().items() if k != "by_collection_reason"}
 
     mark_spark = spark_submit_task("mark_spark", "gc_scan", [
@@ -147,7 +175,7 @@ def gc():
                                   "error_count")}
 
     @task(trigger_rule="none_failed_min_one_success")
-    def records(params: dict, prep: dict) -> dict:
+    def records(prep: dict) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException
         from seglake.lifecycle import gc as engine
         from seglake_airflow.failfast import fail_fast
@@ -157,7 +185,7 @@ def gc():
             raise AirflowSkipException("dry run: no record is removed")
         hook = SeglakeHook()
         with fail_fast(engine.GCError):
-            return engine.clean_records(hook.meta, hook.store, _opts(params, hook, prep["collection_id"]))
+            return engine.clean_records(hook.meta, hook.store, _prep_opts(prep, hook))
 
     @task(trigger_rule="none_failed_min_one_success")
     def summary(prep: dict) -> dict:
@@ -177,8 +205,7 @@ def gc():
                 "unrecognised": doc["unrecognised"]["files"], "dropped": doc["dropped"],
                 **{k: (doc.get("swept") or {}).get(k, 0) for k in ("deleted", "deleted_bytes", "error_count")}}
 
-    prep = prepare()
-    check_conf("gc") >> prep
+    prep = prepare(check_conf("gc"))
     inline = mark_inline(prep=prep)
     choose_engine(prep) >> [inline, mark_spark]
     pick = choose_sweep(prep)

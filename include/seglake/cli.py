@@ -154,7 +154,7 @@ def cmd_collections_drop(args, s: Settings) -> int:
     meta, store = _open(s)
     rep = drop.drop_collection(meta, store, s, args.name, args.db, wait=args.wait,
                                timeout=args.timeout_hours * 3600, poll=1.0)
-    emit(args, rep, text=drop.format_status(rep))
+    emit(args, rep, text=drop.format_status(rep, s.drop_tolerance))
     return 0
 
 
@@ -463,6 +463,53 @@ def cmd_gc_pause(args, s: Settings) -> int:
     return 0
 
 
+def cmd_gc_schedule(args, s: Settings) -> int:
+    """The settings scheduled gc runs use (an etcd record): a scheduled run is refused
+    until they are set, and never falls back to the form's defaults."""
+    import getpass
+
+    from seglake.lifecycle import gc
+
+    meta, _ = _open(s)
+    if args.schedule_action == "set":
+        conf = {"dry_run": not args.execute, "collection": args.collection, "db": args.db,
+                "missing_tolerance_hours": args.missing_tolerance_hours,
+                "drop_tolerance_hours": args.drop_tolerance_hours, "force": args.force, "engine": args.engine}
+        try:
+            user = getpass.getuser()
+        except Exception:  # noqa: BLE001 - no user name in a container: record none
+            user = ""
+        try:
+            rec = gc.set_schedule(meta, conf, s.tolerance_floor, by=user)
+        except ValidationError as e:   # the conf's words in the CLI's: --flags, not conf keys
+            text = re.sub(r"conf key '([a-z_]+)'", lambda m: "--" + m.group(1).replace("_", "-"), str(e))
+            raise ValidationError(text.replace("gc: refused conf before any change: ", "")
+                                  .replace("set force to true", "pass --force")) from None
+        emit(args, rec, text="scheduled gc runs will use: " + _schedule_text(rec))
+        return 0
+    if args.schedule_action == "clear":
+        had = gc.clear_schedule(meta)
+        print("scheduled gc settings removed: scheduled runs are refused until they are set again"
+              if had else "no scheduled gc settings were set")
+        return 0
+    rec = gc.get_schedule(meta)
+    emit(args, rec, text=("scheduled gc runs use: " + _schedule_text(rec)) if rec else
+         "no scheduled gc settings: a scheduled gc run is refused (set them with `seglake gc schedule set`)")
+    return 0
+
+
+def _schedule_text(rec: dict) -> str:
+    c = rec["conf"]
+    tol = ", ".join(f"{k.replace('_hours', '')} {c[k]:g} h" for k in ("missing_tolerance_hours",
+                                                                     "drop_tolerance_hours") if c[k] is not None)
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(rec["set_at"]))
+    return (f"{'a DRY RUN (nothing deleted)' if c['dry_run'] else 'a REAL run (deletes)'}, "
+            f"{'collection ' + c['db'] + '.' + c['collection'] if c['collection'] else 'whole store'}, "
+            f"engine {c['engine']}" + (f", {tol}" if tol else ", tolerances from config")
+            + (", force" if c["force"] else "") + f" (set {when}" + (f" by {rec['set_by']}" if rec.get("set_by") else "")
+            + ")")
+
+
 def cmd_config_show(args, s: Settings) -> int:
     if args.airflow:
         return _config_show_airflow(args)
@@ -685,15 +732,28 @@ def cmd_delete(args, s: Settings) -> int:
 def cmd_wal_status(args, s: Settings) -> int:
     from seglake.wal.client import wal_status
 
+    from seglake.progress import tick_time
+
     meta, _ = _open(s)
     rows = wal_status(meta, args.pchannel)
+    table_rows = []
     for r in rows:
-        r["size"] = human_bytes(r["bytes"])
-        r["lag_ms"] = ",".join("-" if c["lag_ms"] is None else str(c["lag_ms"]) for c in r["consumers"]) or "-"
-        r["txns"] = ",".join(f"{t['txn_id']}@{t['vchannel']}" for t in r["open_txns"]) or "-"
-    emit(args, rows, rows, ["pchannel", "term", "writer", "last_time_tick", "fragments", "size", "paused",
-                            "lag_ms", "txns"])
+        table_rows.append({**r, "size": human_bytes(r["bytes"]), "last tick (UTC)": tick_time(r["last_time_tick"]),
+                           "checkpoint lag": _lags(r["consumers"]),
+                           "txns": ",".join(f"{t['txn_id']}@{t['vchannel']}" for t in r["open_txns"]) or "-"})
+    emit(args, rows, table_rows, ["pchannel", "term", "writer", "last tick (UTC)", "fragments", "size", "paused",
+                                  "checkpoint lag", "txns"])
     return 0
+
+
+def _lags(consumers: list[dict]) -> str:
+    """Each vchannel's checkpoint lag behind the log, or why there is none."""
+    if not consumers:
+        return "no vchannels"
+    if all(c["lag_ms"] is None for c in consumers):
+        return "no checkpoint yet (not flushed)"
+    return ", ".join(f"{c['vchannel']}: "
+                     + ("no checkpoint" if c["lag_ms"] is None else f"{c['lag_ms'] / 1000:g} s") for c in consumers)
 
 
 def cmd_wal_pause(args, s: Settings) -> int:
@@ -911,6 +971,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="age of a Dropped segment before its files go (default: from config)")
     gr.add_argument("--force", action="store_true", help="allow tolerances below the floor")
     gr.set_defaults(fn=cmd_gc_run)
+    gs = g.add_parser("schedule", help="the settings scheduled gc runs use (refused until set)").add_subparsers(
+        dest="schedule_action", required=True)
+    gss = gs.add_parser("set", parents=[common], help="record what a scheduled gc run does")
+    mode = gss.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--dry-run", action="store_true", help="scheduled runs only mark (delete nothing)")
+    mode.add_argument("--execute", action="store_true", help="scheduled runs really delete")
+    gss.add_argument("--collection", default=None, type=coll_t, help="only this collection (default: whole store)")
+    gss.add_argument("--missing-tolerance-hours", type=number_arg("missing_tolerance", HOUR), default=None,
+                     help="age before an orphan is deleted (default: from config when the run starts)")
+    gss.add_argument("--drop-tolerance-hours", type=number_arg("drop_tolerance", HOUR), default=None,
+                     help="age of a Dropped segment before its files go (default: from config)")
+    gss.add_argument("--force", action="store_true", help="allow tolerances below the floor")
+    gss.add_argument("--engine", choices=("auto", "spark", "inline"), default="auto")
+    gss.set_defaults(fn=cmd_gc_schedule)
+    for action in ("show", "clear"):
+        gs.add_parser(action, parents=[common]).set_defaults(fn=cmd_gc_schedule)
     for action in ("pause", "resume"):
         gp = g.add_parser(action, parents=[common])
         gp.add_argument("--collection", default=None, type=coll_t)

@@ -15,7 +15,9 @@ in repr(), to_public(), an error message or Spark argv; SEGLAKE_SECRETS_FILE nam
 JSON file of them (how the Spark operator hands them over where env becomes argv).
 
 `gc_schedule` is read when the gc DAG file is parsed, where only the environment is
-available (no Variable: no network at parse time), so the Variable may not set it.
+available (no Variable: no network at parse time), so the Variable may not set it. It
+defaults to `none`: GC runs on a schedule only when an operator asks for one, and a
+scheduled run does only what `seglake gc schedule set` recorded.
 """
 
 from __future__ import annotations
@@ -126,8 +128,9 @@ class Settings:
     gc_inline_max_files: int = _int(2_000_000, "engine=auto marks inline below this many referenced files")
     id_block_size: int = _int(10000, "ids reserved per allocator round trip")
     copy_threads: int = _int(8, "parallel file copies per worker")
-    gc_schedule: str = _str("@daily", "schedule of the gc DAG (environment only: read at DAG parse time)",
-                            env_only=True)
+    gc_schedule: str = _str("none", "schedule of the gc DAG: a cron expression, an @preset or none (manual "
+                                    "only); environment only: read at DAG parse time. A scheduled run also "
+                                    "needs `seglake gc schedule set`", env_only=True)
     retention_schedule: str = _str("@hourly", "schedule of the snapshot_schedule DAG (retention policies; "
                                    "environment only: read at DAG parse time)", env_only=True)
     spark_ui: bool = _bool(False, "enable the Spark UI for SparkSubmit jobs")

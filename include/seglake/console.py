@@ -15,6 +15,7 @@ checkpoint_ts, lag_s, paused), its rows are shown; otherwise the section is empt
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import re
 import time
@@ -152,7 +153,13 @@ def gc_latest(store: Store) -> dict | None:
         rows.append({"collection_id": int(coll) if re.fullmatch(r"-?[0-9]+", coll, re.ASCII) else None,
                      "reason": reason or "?", "files": int(v.get("files", 0)), "bytes": int(v.get("bytes", 0))})
     swept = s.get("swept")
+    origin = None   # the Airflow run that made it (gc DAG's prepare writes it; a CLI run has none)
+    try:
+        origin = json.loads(store.get(f"{gc.GC_PREFIX}/{s.get('run_id')}/airflow.json"))
+    except (NotFound, ValueError):
+        pass
     return {"run_id": s.get("run_id"), "started_at": s.get("started_at"), "dry_run": bool(s.get("dry_run")),
+            "dag_id": (origin or {}).get("dag_id"), "dag_run_id": (origin or {}).get("run_id"),
             "listed": s.get("listed", 0), "candidates": s.get("candidates", 0),
             "candidate_bytes": s.get("candidate_bytes", 0), "kept": s.get("kept") or {},
             "rows": rows, "swept": swept,
@@ -163,7 +170,8 @@ def gc_pause(meta: Meta) -> dict:
     from seglake.lifecycle import gc
 
     glob, colls = gc.paused_scopes(meta)
-    return {"all": glob, "collections": sorted(colls)}
+    # and what a scheduled run would do (None: scheduled runs are refused)
+    return {"all": glob, "collections": sorted(colls), "schedule": gc.get_schedule(meta)}
 
 
 # -- WAL channels (optional) --------------------------------------------------------------------

@@ -12,6 +12,8 @@ from seglake.errors import ValidationError
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")    # use with fullmatch only
 NAME_PATTERN = rf"^{NAME_RE.pattern}$(?!\n)"            # the DAG Param forms (JSON schema)
+# NAME_RE in words: what every refusal and every form field says (never the regex)
+NAME_RULE = "a letter or '_', then letters, digits or '_' (at most 255 characters, no spaces)"
 
 
 def validate_name(kind: str, value: object) -> str:
@@ -23,10 +25,7 @@ def validate_name(kind: str, value: object) -> str:
     if len(value) > 255:
         raise ValidationError(f"invalid {kind} name {value[:20]!r}...: longer than 255 characters")
     if not NAME_RE.fullmatch(value):
-        raise ValidationError(
-            f"invalid {kind} name {value!r}: must start with a letter or '_' and contain only "
-            "letters, digits and '_'"
-        )
+        raise ValidationError(f"invalid {kind} name {value!r}: a name is {NAME_RULE}, e.g. demo_1")
     return value
 
 

@@ -15,15 +15,17 @@ Every conf key of every DAG is listed here; a DAG never declares a Param of its 
 from __future__ import annotations
 
 import difflib
+import json
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from seglake.errors import ValidationError
 from seglake.limits import HOUR, LIMITS
-from seglake.names import NAME_PATTERN, validate_name
+from seglake.names import NAME_PATTERN, NAME_RE, NAME_RULE
 
 ENGINES = ("auto", "spark", "inline")
-KINDS = ("name", "text", "number", "integer", "boolean", "enum")
+KINDS = ("name", "text", "number", "integer", "boolean", "tristate", "enum")
 
 
 @dataclass(frozen=True)
@@ -38,14 +40,17 @@ class Key:
     scale: float = 1.0             # one conf unit in the limit's units (HOUR: conf in hours)
     choices: tuple = ()
     max_length: int = 1024
+    example: str = ""              # a valid value, shown next to a name's rule
 
     def schema(self) -> dict[str, Any]:
         """Param kwargs (JSON schema + title/description); no default when required."""
         base = {"name": "string", "text": "string", "number": "number", "integer": "integer",
-                "boolean": "boolean", "enum": "string"}[self.kind]
+                "boolean": "boolean", "enum": "string"}.get(self.kind)
+        if self.kind == "tristate":   # see DEFERRABLE: a labelled dropdown, not a switch
+            return {"type": ["null", "string", "boolean"], "enum": [None, True, False], "title": self.title,
+                    "values_display": DEFERRABLE_DISPLAY, "description": self.help()}
         out: dict[str, Any] = {"type": ["null", base] if self.nullable else base, "title": self.title}
-        if self.description:
-            out["description"] = self.description
+        out["description"] = self.help()
         if self.kind == "name":
             out["pattern"] = NAME_PATTERN
         elif self.kind == "text":
@@ -57,56 +62,106 @@ class Key:
         return out
 
     def check(self, key: str, value: Any) -> Any:
-        """The value if valid, else ValidationError naming `key` (never a secret here)."""
+        """The value if valid, else ValidationError: one sentence naming `key`, the value
+        and what is allowed (never a schema or a regex; never a secret here)."""
         if value is None:
             if self.nullable:
                 return None
             hint = (" (a NaN or Infinity in a JSON conf arrives as null)"
                     if self.kind in ("number", "integer") else "")
-            raise ValidationError(f"conf key {key!r} is null{hint}: expected {self._expected()}")
+            raise ValidationError(f"conf key {key!r} ({self.title}) is null{hint}; allowed: {self.allowed()}")
+        ok = True
         if self.kind == "name":
-            validate_name(key, value)
+            ok = isinstance(value, str) and NAME_RE.fullmatch(value) is not None
         elif self.kind == "text":
-            if not isinstance(value, str) or len(value) > self.max_length:
-                raise ValidationError(f"conf key {key!r}: expected a string of at most {self.max_length} "
-                                      f"characters, got {_show(value)}")
-        elif self.kind == "boolean":
-            if not isinstance(value, bool):
-                raise ValidationError(f"conf key {key!r}: expected true or false, got {_show(value)}")
+            ok = isinstance(value, str) and len(value) <= self.max_length
+        elif self.kind in ("boolean", "tristate"):
+            ok = isinstance(value, bool)
         elif self.kind == "enum":
-            if value not in self.choices:
-                raise ValidationError(f"conf key {key!r}: expected one of {', '.join(self.choices)}, "
-                                      f"got {_show(value)}")
+            ok = value in self.choices
         else:
-            LIMITS[self.limit].check(f"conf key {key!r}", value, self.scale)
+            try:
+                LIMITS[self.limit].check(key, value, self.scale)
+            except ValidationError:
+                ok = False
+        if not ok:
+            raise ValidationError(f"conf key {key!r} ({self.title}): {show(value)} is not allowed; "
+                                  f"allowed: {self.allowed()}")
         return value
 
-    def _expected(self) -> str:
-        return {"name": "a name", "text": "a string", "number": "a finite number", "integer": "an integer",
-                "boolean": "true or false", "enum": "one of " + ", ".join(self.choices)}[self.kind]
+    def allowed(self) -> str:
+        """What the key accepts, in words (the form's description and every refusal)."""
+        if self.kind == "name":
+            return f"{NAME_RULE}, e.g. {self.example or 'demo'}"
+        if self.kind == "text":
+            return f"text of at most {self.max_length} characters"
+        if self.kind in ("boolean", "tristate"):
+            return "true or false" + (" (or null: the default)" if self.nullable else "")
+        if self.kind == "enum":
+            return "one of " + ", ".join(self.choices) + (" (or null: the default)" if self.nullable else "")
+        lim = LIMITS[self.limit]
+        lo, hi = lim.bounds(self.scale)
+        unit = {HOUR: " hours"}.get(self.scale, " seconds" if lim.unit == "s" else "")
+        kind = "an integer" if self.kind == "integer" else "a finite number"
+        low = f"greater than {lo:g}" if lim.exclusive_minimum else f"from {lo:g}"
+        return f"{kind} {low} {'and at most' if lim.exclusive_minimum else 'to'} {_num(hi)}{unit}"
+
+    def help(self) -> str:
+        """The form's description: what the field does, then (for names and numbers) its rule."""
+        text = self.description.rstrip(".")
+        if self.kind in ("name", "text", "number", "integer"):
+            text = (f"{text}. " if text else "") + f"Allowed: {self.allowed()}"
+        return text + "." if text else ""
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 2**63 else f"{x:g}"
+
+
+def show(value: Any) -> str:
+    """A conf value as the operator wrote it (JSON spelling: NaN, Infinity, true, null), short."""
+    if isinstance(value, float) and not math.isfinite(value):
+        text = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    elif isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0:
+        text = "-0.0 (a negative zero: write 0)"
+    elif isinstance(value, bool) or value is None:
+        text = json.dumps(value)
+    elif isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=True)
+    else:
+        text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+_show = show
 
 
 ENGINE = Key("enum", "Engine", default="auto", choices=ENGINES,
              description="auto: inline below the size threshold, Spark above it")
-DEFERRABLE = Key("boolean", "Deferrable wait", nullable=True,
-                 description="Wait for the copy in the triggerer (true) or in reschedule mode (false); "
-                             "empty: the worker's [operators] default_deferrable when the run starts")
-DB = Key("name", "Database", default="default")
+# Not a switch: a nullable boolean shows as "off" in Airflow's form and sends null. A
+# dropdown of three labelled choices shows what is sent (the form draws a dropdown for
+# an enum whose first non-null type is "string"; the enum admits only null/true/false).
+DEFERRABLE = Key("tristate", "Deferrable wait", nullable=True,
+                 description="How the run waits for the copy: in the triggerer (deferrable), in "
+                             "reschedule mode, or as the worker's [operators] default_deferrable says")
+DEFERRABLE_DISPLAY = {"null": "worker default ([operators] default_deferrable)",
+                      "true": "deferrable (in the triggerer)", "false": "reschedule mode (no triggerer)"}
+DB = Key("name", "Database", default="default", example="default")
+GC_REAL_RUN = ("Off: a REAL run that deletes the unreferenced files older than the orphan tolerance, the files "
+               "of segments Dropped longer than the dropped-segment tolerance, then the records of those "
+               "segments, expired or abandoned snapshots, copy jobs past retention and empty Dropped "
+               "collections. On (the default): the mark alone, nothing is deleted; its report lists what a "
+               "real run would delete")
 
 
-def _name(title: str, description: str = "") -> Key:
-    return Key("name", title, required=True, description=description)
+def _name(title: str, description: str = "", example: str = "demo") -> Key:
+    return Key("name", title, required=True, description=description, example=example)
 
 
 SPECS: dict[str, dict[str, Key]] = {
     "snapshot_create": {
-        "collection": _name("Collection"),
-        "name": _name("Snapshot name"),
+        "collection": _name("Collection", "The collection to snapshot"),
+        "name": _name("Snapshot name", "A new snapshot's name, unique in the collection", example="nightly_1"),
         "description": Key("text", "Description", default="", nullable=True),  # "" alone would be required
         "ttl_hours": Key("number", "TTL (hours)", default=0, limit="snapshot_ttl", scale=HOUR,
                          description="Garbage-collect the snapshot after this long; 0 keeps it until dropped"),
@@ -114,14 +169,14 @@ SPECS: dict[str, dict[str, Key]] = {
         "engine": ENGINE,
     },
     "snapshot_drop": {
-        "collection": _name("Collection"),
-        "name": _name("Snapshot name", "The snapshot to drop (no default)"),
+        "collection": _name("Collection", "The snapshot's collection"),
+        "name": _name("Snapshot name", "The snapshot to drop (no default)", example="nightly_1"),
         "db": DB,
     },
     "snapshot_restore": {
-        "collection": _name("Source collection"),
-        "snapshot": _name("Snapshot"),
-        "target": _name("Target collection", "Must not exist yet (no default)"),
+        "collection": _name("Source collection", "The snapshot's collection"),
+        "snapshot": _name("Snapshot", "A COMMITTED snapshot of the source collection", example="nightly_1"),
+        "target": _name("Target collection", "Must not exist yet (no default)", example="demo_restored"),
         "db": DB,
         "engine": ENGINE,
         "timeout_hours": Key("number", "Job timeout (hours)", nullable=True, limit="restore_timeout", scale=HOUR,
@@ -141,8 +196,9 @@ SPECS: dict[str, dict[str, Key]] = {
         "deferrable": DEFERRABLE,
     },
     "gc": {
-        "dry_run": Key("boolean", "Dry run", default=False, description="Mark only: delete nothing"),
-        "collection": Key("name", "Collection", nullable=True, description="Empty: the whole store"),
+        "dry_run": Key("boolean", "Dry run", default=True, description=GC_REAL_RUN),
+        "collection": Key("name", "Collection", nullable=True, description="Empty: the whole store",
+                          example="demo"),
         "db": DB,
         "missing_tolerance_hours": Key("number", "Orphan tolerance (hours)", nullable=True,
                                        limit="missing_tolerance", scale=HOUR,
@@ -234,7 +290,7 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, k in spec.items():
         if k.required and conf.get(key) is None and key not in conf:
-            problems.append(f"missing conf key {key!r}: {k.title.lower()} has no default")
+            problems.append(f"missing conf key {key!r} ({k.title}), which has no default; allowed: {k.allowed()}")
             continue
         try:
             out[key] = k.check(key, conf[key]) if key in conf else k.default
@@ -243,3 +299,29 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
     if problems:
         raise ValidationError(f"{dag_id}: refused conf before any change: " + "; ".join(problems))
     return out
+
+
+def check_gc_floor(conf: Mapping[str, Any], floor_seconds: float) -> None:
+    """Refuse a gc conf (already through check_conf) whose tolerance is below the floor
+    without force: the same rule as GCOptions.check, in the conf's units, before any run."""
+    if conf.get("force"):
+        return
+    floor_h = floor_seconds / HOUR
+    for key in ("missing_tolerance_hours", "drop_tolerance_hours"):
+        hours = conf.get(key)
+        if hours is not None and hours * HOUR < floor_seconds:
+            raise ValidationError(
+                f"gc: refused conf before any change: conf key {key!r} ({SPECS['gc'][key].title}): "
+                f"{show(hours)} is below the GC floor of {floor_h:g} hour{'s' if floor_h != 1 else ''}; "
+                f"allowed: at least {floor_h:g}, or set force to true to go below the floor")
+
+
+def scheduled_gc_conf(record: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The conf a scheduled gc run uses: the operator's record (`seglake gc schedule set`),
+    checked like a triggered conf; ValidationError when there is none (a scheduled run
+    never falls back to the form's defaults)."""
+    if not record or not isinstance(record.get("conf"), Mapping):
+        raise ValidationError(
+            "gc: a scheduled run has no operator settings, so it was refused and nothing was deleted; "
+            "set them with `seglake gc schedule set --dry-run` (or `--execute` for a real GC)")
+    return check_conf("gc", record["conf"])

@@ -39,6 +39,22 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def utc_time(seconds: float | None) -> str:
+    """Unix seconds as a readable UTC time ('2026-11-24 02:39:01 UTC'); '-' for none."""
+    import time as _time
+
+    if not seconds:
+        return "-"
+    return _time.strftime("%Y-%m-%d %H:%M:%S UTC", _time.gmtime(float(seconds)))
+
+
+def tick_time(tick: int | None) -> str:
+    """A hybrid timestamp (time tick, TSO) as the UTC time its physical part means."""
+    from seglake.meta.alloc import ts_seconds
+
+    return utc_time(ts_seconds(int(tick))) if tick else "-"
+
+
 def human_seconds(s: float) -> str:
     s = int(round(s))
     if s < 60:

@@ -5,6 +5,7 @@ Airflow glue only fetches and prints."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping
 
 from seglake.progress import human_bytes, human_seconds
@@ -15,17 +16,27 @@ def _dur(seconds: float) -> str:
 
 
 def gc_options_lines(conf: Mapping[str, Any], raw_conf: Mapping[str, Any] | None, settings,
-                     sources: Mapping[str, str], run_type: str | None = None) -> list[str]:
+                     sources: Mapping[str, str], run_type: str | None = None,
+                     record: Mapping[str, Any] | None = None) -> list[str]:
     """Every option a gc run uses and where it came from: `Param` (this run's conf),
-    `Param default` (the form's default: what a scheduled run, or an unpause, uses), or
-    for tolerances not given, the settings layer (default, environment, Variable ...)."""
+    `Param default` (the form's default, a manual run only), `schedule record` (a
+    scheduled run: what `seglake gc schedule set` recorded), or for tolerances not given,
+    the settings layer (default, environment, Variable ...)."""
     raw = dict(raw_conf or {})
+    scheduled = record is not None
 
     def param(key: str) -> str:
+        if scheduled:
+            return "schedule record"
         return "Param" if key in raw else "Param default"
 
-    lines = [f"gc options ({run_type or 'manual'} run; "
-             f"{'a scheduled run uses the form defaults' if run_type == 'scheduled' else 'conf as given'}):"]
+    if scheduled:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(record.get("set_at") or 0))
+        origin = f"the settings `seglake gc schedule set` recorded at {when}" + (
+            f" by {record['set_by']}" if record.get("set_by") else "")
+    else:
+        origin = "conf as given"
+    lines = [f"gc options ({run_type or 'manual'} run; {origin}):"]
     dry = bool(conf.get("dry_run"))
     lines.append(f"  dry_run = {str(dry).lower():<28} [{param('dry_run')}]"
                  + ("" if dry else "  <- a REAL run: unreferenced files past the tolerances are deleted"))
@@ -34,7 +45,7 @@ def gc_options_lines(conf: Mapping[str, Any], raw_conf: Mapping[str, Any] | None
     for key in ("missing_tolerance", "drop_tolerance"):
         hours = conf.get(f"{key}_hours")
         if hours is not None:
-            value, src = float(hours) * 3600, f"Param {key}_hours"
+            value, src = float(hours) * 3600, f"{param(key + '_hours')} {key}_hours"
         else:
             value, src = getattr(settings, key), f"config: {sources.get(key, 'default')}"
         lines.append(f"  {key} = {_dur(value):<22} [{src}]")
@@ -77,7 +88,7 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
 def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None = None,
             names: Mapping[int, str] | None = None) -> str:
     if not summary:
-        return "FAILED: gc did not finish (nothing deleted unless the sweep ran; see the task logs)"
+        return "FAILED: gc did not finish, nothing was deleted unless the sweep ran (see the task logs)"
     names = names or {}
     dry = bool(summary.get("dry_run"))
     per: dict[str, list[int]] = {}
@@ -88,7 +99,7 @@ def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None =
         acc[0] += int(v.get("files", 0))
         acc[1] += int(v.get("bytes", 0))
     if dry:
-        head = (f"gc dry run: would delete {summary.get('candidates', 0)} files "
+        head = (f"gc DRY RUN (nothing deleted): a real run would delete {summary.get('candidates', 0)} files "
                 f"({human_bytes(summary.get('candidate_bytes', 0))})")
     else:  # the summary carries the sweep's totals whichever engine swept (`swept`: the inline task's XCom)
         done = {k: (swept or {}).get(k, summary.get(k, 0)) for k in ("deleted", "deleted_bytes", "error_count")}

@@ -5,8 +5,12 @@
 it. It re-checks the run's raw `dag_run.conf` strictly (unknown keys, required keys,
 NaN, ranges) and resolves the settings (SEGLAKE_* env, the `seglake_config` Variable,
 connections: unknown keys, NaN, ranges), and fails at once (AirflowFailException: no
-retry) before anything is written. For gc it then prints the effective options and where
-each came from (seglake.runinfo.gc_options_lines): the first lines of every gc run.
+retry) before anything is written. For gc it also refuses tolerances below the floor
+(unless force), and a run that was not triggered by hand (scheduled, backfill, asset)
+takes its conf from the operator's record (`seglake gc schedule set`), never from the
+form's defaults, and is refused until there is one. It then prints the effective
+options and where each came from (seglake.runinfo.gc_options_lines): the first lines of
+every gc run. The task returns the conf the run uses; gc's tasks read it from here.
 """
 
 from __future__ import annotations
@@ -34,15 +38,25 @@ def check_conf(dag_id: str):
         from seglake_airflow.hooks.engine import SeglakeHook
 
         raw = dag_run.conf if dag_run is not None else {}
+        run_type = getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", None))
+        record = None
         with fail_fast():
             conf = check(dag_id, raw)
             hook = SeglakeHook()
             hook.settings  # noqa: B018 - every config layer checked; connects to nothing
+            if dag_id == "gc":
+                from seglake.params import check_gc_floor, scheduled_gc_conf
+
+                if run_type not in (None, "manual"):   # scheduled, backfill, asset: the operator's record
+                    from seglake.lifecycle import gc
+
+                    record = gc.get_schedule(hook.meta)
+                    conf = scheduled_gc_conf(record)
+                check_gc_floor(conf, hook.settings.tolerance_floor)
         if dag_id == "gc":   # the effective options, first thing in every gc run's logs
             from seglake.runinfo import gc_options_lines
 
-            run_type = getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", None))
-            print("\n".join(gc_options_lines(conf, raw, hook.settings, hook.sources, run_type)), flush=True)
+            print("\n".join(gc_options_lines(conf, raw, hook.settings, hook.sources, run_type, record)), flush=True)
         return conf
 
     return check_conf_task()

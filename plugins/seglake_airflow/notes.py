@@ -22,6 +22,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 NOTE_CONN_ID = "airflow_api"
+ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it failed
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection")
 
 
@@ -80,6 +81,56 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         counters = {"seglake.drop.collections": 1} if summary and summary.get("state") == "Dropped" else {}
         return runinfo.drop_note(params, summary), counters
     raise ValueError(f"no run note for {kind!r}")
+
+
+def failure_reason(error: BaseException | None) -> str:
+    """One line from a task's exception: the message, without the exception class prefix
+    fail_fast adds (`ValidationError: ...`), short."""
+    import re
+
+    if error is None:
+        return "failed (no exception recorded)"
+    text = " ".join(str(error).split()) or type(error).__name__
+    text = re.sub(r"^(?:[A-Z][A-Za-z]*(?:Error|Exception|Conflict|NotFound|Lost)|Conflict|NotFound): ", "", text)
+    return text[:600]
+
+
+def record_failure(context) -> None:
+    """on_failure_callback of every task of a DAG with a run note: leaves the reason as
+    an XCom (key ERROR_KEY) for the note. Never raises."""
+    try:
+        context["ti"].xcom_push(key=ERROR_KEY, value=failure_reason(context.get("exception")))
+    except Exception as e:  # noqa: BLE001 - a note never fails a run
+        print(f"failure reason not recorded: {type(e).__name__}: {e}", flush=True)
+
+
+def failures(ti, task_ids) -> list[tuple[str, str]]:
+    """(task_id, reason) of the run's tasks that failed and left a reason, in DAG order."""
+    out = []
+    for task_id in task_ids:
+        try:
+            value = ti.xcom_pull(task_ids=task_id, key=ERROR_KEY)
+        except Exception:  # noqa: BLE001 - a mapped or missing task: no reason
+            value = None
+        if isinstance(value, list):
+            value = next((v for v in value if v), None)
+        if value:
+            out.append((task_id, str(value)))
+    return out
+
+
+def with_reason(text: str, reasons: list[tuple[str, str]]) -> str:
+    """The note with the first failure's reason in it (instead of "see the task logs")."""
+    from seglake.runinfo import _short
+
+    if not reasons:
+        return text
+    task_id, why = reasons[0]
+    more = f" (and {len(reasons) - 1} more failed tasks)" if len(reasons) > 1 else ""
+    if text.startswith("FAILED"):
+        head = text.replace(" (see the task logs)", "")
+        return _short(f"{head}: task {task_id} failed: {why}{more}")
+    return _short(f"FAILED: task {task_id} failed: {why}{more}; {text}")
 
 
 def _stats():
@@ -144,6 +195,11 @@ def run_note(kind: str):
         raise ValueError(f"no run note for {kind!r}")
     dag = DagContext.get_current()
     leaves = [t for t in dag.tasks if not t.downstream_list]
+    for t in dag.tasks:   # every task leaves its failure's reason for the note
+        callbacks = t.on_failure_callback or []
+        callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+        t.on_failure_callback = [*callbacks, record_failure]
+    task_ids = [t.task_id for t in dag.tasks]
 
     @teardown
     @task(task_id="run_note", retries=2)
@@ -153,6 +209,7 @@ def run_note(kind: str):
             text, counters = summarize(kind, params, ti)
         except Exception as e:  # noqa: BLE001 - a note never fails a run
             text = f"{kind}: no summary ({type(e).__name__}: {e})"[:1000]
+        text = with_reason(text, failures(ti, task_ids))
         print(f"run note: {text}", flush=True)
         try:
             emit_counters(counters)

@@ -1,7 +1,10 @@
-"""The REST edge (issue 8, item 3 and "Conf"): Airflow's own trigger route, in process
-(FastAPI TestClient on the core API app, real SQLite metadata DB), answers a bad conf
-with HTTP 400 naming the param, before any run exists. Python's json accepts NaN, so
-NaN reaches the Param schema; the `not` clause of seglake.limits refuses it."""
+"""The REST edge (issue 8, item 3 and "Conf"; issue 20, items 1 and 3): Airflow's own
+trigger route, in process (FastAPI TestClient on the core API app with the plugins'
+root middlewares, real SQLite metadata DB), answers a bad conf with HTTP 400 and one
+plain sentence naming the key, the value and what is allowed, before any run exists
+(seglake's ConfGuard checks the whole contract, the GC floor included, before Airflow's
+per-Param jsonschema check, whose message would dump the schema). Python's json accepts
+NaN, so NaN reaches the check."""
 
 import pytest
 from dag_helpers import core_api_client
@@ -15,22 +18,48 @@ def api(dagbag):
         yield client
 
 
-@pytest.mark.parametrize("dag_id,conf,param", [
-    ("snapshot_create", '{"collection": "demo", "name": "s", "ttl_hours": NaN}', "ttl_hours: nan"),
-    ("snapshot_create", '{"collection": "demo", "name": "s", "ttl_hours": Infinity}', "ttl_hours"),
-    ("snapshot_create", '{"collection": "demo", "name": "s\\n"}', "param name"),
+@pytest.mark.parametrize("dag_id,conf,message", [
+    ("snapshot_create", '{"collection": "demo", "name": "s", "ttl_hours": NaN}',
+     "conf key 'ttl_hours' (TTL (hours)): NaN is not allowed; allowed: a finite number from 0 to 87600 hours"),
+    ("snapshot_create", '{"collection": "demo", "name": "s", "ttl_hours": Infinity}',
+     "conf key 'ttl_hours' (TTL (hours)): Infinity is not allowed"),
+    ("snapshot_create", '{"collection": "demo", "name": "s\\n"}', "conf key 'name' (Snapshot name): \"s\\n\" is not allowed"),
+    ("snapshot_create", '{"collection": "demo", "name": "my snap"}',
+     "conf key 'name' (Snapshot name): \"my snap\" is not allowed; allowed: a letter or '_', then letters, digits "
+     "or '_' (at most 255 characters, no spaces), e.g. nightly_1"),
     ("snapshot_restore", '{"collection": "demo", "snapshot": "s", "target": "t", "timeout_hours": NaN}',
-     "timeout_hours: nan"),
-    ("snapshot_restore", '{"collection": "demo", "snapshot": "s"}', "param target"),
-    ("snapshot_drop", '{"collection": "demo", "snapshot": "s"}', "did you mean 'name'?"),  # seglake ConfGuard
-    ("copy_segment_job", '{}', "param job_id"),
-    ("gc", '{"missing_tolerance_hours": NaN}', "missing_tolerance_hours: nan"),
-    ("gc", '{"drop_tolerance_hours": -Infinity}', "drop_tolerance_hours"),
+     "conf key 'timeout_hours' (Job timeout (hours)): NaN is not allowed"),
+    ("snapshot_restore", '{"collection": "demo", "snapshot": "s"}', "missing conf key 'target' (Target collection)"),
+    ("snapshot_drop", '{"collection": "demo", "snapshot": "s"}', "did you mean 'name'?"),
+    ("copy_segment_job", '{}', "missing conf key 'job_id' (Copy job id)"),
+    ("gc", '{"missing_tolerance_hours": NaN}',
+     "conf key 'missing_tolerance_hours' (Orphan tolerance (hours)): NaN is not allowed"),
+    ("gc", '{"drop_tolerance_hours": -Infinity}', "conf key 'drop_tolerance_hours'"),
+    ("gc", '{"missing_tolerance_hours": 0.1}',
+     "conf key 'missing_tolerance_hours' (Orphan tolerance (hours)): 0.1 is below the GC floor of 1 hour; "
+     "allowed: at least 1, or set force to true to go below the floor"),
+    ("gc", '{"dry_run": false, "drop_tolerance_hours": 0.5, "force": false}', "drop_tolerance_hours"),
 ])
-def test_rest_refuses_bad_conf_with_400_before_a_run_exists(api, dag_id, conf, param):
+def test_rest_refuses_bad_conf_with_a_plain_400_before_a_run_exists(api, dag_id, conf, message):
     before = api.get(f"/api/v2/dags/{dag_id}/dagRuns").json()["total_entries"]
     r = api.post(f"/api/v2/dags/{dag_id}/dagRuns", content='{"logical_date": null, "conf": %s}' % conf,
                  headers={"Content-Type": "application/json"})
     assert r.status_code == 400, r.text
-    assert param in r.json()["detail"]
+    detail = r.json()["detail"]
+    assert message in detail, detail
+    assert detail.startswith(f"{dag_id}: refused conf before any run: "), detail
+    for dump in ("(?!", "Failed validating", "should not be valid under", "{'", "On instance"):
+        assert dump not in detail, detail
     assert api.get(f"/api/v2/dags/{dag_id}/dagRuns").json()["total_entries"] == before
+
+
+def test_the_gc_floor_follows_the_settings_and_force(api, monkeypatch):
+    """The floor a run would check (here raised to 2 h through the environment) is the
+    one the trigger checks; force lets a tolerance below it through to a run."""
+    monkeypatch.setenv("SEGLAKE_TOLERANCE_FLOOR", "2h")
+    r = api.post("/api/v2/dags/gc/dagRuns", json={"logical_date": None, "conf": {"drop_tolerance_hours": 1.5}})
+    assert r.status_code == 400 and "below the GC floor of 2 hours" in r.json()["detail"], r.text
+    r = api.post("/api/v2/dags/gc/dagRuns",
+                 json={"logical_date": None, "conf": {"drop_tolerance_hours": 0.1, "force": True}})
+    assert r.status_code == 200, r.text
+    assert r.json()["conf"] == {"drop_tolerance_hours": 0.1, "force": True}

@@ -23,7 +23,8 @@ def test_the_wait_takes_deferrable_from_the_run_not_from_parse_time(airflow_home
     wait = dag.get_task("copy_job.wait")
     assert wait.deferrable == "{{ params.deferrable }}" and "deferrable" in wait.template_fields
     p = dag.params.get_param("deferrable")
-    assert p.value is None and p.schema["type"] == ["null", "boolean"]
+    # a dropdown of null / true / false in the form (a nullable boolean switch showed "off" and sent null)
+    assert p.value is None and p.schema["enum"] == [None, True, False] and "null" in p.schema["values_display"]
 
 
 def test_resolve_deferrable_reads_the_config_when_the_task_runs(monkeypatch):

@@ -34,8 +34,11 @@ def test_options_of_a_scheduled_real_run_warn_it_deletes():
     from seglake.runinfo import gc_options_lines
 
     conf = {"dry_run": False, "collection": None, "db": "default", "missing_tolerance_hours": None,
-            "drop_tolerance_hours": None, "force": False, "engine": "auto"}
-    lines = gc_options_lines(conf, {}, Settings(), {}, "scheduled")
-    assert lines[0] == "gc options (scheduled run; a scheduled run uses the form defaults):"
-    assert "dry_run = false" in lines[1] and "REAL run" in lines[1] and "[Param default]" in lines[1]
+            "drop_tolerance_hours": 6, "force": False, "engine": "auto"}
+    record = {"conf": conf, "set_at": 0, "set_by": "ops"}
+    lines = gc_options_lines(conf, {}, Settings(), {}, "scheduled", record)
+    assert lines[0] == ("gc options (scheduled run; the settings `seglake gc schedule set` recorded at "
+                        "1970-01-01 00:00:00 UTC by ops):")
+    assert "dry_run = false" in lines[1] and "REAL run" in lines[1] and "[schedule record]" in lines[1]
     assert "missing_tolerance = 86400 s (24 h 00 min)" in lines[3] and "[config: default]" in lines[3]
+    assert "drop_tolerance = 21600 s (6 h 00 min)" in lines[4] and "[schedule record drop_tolerance_hours]" in lines[4]

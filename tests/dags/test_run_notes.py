@@ -72,7 +72,8 @@ def test_snapshot_and_gc_runs_get_their_summary_as_the_note(with_api, meta, stor
     os.utime(os.path.join(store.uri, orphan), (old, old))
     run = load_dag("gc").test(run_conf={"dry_run": True, "engine": "inline"})
     assert run.state == "success", task_states(run)
-    assert _note(run) == "gc dry run: would delete 1 files (2.0 KiB) -- notes: would delete 1 files, 2.0 KiB"
+    assert _note(run) == ("gc DRY RUN (nothing deleted): a real run would delete 1 files (2.0 KiB) -- notes: would "
+                          "delete 1 files, 2.0 KiB")
     assert store.exists(orphan)
 
 
@@ -80,7 +81,19 @@ def test_a_failed_run_gets_a_failed_note_and_stays_failed(with_api, meta, store)
     run = load_dag("snapshot_create").test(run_conf={"collection": "no_such", "name": "n1", "engine": "inline"})
     states = task_states(run)
     assert run.state == "failed" and states["run_note"] == "success", states
-    assert _note(run) == "FAILED: snapshot no_such/n1 was not committed (see the task logs)"
+    # the reason, not "see the task logs": the first failed task's message
+    assert _note(run) == ("FAILED: snapshot no_such/n1 was not committed: task begin failed: collection "
+                          "'no_such' not found in db 'default'"), _note(run)
+
+
+def test_a_refused_gc_run_note_carries_the_reason(with_api, meta, store):
+    run = load_dag("gc").test(run_conf={"dry_run": False, "drop_tolerance_hours": 0.25})
+    assert run.state == "failed" and task_states(run)["check_conf"] == "failed"
+    note = _note(run)
+    assert note == ("FAILED: gc did not finish, nothing was deleted unless the sweep ran: task check_conf failed: "
+                    "gc: refused conf before any change: conf key 'drop_tolerance_hours' (Dropped-segment tolerance "
+                    "(hours)): 0.25 is below the GC floor of 1 hour; allowed: at least 1, or set force to true to go "
+                    "below the floor"), note
 
 
 def test_without_the_connection_the_note_is_only_logged(airflow_env, meta, store, monkeypatch):

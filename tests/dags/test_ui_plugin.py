@@ -53,6 +53,36 @@ def test_page_metrics_and_json_show_the_store(client, token, airflow_env, meta, 
     assert [c["name"] for c in o["collections"]["rows"]] == ["ui_coll"]
 
 
+def test_a_browser_without_a_session_is_sent_to_the_login_page(client, token):
+    """Issue 20: /seglake/ without a login answered raw 401 JSON. A page request (Accept:
+    text/html) goes to Airflow's login with the way back; an API client keeps its 401/403."""
+    html = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    for headers in (html, {**html, "Cookie": "_token=forged"}):
+        r = client.get("/seglake/", headers=headers, follow_redirects=False)
+        assert r.status_code == 303, (r.status_code, r.text)
+        assert r.headers["location"].startswith("/auth/login?next=") and "%2Fseglake%2F" in r.headers["location"]
+    assert client.get("/seglake/api/overview", headers={"Accept": "application/json"}).status_code == 401
+    r = client.get("/seglake/", headers={**html, "Authorization": f"Bearer {token}"}, follow_redirects=False)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+
+
+def test_the_gc_section_links_the_dag_run_and_marks_a_dry_run(client, token, airflow_env, meta, store):
+    from dag_helpers import load_dag, task_states
+
+    from seglake.lifecycle import gc
+
+    demo.seed(meta, store, demo.SeedParams(name="ui_gc", partitions=1, segments=1, rows=10, dim=4))
+    gc.clear_schedule(meta)
+    run = load_dag("gc").test(run_conf={"engine": "inline"})          # the form's default: a dry run
+    assert run.state == "success", task_states(run)
+    page = client.get("/seglake/", headers={"Authorization": f"Bearer {token}"}).text
+    from urllib.parse import quote
+
+    assert f'<a class="runid" href="../dags/gc/runs/{quote(run.run_id, safe="")}">{run.run_id}</a>' in page, page
+    assert 'data-gc-kind="dry">DRY RUN: nothing deleted' in page
+    assert 'data-gc-schedule="unset"' in page
+
+
 def test_nav_entry_is_registered(client, token):
     r = client.get("/api/v2/plugins", headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 200

@@ -191,8 +191,8 @@ def _env(sa: Standalone, etcd_endpoint: str) -> dict:
         # the run_note teardown sets run notes through the REST API as this user
         "AIRFLOW_CONN_AIRFLOW_API": json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": sa.ports["api"],
                                                 "schema": "http", "login": "admin", "password": sa.password}),
-        # no scheduled runs: unpausing would start the latest interval at once (a REAL gc)
-        "SEGLAKE_GC_SCHEDULE": "none",
+        # gc: the project's default (no schedule; test_gc_form_browser checks that unpausing
+        # starts nothing); wal_flush would run every 5 minutes
         "SEGLAKE_WAL_FLUSH_SCHEDULE": "none",
         "SEGLAKE_FAULTS": COPY_FAULT,
         # this checkout's engine and plugins first (the venv may hold another checkout's), and

@@ -109,7 +109,7 @@ def test_snapshot_gc_and_verify_runs(standalone, engine):
     assert rec is not None and rec.state == COMMITTED and rec.description == "" and rec.segments == 3
     assert note.startswith(f"snapshot {COLL}/{SNAP}: COMMITTED, 3 segments, {rec.rows} rows"), note
     note = _succeeded(standalone, "gc", gc_run)
-    assert note.startswith("gc dry run: would delete 0 files"), note   # the whole store, nothing old
+    assert note.startswith("gc DRY RUN (nothing deleted): a real run would delete 0 files"), note   # nothing old
     opts = standalone.task_log("gc", gc_run, "check_conf")
     assert "gc options (manual run" in opts and "scope = whole store" in opts, opts[-3000:]
     assert standalone.wait_run("verify_collection", missing_run) == "failed"
@@ -282,8 +282,8 @@ def test_page_and_metrics_in_headless_chromium(standalone, engine):
         for line in ('seglake_copy_jobs{state="Completed"} 2', f'seglake_snapshots{{state="COMMITTED"}} {committed}',
                      'seglake_collections{state="Created"} 3', 'seglake_collections{state="Dropped"} 1'):
             assert line in metrics, f"{line!r} not in {metrics[:3000]}"
-        anonymous = _chromium("--dump-dom", f"{standalone.base}/seglake/")   # no proxy, no login
-        assert "Not authenticated" in anonymous and COLL not in anonymous
+        anonymous = _chromium("--dump-dom", f"{standalone.base}/seglake/")   # no proxy, no login: the login page
+        assert "Not authenticated" not in anonymous and COLL not in anonymous
         shot = ARTIFACTS / "seglake-page.png"
         shot.unlink(missing_ok=True)
         _chromium(f"--screenshot={shot}", "--window-size=1400,1000", f"{base}/seglake/")

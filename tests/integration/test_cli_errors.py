@@ -54,6 +54,9 @@ CASES = {
     "seglake jobs describe": (["jobs", "describe", "424242"], 2, "copy job 424242 not found"),
     "seglake gc report": (["gc", "report"], 2, "no gc run"),
     "seglake gc run": (["gc", "run", "--collection", "nope"], 2, "collection 'nope' not found"),
+    "seglake gc run --missing-tolerance-hours 0.1": (["gc", "run", "--missing-tolerance-hours", "0.1"], 2,
+                                                     "gc missing_tolerance of 360s (0.1 h) is below the 3600s floor "
+                                                     "(1 h); allowed: at least the floor, or force (CLI --force"),
     "seglake gc pause": (["gc", "pause", "--collection", "nope"], 2, "collection 'nope' not found"),
     "seglake gc resume": (["gc", "resume", "--collection", "nope"], 2, "collection 'nope' not found"),
     "seglake retention set": (["retention", "set", "demo"], 2, "every count is 0"),
@@ -61,6 +64,11 @@ CASES = {
     "seglake retention clear": (["retention", "clear", "nope"], 2, "collection 'nope' not found"),
     "seglake retention list": (["retention", "list", "--jsn"], 2, "did you mean --json?"),
     "seglake retention run": (["retention", "run", "--collection", "demo"], 2, "no retention policy"),
+    "seglake gc schedule set": (["gc", "schedule", "set", "--execute", "--missing-tolerance-hours", "0.1"], 2,
+                                "--missing-tolerance-hours (Orphan tolerance (hours)): 0.1 is below the GC floor of 1 "
+                                "hour; allowed: at least 1, or pass --force to go below the floor"),
+    "seglake gc schedule show": (["gc", "schedule", "show", "--db", "a b"], 2, "--db"),
+    "seglake gc schedule clear": (["gc", "schedule", "clear", "--jsn"], 2, "did you mean --json?"),
     "seglake verify": (["verify", "nope"], 2, "collection 'nope' not found"),
     "seglake config show": (["config", "show", "--jsn"], 2, "did you mean --json?"),
     "seglake stack": (["stack", "sideways"], 2, "invalid choice"),
@@ -83,7 +91,7 @@ def _run(capsys, argv) -> tuple[int, str, str]:
 
 
 def test_every_subcommand_has_a_bad_input_case():
-    assert set(_leaves(cli.build_parser())) == set(CASES)
+    assert set(_leaves(cli.build_parser())) == {k.split(" --")[0] for k in CASES}
 
 
 @pytest.mark.parametrize("prog", sorted(CASES))
@@ -92,7 +100,7 @@ def test_a_bad_input_gets_one_error_line_in_one_format(env, capsys, prog):
     rc, out, err = _run(capsys, argv)
     assert rc == code, (rc, out, err)
     lines = [ln for ln in err.splitlines() if ": error: " in ln]
-    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
+    assert len(lines) == 1 and lines[0].startswith(f"{prog.split(' --')[0]}: error: "), err
     assert words in lines[0], err
     assert "Traceback" not in err and out == ""
 
@@ -226,3 +234,24 @@ def layout_files(seg):
     from seglake.storage import layout
 
     return layout.segment_files(seg)
+
+
+def test_gc_schedule_set_show_clear(env, capsys):
+    """The settings of scheduled gc runs: explicit (no default mode), shown in words."""
+    rc, out, err = _run(capsys, ["gc", "schedule", "show"])
+    assert rc == 0 and "no scheduled gc settings: a scheduled gc run is refused" in out, (out, err)
+    rc, out, err = _run(capsys, ["gc", "schedule", "set"])
+    assert rc == 2 and "one of the arguments --dry-run --execute is required" in err, err
+    rc, out, err = _run(capsys, ["gc", "schedule", "set", "--execute", "--collection", "demo",
+                                 "--drop-tolerance-hours", "6", "--engine", "inline"])
+    assert rc == 0, err
+    assert out.startswith("scheduled gc runs will use: a REAL run (deletes), collection default.demo, engine inline, "
+                          "drop_tolerance 6 h (set 20"), out
+    rc, out, _ = _run(capsys, ["gc", "schedule", "show", "--json"])
+    rec = json.loads(out)
+    assert rec["conf"] == {"dry_run": False, "collection": "demo", "db": "default", "missing_tolerance_hours": None,
+                           "drop_tolerance_hours": 6, "force": False, "engine": "inline"}
+    rc, out, _ = _run(capsys, ["gc", "schedule", "clear"])
+    assert rc == 0 and "scheduled runs are refused until they are set again" in out
+    rc, out, _ = _run(capsys, ["gc", "schedule", "show"])
+    assert "no scheduled gc settings" in out

@@ -69,7 +69,7 @@ def test_overview_reports_what_the_engine_wrote(meta, store, world):
     assert jobs[done_job]["eta_s"] is None
     assert jobs[running_job]["state"] == JOB_EXECUTING and jobs[running_job]["fractions"]["segments"] == 0.0
     assert o["gc"]["rows"] is None                       # no GC run yet
-    assert o["gc_pause"]["rows"] == {"all": False, "collections": []}
+    assert o["gc_pause"]["rows"] == {"all": False, "collections": [], "schedule": None}   # scheduled runs: refused
     assert o["channels"]["rows"] == []                   # no WAL yet (or no channels)
 
 
@@ -97,7 +97,7 @@ def test_gc_summary_and_pause_are_shown(meta, store, world):
     assert [(r["collection"], r["reason"], r["files"]) for r in g["rows"]] == [("demo", "orphan", 1)]
     assert g["candidates"] == sum(r["files"] for r in g["rows"])
     assert g["candidate_bytes"] == sum(r["bytes"] for r in g["rows"])
-    assert o["gc_pause"]["rows"] == {"all": False, "collections": [src.collection_id]}
+    assert o["gc_pause"]["rows"] == {"all": False, "collections": [src.collection_id], "schedule": None}
 
 
 def test_metrics_count_every_state_and_are_well_formed(meta, store, world):

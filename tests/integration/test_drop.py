@@ -259,6 +259,26 @@ def test_cli_drop_waits_and_refuses_on_a_terminal_without_yes(meta, store, setti
         cli.main(["collections", "drop", "c1", "--yes", "--timeout-hours", "nan"])
 
 
+def test_cli_drop_text_shows_times_not_epochs(meta, store, settings, monkeypatch, capsys):
+    """Issue 20: the drop output printed a raw epoch (and raw time ticks)."""
+    import re
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    coll = _ingest(meta, store, settings)
+    assert cli.main(["collections", "drop", "c1", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"held: \S+ \(checkpoint at 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC, [0-9.]+ s behind the log\)",
+                     out), out
+    _flush(meta, store, settings, coll)
+    assert cli.main(["collections", "drop", "c1", "--yes", "--wait", "--timeout-hours", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"latest dropped at 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC, reclaimable by GC from "
+                     r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC \(drop_tolerance 3 h", out), out
+    assert not re.search(r"\b1[0-9]{9}(\.[0-9]+)?\b", out), out            # no unix epoch anywhere
+    assert "None" not in out, out
+
+
 def test_a_direct_drop_while_a_flusher_runs_leaves_nothing_written_for_the_released_vchannels(meta, store, settings):
     """A flusher opened before a direct drop (a collection the client never announced,
     fed by a raw writer) must write neither a segment nor a checkpoint for its vchannels

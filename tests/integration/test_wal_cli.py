@@ -49,6 +49,10 @@ def test_ingest_rows_and_status(meta, store, env, coll, capsys):
     for r in rows.values():
         assert r["term"] == 0 and r["fragments"] >= 2 and r["bytes"] > 0 and r["paused"] is False
         assert r["last_time_tick"] > 0 and r["consumers"][0]["lag_ms"] is None
+    rc, out, _ = _run(capsys, "wal", "status")          # the table: times and lags in words, never None
+    assert rc == 0 and "None" not in out, out
+    assert "last tick (UTC)" in out and "no checkpoint yet (not flushed)" in out, out
+    assert __import__("re").search(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC", out), out
 
 
 def test_ingest_parquet_file_txn_and_delete(meta, store, env, coll, tmp_path, capsys):

@@ -13,7 +13,7 @@ import pytest
 from seglake import cli, limits, params
 from seglake.config import Settings, gc_schedule, spark_env
 from seglake.errors import ConfigError, ValidationError
-from seglake.names import NAME_PATTERN, validate_name
+from seglake.names import NAME_PATTERN, NAME_RE, validate_name
 
 NON_FINITE = [math.nan, math.inf, -math.inf]
 
@@ -119,7 +119,8 @@ def test_secrets_file_layer_and_spark_env(tmp_path):
 
 
 def test_gc_schedule_comes_from_the_environment_only():
-    assert gc_schedule({}) == "@daily"
+    assert gc_schedule({}) is None   # manual only unless an operator sets a schedule
+    assert gc_schedule({"SEGLAKE_GC_SCHEDULE": "@daily"}) == "@daily"
     assert gc_schedule({"SEGLAKE_GC_SCHEDULE": "30 2 * * *"}) == "30 2 * * *"
     assert gc_schedule({"SEGLAKE_GC_SCHEDULE": "none"}) is None
     with pytest.raises(ConfigError, match="gc_schedule"):
@@ -161,14 +162,19 @@ def test_good_names_pass_both(good):
     ("gc", {"dryrun": True}, "did you mean 'dry_run'"),
     ("copy_segment_job", {}, "missing conf key 'job_id'"),
     ("copy_segment_job", {"job_id": 2**63}, "job_id"),
-    ("copy_segment_job", {"job_id": "1"}, "expected an integer"),
-    ("snapshot_create", {"collection": "d", "name": "n", "ttl_hours": math.nan}, "'ttl_hours': nan"),
-    ("snapshot_create", {"collection": "d", "name": "n", "ttl_hours": None}, "'ttl_hours' is null"),
+    ("copy_segment_job", {"job_id": "1"}, "conf key 'job_id' (Copy job id): \"1\" is not allowed; allowed: an integer from 1 to"),
+    ("snapshot_create", {"collection": "d", "name": "n", "ttl_hours": math.nan},
+     "conf key 'ttl_hours' (TTL (hours)): NaN is not allowed; allowed: a finite number from 0 to 87600 hours"),
+    ("snapshot_create", {"collection": "d", "name": "n", "ttl_hours": None}, "'ttl_hours' (TTL (hours)) is null"),
     ("snapshot_restore", {"collection": "d", "snapshot": "s", "target": "t", "timeout_hours": math.inf},
-     "'timeout_hours': inf"),
+     "conf key 'timeout_hours' (Job timeout (hours)): Infinity is not allowed; allowed: a finite number greater "
+     "than 0 and at most 168 hours"),
     ("gc", {"missing_tolerance_hours": -math.inf}, "missing_tolerance_hours"),
-    ("gc", {"dry_run": "false"}, "'dry_run': expected true or false"),
-    ("gc", {"collection": "x\n"}, "invalid collection name"),
+    ("gc", {"dry_run": "false"}, "conf key 'dry_run' (Dry run): \"false\" is not allowed; allowed: true or false"),
+    ("gc", {"collection": "x\n"}, "conf key 'collection' (Collection): \"x\\n\" is not allowed; allowed: a letter or "
+                                  "'_', then letters, digits or '_' (at most 255 characters, no spaces), e.g. demo"),
+    ("snapshot_create", {"collection": "demo", "name": "my snap"}, "conf key 'name' (Snapshot name): \"my snap\" is "
+                                                                   "not allowed; allowed: a letter or '_'"),
     ("verify_collection", {"collection": "demo", "database": "x"}, "unknown conf key 'database'"),
     ("snapshot_create", {"collection": "d", "name": "n", "engine": "gpu"}, "engine"),
 ])
@@ -180,10 +186,63 @@ def test_check_conf_refuses_and_names_the_key(dag_id, conf, message):
 
 def test_check_conf_fills_defaults_and_keeps_nullables():
     assert params.check_conf("gc", None) == {
-        "dry_run": False, "collection": None, "db": "default", "missing_tolerance_hours": None,
+        "dry_run": True, "collection": None, "db": "default", "missing_tolerance_hours": None,
         "drop_tolerance_hours": None, "force": False, "engine": "auto"}
     out = params.check_conf("snapshot_restore", {"collection": "d", "snapshot": "s", "target": "t"})
     assert out["timeout_hours"] is None  # -> copy_job_timeout from config
+
+
+@pytest.mark.parametrize("dag_id,conf,key,value", [
+    ("gc", {"missing_tolerance_hours": math.nan}, "missing_tolerance_hours", "NaN"),
+    ("snapshot_create", {"collection": "d", "name": "a b"}, "name", '"a b"'),
+    ("snapshot_restore", {"collection": "d", "snapshot": "s", "target": "t", "deferrable": "x"}, "deferrable", '"x"'),
+    ("copy_segment_job", {"job_id": 0}, "job_id", "0"), ("gc", {"engine": "gpu"}, "engine", '"gpu"'),
+    ("gc", {"dry_run": None}, "dry_run", "null"),
+])
+def test_every_refusal_is_one_plain_sentence(dag_id, conf, key, value):
+    """Names the key, shows the value, says what is allowed; no regex, no schema dump."""
+    with pytest.raises(ValidationError) as err:
+        params.check_conf(dag_id, conf)
+    text = str(err.value)
+    assert f"conf key {key!r}" in text and value in text and "allowed:" in text, text
+    for dump in ("(?!", "^[", "{'", "Failed validating", "\n"):
+        assert dump not in text, text
+    assert text.replace("e.g. ", "").count(". ") == 0, text   # one sentence
+
+
+def test_gc_floor_is_refused_in_the_conf_units_unless_forced():
+    conf = params.check_conf("gc", {"missing_tolerance_hours": 0.1})
+    with pytest.raises(ValidationError) as err:
+        params.check_gc_floor(conf, 3600)
+    assert str(err.value).endswith("conf key 'missing_tolerance_hours' (Orphan tolerance (hours)): 0.1 is below the "
+                                   "GC floor of 1 hour; allowed: at least 1, or set force to true to go below the floor")
+    params.check_gc_floor(params.check_conf("gc", {"missing_tolerance_hours": 0.1, "force": True}), 3600)
+    params.check_gc_floor(params.check_conf("gc", {"drop_tolerance_hours": 2}), 7200)
+    with pytest.raises(ValidationError, match="drop_tolerance_hours.*floor of 2 hours"):
+        params.check_gc_floor(params.check_conf("gc", {"drop_tolerance_hours": 1.5}), 7200)
+
+
+def test_a_scheduled_gc_run_needs_the_operator_record():
+    with pytest.raises(ValidationError, match="scheduled run has no operator settings.*seglake gc schedule set"):
+        params.scheduled_gc_conf(None)
+    conf = params.scheduled_gc_conf({"conf": {"dry_run": False, "engine": "inline"}})
+    assert conf["dry_run"] is False and conf["engine"] == "inline"
+    with pytest.raises(ValidationError, match="dry_run"):
+        params.scheduled_gc_conf({"conf": {"dry_run": "no"}})
+
+
+def test_form_descriptions_say_the_rule_and_the_gc_dry_run_is_the_default():
+    for dag_id, spec in params.SPECS.items():
+        for key, k in spec.items():
+            schema = k.schema()
+            if k.kind == "name":
+                assert "Allowed: a letter or '_'" in schema["description"] and ", e.g. " in schema["description"]
+                assert NAME_RE.fullmatch(schema["description"].rsplit("e.g. ", 1)[1].rstrip(".")), (dag_id, key)
+    dry = params.SPECS["gc"]["dry_run"]
+    assert dry.default is True and "REAL run that deletes" in dry.schema()["description"]
+    d = params.SPECS["snapshot_restore"]["deferrable"].schema()
+    assert d["enum"] == [None, True, False] and set(d["values_display"]) == {"null", "true", "false"}
+    assert d["type"][1] == "string"   # Airflow's form draws a dropdown (a boolean first would be a switch)
 
 
 @pytest.mark.parametrize("dag_id", sorted(params.SPECS))

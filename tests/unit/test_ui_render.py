@@ -31,3 +31,45 @@ def test_restore_link_prefills_the_form_and_durations_read_well():
     link = restore_link({"collection": "demo", "name": "s1", "db": "default"})
     assert link.startswith("../dags/snapshot_restore/trigger/single?conf=") and "%22s1%22" in link
     assert [human_duration(x) for x in (None, 5, 65, 3700, 90000)] == ["-", "5s", "1m 5s", "1h 1m", "1d 1h"]
+
+
+def _gc_run(**over):
+    g = {"run_id": "manual__2026-11-24T02_39_01.5_00_00", "started_at": 1_700_000_000.0, "dry_run": True,
+         "dag_id": "gc", "dag_run_id": "manual__2026-11-24T02:39:01.5+00:00", "listed": 10, "candidates": 3,
+         "candidate_bytes": 3072, "kept": {}, "rows": [], "swept": None, "deleted": 0, "deleted_bytes": 0,
+         "error_count": 0}
+    g.update(over)
+    return g
+
+
+def test_the_gc_run_is_a_link_to_its_dag_run_and_a_dry_run_says_so():
+    html = render_page(_empty(gc={"rows": _gc_run(), "error": None}))
+    link = '<a class="runid" href="../dags/gc/runs/manual__2026-11-24T02%3A39%3A01.5%2B00%3A00">' \
+           'manual__2026-11-24T02:39:01.5+00:00</a>'
+    assert link in html, html
+    assert "<b>manual" not in html                                        # not the oversized bold id
+    assert 'data-gc-kind="dry">DRY RUN: nothing deleted' in html and "3 files (3.0 KiB) a real run would delete" in html
+    assert "at 2023-11-14 22:13:20 UTC" in html
+    real = render_page(_empty(gc={"rows": _gc_run(dry_run=False, swept={"deleted": 3}, deleted=3), "error": None}))
+    assert 'data-gc-kind="real">REAL run' in real and "DRY RUN" not in real
+    cli_run = render_page(_empty(gc={"rows": _gc_run(dag_id=None, dag_run_id=None), "error": None}))
+    assert '<span class="runid">manual__2026-11-24T02_39_01.5_00_00</span> (CLI)' in cli_run
+
+
+def test_the_scheduled_gc_settings_are_shown():
+    unset = render_page(_empty())
+    assert 'data-gc-schedule="unset">scheduled runs: refused until an operator sets' in unset
+    rec = {"conf": {"dry_run": False, "collection": None, "db": "default", "engine": "inline"},
+           "set_at": 1_700_000_000.0, "set_by": "ops"}
+    page = render_page(_empty(gc_pause={"rows": {"all": False, "collections": [], "schedule": rec}, "error": None}))
+    assert "a REAL run of the whole store, engine inline; set at 2023-11-14 22:13:20 UTC by ops" in page
+
+
+def test_channel_ticks_are_times_not_epoch_seconds():
+    rows = [{"vchannel": "v0", "term": 0, "writer": "w", "last_tick_ts": 1_700_000_100.25, "lag_s": None,
+             "paused": False, "open_txns": []},
+            {"vchannel": "v1", "term": 0, "writer": "w", "last_tick_ts": 1_700_000_100.25, "lag_s": 2.5,
+             "paused": False, "open_txns": []}]
+    html = render_page(_empty(channels={"rows": rows, "error": None}))
+    assert html.count("2023-11-14 22:15:00 UTC") == 2 and "1700000100" not in html
+    assert "no checkpoint yet" in html and "last time tick (UTC)" in html

@@ -250,11 +250,21 @@ def drop_collection(meta, store, settings, name: str, db: str = DEFAULT_DB, *, w
     return finish_drop(meta, name, db, clock=clock, collection_id=cid)
 
 
-def format_status(rep: dict) -> str:
+def format_status(rep: dict, drop_tolerance: float | None = None) -> str:
+    """The report for people: times as UTC, sizes human (the JSON keeps the raw numbers)."""
+    from seglake.progress import human_bytes, human_seconds, tick_time, utc_time
+
     lines = [f"collection {rep['collection']!r} (db {rep['db']}, id {rep['collection_id']}): {rep['state']}"
              + (f" ({rep['note']})" if rep.get("note") else "")]
     for h in rep.get("held", ()):
-        lines.append(f"  held: {h['vchannel']} checkpoint {h['checkpoint_tt']} lag {h['lag_ms']} ms")
+        where = ("no checkpoint yet" if h["checkpoint_tt"] is None else
+                 f"checkpoint at {tick_time(h['checkpoint_tt'])}"
+                 + ("" if h["lag_ms"] is None else f", {h['lag_ms'] / 1000:g} s behind the log"))
+        lines.append(f"  held: {h['vchannel']} ({where})")
+    latest = rep.get("latest_dropped_at")
+    when = ("" if not latest else f"; latest dropped at {utc_time(latest)}" + (
+        f", reclaimable by GC from {utc_time(latest + drop_tolerance)} (drop_tolerance "
+        f"{human_seconds(drop_tolerance)})" if drop_tolerance is not None else ""))
     lines.append(f"  segments Dropped {rep['segments_dropped']}/{rep['segments']}, rows {rep['rows_dropped']}, "
-                 f"bytes awaiting GC {rep['bytes_awaiting_gc']} (reclaimed after drop_tolerance)")
+                 f"{human_bytes(rep['bytes_awaiting_gc'])} awaiting GC{when or ' (reclaimed after drop_tolerance)'}")
     return "\n".join(lines)

@@ -113,8 +113,9 @@ class GCOptions:
         for name in ("missing_tolerance", "drop_tolerance"):
             v = limits.check(name, f"gc {name} (seconds)", getattr(self, name))  # finite, in range
             if v < self.floor and not self.force:
-                raise ValidationError(f"gc {name} of {v:g}s is below the {self.floor:g}s floor; "
-                                      "pass force=true to run with it anyway")
+                raise ValidationError(f"gc {name} of {v:g}s ({v / 3600:g} h) is below the {self.floor:g}s floor "
+                                      f"({self.floor / 3600:g} h); allowed: at least the floor, or force (CLI "
+                                      "--force, DAG conf force: true) to go below it")
         c = self.collection_id
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or not FIRST_ID <= c <= layout.MAX_ID):
             raise ValidationError(f"gc collection_id must be a collection id ({FIRST_ID}..{layout.MAX_ID}) or None "
@@ -160,6 +161,38 @@ def paused_scopes(meta: Meta) -> tuple[bool, set[int]]:
         else:
             colls.add(int(scope))
     return glob, colls
+
+
+# -- the settings of scheduled runs ------------------------------------------------------------
+# A scheduled gc run never uses the form's defaults: it runs with the conf an operator
+# recorded on purpose (`seglake gc schedule set`), and is refused until there is one.
+def set_schedule(meta: Meta, conf: dict, floor: float, by: str = "") -> dict:
+    """Record the conf of scheduled gc runs, checked first like a triggered conf (the
+    DAG's contract, the tolerance floor); returns the record. Fail-fast, one put."""
+    from seglake.params import check_conf, check_gc_floor
+
+    checked = check_conf("gc", conf)
+    check_gc_floor(checked, floor)
+    if checked["collection"] is not None:
+        meta.catalog.get_by_name(checked["collection"], checked["db"])   # NotFound names it
+    record = {"conf": checked, "set_at": time.time(), "set_by": by}
+    meta.kv.put(meta.keys.gc("schedule"), json.dumps(record))
+    return record
+
+
+def get_schedule(meta: Meta) -> dict | None:
+    """The record `set_schedule` wrote, or None."""
+    kv = meta.kv.get(meta.keys.gc("schedule"))
+    return None if kv is None else json.loads(kv.value)
+
+
+def clear_schedule(meta: Meta) -> bool:
+    """Remove the record (scheduled runs are refused again); True if there was one."""
+    key = meta.keys.gc("schedule")
+    if meta.kv.get(key) is None:
+        return False
+    meta.kv.delete(key)
+    return True
 
 
 # -- references -------------------------------------------------------------------------------

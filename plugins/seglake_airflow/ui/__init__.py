@@ -4,7 +4,9 @@ Read-only: every route reads etcd and the store through the engine (`seglake.con
 `seglake.metrics`); the only way to change anything is the links to DAG trigger forms.
 Airflow does not protect plugin routes on its own: the app requires Airflow's
 authentication and DAG read access on EVERY route (an app-level dependency), so an
-anonymous request gets 401 and a bad token 403.
+anonymous request gets 401 and a bad token 403 -- except a browser asking for a page
+(`Accept: text/html`) without a valid session, which is sent to Airflow's login page
+and comes back here after it.
 """
 
 from __future__ import annotations
@@ -47,8 +49,28 @@ def create_app():
     from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
+    from fastapi import Request
+    from fastapi.exceptions import HTTPException
+    from fastapi.responses import RedirectResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
     app = FastAPI(title="seglake", docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(requires_access_dag(method="GET"))])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def login_first(request: Request, exc: StarletteHTTPException):
+        """A browser without a (valid) session goes to the login page; API clients keep
+        the JSON status. Only a missing, expired or invalid session, never a refusal of
+        a logged-in user (403 Forbidden)."""
+        from fastapi.exception_handlers import http_exception_handler
+
+        no_session = exc.status_code == 401 or (exc.status_code == 403 and "token" in str(exc.detail).lower())
+        if no_session and request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+            from airflow.api_fastapi.app import get_auth_manager
+
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+        return await http_exception_handler(request, exc if isinstance(exc, HTTPException) else
+                                            HTTPException(exc.status_code, exc.detail, getattr(exc, "headers", None)))
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> HTMLResponse:

@@ -1,20 +1,26 @@
-"""ConfGuard: refuses a seglake DAG run whose conf has an unknown key with HTTP 400,
-before Airflow creates the run (a root middleware of the API server, installed by the
-`seglake_ui` plugin).
+"""ConfGuard: answers a seglake DAG trigger whose conf breaks the DAG's contract with
+HTTP 400 and one plain sentence per problem, before Airflow creates the run (a root
+middleware of the API server, installed by the `seglake_ui` plugin).
 
-Airflow validates each declared Param but accepts keys it does not know and runs with
-the defaults (no strict mode), so `{"tagret": "x"}` or gc `{"dryrun": true}` would
-start a run. The REST trigger route (`POST .../api/v2/dags/{dag_id}/dagRuns`, which the
-UI's trigger form also uses) is checked here against the DAG's contract
-(seglake.params.SPECS): unknown keys are answered like a bad Param, naming the closest
-valid key; everything else (types, ranges, patterns) is left to Airflow's own Param
-validation, and the DAG's first task `check_conf` stays the backstop for every other
-way of creating a run. Pure ASGI: importing it costs nothing in processes that only
-load plugins.
+Airflow 3.3 validates a trigger's conf in `trigger_dag_run` -> `dag.create_dagrun` ->
+`params.deep_merge(conf).validate()`: each Param on its own through jsonschema, and a
+failure becomes HTTP 400 with `str(jsonschema.ValidationError)` -- the message plus the
+schema and the instance ("Failed validating 'pattern' in schema: ... (?!\\n)"). It also
+accepts keys it does not know (no strict mode) and cannot compare two params (a GC
+tolerance below the floor unless `force`). So the REST trigger route (`POST
+.../api/v2/dags/{dag_id}/dagRuns`, which the UI's trigger form uses too) is checked
+here first against the whole contract (seglake.params.check_conf, and for gc the floor
+from the settings the runs resolve: environment + the `seglake_config` Variable): an
+unknown key names the closest valid one; a bad value names the key, the value and what
+is allowed. A conf that passes goes on to Airflow's own Param validation unchanged, and
+the DAG's first task `check_conf` stays the backstop for runs made any other way. Only
+a caller Airflow would let trigger the DAG gets our 400; anyone else gets Airflow's
+401/403. Pure ASGI: importing it costs nothing in processes that only load plugins.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
@@ -22,18 +28,32 @@ TRIGGER_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/?\Z")
 MAX_BODY = 4 << 20
 
 
-def unknown_keys_error(dag_id: str, conf) -> str | None:
-    """The 400 message for a conf with keys the DAG does not declare, else None."""
-    from seglake.params import HINTS, SPECS, closest
+def conf_error(dag_id: str, conf, gc_floor=None) -> str | None:
+    """The 400 message for a conf that breaks `dag_id`'s contract, else None (also for a
+    DAG that is not seglake's). `gc_floor`: a callable giving the floor in seconds."""
+    from seglake.errors import ValidationError
+    from seglake.params import SPECS, check_conf, check_gc_floor
 
-    spec = SPECS.get(dag_id)
-    if spec is None or not isinstance(conf, dict):
+    if dag_id not in SPECS:
         return None
-    unknown = [k for k in conf if k not in spec]
-    if not unknown:
-        return None
-    return (f"{dag_id}: refused conf before any run: "
-            + "; ".join(f"unknown conf key {k!r}{closest(k, list(spec), HINTS.get(dag_id))}" for k in unknown))
+    if conf is not None and not isinstance(conf, dict):
+        return None   # Airflow answers a conf that is not an object itself (422)
+    try:
+        checked = check_conf(dag_id, conf)
+        if dag_id == "gc" and gc_floor is not None and not checked.get("force"):
+            check_gc_floor(checked, gc_floor())
+    except ValidationError as e:
+        return str(e).replace("refused conf before any change", "refused conf before any run", 1)
+    return None
+
+
+def gc_floor() -> float:
+    """The tolerance floor a gc run would check (environment, then the Variable), read in
+    the API server; a settings error is itself a refusal (the run would fail on it)."""
+    from airflow.models.variable import Variable
+    from seglake.config import VARIABLE_NAME, Settings
+
+    return Settings.load(variable=Variable.get(VARIABLE_NAME, default_var=None)).tolerance_floor
 
 
 class ConfGuard:
@@ -62,8 +82,10 @@ class ConfGuard:
             doc = json.loads(body)
         except ValueError:
             doc = None   # Airflow answers malformed JSON itself
-        error = unknown_keys_error(m.group("dag_id"), doc.get("conf")) if isinstance(doc, dict) else None
-        if error and await _may_trigger(scope, m.group("dag_id")):
+        error = None
+        if isinstance(doc, dict) and _seglake_dag(m.group("dag_id")) and await _may_trigger(scope, m.group("dag_id")):
+            error = await asyncio.to_thread(_check, m.group("dag_id"), doc.get("conf"))
+        if error:
             await _answer(send, 400, error)
             return
         replayed = False
@@ -76,6 +98,21 @@ class ConfGuard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def _seglake_dag(dag_id: str) -> bool:
+    from seglake.params import SPECS
+
+    return dag_id in SPECS
+
+
+def _check(dag_id: str, conf) -> str | None:
+    from seglake.errors import ValidationError
+
+    try:
+        return conf_error(dag_id, conf, gc_floor)
+    except ValidationError as e:   # the settings themselves (a bad Variable): what the run would fail on
+        return f"{dag_id}: refused before any run: the settings are invalid: {e}"
 
 
 async def _may_trigger(scope, dag_id: str) -> bool:

@@ -19,6 +19,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#7b8794;fo
 .st.ok{background:#c6f7e2}.st.run{background:#bae3ff}.st.bad{background:#ffd0d0}.st.warn{background:#fff3c4}
 .bar{background:#e4e7eb;height:8px;width:160px;border-radius:4px;overflow:hidden;margin:2px 0}
 .bar>i{display:block;height:100%;background:#2680c2}.err{color:#ab091e}
+.runid{font-family:ui-monospace,monospace;font-size:12px;font-weight:normal}
 """
 OK = {"Created", "COMMITTED", "Completed", "Flushed"}
 RUN = {"Executing", "InProgress", "PENDING", "Pending", "Importing"}
@@ -82,6 +83,18 @@ def restore_link(snap: dict) -> str:
     conf = {"collection": snap["collection"], "snapshot": snap["name"], "db": snap["db"],
             "target": f"{snap['collection']}_restored"[:255]}
     return f"../dags/snapshot_restore/trigger/single?conf={quote(json.dumps(conf, separators=(',', ':')))}"
+
+
+def run_link(dag_id: str, run_id: str) -> str:
+    """The Airflow page of one DAG run (relative: works under a base path, and inside
+    Airflow's iframe, where it opens in the frame: the sandbox forbids leaving it)."""
+    return f"../dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def utc(seconds: float | None) -> str:
+    if not seconds:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(seconds)))
 
 
 def _collections(rows: list[dict]) -> str:
@@ -152,12 +165,31 @@ def _gc(g: dict | None, pause: dict) -> str:
         p = f'<p><span class="st warn">GC paused for collection ids {escape(", ".join(map(str, pause["collections"])))}</span></p>'
     else:
         p = '<p class="muted">GC not paused</p>'
+    rec = pause.get("schedule")
+    if rec:
+        c = rec.get("conf") or {}
+        p += (f'<p class="muted" data-gc-schedule="set">scheduled runs (when a schedule is set): '
+              f'{"a dry run" if c.get("dry_run") else "a REAL run"} of '
+              f'{escape(c["db"] + "." + c["collection"]) if c.get("collection") else "the whole store"}, '
+              f'engine {escape(str(c.get("engine")))}; set at {utc(rec.get("set_at"))}'
+              f'{" by " + escape(rec["set_by"]) if rec.get("set_by") else ""} (seglake gc schedule show)</p>')
+    else:
+        p += ('<p class="muted" data-gc-schedule="unset">scheduled runs: refused until an operator sets what they '
+              'do (seglake gc schedule set --dry-run | --execute)</p>')
     if g is None:
         return p + '<p class="muted">no GC run recorded yet</p>'
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(g["started_at"])) if g.get("started_at") else "?"
-    head = (f'<p>latest run <b>{escape(str(g["run_id"]))}</b> at {when}'
-            f'{" (dry run)" if g["dry_run"] else ""}: listed {g["listed"]} objects, '
-            f'{g["candidates"]} candidates ({human_bytes(g["candidate_bytes"])})</p>')
+    when = utc(g.get("started_at")) if g.get("started_at") else "?"
+    if g.get("dag_run_id"):
+        run = (f'<a class="runid" href="{escape(run_link(g.get("dag_id") or "gc", g["dag_run_id"]))}">'
+               f'{escape(g["dag_run_id"])}</a>')
+    else:   # a CLI run (seglake gc run): no Airflow run to link
+        run = f'<span class="runid">{escape(str(g["run_id"]))}</span> (CLI)'
+    kind = ('<span class="st warn" data-gc-kind="dry">DRY RUN: nothing deleted</span>' if g["dry_run"] else
+            '<span class="st bad" data-gc-kind="real">REAL run</span>')
+    found = (f'{g["candidates"]} files ({human_bytes(g["candidate_bytes"])}) a real run would delete'
+             if g["dry_run"] else f'{g["candidates"]} candidates ({human_bytes(g["candidate_bytes"])})')
+    head = f'<p>latest run {run} at {when} {kind}: listed {g["listed"]} objects, {found}</p>'
+
     kept = ", ".join(f"{escape(str(k))} {v}" for k, v in sorted(g["kept"].items())) or "none"
     swept = (f'swept: {g["deleted"]} files, {human_bytes(g["deleted_bytes"])} deleted'
              + (f', <span class="st bad">{g["error_count"]} could not be deleted</span>' if g["error_count"] else "")
@@ -166,10 +198,11 @@ def _gc(g: dict | None, pause: dict) -> str:
 
 
 def _channels(rows: list[dict]) -> str:
-    return _table(["vchannel", "term", "writer", "last time tick", "checkpoint lag", "paused", "open txns"],
+    return _table(["vchannel", "term", "writer", "last time tick (UTC)", "checkpoint lag", "paused", "open txns"],
                   [[escape(str(r.get("vchannel", ""))), escape(str(r.get("term", ""))),
-                    escape(str(r.get("writer", ""))), escape(str(r.get("last_tick_ts", ""))),
-                    human_duration(r.get("lag_s")), "yes" if r.get("paused") else "no",
+                    escape(str(r.get("writer", ""))), escape(utc(r.get("last_tick_ts"))),
+                    human_duration(r.get("lag_s")) if r.get("lag_s") is not None else "no checkpoint yet",
+                    "yes" if r.get("paused") else "no",
                     escape(", ".join(str(t) for t in r.get("open_txns", ())) or "-")] for r in rows],
                   numeric={4}, empty="no WAL channels")
 
