@@ -56,13 +56,7 @@ def snapshot_schedule():
             reports = retention.run_all(hook.meta, hook.store, now=at, dry_run=params["dry_run"],
                                         collection=params["collection"], db=params["db"])
         for r in reports:
-            if "error" in r:
-                print(f"{r['collection']}: FAILED {r['error']}")
-                continue
-            verb = "would " if r["dry_run"] else ""
-            print(f"{r['collection']}: {verb}create {r['created'] or 'nothing'}; {verb}drop "
-                  f"{', '.join(r['pruned']) or 'nothing'}; keep {', '.join(r['kept']) or 'nothing'}"
-                  + "".join(f"; {n} held ({', '.join(w)})" for n, w in r["held"].items()))
+            print(retention.report_line(r))
         failed = [r for r in reports if "error" in r]
         if failed:
             raise RuntimeError(f"retention failed for {len(failed)} collection(s): "

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from seglake.config import Settings
+from seglake.progress import utc_time
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
 
 EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 1, 2, 130
@@ -224,7 +225,7 @@ def cmd_snapshots_describe(args, s: Settings) -> int:
         lines.append(f"read by restore jobs: {', '.join(map(str, d['pins']))}")
     live = [h for h in d.get("holds", []) if h["expires_at"] > time.time()]
     if live:
-        lines.append("pinned: " + ", ".join(f"pin {h['pin_id']} until {_when(h['expires_at'])}" for h in live))
+        lines.append("pinned: " + ", ".join(f"pin {h['pin_id']} until {utc_time(h['expires_at'])}" for h in live))
     if d["error"]:
         lines.append(f"last error: {d['error']}")
     emit(args, d, text="\n".join(lines))
@@ -252,17 +253,13 @@ def cmd_snapshots_drop(args, s: Settings) -> int:
     return 0
 
 
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
-
-
 def cmd_snapshots_pin(args, s: Settings) -> int:
     from seglake.lifecycle import snapshot
 
     meta, _ = _open(s)
     d = snapshot.pin(meta, args.collection, args.name, args.ttl_hours * 3600, db=args.db, by=args.by)
     emit(args, d, text=f"pin {d['pin_id']}: snapshot {args.name!r} of {args.collection!r} is kept until "
-                       f"{_when(d['expires_at'])} (unpin with `seglake snapshots unpin {d['pin_id']}`)")
+                       f"{utc_time(d['expires_at'])} (unpin with `seglake snapshots unpin {d['pin_id']}`)")
     return 0
 
 
@@ -281,7 +278,7 @@ def cmd_snapshots_pins(args, s: Settings) -> int:
     meta, _ = _open(s)
     items = snapshot.list_pins(meta, args.collection, db=args.db)
     emit(args, items, [{"pin": d["pin_id"], "collection": d["collection"], "snapshot": d["snapshot"],
-                        "until": _when(d["expires_at"]), "by": d.get("by") or "-"} for d in items],
+                        "until": utc_time(d["expires_at"]), "by": d.get("by") or "-"} for d in items],
          ["pin", "collection", "snapshot", "until", "by"], text=None if items else "no pins")
     return 0
 
@@ -337,16 +334,7 @@ def cmd_retention_run(args, s: Settings) -> int:
     meta, store = _open(s)
     reports = retention.run_all(meta, store, now=time.time(), dry_run=args.dry_run, collection=args.collection,
                                 db=args.db)
-    lines = []
-    for r in reports:
-        if "error" in r:
-            lines.append(f"{r['collection']}: FAILED {r['error']}")
-            continue
-        verb = "would " if r["dry_run"] else ""
-        lines.append(f"{r['collection']}: {verb}create {r['created'] or 'nothing'}; {verb}prune "
-                     f"{', '.join(r['pruned']) or 'nothing'}; keep {len(r['kept'])}"
-                     + "".join(f"; {n} held ({', '.join(w)})" for n, w in r["held"].items()))
-    emit(args, reports, text="\n".join(lines) or "no retention policies")
+    emit(args, reports, text="\n".join(map(retention.report_line, reports)) or "no retention policies")
     return 0 if not any("error" in r for r in reports) else 2
 
 
@@ -502,7 +490,7 @@ def _schedule_text(rec: dict) -> str:
     c = rec["conf"]
     tol = ", ".join(f"{k.replace('_hours', '')} {c[k]:g} h" for k in ("missing_tolerance_hours",
                                                                      "drop_tolerance_hours") if c[k] is not None)
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(rec["set_at"]))
+    when = utc_time(rec["set_at"])
     return (f"{'a DRY RUN (nothing deleted)' if c['dry_run'] else 'a REAL run (deletes)'}, "
             f"{'collection ' + c['db'] + '.' + c['collection'] if c['collection'] else 'whole store'}, "
             f"engine {c['engine']}" + (f", {tol}" if tol else ", tolerances from config")

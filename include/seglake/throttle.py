@@ -98,8 +98,6 @@ def human_rate(value: float, unit: str) -> str:
     if not value:
         return f"unlimited {unit}"
     if unit == "B/s":
-        for u, k in (("GiB/s", 1 << 30), ("MiB/s", 1 << 20), ("KiB/s", 1 << 10)):
-            if value >= k:
-                return f"{value / k:.1f} {u}"
-        return f"{value:.0f} B/s"
+        from seglake.progress import human_bytes
+        return f"{human_bytes(value)}/s"
     return f"{value:g} {unit}"

@@ -17,7 +17,7 @@ from seglake.visibility import visible_rows
 from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.log import expire_producers
 
-from wal_helpers import make_collection, pchannels
+from wal_helpers import lose_reply_then_fail_gets, make_collection, pchannels
 
 
 def _other_process_kv(settings):
@@ -173,32 +173,6 @@ def test_a_late_applied_fragment_answers_a_retried_call_with_its_own_ids(meta, s
     assert ids == [MessageId(ids[0].term, n, first + i) for i in range(count)], (ids, n, first)
 
 
-def _lose_reply_then_fail_gets(monkeypatch, kv, fail_at: set[int]):
-    """etcd applies the next producer commit but its answer is lost; then the reads
-    numbered in `fail_at` (1-based, counted from the lost answer) fail."""
-    from seglake.errors import Unavailable
-
-    real_txn, real_get = kv.txn, kv.get
-    state = {"armed": True, "gets": None}
-
-    def txn(compares, ops, *a, **k):
-        rev = real_txn(compares, ops, *a, **k)
-        if state["armed"] and any("/producers/" in getattr(o, "key", "") for o in ops):
-            state["armed"], state["gets"] = False, 0
-            raise Unavailable("etcd: request timed out (it was applied)")
-        return rev
-
-    def get(key, *a, **k):
-        if state["gets"] is not None:
-            state["gets"] += 1
-            if state["gets"] in fail_at:
-                raise Unavailable("etcd: no leader")
-        return real_get(key, *a, **k)
-    monkeypatch.setattr(kv, "txn", txn)
-    monkeypatch.setattr(kv, "get", get)
-    return state
-
-
 def test_a_lost_begin_whose_adoption_read_fails_still_commits_once(meta, store, settings, monkeypatch):
     from seglake.errors import SeglakeError
     from seglake.wal.client import AppendIncomplete
@@ -209,7 +183,7 @@ def test_a_lost_begin_whose_adoption_read_fails_still_commits_once(meta, store, 
         # read 1: the commit's own re-read fails (outcome unknown, fragment unresolved);
         # reads 2, 3: the next build's re-read of log + producer record succeed;
         # read 4: _adopt's read of the fragment's index record fails
-        state = _lose_reply_then_fail_gets(monkeypatch, meta.kv, {1, 4})
+        state = lose_reply_then_fail_gets(monkeypatch, meta.kv, {1, 4})
         err = None
         for _ in range(4):
             try:

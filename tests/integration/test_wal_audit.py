@@ -8,7 +8,7 @@ from seglake.lifecycle.flush import flush_pchannel
 from seglake.visibility import visible_rows
 from seglake.wal.client import AppendIncomplete, WalClient, synthetic_rows
 
-from wal_helpers import make_collection, pchannels
+from wal_helpers import lose_reply_then_fail_gets, make_collection, pchannels
 
 
 def _flush(meta, store, settings, coll):
@@ -70,26 +70,7 @@ def _lose_reply_then_unreachable(monkeypatch, kv, gets_failing: int = 2):
     """etcd applies the next producer commit but its answer is lost, and the next
     `gets_failing` reads fail too (a leader election): the writer cannot learn at once
     whether its commit happened."""
-    from seglake.errors import Unavailable
-
-    real_txn, real_get = kv.txn, kv.get
-    state = {"armed": True, "fail": 0}
-
-    def txn(compares, ops, *a, **k):
-        rev = real_txn(compares, ops, *a, **k)
-        if state["armed"] and any("/producers/" in getattr(o, "key", "") for o in ops):
-            state["armed"], state["fail"] = False, gets_failing
-            raise Unavailable("etcd: request timed out (it was applied)")
-        return rev
-
-    def get(key, *a, **k):
-        if state["fail"] > 0:
-            state["fail"] -= 1
-            raise Unavailable("etcd: no leader")
-        return real_get(key, *a, **k)
-    monkeypatch.setattr(kv, "txn", txn)
-    monkeypatch.setattr(kv, "get", get)
-    return state
+    return lose_reply_then_fail_gets(monkeypatch, kv, set(range(1, gets_failing + 1)))
 
 
 def test_an_ambiguous_commit_whose_reread_fails_is_never_appended_twice(meta, store, settings, monkeypatch):

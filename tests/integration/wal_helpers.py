@@ -66,3 +66,29 @@ def visible_pks(meta, store, collection_id) -> list[int]:
             dels += list(zip(t.column("pk").to_pylist(), t.column("ts").to_pylist(), parts))
     return sorted(a for a, t, p in rows
                   if not any(d == a and dt > t and dp in (0, p) for d, dt, dp in dels))
+
+
+def lose_reply_then_fail_gets(monkeypatch, kv, fail_at: set[int]):
+    """etcd applies the next producer commit but its answer is lost; then the reads
+    numbered in `fail_at` (1-based, counted from the lost answer) fail."""
+    from seglake.errors import Unavailable
+
+    real_txn, real_get = kv.txn, kv.get
+    state = {"armed": True, "gets": None}
+
+    def txn(compares, ops, *a, **k):
+        rev = real_txn(compares, ops, *a, **k)
+        if state["armed"] and any("/producers/" in getattr(o, "key", "") for o in ops):
+            state["armed"], state["gets"] = False, 0
+            raise Unavailable("etcd: request timed out (it was applied)")
+        return rev
+
+    def get(key, *a, **k):
+        if state["gets"] is not None:
+            state["gets"] += 1
+            if state["gets"] in fail_at:
+                raise Unavailable("etcd: no leader")
+        return real_get(key, *a, **k)
+    monkeypatch.setattr(kv, "txn", txn)
+    monkeypatch.setattr(kv, "get", get)
+    return state

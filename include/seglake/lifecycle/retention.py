@@ -325,3 +325,13 @@ def run_all(meta, store, *, now: float, dry_run: bool = False, collection: str |
     if collection is not None and not out:
         raise NotFound(f"collection {collection!r} has no retention policy")
     return out
+
+
+def report_line(r: dict) -> str:
+    """One line per collection of a run's report (CLI, DAG log)."""
+    if "error" in r:
+        return f"{r['collection']}: FAILED {r['error']}"
+    verb = "would " if r["dry_run"] else ""
+    return (f"{r['collection']}: {verb}create {r['created'] or 'nothing'}; {verb}prune "
+            f"{', '.join(r['pruned']) or 'nothing'}; keep {len(r['kept'])}"
+            + "".join(f"; {n} held ({', '.join(w)})" for n, w in r["held"].items()))

@@ -49,6 +49,7 @@ from seglake.meta.kv import KeyValue, retry_on_conflict
 from seglake.meta.segments import FLUSHED, Segment
 from seglake.meta.snapshots import COMMITTED, DELETING, PENDING, SnapshotRecord
 from seglake.names import validate_name
+from seglake.progress import utc_time
 from seglake.storage import Store, layout
 from seglake import limits
 
@@ -573,8 +574,8 @@ def pin(meta: Meta, collection: str, name: str, ttl: float, *, db: str = DEFAULT
     rec, _ = resolve(meta, collection, name, db=db, collection_id=collection_id)
     now = time.time() if now is None else now
     if rec.expires_at is not None and rec.expires_at <= now:
-        raise StateError(f"snapshot {name!r} expired at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(rec.expires_at))}"
-                         f" (its TTL); GC removes it: an expired snapshot cannot be pinned")
+        raise StateError(f"snapshot {name!r} expired at {utc_time(rec.expires_at)} (its TTL); GC removes it: "
+                         f"an expired snapshot cannot be pinned")
     pin_id = meta.ids.allocate()
     meta.snapshots.hold(rec.collection_id, rec.name, pin_id, now + ttl, now, by=by)
     return meta.snapshots.pin_record(pin_id) or {"pin_id": pin_id}
