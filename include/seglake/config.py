@@ -105,6 +105,13 @@ class Settings:
     s3_region: str = _str("us-east-1", "S3 region")
     s3_access_key: str = _str("", "S3 access key id (empty: boto3 default chain)")
     s3_secret_key: str = _str("", "S3 secret access key", secret=True)
+    # backup target (snapshot export / restore from a bundle): another store, own credentials
+    backup_uri: str = _str("", "backup target: local directory or s3://bucket/prefix (empty: none); never "
+                               "the store itself")
+    backup_s3_endpoint: str = _str("", "S3 endpoint URL of the backup target (empty: AWS default)")
+    backup_s3_region: str = _str("us-east-1", "S3 region of the backup target")
+    backup_s3_access_key: str = _str("", "S3 access key id of the backup target (empty: boto3 default chain)")
+    backup_s3_secret_key: str = _str("", "S3 secret access key of the backup target", secret=True)
     # etcd
     etcd_endpoint: str = _str("127.0.0.1:23790", "etcd host:port")
     etcd_root: str = _str("seglake", "root prefix of every seglake key in etcd")
@@ -407,7 +414,7 @@ def _from_env_string(f: dataclasses.Field, raw: str) -> Any:
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 
-def _check_store_uri(value: str) -> None:
+def _check_store_uri(value: str, key: str = "store_uri") -> None:
     """s3://bucket[/prefix] (full match, see storage.s3.parse_s3_uri), or an absolute
     local path (or ~/..., or file:///...) without '.' or '..' components: every process
     (scheduler, workers, Spark executors) must name the same store, so a relative path,
@@ -417,17 +424,17 @@ def _check_store_uri(value: str) -> None:
         try:
             parse_s3_uri(value)
         except ValueError as e:
-            raise ConfigError(f"config key 'store_uri': {e}") from None
+            raise ConfigError(f"config key '{key}': {e}") from None
         return
     path = value[len("file://"):] if value.startswith("file://") else value
     if _SCHEME_RE.match(path):
-        raise ConfigError(f"config key 'store_uri': unsupported scheme in {value!r} (use s3://bucket/prefix "
+        raise ConfigError(f"config key '{key}': unsupported scheme in {value!r} (use s3://bucket/prefix "
                           "or an absolute path)")
     if not path.startswith(("/", "~/")) and path != "~":
-        raise ConfigError(f"config key 'store_uri': {value!r} is not an absolute path (or s3://bucket/prefix): "
+        raise ConfigError(f"config key '{key}': {value!r} is not an absolute path (or s3://bucket/prefix): "
                           "a relative path names a different store in every working directory")
     if "\\" in path or any(p in (".", "..") for p in path.split("/")):
-        raise ConfigError(f"config key 'store_uri': {value!r} has a '.', '..' or backslash component; "
+        raise ConfigError(f"config key '{key}': {value!r} has a '.', '..' or backslash component; "
                           "write the path it means")
 
 
@@ -448,6 +455,8 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
         raise ConfigError(f"config key {f.name!r}: {value!r} is not a cron expression, an @preset or 'none'")
     if f.name == "store_uri":
         _check_store_uri(value)
+    if f.name == "backup_uri" and value:
+        _check_store_uri(value, "backup_uri")
     if f.name == "etcd_endpoint":
         try:
             parse_endpoints("config key 'etcd_endpoint'", value)

@@ -55,10 +55,12 @@ class SnapshotDropped(StateError):
 
 def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: str, *,
             db: str = DEFAULT_DB, timeout: float = 3600.0, owner: str = "", engine: str = "auto",
-            now: float | None = None, max_bytes_per_second: float = 0, max_requests_per_second: float = 0) -> int:
+            now: float | None = None, max_bytes_per_second: float = 0, max_requests_per_second: float = 0,
+            collection_id: int | None = None) -> int:
     """Create (or resume) the Importing target and its Pending copy job; returns the job id.
     max_bytes_per_second / max_requests_per_second: the copy's rate limit, shared by every
-    runner of the job (seglake.throttle; 0 = none)."""
+    runner of the job (seglake.throttle; 0 = none). collection_id: which collection named
+    `collection` (needed only when several dropped or imported ones share the name)."""
     for kind, name in (("collection", collection), ("snapshot", snapshot), ("collection", target), ("db", db)):
         validate_name(kind, name)
     timeout = limits.check("restore_timeout", "restore timeout (seconds)", timeout)  # finite, in range
@@ -67,7 +69,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
         raise ValidationError(f"restore engine must be one of {ENGINES}, got {engine!r}")
     if not isinstance(owner, str):
         raise ValidationError("restore owner must be a string")
-    rec, _ = snapshots.resolve(meta, collection, snapshot, db=db)  # also once the source is dropped
+    rec, _ = snapshots.resolve(meta, collection, snapshot, db=db, collection_id=collection_id)  # also dropped
     if rec.state != COMMITTED:
         raise StateError(f"snapshot {snapshot!r} is {rec.state}; only a COMMITTED snapshot can be restored")
     identity = {"collection": collection, "collection_id": rec.collection_id, "snapshot": snapshot,
@@ -90,7 +92,8 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
         coll = _create_target(meta, target, db, doc, len(segs), identity, owner, token)
         if coll is None:  # the name was taken meanwhile: by the same restore (resume it) or not
             return restore(meta, store, collection, snapshot, target, db=db, timeout=timeout, owner=owner,
-                           engine=engine, now=now, max_bytes_per_second=bps, max_requests_per_second=rps)
+                           engine=engine, now=now, max_bytes_per_second=bps, max_requests_per_second=rps,
+                           collection_id=collection_id)
     else:
         coll = found
     claim = _claim(meta, coll.collection_id, token)

@@ -277,25 +277,30 @@ def write_manifest_groups(groups: Iterable[tuple[int, list[bytes]]], rec_json: d
         yield write_raw_group(store, rec, attempt, n, raws)
 
 
+def collection_doc(meta: Meta, collection_id: int) -> dict:
+    """The collection as a snapshot's metadata describes it."""
+    coll = meta.catalog.get(collection_id)
+    return {"collection_id": coll.collection_id, "name": coll.name, "db": coll.db,
+            "schema": coll.schema.to_json(), "shards": coll.shards, "vchannels": list(coll.vchannels),
+            "partitions": [{"partition_id": p.partition_id, "name": p.name} for p in coll.partitions]}
+
+
 def _metadata(meta: Meta, rec: SnapshotRecord, attempt: int, written: list[ManifestWritten],
-              consistent_ts: int, revision: int) -> tuple[dict, dict]:
-    """(metadata JSON document, totals). Checks the attempt's manifests are complete."""
+              consistent_ts: int, revision: int, collection: dict | None = None) -> tuple[dict, dict]:
+    """(metadata JSON document, totals). Checks the attempt's manifests are complete.
+    `collection`: the collection part (default: read from the catalog)."""
     written = sorted(written, key=lambda w: w.n)
     prefix = layout.snapshot_attempt_prefix(rec.collection_id, rec.snapshot_id, attempt)
     if [w.n for w in written] != list(range(len(written))) or not written or \
             any(not w.key.startswith(prefix) for w in written):
         raise SeglakeError(f"snapshot {rec.name!r}: attempt {attempt} wrote manifests "
                            f"{[w.n for w in written]}, not one complete set under {prefix}")
-    coll = meta.catalog.get(rec.collection_id)
     totals = {k: sum(getattr(w, k) for w in written) for k in ("segments", "rows", "bytes", "files")}
     doc = {
         "format": METADATA_FORMAT, "snapshot_id": rec.snapshot_id, "attempt": attempt, "name": rec.name,
         "description": rec.description, "created_at": rec.created_at, "consistent_ts": consistent_ts,
         "revision": revision, "requested_revision": rec.requested_revision,
-        "collection": {"collection_id": coll.collection_id, "name": coll.name, "db": coll.db,
-                       "schema": coll.schema.to_json(), "shards": coll.shards,
-                       "vchannels": list(coll.vchannels),
-                       "partitions": [{"partition_id": p.partition_id, "name": p.name} for p in coll.partitions]},
+        "collection": collection if collection is not None else collection_doc(meta, rec.collection_id),
         "manifests": [{"key": w.key, "records": w.segments, "size": w.size, "sha256": w.sha256} for w in written],
         "segment_count": totals["segments"],
         "segment_ids": sorted(i for w in written for i in w.segment_ids),
@@ -307,12 +312,14 @@ def _metadata(meta: Meta, rec: SnapshotRecord, attempt: int, written: list[Manif
 
 
 def finish(meta: Meta, store: Store, rec: SnapshotRecord, attempt: int, written: list[ManifestWritten],
-           consistent_ts: int, revision: int, now: float | None = None) -> SnapshotRecord:
+           consistent_ts: int, revision: int, now: float | None = None,
+           collection: dict | None = None) -> SnapshotRecord:
     """Write this attempt's metadata JSON (durable first), then commit PENDING ->
     COMMITTED naming it, in one txn guarded by the record as read. Idempotent for the
-    attempt that won; SnapshotLost for any other writer."""
+    attempt that won; SnapshotLost for any other writer. `collection`: as in _metadata
+    (an imported snapshot's collection is not in the catalog)."""
     _ours_to_commit(meta, rec, attempt)
-    doc, totals = _metadata(meta, rec, attempt, written, consistent_ts, revision)
+    doc, totals = _metadata(meta, rec, attempt, written, consistent_ts, revision, collection)
     raw = json.dumps(doc, separators=(",", ":")).encode()
     location = layout.snapshot_attempt_metadata(rec.collection_id, rec.snapshot_id, attempt)
     store.put(location, raw)

@@ -9,6 +9,8 @@ Layout under the configurable root (default `seglake`):
     {root}/snapshot_alive/{collection_id}/{snapshot_id}   writer heartbeat of a PENDING snapshot
     {root}/snapshot_pins/{pin_id}                    an operator's pin of a snapshot (TTL)
     {root}/retention/{collection_id}                 a collection's snapshot retention policy
+    {root}/backup/{exports|verify}/{db}/{collection}/{bundle}   what was exported / verified
+    {root}/backup/imports/{bundle_uid}               an import of a bundle (its ids: resumable)
     {root}/copy/jobs/{job_id}    {root}/copy/tasks/{job_id}/{task_id}
     {root}/copy/task_states/{job_id}/{Completed|Failed}/{task_id}   a task's terminal state (counted by waits)
     {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
@@ -103,6 +105,30 @@ class Keys:
         """Heartbeat of a PENDING snapshot's writer (outside snapshots/: a heartbeat is
         not a snapshot change and must not make GC reload the snapshot references)."""
         return f"{self.root}/snapshot_alive/{_id(collection_id)}/{_id(snapshot_id)}"
+
+    # backup (lifecycle/backup): what this store exported, imported and verified
+    def backup_export(self, db: str, collection: str, bundle: str) -> str:
+        return f"{self.root}/backup/exports/{_seg(db)}/{_seg(collection)}/{_seg(bundle)}"
+
+    def backup_exports_prefix(self) -> str:
+        return f"{self.root}/backup/exports/"
+
+    def backup_import(self, bundle_uid: str) -> str:
+        """One import of a bundle (its ids, so a re-run resumes it), by the bundle's uid."""
+        return f"{self.root}/backup/imports/{_seg(bundle_uid)}"
+
+    def backup_imports_prefix(self) -> str:
+        return f"{self.root}/backup/imports/"
+
+    def backup_verify(self, db: str, collection: str, bundle: str) -> str:
+        return f"{self.root}/backup/verify/{_seg(db)}/{_seg(collection)}/{_seg(bundle)}"
+
+    def backup_verify_prefix(self) -> str:
+        return f"{self.root}/backup/verify/"
+
+    def backup_throttle(self, token: str) -> str:
+        """The shared rate-limit clock of one export or import run (seglake.throttle)."""
+        return f"{self.root}/backup/throttle/{_seg(token)}"
 
     # copy jobs
     def copy_job(self, job_id: int) -> str:

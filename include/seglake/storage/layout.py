@@ -293,3 +293,59 @@ def parse_wal_fragment(key: str) -> tuple[str, int] | None:
     except ValueError:
         return None
     return (parts[1], int(m.group(1))) if back == key else None
+
+
+# -- backup target (lifecycle/backup; append-only section) -----------------------------
+# A backup target is a store of its own (never the store it backs up):
+#     data/{sha256[:2]}/{sha256}                      a file's content, named by its SHA-256
+#     bundles/{db}/{collection}/{bundle}/bundle.json  what a bundle holds (docs/BUNDLE.md)
+#     bundles/{db}/{collection}/{bundle}/COMMITTED    the commit marker: the SHA-256 of bundle.json
+BUNDLE_DATA, BUNDLES = "data", "bundles"
+BUNDLE_DOC, BUNDLE_COMMIT = "bundle.json", "COMMITTED"
+_SHA256_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
+
+
+def bundle_blob(sha256_hex: str) -> str:
+    if not isinstance(sha256_hex, str) or not _SHA256_RE.fullmatch(sha256_hex):
+        raise ValueError(f"not a SHA-256 hex digest: {sha256_hex!r}")
+    return f"{BUNDLE_DATA}/{sha256_hex[:2]}/{sha256_hex}"
+
+
+def parse_bundle_blob(key: str) -> str | None:
+    """The SHA-256 a data key of a backup target names, None for any other key."""
+    parts = key.split("/") if isinstance(key, str) else []
+    if len(parts) == 3 and parts[0] == BUNDLE_DATA and _SHA256_RE.fullmatch(parts[2]) and parts[1] == parts[2][:2]:
+        return parts[2]
+    return None
+
+
+def bundles_prefix(db: str | None = None, collection: str | None = None) -> str:
+    if db is None:
+        return f"{BUNDLES}/"
+    if collection is None:
+        return f"{BUNDLES}/{_plain_name(db)}/"
+    return f"{BUNDLES}/{_plain_name(db)}/{_plain_name(collection)}/"
+
+
+def bundle_prefix(db: str, collection: str, bundle: str) -> str:
+    return f"{bundles_prefix(db, collection)}{_plain_name(bundle)}/"
+
+
+def bundle_doc(db: str, collection: str, bundle: str) -> str:
+    return f"{bundle_prefix(db, collection, bundle)}{BUNDLE_DOC}"
+
+
+def bundle_commit(db: str, collection: str, bundle: str) -> str:
+    return f"{bundle_prefix(db, collection, bundle)}{BUNDLE_COMMIT}"
+
+
+def parse_bundle_key(key: str) -> tuple[str, str, str, str] | None:
+    """(db, collection, bundle, file name) of a bundle's file, None for anything else."""
+    parts = key.split("/") if isinstance(key, str) else []
+    if len(parts) != 5 or parts[0] != BUNDLES or parts[4] not in (BUNDLE_DOC, BUNDLE_COMMIT):
+        return None
+    try:
+        back = f"{bundle_prefix(parts[1], parts[2], parts[3])}{parts[4]}"
+    except ValueError:
+        return None
+    return (parts[1], parts[2], parts[3], parts[4]) if back == key else None

@@ -1,0 +1,269 @@
+"""Backup bundles: the format of a backup target (docs/BUNDLE.md), opening a target, and
+reading, listing and writing bundles.
+
+A backup target is a store of its own (a local directory or s3://bucket/prefix with its
+own credentials), never the store it backs up. Files are content-addressed:
+
+    data/{sha256[:2]}/{sha256}                      one file's bytes, named by their SHA-256
+    bundles/{db}/{collection}/{bundle}/bundle.json  the bundle: the snapshot's metadata, its
+                                                    segments, and every file it references
+                                                    (source key, size, sha256)
+    bundles/{db}/{collection}/{bundle}/COMMITTED    {"sha256": of bundle.json, "size": ...}
+
+A bundle exists only once COMMITTED names the SHA-256 of its bundle.json, and that is
+written only after every data file the bundle lists is in the target, complete and
+checked. A bundle alone (no etcd, no source store) is enough to restore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Callable, Iterator
+
+from seglake import manifest
+from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, ValidationError
+from seglake.names import validate_name
+from seglake.storage import Store, layout
+
+FORMAT = "seglake-bundle"
+VERSION = 1
+CHUNK = 4 << 20
+
+
+class BundleError(SeglakeError):
+    """A bundle is missing, incomplete, altered or of an unknown format."""
+
+
+# -- the target ---------------------------------------------------------------------------
+def open_target(settings, uri: str | None = None) -> Store:
+    """The backup target store: `uri` (default: config key backup_uri) with the
+    backup_s3_* credentials. Refused when it is (or overlaps) the store itself."""
+    from seglake.config import _check_store_uri
+
+    uri = settings.backup_uri if uri is None else uri
+    if not uri:
+        raise ConfigError("no backup target: set config key 'backup_uri' (a local directory or "
+                          "s3://bucket/prefix) or pass one")
+    _check_store_uri(uri, "backup_uri")
+    if overlaps(settings.store_uri, uri, settings.s3_endpoint, settings.backup_s3_endpoint):
+        raise ConfigError(f"config key 'backup_uri': {uri!r} is (or is inside, or holds) the store "
+                          f"{settings.store_uri!r}; a backup must live in another store")
+    if uri.startswith("s3://"):
+        from seglake.storage.s3 import S3Store
+        return S3Store(uri, endpoint=settings.backup_s3_endpoint, region=settings.backup_s3_region,
+                       access_key=settings.backup_s3_access_key, secret_key=settings.backup_s3_secret_key,
+                       max_pool=max(32, settings.copy_threads))
+    from seglake.storage.local import LocalStore
+    return LocalStore(uri[len("file://"):] if uri.startswith("file://") else uri)
+
+
+def overlaps(store_uri: str, target_uri: str, store_endpoint: str = "", target_endpoint: str = "") -> bool:
+    """True when one location is the other or holds it (same path tree, or the same
+    bucket on the same endpoint with nested prefixes)."""
+    import os
+
+    def local(u: str) -> str:
+        p = u[len("file://"):] if u.startswith("file://") else u
+        return os.path.realpath(os.path.expanduser(p)).rstrip("/") + "/"
+
+    a_s3, b_s3 = store_uri.startswith("s3://"), target_uri.startswith("s3://")
+    if a_s3 != b_s3:
+        return False
+    if not a_s3:
+        a, b = local(store_uri), local(target_uri)
+        return a.startswith(b) or b.startswith(a)
+    from seglake.storage.s3 import parse_s3_uri
+    (ab, ap), (bb, bp) = parse_s3_uri(store_uri), parse_s3_uri(target_uri)
+    if ab != bb or (store_endpoint or "").rstrip("/") != (target_endpoint or "").rstrip("/"):
+        return False
+    ap, bp = (ap.strip("/") + "/") if ap.strip("/") else "", (bp.strip("/") + "/") if bp.strip("/") else ""
+    return ap.startswith(bp) or bp.startswith(ap)
+
+
+# -- content --------------------------------------------------------------------------------
+def sha256_of(store: Store, key: str, *, on_chunk: Callable[[int], None] | None = None) -> tuple[str, int]:
+    """(SHA-256 hex, size) of an object, streamed."""
+    h, n = hashlib.sha256(), 0
+    with store.open_read(key) as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+            n += len(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
+    return h.hexdigest(), n
+
+
+def copy_verified(src: Store, src_key: str, dst: Store, dst_key: str, sha256_hex: str, size: int,
+                  on_chunk: Callable[[int], None] | None = None) -> None:
+    """Stream src_key into dst_key, hashing what passes; the object appears only when the
+    bytes' SHA-256 and size are the expected ones (a mismatch raises before it is
+    published: nothing is left under dst_key)."""
+    def write(out) -> None:
+        h, n = hashlib.sha256(), 0
+        with src.open_read(src_key) as f:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                h.update(chunk)
+                n += len(chunk)
+                out.write(chunk)
+                if on_chunk is not None:
+                    on_chunk(len(chunk))
+        if n != size or h.hexdigest() != sha256_hex:
+            raise BundleError(f"{src_key}: read {n} bytes with SHA-256 {h.hexdigest()[:16]}..., expected {size} "
+                              f"bytes with {sha256_hex[:16]}...: the file changed or is damaged; nothing written "
+                              f"to {dst_key}")
+    dst.put_writer(dst_key, write)
+
+
+def blobs(target: Store) -> dict[str, int]:
+    """{sha256: size} of every data file in the target (one listing)."""
+    out = {}
+    for o in target.list(layout.BUNDLE_DATA):
+        sha = layout.parse_bundle_blob(o.key)
+        if sha is not None:
+            out[sha] = o.size
+    return out
+
+
+# -- bundles ---------------------------------------------------------------------------------
+def check_names(db: str, collection: str, bundle: str) -> None:
+    validate_name("db", db)
+    validate_name("collection", collection)
+    validate_name("bundle", bundle)
+
+
+def write(target: Store, doc: dict) -> dict:
+    """bundle.json, then the commit marker naming its SHA-256 (the bundle exists from
+    the marker on). Every data file must already be in the target."""
+    src = doc["source"]
+    raw = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    key = layout.bundle_doc(src["db"], src["collection"], doc["bundle"])
+    target.put(key, raw)
+    marker = {"format": FORMAT, "version": VERSION, "sha256": manifest.sha256(raw), "size": len(raw),
+              "committed_at": time.time()}
+    target.put(layout.bundle_commit(src["db"], src["collection"], doc["bundle"]),
+               json.dumps(marker, separators=(",", ":")).encode())
+    return marker
+
+
+def read(target: Store, db: str, collection: str, bundle: str) -> dict:
+    """A committed bundle's document, checked: the marker's SHA-256 and size, the format
+    and version, and that every file each segment references is listed with its size.
+    NotFound when there is no bundle (or only an uncommitted one); BundleError when it
+    is damaged."""
+    check_names(db, collection, bundle)
+    where = f"bundle {db}.{collection}/{bundle}"
+    try:
+        marker_raw = target.get(layout.bundle_commit(db, collection, bundle))
+    except NotFound:
+        raise NotFound(f"{where} not found in the backup target (no commit marker: never exported, or the "
+                       f"export did not finish)") from None
+    try:
+        marker = json.loads(marker_raw)
+        want_sha, want_size = marker["sha256"], marker["size"]
+    except (ValueError, KeyError, TypeError):
+        raise BundleError(f"{where}: its commit marker is unreadable") from None
+    try:
+        raw = target.get(layout.bundle_doc(db, collection, bundle))
+    except NotFound:
+        raise BundleError(f"{where}: bundle.json is missing although the bundle was committed") from None
+    if len(raw) != want_size or manifest.sha256(raw) != want_sha:
+        raise BundleError(f"{where}: bundle.json ({len(raw)} bytes) does not match the SHA-256 its commit marker "
+                          f"holds: altered or truncated")
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise BundleError(f"{where}: bundle.json is unreadable: {e}") from None
+    return check(doc, where)
+
+
+def check(doc, where: str) -> dict:
+    """The document's own consistency (format, version, segments <-> files)."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise BundleError(f"{where}: not a {FORMAT} document")
+    if doc.get("version") != VERSION:
+        raise BundleError(f"{where}: format version {doc.get('version')!r}; this seglake reads version {VERSION}")
+    files, segments = doc.get("files"), doc.get("segments")
+    if not isinstance(files, dict) or not isinstance(segments, list) or not isinstance(doc.get("snapshot"), dict):
+        raise BundleError(f"{where}: has no files, segments or snapshot section")
+    for key, f in files.items():
+        if not (isinstance(f, dict) and isinstance(f.get("size"), int) and f["size"] >= 0
+                and isinstance(f.get("sha256"), str) and layout.parse_bundle_blob(layout.bundle_blob(f["sha256"]))):
+            raise BundleError(f"{where}: file entry {key!r} is invalid")
+    for e in segments:
+        for path, size in manifest.entry_files(e):
+            f = files.get(path)
+            if f is None or f["size"] != size:
+                raise BundleError(f"{where}: segment {e.get('segment_id')} references {path} ({size} bytes), "
+                                  f"which the bundle does not list with that size")
+    return doc
+
+
+def find(target: Store, db: str | None = None, collection: str | None = None) -> Iterator[tuple[str, str, str, bool]]:
+    """(db, collection, bundle, committed) of every bundle directory in the target."""
+    seen: dict[tuple[str, str, str], bool] = {}
+    for o in target.list(layout.bundles_prefix(db, collection) if db else layout.bundles_prefix()):
+        parsed = layout.parse_bundle_key(o.key)
+        if parsed is None:
+            continue
+        d, c, b, name = parsed
+        seen[(d, c, b)] = seen.get((d, c, b), False) or name == layout.BUNDLE_COMMIT
+    for (d, c, b), committed in sorted(seen.items()):
+        yield d, c, b, committed
+
+
+def summary(doc: dict) -> dict:
+    src = doc["source"]
+    return {"bundle": doc["bundle"], "uid": doc["uid"], "db": src["db"], "collection": src["collection"],
+            "snapshot": src["snapshot"], "snapshot_id": src["snapshot_id"], "created_at": doc["created_at"],
+            "consistent_ts": src["consistent_ts"], **doc["totals"]}
+
+
+def list_bundles(target: Store, db: str | None = None, collection: str | None = None) -> list[dict]:
+    """Every bundle in the target: its summary, or its state (incomplete, damaged)."""
+    out = []
+    for d, c, b, committed in find(target, db, collection):
+        if not committed:
+            out.append({"db": d, "collection": c, "bundle": b, "state": "incomplete"})
+            continue
+        try:
+            out.append({**summary(read(target, d, c, b)), "state": "committed"})
+        except (BundleError, NotFound, ValidationError) as e:
+            out.append({"db": d, "collection": c, "bundle": b, "state": "damaged", "error": str(e)})
+    return out
+
+
+def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int, str], str]:
+    """{(source key, size, source tag): sha256} from the committed bundles of a collection:
+    what an incremental export need not read again."""
+    out: dict[tuple[str, int, str], str] = {}
+    for d, c, b, committed in find(target, db, collection):
+        if not committed:
+            continue
+        try:
+            doc = read(target, d, c, b)
+        except (BundleError, NotFound):
+            continue   # a damaged bundle vouches for nothing
+        for key, f in doc["files"].items():
+            if f.get("tag"):
+                out[(key, f["size"], f["tag"])] = f["sha256"]
+    return out
+
+
+def existing(target: Store, db: str, collection: str, bundle: str) -> dict | None:
+    try:
+        return read(target, db, collection, bundle)
+    except NotFound:
+        return None
+
+
+def same_snapshot(doc: dict, snapshot_id: int, collection_id: int) -> bool:
+    src = doc["source"]
+    return src.get("snapshot_id") == snapshot_id and src.get("collection_id") == collection_id
+
+
+def refuse_other(doc: dict, db: str, collection: str, bundle: str) -> None:
+    src = doc["source"]
+    raise Conflict(f"bundle {db}.{collection}/{bundle} already exists in the backup target for snapshot "
+                   f"{src['snapshot']!r} (id {src['snapshot_id']}); choose another bundle name")

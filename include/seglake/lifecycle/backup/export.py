@@ -1,0 +1,223 @@
+"""Export a COMMITTED snapshot to a backup target as a self-contained bundle (issue 19).
+
+    check names, the target, the snapshot (COMMITTED), and an existing bundle of that
+    name (the same snapshot: done already; another: Conflict) -- before any change
+    -> pin the snapshot for the export (it cannot be dropped; GC keeps its files)
+    -> plan: every file the snapshot references, with its size and source tag (S3
+       ETag or local mtime); a file an earlier bundle of the collection listed with the
+       same key, size and tag, whose data file is in the target, is reused unread
+    -> run: every other file is hashed (SHA-256) and, when the target lacks that
+       content, streamed into data/{sha[:2]}/{sha}, checked on the way (the data file
+       appears only complete and with that SHA-256)
+    -> write bundle.json, then the commit marker (the bundle exists from then on)
+    -> unpin; record what was done in etcd ({root}/backup/exports/...)
+
+Resumable and idempotent: a re-run after a kill reuses every data file already in the
+target (content-addressed) and writes the same bundle. Throttled by the same shared
+rate limit as copy jobs (seglake.throttle), per export run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from seglake import limits, manifest
+from seglake.errors import NotFound, SeglakeError, StateError, ValidationError
+from seglake.lifecycle import snapshot as snapshots
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.meta import Meta
+from seglake.meta.catalog import DEFAULT_DB
+from seglake.meta.snapshots import COMMITTED
+from seglake.names import validate_name
+from seglake.progress import human_bytes
+from seglake.storage import Store, layout
+from seglake.throttle import Throttle, check_rates, human_rate
+
+log = logging.getLogger("seglake.backup")
+EXPORT_PIN_TTL = 7 * 86400.0
+
+
+def source_tag(info) -> str:
+    """What identifies one version of a source file cheaply: its S3 ETag, else its mtime."""
+    etag = getattr(info, "etag", "")
+    return f"etag:{etag}" if etag else f"mtime:{info.mtime:.6f}"
+
+
+class _Progress:
+    def __init__(self, total_files: int, total_bytes: int, say):
+        self.lock = threading.Lock()
+        self.files = self.read = self.copied = self.copied_files = self.deduped = 0
+        self.total_files, self.total_bytes, self.say = total_files, total_bytes, say
+        self.first: float | None = None
+        self.last_line = 0.0
+
+    def chunk(self, n: int, copied: bool) -> None:
+        with self.lock:
+            self.first = self.first or time.time()
+            if copied:
+                self.copied += n
+            else:
+                self.read += n
+
+    def file_done(self, copied: bool) -> None:
+        with self.lock:
+            self.files += 1
+            self.copied_files += copied
+            self.deduped += not copied
+            now = time.time()
+            if now - self.last_line >= 5 or self.files == self.total_files:
+                self.last_line = now
+                el = max(1e-9, now - (self.first or now))
+                self.say(f"export: {self.files}/{self.total_files} files checked, {human_bytes(self.copied)} copied "
+                         f"({human_bytes(self.copied / el)}/s), {self.deduped} already in the target")
+
+
+def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: str, *, bundle: str | None = None,
+           db: str = DEFAULT_DB, threads: int = 8, max_bytes_per_second: float = 0,
+           max_requests_per_second: float = 0, by: str = "", collection_id: int | None = None,
+           say=log.warning) -> dict:
+    """Export (or finish exporting) snapshot `snapshot` of `collection` as bundle `bundle`
+    (default: the snapshot's name). Returns the report."""
+    bundle = snapshot if bundle is None else bundle
+    bundles.check_names(db, collection, bundle)
+    validate_name("snapshot", snapshot)
+    threads = int(limits.check("copy_threads", "threads", threads))
+    bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
+    if target.uri == store.uri:
+        raise ValidationError("the backup target is the store itself; export to another store")
+    rec, _ = snapshots.resolve(meta, collection, snapshot, db=db, collection_id=collection_id)
+    if rec.state != COMMITTED:
+        raise StateError(f"snapshot {snapshot!r} is {rec.state}; only a COMMITTED snapshot can be exported")
+    started = time.time()
+    done = bundles.existing(target, db, collection, bundle)
+    if done is not None:
+        if not bundles.same_snapshot(done, rec.snapshot_id, rec.collection_id):
+            bundles.refuse_other(done, db, collection, bundle)
+        report = {**bundles.summary(done), "state": "committed", "already": True, "copied_files": 0,
+                  "copied_bytes": 0, "target": target.uri}
+        _record(meta, db, collection, bundle, report)
+        return report
+
+    pin = snapshots.pin(meta, collection, snapshot, EXPORT_PIN_TTL, db=db, collection_id=rec.collection_id,
+                        by=f"export {bundle}{' by ' + by if by else ''}")
+    token = uuid.uuid4().hex[:16]
+    _record(meta, db, collection, bundle, {"state": "running", "snapshot": snapshot, "snapshot_id": rec.snapshot_id,
+                                           "target": target.uri, "started_at": started, "pin_id": pin["pin_id"]})
+    try:
+        report = _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say)
+    except BaseException as e:
+        _record(meta, db, collection, bundle, {"state": "failed", "snapshot": snapshot, "target": target.uri,
+                                               "started_at": started, "finished_at": time.time(),
+                                               "error": str(e)[:2000]})
+        raise
+    finally:
+        try:
+            snapshots.unpin(meta, pin["pin_id"])
+        except NotFound:
+            pass
+        meta.kv.delete(meta.keys.backup_throttle(token))
+    _record(meta, db, collection, bundle, report)
+    return report
+
+
+def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say) -> dict:
+    doc = snapshots.read_metadata(store, rec)
+    entries = [e for _, es in snapshots.read_entries(store, rec, doc) for e in es]
+    sizes: dict[str, int] = {}
+    for e in entries:
+        for path, size in manifest.entry_files(e):
+            sizes[path] = size
+    described = store.describe(sizes)
+    files: dict[str, dict] = {}
+    for path, size in sizes.items():
+        info = described.get(path)
+        if info is None:
+            try:
+                info = store.head(path)
+            except NotFound:
+                raise SeglakeError(f"snapshot {rec.name!r} references {path}, which is missing from the store") from None
+        if info.size != size:
+            raise SeglakeError(f"snapshot {rec.name!r} references {path} with {size} bytes; the store holds "
+                               f"{info.size}: the file changed or is damaged, nothing exported")
+        files[path] = {"size": size, "tag": source_tag(info)}
+
+    known = bundles.known_files(target, db, collection)
+    present = bundles.blobs(target)
+    todo = []
+    for path, f in files.items():
+        sha = known.get((path, f["size"], f["tag"]))
+        if sha is not None and present.get(sha) == f["size"]:
+            f["sha256"] = sha            # an earlier bundle vouches for it, and its content is there
+        else:
+            todo.append(path)
+    reused = len(files) - len(todo)
+    say(f"export {db}.{collection}/{bundle}: snapshot {rec.name!r} ({len(files)} files, "
+        f"{human_bytes(sum(f['size'] for f in files.values()))}); {reused} files unchanged since an earlier "
+        f"bundle, {len(todo)} to check; rate limit {human_rate(bps, 'B/s')}, {human_rate(rps, 'req/s')}")
+    throttle = Throttle(meta.kv, meta.keys.backup_throttle(token), bps, rps)
+    prog = _Progress(len(todo), sum(files[p]["size"] for p in todo), say)
+    present_lock, inflight = threading.Lock(), set()
+
+    def one(path: str) -> None:
+        size = files[path]["size"]
+        sha, n = bundles.sha256_of(store, path, on_chunk=lambda c: prog.chunk(c, False))
+        if n != size:
+            raise SeglakeError(f"{path}: read {n} bytes, the snapshot lists {size}")
+        files[path]["sha256"] = sha
+        with present_lock:   # equal contents are copied once (another thread's copy failing fails the export)
+            there = present.get(sha) == size or sha in inflight
+            inflight.add(sha)
+        if not there:
+            throttle.acquire(0, 1)
+
+            def chunk(c: int) -> None:
+                prog.chunk(c, True)
+                throttle.acquire(c, 0)
+            bundles.copy_verified(store, path, target, layout.bundle_blob(sha), sha, size, on_chunk=chunk)
+            with present_lock:
+                present[sha] = size
+        prog.file_done(not there)
+
+    with target.durable_batch(), ThreadPoolExecutor(max(1, threads)) as pool:
+        for fut in [pool.submit(one, p) for p in todo]:
+            fut.result()
+
+    totals = {"segments": len(entries), "rows": sum(e["num_rows"] for e in entries), "files": len(files),
+              "bytes": sum(f["size"] for f in files.values()), "unique_blobs": len({f["sha256"] for f in files.values()})}
+    out_doc = {
+        "format": bundles.FORMAT, "version": bundles.VERSION, "bundle": bundle, "uid": uuid.uuid4().hex,
+        "created_at": time.time(),
+        "source": {"db": db, "collection": collection, "collection_id": rec.collection_id,
+                   "snapshot": rec.name, "snapshot_id": rec.snapshot_id, "consistent_ts": rec.consistent_ts,
+                   "committed_at": rec.committed_at, "description": rec.description,
+                   "max_ts": max([e["dml_ts"] for e in entries] + [rec.consistent_ts])},
+        "snapshot": {k: doc[k] for k in ("collection", "partition_ids", "index_build_ids", "totals")},
+        "segments": entries, "files": files, "totals": totals,
+    }
+    bundles.write(target, out_doc)
+    finished = time.time()
+    el = max(1e-9, finished - (prog.first or finished))
+    report = {**bundles.summary(out_doc), "state": "committed", "already": False, "target": target.uri,
+              "copied_files": prog.copied_files, "copied_bytes": prog.copied, "read_bytes": prog.read,
+              "reused_files": reused, "deduplicated_files": prog.deduped, "started_at": started,
+              "finished_at": finished, "seconds": round(finished - started, 3),
+              "copy_rate_bytes_per_second": round(prog.copied / el, 1), "throttle": throttle.report()}
+    say(f"export {db}.{collection}/{bundle}: committed; {prog.copied_files} files ({human_bytes(prog.copied)}) "
+        f"copied, {reused + prog.deduped} already in the target, {report['seconds']} s")
+    return report
+
+
+def _record(meta: Meta, db: str, collection: str, bundle: str, report: dict) -> None:
+    """What this store knows of an export (the operator page reads these)."""
+    doc = {k: v for k, v in report.items() if k not in ("throttle",)}
+    meta.kv.put(meta.keys.backup_export(db, collection, bundle),
+                json.dumps({"db": db, "collection": collection, "bundle": bundle, **doc}))
+
+
+def list_exports(meta: Meta) -> list[dict]:
+    return [json.loads(kv.value) for kv in meta.kv.range(meta.keys.backup_exports_prefix())]

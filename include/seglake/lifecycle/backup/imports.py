@@ -1,0 +1,223 @@
+"""Import a bundle from a backup target as a COMMITTED snapshot of this store, and restore
+from a bundle (import, then the normal restore through a copy job) -- issue 19 item 3.
+
+    read the bundle (commit marker, SHA-256 of bundle.json, format, segments <-> files)
+    -> the import record {root}/backup/imports/{bundle uid}: the ids this import uses (a
+       fresh collection id, snapshot id, and new partition, segment and index build ids,
+       so nothing collides with this store's own), created once (compare: absent); a
+       re-run reads it and resumes with the same ids
+    -> a PENDING snapshot record of that collection id (GC skips a collection with a
+       PENDING snapshot, so the files copied next are never collected half way), kept
+       alive by heartbeats while the files are copied
+    -> every file from data/{sha256} in the target to its key under the new ids, its
+       SHA-256 and size checked on arrival (a file already there with that content is kept)
+    -> the TSO moved past the bundle's newest timestamp (rows written later are newer)
+    -> manifests and metadata, then PENDING -> COMMITTED (snapshot.finish)
+
+The imported snapshot belongs to a collection that is not in the catalog, like the
+snapshot of a dropped collection: `snapshot_restore` restores it by name (or by
+collection id), GC keeps every file it references, pins and drop work as for any other.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from seglake import limits, manifest
+from seglake.errors import Conflict, NotFound
+from seglake.lifecycle import restore as restores
+from seglake.lifecycle import snapshot as snapshots
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.meta import Meta
+from seglake.meta.catalog import DEFAULT_DB, shard_of, vchannel_names
+from seglake.meta.kv import Put, absent, unchanged
+from seglake.meta.segments import IndexFile
+from seglake.meta.snapshots import COMMITTED, PENDING, SnapshotRecord
+from seglake.names import validate_name
+from seglake.progress import human_bytes
+from seglake.storage import Store, layout
+from seglake.throttle import Throttle, check_rates
+
+log = logging.getLogger("seglake.backup")
+
+
+def import_bundle(meta: Meta, store: Store, target: Store, collection: str, bundle: str, *,
+                  db: str = DEFAULT_DB, as_collection: str | None = None, snapshot: str | None = None,
+                  threads: int = 8, max_bytes_per_second: float = 0, max_requests_per_second: float = 0,
+                  say=log.warning) -> dict:
+    """Import bundle `bundle` of `db`.`collection` as snapshot `snapshot` (default: the
+    bundle's) of collection `as_collection` (default: the bundle's collection name).
+    Returns {collection, collection_id, snapshot, snapshot_id, copied_files, ...}."""
+    bundles.check_names(db, collection, bundle)
+    name = collection if as_collection is None else validate_name("collection", as_collection)
+    threads = int(limits.check("copy_threads", "threads", threads))
+    bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
+    doc = bundles.read(target, db, collection, bundle)
+    snap = doc["source"]["snapshot"] if snapshot is None else validate_name("snapshot", snapshot)
+    plan = _import_record(meta, doc, db, name, snap)
+    cid, sid = plan["collection_id"], plan["snapshot_id"]
+    rec = meta.snapshots.find(cid, snap)
+    if rec is not None and rec.state == COMMITTED:
+        return _done(meta, plan, rec, copied_files=0, copied_bytes=0)
+    if rec is None:
+        rec = meta.snapshots.create_pending(SnapshotRecord(
+            snapshot_id=sid, collection_id=cid, collection_name=name, db=db, name=snap, state=PENDING,
+            created_at=time.time(), description=doc["source"].get("description", ""),
+            owner=f"import:{doc['uid']}", partitions=len(doc["snapshot"]["collection"]["partitions"]),
+            requested_revision=meta.kv.revision()))
+    elif rec.snapshot_id != sid or rec.state != PENDING:
+        raise Conflict(f"snapshot {snap!r} of imported collection id {cid} is {rec.state} (id {rec.snapshot_id}); "
+                       f"not this import's")
+    coll_doc, segs = _remap(doc, plan, name, db)
+    copies = []
+    for old, new in zip(_entry_segments(doc), segs):
+        for src, dst in zip(layout.segment_files(old), layout.segment_files(new)):
+            f = doc["files"][src.key]
+            copies.append((dst.key, f["sha256"], f["size"]))
+    attempt = meta.ids.allocate()
+    throttle = Throttle(meta.kv, meta.keys.backup_throttle(f"import-{doc['uid']}-{attempt}"), bps, rps)
+    stats = {"copied_files": 0, "copied_bytes": 0, "kept_files": 0}
+    lock = threading.Lock()
+    say(f"import {db}.{collection}/{bundle} as {db}.{name}/{snap}: {len(copies)} files, "
+        f"{human_bytes(sum(c[2] for c in copies))}")
+    try:
+        with snapshots.KeepAlive(meta, rec, f"import attempt {attempt}") as alive:
+            def one(item) -> None:
+                dst, sha, size = item
+                alive.check()
+                if _holds(store, dst, sha, size):
+                    with lock:
+                        stats["kept_files"] += 1
+                    return
+                throttle.acquire(0, 1)
+                try:
+                    bundles.copy_verified(target, layout.bundle_blob(sha), store, dst, sha, size,
+                                          on_chunk=lambda c: throttle.acquire(c, 0))
+                except NotFound:
+                    raise bundles.BundleError(f"bundle {db}.{collection}/{bundle}: data file {sha} "
+                                              f"(for {dst}) is missing from the backup target") from None
+                with lock:
+                    stats["copied_files"] += 1
+                    stats["copied_bytes"] += size
+
+            with store.durable_batch(), ThreadPoolExecutor(max(1, threads)) as pool:
+                for fut in [pool.submit(one, c) for c in copies]:
+                    fut.result()
+            meta.tso.advance_past(int(doc["source"]["max_ts"]))
+            written = [snapshots.write_manifest(store, rec, attempt, n, g)
+                       for n, g in enumerate(snapshots.group(segs))]
+            alive.check()
+            rec = snapshots.finish(meta, store, rec, attempt, written, int(doc["source"]["consistent_ts"]),
+                                   meta.kv.revision(), collection=coll_doc)
+    except snapshots.SnapshotLost:
+        raise
+    except Exception as e:
+        snapshots.record_failure(meta, rec, f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        meta.kv.delete(throttle.key)
+    say(f"import {db}.{name}/{snap}: committed; {stats['copied_files']} files ({human_bytes(stats['copied_bytes'])}) "
+        f"copied, {stats['kept_files']} already there")
+    return _done(meta, plan, rec, **stats)
+
+
+def _holds(store: Store, key: str, sha: str, size: int) -> bool:
+    """The store already has `key` with exactly this content (a resumed import)."""
+    try:
+        if store.head(key).size != size:
+            return False
+    except NotFound:
+        return False
+    return bundles.sha256_of(store, key)[0] == sha
+
+
+def _entry_segments(doc: dict) -> list:
+    return [manifest.entry_to_segment(e) for e in doc["segments"]]
+
+
+def _import_record(meta: Meta, doc: dict, db: str, name: str, snap: str) -> dict:
+    """The ids of this bundle's import: created once (compare absent), then read."""
+    key = meta.keys.backup_import(doc["uid"])
+    kv = meta.kv.get(key)
+    if kv is None:
+        for r in meta.snapshots.list():   # one snapshot per (collection name, db, name): restore finds it by name
+            if (r.collection_name, r.db, r.name) == (name, db, snap):
+                raise Conflict(f"a snapshot {snap!r} of a collection named {name!r} already exists in db {db!r} "
+                               f"(collection id {r.collection_id}); import as another collection or snapshot name")
+        parts = doc["snapshot"]["collection"]["partitions"]
+        builds = sorted({x.build_id for s in _entry_segments(doc) for x in s.index_files})
+        n = len(parts) + len(doc["segments"]) + len(builds)
+        plan = {"uid": doc["uid"], "bundle": doc["bundle"], "source": doc["source"], "db": db, "collection": name,
+                "snapshot": snap, "collection_id": meta.ids.allocate(), "snapshot_id": meta.ids.allocate(),
+                "id_base": meta.ids.allocate(max(1, n)), "state": "importing", "created_at": time.time()}
+        try:
+            meta.kv.txn([absent(key)], [Put(key, json.dumps(plan))])
+            return plan
+        except Conflict:
+            kv = meta.kv.get(key)   # a concurrent import of the same bundle won: use its ids
+    plan = json.loads(kv.value)
+    if (plan["db"], plan["collection"], plan["snapshot"]) != (db, name, snap):
+        raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) was already imported as snapshot "
+                       f"{plan['snapshot']!r} of {plan['db']}.{plan['collection']}; restore from that one")
+    return plan
+
+
+def _remap(doc: dict, plan: dict, name: str, db: str) -> tuple[dict, list]:
+    """(the collection part of the imported snapshot's metadata, the segments under the
+    import's ids: partitions, segments, index builds, and vchannels of its collection id)."""
+    c = doc["snapshot"]["collection"]
+    cid, base = plan["collection_id"], plan["id_base"]
+    parts = {p["partition_id"]: base + i for i, p in enumerate(c["partitions"])}
+    segs = _entry_segments(doc)
+    seg_ids = {s.segment_id: base + len(parts) + i for i, s in enumerate(segs)}
+    builds = sorted({x.build_id for s in segs for x in s.index_files})
+    build_ids = {b: base + len(parts) + len(segs) + i for i, b in enumerate(builds)}
+    vch = vchannel_names(cid, c["shards"])
+    coll_doc = {**c, "collection_id": cid, "name": name, "db": db, "vchannels": list(vch),
+                "partitions": [{"partition_id": parts[p["partition_id"]], "name": p["name"]} for p in c["partitions"]]}
+    out = [s.replace(collection_id=cid, partition_id=parts[s.partition_id], segment_id=seg_ids[s.segment_id],
+                     channel=vch[shard_of(s.channel)],
+                     index_files=tuple(IndexFile(build_ids[x.build_id], x.version, x.name, x.size)
+                                       for x in s.index_files))
+           for s in segs]
+    return coll_doc, out
+
+
+def _done(meta: Meta, plan: dict, rec: SnapshotRecord, **stats) -> dict:
+    key = meta.keys.backup_import(plan["uid"])
+    kv = meta.kv.get(key)
+    if kv is not None and json.loads(kv.value).get("state") != "imported":
+        try:
+            meta.kv.txn([unchanged(kv)], [Put(key, json.dumps({**plan, "state": "imported",
+                                                               "imported_at": time.time()}))])
+        except Conflict:
+            pass   # another driver of the same import marked it
+    return {"collection": plan["collection"], "db": plan["db"], "collection_id": plan["collection_id"],
+            "snapshot": rec.name, "snapshot_id": rec.snapshot_id, "rows": rec.rows, "segments": rec.segments,
+            "files": rec.files, "bytes": rec.bytes, "bundle": plan["bundle"], "uid": plan["uid"], **stats}
+
+
+def list_imports(meta: Meta) -> list[dict]:
+    return [json.loads(kv.value) for kv in meta.kv.range(meta.keys.backup_imports_prefix())]
+
+
+def restore_from_bundle(meta: Meta, store: Store, target: Store, collection: str, bundle: str, restore_to: str, *,
+                        db: str = DEFAULT_DB, as_collection: str | None = None, timeout: float = 3600.0,
+                        owner: str = "", engine: str = "auto", threads: int = 8, max_bytes_per_second: float = 0,
+                        max_requests_per_second: float = 0, say=log.warning) -> dict:
+    """Import the bundle (or find it imported), then set up the normal restore of that
+    snapshot into the new collection `restore_to`: returns the import and the copy job id
+    (the copy-job steps -- inline or the DAG's tasks -- do the rest)."""
+    validate_name("collection", restore_to)
+    timeout = limits.check("restore_timeout", "restore timeout (seconds)", timeout)
+    imported = import_bundle(meta, store, target, collection, bundle, db=db, as_collection=as_collection,
+                             threads=threads, max_bytes_per_second=max_bytes_per_second,
+                             max_requests_per_second=max_requests_per_second, say=say)
+    job_id = restores.restore(meta, store, imported["collection"], imported["snapshot"], restore_to, db=db,
+                              timeout=timeout, owner=owner, engine=engine, max_bytes_per_second=max_bytes_per_second,
+                              max_requests_per_second=max_requests_per_second, collection_id=imported["collection_id"])
+    return {"import": imported, "job_id": job_id, "target_collection": restore_to}

@@ -1,0 +1,198 @@
+"""Issue 19: export a snapshot to another store as a bundle, incrementally; restore from
+the bundle alone into a fresh etcd and a fresh store; verify a bundle; refusals.
+
+Real etcd, real files on local disk and SeaweedFS (S3) as a second store."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import numpy as np
+import pytest
+
+from seglake import demo
+from seglake.config import Settings
+from seglake.errors import ConfigError, Conflict, NotFound
+from seglake.lifecycle import copyjob, snapshot
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import export as exports
+from seglake.lifecycle.backup import imports, verify
+from seglake.meta import Meta
+from seglake.meta.copyjobs import JOB_COMPLETED
+from seglake.storage import layout, open_store
+from seglake.storage.local import LocalStore
+from seglake.visibility import visible_rows
+
+quiet = dict(say=lambda line: None)
+
+
+def _rows(meta, store, name: str) -> list[tuple]:
+    coll = meta.catalog.get_by_name(name)
+    t = visible_rows(meta, store, coll.collection_id, columns=["embedding", "price"])
+    part = {p.partition_id: p.name for p in coll.partitions}
+    return sorted(zip(t.column("pk").to_pylist(), [tuple(v) for v in t.column("embedding").to_pylist()],
+                      t.column("price").to_pylist(), t.column("Timestamp").to_pylist(),
+                      [part[p] for p in t.column("partition_id").to_pylist()]))
+
+
+def _seed(meta, store, name="bk", segments=3):
+    coll, _ = demo.seed(meta, store, demo.SeedParams(name=name, partitions=2, segments=segments, rows=200, dim=4))
+    snapshot.create(meta, store, name, "s1")
+    return coll
+
+
+def _add_segment(meta, store, coll, seed=7):
+    params = demo.SeedParams(name=coll.name, partitions=2, segments=1, rows=200, dim=4)
+    seg = demo._write_segment(meta, store, coll, coll.partitions[0].partition_id, 0, params,
+                              np.random.default_rng(seed))
+    meta.segments.save([seg])
+
+
+def _fresh(etcd_server, tmp_path, **extra):
+    """Another seglake: its own etcd root and its own store directory."""
+    s = Settings.from_dict({"etcd_endpoint": etcd_server.endpoint, "etcd_root": f"dr{uuid.uuid4().hex[:8]}",
+                            "store_uri": str(tmp_path / f"store_{uuid.uuid4().hex[:6]}"), "etcd_timeout": 5, **extra})
+    return Meta.from_settings(s), open_store(s)
+
+
+def _restore_all(meta, store, target, name, bundle, to):
+    out = imports.restore_from_bundle(meta, store, target, name, bundle, to, engine="inline", **quiet)
+    copyjob.plan(meta, out["job_id"])
+    copyjob.run_inline(meta, store, out["job_id"])
+    assert copyjob.finalize(meta, out["job_id"]).state == JOB_COMPLETED
+    return out
+
+
+def test_export_then_disaster_restore_from_the_bundle_alone(meta, store, etcd_server, tmp_path):
+    _seed(meta, store)
+    want = _rows(meta, store, "bk")
+    target = LocalStore(tmp_path / "backup")
+    rep = exports.export(meta, store, target, "bk", "s1", **quiet)
+    rec = meta.snapshots.find(meta.catalog.get_by_name("bk").collection_id, "s1")
+    assert rep["state"] == "committed" and (rep["files"], rep["bytes"]) == (rec.files, rec.bytes)
+    assert rep["copied_bytes"] == sum(bundles.blobs(target).values()) > 0   # equal contents stored once
+    assert rep["rows"] == rec.rows and len(want) > 0
+    assert not rec.holds, "the export's pin is released at the end"
+    # the source store and etcd are gone: a new etcd root and an empty store
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        out = _restore_all(meta2, store2, target, "bk", "s1", "bk_back")
+        assert out["import"]["copied_files"] == rec.files and out["import"]["copied_bytes"] == rec.bytes
+        assert _rows(meta2, store2, "bk_back") == want
+        # the imported snapshot is a normal COMMITTED snapshot: restore it again by name
+        again = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "bk_again", engine="inline", **quiet)
+        assert again["import"]["copied_files"] == 0 and again["import"]["collection_id"] == \
+            out["import"]["collection_id"], "the second restore reuses the import"
+        # new writes get ticks above every restored row
+        assert meta2.tso.now() > json.loads(target.get(layout.bundle_doc("default", "bk", "s1")))["source"]["max_ts"]
+    finally:
+        meta2.close()
+
+
+def test_second_export_of_an_unchanged_collection_copies_nothing_and_a_change_copies_only_it(meta, store, tmp_path):
+    coll = _seed(meta, store)
+    target = LocalStore(tmp_path / "backup")
+    first = exports.export(meta, store, target, "bk", "s1", **quiet)
+    snapshot.create(meta, store, "bk", "s2")          # same segments, a new snapshot
+    second = exports.export(meta, store, target, "bk", "s2", **quiet)
+    assert (second["copied_files"], second["copied_bytes"], second["read_bytes"]) == (0, 0, 0)
+    assert second["reused_files"] == second["files"] == first["files"]
+    _add_segment(meta, store, coll)
+    snapshot.create(meta, store, "bk", "s3")
+    third = exports.export(meta, store, target, "bk", "s3", **quiet)
+    new_files = third["files"] - first["files"]
+    assert third["reused_files"] == first["files"] and new_files > 0
+    assert third["copied_files"] + third["deduplicated_files"] == new_files and third["copied_files"] > 0
+    assert 0 < third["copied_bytes"] < first["copied_bytes"]
+    # the bundles share their data files; each lists them all
+    assert len(bundles.blobs(target)) == third["unique_blobs"]
+    assert [b["bundle"] for b in bundles.list_bundles(target)] == ["s1", "s2", "s3"]
+    # exporting the same snapshot again under its name: nothing to do; another snapshot: refused
+    assert exports.export(meta, store, target, "bk", "s3", **quiet)["already"] is True
+    with pytest.raises(Conflict, match="already exists in the backup target for snapshot 's1'"):
+        exports.export(meta, store, target, "bk", "s2", bundle="s1", **quiet)
+
+
+def test_verify_names_every_bad_file_and_an_import_refuses_a_damaged_one(meta, store, etcd_server, tmp_path):
+    _seed(meta, store, segments=1)
+    target = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, target, "bk", "s1", **quiet)
+    ok = verify.verify(target, "bk", "s1", meta=meta, **quiet)
+    assert ok["ok"] and ok["problem_count"] == 0 and ok["rows"] > 0
+    doc = bundles.read(target, "default", "bk", "s1")
+    insert = sorted(k for k in doc["files"] if k.startswith("insert_log/"))
+    damaged, gone = doc["files"][insert[0]]["sha256"], doc["files"][insert[1]]["sha256"]
+    raw = bytearray(target.get(layout.bundle_blob(damaged)))
+    raw[len(raw) // 2] ^= 0xFF
+    target.put(layout.bundle_blob(damaged), bytes(raw))      # same size, other content
+    target.delete_many([layout.bundle_blob(gone)])
+    bad = verify.verify(target, "bk", "s1", meta=meta, **quiet)
+    named = {p["file"]: p["problem"] for p in bad["problems"]}
+    assert not bad["ok"] and insert[0] in named and insert[1] in named, named
+    assert "content differs" in named[insert[0]] and "missing" in named[insert[1]]
+    recorded = verify.list_verifications(meta)
+    assert [(r["bundle"], r["ok"]) for r in recorded] == [("s1", False)]
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        with pytest.raises(bundles.BundleError):
+            imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "bk_back", **quiet)
+        assert not [r for r in meta2.snapshots.list() if r.state == "COMMITTED"]
+        with pytest.raises(NotFound):
+            meta2.catalog.get_by_name("bk_back")
+    finally:
+        meta2.close()
+
+
+def test_a_tampered_bundle_document_is_refused(meta, store, tmp_path):
+    _seed(meta, store, segments=1)
+    target = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, target, "bk", "s1", **quiet)
+    key = layout.bundle_doc("default", "bk", "s1")
+    doc = json.loads(target.get(key))
+    doc["totals"]["rows"] += 1
+    target.put(key, json.dumps(doc).encode())
+    with pytest.raises(bundles.BundleError, match="does not match the SHA-256"):
+        bundles.read(target, "default", "bk", "s1")
+    assert not verify.verify(target, "bk", "s1", **quiet)["ok"]
+
+
+def test_an_export_without_its_commit_marker_is_no_bundle(meta, store, tmp_path):
+    _seed(meta, store, segments=1)
+    target = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, target, "bk", "s1", **quiet)
+    target.delete_many([layout.bundle_commit("default", "bk", "s1")])
+    with pytest.raises(NotFound, match="no commit marker"):
+        bundles.read(target, "default", "bk", "s1")
+    assert [b["state"] for b in bundles.list_bundles(target)] == ["incomplete"]
+    assert exports.export(meta, store, target, "bk", "s1", **quiet)["copied_files"] == 0  # resumed: data is there
+
+
+def test_the_target_must_be_another_store(settings, tmp_path):
+    for uri in (settings.store_uri, settings.store_uri + "/sub", str(tmp_path)):
+        with pytest.raises(ConfigError, match="another store"):
+            bundles.open_target(settings, uri)
+    with pytest.raises(ConfigError, match="not an absolute path"):
+        bundles.open_target(settings, "relative/dir")
+    assert bundles.open_target(settings, str(tmp_path / "elsewhere")).uri.endswith("elsewhere")
+
+
+def test_cross_store_on_s3_local_source_to_seaweedfs_and_back(meta, store, etcd_server, s3_server, tmp_path):
+    _seed(meta, store)
+    want = _rows(meta, store, "bk")
+    s = Settings.from_dict({"store_uri": str(tmp_path / "store"), "backup_uri": f"s3://seglake-test/bk{uuid.uuid4().hex[:8]}",
+                            "backup_s3_endpoint": s3_server.endpoint, "backup_s3_access_key": s3_server.access_key,
+                            "backup_s3_secret_key": s3_server.secret_key})
+    target = bundles.open_target(s)
+    target.ensure_bucket()
+    rep = exports.export(meta, store, target, "bk", "s1", **quiet)
+    assert rep["copied_files"] + rep["deduplicated_files"] == rep["files"]
+    assert verify.verify(target, "bk", "s1", **quiet)["ok"]
+    again = exports.export(meta, store, target, "bk", "s1", bundle="s1_again", **quiet)
+    assert again["copied_bytes"] == 0 and again["read_bytes"] == 0
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        _restore_all(meta2, store2, target, "bk", "s1", "bk_back")
+        assert _rows(meta2, store2, "bk_back") == want
+    finally:
+        meta2.close()
