@@ -196,3 +196,30 @@ def test_cross_store_on_s3_local_source_to_seaweedfs_and_back(meta, store, etcd_
         assert _rows(meta2, store2, "bk_back") == want
     finally:
         meta2.close()
+
+
+def test_cli_export_list_verify_and_restore_into_another_seglake(meta, store, settings, etcd_server, tmp_path,
+                                                                 monkeypatch, capsys):
+    from seglake import cli
+
+    _seed(meta, store, segments=1)
+    want = _rows(meta, store, "bk")
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(tmp_path / "backup"))
+    assert cli.main(["snapshots", "export", "bk", "s1", "--bundle", "nightly"]) == 0
+    assert "bundle default.bk/nightly committed" in capsys.readouterr().out
+    assert cli.main(["backup", "list", "--json"]) == 0
+    (item,) = json.loads(capsys.readouterr().out)
+    assert (item["bundle"], item["state"], item["snapshot"]) == ("nightly", "committed", "s1")
+    assert cli.main(["backup", "verify", "bk", "nightly"]) == 0
+    assert "OK" in capsys.readouterr().out
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    monkeypatch.setenv("SEGLAKE_ETCD_ROOT", meta2.keys.root)
+    monkeypatch.setenv("SEGLAKE_STORE_URI", store2.uri)
+    try:
+        assert cli.main(["backup", "restore", "bk", "nightly", "bk_back"]) == 0
+        assert "copy job" in capsys.readouterr().out
+        assert _rows(meta2, store2, "bk_back") == want
+    finally:
+        meta2.close()
