@@ -153,6 +153,16 @@ GC_REAL_RUN = ("Off: a REAL run that deletes the unreferenced files older than t
                "collections. On (the default): the mark alone, nothing is deleted; its report lists what a "
                "real run would delete")
 
+BACKUP_URI = Key("text", "Backup target", nullable=True, max_length=1024,
+                 description="A local directory or s3://bucket/prefix; empty: config key backup_uri. S3 "
+                             "credentials come from the seglake_backup connection (never from the conf)")
+RATES = {
+    "max_mib_per_second": Key("number", "Max MiB/s", default=0, limit="copy_max_bytes_per_second", scale=1 << 20,
+                              description="Copy rate limit shared by every runner (MiB per second); 0: none"),
+    "max_requests_per_second": Key("number", "Max requests/s", default=0, limit="copy_max_requests_per_second",
+                                   description="File copies per second, shared by every runner; 0: none"),
+}
+
 
 def _name(title: str, description: str = "", example: str = "demo") -> Key:
     return Key("name", title, required=True, description=description, example=example)
@@ -187,6 +197,37 @@ SPECS: dict[str, dict[str, Key]] = {
                                                              "job (MiB per second); 0: none"),
         "max_requests_per_second": Key("number", "Max requests/s", default=0, limit="copy_max_requests_per_second",
                                        description="File copies per second, shared by every runner; 0: none"),
+    },
+    "snapshot_export": {
+        "collection": _name("Collection", "The snapshot's collection"),
+        "snapshot": _name("Snapshot", "A COMMITTED snapshot to export", example="nightly_1"),
+        "bundle": Key("name", "Bundle name", nullable=True, example="nightly_1",
+                      description="Empty: the snapshot's name"),
+        "backup_uri": BACKUP_URI,
+        "db": DB,
+        **RATES,
+    },
+    "snapshot_restore_external": {
+        "collection": _name("Bundle's collection", "The collection the bundle was exported from"),
+        "bundle": _name("Bundle", "A committed bundle in the backup target", example="nightly_1"),
+        "target": _name("Target collection", "The new collection (must not exist yet; no default)",
+                        example="demo_restored"),
+        "as_collection": Key("name", "Import as collection", nullable=True, example="demo_dr",
+                             description="The name the imported snapshot is filed under; empty: the bundle's "
+                                         "collection name"),
+        "backup_uri": BACKUP_URI,
+        "db": DB,
+        "engine": ENGINE,
+        "timeout_hours": Key("number", "Job timeout (hours)", nullable=True, limit="restore_timeout", scale=HOUR,
+                             description="Empty: copy_job_timeout from config (1 h)"),
+        "deferrable": DEFERRABLE,
+        **RATES,
+    },
+    "snapshot_verify": {
+        "collection": _name("Bundle's collection", "The collection the bundle was exported from"),
+        "bundle": _name("Bundle", "The bundle to read and check", example="nightly_1"),
+        "backup_uri": BACKUP_URI,
+        "db": DB,
     },
     "copy_segment_job": {
         "job_id": Key("integer", "Copy job id", required=True, limit="id",
@@ -261,6 +302,10 @@ HINTS: dict[str, dict[str, str]] = {
     "snapshot_drop": {"snapshot": "name"},
     "snapshot_restore": {"name": "snapshot", "target_collection": "target", "timeout": "timeout_hours"},
     "copy_segment_job": {"job": "job_id", "id": "job_id"},
+    "snapshot_export": {"name": "snapshot", "target": "backup_uri", "target_uri": "backup_uri", "uri": "backup_uri"},
+    "snapshot_restore_external": {"name": "bundle", "uri": "backup_uri", "target_uri": "backup_uri",
+                                  "target_collection": "target"},
+    "snapshot_verify": {"name": "bundle", "target": "backup_uri", "target_uri": "backup_uri", "uri": "backup_uri"},
     "gc": {"tolerance": "missing_tolerance_hours"},
     "drop_collection": {"name": "collection", "wait": "wait_for_flush", "timeout": "timeout_hours"},
 }

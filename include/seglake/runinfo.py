@@ -85,6 +85,27 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
     return _short(f"{head}: {facts}")
 
 
+def export_note(params: Mapping[str, Any], report: Mapping[str, Any] | None) -> str:
+    head = f"export {params.get('collection')}/{params.get('snapshot')}"
+    if not report:
+        return _short(f"FAILED: {head}: no bundle was committed")
+    name = f"bundle {report.get('bundle')}"
+    if report.get("already"):
+        return _short(f"{head}: {name} already in the backup target, nothing copied")
+    kept = int(report.get("reused_files", 0)) + int(report.get("deduplicated_files", 0))
+    return _short(f"{head}: {name} committed, {report.get('files')} files ({human_bytes(report.get('bytes', 0))}); "
+                  f"{report.get('copied_files')} copied ({human_bytes(report.get('copied_bytes', 0))}), {kept} already "
+                  f"in the target; {human_seconds(report.get('seconds') or 0)}")
+
+
+def verify_bundle_note(params: Mapping[str, Any], report: Mapping[str, Any] | None) -> str:
+    head = f"verify bundle {params.get('collection')}/{params.get('bundle')}"
+    if not report:
+        return _short(f"FAILED: {head}: not verified")
+    return _short(f"{head}: OK, {report.get('data_files')} data files ({human_bytes(report.get('bytes', 0))}) read "
+                  f"and checked in {human_seconds(report.get('seconds') or 0)}")
+
+
 def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None = None,
             names: Mapping[int, str] | None = None) -> str:
     if not summary:

@@ -23,7 +23,8 @@ from urllib.parse import quote
 
 NOTE_CONN_ID = "airflow_api"
 ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it failed
-KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection")
+KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection",
+         "snapshot_export", "snapshot_restore_external", "snapshot_verify")
 
 
 def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
@@ -32,10 +33,23 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
     from seglake import runinfo
     from seglake_airflow.hooks.engine import SeglakeHook
 
-    if kind in ("snapshot_restore", "copy_segment_job"):
+    if kind == "snapshot_export":
+        report = ti.xcom_pull(task_ids="export")
+        counters = ({"seglake.backup.exports": 1, "seglake.backup.copied_bytes": int(report.get("copied_bytes", 0))}
+                    if report else {})
+        return runinfo.export_note(params, report), counters
+    if kind == "snapshot_verify":
+        report = ti.xcom_pull(task_ids="verify")
+        return runinfo.verify_bundle_note(params, report), ({"seglake.backup.verified": 1} if report else {})
+    if kind in ("snapshot_restore", "copy_segment_job", "snapshot_restore_external"):
         from seglake.lifecycle import copyjob
 
-        if kind == "snapshot_restore":
+        if kind == "snapshot_restore_external":
+            started = ti.xcom_pull(task_ids="restore")
+            job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="verify.summarize")
+            params = {"collection": f"bundle {params.get('collection')}", "snapshot": params.get("bundle"),
+                      "target": params.get("target")}
+        elif kind == "snapshot_restore":
             started = ti.xcom_pull(task_ids="restore")
             job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="compare")
         else:

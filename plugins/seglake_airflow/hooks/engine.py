@@ -2,8 +2,10 @@
 
 Settings layers (later wins): engine defaults, the worker's SEGLAKE_* environment, the
 Airflow Variable `seglake_config` (JSON), the `etcd_default` connection, the
-`aws_default` connection (only when the store is s3://), then per-run overrides (a DAG's
-params). Missing connections fall back to the layers below them.
+`aws_default` connection (only when the store is s3://), the `seglake_backup` connection
+(the backup target's S3 credentials: login, password, extra endpoint_url / region_name),
+then per-run overrides (a DAG's params). Missing connections fall back to the layers
+below them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class SeglakeHook(BaseHook):
     hook_name = "seglake"
 
     def __init__(self, etcd_conn_id: str = "etcd_default", aws_conn_id: str = "aws_default",
+                 backup_conn_id: str = "seglake_backup",
                  overrides: dict[str, Any] | None = None, quiet: bool = False,
                  get_connection=None, get_variable=None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -38,6 +41,7 @@ class SeglakeHook(BaseHook):
         self._get_variable = get_variable
         self.etcd_conn_id = etcd_conn_id
         self.aws_conn_id = aws_conn_id
+        self.backup_conn_id = backup_conn_id
         self.overrides = dict(overrides or {})
 
     def connection_layers(self, store_uri: str) -> list[tuple[str, dict[str, Any]]]:
@@ -47,19 +51,26 @@ class SeglakeHook(BaseHook):
         if etcd is not None:
             from seglake_airflow.hooks.etcd import EtcdHook
             layers.append((f"connection {self.etcd_conn_id}", EtcdHook(self.etcd_conn_id).settings_overrides(etcd)))
-        if store_uri.startswith("s3://"):
-            conn = self._get_connection(self.aws_conn_id)
+        for conn_id, prefix, wanted in ((self.aws_conn_id, "s3_", store_uri.startswith("s3://")),
+                                        (self.backup_conn_id, "backup_s3_", True)):
+            conn = self._get_connection(conn_id) if wanted else None
             if conn is not None:
                 extra, layer = conn.extra_dejson, {}
                 if conn.login:
-                    layer["s3_access_key"] = conn.login
-                    layer["s3_secret_key"] = conn.password or ""
+                    layer[f"{prefix}access_key"] = conn.login
+                    layer[f"{prefix}secret_key"] = conn.password or ""
                 if extra.get("endpoint_url"):
-                    layer["s3_endpoint"] = extra["endpoint_url"]
+                    layer[f"{prefix}endpoint"] = extra["endpoint_url"]
                 if extra.get("region_name"):
-                    layer["s3_region"] = extra["region_name"]
-                layers.append((f"connection {self.aws_conn_id}", layer))
+                    layer[f"{prefix}region"] = extra["region_name"]
+                layers.append((f"connection {conn_id}", layer))
         return layers
+
+    def backup_target(self, uri: str | None = None):
+        """The backup target store (lifecycle/backup): `uri` or config key backup_uri, with
+        the `seglake_backup` connection's S3 credentials."""
+        from seglake.lifecycle.backup.bundle import open_target
+        return open_target(self.settings, uri or None)
 
     @cached_property
     def _resolved(self):

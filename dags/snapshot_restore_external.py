@@ -1,0 +1,73 @@
+"""
+### Restore from a bundle (disaster recovery)
+
+1. **import**: reads a committed bundle from the backup target (its commit marker and
+   SHA-256 checked), copies every file into this store under fresh ids -- each file's
+   SHA-256 checked on arrival -- and commits it as a snapshot of this store (filed under
+   `as_collection`, default the bundle's collection name). Needs nothing but the bundle:
+   not the source's etcd, not its store. A re-run resumes the same import.
+2. **restore**: the normal restore of that snapshot into the new collection `target`
+   (a copy-segment job: tasks, progress, timeout, rollback, resume after a kill).
+3. **copy_job**, **verify**: as in `snapshot_restore`.
+
+REST: `conf = {"collection": "demo", "bundle": "nightly", "target": "demo_dr", "backup_uri": null}`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import dag, task
+
+from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
+from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
+
+
+@dag(
+    dag_id="snapshot_restore_external",
+    dag_display_name="Snapshot: restore from a bundle (backup)",
+    description="Import a bundle from the backup target and restore it into a new collection",
+    schedule=None,
+    catchup=False,
+    max_active_runs=4,
+    tags=["seglake", "snapshot", "restore", "backup"],
+    doc_md=__doc__,
+    default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
+    params=dag_params("snapshot_restore_external"),
+)
+def snapshot_restore_external():
+    @task
+    def restore(params: dict, run_id: str | None = None) -> dict:
+        from seglake.lifecycle import restore as restores
+        from seglake.lifecycle.backup import imports
+        from seglake_airflow.failfast import fail_fast
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        with fail_fast():
+            try:
+                out = imports.restore_from_bundle(
+                    hook.meta, hook.store, hook.backup_target(params["backup_uri"]), params["collection"],
+                    params["bundle"], params["target"], db=params["db"], as_collection=params["as_collection"],
+                    timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
+                             else float(params["timeout_hours"]) * 3600), owner=run_id or "",
+                    engine=params["engine"], threads=hook.settings.copy_threads,
+                    max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
+                    max_requests_per_second=params["max_requests_per_second"], say=print)
+            except restores.RestoreRaceLost as e:  # a retry converges on the winner's job
+                raise RuntimeError(f"{e}; retrying") from e
+        imp = out["import"]
+        print(f"bundle imported as snapshot {imp['snapshot']!r} of {imp['collection']!r} (collection id "
+              f"{imp['collection_id']}); restore into {params['target']!r}: copy job {out['job_id']}")
+        return {"job_id": out["job_id"], "target": params["target"], "import": imp}
+
+    started = restore()
+    check_conf("snapshot_restore_external") >> started
+    copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
+    verify = verify_collection_group("{{ params.target }}", "{{ params.db }}")
+    started >> copy >> verify
+    run_note("snapshot_restore_external")
+
+
+snapshot_restore_external()

@@ -1,0 +1,81 @@
+"""snapshot_export, snapshot_verify and snapshot_restore_external through dag.test()
+against real etcd and real files: export a snapshot, verify the bundle, restore it into a
+new collection; the runs' notes; bad conf refused before any change."""
+
+from __future__ import annotations
+
+import pytest
+from dag_helpers import load_dag, task_states
+
+from seglake import demo
+from seglake.lifecycle import snapshot
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import export as exports
+from seglake.storage import layout
+from seglake.storage.local import LocalStore
+from seglake.visibility import visible_count
+
+pytestmark = pytest.mark.airflow
+SMALL = demo.SeedParams(partitions=1, segments=2, rows=40, dim=4)
+
+
+@pytest.fixture
+def backup(tmp_path, monkeypatch):
+    path = tmp_path / "backup"
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(path))
+    return LocalStore(path)
+
+
+def test_export_verify_restore_from_a_bundle(airflow_env, meta, store, backup, capfd):
+    coll, _ = demo.seed(meta, store, SMALL)
+    snapshot.create(meta, store, "demo", "s1")
+    run = load_dag("snapshot_export").test(run_conf={"collection": "demo", "snapshot": "s1", "bundle": "b1"})
+    assert run.state == "success", task_states(run)
+    assert [b["bundle"] for b in bundles.list_bundles(backup)] == ["b1"]
+    assert [e["state"] for e in exports.list_exports(meta)] == ["committed"]
+    out, _ = capfd.readouterr()
+    assert "run note: export demo/s1: bundle b1 committed" in out, out[-2000:]
+
+    run = load_dag("snapshot_verify").test(run_conf={"collection": "demo", "bundle": "b1"})
+    assert run.state == "success", task_states(run)
+
+    run = load_dag("snapshot_restore_external").test(run_conf={
+        "collection": "demo", "bundle": "b1", "target": "demo_dr", "as_collection": "demo_imported",
+        "engine": "inline"})
+    assert run.state == "success", task_states(run)
+    target = meta.catalog.get_by_name("demo_dr")
+    assert visible_count(meta, store, target.collection_id) == visible_count(meta, store, coll.collection_id) > 0
+
+    # a damaged data file: the verify run fails naming it
+    doc = bundles.read(backup, "default", "demo", "b1")
+    key, f = sorted(doc["files"].items())[0]
+    backup.put(layout.bundle_blob(f["sha256"]), b"x" * f["size"])
+    capfd.readouterr()
+    run = load_dag("snapshot_verify").test(run_conf={"collection": "demo", "bundle": "b1"})
+    assert run.state == "failed"
+    out, err = capfd.readouterr()
+    assert key in out + err
+
+
+@pytest.mark.parametrize("dag_id, conf, words", [
+    ("snapshot_export", {"collection": "demo", "snapshot": "s1", "bundel": "x"}, "did you mean 'bundle'"),
+    ("snapshot_export", {"collection": "demo", "snapshot": "s1", "backup_uri": "relative/dir"}, "not an absolute path"),
+    ("snapshot_verify", {"collection": "demo", "bundle": "nope"}, "not found in the backup target"),
+    ("snapshot_restore_external", {"collection": "demo", "bundle": "b1", "target": "t", "as_colection": "x"},
+     "did you mean 'as_collection'"),
+])
+def test_bad_conf_is_refused_before_any_change(airflow_env, meta, store, backup, dag_id, conf, words, capfd):
+    demo.seed(meta, store, SMALL)
+    snapshot.create(meta, store, "demo", "s1")
+    run = load_dag(dag_id).test(run_conf=conf)
+    assert run.state == "failed"
+    assert list(backup.list("")) == [] and exports.list_exports(meta) == []
+    out, err = capfd.readouterr()
+    assert words in out + err
+
+
+def test_a_missing_target_is_refused_before_a_run_exists(airflow_env, meta, store, backup):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match="param target"):
+        load_dag("snapshot_restore_external").test(run_conf={"collection": "demo", "bundle": "b1"})
