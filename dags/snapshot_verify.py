@@ -28,7 +28,7 @@ from seglake_airflow.notes import run_note
     max_active_runs=4,
     tags=["seglake", "snapshot", "backup", "verify"],
     doc_md=__doc__,
-    default_args={"owner": "seglake", "retries": 1, "retry_delay": timedelta(seconds=10)},
+    default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(seconds=10)},
     params=dag_params("snapshot_verify"),
 )
 def snapshot_verify():

@@ -187,6 +187,21 @@ def wal_channels(meta: Meta) -> list[dict]:
     return list(hook(meta)) if callable(hook) else []
 
 
+# -- backup: exports, the last verification of each bundle, pins, retention policies ------------
+def backup(meta: Meta, now: float) -> dict:
+    from seglake.lifecycle import retention, snapshot
+    from seglake.lifecycle.backup import export, verify
+
+    checked = {(v["db"], v["collection"], v["bundle"]): v for v in verify.list_verifications(meta)}
+    exports = []
+    for e in sorted(export.list_exports(meta), key=lambda e: -(e.get("finished_at") or e.get("started_at") or 0)):
+        v = checked.get((e["db"], e["collection"], e["bundle"]))
+        exports.append({**e, "verified_ok": None if v is None else v["ok"],
+                        "verified_at": None if v is None else v["checked_at"]})
+    return {"exports": exports, "pins": snapshot.list_pins(meta, now=now),
+            "policies": retention.list_policies(meta)}
+
+
 # -- everything ---------------------------------------------------------------------------------
 def overview(meta: Meta, store: Store, now: float | None = None) -> dict:
     now = time.time() if now is None else now
@@ -196,7 +211,8 @@ def overview(meta: Meta, store: Store, now: float | None = None) -> dict:
            "jobs": _section(lambda: copy_jobs(meta, now)),
            "gc": _section(lambda: gc_latest(store)),
            "gc_pause": _section(lambda: gc_pause(meta)),
-           "channels": _section(lambda: wal_channels(meta))}
+           "channels": _section(lambda: wal_channels(meta)),
+           "backup": _section(lambda: backup(meta, now))}
     names = {c["collection_id"]: c["name"] for c in out["collections"]["rows"]}
     for r in (out["gc"]["rows"] or {}).get("rows", []):
         r["collection"] = names.get(r["collection_id"])

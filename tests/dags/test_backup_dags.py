@@ -46,6 +46,18 @@ def test_export_verify_restore_from_a_bundle(airflow_env, meta, store, backup, c
     target = meta.catalog.get_by_name("demo_dr")
     assert visible_count(meta, store, target.collection_id) == visible_count(meta, store, coll.collection_id) > 0
 
+    # the operator page: the export, its last verification, the pin the export held is gone
+    from seglake import console
+    from seglake_airflow.ui.render import render_page
+
+    snapshot.pin(meta, "demo", "s1", 3600, by="ops")
+    data = console.overview(meta, store)
+    (e,) = data["backup"]["rows"]["exports"]
+    assert (e["bundle"], e["state"], e["verified_ok"]) == ("b1", "committed", True)
+    html = render_page(data)
+    section = html[html.index('<section id="backups">'):]
+    assert "b1" in section and ">OK<" in section and "ops" in section, section[:3000]
+
     # a damaged data file: the verify run fails naming it
     doc = bundles.read(backup, "default", "demo", "b1")
     key, f = sorted(doc["files"].items())[0]

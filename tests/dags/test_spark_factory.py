@@ -19,6 +19,8 @@ SPARK_TASKS = {
     ("verify_collection", "verify.check_files"): "verify_collection",
     ("snapshot_restore", "copy_job.copy_spark"): "copy_segments",
     ("snapshot_restore", "verify.check_files"): "verify_collection",
+    ("snapshot_restore_external", "copy_job.copy_spark"): "copy_segments",
+    ("snapshot_restore_external", "verify.check_files"): "verify_collection",
     ("copy_segment_job", "copy_job.copy_spark"): "copy_segments",
     ("copy_segment_job", "verify.check_files"): "verify_collection",
 }

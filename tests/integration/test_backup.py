@@ -6,6 +6,7 @@ Real etcd, real files on local disk and SeaweedFS (S3) as a second store."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import numpy as np
@@ -223,3 +224,26 @@ def test_cli_export_list_verify_and_restore_into_another_seglake(meta, store, se
         assert _rows(meta2, store2, "bk_back") == want
     finally:
         meta2.close()
+
+
+def test_a_64_mib_export_at_8_mib_per_second_takes_8_seconds(meta, store, tmp_path):
+    from seglake.throttle import BURST
+
+    MiB = 1 << 20
+    demo.seed(meta, store, demo.SeedParams(name="big", partitions=1, segments=4, rows=32768, dim=128))
+    snapshot.create(meta, store, "big", "s")
+    target = LocalStore(tmp_path / "backup")
+    t = time.monotonic()
+    rep = exports.export(meta, store, target, "big", "s", max_bytes_per_second=8 * MiB, threads=4, **quiet)
+    took = time.monotonic() - t
+    assert 60 * MiB <= rep["copied_bytes"] <= 72 * MiB, rep["copied_bytes"]
+    want = rep["copied_bytes"] / (8 * MiB) - BURST
+    assert want * 0.85 <= took <= want * 1.15, (took, want)
+    assert rep["throttle"]["limit_bytes_per_second"] == 8 * MiB and rep["throttle"]["waited_s"] > 5
+    # the same bundle restored at 16 MiB/s: half the time
+    t = time.monotonic()
+    imports.import_bundle(meta, store, target, "big", "s", as_collection="big_copy", max_bytes_per_second=16 * MiB,
+                          threads=4, **quiet)
+    took = time.monotonic() - t
+    want = rep["bytes"] / (16 * MiB) - BURST
+    assert want * 0.85 <= took <= want * 1.15 + 0.5, (took, want)

@@ -21,9 +21,9 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#7b8794;fo
 .bar>i{display:block;height:100%;background:#2680c2}.err{color:#ab091e}
 .runid{font-family:ui-monospace,monospace;font-size:12px;font-weight:normal}
 """
-OK = {"Created", "COMMITTED", "Completed", "Flushed"}
-RUN = {"Executing", "InProgress", "PENDING", "Pending", "Importing"}
-BAD = {"Failed", "Dropped", "Dropping", "DELETING"}
+OK = {"Created", "COMMITTED", "Completed", "Flushed", "committed", "OK"}
+RUN = {"Executing", "InProgress", "PENDING", "Pending", "Importing", "running"}
+BAD = {"Failed", "Dropped", "Dropping", "DELETING", "failed", "BAD"}
 
 
 def human_bytes(n: float | None) -> str:
@@ -207,6 +207,34 @@ def _channels(rows: list[dict]) -> str:
                   numeric={4}, empty="no WAL channels")
 
 
+def _backup(b: dict) -> str:
+    """Exports (with the last verification of each bundle), pins, retention policies."""
+    def verified(e: dict) -> str:
+        if e.get("verified_ok") is None:
+            return '<span class="muted">never</span>'
+        return (_state("OK" if e["verified_ok"] else "BAD") + " "
+                + f'<span class="muted">{escape(utc(e.get("verified_at")))}</span>')
+    exports = _table(
+        ["collection", "bundle", "snapshot", "state", "files", "size", "copied", "finished (UTC)", "target",
+         "last verification"],
+        [[escape(f"{e['db']}.{e['collection']}"), escape(e["bundle"]), escape(str(e.get("snapshot", ""))),
+          _state(e["state"]), str(e.get("files", "-")), human_bytes(e["bytes"]) if "bytes" in e else "-",
+          human_bytes(e["copied_bytes"]) if "copied_bytes" in e else "-",
+          escape(utc(e.get("finished_at"))), f'<span class="muted">{escape(str(e.get("target", "")))}</span>',
+          verified(e)] for e in b["exports"]],
+        numeric={4, 5, 6}, empty="no exports (snapshot_export DAG, `seglake backup export`)")
+    pins = _table(["pin", "collection", "snapshot", "until (UTC)", "by"],
+                  [[str(p["pin_id"]), escape(str(p.get("collection"))), escape(str(p.get("snapshot"))),
+                    escape(utc(p.get("expires_at"))), escape(p.get("by") or "-")] for p in b["pins"]],
+                  empty="no pins")
+    keep = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly")
+    pols = _table(["collection", "policy"],
+                  [[escape(f"{p.get('db')}.{p.get('collection')}"),
+                    escape(", ".join(f"{k.removeprefix('keep_')} {p[k]}" for k in keep if p.get(k)) or "-")]
+                   for p in b["policies"]], empty="no retention policies")
+    return (exports + '<h3>Pins</h3>' + pins + '<h3>Retention schedules</h3>' + pols)
+
+
 def render_page(data: dict) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data["now"]))
     gc_sec = {"error": data["gc"]["error"] or data["gc_pause"]["error"],
@@ -221,4 +249,5 @@ def render_page(data: dict) -> str:
         _section("Copy jobs", data["jobs"], _jobs),
         _section("Garbage collection", gc_sec, lambda r: _gc(*r)),
         _section("Channels", data["channels"], _channels),
+        _section("Backups", data.get("backup", {"rows": None, "error": None}), _backup),
         "</body></html>"])
