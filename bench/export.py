@@ -1,7 +1,7 @@
 """bench/export.py: snapshot export to a backup target (issue 19), on tmpfs (/dev/shm),
 where no disk noise hides the software's own overhead.
 
-Source: a collection whose segments reference N files (default 20,000 of 16 KiB, each
+Source: a collection whose segments reference N files (default 20,000 of 64 KiB, as bench/restore.py, each
 with its own random content). Measured in the same run:
 
 * anchor: the physical work a checked, content-addressed copy cannot avoid -- `cp -r`
@@ -54,7 +54,7 @@ def _segment(meta, coll, part: int, size: int, root: Path):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=20000)
-    ap.add_argument("--size", type=int, default=16384)
+    ap.add_argument("--size", type=int, default=65536)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 

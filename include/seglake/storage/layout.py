@@ -302,11 +302,11 @@ def parse_wal_fragment(key: str) -> tuple[str, int] | None:
 #     bundles/{db}/{collection}/{bundle}/COMMITTED    the commit marker: the SHA-256 of bundle.json
 BUNDLE_DATA, BUNDLES = "data", "bundles"
 BUNDLE_DOC, BUNDLE_COMMIT = "bundle.json", "COMMITTED"
-_SHA256_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
+SHA256_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
 
 def bundle_blob(sha256_hex: str) -> str:
-    if not isinstance(sha256_hex, str) or not _SHA256_RE.fullmatch(sha256_hex):
+    if not isinstance(sha256_hex, str) or not SHA256_RE.fullmatch(sha256_hex):
         raise ValueError(f"not a SHA-256 hex digest: {sha256_hex!r}")
     return f"{BUNDLE_DATA}/{sha256_hex[:2]}/{sha256_hex}"
 
@@ -314,7 +314,7 @@ def bundle_blob(sha256_hex: str) -> str:
 def parse_bundle_blob(key: str) -> str | None:
     """The SHA-256 a data key of a backup target names, None for any other key."""
     parts = key.split("/") if isinstance(key, str) else []
-    if len(parts) == 3 and parts[0] == BUNDLE_DATA and _SHA256_RE.fullmatch(parts[2]) and parts[1] == parts[2][:2]:
+    if len(parts) == 3 and parts[0] == BUNDLE_DATA and SHA256_RE.fullmatch(parts[2]) and parts[1] == parts[2][:2]:
         return parts[2]
     return None
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+
+import msgspec
 from typing import Callable, Iterator
 
 from seglake import manifest
@@ -30,6 +32,7 @@ from seglake.storage import Store, layout
 FORMAT = "seglake-bundle"
 VERSION = 1
 CHUNK = 4 << 20
+SMALL = 4 << 20     # files up to this size are read once into memory (hash + write from the same bytes)
 
 
 class BundleError(SeglakeError):
@@ -95,6 +98,12 @@ def sha256_of(store: Store, key: str, *, on_chunk: Callable[[int], None] | None 
     return h.hexdigest(), n
 
 
+def read_small(store: Store, key: str, size: int) -> bytes:
+    """A small object's bytes, read once (at most size + 1: a file that grew is noticed)."""
+    with store.open_read(key) as f:
+        return f.read(size + 1)
+
+
 def copy_verified(src: Store, src_key: str, dst: Store, dst_key: str, sha256_hex: str, size: int,
                   on_chunk: Callable[[int], None] | None = None) -> None:
     """Stream src_key into dst_key, hashing what passes; the object appears only when the
@@ -113,6 +122,17 @@ def copy_verified(src: Store, src_key: str, dst: Store, dst_key: str, sha256_hex
             raise BundleError(f"{src_key}: read {n} bytes with SHA-256 {h.hexdigest()[:16]}..., expected {size} "
                               f"bytes with {sha256_hex[:16]}...: the file changed or is damaged; nothing written "
                               f"to {dst_key}")
+    if size <= SMALL:
+        data = read_small(src, src_key, size)
+        got = hashlib.sha256(data).hexdigest()
+        if len(data) != size or got != sha256_hex:
+            raise BundleError(f"{src_key}: read {len(data)} bytes with SHA-256 {got[:16]}..., expected {size} "
+                              f"bytes with {sha256_hex[:16]}...: the file changed or is damaged; nothing written "
+                              f"to {dst_key}")
+        if on_chunk is not None:
+            on_chunk(len(data))
+        dst.put(dst_key, data)
+        return
     dst.put_writer(dst_key, write)
 
 
@@ -137,7 +157,7 @@ def write(target: Store, doc: dict) -> dict:
     """bundle.json, then the commit marker naming its SHA-256 (the bundle exists from
     the marker on). Every data file must already be in the target."""
     src = doc["source"]
-    raw = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    raw = msgspec.json.encode(doc, order="sorted")
     key = layout.bundle_doc(src["db"], src["collection"], doc["bundle"])
     target.put(key, raw)
     marker = {"format": FORMAT, "version": VERSION, "sha256": manifest.sha256(raw), "size": len(raw),
@@ -172,8 +192,8 @@ def read(target: Store, db: str, collection: str, bundle: str) -> dict:
         raise BundleError(f"{where}: bundle.json ({len(raw)} bytes) does not match the SHA-256 its commit marker "
                           f"holds: altered or truncated")
     try:
-        doc = json.loads(raw)
-    except ValueError as e:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError as e:
         raise BundleError(f"{where}: bundle.json is unreadable: {e}") from None
     return check(doc, where)
 
@@ -187,9 +207,10 @@ def check(doc, where: str) -> dict:
     files, segments = doc.get("files"), doc.get("segments")
     if not isinstance(files, dict) or not isinstance(segments, list) or not isinstance(doc.get("snapshot"), dict):
         raise BundleError(f"{where}: has no files, segments or snapshot section")
+    sha_ok = layout.SHA256_RE.fullmatch
     for key, f in files.items():
-        if not (isinstance(f, dict) and isinstance(f.get("size"), int) and f["size"] >= 0
-                and isinstance(f.get("sha256"), str) and layout.parse_bundle_blob(layout.bundle_blob(f["sha256"]))):
+        if not (isinstance(f, dict) and type(f.get("size")) is int and f["size"] >= 0
+                and isinstance(f.get("sha256"), str) and sha_ok(f["sha256"])):
             raise BundleError(f"{where}: file entry {key!r} is invalid")
     for e in segments:
         for path, size in manifest.entry_files(e):
@@ -235,20 +256,24 @@ def list_bundles(target: Store, db: str | None = None, collection: str | None = 
 
 
 def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int, str], str]:
-    """{(source key, size, source tag): sha256} from the committed bundles of a collection:
-    what an incremental export need not read again."""
-    out: dict[tuple[str, int, str], str] = {}
+    """{(source key, size, source tag): sha256} from the newest committed bundle of a
+    collection that reads back whole (what an incremental export need not read again).
+    One bundle, not all: the cost stays that of one bundle however many there are."""
+    found = []
     for d, c, b, committed in find(target, db, collection):
-        if not committed:
-            continue
+        if committed:
+            try:
+                at = float(json.loads(target.get(layout.bundle_commit(d, c, b)))["committed_at"])
+            except (NotFound, ValueError, KeyError, TypeError):
+                continue
+            found.append((at, d, c, b))
+    for _, d, c, b in sorted(found, reverse=True):
         try:
             doc = read(target, d, c, b)
         except (BundleError, NotFound):
-            continue   # a damaged bundle vouches for nothing
-        for key, f in doc["files"].items():
-            if f.get("tag"):
-                out[(key, f["size"], f["tag"])] = f["sha256"]
-    return out
+            continue   # a damaged bundle vouches for nothing: try the next newest
+        return {(key, f["size"], f["tag"]): f["sha256"] for key, f in doc["files"].items() if f.get("tag")}
+    return {}
 
 
 def existing(target: Store, db: str, collection: str, bundle: str) -> dict | None:

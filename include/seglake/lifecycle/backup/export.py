@@ -132,7 +132,7 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     for e in entries:
         for path, size in manifest.entry_files(e):
             sizes[path] = size
-    described = store.describe(sizes)
+    described = _describe(store, rec.collection_id, sizes)
     files: dict[str, dict] = {}
     for path, size in sizes.items():
         info = described.get(path)
@@ -165,7 +165,13 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
 
     def one(path: str) -> None:
         size = files[path]["size"]
-        sha, n = bundles.sha256_of(store, path, on_chunk=lambda c: prog.chunk(c, False))
+        data = None
+        if size <= bundles.SMALL:   # one read: hash the bytes in hand, write them if the target lacks them
+            data = bundles.read_small(store, path, size)
+            sha, n = manifest.sha256(data), len(data)
+            prog.chunk(n, False)
+        else:                       # stream twice: hash, then copy checking the hash again
+            sha, n = bundles.sha256_of(store, path, on_chunk=lambda c: prog.chunk(c, False))
         if n != size:
             raise SeglakeError(f"{path}: read {n} bytes, the snapshot lists {size}")
         files[path]["sha256"] = sha
@@ -178,7 +184,11 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
             def chunk(c: int) -> None:
                 prog.chunk(c, True)
                 throttle.acquire(c, 0)
-            bundles.copy_verified(store, path, target, layout.bundle_blob(sha), sha, size, on_chunk=chunk)
+            if data is not None:
+                chunk(len(data))
+                target.put(layout.bundle_blob(sha), data)
+            else:
+                bundles.copy_verified(store, path, target, layout.bundle_blob(sha), sha, size, on_chunk=chunk)
             with present_lock:
                 present[sha] = size
         prog.file_done(not there)
@@ -210,6 +220,22 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     say(f"export {db}.{collection}/{bundle}: committed; {prog.copied_files} files ({human_bytes(prog.copied)}) "
         f"copied, {reused + prog.deduped} already in the target, {report['seconds']} s")
     return report
+
+
+def _describe(store: Store, collection_id: int, sizes: dict[str, int]) -> dict:
+    """{key: Listed or ObjectInfo} for the snapshot's files, by listings where the store
+    has no cheaper answer (the local store: one walk of the collection's directories and
+    of each index build's, instead of a lookup per file). Keys left out are looked up."""
+    out = dict(store.describe(sizes))
+    if len(sizes) - len(out) < 256:
+        return out
+    prefixes = set(layout.collection_prefixes(collection_id))
+    prefixes |= {"/".join(k.split("/")[:2]) + "/" for k in sizes if k.startswith(layout.INDEX_FILES + "/")}
+    for prefix in sorted(prefixes):
+        for o in store.list(prefix):
+            if o.key in sizes and o.key not in out:
+                out[o.key] = o
+    return out
 
 
 def _record(meta: Meta, db: str, collection: str, bundle: str, report: dict) -> None:
