@@ -1,5 +1,5 @@
 """`seglake backup ...`: export snapshots to a backup target as bundles, list, verify,
-import and restore them (seglake.lifecycle.backup). The target is `--target` or the
+prune, import and restore them (seglake.lifecycle.backup). The target is `--target` or the
 config key backup_uri; its S3 credentials are the backup_s3_* keys (environment or
 SEGLAKE_CONFIG), never a command-line argument."""
 
@@ -113,6 +113,21 @@ def cmd_restore(args, s: Settings) -> int:
     return 0 if job.state == JOB_COMPLETED else EXIT_FAILED
 
 
+def cmd_prune(args, s: Settings) -> int:
+    from seglake.cli import emit
+    from seglake.lifecycle.backup import prune
+    from seglake.lifecycle.retention import KEYS
+
+    policy = {k: getattr(args, k) for k in KEYS if getattr(args, k)}
+    r = prune.prune(_target(args, s), args.collection, policy, db=args.db, dry_run=args.dry_run,
+                    min_age=args.min_age_hours * 3600, say=_say)
+    sw = r.get("sweep") or {}
+    emit(args, r, text=f"{'would drop' if args.dry_run else 'dropped'} {len(r['pruned'])} bundles "
+                       f"({', '.join(r['pruned']) or 'none'}), kept {len(r['kept'])}; data files: "
+                       f"{sw.get('candidates', 0)} unreferenced, {sw.get('deleted', 0)} deleted")
+    return 0
+
+
 def add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg) -> None:
     b = sub.add_parser("backup", help="backups in another store: export, list, verify, import, restore").add_subparsers(
         dest="action", required=True)
@@ -152,6 +167,16 @@ def add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg) -> None:
     bi.add_argument("--target", **tgt)
     rates(bi)
     bi.set_defaults(fn=cmd_import)
+    bp = b.add_parser("prune", parents=[common], help="drop a collection's bundles a retention policy does not keep "
+                                                      "(never the newest), then the data files no bundle lists")
+    bp.add_argument("collection", type=coll_t)
+    for k in ("last", "hourly", "daily", "weekly", "monthly"):
+        bp.add_argument(f"--keep-{k}", dest=f"keep_{k}", type=number_arg("retention_keep"), default=0)
+    bp.add_argument("--min-age-hours", type=number_arg("missing_tolerance", 3600), default=24,
+                    help="data files younger than this are kept (at least 1; default 24)")
+    bp.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
+    bp.add_argument("--target", **tgt)
+    bp.set_defaults(fn=cmd_prune)
     br = b.add_parser("restore", parents=[common], help="import a bundle and restore it into a new collection "
                                                         "(inline; the snapshot_restore_external DAG runs it on Airflow)")
     br.add_argument("collection", type=coll_t)

@@ -215,6 +215,8 @@ def test_cli_export_list_verify_and_restore_into_another_seglake(meta, store, se
     assert (item["bundle"], item["state"], item["snapshot"]) == ("nightly", "committed", "s1")
     assert cli.main(["backup", "verify", "bk", "nightly"]) == 0
     assert "OK" in capsys.readouterr().out
+    assert cli.main(["backup", "prune", "bk", "--keep-last", "1", "--dry-run"]) == 0
+    assert "would drop 0 bundles (none), kept 1" in capsys.readouterr().out
     meta2, store2 = _fresh(etcd_server, tmp_path)
     monkeypatch.setenv("SEGLAKE_ETCD_ROOT", meta2.keys.root)
     monkeypatch.setenv("SEGLAKE_STORE_URI", store2.uri)
@@ -247,3 +249,77 @@ def test_a_64_mib_export_at_8_mib_per_second_takes_8_seconds(meta, store, tmp_pa
     took = time.monotonic() - t
     want = rep["bytes"] / (16 * MiB) - BURST
     assert want * 0.85 <= took <= want * 1.15 + 0.5, (took, want)
+
+
+def test_prune_by_policy_then_sweep_only_unreferenced_old_data(meta, store, etcd_server, tmp_path):
+    from seglake.lifecycle.backup import prune
+
+    coll = _seed(meta, store, segments=1)
+    target = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, target, "bk", "s1", **quiet)
+    for i in (2, 3):
+        _add_segment(meta, store, coll, seed=i)
+        snapshot.create(meta, store, "bk", f"s{i}")
+        exports.export(meta, store, target, "bk", f"s{i}", **quiet)
+    doc3 = bundles.read(target, "default", "bk", "s3")
+    before = bundles.blobs(target)
+    dry = prune.prune(target, "bk", {"keep_last": 1}, dry_run=True, **quiet)
+    assert dry["pruned"] == ["s1", "s2"] and [b["bundle"] for b in bundles.list_bundles(target)] == ["s1", "s2", "s3"]
+    rep = prune.prune(target, "bk", {"keep_last": 1}, **quiet)
+    assert rep["pruned"] == ["s1", "s2"] and [b["bundle"] for b in bundles.list_bundles(target)] == ["s3"]
+    assert rep["sweep"]["deleted"] == 0 and rep["sweep"]["kept_young"] == 0   # every blob is s3's: nothing to sweep
+    # a blob nobody lists: young -> kept; old -> swept
+    orphan = layout.bundle_blob("ab" * 32)
+    target.put(orphan, b"no bundle lists me")
+    assert prune.sweep_data(target, **quiet)["kept_young"] == 1 and target.exists(orphan)
+    swept = prune.sweep_data(target, now=time.time() + 2 * 86400, **quiet)
+    assert swept["deleted"] == 1 and not target.exists(orphan)
+    assert set(bundles.blobs(target)) == {f["sha256"] for f in doc3["files"].values()} == set(before)
+    assert verify.verify(target, "bk", "s3", **quiet)["ok"]
+    assert list(target.list(layout.sweep_locks_prefix())) == []
+
+
+def test_a_sweep_refuses_on_an_unreadable_bundle(meta, store, tmp_path):
+    from seglake.lifecycle.backup import prune
+
+    _seed(meta, store, segments=1)
+    target = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, target, "bk", "s1", **quiet)
+    orphan = layout.bundle_blob("cd" * 32)
+    target.put(orphan, b"old")
+    target.put(layout.bundle_doc("default", "bk", "broken"), b"{not json")
+    with pytest.raises(prune.SweepRefused, match="unreadable: nothing swept"):
+        prune.sweep_data(target, now=time.time() + 2 * 86400, **quiet)
+    assert target.exists(orphan) and list(target.list(layout.sweep_locks_prefix())) == []
+
+
+def test_an_export_copies_back_what_a_sweep_took_and_waits_for_a_running_sweep(meta, store, tmp_path, monkeypatch):
+    from seglake.errors import SeglakeError
+    from seglake.lifecycle.backup import prune
+
+    coll = _seed(meta, store, segments=1)
+    target = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, target, "bk", "s1", **quiet)
+    _add_segment(meta, store, coll)
+    snapshot.create(meta, store, "bk", "s2")
+    real = bundles.write_doc
+    taken = sorted(bundles.blobs(target))[:3]
+
+    def sweep_first(t, doc):   # a sweep that ran before s2's bundle.json existed took 3 reused files
+        t.delete_many([layout.bundle_blob(sha) for sha in taken])
+        return real(t, doc)
+    monkeypatch.setattr(bundles, "write_doc", sweep_first)
+    rep = exports.export(meta, store, target, "bk", "s2", **quiet)
+    assert rep["copied_again"] == 3 and verify.verify(target, "bk", "s2", **quiet)["ok"]
+    monkeypatch.setattr(bundles, "write_doc", real)
+    # a live sweep lock: the export waits for it (here: gives up) and commits nothing
+    target.put(layout.sweep_lock("other"), json.dumps({"at": time.time()}).encode())
+    snapshot.create(meta, store, "bk", "s3")
+    monkeypatch.setattr(exports, "SWEEP_WAIT", 1.5)
+    with pytest.raises(SeglakeError, match="held its lock"):
+        exports.export(meta, store, target, "bk", "s3", **quiet)
+    with pytest.raises(NotFound):
+        bundles.read(target, "default", "bk", "s3")
+    # a dead sweep's lock (older than LOCK_TTL) is ignored
+    target.put(layout.sweep_lock("other"), json.dumps({"at": time.time() - prune.LOCK_TTL - 1}).encode())
+    assert exports.export(meta, store, target, "bk", "s3", **quiet)["state"] == "committed"

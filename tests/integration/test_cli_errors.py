@@ -83,6 +83,8 @@ CASES = {
     "seglake backup verify": (["backup", "verify", "demo", "my bundle"], 2, "invalid snapshot name 'my bundle'"),
     "seglake backup import": (["backup", "import", "demo", "b", "--max-mib-per-second", "inf"], 2,
                               "--max-mib-per-second"),
+    "seglake backup prune": (["backup", "prune", "demo", "--target", "/tmp/seglake-no-backup-here"], 2,
+                             "every count is 0"),
     "seglake backup restore": (["backup", "restore", "demo", "b"], 2, "the following arguments are required"),
     "seglake wal status": (["wal", "status", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
     "seglake wal pause": (["wal", "pause"], 2, "exactly one of --pchannel NAME or --all"),

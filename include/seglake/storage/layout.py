@@ -300,7 +300,8 @@ def parse_wal_fragment(key: str) -> tuple[str, int] | None:
 #     data/{sha256[:2]}/{sha256}                      a file's content, named by its SHA-256
 #     bundles/{db}/{collection}/{bundle}/bundle.json  what a bundle holds (docs/BUNDLE.md)
 #     bundles/{db}/{collection}/{bundle}/COMMITTED    the commit marker: the SHA-256 of bundle.json
-BUNDLE_DATA, BUNDLES = "data", "bundles"
+#     _locks/sweep/{token}.json                       a data sweep in progress (exports wait for it)
+BUNDLE_DATA, BUNDLES, BUNDLE_LOCKS = "data", "bundles", "_locks"
 BUNDLE_DOC, BUNDLE_COMMIT = "bundle.json", "COMMITTED"
 SHA256_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
@@ -349,3 +350,11 @@ def parse_bundle_key(key: str) -> tuple[str, str, str, str] | None:
     except ValueError:
         return None
     return (parts[1], parts[2], parts[3], parts[4]) if back == key else None
+
+
+def sweep_lock(token: str) -> str:
+    return f"{BUNDLE_LOCKS}/sweep/{_plain_name(token)}.json"
+
+
+def sweep_locks_prefix() -> str:
+    return f"{BUNDLE_LOCKS}/sweep/"

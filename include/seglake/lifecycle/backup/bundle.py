@@ -153,18 +153,28 @@ def check_names(db: str, collection: str, bundle: str) -> None:
     validate_name("bundle", bundle)
 
 
-def write(target: Store, doc: dict) -> dict:
-    """bundle.json, then the commit marker naming its SHA-256 (the bundle exists from
-    the marker on). Every data file must already be in the target."""
+def write_doc(target: Store, doc: dict) -> bytes:
+    """bundle.json (not yet a bundle: the commit marker makes it one)."""
     src = doc["source"]
     raw = msgspec.json.encode(doc, order="sorted")
-    key = layout.bundle_doc(src["db"], src["collection"], doc["bundle"])
-    target.put(key, raw)
+    target.put(layout.bundle_doc(src["db"], src["collection"], doc["bundle"]), raw)
+    return raw
+
+
+def write_marker(target: Store, doc: dict, raw: bytes) -> dict:
+    """The commit marker naming bundle.json's SHA-256: the bundle exists from here on.
+    Every data file it lists must be in the target (see export: checked right before)."""
+    src = doc["source"]
     marker = {"format": FORMAT, "version": VERSION, "sha256": manifest.sha256(raw), "size": len(raw),
               "committed_at": time.time()}
     target.put(layout.bundle_commit(src["db"], src["collection"], doc["bundle"]),
                json.dumps(marker, separators=(",", ":")).encode())
     return marker
+
+
+def write(target: Store, doc: dict) -> dict:
+    """bundle.json, then the commit marker."""
+    return write_marker(target, doc, write_doc(target, doc))
 
 
 def read(target: Store, db: str, collection: str, bundle: str) -> dict:

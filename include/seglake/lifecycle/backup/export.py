@@ -40,6 +40,7 @@ from seglake.throttle import Throttle, check_rates, human_rate
 
 log = logging.getLogger("seglake.backup")
 EXPORT_PIN_TTL = 7 * 86400.0
+SWEEP_WAIT = 7200.0      # how long an export waits for a sweep of its target to end
 
 
 def source_tag(info) -> str:
@@ -209,17 +210,41 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         "snapshot": {k: doc[k] for k in ("collection", "partition_ids", "index_build_ids", "totals")},
         "segments": entries, "files": files, "totals": totals,
     }
-    bundles.write(target, out_doc)
+    raw = bundles.write_doc(target, out_doc)
+    restored = _ensure_present(store, target, files, say)
+    bundles.write_marker(target, out_doc, raw)
     finished = time.time()
     el = max(1e-9, finished - (prog.first or finished))
     report = {**bundles.summary(out_doc), "state": "committed", "already": False, "target": target.uri,
               "copied_files": prog.copied_files, "copied_bytes": prog.copied, "read_bytes": prog.read,
               "reused_files": reused, "deduplicated_files": prog.deduped, "started_at": started,
+              "copied_again": restored,
               "finished_at": finished, "seconds": round(finished - started, 3),
               "copy_rate_bytes_per_second": round(prog.copied / el, 1), "throttle": throttle.report()}
     say(f"export {db}.{collection}/{bundle}: committed; {prog.copied_files} files ({human_bytes(prog.copied)}) "
         f"copied, {reused + prog.deduped} already in the target, {report['seconds']} s")
     return report
+
+
+def _ensure_present(store: Store, target: Store, files: dict[str, dict], say) -> int:
+    """Right before the commit marker (bundle.json already written): wait while a sweep of
+    the target runs, then check every data file the bundle lists is there and copy back
+    any that is not (a sweep that ran before our bundle.json existed). Returns how many."""
+    from seglake.lifecycle.backup import prune
+
+    deadline = time.time() + SWEEP_WAIT
+    while prune.sweep_running(target):
+        if time.time() > deadline:
+            raise SeglakeError(f"a sweep of the backup target has held its lock for over {SWEEP_WAIT:g} s; "
+                               f"the bundle is not committed (re-run the export once it ends)")
+        time.sleep(1.0)
+    have = bundles.blobs(target)
+    missing = {f["sha256"]: path for path, f in files.items() if have.get(f["sha256"]) != f["size"]}
+    for sha, path in missing.items():
+        bundles.copy_verified(store, path, target, layout.bundle_blob(sha), sha, files[path]["size"])
+    if missing:
+        say(f"export: {len(missing)} data files were swept from the target during the export; copied again")
+    return len(missing)
 
 
 def _describe(store: Store, collection_id: int, sizes: dict[str, int]) -> dict:

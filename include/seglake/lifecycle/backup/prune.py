@@ -1,0 +1,163 @@
+"""Retention in a backup target (issue 19 item 5): prune a collection's bundles by a
+retention policy (keep_last / hourly / daily / weekly / monthly, as for snapshots), then
+sweep the data files no bundle references.
+
+    prune: the bundles the policy does not keep (never the newest) lose their commit
+           marker first -- from then on they do not exist -- then their bundle.json
+    sweep: fail closed, with a lock object other exports respect:
+           write _locks/sweep/{token}.json
+           -> read EVERY bundle.json in the target (committed or not: an export writes
+              its bundle.json before its marker); one unreadable -> nothing is deleted
+           -> the data files no bundle lists and older than min_age (a running export's
+              files are young) are candidates
+           -> right before deleting, read the bundles again; delete only candidates still
+              unlisted, each only if it is still the object listed (size, mtime)
+           -> remove the lock
+
+An export, after writing its bundle.json and before its marker, waits while a sweep lock
+younger than LOCK_TTL exists, then checks that every data file it lists is present and
+copies back any that is not (export.py). So a sweep either saw the export's bundle.json
+(and kept its files), or finished before the export's check (which then sees what was
+deleted), or started after that check (and sees the bundle.json).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Mapping
+
+from seglake import limits
+from seglake.errors import NotFound
+from seglake.lifecycle import retention
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.meta.catalog import DEFAULT_DB
+from seglake.progress import human_bytes
+from seglake.storage import Store, layout
+from seglake.storage.base import ObjectInfo
+
+log = logging.getLogger("seglake.backup")
+LOCK_TTL = 3600.0          # a sweep lock older than this is a dead sweep's: ignored
+MIN_AGE_FLOOR = 3600.0     # a data file younger than this is never swept
+
+
+class SweepRefused(bundles.BundleError):
+    """The sweep could not read every bundle: nothing was deleted."""
+
+
+def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *, db: str = DEFAULT_DB,
+          dry_run: bool = False, sweep: bool = True, min_age: float = 86400.0, say=log.warning) -> dict:
+    """Drop the collection's bundles `policy` does not keep (never the newest), then
+    sweep unreferenced data files. Returns the report."""
+    bundles.check_names(db, collection, "x")
+    policy = policy if isinstance(policy, retention.Policy) else retention.parse_policy(policy)
+    min_age = _min_age(min_age)
+    times: dict[str, float] = {}
+    for d, c, b, committed in bundles.find(target, db, collection):
+        if committed:
+            try:
+                times[b] = float(json.loads(target.get(layout.bundle_commit(d, c, b)))["committed_at"])
+            except (NotFound, ValueError, KeyError, TypeError):
+                continue   # unreadable marker: not ours to judge, left alone
+    kept = retention.keep_set(policy, times)
+    newest = max(times, key=lambda n: (times[n], n), default=None)
+    if newest is not None:
+        kept.setdefault(newest, []).append("newest")
+    report = {"db": db, "collection": collection, "dry_run": dry_run, "policy": policy.to_json(),
+              "kept": {n: kept[n] for n in sorted(kept)}, "pruned": []}
+    for name in sorted((n for n in times if n not in kept), key=lambda n: times[n]):
+        if not dry_run:
+            target.delete_many([layout.bundle_commit(db, collection, name)])   # the bundle ends here
+            target.delete_many([layout.bundle_doc(db, collection, name)])
+        report["pruned"].append(name)
+    say(f"prune {db}.{collection}: keep {len(kept)} bundles, {'would drop' if dry_run else 'dropped'} "
+        f"{len(report['pruned'])}" + (f" ({', '.join(report['pruned'])})" if report["pruned"] else ""))
+    if sweep:
+        report["sweep"] = sweep_data(target, dry_run=dry_run, min_age=min_age, say=say)
+    return report
+
+
+def _min_age(value: float) -> float:
+    value = float(limits.check("missing_tolerance", "min_age (seconds)", value))
+    if value < MIN_AGE_FLOOR:
+        from seglake.errors import ValidationError
+        raise ValidationError(f"min_age (seconds): {value:g} is below the floor of {MIN_AGE_FLOOR:g} (a running "
+                              f"export's data files must not be swept)")
+    return value
+
+
+def referenced(target: Store) -> set[str]:
+    """Every SHA-256 any bundle.json in the target lists (committed or not). Raises
+    SweepRefused when one cannot be read: a sweep never runs on a partial view."""
+    out: set[str] = set()
+    for o in target.list(layout.bundles_prefix()):
+        parsed = layout.parse_bundle_key(o.key)
+        if parsed is None:
+            if o.key.endswith("/" + layout.BUNDLE_DOC):
+                raise SweepRefused(f"{o.key} is not a bundle of this layout: nothing swept")
+            continue
+        if parsed[3] != layout.BUNDLE_DOC:
+            continue
+        try:
+            doc = json.loads(target.get(o.key))
+            files = doc["files"]
+            out.update(f["sha256"] for f in files.values())
+        except NotFound:
+            continue   # pruned meanwhile: it references nothing any more
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise SweepRefused(f"{o.key} is unreadable: nothing swept") from None
+    return out
+
+
+def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0, now: float | None = None,
+               say=log.warning) -> dict:
+    """Delete the data files no bundle references, older than min_age (module doc)."""
+    min_age = _min_age(min_age)
+    token = uuid.uuid4().hex[:16]
+    lock = layout.sweep_lock(token)
+    if not dry_run:
+        target.put(lock, json.dumps({"at": time.time()}).encode())
+    try:
+        refs = referenced(target)
+        now = time.time() if now is None else now
+        candidates: list[ObjectInfo] = []
+        kept_young = 0
+        for o in target.list(layout.BUNDLE_DATA):
+            sha = layout.parse_bundle_blob(o.key)
+            if sha is None or sha in refs:
+                continue
+            if o.mtime > now - min_age:
+                kept_young += 1
+                continue
+            candidates.append(o)
+        deleted, gone = [], []
+        if candidates and not dry_run:
+            refs = referenced(target)   # again, right before deleting
+            outcome = target.delete_checked([o for o in candidates if layout.parse_bundle_blob(o.key) not in refs])
+            deleted, gone = outcome.deleted, outcome.missing
+        report = {"dry_run": dry_run, "referenced": len(refs), "candidates": len(candidates),
+                  "candidate_bytes": sum(o.size for o in candidates), "kept_young": kept_young,
+                  "deleted": len(deleted), "already_gone": len(gone)}
+        say(f"sweep: {len(candidates)} unreferenced data files ({human_bytes(report['candidate_bytes'])}) older than "
+            f"{min_age / 3600:g} h; {'none deleted (dry run)' if dry_run else f'{len(deleted)} deleted'}; "
+            f"{kept_young} younger kept")
+        return report
+    finally:
+        if not dry_run:
+            target.delete_many([lock])
+
+
+def sweep_running(target: Store, now: float | None = None) -> bool:
+    """A sweep lock younger than LOCK_TTL exists."""
+    now = time.time() if now is None else now
+    for o in target.list(layout.sweep_locks_prefix()):
+        try:
+            at = float(json.loads(target.get(o.key))["at"])
+        except (NotFound, ValueError, KeyError, TypeError):
+            continue
+        if now - at < LOCK_TTL:
+            return True
+    return False
+
