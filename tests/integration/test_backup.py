@@ -323,3 +323,48 @@ def test_an_export_copies_back_what_a_sweep_took_and_waits_for_a_running_sweep(m
     # a dead sweep's lock (older than LOCK_TTL) is ignored
     target.put(layout.sweep_lock("other"), json.dumps({"at": time.time() - prune.LOCK_TTL - 1}).encode())
     assert exports.export(meta, store, target, "bk", "s3", **quiet)["state"] == "committed"
+
+
+def test_a_crashed_export_and_a_crashed_import_resume(meta, store, etcd_server, tmp_path, monkeypatch):
+    _seed(meta, store)
+    want = _rows(meta, store, "bk")
+    target = LocalStore(tmp_path / "backup")
+    real_put, calls = LocalStore.put, []
+
+    def crash_after_10(self, key, data):
+        if self is target and key.startswith("data/"):
+            calls.append(key)
+            if len(calls) > 10:
+                raise OSError("killed")
+        return real_put(self, key, data)
+    monkeypatch.setattr(LocalStore, "put", crash_after_10)
+    with pytest.raises(OSError):
+        exports.export(meta, store, target, "bk", "s1", threads=1, **quiet)
+    monkeypatch.setattr(LocalStore, "put", real_put)
+    assert [e["state"] for e in exports.list_exports(meta)] == ["failed"]
+    rec = meta.snapshots.find(meta.catalog.get_by_name("bk").collection_id, "s1")
+    assert not rec.holds, "the failed export released its pin"
+    rep = exports.export(meta, store, target, "bk", "s1", **quiet)
+    assert rep["deduplicated_files"] >= 10 and rep["state"] == "committed"
+
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        calls.clear()
+
+        def crash_in_store2(self, key, data):
+            if self is store2 and key.startswith("insert_log/"):
+                calls.append(key)
+                if len(calls) > 10:
+                    raise OSError("killed")
+            return real_put(self, key, data)
+        monkeypatch.setattr(LocalStore, "put", crash_in_store2)
+        with pytest.raises(OSError):
+            imports.import_bundle(meta2, store2, target, "bk", "s1", threads=1, **quiet)
+        monkeypatch.setattr(LocalStore, "put", real_put)
+        (pending,) = meta2.snapshots.list()
+        assert pending.state == "PENDING" and pending.error and "killed" in pending.error
+        out = _restore_all(meta2, store2, target, "bk", "s1", "bk_back")
+        assert out["import"]["kept_files"] >= 10 and out["import"]["snapshot_id"] == pending.snapshot_id
+        assert _rows(meta2, store2, "bk_back") == want
+    finally:
+        meta2.close()
