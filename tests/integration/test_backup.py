@@ -368,3 +368,38 @@ def test_a_crashed_export_and_a_crashed_import_resume(meta, store, etcd_server, 
         assert _rows(meta2, store2, "bk_back") == want
     finally:
         meta2.close()
+
+
+def test_s3_to_s3_two_buckets_with_their_own_settings(etcd_server, s3_server, tmp_path):
+    """Source store on one SeaweedFS bucket, the backup on another; restore into a third
+    seglake whose store is a third bucket."""
+    tag = uuid.uuid4().hex[:8]
+    creds = {"access_key": s3_server.access_key, "secret_key": s3_server.secret_key}
+
+    def seglake(bucket: str) -> tuple:
+        s = Settings.from_dict({"etcd_endpoint": etcd_server.endpoint, "etcd_root": f"s3s3{uuid.uuid4().hex[:8]}",
+                                "store_uri": f"s3://{bucket}/{tag}", "s3_endpoint": s3_server.endpoint,
+                                "s3_access_key": creds["access_key"], "s3_secret_key": creds["secret_key"],
+                                "backup_uri": f"s3://seglake-bk-target/{tag}",
+                                "backup_s3_endpoint": s3_server.endpoint,
+                                "backup_s3_access_key": creds["access_key"],
+                                "backup_s3_secret_key": creds["secret_key"], "etcd_timeout": 5})
+        st = open_store(s)
+        st.ensure_bucket()
+        return s, Meta.from_settings(s), st
+
+    s1, meta1, store1 = seglake("seglake-bk-source")
+    s2, meta2, store2 = seglake("seglake-bk-dr")
+    try:
+        _seed(meta1, store1, segments=2)
+        want = _rows(meta1, store1, "bk")
+        target = bundles.open_target(s1)
+        target.ensure_bucket()
+        rep = exports.export(meta1, store1, target, "bk", "s1", **quiet)
+        assert rep["copied_files"] + rep["deduplicated_files"] == rep["files"]
+        assert exports.export(meta1, store1, target, "bk", "s1", bundle="again", **quiet)["read_bytes"] == 0
+        _restore_all(meta2, store2, bundles.open_target(s2), "bk", "s1", "bk_back")
+        assert _rows(meta2, store2, "bk_back") == want
+    finally:
+        meta1.close()
+        meta2.close()
