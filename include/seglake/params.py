@@ -25,7 +25,7 @@ from seglake.limits import HOUR, LIMITS
 from seglake.names import NAME_PATTERN, NAME_RE, NAME_RULE
 
 ENGINES = ("auto", "spark", "inline")
-KINDS = ("name", "text", "number", "integer", "boolean", "tristate", "enum")
+KINDS = ("name", "text", "number", "integer", "boolean", "tristate", "enum", "location")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Key:
     def schema(self) -> dict[str, Any]:
         """Param kwargs (JSON schema + title/description); no default when required."""
         base = {"name": "string", "text": "string", "number": "number", "integer": "integer",
-                "boolean": "boolean", "enum": "string"}.get(self.kind)
+                "boolean": "boolean", "enum": "string", "location": "string"}.get(self.kind)
         if self.kind == "tristate":   # see DEFERRABLE: a labelled dropdown, not a switch
             return {"type": ["null", "string", "boolean"], "enum": [None, True, False], "title": self.title,
                     "values_display": DEFERRABLE_DISPLAY, "description": self.help()}
@@ -53,7 +53,7 @@ class Key:
         out["description"] = self.help()
         if self.kind == "name":
             out["pattern"] = NAME_PATTERN
-        elif self.kind == "text":
+        elif self.kind in ("text", "location"):
             out["maxLength"] = self.max_length
         elif self.kind == "enum":
             out["enum"] = [*([None] if self.nullable else []), *self.choices]
@@ -75,6 +75,8 @@ class Key:
             ok = isinstance(value, str) and NAME_RE.fullmatch(value) is not None
         elif self.kind == "text":
             ok = isinstance(value, str) and len(value) <= self.max_length
+        elif self.kind == "location":
+            ok = isinstance(value, str) and len(value) <= self.max_length and _is_location(value)
         elif self.kind in ("boolean", "tristate"):
             ok = isinstance(value, bool)
         elif self.kind == "enum":
@@ -95,6 +97,8 @@ class Key:
             return f"{NAME_RULE}, e.g. {self.example or 'demo'}"
         if self.kind == "text":
             return f"text of at most {self.max_length} characters"
+        if self.kind == "location":
+            return "an absolute local path or s3://bucket/prefix" + (" (or null: the default)" if self.nullable else "")
         if self.kind in ("boolean", "tristate"):
             return "true or false" + (" (or null: the default)" if self.nullable else "")
         if self.kind == "enum":
@@ -109,9 +113,21 @@ class Key:
     def help(self) -> str:
         """The form's description: what the field does, then (for names and numbers) its rule."""
         text = self.description.rstrip(".")
-        if self.kind in ("name", "text", "number", "integer"):
+        if self.kind in ("name", "text", "number", "integer", "location"):
             text = (f"{text}. " if text else "") + f"Allowed: {self.allowed()}"
         return text + "." if text else ""
+
+
+def _is_location(value: str) -> bool:
+    """A store location the config accepts (seglake.config: absolute path or s3://bucket/prefix)."""
+    from seglake.config import _check_store_uri
+    from seglake.errors import ConfigError
+
+    try:
+        _check_store_uri(value, "backup_uri")
+    except ConfigError:
+        return False
+    return True
 
 
 def _num(x: float) -> str:
@@ -153,7 +169,7 @@ GC_REAL_RUN = ("Off: a REAL run that deletes the unreferenced files older than t
                "collections. On (the default): the mark alone, nothing is deleted; its report lists what a "
                "real run would delete")
 
-BACKUP_URI = Key("text", "Backup target", nullable=True, max_length=1024,
+BACKUP_URI = Key("location", "Backup target", nullable=True, max_length=1024,
                  description="A local directory or s3://bucket/prefix; empty: config key backup_uri. S3 "
                              "credentials come from the seglake_backup connection (never from the conf)")
 RATES = {

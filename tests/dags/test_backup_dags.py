@@ -71,7 +71,8 @@ def test_export_verify_restore_from_a_bundle(airflow_env, meta, store, backup, c
 
 @pytest.mark.parametrize("dag_id, conf, words", [
     ("snapshot_export", {"collection": "demo", "snapshot": "s1", "bundel": "x"}, "did you mean 'bundle'"),
-    ("snapshot_export", {"collection": "demo", "snapshot": "s1", "backup_uri": "relative/dir"}, "not an absolute path"),
+    ("snapshot_export", {"collection": "demo", "snapshot": "s1", "backup_uri": "relative/dir"},
+     "an absolute local path or s3://bucket/prefix"),
     ("snapshot_verify", {"collection": "demo", "bundle": "nope"}, "not found in the backup target"),
     ("snapshot_restore_external", {"collection": "demo", "bundle": "b1", "target": "t", "as_colection": "x"},
      "did you mean 'as_collection'"),

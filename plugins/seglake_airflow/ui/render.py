@@ -249,5 +249,6 @@ def render_page(data: dict) -> str:
         _section("Copy jobs", data["jobs"], _jobs),
         _section("Garbage collection", gc_sec, lambda r: _gc(*r)),
         _section("Channels", data["channels"], _channels),
-        _section("Backups", data.get("backup", {"rows": None, "error": None}), _backup),
+        _section("Backups", data.get("backup") or {"rows": {"exports": [], "pins": [], "policies": []},
+                                                   "error": None}, _backup),
         "</body></html>"])
