@@ -14,7 +14,8 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(ROOT)/dags
 export AIRFLOW__CORE__PLUGINS_FOLDER := $(ROOT)/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION := True
-export AIRFLOW__LOGGING__LOGGING_LEVEL := WARNING
+# INFO: the progress lines of copy jobs, exports and Spark jobs are INFO in task logs
+export AIRFLOW__LOGGING__LOGGING_LEVEL := INFO
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PATH := $(VENV)/bin:$(PATH)

@@ -90,9 +90,10 @@ def snapshots(meta: Meta, now: float) -> list[dict]:
 # -- copy jobs ------------------------------------------------------------------------------
 def job_rate_eta(job: dict, now: float) -> tuple[float | None, float | None]:
     """(bytes per second, seconds left) of a copy job from its progress; None when unknown.
-    The rate is over the job's running time (until it finished); the ETA only while it runs."""
+    The rate is over the time since the first file copy began (not the set-up before it:
+    Spark's start-up, listings), until the job finished; the ETA only while it runs."""
     p = job["progress"]
-    started = job.get("started_at")
+    started = p.get("first_copy_at") or job.get("started_at")
     if not started:
         return None, None
     elapsed = (job.get("finished_at") or now) - started

@@ -90,6 +90,23 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
         job_counts, task_counts = Counter(j.state for j in meta.copyjobs.list()), console.task_states(meta)
         out.family("seglake_copy_jobs", "Copy-segment jobs by state.", _by_state(job_counts, console.JOB_STATES))
         out.family("seglake_copy_tasks", "Copy-segment tasks by state.", _by_state(task_counts, console.TASK_STATES))
+        running = [d for d in console.copy_jobs(meta, now) if not d["terminal"]]
+        label = [{"job_id": str(d["job_id"]), "collection": d["target_collection"], "db": d["db"]} for d in running]
+        out.family("seglake_copy_job_done_bytes", "Bytes done of each unfinished copy job.",
+                   [(lb, d["progress"]["done_bytes"]) for lb, d in zip(label, running)])
+        out.family("seglake_copy_job_total_bytes", "Bytes to copy of each unfinished copy job.",
+                   [(lb, d["progress"]["total_bytes"]) for lb, d in zip(label, running)])
+        out.family("seglake_copy_job_rate_bytes_per_second",
+                   "Copy rate of each unfinished copy job since its first file copy began (0: none yet).",
+                   [(lb, d["rate_bps"] or 0.0) for lb, d in zip(label, running)])
+        per_coll: dict[tuple[str, str], list[float]] = {}
+        for d in running:
+            acc = per_coll.setdefault((d["db"], d["target_collection"]), [0.0, 0.0])
+            acc[0] += d["progress"]["done_bytes"]
+            acc[1] += d["progress"]["total_bytes"]
+        out.family("seglake_collection_restore_fraction",
+                   "Fraction of the bytes copied into each collection being restored (unfinished copy jobs).",
+                   [({"collection": c, "db": db}, (a / b if b else 1.0)) for (db, c), (a, b) in sorted(per_coll.items())])
 
     def gc() -> None:
         g = console.gc_latest(store)

@@ -82,6 +82,17 @@ def test_rate_and_eta_of_a_running_job():
     assert console.job_rate_eta({**job, "started_at": 110.0}, 110.0) == (None, None)   # no elapsed time
     done = {**job, "state": "Completed", "finished_at": 105.0}
     assert console.job_rate_eta(done, 500.0) == (60.0, None)
+    # from the first file copy, not the set-up before it (Spark's start-up): 300 B in 2 s
+    late = {**job, "progress": {**job["progress"], "first_copy_at": 108.0}}
+    assert console.job_rate_eta(late, 110.0) == (150.0, pytest.approx(700 / 150))
+
+
+def test_a_copy_records_when_its_first_file_copy_began(meta, store, world):
+    _, done_job, running_job = world
+    p = copyjob.progress(meta, done_job)
+    job = meta.copyjobs.get(done_job)[0]
+    assert job.started_at <= p["first_copy_at"] <= job.finished_at
+    assert copyjob.progress(meta, running_job)["first_copy_at"] is None    # planned, nothing copied yet
 
 
 def test_gc_summary_and_pause_are_shown(meta, store, world):
@@ -114,6 +125,12 @@ def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
     assert m["seglake_segments"]['{state="Flushed"}'] == 12 and m["seglake_segments"]['{state="Importing"}'] == 6
     assert m["seglake_gc_runs_recorded"] == {"": 0} and m["seglake_gc_candidate_bytes"] == {"": 0}
     assert all(v == 0 for v in m["seglake_scrape_error"].values())
+    # per unfinished job and per collection being restored: progress
+    job = meta.copyjobs.get(running_job)[0]
+    lb = f'{{job_id="{running_job}",collection="{job.target_collection}",db="default"}}'
+    assert m["seglake_copy_job_total_bytes"] == {lb: job.total_bytes} and m["seglake_copy_job_done_bytes"] == {lb: 0}
+    assert m["seglake_copy_job_rate_bytes_per_second"] == {lb: 0}
+    assert m["seglake_collection_restore_fraction"] == {f'{{collection="{job.target_collection}",db="default"}}': 0}
 
 
 def test_metrics_after_a_real_sweep(meta, store, world):

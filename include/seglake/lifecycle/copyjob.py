@@ -221,6 +221,7 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress
             for i, (src, dst, size) in enumerate(files):
                 args = (store, src, dst, size, check, sources.get(src),
                         _UNLISTED if present is None else present.get(dst), throttle)
+                progress.setdefault("first", now())   # the rate counts from the first copy, not the set-up
                 fut = pool.submit(_copy_one, *args) if pool else _done(_copy_one, *args)
                 pending.append((fut, i == len(files) - 1))
                 while len(pending) > window:
@@ -320,8 +321,10 @@ def _remove_leftovers(store: Store, target, expected: set[str]) -> dict[str, Lis
 
 
 def _with_progress(task: CopyTask, progress: dict, **changes) -> CopyTask:
+    first = min((t for t in (task.first_copy_at, progress.get("first", 0.0)) if t), default=0.0)
     return task.replace(copied_segments=progress["segments"], copied_files=progress["files"],
-                        copied_bytes=progress["bytes"], skipped_files=progress["skipped"], **changes)
+                        copied_bytes=progress["bytes"], skipped_files=progress["skipped"], first_copy_at=first,
+                        **changes)
 
 
 def _save_progress(meta: Meta, own: _Owned, progress: dict, now: float) -> None:
@@ -568,6 +571,7 @@ def progress(meta: Meta, job_id: int) -> dict:
         # what an earlier one copied), else what the task copied so far: the progress bars
         "done_bytes": sum(t.total_bytes if t.state == TASK_COMPLETED else t.copied_bytes for t in tasks),
         "tasks": len(tasks), "tasks_completed": len(done),
+        "first_copy_at": min((t.first_copy_at for t in tasks if t.first_copy_at), default=None),
         "tasks_failed": sum(t.state == TASK_FAILED for t in tasks),
     }
 

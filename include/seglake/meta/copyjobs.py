@@ -107,6 +107,7 @@ class CopyTask(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int = 0
     reason: str = ""
     updated_at: float = 0.0
+    first_copy_at: float = 0.0   # when an attempt of this task began its first file copy (rates: from there)
 
     def replace(self, **changes) -> "CopyTask":
         return msgspec.structs.replace(self, **changes)
