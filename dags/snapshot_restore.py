@@ -58,7 +58,8 @@ def snapshot_restore():
                                                  else float(params["timeout_hours"]) * 3600), owner=run_id or "",
                                         engine=params["engine"],
                                         max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
-                                        max_requests_per_second=params["max_requests_per_second"])
+                                        max_requests_per_second=params["max_requests_per_second"],
+                                        origin={"dag_id": "snapshot_restore", "run_id": run_id} if run_id else None)
             except engine.RestoreRaceLost as e:  # a retry converges on the winner's job
                 raise RuntimeError(f"{e}; retrying") from e
         print(f"restore of {params['snapshot']!r} into {params['target']!r}: copy job {job_id}")

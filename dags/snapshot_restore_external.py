@@ -54,7 +54,8 @@ def snapshot_restore_external():
                              else float(params["timeout_hours"]) * 3600), owner=run_id or "",
                     engine=params["engine"], threads=hook.settings.copy_threads,
                     max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
-                    max_requests_per_second=params["max_requests_per_second"], say=print)
+                    max_requests_per_second=params["max_requests_per_second"], say=print,
+                    origin={"dag_id": "snapshot_restore_external", "run_id": run_id} if run_id else None)
             except restores.RestoreRaceLost as e:  # a retry converges on the winner's job
                 raise RuntimeError(f"{e}; retrying") from e
         imp = out["import"]

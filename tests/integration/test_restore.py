@@ -295,3 +295,16 @@ def test_cli_jobs(meta, store, snap, settings, monkeypatch, capsys):
     assert "100.0%" in out and "segments 10/10" in out
     assert cli.main(["jobs", "list", "--collection", "clijob"]) == 0
     assert "Completed" in capsys.readouterr().out
+
+
+def test_the_job_keeps_the_dag_run_that_made_it_and_a_bad_origin_is_refused(meta, store, snap):
+    from seglake.errors import ValidationError
+
+    origin = {"dag_id": "snapshot_restore", "run_id": "manual__x"}
+    job_id = restore.restore(meta, store, "demo", "s1", "demo_origin", origin=origin)
+    assert meta.copyjobs.get(job_id)[0].origin == origin
+    for bad in ({"dag_id": "x"}, {"dag_id": "", "run_id": "r"}, {"dag_id": 1, "run_id": "r"}, "run"):
+        with pytest.raises(ValidationError, match="restore origin"):
+            restore.restore(meta, store, "demo", "s1", "demo_origin2", origin=bad)
+    with pytest.raises(NotFound):
+        meta.catalog.get_by_name("demo_origin2")

@@ -73,3 +73,26 @@ def test_channel_ticks_are_times_not_epoch_seconds():
     html = render_page(_empty(channels={"rows": rows, "error": None}))
     assert html.count("2023-11-14 22:15:00 UTC") == 2 and "1700000100" not in html
     assert "no checkpoint yet" in html and "last time tick (UTC)" in html
+
+
+def _job(**over):
+    j = {"job_id": 7, "state": "Executing", "terminal": False, "source_collection": "demo", "snapshot": "s1",
+         "target_collection": "demo_copy", "rate_bps": 2048.0, "eta_s": 3.0, "duration_s": 5.0, "reason": "",
+         "origin": {"dag_id": "snapshot_restore", "run_id": "manual__2026-11-24T09:00:00+00:00"},
+         "progress": {"copied_segments": 1, "total_segments": 2, "copied_files": 3, "total_files": 6,
+                      "done_bytes": 10, "total_bytes": 20, "tasks_completed": 0, "tasks": 1, "tasks_failed": 0},
+         "fractions": {"segments": 0.5, "files": 0.5, "bytes": 0.5}}
+    j.update(over)
+    return j
+
+
+def test_the_page_polls_fast_while_a_job_runs_and_links_each_job_to_its_run():
+    html = render_page(_empty(jobs={"rows": [_job()], "error": None}))
+    assert 'content="2"' in html and "refreshes every 2s" in html
+    assert '<a href="../dags/snapshot_restore/runs/manual__2026-11-24T09%3A00%3A00%2B00%3A00"' in html
+    idle = render_page(_empty(jobs={"rows": [_job(state="Completed", terminal=True, origin=None)], "error": None}))
+    assert 'content="10"' in idle and "runs/" not in idle.split("Copy jobs")[1].split("</section>")[0]
+    exporting = render_page(_empty(backup={"rows": {"exports": [{"db": "default", "collection": "c", "bundle": "b",
+                                                                 "state": "running"}], "pins": [], "policies": []},
+                                           "error": None}))
+    assert 'content="2"' in exporting

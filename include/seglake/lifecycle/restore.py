@@ -56,11 +56,15 @@ class SnapshotDropped(StateError):
 def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: str, *,
             db: str = DEFAULT_DB, timeout: float = 3600.0, owner: str = "", engine: str = "auto",
             now: float | None = None, max_bytes_per_second: float = 0, max_requests_per_second: float = 0,
-            collection_id: int | None = None) -> int:
+            collection_id: int | None = None, origin: dict | None = None) -> int:
     """Create (or resume) the Importing target and its Pending copy job; returns the job id.
     max_bytes_per_second / max_requests_per_second: the copy's rate limit, shared by every
     runner of the job (seglake.throttle; 0 = none). collection_id: which collection named
-    `collection` (needed only when several dropped or imported ones share the name)."""
+    `collection` (needed only when several dropped or imported ones share the name).
+    origin: the DAG run that asked, {"dag_id": ..., "run_id": ...}, kept on the job."""
+    if origin is not None and not (isinstance(origin, dict) and set(origin) == {"dag_id", "run_id"}
+                                   and all(isinstance(v, str) and 0 < len(v) <= 250 for v in origin.values())):
+        raise ValidationError(f"restore origin must be {{'dag_id': str, 'run_id': str}}, got {origin!r}")
     for kind, name in (("collection", collection), ("snapshot", snapshot), ("collection", target), ("db", db)):
         validate_name(kind, name)
     timeout = limits.check("restore_timeout", "restore timeout (seconds)", timeout)  # finite, in range
@@ -93,7 +97,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
         if coll is None:  # the name was taken meanwhile: by the same restore (resume it) or not
             return restore(meta, store, collection, snapshot, target, db=db, timeout=timeout, owner=owner,
                            engine=engine, now=now, max_bytes_per_second=bps, max_requests_per_second=rps,
-                           collection_id=collection_id)
+                           collection_id=collection_id, origin=origin)
     else:
         coll = found
     claim = _claim(meta, coll.collection_id, token)
@@ -109,7 +113,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
             target_collection_id=coll.collection_id, target_collection=target, total_segments=len(targets),
             total_files=sum(t.file_count() for t in targets), total_bytes=sum(t.total_size() for t in targets),
             created_at=now, timeout_at=now + timeout, owner=owner, engine=engine,
-            max_bytes_per_second=bps, max_requests_per_second=rps)
+            max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
         return _create_job(meta, job, claim)
     except Exception as e:  # noqa: BLE001 - every failure after the target exists is handled here
         return _after_failure(meta, rec, coll, claim, target, e)

@@ -85,6 +85,7 @@ class CopyJob(msgspec.Struct, frozen=True, kw_only=True):
     state_markers: bool = False  # planned by a seglake that writes task state markers (older jobs: read tasks)
     max_bytes_per_second: float = 0.0     # the job's copy rate limit, shared by all its runners (0: none)
     max_requests_per_second: float = 0.0
+    origin: dict | None = None   # the DAG run that created the job: {"dag_id", "run_id"} (page links)
 
     def replace(self, **changes) -> "CopyJob":
         return msgspec.structs.replace(self, **changes)

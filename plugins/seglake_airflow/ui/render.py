@@ -9,6 +9,14 @@ from html import escape
 from urllib.parse import quote
 
 REFRESH_S = 10
+BUSY_REFRESH_S = 2     # while a copy job or an export runs
+
+
+def busy(data: dict) -> bool:
+    """Something runs: a copy job not finished, or an export in progress."""
+    jobs = (data.get("jobs") or {}).get("rows") or []
+    exports = (((data.get("backup") or {}).get("rows")) or {}).get("exports") or []
+    return any(not j.get("terminal", True) for j in jobs) or any(e.get("state") == "running" for e in exports)
 CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;color:#1f2933;background:#fff}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #d9e2ec}
@@ -129,7 +137,12 @@ def _jobs(rows: list[dict]) -> str:
                 + _bar(f["bytes"], f"{human_bytes(p['done_bytes'])} / {human_bytes(p['total_bytes'])}"))
         rate = f"{human_bytes(j['rate_bps'])}/s" if j["rate_bps"] else "-"
         eta = human_duration(j["eta_s"]) if j["eta_s"] is not None else "-"
-        out.append([str(j["job_id"]), _state(j["state"]),
+        origin = j.get("origin") or {}
+        job = str(j["job_id"])
+        if origin.get("dag_id") and origin.get("run_id"):   # the DAG run that made it: its tasks and their logs
+            job = (f'<a href="{escape(run_link(origin["dag_id"], origin["run_id"]))}" '
+                   f'title="the DAG run (tasks and logs)">{job}</a>')
+        out.append([job, _state(j["state"]),
                     f"{escape(j['source_collection'])}/{escape(j['snapshot'])} &rarr; {escape(j['target_collection'])}",
                     bars, rate, eta, human_duration(j["duration_s"]),
                     f"{p['tasks_completed']}/{p['tasks']}" + (f" ({p['tasks_failed']} failed)" if p["tasks_failed"] else ""),
@@ -237,12 +250,13 @@ def _backup(b: dict) -> str:
 
 def render_page(data: dict) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data["now"]))
+    refresh = BUSY_REFRESH_S if busy(data) else REFRESH_S
     gc_sec = {"error": data["gc"]["error"] or data["gc_pause"]["error"],
               "rows": (data["gc"]["rows"], data["gc_pause"]["rows"] or {})}
     return "".join([
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>seglake</title>'
-        f'<meta http-equiv="refresh" content="{REFRESH_S}"><style>{CSS}</style></head><body>',
-        f'<h1>seglake</h1><p class="muted">read at {stamp}; refreshes every {REFRESH_S}s; '
+        f'<meta http-equiv="refresh" content="{refresh}"><style>{CSS}</style></head><body>',
+        f'<h1>seglake</h1><p class="muted">read at {stamp}; refreshes every {refresh}s; '
         f'<a href="metrics">metrics</a> &middot; <a href="api/overview">json</a></p>',
         _section("Collections", data["collections"], _collections),
         _section("Snapshots", data["snapshots"], _snapshots),

@@ -208,7 +208,7 @@ def list_imports(meta: Meta) -> list[dict]:
 def restore_from_bundle(meta: Meta, store: Store, target: Store, collection: str, bundle: str, restore_to: str, *,
                         db: str = DEFAULT_DB, as_collection: str | None = None, timeout: float = 3600.0,
                         owner: str = "", engine: str = "auto", threads: int = 8, max_bytes_per_second: float = 0,
-                        max_requests_per_second: float = 0, say=log.warning) -> dict:
+                        max_requests_per_second: float = 0, origin: dict | None = None, say=log.warning) -> dict:
     """Import the bundle (or find it imported), then set up the normal restore of that
     snapshot into the new collection `restore_to`: returns the import and the copy job id
     (the copy-job steps -- inline or the DAG's tasks -- do the rest)."""
@@ -219,5 +219,6 @@ def restore_from_bundle(meta: Meta, store: Store, target: Store, collection: str
                              max_requests_per_second=max_requests_per_second, say=say)
     job_id = restores.restore(meta, store, imported["collection"], imported["snapshot"], restore_to, db=db,
                               timeout=timeout, owner=owner, engine=engine, max_bytes_per_second=max_bytes_per_second,
-                              max_requests_per_second=max_requests_per_second, collection_id=imported["collection_id"])
+                              max_requests_per_second=max_requests_per_second, collection_id=imported["collection_id"],
+                              origin=origin)
     return {"import": imported, "job_id": job_id, "target_collection": restore_to}
