@@ -1,7 +1,8 @@
 """The seglake page inside Airflow: a FastAPI app mounted by the `seglake_ui` plugin.
 
-Read-only: every route reads etcd and the store through the engine (`seglake.console`,
-`seglake.metrics`); the only way to change anything is the links to DAG trigger forms.
+The page and /metrics read etcd and the store through the engine (`seglake.console`,
+`seglake.metrics`); changes go through the typed REST API mounted at /api/v1
+(`seglake_airflow.ui.api`), which creates DAG runs.
 Airflow does not protect plugin routes on its own: the app requires Airflow's
 authentication and DAG read access on EVERY route (an app-level dependency), so an
 anonymous request gets 401 and a bad token 403 -- except a browser asking for a page
@@ -96,4 +97,7 @@ def create_app():
             text = m.render(meta, store)
         return PlainTextResponse(text, media_type=m.CONTENT_TYPE)
 
+    from seglake_airflow.ui.api import API_PREFIX, create_api
+
+    app.mount(API_PREFIX, create_api())   # the typed REST API: its own auth dependency and OpenAPI
     return app

@@ -1,0 +1,358 @@
+"""The typed REST API of seglake (issue 20 item 5): `/seglake/api/v1/...` in Airflow's API
+server, behind Airflow's authentication, with its OpenAPI document at
+`/seglake/api/v1/openapi.json` and interactive docs at `/seglake/api/v1/docs`.
+
+Reads come from etcd and the store through the engine (seglake.console, lifecycle).
+Mutations that are lifecycles (create / drop / restore a snapshot, a GC dry run, resume
+a copy job) create an Airflow DAG run -- so history, retries and logs stay in Airflow --
+through Airflow's own `POST /api/v2/dags/{dag_id}/dagRuns` with the caller's own
+credentials (Airflow checks the caller may trigger that DAG; the conf guard and the DAG's
+Params check the conf), after checking the conf against the DAG's contract here
+(seglake.params.check_conf); they answer with the run and a link to it. Pin and unpin
+are one guarded etcd transaction each and run here directly (they need DAG run rights).
+
+Every refusal is HTTP 4xx with {"detail": one sentence naming the field, the value and
+what is allowed}. A browser's session cookie authorises only requests that carry the
+header `X-Seglake-Request: 1` for mutations (a cross-site form cannot set it: no CSRF);
+a caller with `Authorization: Bearer <token>` needs no such header.
+"""
+
+
+import time
+from typing import Any, Optional
+from urllib.parse import quote
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from seglake.names import NAME_PATTERN as JSON_SCHEMA_PATTERN
+
+API_PREFIX = "/api/v1"
+CSRF_HEADER = "x-seglake-request"
+# pydantic's (Rust) regex has no look-ahead; its '$' is the end of the text (no newline)
+NAME_PATTERN = JSON_SCHEMA_PATTERN.removesuffix("(?!\\n)")
+assert NAME_PATTERN.endswith("$") and "(?" not in NAME_PATTERN
+
+
+def _name(description: str = "a seglake name, e.g. demo_1"):
+    return Field(pattern=NAME_PATTERN, max_length=255, description=description)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- request bodies ------------------------------------------------------------------
+class SnapshotCreate(Strict):
+    collection: str = _name()
+    name: str = _name()
+    description: str = Field("", max_length=1024)
+    ttl_hours: float = Field(0, description="0: kept until dropped")
+    db: str = Field("default", pattern=NAME_PATTERN)
+    engine: str = Field("auto", description="auto | inline | spark")
+
+
+class RestoreRequest(Strict):
+    target: str = Field(pattern=NAME_PATTERN, max_length=255, description="the new collection")
+    db: str = Field("default", pattern=NAME_PATTERN)
+    engine: str = "auto"
+    timeout_hours: Optional[float] = None
+    max_mib_per_second: float = 0
+    max_requests_per_second: float = 0
+
+
+class PinRequest(Strict):
+    ttl_hours: float = Field(description="how long the pin holds (hours; at most 8760)")
+    by: str = Field("", max_length=256)
+    db: str = Field("default", pattern=NAME_PATTERN)
+
+
+class GCDryRun(Strict):
+    collection: Optional[str] = Field(None, pattern=NAME_PATTERN, description="empty: the whole store")
+    db: str = Field("default", pattern=NAME_PATTERN)
+    engine: str = "auto"
+
+
+class ResumeRequest(Strict):
+    engine: Optional[str] = Field(None, description="empty: the engine the job was created with")
+
+
+# -- responses -----------------------------------------------------------------------
+class Run(BaseModel):
+    dag_id: str
+    dag_run_id: str
+    state: Optional[str] = None
+    run_url: str = Field(description="the run's page in Airflow (a path on this server)")
+    conf: dict[str, Any]
+    object: dict[str, Any] = Field(default_factory=dict, description="what the run acts on")
+
+
+class Collection(Open):
+    collection_id: int
+    name: str
+    db: str
+    state: str
+    segments: int
+    rows: int
+    bytes: int
+
+
+class Snapshot(Open):
+    snapshot_id: int
+    collection: str
+    name: str
+    state: str
+    segments: int
+    rows: int
+    bytes: int
+
+
+class Job(Open):
+    job_id: int
+    state: str
+    source_collection: str
+    snapshot: str
+    target_collection: str
+    progress: dict[str, Any]
+    rate_bps: Optional[float] = None
+    eta_s: Optional[float] = None
+
+
+class Pin(Open):
+    pin_id: int
+    collection: str
+    snapshot: str
+    expires_at: float
+
+
+class Channel(Open):
+    vchannel: str
+
+
+
+
+def create_api():
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from fastapi import Body, Depends, FastAPI, Query, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse, JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+    from seglake_airflow.ui import _engine
+
+    read = Depends(requires_access_dag(method="GET"))
+    run_rights = Depends(requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN))
+    api = FastAPI(title="seglake API", version="1",
+                  description=__doc__.split("\n\n", 1)[1].strip(), docs_url=None, redoc_url=None,
+                  openapi_url=None, dependencies=[read])
+
+    # -- errors: one sentence each ---------------------------------------------------------
+    @api.exception_handler(RequestValidationError)
+    async def plain_validation(request: Request, exc: RequestValidationError):
+        from seglake.params import closest
+
+        problems = []
+        for err in exc.errors():
+            loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path")]
+            field = ".".join(loc) or "body"
+            if err.get("type") == "extra_forbidden":
+                model = _model_for(request)
+                hint = closest(loc[-1], list(model.model_fields)) if model is not None and loc else ""
+                problems.append(f"unknown field {field!r}{hint}")
+            elif err.get("type") == "missing":
+                problems.append(f"field {field!r} is required")
+            else:
+                problems.append(f"field {field!r}: {err.get('input')!r} is not allowed ({err.get('msg')})")
+        return JSONResponse({"detail": "; ".join(problems) or "invalid request"}, status_code=400)
+
+    @api.exception_handler(SeglakeError)
+    async def plain_engine_error(request: Request, exc: SeglakeError):
+        status = (404 if isinstance(exc, NotFound) else 400 if isinstance(exc, ValidationError)
+                  else 409 if isinstance(exc, (Conflict, StateError)) else 503 if isinstance(exc, Unavailable)
+                  else 500)
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    def _model_for(request: Request):
+        path = request.url.path
+        for suffix, model in (("/restore", RestoreRequest), ("/pins", PinRequest), ("/gc/dry-run", GCDryRun),
+                              ("/resume", ResumeRequest), ("/snapshots", SnapshotCreate)):
+            if path.endswith(suffix):
+                return model
+        return None
+
+    # -- the docs (behind the same login) --------------------------------------------------
+    @api.get("/openapi.json", include_in_schema=False)
+    def openapi() -> JSONResponse:
+        return JSONResponse(api.openapi())
+
+    @api.get("/docs", include_in_schema=False)
+    def docs(request: Request) -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=str(request.url.path).rsplit("/", 1)[0] + "/openapi.json",
+                                   title="seglake API")
+
+    # -- reads -----------------------------------------------------------------------------
+    @api.get("/collections", response_model=list[Collection], summary="Collections with their totals")
+    def collections() -> list[dict]:
+        from seglake import console
+        with _engine() as (meta, _):
+            return console.collections(meta)
+
+    @api.get("/collections/{name}", response_model=Collection, summary="One collection")
+    def collection(name: str, db: str = Query("default")) -> dict:
+        from seglake import console
+        with _engine() as (meta, _):
+            for c in console.collections(meta):
+                if (c["name"], c["db"]) == (name, db):
+                    return c
+        raise NotFound(f"collection {name!r} not found in db {db!r}")
+
+    @api.get("/snapshots", response_model=list[Snapshot], summary="COMMITTED snapshots (all=true: every record)")
+    def snapshots(collection: Optional[str] = None, db: str = "default", all: bool = False) -> list[dict]:
+        from seglake.lifecycle import snapshot
+        with _engine() as (meta, _):
+            return snapshot.list_snapshots(meta, collection, db=db, include_all=all)
+
+    @api.get("/snapshots/{collection}/{name}", response_model=Snapshot,
+             summary="One snapshot, its manifests verified")
+    def snapshot_describe(collection: str, name: str, db: str = "default") -> dict:
+        from seglake.lifecycle import snapshot
+        with _engine() as (meta, store):
+            return snapshot.describe(meta, store, collection, name, db=db)
+
+    @api.get("/pins", response_model=list[Pin], summary="Unexpired pins")
+    def pins(collection: Optional[str] = None, db: str = "default") -> list[dict]:
+        from seglake.lifecycle import snapshot
+        with _engine() as (meta, _):
+            return snapshot.list_pins(meta, collection, db=db)
+
+    @api.get("/jobs", response_model=list[Job], summary="Copy jobs with progress, rate and ETA")
+    def jobs() -> list[dict]:
+        from seglake import console
+        with _engine() as (meta, _):
+            return console.copy_jobs(meta, time.time())
+
+    @api.get("/jobs/{job_id}", response_model=Job, summary="One copy job with progress, rate and ETA")
+    def job(job_id: int) -> dict:
+        from seglake import console
+        with _engine() as (meta, _):
+            for d in console.copy_jobs(meta, time.time()):
+                if d["job_id"] == job_id:
+                    return d
+        raise NotFound(f"copy job {job_id} not found (finished jobs are removed after copy_job_retention)")
+
+    @api.get("/gc/report", summary="The latest GC run: candidates, what was kept and deleted")
+    def gc_report() -> dict:
+        from seglake import console
+        with _engine() as (meta, store):
+            return {"latest": console.gc_latest(store), "pause": console.gc_pause(meta)}
+
+    @api.get("/wal/status", response_model=list[Channel], summary="WAL channels: term, ticks, lag, pause")
+    def wal_status() -> list[dict]:
+        from seglake import console
+        with _engine() as (meta, _):
+            return console.wal_channels(meta)
+
+    # -- mutations -------------------------------------------------------------------------
+    def trigger(request: Request, dag_id: str, conf: dict, obj: dict) -> dict:
+        """Check the conf here (one sentence), then create the run through Airflow's API
+        with the caller's credentials: Airflow's rights, history and logs apply."""
+        import httpx
+
+        from airflow.configuration import conf as airflow_conf
+        from seglake.params import check_conf
+
+        token = _caller_token(request)
+        checked = check_conf(dag_id, conf)   # ValidationError -> 400, before any run exists
+        base = (airflow_conf.get("api", "base_url", fallback="") or str(request.base_url)).rstrip("/")
+        r = httpx.post(f"{base}/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
+                       headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        if r.status_code >= 400:
+            try:
+                detail = r.json().get("detail")
+            except ValueError:
+                detail = r.text[:300]
+            detail = detail if isinstance(detail, str) else str(detail)[:500]
+            raise StarletteHTTPException(r.status_code, f"{dag_id}: Airflow refused the run: {detail}")
+        run = r.json()
+        run_id = run["dag_run_id"]
+        return {"dag_id": dag_id, "dag_run_id": run_id, "state": run.get("state"), "conf": checked,
+                "run_url": f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}", "object": obj}
+
+    def _caller_token(request: Request) -> str:
+        from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+        if request.headers.get(CSRF_HEADER) != "1":
+            raise StarletteHTTPException(403, f"a change made with a browser session needs the header "
+                                              f"'X-Seglake-Request: 1' (a cross-site request cannot set it)")
+        token = request.cookies.get(COOKIE_NAME_JWT_TOKEN, "")
+        if not token:
+            raise StarletteHTTPException(401, "not authenticated")
+        return token
+
+    @api.post("/snapshots", response_model=Run, status_code=201, dependencies=[run_rights],
+              summary="Create a snapshot (a snapshot_create DAG run)")
+    def snapshot_create(request: Request, body: SnapshotCreate) -> dict:
+        conf = body.model_dump()
+        return trigger(request, "snapshot_create", conf, {"collection": body.collection, "snapshot": body.name})
+
+    @api.delete("/snapshots/{collection}/{name}", response_model=Run, status_code=202, dependencies=[run_rights],
+                summary="Drop a snapshot (a snapshot_drop DAG run)")
+    def snapshot_drop(request: Request, collection: str, name: str, db: str = "default") -> dict:
+        return trigger(request, "snapshot_drop", {"collection": collection, "name": name, "db": db},
+                       {"collection": collection, "snapshot": name})
+
+    @api.post("/snapshots/{collection}/{name}/restore", response_model=Run, status_code=201,
+              dependencies=[run_rights], summary="Restore a snapshot into a new collection (snapshot_restore)")
+    def snapshot_restore(request: Request, collection: str, name: str, body: RestoreRequest) -> dict:
+        conf = {"collection": collection, "snapshot": name, **body.model_dump()}
+        return trigger(request, "snapshot_restore", conf,
+                       {"collection": collection, "snapshot": name, "target": body.target})
+
+    @api.post("/snapshots/{collection}/{name}/pins", response_model=Pin, status_code=201,
+              dependencies=[run_rights], summary="Pin a snapshot for a while (no drop; GC keeps its files)")
+    def snapshot_pin(request: Request, collection: str, name: str, body: PinRequest) -> dict:
+        from seglake.limits import HOUR
+        from seglake.lifecycle import snapshot
+
+        _caller_token(request)   # a browser session needs the anti-CSRF header
+        with _engine() as (meta, _):
+            return snapshot.pin(meta, collection, name, _hours(body.ttl_hours, "ttl_hours") * HOUR, db=body.db,
+                                by=body.by or "rest")
+
+    @api.delete("/pins/{pin_id}", response_model=Pin, dependencies=[run_rights], summary="Remove a pin")
+    def unpin(request: Request, pin_id: int) -> dict:
+        from seglake.lifecycle import snapshot
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            return snapshot.unpin(meta, pin_id)
+
+    @api.post("/gc/dry-run", response_model=Run, status_code=201, dependencies=[run_rights],
+              summary="A GC dry run (a gc DAG run that deletes nothing)")
+    def gc_dry_run(request: Request, body: GCDryRun = Body(default_factory=GCDryRun)) -> dict:
+        conf = {"dry_run": True, **body.model_dump()}
+        return trigger(request, "gc", conf, {"collection": body.collection})
+
+    @api.post("/jobs/{job_id}/resume", response_model=Run, status_code=201, dependencies=[run_rights],
+              summary="Resume (or re-drive) a copy job (a copy_segment_job DAG run)")
+    def job_resume(request: Request, job_id: int, body: ResumeRequest = Body(default_factory=ResumeRequest)) -> dict:
+        with _engine() as (meta, _):
+            meta.copyjobs.get(job_id)   # NotFound -> 404 before any run
+        return trigger(request, "copy_segment_job", {"job_id": job_id, **body.model_dump()}, {"job_id": job_id})
+
+    def _hours(value: float, field: str) -> float:
+        import math
+        if not math.isfinite(value):
+            raise ValidationError(f"field {field!r}: {value!r} is not allowed; allowed: a finite number of hours")
+        return value
+
+    return api

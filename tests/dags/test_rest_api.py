@@ -1,0 +1,171 @@
+"""The typed REST API (/seglake/api/v1) inside the real Airflow API app, in-process: every
+read answers what etcd holds and matches its own OpenAPI schema; anonymous callers and bad
+tokens are refused; bad input is one plain sentence (HTTP 400) before any change; pins
+work; a browser session cannot change anything without the anti-CSRF header. Mutations
+that create DAG runs are driven over real HTTP in tests/e2e/test_rest_api_e2e.py."""
+
+import pytest
+
+from seglake import demo
+from seglake.lifecycle import copyjob, restore, snapshot
+
+pytestmark = pytest.mark.airflow
+API = "/seglake/api/v1"
+
+
+@pytest.fixture(scope="module")
+def client(airflow_home):
+    from fastapi.testclient import TestClient
+
+    from airflow.api_fastapi.app import create_app
+
+    return TestClient(create_app())
+
+
+@pytest.fixture
+def h(client):
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="admin", role="admin"))
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def world(airflow_env, meta, store):
+    demo.seed(meta, store, demo.SeedParams(name="api_coll", partitions=1, segments=2, rows=50, dim=4))
+    snapshot.create(meta, store, "api_coll", "s1")
+    job_id = restore.restore(meta, store, "api_coll", "s1", "api_copy")
+    copyjob.plan(meta, job_id)
+    return meta, store, job_id
+
+
+def _check_schema(schema: dict, path: str, method: str, status: int, body) -> None:
+    """The response body has every property its documented schema requires, with the
+    documented JSON types (a light structural check of the API against its own OpenAPI)."""
+    op = schema["paths"][path][method]
+    content = op["responses"][str(status)]["content"]["application/json"]["schema"]
+    comps = schema["components"]["schemas"]
+
+    def resolve(s):
+        return comps[s["$ref"].rsplit("/", 1)[1]] if "$ref" in s else s
+
+    def check(s, value):
+        s = resolve(s)
+        if "anyOf" in s:
+            assert any(_fits(resolve(x), value) for x in s["anyOf"]), (s, value)
+            return
+        if s.get("type") == "array":
+            assert isinstance(value, list)
+            for v in value:
+                check(s["items"], v)
+        elif s.get("type") == "object" or "properties" in s:
+            assert isinstance(value, dict)
+            for k in s.get("required", []):
+                assert k in value, f"{path}: {k} missing"
+            for k, sub in s.get("properties", {}).items():
+                if k in value and value[k] is not None:
+                    check(sub, value[k])
+        else:
+            assert _fits(s, value), (path, s, value)
+
+    check(content, body)
+
+
+def _fits(s: dict, v) -> bool:
+    t = s.get("type")
+    return {None: True, "integer": isinstance(v, int) and not isinstance(v, bool),
+            "number": isinstance(v, (int, float)) and not isinstance(v, bool), "string": isinstance(v, str),
+            "boolean": isinstance(v, bool), "null": v is None, "object": isinstance(v, dict),
+            "array": isinstance(v, list)}.get(t, True)
+
+
+def test_reads_answer_what_etcd_holds_and_match_the_openapi_schema(client, h, world):
+    meta, store, job_id = world
+    schema = client.get(f"{API}/openapi.json", headers=h).json()
+    assert schema["info"]["title"] == "seglake API"
+    for path, templ in ((f"{API}/collections", "/collections"), (f"{API}/collections/api_coll", "/collections/{name}"),
+                        (f"{API}/snapshots", "/snapshots"), (f"{API}/snapshots/api_coll/s1", "/snapshots/{collection}/{name}"),
+                        (f"{API}/pins", "/pins"), (f"{API}/jobs", "/jobs"), (f"{API}/jobs/{job_id}", "/jobs/{job_id}"),
+                        (f"{API}/wal/status", "/wal/status"), (f"{API}/gc/report", "/gc/report")):
+        r = client.get(path, headers=h)
+        assert r.status_code == 200, (path, r.text)
+        _check_schema(schema, templ, "get", 200, r.json())
+    colls = {c["name"]: c for c in client.get(f"{API}/collections", headers=h).json()}
+    assert colls["api_coll"]["segments"] == 2 and colls["api_copy"]["state"] == "Importing"
+    (snap,) = client.get(f"{API}/snapshots?collection=api_coll", headers=h).json()
+    assert (snap["name"], snap["state"]) == ("s1", "COMMITTED")
+    job = client.get(f"{API}/jobs/{job_id}", headers=h).json()
+    assert job["state"] == "Executing" and job["progress"]["total_segments"] == 2
+    assert client.get(f"{API}/docs", headers=h).status_code == 200
+
+
+def test_pin_and_unpin(client, h, world):
+    meta, *_ = world
+    r = client.post(f"{API}/snapshots/api_coll/s1/pins", json={"ttl_hours": 2, "by": "ops"}, headers=h)
+    assert r.status_code == 201, r.text
+    pin = r.json()
+    assert meta.snapshots.find(meta.catalog.get_by_name("api_coll").collection_id, "s1").holds[0][0] == pin["pin_id"]
+    assert [p["pin_id"] for p in client.get(f"{API}/pins", headers=h).json()] == [pin["pin_id"]]
+    assert client.delete(f"{API}/pins/{pin['pin_id']}", headers=h).status_code == 200
+    r = client.delete(f"{API}/pins/{pin['pin_id']}", headers=h)
+    assert r.status_code == 404 and r.json()["detail"].startswith(f"pin {pin['pin_id']} not found")
+
+
+@pytest.mark.parametrize("method,path,body,status,words", [
+    ("post", "/snapshots/api_coll/s1/pins", {"ttl_hours": 0}, 400, "pin ttl"),
+    ("post", "/snapshots/api_coll/s1/pins", {"ttl_hour": 2}, 400, "unknown field 'ttl_hour' (did you mean 'ttl_hours'?)"),
+    ("post", "/snapshots/api_coll/nope/pins", {"ttl_hours": 1}, 404, "snapshot 'nope' not found"),
+    ("post", "/snapshots", {"collection": "api_coll", "name": "my snap"}, 400, "field 'name': 'my snap' is not allowed"),
+    ("post", "/snapshots", {"collection": "api_coll", "name": "ok", "ttl_hours": -1}, 400,
+     "conf key 'ttl_hours' (TTL (hours)): -1.0 is not allowed; allowed: a finite number from 0 to 87600 hours"),
+    ("post", "/snapshots/api_coll/s1/restore", {"tagret": "x"}, 400, "unknown field 'tagret' (did you mean 'target'?)"),
+    ("post", "/snapshots/api_coll/s1/restore", {"target": "t", "engine": "fast"}, 400, "conf key 'engine'"),
+    ("post", "/gc/dry-run", {"collection": "a b"}, 400, "field 'collection'"),
+    ("post", "/jobs/999999999/resume", {}, 404, "copy job 999999999 not found"),
+    ("get", "/collections/nope", None, 404, "collection 'nope' not found"),
+    ("get", "/jobs/abc", None, 400, "field 'job_id'"),
+])
+def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, method, path, body, status, words):
+    meta, *_ = world
+    before = sorted(kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True))
+    r = getattr(client, method)(API + path, headers=h, **({"json": body} if body is not None else {}))
+    assert r.status_code == status, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, str) and words in detail and "\n" not in detail, detail
+    assert sorted(kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True)) == before
+
+
+@pytest.mark.parametrize("path", ["/collections", "/openapi.json", "/docs", "/jobs"])
+def test_anonymous_and_bad_tokens_are_refused(client, path):
+    assert client.get(API + path).status_code == 401
+    assert client.get(API + path, headers={"Authorization": "Bearer not-a-jwt"}).status_code == 403
+
+
+def test_a_browser_session_changes_nothing_without_the_anti_csrf_header(client, h, world):
+    meta, *_ = world
+    token = h["Authorization"].split()[1]
+    cookie = {"Cookie": f"_token={token}"}
+    assert client.get(f"{API}/collections", headers=cookie).status_code == 200      # reads: the session is enough
+    r = client.post(f"{API}/snapshots/api_coll/s1/pins", json={"ttl_hours": 1}, headers=cookie)
+    assert r.status_code == 403 and "X-Seglake-Request: 1" in r.json()["detail"]
+    assert not meta.snapshots.find(meta.catalog.get_by_name("api_coll").collection_id, "s1").holds
+    r = client.post(f"{API}/snapshots/api_coll/s1/pins", json={"ttl_hours": 1},
+                    headers={**cookie, "X-Seglake-Request": "1"})
+    assert r.status_code == 201, r.text
+
+
+def test_a_viewer_may_read_but_not_change(client, world):
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    meta, *_ = world
+    v = {"Authorization": "Bearer " + get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="v",
+                                                                                           role="viewer"))}
+    assert client.get(f"{API}/snapshots", headers=v).status_code == 200
+    for method, path, body in (("post", "/snapshots/api_coll/s1/pins", {"ttl_hours": 1}),
+                               ("post", "/snapshots", {"collection": "api_coll", "name": "x"}),
+                               ("post", "/gc/dry-run", {}), ("delete", "/pins/1", None)):
+        r = getattr(client, method)(API + path, headers=v, **({"json": body} if body is not None else {}))
+        assert r.status_code == 403, (path, r.text)
+    assert not meta.snapshots.find(meta.catalog.get_by_name("api_coll").collection_id, "s1").holds
