@@ -124,6 +124,12 @@ def test_pin_and_unpin(client, h, world):
     ("post", "/gc/dry-run", {"collection": "a b"}, 400, "field 'collection'"),
     ("post", "/jobs/999999999/resume", {}, 404, "copy job 999999999 not found"),
     ("get", "/collections/nope", None, 404, "collection 'nope' not found"),
+    ("post", "/snapshots", {"collection": "api_coll", "name": "s1"}, 409, "snapshot 's1' already exists"),
+    ("post", "/snapshots", {"collection": "nope", "name": "s9"}, 404, "nope"),
+    ("post", "/snapshots/api_coll/s1/restore", {"target": "api_coll"}, 409, "collection 'api_coll' already exists"),
+    ("post", "/snapshots/api_coll/nope/restore", {"target": "zz"}, 404, "snapshot 'nope' not found"),
+    ("delete", "/snapshots/api_coll/s1", None, 409, "held by copy job"),
+    ("delete", "/snapshots/api_coll/nope", None, 404, "snapshot 'nope' not found"),
     ("get", "/jobs/abc", None, 400, "field 'job_id'"),
 ])
 def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, method, path, body, status, words):

@@ -1,7 +1,7 @@
 """The seglake page's HTML from overview data: unreadable sections say so and the rest
 still renders; values are escaped; the GC chart scales bars to the largest entry."""
 
-from seglake_airflow.ui.render import gc_chart, human_duration, render_page, restore_link
+from seglake_airflow.ui.render import gc_chart, human_duration, render_page
 
 
 def _empty(**over):
@@ -27,9 +27,7 @@ def test_gc_chart_scales_and_escapes():
     assert widths[0] == 2 * widths[1]
 
 
-def test_restore_link_prefills_the_form_and_durations_read_well():
-    link = restore_link({"collection": "demo", "name": "s1", "db": "default"})
-    assert link.startswith("../dags/snapshot_restore/trigger/single?conf=") and "%22s1%22" in link
+def test_durations_read_well():
     assert [human_duration(x) for x in (None, 5, 65, 3700, 90000)] == ["-", "5s", "1m 5s", "1h 1m", "1d 1h"]
 
 
@@ -88,11 +86,11 @@ def _job(**over):
 
 def test_the_page_polls_fast_while_a_job_runs_and_links_each_job_to_its_run():
     html = render_page(_empty(jobs={"rows": [_job()], "error": None}))
-    assert 'content="2"' in html and "refreshes every 2s" in html
+    assert 'data-refresh="2"' in html and "refreshes every 2s" in html
     assert '<a href="../dags/snapshot_restore/runs/manual__2026-11-24T09%3A00%3A00%2B00%3A00"' in html
     idle = render_page(_empty(jobs={"rows": [_job(state="Completed", terminal=True, origin=None)], "error": None}))
-    assert 'content="10"' in idle and "runs/" not in idle.split("Copy jobs")[1].split("</section>")[0]
+    assert 'data-refresh="10"' in idle and "runs/" not in idle.split("Copy jobs")[1].split("</section>")[0]
     exporting = render_page(_empty(backup={"rows": {"exports": [{"db": "default", "collection": "c", "bundle": "b",
                                                                  "state": "running"}], "pins": [], "policies": []},
                                            "error": None}))
-    assert 'content="2"' in exporting
+    assert 'data-refresh="2"' in exporting

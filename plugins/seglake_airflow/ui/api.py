@@ -301,18 +301,41 @@ def create_api():
     @api.post("/snapshots", response_model=Run, status_code=201, dependencies=[run_rights],
               summary="Create a snapshot (a snapshot_create DAG run)")
     def snapshot_create(request: Request, body: SnapshotCreate) -> dict:
+        with _engine() as (meta, _):   # what the run would fail on, refused now (404 / 409), before any run
+            coll = meta.catalog.get_by_name(body.collection, body.db)
+            if meta.snapshots.find(coll.collection_id, body.name) is not None:
+                raise Conflict(f"snapshot {body.name!r} already exists for collection {body.collection!r}")
         conf = body.model_dump()
         return trigger(request, "snapshot_create", conf, {"collection": body.collection, "snapshot": body.name})
 
     @api.delete("/snapshots/{collection}/{name}", response_model=Run, status_code=202, dependencies=[run_rights],
                 summary="Drop a snapshot (a snapshot_drop DAG run)")
     def snapshot_drop(request: Request, collection: str, name: str, db: str = "default") -> dict:
+        from seglake.lifecycle import snapshot
+
+        with _engine() as (meta, _):
+            rec, _ = snapshot.resolve(meta, collection, name, db=db)   # 404 before any run
+            held = rec.pinned_by(time.time())
+            if held:
+                raise Conflict(f"snapshot {name!r} is held by {', '.join(held)}; unpin it or wait for the copy")
         return trigger(request, "snapshot_drop", {"collection": collection, "name": name, "db": db},
                        {"collection": collection, "snapshot": name})
 
     @api.post("/snapshots/{collection}/{name}/restore", response_model=Run, status_code=201,
               dependencies=[run_rights], summary="Restore a snapshot into a new collection (snapshot_restore)")
     def snapshot_restore(request: Request, collection: str, name: str, body: RestoreRequest) -> dict:
+        from seglake.lifecycle import snapshot
+
+        with _engine() as (meta, _):
+            rec, _ = snapshot.resolve(meta, collection, name, db=body.db)   # 404 before any run
+            try:
+                taken = meta.catalog.get_by_name(body.target, body.db)
+            except NotFound:
+                taken = None
+            same = taken is not None and {k: taken.properties.get("restored_from", {}).get(k) for k in
+                                          ("collection", "snapshot")} == {"collection": collection, "snapshot": name}
+            if taken is not None and not same:   # the same restore again resumes it: allowed
+                raise Conflict(f"collection {body.target!r} already exists in db {body.db!r}; choose another target")
         conf = {"collection": collection, "snapshot": name, **body.model_dump()}
         return trigger(request, "snapshot_restore", conf,
                        {"collection": collection, "snapshot": name, "target": body.target})

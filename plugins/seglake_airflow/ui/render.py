@@ -1,5 +1,6 @@
-"""Server-side HTML of the seglake page: one self-contained document (inline CSS and SVG,
-no script, no external asset), every value escaped. Input: `seglake.console.overview()`."""
+"""Server-side HTML of the seglake page: one self-contained document (inline CSS, SVG and
+the one script of its actions, ui/actions.py; no external asset), every value escaped.
+Input: `seglake.console.overview()`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import time
 from html import escape
 from urllib.parse import quote
+
+from seglake_airflow.ui.actions import SCRIPT, form
 
 REFRESH_S = 10
 BUSY_REFRESH_S = 2     # while a copy job or an export runs
@@ -28,6 +31,9 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#7b8794;fo
 .bar{background:#e4e7eb;height:8px;width:160px;border-radius:4px;overflow:hidden;margin:2px 0}
 .bar>i{display:block;height:100%;background:#2680c2}.err{color:#ab091e}
 .runid{font-family:ui-monospace,monospace;font-size:12px;font-weight:normal}
+form.act{display:inline-flex;gap:4px;margin:0 6px 2px 0} form.act input{font-size:12px;padding:1px 4px}
+form.act button{font-size:12px;padding:1px 6px;cursor:pointer}
+#action-result{min-height:18px;margin:6px 0} #action-result.ok{color:#0c6b58}
 """
 OK = {"Created", "COMMITTED", "Completed", "Flushed", "committed", "OK"}
 RUN = {"Executing", "InProgress", "PENDING", "Pending", "Importing", "running"}
@@ -86,13 +92,6 @@ def _section(title: str, sec: dict, body) -> str:
     return html + "</section>"
 
 
-def restore_link(snap: dict) -> str:
-    """The snapshot_restore trigger form, pre-filled (opened in Airflow's top window)."""
-    conf = {"collection": snap["collection"], "snapshot": snap["name"], "db": snap["db"],
-            "target": f"{snap['collection']}_restored"[:255]}
-    return f"../dags/snapshot_restore/trigger/single?conf={quote(json.dumps(conf, separators=(',', ':')))}"
-
-
 def run_link(dag_id: str, run_id: str) -> str:
     """The Airflow page of one DAG run (relative: works under a base path, and inside
     Airflow's iframe, where it opens in the frame: the sandbox forbids leaving it)."""
@@ -106,11 +105,16 @@ def utc(seconds: float | None) -> str:
 
 
 def _collections(rows: list[dict]) -> str:
+    def actions(r: dict) -> str:
+        if r["state"] != "Created":
+            return ""
+        return form(f"snapshot {r['name']}", "POST", "snapshots", fields=(("name", "snapshot name", "name"),),
+                    body={"collection": r["name"], "db": r["db"]}, button="snapshot")
     return _table(
-        ["collection", "db", "state", "segments", "rows", "bytes", "files", "partitions", "channels"],
+        ["collection", "db", "state", "segments", "rows", "bytes", "files", "partitions", "channels", ""],
         [[escape(r["name"]), escape(r["db"]), _state(r["state"]), str(r["segments"]), f"{r['rows']:,}",
           human_bytes(r["bytes"]), str(r["files"]), str(r["partitions"]),
-          '<span class="muted">' + escape(", ".join(r["channels"])) + "</span>"] for r in rows],
+          '<span class="muted">' + escape(", ".join(r["channels"])) + "</span>", actions(r)] for r in rows],
         numeric={3, 4, 5, 6, 7}, empty="no collections")
 
 
@@ -119,8 +123,16 @@ def _snapshots(rows: list[dict]) -> str:
     for r in rows:
         ttl = "never" if r["expires_at"] is None else (
             "expired" if (r["ttl_left_s"] or 0) <= 0 else human_duration(r["ttl_left_s"]))
-        action = (f'<a target="_top" href="{escape(restore_link(r))}">restore&hellip;</a>'
-                  if r["state"] == "COMMITTED" else "")
+        action = ""
+        if r["state"] == "COMMITTED":
+            base = f"snapshots/{quote(r['collection'], safe='')}/{quote(r['name'], safe='')}"
+            where = f"{r['collection']}/{r['name']}"
+            action = (form(f"restore {where}", "POST", f"{base}/restore", fields=(("target", "new collection", "name"),),
+                           body={"db": r["db"]}, button="restore")
+                      + form(f"pin {where}", "POST", f"{base}/pins", fields=(("ttl_hours", "hours", "number:24"),),
+                             body={"db": r["db"]}, button="pin (h)")
+                      + form(f"drop {where}", "DELETE", f"{base}?db={quote(r['db'], safe='')}",
+                             confirm="click again to drop", button="drop"))
         out.append([escape(r["collection"]), escape(r["name"]), _state(r["state"]), human_duration(r["age_s"]),
                     ttl, escape(", ".join(map(str, r["pins"])) or "-"), str(r["segments"]), f"{r['rows']:,}",
                     human_bytes(r["bytes"]), escape(r["error"] or r["description"] or ""), action])
@@ -142,6 +154,9 @@ def _jobs(rows: list[dict]) -> str:
         if origin.get("dag_id") and origin.get("run_id"):   # the DAG run that made it: its tasks and their logs
             job = (f'<a href="{escape(run_link(origin["dag_id"], origin["run_id"]))}" '
                    f'title="the DAG run (tasks and logs)">{job}</a>')
+        if not j.get("terminal", True):
+            job += " " + form(f"resume copy job {j['job_id']}", "POST", f"jobs/{int(j['job_id'])}/resume",
+                              button="resume")
         out.append([job, _state(j["state"]),
                     f"{escape(j['source_collection'])}/{escape(j['snapshot'])} &rarr; {escape(j['target_collection'])}",
                     bars, rate, eta, human_duration(j["duration_s"]),
@@ -237,7 +252,9 @@ def _backup(b: dict) -> str:
           verified(e)] for e in b["exports"]],
         numeric={4, 5, 6}, empty="no exports (snapshot_export DAG, `seglake backup export`)")
     pins = _table(["pin", "collection", "snapshot", "until (UTC)", "by"],
-                  [[str(p["pin_id"]), escape(str(p.get("collection"))), escape(str(p.get("snapshot"))),
+                  [[str(p["pin_id"]) + " " + form(f"unpin {p['pin_id']}", "DELETE", f"pins/{int(p['pin_id'])}",
+                                                   button="unpin"),
+                    escape(str(p.get("collection"))), escape(str(p.get("snapshot"))),
                     escape(utc(p.get("expires_at"))), escape(p.get("by") or "-")] for p in b["pins"]],
                   empty="no pins")
     keep = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly")
@@ -255,14 +272,18 @@ def render_page(data: dict) -> str:
               "rows": (data["gc"]["rows"], data["gc_pause"]["rows"] or {})}
     return "".join([
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>seglake</title>'
-        f'<meta http-equiv="refresh" content="{refresh}"><style>{CSS}</style></head><body>',
+        f'<noscript><meta http-equiv="refresh" content="{refresh}"></noscript><style>{CSS}</style></head>'
+        f'<body data-refresh="{refresh}">',
         f'<h1>seglake</h1><p class="muted">read at {stamp}; refreshes every {refresh}s; '
-        f'<a href="metrics">metrics</a> &middot; <a href="api/overview">json</a></p>',
+        f'<a href="metrics">metrics</a> &middot; <a href="api/overview">json</a> &middot; '
+        f'<a href="api/v1/docs">REST API</a></p><p id="action-result" role="status"></p>',
         _section("Collections", data["collections"], _collections),
         _section("Snapshots", data["snapshots"], _snapshots),
         _section("Copy jobs", data["jobs"], _jobs),
-        _section("Garbage collection", gc_sec, lambda r: _gc(*r)),
+        _section("Garbage collection", gc_sec,
+                 lambda r: form("GC dry run", "POST", "gc/dry-run", button="run a GC dry run (deletes nothing)")
+                 + _gc(*r)),
         _section("Channels", data["channels"], _channels),
         _section("Backups", data.get("backup") or {"rows": {"exports": [], "pins": [], "policies": []},
                                                    "error": None}, _backup),
-        "</body></html>"])
+        f"<script>{SCRIPT}</script></body></html>"])
