@@ -276,7 +276,9 @@ def test_page_and_metrics_in_headless_chromium(standalone, engine):
         dom = _chromium("--dump-dom", f"{base}/seglake/")
         for name in (COLL, TARGET, DEFERRED, SNAP, "COMMITTED", "Completed"):
             assert name in dom, f"{name!r} not on the page"
-        assert f"<td>{job.job_id}</td>" in dom
+        # the job id links to the DAG run that made it (its tasks and logs)
+        assert f'title="the DAG run (tasks and logs)">{job.job_id}</a>' in dom, dom[:3000]
+        assert "../dags/snapshot_restore/runs/" in dom
         metrics = _chromium("--dump-dom", f"{base}/seglake/metrics")
         committed = sum(r.state == COMMITTED for r in meta.snapshots.list())
         for line in ('seglake_copy_jobs{state="Completed"} 2', f'seglake_snapshots{{state="COMMITTED"}} {committed}',
