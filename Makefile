@@ -81,6 +81,7 @@ bench: setup
 	$(PY) bench/flush.py
 	$(PY) bench/visibility.py
 	$(PY) bench/copy_big.py
+	$(PY) bench/export.py
 	$(PY) bench/scale.py
 
 clean: down cluster-down

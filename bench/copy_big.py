@@ -9,6 +9,7 @@ copy must stream, never hold the file (target 128 MB for a 1 GiB file), at no mo
 
 Prints
     BENCH copy_1g_rss_mb ratio=<peak MB / 128> target=1.00 ok|miss
+    BENCH export_1g_rss_mb ratio=<peak MB of an export of the file / 128> target=1.00 ok|miss
     BENCH copy_1g_time ratio=<copy / (cp + sync)> target=1.20 ok|miss
 """
 
@@ -25,6 +26,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import bench_tmpdir, verdict  # noqa: E402
 
+EXPORT_CHILD = r"""
+import resource, sys, time
+from seglake.lifecycle.backup import bundle
+from seglake.storage.local import LocalStore
+src, dst = LocalStore(sys.argv[1]), LocalStore(sys.argv[2])
+t = time.perf_counter()
+sha, n = bundle.sha256_of(src, "src/big")                    # an export: hash, then a checked streamed copy
+with dst.durable_batch():
+    bundle.copy_verified(src, "src/big", dst, "data/" + sha[:2] + "/" + sha, sha, n)
+el = time.perf_counter() - t
+print(el, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, n)
+"""
 CHILD = r"""
 import resource, sys, time
 from seglake.storage.local import LocalStore
@@ -71,10 +84,17 @@ def main() -> int:
             subprocess.run(["sync", "-f", str(Path(d) / f"cp{i}")], check=True)
             cps.append(time.perf_counter() - t)
             os.unlink(Path(d) / f"cp{i}")
+        out = subprocess.run([sys.executable, "-c", EXPORT_CHILD, d, str(Path(d) / "target")], env=env,
+                             capture_output=True, text=True, check=True)
+        export_s, export_peak, size = out.stdout.split()
+        assert int(size) == args.mib << 20
+        print(f"{args.mib} MiB exported to another store (hash + checked streamed copy): {float(export_s):.2f} s, "
+              f"peak RSS {float(export_peak):.0f} MB")
         copy_s, cp_s, peak = statistics.median(copies), statistics.median(cps), max(rss)
         print(f"{args.mib} MiB: checked copy {copy_s:.2f} s (peak RSS {peak:.0f} MB; the interpreter alone "
               f"{base_mb:.0f} MB); cp + sync {cp_s:.2f} s  [medians of {args.repeat}]")
         verdict("copy_1g_rss_mb", peak, 128.0, 1.00)
+        verdict("export_1g_rss_mb", float(export_peak), 128.0, 1.00)
         verdict("copy_1g_time", copy_s, cp_s, 1.20)
     return 0
 

@@ -4,8 +4,9 @@ where no disk noise hides the software's own overhead.
 Source: a collection whose segments reference N files (default 20,000 of 64 KiB, as bench/restore.py, each
 with its own random content). Measured in the same run:
 
-* anchor: the physical work a checked, content-addressed copy cannot avoid -- `cp -r`
-  of the source tree, plus the SHA-256 of every file (`sha256sum`, two processes);
+* anchor (the issue's): `cp -r` of the source tree; also printed: `cp -r` plus the
+  SHA-256 of every file (`sha256sum`, two processes), the physical work a checked,
+  content-addressed copy cannot avoid;
 * a full export into an empty target (the engine, inline: no Airflow);
 * an incremental export after 1% of the files changed (a new snapshot in which 1% of
   the segments were replaced by segments with new files), against the full export.
@@ -13,7 +14,7 @@ with its own random content). Measured in the same run:
     python bench/export.py [--files 20000] [--size 16384] [--repeat 3]
 
 Prints
-    BENCH export_20k ratio=<full export / (cp -r + sha256sum)> target=1.20 ok|miss
+    BENCH export_20k ratio=<full export / cp -r> target=1.20 ok|miss
     BENCH export_incremental_1pct ratio=<incremental export / full export> target=0.05 ok|miss
 """
 
@@ -81,14 +82,15 @@ def main() -> int:
             n_files = len(segs) * FILES_PER_SEGMENT
             quiet = dict(say=lambda line: None, threads=s.copy_threads)
 
-            anchors, fulls = [], []
+            anchors, hashed, fulls = [], [], []
             for i in range(args.repeat):
                 dst = base / f"cp{i}"
                 t = time.perf_counter()
                 subprocess.run(["cp", "-r", str(base / "store" / "insert_log"), str(dst)], check=True)
+                anchors.append(time.perf_counter() - t)
                 subprocess.run(f"find {dst} -type f -print0 | xargs -0 -P2 -n 500 sha256sum > /dev/null",
                                shell=True, check=True)
-                anchors.append(time.perf_counter() - t)
+                hashed.append(time.perf_counter() - t)
                 shutil.rmtree(dst)
                 target = LocalStore(base / f"backup{i}")
                 t = time.perf_counter()
@@ -112,10 +114,11 @@ def main() -> int:
                 incs.append(time.perf_counter() - t)
                 want = k * FILES_PER_SEGMENT if i == 0 else 0
                 assert rep["copied_files"] == want and rep["files"] == n_files, rep
-            anchor, full, inc = statistics.median(anchors), statistics.median(fulls), statistics.median(incs)
-            print(f"{n_files} files of {args.size} B on tmpfs: cp -r + sha256sum {anchor:.2f} s; full export "
-                  f"{full:.2f} s; incremental after 1% changed {inc:.3f} s (first: {incs[0]:.3f} s)  "
-                  f"[medians of {args.repeat}]")
+            anchor, with_hash = statistics.median(anchors), statistics.median(hashed)
+            full, inc = statistics.median(fulls), statistics.median(incs)
+            print(f"{n_files} files of {args.size} B on tmpfs: cp -r {anchor:.2f} s, cp -r + sha256sum of every file "
+                  f"{with_hash:.2f} s; full export {full:.2f} s ({full / with_hash:.2f}x cp -r + sha256sum); "
+                  f"incremental after 1% changed {inc:.3f} s (first: {incs[0]:.3f} s)  [medians of {args.repeat}]")
             verdict("export_20k", full, anchor, 1.20)
             verdict("export_incremental_1pct", max(incs[0], inc), full, 0.05)
             meta.close()

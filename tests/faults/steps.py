@@ -41,6 +41,25 @@ def _drive(meta, store, settings, job_id: int, a: dict) -> dict:
     return {"job_id": job_id, "state": job.state, "reason": job.reason, "total_rows": job.total_rows}
 
 
+def backup_export(meta, store, settings, a: dict) -> dict:
+    from seglake.lifecycle.backup import export
+    from seglake.storage.local import LocalStore
+
+    r = export.export(meta, store, LocalStore(a["target"]), a["collection"], a["snapshot"], threads=1,
+                      say=lambda line: None)
+    return {"state": r["state"], "copied_files": r["copied_files"]}
+
+
+def backup_restore(meta, store, settings, a: dict) -> dict:
+    """Import a bundle and restore it, the whole way (the copy job driven inline)."""
+    from seglake.lifecycle.backup import imports
+    from seglake.storage.local import LocalStore
+
+    out = imports.restore_from_bundle(meta, store, LocalStore(a["target"]), a["collection"], a["bundle"],
+                                      a["restore_to"], threads=1, engine="inline", say=lambda line: None)
+    return _drive(meta, store, settings, out["job_id"], a)
+
+
 def snapshot_create(meta, store, settings, a: dict) -> dict:
     from seglake.lifecycle import snapshot
 
@@ -73,7 +92,7 @@ def gc_run(meta, store, settings, a: dict) -> dict:
     return gc.run(meta, store, gc.GCOptions(**a.get("opts", {})))
 
 
-STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run)}
+STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run, backup_export, backup_restore)}
 
 
 def main() -> int:

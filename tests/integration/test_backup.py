@@ -78,9 +78,9 @@ def test_export_then_disaster_restore_from_the_bundle_alone(meta, store, etcd_se
     # the source store and etcd are gone: a new etcd root and an empty store
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
-        out = _restore_all(meta2, store2, target, "bk", "s1", "bk_back")
+        out = _restore_all(meta2, store2, target, "bk", "s1", "bk")   # under its old name again
         assert out["import"]["copied_files"] == rec.files and out["import"]["copied_bytes"] == rec.bytes
-        assert _rows(meta2, store2, "bk_back") == want
+        assert _rows(meta2, store2, "bk") == want
         # the imported snapshot is a normal COMMITTED snapshot: restore it again by name
         again = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "bk_again", engine="inline", **quiet)
         assert again["import"]["copied_files"] == 0 and again["import"]["collection_id"] == \
@@ -403,3 +403,19 @@ def test_s3_to_s3_two_buckets_with_their_own_settings(etcd_server, s3_server, tm
     finally:
         meta1.close()
         meta2.close()
+
+
+def test_a_target_with_wrong_credentials_is_a_clear_error_before_any_change(meta, store, s3_server, tmp_path):
+    from seglake.errors import SeglakeError
+
+    _seed(meta, store, segments=1)
+    secret = "wrong-" + uuid.uuid4().hex
+    s = Settings.from_dict({"store_uri": str(tmp_path / "store"), "backup_uri": "s3://seglake-test/nocreds",
+                            "backup_s3_endpoint": s3_server.endpoint, "backup_s3_access_key": "nobody",
+                            "backup_s3_secret_key": secret})
+    target = bundles.open_target(s)
+    with pytest.raises(SeglakeError) as e:
+        exports.export(meta, store, target, "bk", "s1", **quiet)
+    assert secret not in str(e.value)
+    rec = meta.snapshots.find(meta.catalog.get_by_name("bk").collection_id, "s1")
+    assert not rec.holds and exports.list_exports(meta) == [], "nothing pinned or recorded"

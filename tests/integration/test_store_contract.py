@@ -112,3 +112,29 @@ def test_list_level(any_store):
     assert sorted(dirs) == ["a/", "c/"] and [f.key for f in files] == ["top.txt"]
     dirs, files = any_store.list_level("a")
     assert dirs == ["a/b/"] and [f.key for f in files] == ["a/x"]
+
+
+def test_put_writer_streams_a_big_object_and_a_failed_write_leaves_nothing(any_store):
+    import hashlib
+    import os
+
+    chunk = os.urandom(1 << 20)
+    want = hashlib.sha256(chunk * 20).hexdigest()
+
+    def write(f):
+        for _ in range(20):   # 20 MiB: past the S3 store's spool and the multipart threshold
+            f.write(chunk)
+    info = any_store.put_writer("pw/big", write)
+    assert info.size == 20 << 20
+    got = hashlib.sha256()
+    with any_store.open_read("pw/big") as f:
+        for c in iter(lambda: f.read(1 << 20), b""):
+            got.update(c)
+    assert got.hexdigest() == want
+
+    def broken(f):
+        f.write(chunk)
+        raise RuntimeError("the source changed")
+    with pytest.raises(RuntimeError):
+        any_store.put_writer("pw/broken", broken)
+    assert not any_store.exists("pw/broken")

@@ -33,6 +33,7 @@ MAX_PARTS = 10_000              # S3's limit on the parts of one upload
 PARTS_IN_FLIGHT = 8             # UploadPartCopy requests in flight for one object
 DESCRIBE_PAGE = 1000            # ListObjectsV2's largest page
 STREAM_CHUNK = 8 << 20          # bounded read size where a check must stream (see _verify_parts)
+SPOOL_BYTES = 8 << 20           # put_writer keeps up to this much in memory, the rest in a temporary file
 _MD5 = re.compile(r"[0-9a-f]{32}")
 _CLIENT_LOCK = threading.Lock()  # S3Store.client: one client per store, built once
 _MULTIPART = re.compile(r"([0-9a-f]{32})-([0-9]{1,5})")
@@ -316,6 +317,19 @@ class S3Store(Store):
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
         self._do("put", key, lambda: self.client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data))
+        return self.head(key)
+
+    def put_writer(self, key: str, write) -> ObjectInfo:
+        """write(file) into a spooled buffer (memory up to SPOOL_BYTES, then a temporary
+        file), then one upload (multipart above the transfer threshold): the object
+        appears whole or not at all, and a big object never sits in memory. An exception
+        from write() uploads nothing."""
+        import tempfile
+
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as buf:
+            write(buf)
+            buf.seek(0)
+            self._do("put", key, lambda: self.client.upload_fileobj(buf, self.bucket, self._full(key)))
         return self.head(key)
 
     def copy(self, src: str, dst: str, atomic: bool = True) -> ObjectInfo:

@@ -26,7 +26,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from seglake import limits, manifest
+from seglake import faults, limits, manifest
 from seglake.errors import NotFound, SeglakeError, StateError, ValidationError
 from seglake.lifecycle import snapshot as snapshots
 from seglake.lifecycle.backup import bundle as bundles
@@ -106,6 +106,7 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
 
     pin = snapshots.pin(meta, collection, snapshot, EXPORT_PIN_TTL, db=db, collection_id=rec.collection_id,
                         by=f"export {bundle}{' by ' + by if by else ''}")
+    _release_dead_pin(meta, db, collection, bundle, pin["pin_id"])
     token = uuid.uuid4().hex[:16]
     _record(meta, db, collection, bundle, {"state": "running", "snapshot": snapshot, "snapshot_id": rec.snapshot_id,
                                            "target": target.uri, "started_at": started, "pin_id": pin["pin_id"]})
@@ -122,6 +123,7 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
         except NotFound:
             pass
         meta.kv.delete(meta.keys.backup_throttle(token))
+        faults.point("export.after_unpin")
     _record(meta, db, collection, bundle, report)
     return report
 
@@ -193,6 +195,7 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
             with present_lock:
                 present[sha] = size
         prog.file_done(not there)
+        faults.point("export.after_file")
 
     with target.durable_batch(), ThreadPoolExecutor(max(1, threads)) as pool:
         for fut in [pool.submit(one, p) for p in todo]:
@@ -261,6 +264,24 @@ def _describe(store: Store, collection_id: int, sizes: dict[str, int]) -> dict:
             if o.key in sizes and o.key not in out:
                 out[o.key] = o
     return out
+
+
+def _release_dead_pin(meta: Meta, db: str, collection: str, bundle: str, mine: int) -> None:
+    """An earlier export of this bundle that never finished (killed) left its pin for
+    EXPORT_PIN_TTL: this run holds its own now, so that one goes (were it still alive,
+    it only loses the pin once this run's ends; its bundle is the same)."""
+    kv = meta.kv.get(meta.keys.backup_export(db, collection, bundle))
+    if kv is None:
+        return
+    try:
+        old = json.loads(kv.value).get("pin_id")
+    except ValueError:
+        return
+    if isinstance(old, int) and old != mine and json.loads(kv.value).get("state") == "running":
+        try:
+            snapshots.unpin(meta, old)
+        except NotFound:
+            pass
 
 
 def _record(meta: Meta, db: str, collection: str, bundle: str, report: dict) -> None:

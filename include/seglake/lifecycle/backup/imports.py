@@ -27,7 +27,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from seglake import limits, manifest
+from seglake import faults, limits, manifest
 from seglake.errors import Conflict, NotFound
 from seglake.lifecycle import restore as restores
 from seglake.lifecycle import snapshot as snapshots
@@ -103,6 +103,7 @@ def import_bundle(meta: Meta, store: Store, target: Store, collection: str, bund
                 with lock:
                     stats["copied_files"] += 1
                     stats["copied_bytes"] += size
+                faults.point("import.after_file")
 
             with store.durable_batch(), ThreadPoolExecutor(max(1, threads)) as pool:
                 for fut in [pool.submit(one, c) for c in copies]:

@@ -1,0 +1,110 @@
+"""Issue 19: an export and a restore from a bundle SIGKILLed at 10/50/90 % of their files
+(and a restore killed in its copy job), then run again: the re-run completes, nothing is
+duplicated, nothing partial is ever visible (no bundle before its commit marker, no
+collection before its copy job completes), and the killed export's pin does not outlive
+the re-run."""
+
+import uuid
+
+import pytest
+from fault_harness import seed_and_snapshot
+
+from seglake.config import Settings
+from seglake.errors import NotFound
+from seglake.lifecycle import copyjob
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import export, imports, verify
+from seglake.meta import Meta
+from seglake.storage import open_store
+from seglake.storage.local import LocalStore
+from seglake.visibility import visible_rows
+
+quiet = dict(say=lambda line: None)
+
+
+def _rows(meta, store, name):
+    t = visible_rows(meta, store, meta.catalog.get_by_name(name).collection_id, columns=["embedding", "price"])
+    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist(), t.column("Timestamp").to_pylist()))
+
+
+def _other_seglake(etcd_endpoint: str, tmp_path):
+    return Settings.from_dict({"etcd_endpoint": etcd_endpoint, "etcd_root": f"dr{uuid.uuid4().hex[:8]}",
+                               "store_uri": str(tmp_path / f"dr_{uuid.uuid4().hex[:6]}"), "etcd_timeout": 5})
+
+
+@pytest.mark.parametrize("at", [0.1, 0.5, 0.9])
+def test_an_export_killed_mid_way_is_finished_by_a_re_run(meta, store, settings, spawn, tmp_path, at):
+    _, snap = seed_and_snapshot(meta, store)
+    path = tmp_path / "backup"
+    k = max(1, int(snap.files * at))
+    child = spawn("backup_export", {"collection": "demo", "snapshot": "s1", "target": str(path)}, settings,
+                  faults=f"export.after_file:kill@{k}")
+    out = child.wait(120)
+    assert out.rc == -9, out.err[-2000:]
+    target = LocalStore(path)
+    with pytest.raises(NotFound):
+        bundles.read(target, "default", "demo", "s1")   # nothing partial is a bundle
+    assert 0 < len(bundles.blobs(target)) <= k
+    held = meta.snapshots.get(snap.collection_id, "s1")[0].holds
+    assert len(held) == 1, "the killed export's pin"
+    rep = export.export(meta, store, target, "demo", "s1", **quiet)
+    assert rep["state"] == "committed" and rep["copied_files"] + rep["deduplicated_files"] == snap.files
+    assert rep["deduplicated_files"] >= len(bundles.blobs(target)) - rep["copied_files"] - 1
+    assert verify.verify(target, "demo", "s1", **quiet)["ok"]
+    assert meta.snapshots.get(snap.collection_id, "s1")[0].holds == (), "the dead run's pin went with the re-run"
+
+
+@pytest.mark.parametrize("at", [0.1, 0.5, 0.9])
+def test_a_restore_from_a_bundle_killed_in_its_import_is_finished_by_a_re_run(meta, store, settings, spawn,
+                                                                              etcd_server, tmp_path, at):
+    _, snap = seed_and_snapshot(meta, store)
+    want = _rows(meta, store, "demo")
+    path = tmp_path / "backup"
+    export.export(meta, store, LocalStore(path), "demo", "s1", **quiet)
+    other = _other_seglake(etcd_server.endpoint, tmp_path)
+    k = max(1, int(snap.files * at))
+    child = spawn("backup_restore", {"collection": "demo", "bundle": "s1", "restore_to": "demo_dr",
+                                     "target": str(path)}, other, faults=f"import.after_file:kill@{k}")
+    out = child.wait(120)
+    assert out.rc == -9, out.err[-2000:]
+    meta2, store2 = Meta.from_settings(other), open_store(other)
+    try:
+        with pytest.raises(NotFound):
+            meta2.catalog.get_by_name("demo_dr")        # nothing visible before the copy job completes
+        (pending,) = meta2.snapshots.list()
+        assert pending.state == "PENDING"
+        r = imports.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr", engine="inline",
+                                        **quiet)
+        assert r["import"]["snapshot_id"] == pending.snapshot_id and r["import"]["kept_files"] >= k
+        copyjob.plan(meta2, r["job_id"])
+        copyjob.run_inline(meta2, store2, r["job_id"])
+        assert copyjob.finalize(meta2, r["job_id"]).state == "Completed"
+        assert _rows(meta2, store2, "demo_dr") == want
+        assert [s.state for s in meta2.snapshots.list()] == ["COMMITTED"]
+    finally:
+        meta2.close()
+
+
+def test_a_restore_from_a_bundle_killed_in_its_copy_job_is_finished_by_a_re_run(meta, store, settings, spawn,
+                                                                                etcd_server, tmp_path):
+    _, snap = seed_and_snapshot(meta, store)
+    want = _rows(meta, store, "demo")
+    path = tmp_path / "backup"
+    export.export(meta, store, LocalStore(path), "demo", "s1", **quiet)
+    other = _other_seglake(etcd_server.endpoint, tmp_path)
+    child = spawn("backup_restore", {"collection": "demo", "bundle": "s1", "restore_to": "demo_dr",
+                                     "target": str(path)}, other, faults=f"copy.after_file:kill@{snap.files // 2}")
+    out = child.wait(120)
+    assert out.rc == -9, out.err[-2000:]
+    meta2, store2 = Meta.from_settings(other), open_store(other)
+    try:
+        assert meta2.catalog.get_by_name("demo_dr").state == "Importing"   # not usable yet
+        r = imports.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr", engine="inline",
+                                        **quiet)
+        assert r["import"]["copied_files"] == 0, "the import was done: nothing copied again"
+        copyjob.plan(meta2, r["job_id"])
+        copyjob.run_inline(meta2, store2, r["job_id"])
+        assert copyjob.finalize(meta2, r["job_id"]).state == "Completed"
+        assert _rows(meta2, store2, "demo_dr") == want
+    finally:
+        meta2.close()
