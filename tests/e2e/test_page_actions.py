@@ -5,8 +5,9 @@
   finishes; bad input is one sentence (HTTP 400) and no run; no token is 401;
 * the page's actions in headless Chromium, opened directly and inside Airflow's
   navigation (a sandboxed iframe): restore a snapshot from its row (the run link
-  appears, the run finishes, the new collection holds the rows), a GC dry run from the
-  frame, a refusal shown as one sentence.
+  appears; the page follows the copy live: Executing with a rate, then Completed; the
+  new collection holds the rows), a GC dry run from the frame, a refusal shown as one
+  sentence.
 
 The module leaves the shared standalone as it found it (every etcd key and store file it
 created is removed at its end)."""
@@ -39,7 +40,7 @@ def engine(standalone, etcd_server):
     meta, store = Meta.from_settings(s), open_store(s)
     keys_before = {kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True)}
     files_before = {o.key for o in store.list("")}
-    coll, _ = demo.seed(meta, store, demo.SeedParams(name=COLL, partitions=1, segments=2, rows=60, dim=4))
+    coll, _ = demo.seed(meta, store, demo.SeedParams(name=COLL, partitions=1, segments=3, rows=60, dim=4))
     snapshot.create(meta, store, COLL, "s1")
     for dag_id in DAGS:
         r = standalone.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
@@ -78,7 +79,7 @@ def test_the_rest_api_changes_things_through_dag_runs(standalone, engine):
     assert run["object"] == {"collection": COLL, "snapshot": "s2"}
     _finished(standalone, run)
     snap = _api(standalone, "GET", f"/snapshots/{COLL}/s2").json()
-    assert snap["state"] == "COMMITTED" and snap["segments"] == 2
+    assert snap["state"] == "COMMITTED" and snap["segments"] == 3
 
     pin = _api(standalone, "POST", f"/snapshots/{COLL}/s2/pins", {"ttl_hours": 1, "by": "e2e"})
     assert pin.status_code == 201, pin.text
@@ -115,6 +116,21 @@ def test_page_actions_directly_and_inside_airflows_frame(standalone, engine, bro
     link = b.js("document.querySelector('#action-result a.action-run').textContent")
     dag_id, run_id = link.split(" ", 1)
     assert dag_id == "snapshot_restore", link
+    # live progress: the page follows the copy (each file slowed by 0.2 s) as it reloads itself
+    row = ("Array.from(document.querySelectorAll('#copy-jobs tr'))"
+           ".map(r => r.innerText).find(t => t.includes('act_restored')) || ''")
+    seen = set()
+    deadline = time.time() + 240
+    while time.time() < deadline and "Completed" not in seen:
+        try:
+            text = b.js(row) or ""
+        except RuntimeError:   # a reload in between
+            continue
+        seen |= {s for s in ("Pending", "Executing", "Completed") if s in text}
+        if "Executing" in text and "/s" in text:
+            seen.add("rate")
+        time.sleep(0.2)
+    assert {"Executing", "rate", "Completed"} <= seen, seen
     assert standalone.wait_run(dag_id, run_id, 240) == "success", standalone.task_states(dag_id, run_id)
     restored = meta.catalog.get_by_name("act_restored")
     assert visible_count(meta, store, restored.collection_id) == visible_count(meta, store, coll.collection_id) > 0

@@ -4,8 +4,10 @@ created as a link (or the refusal, one sentence). Works opened directly (/seglak
 inside Airflow's navigation (a sandboxed iframe: scripts, same origin and forms allowed,
 dialogs not -- so no prompt()/confirm(): a drop asks by a second click).
 
-The page reloads itself every few seconds, but not while a field has focus or has been
-typed in, nor for 30 s after an action; the last action's result survives the reload."""
+The page reloads itself (every 2 s while something runs, else 10 s; every 2 s at once
+after an action started a run), but not while a field has focus or has been typed in,
+nor while a drop waits for its second click; the last action's result survives the
+reload."""
 
 from __future__ import annotations
 
@@ -24,10 +26,23 @@ SCRIPT = r"""
   function esc(s) { var d = document.createElement("div"); d.textContent = String(s); return d.innerHTML; }
   var last = sessionStorage.getItem(KEY);
   if (last) { var l = JSON.parse(last); if (Date.now() - l.at < 120000) show(l.html, l.cls); }
-  function remember(html, cls) {
+  var every = Number(document.body.dataset.refresh || 10) * 1000, timer = null;
+  function poll(ms) {   // reload every ms, but never under a field being filled in
+    if (timer) clearInterval(timer);
+    timer = setInterval(function () {
+      var a = document.activeElement, typed = Array.prototype.some.call(
+        document.querySelectorAll("form.act input"), function (i) { return i.value !== i.defaultValue; });
+      if (Date.now() < pauseUntil || typed || (a && a.tagName === "INPUT")) return;
+      location.reload();
+    }, ms);
+  }
+  function remember(html, cls, started) {
     show(html, cls);
     sessionStorage.setItem(KEY, JSON.stringify({html: html, cls: cls, at: Date.now()}));
-    pauseUntil = Date.now() + 30000;
+    if (cls !== "ok") return;   // a refusal keeps what was typed, to correct it
+    Array.prototype.forEach.call(document.querySelectorAll("form.act input"), function (i) { i.value = i.defaultValue; });
+    if (document.activeElement && document.activeElement.blur) document.activeElement.blur();
+    if (started) poll(2000);   // a run started: follow it at once
   }
   document.addEventListener("submit", function (ev) {
     var f = ev.target;
@@ -56,19 +71,13 @@ SCRIPT = r"""
       if (!res.ok) { remember(esc(f.dataset.label + ": " + d.detail), "err"); return; }
       if (d.run_url) {
         remember(esc(f.dataset.label) + ": started <a class=\"action-run\" href=\".." + esc(d.run_url) + "\">" +
-                 esc(d.dag_id + " " + d.dag_run_id) + "</a>", "ok");
+                 esc(d.dag_id + " " + d.dag_run_id) + "</a>", "ok", true);
       } else {
         remember(esc(f.dataset.label) + ": done" + (d.pin_id ? " (pin " + esc(d.pin_id) + ")" : ""), "ok");
       }
     }).catch(function (e) { remember(esc(f.dataset.label + ": " + e), "err"); });
   });
-  var every = Number(document.body.dataset.refresh || 10) * 1000;
-  setInterval(function () {
-    var a = document.activeElement, typed = Array.prototype.some.call(
-      document.querySelectorAll("form.act input"), function (i) { return i.value !== i.defaultValue; });
-    if (Date.now() < pauseUntil || typed || (a && a.tagName === "INPUT")) return;
-    location.reload();
-  }, every);
+  poll(every);
 })();
 """
 
