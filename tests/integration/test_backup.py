@@ -419,3 +419,35 @@ def test_a_target_with_wrong_credentials_is_a_clear_error_before_any_change(meta
     assert secret not in str(e.value)
     rec = meta.snapshots.find(meta.catalog.get_by_name("bk").collection_id, "s1")
     assert not rec.holds and exports.list_exports(meta) == [], "nothing pinned or recorded"
+
+
+@pytest.mark.parametrize("forge", ["uid", "max_ts", "duplicate_segment", "unlisted_partition", "shard", "entry"])
+def test_a_forged_bundle_is_refused_before_the_import_writes_anything(meta, store, etcd_server, tmp_path, forge):
+    """bundle.json edited and its commit marker recomputed to match: the import must
+    refuse it from the document alone, before any etcd key or file exists."""
+    _seed(meta, store, segments=2)
+    target = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, target, "bk", "s1", **quiet)
+    doc = bundles.read(target, "default", "bk", "s1")
+    seg = doc["segments"]
+    if forge == "uid":
+        doc["uid"] = "../../x"
+    elif forge == "max_ts":
+        doc["source"]["max_ts"] = 2**70
+    elif forge == "duplicate_segment":
+        seg[1]["segment_id"] = seg[0]["segment_id"]
+    elif forge == "unlisted_partition":
+        seg[0]["partition_id"] = 999999
+    elif forge == "shard":
+        seg[0]["channel"] = seg[0]["channel"].rsplit("v", 1)[0] + "v9"
+    else:
+        del seg[0]["num_rows"]
+    bundles.write(target, doc)   # a matching marker: only the content can tell
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        with pytest.raises(bundles.BundleError):
+            imports.import_bundle(meta2, store2, target, "bk", "s1", **quiet)
+        assert list(meta2.kv.range(meta2.keys.prefix, keys_only=True)) == []
+        assert list(store2.list("")) == []
+    finally:
+        meta2.close()

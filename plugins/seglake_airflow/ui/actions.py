@@ -4,8 +4,8 @@ created as a link (or the refusal, one sentence). Works opened directly (/seglak
 inside Airflow's navigation (a sandboxed iframe: scripts, same origin and forms allowed,
 dialogs not -- so no prompt()/confirm(): a drop asks by a second click).
 
-The page reloads itself (every 2 s while something runs, else 10 s; every 2 s at once
-after an action started a run), but not while a field has focus or has been typed in,
+The page reloads itself (every 2 s while something runs, else 10 s; every 2 s for two
+minutes after an action started a run, before its copy job even exists), but not while a field has focus or has been typed in,
 nor while a drop waits for its second click; the last action's result survives the
 reload."""
 
@@ -24,8 +24,12 @@ SCRIPT = r"""
   var out = document.getElementById("action-result");
   function show(html, cls) { out.innerHTML = html; out.className = cls; }
   function esc(s) { var d = document.createElement("div"); d.textContent = String(s); return d.innerHTML; }
-  var last = sessionStorage.getItem(KEY);
-  if (last) { var l = JSON.parse(last); if (Date.now() - l.at < 120000) show(l.html, l.cls); }
+  var last = sessionStorage.getItem(KEY), follow = false;
+  if (last) {
+    var l = JSON.parse(last);
+    if (Date.now() - l.at < 120000) show(l.html, l.cls);
+    follow = l.started && Date.now() - l.at < 120000;   // a run started here lately: keep following it
+  }
   var every = Number(document.body.dataset.refresh || 10) * 1000, timer = null;
   function poll(ms) {   // reload every ms, but never under a field being filled in
     if (timer) clearInterval(timer);
@@ -38,7 +42,7 @@ SCRIPT = r"""
   }
   function remember(html, cls, started) {
     show(html, cls);
-    sessionStorage.setItem(KEY, JSON.stringify({html: html, cls: cls, at: Date.now()}));
+    sessionStorage.setItem(KEY, JSON.stringify({html: html, cls: cls, at: Date.now(), started: !!started}));
     if (cls !== "ok") return;   // a refusal keeps what was typed, to correct it
     Array.prototype.forEach.call(document.querySelectorAll("form.act input"), function (i) { i.value = i.defaultValue; });
     if (document.activeElement && document.activeElement.blur) document.activeElement.blur();
@@ -77,7 +81,7 @@ SCRIPT = r"""
       }
     }).catch(function (e) { remember(esc(f.dataset.label + ": " + e), "err"); });
   });
-  poll(every);
+  poll(follow ? Math.min(every, 2000) : every);
 })();
 """
 

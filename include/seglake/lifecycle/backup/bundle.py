@@ -222,6 +222,7 @@ def check(doc, where: str) -> dict:
         if not (isinstance(f, dict) and type(f.get("size")) is int and f["size"] >= 0
                 and isinstance(f.get("sha256"), str) and sha_ok(f["sha256"])):
             raise BundleError(f"{where}: file entry {key!r} is invalid")
+    _check_identity(doc, where)
     for e in segments:
         for path, size in manifest.entry_files(e):
             f = files.get(path)
@@ -229,6 +230,44 @@ def check(doc, where: str) -> dict:
                 raise BundleError(f"{where}: segment {e.get('segment_id')} references {path} ({size} bytes), "
                                   f"which the bundle does not list with that size")
     return doc
+
+
+def _check_identity(doc: dict, where: str) -> None:
+    """What an import builds ids, keys and the TSO from, checked before it writes anything:
+    the uid, the timestamps, the collection's shards and partitions, and every segment
+    entry (decodable, ids unique, its partition listed, its channel a shard of it)."""
+    import re
+
+    from seglake.meta.catalog import shard_of
+
+    def bad(why: str):
+        return BundleError(f"{where}: {why}")
+
+    def is_int(v, lo: int, hi: int) -> bool:
+        return type(v) is int and lo <= v <= hi
+
+    if not (isinstance(doc.get("uid"), str) and re.fullmatch(r"[0-9a-f]{32}", doc["uid"])):
+        raise bad("its uid is not 32 lowercase hex digits")
+    src = doc.get("source")
+    if not isinstance(src, dict) or not all(is_int(src.get(k), 0, 2**63 - 1) for k in ("max_ts", "consistent_ts")):
+        raise bad("its source timestamps (max_ts, consistent_ts) are not integers in range")
+    coll = doc["snapshot"].get("collection")
+    if not isinstance(coll, dict) or not is_int(coll.get("shards"), 1, 16) or not isinstance(coll.get("partitions"), list):
+        raise bad("its collection (shards 1..16, partitions) is malformed")
+    parts = [p.get("partition_id") if isinstance(p, dict) else None for p in coll["partitions"]]
+    if not parts or not all(is_int(p, 0, 2**63 - 1) for p in parts) or len(set(parts)) != len(parts):
+        raise bad("its partitions are missing, malformed or repeated")
+    seen = set()
+    for e in doc["segments"]:
+        try:
+            seg = manifest.entry_to_segment(e)
+            shard = shard_of(seg.channel)
+        except (KeyError, TypeError, ValueError, AttributeError) as x:
+            raise bad(f"a segment entry is malformed ({type(x).__name__}: {x})") from None
+        if seg.segment_id in seen or seg.partition_id not in parts or shard >= coll["shards"]:
+            raise bad(f"segment {seg.segment_id}: repeated, in an unlisted partition, or on a shard the "
+                      f"collection does not have")
+        seen.add(seg.segment_id)
 
 
 def find(target: Store, db: str | None = None, collection: str | None = None) -> Iterator[tuple[str, str, str, bool]]:
