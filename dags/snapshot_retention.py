@@ -45,8 +45,8 @@ def snapshot_retention():
                 print(f"retention of {params['collection']!r} " + ("cleared" if gone else "was not set"))
                 return {"cleared": gone}
             doc = retention.set_policy(hook.meta, params["collection"],
-                                       {k: params[k] for k in retention.KEYS}, db=params["db"])
-        print(f"retention of {params['collection']!r}: " + ", ".join(f"{k} {doc[k]}" for k in retention.KEYS))
+                                       {k: params[k] for k in retention.POLICY_KEYS}, db=params["db"])
+        print(f"retention of {params['collection']!r}: " + ", ".join(f"{k} {doc[k]}" for k in retention.POLICY_KEYS))
         return doc
 
     check_conf("snapshot_retention") >> set_policy()

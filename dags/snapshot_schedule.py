@@ -13,7 +13,11 @@ the **Snapshot: retention policy** form), at the run's time:
 2. drops the schedule's snapshots the policy no longer keeps (newest `keep_last`; the
    newest of each of the last `keep_hourly` hours, `keep_daily` days, `keep_weekly` ISO
    weeks, `keep_monthly` months) -- never one a pin or a copy job holds, never one made
-   by hand, never the collection's last.
+   by hand, never the collection's last;
+3. for a policy with `export: true`: exports every kept schedule snapshot the backup
+   target (config key `backup_uri`, the `seglake_backup` connection) lacks, as a bundle
+   of the same name (incremental), and prunes the schedule's bundles there by the same
+   policy (then sweeps the data files no bundle needs).
 
 `dry_run` lists what would be created and dropped, and changes nothing. One collection's
 failure is reported and fails the run after the others were done.
@@ -46,17 +50,18 @@ from seglake_airflow.conf import check_conf, dag_params
 def snapshot_schedule():
     @task
     def run_policies(params: dict, dag_run=None) -> list[dict]:
-        from seglake.lifecycle import retention
+        from seglake.lifecycle.backup import scheduled
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
         at = (dag_run.run_after or dag_run.logical_date).timestamp()   # the run's time: retries agree on it
         with fail_fast():
-            reports = retention.run_all(hook.meta, hook.store, now=at, dry_run=params["dry_run"],
-                                        collection=params["collection"], db=params["db"])
+            reports = scheduled.run(hook.meta, hook.store, hook.backup_target, now=at, dry_run=params["dry_run"],
+                                    collection=params["collection"], db=params["db"],
+                                    threads=hook.settings.copy_threads, by=dag_run.run_id, say=print)
         for r in reports:
-            print(retention.report_line(r))
+            print(scheduled.report_line(r))
         failed = [r for r in reports if "error" in r]
         if failed:
             raise RuntimeError(f"retention failed for {len(failed)} collection(s): "

@@ -285,14 +285,15 @@ def cmd_snapshots_pins(args, s: Settings) -> int:
 
 def _policy_text(d: dict) -> str:
     from seglake.lifecycle.retention import KEYS
-    return ", ".join(f"{k.removeprefix('keep_')} {d[k]}" for k in KEYS if d.get(k))
+    return (", ".join(f"{k.removeprefix('keep_')} {d[k]}" for k in KEYS if d.get(k))
+            + ("; exported to the backup target" if d.get("export") else ""))
 
 
 def cmd_retention_set(args, s: Settings) -> int:
     from seglake.lifecycle import retention
 
     meta, _ = _open(s)
-    given = {k: getattr(args, k) for k in retention.KEYS if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in retention.POLICY_KEYS if getattr(args, k) is not None}
     d = retention.set_policy(meta, args.collection, given, db=args.db)
     emit(args, d, text=f"retention of {args.collection!r}: keep {_policy_text(d)}")
     return 0
@@ -329,12 +330,13 @@ def cmd_retention_list(args, s: Settings) -> int:
 
 
 def cmd_retention_run(args, s: Settings) -> int:
-    from seglake.lifecycle import retention
+    from seglake.lifecycle.backup import scheduled
+    from seglake.lifecycle.backup.bundle import open_target
 
     meta, store = _open(s)
-    reports = retention.run_all(meta, store, now=time.time(), dry_run=args.dry_run, collection=args.collection,
-                                db=args.db)
-    emit(args, reports, text="\n".join(map(retention.report_line, reports)) or "no retention policies")
+    reports = scheduled.run(meta, store, lambda: open_target(s), now=time.time(), dry_run=args.dry_run,
+                            collection=args.collection, db=args.db, threads=s.copy_threads, by="cli")
+    emit(args, reports, text="\n".join(map(scheduled.report_line, reports)) or "no retention policies")
     return 0 if not any("error" in r for r in reports) else 2
 
 
@@ -989,6 +991,8 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("collection", type=coll_t)
     for unit in ("last", "hourly", "daily", "weekly", "monthly"):
         rs.add_argument(f"--keep-{unit}", dest=f"keep_{unit}", type=number_arg("retention_keep"), default=None)
+    rs.add_argument("--export", action=argparse.BooleanOptionalAction, default=None,
+                    help="also keep the schedule's snapshots as bundles in the backup target (backup_uri)")
     rs.set_defaults(fn=cmd_retention_set)
     rsh = ret.add_parser("show", parents=[common])
     rsh.add_argument("collection", type=coll_t)

@@ -295,6 +295,9 @@ SPECS: dict[str, dict[str, Key]] = {
             ("daily", "... of each of the last N days"),
             ("weekly", "... of each of the last N ISO weeks"),
             ("monthly", "... of each of the last N months"))},
+        "export": Key("boolean", "Export to the backup target", default=False,
+                      description="Also keep the schedule's snapshots as bundles in the backup target "
+                                  "(config key backup_uri), pruned there by the same policy"),
         "clear": Key("boolean", "Clear the policy", default=False,
                      description="Remove the collection's policy (the keep counts are ignored)"),
     },

@@ -58,3 +58,25 @@ def test_bad_conf_is_refused_before_any_change(airflow_env, meta, store, dag_id,
     assert retention.list_policies(meta) == []
     out, err = capfd.readouterr()
     assert words in out + err
+
+
+def test_an_exporting_policy_keeps_its_snapshots_in_the_backup_target(airflow_env, meta, store, tmp_path,
+                                                                      monkeypatch):
+    """The form sets `export`; the scheduled run takes the snapshot and exports it to the
+    backup target as a bundle of the same name; a dry run lists it and writes nothing."""
+    from seglake.lifecycle.backup import bundle as bundles
+    from seglake.storage.local import LocalStore
+
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(tmp_path / "backup"))
+    coll, _ = demo.seed(meta, store, SMALL)
+    run = load_dag("snapshot_retention").test(run_conf={"collection": coll.name, "keep_last": 2, "export": True})
+    assert run.state == "success", task_states(run)
+    assert retention.get_policy(meta, coll.name)["export"] is True
+    target = LocalStore(tmp_path / "backup")
+    run = load_dag("snapshot_schedule").test(run_conf={"dry_run": True})
+    assert run.state == "success", task_states(run)
+    assert list(target.list("")) == []
+    run = load_dag("snapshot_schedule").test(run_conf={"collection": coll.name})
+    assert run.state == "success", task_states(run)
+    (rec,) = meta.snapshots.list(coll.collection_id)
+    assert [(b, ok) for _, _, b, ok in bundles.find(target, "default", coll.name)] == [(rec.name, True)]

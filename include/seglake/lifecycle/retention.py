@@ -1,7 +1,12 @@
 """Retention schedules: per collection, a grandfather-father-son policy that says which
 snapshots to take and which to keep (issue 19 item 5).
 
-    policy = {"keep_last": 3, "keep_hourly": 24, "keep_daily": 7, "keep_weekly": 4, "keep_monthly": 12}
+    policy = {"keep_last": 3, "keep_hourly": 24, "keep_daily": 7, "keep_weekly": 4, "keep_monthly": 12,
+              "export": true}
+
+- `export` (default false): each run also exports the schedule's snapshots the policy
+  keeps to the backup target (config key `backup_uri`) as bundles of the same name, and
+  prunes the schedule's bundles there by the same policy (seglake.lifecycle.backup.scheduled).
 
 - Stored in etcd at `{root}/retention/{collection_id}` (set / get / clear / list); every
   key checked (a count 0..100000, an int: NaN, 1.5, "3", true refused; unknown keys refused
@@ -46,7 +51,8 @@ from seglake.names import validate_name
 from seglake.params import closest
 
 UNITS = ("hourly", "daily", "weekly", "monthly")           # finest first
-KEYS = ("keep_last", *(f"keep_{u}" for u in UNITS))
+KEYS = ("keep_last", *(f"keep_{u}" for u in UNITS))   # the counts
+POLICY_KEYS = (*KEYS, "export")
 SCHED_RE = re.compile(r"sched_(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})Z")
 OWNER = "retention:"   # + the snapshot's name: the owner of the schedule's snapshots
 MAX_AHEAD = 300.0      # seconds a run's time may be ahead of the wall clock
@@ -59,20 +65,29 @@ class Policy:
     keep_daily: int = 0
     keep_weekly: int = 0
     keep_monthly: int = 0
+    export: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 def parse_policy(doc: Mapping[str, Any]) -> Policy:
-    """A checked Policy from a mapping of keep_* counts (missing keys: 0). One
-    ValidationError naming every bad key, before any side effect."""
+    """A checked Policy from a mapping of keep_* counts (missing keys: 0) and `export` (a
+    boolean, default false). One ValidationError naming every bad key, before any side
+    effect."""
     if not isinstance(doc, Mapping):
-        raise ValidationError(f"a retention policy is an object of {', '.join(KEYS)}; got {type(doc).__name__}")
+        raise ValidationError(f"a retention policy is an object of {', '.join(POLICY_KEYS)}; "
+                              f"got {type(doc).__name__}")
     problems, out = [], {}
     for k, v in doc.items():
-        if k not in KEYS:
-            problems.append(f"unknown policy key {k!r}{closest(k, list(KEYS))}")
+        if k not in POLICY_KEYS:
+            problems.append(f"unknown policy key {k!r}{closest(k, list(POLICY_KEYS))}")
+            continue
+        if k == "export":
+            if isinstance(v, bool):
+                out[k] = v
+            else:
+                problems.append(f"export: {v!r} is not allowed; use true or false")
             continue
         try:
             out[k] = limits.check("retention_keep", k, v)
@@ -234,7 +249,7 @@ def _run(meta, store, doc: dict, *, now: float, dry_run: bool, create=None, drop
         raise ValidationError(f"schedule time {sched_name(now)} is ahead of the clock ({sched_name(wall)}): "
                               f"a run cannot snapshot the future")
     try:
-        policy = parse_policy({k: doc[k] for k in KEYS if k in doc})
+        policy = parse_policy({k: doc[k] for k in POLICY_KEYS if k in doc})
     except ValidationError as e:
         raise ValidationError(f"the policy record of {doc.get('collection')!r} is malformed: {e}") from None
     coll = meta.catalog.get(doc["collection_id"])

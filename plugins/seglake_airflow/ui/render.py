@@ -258,9 +258,10 @@ def _backup(b: dict) -> str:
                     escape(utc(p.get("expires_at"))), escape(p.get("by") or "-")] for p in b["pins"]],
                   empty="no pins")
     keep = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly")
-    pols = _table(["collection", "policy"],
+    pols = _table(["collection", "policy", "export"],
                   [[escape(f"{p.get('db')}.{p.get('collection')}"),
-                    escape(", ".join(f"{k.removeprefix('keep_')} {p[k]}" for k in keep if p.get(k)) or "-")]
+                    escape(", ".join(f"{k.removeprefix('keep_')} {p[k]}" for k in keep if p.get(k)) or "-"),
+                    "to the backup target" if p.get("export") is True else "no"]
                    for p in b["policies"]], empty="no retention policies")
     return (exports + '<h3>Pins</h3>' + pins + '<h3>Retention schedules</h3>' + pols)
 

@@ -48,26 +48,40 @@ class SweepRefused(bundles.BundleError):
 
 
 def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *, db: str = DEFAULT_DB,
-          dry_run: bool = False, sweep: bool = True, min_age: float = 86400.0, say=log.warning) -> dict:
+          dry_run: bool = False, sweep: bool = True, min_age: float = 86400.0, schedule_only: bool = False,
+          planned: Mapping[str, float] | None = None, say=log.warning) -> dict:
     """Drop the collection's bundles `policy` does not keep (never the newest), then
-    sweep unreferenced data files. Returns the report."""
+    sweep unreferenced data files. Returns the report.
+
+    schedule_only: judge only the retention schedule's bundles (a `sched_*` name, exported
+    from the schedule's snapshot of that name), by the time in their name -- what the
+    scheduled export (backup.scheduled) prunes; any other bundle is left alone.
+    planned: bundles a dry run would have exported first (name -> time), judged as if
+    they were there."""
     bundles.check_names(db, collection, "x")
     policy = policy if isinstance(policy, retention.Policy) else retention.parse_policy(policy)
     min_age = _min_age(min_age)
     times: dict[str, float] = {}
     for d, c, b, committed in bundles.find(target, db, collection):
-        if committed:
-            try:
-                times[b] = float(json.loads(target.get(layout.bundle_commit(d, c, b)))["committed_at"])
-            except (NotFound, ValueError, KeyError, TypeError):
-                continue   # unreadable marker: not ours to judge, left alone
+        if not committed:
+            continue
+        if schedule_only:
+            if retention.sched_time(b) is None or not _schedules_bundle(target, d, c, b):
+                continue
+            times[b] = retention.sched_time(b)
+            continue
+        try:
+            times[b] = float(json.loads(target.get(layout.bundle_commit(d, c, b)))["committed_at"])
+        except (NotFound, ValueError, KeyError, TypeError):
+            continue   # unreadable marker: not ours to judge, left alone
+    times.update(planned or {})
     kept = retention.keep_set(policy, times)
     newest = max(times, key=lambda n: (times[n], n), default=None)
     if newest is not None:
         kept.setdefault(newest, []).append("newest")
     report = {"db": db, "collection": collection, "dry_run": dry_run, "policy": policy.to_json(),
               "kept": {n: kept[n] for n in sorted(kept)}, "pruned": []}
-    for name in sorted((n for n in times if n not in kept), key=lambda n: times[n]):
+    for name in sorted((n for n in times if n not in kept and n not in (planned or {})), key=lambda n: times[n]):
         if not dry_run:
             target.delete_many([layout.bundle_commit(db, collection, name)])   # the bundle ends here
             target.delete_many([layout.bundle_doc(db, collection, name)])
@@ -77,6 +91,15 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     if sweep:
         report["sweep"] = sweep_data(target, dry_run=dry_run, min_age=min_age, say=say)
     return report
+
+
+def _schedules_bundle(target: Store, db: str, collection: str, bundle: str) -> bool:
+    """The bundle was exported from the retention schedule's own snapshot of its name."""
+    try:
+        src = bundles.read(target, db, collection, bundle)["source"]
+    except (bundles.BundleError, NotFound, KeyError, TypeError):
+        return False   # unreadable: not ours to judge, left alone
+    return src.get("snapshot") == bundle and src.get("owner") == retention.OWNER + bundle
 
 
 def _min_age(value: float) -> float:

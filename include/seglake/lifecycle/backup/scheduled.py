@@ -1,0 +1,100 @@
+"""Scheduled backups (issue 19 item 5): a retention policy with `export: true` keeps its
+collection's schedule snapshots in the backup target too.
+
+One schedule run (the snapshot_schedule DAG, `seglake retention run`):
+
+    retention.run_all       take the snapshot the policy calls for, prune in this store
+    -> for each collection whose policy exports (and whose store side succeeded):
+       export   every COMMITTED schedule snapshot the policy keeps that has no bundle of
+                its name in the target yet (incremental: unchanged files are not copied)
+       prune    the schedule's bundles the policy no longer keeps (by the time in their
+                name, never the newest, never a bundle made by hand), then sweep the
+                data files no bundle needs (older than `min_age`)
+
+Every step is idempotent: a retried run finds its bundles committed and prunes nothing
+twice. A dry run lists what would be exported and pruned and changes nothing. One
+collection's failure is reported in its entry (`error`) and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from seglake.errors import SeglakeError
+from seglake.lifecycle import retention
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import export as exports
+from seglake.lifecycle.backup import prune as prunes
+from seglake.meta.catalog import DEFAULT_DB
+from seglake.meta.snapshots import COMMITTED
+from seglake.storage import Store
+
+log = logging.getLogger("seglake.backup")
+
+
+def run(meta, store: Store, open_target: Callable[[], Store], *, now: float, dry_run: bool = False,
+        collection: str | None = None, db: str = DEFAULT_DB, threads: int = 8, min_age: float = 86400.0,
+        max_bytes_per_second: float = 0, max_requests_per_second: float = 0, by: str = "",
+        say=log.warning) -> list[dict]:
+    """One schedule run: retention.run_all, then the exports its policies ask for. Each
+    report of an exporting policy gains `export` (what was exported and pruned in the
+    target) or `error`."""
+    reports = retention.run_all(meta, store, now=now, dry_run=dry_run, collection=collection, db=db)
+    target: Store | None = None
+    for r in reports:
+        if "error" in r or not r.get("policy", {}).get("export"):
+            continue
+        try:
+            if target is None:
+                target = open_target()
+            r["export"] = export_collection(
+                meta, store, target, r, dry_run=dry_run, threads=threads, min_age=min_age,
+                max_bytes_per_second=max_bytes_per_second, max_requests_per_second=max_requests_per_second,
+                by=by, say=say)
+        except SeglakeError as e:
+            r["error"] = f"export: {type(e).__name__}: {e}"
+    return reports
+
+
+def export_collection(meta, store: Store, target: Store, report: dict, *, dry_run: bool, threads: int,
+                      min_age: float, max_bytes_per_second: float, max_requests_per_second: float, by: str,
+                      say) -> dict:
+    """Export the kept schedule snapshots of the report's collection that the target
+    lacks, then prune the target by the same policy."""
+    db, name = report["db"], report["collection"]
+    policy = retention.parse_policy(report["policy"])
+    coll = meta.catalog.get_by_name(name, db)
+    recs = [r for r in meta.snapshots.list(coll.collection_id)
+            if r.state == COMMITTED and retention.is_schedules(r)]
+    times = {r.name: retention.sched_time(r.name) for r in recs}
+    if dry_run and report.get("created"):
+        times[report["created"]] = retention.sched_time(report["created"])   # what the run would have taken
+    kept = retention.keep_set(policy, times)
+    have = {b for _, _, b, committed in bundles.find(target, db, name) if committed}
+    want = sorted((n for n in kept if n not in have), key=lambda n: times[n])
+    out = {"target": target.uri, "exported": [], "already": sorted(n for n in kept if n in have),
+           "copied_bytes": 0, "dry_run": dry_run}
+    for n in want:
+        if not dry_run:
+            rep = exports.export(meta, store, target, name, n, db=db, threads=threads, by=by or "schedule",
+                                 collection_id=coll.collection_id, max_bytes_per_second=max_bytes_per_second,
+                                 max_requests_per_second=max_requests_per_second, say=say)
+            out["copied_bytes"] += rep.get("copied_bytes", 0)
+        out["exported"].append(n)
+    pruned = prunes.prune(target, name, policy, db=db, dry_run=dry_run, min_age=min_age, schedule_only=True,
+                          planned={n: times[n] for n in want} if dry_run else None, say=say)
+    out["pruned"] = pruned["pruned"]
+    out["sweep"] = pruned.get("sweep")
+    return out
+
+
+def report_line(r: dict) -> str:
+    """retention.report_line plus what the export did."""
+    line = retention.report_line(r)
+    e = r.get("export")
+    if e:
+        verb = "would " if e["dry_run"] else ""
+        line += (f"; {verb}export {', '.join(e['exported']) or 'nothing'} to {e['target']}; "
+                 f"{verb}prune there {', '.join(e['pruned']) or 'nothing'}")
+    return line

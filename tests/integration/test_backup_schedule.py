@@ -1,0 +1,167 @@
+"""Scheduled backups (issue 19 item 5): a retention policy with `export: true` keeps its
+schedule snapshots as bundles in the backup target, pruned there by the same policy.
+
+Real etcd, real snapshot files, a local directory and SeaweedFS as the target."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from seglake import demo
+from seglake.errors import ConfigError, ValidationError
+from seglake.lifecycle import retention, snapshot
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import export as exports
+from seglake.lifecycle.backup import scheduled
+from seglake.storage.local import LocalStore
+
+HOUR = 3600
+quiet = dict(say=lambda line: None)
+
+
+@pytest.fixture
+def coll(meta, store):
+    return demo.seed(meta, store, demo.SeedParams(name="sb", partitions=1, segments=2, rows=60, dim=4))[0]
+
+
+def _t0(hours_back: int) -> float:
+    """A whole hour `hours_back` hours ago (a run's time may not be ahead of the clock)."""
+    return (int(time.time()) // HOUR - hours_back) * HOUR
+
+
+def _store_scheds(meta, coll) -> set[str]:
+    return {r.name for r in meta.snapshots.list(coll.collection_id) if retention.is_schedules(r)}
+
+
+def _bundles(target, name="sb") -> set[str]:
+    return {b for _, _, b, committed in bundles.find(target, "default", name) if committed}
+
+
+def _run(meta, store, target, now, **kw):
+    (rep,) = scheduled.run(meta, store, lambda: target, now=now, collection="sb", threads=2, **quiet, **kw)
+    return rep
+
+
+def test_hourly_runs_keep_the_same_snapshots_in_the_store_and_the_target(meta, store, coll, tmp_path):
+    """30 hourly runs of keep_last 2 / keep_hourly 4 / keep_daily 2: after every run the
+    target holds exactly the schedule's snapshots the store holds; an unchanged
+    collection's later exports copy 0 bytes; a changed one copies only the new files."""
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 2, "keep_hourly": 4, "keep_daily": 2, "export": True})
+    t0 = _t0(30)
+    times = {}
+    for h in range(30):
+        now = t0 + h * HOUR
+        if h == 20:   # the collection changes once: that run copies only the new segment's files
+            params = demo.SeedParams(name="sb", partitions=1, segments=1, rows=60, dim=4)
+            meta.segments.save([demo._write_segment(meta, store, coll, coll.partitions[0].partition_id, 0, params,
+                                                    np.random.default_rng(5))])
+        rep = _run(meta, store, target, now)
+        assert "error" not in rep, rep
+        times[retention.sched_name(now)] = now
+        exp = rep["export"]
+        assert exp["exported"] == [retention.sched_name(now)], (h, exp)
+        if h == 0:
+            first_bytes = exp["copied_bytes"]
+            assert first_bytes > 0
+        elif h == 20:
+            assert 0 < exp["copied_bytes"] < first_bytes
+        else:
+            assert exp["copied_bytes"] == 0, (h, exp)
+        assert _bundles(target) == _store_scheds(meta, coll), h
+    want = set(retention.keep_set(retention.parse_policy({"keep_last": 2, "keep_hourly": 4, "keep_daily": 2}),
+                                  times))
+    assert _bundles(target) == _store_scheds(meta, coll) == want
+    # every kept bundle is whole: verify reads each file
+    from seglake.lifecycle.backup import verify
+    for b in want:
+        assert verify.verify(target, "sb", b, threads=2, **quiet)["ok"], b
+
+
+def test_a_dry_run_lists_the_export_and_the_prune_and_changes_nothing(meta, store, coll, tmp_path):
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})
+    t0 = _t0(5)
+    _run(meta, store, target, t0)
+    _run(meta, store, target, t0 + HOUR)
+    before = sorted(o.key for o in target.list(""))
+    rep = _run(meta, store, target, t0 + 2 * HOUR, dry_run=True)
+    name = retention.sched_name(t0 + 2 * HOUR)
+    assert rep["created"] == name
+    assert rep["export"]["exported"] == [name] and rep["export"]["dry_run"]
+    assert rep["export"]["pruned"] == [retention.sched_name(t0 + HOUR)]
+    assert "would export" in scheduled.report_line(rep)
+    assert sorted(o.key for o in target.list("")) == before
+    assert _store_scheds(meta, coll) == {retention.sched_name(t0 + HOUR)}
+
+
+def test_bundles_made_by_hand_are_never_pruned_by_the_schedule(meta, store, coll, tmp_path):
+    """A hand export, and a hand export that only looks like the schedule's (a sched_
+    name from a snapshot the schedule does not own), stay."""
+    target = LocalStore(tmp_path / "backup")
+    snapshot.create(meta, store, "sb", "by_hand")
+    exports.export(meta, store, target, "sb", "by_hand", threads=2, **quiet)
+    t0 = _t0(6)
+    lookalike = retention.sched_name(t0 - HOUR)
+    exports.export(meta, store, target, "sb", "by_hand", bundle=lookalike, threads=2, **quiet)
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})
+    for h in range(4):
+        rep = _run(meta, store, target, t0 + h * HOUR)
+        assert "error" not in rep, rep
+    assert _bundles(target) == {"by_hand", lookalike, retention.sched_name(t0 + 3 * HOUR)}
+
+
+def test_without_export_nothing_goes_to_the_target_and_without_a_target_the_run_says_so(meta, store, coll,
+                                                                                        tmp_path):
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 1})
+    rep = _run(meta, store, target, _t0(2))
+    assert "export" not in rep and list(target.list("")) == []
+
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})
+
+    def no_target():
+        raise ConfigError("no backup target: set config key 'backup_uri'")
+
+    (rep,) = scheduled.run(meta, store, no_target, now=_t0(1), collection="sb", **quiet)
+    assert "backup_uri" in rep["error"] and rep["created"] == retention.sched_name(_t0(1))
+    assert "FAILED" in scheduled.report_line(rep)
+
+
+@pytest.mark.parametrize("bad,why", [({"keep_last": 1, "export": "yes"}, "export: 'yes' is not allowed"),
+                                     ({"keep_last": 1, "export": 1}, "export: 1 is not allowed"),
+                                     ({"keep_last": 1, "exprot": True}, "did you mean 'export'")])
+def test_a_bad_export_flag_is_refused_before_anything_is_written(meta, store, coll, bad, why):
+    with pytest.raises(ValidationError, match=why):
+        retention.set_policy(meta, "sb", bad)
+    assert retention.get_policy(meta, "sb") is None
+
+
+def test_cli_sets_an_exporting_policy_and_runs_it(meta, store, coll, settings, tmp_path, monkeypatch, capsys):
+    from seglake import cli
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(tmp_path / "backup"))
+    assert cli.main(["retention", "set", "sb", "--keep-last", "2", "--export"]) == 0
+    assert "exported to the backup target" in capsys.readouterr().out
+    assert retention.get_policy(meta, "sb")["export"] is True
+    assert cli.main(["retention", "run", "--collection", "sb", "--json"]) == 0
+    (rep,) = json.loads(capsys.readouterr().out)
+    assert rep["export"]["exported"] == [rep["created"]]
+    assert _bundles(LocalStore(tmp_path / "backup")) == {rep["created"]}
+    assert cli.main(["retention", "set", "sb", "--keep-last", "2", "--no-export"]) == 0
+    assert retention.get_policy(meta, "sb")["export"] is False
+
+
+def test_scheduled_export_to_seaweedfs(meta, store, coll, s3_store):
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})
+    t0 = _t0(3)
+    for h in range(3):
+        rep = _run(meta, store, s3_store, t0 + h * HOUR)
+        assert "error" not in rep, rep
+    assert _bundles(s3_store) == _store_scheds(meta, coll) == {retention.sched_name(t0 + 2 * HOUR)}
