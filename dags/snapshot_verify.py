@@ -6,7 +6,11 @@ logs also the Parquet row count against the bundle's segment records. The run **
 naming every bad file; the result is recorded (the seglake page shows the last
 verification of each bundle). A bundle that verifies is restorable byte for byte.
 
-REST: `conf = {"collection": "demo", "bundle": "nightly", "backup_uri": null}`.
+`engine`: `inline` (a thread pool in the task), `spark` (the data files spread over the
+executors: `spark/jobs/verify_bundle.py`), `auto` (Spark from `inline_threshold_bytes`
+of data, 256 MiB by default).
+
+REST: `conf = {"collection": "demo", "bundle": "nightly", "backup_uri": null, "engine": "auto"}`.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
+from seglake_airflow.operators.spark import spark_submit_task
+
+RESOLVE = "ti.xcom_pull(task_ids='resolve')"
 
 
 @dag(
     dag_id="snapshot_verify",
     dag_display_name="Snapshot: verify a bundle (backup)",
-    description="Read every file of a bundle and check it",
+    description="Read every file of a bundle and check it (inline or Spark)",
     schedule=None,
     catchup=False,
     max_active_runs=4,
@@ -33,25 +40,67 @@ from seglake_airflow.notes import run_note
 )
 def snapshot_verify():
     @task
-    def verify(params: dict) -> dict:
-        from airflow.sdk.exceptions import AirflowFailException
+    def resolve(params: dict) -> dict:
+        """Read the bundle document (a bad one is a finding, judged by `verify`) and pick
+        the engine from its size."""
+        import time
 
         from seglake.lifecycle.backup import verify as engine
+        from seglake_airflow.engine_choice import choose
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
         with fail_fast():
-            report = engine.verify(hook.backup_target(params["backup_uri"]), params["collection"], params["bundle"],
-                                   db=params["db"], threads=hook.settings.copy_threads, meta=hook.meta, say=print)
+            planned = engine.plan(hook.backup_target(params["backup_uri"]), params["collection"], params["bundle"],
+                                  db=params["db"])
+        chosen = "inline" if "problem" in planned else choose(params["engine"], planned["bytes"],
+                                                               hook.settings.inline_threshold_bytes)
+        print(f"bundle {params['db']}.{params['collection']}/{params['bundle']}: {len(planned['units'])} data files, "
+              f"{planned['bytes']} bytes -> {chosen}")
+        return {"engine": chosen, "bytes": planned["bytes"], "data_files": len(planned["units"]),
+                "at": time.time(), "backup_uri": params["backup_uri"] or ""}
+
+    @task.branch
+    def choose_engine(resolved: dict) -> str:
+        return "check_spark" if resolved["engine"] == "spark" else "check_inline"
+
+    @task
+    def check_inline(params: dict) -> dict:
+        from seglake.lifecycle.backup import verify as engine
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        return engine.verify(hook.backup_target(params["backup_uri"]), params["collection"], params["bundle"],
+                             db=params["db"], threads=hook.settings.copy_threads, meta=hook.meta, say=print)
+
+    check_spark = spark_submit_task("check_spark", "verify_bundle", [
+        "--collection", "{{ params.collection }}", "--bundle", "{{ params.bundle }}", "--db", "{{ params.db }}",
+        "--backup-uri", "{{ %s['backup_uri'] }}" % RESOLVE,
+    ])
+
+    @task(trigger_rule="none_failed_min_one_success")
+    def verify(params: dict, resolved: dict) -> dict:
+        """The verdict, from the report the chosen engine recorded: fails naming bad files."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from seglake.lifecycle.backup import verify as engine
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        report = engine.recorded(hook.meta, params["db"], params["collection"], params["bundle"])
+        if report is None or report.get("checked_at", 0) < resolved["at"] - 1:
+            raise AirflowFailException(f"bundle {params['db']}.{params['collection']}/{params['bundle']}: the "
+                                       f"{resolved['engine']} check recorded no report for this run")
         if not report["ok"]:
             bad = "; ".join(f"{p['file']}: {p['problem']}" for p in report["problems"][:5])
-            count = report.get("problem_count", len(report["problems"]))
             raise AirflowFailException(f"bundle {params['db']}.{params['collection']}/{params['bundle']}: "
-                                       f"{count} bad files: {bad}")
+                                       f"{report.get('problem_count', len(report['problems']))} bad files: {bad}")
         return report
 
-    check_conf("snapshot_verify") >> verify()
+    resolved = resolve()
+    check_conf("snapshot_verify") >> resolved
+    resolved >> choose_engine(resolved) >> [check_inline(), check_spark] >> verify(resolved=resolved)
     run_note("snapshot_verify")
 
 

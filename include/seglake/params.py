@@ -244,6 +244,7 @@ SPECS: dict[str, dict[str, Key]] = {
         "bundle": _name("Bundle", "The bundle to read and check", example="nightly_1"),
         "backup_uri": BACKUP_URI,
         "db": DB,
+        "engine": ENGINE,
     },
     "copy_segment_job": {
         "job_id": Key("integer", "Copy job id", required=True, limit="id",

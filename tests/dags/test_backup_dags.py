@@ -92,3 +92,31 @@ def test_a_missing_target_is_refused_before_a_run_exists(airflow_env, meta, stor
 
     with pytest.raises(ParamValidationError, match="param target"):
         load_dag("snapshot_restore_external").test(run_conf={"collection": "demo", "bundle": "b1"})
+
+
+@pytest.mark.spark
+def test_verify_on_spark_checks_every_file_and_names_a_bad_one(airflow_env, meta, store, backup, capfd):
+    """engine=spark: the data files spread over the executors, the report recorded in
+    etcd by the job and judged by the DAG; a damaged data file fails the run naming it."""
+    from seglake.lifecycle.backup import verify
+
+    demo.seed(meta, store, SMALL)
+    snapshot.create(meta, store, "demo", "s1")
+    exports.export(meta, store, backup, "demo", "s1", bundle="b1", say=lambda line: None)
+    run = load_dag("snapshot_verify").test(run_conf={"collection": "demo", "bundle": "b1", "engine": "spark"})
+    assert run.state == "success", task_states(run)
+    states = task_states(run)
+    assert states["check_spark"] == "success" and states["check_inline"] == "skipped", states
+    rec = verify.recorded(meta, "default", "demo", "b1")
+    assert rec["ok"] and rec["engine"] == "spark" and rec["data_files"] > 0
+
+    doc = bundles.read(backup, "default", "demo", "b1")
+    key, f = sorted(doc["files"].items())[-1]
+    backup.put(layout.bundle_blob(f["sha256"]), b"y" * f["size"])
+    capfd.readouterr()
+    run = load_dag("snapshot_verify").test(run_conf={"collection": "demo", "bundle": "b1", "engine": "spark"})
+    assert run.state == "failed"
+    out, err = capfd.readouterr()
+    assert key in out + err
+    rec = verify.recorded(meta, "default", "demo", "b1")
+    assert not rec["ok"] and rec["engine"] == "spark" and rec["problem_count"] >= 1

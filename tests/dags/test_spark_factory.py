@@ -23,6 +23,7 @@ SPARK_TASKS = {
     ("snapshot_restore_external", "verify.check_files"): "verify_collection",
     ("copy_segment_job", "copy_job.copy_spark"): "copy_segments",
     ("copy_segment_job", "verify.check_files"): "verify_collection",
+    ("snapshot_verify", "check_spark"): "verify_bundle",
 }
 
 

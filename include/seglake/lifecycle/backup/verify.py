@@ -6,7 +6,8 @@
        segment records give it
 
 The report names every bad file (source key, data key, what is wrong); `ok` only when
-there is none. Files are read by a bounded thread pool (the units are the data files).
+there is none. The units are the distinct data files: checked by a bounded thread pool
+inline, or spread over Spark executors (spark/jobs/verify_bundle.py) for big bundles.
 """
 
 from __future__ import annotations
@@ -27,21 +28,16 @@ log = logging.getLogger("seglake.backup")
 MAX_PROBLEMS = 1000
 
 
-def verify(target: Store, collection: str, bundle: str, *, db: str = DEFAULT_DB, threads: int = 8,
-           meta=None, say=log.warning) -> dict:
-    """The verification report of one bundle (recorded in etcd when `meta` is given)."""
+def plan(target: Store, collection: str, bundle: str, *, db: str = DEFAULT_DB) -> dict:
+    """The units of a bundle's verification, from its document: one per distinct data
+    file (sha256, size, the source keys that name it, the rows each log should hold).
+    `problem` instead of units when the document itself is bad."""
     bundles.check_names(db, collection, bundle)
-    threads = int(limits.check("copy_threads", "threads", threads))
-    started = time.time()
-    where = f"{db}.{collection}/{bundle}"
-    problems: list[dict] = []
+    base = {"bundle": bundle, "db": db, "collection": collection}
     try:
         doc = bundles.read(target, db, collection, bundle)
     except (bundles.BundleError, NotFound) as e:
-        report = {"bundle": bundle, "db": db, "collection": collection, "ok": False, "files": 0, "bytes": 0,
-                  "problems": [{"file": "bundle.json", "problem": str(e)}], "checked_at": started}
-        _record(meta, report)
-        return report
+        return {**base, "problem": str(e), "units": [], "files": 0, "bytes": 0}
     rows: dict[str, int] = {}   # source key -> rows the segment records give it
     for e in doc["segments"]:
         for fl in e["binlogs"]:
@@ -52,55 +48,104 @@ def verify(target: Store, collection: str, bundle: str, *, db: str = DEFAULT_DB,
     by_sha: dict[str, list[str]] = {}
     for key, f in doc["files"].items():
         by_sha.setdefault(f["sha256"], []).append(key)
+    units = [{"sha": sha, "size": doc["files"][keys[0]]["size"], "keys": sorted(keys),
+              "rows": {k: rows[k] for k in keys if k in rows}} for sha, keys in sorted(by_sha.items())]
+    return {**base, "uid": doc["uid"], "units": units, "files": len(doc["files"]),
+            "bytes": sum(f["size"] for f in doc["files"].values()), "rows": doc["totals"]["rows"]}
 
-    def one(sha: str) -> list[dict]:
-        keys = by_sha[sha]
-        size = doc["files"][keys[0]]["size"]
-        blob = layout.bundle_blob(sha)
+
+def check_unit(target: Store, unit: dict) -> list[dict]:
+    """One data file: present, its size and SHA-256; for a log, its Parquet row count."""
+    sha, size, keys = unit["sha"], unit["size"], unit["keys"]
+    blob = layout.bundle_blob(sha)
+    try:
+        got, n = bundles.sha256_of(target, blob)
+    except NotFound:
+        return [{"file": k, "data": blob, "problem": "missing from the backup target"} for k in keys]
+    if n != size or got != sha:
+        return [{"file": k, "data": blob, "problem": f"content differs: {n} bytes with SHA-256 {got[:16]}..., "
+                                                      f"the bundle lists {size} bytes"} for k in keys]
+    out = []
+    for k, want in unit["rows"].items():
         try:
-            got, n = bundles.sha256_of(target, blob)
-        except NotFound:
-            return [{"file": k, "data": blob, "problem": "missing from the backup target"} for k in keys]
-        if n != size or got != sha:
-            return [{"file": k, "data": blob, "problem": f"content differs: {n} bytes with SHA-256 {got[:16]}..., "
-                                                          f"the bundle lists {size} bytes"} for k in keys]
-        out = []
-        for k in keys:
-            if k in rows:
-                try:
-                    import pyarrow.parquet as pq
-                    with target.open_read(blob) as fh:
-                        have = pq.ParquetFile(fh).metadata.num_rows
-                except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
-                    out.append({"file": k, "data": blob, "problem": f"not a readable Parquet file: {e}"})
-                    continue
-                if have != rows[k]:
-                    out.append({"file": k, "data": blob, "problem": f"holds {have} rows; the segment records "
-                                                                    f"give it {rows[k]}"})
-        return out
+            import pyarrow.parquet as pq
+            with target.open_read(blob) as fh:
+                have = pq.ParquetFile(fh).metadata.num_rows
+        except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
+            out.append({"file": k, "data": blob, "problem": f"not a readable Parquet file: {e}"})
+            continue
+        if have != want:
+            out.append({"file": k, "data": blob, "problem": f"holds {have} rows; the segment records give it {want}"})
+    return out
 
+
+def check_units(target: Store, units: list[dict], threads: int) -> list[dict]:
+    """Every unit by a bounded thread pool; the problems found."""
+    problems: list[dict] = []
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        for found in pool.map(one, sorted(by_sha)):
+        for found in pool.map(lambda u: check_unit(target, u), units):
             problems.extend(found)
-    total = sum(f["size"] for f in doc["files"].values())
-    report = {"bundle": bundle, "db": db, "collection": collection, "uid": doc["uid"], "ok": not problems,
-              "files": len(doc["files"]), "data_files": len(by_sha), "bytes": total, "rows": doc["totals"]["rows"],
-              "problems": problems[:MAX_PROBLEMS], "problem_count": len(problems), "checked_at": started,
-              "seconds": round(time.time() - started, 3)}
-    say(f"verify {where}: {'OK' if report['ok'] else f'{len(problems)} BAD FILES'}; {len(by_sha)} data files, "
-        f"{human_bytes(total)}, {report['seconds']} s")
-    for p in problems[:20]:
+    return problems
+
+
+def check_partition(units, settings_env: dict, backup_uri: str | None) -> list[dict]:
+    """Executor side of the Spark engine: open the backup target from the settings
+    environment the driver handed over and check a partition's units."""
+    from seglake.config import Settings
+
+    settings = Settings.load(env=settings_env)
+    return check_units(bundles.open_target(settings, backup_uri), list(units), settings.copy_threads)
+
+
+def summarize(planned: dict, problems: list[dict], started: float, engine: str = "inline") -> dict:
+    """The report of a planned verification and the problems its units found."""
+    if "problem" in planned:
+        problems = [{"file": "bundle.json", "problem": planned["problem"]}]
+        return {k: planned[k] for k in ("bundle", "db", "collection", "files", "bytes")} | {
+            "ok": False, "problems": problems, "problem_count": 1, "checked_at": started, "engine": engine,
+            "seconds": round(time.time() - started, 3)}
+    problems = sorted(problems, key=lambda p: (p["file"], p["problem"]))
+    return {k: planned[k] for k in ("bundle", "db", "collection", "uid", "files", "bytes", "rows")} | {
+        "ok": not problems, "data_files": len(planned["units"]), "problems": problems[:MAX_PROBLEMS],
+        "problem_count": len(problems), "checked_at": started, "engine": engine,
+        "seconds": round(time.time() - started, 3)}
+
+
+def say_report(report: dict, say) -> None:
+    where = f"{report['db']}.{report['collection']}/{report['bundle']}"
+    verdict = "OK" if report["ok"] else f"{report['problem_count']} BAD FILES"
+    say(f"verify {where}: {verdict}; "
+        f"{report.get('data_files', 0)} data files, {human_bytes(report['bytes'])}, {report['seconds']} s"
+        f" ({report['engine']})")
+    for p in report["problems"][:20]:
         say(f"verify {where}: BAD {p['file']}: {p['problem']}")
-    _record(meta, report)
+
+
+def verify(target: Store, collection: str, bundle: str, *, db: str = DEFAULT_DB, threads: int = 8,
+           meta=None, say=log.warning) -> dict:
+    """The verification report of one bundle, checked inline (recorded in etcd when
+    `meta` is given). The Spark engine: spark/jobs/verify_bundle.py."""
+    threads = int(limits.check("copy_threads", "threads", threads))
+    started = time.time()
+    planned = plan(target, collection, bundle, db=db)
+    report = summarize(planned, check_units(target, planned["units"], threads), started)
+    say_report(report, say)
+    record(meta, report)
     return report
 
 
-def _record(meta, report: dict) -> None:
+def record(meta, report: dict) -> None:
     if meta is None:
         return
     meta.kv.put(meta.keys.backup_verify(report["db"], report["collection"], report["bundle"]),
                 json.dumps({k: v for k, v in report.items() if k != "problems"} |
                            {"problems": report["problems"][:20]}))
+
+
+def recorded(meta, db: str, collection: str, bundle: str) -> dict | None:
+    """The last verification recorded for a bundle (problems cut to 20), None if none."""
+    kv = meta.kv.get(meta.keys.backup_verify(db, collection, bundle))
+    return None if kv is None else json.loads(kv.value)
 
 
 def list_verifications(meta) -> list[dict]:
