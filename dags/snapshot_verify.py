@@ -76,7 +76,7 @@ def snapshot_verify():
 
     check_spark = spark_submit_task("check_spark", "verify_bundle", [
         "--collection", "{{ params.collection }}", "--bundle", "{{ params.bundle }}", "--db", "{{ params.db }}",
-        "--backup-uri", "{{ %s['backup_uri'] }}" % RESOLVE,
+        "--backup-uri={{ %s['backup_uri'] }}" % RESOLVE,
     ])
 
     @task(trigger_rule="none_failed_min_one_success")

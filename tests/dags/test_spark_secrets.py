@@ -37,7 +37,7 @@ def _spark_conn(monkeypatch, master: str, deploy_mode: str = "client"):
         {"conn_type": "spark", "host": master, "extra": {"deploy-mode": deploy_mode}}))
 
 
-def _run(monkeypatch):
+def _run(monkeypatch, **operator_kwargs):
     """execute() the operator; capture argv, the process env and the secrets file at submit."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from seglake_airflow.operators.spark import SeglakeSparkSubmitOperator
@@ -54,7 +54,8 @@ def _run(monkeypatch):
             seen["executors"] = spark_env(seen["env"])
 
     monkeypatch.setattr(SparkSubmitHook, "submit", submit)
-    SeglakeSparkSubmitOperator(task_id="job", application="/jobs/x.py", application_args=["--job-id", "7"]).execute({})
+    SeglakeSparkSubmitOperator(task_id="job", application="/jobs/x.py", application_args=["--job-id", "7"],
+                               **operator_kwargs).execute({})
     return seen
 
 
@@ -130,3 +131,19 @@ def test_a_real_spark_submit_shows_no_secret_in_any_command_line(secret_settings
         scanner.join()
     assert out.read_text() == f"{ETCD_PW}|{S3_SECRET}"
     assert leaks == []
+
+
+def test_the_tasks_overrides_and_the_backup_connection_reach_the_job(secret_settings, monkeypatch):
+    """A Spark task's settings_overrides and the seglake_backup connection's credentials
+    reach the job's environment (the overrides were once passed to the hook positionally,
+    as its backup connection id: both were lost)."""
+    monkeypatch.setenv("AIRFLOW_CONN_SEGLAKE_BACKUP", json.dumps(
+        {"conn_type": "aws", "login": "BACKUPKEY", "password": "backup-secret-Qx7",
+         "extra": {"endpoint_url": "http://127.0.0.1:9"}}))
+    _spark_conn(monkeypatch, "local[2]")
+    seen = _run(monkeypatch, settings_overrides={"wal_scanner_startup_delay": 0, "copy_threads": 3})
+    job = Settings.load(env={k: v for k, v in seen["env"].items() if k.startswith("SEGLAKE_")})
+    assert (job.wal_scanner_startup_delay, job.copy_threads) == (0, 3)
+    assert (job.backup_s3_access_key, job.backup_s3_secret_key, job.backup_s3_endpoint) == \
+        ("BACKUPKEY", "backup-secret-Qx7", "http://127.0.0.1:9")
+    assert "backup-secret-Qx7" not in " ".join(seen["argv"])

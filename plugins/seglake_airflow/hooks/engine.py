@@ -29,7 +29,7 @@ def _connection(conn_id: str):
 class SeglakeHook(BaseHook):
     hook_name = "seglake"
 
-    def __init__(self, etcd_conn_id: str = "etcd_default", aws_conn_id: str = "aws_default",
+    def __init__(self, etcd_conn_id: str = "etcd_default", aws_conn_id: str = "aws_default", *,
                  backup_conn_id: str = "seglake_backup",
                  overrides: dict[str, Any] | None = None, quiet: bool = False,
                  get_connection=None, get_variable=None, **kwargs: Any) -> None:

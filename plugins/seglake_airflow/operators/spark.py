@@ -59,7 +59,7 @@ class SeglakeSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context) -> None:
         from seglake_airflow.hooks.engine import SeglakeHook
 
-        settings = SeglakeHook(self.etcd_conn_id, self.aws_conn_id, self.settings_overrides).settings
+        settings = SeglakeHook(self.etcd_conn_id, self.aws_conn_id, overrides=self.settings_overrides).settings
         bin_dir = os.path.dirname(sys.executable)
         env = {
             "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
