@@ -2,7 +2,7 @@
 read answers what etcd holds and matches its own OpenAPI schema; anonymous callers and bad
 tokens are refused; bad input is one plain sentence (HTTP 400) before any change; pins
 work; a browser session cannot change anything without the anti-CSRF header. Mutations
-that create DAG runs are driven over real HTTP in tests/e2e/test_rest_api_e2e.py."""
+that create DAG runs are driven over real HTTP in tests/e2e/test_page_actions.py."""
 
 import pytest
 
