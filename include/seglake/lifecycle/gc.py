@@ -248,7 +248,7 @@ def load_references(meta: Meta, store: Store) -> References:
         for seg in meta.segments.list(revision=refs.revision):
             refs.segments.append(seg)
             refs.add_segment(seg)
-        refs.add_snapshots(snapshot_index(store, snapshot_records(meta, refs.revision)))
+        refs.add_snapshots(snapshot.RefIndex.of(store, snapshot_records(meta, refs.revision)))
         refs.paused_all, refs.paused = paused_scopes(meta)
     except Exception as e:
         raise GCError(f"references could not be read completely, nothing deleted: {type(e).__name__}: {e}") from e
@@ -260,56 +260,6 @@ def snapshot_records(meta: Meta, revision: int) -> list:
     from seglake.meta.snapshots import SnapshotRecord
     return [decode_struct(kv.value, SnapshotRecord, kv.key)
             for kv in meta.kv.range(meta.keys.snapshots_prefix(), revision=revision)]
-
-
-def snapshot_own_refs(store: Store, rec) -> tuple[list[str], list[dict]]:
-    """(the record's own files: metadata + manifests, the manifests to read) of one
-    snapshot record. A COMMITTED snapshot's unreadable metadata raises (fail closed); a
-    DELETING one's contributes nothing; a PENDING one blocks its collection instead."""
-    from seglake import manifest
-    if rec.state == PENDING or (rec.state == DELETING and not rec.location):
-        return [], []
-    try:
-        doc = snapshot.read_metadata(store, rec)
-    except manifest.ManifestError:
-        if rec.state == DELETING:
-            return [], []
-        raise
-    return [rec.location] + [m["key"] for m in doc["manifests"]], list(doc["manifests"])
-
-
-def snapshot_manifest_refs(store: Store, rec, m: dict) -> tuple[set[str], set[tuple[int, int]]]:
-    """(files, (collection, segment) ids) one verified manifest references; a DELETING
-    snapshot's unreadable manifest contributes nothing, a COMMITTED one's raises."""
-    from seglake import manifest
-    try:
-        entries = snapshot.read_manifest(store, rec, m)
-    except manifest.ManifestError:
-        if rec.state == DELETING:
-            return set(), set()
-        raise
-    files, segs = set(), set()
-    for e in entries:
-        segs.add((e["collection_id"], e["segment_id"]))
-        files.update(layout.normalize_key(p) for p, _ in manifest.entry_files(e))
-    return files, segs
-
-
-def snapshot_index(store: Store, records: list) -> "snapshot.RefIndex":
-    """What these snapshot records reference (the same reads the Spark mark splits one
-    manifest per task)."""
-    idx = snapshot.RefIndex()
-    for rec in records:
-        idx.snapshots.append(rec)
-        if rec.state == PENDING:
-            idx.blocked_collections.add(rec.collection_id)
-        own, manifests = snapshot_own_refs(store, rec)
-        idx.own_files.update(own)
-        for m in manifests:
-            files, segs = snapshot_manifest_refs(store, rec, m)
-            idx.files |= files
-            idx.segments |= segs
-    return idx
 
 
 def refresh_references(meta: Meta, store: Store, refs: References) -> References:
@@ -325,7 +275,7 @@ def refresh_references(meta: Meta, store: Store, refs: References) -> References
             refs.add_segment(seg)
             refs.changed_segments.add((seg.collection_id, seg.segment_id))
         if snapshots:
-            refs.add_snapshots(snapshot_index(store, snapshots))
+            refs.add_snapshots(snapshot.RefIndex.of(store, snapshots))
         refs.paused_all, refs.paused = paused_scopes(meta)
         refs.revision = upto
     except Exception as e:

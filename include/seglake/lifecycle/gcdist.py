@@ -33,7 +33,7 @@ from itertools import islice
 from typing import Iterable, Iterator
 
 from seglake import faults
-from seglake.lifecycle import gc
+from seglake.lifecycle import gc, snapshot
 from seglake.meta.codec import decode_struct
 from seglake.meta.segments import DROPPED, Segment
 from seglake.storage import layout
@@ -146,7 +146,7 @@ def snapshot_rows(plan: MarkPlan, raw: tuple[str, bytes]) -> Iterator[tuple]:
     SNAPFILE rows and ("manifest", (raw record, manifest entry)) work items."""
     faults.point("gc.mark.snapshot")
     rec = _record(raw)
-    own, manifests = gc.snapshot_own_refs(plan.store(), rec)
+    own, manifests = snapshot.own_refs(plan.store(), rec)
     for k in own:
         yield ("ref", (SNAPFILE, k, None, None, None, None, None))
     for m in manifests:
@@ -157,7 +157,7 @@ def manifest_rows(plan: MarkPlan, item: tuple) -> Iterator[tuple]:
     """One manifest: every file it references (SNAPFILE) and segment (SNAPSEG)."""
     faults.point("gc.mark.manifest")
     raw, m = item
-    files, segs = gc.snapshot_manifest_refs(plan.store(), _record(raw), m)
+    files, segs = snapshot.manifest_refs(plan.store(), _record(raw), m)
     for k in files:
         yield (SNAPFILE, k, None, None, None, None, None)
     for c, s in segs:
