@@ -92,6 +92,7 @@ def gc():
         """`conf`: what check_conf resolved (a scheduled run: the operator's record), never
         the Params directly. Records the Airflow run beside the report (the page links it)."""
         from seglake.lifecycle import gc as engine
+        from seglake.storage import layout
         from seglake_airflow.engine_choice import choose
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
@@ -118,7 +119,7 @@ def gc():
                       f"snapshot, paused: {'all' if refs.paused_all else sorted(refs.paused)}; engine {chosen}")
         safe = _safe(run_id or "manual")
         # which Airflow run made this report (the seglake page links to it); _gc/ is never collected
-        hook.store.put(f"{engine.GC_PREFIX}/{safe}/airflow.json",
+        hook.store.put(layout.gc_run_file(safe, "airflow.json"),
                        json.dumps({"dag_id": "gc", "run_id": run_id, "dry_run": opts.dry_run}).encode())
         return {"run_id": safe, "collection_id": cid, "engine": chosen,
                 "missing_tolerance": opts.missing_tolerance, "drop_tolerance": opts.drop_tolerance,
@@ -194,8 +195,10 @@ def gc():
         from seglake.lifecycle import gc as engine
         from seglake_airflow.hooks.engine import SeglakeHook
 
+        from seglake.storage import layout
+
         store = SeglakeHook().store
-        doc = json.loads(store.get(f"{engine.GC_PREFIX}/{prep['run_id']}/summary.json"))
+        doc = json.loads(store.get(layout.gc_run_file(prep["run_id"], "summary.json")))
         result = {"mark": doc, "dry_run": prep["dry_run"]}
         if doc.get("swept"):
             result["sweep"] = doc["swept"]

@@ -85,6 +85,7 @@ def wal_flush():
     @task
     def prepare(pchannels: list[str], params: dict, run_id: str | None = None) -> dict:
         from seglake.lifecycle.flush import backlog
+        from seglake.storage import layout
         from seglake_airflow.engine_choice import choose
         from seglake_airflow.hooks.engine import SeglakeHook
         from seglake_airflow.taskgroups import _safe
@@ -97,7 +98,7 @@ def wal_flush():
         print(f"backlog {total} bytes over {len(pchannels)} pchannel(s): engine {chosen}")
         return {"pchannels": pchannels, "engine": chosen, "max_seconds": float(params["max_seconds"]),
                 "flush_all": bool(params["flush_all"]),
-                "report_key": f"_reports/wal_flush/{_safe(run_id or 'manual')}.json"}
+                "report_key": layout.report("wal_flush", _safe(run_id or "manual"))}
 
     @task.branch
     def choose_engine(prep: dict) -> str:

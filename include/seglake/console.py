@@ -28,7 +28,7 @@ from seglake.meta.catalog import COLLECTION_TRANSITIONS
 from seglake.meta.copyjobs import JOB_EXECUTING, JOB_TERMINAL, JOB_TRANSITIONS, TASK_TRANSITIONS
 from seglake.meta.segments import DROPPED, SEGMENT_TRANSITIONS
 from seglake.meta.snapshots import SNAPSHOT_TRANSITIONS
-from seglake.storage import Store
+from seglake.storage import Store, layout
 
 COLLECTION_STATES = tuple(COLLECTION_TRANSITIONS)
 SEGMENT_STATES = tuple(SEGMENT_TRANSITIONS)
@@ -156,7 +156,7 @@ def gc_latest(store: Store) -> dict | None:
     swept = s.get("swept")
     origin = None   # the Airflow run that made it (gc DAG's prepare writes it; a CLI run has none)
     try:
-        origin = json.loads(store.get(f"{gc.GC_PREFIX}/{s.get('run_id')}/airflow.json"))
+        origin = json.loads(store.get(layout.gc_run_file(str(s.get("run_id")), "airflow.json")))
     except (NotFound, ValueError):
         pass
     return {"run_id": s.get("run_id"), "started_at": s.get("started_at"), "dry_run": bool(s.get("dry_run")),

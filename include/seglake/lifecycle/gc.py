@@ -62,8 +62,8 @@ from seglake.meta.snapshots import COMMITTED, DELETING, PENDING
 from seglake.storage import Store, layout
 from seglake.storage.base import SYMLINK, ObjectInfo
 
-GC_PREFIX = "_gc"
-INTERNAL = ("_gc/", "_reports/")
+GC_PREFIX = layout.GC_RUNS
+INTERNAL = tuple(root + "/" for root in layout.INTERNAL_ROOTS)
 SWEEP_BATCH = 1000
 SAMPLE = 20
 ORPHAN, DROPPED_SEGMENT, WAL_TRUNCATED = "orphan", "dropped_segment", "wal_truncated"
@@ -487,7 +487,7 @@ def scan_prefixes(collection_id: int | None) -> list[str]:
     """What mark lists: the whole store, or one collection's prefixes (+ index files)."""
     if collection_id is None:
         return [""]
-    return layout.collection_prefixes(collection_id) + [f"{layout.SNAPSHOTS}/{collection_id}/",
+    return layout.collection_prefixes(collection_id) + [layout.snapshots_prefix(collection_id),
                                                         f"{layout.INDEX_FILES}/"]
 
 
@@ -608,7 +608,7 @@ class MarkResult:
 
     @property
     def report_key(self) -> str:
-        return f"{GC_PREFIX}/{self.run_id}/{CANDIDATES}/"
+        return layout.gc_parts_prefix(self.run_id, CANDIDATES)
 
     def summary(self) -> dict:
         c = self.counts
@@ -659,8 +659,8 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
 def finish_mark(store: Store, summary: dict) -> None:
     """Make a mark visible: its summary (written last: a report without one does not
     exist for the sweep), then the pointer to the latest run."""
-    store.put(f"{GC_PREFIX}/{summary['run_id']}/summary.json", json.dumps({**summary, "swept": None}).encode())
-    store.put(f"{GC_PREFIX}/latest.json", json.dumps({"run_id": summary["run_id"]}).encode())
+    store.put(layout.gc_run_file(summary["run_id"], "summary.json"), json.dumps({**summary, "swept": None}).encode())
+    store.put(layout.GC_LATEST, json.dumps({"run_id": summary["run_id"]}).encode())
 
 
 # -- the candidate report: _gc/{run}/candidates/part-N.parquet (+ dropped/part-N.parquet) --------
@@ -690,7 +690,7 @@ _DROPPED_COLUMNS = (("collection_id", "int64"), ("partition_id", "int64"), ("seg
 
 
 def part_key(run_id: str, kind: str, index: int) -> str:
-    return f"{GC_PREFIX}/{run_id}/{kind}/part-{index:05d}.parquet"
+    return layout.gc_part(run_id, kind, index)
 
 
 def _put_parquet(store: Store, key: str, columns, rows: list) -> str:
@@ -749,7 +749,7 @@ def read_part(store: Store, run_id: str, part: list) -> tuple[list[dict], list[t
     want_c, want_d = part[3:5] if len(part) == 5 else (None, None)
     try:
         if index == LEGACY_PART:
-            candidates = _get_parquet(store, f"{GC_PREFIX}/{run_id}/candidates.parquet")
+            candidates = _get_parquet(store, layout.gc_run_file(run_id, "candidates.parquet"))
             try:
                 dropped = [tuple(x) for x in _read_json(store, run_id, "dropped.json")["segments"]]
             except NotFound:
@@ -788,17 +788,17 @@ def read_report(store: Store, run_id: str) -> list[dict]:
 
 def _read_json(store: Store, run_id: str, name: str) -> dict:
     try:
-        return json.loads(store.get(f"{GC_PREFIX}/{run_id}/{name}"))
+        return json.loads(store.get(layout.gc_run_file(run_id, name)))
     except NotFound:
         raise NotFound(f"gc run {run_id!r} has no {name}; run its mark first") from None
 
 
 def latest_summary(store: Store) -> dict:
     try:
-        run_id = json.loads(store.get(f"{GC_PREFIX}/latest.json"))["run_id"]
+        run_id = json.loads(store.get(layout.GC_LATEST))["run_id"]
     except NotFound:
         raise NotFound("no gc run has been recorded yet") from None
-    return json.loads(store.get(f"{GC_PREFIX}/{run_id}/summary.json"))
+    return json.loads(store.get(layout.gc_run_file(run_id, "summary.json")))
 
 
 # -- sweep ------------------------------------------------------------------------------------
@@ -902,7 +902,7 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
 def record_sweep(store: Store, run_id: str, out: SweepResult) -> None:
     summary = _read_json(store, run_id, "summary.json")
     summary["swept"] = out.summary()
-    store.put(f"{GC_PREFIX}/{run_id}/summary.json", json.dumps(summary).encode())
+    store.put(layout.gc_run_file(run_id, "summary.json"), json.dumps(summary).encode())
 
 
 def sweep_part(meta: Meta, store: Store, run_id: str, mark_rev: int, part: list[int], refs: References,

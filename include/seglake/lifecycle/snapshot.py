@@ -32,7 +32,6 @@ import json
 import math
 import multiprocessing
 import os
-import re
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -418,7 +417,6 @@ def create(meta: Meta, store: Store, collection: str, name: str, description: st
 
 
 # -- drop / reclaim ---------------------------------------------------------------------------
-_ID = r"(?:0|[1-9][0-9]*)"
 
 
 def snapshot_files(store: Store, rec: SnapshotRecord) -> list[str]:
@@ -427,26 +425,10 @@ def snapshot_files(store: Store, rec: SnapshotRecord) -> list[str]:
     builders for this snapshot id count; anything else under its prefixes is left alone."""
     c, sid = rec.collection_id, rec.snapshot_id
     keys = {o.key for prefix in (layout.snapshot_manifests_prefix(c, sid), layout.snapshot_metadata_prefix(c, sid))
-            for o in store.list(prefix) if _is_snapshot_file(c, sid, o.key)}
+            for o in store.list(prefix) if layout.is_snapshot_file(c, sid, o.key)}
     legacy = layout.snapshot_metadata(c, sid)
-    keys.update(k for k in (legacy, rec.location) if k and _is_snapshot_file(c, sid, k) and store.exists(k))
+    keys.update(k for k in (legacy, rec.location) if k and layout.is_snapshot_file(c, sid, k) and store.exists(k))
     return sorted(keys)
-
-
-def _is_snapshot_file(c: int, sid: int, key: str) -> bool:
-    if key == layout.snapshot_metadata(c, sid):
-        return True
-    for prefix, pattern, build in (
-            (layout.snapshot_manifests_prefix(c, sid), rf"({_ID})/({_ID})\.avro",
-             lambda a, n: layout.snapshot_attempt_manifest(c, sid, a, n)),
-            (layout.snapshot_manifests_prefix(c, sid), rf"({_ID})\.avro",
-             lambda n: layout.snapshot_manifest(c, sid, n)),
-            (layout.snapshot_metadata_prefix(c, sid), rf"({_ID})\.json",
-             lambda a: layout.snapshot_attempt_metadata(c, sid, a))):
-        m = re.fullmatch(pattern, key[len(prefix):]) if key.startswith(prefix) else None
-        if m and build(*map(int, m.groups())) == key:
-            return True
-    return False
 
 
 def remove_files_and_record(meta: Meta, store: Store, rec: SnapshotRecord) -> int:

@@ -9,7 +9,9 @@
     snapshots/{coll}/manifests/{snapshot_id}/{attempt}/{n}.avro   per write attempt (snap)
     snapshots/{coll}/metadata/{snapshot_id}/{attempt}.json        per write attempt (snap)
     wal/{pchannel}/...
-    _reports/{kind}/{name}.json       run reports (verify, gc)
+    _reports/{kind}/{name}.json       run reports (verify, wal_flush)
+    _gc/{run_id}/{summary,dropped,airflow}.json, _gc/{run_id}/{kind}/part-{n:05d}.parquet,
+    _gc/latest.json                   GC runs (report parts, summary, the last run)
 
 Keys are relative to the store root, use '/', never start or end with '/', and never
 contain '.' or '..' components. Prefixes end with '/'.
@@ -27,9 +29,10 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-INSERT_LOG, DELTA_LOG, STATS_LOG, INDEX_FILES, SNAPSHOTS, WAL, REPORTS = (
-    "insert_log", "delta_log", "stats_log", "index_files", "snapshots", "wal", "_reports")
+INSERT_LOG, DELTA_LOG, STATS_LOG, INDEX_FILES, SNAPSHOTS, WAL, REPORTS, GC_RUNS = (
+    "insert_log", "delta_log", "stats_log", "index_files", "snapshots", "wal", "_reports", "_gc")
 SEGMENT_ROOTS = (INSERT_LOG, DELTA_LOG, STATS_LOG, INDEX_FILES)
+INTERNAL_ROOTS = (GC_RUNS, REPORTS)   # seglake's own run files: never GC candidates
 
 
 def normalize_key(key: str) -> str:
@@ -143,6 +146,49 @@ def snapshot_metadata_prefix(coll: int, snapshot_id: int) -> str:
 
 def report(kind: str, name: str) -> str:
     return f"{REPORTS}/{normalize_key(kind)}/{normalize_key(name)}.json"
+
+
+def snapshots_prefix(coll: int) -> str:
+    return f"{SNAPSHOTS}/{coll}/"
+
+
+def gc_run_prefix(run_id: str) -> str:
+    """A GC run's directory (run ids are checked by lifecycle.gc.check_run_id)."""
+    return f"{GC_RUNS}/{normalize_key(run_id)}/"
+
+
+def gc_run_file(run_id: str, name: str) -> str:
+    """summary.json, dropped.json, candidates.parquet (older runs), airflow.json."""
+    return gc_run_prefix(run_id) + normalize_key(name)
+
+
+def gc_part(run_id: str, kind: str, index: int) -> str:
+    return f"{gc_run_prefix(run_id)}{normalize_key(kind)}/part-{index:05d}.parquet"
+
+
+def gc_parts_prefix(run_id: str, kind: str) -> str:
+    return f"{gc_run_prefix(run_id)}{normalize_key(kind)}/"
+
+
+GC_LATEST = f"{GC_RUNS}/latest.json"
+
+
+def is_snapshot_file(coll: int, snapshot_id: int, key: str) -> bool:
+    """`key` is one of snapshot `snapshot_id`'s own files (its metadata, a manifest, or a
+    write attempt's), as the builders above name them."""
+    if key == snapshot_metadata(coll, snapshot_id):
+        return True
+    for prefix, pattern, build in (
+            (snapshot_manifests_prefix(coll, snapshot_id), rf"({_ID})/({_ID})\.avro",
+             lambda a, n: snapshot_attempt_manifest(coll, snapshot_id, a, n)),
+            (snapshot_manifests_prefix(coll, snapshot_id), rf"({_ID})\.avro",
+             lambda n: snapshot_manifest(coll, snapshot_id, n)),
+            (snapshot_metadata_prefix(coll, snapshot_id), rf"({_ID})\.json",
+             lambda a: snapshot_attempt_metadata(coll, snapshot_id, a))):
+        m = re.fullmatch(pattern, key[len(prefix):], re.ASCII) if key.startswith(prefix) else None
+        if m and build(*map(int, m.groups())) == key:
+            return True
+    return False
 
 
 # -- parsing: the one parser, checked against the builders --------------------------------
