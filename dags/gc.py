@@ -93,7 +93,7 @@ def gc():
         the Params directly. Records the Airflow run beside the report (the page links it)."""
         from seglake.lifecycle import gc as engine
         from seglake.storage import layout
-        from seglake_airflow.engine_choice import choose
+        from seglake.runners import choose
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
         from seglake_airflow.taskgroups import _safe
@@ -108,13 +108,12 @@ def gc():
             # engine=spark: the references are read by the executors (never all in this
             # worker); otherwise a store with more segment records than inline files is Spark's
             records = hook.meta.kv.count(hook.meta.keys.segments_prefix())
-            limit = hook.settings.gc_inline_max_files
-            if conf["engine"] == "spark" or (conf["engine"] == "auto" and records >= limit):
+            if choose("gc", conf["engine"], records, hook.settings) == "spark":   # (each record: >= 1 file)
                 chosen = "spark"
                 print(f"gc: {records} segment records; engine spark (references read by the executors)")
             else:
                 refs = engine.load_references(hook.meta, hook.store)  # fail closed, before any listing
-                chosen = choose(conf["engine"], len(refs.files), limit)
+                chosen = choose("gc", conf["engine"], len(refs.files), hook.settings)
                 print(f"gc: {len(refs.files)} referenced files, {len(refs.blocked)} collections with a PENDING "
                       f"snapshot, paused: {'all' if refs.paused_all else sorted(refs.paused)}; engine {chosen}")
         safe = _safe(run_id or "manual")

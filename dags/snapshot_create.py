@@ -49,7 +49,7 @@ def snapshot_create():
     @task
     def begin(params: dict, run_id: str | None = None) -> dict:
         from seglake.lifecycle import snapshot
-        from seglake_airflow.engine_choice import choose
+        from seglake.runners import choose
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
@@ -59,7 +59,7 @@ def snapshot_create():
                                  db=params["db"], ttl=float(params["ttl_hours"]) * 3600 or None,
                                  owner=run_id or "")
         n = hook.meta.kv.count(hook.meta.keys.segments_prefix(rec.collection_id))
-        engine = choose(params["engine"], n, hook.settings.snapshot_inline_max_segments)
+        engine = choose("snapshot", params["engine"], n, hook.settings)
         return {"collection_id": rec.collection_id, "name": rec.name, "snapshot_id": rec.snapshot_id,
                 "state": rec.state, "engine": engine, "segment_records": n}
 

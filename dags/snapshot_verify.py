@@ -46,7 +46,7 @@ def snapshot_verify():
         import time
 
         from seglake.lifecycle.backup import verify as engine
-        from seglake_airflow.engine_choice import choose
+        from seglake.runners import choose
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
@@ -54,8 +54,8 @@ def snapshot_verify():
         with fail_fast():
             planned = engine.plan(hook.backup_target(params["backup_uri"]), params["collection"], params["bundle"],
                                   db=params["db"])
-        chosen = "inline" if "problem" in planned else choose(params["engine"], planned["bytes"],
-                                                               hook.settings.inline_threshold_bytes)
+        chosen = "inline" if "problem" in planned else choose("verify_bundle", params["engine"],
+                                                               planned["bytes"], hook.settings)
         print(f"bundle {params['db']}.{params['collection']}/{params['bundle']}: {len(planned['units'])} data files, "
               f"{planned['bytes']} bytes -> {chosen}")
         return {"engine": chosen, "bytes": planned["bytes"], "data_files": len(planned["units"]),

@@ -86,7 +86,7 @@ def wal_flush():
     def prepare(pchannels: list[str], params: dict, run_id: str | None = None) -> dict:
         from seglake.lifecycle.flush import backlog
         from seglake.storage import layout
-        from seglake_airflow.engine_choice import choose
+        from seglake.runners import choose
         from seglake_airflow.hooks.engine import SeglakeHook
         from seglake_airflow.taskgroups import _safe
 
@@ -94,7 +94,7 @@ def wal_flush():
         pchannels = list(pchannels)
         sizes = [backlog(hook.meta, p) for p in pchannels]
         total = sum(s["bytes"] for s in sizes)
-        chosen = choose(params["engine"], total, hook.settings.inline_threshold_bytes) if pchannels else "inline"
+        chosen = choose("flush", params["engine"], total, hook.settings) if pchannels else "inline"
         print(f"backlog {total} bytes over {len(pchannels)} pchannel(s): engine {chosen}")
         return {"pchannels": pchannels, "engine": chosen, "max_seconds": float(params["max_seconds"]),
                 "flush_all": bool(params["flush_all"]),

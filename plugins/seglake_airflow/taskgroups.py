@@ -72,7 +72,7 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
         @task(task_id="plan")
         def plan(job_id: str, engine: str) -> dict:
             from seglake.lifecycle import copyjob
-            from seglake_airflow.engine_choice import choose
+            from seglake.runners import choose
             from seglake_airflow.failfast import fail_fast
             from seglake_airflow.hooks.engine import SeglakeHook
 
@@ -80,7 +80,7 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
             with fail_fast():
                 wanted = copyjob.resume_engine(hook.meta, int(job_id), engine)
                 job = copyjob.plan(hook.meta, int(job_id), hook.settings.max_segments_per_task)
-            chosen = choose(wanted, job.total_bytes, hook.settings.inline_threshold_bytes)
+            chosen = choose("copy", wanted, job.total_bytes, hook.settings)
             print(f"copy job {job.job_id}: {job.state}, {job.total_segments} segments, "
                   f"{job.total_bytes} bytes in {job.total_tasks} tasks; engine {chosen}")
             return {"job_id": job.job_id, "state": job.state, "engine": chosen,

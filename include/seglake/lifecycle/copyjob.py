@@ -109,7 +109,7 @@ def _listing_order(target) -> tuple[str, str, int]:
     return str(target.source["partition_id"]), str(target.source["segment_id"]), target.segment_id
 
 
-ENGINES = ("auto", "spark", "inline")
+from seglake.runners import ENGINES  # noqa: E402
 UNSET_ENGINE = (None, "", "None")  # "None": an unset Param rendered by a template
 
 

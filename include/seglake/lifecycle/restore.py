@@ -41,7 +41,7 @@ from seglake.names import validate_name
 from seglake.storage import Store, layout
 from seglake.throttle import check_rates
 
-ENGINES = ("auto", "spark", "inline")
+from seglake.runners import ENGINES  # noqa: E402
 
 
 class RestoreRaceLost(Conflict):
