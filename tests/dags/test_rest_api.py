@@ -249,3 +249,23 @@ def test_an_unreachable_airflow_api_is_a_plain_503(client, h, world, monkeypatch
     r = client.post(f"{API}/gc/dry-run", json={}, headers=h)
     assert r.status_code == 503, r.text
     assert "Airflow" in r.json()["detail"] and "Traceback" not in r.text
+
+
+def test_the_run_is_created_on_this_server_never_on_the_host_a_client_names(client, h, world, monkeypatch):
+    """With [api] base_url unset the run is created through this server's own address:
+    a client's Host header must not steer the server's request (and the caller's token
+    with it) to another host (SSRF)."""
+    import httpx
+
+    seen = []
+
+    def post(url, **kw):
+        seen.append(url)
+        return httpx.Response(200, json={"dag_run_id": "manual__x/1", "state": "queued"})
+
+    monkeypatch.setattr(httpx, "post", post)
+    r = client.post(f"{API}/gc/dry-run", json={"collection": "api_coll"}, headers={**h, "Host": "evil.example:1234"})
+    assert r.status_code == 201, r.text
+    assert seen and "evil.example" not in seen[0], seen
+    assert seen[0].endswith("/api/v2/dags/gc/dagRuns"), seen
+    assert r.json()["run_url"] == "/dags/gc/runs/manual__x%2F1"

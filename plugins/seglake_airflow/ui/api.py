@@ -312,7 +312,7 @@ def create_api():
 
         token = _caller_token(request)
         checked = check_conf(dag_id, conf)   # ValidationError -> 400, before any run exists
-        base = (airflow_conf.get("api", "base_url", fallback="") or str(request.base_url)).rstrip("/")
+        base = (airflow_conf.get("api", "base_url", fallback="") or _own_address(request)).rstrip("/")
         try:
             r = httpx.post(f"{base}/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
                            headers={"Authorization": f"Bearer {token}"}, timeout=30)
@@ -330,6 +330,16 @@ def create_api():
         run_id = run["dag_run_id"]
         return {"dag_id": dag_id, "dag_run_id": run_id, "state": run.get("state"), "conf": checked,
                 "run_url": f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}", "object": obj}
+
+    def _own_address(request: Request) -> str:
+        """This server's own address (the socket the request came in on), never the Host
+        header: a client must not choose where the server sends the caller's token (SSRF)."""
+        server = request.scope.get("server")
+        if not server or server[1] is None:
+            raise Unavailable("this server's own address is unknown (a unix socket?); set [api] base_url "
+                              "so runs can be created through Airflow's API")
+        host = f"[{server[0]}]" if ":" in str(server[0]) else str(server[0])
+        return f"{request.url.scheme}://{host}:{server[1]}"
 
     def _caller_token(request: Request) -> str:
         from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
