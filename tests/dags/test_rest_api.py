@@ -269,3 +269,25 @@ def test_the_run_is_created_on_this_server_never_on_the_host_a_client_names(clie
     assert seen and "evil.example" not in seen[0], seen
     assert seen[0].endswith("/api/v2/dags/gc/dagRuns"), seen
     assert r.json()["run_url"] == "/dags/gc/runs/manual__x%2F1"
+
+
+def test_refusals_match_the_openapi_document(client, h, world):
+    """A refusal is HTTP 400 {"detail": "..."}; the document says so (not FastAPI's 422
+    with a list of validation errors, a status this API never answers)."""
+    schema = client.get(f"{API}/openapi.json", headers=h).json()
+    for path, ops in schema["paths"].items():
+        for method, op in ops.items():
+            assert "422" not in op["responses"], (method, path)
+            assert "400" in op["responses"], (method, path)
+            if method in ("post", "delete"):
+                assert {"403", "404", "409"} <= set(op["responses"]), (method, path)
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+    for method, path, templ, body, status in (
+            ("post", "/snapshots", "/snapshots", {"collection": "api_coll", "name": "a b"}, 400),
+            ("get", "/jobs/0", "/jobs/{job_id}", None, 400),
+            ("get", "/collections/nope", "/collections/{name}", None, 404),
+            ("post", "/snapshots", "/snapshots", {"collection": "api_coll", "name": "s1"}, 409),
+            ("delete", "/snapshots/api_coll/s1", "/snapshots/{collection}/{name}", None, 409)):
+        r = getattr(client, method)(API + path, headers=h, **({"json": body} if body is not None else {}))
+        assert r.status_code == status, r.text
+        _check_schema(schema, templ, method, status, r.json())

@@ -440,4 +440,35 @@ def create_api():
             raise ValidationError(f"field {field!r}: {show(value)} is not allowed; allowed: a finite number of hours")
         return value
 
+    # -- the document says what the API answers: 400 {"detail": ...}, never FastAPI's 422 --
+    fastapi_openapi = api.openapi
+
+    def openapi_with_refusals() -> dict:
+        if api.openapi_schema is not None:
+            return api.openapi_schema
+        schema = fastapi_openapi()
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            comps.pop(name, None)
+        comps["Refusal"] = {"title": "Refusal", "type": "object", "required": ["detail"],
+                            "properties": {"detail": {"type": "string", "title": "Detail",
+                                                      "description": "one sentence"}}}
+        ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Refusal"}}}
+        words = {"400": "Refused input: one sentence naming the field, the value and what is allowed",
+                 "403": "Not allowed (no rights to trigger the DAG, or a browser session without the "
+                        "'X-Seglake-Request: 1' header)",
+                 "404": "Not found", "409": "Conflicts with the current state",
+                 "503": "etcd or Airflow's API did not answer"}
+        for path, ops in schema.get("paths", {}).items():
+            for method, op in ops.items():
+                responses = op.setdefault("responses", {})
+                responses.pop("422", None)
+                codes = ["400"] + (["404"] if "{" in path else [])
+                if method in ("post", "delete"):
+                    codes = ["400", "403", "404", "409", "503"]
+                for code in codes:
+                    responses.setdefault(code, {"description": words[code], "content": ref})
+        return schema
+
+    api.openapi = openapi_with_refusals
     return api
