@@ -291,3 +291,14 @@ def test_refusals_match_the_openapi_document(client, h, world):
         r = getattr(client, method)(API + path, headers=h, **({"json": body} if body is not None else {}))
         assert r.status_code == status, r.text
         _check_schema(schema, templ, method, status, r.json())
+
+
+def test_a_bad_server_config_is_not_the_clients_fault(client, h, world, monkeypatch):
+    """The server's own seglake config (here the etcd connection) being invalid is a 503
+    naming the key, not a 400 that tells the caller to fix a request that was fine."""
+    import json
+
+    monkeypatch.setenv("AIRFLOW_CONN_ETCD_DEFAULT", json.dumps({"conn_type": "etcd", "host": "bad host", "port": 1}))
+    r = client.get(f"{API}/collections", headers=h)
+    assert r.status_code == 503, r.text
+    assert "etcd_endpoint" in r.json()["detail"], r.text

@@ -146,7 +146,7 @@ def create_api():
     from fastapi.responses import HTMLResponse, JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+    from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
     from seglake.limits import ID_MAX
     from seglake_airflow.ui import _engine
 
@@ -207,7 +207,8 @@ def create_api():
 
     @api.exception_handler(SeglakeError)
     async def plain_engine_error(request: Request, exc: SeglakeError):
-        status = (404 if isinstance(exc, NotFound) else 400 if isinstance(exc, ValidationError)
+        status = (503 if isinstance(exc, ConfigError)   # the server's config, not the request
+                  else 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, ValidationError)
                   else 409 if isinstance(exc, (Conflict, StateError)) else 503 if isinstance(exc, Unavailable)
                   else 500)
         return JSONResponse({"detail": str(exc)}, status_code=status)
@@ -463,7 +464,7 @@ def create_api():
             for method, op in ops.items():
                 responses = op.setdefault("responses", {})
                 responses.pop("422", None)
-                codes = ["400"] + (["404"] if "{" in path else [])
+                codes = ["400", *(["404"] if "{" in path else []), "503"]
                 if method in ("post", "delete"):
                     codes = ["400", "403", "404", "409", "503"]
                 for code in codes:
