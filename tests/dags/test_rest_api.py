@@ -175,3 +175,130 @@ def test_a_viewer_may_read_but_not_change(client, world):
         r = getattr(client, method)(API + path, headers=v, **({"json": body} if body is not None else {}))
         assert r.status_code == 403, (path, r.text)
     assert not meta.snapshots.find(meta.catalog.get_by_name("api_coll").collection_id, "s1").holds
+
+
+def _keys(meta) -> list:
+    return sorted(kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True))
+
+
+@pytest.mark.parametrize("path,body,field", [
+    ("/snapshots/api_coll/s1/pins", '{"ttl_hours": true}', "ttl_hours"),     # a bool is not a number
+    ("/snapshots/api_coll/s1/pins", '{"ttl_hours": "2"}', "ttl_hours"),      # nor a numeric string
+    ("/snapshots", '{"collection": "api_coll", "name": "n1", "ttl_hours": true}', "ttl_hours"),
+    ("/snapshots", '{"collection": "api_coll", "name": "n1", "ttl_hours": "5"}', "ttl_hours"),
+    ("/snapshots/api_coll/s1/restore", '{"target": "t9", "max_mib_per_second": true}', "max_mib_per_second"),
+    ("/snapshots/api_coll/s1/restore", '{"target": "t9", "timeout_hours": "1"}', "timeout_hours"),
+])
+def test_numbers_are_json_numbers_not_bools_or_strings(client, h, world, path, body, field):
+    """true would be 1 hour and "2" two hours: refused (400) before any pin or run."""
+    meta, *_ = world
+    before = _keys(meta)
+    r = client.post(API + path, content=body, headers={**h, "Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert f"field {field!r}" in r.json()["detail"], r.text
+    assert _keys(meta) == before
+
+
+@pytest.mark.parametrize("method,path,words", [
+    ("post", "/jobs/-1/resume", "field 'job_id'"),                          # was a 500 (ValueError)
+    ("get", "/jobs/-1", "field 'job_id'"),
+    ("get", f"/jobs/{2**63}", "field 'job_id'"),
+    ("delete", f"/pins/{2**63}", "field 'pin_id'"),
+    ("get", "/collections/a%20b", "field 'name'"),                          # was 404 "not found"
+    ("get", "/collections/api_coll?db=..", "field 'db'"),
+    ("get", "/snapshots?db=%0A", "field 'db'"),                             # was 200 with every snapshot
+    ("get", "/snapshots/api_coll/s1?db=x%0A", "field 'db'"),
+    ("get", "/pins?db=a%2Fb", "field 'db'"),
+    ("delete", "/snapshots/api_coll/s1?db=a.b", "field 'db'"),
+    ("get", "/snapshots?colection=api_coll", "unknown query parameter 'colection' (did you mean 'collection'?)"),
+    ("delete", "/snapshots/api_coll/s1?bd=other", "unknown query parameter 'bd'"),
+    ("delete", "/pins/1?force=true", "unknown query parameter 'force'"),
+])
+def test_path_and_query_parameters_are_checked_like_bodies(client, h, world, method, path, words):
+    """A name in the path or the query full-matches the name rule, an id is 1..2**63-1 and a
+    misspelt query parameter is refused (a DELETE must not fall back to db 'default')."""
+    meta, *_ = world
+    before = _keys(meta)
+    r = getattr(client, method)(API + path, headers=h)
+    assert r.status_code == 400, r.text
+    detail = r.json()["detail"]
+    assert words in detail and "\n" not in detail, detail
+    assert _keys(meta) == before
+
+
+@pytest.mark.parametrize("body,words,absent", [
+    ('{"collection": "api_coll", "name": "my snap"}', "a letter or '_', then letters", "[A-Za-z"),   # no regex
+    ('{"collection": "api_coll", "name": "' + "a" * 5000 + '"}', "at most 255 characters", "a" * 100),
+    ('"' + "x" * 5000 + '"', "JSON object", "x" * 100),                   # the input is not echoed whole
+    ('{"collection": ', "not valid JSON", "field '0'"),
+])
+def test_refusals_say_the_rule_in_words_and_stay_short(client, h, world, body, words, absent):
+    r = client.post(f"{API}/snapshots", content=body, headers={**h, "Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    detail = r.json()["detail"]
+    assert words in detail and absent not in detail and len(detail) < 400, detail
+
+
+def test_an_unreachable_airflow_api_is_a_plain_503(client, h, world, monkeypatch):
+    """The run is created through Airflow's API; when that does not answer, one sentence
+    (HTTP 503), not a 500 with a traceback."""
+    from airflow.configuration import conf
+
+    monkeypatch.setattr(conf, "get", lambda *a, **k: "http://127.0.0.1:9" if a[:2] == ("api", "base_url")
+                        else type(conf).get(conf, *a, **k))
+    r = client.post(f"{API}/gc/dry-run", json={}, headers=h)
+    assert r.status_code == 503, r.text
+    assert "Airflow" in r.json()["detail"] and "Traceback" not in r.text
+
+
+def test_the_run_is_created_on_this_server_never_on_the_host_a_client_names(client, h, world, monkeypatch):
+    """With [api] base_url unset the run is created through this server's own address:
+    a client's Host header must not steer the server's request (and the caller's token
+    with it) to another host (SSRF)."""
+    import httpx
+
+    seen = []
+
+    def post(url, **kw):
+        seen.append(url)
+        return httpx.Response(200, json={"dag_run_id": "manual__x/1", "state": "queued"})
+
+    monkeypatch.setattr(httpx, "post", post)
+    r = client.post(f"{API}/gc/dry-run", json={"collection": "api_coll"}, headers={**h, "Host": "evil.example:1234"})
+    assert r.status_code == 201, r.text
+    assert seen and "evil.example" not in seen[0], seen
+    assert seen[0].endswith("/api/v2/dags/gc/dagRuns"), seen
+    assert r.json()["run_url"] == "/dags/gc/runs/manual__x%2F1"
+
+
+def test_refusals_match_the_openapi_document(client, h, world):
+    """A refusal is HTTP 400 {"detail": "..."}; the document says so (not FastAPI's 422
+    with a list of validation errors, a status this API never answers)."""
+    schema = client.get(f"{API}/openapi.json", headers=h).json()
+    for path, ops in schema["paths"].items():
+        for method, op in ops.items():
+            assert "422" not in op["responses"], (method, path)
+            assert "400" in op["responses"], (method, path)
+            if method in ("post", "delete"):
+                assert {"403", "404", "409"} <= set(op["responses"]), (method, path)
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+    for method, path, templ, body, status in (
+            ("post", "/snapshots", "/snapshots", {"collection": "api_coll", "name": "a b"}, 400),
+            ("get", "/jobs/0", "/jobs/{job_id}", None, 400),
+            ("get", "/collections/nope", "/collections/{name}", None, 404),
+            ("post", "/snapshots", "/snapshots", {"collection": "api_coll", "name": "s1"}, 409),
+            ("delete", "/snapshots/api_coll/s1", "/snapshots/{collection}/{name}", None, 409)):
+        r = getattr(client, method)(API + path, headers=h, **({"json": body} if body is not None else {}))
+        assert r.status_code == status, r.text
+        _check_schema(schema, templ, method, status, r.json())
+
+
+def test_a_bad_server_config_is_not_the_clients_fault(client, h, world, monkeypatch):
+    """The server's own seglake config (here the etcd connection) being invalid is a 503
+    naming the key, not a 400 that tells the caller to fix a request that was fine."""
+    import json
+
+    monkeypatch.setenv("AIRFLOW_CONN_ETCD_DEFAULT", json.dumps({"conn_type": "etcd", "host": "bad host", "port": 1}))
+    r = client.get(f"{API}/collections", headers=h)
+    assert r.status_code == 503, r.text
+    assert "etcd_endpoint" in r.json()["detail"], r.text

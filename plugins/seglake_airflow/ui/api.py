@@ -25,6 +25,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from seglake.names import NAME_PATTERN as JSON_SCHEMA_PATTERN
+from seglake.names import NAME_RULE
 
 API_PREFIX = "/api/v1"
 CSRF_HEADER = "x-seglake-request"
@@ -38,7 +39,8 @@ def _name(description: str = "a seglake name, e.g. demo_1"):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a number is a JSON number (true is not 1 hour, "2" is not 2 hours)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Open(BaseModel):
@@ -137,20 +139,45 @@ class Channel(Open):
 def create_api():
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
-    from fastapi import Body, Depends, FastAPI, Query, Request
+    from fastapi import Body, Depends, FastAPI, Path, Query, Request
+    from fastapi.dependencies.utils import get_flat_dependant
     from fastapi.exceptions import RequestValidationError
     from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.responses import HTMLResponse, JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+    from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+    from seglake.limits import ID_MAX
     from seglake_airflow.ui import _engine
+
+    def no_unknown_query(request: Request) -> None:
+        """A misspelt query parameter is refused, naming the closest valid one (a DELETE
+        with `?bd=x` must not act on db 'default')."""
+        from seglake.params import closest
+
+        route = request.scope.get("route")
+        if route is None or not hasattr(route, "dependant"):
+            return
+        valid = [p.alias for p in get_flat_dependant(route.dependant).query_params]
+        for key in request.query_params:
+            if key not in valid:
+                hint = closest(key, valid) if valid else "; this route takes no query parameters"
+                raise ValidationError(f"unknown query parameter {key!r}{hint}")
+
+    def name_in(kind: str):
+        return Path(pattern=NAME_PATTERN, max_length=255, description=f"a {kind} name")
+
+    def db_q():
+        return Query("default", pattern=NAME_PATTERN, max_length=255, description="the database")
+
+    def id_in(kind: str):
+        return Path(ge=1, le=ID_MAX, description=f"a {kind} id")
 
     read = Depends(requires_access_dag(method="GET"))
     run_rights = Depends(requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN))
     api = FastAPI(title="seglake API", version="1",
                   description=__doc__.split("\n\n", 1)[1].strip(), docs_url=None, redoc_url=None,
-                  openapi_url=None, dependencies=[read])
+                  openapi_url=None, dependencies=[read, Depends(no_unknown_query)])
 
     # -- errors: one sentence each ---------------------------------------------------------
     @api.exception_handler(RequestValidationError)
@@ -167,16 +194,30 @@ def create_api():
                 problems.append(f"unknown field {field!r}{hint}")
             elif err.get("type") == "missing":
                 problems.append(f"field {field!r} is required")
+            elif err.get("type") == "json_invalid":
+                problems.append(f"the body is not valid JSON ({(err.get('ctx') or {}).get('error', 'decode error')})")
+            elif field == "body" and err.get("type") in ("model_type", "model_attributes_type", "dict_type"):
+                problems.append(f"the body must be a JSON object, got {_short(err.get('input'))}")
             else:
-                problems.append(f"field {field!r}: {err.get('input')!r} is not allowed ({err.get('msg')})")
+                why = (f"allowed: {NAME_RULE}" if err.get("type") == "string_pattern_mismatch"
+                       else "allowed: a JSON number" if err.get("type") in ("float_type", "int_type")
+                       else str(err.get("msg")))
+                problems.append(f"field {field!r}: {_short(err.get('input'))} is not allowed; {why}")
         return JSONResponse({"detail": "; ".join(problems) or "invalid request"}, status_code=400)
 
     @api.exception_handler(SeglakeError)
     async def plain_engine_error(request: Request, exc: SeglakeError):
-        status = (404 if isinstance(exc, NotFound) else 400 if isinstance(exc, ValidationError)
+        status = (503 if isinstance(exc, ConfigError)   # the server's config, not the request
+                  else 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, ValidationError)
                   else 409 if isinstance(exc, (Conflict, StateError)) else 503 if isinstance(exc, Unavailable)
                   else 500)
         return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    def _short(value) -> str:
+        """The refused input, short (never the whole body echoed back)."""
+        from seglake.params import show
+        text = show(value) if isinstance(value, float) else repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
 
     def _model_for(request: Request):
         path = request.url.path
@@ -204,7 +245,7 @@ def create_api():
             return console.collections(meta)
 
     @api.get("/collections/{name}", response_model=Collection, summary="One collection")
-    def collection(name: str, db: str = Query("default")) -> dict:
+    def collection(name: str = name_in("collection"), db: str = db_q()) -> dict:
         from seglake import console
         with _engine() as (meta, _):
             for c in console.collections(meta):
@@ -213,20 +254,23 @@ def create_api():
         raise NotFound(f"collection {name!r} not found in db {db!r}")
 
     @api.get("/snapshots", response_model=list[Snapshot], summary="COMMITTED snapshots (all=true: every record)")
-    def snapshots(collection: Optional[str] = None, db: str = "default", all: bool = False) -> list[dict]:
+    def snapshots(collection: Optional[str] = Query(None, pattern=NAME_PATTERN, max_length=255),
+                  db: str = db_q(), all: bool = False) -> list[dict]:
         from seglake.lifecycle import snapshot
         with _engine() as (meta, _):
             return snapshot.list_snapshots(meta, collection, db=db, include_all=all)
 
     @api.get("/snapshots/{collection}/{name}", response_model=Snapshot,
              summary="One snapshot, its manifests verified")
-    def snapshot_describe(collection: str, name: str, db: str = "default") -> dict:
+    def snapshot_describe(collection: str = name_in("collection"), name: str = name_in("snapshot"),
+                          db: str = db_q()) -> dict:
         from seglake.lifecycle import snapshot
         with _engine() as (meta, store):
             return snapshot.describe(meta, store, collection, name, db=db)
 
     @api.get("/pins", response_model=list[Pin], summary="Unexpired pins")
-    def pins(collection: Optional[str] = None, db: str = "default") -> list[dict]:
+    def pins(collection: Optional[str] = Query(None, pattern=NAME_PATTERN, max_length=255),
+             db: str = db_q()) -> list[dict]:
         from seglake.lifecycle import snapshot
         with _engine() as (meta, _):
             return snapshot.list_pins(meta, collection, db=db)
@@ -238,7 +282,7 @@ def create_api():
             return console.copy_jobs(meta, time.time())
 
     @api.get("/jobs/{job_id}", response_model=Job, summary="One copy job with progress, rate and ETA")
-    def job(job_id: int) -> dict:
+    def job(job_id: int = id_in("copy job")) -> dict:
         from seglake import console
         with _engine() as (meta, _):
             for d in console.copy_jobs(meta, time.time()):
@@ -269,9 +313,13 @@ def create_api():
 
         token = _caller_token(request)
         checked = check_conf(dag_id, conf)   # ValidationError -> 400, before any run exists
-        base = (airflow_conf.get("api", "base_url", fallback="") or str(request.base_url)).rstrip("/")
-        r = httpx.post(f"{base}/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
-                       headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        base = (airflow_conf.get("api", "base_url", fallback="") or _own_address(request)).rstrip("/")
+        try:
+            r = httpx.post(f"{base}/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
+                           headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        except httpx.HTTPError as e:
+            raise Unavailable(f"{dag_id}: Airflow's API did not answer the request to create the run "
+                              f"({type(e).__name__}); check [api] base_url and retry") from None
         if r.status_code >= 400:
             try:
                 detail = r.json().get("detail")
@@ -283,6 +331,16 @@ def create_api():
         run_id = run["dag_run_id"]
         return {"dag_id": dag_id, "dag_run_id": run_id, "state": run.get("state"), "conf": checked,
                 "run_url": f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}", "object": obj}
+
+    def _own_address(request: Request) -> str:
+        """This server's own address (the socket the request came in on), never the Host
+        header: a client must not choose where the server sends the caller's token (SSRF)."""
+        server = request.scope.get("server")
+        if not server or server[1] is None:
+            raise Unavailable("this server's own address is unknown (a unix socket?); set [api] base_url "
+                              "so runs can be created through Airflow's API")
+        host = f"[{server[0]}]" if ":" in str(server[0]) else str(server[0])
+        return f"{request.url.scheme}://{host}:{server[1]}"
 
     def _caller_token(request: Request) -> str:
         from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
@@ -310,7 +368,8 @@ def create_api():
 
     @api.delete("/snapshots/{collection}/{name}", response_model=Run, status_code=202, dependencies=[run_rights],
                 summary="Drop a snapshot (a snapshot_drop DAG run)")
-    def snapshot_drop(request: Request, collection: str, name: str, db: str = "default") -> dict:
+    def snapshot_drop(request: Request, collection: str = name_in("collection"), name: str = name_in("snapshot"),
+                      db: str = db_q()) -> dict:
         from seglake.lifecycle import snapshot
 
         with _engine() as (meta, _):
@@ -323,7 +382,8 @@ def create_api():
 
     @api.post("/snapshots/{collection}/{name}/restore", response_model=Run, status_code=201,
               dependencies=[run_rights], summary="Restore a snapshot into a new collection (snapshot_restore)")
-    def snapshot_restore(request: Request, collection: str, name: str, body: RestoreRequest) -> dict:
+    def snapshot_restore(request: Request, body: RestoreRequest, collection: str = name_in("collection"),
+                         name: str = name_in("snapshot")) -> dict:
         from seglake.lifecycle import snapshot
 
         with _engine() as (meta, _):
@@ -342,7 +402,8 @@ def create_api():
 
     @api.post("/snapshots/{collection}/{name}/pins", response_model=Pin, status_code=201,
               dependencies=[run_rights], summary="Pin a snapshot for a while (no drop; GC keeps its files)")
-    def snapshot_pin(request: Request, collection: str, name: str, body: PinRequest) -> dict:
+    def snapshot_pin(request: Request, body: PinRequest, collection: str = name_in("collection"),
+                     name: str = name_in("snapshot")) -> dict:
         from seglake.limits import HOUR
         from seglake.lifecycle import snapshot
 
@@ -352,7 +413,7 @@ def create_api():
                                 by=body.by or "rest")
 
     @api.delete("/pins/{pin_id}", response_model=Pin, dependencies=[run_rights], summary="Remove a pin")
-    def unpin(request: Request, pin_id: int) -> dict:
+    def unpin(request: Request, pin_id: int = id_in("pin")) -> dict:
         from seglake.lifecycle import snapshot
 
         _caller_token(request)
@@ -367,7 +428,8 @@ def create_api():
 
     @api.post("/jobs/{job_id}/resume", response_model=Run, status_code=201, dependencies=[run_rights],
               summary="Resume (or re-drive) a copy job (a copy_segment_job DAG run)")
-    def job_resume(request: Request, job_id: int, body: ResumeRequest = Body(default_factory=ResumeRequest)) -> dict:
+    def job_resume(request: Request, job_id: int = id_in("copy job"),
+                   body: ResumeRequest = Body(default_factory=ResumeRequest)) -> dict:
         with _engine() as (meta, _):
             meta.copyjobs.get(job_id)   # NotFound -> 404 before any run
         return trigger(request, "copy_segment_job", {"job_id": job_id, **body.model_dump()}, {"job_id": job_id})
@@ -375,7 +437,39 @@ def create_api():
     def _hours(value: float, field: str) -> float:
         import math
         if not math.isfinite(value):
-            raise ValidationError(f"field {field!r}: {value!r} is not allowed; allowed: a finite number of hours")
+            from seglake.params import show
+            raise ValidationError(f"field {field!r}: {show(value)} is not allowed; allowed: a finite number of hours")
         return value
 
+    # -- the document says what the API answers: 400 {"detail": ...}, never FastAPI's 422 --
+    fastapi_openapi = api.openapi
+
+    def openapi_with_refusals() -> dict:
+        if api.openapi_schema is not None:
+            return api.openapi_schema
+        schema = fastapi_openapi()
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            comps.pop(name, None)
+        comps["Refusal"] = {"title": "Refusal", "type": "object", "required": ["detail"],
+                            "properties": {"detail": {"type": "string", "title": "Detail",
+                                                      "description": "one sentence"}}}
+        ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Refusal"}}}
+        words = {"400": "Refused input: one sentence naming the field, the value and what is allowed",
+                 "403": "Not allowed (no rights to trigger the DAG, or a browser session without the "
+                        "'X-Seglake-Request: 1' header)",
+                 "404": "Not found", "409": "Conflicts with the current state",
+                 "503": "etcd or Airflow's API did not answer"}
+        for path, ops in schema.get("paths", {}).items():
+            for method, op in ops.items():
+                responses = op.setdefault("responses", {})
+                responses.pop("422", None)
+                codes = ["400", *(["404"] if "{" in path else []), "503"]
+                if method in ("post", "delete"):
+                    codes = ["400", "403", "404", "409", "503"]
+                for code in codes:
+                    responses.setdefault(code, {"description": words[code], "content": ref})
+        return schema
+
+    api.openapi = openapi_with_refusals
     return api
