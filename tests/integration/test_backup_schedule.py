@@ -165,3 +165,31 @@ def test_scheduled_export_to_seaweedfs(meta, store, coll, s3_store):
         rep = _run(meta, store, s3_store, t0 + h * HOUR)
         assert "error" not in rep, rep
     assert _bundles(s3_store) == _store_scheds(meta, coll) == {retention.sched_name(t0 + 2 * HOUR)}
+
+
+def test_a_dropped_collection_s_policy_still_prunes_its_bundles_and_never_exports_a_namesake(meta, store, coll,
+                                                                                            settings, tmp_path):
+    """The collection is dropped (its name freed, then reused by a new collection with a
+    policy of its own): the old policy goes on judging its own collection's bundles and
+    never exports the new collection's snapshots (nor fails the run)."""
+    from seglake.lifecycle import drop
+
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})
+    t0 = _t0(6)
+    assert "error" not in _run(meta, store, target, t0)
+    drop.begin_drop(meta, store, settings, "sb")
+    drop.finish_drop(meta, "sb")
+    (rep,) = scheduled.run(meta, store, lambda: target, now=t0 + HOUR, threads=2, **quiet)
+    assert "error" not in rep, rep
+    assert _bundles(target) == {retention.sched_name(t0)}
+    new = demo.seed(meta, store, demo.SeedParams(name="sb", partitions=1, segments=1, rows=10, dim=4))[0]
+    assert new.collection_id != coll.collection_id
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})   # the new collection's own policy
+    for h in (2, 3):
+        reps = scheduled.run(meta, store, lambda: target, now=t0 + h * HOUR, threads=2, **quiet)
+        assert len(reps) == 2 and all("error" not in r for r in reps), reps
+        (old,) = [r for r in reps if r["collection_id"] == coll.collection_id]
+        assert old["export"]["exported"] == [] and old["export"]["pruned"] == [], old
+    # the old collection's last bundle stays; the new one's schedule keeps its newest
+    assert _bundles(target) == {retention.sched_name(t0), retention.sched_name(t0 + 3 * HOUR)}

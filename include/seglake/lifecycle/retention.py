@@ -259,7 +259,7 @@ def _run(meta, store, doc: dict, *, now: float, dry_run: bool, create=None, drop
 
     recs = {r.name: r for r in meta.snapshots.list(coll.collection_id)}
     times = {n: sched_time(n) for n, r in recs.items() if r.state == COMMITTED and is_schedules(r)}
-    report: dict[str, Any] = {"collection": coll.name, "db": coll.db, "at": now, "dry_run": dry_run,
+    report: dict[str, Any] = {"collection": coll.name, "db": coll.db, "collection_id": coll.collection_id, "at": now, "dry_run": dry_run,
                               "policy": policy.to_json(), "created": None, "pruned": [], "kept": {}, "held": {}}
     name = sched_name(now)
     mine = recs.get(name) if recs.get(name) is not None and is_schedules(recs[name]) else None

@@ -49,13 +49,16 @@ class SweepRefused(bundles.BundleError):
 
 def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *, db: str = DEFAULT_DB,
           dry_run: bool = False, sweep: bool = True, min_age: float = 86400.0, schedule_only: bool = False,
-          planned: Mapping[str, float] | None = None, say=log.warning) -> dict:
+          planned: Mapping[str, float] | None = None, collection_id: int | None = None,
+          say=log.warning) -> dict:
     """Drop the collection's bundles `policy` does not keep (never the newest), then
     sweep unreferenced data files. Returns the report.
 
     schedule_only: judge only the retention schedule's bundles (a `sched_*` name, exported
     from the schedule's snapshot of that name), by the time in their name -- what the
     scheduled export (backup.scheduled) prunes; any other bundle is left alone.
+    collection_id: with schedule_only, only the bundles exported from that collection id (a
+    dropped collection's name may be reused by another with a schedule of its own).
     planned: bundles a dry run would have exported first (name -> time), judged as if
     they were there."""
     bundles.check_names(db, collection, "x")
@@ -66,7 +69,7 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
         if not committed:
             continue
         if schedule_only:
-            if retention.sched_time(b) is None or not _schedules_bundle(target, d, c, b):
+            if retention.sched_time(b) is None or not _schedules_bundle(target, d, c, b, collection_id):
                 continue
             times[b] = retention.sched_time(b)
             continue
@@ -93,13 +96,15 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     return report
 
 
-def _schedules_bundle(target: Store, db: str, collection: str, bundle: str) -> bool:
-    """The bundle was exported from the retention schedule's own snapshot of its name."""
+def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, collection_id: int | None = None) -> bool:
+    """The bundle was exported from the retention schedule's own snapshot of its name
+    (of collection `collection_id`, when given)."""
     try:
         src = bundles.read(target, db, collection, bundle)["source"]
     except (bundles.BundleError, NotFound, KeyError, TypeError):
         return False   # unreadable: not ours to judge, left alone
-    return src.get("snapshot") == bundle and src.get("owner") == retention.OWNER + bundle
+    return (src.get("snapshot") == bundle and src.get("owner") == retention.OWNER + bundle
+            and (collection_id is None or src.get("collection_id") == collection_id))
 
 
 def _min_age(value: float) -> float:

@@ -64,7 +64,8 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
     lacks, then prune the target by the same policy."""
     db, name = report["db"], report["collection"]
     policy = retention.parse_policy(report["policy"])
-    coll = meta.catalog.get_by_name(name, db)
+    coll = meta.catalog.get(report["collection_id"])   # by id: the policy's collection, even dropped (name freed
+                                                      # or reused by another collection)
     recs = [r for r in meta.snapshots.list(coll.collection_id)
             if r.state == COMMITTED and retention.is_schedules(r)]
     times = {r.name: retention.sched_time(r.name) for r in recs}
@@ -83,7 +84,7 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
             out["copied_bytes"] += rep.get("copied_bytes", 0)
         out["exported"].append(n)
     pruned = prunes.prune(target, name, policy, db=db, dry_run=dry_run, min_age=min_age, schedule_only=True,
-                          planned={n: times[n] for n in want} if dry_run else None, say=say)
+                          collection_id=coll.collection_id, planned={n: times[n] for n in want} if dry_run else None, say=say)
     out["pruned"] = pruned["pruned"]
     out["sweep"] = pruned.get("sweep")
     return out
