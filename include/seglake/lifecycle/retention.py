@@ -327,11 +327,13 @@ def run_all(meta, store, *, now: float, dry_run: bool = False, collection: str |
                 out.append({"collection": doc.get("collection"), "db": doc.get("db"),
                             "error": f"{type(e).__name__}: {e}"})
                 continue
-            # the collection is gone for good (GC purged it): so is its policy
-            meta.kv.delete(meta.keys.retention(doc["collection_id"]))
+            # the collection is gone for good (GC purged it): so is its policy (not by a dry run)
+            if not dry_run:
+                meta.kv.delete(meta.keys.retention(doc["collection_id"]))
             out.append({"collection": doc.get("collection"), "db": doc.get("db"), "created": None, "pruned": [],
                         "kept": {}, "held": {}, "dry_run": dry_run,
-                        "note": "the collection no longer exists: its policy was removed"})
+                        "note": "the collection no longer exists: its policy "
+                                + ("would be removed" if dry_run else "was removed")})
         except SeglakeError as e:
             out.append({"collection": doc.get("collection"), "db": doc.get("db"), "error": f"{type(e).__name__}: {e}"})
         except (KeyError, TypeError, ValueError) as e:   # a malformed record: reported, the others go on
