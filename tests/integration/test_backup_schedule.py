@@ -193,3 +193,19 @@ def test_a_dropped_collection_s_policy_still_prunes_its_bundles_and_never_export
         assert old["export"]["exported"] == [] and old["export"]["pruned"] == [], old
     # the old collection's last bundle stays; the new one's schedule keeps its newest
     assert _bundles(target) == {retention.sched_name(t0), retention.sched_name(t0 + 3 * HOUR)}
+
+
+def test_a_hand_export_of_a_schedule_snapshot_is_not_pruned_by_the_schedule(meta, store, coll, tmp_path):
+    """An operator exports one of the schedule's snapshots by hand (under its own name, the
+    default) to keep it: the bundle is theirs, the schedule never prunes it."""
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 1})     # no export yet
+    t0 = _t0(6)
+    first = retention.run(meta, store, "sb", now=t0)["created"]
+    exports.export(meta, store, target, "sb", first, threads=2, **quiet)   # by hand
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})
+    for h in range(1, 4):
+        rep = _run(meta, store, target, t0 + h * HOUR)
+        assert "error" not in rep, rep
+        assert first not in rep["export"]["pruned"], rep["export"]
+    assert _bundles(target) == {first, retention.sched_name(t0 + 3 * HOUR)}

@@ -40,6 +40,7 @@ from seglake.throttle import Throttle, check_rates, human_rate
 
 log = logging.getLogger("seglake.backup")
 EXPORT_PIN_TTL = 7 * 86400.0
+MADE_BY_SCHEDULE = "retention schedule"   # bundle.json `made_by` of the schedule's exports
 SWEEP_WAIT = 7200.0      # how long an export waits for a sweep of its target to end
 
 
@@ -81,9 +82,11 @@ class _Progress:
 def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: str, *, bundle: str | None = None,
            db: str = DEFAULT_DB, threads: int = 8, max_bytes_per_second: float = 0,
            max_requests_per_second: float = 0, by: str = "", collection_id: int | None = None,
-           say=log.warning) -> dict:
+           schedule: bool = False, say=log.warning) -> dict:
     """Export (or finish exporting) snapshot `snapshot` of `collection` as bundle `bundle`
-    (default: the snapshot's name). Returns the report."""
+    (default: the snapshot's name). Returns the report. `schedule`: the retention
+    schedule's export (the bundle says so: `made_by`, and only such a bundle is the
+    schedule's to prune; a hand export of a schedule's snapshot is the operator's)."""
     bundle = snapshot if bundle is None else bundle
     bundles.check_names(db, collection, bundle)
     validate_name("snapshot", snapshot)
@@ -111,7 +114,8 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
     _record(meta, db, collection, bundle, {"state": "running", "snapshot": snapshot, "snapshot_id": rec.snapshot_id,
                                            "target": target.uri, "started_at": started, "pin_id": pin["pin_id"]})
     try:
-        report = _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say)
+        report = _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say,
+                         schedule)
     except BaseException as e:
         _record(meta, db, collection, bundle, {"state": "failed", "snapshot": snapshot, "target": target.uri,
                                                "started_at": started, "finished_at": time.time(),
@@ -128,7 +132,8 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
     return report
 
 
-def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say) -> dict:
+def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say,
+            schedule=False) -> dict:
     doc = snapshots.read_metadata(store, rec)
     entries = [e for _, es in snapshots.read_entries(store, rec, doc) for e in es]
     sizes: dict[str, int] = {}
@@ -214,6 +219,8 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         "snapshot": {k: doc[k] for k in ("collection", "partition_ids", "index_build_ids", "totals")},
         "segments": entries, "files": files, "totals": totals,
     }
+    if schedule:
+        out_doc["made_by"] = MADE_BY_SCHEDULE
     raw = bundles.write_doc(target, out_doc)
     restored = _ensure_present(store, target, files, say)
     bundles.write_marker(target, out_doc, raw)

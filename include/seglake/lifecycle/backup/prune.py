@@ -55,7 +55,7 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     sweep unreferenced data files. Returns the report.
 
     schedule_only: judge only the retention schedule's bundles (a `sched_*` name, exported
-    from the schedule's snapshot of that name), by the time in their name -- what the
+    by the schedule -- `made_by` -- from its snapshot of that name), by the time in their name -- what the
     scheduled export (backup.scheduled) prunes; any other bundle is left alone.
     collection_id: with schedule_only, only the bundles exported from that collection id (a
     dropped collection's name may be reused by another with a schedule of its own).
@@ -99,10 +99,15 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
 def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, collection_id: int | None = None) -> bool:
     """The bundle was exported from the retention schedule's own snapshot of its name
     (of collection `collection_id`, when given)."""
+    from seglake.lifecycle.backup.export import MADE_BY_SCHEDULE
+
     try:
-        src = bundles.read(target, db, collection, bundle)["source"]
+        doc = bundles.read(target, db, collection, bundle)
+        src = doc["source"]
     except (bundles.BundleError, NotFound, KeyError, TypeError):
         return False   # unreadable: not ours to judge, left alone
+    if doc.get("made_by") != MADE_BY_SCHEDULE:
+        return False   # exported by hand (even of a schedule's snapshot): the operator's
     return (src.get("snapshot") == bundle and src.get("owner") == retention.OWNER + bundle
             and (collection_id is None or src.get("collection_id") == collection_id))
 

@@ -79,7 +79,7 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
     for n in want:
         if not dry_run:
             rep = exports.export(meta, store, target, name, n, db=db, threads=threads, by=by or "schedule",
-                                 collection_id=coll.collection_id, max_bytes_per_second=max_bytes_per_second,
+                                 collection_id=coll.collection_id, schedule=True, max_bytes_per_second=max_bytes_per_second,
                                  max_requests_per_second=max_requests_per_second, say=say)
             out["copied_bytes"] += rep.get("copied_bytes", 0)
         out["exported"].append(n)
