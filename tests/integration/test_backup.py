@@ -451,3 +451,24 @@ def test_a_forged_bundle_is_refused_before_the_import_writes_anything(meta, stor
         assert list(store2.list("")) == []
     finally:
         meta2.close()
+
+
+def test_two_overlapping_exports_of_one_bundle_leave_a_readable_bundle(meta, store, tmp_path, monkeypatch):
+    """Two exports of the same snapshot to the same bundle overlap (two schedule runs, or a
+    schedule run and a hand export): each writes its bundle.json (its own uid), then its
+    marker. Whatever the order, the committed bundle reads back whole."""
+    _seed(meta, store)
+    target = LocalStore(tmp_path / "backup")
+    real = bundles.write_marker
+    nested = []
+
+    def marker_after_the_other(t, doc, raw):
+        if not nested:   # the first export: the second one runs whole between its bundle.json and its marker
+            nested.append("running")
+            exports.export(meta, store, target, "bk", "s1", threads=2, **quiet)
+        return real(t, doc, raw)
+
+    monkeypatch.setattr(bundles, "write_marker", marker_after_the_other)
+    exports.export(meta, store, target, "bk", "s1", threads=2, **quiet)
+    monkeypatch.setattr(bundles, "write_marker", real)
+    assert verify.verify(target, "bk", "s1", threads=2, **quiet)["ok"]

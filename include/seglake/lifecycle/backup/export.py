@@ -223,7 +223,7 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         out_doc["made_by"] = MADE_BY_SCHEDULE
     raw = bundles.write_doc(target, out_doc)
     restored = _ensure_present(store, target, files, say)
-    bundles.write_marker(target, out_doc, raw)
+    out_doc = _commit(target, out_doc, raw)
     finished = time.time()
     el = max(1e-9, finished - (prog.first or finished))
     report = {**bundles.summary(out_doc), "state": "committed", "already": False, "target": target.uri,
@@ -256,6 +256,38 @@ def _ensure_present(store: Store, target: Store, files: dict[str, dict], say) ->
     if missing:
         say(f"export: {len(missing)} data files were swept from the target during the export; copied again")
     return len(missing)
+
+
+def _commit(target: Store, doc: dict, raw: bytes, tries: int = 5) -> dict:
+    """Write the commit marker of bundle.json `raw`, then read the bundle back. Another
+    export of the same bundle (an overlapping schedule run, a hand export) may have written
+    its own bundle.json (its own uid) after ours: then the marker names a document that is
+    not there. Commit the one that is, when it is of the same snapshot and every data file
+    it lists is in the target; the last marker written is so checked. Returns the committed
+    document."""
+    import msgspec
+
+    src = doc["source"]
+    db, collection, bundle = src["db"], src["collection"], doc["bundle"]
+    for _ in range(tries):
+        bundles.write_marker(target, doc, raw)
+        try:
+            return bundles.read(target, db, collection, bundle)
+        except bundles.BundleError as e:
+            err = e
+        try:
+            cur_raw = target.get(layout.bundle_doc(db, collection, bundle))
+            cur = bundles.check(msgspec.json.decode(cur_raw), f"bundle {db}.{collection}/{bundle}")
+        except (NotFound, msgspec.DecodeError, bundles.BundleError):
+            raise err from None
+        if cur_raw == raw or not bundles.same_snapshot(cur, src["snapshot_id"], src["collection_id"]):
+            raise err
+        have = bundles.blobs(target)
+        if any(have.get(f["sha256"]) != f["size"] for f in cur["files"].values()):
+            raise err
+        doc, raw = cur, cur_raw
+    raise SeglakeError(f"bundle {db}.{collection}/{bundle}: its bundle.json kept changing under the commit "
+                       f"(other exports of it); not committed, re-run the export")
 
 
 def _describe(store: Store, collection_id: int, sizes: dict[str, int]) -> dict:
