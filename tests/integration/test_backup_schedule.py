@@ -209,3 +209,23 @@ def test_a_hand_export_of_a_schedule_snapshot_is_not_pruned_by_the_schedule(meta
         assert "error" not in rep, rep
         assert first not in rep["export"]["pruned"], rep["export"]
     assert _bundles(target) == {first, retention.sched_name(t0 + 3 * HOUR)}
+
+
+def test_a_damaged_bundle_of_a_kept_snapshot_is_reported_not_counted_as_exported(meta, store, coll, tmp_path):
+    """The target holds the schedule's bundle of a kept snapshot, but its bundle.json was
+    altered: the run must not count it as backed up (it says so, and fails), and the
+    other exports and the prune still happen."""
+    from seglake.storage import layout
+
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 2, "export": True})
+    t0 = _t0(6)
+    for h in range(2):
+        assert "error" not in _run(meta, store, target, t0 + h * HOUR)
+    damaged = retention.sched_name(t0 + HOUR)
+    key = layout.bundle_doc("default", "sb", damaged)
+    target.put(key, target.get(key).replace(b'"retention schedule"', b'"retention scheduke"'))
+    rep = _run(meta, store, target, t0 + 2 * HOUR)
+    assert damaged not in rep["export"]["already"], rep["export"]
+    assert rep["export"]["exported"] == [retention.sched_name(t0 + 2 * HOUR)]
+    assert "error" in rep and damaged in rep["error"], rep

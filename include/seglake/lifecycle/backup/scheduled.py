@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from seglake.errors import SeglakeError
+from seglake.errors import NotFound, SeglakeError
 from seglake.lifecycle import retention
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import export as exports
@@ -52,6 +52,10 @@ def run(meta, store: Store, open_target: Callable[[], Store], *, now: float, dry
                 meta, store, target, r, dry_run=dry_run, threads=threads, min_age=min_age,
                 max_bytes_per_second=max_bytes_per_second, max_requests_per_second=max_requests_per_second,
                 by=by, say=say)
+            if r["export"]["damaged"]:
+                r["error"] = ("export: the backup target's bundles of kept snapshots are damaged, so those "
+                              "snapshots are not backed up: " + "; ".join(r["export"]["damaged"].values())
+                              + " -- remove them (the next run exports them again)")
         except SeglakeError as e:
             r["error"] = f"export: {type(e).__name__}: {e}"
     return reports
@@ -72,9 +76,19 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
     if dry_run and report.get("created"):
         times[report["created"]] = retention.sched_time(report["created"])   # what the run would have taken
     kept = retention.keep_set(policy, times)
-    have = {b for _, _, b, committed in bundles.find(target, db, name) if committed}
-    want = sorted((n for n in kept if n not in have), key=lambda n: times[n])
-    out = {"target": target.uri, "exported": [], "already": sorted(n for n in kept if n in have),
+    committed = {b for _, _, b, done in bundles.find(target, db, name) if done}
+    have, damaged = set(), {}
+    for n in kept:   # a kept snapshot is backed up only by a bundle that reads back whole
+        if n in committed:
+            try:
+                bundles.read(target, db, name, n)
+                have.add(n)
+            except bundles.BundleError as e:
+                damaged[n] = str(e)
+            except NotFound:
+                pass   # pruned meanwhile: exported again
+    want = sorted((n for n in kept if n not in have and n not in damaged), key=lambda n: times[n])
+    out = {"target": target.uri, "exported": [], "already": sorted(have), "damaged": damaged,
            "copied_bytes": 0, "dry_run": dry_run}
     for n in want:
         if not dry_run:
