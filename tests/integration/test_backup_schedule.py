@@ -229,3 +229,17 @@ def test_a_damaged_bundle_of_a_kept_snapshot_is_reported_not_counted_as_exported
     assert damaged not in rep["export"]["already"], rep["export"]
     assert rep["export"]["exported"] == [retention.sched_name(t0 + 2 * HOUR)]
     assert "error" in rep and damaged in rep["error"], rep
+
+
+def test_a_hand_bundle_under_the_name_of_a_kept_schedule_snapshot_is_not_its_backup(meta, store, coll, tmp_path):
+    """A bundle made by hand from another snapshot, under the name the schedule's snapshot
+    gets later: the schedule's snapshot is not backed up by it (the run says so)."""
+    target = LocalStore(tmp_path / "backup")
+    snapshot.create(meta, store, "sb", "by_hand")
+    t0 = _t0(3)
+    exports.export(meta, store, target, "sb", "by_hand", bundle=retention.sched_name(t0), threads=2, **quiet)
+    retention.set_policy(meta, "sb", {"keep_last": 2, "export": True})
+    rep = _run(meta, store, target, t0)
+    assert rep["created"] == retention.sched_name(t0)
+    assert retention.sched_name(t0) not in rep.get("export", {}).get("already", []), rep
+    assert "error" in rep and retention.sched_name(t0) in rep["error"], rep

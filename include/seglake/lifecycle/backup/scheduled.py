@@ -52,10 +52,11 @@ def run(meta, store: Store, open_target: Callable[[], Store], *, now: float, dry
                 meta, store, target, r, dry_run=dry_run, threads=threads, min_age=min_age,
                 max_bytes_per_second=max_bytes_per_second, max_requests_per_second=max_requests_per_second,
                 by=by, say=say)
-            if r["export"]["damaged"]:
-                r["error"] = ("export: the backup target's bundles of kept snapshots are damaged, so those "
-                              "snapshots are not backed up: " + "; ".join(r["export"]["damaged"].values())
-                              + " -- remove them (the next run exports them again)")
+            if r["export"]["unusable"]:
+                r["error"] = ("export: kept snapshots are not backed up, the backup target's bundles of their "
+                              "names are damaged or hold another snapshot: "
+                              + "; ".join(r["export"]["unusable"].values())
+                              + " -- remove or rename those bundles (the next run exports the snapshots again)")
         except SeglakeError as e:
             r["error"] = f"export: {type(e).__name__}: {e}"
     return reports
@@ -77,18 +78,24 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
         times[report["created"]] = retention.sched_time(report["created"])   # what the run would have taken
     kept = retention.keep_set(policy, times)
     committed = {b for _, _, b, done in bundles.find(target, db, name) if done}
-    have, damaged = set(), {}
-    for n in kept:   # a kept snapshot is backed up only by a bundle that reads back whole
+    ids = {r.name: r.snapshot_id for r in recs}
+    have, unusable = set(), {}
+    for n in kept:   # a kept snapshot is backed up only by a bundle of it that reads back whole
         if n in committed:
             try:
-                bundles.read(target, db, name, n)
-                have.add(n)
+                doc = bundles.read(target, db, name, n)
             except bundles.BundleError as e:
-                damaged[n] = str(e)
+                unusable[n] = str(e)
+                continue
             except NotFound:
-                pass   # pruned meanwhile: exported again
-    want = sorted((n for n in kept if n not in have and n not in damaged), key=lambda n: times[n])
-    out = {"target": target.uri, "exported": [], "already": sorted(have), "damaged": damaged,
+                continue   # pruned meanwhile: exported again
+            if n in ids and bundles.same_snapshot(doc, ids[n], coll.collection_id):
+                have.add(n)
+            else:
+                unusable[n] = (f"bundle {db}.{name}/{n} holds snapshot {doc['source'].get('snapshot')!r} "
+                               f"(id {doc['source'].get('snapshot_id')}), not the schedule's {n}")
+    want = sorted((n for n in kept if n not in have and n not in unusable), key=lambda n: times[n])
+    out = {"target": target.uri, "exported": [], "already": sorted(have), "unusable": unusable,
            "copied_bytes": 0, "dry_run": dry_run}
     for n in want:
         if not dry_run:
