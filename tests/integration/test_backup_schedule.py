@@ -243,3 +243,30 @@ def test_a_hand_bundle_under_the_name_of_a_kept_schedule_snapshot_is_not_its_bac
     assert rep["created"] == retention.sched_name(t0)
     assert retention.sched_name(t0) not in rep.get("export", {}).get("already", []), rep
     assert "error" in rep and retention.sched_name(t0) in rep["error"], rep
+
+
+def test_one_kept_snapshot_that_cannot_be_exported_does_not_stop_the_newer_ones(meta, store, coll, tmp_path,
+                                                                                  monkeypatch):
+    """The oldest kept snapshot cannot be exported (say its metadata in the store is
+    damaged): the run fails naming it, but the newer kept snapshots are still exported
+    -- the newest backup matters most."""
+    from seglake.errors import SeglakeError
+
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 3})
+    t0 = _t0(6)
+    for h in range(2):
+        retention.run(meta, store, "sb", now=t0 + h * HOUR)
+    retention.set_policy(meta, "sb", {"keep_last": 3, "export": True})
+    bad = retention.sched_name(t0)
+    real = exports.export
+
+    def export(meta_, store_, target_, collection, snap, **kw):
+        if snap == bad:
+            raise SeglakeError(f"snapshot {bad!r}: its metadata is damaged")
+        return real(meta_, store_, target_, collection, snap, **kw)
+
+    monkeypatch.setattr(exports, "export", export)
+    rep = _run(meta, store, target, t0 + 2 * HOUR)
+    assert "error" in rep and bad in rep["error"], rep
+    assert _bundles(target) == {retention.sched_name(t0 + HOUR), retention.sched_name(t0 + 2 * HOUR)}

@@ -13,7 +13,10 @@ One schedule run (the snapshot_schedule DAG, `seglake retention run`):
 
 Every step is idempotent: a retried run finds its bundles committed and prunes nothing
 twice. A dry run lists what would be exported and pruned and changes nothing. One
-collection's failure is reported in its entry (`error`) and does not stop the others.
+collection's failure is reported in its entry (`error`) and does not stop the others; nor
+does one snapshot's failed export stop the newer ones' (`export.failed`), and a kept
+snapshot whose name the target holds as a damaged bundle, or a bundle of another snapshot,
+counts as not backed up (`export.unusable`): both fail the run.
 """
 
 from __future__ import annotations
@@ -52,11 +55,15 @@ def run(meta, store: Store, open_target: Callable[[], Store], *, now: float, dry
                 meta, store, target, r, dry_run=dry_run, threads=threads, min_age=min_age,
                 max_bytes_per_second=max_bytes_per_second, max_requests_per_second=max_requests_per_second,
                 by=by, say=say)
+            problems = []
+            if r["export"]["failed"]:
+                problems.append("export failed: " + "; ".join(r["export"]["failed"].values()))
             if r["export"]["unusable"]:
-                r["error"] = ("export: kept snapshots are not backed up, the backup target's bundles of their "
-                              "names are damaged or hold another snapshot: "
-                              + "; ".join(r["export"]["unusable"].values())
-                              + " -- remove or rename those bundles (the next run exports the snapshots again)")
+                problems.append("kept snapshots are not backed up, the backup target's bundles of their names are "
+                                "damaged or hold another snapshot: " + "; ".join(r["export"]["unusable"].values())
+                                + " -- remove or rename those bundles (the next run exports the snapshots again)")
+            if problems:
+                r["error"] = "export: " + " | ".join(problems)
         except SeglakeError as e:
             r["error"] = f"export: {type(e).__name__}: {e}"
     return reports
@@ -97,11 +104,17 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
     want = sorted((n for n in kept if n not in have and n not in unusable), key=lambda n: times[n])
     out = {"target": target.uri, "exported": [], "already": sorted(have), "unusable": unusable,
            "copied_bytes": 0, "dry_run": dry_run}
+    out["failed"] = {}
     for n in want:
         if not dry_run:
-            rep = exports.export(meta, store, target, name, n, db=db, threads=threads, by=by or "schedule",
-                                 collection_id=coll.collection_id, schedule=True, max_bytes_per_second=max_bytes_per_second,
-                                 max_requests_per_second=max_requests_per_second, say=say)
+            try:
+                rep = exports.export(meta, store, target, name, n, db=db, threads=threads, by=by or "schedule",
+                                     collection_id=coll.collection_id, schedule=True,
+                                     max_bytes_per_second=max_bytes_per_second,
+                                     max_requests_per_second=max_requests_per_second, say=say)
+            except SeglakeError as e:   # this snapshot's: the newer ones are still exported, the run fails
+                out["failed"][n] = f"{n}: {type(e).__name__}: {e}"
+                continue
             out["copied_bytes"] += rep.get("copied_bytes", 0)
         out["exported"].append(n)
     pruned = prunes.prune(target, name, policy, db=db, dry_run=dry_run, min_age=min_age, schedule_only=True,
