@@ -472,3 +472,31 @@ def test_two_overlapping_exports_of_one_bundle_leave_a_readable_bundle(meta, sto
     exports.export(meta, store, target, "bk", "s1", threads=2, **quiet)
     monkeypatch.setattr(bundles, "write_marker", real)
     assert verify.verify(target, "bk", "s1", threads=2, **quiet)["ok"]
+
+
+def test_a_sweep_longer_than_the_lock_ttl_keeps_its_lock_alive_until_it_deleted(meta, store, tmp_path, monkeypatch):
+    """A sweep of a big target reads every bundle.json twice: it may take longer than
+    LOCK_TTL. Its lock must still be alive when it deletes, or an export that wrote its
+    bundle.json after the sweep's second read would take the lock for a dead sweep's,
+    commit, and lose files to the delete."""
+    from seglake.lifecycle.backup import prune
+
+    target = LocalStore(tmp_path / "backup")
+    target.put(layout.bundle_blob("cd" * 32), b"old")
+    monkeypatch.setattr(prune, "LOCK_TTL", 0.6)
+    real_refs, real_delete = prune.referenced, target.delete_checked
+    seen = []
+
+    def slow_refs(t):
+        time.sleep(1.0)   # a long read of every bundle.json
+        return real_refs(t)
+
+    def delete_checked(objs):
+        seen.append(prune.sweep_running(target))
+        return real_delete(objs)
+
+    monkeypatch.setattr(prune, "referenced", slow_refs)
+    monkeypatch.setattr(target, "delete_checked", delete_checked)
+    rep = prune.sweep_data(target, now=time.time() + 2 * 86400, **quiet)
+    assert rep["deleted"] == 1 and seen and all(seen), seen
+    assert list(target.list(layout.sweep_locks_prefix())) == []

@@ -5,7 +5,7 @@ sweep the data files no bundle references.
     prune: the bundles the policy does not keep (never the newest) lose their commit
            marker first -- from then on they do not exist -- then their bundle.json
     sweep: fail closed, with a lock object other exports respect:
-           write _locks/sweep/{token}.json
+           write _locks/sweep/{token}.json (renewed every LOCK_TTL / 10 while the sweep runs)
            -> read EVERY bundle.json in the target (committed or not: an export writes
               its bundle.json before its marker); one unreadable -> nothing is deleted
            -> the data files no bundle lists and older than min_age (a running export's
@@ -150,8 +150,10 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
     min_age = _min_age(min_age)
     token = uuid.uuid4().hex[:16]
     lock = layout.sweep_lock(token)
+    beat = None
     if not dry_run:
         target.put(lock, json.dumps({"at": time.time()}).encode())
+        beat = _Heartbeat(target, lock)   # the lock stays younger than LOCK_TTL however long the sweep takes
     try:
         refs = referenced(target)
         now = time.time() if now is None else now
@@ -168,6 +170,7 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
         deleted, gone = [], []
         if candidates and not dry_run:
             refs = referenced(target)   # again, right before deleting
+            beat.check()
             outcome = target.delete_checked([o for o in candidates if layout.parse_bundle_blob(o.key) not in refs])
             deleted, gone = outcome.deleted, outcome.missing
         report = {"dry_run": dry_run, "referenced": len(refs), "candidates": len(candidates),
@@ -178,8 +181,41 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
             f"{kept_young} younger kept")
         return report
     finally:
+        if beat is not None:
+            beat.stop()
         if not dry_run:
             target.delete_many([lock])
+
+
+class _Heartbeat:
+    """Rewrites a sweep's lock every LOCK_TTL / 10 s until stopped. check() refuses the
+    delete when a rewrite failed for long enough that exports may take the lock for dead."""
+
+    def __init__(self, target: Store, lock: str):
+        import threading
+
+        self.target, self.lock = target, lock
+        self.ok_at = time.time()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="sweep-lock", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(LOCK_TTL / 10):
+            try:
+                now = time.time()
+                self.target.put(self.lock, json.dumps({"at": now}).encode())
+                self.ok_at = now
+            except Exception:  # noqa: BLE001 - judged by check() before the delete
+                pass
+
+    def check(self) -> None:
+        if time.time() - self.ok_at > LOCK_TTL / 2:
+            raise SweepRefused(f"the sweep's lock {self.lock} could not be renewed: nothing swept")
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 def sweep_running(target: Store, now: float | None = None) -> bool:
