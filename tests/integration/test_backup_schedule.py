@@ -270,3 +270,25 @@ def test_one_kept_snapshot_that_cannot_be_exported_does_not_stop_the_newer_ones(
     rep = _run(meta, store, target, t0 + 2 * HOUR)
     assert "error" in rep and bad in rep["error"], rep
     assert _bundles(target) == {retention.sched_name(t0 + HOUR), retention.sched_name(t0 + 2 * HOUR)}
+
+
+def test_a_run_sweeps_the_target_once_however_many_collections_export(meta, store, coll, tmp_path, monkeypatch):
+    """A sweep reads every bundle.json in the target (twice): once per run, not once per
+    exporting collection (N collections would read the whole target 2N times an hour)."""
+    from seglake.lifecycle.backup import prune
+
+    demo.seed(meta, store, demo.SeedParams(name="sb2", partitions=1, segments=1, rows=10, dim=4))
+    target = LocalStore(tmp_path / "backup")
+    for name in ("sb", "sb2"):
+        retention.set_policy(meta, name, {"keep_last": 1, "export": True})
+    real, calls = prune.sweep_data, []
+
+    def sweep_data(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(prune, "sweep_data", sweep_data)
+    reps = scheduled.run(meta, store, lambda: target, now=_t0(1), threads=2, **quiet)
+    assert len(reps) == 2 and all("error" not in r and r["export"]["exported"] for r in reps), reps
+    assert len(calls) == 1
+    assert all(r["export"]["sweep"]["dry_run"] is False for r in reps)

@@ -8,8 +8,8 @@ One schedule run (the snapshot_schedule DAG, `seglake retention run`):
        export   every COMMITTED schedule snapshot the policy keeps that has no bundle of
                 its name in the target yet (incremental: unchanged files are not copied)
        prune    the schedule's bundles the policy no longer keeps (by the time in their
-                name, never the newest, never a bundle made by hand), then sweep the
-                data files no bundle needs (older than `min_age`)
+                name, never the newest, never a bundle made by hand)
+    -> sweep the target once: the data files no bundle needs (older than `min_age`)
 
 Every step is idempotent: a retried run finds its bundles committed and prunes nothing
 twice. A dry run lists what would be exported and pruned and changes nothing. One
@@ -66,6 +66,16 @@ def run(meta, store: Store, open_target: Callable[[], Store], *, now: float, dry
                 r["error"] = "export: " + " | ".join(problems)
         except SeglakeError as e:
             r["error"] = f"export: {type(e).__name__}: {e}"
+    exported = [r for r in reports if "export" in r]
+    if exported:   # one sweep of the target per run (it reads every bundle.json), not one per collection
+        try:
+            swept = prunes.sweep_data(target, dry_run=dry_run, min_age=min_age, say=say)
+        except SeglakeError as e:
+            for r in exported:
+                r["error"] = (r["error"] + " | " if "error" in r else "") + f"sweep: {type(e).__name__}: {e}"
+        else:
+            for r in exported:
+                r["export"]["sweep"] = swept
     return reports
 
 
@@ -118,9 +128,10 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
             out["copied_bytes"] += rep.get("copied_bytes", 0)
         out["exported"].append(n)
     pruned = prunes.prune(target, name, policy, db=db, dry_run=dry_run, min_age=min_age, schedule_only=True,
-                          collection_id=coll.collection_id, planned={n: times[n] for n in want} if dry_run else None, say=say)
+                          collection_id=coll.collection_id, sweep=False, say=say,
+                          planned={n: times[n] for n in want} if dry_run else None)
     out["pruned"] = pruned["pruned"]
-    out["sweep"] = pruned.get("sweep")
+    out["sweep"] = None   # run() sweeps the target once, after every collection
     return out
 
 
