@@ -59,7 +59,8 @@ def snapshot_verify():
         print(f"bundle {params['db']}.{params['collection']}/{params['bundle']}: {len(planned['units'])} data files, "
               f"{planned['bytes']} bytes -> {chosen}")
         return {"engine": chosen, "bytes": planned["bytes"], "data_files": len(planned["units"]),
-                "at": time.time(), "backup_uri": params["backup_uri"] or ""}
+                "at": time.time(), "backup_uri": params["backup_uri"] or "", "target": planned["target"],
+                "uid": planned.get("uid")}
 
     @task.branch
     def choose_engine(resolved: dict) -> str:
@@ -89,7 +90,10 @@ def snapshot_verify():
 
         hook = SeglakeHook()
         report = engine.recorded(hook.meta, params["db"], params["collection"], params["bundle"])
-        if report is None or report.get("checked_at", 0) < resolved["at"] - 1:
+        # this run's report: not older than resolve, of the same target and bundle document (the key is
+        # per bundle name: an overlapping run of another target, or of a re-exported bundle, records there too)
+        if (report is None or report.get("checked_at", 0) < resolved["at"] - 1
+                or report.get("target") != resolved.get("target") or report.get("uid") != resolved.get("uid")):
             raise AirflowFailException(f"bundle {params['db']}.{params['collection']}/{params['bundle']}: the "
                                        f"{resolved['engine']} check recorded no report for this run")
         if not report["ok"]:

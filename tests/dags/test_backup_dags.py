@@ -120,3 +120,31 @@ def test_verify_on_spark_checks_every_file_and_names_a_bad_one(airflow_env, meta
     assert key in out + err
     rec = verify.recorded(meta, "default", "demo", "b1")
     assert not rec["ok"] and rec["engine"] == "spark" and rec["problem_count"] >= 1
+
+
+def test_verify_judges_only_its_own_target_s_report(airflow_env, meta, store, backup, tmp_path, monkeypatch,
+                                                    capfd):
+    """Two verify runs of bundles of the same name in two targets overlap (max_active_runs
+    4): the run of the damaged one must not pass on the other's OK report, recorded
+    after its own under the same key."""
+    from seglake.lifecycle.backup import verify
+
+    demo.seed(meta, store, SMALL)
+    snapshot.create(meta, store, "demo", "s1")
+    other = LocalStore(tmp_path / "other")
+    for t in (backup, other):
+        exports.export(meta, store, t, "demo", "s1", bundle="b1", say=lambda line: None)
+    doc = bundles.read(other, "default", "demo", "b1")
+    key, f = sorted(doc["files"].items())[0]
+    other.put(layout.bundle_blob(f["sha256"]), b"x" * f["size"])
+    real = verify.verify
+
+    def overlapped(target, *a, **kw):
+        rep = real(target, *a, **kw)
+        real(backup, *a, **kw)   # the other run (default target) records right after
+        return rep
+
+    monkeypatch.setattr(verify, "verify", overlapped)
+    run = load_dag("snapshot_verify").test(run_conf={"collection": "demo", "bundle": "b1",
+                                                     "backup_uri": str(tmp_path / "other"), "engine": "inline"})
+    assert run.state == "failed", task_states(run)

@@ -451,3 +451,52 @@ def test_a_forged_bundle_is_refused_before_the_import_writes_anything(meta, stor
         assert list(store2.list("")) == []
     finally:
         meta2.close()
+
+
+def test_two_overlapping_exports_of_one_bundle_leave_a_readable_bundle(meta, store, tmp_path, monkeypatch):
+    """Two exports of the same snapshot to the same bundle overlap (two schedule runs, or a
+    schedule run and a hand export): each writes its bundle.json (its own uid), then its
+    marker. Whatever the order, the committed bundle reads back whole."""
+    _seed(meta, store)
+    target = LocalStore(tmp_path / "backup")
+    real = bundles.write_marker
+    nested = []
+
+    def marker_after_the_other(t, doc, raw):
+        if not nested:   # the first export: the second one runs whole between its bundle.json and its marker
+            nested.append("running")
+            exports.export(meta, store, target, "bk", "s1", threads=2, **quiet)
+        return real(t, doc, raw)
+
+    monkeypatch.setattr(bundles, "write_marker", marker_after_the_other)
+    exports.export(meta, store, target, "bk", "s1", threads=2, **quiet)
+    monkeypatch.setattr(bundles, "write_marker", real)
+    assert verify.verify(target, "bk", "s1", threads=2, **quiet)["ok"]
+
+
+def test_a_sweep_longer_than_the_lock_ttl_keeps_its_lock_alive_until_it_deleted(meta, store, tmp_path, monkeypatch):
+    """A sweep of a big target reads every bundle.json twice: it may take longer than
+    LOCK_TTL. Its lock must still be alive when it deletes, or an export that wrote its
+    bundle.json after the sweep's second read would take the lock for a dead sweep's,
+    commit, and lose files to the delete."""
+    from seglake.lifecycle.backup import prune
+
+    target = LocalStore(tmp_path / "backup")
+    target.put(layout.bundle_blob("cd" * 32), b"old")
+    monkeypatch.setattr(prune, "LOCK_TTL", 0.6)
+    real_refs, real_delete = prune.referenced, target.delete_checked
+    seen = []
+
+    def slow_refs(t):
+        time.sleep(1.0)   # a long read of every bundle.json
+        return real_refs(t)
+
+    def delete_checked(objs):
+        seen.append(prune.sweep_running(target))
+        return real_delete(objs)
+
+    monkeypatch.setattr(prune, "referenced", slow_refs)
+    monkeypatch.setattr(target, "delete_checked", delete_checked)
+    rep = prune.sweep_data(target, now=time.time() + 2 * 86400, **quiet)
+    assert rep["deleted"] == 1 and seen and all(seen), seen
+    assert list(target.list(layout.sweep_locks_prefix())) == []

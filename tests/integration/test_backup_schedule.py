@@ -165,3 +165,130 @@ def test_scheduled_export_to_seaweedfs(meta, store, coll, s3_store):
         rep = _run(meta, store, s3_store, t0 + h * HOUR)
         assert "error" not in rep, rep
     assert _bundles(s3_store) == _store_scheds(meta, coll) == {retention.sched_name(t0 + 2 * HOUR)}
+
+
+def test_a_dropped_collection_s_policy_still_prunes_its_bundles_and_never_exports_a_namesake(meta, store, coll,
+                                                                                            settings, tmp_path):
+    """The collection is dropped (its name freed, then reused by a new collection with a
+    policy of its own): the old policy goes on judging its own collection's bundles and
+    never exports the new collection's snapshots (nor fails the run)."""
+    from seglake.lifecycle import drop
+
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})
+    t0 = _t0(6)
+    assert "error" not in _run(meta, store, target, t0)
+    drop.begin_drop(meta, store, settings, "sb")
+    drop.finish_drop(meta, "sb")
+    (rep,) = scheduled.run(meta, store, lambda: target, now=t0 + HOUR, threads=2, **quiet)
+    assert "error" not in rep, rep
+    assert _bundles(target) == {retention.sched_name(t0)}
+    new = demo.seed(meta, store, demo.SeedParams(name="sb", partitions=1, segments=1, rows=10, dim=4))[0]
+    assert new.collection_id != coll.collection_id
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})   # the new collection's own policy
+    for h in (2, 3):
+        reps = scheduled.run(meta, store, lambda: target, now=t0 + h * HOUR, threads=2, **quiet)
+        assert len(reps) == 2 and all("error" not in r for r in reps), reps
+        (old,) = [r for r in reps if r["collection_id"] == coll.collection_id]
+        assert old["export"]["exported"] == [] and old["export"]["pruned"] == [], old
+    # the old collection's last bundle stays; the new one's schedule keeps its newest
+    assert _bundles(target) == {retention.sched_name(t0), retention.sched_name(t0 + 3 * HOUR)}
+
+
+def test_a_hand_export_of_a_schedule_snapshot_is_not_pruned_by_the_schedule(meta, store, coll, tmp_path):
+    """An operator exports one of the schedule's snapshots by hand (under its own name, the
+    default) to keep it: the bundle is theirs, the schedule never prunes it."""
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 1})     # no export yet
+    t0 = _t0(6)
+    first = retention.run(meta, store, "sb", now=t0)["created"]
+    exports.export(meta, store, target, "sb", first, threads=2, **quiet)   # by hand
+    retention.set_policy(meta, "sb", {"keep_last": 1, "export": True})
+    for h in range(1, 4):
+        rep = _run(meta, store, target, t0 + h * HOUR)
+        assert "error" not in rep, rep
+        assert first not in rep["export"]["pruned"], rep["export"]
+    assert _bundles(target) == {first, retention.sched_name(t0 + 3 * HOUR)}
+
+
+def test_a_damaged_bundle_of_a_kept_snapshot_is_reported_not_counted_as_exported(meta, store, coll, tmp_path):
+    """The target holds the schedule's bundle of a kept snapshot, but its bundle.json was
+    altered: the run must not count it as backed up (it says so, and fails), and the
+    other exports and the prune still happen."""
+    from seglake.storage import layout
+
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 2, "export": True})
+    t0 = _t0(6)
+    for h in range(2):
+        assert "error" not in _run(meta, store, target, t0 + h * HOUR)
+    damaged = retention.sched_name(t0 + HOUR)
+    key = layout.bundle_doc("default", "sb", damaged)
+    target.put(key, target.get(key).replace(b'"retention schedule"', b'"retention scheduke"'))
+    rep = _run(meta, store, target, t0 + 2 * HOUR)
+    assert damaged not in rep["export"]["already"], rep["export"]
+    assert rep["export"]["exported"] == [retention.sched_name(t0 + 2 * HOUR)]
+    assert "error" in rep and damaged in rep["error"], rep
+
+
+def test_a_hand_bundle_under_the_name_of_a_kept_schedule_snapshot_is_not_its_backup(meta, store, coll, tmp_path):
+    """A bundle made by hand from another snapshot, under the name the schedule's snapshot
+    gets later: the schedule's snapshot is not backed up by it (the run says so)."""
+    target = LocalStore(tmp_path / "backup")
+    snapshot.create(meta, store, "sb", "by_hand")
+    t0 = _t0(3)
+    exports.export(meta, store, target, "sb", "by_hand", bundle=retention.sched_name(t0), threads=2, **quiet)
+    retention.set_policy(meta, "sb", {"keep_last": 2, "export": True})
+    rep = _run(meta, store, target, t0)
+    assert rep["created"] == retention.sched_name(t0)
+    assert retention.sched_name(t0) not in rep.get("export", {}).get("already", []), rep
+    assert "error" in rep and retention.sched_name(t0) in rep["error"], rep
+
+
+def test_one_kept_snapshot_that_cannot_be_exported_does_not_stop_the_newer_ones(meta, store, coll, tmp_path,
+                                                                                  monkeypatch):
+    """The oldest kept snapshot cannot be exported (say its metadata in the store is
+    damaged): the run fails naming it, but the newer kept snapshots are still exported
+    -- the newest backup matters most."""
+    from seglake.errors import SeglakeError
+
+    target = LocalStore(tmp_path / "backup")
+    retention.set_policy(meta, "sb", {"keep_last": 3})
+    t0 = _t0(6)
+    for h in range(2):
+        retention.run(meta, store, "sb", now=t0 + h * HOUR)
+    retention.set_policy(meta, "sb", {"keep_last": 3, "export": True})
+    bad = retention.sched_name(t0)
+    real = exports.export
+
+    def export(meta_, store_, target_, collection, snap, **kw):
+        if snap == bad:
+            raise SeglakeError(f"snapshot {bad!r}: its metadata is damaged")
+        return real(meta_, store_, target_, collection, snap, **kw)
+
+    monkeypatch.setattr(exports, "export", export)
+    rep = _run(meta, store, target, t0 + 2 * HOUR)
+    assert "error" in rep and bad in rep["error"], rep
+    assert _bundles(target) == {retention.sched_name(t0 + HOUR), retention.sched_name(t0 + 2 * HOUR)}
+
+
+def test_a_run_sweeps_the_target_once_however_many_collections_export(meta, store, coll, tmp_path, monkeypatch):
+    """A sweep reads every bundle.json in the target (twice): once per run, not once per
+    exporting collection (N collections would read the whole target 2N times an hour)."""
+    from seglake.lifecycle.backup import prune
+
+    demo.seed(meta, store, demo.SeedParams(name="sb2", partitions=1, segments=1, rows=10, dim=4))
+    target = LocalStore(tmp_path / "backup")
+    for name in ("sb", "sb2"):
+        retention.set_policy(meta, name, {"keep_last": 1, "export": True})
+    real, calls = prune.sweep_data, []
+
+    def sweep_data(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(prune, "sweep_data", sweep_data)
+    reps = scheduled.run(meta, store, lambda: target, now=_t0(1), threads=2, **quiet)
+    assert len(reps) == 2 and all("error" not in r and r["export"]["exported"] for r in reps), reps
+    assert len(calls) == 1
+    assert all(r["export"]["sweep"]["dry_run"] is False for r in reps)

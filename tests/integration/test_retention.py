@@ -126,3 +126,14 @@ def test_cli_set_show_list_run_clear(meta, store, settings, coll, monkeypatch, c
     assert cli.main(["retention", "clear", "demo"]) == 0
     assert cli.main(["retention", "show", "demo"]) == 2
     assert "has no retention policy" in capsys.readouterr().err
+
+
+def test_a_purged_collection_s_policy_is_removed_by_a_run_but_not_by_a_dry_run(meta, store, coll):
+    retention.set_policy(meta, "demo", {"keep_last": 1})
+    meta.kv.delete(meta.keys.collection(coll.collection_id))   # GC purged the collection for good
+    (rep,) = retention.run_all(meta, store, now=T0, dry_run=True)
+    assert "no longer exists" in rep["note"] and rep["dry_run"]
+    assert meta.kv.get(meta.keys.retention(coll.collection_id)) is not None   # a dry run changes nothing
+    (rep,) = retention.run_all(meta, store, now=T0)
+    assert "was removed" in rep["note"]
+    assert meta.kv.get(meta.keys.retention(coll.collection_id)) is None

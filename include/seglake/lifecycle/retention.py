@@ -259,7 +259,7 @@ def _run(meta, store, doc: dict, *, now: float, dry_run: bool, create=None, drop
 
     recs = {r.name: r for r in meta.snapshots.list(coll.collection_id)}
     times = {n: sched_time(n) for n, r in recs.items() if r.state == COMMITTED and is_schedules(r)}
-    report: dict[str, Any] = {"collection": coll.name, "db": coll.db, "at": now, "dry_run": dry_run,
+    report: dict[str, Any] = {"collection": coll.name, "db": coll.db, "collection_id": coll.collection_id, "at": now, "dry_run": dry_run,
                               "policy": policy.to_json(), "created": None, "pruned": [], "kept": {}, "held": {}}
     name = sched_name(now)
     mine = recs.get(name) if recs.get(name) is not None and is_schedules(recs[name]) else None
@@ -327,11 +327,13 @@ def run_all(meta, store, *, now: float, dry_run: bool = False, collection: str |
                 out.append({"collection": doc.get("collection"), "db": doc.get("db"),
                             "error": f"{type(e).__name__}: {e}"})
                 continue
-            # the collection is gone for good (GC purged it): so is its policy
-            meta.kv.delete(meta.keys.retention(doc["collection_id"]))
+            # the collection is gone for good (GC purged it): so is its policy (not by a dry run)
+            if not dry_run:
+                meta.kv.delete(meta.keys.retention(doc["collection_id"]))
             out.append({"collection": doc.get("collection"), "db": doc.get("db"), "created": None, "pruned": [],
                         "kept": {}, "held": {}, "dry_run": dry_run,
-                        "note": "the collection no longer exists: its policy was removed"})
+                        "note": "the collection no longer exists: its policy "
+                                + ("would be removed" if dry_run else "was removed")})
         except SeglakeError as e:
             out.append({"collection": doc.get("collection"), "db": doc.get("db"), "error": f"{type(e).__name__}: {e}"})
         except (KeyError, TypeError, ValueError) as e:   # a malformed record: reported, the others go on

@@ -40,6 +40,7 @@ from seglake.throttle import Throttle, check_rates, human_rate
 
 log = logging.getLogger("seglake.backup")
 EXPORT_PIN_TTL = 7 * 86400.0
+MADE_BY_SCHEDULE = "retention schedule"   # bundle.json `made_by` of the schedule's exports
 SWEEP_WAIT = 7200.0      # how long an export waits for a sweep of its target to end
 
 
@@ -81,9 +82,11 @@ class _Progress:
 def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: str, *, bundle: str | None = None,
            db: str = DEFAULT_DB, threads: int = 8, max_bytes_per_second: float = 0,
            max_requests_per_second: float = 0, by: str = "", collection_id: int | None = None,
-           say=log.warning) -> dict:
+           schedule: bool = False, say=log.warning) -> dict:
     """Export (or finish exporting) snapshot `snapshot` of `collection` as bundle `bundle`
-    (default: the snapshot's name). Returns the report."""
+    (default: the snapshot's name). Returns the report. `schedule`: the retention
+    schedule's export (the bundle says so: `made_by`, and only such a bundle is the
+    schedule's to prune; a hand export of a schedule's snapshot is the operator's)."""
     bundle = snapshot if bundle is None else bundle
     bundles.check_names(db, collection, bundle)
     validate_name("snapshot", snapshot)
@@ -111,7 +114,8 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
     _record(meta, db, collection, bundle, {"state": "running", "snapshot": snapshot, "snapshot_id": rec.snapshot_id,
                                            "target": target.uri, "started_at": started, "pin_id": pin["pin_id"]})
     try:
-        report = _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say)
+        report = _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say,
+                         schedule)
     except BaseException as e:
         _record(meta, db, collection, bundle, {"state": "failed", "snapshot": snapshot, "target": target.uri,
                                                "started_at": started, "finished_at": time.time(),
@@ -128,7 +132,8 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
     return report
 
 
-def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say) -> dict:
+def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say,
+            schedule=False) -> dict:
     doc = snapshots.read_metadata(store, rec)
     entries = [e for _, es in snapshots.read_entries(store, rec, doc) for e in es]
     sizes: dict[str, int] = {}
@@ -214,9 +219,11 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         "snapshot": {k: doc[k] for k in ("collection", "partition_ids", "index_build_ids", "totals")},
         "segments": entries, "files": files, "totals": totals,
     }
+    if schedule:
+        out_doc["made_by"] = MADE_BY_SCHEDULE
     raw = bundles.write_doc(target, out_doc)
     restored = _ensure_present(store, target, files, say)
-    bundles.write_marker(target, out_doc, raw)
+    out_doc = _commit(target, out_doc, raw)
     finished = time.time()
     el = max(1e-9, finished - (prog.first or finished))
     report = {**bundles.summary(out_doc), "state": "committed", "already": False, "target": target.uri,
@@ -249,6 +256,38 @@ def _ensure_present(store: Store, target: Store, files: dict[str, dict], say) ->
     if missing:
         say(f"export: {len(missing)} data files were swept from the target during the export; copied again")
     return len(missing)
+
+
+def _commit(target: Store, doc: dict, raw: bytes, tries: int = 5) -> dict:
+    """Write the commit marker of bundle.json `raw`, then read the bundle back. Another
+    export of the same bundle (an overlapping schedule run, a hand export) may have written
+    its own bundle.json (its own uid) after ours: then the marker names a document that is
+    not there. Commit the one that is, when it is of the same snapshot and every data file
+    it lists is in the target; the last marker written is so checked. Returns the committed
+    document."""
+    import msgspec
+
+    src = doc["source"]
+    db, collection, bundle = src["db"], src["collection"], doc["bundle"]
+    for _ in range(tries):
+        bundles.write_marker(target, doc, raw)
+        try:
+            return bundles.read(target, db, collection, bundle)
+        except bundles.BundleError as e:
+            err = e
+        try:
+            cur_raw = target.get(layout.bundle_doc(db, collection, bundle))
+            cur = bundles.check(msgspec.json.decode(cur_raw), f"bundle {db}.{collection}/{bundle}")
+        except (NotFound, msgspec.DecodeError, bundles.BundleError):
+            raise err from None
+        if cur_raw == raw or not bundles.same_snapshot(cur, src["snapshot_id"], src["collection_id"]):
+            raise err
+        have = bundles.blobs(target)
+        if any(have.get(f["sha256"]) != f["size"] for f in cur["files"].values()):
+            raise err
+        doc, raw = cur, cur_raw
+    raise SeglakeError(f"bundle {db}.{collection}/{bundle}: its bundle.json kept changing under the commit "
+                       f"(other exports of it); not committed, re-run the export")
 
 
 def _describe(store: Store, collection_id: int, sizes: dict[str, int]) -> dict:

@@ -5,7 +5,7 @@ sweep the data files no bundle references.
     prune: the bundles the policy does not keep (never the newest) lose their commit
            marker first -- from then on they do not exist -- then their bundle.json
     sweep: fail closed, with a lock object other exports respect:
-           write _locks/sweep/{token}.json
+           write _locks/sweep/{token}.json (renewed every LOCK_TTL / 10 while the sweep runs)
            -> read EVERY bundle.json in the target (committed or not: an export writes
               its bundle.json before its marker); one unreadable -> nothing is deleted
            -> the data files no bundle lists and older than min_age (a running export's
@@ -49,13 +49,16 @@ class SweepRefused(bundles.BundleError):
 
 def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *, db: str = DEFAULT_DB,
           dry_run: bool = False, sweep: bool = True, min_age: float = 86400.0, schedule_only: bool = False,
-          planned: Mapping[str, float] | None = None, say=log.warning) -> dict:
+          planned: Mapping[str, float] | None = None, collection_id: int | None = None,
+          say=log.warning) -> dict:
     """Drop the collection's bundles `policy` does not keep (never the newest), then
     sweep unreferenced data files. Returns the report.
 
     schedule_only: judge only the retention schedule's bundles (a `sched_*` name, exported
-    from the schedule's snapshot of that name), by the time in their name -- what the
+    by the schedule -- `made_by` -- from its snapshot of that name), by the time in their name -- what the
     scheduled export (backup.scheduled) prunes; any other bundle is left alone.
+    collection_id: with schedule_only, only the bundles exported from that collection id (a
+    dropped collection's name may be reused by another with a schedule of its own).
     planned: bundles a dry run would have exported first (name -> time), judged as if
     they were there."""
     bundles.check_names(db, collection, "x")
@@ -66,7 +69,7 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
         if not committed:
             continue
         if schedule_only:
-            if retention.sched_time(b) is None or not _schedules_bundle(target, d, c, b):
+            if retention.sched_time(b) is None or not _schedules_bundle(target, d, c, b, collection_id):
                 continue
             times[b] = retention.sched_time(b)
             continue
@@ -93,13 +96,20 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     return report
 
 
-def _schedules_bundle(target: Store, db: str, collection: str, bundle: str) -> bool:
-    """The bundle was exported from the retention schedule's own snapshot of its name."""
+def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, collection_id: int | None = None) -> bool:
+    """The bundle was exported from the retention schedule's own snapshot of its name
+    (of collection `collection_id`, when given)."""
+    from seglake.lifecycle.backup.export import MADE_BY_SCHEDULE
+
     try:
-        src = bundles.read(target, db, collection, bundle)["source"]
+        doc = bundles.read(target, db, collection, bundle)
+        src = doc["source"]
     except (bundles.BundleError, NotFound, KeyError, TypeError):
         return False   # unreadable: not ours to judge, left alone
-    return src.get("snapshot") == bundle and src.get("owner") == retention.OWNER + bundle
+    if doc.get("made_by") != MADE_BY_SCHEDULE:
+        return False   # exported by hand (even of a schedule's snapshot): the operator's
+    return (src.get("snapshot") == bundle and src.get("owner") == retention.OWNER + bundle
+            and (collection_id is None or src.get("collection_id") == collection_id))
 
 
 def _min_age(value: float) -> float:
@@ -140,8 +150,10 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
     min_age = _min_age(min_age)
     token = uuid.uuid4().hex[:16]
     lock = layout.sweep_lock(token)
+    beat = None
     if not dry_run:
         target.put(lock, json.dumps({"at": time.time()}).encode())
+        beat = _Heartbeat(target, lock)   # the lock stays younger than LOCK_TTL however long the sweep takes
     try:
         refs = referenced(target)
         now = time.time() if now is None else now
@@ -158,6 +170,7 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
         deleted, gone = [], []
         if candidates and not dry_run:
             refs = referenced(target)   # again, right before deleting
+            beat.check()
             outcome = target.delete_checked([o for o in candidates if layout.parse_bundle_blob(o.key) not in refs])
             deleted, gone = outcome.deleted, outcome.missing
         report = {"dry_run": dry_run, "referenced": len(refs), "candidates": len(candidates),
@@ -168,8 +181,41 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
             f"{kept_young} younger kept")
         return report
     finally:
+        if beat is not None:
+            beat.stop()
         if not dry_run:
             target.delete_many([lock])
+
+
+class _Heartbeat:
+    """Rewrites a sweep's lock every LOCK_TTL / 10 s until stopped. check() refuses the
+    delete when a rewrite failed for long enough that exports may take the lock for dead."""
+
+    def __init__(self, target: Store, lock: str):
+        import threading
+
+        self.target, self.lock = target, lock
+        self.ok_at = time.time()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="sweep-lock", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(LOCK_TTL / 10):
+            try:
+                now = time.time()
+                self.target.put(self.lock, json.dumps({"at": now}).encode())
+                self.ok_at = now
+            except Exception:  # noqa: BLE001 - judged by check() before the delete
+                pass
+
+    def check(self) -> None:
+        if time.time() - self.ok_at > LOCK_TTL / 2:
+            raise SweepRefused(f"the sweep's lock {self.lock} could not be renewed: nothing swept")
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 def sweep_running(target: Store, now: float | None = None) -> bool:

@@ -8,12 +8,15 @@ One schedule run (the snapshot_schedule DAG, `seglake retention run`):
        export   every COMMITTED schedule snapshot the policy keeps that has no bundle of
                 its name in the target yet (incremental: unchanged files are not copied)
        prune    the schedule's bundles the policy no longer keeps (by the time in their
-                name, never the newest, never a bundle made by hand), then sweep the
-                data files no bundle needs (older than `min_age`)
+                name, never the newest, never a bundle made by hand)
+    -> sweep the target once: the data files no bundle needs (older than `min_age`)
 
 Every step is idempotent: a retried run finds its bundles committed and prunes nothing
 twice. A dry run lists what would be exported and pruned and changes nothing. One
-collection's failure is reported in its entry (`error`) and does not stop the others.
+collection's failure is reported in its entry (`error`) and does not stop the others; nor
+does one snapshot's failed export stop the newer ones' (`export.failed`), and a kept
+snapshot whose name the target holds as a damaged bundle, or a bundle of another snapshot,
+counts as not backed up (`export.unusable`): both fail the run.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from seglake.errors import SeglakeError
+from seglake.errors import NotFound, SeglakeError
 from seglake.lifecycle import retention
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import export as exports
@@ -52,8 +55,27 @@ def run(meta, store: Store, open_target: Callable[[], Store], *, now: float, dry
                 meta, store, target, r, dry_run=dry_run, threads=threads, min_age=min_age,
                 max_bytes_per_second=max_bytes_per_second, max_requests_per_second=max_requests_per_second,
                 by=by, say=say)
+            problems = []
+            if r["export"]["failed"]:
+                problems.append("export failed: " + "; ".join(r["export"]["failed"].values()))
+            if r["export"]["unusable"]:
+                problems.append("kept snapshots are not backed up, the backup target's bundles of their names are "
+                                "damaged or hold another snapshot: " + "; ".join(r["export"]["unusable"].values())
+                                + " -- remove or rename those bundles (the next run exports the snapshots again)")
+            if problems:
+                r["error"] = "export: " + " | ".join(problems)
         except SeglakeError as e:
             r["error"] = f"export: {type(e).__name__}: {e}"
+    exported = [r for r in reports if "export" in r]
+    if exported:   # one sweep of the target per run (it reads every bundle.json), not one per collection
+        try:
+            swept = prunes.sweep_data(target, dry_run=dry_run, min_age=min_age, say=say)
+        except SeglakeError as e:
+            for r in exported:
+                r["error"] = (r["error"] + " | " if "error" in r else "") + f"sweep: {type(e).__name__}: {e}"
+        else:
+            for r in exported:
+                r["export"]["sweep"] = swept
     return reports
 
 
@@ -64,28 +86,52 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
     lacks, then prune the target by the same policy."""
     db, name = report["db"], report["collection"]
     policy = retention.parse_policy(report["policy"])
-    coll = meta.catalog.get_by_name(name, db)
+    coll = meta.catalog.get(report["collection_id"])   # by id: the policy's collection, even dropped (name freed
+                                                      # or reused by another collection)
     recs = [r for r in meta.snapshots.list(coll.collection_id)
             if r.state == COMMITTED and retention.is_schedules(r)]
     times = {r.name: retention.sched_time(r.name) for r in recs}
     if dry_run and report.get("created"):
         times[report["created"]] = retention.sched_time(report["created"])   # what the run would have taken
     kept = retention.keep_set(policy, times)
-    have = {b for _, _, b, committed in bundles.find(target, db, name) if committed}
-    want = sorted((n for n in kept if n not in have), key=lambda n: times[n])
-    out = {"target": target.uri, "exported": [], "already": sorted(n for n in kept if n in have),
+    committed = {b for _, _, b, done in bundles.find(target, db, name) if done}
+    ids = {r.name: r.snapshot_id for r in recs}
+    have, unusable = set(), {}
+    for n in kept:   # a kept snapshot is backed up only by a bundle of it that reads back whole
+        if n in committed:
+            try:
+                doc = bundles.read(target, db, name, n)
+            except bundles.BundleError as e:
+                unusable[n] = str(e)
+                continue
+            except NotFound:
+                continue   # pruned meanwhile: exported again
+            if n in ids and bundles.same_snapshot(doc, ids[n], coll.collection_id):
+                have.add(n)
+            else:
+                unusable[n] = (f"bundle {db}.{name}/{n} holds snapshot {doc['source'].get('snapshot')!r} "
+                               f"(id {doc['source'].get('snapshot_id')}), not the schedule's {n}")
+    want = sorted((n for n in kept if n not in have and n not in unusable), key=lambda n: times[n])
+    out = {"target": target.uri, "exported": [], "already": sorted(have), "unusable": unusable,
            "copied_bytes": 0, "dry_run": dry_run}
+    out["failed"] = {}
     for n in want:
         if not dry_run:
-            rep = exports.export(meta, store, target, name, n, db=db, threads=threads, by=by or "schedule",
-                                 collection_id=coll.collection_id, max_bytes_per_second=max_bytes_per_second,
-                                 max_requests_per_second=max_requests_per_second, say=say)
+            try:
+                rep = exports.export(meta, store, target, name, n, db=db, threads=threads, by=by or "schedule",
+                                     collection_id=coll.collection_id, schedule=True,
+                                     max_bytes_per_second=max_bytes_per_second,
+                                     max_requests_per_second=max_requests_per_second, say=say)
+            except SeglakeError as e:   # this snapshot's: the newer ones are still exported, the run fails
+                out["failed"][n] = f"{n}: {type(e).__name__}: {e}"
+                continue
             out["copied_bytes"] += rep.get("copied_bytes", 0)
         out["exported"].append(n)
     pruned = prunes.prune(target, name, policy, db=db, dry_run=dry_run, min_age=min_age, schedule_only=True,
-                          planned={n: times[n] for n in want} if dry_run else None, say=say)
+                          collection_id=coll.collection_id, sweep=False, say=say,
+                          planned={n: times[n] for n in want} if dry_run else None)
     out["pruned"] = pruned["pruned"]
-    out["sweep"] = pruned.get("sweep")
+    out["sweep"] = None   # run() sweeps the target once, after every collection
     return out
 
 

@@ -33,7 +33,7 @@ def plan(target: Store, collection: str, bundle: str, *, db: str = DEFAULT_DB) -
     file (sha256, size, the source keys that name it, the rows each log should hold).
     `problem` instead of units when the document itself is bad."""
     bundles.check_names(db, collection, bundle)
-    base = {"bundle": bundle, "db": db, "collection": collection}
+    base = {"bundle": bundle, "db": db, "collection": collection, "target": target.uri}
     try:
         doc = bundles.read(target, db, collection, bundle)
     except (bundles.BundleError, NotFound) as e:
@@ -101,11 +101,11 @@ def summarize(planned: dict, problems: list[dict], started: float, engine: str =
     """The report of a planned verification and the problems its units found."""
     if "problem" in planned:
         problems = [{"file": "bundle.json", "problem": planned["problem"]}]
-        return {k: planned[k] for k in ("bundle", "db", "collection", "files", "bytes")} | {
+        return {k: planned[k] for k in ("bundle", "db", "collection", "target", "files", "bytes")} | {
             "ok": False, "problems": problems, "problem_count": 1, "checked_at": started, "engine": engine,
             "seconds": round(time.time() - started, 3)}
     problems = sorted(problems, key=lambda p: (p["file"], p["problem"]))
-    return {k: planned[k] for k in ("bundle", "db", "collection", "uid", "files", "bytes", "rows")} | {
+    return {k: planned[k] for k in ("bundle", "db", "collection", "target", "uid", "files", "bytes", "rows")} | {
         "ok": not problems, "data_files": len(planned["units"]), "problems": problems[:MAX_PROBLEMS],
         "problem_count": len(problems), "checked_at": started, "engine": engine,
         "seconds": round(time.time() - started, 3)}
