@@ -35,17 +35,18 @@ def run(spark, settings, collection: str, bundle: str, db: str, backup_uri: str 
 
     started = time.time()
     target = bundles.open_target(settings, backup_uri)
-    planned = verify.plan(target, collection, bundle, db=db)
-    units = planned["units"]
-    problems: list[dict] = []
-    if units:
-        sc = spark.sparkContext
-        env = spark_env()   # secrets resolved: executors may not reach the driver's secrets file
-        n = max(1, min(sc.defaultParallelism, len(units)))
-        problems = (sc.parallelize(units, n)
-                      .mapPartitions(lambda it: verify.check_partition(it, env, backup_uri))
-                      .collect())
-    return verify.summarize(planned, problems, started, engine="spark")
+    with bundles.held(target, db, collection, bundle, by="verify (spark)", say=print):   # not pruned while read
+        planned = verify.plan(target, collection, bundle, db=db)
+        units = planned["units"]
+        problems: list[dict] = []
+        if units:
+            sc = spark.sparkContext
+            env = spark_env()   # secrets resolved: executors may not reach the driver's secrets file
+            n = max(1, min(sc.defaultParallelism, len(units)))
+            problems = (sc.parallelize(units, n)
+                          .mapPartitions(lambda it: verify.check_partition(it, env, backup_uri))
+                          .collect())
+        return verify.summarize(planned, problems, started, engine="spark")
 
 
 def main(argv: list[str] | None = None) -> int:

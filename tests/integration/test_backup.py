@@ -500,3 +500,98 @@ def test_a_sweep_longer_than_the_lock_ttl_keeps_its_lock_alive_until_it_deleted(
     rep = prune.sweep_data(target, now=time.time() + 2 * 86400, **quiet)
     assert rep["deleted"] == 1 and seen and all(seen), seen
     assert list(target.list(layout.sweep_locks_prefix())) == []
+
+
+def _three_bundles(meta, store, tmp_path):
+    """Bundles s1..s3 of `bk`, each one segment more; (target, s1's visible rows)."""
+    coll = _seed(meta, store, segments=1)
+    first = _rows(meta, store, "bk")
+    target = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, target, "bk", "s1", **quiet)
+    for i in (2, 3):
+        _add_segment(meta, store, coll, seed=i)
+        snapshot.create(meta, store, "bk", f"s{i}")
+        exports.export(meta, store, target, "bk", f"s{i}", **quiet)
+    return target, first
+
+
+def test_a_bundle_being_imported_or_verified_is_not_pruned(meta, store, etcd_server, tmp_path, monkeypatch):
+    """An import holds its bundle: a prune that runs meanwhile (here: from inside the
+    import, after its first data file) keeps it, reports who holds it, and a later prune
+    drops it; the import completes with every row. A verify holds it the same way."""
+    from seglake import faults
+    from seglake.lifecycle.backup import prune
+
+    import threading
+
+    target, s1_rows = _three_bundles(meta, store, tmp_path)
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    reports, once = [], threading.Lock()
+
+    def point(name):
+        if name == "import.after_file" and once.acquire(blocking=False):
+            reports.append(prune.prune(target, "bk", {"keep_last": 1}, **quiet))
+    monkeypatch.setattr(faults, "point", point)
+    try:
+        _restore_all(meta2, store2, target, "bk", "s1", "bk_back")
+        assert _rows(meta2, store2, "bk_back") == s1_rows
+    finally:
+        meta2.close()
+    (rep,) = reports
+    assert rep["pruned"] == ["s2"] and list(rep["held"]) == ["s1"] and "import" in rep["held"]["s1"][0]
+    assert [b["bundle"] for b in bundles.list_bundles(target)] == ["s1", "s3"]
+    assert list(target.list("_locks/")) == []                        # the hold is gone with the import
+    assert prune.prune(target, "bk", {"keep_last": 1}, **quiet)["pruned"] == ["s1"]
+
+    # verify holds its bundle while it reads
+    monkeypatch.setattr(bundles, "sha256_of", lambda *a, **k: (_ for _ in ()).throw(
+        AssertionError(bundles.holders(target, "default", "bk", "s3"))))
+    with pytest.raises(AssertionError, match="verify"):
+        verify.verify(target, "bk", "s3", threads=1, **quiet)
+    assert bundles.holders(target, "default", "bk", "s3") == []
+
+
+def test_holds_and_prune_intents_exclude_each_other(meta, store, tmp_path):
+    """The prune writes its intent before it looks for holds; a reader writes its hold
+    before it looks for intents: a reader that finds an intent waits for it to go, then
+    reads what is there; a stale hold (a dead reader) does not keep a bundle forever."""
+    import threading
+
+    from seglake.lifecycle.backup import prune
+
+    target, _ = _three_bundles(meta, store, tmp_path)
+    intent = layout.bundle_pruning("default", "bk", "s1")
+    target.put(intent, json.dumps({"at": time.time()}).encode())
+    with pytest.raises(bundles.BundleError, match="retention prune of it has been running"):
+        with bundles.held(target, "default", "bk", "s1", wait=0.5):
+            pass
+    assert list(target.list(layout.bundle_holds_prefix("default", "bk", "s1"))) == []
+    threading.Timer(0.5, lambda: target.delete_many([intent])).start()
+    t0 = time.time()
+    with bundles.held(target, "default", "bk", "s1", wait=30):
+        assert time.time() - t0 >= 0.4
+        assert bundles.read(target, "default", "bk", "s1")
+    # a hold older than HOLD_TTL is a dead reader's: the prune drops the bundle
+    target.put(layout.bundle_hold("default", "bk", "s1", "dead"),
+               json.dumps({"at": time.time() - bundles.HOLD_TTL - 1, "by": "gone"}).encode())
+    rep = prune.prune(target, "bk", {"keep_last": 1}, sweep=False, **quiet)
+    assert rep["pruned"] == ["s1", "s2"] and rep["held"] == {}
+
+
+def test_a_read_only_target_is_imported_without_a_hold(meta, store, etcd_server, tmp_path, monkeypatch):
+    target, _ = _three_bundles(meta, store, tmp_path)
+    real_put = type(target).put
+
+    def put(self, key, data):
+        if key.startswith("_locks/"):
+            raise PermissionError("read-only")
+        return real_put(self, key, data)
+    monkeypatch.setattr(type(target), "put", put)
+    said = []
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        out = imports.import_bundle(meta2, store2, target, "bk", "s3", say=said.append)
+        assert out["snapshot"] == "s3"
+    finally:
+        meta2.close()
+    assert any("could not hold bundle default.bk/s3" in line for line in said), said

@@ -404,3 +404,17 @@ def sweep_lock(token: str) -> str:
 
 def sweep_locks_prefix() -> str:
     return f"{BUNDLE_LOCKS}/sweep/"
+
+
+def bundle_hold(db: str, collection: str, bundle: str, token: str) -> str:
+    """A reader's hold on a bundle (an import, a verify): the retention prune leaves it."""
+    return f"{bundle_holds_prefix(db, collection, bundle)}{_plain_name(token)}.json"
+
+
+def bundle_holds_prefix(db: str, collection: str, bundle: str) -> str:
+    return f"{BUNDLE_LOCKS}/holds/{_plain_name(db)}/{_plain_name(collection)}/{_plain_name(bundle)}/"
+
+
+def bundle_pruning(db: str, collection: str, bundle: str) -> str:
+    """A prune's intent to drop a bundle, written before it looks for holds."""
+    return f"{BUNDLE_LOCKS}/pruning/{_plain_name(db)}/{_plain_name(collection)}/{_plain_name(bundle)}.json"

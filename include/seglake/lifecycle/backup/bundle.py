@@ -341,3 +341,123 @@ def refuse_other(doc: dict, db: str, collection: str, bundle: str) -> None:
     src = doc["source"]
     raise Conflict(f"bundle {db}.{collection}/{bundle} already exists in the backup target for snapshot "
                    f"{src['snapshot']!r} (id {src['snapshot_id']}); choose another bundle name")
+
+
+# -- holds: a reader keeps a bundle from being pruned while it reads it -------------------------
+# A reader (import, verify) writes its hold, then waits while a prune intent for the bundle
+# exists; a prune writes its intent, then drops the bundle only if no live hold exists, and
+# removes the intent. Each writes before it reads the other's record, so at least one sees
+# the other: the prune skips the bundle (reported as held), or the reader, once the intent
+# is gone, finds the bundle pruned (a clear NotFound) -- never a bundle deleted under it.
+HOLD_TTL = 3600.0      # a hold or intent older than this is a dead process's: ignored
+PRUNE_WAIT = 600.0     # how long a reader waits for a prune of its bundle to finish
+
+
+class KeepAlive:
+    """Rewrites `key` ({"at": now, ...}) every ttl / 10 s until stopped; `ok_at` is the
+    last successful rewrite."""
+
+    def __init__(self, target: Store, key: str, ttl: float, extra: dict | None = None):
+        import threading
+
+        self.target, self.key, self.ttl, self.extra = target, key, ttl, dict(extra or {})
+        self.ok_at = time.time()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="keepalive", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(self.ttl / 10):
+            try:
+                now = time.time()
+                self.target.put(self.key, json.dumps({"at": now, **self.extra}).encode())
+                self.ok_at = now
+            except Exception:  # noqa: BLE001 - judged by the owner through ok_at
+                pass
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def _fresh(target: Store, key: str, now: float) -> bool:
+    try:
+        return now - float(json.loads(target.get(key))["at"]) < HOLD_TTL
+    except (NotFound, ValueError, KeyError, TypeError):
+        return False
+
+
+def holders(target: Store, db: str, collection: str, bundle: str) -> list[str]:
+    """The live holds on a bundle: who holds it."""
+    now, out = time.time(), []
+    for o in target.list(layout.bundle_holds_prefix(db, collection, bundle)):
+        try:
+            doc = json.loads(target.get(o.key))
+            if now - float(doc["at"]) < HOLD_TTL:
+                out.append(str(doc.get("by") or "a reader"))
+        except (NotFound, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+class held:
+    """`with held(target, db, collection, bundle, by=...):` -- the retention prune leaves
+    the bundle while the block runs (read the bundle inside the block). A target the
+    hold cannot be written to (read-only credentials) is read without one, with a warning."""
+
+    def __init__(self, target: Store, db: str, collection: str, bundle: str, *, by: str = "",
+                 say: Callable[[str], None] | None = None, wait: float = PRUNE_WAIT):
+        check_names(db, collection, bundle)
+        self.target, self.where, self.by, self.say, self.wait = target, (db, collection, bundle), by, say, wait
+        self.key: str | None = None
+        self.beat: KeepAlive | None = None
+
+    def __enter__(self):
+        import uuid
+
+        db, collection, bundle = self.where
+        key = layout.bundle_hold(db, collection, bundle, uuid.uuid4().hex[:16])
+        try:
+            self.target.put(key, json.dumps({"at": time.time(), "by": self.by}).encode())
+        except Exception as e:  # noqa: BLE001 - a read-only target: read it unheld
+            if self.say:
+                self.say(f"could not hold bundle {db}.{collection}/{bundle} in {self.target.uri} ({type(e).__name__}; "
+                         f"read-only credentials?): a retention prune of the target could drop it meanwhile")
+            return self
+        self.key = key
+        self.beat = KeepAlive(self.target, key, HOLD_TTL, {"by": self.by})
+        deadline = time.time() + self.wait
+        while _fresh(self.target, layout.bundle_pruning(db, collection, bundle), time.time()):
+            if time.time() > deadline:
+                self.__exit__(None, None, None)
+                raise BundleError(f"bundle {db}.{collection}/{bundle}: a retention prune of it has been running for "
+                                  f"over {self.wait:g} s; try again once it ends")
+            time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.beat is not None:
+            self.beat.stop()
+            self.beat = None
+        if self.key is not None:
+            try:
+                self.target.delete_many([self.key])
+            except Exception:  # noqa: BLE001 - a hold left behind expires after HOLD_TTL
+                pass
+            self.key = None
+
+
+def drop_unless_held(target: Store, db: str, collection: str, bundle: str) -> list[str]:
+    """The prune's side of the protocol: write the intent, drop the bundle (marker first,
+    then bundle.json) only if nobody holds it, remove the intent. Returns the holders
+    (empty: dropped)."""
+    intent = layout.bundle_pruning(db, collection, bundle)
+    target.put(intent, json.dumps({"at": time.time()}).encode())
+    try:
+        who = holders(target, db, collection, bundle)
+        if not who:
+            target.delete_many([layout.bundle_commit(db, collection, bundle)])   # the bundle ends here
+            target.delete_many([layout.bundle_doc(db, collection, bundle)])
+        return who
+    finally:
+        target.delete_many([intent])

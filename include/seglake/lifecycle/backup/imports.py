@@ -56,6 +56,12 @@ def import_bundle(meta: Meta, store: Store, target: Store, collection: str, bund
     name = collection if as_collection is None else validate_name("collection", as_collection)
     threads = int(limits.check("copy_threads", "threads", threads))
     bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
+    # held: a retention prune of the target leaves this bundle while it is imported
+    with bundles.held(target, db, collection, bundle, by=f"import as {db}.{name}", say=say):
+        return _import(meta, store, target, collection, bundle, db, name, snapshot, threads, bps, rps, say)
+
+
+def _import(meta, store, target, collection, bundle, db, name, snapshot, threads, bps, rps, say) -> dict:
     doc = bundles.read(target, db, collection, bundle)
     snap = doc["source"]["snapshot"] if snapshot is None else validate_name("snapshot", snapshot)
     plan = _import_record(meta, doc, db, name, snap)

@@ -3,7 +3,10 @@ retention policy (keep_last / hourly / daily / weekly / monthly, as for snapshot
 sweep the data files no bundle references.
 
     prune: the bundles the policy does not keep (never the newest) lose their commit
-           marker first -- from then on they do not exist -- then their bundle.json
+           marker first -- from then on they do not exist -- then their bundle.json;
+           never a bundle an import or verify holds (bundle.held / drop_unless_held:
+           the prune writes _locks/pruning/... before it looks for holds, a reader
+           writes _locks/holds/... before it looks for a prune: one sees the other)
     sweep: fail closed, with a lock object other exports respect:
            write _locks/sweep/{token}.json (renewed every LOCK_TTL / 10 while the sweep runs)
            -> read EVERY bundle.json in the target (committed or not: an export writes
@@ -83,14 +86,17 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     if newest is not None:
         kept.setdefault(newest, []).append("newest")
     report = {"db": db, "collection": collection, "dry_run": dry_run, "policy": policy.to_json(),
-              "kept": {n: kept[n] for n in sorted(kept)}, "pruned": []}
+              "kept": {n: kept[n] for n in sorted(kept)}, "pruned": [], "held": {}}
     for name in sorted((n for n in times if n not in kept and n not in (planned or {})), key=lambda n: times[n]):
-        if not dry_run:
-            target.delete_many([layout.bundle_commit(db, collection, name)])   # the bundle ends here
-            target.delete_many([layout.bundle_doc(db, collection, name)])
+        who = bundles.holders(target, db, collection, name) if dry_run else \
+            bundles.drop_unless_held(target, db, collection, name)
+        if who:   # an import or verify reads it: kept this time, pruned by a later run
+            report["held"][name] = who
+            continue
         report["pruned"].append(name)
     say(f"prune {db}.{collection}: keep {len(kept)} bundles, {'would drop' if dry_run else 'dropped'} "
-        f"{len(report['pruned'])}" + (f" ({', '.join(report['pruned'])})" if report["pruned"] else ""))
+        f"{len(report['pruned'])}" + (f" ({', '.join(report['pruned'])})" if report["pruned"] else "")
+        + "".join(f"; {n} held by {', '.join(w)}" for n, w in report["held"].items()))
     if sweep:
         report["sweep"] = sweep_data(target, dry_run=dry_run, min_age=min_age, say=say)
     return report

@@ -127,8 +127,9 @@ def verify(target: Store, collection: str, bundle: str, *, db: str = DEFAULT_DB,
     `meta` is given). The Spark engine: spark/jobs/verify_bundle.py."""
     threads = int(limits.check("copy_threads", "threads", threads))
     started = time.time()
-    planned = plan(target, collection, bundle, db=db)
-    report = summarize(planned, check_units(target, planned["units"], threads), started)
+    with bundles.held(target, db, collection, bundle, by="verify", say=say):   # not pruned while read
+        planned = plan(target, collection, bundle, db=db)
+        report = summarize(planned, check_units(target, planned["units"], threads), started)
     say_report(report, say)
     record(meta, report)
     return report
