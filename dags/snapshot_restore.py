@@ -69,24 +69,13 @@ def snapshot_restore():
     def compare(params: dict) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from seglake.lifecycle.snapshot import read_metadata, read_segments, resolve
-        from seglake.visibility import visible_count, visible_rows_of
+        from seglake.lifecycle.restore import compare_table, compare_with_snapshot
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        meta = hook.meta
-        snap, _ = resolve(meta, params["collection"], params["snapshot"], db=params["db"])  # source may be dropped
-        target = meta.catalog.get_by_name(params["target"], params["db"])
-        segs = [s for s in meta.segments.list(target.collection_id) if s.state == "Flushed"]
-        source_segs = [s for s in read_segments(hook.store, snap) if s.state != "Dropped"]
-        rows = {"segments": (snap.segments, len(segs)), "rows": (snap.rows, sum(s.num_rows for s in segs)),
-                "bytes": (snap.bytes, sum(s.total_size() for s in segs)),
-                "visible": (visible_rows_of(hook.store, target.schema, source_segs, known_partitions=[
-                                p["partition_id"] for p in read_metadata(hook.store, snap)["collection"]["partitions"]]
-                            ).num_rows, visible_count(meta, hook.store, target.collection_id))}
-        print(f"{'':10}{'source snapshot':>18}{'target':>18}")
-        for k, (a, b) in rows.items():
-            print(f"{k:10}{a:>18}{b:>18}{'' if a == b else '   <-- differs'}")
+        rows = compare_with_snapshot(hook.meta, hook.store, params["collection"], params["snapshot"],
+                                     params["target"], db=params["db"])
+        print(compare_table(rows))
         if any(a != b for a, b in rows.values()):
             raise AirflowFailException(f"restored {params['target']!r} differs from the snapshot: {rows}")
         return {k: list(v) for k, v in rows.items()}

@@ -55,12 +55,7 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+from seglake.progress import human_bytes  # noqa: E402,F401  (one formatter; `cli.human_bytes` stays importable)
 
 
 def emit(args, data: Any, rows: list[dict] | None = None, columns: list[str] | None = None,

@@ -22,9 +22,10 @@ from typing import Any, Mapping
 
 from seglake.errors import ValidationError
 from seglake.limits import HOUR, LIMITS
+from seglake.meta.catalog import PCHANNEL_COUNT, pchannel_name
 from seglake.names import NAME_PATTERN, NAME_RE, NAME_RULE
+from seglake.runners import ENGINES  # the conf contract offers them
 
-from seglake.runners import ENGINES  # noqa: E402  (the conf contract offers them)
 KINDS = ("name", "text", "number", "integer", "boolean", "tristate", "enum", "location")
 
 
@@ -304,7 +305,7 @@ SPECS: dict[str, dict[str, Key]] = {
     },
     "wal_flush": {
         "pchannel": Key("enum", "pchannel", default="all",
-                        choices=("all", *(f"seglake-dml_{i}" for i in range(16))),
+                        choices=("all", *(pchannel_name(i) for i in range(PCHANNEL_COUNT))),
                         description="One pchannel or all"),
         "engine": ENGINE,
         "max_seconds": Key("number", "Max run time (s)", default=240, limit="flush_max_seconds",

@@ -309,3 +309,30 @@ def source_and_target_files(target_seg) -> list[tuple[str, str, int]]:
     sources = layout.segment_files(target_seg, collection_id=src["collection_id"],
                                    partition_id=src["partition_id"], segment_id=src["segment_id"])
     return [(s.key, t.key, t.size) for s, t in zip(sources, layout.segment_files(target_seg), strict=True)]
+
+
+# -- after a restore: the target side by side with its snapshot ------------------------------
+def compare_with_snapshot(meta: Meta, store: Store, collection: str, snapshot: str, target: str, *,
+                          db: str = DEFAULT_DB) -> dict[str, tuple[int, int]]:
+    """{segments, rows, bytes, visible: (in the snapshot, in the restored target)}: the
+    snapshot's Flushed segments against the target's, and the visible rows of each side
+    by the one visibility rule. The source collection may be dropped meanwhile."""
+    from seglake.lifecycle.snapshot import read_metadata, read_segments, resolve
+    from seglake.visibility import visible_count, visible_rows_of
+
+    snap, _ = resolve(meta, collection, snapshot, db=db)
+    tgt = meta.catalog.get_by_name(target, db)
+    segs = [s for s in meta.segments.list(tgt.collection_id) if s.state == "Flushed"]
+    source_segs = [s for s in read_segments(store, snap) if s.state != "Dropped"]
+    partitions = [p["partition_id"] for p in read_metadata(store, snap)["collection"]["partitions"]]
+    return {"segments": (snap.segments, len(segs)), "rows": (snap.rows, sum(s.num_rows for s in segs)),
+            "bytes": (snap.bytes, sum(s.total_size() for s in segs)),
+            "visible": (visible_rows_of(store, tgt.schema, source_segs, known_partitions=partitions).num_rows,
+                        visible_count(meta, store, tgt.collection_id))}
+
+
+def compare_table(rows: dict[str, tuple[int, int]]) -> str:
+    """compare_with_snapshot's answer as a small table; differing lines marked."""
+    lines = [f"{'':10}{'source snapshot':>18}{'target':>18}"]
+    lines += [f"{k:10}{a:>18}{b:>18}{'' if a == b else '   <-- differs'}" for k, (a, b) in rows.items()]
+    return "\n".join(lines)

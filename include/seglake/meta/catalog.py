@@ -29,6 +29,7 @@ SCALAR_TYPES = {"Bool", "Int8", "Int16", "Int32", "Int64", "Float", "Double", "V
 VECTOR_TYPES = {"FloatVector"}
 MAX_DIM = 32768
 PCHANNEL_COUNT = 16
+PCHANNEL_PREFIX = "seglake-dml_"   # pchannel names: pchannel_name(i)
 DEFAULT_PARTITION = "_default"
 DEFAULT_DB = "default"
 
@@ -136,11 +137,14 @@ class Collection:
         )
 
 
+def pchannel_name(i: int) -> str:
+    """The i-th physical channel (0 <= i < PCHANNEL_COUNT): `seglake-dml_{i}`."""
+    return f"{PCHANNEL_PREFIX}{i}"
+
+
 def vchannel_names(collection_id: int, shards: int) -> tuple[str, ...]:
     """Milvus style: shard i of collection c rides pchannel `seglake-dml_{k}` as `..._{c}v{i}`."""
-    return tuple(
-        f"seglake-dml_{(collection_id + i) % PCHANNEL_COUNT}_{collection_id}v{i}" for i in range(shards)
-    )
+    return tuple(f"{pchannel_name((collection_id + i) % PCHANNEL_COUNT)}_{collection_id}v{i}" for i in range(shards))
 
 
 def pchannel_of(vchannel: str) -> str:

@@ -52,7 +52,7 @@ END = b"SLWALEND"
 _HEAD = struct.Struct("<QQ")
 _REC = struct.Struct("<II")
 _FOOT = struct.Struct("<IQI")
-PCHANNEL_PREFIX = "seglake-dml_"
+from seglake.meta.catalog import PCHANNEL_PREFIX  # noqa: E402  (pchannel names live in the catalog)
 LOG_FORMAT = 2
 
 
@@ -74,8 +74,8 @@ def validate_pchannel(pchannel: str) -> str:
 
 
 def all_pchannels() -> list[str]:
-    from seglake.meta.catalog import PCHANNEL_COUNT
-    return [f"{PCHANNEL_PREFIX}{i}" for i in range(PCHANNEL_COUNT)]
+    from seglake.meta.catalog import PCHANNEL_COUNT, pchannel_name
+    return [pchannel_name(i) for i in range(PCHANNEL_COUNT)]
 
 
 def check_wal_settings(s) -> None:

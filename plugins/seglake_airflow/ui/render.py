@@ -41,14 +41,10 @@ BAD = {"Failed", "Dropped", "Dropping", "DELETING", "failed", "BAD"}
 
 
 def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+    """seglake.progress.human_bytes, '-' for none."""
+    from seglake.progress import human_bytes as fmt
+
+    return "-" if n is None else fmt(n)
 
 
 def human_duration(s: float | None) -> str:
