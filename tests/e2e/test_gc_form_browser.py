@@ -129,7 +129,9 @@ def test_the_gc_form_dry_run_stays_dry_and_no_scheduled_run_appears(standalone, 
            what="the seglake page in Airflow's frame")
     # Airflow's React page may mount the frame again just after it first loads, which
     # cancels a navigation begun in the first copy: click again until the frame leaves
-    moved = f"{frame}.contentWindow.location.pathname === {json.dumps(run_path)}"
+    # (Airflow's router may rewrite the path decoded once the run's page is up: compare decoded)
+    moved = (f"decodeURIComponent({frame}.contentWindow.location.pathname) === "
+             f"{json.dumps('/dags/gc/runs/' + run['dag_run_id'])}")
     for attempt in range(4):
         b.js(f"{frame}.contentDocument.querySelector('a.runid')?.click()")
         try:
