@@ -15,7 +15,7 @@ from pathlib import Path
 
 @contextmanager
 def private_etcd():
-    from seglake.devstack import EtcdServer
+    from seglake.dev.devstack import EtcdServer
 
     with tempfile.TemporaryDirectory(prefix="seglake-bench-") as d:
         server = EtcdServer(state_dir=Path(d)).start(timeout=20)

@@ -59,7 +59,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
-    from seglake import demo
+    from seglake.dev import demo
     from seglake.config import Settings
     from seglake.lifecycle import snapshot
     from seglake.lifecycle.backup import export

@@ -29,7 +29,7 @@ OLD = time.time() - 3 * 86400
 
 def build(meta, store, total: int, collections: int = 50):
     """Segments (10 tiny files each) in `collections` collections, 10% orphans."""
-    from seglake import demo
+    from seglake.dev import demo
     from seglake.lifecycle import snapshot
     from seglake.meta.segments import FLUSHED, Binlog, IndexFile, Segment
     from seglake.storage import layout

@@ -36,7 +36,7 @@ FILES_PER_SEGMENT = 10
 
 def build_source(meta, store, name: str, n_files: int, size: int):
     """A collection whose segments reference n_files files of `size` random bytes."""
-    from seglake import demo
+    from seglake.dev import demo
     from seglake.lifecycle import snapshot
     from seglake.meta.segments import FLUSHED, Binlog, IndexFile, Segment
     from seglake.storage import layout
@@ -64,7 +64,7 @@ def build_source(meta, store, name: str, n_files: int, size: int):
 
 
 def drop_target(meta, store, target: str):
-    from seglake import demo
+    from seglake.dev import demo
     coll = meta.catalog.get_by_name(target)
     demo.purge_collection(meta, store, coll)
 

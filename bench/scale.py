@@ -1,7 +1,7 @@
 """bench/scale.py: GC mark at scale on SeaweedFS S3 through the Spark path.
 
 By default (`make bench`) the run starts the project's own scale-out cluster
-(seglake.cluster: 3 etcd members, SeaweedFS, a Spark standalone master and 2 workers of
+(seglake.dev.cluster: 3 etcd members, SeaweedFS, a Spark standalone master and 2 workers of
 1 core / 1 GiB, loopback), with bounded waits, and stops every server by pid at the end,
 also when the run fails. `--master local[2]` (or SEGLAKE_BENCH_SPARK_MASTER) runs against
 a private etcd + SeaweedFS and that master instead. One bucket is filled once, in two
@@ -267,12 +267,12 @@ def spark_mark(settings, run_id: str, master: str, worker_pids: list[int],
 @contextmanager
 def servers(master: str, scratch: Path):
     """(settings, filer port, master URL, worker daemon pids) of this run's servers:
-    master "cluster": the project's standalone cluster (seglake.cluster), started with a
+    master "cluster": the project's standalone cluster (seglake.dev.cluster), started with a
     bounded wait, its servers tied to this process, and stopped by pid on the way out --
     also on failure; any other master: a private etcd + SeaweedFS and that master."""
     if master != "cluster":
         from seglake.config import Settings
-        from seglake.devstack import WeedServer
+        from seglake.dev.devstack import WeedServer
 
         with private_etcd() as etcd:
             weed = WeedServer(state_dir=scratch / "weed").start(timeout=60)
@@ -284,7 +284,7 @@ def servers(master: str, scratch: Path):
             finally:
                 weed.stop(timeout=30)
         return
-    from seglake.cluster import ClusterStack
+    from seglake.dev.cluster import ClusterStack
 
     stack = ClusterStack(base=scratch / "cluster", bucket=BUCKET, prefix=BASE)
     t = time.perf_counter()

@@ -44,7 +44,7 @@ TARGET = 1.20
 def build_source(meta, store, name: str, n_files: int, size: int, concurrency: int):
     """A collection of n_files/10 segments, each referencing 10 objects of `size` random
     bytes (PUT in parallel), and its snapshot. Returns the source keys."""
-    from seglake import demo
+    from seglake.dev import demo
     from seglake.lifecycle import snapshot
     from seglake.meta.segments import FLUSHED, Binlog, IndexFile, Segment
     from seglake.storage import layout
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from seglake.config import Settings
-    from seglake.devstack import WeedServer
+    from seglake.dev.devstack import WeedServer
     from seglake.meta import Meta
     from seglake.meta.kv import KV
     from seglake.storage import open_store

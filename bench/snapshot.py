@@ -34,7 +34,8 @@ def main(argv=None) -> int:
 
     import fastavro
 
-    from seglake import demo, manifest
+    from seglake import manifest
+    from seglake.dev import demo
     from seglake.lifecycle import snapshot
     from seglake.meta import Meta
     from seglake.meta.kv import KV

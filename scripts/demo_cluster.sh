@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo-cluster`: the whole demo on the scale-out profile (seglake.cluster): a 3-member
+# `make demo-cluster`: the whole demo on the scale-out profile (seglake.dev.cluster): a 3-member
 # etcd cluster, SeaweedFS S3 and a Spark standalone master with 2 workers, all on loopback.
 # The DAGs are unchanged: only the connection profile (.dev/cluster/env: AIRFLOW_CONN_* and
 # SEGLAKE_*) differs from `make demo`. engine=spark for every DAG that has an engine; after

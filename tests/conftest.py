@@ -73,7 +73,7 @@ def test_home():
 
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory):
-    from seglake.devstack import EtcdServer
+    from seglake.dev.devstack import EtcdServer
 
     server = EtcdServer(state_dir=tmp_path_factory.mktemp("etcd")).start(timeout=20)
     yield server
@@ -82,7 +82,7 @@ def etcd_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    from seglake.devstack import WeedServer
+    from seglake.dev.devstack import WeedServer
 
     server = WeedServer(state_dir=tmp_path_factory.mktemp("weed")).start(timeout=60)
     yield server

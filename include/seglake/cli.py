@@ -76,7 +76,7 @@ def _open(settings: Settings):
 
 
 def cmd_demo_seed(args, s: Settings) -> int:
-    from seglake import demo
+    from seglake.dev import demo
 
     params = demo.SeedParams(name=args.name, db=args.db, partitions=args.partitions, segments=args.segments,
                              rows=args.rows, dim=args.dim, shards=args.shards).validate()
@@ -95,7 +95,7 @@ def cmd_demo_seed(args, s: Settings) -> int:
 
 
 def cmd_demo_purge(args, s: Settings) -> int:
-    from seglake import demo
+    from seglake.dev import demo
 
     meta, store = _open(s)
     done = demo.purge(meta, store, args.name, args.db)  # demo data only, no snapshot, no running job
@@ -556,7 +556,7 @@ def _config_show_airflow(args) -> int:
 
 def _stack_etcd(s: Settings):
     from seglake.config import DEFAULT_HOME
-    from seglake.devstack import EtcdServer
+    from seglake.dev.devstack import EtcdServer
 
     host, _, port = s.etcd_endpoint.rpartition(":")
     if host not in ("127.0.0.1", "localhost") or "," in s.etcd_endpoint:
@@ -565,7 +565,7 @@ def _stack_etcd(s: Settings):
 
 
 def cmd_stack(args, s: Settings) -> int:
-    from seglake.devstack import port_open
+    from seglake.dev.devstack import port_open
 
     etcd = _stack_etcd(s)
     pid = etcd.running_pid()
@@ -593,8 +593,8 @@ def cmd_stack(args, s: Settings) -> int:
 
 
 def cmd_cluster(args, s: Settings) -> int:
-    """The scale-out profile (seglake.cluster): 3 etcd members, SeaweedFS, Spark standalone."""
-    from seglake.cluster import ClusterError, ClusterStack
+    """The scale-out profile (seglake.dev.cluster): 3 etcd members, SeaweedFS, Spark standalone."""
+    from seglake.dev.cluster import ClusterError, ClusterStack
     from seglake.config import DEFAULT_HOME
 
     base = Path(args.base) if args.base else Path(DEFAULT_HOME) / "cluster"

@@ -1,5 +1,5 @@
 """The cluster layer (issue 13): one scale-out cluster per pytest session -- 3 etcd
-members, SeaweedFS S3, a Spark standalone master with 2 workers (seglake.cluster) -- on
+members, SeaweedFS S3, a Spark standalone master with 2 workers (seglake.dev.cluster) -- on
 loopback, stopped at the end and tied to the test process.
 
 Skipped only when the machine cannot start it (no etcd / weed binary, no Java, no
@@ -41,7 +41,7 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    from seglake.cluster import ClusterStack, missing_prerequisites
+    from seglake.dev.cluster import ClusterStack, missing_prerequisites
 
     missing = missing_prerequisites()
     if missing:

@@ -10,7 +10,7 @@ import time
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import retention
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import verify

@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.cluster]
 
 
 def test_up_starts_again_on_new_ports_when_a_picked_port_was_taken_meanwhile(tmp_path, monkeypatch):
-    from seglake.cluster import ClusterStack, missing_prerequisites
+    from seglake.dev.cluster import ClusterStack, missing_prerequisites
 
     if missing_prerequisites():
         pytest.skip("this machine cannot start the cluster: " + "; ".join(missing_prerequisites()))

@@ -24,7 +24,7 @@ import pytest
 from fault_harness import (
     LostReplyProxy, assert_invariants, assert_restored, child_env, copy_progress, seed_and_snapshot, wait_until)
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import SeglakeError, Unavailable
 from seglake.lifecycle import copyjob, gc, restore
 from seglake.meta import Meta

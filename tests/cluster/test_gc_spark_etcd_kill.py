@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from fault_harness import assert_invariants, child_env, seed_and_snapshot, wait_until
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import NotFound
 from seglake.lifecycle import gc
 from seglake.meta import Meta

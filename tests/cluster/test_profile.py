@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from seglake.cluster import ClusterStack
+from seglake.dev.cluster import ClusterStack
 
 pytestmark = pytest.mark.airflow
 
@@ -50,7 +50,7 @@ def test_the_hooks_resolve_the_profile_without_any_file_edited(stack, airflow_ho
 
 
 def test_the_env_file_is_private_and_its_seglake_names_are_settings_keys(stack):
-    from seglake.cluster import _write_private
+    from seglake.dev.cluster import _write_private
     from seglake.config import Settings
 
     stack.base.mkdir(parents=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import gc, verify
 from seglake.meta.snapshots import COMMITTED
 from seglake.storage import layout

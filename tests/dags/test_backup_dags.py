@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import snapshot
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import export as exports

@@ -8,7 +8,7 @@ import math
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import snapshot
 
 pytestmark = pytest.mark.airflow

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.meta.kv import KV
 from seglake.storage import layout

@@ -9,7 +9,7 @@ import logging
 import pytest
 from dag_helpers import load_dag
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.meta.copyjobs import TASK_IN_PROGRESS
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import gc, snapshot
 from seglake.meta.segments import DROPPED
 from seglake.storage import layout

@@ -6,7 +6,7 @@ that create DAG runs are driven over real HTTP in tests/e2e/test_page_actions.py
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import copyjob, restore, snapshot
 
 pytestmark = pytest.mark.airflow

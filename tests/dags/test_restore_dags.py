@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import copyjob, restore, snapshot, verify
 from seglake.storage import layout
 

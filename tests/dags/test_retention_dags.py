@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import retention
 
 pytestmark = pytest.mark.airflow

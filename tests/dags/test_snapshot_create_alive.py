@@ -6,7 +6,8 @@ import time
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo, faults
+from seglake import faults
+from seglake.dev import demo
 from seglake.lifecycle import gc, snapshot
 
 pytestmark = pytest.mark.airflow

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import snapshot
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ with the snapshot) and drop still work (issue 8, item 14)."""
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import snapshot
 
 pytestmark = pytest.mark.airflow

@@ -4,7 +4,7 @@ with what etcd holds, and the nav entry is registered."""
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import snapshot
 
 pytestmark = pytest.mark.airflow

@@ -3,7 +3,7 @@
 import pytest
 from dag_helpers import load_dag, task_states
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.storage import layout
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

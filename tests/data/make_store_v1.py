@@ -5,7 +5,7 @@ Run with the code of main at d95988c (the last commit before the row model):
     PYTHONPATH=include:plugins python tests/data/make_store_v1.py [OUT_DIR]
 
 It starts a private etcd on free ports and a temporary local store, then
-- `seglake.demo.seed` a small demo collection (2 partitions, 2 shards, 2 segments per
+- `seglake.dev.demo.seed` a small demo collection (2 partitions, 2 shards, 2 segments per
   partition, 50 rows each, 10 % deleted): legacy binlogs (no fields 0/1), legacy delta
   logs (pk int64, ts uint64), legacy stats logs ({"field_id", "min", "max", "rows"});
 - through the WAL (`WalClient`), collection `wal_v1` (2 shards):
@@ -61,9 +61,9 @@ def old_visible(meta, store, collection_id: int) -> tuple[list[int], int]:
 
 
 def build(out: Path) -> None:
-    from seglake import demo
+    from seglake.dev import demo
     from seglake.config import Settings
-    from seglake.devstack import EtcdServer
+    from seglake.dev.devstack import EtcdServer
     from seglake.lifecycle import flush
     from seglake.meta import Meta
     from seglake.meta.catalog import pchannel_of

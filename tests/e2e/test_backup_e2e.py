@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.visibility import visible_count
 
 pytestmark = [pytest.mark.airflow]

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import pytest
 from cdp import Browser
 
-from seglake import demo
+from seglake.dev import demo
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".dev" / "test" / "artifacts"
 pytestmark = [pytest.mark.airflow]

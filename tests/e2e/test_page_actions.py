@@ -19,7 +19,7 @@ import time
 import pytest
 from cdp import Browser
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.visibility import visible_count
 
 pytestmark = [pytest.mark.airflow]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import Conflict
 from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.meta.segments import FLUSHED

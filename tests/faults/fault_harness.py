@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 import seglake
-from seglake.devstack import EtcdServer, WeedServer, pid_alive
+from seglake.dev.devstack import EtcdServer, WeedServer, pid_alive
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -406,7 +406,7 @@ def wait_until(cond, timeout: float = 60, poll: float = 0.01, what: str = "condi
 # -- data and progress -----------------------------------------------------------------------
 def seed_and_snapshot(meta, store, name: str = "demo", snap: str = "s1", **params):
     """A small collection (10 segments, 90 files by default) and a COMMITTED snapshot."""
-    from seglake import demo
+    from seglake.dev import demo
     from seglake.lifecycle import snapshot
 
     coll, _ = demo.seed(meta, store, demo.SeedParams(name=name, **{**ROWS_SMALL, **params}))

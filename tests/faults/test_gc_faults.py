@@ -8,7 +8,7 @@ import time
 import pytest
 from fault_harness import assert_invariants, kill_when, seed_and_snapshot, wait_until
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import gc
 from seglake.meta.segments import DROPPED
 from seglake.storage import layout

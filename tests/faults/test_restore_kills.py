@@ -71,7 +71,7 @@ def test_restore_killed_at_a_step_boundary_is_re_driven(meta, store, settings, s
 def _still_alive(pids, within):
     import time
 
-    from seglake.devstack import pid_alive
+    from seglake.dev.devstack import pid_alive
 
     deadline = time.time() + within
     while time.time() < deadline and any(pid_alive(p) for p in pids):

@@ -14,7 +14,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from seglake import cli, demo
+from seglake import cli
+from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
 from seglake.lifecycle import retention, snapshot
 

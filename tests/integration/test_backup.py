@@ -12,7 +12,7 @@ import uuid
 import numpy as np
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.config import Settings
 from seglake.errors import ConfigError, Conflict, NotFound
 from seglake.lifecycle import copyjob, snapshot

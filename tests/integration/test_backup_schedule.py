@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import ConfigError, ValidationError
 from seglake.lifecycle import retention, snapshot
 from seglake.lifecycle.backup import bundle as bundles

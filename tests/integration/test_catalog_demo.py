@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
 from seglake.lifecycle import verify
 from seglake.meta.segments import DROPPED, FLUSHED, IMPORTING

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from seglake import cli, demo
+from seglake import cli
+from seglake.dev import demo
 from seglake.lifecycle import gc, snapshot
 
 SECRET = "Sk9xQv7pL2"   # also a valid collection name: echoed input must be masked too

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from seglake import console, demo, metrics
+from seglake import console, metrics
+from seglake.dev import demo
 from seglake.lifecycle import copyjob, gc, restore, snapshot
 from seglake.meta.copyjobs import JOB_EXECUTING
 from seglake.storage import layout

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import ValidationError
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.throttle import BURST, Throttle

@@ -5,7 +5,7 @@ Failed as soon as one is, the timeout. Real etcd, real files, real copies."""
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import Conflict
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.meta.copyjobs import JOB_COMPLETED, JOB_FAILED, TASK_COMPLETED, TASK_FAILED, TASK_IN_PROGRESS

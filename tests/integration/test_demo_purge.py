@@ -4,7 +4,8 @@ it exists or a copy job still uses it. A refusal changes nothing in etcd or the 
 
 import pytest
 
-from seglake import cli, demo
+from seglake import cli
+from seglake.dev import demo
 from seglake.errors import StateError
 from seglake.lifecycle import copyjob, restore, snapshot
 

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from seglake.devstack import pid_alive, stop_pid
+from seglake.dev.devstack import pid_alive, stop_pid
 
 _STARTER = """
 import json, sys, threading, time
 from pathlib import Path
-from seglake.devstack import EtcdServer, Server, WeedServer
+from seglake.dev.devstack import EtcdServer, Server, WeedServer
 
 class Forking(Server):  # a server with a child of its own (like a supervisor)
     def command(self):
@@ -108,7 +108,7 @@ def test_a_killed_starter_not_yet_reaped_counts_as_gone(tmp_path):
 
 
 def test_stop_takes_the_servers_children_too(tmp_path):
-    from seglake.devstack import Server
+    from seglake.dev.devstack import Server
 
     class Forking(Server):
         def command(self):
@@ -138,7 +138,7 @@ def test_detached_servers_outlive_the_cli(tmp_path):
 
 
 def test_a_server_killed_behind_our_back_restarts_with_one_watchdog(tmp_path):
-    from seglake.devstack import EtcdServer
+    from seglake.dev.devstack import EtcdServer
 
     server = EtcdServer(state_dir=tmp_path / "e").start(timeout=30)
     first_dog = server.watchdog.pid

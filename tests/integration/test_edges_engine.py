@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import ValidationError
 from seglake.lifecycle import gc, restore, snapshot
 

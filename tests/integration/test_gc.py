@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import ValidationError
 from seglake.lifecycle import gc, snapshot
 from seglake.meta.segments import DROPPED
@@ -170,7 +170,7 @@ def test_fail_closed_on_an_unreadable_manifest(meta, store, coll):
 
 def test_fail_closed_when_etcd_stops_mid_run(tmp_path):
     from seglake.config import Settings
-    from seglake.devstack import EtcdServer
+    from seglake.dev.devstack import EtcdServer
     from seglake.meta import Meta
     from seglake.storage import open_store
 

@@ -16,7 +16,7 @@ import os
 import time
 
 import pytest
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import NotFound, ValidationError
 from seglake.lifecycle import gc
 from seglake.meta.kv import KV, Compacted, Put

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.config import Settings
 from seglake.errors import NotFound
 from seglake.lifecycle import gc, gcdist, snapshot

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import gc
 from seglake.storage import layout
 from seglake.wal.log import PCHANNEL_PREFIX

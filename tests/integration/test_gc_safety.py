@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import gc, snapshot
 from seglake.meta.segments import DROPPED
 from seglake.storage import layout

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import gc
 from seglake.meta.segments import DROPPED
 

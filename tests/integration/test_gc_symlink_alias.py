@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import gc, gcdist
 from seglake.storage import layout
 from seglake.storage.base import SYMLINK, ObjectInfo, SymlinkRefused

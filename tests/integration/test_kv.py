@@ -111,7 +111,7 @@ def test_tso_is_monotonic_across_restarts_even_if_the_clock_goes_back(settings, 
 
 
 def test_unreachable_etcd_raises_unavailable_after_bounded_retries():
-    from seglake.devstack import free_port
+    from seglake.dev.devstack import free_port
 
     kv = KV(f"127.0.0.1:{free_port()}", timeout=0.5, retries=2)
     with pytest.raises(Unavailable, match="etcd get"):

@@ -3,7 +3,8 @@ files): intermediate lines while the copy is slowed, then a final line with the 
 
 import re
 
-from seglake import demo, faults
+from seglake import faults
+from seglake.dev import demo
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.progress import watch_copy_job
 

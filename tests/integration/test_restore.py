@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from seglake import demo, faults
+from seglake import faults
+from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
 from seglake.lifecycle import copyjob, restore, snapshot, verify
 from seglake.meta.copyjobs import JOB_COMPLETED, JOB_EXECUTING, JOB_FAILED, TASK_FAILED

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError
 from seglake.lifecycle import copyjob, restore, snapshot, verify
 from seglake.meta import kv as kvmod

@@ -3,7 +3,7 @@ batched with get_many, task writes guarded on the attempt's own last write), and
 guards that replaced the per-file re-reads still stop a superseded attempt."""
 
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.meta.copyjobs import JOB_COMPLETED, TASK_IN_PROGRESS
 from seglake.meta.kv import KV

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.config import Settings
 from seglake.lifecycle import copyjob, restore, snapshot, verify
 from seglake.meta.copyjobs import JOB_COMPLETED, JOB_FAILED, TASK_FAILED

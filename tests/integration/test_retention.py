@@ -10,7 +10,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from seglake import cli, demo
+from seglake import cli
+from seglake.dev import demo
 from seglake.errors import NotFound, ValidationError
 from seglake.lifecycle import retention, snapshot
 

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.lifecycle.flush import flush_pchannel
 from seglake.meta.catalog import pchannel_of

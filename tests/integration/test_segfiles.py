@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seglake import demo
+from seglake.dev import demo
 from seglake.errors import ValidationError
 from seglake.meta.segments import DROPPED, FLUSHED, GROWING, Segment
 from seglake.segfiles import (ROW_ID, ROW_ID_FIELD, TIMESTAMP, TS_FIELD, PkStats, log_ids_needed, read_stats,

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from seglake import demo, faults, manifest
+from seglake import faults, manifest
+from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
 from seglake.lifecycle import snapshot
 from seglake.meta.segments import DROPPED, FLUSHED, GROWING, Segment

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from seglake import demo, faults, manifest
+from seglake import faults, manifest
+from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError
 from seglake.lifecycle import copyjob, gc, restore, snapshot
 from seglake.meta.copyjobs import JOB_COMPLETED

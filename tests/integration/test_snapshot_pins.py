@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from seglake import cli, demo
+from seglake import cli
+from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
 from seglake.lifecycle import gc, snapshot
 

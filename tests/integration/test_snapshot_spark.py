@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from seglake import demo, faults
+from seglake import faults
+from seglake.dev import demo
 from seglake.lifecycle import snapshot
 from seglake.meta.snapshots import COMMITTED
 from seglake.storage import layout

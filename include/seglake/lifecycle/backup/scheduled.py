@@ -131,6 +131,7 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
                           collection_id=coll.collection_id, sweep=False, say=say,
                           planned={n: times[n] for n in want} if dry_run else None)
     out["pruned"] = pruned["pruned"]
+    out["held"] = pruned.get("held", {})   # kept this run: an import or verify reads them
     out["sweep"] = None   # run() sweeps the target once, after every collection
     return out
 

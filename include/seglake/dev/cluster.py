@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from seglake.devstack import EtcdServer, Server, WeedServer, find_binary, free_port, pid_alive, port_open
+from seglake.dev.devstack import EtcdServer, Server, WeedServer, find_binary, free_port, pid_alive, port_open
 from seglake.errors import SeglakeError
 
 LOOPBACK = "127.0.0.1"
