@@ -193,35 +193,17 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
             target.delete_many([lock])
 
 
-class _Heartbeat:
-    """Rewrites a sweep's lock every LOCK_TTL / 10 s until stopped. check() refuses the
-    delete when a rewrite failed for long enough that exports may take the lock for dead."""
+class _Heartbeat(bundles.KeepAlive):
+    """The sweep's lock, rewritten every LOCK_TTL / 10 s until stopped. check() refuses
+    the delete when a rewrite failed for long enough that exports may take the lock for
+    dead."""
 
     def __init__(self, target: Store, lock: str):
-        import threading
-
-        self.target, self.lock = target, lock
-        self.ok_at = time.time()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="sweep-lock", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.done.wait(LOCK_TTL / 10):
-            try:
-                now = time.time()
-                self.target.put(self.lock, json.dumps({"at": now}).encode())
-                self.ok_at = now
-            except Exception:  # noqa: BLE001 - judged by check() before the delete
-                pass
+        super().__init__(target, lock, LOCK_TTL)
 
     def check(self) -> None:
         if time.time() - self.ok_at > LOCK_TTL / 2:
-            raise SweepRefused(f"the sweep's lock {self.lock} could not be renewed: nothing swept")
-
-    def stop(self) -> None:
-        self.done.set()
-        self.thread.join()
+            raise SweepRefused(f"the sweep's lock {self.key} could not be renewed: nothing swept")
 
 
 def sweep_running(target: Store, now: float | None = None) -> bool:
