@@ -19,6 +19,7 @@ once per run, from what the run did.
 
 from __future__ import annotations
 
+import time
 from urllib.parse import quote
 
 NOTE_CONN_ID = "airflow_api"
@@ -171,6 +172,9 @@ def _base_url(conn) -> str:
     return f"{conn.schema or 'http'}://{host}" + (f":{conn.port}" if conn.port else "")
 
 
+NOTE_ATTEMPTS = 5   # ~15 s of retries on a server error before the note stays in the log only
+
+
 def set_run_note(dag_id: str, run_id: str, text: str, conn_id: str = NOTE_CONN_ID) -> str:
     """Set the note through the REST API; returns what happened (for the log)."""
     import httpx
@@ -181,23 +185,34 @@ def set_run_note(dag_id: str, run_id: str, text: str, conn_id: str = NOTE_CONN_I
     if conn is None:
         return f"not set: no connection {conn_id!r} (the note is in this log only)"
     base = _base_url(conn)
-    try:
-        with httpx.Client(base_url=base, timeout=20) as client:
-            if conn.login:
-                r = client.post("/auth/token", json={"username": conn.login, "password": conn.password or ""})
-            else:
-                r = client.get("/auth/token")
-            if r.status_code not in (200, 201):
-                return f"not set: {base}/auth/token answered HTTP {r.status_code}"
-            token = r.json()["access_token"]
-            r = client.patch(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}",
-                             params={"update_mask": "note"}, json={"note": text},
-                             headers={"Authorization": f"Bearer {token}"})
-    except (httpx.HTTPError, ValueError, KeyError) as e:
-        return f"not set: {type(e).__name__} talking to {base}"
-    if r.status_code != 200:
-        return f"not set: PATCH dagRun answered HTTP {r.status_code}: {r.text[:200]}"
-    return f"set on {dag_id} {run_id}"
+    said = ""
+    for attempt in range(NOTE_ATTEMPTS):   # a busy API server (SQLite locked: HTTP 500) answers again later
+        if attempt:
+            time.sleep(min(8.0, 0.5 * 2 ** attempt))
+        try:
+            with httpx.Client(base_url=base, timeout=20) as client:
+                if conn.login:
+                    r = client.post("/auth/token", json={"username": conn.login, "password": conn.password or ""})
+                else:
+                    r = client.get("/auth/token")
+                if r.status_code not in (200, 201):
+                    said = f"not set: {base}/auth/token answered HTTP {r.status_code}"
+                    if r.status_code >= 500:
+                        continue
+                    return said
+                token = r.json()["access_token"]
+                r = client.patch(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}",
+                                 params={"update_mask": "note"}, json={"note": text},
+                                 headers={"Authorization": f"Bearer {token}"})
+        except (httpx.HTTPError, ValueError, KeyError) as e:
+            said = f"not set: {type(e).__name__} talking to {base}"
+            continue
+        if r.status_code == 200:
+            return f"set on {dag_id} {run_id}" + (f" (attempt {attempt + 1})" if attempt else "")
+        said = f"not set: PATCH dagRun answered HTTP {r.status_code}: {r.text[:200]}"
+        if r.status_code < 500:
+            return said
+    return said + f" ({NOTE_ATTEMPTS} attempts)"
 
 
 def run_note(kind: str):

@@ -163,3 +163,34 @@ def test_restore_summary_and_counters_from_etcd(airflow_env, meta, store):
     assert text.startswith("FAILED: restore src/s1 -> dst: copy job Completed but verify/compare did not pass")
     text, counters = summarize("snapshot_restore", params, TI({}))
     assert text == "FAILED: restore src/s1 -> dst: no copy job was created (see the task logs)" and counters == {}
+
+
+def test_a_busy_api_server_is_asked_again(monkeypatch):
+    """The API server answering a server error (SQLite locked under parallel runs: HTTP
+    500) is asked again a few times; a 4xx is final; the answer says what happened."""
+    import httpx
+
+    from seglake_airflow import notes
+
+    class Conn:
+        login, password, host, port, schema = "admin", "pw", "127.0.0.1", 9, "http"
+        extra_dejson: dict = {}
+
+    answers = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/auth/token":
+            return httpx.Response(201, json={"access_token": "t"})
+        return httpx.Response(answers.pop(0), json={"detail": "x"})
+
+    real = httpx.Client
+    monkeypatch.setattr(httpx, "Client", lambda **kw: real(transport=httpx.MockTransport(handler), **kw))
+    monkeypatch.setattr("seglake_airflow.hooks.engine._connection", lambda conn_id: Conn())
+    monkeypatch.setattr(notes.time, "sleep", lambda s: None)
+    answers[:] = [500, 500, 200]
+    assert notes.set_run_note("d", "r", "text") == "set on d r (attempt 3)"
+    answers[:] = [404]
+    assert notes.set_run_note("d", "r", "text").startswith("not set: PATCH dagRun answered HTTP 404")
+    answers[:] = [500] * notes.NOTE_ATTEMPTS
+    assert notes.set_run_note("d", "r", "text").endswith(f"({notes.NOTE_ATTEMPTS} attempts)")
+    assert answers == []
