@@ -251,16 +251,23 @@ def test_a_64_mib_export_at_8_mib_per_second_takes_8_seconds(meta, store, tmp_pa
     assert want * 0.85 <= took <= want * 1.15 + 0.5, (took, want)
 
 
-def test_prune_by_policy_then_sweep_only_unreferenced_old_data(meta, store, etcd_server, tmp_path):
-    from seglake.lifecycle.backup import prune
-
+def _three_bundles(meta, store, tmp_path):
+    """Bundles s1..s3 of `bk`, each one segment more; (target, s1's visible rows)."""
     coll = _seed(meta, store, segments=1)
+    first = _rows(meta, store, "bk")
     target = LocalStore(tmp_path / "backup")
     exports.export(meta, store, target, "bk", "s1", **quiet)
     for i in (2, 3):
         _add_segment(meta, store, coll, seed=i)
         snapshot.create(meta, store, "bk", f"s{i}")
         exports.export(meta, store, target, "bk", f"s{i}", **quiet)
+    return target, first
+
+
+def test_prune_by_policy_then_sweep_only_unreferenced_old_data(meta, store, etcd_server, tmp_path):
+    from seglake.lifecycle.backup import prune
+
+    target, _ = _three_bundles(meta, store, tmp_path)
     doc3 = bundles.read(target, "default", "bk", "s3")
     before = bundles.blobs(target)
     dry = prune.prune(target, "bk", {"keep_last": 1}, dry_run=True, **quiet)
@@ -500,19 +507,6 @@ def test_a_sweep_longer_than_the_lock_ttl_keeps_its_lock_alive_until_it_deleted(
     rep = prune.sweep_data(target, now=time.time() + 2 * 86400, **quiet)
     assert rep["deleted"] == 1 and seen and all(seen), seen
     assert list(target.list(layout.sweep_locks_prefix())) == []
-
-
-def _three_bundles(meta, store, tmp_path):
-    """Bundles s1..s3 of `bk`, each one segment more; (target, s1's visible rows)."""
-    coll = _seed(meta, store, segments=1)
-    first = _rows(meta, store, "bk")
-    target = LocalStore(tmp_path / "backup")
-    exports.export(meta, store, target, "bk", "s1", **quiet)
-    for i in (2, 3):
-        _add_segment(meta, store, coll, seed=i)
-        snapshot.create(meta, store, "bk", f"s{i}")
-        exports.export(meta, store, target, "bk", f"s{i}", **quiet)
-    return target, first
 
 
 def test_a_bundle_being_imported_or_verified_is_not_pruned(meta, store, etcd_server, tmp_path, monkeypatch):

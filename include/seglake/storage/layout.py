@@ -374,8 +374,13 @@ def bundles_prefix(db: str | None = None, collection: str | None = None) -> str:
     return f"{BUNDLES}/{_plain_name(db)}/{_plain_name(collection)}/"
 
 
+def _bundle_path(db: str, collection: str, bundle: str) -> str:
+    """`{db}/{collection}/{bundle}`: where a bundle's files, holds and prune intent live."""
+    return f"{_plain_name(db)}/{_plain_name(collection)}/{_plain_name(bundle)}"
+
+
 def bundle_prefix(db: str, collection: str, bundle: str) -> str:
-    return f"{bundles_prefix(db, collection)}{_plain_name(bundle)}/"
+    return f"{BUNDLES}/{_bundle_path(db, collection, bundle)}/"
 
 
 def bundle_doc(db: str, collection: str, bundle: str) -> str:
@@ -412,9 +417,9 @@ def bundle_hold(db: str, collection: str, bundle: str, token: str) -> str:
 
 
 def bundle_holds_prefix(db: str, collection: str, bundle: str) -> str:
-    return f"{BUNDLE_LOCKS}/holds/{_plain_name(db)}/{_plain_name(collection)}/{_plain_name(bundle)}/"
+    return f"{BUNDLE_LOCKS}/holds/{_bundle_path(db, collection, bundle)}/"
 
 
 def bundle_pruning(db: str, collection: str, bundle: str) -> str:
     """A prune's intent to drop a bundle, written before it looks for holds."""
-    return f"{BUNDLE_LOCKS}/pruning/{_plain_name(db)}/{_plain_name(collection)}/{_plain_name(bundle)}.json"
+    return f"{BUNDLE_LOCKS}/pruning/{_bundle_path(db, collection, bundle)}.json"

@@ -380,24 +380,27 @@ class KeepAlive:
         self.thread.join()
 
 
-def _fresh(target: Store, key: str, now: float) -> bool:
+def live_record(target: Store, key: str, ttl: float, now: float | None = None) -> dict | None:
+    """A lock, hold or intent record ({"at": unix seconds, ...}) younger than `ttl`;
+    None when it is missing, unreadable or a dead process's."""
     try:
-        return now - float(json.loads(target.get(key))["at"]) < HOLD_TTL
+        doc = json.loads(target.get(key))
+        if (time.time() if now is None else now) - float(doc["at"]) < ttl:
+            return doc
     except (NotFound, ValueError, KeyError, TypeError):
-        return False
+        pass
+    return None
+
+
+def live_records(target: Store, prefix: str, ttl: float, now: float | None = None) -> list[dict]:
+    """live_record of every key under `prefix`."""
+    return [d for o in target.list(prefix) if (d := live_record(target, o.key, ttl, now)) is not None]
 
 
 def holders(target: Store, db: str, collection: str, bundle: str) -> list[str]:
     """The live holds on a bundle: who holds it."""
-    now, out = time.time(), []
-    for o in target.list(layout.bundle_holds_prefix(db, collection, bundle)):
-        try:
-            doc = json.loads(target.get(o.key))
-            if now - float(doc["at"]) < HOLD_TTL:
-                out.append(str(doc.get("by") or "a reader"))
-        except (NotFound, ValueError, KeyError, TypeError):
-            continue
-    return out
+    return [str(d.get("by") or "a reader")
+            for d in live_records(target, layout.bundle_holds_prefix(db, collection, bundle), HOLD_TTL)]
 
 
 class held:
@@ -427,7 +430,7 @@ class held:
         self.key = key
         self.beat = KeepAlive(self.target, key, HOLD_TTL, {"by": self.by})
         deadline = time.time() + self.wait
-        while _fresh(self.target, layout.bundle_pruning(db, collection, bundle), time.time()):
+        while live_record(self.target, layout.bundle_pruning(db, collection, bundle), HOLD_TTL) is not None:
             if time.time() > deadline:
                 self.__exit__(None, None, None)
                 raise BundleError(f"bundle {db}.{collection}/{bundle}: a retention prune of it has been running for "

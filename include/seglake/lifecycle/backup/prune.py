@@ -208,13 +208,5 @@ class _Heartbeat(bundles.KeepAlive):
 
 def sweep_running(target: Store, now: float | None = None) -> bool:
     """A sweep lock younger than LOCK_TTL exists."""
-    now = time.time() if now is None else now
-    for o in target.list(layout.sweep_locks_prefix()):
-        try:
-            at = float(json.loads(target.get(o.key))["at"])
-        except (NotFound, ValueError, KeyError, TypeError):
-            continue
-        if now - at < LOCK_TTL:
-            return True
-    return False
+    return bool(bundles.live_records(target, layout.sweep_locks_prefix(), LOCK_TTL, now))
 
