@@ -67,6 +67,14 @@ class Clock:
         return self.t
 
 
+@pytest.fixture(autouse=True)
+def fresh_floors(monkeypatch):
+    """Each test its own process-wide floors: a FakeKV's floor is keyed by id(kv), and a
+    collected FakeKV's id may be reused by the next test's (a far-future floor of one test
+    then held up another's clock-follows check, now and then)."""
+    monkeypatch.setattr(alloc, "_floors", {})
+
+
 @pytest.fixture
 def mono(monkeypatch):
     """A fake time.monotonic for the allocator (and a sleep that advances it)."""
