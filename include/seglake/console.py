@@ -7,14 +7,11 @@ and ETA, the latest GC summary, GC pause state, WAL channels). Each section is r
 its own: a section that cannot be read carries an `error` string instead of hiding the
 others, so a page always renders what it can.
 
-WAL channels come from an optional hook: when `seglake.wal` exists and exposes
-`console_channels(meta) -> list[dict]` (keys: vchannel, term, writer, last_tick_ts,
-checkpoint_ts, lag_s, paused), its rows are shown; otherwise the section is empty.
+WAL channels are read from `seglake.wal.client.wal_status` (one row per vchannel).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
@@ -35,7 +32,6 @@ SEGMENT_STATES = tuple(SEGMENT_TRANSITIONS)
 SNAPSHOT_STATES = tuple(SNAPSHOT_TRANSITIONS)
 JOB_STATES = tuple(JOB_TRANSITIONS)
 TASK_STATES = tuple(TASK_TRANSITIONS)
-WAL_HOOK = "console_channels"
 
 
 def _finite(x: float | None) -> float | None:
@@ -175,17 +171,26 @@ def gc_pause(meta: Meta) -> dict:
     return {"all": glob, "collections": sorted(colls), "schedule": gc.get_schedule(meta)}
 
 
-# -- WAL channels (optional) --------------------------------------------------------------------
+# -- WAL channels -------------------------------------------------------------------------------
 def wal_channels(meta: Meta) -> list[dict]:
-    """Rows from `seglake.wal.console_channels(meta)` when the WAL module provides it."""
-    try:
-        wal = importlib.import_module("seglake.wal")
-    except ModuleNotFoundError as e:
-        if e.name not in ("seglake.wal", "seglake"):
-            raise
-        return []
-    hook = getattr(wal, WAL_HOOK, None)
-    return list(hook(meta)) if callable(hook) else []
+    """One row per vchannel: its pchannel's term, writer, last time tick (unix seconds),
+    the vchannel's checkpoint tick and its lag behind the log (seconds; None before the
+    flusher's first checkpoint), paused, and the transactions the last flusher run saw
+    open on it."""
+    from seglake.meta.alloc import physical_ms
+    from seglake.wal.client import wal_status
+
+    rows = []
+    for p in wal_status(meta):
+        last_s = physical_ms(p["last_time_tick"]) / 1000 if p["last_time_tick"] else None
+        for c in p["consumers"]:
+            rows.append({"vchannel": c["vchannel"], "pchannel": p["pchannel"], "term": p["term"],
+                         "writer": p["writer"], "last_tick_ts": last_s,
+                         "checkpoint_ts": None if c["checkpoint_tt"] is None else physical_ms(c["checkpoint_tt"]) / 1000,
+                         "lag_s": None if c["lag_ms"] is None else c["lag_ms"] / 1000, "paused": p["paused"],
+                         # as the last flusher run saw them (txn ids open on this vchannel)
+                         "open_txns": [t["txn_id"] for t in p.get("open_txns", ()) if t["vchannel"] == c["vchannel"]]})
+    return rows
 
 
 # -- backup: exports, the last verification of each bundle, pins, retention policies ------------

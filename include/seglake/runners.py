@@ -11,11 +11,22 @@ A kind's work size and its threshold (config keys):
     verify_bundle  bytes of a bundle's data         inline_threshold_bytes
     snapshot       segment records to write         snapshot_inline_max_segments
     gc             files the references hold        gc_inline_max_files
+
+How inline work runs: `run_inline(fn, units, workers=, pool="thread"|"process")`, the
+one bounded pool every lifecycle's inline engine uses; `split(units, parts)` is the one
+way units are dealt to workers (inline processes and Spark partitions alike);
+`worker_settings(env)` is how a worker rebuilds its settings.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Callable, Iterator, Sequence
+
 from seglake.errors import ValidationError
+from seglake.proclife import worker_of
 
 ENGINES = ("auto", "spark", "inline")
 THRESHOLDS = {"copy": "inline_threshold_bytes", "flush": "inline_threshold_bytes",
@@ -37,3 +48,59 @@ def choose(kind: str, engine: str, size: int, settings) -> str:
     if check_engine(engine) != "auto":
         return engine
     return "inline" if size < getattr(settings, THRESHOLDS[kind]) else "spark"
+
+
+# -- the inline runner -----------------------------------------------------------------------
+POOLS = ("thread", "process")
+
+
+def run_inline(fn: Callable, units: Sequence, *, workers: int, pool: str = "thread",
+               before_each: Callable[[], None] | None = None) -> Iterator:
+    """Run `fn(unit)` for every unit in this task; yield the results in unit order.
+
+    - workers <= 1 or a single unit: one after another, in this thread, calling
+      `before_each()` (e.g. a lease check) before each unit.
+    - pool "thread": a bounded thread pool (I/O-bound units: copies, reads, checks).
+    - pool "process": spawned worker processes (CPU-bound Python per unit: manifest
+      writes, many small files); `fn` and the units must pickle, and every worker dies
+      with this process (proclife.worker_of), so a SIGKILLed task leaves no worker.
+
+    A unit's exception is raised at its turn; units not yet started are cancelled and the
+    running ones are waited for (units are idempotent, so a retry redoes them safely).
+    """
+    if pool not in POOLS:
+        raise ValueError(f"pool must be one of {', '.join(POOLS)}; got {pool!r}")
+    units = list(units)
+    n = max(1, min(int(workers), len(units)))
+    if n == 1:
+        for u in units:
+            if before_each is not None:
+                before_each()
+            yield fn(u)
+        return
+    if pool == "thread":
+        ex = ThreadPoolExecutor(n, thread_name_prefix="seglake-unit")
+    else:
+        ex = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=worker_of, initargs=(os.getpid(),))
+    try:
+        for fut in [ex.submit(fn, u) for u in units]:
+            yield fut.result()
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+def split(items: Sequence, parts: int) -> list[list]:
+    """`items` dealt round-robin into at most `parts` non-empty shares (the split a
+    process pool or a Spark job gives its workers)."""
+    parts = max(1, min(int(parts), len(items)))
+    return [list(items[i::parts]) for i in range(parts)] if items else []
+
+
+def worker_settings(settings_env: dict):
+    """The Settings a worker (a spawned process or a Spark executor) runs with: rebuilt
+    from the environment dict the driver handed over (Settings.to_env), never from the
+    worker's own environment."""
+    from seglake.config import Settings
+
+    return Settings.load(env=settings_env)

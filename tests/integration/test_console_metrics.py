@@ -171,20 +171,6 @@ def test_label_values_are_escaped_and_values_finite():
         metrics.Exposition().family("x", "h", [({}, float("nan"))])
 
 
-def test_wal_hook_absent_means_no_channels(meta, monkeypatch):
-    import importlib
-
-    real = importlib.import_module
-
-    def no_wal(name, *a, **k):
-        if name == "seglake.wal":
-            raise ModuleNotFoundError("No module named 'seglake.wal'", name="seglake.wal")
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(console.importlib, "import_module", no_wal)
-    assert console.wal_channels(meta) == []
-
-
 def test_wal_channels_show_term_ticks_and_checkpoint_lag(meta, store, settings):
     """The page and /metrics read the real WAL: one row per vchannel, its pchannel's term (0 until a takeover)
     and last tick; lag appears once a checkpoint exists, and is the tick distance."""

@@ -30,8 +30,8 @@ from seglake.meta.codec import decode, encode
 from seglake.meta.kv import Delete, Put, retry_on_conflict, unchanged
 from seglake.meta.segments import DROPPED
 from seglake.names import validate_name
+from seglake.wal.checkpoints import RELEASED
 
-RELEASED = "released_vchannels"     # same property as flush.RELEASED
 DROP_MODE = "drop_mode"             # "wal" (a flusher releases) or "direct" (never saw the WAL)
 DROP_STARTED = "drop_started_at"
 
@@ -193,7 +193,7 @@ def finish_drop(meta, name: str, db: str = DEFAULT_DB, *, clock=time.time,
 
 def held_vchannels(meta, coll: Collection) -> list[dict]:
     """Every vchannel not yet released, with its checkpoint lag behind the log (ms)."""
-    from seglake.lifecycle.flush import read_checkpoint
+    from seglake.wal.checkpoints import read_checkpoint
     from seglake.meta.alloc import physical_ms
     from seglake.wal.log import WalLog
     out = []

@@ -68,16 +68,14 @@ from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Binlog, Seg
 from seglake.storage import layout
 from seglake.wal import message as M
 from seglake.wal.buffer import FLUSH, DeleteBuffer, SealPolicy, SegmentBuffer
+from seglake.wal.checkpoints import (RELEASED, Checkpoint, CheckpointError, advances, live_vchannels,  # noqa: F401
+                                     read_checkpoint, record_truncation, referenced_fragments,
+                                     truncatable_fragments, truncated_before)
 from seglake.wal.log import Fenced, WalLog, all_pchannels, expire_producers, validate_pchannel
 from seglake.wal.message import Message, MessageId
 
-RELEASED = "released_vchannels"   # collection property: vchannels a drop released (issue 11)
 L0 = "L0"                          # level of a 0-row segment that only carries a delta log
 RELEASE_BATCH = 100               # segment records per release txn (etcd --max-txn-ops 128)
-
-
-class CheckpointError(SeglakeError):
-    """An attempt to move a vchannel checkpoint backwards."""
 
 
 class VchannelReleased(SeglakeError):
@@ -85,120 +83,9 @@ class VchannelReleased(SeglakeError):
     committed for it; the flusher forgets its state."""
 
 
-# -- checkpoints -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Checkpoint:
-    message_id: MessageId
-    time_tick: int
-
-    def to_json(self) -> dict:
-        return {"message_id": self.message_id.to_json(), "time_tick": self.time_tick}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Checkpoint":
-        tt = d.get("time_tick")
-        if isinstance(tt, bool) or not isinstance(tt, int) or tt < 0:
-            raise ValidationError(f"checkpoint time tick must be a non-negative int, got {tt!r}")
-        return cls(MessageId.parse(d["message_id"]), tt)
-
-
-def read_checkpoint(meta, vchannel: str) -> tuple[Checkpoint | None, int]:
-    """(checkpoint, mod revision of its key; 0 when absent)."""
-    kv = meta.kv.get(meta.keys.channel_checkpoint(vchannel))
-    return (None, 0) if kv is None else (Checkpoint.from_json(json.loads(kv.value)), kv.mod_revision)
-
-
-def advances(old: Checkpoint | None, new: Checkpoint) -> bool:
-    """True when `new` moves past `old`; False when equal; CheckpointError when lower."""
-    if old is None:
-        return True
-    if new.message_id < old.message_id or new.time_tick < old.time_tick:
-        raise CheckpointError(f"checkpoint would move backwards: {old.message_id}@{old.time_tick} -> "
-                              f"{new.message_id}@{new.time_tick}")
-    return (new.message_id, new.time_tick) != (old.message_id, old.time_tick)
-
-
 def _rev_guard(key: str, rev: int) -> Compare:
     return absent(key) if not rev else Compare(key, "mod", "==", rev)
 
-
-# -- vchannels and truncation ----------------------------------------------------------
-def live_vchannels(meta, pchannel: str) -> dict:
-    """vchannel -> Collection for every vchannel of `pchannel` a flusher must serve
-    (collection not Dropped, vchannel not released by a drop)."""
-    out = {}
-    for coll in meta.catalog.list(include_dropped=True):
-        if coll.state == COLL_DROPPED:
-            continue
-        released = set(coll.properties.get(RELEASED, ()))
-        for v in coll.vchannels:
-            if pchannel_of(v) == pchannel and v not in released:
-                out[v] = coll
-    return out
-
-
-def truncated_before(meta, pchannel: str) -> int:
-    """Fragments below this number may have been truncated (1 = none): the log's `first`."""
-    return WalLog(meta, None, pchannel).state().first
-
-
-def truncatable_fragments(meta, pchannel: str, consumer_positions=()) -> list[str]:
-    """Keys of the committed WAL fragments of `pchannel` strictly below every live
-    vchannel's checkpoint and every extra consumer position (MessageIds). Fails closed:
-    no live vchannel, or one without a checkpoint, means nothing is truncatable. Pure read."""
-    validate_pchannel(pchannel)
-    vch = live_vchannels(meta, pchannel)
-    if not vch:
-        return []
-    bounds = []
-    for v in vch:
-        cp, _ = read_checkpoint(meta, v)
-        if cp is None:
-            return []
-        bounds.append(cp.message_id.fragment)
-    bounds += [MessageId.parse(p).fragment for p in consumer_positions]
-    below = min(bounds)
-    log = WalLog(meta, None, pchannel)
-    st = log.state()
-    out = [rec.key for rec in log.fragments(state=replace(st, last=min(st.last, below - 1)))]
-    # format-1 holes: names a fenced writer of the old log may have left
-    out += [layout.wal_fragment(pchannel, n) for n in st.holes if st.first <= n < below]
-    return sorted(out)
-
-
-def referenced_fragments(meta, pchannel: str) -> set[str]:
-    """Keys of every committed fragment still in the log (first..last). A fragment file
-    under wal/{pchannel}/ that is not among them is no one's: a producer that lost its
-    write (never committed; a producer never commits a file older than
-    writer.MAX_COMMIT_DELAY) or a truncated one. Raises on any read error."""
-    log = WalLog(meta, None, pchannel)
-    return {rec.key for rec in log.fragments()}
-
-
-def record_truncation(meta, pchannel: str, fragment_keys: list[str]) -> int:
-    """Persist, BEFORE deleting any of `fragment_keys`, that the log below the highest
-    one's place + 1 may be gone: the log's `first` moves up (one guarded txn; producers
-    racing it retry) and the index records below it are removed. Monotonic; returns
-    the bound."""
-    keys = set(fragment_keys)
-    log = WalLog(meta, None, pchannel)
-
-    def attempt() -> int:
-        st = log.state()
-        places = [rec.n for rec in log.fragments(state=st) if rec.key in keys]
-        places += [n for n in st.holes if layout.wal_fragment(pchannel, n) in keys]
-        bound = max(places, default=0) + 1
-        if bound <= st.first or st.kv is None:
-            return st.first
-        meta.kv.txn([unchanged(st.kv)], [Put(log.log_key, replace(st, first=bound,
-                                                                    holes=[h for h in st.holes if h >= bound]).encoded())])
-        return bound
-    bound = retry_on_conflict(attempt, f"record truncation of {pchannel}")
-    # index records below `first` are no longer read: remove them in pages
-    old = [kv.key for kv in meta.kv.range(log.frags_prefix, end=log.frag_key(bound), keys_only=True)]
-    for i in range(0, len(old), 100):
-        meta.kv.write([Delete(k) for k in old[i:i + 100]])
-    return bound
 
 
 # -- flusher term ----------------------------------------------------------------------------

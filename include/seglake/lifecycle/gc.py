@@ -24,7 +24,7 @@ References: every file of every live segment record, every file of every snapsho
 segment records until their drop tolerance passes. A collection with a PENDING snapshot,
 or paused, is skipped and reported. Internal prefixes (_gc/, _reports/) are never
 collected. WAL fragments (wal/{pchannel}/*.frag) are candidates ("wal_truncated") only
-when `flush.truncatable_fragments` says every live vchannel of the pchannel has a
+when `wal.checkpoints.truncatable_fragments` says every live vchannel of the pchannel has a
 checkpoint above them, or no committed fragment of the log names them (a producer's
 write that never committed: producers never commit a file older than a minute), and
 they are older than missing_tolerance; the sets are computed
@@ -373,12 +373,12 @@ def _is_pchannel(name: str) -> bool:
 
 
 def wal_truncatable(meta: Meta, pchannel: str) -> set[str]:
-    from seglake.lifecycle.flush import truncatable_fragments
+    from seglake.wal.checkpoints import truncatable_fragments
     return set(truncatable_fragments(meta, pchannel))
 
 
 def wal_referenced(meta: Meta, pchannel: str) -> set[str]:
-    from seglake.lifecycle.flush import referenced_fragments
+    from seglake.wal.checkpoints import referenced_fragments
     return referenced_fragments(meta, pchannel)
 
 
@@ -979,7 +979,7 @@ def _wal_not_truncatable(meta: Meta, keys: list[str], out: SweepResult) -> list[
             faults.point("gc.sweep.wal_truncate")
             below = [k for k in ks if k in ok]
             if below:
-                from seglake.lifecycle.flush import record_truncation
+                from seglake.wal.checkpoints import record_truncation
                 record_truncation(meta, pch, below)
             keep += [k for k in ks if k not in ok and k in ref]
         except Exception as e:

@@ -403,21 +403,13 @@ class AppendIncomplete(SeglakeError):
 
 
 # -- status --------------------------------------------------------------------------------
-def read_checkpoint(meta, vchannel: str) -> dict | None:
-    """A consumer checkpoint `{root}/channels/{vchannel}/checkpoint`:
-    {"message_id": [term, fragment, offset], "time_tick": tt} (written by the flusher)."""
-    import json
-
-    kv = meta.kv.get(meta.keys.channel_checkpoint(vchannel))
-    return None if kv is None else json.loads(kv.value)
-
-
 def wal_status(meta, pchannel: str | None = None) -> list[dict]:
     """Per pchannel: term, writer, last time tick, fragments, bytes, paused, consumer lag."""
     import json
 
     from seglake.meta import keys as keymod
     from seglake.meta.alloc import physical_ms
+    from seglake.wal.checkpoints import read_checkpoint
     from seglake.wal.log import TermRecord, WalLog, all_pchannels, pause_state, validate_pchannel
 
     names = [validate_pchannel(pchannel)] if pchannel else all_pchannels()
@@ -434,10 +426,10 @@ def wal_status(meta, pchannel: str | None = None) -> list[dict]:
             continue
         consumers = []
         for v in vchannels.get(p, []):
-            cp = read_checkpoint(meta, v)
-            lag = None if cp is None else max(0, physical_ms(st.last_tt) - physical_ms(cp.get("time_tick", 0)))
-            consumers.append({"vchannel": v, "checkpoint": None if cp is None else cp.get("message_id"),
-                              "lag_ms": lag})
+            cp, _ = read_checkpoint(meta, v)
+            lag = None if cp is None else max(0, physical_ms(st.last_tt) - physical_ms(cp.time_tick))
+            consumers.append({"vchannel": v, "checkpoint": None if cp is None else cp.message_id.to_json(),
+                              "checkpoint_tt": None if cp is None else cp.time_tick, "lag_ms": lag})
         paused = pause_state(meta, p)
         otx = meta.kv.get(keymod.wal_open_txns(meta.keys, p))
         rows.append({"open_txns": [] if otx is None else json.loads(otx.value)["txns"],
