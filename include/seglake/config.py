@@ -1,5 +1,8 @@
 """One typed settings object for the whole engine.
 
+One file on purpose (~470 lines): the settings contract is one table (every key, its
+default, its check and its source) and the loader that applies it layer by layer.
+
 Layers, later wins:
   1. engine defaults (below)
   2. environment: SEGLAKE_CONFIG (a JSON object), SEGLAKE_SECRETS_FILE (a JSON file of

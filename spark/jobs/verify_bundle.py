@@ -30,12 +30,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def run(spark, settings, collection: str, bundle: str, db: str, backup_uri: str | None) -> dict:
     """Plan on the driver, check on executors, summarize: the job minus its I/O setup."""
     from seglake.config import spark_env
-    from seglake.lifecycle.backup import bundle as bundles
+    from seglake.lifecycle.backup import bundle as bundles, holds
     from seglake.lifecycle.backup import verify
 
     started = time.time()
     target = bundles.open_target(settings, backup_uri)
-    with bundles.held(target, db, collection, bundle, by="verify (spark)", say=print):   # not pruned while read
+    with holds.held(target, db, collection, bundle, by="verify (spark)", say=print):   # not pruned while read
         planned = verify.plan(target, collection, bundle, db=db)
         units = planned["units"]
         problems: list[dict] = []

@@ -17,6 +17,7 @@ from seglake.config import Settings
 from seglake.errors import ConfigError, Conflict, NotFound
 from seglake.lifecycle import copyjob, snapshot
 from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import holds
 from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.backup import imports, verify
 from seglake.meta import Meta
@@ -539,10 +540,10 @@ def test_a_bundle_being_imported_or_verified_is_not_pruned(meta, store, etcd_ser
 
     # verify holds its bundle while it reads
     monkeypatch.setattr(bundles, "sha256_of", lambda *a, **k: (_ for _ in ()).throw(
-        AssertionError(bundles.holders(target, "default", "bk", "s3"))))
+        AssertionError(holds.holders(target, "default", "bk", "s3"))))
     with pytest.raises(AssertionError, match="verify"):
         verify.verify(target, "bk", "s3", threads=1, **quiet)
-    assert bundles.holders(target, "default", "bk", "s3") == []
+    assert holds.holders(target, "default", "bk", "s3") == []
 
 
 def test_holds_and_prune_intents_exclude_each_other(meta, store, tmp_path):
@@ -557,17 +558,17 @@ def test_holds_and_prune_intents_exclude_each_other(meta, store, tmp_path):
     intent = layout.bundle_pruning("default", "bk", "s1")
     target.put(intent, json.dumps({"at": time.time()}).encode())
     with pytest.raises(bundles.BundleError, match="retention prune of it has been running"):
-        with bundles.held(target, "default", "bk", "s1", wait=0.5):
+        with holds.held(target, "default", "bk", "s1", wait=0.5):
             pass
     assert list(target.list(layout.bundle_holds_prefix("default", "bk", "s1"))) == []
     threading.Timer(0.5, lambda: target.delete_many([intent])).start()
     t0 = time.time()
-    with bundles.held(target, "default", "bk", "s1", wait=30):
+    with holds.held(target, "default", "bk", "s1", wait=30):
         assert time.time() - t0 >= 0.4
         assert bundles.read(target, "default", "bk", "s1")
     # a hold older than HOLD_TTL is a dead reader's: the prune drops the bundle
     target.put(layout.bundle_hold("default", "bk", "s1", "dead"),
-               json.dumps({"at": time.time() - bundles.HOLD_TTL - 1, "by": "gone"}).encode())
+               json.dumps({"at": time.time() - holds.HOLD_TTL - 1, "by": "gone"}).encode())
     rep = prune.prune(target, "bk", {"keep_last": 1}, sweep=False, **quiet)
     assert rep["pruned"] == ["s1", "s2"] and rep["held"] == {}
 

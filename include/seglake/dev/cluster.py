@@ -3,6 +3,9 @@ SeaweedFS S3 server and a Spark standalone master with 2 workers, under one base
 directory (default `.dev/cluster`). `seglake cluster up|down|status|env`,
 `make cluster-up` / `cluster-down` / `demo-cluster`, and the tests' session fixture.
 
+One file on purpose (~600 lines, development tooling, not the engine): the profile's
+servers and their lifetimes are one unit, started and stopped together.
+
 Guarantees
 - Every server is a devstack.Server: its own session and process group, a pid file,
   bounded waits. Started from a test (detach=False) it dies with the process that started

@@ -1,6 +1,9 @@
 """The etcd layer: compare-guarded transactions, automatic chunking, paged consistent
 range reads, leases, typed errors and bounded retries.
 
+One file on purpose (~560 lines): the etcd client; transactions, chunked writes, paged
+ranges, leases and retries share one connection and one error mapping.
+
 Guarantees
 - `txn(compares, ops)`: ONE transaction; raises Conflict when a compare fails.
 - `write(ops, guard)`: any number of ops, split into transactions of at most

@@ -1,5 +1,8 @@
 """Object-store key layout: the only place that formats a key.
 
+One file on purpose (~425 lines): it is the only place that formats or parses an
+object key, so its size is the size of the layout.
+
     insert_log/{coll}/{part}/{seg}/{field}/{log_id}      Parquet, one column per field
     delta_log/{coll}/{part}/{seg}/{log_id}               Parquet: primary key + timestamp
     stats_log/{coll}/{part}/{seg}/{field}/{log_id}       JSON primary-key statistics

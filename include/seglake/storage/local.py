@@ -1,5 +1,8 @@
 """Local-directory store: the embedded default.
 
+One file on purpose (~680 lines): it is one backend of the Store contract, and every
+operation shares the no-follow resolver and the durable-write helpers below.
+
 Every operation on a key (get, open_read, head, put, copy, delete) reaches it through
 one resolver: directory descriptors opened from the root one component at a time with
 O_NOFOLLOW, the file itself opened or made relative to its directory's descriptor. A

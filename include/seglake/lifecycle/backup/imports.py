@@ -32,6 +32,7 @@ from seglake.errors import Conflict, NotFound
 from seglake.lifecycle import restore as restores
 from seglake.lifecycle import snapshot as snapshots
 from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import holds
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB, shard_of, vchannel_names
 from seglake.meta.kv import Put, absent, unchanged
@@ -57,7 +58,7 @@ def import_bundle(meta: Meta, store: Store, target: Store, collection: str, bund
     threads = int(limits.check("copy_threads", "threads", threads))
     bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
     # held: a retention prune of the target leaves this bundle while it is imported
-    with bundles.held(target, db, collection, bundle, by=f"import as {db}.{name}", say=say):
+    with holds.held(target, db, collection, bundle, by=f"import as {db}.{name}", say=say):
         return _import(meta, store, target, collection, bundle, db, name, snapshot, threads, bps, rps, say)
 
 

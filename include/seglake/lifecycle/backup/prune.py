@@ -4,7 +4,7 @@ sweep the data files no bundle references.
 
     prune: the bundles the policy does not keep (never the newest) lose their commit
            marker first -- from then on they do not exist -- then their bundle.json;
-           never a bundle an import or verify holds (bundle.held / drop_unless_held:
+           never a bundle an import or verify holds (holds.held / drop_unless_held:
            the prune writes _locks/pruning/... before it looks for holds, a reader
            writes _locks/holds/... before it looks for a prune: one sees the other)
     sweep: fail closed, with a lock object other exports respect:
@@ -36,6 +36,7 @@ from seglake import limits
 from seglake.errors import NotFound
 from seglake.lifecycle import retention
 from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import holds
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.progress import human_bytes
 from seglake.storage import Store, layout
@@ -88,8 +89,8 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     report = {"db": db, "collection": collection, "dry_run": dry_run, "policy": policy.to_json(),
               "kept": {n: kept[n] for n in sorted(kept)}, "pruned": [], "held": {}}
     for name in sorted((n for n in times if n not in kept and n not in (planned or {})), key=lambda n: times[n]):
-        who = bundles.holders(target, db, collection, name) if dry_run else \
-            bundles.drop_unless_held(target, db, collection, name)
+        who = holds.holders(target, db, collection, name) if dry_run else \
+            holds.drop_unless_held(target, db, collection, name)
         if who:   # an import or verify reads it: kept this time, pruned by a later run
             report["held"][name] = who
             continue
@@ -193,7 +194,7 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
             target.delete_many([lock])
 
 
-class _Heartbeat(bundles.KeepAlive):
+class _Heartbeat(holds.KeepAlive):
     """The sweep's lock, rewritten every LOCK_TTL / 10 s until stopped. check() refuses
     the delete when a rewrite failed for long enough that exports may take the lock for
     dead."""
@@ -208,5 +209,5 @@ class _Heartbeat(bundles.KeepAlive):
 
 def sweep_running(target: Store, now: float | None = None) -> bool:
     """A sweep lock younger than LOCK_TTL exists."""
-    return bool(bundles.live_records(target, layout.sweep_locks_prefix(), LOCK_TTL, now))
+    return bool(holds.live_records(target, layout.sweep_locks_prefix(), LOCK_TTL, now))
 

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from seglake import limits
 from seglake.errors import NotFound
 from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import holds
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.progress import human_bytes
 from seglake.storage import Store, layout
@@ -127,7 +128,7 @@ def verify(target: Store, collection: str, bundle: str, *, db: str = DEFAULT_DB,
     `meta` is given). The Spark engine: spark/jobs/verify_bundle.py."""
     threads = int(limits.check("copy_threads", "threads", threads))
     started = time.time()
-    with bundles.held(target, db, collection, bundle, by="verify", say=say):   # not pruned while read
+    with holds.held(target, db, collection, bundle, by="verify", say=say):   # not pruned while read
         planned = plan(target, collection, bundle, db=db)
         report = summarize(planned, check_units(target, planned["units"], threads), started)
     say_report(report, say)

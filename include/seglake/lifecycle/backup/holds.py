@@ -1,0 +1,137 @@
+"""Holds: a reader (an import, a verify) keeps a bundle from being pruned while it reads
+it, and the retention prune's side of that protocol. Records live in the backup target
+itself (`_locks/holds/...`, `_locks/pruning/...`, layout builds the keys), each an
+{"at": unix seconds, ...} JSON renewed by a KeepAlive; one older than HOLD_TTL is a dead
+process's and is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable
+
+from seglake.errors import NotFound
+from seglake.lifecycle.backup.bundle import BundleError, check_names
+from seglake.storage import Store, layout
+
+# A reader (import, verify) writes its hold, then waits while a prune intent for the bundle
+# exists; a prune writes its intent, then drops the bundle only if no live hold exists, and
+# removes the intent. Each writes before it reads the other's record, so at least one sees
+# the other: the prune skips the bundle (reported as held), or the reader, once the intent
+# is gone, finds the bundle pruned (a clear NotFound) -- never a bundle deleted under it.
+HOLD_TTL = 3600.0      # a hold or intent older than this is a dead process's: ignored
+PRUNE_WAIT = 600.0     # how long a reader waits for a prune of its bundle to finish
+
+
+class KeepAlive:
+    """Rewrites `key` ({"at": now, ...}) every ttl / 10 s until stopped; `ok_at` is the
+    last successful rewrite."""
+
+    def __init__(self, target: Store, key: str, ttl: float, extra: dict | None = None):
+        import threading
+
+        self.target, self.key, self.ttl, self.extra = target, key, ttl, dict(extra or {})
+        self.ok_at = time.time()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="keepalive", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(self.ttl / 10):
+            try:
+                now = time.time()
+                self.target.put(self.key, json.dumps({"at": now, **self.extra}).encode())
+                self.ok_at = now
+            except Exception:  # noqa: BLE001 - judged by the owner through ok_at
+                pass
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def live_record(target: Store, key: str, ttl: float, now: float | None = None) -> dict | None:
+    """A lock, hold or intent record ({"at": unix seconds, ...}) younger than `ttl`;
+    None when it is missing, unreadable or a dead process's."""
+    try:
+        doc = json.loads(target.get(key))
+        if (time.time() if now is None else now) - float(doc["at"]) < ttl:
+            return doc
+    except (NotFound, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def live_records(target: Store, prefix: str, ttl: float, now: float | None = None) -> list[dict]:
+    """live_record of every key under `prefix`."""
+    return [d for o in target.list(prefix) if (d := live_record(target, o.key, ttl, now)) is not None]
+
+
+def holders(target: Store, db: str, collection: str, bundle: str) -> list[str]:
+    """The live holds on a bundle: who holds it."""
+    return [str(d.get("by") or "a reader")
+            for d in live_records(target, layout.bundle_holds_prefix(db, collection, bundle), HOLD_TTL)]
+
+
+class held:
+    """`with held(target, db, collection, bundle, by=...):` -- the retention prune leaves
+    the bundle while the block runs (read the bundle inside the block). A target the
+    hold cannot be written to (read-only credentials) is read without one, with a warning."""
+
+    def __init__(self, target: Store, db: str, collection: str, bundle: str, *, by: str = "",
+                 say: Callable[[str], None] | None = None, wait: float = PRUNE_WAIT):
+        check_names(db, collection, bundle)
+        self.target, self.where, self.by, self.say, self.wait = target, (db, collection, bundle), by, say, wait
+        self.key: str | None = None
+        self.beat: KeepAlive | None = None
+
+    def __enter__(self):
+        import uuid
+
+        db, collection, bundle = self.where
+        key = layout.bundle_hold(db, collection, bundle, uuid.uuid4().hex[:16])
+        try:
+            self.target.put(key, json.dumps({"at": time.time(), "by": self.by}).encode())
+        except Exception as e:  # noqa: BLE001 - a read-only target: read it unheld
+            if self.say:
+                self.say(f"could not hold bundle {db}.{collection}/{bundle} in {self.target.uri} ({type(e).__name__}; "
+                         f"read-only credentials?): a retention prune of the target could drop it meanwhile")
+            return self
+        self.key = key
+        self.beat = KeepAlive(self.target, key, HOLD_TTL, {"by": self.by})
+        deadline = time.time() + self.wait
+        while live_record(self.target, layout.bundle_pruning(db, collection, bundle), HOLD_TTL) is not None:
+            if time.time() > deadline:
+                self.__exit__(None, None, None)
+                raise BundleError(f"bundle {db}.{collection}/{bundle}: a retention prune of it has been running for "
+                                  f"over {self.wait:g} s; try again once it ends")
+            time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.beat is not None:
+            self.beat.stop()
+            self.beat = None
+        if self.key is not None:
+            try:
+                self.target.delete_many([self.key])
+            except Exception:  # noqa: BLE001 - a hold left behind expires after HOLD_TTL
+                pass
+            self.key = None
+
+
+def drop_unless_held(target: Store, db: str, collection: str, bundle: str) -> list[str]:
+    """The prune's side of the protocol: write the intent, drop the bundle (marker first,
+    then bundle.json) only if nobody holds it, remove the intent. Returns the holders
+    (empty: dropped)."""
+    intent = layout.bundle_pruning(db, collection, bundle)
+    target.put(intent, json.dumps({"at": time.time()}).encode())
+    try:
+        who = holders(target, db, collection, bundle)
+        if not who:
+            target.delete_many([layout.bundle_commit(db, collection, bundle)])   # the bundle ends here
+            target.delete_many([layout.bundle_doc(db, collection, bundle)])
+        return who
+    finally:
+        target.delete_many([intent])
