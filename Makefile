@@ -66,8 +66,11 @@ cluster-status:
 demo-cluster: setup
 	scripts/demo_cluster.sh
 
+# Two pytest-xdist workers (the machine has 2 cores): one runs the heavy layers (cluster,
+# e2e) while the other runs the rest; the ten slowest tests are listed at the end.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=10 tests
 
 test-fast: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit

@@ -24,7 +24,11 @@ from airflow_fixtures import sync_once
 from engine_fixtures import engine_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
-TEST_HOME = REPO / ".dev" / "test"
+# Under pytest-xdist (`make test` runs two workers) each worker has its own home (its
+# own Airflow SQLite, migrated once per worker) and its own session servers.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+TEST_HOME = REPO / ".dev" / "test" / WORKER if WORKER else REPO / ".dev" / "test"
+HEAVY_LAYERS = ("cluster", "e2e")   # one worker runs them one after another (xdist_group)
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "spark" / "jobs"))
 # the test Airflow's cluster policy (short sensor pokes): on the path before Airflow is imported
@@ -52,10 +56,25 @@ for k in list(os.environ):  # the developer's own seglake settings must not leak
 _LAYER_S: dict[str, float] = {}
 
 
+def _layer(nodeid: str) -> str:
+    parts = nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Scheduling under xdist (--dist loadgroup): a test file's tests stay on one worker
+    (its module fixtures are built once); the heavy layers (a 3-member cluster, an
+    `airflow standalone`) form one group, so one worker runs them while the other runs
+    the rest. Without xdist the marks do nothing."""
+    for item in items:
+        layer = _layer(item.nodeid)
+        item.add_marker(pytest.mark.xdist_group("heavy" if layer in HEAVY_LAYERS else item.nodeid.split("::")[0]))
+
+
 def pytest_runtest_logreport(report):
-    """Time per layer (tests/<layer>/), setup + call + teardown, for the summary."""
-    parts = report.nodeid.split("/")
-    layer = parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+    """Time per layer (tests/<layer>/), setup + call + teardown, for the summary (summed
+    over workers under xdist: it is test time, not wall time)."""
+    layer = _layer(report.nodeid)
     _LAYER_S[layer] = _LAYER_S.get(layer, 0.0) + report.duration
 
 
