@@ -70,7 +70,7 @@ demo-cluster: setup
 # e2e) while the other runs the rest; the ten slowest tests are listed at the end.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=10 tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=10 tests
 
 test-fast: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 # own Airflow SQLite, migrated once per worker) and its own session servers.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 TEST_HOME = REPO / ".dev" / "test" / WORKER if WORKER else REPO / ".dev" / "test"
-HEAVY_LAYERS = ("cluster", "e2e")   # one worker runs them one after another (xdist_group)
+HEAVY_LAYERS = ("cluster", "e2e")   # one worker runs them, one after another
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "spark" / "jobs"))
 # the test Airflow's cluster policy (short sensor pokes): on the path before Airflow is imported
@@ -61,14 +61,18 @@ def _layer(nodeid: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
 
 
-def pytest_collection_modifyitems(config, items):
-    """Scheduling under xdist (--dist loadgroup): a test file's tests stay on one worker
-    (its module fixtures are built once); the heavy layers (a 3-member cluster, an
-    `airflow standalone`) form one group, so one worker runs them while the other runs
-    the rest. Without xdist the marks do nothing."""
-    for item in items:
-        layer = _layer(item.nodeid)
-        item.add_marker(pytest.mark.xdist_group("heavy" if layer in HEAVY_LAYERS else item.nodeid.split("::")[0]))
+def pytest_xdist_make_scheduler(config, log):
+    """Scheduling under pytest-xdist (`make test`): a test file's tests stay on one worker
+    (its module fixtures are built once), and the heavy layers (a 3-member cluster, an
+    `airflow standalone`) are ONE unit, so one worker runs them one after another while
+    the other runs the rest. (xdist's own --dist loadgroup cannot do this on pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LayerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "heavy" if _layer(nodeid) in HEAVY_LAYERS else nodeid.split("::")[0]
+
+    return LayerScheduling(config, log)
 
 
 def pytest_runtest_logreport(report):

@@ -178,15 +178,17 @@ def wal_channels(meta: Meta) -> list[dict]:
     flusher's first checkpoint), paused, and the transactions the last flusher run saw
     open on it."""
     from seglake.meta.alloc import physical_ms
+    from seglake.wal.checkpoints import read_checkpoint
     from seglake.wal.client import wal_status
 
     rows = []
     for p in wal_status(meta):
         last_s = physical_ms(p["last_time_tick"]) / 1000 if p["last_time_tick"] else None
         for c in p["consumers"]:
+            cp, _ = read_checkpoint(meta, c["vchannel"])
             rows.append({"vchannel": c["vchannel"], "pchannel": p["pchannel"], "term": p["term"],
                          "writer": p["writer"], "last_tick_ts": last_s,
-                         "checkpoint_ts": None if c["checkpoint_tt"] is None else physical_ms(c["checkpoint_tt"]) / 1000,
+                         "checkpoint_ts": None if cp is None else physical_ms(cp.time_tick) / 1000,
                          "lag_s": None if c["lag_ms"] is None else c["lag_ms"] / 1000, "paused": p["paused"],
                          # as the last flusher run saw them (txn ids open on this vchannel)
                          "open_txns": [t["txn_id"] for t in p.get("open_txns", ()) if t["vchannel"] == c["vchannel"]]})

@@ -7,7 +7,7 @@ and the report all on the executors; the driver holds counts only.
 
 Driver: check tolerances (refuse below the floor unless forced), fix the mark's etcd
 revision, read the small state at it (snapshot records, paused scopes, the WAL view),
-cut the segment records into key ranges. Executors (seglake.lifecycle.gcdist): read
+cut the segment records into key ranges. Executors (seglake.lifecycle.gc.dist): read
 segment records by key range at that revision and snapshot manifests one per task,
 list the store by collection prefix (large ones cut further by a delimiter walk); Spark joins them;
 executors judge every object with the inline engine's `gc.decide`, write the report
@@ -51,7 +51,9 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from seglake.lifecycle import gc, gcdist
+    from seglake.lifecycle import gc
+    from seglake.lifecycle.gc import dist as gcdist
+    from seglake.meta.snapshots import PENDING
 
     opts.check()
     gc.check_run_id(run_id)
@@ -67,7 +69,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
         raw_records = [(kv.key, kv.value) for kv in meta.kv.range(meta.keys.snapshots_prefix(), revision=rev)]
         records = [gcdist._record(r) for r in raw_records]
         scope = gc.References(revision=rev)
-        scope.blocked = {r.collection_id for r in records if r.state == gc.PENDING}
+        scope.blocked = {r.collection_id for r in records if r.state == PENDING}
         scope.snapshot_ids = {(r.collection_id, r.snapshot_id) for r in records}
         scope.paused_all, scope.paused = gc.paused_scopes(meta)
         ranges = gcdist.segment_ranges(meta, rev, segment_range_keys)

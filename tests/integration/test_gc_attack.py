@@ -17,8 +17,10 @@ import time
 
 import pytest
 from seglake.dev import demo
-from seglake.errors import NotFound, ValidationError
+from seglake.errors import NotFound, SeglakeError, ValidationError
 from seglake.lifecycle import gc
+from seglake.lifecycle.gc import report as gcreport
+from seglake import faults
 from seglake.meta.kv import KV, Compacted, Put
 from seglake.meta.segments import DROPPED, FLUSHED, Binlog, Segment
 from seglake.storage import layout
@@ -98,16 +100,16 @@ def test_a_tampered_report_deletes_nothing_it_does_not_vouch_for(meta, store, co
     part = gc.part_key("t", gc.CANDIDATES, 0)
     summary = json.loads(store.get("_gc/t/summary.json"))
     if how == "edited":        # a referenced file in place of an orphan, the counts unchanged
-        rows = gc._get_parquet(store, part)
-        gc._put_parquet(store, part, gc._REPORT_COLUMNS, [row] + rows[1:])
+        rows = gcreport._get_parquet(store, part)
+        gcreport._put_parquet(store, part, gcreport._REPORT_COLUMNS, [row] + rows[1:])
     elif how == "listed_twice":
         summary["report_parts"] *= 2
         store.put("_gc/t/summary.json", json.dumps(summary).encode())
     elif how == "missing":
         store.delete_checked([part])
     else:                      # a part nobody listed: never read
-        gc._put_parquet(store, gc.part_key("t", gc.CANDIDATES, 7), gc._REPORT_COLUMNS, [row])
-        gc._put_parquet(store, gc.part_key("t", gc.DROPPED_PARTS, 7), gc._DROPPED_COLUMNS, [])
+        gcreport._put_parquet(store, gc.part_key("t", gc.CANDIDATES, 7), gcreport._REPORT_COLUMNS, [row])
+        gcreport._put_parquet(store, gc.part_key("t", gc.DROPPED_PARTS, 7), gcreport._DROPPED_COLUMNS, [])
     if how == "extra":
         assert gc.sweep(meta, store, "t").deleted == 3 and not any(store.exists(k) for k in orphans)
     else:
@@ -173,7 +175,7 @@ def test_a_change_between_batches_is_seen_by_the_next_batch(meta, store, coll, m
     orphans = _orphans(store, c, 4)
     m = gc.mark(meta, store, gc.GCOptions())
     batches = []
-    real = gc.faults.point
+    real = faults.point
 
     def point(name):
         if name == "gc.sweep.batch":
@@ -182,7 +184,7 @@ def test_a_change_between_batches_is_seen_by_the_next_batch(meta, store, coll, m
                 _flush_record(meta, coll, orphans[2])
         return real(name)
 
-    monkeypatch.setattr(gc.faults, "point", point)
+    monkeypatch.setattr(faults, "point", point)
     s = gc.sweep(meta, store, m.run_id, batch=2)
     assert len(batches) == 2 and s.deleted == 3 and s.rechecked_kept == 1 and store.exists(orphans[2])
 
@@ -271,7 +273,7 @@ def test_a_listing_page_that_fails_mid_way_fails_the_mark_before_any_report(meta
                 raise ClientError({"Error": {"Code": "SlowDown", "Message": "injected"}}, "ListObjectsV2")
 
         client.meta.events.register("before-parameter-build.s3.ListObjectsV2", fail_second_page)
-        with pytest.raises(gc.SeglakeError, match="SlowDown"):
+        with pytest.raises(SeglakeError, match="SlowDown"):
             gc.mark(meta, store, gc.GCOptions(missing_tolerance=0, force=True), run_id="broken")
         assert calls["n"] == 1
         client.meta.events.unregister("before-parameter-build.s3.ListObjectsV2", fail_second_page)
@@ -310,7 +312,7 @@ def test_compaction_between_fixing_the_marks_revision_and_reading_it_fails_the_m
     """Both engines read references at one fixed revision: compacted before (or while)
     they are read, the read fails and so does the mark (no report), inline and in the
     Spark engine's reference tasks."""
-    from seglake.lifecycle import gcdist
+    from seglake.lifecycle.gc import dist as gcdist
     from seglake.meta.segments import Segments
 
     orphans = _orphans(store, coll.collection_id, 2)

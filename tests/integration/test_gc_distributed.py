@@ -19,7 +19,9 @@ import pytest
 from seglake.dev import demo
 from seglake.config import Settings
 from seglake.errors import NotFound
-from seglake.lifecycle import gc, gcdist, snapshot
+from seglake.lifecycle import gc, snapshot
+from seglake.lifecycle.gc import report as gcreport
+from seglake.lifecycle.gc import dist as gcdist
 from seglake.meta import Meta
 from seglake.meta.segments import DROPPED, FLUSHED, Binlog, Segment
 from seglake.storage import layout, open_store
@@ -168,8 +170,8 @@ def test_a_damaged_report_part_stops_the_sweep_before_deleting(spark, settings, 
     m = _spark_mark(spark, settings, meta, store, "dmg", parts=2)
     idx = m.report_parts[0][0]
     key = gc.part_key("dmg", gc.CANDIDATES, idx)
-    rows = gc._get_parquet(store, key)
-    gc._put_parquet(store, key, gc._REPORT_COLUMNS, rows[:-1])  # a row short
+    rows = gcreport._get_parquet(store, key)
+    gcreport._put_parquet(store, key, gcreport._REPORT_COLUMNS, rows[:-1])  # a row short
     with pytest.raises(gc.GCError, match="damaged"):
         gc.sweep_part(meta, store, "dmg", m.refs_revision, m.report_parts[0], gc.References(revision=m.refs_revision),
                       gc.SweepResult())

@@ -17,6 +17,7 @@ import pytest
 
 from seglake.dev import demo
 from seglake.lifecycle import gc, snapshot
+from seglake.errors import SeglakeError, ValidationError
 from seglake.meta.segments import DROPPED
 from seglake.storage import layout
 
@@ -254,10 +255,10 @@ def test_nan_and_infinite_tolerances_are_refused(meta, store, coll):
     orphan = _write(store, f"insert_log/{coll.collection_id}/9/9/100/1")
     for kw in ({"missing_tolerance": float("nan")}, {"drop_tolerance": float("inf"), "force": True},
                {"floor": float("nan")}, {"missing_tolerance": float("-inf"), "force": True}):
-        with pytest.raises(gc.ValidationError, match="finite"):
+        with pytest.raises(ValidationError, match="finite"):
             gc.run(meta, store, gc.GCOptions(**kw))
     for ttl in (float("nan"), float("inf"), 0):
-        with pytest.raises(gc.ValidationError, match="ttl"):
+        with pytest.raises(ValidationError, match="ttl"):
             gc.pause(meta, None, ttl=ttl)
     assert os.path.exists(orphan)
 
@@ -399,7 +400,7 @@ def test_a_store_root_swapped_for_a_symlink_deletes_nothing(tmp_path):
 def spark_listing(settings, prefixes=("",), levels=1, split_at=1, want=4) -> list[str]:
     """The keys the Spark mark's executors list (gcdist.listing_rows: walk_top ->
     plan_units -> list_unit_rows, the same steps in one process), every prefix split."""
-    from seglake.lifecycle import gcdist
+    from seglake.lifecycle.gc import dist as gcdist
     plan = gcdist.MarkPlan("listing", 0.0, 0.0, 0, None, 0.0, gc.References(), gc.WalView(), settings.to_env())
     return [row[0] for row in gcdist.listing_rows(plan, list(prefixes), levels, split_at, want)]
 
@@ -421,7 +422,7 @@ def test_the_split_listing_sees_exactly_what_the_plain_listing_sees(store, s3_st
         for prefixes, levels in (([""], 1), (["insert_log/"], 0), (["insert_log/1/", "insert_log/10/"], 0)):
             for split_at in (1, 1000):
                 split = spark_listing(st_settings, prefixes, levels, split_at)
-                plain = [gc.layout.display_key(o.key) for p in prefixes for o in st.list(p)]
+                plain = [layout.display_key(o.key) for p in prefixes for o in st.list(p)]
                 assert sorted(split) == sorted(plain) and len(split) == len(set(split)), (prefixes, split_at)
         assert len(list(st.list(""))) == n
 
@@ -449,5 +450,5 @@ def test_an_unreadable_directory_is_reported_and_never_blocks_the_run(meta, stor
     assert res["mark"]["unreadable_directories"]["sample"] == ["insert_log/%d/8/" % c, "lost+found/"]
     assert "could not be read" in gc.format_summary(res)
     assert {"lost+found/", f"insert_log/{c}/8/"} <= set(spark_listing(settings))  # the Spark listing too
-    with pytest.raises(gc.SeglakeError, match="cannot list"):  # plain listings still refuse
+    with pytest.raises(SeglakeError, match="cannot list"):  # plain listings still refuse
         list(store.list(""))

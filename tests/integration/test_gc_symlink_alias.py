@@ -10,7 +10,8 @@ import time
 import pytest
 
 from seglake.dev import demo
-from seglake.lifecycle import gc, gcdist
+from seglake.lifecycle import gc
+from seglake.lifecycle.gc import dist as gcdist
 from seglake.storage import layout
 from seglake.storage.base import SYMLINK, ObjectInfo, SymlinkRefused
 

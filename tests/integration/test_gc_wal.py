@@ -8,6 +8,7 @@ import os
 import time
 
 from seglake.lifecycle import gc
+from seglake.lifecycle.gc import walview as gcwalview
 from seglake.lifecycle.flush import flush_pchannel, live_vchannels, read_checkpoint, truncated_before
 from seglake.meta.catalog import pchannel_of
 from seglake.storage import layout
@@ -135,7 +136,7 @@ def test_wal_error_fails_closed_for_wal_only(meta, store, settings, monkeypatch)
 
     def broken(meta, pchannel):
         raise RuntimeError("etcd went away")
-    monkeypatch.setattr(gc, "wal_truncatable", broken)
+    monkeypatch.setattr(gcwalview, "wal_truncatable", broken)
     r = gc.run(meta, store, gc.GCOptions(**OPTS))
     assert set(_fragments(store)) == set(before)
     assert "etcd went away" in r["mark"]["wal"]["error"]

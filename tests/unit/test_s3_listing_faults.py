@@ -10,7 +10,7 @@ import pytest
 moto = pytest.importorskip("moto")
 
 from seglake.errors import SeglakeError
-from seglake.lifecycle import gcdist
+from seglake.lifecycle.gc import dist as gcdist
 from seglake.storage.s3 import S3Store
 
 N = 1_100  # > 1 page of 1000, of objects and of common prefixes

@@ -429,7 +429,7 @@ def wal_status(meta, pchannel: str | None = None) -> list[dict]:
             cp, _ = read_checkpoint(meta, v)
             lag = None if cp is None else max(0, physical_ms(st.last_tt) - physical_ms(cp.time_tick))
             consumers.append({"vchannel": v, "checkpoint": None if cp is None else cp.message_id.to_json(),
-                              "checkpoint_tt": None if cp is None else cp.time_tick, "lag_ms": lag})
+                              "lag_ms": lag})
         paused = pause_state(meta, p)
         otx = meta.kv.get(keymod.wal_open_txns(meta.keys, p))
         rows.append({"open_txns": [] if otx is None else json.loads(otx.value)["txns"],

@@ -15,7 +15,7 @@ here: plain functions over rows, testable without Spark).
                (`list_unit_rows`)
     Spark      joins: path -> referenced / Dropped owner, owner -> reclaimable,
                segment -> collection; rows co-partitioned by segment
-    executors  `gc.decide` per row (the inline engine's judgement), one report part
+    executors  `decide` per row (the inline engine's judgement), one report part
                written per partition, counts returned (`judge_partition`)
     driver     counts merged into summary.json; it never holds a per-object row
 
@@ -33,7 +33,13 @@ from itertools import islice
 from typing import Iterable, Iterator
 
 from seglake import faults
-from seglake.lifecycle import gc, snapshot
+from seglake.lifecycle import snapshot
+from seglake.lifecycle.gc.judge import decide, refuse_symlink, report_row
+from seglake.lifecycle.gc.mark import MarkCounts
+from seglake.lifecycle.gc.refs import References
+from seglake.lifecycle.gc.report import write_part
+from seglake.lifecycle.gc.verdicts import CANDIDATE_REASONS
+from seglake.lifecycle.gc.walview import WalView
 from seglake.meta.codec import decode_struct
 from seglake.meta.segments import DROPPED, Segment
 from seglake.storage import layout
@@ -60,8 +66,8 @@ class MarkPlan:
     revision: int
     collection_id: int | None
     drop_tolerance: float
-    scope: gc.References                 # blocked / paused collections, snapshot ids (no files)
-    wal: gc.WalView
+    scope: References                 # blocked / paused collections, snapshot ids (no files)
+    wal: WalView
     settings_env: dict = field(default_factory=dict)
 
     def settings(self):
@@ -271,27 +277,27 @@ def listing_rows(plan: MarkPlan, prefixes: list[str], levels: int, split_at: int
 
 # -- judging ------------------------------------------------------------------------------------
 def judge_partition(plan: MarkPlan, index: int, rows: Iterable) -> Iterator[str]:
-    """Judge one partition of joined rows with `gc.decide`, write its report part, and
+    """Judge one partition of joined rows with `decide`, write its report part, and
     return its counts (one JSON string). Rows: kind 'o' (a listed object with what the
     references say about it) or 'd' (a reclaimable Dropped segment of this partition)."""
     store = plan.store()
-    counts = gc.MarkCounts()
+    counts = MarkCounts()
     candidates, dropped = [], []
     for r in rows:
         if r["kind"] == "d":
             dropped.append((r["own_c"], r["d_p"], r["own_s"]))
             continue
         if r["size"] == SYMLINK:
-            gc.refuse_symlink(r["path"])
+            refuse_symlink(r["path"])
         owner = (r["own_c"], r["own_s"]) if r["own_c"] is not None else None
         seg_coll = r["seg_coll"]
-        verdict = gc.decide(r["path"], bool(r["referenced"]), owner, bool(r["own_reclaimable"]),
+        verdict = decide(r["path"], bool(r["referenced"]), owner, bool(r["own_reclaimable"]),
                             lambda _s: seg_coll, plan.scope, plan.collection_id, plan.wal)
-        row = gc.report_row(ObjectInfo(r["path"], r["size"], r["mtime"]), *verdict, plan.cutoff)
+        row = report_row(ObjectInfo(r["path"], r["size"], r["mtime"]), *verdict, plan.cutoff)
         counts.add(row)
-        if row["reason"] in gc.CANDIDATE_REASONS:
+        if row["reason"] in CANDIDATE_REASONS:
             candidates.append(row)
     dropped = sorted(set(dropped))
     counts.dropped_segments = len(dropped)
-    part = gc.write_part(store, plan.run_id, index, sorted(candidates, key=lambda c: c["path"]), dropped)
+    part = write_part(store, plan.run_id, index, sorted(candidates, key=lambda c: c["path"]), dropped)
     yield json.dumps({"counts": counts.to_json(), "part": part})

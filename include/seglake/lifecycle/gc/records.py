@@ -1,0 +1,52 @@
+"""The records GC cleans after a sweep: stale PENDING, unfinished DELETING and expired
+snapshots, copy jobs past retention, empty Dropped collections."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from seglake.errors import Conflict, StateError
+from seglake.lifecycle import copyjob, snapshot
+from seglake.lifecycle.gc.options import GCOptions
+from seglake.meta import Meta
+from seglake.meta.kv import Delete, unchanged
+from seglake.meta.snapshots import COMMITTED, DELETING, PENDING
+from seglake.storage import Store
+
+
+# -- dropped segments and records ----------------------------------------------------------------
+def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None = None) -> dict:
+    """Stale PENDING / unfinished DELETING / expired snapshots, expired copy jobs, and
+    Dropped collections with nothing left."""
+    now = time.time() if now is None else now
+    out = defaultdict(int)
+    out["expired_pins_removed"] = meta.snapshots.remove_expired_holds(now)
+    for rec in list(meta.snapshots.list(opts.collection_id)):
+        if rec.state == PENDING:  # reclaimed only when its writers stopped beating, claim first
+            if snapshot.reclaim_abandoned(meta, store, rec, opts.snapshot_pending_timeout, now=now):
+                out["stale_pending_snapshots"] += 1
+        elif rec.state == DELETING:
+            snapshot.remove_files_and_record(meta, store, rec)
+            out["deleting_snapshots_finished"] += 1
+        elif rec.state == COMMITTED and rec.expires_at is not None and rec.expires_at < now \
+                and not rec.pinned_by(min(now, time.time())):
+            try:
+                snapshot.drop_by_id(meta, store, rec.collection_id, rec.name, now=now)
+            except (Conflict, StateError):   # pinned (or changed) since the listing: the pin wins
+                out["expired_snapshots_held"] += 1
+                continue
+            out["expired_snapshots"] += 1
+    out["copy_jobs_removed"] = len(copyjob.cleanup_expired(meta, opts.copy_job_retention, now=now))
+
+    for coll in list(meta.catalog.list(include_dropped=True)):
+        if coll.state != "Dropped" or (opts.collection_id is not None and coll.collection_id != opts.collection_id):
+            continue
+        if meta.kv.count(meta.keys.segments_prefix(coll.collection_id)) or \
+                meta.kv.count(meta.keys.snapshots_prefix(coll.collection_id)):
+            continue
+        kv = meta.kv.get(meta.keys.collection(coll.collection_id))
+        if kv is not None:   # with its retention policy, if it had one
+            meta.kv.txn([unchanged(kv)], [Delete(kv.key), Delete(meta.keys.retention(coll.collection_id))])
+            out["dropped_collections_removed"] += 1
+    return dict(out)
