@@ -131,6 +131,7 @@ LIMITS: dict[str, Limit] = {
     "snapshot_inline_max_segments": _count(0, 10**9),
     "segments_per_manifest": _count(1, 1_000_000),
     "gc_inline_max_files": _count(0, 10**10),
+    "gc_list_threads": _count(1, 256),
     "id_block_size": _count(1, 10**7),
     "copy_threads": _count(1, 256),
     "wal_fragment_bytes": _count(1024, 1 << 30),

@@ -52,7 +52,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     from pyspark.sql import functions as F
 
     from seglake.lifecycle import gc
-    from seglake.lifecycle.gc import dist as gcdist
+    from seglake.lifecycle.gc import dist as gcdist, listing as gclisting
     from seglake.meta.snapshots import PENDING
 
     opts.check()
@@ -61,7 +61,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     par = sc.defaultParallelism
     parts = gc.positive("--parts", parts or max(2, 2 * par))
     segment_range_keys = gc.positive("--segment-range-keys", segment_range_keys or gcdist.SEGMENT_RANGE_KEYS)
-    split_at = gc.positive("--split-at", split_at or gcdist.SPLIT_AT)
+    split_at = gc.positive("--split-at", split_at or gclisting.SPLIT_AT)
     started = now()
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     try:
@@ -97,7 +97,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
         .persist(StorageLevel.MEMORY_AND_DISK)
     prefixes = top.filter(lambda x: x[0] == "unit").map(lambda x: x[1])
     n_prefixes = prefixes.count()
-    want = max(gcdist.UNITS_PER_PREFIX, 4 * par)  # listing units a large prefix is cut into
+    want = max(gclisting.UNITS_PER_PREFIX, 4 * par)  # listing units a large prefix is cut into
     planned = _partitioned_by_index(prefixes, n_prefixes, 4 * par) \
         .flatMap(lambda p: gcdist.plan_units(plan, p, split_at, want)) \
         .persist(StorageLevel.MEMORY_AND_DISK)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from seglake.dev import demo
-from seglake.errors import ValidationError
+from seglake.errors import NotFound, ValidationError
 from seglake.lifecycle import gc, snapshot
 from seglake.meta.segments import DROPPED
 from seglake.storage import layout
@@ -335,3 +335,66 @@ def test_cli_gc_report_pause_resume(meta, store, coll, settings, monkeypatch, ca
     assert doc["candidates"] == 1 and doc["dry_run"] is True
     assert cli.main(["gc", "report"]) == 0
     assert "orphan" in capsys.readouterr().out
+
+
+def _big_store(meta, store):
+    """Three collections, many orphans spread over enough prefixes that the listing is cut
+    into units (split_at below), plus unrecognised keys and the WAL directory."""
+    colls = [demo.seed(meta, store, demo.SeedParams(name=f"g{i}", partitions=2, segments=3, rows=50, dim=4))[0]
+             for i in range(3)]
+    for c in colls:
+        for p in range(12):
+            for n in range(20):
+                store.put(f"insert_log/{c.collection_id}/{p + 100}/{n + 500}/100/1", b"o")
+    store.put("stray/file.txt", b"x")
+    store.put("insert_log/not-a-number/1", b"x")
+    for o in store.list(""):
+        _age(store, o.key, 2 * DAY)
+    return colls
+
+
+def test_the_parallel_inline_listing_marks_exactly_what_the_serial_one_marks(meta, store, monkeypatch):
+    """The inline mark lists the store cut into units as the Spark mark cuts it, with
+    gc_list_threads threads: same candidates, same counts, same report as one thread."""
+    from seglake.lifecycle.gc import listing
+
+    _big_store(meta, store)
+    monkeypatch.setattr(listing, "SPLIT_AT", 50)   # cut even this small store into many units
+    serial = gc.mark(meta, store, _opts(dry_run=True, list_threads=1), run_id="serial")
+    par = gc.mark(meta, store, _opts(dry_run=True, list_threads=4), run_id="par")
+    assert serial.counts.candidates == 3 * 12 * 20 and serial.counts.unrecognised.files == 2
+    s, p = serial.summary(), par.summary()
+    for k in ("run_id", "started_at", "cutoff", "report", "report_parts"):
+        s.pop(k), p.pop(k)
+    for d in (s, p):   # (the second mark also lists the first one's report under _gc/)
+        d["listed"] -= d.pop("internal")
+    assert s == p
+    assert [c["path"] for c in serial.candidates] == [c["path"] for c in par.candidates]
+    assert gc.read_report(store, "serial") == gc.read_report(store, "par")
+    units = []
+    real = listing.list_unit
+    monkeypatch.setattr(listing, "list_unit", lambda st, u: units.append(u) or real(st, u))
+    gc.mark(meta, store, _opts(dry_run=True, list_threads=4), run_id="units")
+    assert len(units) > 10 and any(start is not None for _, start in units)   # really cut
+
+
+def test_a_unit_that_cannot_be_listed_fails_the_whole_mark(meta, store, monkeypatch):
+    """Fail closed: one failing listing unit among many fails the mark before any report."""
+    from seglake.lifecycle.gc import listing
+
+    _big_store(meta, store)
+    monkeypatch.setattr(listing, "SPLIT_AT", 50)
+    real = listing.list_unit
+    calls = []
+
+    def flaky(st, unit):
+        calls.append(unit)
+        if len(calls) == 5:
+            raise OSError("listing failed")
+        return real(st, unit)
+    monkeypatch.setattr(listing, "list_unit", flaky)
+    with pytest.raises(OSError, match="listing failed"):
+        gc.mark(meta, store, _opts(list_threads=4), run_id="broken")
+    assert not [o.key for o in store.list("_gc/") if "broken" in o.key]   # no report, no summary
+    with pytest.raises(NotFound):
+        gc.latest_summary(store)

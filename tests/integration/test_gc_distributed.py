@@ -22,6 +22,7 @@ from seglake.errors import NotFound
 from seglake.lifecycle import gc, snapshot
 from seglake.lifecycle.gc import report as gcreport
 from seglake.lifecycle.gc import dist as gcdist
+from seglake.lifecycle.gc import listing as gclisting
 from seglake.meta import Meta
 from seglake.meta.segments import DROPPED, FLUSHED, Binlog, Segment
 from seglake.storage import layout, open_store
@@ -356,16 +357,16 @@ def test_a_large_prefix_cut_into_units_is_listed_exactly_once(any_store):
     assert whole == sorted(keys)
     for want, depth in ((1, 0), (2, 0), (4, 1), (16, 3), (100, 3)):
         units, got = [], []
-        for kind, x in gcdist.split_units(any_store, "insert_log/1/", want, depth):
+        for kind, x in gclisting.split_units(any_store, "insert_log/1/", want, depth):
             if kind == "obj":
-                got.append(x[0])
+                got.append(x.key)
             else:
                 units.append(x)
                 got += [o.key for o in any_store.list_names(*x)]
         assert sorted(got) == whole, (want, depth, units)
         if want in (4, 16):  # (100 walks down to the files: every object found on the way)
             assert len(units) >= 4
-    assert gcdist.name_groups(["1/", "10/", "11/", "12/", "2/", "3-x/", "3/"], 3) == ["1/", "10", "11", "12", "2", "3"]
+    assert gclisting.name_groups(["1/", "10/", "11/", "12/", "2/", "3-x/", "3/"], 3) == ["1/", "10", "11", "12", "2", "3"]
 
 
 def test_segment_ranges_cover_every_record_once(meta):

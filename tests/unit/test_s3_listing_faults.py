@@ -10,7 +10,7 @@ import pytest
 moto = pytest.importorskip("moto")
 
 from seglake.errors import SeglakeError
-from seglake.lifecycle.gc import dist as gcdist
+from seglake.lifecycle.gc import listing as gclisting
 from seglake.storage.s3 import S3Store
 
 N = 1_100  # > 1 page of 1000, of objects and of common prefixes
@@ -57,7 +57,7 @@ def _listings(store):
         "list": lambda: list(store.list("insert_log/")),
         "list_level": lambda: store.list_level("insert_log/"),
         "list_names": lambda: list(store.list_names("insert_log/1/2/", "")),
-        "split_units": lambda: list(gcdist.split_units(store, "insert_log/", 4, 1)),
+        "split_units": lambda: list(gclisting.split_units(store, "insert_log/", 4, 1)),
     }
 
 

@@ -29,11 +29,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Iterable, Iterator
 
 from seglake import faults
 from seglake.lifecycle import snapshot
+from seglake.lifecycle.gc.listing import SPLIT_AT, UNITS_PER_PREFIX, WALK_DEPTH, cut_prefix, list_unit, walk_levels
 from seglake.lifecycle.gc.judge import decide, refuse_symlink, report_row
 from seglake.lifecycle.gc.mark import MarkCounts
 from seglake.lifecycle.gc.refs import References
@@ -46,9 +46,6 @@ from seglake.storage import layout
 from seglake.storage.base import SYMLINK, ObjectInfo
 
 SEGMENT_RANGE_KEYS = 20_000   # segment records per reference task
-SPLIT_AT = 1_000              # a collection prefix with more objects is listed in several units
-UNITS_PER_PREFIX = 16         # units a large prefix is cut into (about)
-WALK_DEPTH = 3                # delimiter levels walked below a large prefix at most
 
 # reference row: (tag, path, collection, partition, segment, etcd key, flag)
 REF_SCHEMA = "tag string, path string, c long, p long, s long, key string, flag boolean"
@@ -181,81 +178,24 @@ def object_row(o: ObjectInfo) -> tuple:
             None if p is None or p.snapshot_id is not None else p.segment_id, lookup)
 
 
+def _as_rows(items: Iterable[tuple]) -> Iterator[tuple]:
+    for kind, x in items:
+        yield (kind, object_row(x) if kind == "obj" else x)
+
+
 def walk_top(plan: MarkPlan, prefixes: list[str], levels: int) -> Iterator[tuple]:
-    """The first `levels` delimiter levels under each prefix (one task: a handful of
-    delimiter listings): ("unit", prefix) for each prefix below them, ("obj", row) for
-    each object found on the way. Units and objects cover the prefixes exactly."""
-    store = plan.store()
-    todo = [(p, levels) for p in prefixes]
-    while todo:
-        p, left = todo.pop()
-        if left == 0:
-            yield ("unit", p)
-            continue
-        dirs, files = store.list_level(p, report_unreadable=True)
-        for o in files:
-            yield ("obj", object_row(o))
-        todo += [(d, left - 1) for d in dirs]
+    """walk_levels on an executor (one task), objects as rows."""
+    return _as_rows(walk_levels(plan.store(), prefixes, levels))
 
 
 def plan_units(plan: MarkPlan, prefix: str, split_at: int = SPLIT_AT, want: int = UNITS_PER_PREFIX,
                depth: int = WALK_DEPTH) -> Iterator[tuple]:
-    """How to list one prefix: ("unit", (prefix, None)) whole when a probe sees at most
-    `split_at` objects, else cut by a delimiter walk (`split_units`)."""
-    store = plan.store()
-    if sum(1 for _ in islice(store.list(prefix, report_unreadable=True), split_at + 1)) <= split_at:
-        yield ("unit", (prefix, None))
-    else:
-        yield from split_units(store, prefix, want, depth)
-
-
-def split_units(store, prefix: str, want: int, depth: int) -> Iterator[tuple]:
-    """A delimiter walk of a large prefix: the objects directly in it ("obj" rows) and
-    about `want` units (prefix, name start) that together list everything below its
-    children once: a level with fewer than `want` children is walked one level deeper
-    (at most `depth`), a level with enough is cut into groups of child names sharing a
-    leading string (`name_groups`). No unit relies on listing order."""
-    dirs, files = store.list_level(prefix, report_unreadable=True)
-    for o in files:
-        yield ("obj", object_row(o))
-    if not dirs:
-        return
-    if len(dirs) < want and depth > 0:
-        share = -(-want // len(dirs))
-        for d in dirs:
-            yield from split_units(store, d, share, depth - 1)
-        return
-    for start in name_groups([d[len(prefix):] for d in dirs], want):
-        yield ("unit", (prefix, start))
-
-
-def name_groups(names: list[str], want: int) -> list[str]:
-    """Leading strings that split `names` (distinct, each ending in '/') into groups of
-    about len/want: every name begins with exactly one of them (a trie's leaves)."""
-    target = max(1, -(-len(names) // max(1, want)))
-    out: list[str] = []
-
-    def split(q: str, group: list[str]) -> None:
-        if len(group) <= target or all(len(n) == len(q) for n in group):
-            out.append(q)
-            return
-        by_next: dict[str, list[str]] = {}
-        for n in group:
-            by_next.setdefault(n[len(q)], []).append(n)  # (a name equal to q ends in '/': a group of one)
-        for c in sorted(by_next):
-            split(q + c, by_next[c])
-
-    split("", sorted(names))
-    return out
+    """cut_prefix on an executor, objects as rows."""
+    return _as_rows(cut_prefix(plan.store(), prefix, split_at, want, depth))
 
 
 def list_unit_rows(plan: MarkPlan, unit: tuple[str, str | None]) -> Iterator[tuple]:
-    faults.point("gc.mark.list")
-    prefix, start = unit
-    store = plan.store()
-    objects = store.list(prefix, report_unreadable=True) if start is None else \
-        store.list_names(prefix, start, report_unreadable=True)
-    for o in objects:
+    for o in list_unit(plan.store(), unit):
         yield object_row(o)
 
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from seglake.lifecycle.gc.judge import classify, reclaimable, scan_prefixes
+from seglake.lifecycle.gc.listing import list_objects
 from seglake.lifecycle.gc.options import GCOptions
 from seglake.lifecycle.gc.refs import References, load_references
 from seglake.lifecycle.gc.report import CANDIDATES, check_run_id, write_part
@@ -172,13 +173,16 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
     refs = refs or load_references(meta, store)
     reclaim = reclaimable(refs, opts, started)
     wal = load_wal_view(meta, store, opts.collection_id)
-    objects = (o for p in scan_prefixes(opts.collection_id) for o in store.list(p, report_unreadable=True))
+    # cut into units as the Spark mark cuts it, listed by `list_threads` threads
+    levels = 1 if opts.collection_id is None else 0   # insert_log/, index_files/, ... or one collection's
+    objects = list_objects(store, scan_prefixes(opts.collection_id), levels, opts.list_threads)
     counts = MarkCounts(dropped_segments=len(reclaim.segments), dropped_kept=reclaim.kept)
     candidates = []
     for row in classify(objects, refs, cutoff, opts.collection_id, reclaim, wal):
         counts.add(row)
         if row["reason"] in CANDIDATE_REASONS:
             candidates.append(row)
+    candidates.sort(key=lambda c: c["path"])   # the same report whatever order the units came in
     dropped = sorted(seg.ref for seg in reclaim.segments.values())
     part = write_part(store, run_id, 0, candidates, dropped)
     m = MarkResult(run_id, started, cutoff, counts, [part] if part else [], candidates, refs.revision,

@@ -26,12 +26,14 @@ class GCOptions:
     force: bool = False
     dry_run: bool = False
     collection_id: int | None = None   # scope: one collection, or all
+    list_threads: int = 4              # parallel listings of the inline mark
 
     @classmethod
     def from_settings(cls, s, **overrides) -> "GCOptions":
         base = cls(missing_tolerance=s.missing_tolerance, drop_tolerance=s.drop_tolerance,
                    snapshot_pending_timeout=s.snapshot_pending_timeout,
-                   copy_job_retention=s.copy_job_retention, floor=s.tolerance_floor)
+                   copy_job_retention=s.copy_job_retention, floor=s.tolerance_floor,
+                   list_threads=s.gc_list_threads)
         for k, v in overrides.items():
             if v is not None:
                 setattr(base, k, v)
@@ -53,6 +55,7 @@ class GCOptions:
                 raise ValidationError(f"gc {name} of {v:g}s ({v / 3600:g} h) is below the {self.floor:g}s floor "
                                       f"({self.floor / 3600:g} h); allowed: at least the floor, or force (CLI "
                                       "--force, DAG conf force: true) to go below it")
+        limits.check("gc_list_threads", "gc list_threads", self.list_threads)
         c = self.collection_id
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or not FIRST_ID <= c <= layout.MAX_ID):
             raise ValidationError(f"gc collection_id must be a collection id ({FIRST_ID}..{layout.MAX_ID}) or None "
