@@ -18,6 +18,7 @@ from seglake import cli
 from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
 from seglake.lifecycle import retention, snapshot
+from seglake.lifecycle.snapshot import creation as snapcreation
 
 SMALL = demo.SeedParams(partitions=1, segments=2, rows=40, dim=4)
 T0 = datetime(2026, 3, 1, 0, 0, tzinfo=timezone.utc).timestamp()
@@ -101,14 +102,14 @@ def test_retried_run_same_minute_at_different_seconds_takes_one_snapshot(meta, s
 # -- retention: crashes and races -------------------------------------------------------------
 def test_retry_after_a_crash_mid_create_resumes(meta, store, coll, monkeypatch):
     retention.set_policy(meta, "demo", {"keep_last": 3})
-    real = snapshot.write_all
+    real = snapcreation.write_all
 
     def crash(*a, **k):
         raise SeglakeError("worker killed while writing manifests")
-    monkeypatch.setattr(snapshot, "write_all", crash)
+    monkeypatch.setattr(snapcreation, "write_all", crash)
     with pytest.raises(SeglakeError, match="worker killed"):
         retention.run(meta, store, "demo", now=T0)
-    monkeypatch.setattr(snapshot, "write_all", real)
+    monkeypatch.setattr(snapcreation, "write_all", real)
     rep = retention.run(meta, store, "demo", now=T0)   # the DAG's retry: same run time
     assert rep["created"] == "sched_20260301T0000Z"
     assert meta.snapshots.find(coll.collection_id, "sched_20260301T0000Z").state == "COMMITTED"

@@ -11,6 +11,7 @@ from seglake import faults, manifest
 from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
 from seglake.lifecycle import snapshot
+from seglake.lifecycle.snapshot import write as snapwrite
 from seglake.meta.segments import DROPPED, FLUSHED, GROWING, Segment
 from seglake.meta.snapshots import COMMITTED, DELETING, PENDING
 from seglake.storage import layout
@@ -250,7 +251,7 @@ def test_cli_snapshots(meta, store, coll, settings, monkeypatch, capsys):
 
 
 def test_large_captures_write_manifests_from_worker_processes(meta, store, coll, monkeypatch):
-    monkeypatch.setattr(snapshot, "PARALLEL_MIN_SEGMENTS", 1)
+    monkeypatch.setattr(snapwrite, "PARALLEL_MIN_SEGMENTS", 1)
     rec = snapshot.begin(meta, "demo", "parallel")
     rec = snapshot.write_all(meta, store, rec, per_file=2, workers=2)
     assert rec.state == COMMITTED and rec.manifests == 3 and rec.segments == 6

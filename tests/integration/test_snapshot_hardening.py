@@ -17,6 +17,7 @@ from seglake import faults, manifest
 from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError
 from seglake.lifecycle import copyjob, gc, restore, snapshot
+from seglake.lifecycle.snapshot import alive as snapalive
 from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.meta.segments import DROPPED
 from seglake.meta.snapshots import COMMITTED, DELETING, PENDING
@@ -64,7 +65,7 @@ def _in_thread(fn, *args, **kwargs):
 
 # -- item 4: the stale-PENDING claim ---------------------------------------------------------
 def test_a_pending_create_whose_writer_beats_is_never_reclaimed_however_old(meta, store, coll, monkeypatch):
-    monkeypatch.setattr(snapshot, "HEARTBEAT_INTERVAL", 0.1)
+    monkeypatch.setattr(snapalive, "HEARTBEAT_INTERVAL", 0.1)
     rec = snapshot.begin(meta, "demo", "slow", now=time.time() - 10 * HOUR)  # created long ago
     with snapshot.KeepAlive(meta, rec, "test writer"):
         time.sleep(0.3)
@@ -129,7 +130,7 @@ def test_a_heartbeat_between_gcs_read_and_claim_makes_the_claim_lose(meta, store
 
 
 def test_a_writer_learns_at_its_next_beat_that_gc_reclaimed_it(meta, store, coll, monkeypatch):
-    monkeypatch.setattr(snapshot, "HEARTBEAT_INTERVAL", 0.05)
+    monkeypatch.setattr(snapalive, "HEARTBEAT_INTERVAL", 0.05)
     rec = snapshot.begin(meta, "demo", "zombie")
     with snapshot.KeepAlive(meta, rec, "zombie") as alive:
         # a beat landing between the claim's read and its txn makes the claim lose: retry

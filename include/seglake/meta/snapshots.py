@@ -1,5 +1,5 @@
 """Snapshot records in etcd: one small key per snapshot; the segment list lives in
-object storage (manifests + metadata JSON, see lifecycle/snapshot.py).
+object storage (manifests + metadata JSON, see lifecycle/snapshot/).
 
     (absent) --begin--> PENDING --commit--> COMMITTED --drop--> DELETING --> (absent)
     PENDING (abandoned: no heartbeat) --GC claim--> DELETING --> (absent)

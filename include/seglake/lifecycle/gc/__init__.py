@@ -3,10 +3,12 @@ file that is not seglake's own.
 
 The package, one concern per module: options (GCOptions, GCError), pause (pauses and
 the scheduled-run settings), refs (the references), walview (the WAL as GC sees it),
-judge (THE judgement of one key), report (the candidate report under _gc/), mark, sweep,
-records (snapshot, copy-job and collection records), run (the whole inline run), dist
-(what the Spark mark's executors run), verdicts (the reason names). This module is the
-public face: `from seglake.lifecycle import gc; gc.mark(...)`.
+judgement (THE judgement of one key), listing (the store cut into listing units, both
+engines), report (the candidate report under _gc/), marking, sweeping, records
+(snapshot, copy-job and collection records), inline (the whole inline run), dist (what
+the Spark mark's executors run), verdicts (the reason names). Modules are named so that
+no module shadows a function of the same name. This module is the public face:
+`from seglake.lifecycle import gc; gc.mark(...)`.
 
     check tolerances (finite; floor unless force) -> load references (ALL or nothing)
       -> mark:  list the store (cutoff fixed when listing STARTS), judge every key:
@@ -56,15 +58,15 @@ from seglake.lifecycle.gc.refs import (References, load_references, snapshot_rec
                                        refresh_references, changed_records)
 from seglake.lifecycle.gc.walview import (WalView, wal_truncatable, wal_referenced, load_wal_view,
                                           not_truncatable)
-from seglake.lifecycle.gc.judge import (Reclaim, reclaimable, judge, decide, lookup_segment,
+from seglake.lifecycle.gc.judgement import (Reclaim, reclaimable, judge, decide, lookup_segment,
                                         refuse_symlink, report_row, classify, scan_prefixes)
 from seglake.lifecycle.gc.report import (CANDIDATES, DROPPED_PARTS, LEGACY_PART, check_run_id,
                                          part_key, write_part, report_parts, read_part, sweep_plan,
                                          read_report, read_json, latest_summary)
-from seglake.lifecycle.gc.mark import (Tally, MarkCounts, MarkResult, new_run_id, mark, finish_mark)
-from seglake.lifecycle.gc.sweep import (SweepResult, still_collectable, sweep, record_sweep,
+from seglake.lifecycle.gc.marking import (Tally, MarkCounts, MarkResult, new_run_id, mark, finish_mark)
+from seglake.lifecycle.gc.sweeping import (SweepResult, still_collectable, sweep, record_sweep,
                                         sweep_part, sweep_parts_from_env)
 from seglake.lifecycle.gc.records import (clean_records)
-from seglake.lifecycle.gc.run import (run, format_summary)
+from seglake.lifecycle.gc.inline import (run, format_summary)
 
 __all__ = ['GC_PREFIX', 'INTERNAL', 'SWEEP_BATCH', 'SAMPLE', 'ORPHAN', 'DROPPED_SEGMENT', 'WAL_TRUNCATED', 'CANDIDATE_REASONS', 'WAL_RETAINED', 'WAL_SKIPPED', 'REFERENCED', 'INTERNAL_FILE', 'UNRECOGNISED', 'UNKNOWN_SEGMENT', 'OUT_OF_SCOPE', 'DROPPED_RECENT', 'UNREADABLE_DIR', 'BLOCKED', 'PAUSED', 'YOUNG', 'GCError', 'GCOptions', 'positive', 'pause', 'resume', 'paused_scopes', 'set_schedule', 'get_schedule', 'clear_schedule', 'References', 'load_references', 'snapshot_records', 'refresh_references', 'changed_records', 'WalView', 'wal_truncatable', 'wal_referenced', 'load_wal_view', 'not_truncatable', 'Reclaim', 'reclaimable', 'judge', 'decide', 'lookup_segment', 'refuse_symlink', 'report_row', 'classify', 'scan_prefixes', 'CANDIDATES', 'DROPPED_PARTS', 'LEGACY_PART', 'check_run_id', 'part_key', 'write_part', 'report_parts', 'read_part', 'sweep_plan', 'read_report', 'read_json', 'latest_summary', 'Tally', 'MarkCounts', 'MarkResult', 'new_run_id', 'mark', 'finish_mark', 'SweepResult', 'still_collectable', 'sweep', 'record_sweep', 'sweep_part', 'sweep_parts_from_env', 'clean_records', 'run', 'format_summary']

@@ -34,8 +34,8 @@ from typing import Iterable, Iterator
 from seglake import faults
 from seglake.lifecycle import snapshot
 from seglake.lifecycle.gc.listing import SPLIT_AT, UNITS_PER_PREFIX, WALK_DEPTH, cut_prefix, list_unit, walk_levels
-from seglake.lifecycle.gc.judge import decide, refuse_symlink, report_row
-from seglake.lifecycle.gc.mark import MarkCounts
+from seglake.lifecycle.gc.judgement import decide, refuse_symlink, report_row
+from seglake.lifecycle.gc.marking import MarkCounts
 from seglake.lifecycle.gc.refs import References
 from seglake.lifecycle.gc.report import write_part
 from seglake.lifecycle.gc.verdicts import CANDIDATE_REASONS

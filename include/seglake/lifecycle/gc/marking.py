@@ -11,7 +11,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from seglake.lifecycle.gc.judge import classify, reclaimable, scan_prefixes
+from seglake.lifecycle.gc.judgement import classify, reclaimable, scan_prefixes
 from seglake.lifecycle.gc.listing import list_objects
 from seglake.lifecycle.gc.options import GCOptions
 from seglake.lifecycle.gc.refs import References, load_references

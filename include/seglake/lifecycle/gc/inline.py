@@ -3,12 +3,12 @@ as text."""
 
 from __future__ import annotations
 
-from seglake.lifecycle.gc.mark import mark, new_run_id
+from seglake.lifecycle.gc.marking import mark, new_run_id
 from seglake.lifecycle.gc.options import GCOptions
 from seglake.lifecycle.gc.records import clean_records
 from seglake.lifecycle.gc.refs import load_references
 from seglake.lifecycle.gc.report import check_run_id
-from seglake.lifecycle.gc.sweep import sweep
+from seglake.lifecycle.gc.sweeping import sweep
 from seglake.meta import Meta
 from seglake.storage import Store
 

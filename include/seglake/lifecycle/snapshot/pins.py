@@ -1,0 +1,57 @@
+"""Operators' pins (Milvus 3.0's pin_snapshot_data / unpin_snapshot_data)."""
+
+from __future__ import annotations
+
+import time
+
+
+from seglake.errors import NotFound, StateError, ValidationError
+from seglake.meta import Meta
+from seglake.meta.catalog import DEFAULT_DB
+from seglake.names import validate_name
+from seglake.progress import utc_time
+from seglake import limits
+from seglake.lifecycle.snapshot.read import resolve
+
+
+# -- operators' pins (Milvus 3.0's pin_snapshot_data / unpin_snapshot_data) ------------------
+def pin(meta: Meta, collection: str, name: str, ttl: float, *, db: str = DEFAULT_DB, by: str = "",
+        collection_id: int | None = None, now: float | None = None) -> dict:
+    """Pin a COMMITTED snapshot for `ttl` seconds (1 s .. 365 days): it cannot be dropped
+    (nor expire), so GC keeps every file it references; returns the pin (its `pin_id` is
+    what unpin takes). Checked before any change; the pin vanishes by itself at expiry."""
+    ttl = limits.check("pin_ttl", "pin ttl (seconds)", ttl)
+    if not isinstance(by, str) or len(by) > 256 or not by.isprintable():
+        raise ValidationError("pin 'by' must be printable text of at most 256 characters")
+    rec, _ = resolve(meta, collection, name, db=db, collection_id=collection_id)
+    now = time.time() if now is None else now
+    if rec.expires_at is not None and rec.expires_at <= now:
+        raise StateError(f"snapshot {name!r} expired at {utc_time(rec.expires_at)} (its TTL); GC removes it: "
+                         f"an expired snapshot cannot be pinned")
+    pin_id = meta.ids.allocate()
+    meta.snapshots.hold(rec.collection_id, rec.name, pin_id, now + ttl, now, by=by)
+    return meta.snapshots.pin_record(pin_id) or {"pin_id": pin_id}
+
+
+def unpin(meta: Meta, pin_id: int) -> dict:
+    """Remove pin `pin_id`; NotFound (one sentence) for an unknown or expired-and-removed id."""
+    if isinstance(pin_id, bool) or not isinstance(pin_id, int) or pin_id <= 0:
+        raise ValidationError(f"pin id must be a positive integer, got {pin_id!r}")
+    return meta.snapshots.release(pin_id)
+
+
+def list_pins(meta: Meta, collection: str | None = None, *, db: str = DEFAULT_DB,
+              now: float | None = None) -> list[dict]:
+    """Unexpired pins (of one collection by name, or all), oldest first."""
+    now = time.time() if now is None else now
+    cid = None
+    if collection is not None:
+        validate_name("collection", collection)
+        try:   # the live collection of that name: its pins, not a dropped namesake's
+            cid = meta.catalog.get_by_name(collection, db).collection_id
+        except NotFound:
+            pass
+    out = [d for d in meta.snapshots.pin_records() if d["expires_at"] > now
+           and (collection is None or (d["collection_id"] == cid if cid is not None
+                                       else (d["collection"] == collection and d["db"] == db)))]
+    return sorted(out, key=lambda d: (d["created_at"], d["pin_id"]))
