@@ -8,6 +8,7 @@ import pytest
 from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError
 from seglake.lifecycle import copyjob, restore, snapshot, verify
+from seglake.lifecycle.copyjob import copying
 from seglake.meta import kv as kvmod
 from seglake.meta import segments as segmod
 from seglake.meta.copyjobs import JOB_COMPLETED, JOB_FAILED, TASK_COMPLETED
@@ -193,7 +194,7 @@ def test_a_timeout_racing_completion_never_rolls_back_a_completed_job(meta, stor
 def _copied_target_files(meta, store, job_id):
     job = meta.copyjobs.get(job_id)[0]
     segs = sorted(meta.segments.list(job.target_collection_id), key=lambda s: s.segment_id)
-    return [(src, dst) for s in segs for src, dst, _ in restore.source_and_target_files(s)]
+    return [(src, dst) for s in segs for src, dst, _ in copyjob.source_and_target_files(s)]
 
 
 def test_a_full_size_file_with_a_zero_hole_is_copied_again(meta, store, snap):
@@ -276,11 +277,11 @@ def test_a_zombie_attempt_cannot_finish_a_task_a_re_drive_owns(meta, store, snap
     job_id = restore.restore(meta, store, "demo", "s1", "zombie")
     copyjob.plan(meta, job_id, 10)
     task, kv = meta.copyjobs.get_task(job_id, 0)
-    zombie = copyjob._Owned(*meta.copyjobs.update_task_kv(kv, task.replace(state="InProgress", attempt=1)))
+    zombie = copying._Owned(*meta.copyjobs.update_task_kv(kv, task.replace(state="InProgress", attempt=1)))
     _, kv = meta.copyjobs.get_task(job_id, 0)
     meta.copyjobs.update_task(kv, zombie.task.replace(attempt=2))  # the re-drive took over, mid-copy
     done = {"segments": 5, "files": 35, "bytes": 1, "skipped": 0}
-    copyjob._finish_task(meta, zombie, done, TASK_COMPLETED, "", 0.0)
+    copying._finish_task(meta, zombie, done, TASK_COMPLETED, "", 0.0)
     cur = meta.copyjobs.get_task(job_id, 0)[0]
     assert (cur.state, cur.attempt) == ("InProgress", 2)
     assert copyjob.wait_status(meta, job_id)[0] == "waiting"

@@ -5,6 +5,7 @@ guards that replaced the per-file re-reads still stop a superseded attempt."""
 
 from seglake.dev import demo
 from seglake.lifecycle import copyjob, restore, snapshot
+from seglake.lifecycle.copyjob import copying
 from seglake.meta.copyjobs import JOB_COMPLETED, TASK_IN_PROGRESS
 from seglake.meta.kv import KV
 
@@ -24,7 +25,7 @@ def _round_trips(meta, store, monkeypatch, name, segments):
 
 
 def test_copy_and_finalize_round_trips_do_not_grow_with_segments(meta, store, monkeypatch):
-    monkeypatch.setattr(copyjob, "PROGRESS_EVERY_S", 1e9)  # progress saves are time-based
+    monkeypatch.setattr(copying, "PROGRESS_EVERY_S", 1e9)  # progress saves are time-based
     few = _round_trips(meta, store, monkeypatch, "few", 2)       # 4 segments
     many = _round_trips(meta, store, monkeypatch, "many", 30)    # 60 segments, one 64-segment batch
     assert len(many) == len(few), (len(few), len(many), sorted(set(many) - set(few)))
@@ -37,8 +38,8 @@ def test_a_superseded_attempt_stops_at_its_next_progress_save(meta, store, monke
     snapshot.create(meta, store, "sup", "s")
     job_id = restore.restore(meta, store, "sup", "s", "sup_copy")
     copyjob.plan(meta, job_id, 1000)
-    monkeypatch.setattr(copyjob, "PROGRESS_EVERY_S", -1.0)  # save after every segment
-    original, taken = copyjob._copy_one, []
+    monkeypatch.setattr(copying, "PROGRESS_EVERY_S", -1.0)  # save after every segment
+    original, taken = copying._copy_one, []
 
     def copy_one(*a, **k):
         if not taken:  # the re-drive bumps the attempt while the first file is copied
@@ -46,7 +47,7 @@ def test_a_superseded_attempt_stops_at_its_next_progress_save(meta, store, monke
             meta.copyjobs.update_task(kv, task.replace(attempt=task.attempt + 1))
             taken.append(task.attempt + 1)
         return original(*a, **k)
-    monkeypatch.setattr(copyjob, "_copy_one", copy_one)
+    monkeypatch.setattr(copying, "_copy_one", copy_one)
     out = copyjob.copy_task(meta, store, job_id, 0)
     cur = meta.copyjobs.get_task(job_id, 0)[0]
     assert (out.state, out.attempt) == (TASK_IN_PROGRESS, 2) == (cur.state, cur.attempt)

@@ -109,7 +109,7 @@ def test_executor_runner_copies_server_side_with_many_copies_in_flight(
     more than copy_threads."""
     settings = s3_settings(etcd_server, s3_server, root_prefix, copy_threads=16)
     job_id = _restore_job(meta, s3_store, "s3copy", per_task=2)
-    per_segment = max(len(restore.source_and_target_files(s))
+    per_segment = max(len(copyjob.source_and_target_files(s))
                       for s in meta.segments.list(meta.copyjobs.get(job_id)[0].target_collection_id))
     spy = Spy(delay=0.02).install(monkeypatch)
     spy.armed = True
@@ -333,7 +333,7 @@ def _task_sources(meta, job_id) -> list[list[str]]:
     """Each task's source keys, in plan order."""
     job = meta.copyjobs.get(job_id)[0]
     targets = {s.segment_id: s for s in meta.segments.list(job.target_collection_id)}
-    return [[src for m in t.mappings for src, _, _ in restore.source_and_target_files(targets[m.target_segment])]
+    return [[src for m in t.mappings for src, _, _ in copyjob.source_and_target_files(targets[m.target_segment])]
             for t in meta.copyjobs.tasks(job_id)]
 
 
@@ -371,7 +371,7 @@ def test_a_source_changed_between_its_listing_and_its_copy_fails_the_task(
     job_id = _restore_job(meta, s3_store, "s3changed", per_task=100, segments=2)
     job = meta.copyjobs.get(job_id)[0]
     targets = meta.segments.list(job.target_collection_id)
-    src, dst, size = sorted(f for s in targets for f in restore.source_and_target_files(s))[3]
+    src, dst, size = sorted(f for s in targets for f in copyjob.source_and_target_files(s))[3]
     other = S3Store(s3_store.uri, **s3_store._client_args)
     full, rewritten = s3_store._full(src), []
 
@@ -414,7 +414,7 @@ def test_resume_after_a_kill_keeps_good_targets_and_replaces_bad_ones_by_listing
             f"s = Settings.load(); copyjob.run_inline(Meta.from_settings(s), open_store(s), {job_id})")
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == -signal.SIGKILL
     files = sorted(f for s in meta.segments.list(job.target_collection_id)
-                   for f in restore.source_and_target_files(s))
+                   for f in copyjob.source_and_target_files(s))
     copied = [f for f in files if s3_store.exists(f[1])]
     assert len(copied) == job.total_files // 2
     (_, swapped, size_a), (_, short, _) = copied[0], copied[-1]

@@ -14,7 +14,7 @@ import pytest
 from seglake import cli
 from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
-from seglake.lifecycle import gc, snapshot
+from seglake.lifecycle import copyjob, gc, snapshot
 
 SMALL = demo.SeedParams(partitions=1, segments=2, rows=50, dim=4)
 
@@ -43,7 +43,7 @@ def test_a_pinned_snapshot_is_not_dropped_and_gc_keeps_its_files_after_the_colle
     files = _files(store, meta, "s1")
     # the collection's segments are dropped and old: only the snapshot keeps their files
     from seglake.lifecycle import restore
-    restore.drop_segments(meta, coll.collection_id, now=time.time() - 10 * 86400)
+    copyjob.drop_segments(meta, coll.collection_id, now=time.time() - 10 * 86400)
     gc.run(meta, store, gc.GCOptions())   # the drop is older than drop_tolerance
     assert all(store.exists(f) for f in files)
     assert meta.snapshots.find(coll.collection_id, "s1").state == "COMMITTED"

@@ -7,7 +7,7 @@
              -> register target segments as Importing (ids pre-allocated, contiguous)
              -> ONE txn: copy job (Pending) + pin on the snapshot, guarded by the snapshot
                 record (still the same COMMITTED snapshot), the job absent and our claim
-             -> job id; the copy-job steps (lifecycle/copyjob.py) do the rest.
+             -> job id; the copy-job steps (lifecycle/copyjob/) do the rest.
 
 Each target segment record is the source record with target ids, state Importing and
 `source` naming where its files come from: it is both the copy plan and, once Flushed,
@@ -30,18 +30,17 @@ from seglake import faults, limits
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
 from seglake.lifecycle import snapshot as snapshots
 from seglake.meta import Meta
-from seglake.meta.catalog import DEFAULT_DB, DROPPED, IMPORTING, Collection
+from seglake.meta.catalog import DEFAULT_DB, IMPORTING, Collection
 from seglake.meta.codec import decode, encode, encode_struct
 from seglake.meta.copyjobs import JOB_PENDING, CopyJob
-from seglake.meta.kv import CAS_ATTEMPTS, Compare, Delete, KeyValue, Put, absent, unchanged
-from seglake.meta.segments import DROPPED as SEG_DROPPED
+from seglake.meta.kv import CAS_ATTEMPTS, KeyValue, Put, absent, unchanged
 from seglake.meta.segments import IMPORTING as SEG_IMPORTING
 from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
-from seglake.storage import Store, layout
+from seglake.storage import Store
+from seglake.runners import ENGINES
 from seglake.throttle import check_rates
-
-from seglake.runners import ENGINES  # noqa: E402
+from seglake.lifecycle.copyjob.target import rollback_target
 
 
 class RestoreRaceLost(Conflict):
@@ -259,56 +258,6 @@ def _job_if_any(meta: Meta, job_id: int):
         return meta.copyjobs.get(job_id)[0]
     except NotFound:
         return None
-
-
-def rollback_target(meta: Meta, collection_id: int, reason: str, *, guard: list[Compare] | None = None,
-                    now: float | None = None) -> None:
-    """All-or-nothing, safe to observe half done: ONE txn makes the Importing target
-    Dropped and frees its name (guarded by `guard` when given: Conflict if it fails),
-    then its segments go Dropped in batches (records and files stay for GC). Re-runnable
-    (a record GC already removed is fine); a Created collection is never rolled back."""
-    key = meta.keys.collection(collection_id)
-    for _ in range(CAS_ATTEMPTS):
-        kv = meta.kv.get(key)
-        if kv is None:
-            return  # rolled back and already reclaimed by GC
-        coll = Collection.from_json(decode(kv.value, key))
-        if coll.state == DROPPED:
-            break
-        if coll.state != IMPORTING:
-            raise StateError(f"collection {coll.name!r} is {coll.state}; only an Importing restore target "
-                             "is rolled back")
-        compares, ops = [unchanged(kv), *(guard or [])], []
-        name_kv = meta.kv.get(meta.keys.collection_name(coll.db, coll.name))
-        if name_kv is not None and name_kv.value == str(collection_id).encode():
-            compares.append(unchanged(name_kv))
-            ops.append(Delete(name_kv.key))
-        props = {**coll.properties, "dropped_reason": reason[:2000]}
-        new = Collection(**{**coll.__dict__, "state": DROPPED, "properties": props})
-        try:
-            meta.kv.txn(compares, [Put(key, encode(new.to_json())), *ops])
-            break
-        except Conflict:
-            if guard:
-                raise
-    else:
-        raise Conflict(f"could not roll back collection id {collection_id}: persistent contention")
-    drop_segments(meta, collection_id, now)
-
-
-def drop_segments(meta: Meta, collection_id: int, now: float | None = None) -> int:
-    """The live segments of a Dropped restore target -> Dropped (idempotent)."""
-    now = time.time() if now is None else now
-    refs = [s.ref for s in meta.segments.list(collection_id) if s.state != SEG_DROPPED]
-    return meta.segments.transition(refs, SEG_DROPPED, now=now)
-
-
-def source_and_target_files(target_seg) -> list[tuple[str, str, int]]:
-    """(source key, target key, size) for every file of an Importing target segment."""
-    src = target_seg.source
-    sources = layout.segment_files(target_seg, collection_id=src["collection_id"],
-                                   partition_id=src["partition_id"], segment_id=src["segment_id"])
-    return [(s.key, t.key, t.size) for s, t in zip(sources, layout.segment_files(target_seg), strict=True)]
 
 
 # -- after a restore: the target side by side with its snapshot ------------------------------
