@@ -50,7 +50,6 @@ it cannot translate (a restore of a restore) is read as collection-wide.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -58,6 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seglake import runners
 from seglake.errors import ValidationError
 from seglake.meta.segments import DROPPED, FLUSHED
 from seglake.segfiles import ROW_ID, ROW_ID_FIELD, TIMESTAMP, TS_FIELD
@@ -205,8 +205,7 @@ def read_deletes(store, segments: Iterable, known_partitions: Iterable[int] | No
     if not jobs:
         z = np.zeros(0, np.int64)
         return Deletes(z, z, z, z)
-    with ThreadPoolExecutor(max(1, min(threads, len(jobs)))) as pool:
-        parts = list(pool.map(lambda j: _read_delta(store, *j), jobs))
+    parts = list(runners.run_inline(lambda j: _read_delta(store, *j), jobs, workers=threads))
     pks, ts, dparts, dsegs = (np.concatenate([p[i] for p in parts]) for i in range(4))
     if known_partitions is not None:
         known = np.array(sorted(set(known_partitions)), dtype=np.int64)
@@ -288,8 +287,7 @@ def read_rows(store, schema, segments: Iterable, columns: Iterable[str] = (), th
 
     if not segments:
         return out_schema.empty_table()
-    with ThreadPoolExecutor(max(1, min(threads, len(segments)))) as pool:
-        tables = list(pool.map(one, segments))
+    tables = list(runners.run_inline(one, segments, workers=threads))
     return pa.concat_tables(tables)
 
 

@@ -13,7 +13,8 @@ from seglake import cli
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
 from seglake.faults import InjectedFault, inject
 from seglake.lifecycle import copyjob, drop, gc, restore, snapshot, verify
-from seglake.lifecycle.flush import RELEASED, Flusher, flush_pchannel, live_vchannels, read_checkpoint
+from seglake.lifecycle.flush import Flusher, flush_pchannel
+from seglake.wal.checkpoints import RELEASED, live_vchannels, read_checkpoint
 from seglake.meta.catalog import CREATED, DROPPED as COLL_DROPPED, DROPPING, pchannel_of
 from seglake.meta.segments import DROPPED, FLUSHED
 from seglake.storage import layout

@@ -9,7 +9,8 @@ import time
 
 from seglake.lifecycle import gc
 from seglake.lifecycle.gc import walview as gcwalview
-from seglake.lifecycle.flush import flush_pchannel, live_vchannels, read_checkpoint, truncated_before
+from seglake.lifecycle.flush import flush_pchannel
+from seglake.wal.checkpoints import live_vchannels, read_checkpoint, truncated_before
 from seglake.meta.catalog import pchannel_of
 from seglake.storage import layout
 from seglake.wal.client import WalClient, synthetic_rows

@@ -158,7 +158,7 @@ def test_a_filtered_scanner_delivers_a_committed_txn(meta, store, settings):
 def test_an_open_txn_holds_only_its_own_vchannel_and_expires_on_a_quiet_log(meta, store, settings):
     """#6: an open txn froze every vchannel's checkpoint of its pchannel, and expired only
     when a later tick came."""
-    from seglake.lifecycle.flush import read_checkpoint
+    from seglake.wal.checkpoints import read_checkpoint
     with WalClient(meta, store, settings) as c:
         a = make_collection(c, "a", shards=1)
         p = pchannels(a)[0]

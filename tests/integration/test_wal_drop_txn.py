@@ -26,7 +26,8 @@ import pytest
 
 from seglake.errors import SeglakeError
 from seglake.lifecycle import drop
-from seglake.lifecycle.flush import RELEASED, Flusher, read_checkpoint
+from seglake.lifecycle.flush import Flusher
+from seglake.wal.checkpoints import RELEASED, read_checkpoint
 from seglake.lifecycle.verify import segment_rows
 from seglake.meta.catalog import pchannel_of
 from seglake.meta.segments import DROPPED, FLUSHED

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from seglake.lifecycle import copyjob, restore, snapshot, verify
-from seglake.lifecycle.flush import (CheckpointError, Checkpoint, Flusher, advances, flush_pchannel,
-                                     live_vchannels, read_checkpoint, record_truncation, truncatable_fragments,
-                                     truncated_before)
+from seglake.lifecycle.flush import Flusher, flush_pchannel
+from seglake.wal.checkpoints import CheckpointError, Checkpoint, advances, live_vchannels, read_checkpoint, record_truncation, truncatable_fragments, truncated_before
 from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
 from seglake.meta.segments import DROPPED, FLUSHED
 from seglake.lifecycle.verify import segment_rows

@@ -53,24 +53,22 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake import runners
+from seglake.errors import Conflict, NotFound, SeglakeError
 from seglake.meta import keys as keymod
 from seglake.meta.alloc import physical_ms
 from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
 from seglake.meta.codec import decode_struct, encode_struct
-from seglake.meta.kv import Compare, Delete, Put, absent, retry_on_conflict, unchanged
-from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Binlog, Segment
-from seglake.storage import layout
+from seglake.meta.kv import Compare, Delete, Put, absent, retry_on_conflict
+from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Segment
 from seglake.wal import message as M
 from seglake.wal.buffer import FLUSH, DeleteBuffer, SealPolicy, SegmentBuffer
-from seglake.wal.checkpoints import (RELEASED, Checkpoint, CheckpointError, advances, live_vchannels,  # noqa: F401
-                                     read_checkpoint, record_truncation, referenced_fragments,
-                                     truncatable_fragments, truncated_before)
+from seglake.wal.checkpoints import RELEASED, Checkpoint, advances, live_vchannels, read_checkpoint, truncated_before
 from seglake.wal.log import Fenced, WalLog, all_pchannels, expire_producers, validate_pchannel
 from seglake.wal.message import Message, MessageId
 
@@ -656,11 +654,10 @@ def pchannels_with_log(meta) -> list[str]:
 
 def flush_partition(pchannels, settings_env: dict, opts: dict):
     """Executor side of the Spark engine: flush each pchannel of the partition."""
-    from seglake.config import Settings
     from seglake.meta import Meta
     from seglake.storage import open_store
 
-    settings = Settings.load(env=settings_env)
+    settings = runners.worker_settings(settings_env)
     meta, store = Meta.from_settings(settings), open_store(settings)
     try:
         for p in pchannels:

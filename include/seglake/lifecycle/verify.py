@@ -13,9 +13,9 @@ Read-only: verification never writes anything but its report.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
+from seglake import runners
 from seglake.errors import NotFound
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB
@@ -72,21 +72,17 @@ def check_file(store: Store, check: dict) -> dict | None:
 
 def check_files(store: Store, checks: Iterable[dict], threads: int = 8) -> list[dict]:
     checks = list(checks)
-    if threads <= 1 or len(checks) < 16:
-        results = [check_file(store, c) for c in checks]
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            results = list(pool.map(lambda c: check_file(store, c), checks))
+    results = runners.run_inline(lambda c: check_file(store, c), checks,
+                                 workers=1 if len(checks) < 16 else threads)
     return [r for r in results if r is not None]
 
 
 def check_partition(checks: Iterable[dict], settings_env: dict) -> Iterable[dict]:
     """Executor side of the Spark engine: open the store from the settings environment
     the driver handed over and check a partition's files (threads only on S3)."""
-    from seglake.config import Settings
     from seglake.storage import open_store
 
-    settings = Settings.load(env=settings_env)
+    settings = runners.worker_settings(settings_env)
     yield from check_files(open_store(settings), list(checks), threads=settings.copy_threads if settings.is_s3 else 1)
 
 

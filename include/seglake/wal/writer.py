@@ -51,7 +51,7 @@ from seglake.meta import keys as keymod
 from seglake.meta.alloc import compose_ts
 from seglake.meta.catalog import CREATED, DROPPED, DROPPING, pchannel_of
 from seglake.meta.codec import decode, encode
-from seglake.meta.kv import Compare, KeyValue, Put, absent, retry_on_conflict, unchanged
+from seglake.meta.kv import KeyValue, Put, absent, retry_on_conflict, unchanged
 from seglake.storage import layout
 from seglake.wal import message as M
 from seglake.wal.log import (FragRecord, LogState, TermRecord, WalLog, check_wal_settings,

@@ -24,8 +24,8 @@ import logging
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
+from seglake import runners
 from seglake import faults, limits, manifest
 from seglake.errors import NotFound, SeglakeError, StateError, ValidationError
 from seglake.lifecycle import snapshot as snapshots
@@ -202,9 +202,9 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         prog.file_done(not there)
         faults.point("export.after_file")
 
-    with target.durable_batch(), ThreadPoolExecutor(max(1, threads)) as pool:
-        for fut in [pool.submit(one, p) for p in todo]:
-            fut.result()
+    with target.durable_batch():
+        for _ in runners.run_inline(one, todo, workers=threads):
+            pass
 
     totals = {"segments": len(entries), "rows": sum(e["num_rows"] for e in entries), "files": len(files),
               "bytes": sum(f["size"] for f in files.values()), "unique_blobs": len({f["sha256"] for f in files.values()})}

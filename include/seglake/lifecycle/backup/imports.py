@@ -25,8 +25,8 @@ import json
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
+from seglake import runners
 from seglake import faults, limits, manifest
 from seglake.errors import Conflict, NotFound
 from seglake.lifecycle import restore as restores
@@ -112,9 +112,9 @@ def _import(meta, store, target, collection, bundle, db, name, snapshot, threads
                     stats["copied_bytes"] += size
                 faults.point("import.after_file")
 
-            with store.durable_batch(), ThreadPoolExecutor(max(1, threads)) as pool:
-                for fut in [pool.submit(one, c) for c in copies]:
-                    fut.result()
+            with store.durable_batch():
+                for _ in runners.run_inline(one, copies, workers=threads):
+                    pass
             meta.tso.advance_past(int(doc["source"]["max_ts"]))
             written = [snapshots.write_manifest(store, rec, attempt, n, g)
                        for n, g in enumerate(snapshots.group(segs))]

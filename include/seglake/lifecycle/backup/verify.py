@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 
+from seglake import runners
 from seglake import limits
 from seglake.errors import NotFound
 from seglake.lifecycle.backup import bundle as bundles
@@ -83,18 +83,16 @@ def check_unit(target: Store, unit: dict) -> list[dict]:
 def check_units(target: Store, units: list[dict], threads: int) -> list[dict]:
     """Every unit by a bounded thread pool; the problems found."""
     problems: list[dict] = []
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        for found in pool.map(lambda u: check_unit(target, u), units):
-            problems.extend(found)
+    for found in runners.run_inline(lambda u: check_unit(target, u), units, workers=threads):
+        problems.extend(found)
     return problems
 
 
 def check_partition(units, settings_env: dict, backup_uri: str | None) -> list[dict]:
     """Executor side of the Spark engine: open the backup target from the settings
     environment the driver handed over and check a partition's units."""
-    from seglake.config import Settings
 
-    settings = Settings.load(env=settings_env)
+    settings = runners.worker_settings(settings_env)
     return check_units(bundles.open_target(settings, backup_uri), list(units), settings.copy_threads)
 
 

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from seglake import runners
 from seglake import faults
 from seglake.lifecycle import snapshot
 from seglake.lifecycle.gc.listing import SPLIT_AT, UNITS_PER_PREFIX, WALK_DEPTH, cut_prefix, list_unit, walk_levels
@@ -68,8 +69,7 @@ class MarkPlan:
     settings_env: dict = field(default_factory=dict)
 
     def settings(self):
-        from seglake.config import Settings
-        return Settings.load(env=self.settings_env)
+        return runners.worker_settings(self.settings_env)
 
     def store(self):
         """One store per worker process and settings (an S3 client is costly to build)."""

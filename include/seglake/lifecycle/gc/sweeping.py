@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from seglake import runners
 from seglake import faults
 from seglake.errors import Conflict
 from seglake.lifecycle.gc import walview
@@ -172,10 +173,9 @@ def sweep_parts_from_env(settings_env: dict, run_id: str, mark_rev: int, parts: 
                          batch: int = SWEEP_BATCH) -> dict:
     """Spark executor side of the sweep: these parts, from the etcd changes since the
     mark's revision; returns the counts (JSON) for the driver to add up."""
-    from seglake.config import Settings
     from seglake.storage import open_store
 
-    settings = Settings.load(env=settings_env)
+    settings = runners.worker_settings(settings_env)
     store = open_store(settings)
     out = SweepResult()
     with Meta.from_settings(settings) as meta:

@@ -67,10 +67,9 @@ def write_manifest_groups(groups: Iterable[tuple[int, list[bytes]]], rec_json: d
                           settings_env: dict) -> Iterable[ManifestWritten]:
     """Executor side of the Spark engine: (n, encoded segment records) groups -> manifests.
     Opens its own store from the settings environment the driver handed over."""
-    from seglake.config import Settings
     from seglake.storage import open_store
 
-    store = open_store(Settings.load(env=settings_env))
+    store = open_store(runners.worker_settings(settings_env))
     rec = msgspec.convert(rec_json, SnapshotRecord)
     for n, raws in groups:
         yield write_raw_group(store, rec, attempt, n, raws)
