@@ -18,7 +18,6 @@ configured secret's value masked, and one exit code per outcome:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import re
 import difflib
 import json
@@ -503,55 +502,23 @@ def cmd_config_show(args, s: Settings) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr():
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def _config_show_airflow(args) -> int:
-    """The settings a DAG run would use: the same resolution as its tasks (SeglakeHook:
-    environment, the Variable, the etcd_default / aws_default connections from Airflow's
-    secrets backends and metadata DB), each key with the layer that set it; secrets masked."""
-    from seglake.config import _REPO
-    from seglake.settings_sources import table as source_table
-
+    """The settings a DAG run would use, each key with its layer. Resolved by the Airflow
+    side (plugins/seglake_airflow/config_show.py), run as a program: the engine never
+    imports the plugin. Its output and exit code are passed through."""
     import importlib.util
+    import subprocess
+
+    from seglake.config import _REPO
 
     if importlib.util.find_spec("airflow") is None:
         raise ValidationError("--airflow needs Apache Airflow importable (run it with the project's venv)")
-    try:
-        from seglake_airflow.hooks.engine import SeglakeHook
-    except ImportError:
-        sys.path.insert(0, str(_REPO / "plugins"))
-        from seglake_airflow.hooks.engine import SeglakeHook
-    with _stdout_to_stderr():   # Airflow's own log lines (structlog, on fd 1) stay out of --json
-        from airflow.models.connection import Connection
-        from airflow.models.variable import Variable
-
-        def connection(conn_id: str):   # secrets backends, then the metadata DB (the SDK sees no DB here)
-            try:
-                return Connection.get_connection_from_secrets(conn_id)
-            except Exception:  # noqa: BLE001 - not defined: the layers below apply
-                return None
-
-        hook = SeglakeHook(quiet=True, get_connection=connection,
-                           get_variable=lambda name: Variable.get(name, default_var=None))
-        rows = source_table(hook.settings, hook.sources)
-    data = {"settings": {r["key"]: r["value"] for r in rows}, "sources": {r["key"]: r["source"] for r in rows},
-            "airflow_home": os.environ.get("AIRFLOW_HOME", "~/airflow")}
-    emit(args, data, rows, ["key", "value", "source"])
-    if not args.json:
-        print(f"\n(AIRFLOW_HOME {data['airflow_home']}: a DAG run uses etcd {hook.settings.etcd_endpoint} "
-              f"root {hook.settings.etcd_root!r} and store {hook.settings.store_uri})")
-    return 0
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(_REPO / "plugins"), str(_REPO / "include")]
+                                        + [p for p in [env.get("PYTHONPATH")] if p])
+    sys.stdout.flush()
+    return subprocess.run([sys.executable, "-m", "seglake_airflow.config_show"] + (["--json"] if args.json else []),
+                          env=env).returncode
 
 
 def _stack_etcd(s: Settings):
