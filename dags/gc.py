@@ -53,6 +53,7 @@ from seglake.config import gc_schedule
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import spark_submit_task
+from seglake_airflow.taskgroups import engine_step
 
 PREP = "ti.xcom_pull(task_ids='prepare')"
 
@@ -71,62 +72,32 @@ PREP = "ti.xcom_pull(task_ids='prepare')"
     params=dag_params("gc"),
 )
 def gc():
-    def _opts(conf: dict, hook, collection_id):
-        from seglake.lifecycle import gc as engine
-
-        hours = {k: None if conf[f"{k}_hours"] is None else float(conf[f"{k}_hours"]) * 3600
-                 for k in ("missing_tolerance", "drop_tolerance")}
-        return engine.GCOptions.from_settings(hook.settings, force=conf["force"], dry_run=conf["dry_run"],
-                                              collection_id=collection_id, **hours)
-
-    def _prep_opts(prep: dict, hook):
-        """The options prepare fixed (from the conf check_conf resolved), for the later steps."""
-        from seglake.lifecycle import gc as engine
-
-        return engine.GCOptions.from_settings(
-            hook.settings, missing_tolerance=prep["missing_tolerance"], drop_tolerance=prep["drop_tolerance"],
-            force=prep["force"], dry_run=prep["dry_run"], collection_id=prep["collection_id"])
-
     @task
     def prepare(conf: dict, run_id: str | None = None) -> dict:
         """`conf`: what check_conf resolved (a scheduled run: the operator's record), never
-        the Params directly. Records the Airflow run beside the report (the page links it)."""
+        the Params directly. The options are parsed and checked here, once; the later
+        steps rebuild them from this task's XCom only. Records the Airflow run beside the
+        report (the page links it)."""
+        import json
+
         from seglake.lifecycle import gc as engine
         from seglake.storage import layout
-        from seglake.runners import choose
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
-        from seglake_airflow.taskgroups import _safe
-
-        import json
+        from seglake_airflow.taskgroups import safe_run_id
 
         hook = SeglakeHook()
         with fail_fast(engine.GCError):
             cid = (hook.meta.catalog.get_by_name(conf["collection"], conf["db"]).collection_id
                    if conf["collection"] else None)
-            opts = _opts(conf, hook, cid).check()
-            # engine=spark: the references are read by the executors (never all in this
-            # worker); otherwise a store with more segment records than inline files is Spark's
-            records = hook.meta.kv.count(hook.meta.keys.segments_prefix())
-            if choose("gc", conf["engine"], records, hook.settings) == "spark":   # (each record: >= 1 file)
-                chosen = "spark"
-                print(f"gc: {records} segment records; engine spark (references read by the executors)")
-            else:
-                refs = engine.load_references(hook.meta, hook.store)  # fail closed, before any listing
-                chosen = choose("gc", conf["engine"], len(refs.files), hook.settings)
-                print(f"gc: {len(refs.files)} referenced files, {len(refs.blocked)} collections with a PENDING "
-                      f"snapshot, paused: {'all' if refs.paused_all else sorted(refs.paused)}; engine {chosen}")
-        safe = _safe(run_id or "manual")
+            opts = engine.GCOptions.from_conf(conf, hook.settings, cid)
+            chosen, why = engine.choose_engine(hook.meta, hook.store, conf["engine"], hook.settings)
+        print(why)
+        safe = safe_run_id(run_id or "manual")
         # which Airflow run made this report (the seglake page links to it); _gc/ is never collected
         hook.store.put(layout.gc_run_file(safe, "airflow.json"),
                        json.dumps({"dag_id": "gc", "run_id": run_id, "dry_run": opts.dry_run}).encode())
-        return {"run_id": safe, "collection_id": cid, "engine": chosen,
-                "missing_tolerance": opts.missing_tolerance, "drop_tolerance": opts.drop_tolerance,
-                "force": opts.force, "dry_run": opts.dry_run}
-
-    @task.branch
-    def choose_engine(prep: dict) -> str:
-        return "mark_spark" if prep["engine"] == "spark" else "mark_inline"
+        return {**opts.to_xcom(), "run_id": safe, "engine": chosen}
 
     @task
     def mark_inline(prep: dict) -> dict:
@@ -136,7 +107,7 @@ def gc():
 
         hook = SeglakeHook()
         with fail_fast(engine.GCError):
-            m = engine.mark(hook.meta, hook.store, _prep_opts(prep, hook), run_id=prep["run_id"])
+            m = engine.mark(hook.meta, hook.store, engine.GCOptions.from_xcom(prep), run_id=prep["run_id"])
         return {k: v for k, v in m.summary().items() if k != "by_collection_reason"}
 
     mark_spark = spark_submit_task("mark_spark", "gc_scan", [
@@ -185,7 +156,7 @@ def gc():
             raise AirflowSkipException("dry run: no record is removed")
         hook = SeglakeHook()
         with fail_fast(engine.GCError):
-            return engine.clean_records(hook.meta, hook.store, _prep_opts(prep, hook))
+            return engine.clean_records(hook.meta, hook.store, engine.GCOptions.from_xcom(prep))
 
     @task(trigger_rule="none_failed_min_one_success")
     def summary(prep: dict) -> dict:
@@ -209,7 +180,7 @@ def gc():
 
     prep = prepare(check_conf("gc"))
     inline = mark_inline(prep=prep)
-    choose_engine(prep) >> [inline, mark_spark]
+    engine_step(prep, inline, mark_spark)
     pick = choose_sweep(prep)
     swept = sweep(prep)
     recs = records(prep=prep)

@@ -29,6 +29,7 @@ from airflow.sdk import PokeReturnValue, dag, task
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import spark_submit_task
+from seglake_airflow.taskgroups import engine_step
 
 BEGIN = "ti.xcom_pull(task_ids='begin')"
 
@@ -62,10 +63,6 @@ def snapshot_create():
         engine = choose("snapshot", params["engine"], n, hook.settings)
         return {"collection_id": rec.collection_id, "name": rec.name, "snapshot_id": rec.snapshot_id,
                 "state": rec.state, "engine": engine, "segment_records": n}
-
-    @task.branch
-    def choose_engine(begun: dict) -> str:
-        return "write_spark" if begun["engine"] == "spark" else "write_inline"
 
     @task
     def write_inline(begun: dict) -> dict:
@@ -137,7 +134,7 @@ def snapshot_create():
     begun = begin()
     check_conf("snapshot_create") >> begun
     inline = write_inline(begun)
-    choose_engine(begun) >> [inline, write_spark]
+    engine_step(begun, inline, write_spark)
     [inline, write_spark] >> give_up(begun)
     wait_committed(begun) >> report(begun)
     run_note("snapshot_create")

@@ -22,6 +22,7 @@ from airflow.sdk import dag, task
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import spark_submit_task
+from seglake_airflow.taskgroups import engine_step
 
 RESOLVE = "ti.xcom_pull(task_ids='resolve')"
 
@@ -62,10 +63,6 @@ def snapshot_verify():
                 "at": time.time(), "backup_uri": params["backup_uri"] or "", "target": planned["target"],
                 "uid": planned.get("uid")}
 
-    @task.branch
-    def choose_engine(resolved: dict) -> str:
-        return "check_spark" if resolved["engine"] == "spark" else "check_inline"
-
     @task
     def check_inline(params: dict) -> dict:
         from seglake.lifecycle.backup import verify as engine
@@ -104,7 +101,9 @@ def snapshot_verify():
 
     resolved = resolve()
     check_conf("snapshot_verify") >> resolved
-    resolved >> choose_engine(resolved) >> [check_inline(), check_spark] >> verify(resolved=resolved)
+    inline = check_inline()
+    engine_step(resolved, inline, check_spark)
+    [inline, check_spark] >> verify(resolved=resolved)
     run_note("snapshot_verify")
 
 

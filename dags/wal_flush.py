@@ -35,6 +35,7 @@ from seglake.config import Settings
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import spark_submit_task
+from seglake_airflow.taskgroups import engine_step
 
 PREP = "ti.xcom_pull(task_ids='prepare')"
 
@@ -88,7 +89,7 @@ def wal_flush():
         from seglake.storage import layout
         from seglake.runners import choose
         from seglake_airflow.hooks.engine import SeglakeHook
-        from seglake_airflow.taskgroups import _safe
+        from seglake_airflow.taskgroups import safe_run_id
 
         hook = SeglakeHook()
         pchannels = list(pchannels)
@@ -98,11 +99,7 @@ def wal_flush():
         print(f"backlog {total} bytes over {len(pchannels)} pchannel(s): engine {chosen}")
         return {"pchannels": pchannels, "engine": chosen, "max_seconds": float(params["max_seconds"]),
                 "flush_all": bool(params["flush_all"]),
-                "report_key": layout.report("wal_flush", _safe(run_id or "manual"))}
-
-    @task.branch
-    def choose_engine(prep: dict) -> str:
-        return "flush_spark" if prep["engine"] == "spark" else "flush_inline"
+                "report_key": layout.report("wal_flush", safe_run_id(run_id or "manual"))}
 
     @task
     def flush_inline(pchannel: str, prep: dict) -> dict:
@@ -145,7 +142,7 @@ def wal_flush():
     ready = wait.expand(pchannel=listed)
     prep = prepare(ready)
     inline = flush_inline.partial(prep=prep).expand(pchannel=ready)
-    choose_engine(prep) >> [inline, flush_spark]
+    engine_step(prep, inline, flush_spark)
     [inline, flush_spark] >> summary(prep)
     run_note("wal_flush")
 

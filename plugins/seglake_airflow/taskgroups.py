@@ -1,17 +1,44 @@
-"""TaskGroup factories shared by DAGs (a phase that chains reuses the group instead of
-triggering another DAG, which never runs under `airflow dags test`)."""
+"""Task factories shared by DAGs: the engine step every lifecycle has, and the task
+groups a phase that chains reuses (instead of triggering another DAG, which never runs
+under `airflow dags test`)."""
 
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from airflow.sdk import TaskGroup, task
 
 from seglake_airflow.operators.spark import spark_submit_task
 
 
-def _safe(run_id: str) -> str:
+def safe_run_id(run_id: str) -> str:
+    """An Airflow run id as a name in the store (report keys, GC run ids)."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id).strip(".") or "run"
+
+
+def _task_id(t) -> str:
+    return getattr(t, "operator", t).task_id   # an XComArg (a @task call, mapped or not) or an operator
+
+
+def engine_step(plan, inline, spark, *, skip_when: Callable[[dict], bool] | None = None, skip_to=None):
+    """THE engine step of a lifecycle DAG: a `choose_engine` branch that reads the engine
+    the plan task chose (`plan["engine"]`, from seglake.runners.choose) and runs either
+    the `inline` task or the `spark` (SparkSubmit) task; with `skip_when(plan)` true it
+    runs `skip_to` instead (nothing to do). Returns the branch; the caller wires what
+    follows [inline, spark] (with a trigger rule that accepts the skipped one)."""
+    targets = {"inline": _task_id(inline), "spark": _task_id(spark)}
+    skip_id = None if skip_to is None else _task_id(skip_to)
+
+    @task.branch(task_id="choose_engine")
+    def choose_engine(planned: dict) -> str:
+        if skip_when is not None and skip_when(planned):
+            return skip_id
+        return targets["spark" if planned["engine"] == "spark" else "inline"]
+
+    branch = choose_engine(plan)
+    branch >> [inline, spark] + ([] if skip_to is None else [skip_to])
+    return branch
 
 
 def verify_collection_group(collection: str, db: str = "default", group_id: str = "verify") -> TaskGroup:
@@ -29,7 +56,7 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
             hook = SeglakeHook()
             with fail_fast():
                 coll = hook.meta.catalog.get_by_name(collection, db)  # nothing written yet
-            key = layout.report("verify", f"{coll.collection_id}/{_safe(run_id or 'manual')}")
+            key = layout.report("verify", f"{coll.collection_id}/{safe_run_id(run_id or 'manual')}")
             return {"collection": coll.name, "collection_id": coll.collection_id, "db": db, "report_key": key}
 
         resolved = resolve(collection, db, run_id="{{ run_id }}")
@@ -86,12 +113,6 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
             return {"job_id": job.job_id, "state": job.state, "engine": chosen,
                     "target_collection": job.target_collection, "db": job.db}
 
-        @task.branch(task_id="choose_engine")
-        def choose_engine(planned: dict) -> str | None:
-            if planned["state"] != "Executing":
-                return f"{group_id}.wait"  # finished (or failed while Pending): nothing to copy
-            return f"{group_id}.copy_spark" if planned["engine"] == "spark" else f"{group_id}.copy_inline"
-
         @task(task_id="copy_inline")
         def copy_inline(planned: dict) -> dict:
             from seglake.lifecycle import copyjob
@@ -147,6 +168,7 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
 
         planned = plan(job_id, engine)
         inline = copy_inline(planned)
-        choose_engine(planned) >> [inline, copy_spark, wait]
+        # finished (or failed while Pending): nothing to copy, straight to the wait
+        engine_step(planned, inline, copy_spark, skip_when=lambda p: p["state"] != "Executing", skip_to=wait)
         [inline, copy_spark] >> wait >> finalize(planned)
     return group

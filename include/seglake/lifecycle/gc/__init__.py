@@ -3,7 +3,7 @@ file that is not seglake's own.
 
 The package, one concern per module: options (GCOptions, GCError), pause (pauses and
 the scheduled-run settings), refs (the references), walview (the WAL as GC sees it),
-judgement (THE judgement of one key), listing (the store cut into listing units, both
+judgement (THE judgement of one key), engine (inline or Spark), listing (the store cut into listing units, both
 engines), report (the candidate report under _gc/), marking, sweeping, records
 (snapshot, copy-job and collection records), inline (the whole inline run), dist (what
 the Spark mark's executors run), verdicts (the reason names). Modules are named so that
@@ -67,6 +67,7 @@ from seglake.lifecycle.gc.marking import (Tally, MarkCounts, MarkResult, new_run
 from seglake.lifecycle.gc.sweeping import (SweepResult, still_collectable, sweep, record_sweep,
                                         sweep_part, sweep_parts_from_env)
 from seglake.lifecycle.gc.records import (clean_records)
+from seglake.lifecycle.gc.engine import choose as choose_engine
 from seglake.lifecycle.gc.inline import (run, format_summary)
 
-__all__ = ['GC_PREFIX', 'INTERNAL', 'SWEEP_BATCH', 'SAMPLE', 'ORPHAN', 'DROPPED_SEGMENT', 'WAL_TRUNCATED', 'CANDIDATE_REASONS', 'WAL_RETAINED', 'WAL_SKIPPED', 'REFERENCED', 'INTERNAL_FILE', 'UNRECOGNISED', 'UNKNOWN_SEGMENT', 'OUT_OF_SCOPE', 'DROPPED_RECENT', 'UNREADABLE_DIR', 'BLOCKED', 'PAUSED', 'YOUNG', 'GCError', 'GCOptions', 'positive', 'pause', 'resume', 'paused_scopes', 'set_schedule', 'get_schedule', 'clear_schedule', 'References', 'load_references', 'snapshot_records', 'refresh_references', 'changed_records', 'WalView', 'wal_truncatable', 'wal_referenced', 'load_wal_view', 'not_truncatable', 'Reclaim', 'reclaimable', 'judge', 'decide', 'lookup_segment', 'refuse_symlink', 'report_row', 'classify', 'scan_prefixes', 'CANDIDATES', 'DROPPED_PARTS', 'LEGACY_PART', 'check_run_id', 'part_key', 'write_part', 'report_parts', 'read_part', 'sweep_plan', 'read_report', 'read_json', 'latest_summary', 'Tally', 'MarkCounts', 'MarkResult', 'new_run_id', 'mark', 'finish_mark', 'SweepResult', 'still_collectable', 'sweep', 'record_sweep', 'sweep_part', 'sweep_parts_from_env', 'clean_records', 'run', 'format_summary']
+__all__ = ['choose_engine', 'GC_PREFIX', 'INTERNAL', 'SWEEP_BATCH', 'SAMPLE', 'ORPHAN', 'DROPPED_SEGMENT', 'WAL_TRUNCATED', 'CANDIDATE_REASONS', 'WAL_RETAINED', 'WAL_SKIPPED', 'REFERENCED', 'INTERNAL_FILE', 'UNRECOGNISED', 'UNKNOWN_SEGMENT', 'OUT_OF_SCOPE', 'DROPPED_RECENT', 'UNREADABLE_DIR', 'BLOCKED', 'PAUSED', 'YOUNG', 'GCError', 'GCOptions', 'positive', 'pause', 'resume', 'paused_scopes', 'set_schedule', 'get_schedule', 'clear_schedule', 'References', 'load_references', 'snapshot_records', 'refresh_references', 'changed_records', 'WalView', 'wal_truncatable', 'wal_referenced', 'load_wal_view', 'not_truncatable', 'Reclaim', 'reclaimable', 'judge', 'decide', 'lookup_segment', 'refuse_symlink', 'report_row', 'classify', 'scan_prefixes', 'CANDIDATES', 'DROPPED_PARTS', 'LEGACY_PART', 'check_run_id', 'part_key', 'write_part', 'report_parts', 'read_part', 'sweep_plan', 'read_report', 'read_json', 'latest_summary', 'Tally', 'MarkCounts', 'MarkResult', 'new_run_id', 'mark', 'finish_mark', 'SweepResult', 'still_collectable', 'sweep', 'record_sweep', 'sweep_part', 'sweep_parts_from_env', 'clean_records', 'run', 'format_summary']

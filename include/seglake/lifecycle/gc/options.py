@@ -4,7 +4,7 @@ error (a refusal: fail closed)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from seglake import limits
 from seglake.errors import SeglakeError, ValidationError
@@ -38,6 +38,24 @@ class GCOptions:
             if v is not None:
                 setattr(base, k, v)
         return base
+
+    @classmethod
+    def from_conf(cls, conf: dict, settings, collection_id: int | None) -> "GCOptions":
+        """The options of a gc DAG run, from the conf its contract checked (tolerances in
+        hours there, seconds here; null: the settings' value), checked."""
+        hours = {k: None if conf[f"{k}_hours"] is None else float(conf[f"{k}_hours"]) * 3600
+                 for k in ("missing_tolerance", "drop_tolerance")}
+        return cls.from_settings(settings, force=conf["force"], dry_run=conf["dry_run"],
+                                 collection_id=collection_id, **hours).check()
+
+    def to_xcom(self) -> dict:
+        """Every field, as the small JSON a DAG's first task hands to the later ones."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_xcom(cls, d: dict) -> "GCOptions":
+        """The options `to_xcom` carried (other keys of the dict are ignored), checked again."""
+        return cls(**{f.name: d[f.name] for f in fields(cls)}).check()
 
     def check(self) -> "GCOptions":
         """Refuse non-finite or negative durations, and tolerances below the floor unless
