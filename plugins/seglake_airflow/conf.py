@@ -1,4 +1,4 @@
-"""A DAG's conf contract in Airflow terms (the contract itself: seglake.params).
+"""A DAG's conf contract in Airflow terms (the contract itself: seglake.contract).
 
 `dag_params(dag_id)`: the Param form, validated by Airflow before a run exists (UI, REST,
 `dags test -c`). `check_conf(dag_id)`: the DAG's first task; every other task runs after
@@ -19,11 +19,12 @@ from airflow.sdk import Param, task
 
 
 def dag_params(dag_id: str) -> dict[str, Param]:
-    from seglake.params import SPECS
+    from seglake.contract import SPECS
+    from seglake_airflow.params import param_schema
 
     out = {}
     for key, spec in SPECS[dag_id].items():
-        schema = spec.schema()
+        schema = param_schema(spec)
         out[key] = Param(**schema) if spec.required else Param(spec.default, **schema)
     return out
 
@@ -33,7 +34,7 @@ def check_conf(dag_id: str):
 
     @task(task_id="check_conf")
     def check_conf_task(dag_run=None) -> dict:
-        from seglake.params import check_conf as check
+        from seglake.contract import check_conf as check
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
@@ -45,7 +46,7 @@ def check_conf(dag_id: str):
             hook = SeglakeHook()
             hook.settings  # noqa: B018 - every config layer checked; connects to nothing
             if dag_id == "gc":
-                from seglake.params import check_gc_floor, scheduled_gc_conf
+                from seglake.contract import check_gc_floor, scheduled_gc_conf
 
                 if run_type not in (None, "manual"):   # scheduled, backfill, asset: the operator's record
                     from seglake.lifecycle import gc

@@ -117,9 +117,9 @@ def test_a_bad_variable_fails_the_first_task_and_gc_deletes_nothing(stocked, sto
 
 
 def test_every_dag_declares_the_contract_and_checks_it_first(dagbag):
-    """Every DAG in dags/ takes its Params from seglake.params, and `check_conf` is its
+    """Every DAG in dags/ takes its Params from seglake.contract, and `check_conf` is its
     only root: no task can run before the strict check."""
-    from seglake.params import SPECS
+    from seglake.contract import SPECS
 
     assert not dagbag.import_errors, dagbag.import_errors
     assert set(dagbag.dag_ids) == set(SPECS)

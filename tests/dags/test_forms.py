@@ -44,7 +44,7 @@ def test_empty_optional_fields_pass_param_validation_and_rest(api, dag_id, conf)
 
 
 def test_an_empty_gc_collection_means_the_whole_store():
-    from seglake.params import check_conf
+    from seglake.contract import check_conf
 
     for conf in ({}, {"collection": None}):
         assert check_conf("gc", conf)["collection"] is None

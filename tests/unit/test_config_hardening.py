@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import pytest
 
-from seglake import cli, limits, params
+from seglake import cli, limits, contract as params
 from seglake.config import Settings, loads_strict
 from seglake.errors import ConfigError, ValidationError
 from seglake.lifecycle import gc

@@ -10,7 +10,8 @@ from dataclasses import fields
 import jsonschema
 import pytest
 
-from seglake import cli, limits, params
+from seglake import cli, limits, contract as params
+from seglake_airflow.params import param_schema
 from seglake.config import Settings, gc_schedule, spark_env
 from seglake.errors import ConfigError, ValidationError
 from seglake.names import NAME_PATTERN, NAME_RE, validate_name
@@ -234,13 +235,13 @@ def test_a_scheduled_gc_run_needs_the_operator_record():
 def test_form_descriptions_say_the_rule_and_the_gc_dry_run_is_the_default():
     for dag_id, spec in params.SPECS.items():
         for key, k in spec.items():
-            schema = k.schema()
+            schema = param_schema(k)
             if k.kind == "name":
                 assert "Allowed: a letter or '_'" in schema["description"] and ", e.g. " in schema["description"]
                 assert NAME_RE.fullmatch(schema["description"].rsplit("e.g. ", 1)[1].rstrip(".")), (dag_id, key)
     dry = params.SPECS["gc"]["dry_run"]
-    assert dry.default is True and "REAL run that deletes" in dry.schema()["description"]
-    d = params.SPECS["snapshot_restore"]["deferrable"].schema()
+    assert dry.default is True and "REAL run that deletes" in param_schema(dry)["description"]
+    d = param_schema(params.SPECS["snapshot_restore"]["deferrable"])
     assert d["enum"] == [None, True, False] and set(d["values_display"]) == {"null", "true", "false"}
     assert d["type"][1] == "string"   # Airflow's form draws a dropdown (a boolean first would be a switch)
 
@@ -248,7 +249,7 @@ def test_form_descriptions_say_the_rule_and_the_gc_dry_run_is_the_default():
 @pytest.mark.parametrize("dag_id", sorted(params.SPECS))
 def test_param_schemas_accept_the_defaults_and_refuse_nan(dag_id):
     for key, spec in params.SPECS[dag_id].items():
-        schema = spec.schema()
+        schema = param_schema(spec)
         if not spec.required:
             jsonschema.validate(spec.default, schema)
         if spec.kind in ("number", "integer"):

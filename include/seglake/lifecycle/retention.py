@@ -48,7 +48,7 @@ from seglake.errors import Conflict, NotFound, StateError, ValidationError
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
-from seglake.params import closest
+from seglake.contract import closest
 
 UNITS = ("hourly", "daily", "weekly", "monthly")           # finest first
 KEYS = ("keep_last", *(f"keep_{u}" for u in UNITS))   # the counts

@@ -8,7 +8,7 @@ a copy job) create an Airflow DAG run -- so history, retries and logs stay in Ai
 through Airflow's own `POST /api/v2/dags/{dag_id}/dagRuns` with the caller's own
 credentials (Airflow checks the caller may trigger that DAG; the conf guard and the DAG's
 Params check the conf), after checking the conf against the DAG's contract here
-(seglake.params.check_conf); they answer with the run and a link to it. Pin and unpin
+(seglake.contract.check_conf); they answer with the run and a link to it. Pin and unpin
 are one guarded etcd transaction each and run here directly (they need DAG run rights).
 
 Every refusal is HTTP 4xx with {"detail": one sentence naming the field, the value and
@@ -153,7 +153,7 @@ def create_api():
     def no_unknown_query(request: Request) -> None:
         """A misspelt query parameter is refused, naming the closest valid one (a DELETE
         with `?bd=x` must not act on db 'default')."""
-        from seglake.params import closest
+        from seglake.contract import closest
 
         route = request.scope.get("route")
         if route is None or not hasattr(route, "dependant"):
@@ -182,7 +182,7 @@ def create_api():
     # -- errors: one sentence each ---------------------------------------------------------
     @api.exception_handler(RequestValidationError)
     async def plain_validation(request: Request, exc: RequestValidationError):
-        from seglake.params import closest
+        from seglake.contract import closest
 
         problems = []
         for err in exc.errors():
@@ -215,7 +215,7 @@ def create_api():
 
     def _short(value) -> str:
         """The refused input, short (never the whole body echoed back)."""
-        from seglake.params import show
+        from seglake.contract import show
         text = show(value) if isinstance(value, float) else repr(value)
         return text if len(text) <= 40 else text[:37] + "..."
 
@@ -309,7 +309,7 @@ def create_api():
         import httpx
 
         from airflow.configuration import conf as airflow_conf
-        from seglake.params import check_conf
+        from seglake.contract import check_conf
 
         token = _caller_token(request)
         checked = check_conf(dag_id, conf)   # ValidationError -> 400, before any run exists
@@ -437,7 +437,7 @@ def create_api():
     def _hours(value: float, field: str) -> float:
         import math
         if not math.isfinite(value):
-            from seglake.params import show
+            from seglake.contract import show
             raise ValidationError(f"field {field!r}: {show(value)} is not allowed; allowed: a finite number of hours")
         return value
 

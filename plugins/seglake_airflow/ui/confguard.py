@@ -9,7 +9,7 @@ schema and the instance ("Failed validating 'pattern' in schema: ... (?!\\n)"). 
 accepts keys it does not know (no strict mode) and cannot compare two params (a GC
 tolerance below the floor unless `force`). So the REST trigger route (`POST
 .../api/v2/dags/{dag_id}/dagRuns`, which the UI's trigger form uses too) is checked
-here first against the whole contract (seglake.params.check_conf, and for gc the floor
+here first against the whole contract (seglake.contract.check_conf, and for gc the floor
 from the settings the runs resolve: environment + the `seglake_config` Variable): an
 unknown key names the closest valid one; a bad value names the key, the value and what
 is allowed. A conf that passes goes on to Airflow's own Param validation unchanged, and
@@ -32,7 +32,7 @@ def conf_error(dag_id: str, conf, gc_floor=None) -> str | None:
     """The 400 message for a conf that breaks `dag_id`'s contract, else None (also for a
     DAG that is not seglake's). `gc_floor`: a callable giving the floor in seconds."""
     from seglake.errors import ValidationError
-    from seglake.params import SPECS, check_conf, check_gc_floor
+    from seglake.contract import SPECS, check_conf, check_gc_floor
 
     if dag_id not in SPECS:
         return None
@@ -101,7 +101,7 @@ class ConfGuard:
 
 
 def _seglake_dag(dag_id: str) -> bool:
-    from seglake.params import SPECS
+    from seglake.contract import SPECS
 
     return dag_id in SPECS
 

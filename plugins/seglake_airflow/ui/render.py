@@ -4,7 +4,6 @@ Input: `seglake.console.overview()`."""
 
 from __future__ import annotations
 
-import json
 import time
 from html import escape
 from urllib.parse import quote

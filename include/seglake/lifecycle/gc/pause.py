@@ -47,7 +47,7 @@ def paused_scopes(meta: Meta) -> tuple[bool, set[int]]:
 def set_schedule(meta: Meta, conf: dict, floor: float, by: str = "") -> dict:
     """Record the conf of scheduled gc runs, checked first like a triggered conf (the
     DAG's contract, the tolerance floor); returns the record. Fail-fast, one put."""
-    from seglake.params import check_conf, check_gc_floor
+    from seglake.contract import check_conf, check_gc_floor
 
     checked = check_conf("gc", conf)
     check_gc_floor(checked, floor)

@@ -1,8 +1,8 @@
-"""The DAG conf contract, declared once per DAG and used twice:
-
-* as the DAG's Param form (`param_schemas`): Airflow validates a UI or REST conf
-  against it before a run exists (types, name patterns, ranges, NaN via seglake.limits);
-* by `check_conf`, the strict check the first task of every DAG runs on the run's RAW
+"""The conf contract of every operation (one per DAG: the DAG ids name the operations),
+declared once and used by every front end: the DAG's Param form (built from it in
+plugins/seglake_airflow/params.py: Airflow validates a UI or REST conf against it
+before a run exists), the REST API, the CLI (`gc schedule set` records a gc conf) and
+`check_conf`, the strict check the first task of every DAG runs on the run's RAW
   conf (`dag_run.conf`) before any side effect: Airflow has no strict mode, so an
   unknown or misspelt key (`{"tagret": ...}`, gc `{"dryrun": true}`) would otherwise be
   ignored and its default used. Unknown keys are refused naming the closest valid one;
@@ -10,6 +10,8 @@
   default and is required; every number is finite and in range; names full-match.
 
 Every conf key of every DAG is listed here; a DAG never declares a Param of its own.
+It lives in the engine, not in the plugin, because the engine's CLI shares it; it
+imports nothing of Airflow (Airflow's Param form is made from it on the plugin side).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, Mapping
 from seglake.errors import ValidationError
 from seglake.limits import HOUR, LIMITS
 from seglake.meta.catalog import PCHANNEL_COUNT, pchannel_name
-from seglake.names import NAME_PATTERN, NAME_RE, NAME_RULE
+from seglake.names import NAME_RE, NAME_RULE
 from seglake.runners import ENGINES  # the conf contract offers them
 
 KINDS = ("name", "text", "number", "integer", "boolean", "tristate", "enum", "location")
@@ -42,25 +44,6 @@ class Key:
     choices: tuple = ()
     max_length: int = 1024
     example: str = ""              # a valid value, shown next to a name's rule
-
-    def schema(self) -> dict[str, Any]:
-        """Param kwargs (JSON schema + title/description); no default when required."""
-        base = {"name": "string", "text": "string", "number": "number", "integer": "integer",
-                "boolean": "boolean", "enum": "string", "location": "string"}.get(self.kind)
-        if self.kind == "tristate":   # see DEFERRABLE: a labelled dropdown, not a switch
-            return {"type": ["null", "string", "boolean"], "enum": [None, True, False], "title": self.title,
-                    "values_display": DEFERRABLE_DISPLAY, "description": self.help()}
-        out: dict[str, Any] = {"type": ["null", base] if self.nullable else base, "title": self.title}
-        out["description"] = self.help()
-        if self.kind == "name":
-            out["pattern"] = NAME_PATTERN
-        elif self.kind in ("text", "location"):
-            out["maxLength"] = self.max_length
-        elif self.kind == "enum":
-            out["enum"] = [*([None] if self.nullable else []), *self.choices]
-        elif self.kind in ("number", "integer"):
-            out.update(LIMITS[self.limit].schema(self.scale))
-        return out
 
     def check(self, key: str, value: Any) -> Any:
         """The value if valid, else ValidationError: one sentence naming `key`, the value
@@ -161,8 +144,6 @@ ENGINE = Key("enum", "Engine", default="auto", choices=ENGINES,
 DEFERRABLE = Key("tristate", "Deferrable wait", nullable=True,
                  description="How the run waits for the copy: in the triggerer (deferrable), in "
                              "reschedule mode, or as the worker's [operators] default_deferrable says")
-DEFERRABLE_DISPLAY = {"null": "worker default ([operators] default_deferrable)",
-                      "true": "deferrable (in the triggerer)", "false": "reschedule mode (no triggerer)"}
 DB = Key("name", "Database", default="default", example="default")
 GC_REAL_RUN = ("Off: a REAL run that deletes the unreferenced files older than the orphan tolerance, the files "
                "of segments Dropped longer than the dropped-segment tolerance, then the records of those "
