@@ -34,7 +34,8 @@ def _drive(meta, store, settings, job_id: int, a: dict) -> dict:
     copyjob.plan(meta, job_id, a.get("per_task", 3))
     workers = a.get("workers", 1)
     if workers > 1:
-        copyjob.PARALLEL_MIN_FILES = 0  # small test data, but the worker-process engine
+        from seglake.lifecycle.copyjob import running
+        running.PARALLEL_MIN_FILES = 0  # small test data, but the worker-process engine
     copyjob.run_inline(meta, store, job_id, threads=a.get("threads", 1),
                        settings=settings if workers > 1 else None, workers=workers)
     job = copyjob.finalize(meta, job_id)

@@ -74,12 +74,13 @@ def test_a_restore_racing_a_snapshot_drop_rolls_back_and_says_so(meta, store, sn
 
 
 def test_a_snapshot_dropped_before_the_target_exists_creates_nothing(meta, store, snap, monkeypatch):
-    original = snapshot.read_segments
+    from seglake.lifecycle.snapshot import read as snapshot_read
+    original = snapshot_read.read_segments
 
     def read_segments(store_, rec):
         snapshot.drop(meta, store, "demo", "s1")
         return original(store_, rec)
-    monkeypatch.setattr(snapshot, "read_segments", read_segments)
+    monkeypatch.setattr(snapshot_read, "read_segments", read_segments)
     with pytest.raises(StateError, match="was dropped"):
         restore.restore(meta, store, "demo", "s1", "never")
     assert [c.name for c in meta.catalog.list(include_dropped=True)] == ["demo"]

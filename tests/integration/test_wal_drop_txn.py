@@ -354,7 +354,8 @@ from seglake.lifecycle import flush
 from seglake.meta import Meta
 from seglake.storage import open_store
 import sys
-flush.RELEASE_BATCH = 2
+from seglake.lifecycle.flush import flusher as flusher_mod
+flusher_mod.RELEASE_BATCH = 2
 s = Settings.load()
 flush.flush_pchannel(Meta.from_settings(s), open_store(s), sys.argv[1], s)
 """
@@ -368,8 +369,8 @@ def test_a_flusher_sigkilled_between_release_batches_never_writes_dropped_rows_t
     import subprocess
     import sys
 
-    from seglake.lifecycle import flush
-    monkeypatch.setattr(flush, "RELEASE_BATCH", 2)
+    from seglake.lifecycle.flush import flusher as flusher_mod
+    monkeypatch.setattr(flusher_mod, "RELEASE_BATCH", 2)
     w = World(etcd_server, tmp_path, crash_at=None)
     try:
         drop_released_in_batches(w, until_drop=True)
@@ -390,8 +391,8 @@ def test_a_flusher_sigkilled_between_release_batches_never_writes_dropped_rows_t
 
 def test_a_drop_released_in_several_txns_is_exactly_once_at_every_crash_point(etcd_server, tmp_path,
                                                                               monkeypatch):
-    from seglake.lifecycle import flush
-    monkeypatch.setattr(flush, "RELEASE_BATCH", 2)
+    from seglake.lifecycle.flush import flusher as flusher_mod
+    monkeypatch.setattr(flusher_mod, "RELEASE_BATCH", 2)
     _every_crash_point(etcd_server, tmp_path, drop_released_in_batches)
 
 

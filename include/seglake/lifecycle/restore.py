@@ -28,7 +28,7 @@ import uuid
 
 from seglake import faults, limits
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
-from seglake.lifecycle import snapshot as snapshots
+from seglake.lifecycle.snapshot import read as snapshots   # resolve, read_metadata, read_segments
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB, IMPORTING, Collection
 from seglake.meta.codec import decode, encode, encode_struct

@@ -1,50 +1,10 @@
-"""The WAL flusher: turn a pchannel's log into Flushed segments, exactly once.
+"""The Flusher: replay a pchannel's log from the minimum checkpoint, buffer rows and
+deletes per vchannel, seal and sync segments, commit each with its checkpoint under the
+flusher term (exactly once; see the package docstring).
 
-Recovery (flusherimpl.go): the live vchannels of the pchannel (collections not Dropped,
-vchannels not released by a drop) and each one's checkpoint
-`{root}/channels/{v}/checkpoint` = {"message_id": [term, fragment, offset], "time_tick": tt}.
-The scan starts at the MINIMUM checkpoint (inclusive), or at the log's start (above any
-truncation) when a live vchannel has none. Growing/Sealed records a killed run left
-behind are marked Dropped (they have no files; their rows are re-read from the log).
-
-Checkpoint meaning: every message of the vchannel with time tick <= cp.time_tick is
-durable in Flushed segments (or was ignored), and a scan from cp.message_id delivers
-every message with a larger time tick. Positions are only taken at "safe points":
-TimeTicks delivered while no transaction is open ON THAT VCHANNEL (a transaction spans
-one vchannel; a committed txn's bodies get ticks just below the commit's but keep their
-earlier ids). A vchannel's checkpoint = the minimum start of its buffered segments and
-its delete buffer, else its last safe point; it never moves backwards (lowering raises
-CheckpointError, equal is a no-op).
-
-The row model: every row is stamped with its message's tick (field 1, the one TSO) and
-a fresh row id (field 0); a Delete (and an upsert's implied delete, scoped to its
-partition) is stored as (pk, ts, partition) in the delta log of the next segment synced
-on its vchannel, or of a 0-row L0 segment. Visibility (seglake.visibility) reads every
-delta log of the collection: where a delete is stored does not matter, and no pk column
-is read to place it.
-
-Replay never duplicates: a message at or below the vchannel's checkpoint is skipped; an
-Insert at or below the last segment THIS FLUSHER wrote for its partition (Flushed, or
-Dropped with files: a drop's release takes several txns past RELEASE_BATCH segments and
-may be cut by a crash; restored segments carry `source` and do not count) is skipped --
-segments of one partition cover consecutive tick ranges, cut only at time-tick
-boundaries; a Delete at or below the highest delete tick this flusher wrote is skipped
-(a duplicate would only be harmless extra bytes).
-
-Seal policies (rows, bytes, age, idle) measure age in ticks: at every TimeTick, and at
-the end of a run against the TSO's now, so data older than the policy is flushed by the
-next scheduled run however small it is, and the checkpoint moves past it.
-
-Sync of a sealed segment: insert binlogs (Parquet, one per field, with fields 0 and 1),
-delta log (pk, ts, partition) and stats log (pk min/max and a bloom filter, seglake.
-segfiles) are written first under fresh log ids (durable:
-store.put is atomic and fsyncs); then ONE etcd transaction sets the segment Flushed and
-advances the checkpoint, guarded by the flusher term (`{root}/wal/{p}/flusher`, taken
-by CAS at open: a newer flusher fences this one; the loser's files are orphans for GC).
-Every commit for a vchannel also
-compares its collection record, re-read just before: once a drop released the vchannel
-(or the collection is Dropped) nothing more is written for it and its state is dropped.
-"""
+One class in one file on purpose (~490 lines): recovery, dispatch, sealing and the
+guarded commits share the per-vchannel state and the term's guard; splitting the class
+would scatter one invariant (a checkpoint moves only with the segments it covers)."""
 
 from __future__ import annotations
 
@@ -53,13 +13,10 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 
-from seglake import runners
-from seglake.errors import Conflict, NotFound, SeglakeError
+from seglake.errors import Conflict, NotFound
 from seglake.meta import keys as keymod
 from seglake.meta.alloc import physical_ms
 from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
@@ -69,84 +26,12 @@ from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Segment
 from seglake.wal import message as M
 from seglake.wal.buffer import FLUSH, DeleteBuffer, SealPolicy, SegmentBuffer
 from seglake.wal.checkpoints import RELEASED, Checkpoint, advances, live_vchannels, read_checkpoint, truncated_before
-from seglake.wal.log import Fenced, WalLog, all_pchannels, expire_producers, validate_pchannel
+from seglake.wal.log import Fenced, WalLog, expire_producers, validate_pchannel
 from seglake.wal.message import Message, MessageId
+from seglake.lifecycle.flush.state import L0, FlushStats, VchannelReleased, VState, acquire_term, rev_guard
 
-L0 = "L0"                          # level of a 0-row segment that only carries a delta log
+
 RELEASE_BATCH = 100               # segment records per release txn (etcd --max-txn-ops 128)
-
-
-class VchannelReleased(SeglakeError):
-    """The vchannel's collection released it (a drop) or is gone: nothing more is
-    committed for it; the flusher forgets its state."""
-
-
-def _rev_guard(key: str, rev: int) -> Compare:
-    return absent(key) if not rev else Compare(key, "mod", "==", rev)
-
-
-
-# -- flusher term ----------------------------------------------------------------------------
-def acquire_term(meta, pchannel: str, name: str) -> tuple[int, int]:
-    """Take the pchannel's flusher term T+1 by CAS: (term, mod revision). Every commit of
-    this flusher compares that revision, so a newer flusher fences it."""
-    key = keymod.wal_flusher(meta.keys, pchannel)
-
-    def attempt():
-        kv = meta.kv.get(key)
-        cur = 0 if kv is None else json.loads(kv.value)["term"]
-        rec = json.dumps({"term": cur + 1, "flusher": name, "opened_at": time.time()})
-        rev = meta.kv.txn([_rev_guard(key, 0 if kv is None else kv.mod_revision)], [Put(key, rec)])
-        return cur + 1, rev
-    return retry_on_conflict(attempt, f"take the flusher term of {pchannel}")
-
-
-# -- per-vchannel state ------------------------------------------------------------------------
-@dataclass
-class VState:
-    vchannel: str
-    coll: object
-    schema: pa.Schema
-    floor: Checkpoint | None = None
-    cp_rev: int = 0
-    growing: dict = field(default_factory=dict)      # partition_id -> SegmentBuffer
-    sealed: list = field(default_factory=list)       # SegmentBuffer, in seal order
-    dels: DeleteBuffer | None = None                 # deletes waiting for the next sync
-    part_hw: dict = field(default_factory=dict)      # partition_id -> highest row tick this flusher wrote
-    del_hw: int = 0                                  # highest delete tick this flusher wrote
-    safe: Checkpoint | None = None                   # last safe point of this vchannel
-    closed: bool = False
-
-    @property
-    def pk(self):
-        return self.coll.schema.primary
-
-
-@dataclass
-class FlushStats:
-    pchannel: str
-    term: int = 0
-    start: str | None = None
-    messages: int = 0
-    skipped: int = 0           # already covered by a checkpoint or a Flushed segment
-    ignored: int = 0           # for no open vchannel state
-    duplicate_creates: int = 0
-    segments: int = 0
-    rows: int = 0
-    bytes: int = 0
-    delta_logs: int = 0
-    deletes: int = 0
-    stale_dropped: int = 0
-    seals: dict = field(default_factory=dict)
-    checkpoints: dict = field(default_factory=dict)   # vchannel -> {message_id, time_tick, lag_ms}
-    stopped: str = "caught_up"
-    released: list = field(default_factory=list)   # vchannels released by a DropCollection
-    txn_ticks: int = 0         # TimeTicks appended to end transactions expired on a quiet log
-    open_txns: list = field(default_factory=list)  # transactions still open at the end of the run
-    producers_expired: int = 0  # producer records removed (idle over wal_producer_expiry)
-
-    def to_json(self) -> dict:
-        return dict(self.__dict__)
 
 
 class Flusher:
@@ -528,7 +413,7 @@ class Flusher:
         key = self.meta.keys.channel_checkpoint(st.vchannel)
         if cp is None or not advances(st.floor, cp):
             return [], [], None
-        return [_rev_guard(key, st.cp_rev)], [Put(key, json.dumps(cp.to_json()))], cp
+        return [rev_guard(key, st.cp_rev)], [Put(key, json.dumps(cp.to_json()))], cp
 
     def _applied_cp(self, st: VState, cp: Checkpoint | None, rev: int) -> None:
         if cp is not None:
@@ -631,82 +516,3 @@ class Flusher:
                       "time_tick": None if cp is None else cp.time_tick,
                       "lag_ms": None if cp is None else max(0, physical_ms(last) - physical_ms(cp.time_tick))}
         return out
-
-
-# -- entry points ---------------------------------------------------------------------------------
-def flush_pchannel(meta, store, pchannel: str, settings, *, max_seconds: float | None = None,
-                   flush_all: bool = False, clock=time.time, hooks: dict | None = None) -> dict:
-    """Open a flusher on `pchannel` (taking its term), run it once, return its stats."""
-    f = Flusher(meta, store, pchannel, settings, clock=clock, hooks=hooks)
-    return f.run(max_seconds=max_seconds, flush_all=flush_all).to_json()
-
-
-def pchannels_with_log(meta) -> list[str]:
-    """The pchannels that have a log record (the ones worth flushing)."""
-    prefix = keymod.wal_prefix(meta.keys)
-    found = set()
-    for kv in meta.kv.range(prefix, keys_only=True):
-        p = kv.key[len(prefix):].split("/", 1)[0]
-        if p in all_pchannels() and kv.key == keymod.wal_log(meta.keys, p):
-            found.add(p)
-    return sorted(found)
-
-
-def flush_partition(pchannels, settings_env: dict, opts: dict):
-    """Executor side of the Spark engine: flush each pchannel of the partition."""
-    from seglake.meta import Meta
-    from seglake.storage import open_store
-
-    settings = runners.worker_settings(settings_env)
-    meta, store = Meta.from_settings(settings), open_store(settings)
-    try:
-        for p in pchannels:
-            yield flush_pchannel(meta, store, p, settings, max_seconds=opts.get("max_seconds"),
-                                 flush_all=bool(opts.get("flush_all")))
-    finally:
-        meta.close()
-
-
-# -- DAG helpers --------------------------------------------------------------------------------
-def backlog(meta, pchannel: str) -> dict:
-    """How much of the log lies above the pchannel's minimum checkpoint (estimate: the
-    log's average fragment size times the fragments at or above it)."""
-    st = WalLog(meta, None, pchannel).state()
-    count = max(0, st.last - st.first + 1 - len([h for h in st.holes if h >= st.first]))
-    starts = []
-    for v in live_vchannels(meta, pchannel):
-        cp, _ = read_checkpoint(meta, v)
-        starts.append(0 if cp is None else cp.message_id.fragment)
-    low = max(min(starts) if starts else st.last + 1, st.first)
-    above = max(0, st.last - low + 1)
-    return {"pchannel": pchannel, "fragments": above,
-            "bytes": 0 if not count else int(st.bytes * above / count), "last_time_tick": st.last_tt}
-
-
-def flush_ready(meta, pchannel: str, settings, started_at: float, now: float | None = None) -> tuple[bool, str]:
-    """Whether the pchannel's flush may start: not paused, and the scanner startup delay
-    has passed since `started_at` (unix seconds). Returns (ready, why)."""
-    from seglake.wal.log import pause_state
-
-    validate_pchannel(pchannel)
-    now = time.time() if now is None else now
-    paused = pause_state(meta, pchannel)
-    if paused is not None:
-        scope = "global" if paused["key"].endswith("/_pause") else "pchannel"
-        return False, f"{pchannel}: consumption paused ({scope}, reason {paused.get('reason') or '-'})"
-    wait = started_at + settings.wal_scanner_startup_delay - now
-    if wait > 0:
-        return False, f"{pchannel}: startup delay, {wait:.1f} s left"
-    return True, f"{pchannel}: ready"
-
-
-def format_summary(results: list[dict]) -> str:
-    lines = [f"wal_flush: {len(results)} pchannel(s), {sum(r['segments'] for r in results)} segments, "
-             f"{sum(r['rows'] for r in results)} rows, {sum(r['bytes'] for r in results)} bytes, "
-             f"{sum(r['delta_logs'] for r in results)} delta logs"]
-    for r in results:
-        lines.append(f"  {r['pchannel']} (term {r['term']}, {r['stopped']}): {r['segments']} segments, "
-                     f"{r['rows']} rows, skipped {r['skipped']}, seals {r['seals']}")
-        for v, cp in r["checkpoints"].items():
-            lines.append(f"    {v}: checkpoint {cp['message_id']} lag {cp['lag_ms']} ms")
-    return "\n".join(lines)
