@@ -9,6 +9,7 @@ from dataclasses import fields
 import pytest
 
 from seglake import cli, limits, contract as params
+from seglake.cli import entry as cli_entry
 from seglake.config import Settings, loads_strict
 from seglake.errors import ConfigError, ValidationError
 from seglake.lifecycle import gc
@@ -155,7 +156,7 @@ def test_plain_decimal_text_passes():
                                   ["gc", "run", "--missing-tolerance-hours"], ["gc", "run", "--drop-tolerance-hours"],
                                   ["collections", "drop", "demo", "--timeout-hours"], ["jobs", "describe"]])
 def test_cli_numbers_are_plain_decimal(argv, text, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "Settings", None)  # refused before config is loaded or anything connects
+    monkeypatch.setattr(cli_entry, "Settings", None)  # refused before config is loaded or anything connects
     with pytest.raises(SystemExit) as exit_:
         cli.main([*argv, text])
     assert exit_.value.code == 2

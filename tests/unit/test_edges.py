@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from seglake import cli, limits, contract as params
+from seglake.cli import entry as cli_entry
 from seglake_airflow.params import param_schema
 from seglake.config import Settings, gc_schedule, spark_env
 from seglake.errors import ConfigError, ValidationError
@@ -302,7 +303,7 @@ def test_string_settings_refuse_control_characters_naming_the_key(key, value):
     (["collections", "list", "--db", "x y"], "--db"),
 ])
 def test_cli_flags_are_checked_before_any_command_runs(argv, flag, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "Settings", None)  # nothing may load config or connect
+    monkeypatch.setattr(cli_entry, "Settings", None)  # nothing may load config or connect
     with pytest.raises(SystemExit) as exit_:
         cli.main(argv)
     assert exit_.value.code == 2
@@ -317,7 +318,7 @@ def test_cli_flags_are_checked_before_any_command_runs(argv, flag, capsys, monke
     (["demo", "seed", "--segmnets", "2"], "--segmnets", "--segments"),
 ])
 def test_cli_misspelt_flag_is_refused_naming_the_subcommands_closest(argv, bad, near, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "Settings", None)  # refused before config is loaded or anything connects
+    monkeypatch.setattr(cli_entry, "Settings", None)  # refused before config is loaded or anything connects
     with pytest.raises(SystemExit) as exit_:
         cli.main(argv)
     assert exit_.value.code == 2
@@ -326,7 +327,7 @@ def test_cli_misspelt_flag_is_refused_naming_the_subcommands_closest(argv, bad, 
 
 
 def test_cli_unrecognised_argument_without_a_close_flag_gets_no_guess(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "Settings", None)
+    monkeypatch.setattr(cli_entry, "Settings", None)
     with pytest.raises(SystemExit):
         cli.main(["snapshots", "create", "demo", "s", "extra", "--zzzz"])
     err = capsys.readouterr().err

@@ -50,6 +50,6 @@ from seglake.lifecycle.copyjob.jobs import (PROGRESS_EVERY_S, progress, describe
 
 __all__ = ['rollback_target', 'drop_segments', 'source_and_target_files', 'PROGRESS_EVERY_S', 'COPY_WINDOW', 'SourceMissing', 'job_throttle', 'copy_task', 'PROGRESS_EVERY_S', 'wait_status', 'finalize', 'newest_ts', 'fail', 'PROGRESS_EVERY_S', 'plan', 'UNSET_ENGINE', 'resume_engine', 'PROGRESS_EVERY_S', 'pending_task_ids', 'PARALLEL_MIN_FILES', 'run_inline', 'run_tasks_from_env', 'TASKS_IN_FLIGHT', 'run_tasks', 'PROGRESS_EVERY_S', 'progress', 'describe_job', 'list_jobs', 'cleanup_expired']
 
-from seglake.lifecycle.facade import seal  # noqa: E402
+from seglake.facade import seal  # noqa: E402
 
 seal(__name__)

@@ -59,6 +59,6 @@ from seglake.lifecycle.flush.run import (flush_pchannel, pchannels_with_log, flu
 
 __all__ = ['L0', 'VchannelReleased', 'rev_guard', 'acquire_term', 'VState', 'FlushStats', 'RELEASE_BATCH', 'Flusher', 'flush_pchannel', 'pchannels_with_log', 'flush_partition', 'backlog', 'flush_ready', 'format_summary']
 
-from seglake.lifecycle.facade import seal  # noqa: E402
+from seglake.facade import seal  # noqa: E402
 
 seal(__name__)

@@ -26,10 +26,10 @@ def _rates(args) -> dict:
 
 
 def cmd_export(args, s: Settings) -> int:
-    from seglake.cli import _open, emit
+    from seglake.cli.output import emit, open_meta_store
     from seglake.lifecycle.backup import export
 
-    meta, store = _open(s)
+    meta, store = open_meta_store(s)
     r = export.export(meta, store, _target(args, s), args.collection, args.snapshot, bundle=args.bundle,
                       db=args.db, threads=s.copy_threads, by="cli", say=_say, **_rates(args))
     emit(args, r, text=(f"bundle {args.db}.{args.collection}/{r['bundle']}: already exported, nothing copied"
@@ -67,10 +67,10 @@ def cmd_show(args, s: Settings) -> int:
 
 
 def cmd_verify(args, s: Settings) -> int:
-    from seglake.cli import EXIT_FAILED, _open, emit
+    from seglake.cli.output import EXIT_FAILED, emit, open_meta_store
     from seglake.lifecycle.backup import verify
 
-    meta, _ = _open(s)
+    meta, _ = open_meta_store(s)
     r = verify.verify(_target(args, s), args.collection, args.bundle, db=args.db, threads=s.copy_threads,
                       meta=meta, say=_say)
     lines = [f"bundle {args.db}.{args.collection}/{args.bundle}: "
@@ -82,10 +82,10 @@ def cmd_verify(args, s: Settings) -> int:
 
 
 def cmd_import(args, s: Settings) -> int:
-    from seglake.cli import _open, emit
+    from seglake.cli.output import emit, open_meta_store
     from seglake.lifecycle.backup import imports
 
-    meta, store = _open(s)
+    meta, store = open_meta_store(s)
     r = imports.import_bundle(meta, store, _target(args, s), args.collection, args.bundle, db=args.db,
                               as_collection=args.as_collection, snapshot=args.as_snapshot,
                               threads=s.copy_threads, say=_say, **_rates(args))
@@ -96,12 +96,12 @@ def cmd_import(args, s: Settings) -> int:
 
 
 def cmd_restore(args, s: Settings) -> int:
-    from seglake.cli import EXIT_FAILED, _open, emit
+    from seglake.cli.output import EXIT_FAILED, emit, open_meta_store
     from seglake.lifecycle import copyjob
     from seglake.lifecycle.backup import imports
     from seglake.meta.copyjobs import JOB_COMPLETED
 
-    meta, store = _open(s)
+    meta, store = open_meta_store(s)
     r = imports.restore_from_bundle(meta, store, _target(args, s), args.collection, args.bundle, args.restore_to,
                                     db=args.db, as_collection=args.as_collection, engine="inline", owner="cli",
                                     threads=s.copy_threads, say=_say, **_rates(args))

@@ -1,4 +1,4 @@
-"""A lifecycle package's public face (its __init__) re-exports its submodules' names.
+"""A package's public face (its __init__) re-exports its submodules' names.
 Assigning one of them on the face (`copyjob.PARALLEL_MIN_FILES = 0`, or monkeypatching
 `gc.wal_truncatable`) would change only the face's copy and silently do nothing for the
 code that uses it, so a sealed face refuses the assignment, naming the submodule that

@@ -1,0 +1,7 @@
+"""`python -m seglake.cli`."""
+
+import sys
+
+from seglake.cli.entry import main
+
+sys.exit(main())

@@ -1,0 +1,40 @@
+"""Argument types: every flag checked before any command runs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+
+# -- argument types: every flag checked before any command runs ------------------------
+def name_arg(kind: str):
+    """argparse type: a name that full-matches the name pattern (no trailing newline)."""
+    def parse(text: str) -> str:
+        from seglake.errors import ValidationError
+        from seglake.names import validate_name
+
+        try:
+            return validate_name(kind, text)
+        except ValidationError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = f"{kind} name"
+    return parse
+
+
+def number_arg(limit: str, scale: float = 1.0):
+    """argparse type: a number checked against seglake.limits LIMITS[limit] (finite, in
+    range, an integer where the limit says so), given in units of `scale` (HOUR: hours).
+    Returns the number as typed (not scaled)."""
+    from seglake.limits import LIMITS
+
+    lim = LIMITS[limit]
+
+    def parse(text: str) -> int | float:
+        from seglake.errors import ValidationError
+
+        try:  # plain decimal only: float() would take 'nan', '+5', '1e3', ' 5', '-0.0'
+            return lim.parse("value", text, scale)
+        except ValidationError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
+    parse.__name__ = "integer" if lim.integer else "number"
+    return parse

@@ -1,0 +1,137 @@
+"""Write-ahead log commands: ingest, delete, wal status, wal pause."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from seglake.config import Settings
+from seglake.errors import ValidationError
+from seglake.cli.output import emit, open_meta_store
+from seglake.progress import human_bytes
+
+
+# -- write-ahead log (wal helper) -------------------------------------------------------
+def cmd_ingest(args, s: Settings) -> int:
+    """Append rows from a Parquet/Arrow file or --rows N synthetic rows through the WAL."""
+    from seglake.wal.client import WalClient, check_count, synthetic_rows
+
+    if (args.file is None) == (args.rows is None):
+        raise ValidationError("give exactly one of --file PATH or --rows N")
+    batch_rows = check_count("--batch-rows", args.batch_rows, maximum=1_000_000)
+    meta, store = open_meta_store(s)
+    coll = meta.catalog.get_by_name(args.collection, args.db)
+    if args.rows is not None:
+        n = check_count("--rows", args.rows, maximum=100_000_000)
+        data = synthetic_rows(coll, n, meta.ids.allocate(n), seed=args.seed)
+    else:
+        data = _read_table(args.file)
+    with WalClient(meta, store, s, batch_rows=batch_rows) as client:
+        res = client.insert(args.collection, data, partition=args.partition, db=args.db, txn=args.txn)
+    emit(args, res.to_json(), text=(f"appended {res.rows} rows to {res.collection!r} in {res.batches} batches"
+                                    f"{' (transactional)' if args.txn else ''}: "
+                                    + "; ".join(f"{p} {a} .. {b}" for p, (a, b) in sorted(res.positions.items()))))
+    return 0
+
+
+def _read_table(path: str):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationError(f"no such file {path!r}")
+    try:
+        if p.suffix in (".arrow", ".ipc", ".feather"):
+            with pa.memory_map(str(p)) as src:
+                try:
+                    return pa.ipc.open_file(src).read_all()
+                except pa.ArrowInvalid:
+                    src.seek(0)
+                    return pa.ipc.open_stream(src).read_all()
+        return pq.read_table(str(p))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise ValidationError(f"cannot read {path!r}: {e}") from None
+
+
+def cmd_delete(args, s: Settings) -> int:
+    from seglake.wal.client import WalClient
+
+    pks = []
+    for part in args.pks.split(","):
+        part = part.strip()
+        if not re.fullmatch(r"-?[0-9]+", part, re.ASCII):  # ASCII only: int() also takes other digits
+            raise ValidationError(f"--pks must be comma-separated integers, got {part!r}")
+        pks.append(int(part))
+    meta, store = open_meta_store(s)
+    with WalClient(meta, store, s) as client:
+        res = client.delete(args.collection, pks, db=args.db, txn=args.txn)
+    emit(args, res.to_json(), text=f"appended deletes of {res.deletes} primary keys to {res.collection!r}")
+    return 0
+
+
+def cmd_wal_status(args, s: Settings) -> int:
+    from seglake.wal.client import wal_status
+
+    from seglake.progress import tick_time
+
+    meta, _ = open_meta_store(s)
+    rows = wal_status(meta, args.pchannel)
+    table_rows = []
+    for r in rows:
+        table_rows.append({**r, "size": human_bytes(r["bytes"]), "last tick (UTC)": tick_time(r["last_time_tick"]),
+                           "checkpoint lag": _lags(r["consumers"]),
+                           "txns": ",".join(f"{t['txn_id']}@{t['vchannel']}" for t in r["open_txns"]) or "-"})
+    emit(args, rows, table_rows, ["pchannel", "term", "writer", "last tick (UTC)", "fragments", "size", "paused",
+                                  "checkpoint lag", "txns"])
+    return 0
+
+
+def _lags(consumers: list[dict]) -> str:
+    """Each vchannel's checkpoint lag behind the log, or why there is none."""
+    if not consumers:
+        return "no vchannels"
+    if all(c["lag_ms"] is None for c in consumers):
+        return "no checkpoint yet (not flushed)"
+    return ", ".join(f"{c['vchannel']}: "
+                     + ("no checkpoint" if c["lag_ms"] is None else f"{c['lag_ms'] / 1000:g} s") for c in consumers)
+
+
+def cmd_wal_pause(args, s: Settings) -> int:
+    from seglake.wal.log import set_pause
+
+    if bool(args.pchannel) == bool(args.all):
+        raise ValidationError("give exactly one of --pchannel NAME or --all")
+    meta, _ = open_meta_store(s)
+    set_pause(meta, args.pchannel, args.action == "pause", getattr(args, "reason", ""))
+    print(f"WAL consumption {'paused' if args.action == 'pause' else 'resumed'} for "
+          f"{args.pchannel or 'every pchannel'}")
+    return 0
+
+
+def add_wal_parsers(sub, out, common) -> None:
+    ing = sub.add_parser("ingest", parents=[common], help="append rows through the write-ahead log")
+    ing.add_argument("collection")
+    ing.add_argument("--file", default=None, help="Parquet or Arrow IPC file whose columns match the schema")
+    ing.add_argument("--rows", type=int, default=None, help="append N synthetic rows")
+    ing.add_argument("--partition", default="_default")
+    ing.add_argument("--batch-rows", type=int, default=10000)
+    ing.add_argument("--seed", type=int, default=0)
+    ing.add_argument("--txn", action="store_true", help="one transaction per vchannel")
+    ing.set_defaults(fn=cmd_ingest)
+    de = sub.add_parser("delete", parents=[common], help="append deletes by primary key through the WAL")
+    de.add_argument("collection")
+    de.add_argument("--pks", required=True, help="comma-separated primary keys")
+    de.add_argument("--txn", action="store_true")
+    de.set_defaults(fn=cmd_delete)
+    w = sub.add_parser("wal", help="write-ahead log").add_subparsers(dest="action", required=True)
+    ws = w.add_parser("status", parents=[out], help="per pchannel: term, writer, ticks, fragments, pause, lag")
+    ws.add_argument("--pchannel", default=None)
+    ws.set_defaults(fn=cmd_wal_status)
+    for action in ("pause", "resume"):
+        wp = w.add_parser(action, help=f"{action} consumption (recovery scanners are never paused)")
+        wp.add_argument("--pchannel", default=None)
+        wp.add_argument("--all", action="store_true", help="the global flag")
+        if action == "pause":
+            wp.add_argument("--reason", default="")
+        wp.set_defaults(fn=cmd_wal_pause, json=False)
