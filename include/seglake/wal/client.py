@@ -1,5 +1,8 @@
 """Ingest through the WAL: a Python API for DAG tasks and programs, used by the CLI.
 
+One file on purpose (~440 lines): the ingest API (insert, delete, transactions, the
+multi-pchannel append and its AppendIncomplete) and the status read it is used with.
+
     client = WalClient(meta, store, settings)
     client.insert("coll", table, partition="_default", txn=False)
     client.delete("coll", [1, 2, 3])

@@ -1,6 +1,9 @@
 """One append-only log per pchannel: immutable, checksummed fragment files in the Store,
 their order and their ticks in etcd.
 
+One file on purpose (~440 lines): the fragment format and the etcd index that orders
+fragments are one contract; the reader and the writer of both live together.
+
 Fragment file (format 2) `wal/{pchannel}/{hint:020d}-{token}.frag` (layout.wal_fragment):
 
     MAGIC | u64 term | u64 hint | records... | footer

@@ -1,6 +1,10 @@
 """An idempotent producer on one pchannel's shared log. Many producers (processes,
 clients, DAG tasks, a drop) append to one log at once; none fences another.
 
+One file on purpose (~700 lines): the producer's queue, its writer thread and its
+committer thread share one state machine (sequence numbers, the pending fragment, the
+commit order); the idempotence rule holds only across all three together.
+
     append(msgs, seq): validate -> queue -> [writer thread] encode one fragment with
         RELATIVE ticks -> write it under a fresh name (durable) -> [committer thread, FIFO]
         ONE etcd txn: log record unchanged -> log.last = n, last_tt; index record n
