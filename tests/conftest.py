@@ -30,6 +30,8 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 TEST_HOME = REPO / ".dev" / "test" / WORKER if WORKER else REPO / ".dev" / "test"
 HEAVY_LAYERS = ("cluster", "e2e")   # one worker runs them, one after another
 sys.path.insert(0, str(REPO / "plugins"))
+# helpers shared by the tests of a layer (wal_helpers, ...), for tests in its subfolders too
+sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "spark" / "jobs"))
 # the test Airflow's cluster policy (short sensor pokes): on the path before Airflow is imported
 sys.path.insert(0, str(REPO / "tests" / "airflow_policy"))

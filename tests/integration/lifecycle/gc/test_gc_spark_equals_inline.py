@@ -15,7 +15,7 @@ from seglake.lifecycle import gc
 from seglake.meta.segments import DROPPED
 
 pytestmark = pytest.mark.spark
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 SMALL = demo.SeedParams(partitions=2, segments=2, rows=100, dim=4)
 COMPARED = ("referenced", "candidates", "candidate_bytes", "kept", "unrecognised", "unknown_segment",
             "dropped", "by_collection_reason", "wal")
@@ -47,7 +47,7 @@ def test_spark_and_inline_marks_agree(meta, store, settings):
     c, _ = demo.seed(meta, store, SMALL)
     cid = c.collection_id
     # a WAL ingested and flushed: fragments below every checkpoint (truncatable) and above
-    from test_gc_wal import _fragments, _ingest_and_flush, _min_checkpoint
+    from test_gc_wal_truncation import _fragments, _ingest_and_flush, _min_checkpoint
     from wal_helpers import pchannels
     wcoll = _ingest_and_flush(meta, store, settings, name="w1")
     mins = {p: _min_checkpoint(meta, p) for p in pchannels(wcoll)}

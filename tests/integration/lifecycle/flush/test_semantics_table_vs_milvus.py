@@ -32,7 +32,7 @@ NEWEST_NOT_OLDEST = {"g_duplicate_insert_two_calls", "g2_duplicate_insert_two_ca
                      "g5_three_copies_in_one_segment", "h_duplicate_pk_in_one_insert",
                      "h2_duplicate_pk_in_one_insert_reversed_values", "e_upsert_same_pk_twice_in_one_call",
                      "e2_upsert_same_pk_twice_over_existing"}
-CASES = json.loads((Path(__file__).resolve().parents[1] / "data" / "milvus_semantics.json").read_text())["cases"]
+CASES = json.loads((Path(__file__).resolve().parents[3] / "data" / "milvus_semantics.json").read_text())["cases"]
 SCHEMA = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
           {"field_id": 101, "name": "v", "dtype": "Float"},
           {"field_id": 102, "name": "vec", "dtype": "FloatVector", "dim": 2}]

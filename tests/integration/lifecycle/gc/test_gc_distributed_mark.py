@@ -28,7 +28,7 @@ from seglake.meta.segments import DROPPED, FLUSHED, Binlog, Segment
 from seglake.storage import layout, open_store
 
 pytestmark = pytest.mark.spark
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 SMALL = demo.SeedParams(partitions=2, segments=3, rows=50, dim=4)
 COMPARED = ("referenced", "candidates", "candidate_bytes", "kept", "unrecognised", "unknown_segment",
             "unreadable_directories", "dropped", "by_collection_reason", "wal")

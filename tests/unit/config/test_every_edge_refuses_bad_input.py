@@ -135,7 +135,7 @@ def test_gc_dag_schedule_is_read_from_the_environment_at_parse_time():
     import ast
     from pathlib import Path
 
-    tree = ast.parse((Path(__file__).resolve().parents[2] / "dags" / "gc.py").read_text())
+    tree = ast.parse((Path(__file__).resolve().parents[3] / "dags" / "gc.py").read_text())
     kw = [k for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "schedule"]
     assert [ast.unparse(k.value) for k in kw] == ["gc_schedule()"]
 

@@ -23,7 +23,7 @@ from seglake.storage import layout
 
 SMALL = demo.SeedParams(partitions=2, segments=2, rows=100, dim=4)
 DAY = 86400
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def _age_path(path, seconds):

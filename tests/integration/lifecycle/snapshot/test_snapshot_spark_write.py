@@ -16,7 +16,7 @@ from seglake.lifecycle import snapshot
 from seglake.meta.snapshots import COMMITTED
 from seglake.storage import layout
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 pytestmark = pytest.mark.spark
 
 

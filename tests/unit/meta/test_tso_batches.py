@@ -1,6 +1,6 @@
 """The TSO's batch logic against an in-memory stand-in for etcd (the CAS semantics of
 KV.get / KV.txn): formats, validation, batch reuse and expiry, the logical carry. The
-real-etcd cases are in tests/integration/test_tso.py."""
+real-etcd cases are in tests/integration/meta/test_tso.py."""
 
 from __future__ import annotations
 
