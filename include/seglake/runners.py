@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import deque
+from itertools import islice
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Callable, Iterator, Sequence
 
@@ -65,8 +67,10 @@ def run_inline(fn: Callable, units: Sequence, *, workers: int, pool: str = "thre
       writes, many small files); `fn` and the units must pickle, and every worker dies
       with this process (proclife.worker_of), so a SIGKILLed task leaves no worker.
 
-    A unit's exception is raised at its turn; units not yet started are cancelled and the
-    running ones are waited for (units are idempotent, so a retry redoes them safely).
+    At most 2 x workers units are submitted and not yet consumed (a slow consumer never
+    has every unit's result in memory). A unit's exception is raised at its turn; units
+    not yet started are cancelled and the running ones are waited for (units are
+    idempotent, so a retry redoes them safely).
     """
     if pool not in POOLS:
         raise ValueError(f"pool must be one of {', '.join(POOLS)}; got {pool!r}")
@@ -83,9 +87,15 @@ def run_inline(fn: Callable, units: Sequence, *, workers: int, pool: str = "thre
     else:
         ex = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=worker_of, initargs=(os.getpid(),))
-    try:
-        for fut in [ex.submit(fn, u) for u in units]:
-            yield fut.result()
+    try:   # at most 2 x workers units submitted and not yet consumed: memory stays bounded
+        todo, window = iter(units), deque()
+        for u in islice(todo, 2 * n):
+            window.append(ex.submit(fn, u))
+        while window:
+            result = window.popleft().result()
+            for u in islice(todo, 1):
+                window.append(ex.submit(fn, u))
+            yield result
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
 

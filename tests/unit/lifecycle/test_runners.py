@@ -3,6 +3,7 @@
 import operator
 import os
 import threading
+import time
 
 import pytest
 
@@ -80,3 +81,19 @@ def test_split_deals_round_robin_into_nonempty_shares():
     assert runners.split([1, 2, 3, 4, 5], 2) == [[1, 3, 5], [2, 4]]
     assert runners.split([1], 4) == [[1]]
     assert runners.split([], 3) == []
+
+
+def test_a_slow_consumer_never_has_more_than_two_windows_of_units_in_flight():
+    started, lock = [], threading.Lock()
+
+    def fn(u):
+        with lock:
+            started.append(u)
+        return u
+    consumed = 0
+    for r in runners.run_inline(fn, range(100), workers=3):
+        consumed += 1
+        time.sleep(0.002)   # the consumer is the slow side
+        with lock:
+            assert len(started) - consumed <= 2 * 3, (len(started), consumed)
+    assert consumed == 100 and sorted(started) == list(range(100))
