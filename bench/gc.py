@@ -120,8 +120,11 @@ def main(argv=None) -> int:
             times.append(time.perf_counter() - t)
         t_mark = sorted(times)[1]
         assert {c["path"] for c in m.candidates} == set(old), "mark found something other than the old orphans"
+        t = time.perf_counter()
+        gc.mark(meta, store, gc.GCOptions.from_settings(settings, list_threads=1), run_id="bench-serial")
+        t_serial = time.perf_counter() - t
         print(f"anchor find -printf {t_find:.2f}s; inline mark (references + listing + anti-join + report) "
-              f"{t_mark:.2f}s")
+              f"{t_mark:.2f}s with {opts.list_threads} listing threads, {t_serial:.2f}s with one")
 
         if not args.no_spark:
             os.environ.update(settings.to_env())

@@ -136,7 +136,8 @@ class Settings:
     snapshot_inline_max_segments: int = _int(20000, "engine=auto writes manifests inline below this many segments")
     segments_per_manifest: int = _int(2000, "segments per snapshot manifest file")
     gc_inline_max_files: int = _int(2_000_000, "engine=auto marks inline below this many referenced files")
-    gc_list_threads: int = _int(4, "parallel listings of an inline GC mark (the store cut into units as on Spark)")
+    gc_list_threads: int = _int(4, "parallel listings of an inline GC mark of an S3 store (cut into units as on "
+                                      "Spark); a local directory is listed by one thread")
     id_block_size: int = _int(10000, "ids reserved per allocator round trip")
     copy_threads: int = _int(8, "parallel file copies per worker")
     gc_schedule: str = _str("none", "schedule of the gc DAG: a cron expression, an @preset or none (manual "

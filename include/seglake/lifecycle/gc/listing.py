@@ -35,10 +35,13 @@ def walk_levels(store, prefixes: list[str], levels: int) -> Iterator[tuple]:
 
 def cut_prefix(store, prefix: str, split_at: int = SPLIT_AT, want: int = UNITS_PER_PREFIX,
                depth: int = WALK_DEPTH) -> Iterator[tuple]:
-    """How to list one prefix: ("unit", (prefix, None)) whole when a probe sees at most
-    `split_at` objects, else cut by a delimiter walk (`split_units`)."""
-    if sum(1 for _ in islice(store.list(prefix, report_unreadable=True), split_at + 1)) <= split_at:
-        yield ("unit", (prefix, None))
+    """How to list one prefix: a probe lists at most `split_at` + 1 objects; when that
+    is all of them they are the listing (("obj", ObjectInfo) each: no second listing),
+    else the prefix is cut by a delimiter walk (`split_units`)."""
+    probe = list(islice(store.list(prefix, report_unreadable=True), split_at + 1))
+    if len(probe) <= split_at:
+        for o in probe:
+            yield ("obj", o)
     else:
         yield from split_units(store, prefix, want, depth)
 

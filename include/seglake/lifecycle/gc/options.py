@@ -33,7 +33,9 @@ class GCOptions:
         base = cls(missing_tolerance=s.missing_tolerance, drop_tolerance=s.drop_tolerance,
                    snapshot_pending_timeout=s.snapshot_pending_timeout,
                    copy_job_retention=s.copy_job_retention, floor=s.tolerance_floor,
-                   list_threads=s.gc_list_threads)
+                   # a local directory is listed by one thread: its listing is CPU-bound
+                   # Python, measured 2.2x slower with 4 threads (bench/gc.py, 200k files)
+                   list_threads=s.gc_list_threads if s.is_s3 else 1)
         for k, v in overrides.items():
             if v is not None:
                 setattr(base, k, v)
