@@ -34,7 +34,8 @@ from typing import Iterable, Iterator
 from seglake import runners
 from seglake import faults
 from seglake.lifecycle import snapshot
-from seglake.lifecycle.gc.listing import SPLIT_AT, UNITS_PER_PREFIX, WALK_DEPTH, cut_prefix, list_unit, walk_levels
+from seglake.lifecycle.gc.listing import (SPLIT_AT, UNITS_PER_PREFIX, WALK_DEPTH, cut_prefix, list_by_units,
+                                          list_unit, walk_levels)
 from seglake.lifecycle.gc.judgement import decide, refuse_symlink, report_row
 from seglake.lifecycle.gc.marking import MarkCounts
 from seglake.lifecycle.gc.refs import References
@@ -201,18 +202,11 @@ def list_unit_rows(plan: MarkPlan, unit: tuple[str, str | None]) -> Iterator[tup
 
 def listing_rows(plan: MarkPlan, prefixes: list[str], levels: int, split_at: int = SPLIT_AT,
                  want: int = UNITS_PER_PREFIX) -> Iterator[tuple]:
-    """The listing the Spark mark distributes (walk_top -> plan_units -> list_unit_rows),
-    run in one process in the same steps: every object row once. For tests and tools
-    that must see exactly what the executors list."""
-    units = []
-    for kind, x in walk_top(plan, prefixes, levels):
-        if kind == "obj":
-            yield x
-        else:
-            units.append(x)
-    for p in units:
-        for kind, x in plan_units(plan, p, split_at, want):
-            yield from ([x] if kind == "obj" else list_unit_rows(plan, x))
+    """The listing the Spark mark distributes, in the same units, run in one process
+    (listing.list_by_units): every object row once. For tests and tools that must see
+    exactly what the executors list."""
+    for o in list_by_units(plan.store(), prefixes, levels, 1, split_at, want):
+        yield object_row(o)
 
 
 # -- judging ------------------------------------------------------------------------------------

@@ -97,16 +97,23 @@ def name_groups(names: list[str], want: int) -> list[str]:
 
 def list_objects(store, prefixes: list[str], levels: int, workers: int, split_at: int | None = None,
                  want: int | None = None) -> Iterator[ObjectInfo]:
-    """The inline mark's listing, cut into units exactly as the Spark mark cuts it
-    (walk_levels -> cut_prefix -> list_unit) and listed by the one inline runner with
-    `workers` threads: every object once, in no particular order. Any unit that fails
-    fails the listing (fail closed). One worker: each prefix listed whole, in order."""
-    split_at = SPLIT_AT if split_at is None else split_at
-    want = max(UNITS_PER_PREFIX, 4 * workers) if want is None else want
+    """The inline mark's listing. One worker: each prefix listed whole, in order. More:
+    `list_by_units` with that many threads."""
     if workers <= 1:
         for p in prefixes:
             yield from store.list(p, report_unreadable=True)
         return
+    yield from list_by_units(store, prefixes, levels, workers, split_at, want)
+
+
+def list_by_units(store, prefixes: list[str], levels: int, workers: int, split_at: int | None = None,
+                  want: int | None = None) -> Iterator[ObjectInfo]:
+    """The store cut into units exactly as the Spark mark cuts it (walk_levels ->
+    cut_prefix -> list_unit) and listed by the one inline runner with `workers` threads:
+    every object once, in no particular order. Any unit that fails fails the listing
+    (fail closed)."""
+    split_at = SPLIT_AT if split_at is None else split_at
+    want = max(UNITS_PER_PREFIX, 4 * workers) if want is None else want
     top = []
     for kind, x in walk_levels(store, prefixes, levels):
         if kind == "obj":
