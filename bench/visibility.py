@@ -94,7 +94,8 @@ def main() -> int:
             t_vis, out = timed(lambda: visible_rows(meta, store, coll.collection_id), args.repeat)
             from seglake.visibility import live_segments, read_deletes, read_rows
             rows = read_rows(store, coll.schema, live_segments(meta, coll.collection_id))
-            dl = read_deletes(store, live_segments(meta, coll.collection_id))
+            parts = {p.partition_id: p.name for p in coll.partitions}
+            dl = read_deletes(store, live_segments(meta, coll.collection_id), parts)
             t_rule, mask = timed(lambda: apply_deletes(
                 rows.column(PK).to_numpy(), rows.column(TIMESTAMP).to_numpy(), rows.column(PARTITION_ID).to_numpy(),
                 dl.pks, dl.ts, dl.partitions), args.repeat)

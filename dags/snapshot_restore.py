@@ -69,14 +69,14 @@ def snapshot_restore():
     def compare(params: dict) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from seglake.lifecycle.restore import compare_table, compare_with_snapshot
+        from seglake.lifecycle.restore import compare_differs, compare_table, compare_with_snapshot
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
         rows = compare_with_snapshot(hook.meta, hook.store, params["collection"], params["snapshot"],
                                      params["target"], db=params["db"])
         print(compare_table(rows))
-        if any(a != b for a, b in rows.values()):
+        if compare_differs(rows):
             raise AirflowFailException(f"restored {params['target']!r} differs from the snapshot: {rows}")
         return {k: list(v) for k, v in rows.items()}
 

@@ -59,6 +59,11 @@ SCHEMA = {
         {"name": "start_ts", "type": "long"},
         {"name": "dml_ts", "type": "long"},
         {"name": "created_ts", "type": "long", "default": 0},
+        # Segment.delta_partitions: the ids its delta logs hold -> partition names, when
+        # they were written by another collection (a copy's source); [] = its own ids
+        {"name": "delta_partitions", "default": [], "type": {"type": "array", "items": {
+            "type": "record", "name": "DeltaPartition",
+            "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}}},
     ],
 }
 _parsed = None
@@ -91,6 +96,7 @@ def segment_entry(seg) -> dict:
         "index_files": [{"build_id": x.build_id, "version": x.version, "name": x.name, "size": x.size,
                          "path": layout.index_file(x.build_id, x.version, p, s, x.name)} for x in seg.index_files],
         "start_ts": seg.start_ts, "dml_ts": seg.dml_ts, "created_ts": seg.created_ts,
+        "delta_partitions": [{"id": i, "name": n} for i, n in sorted(seg.delta_partitions.items())],
     }
 
 
@@ -107,7 +113,20 @@ def entry_to_segment(e: dict):
         binlogs={x["field_id"]: logs(x["logs"]) for x in e["binlogs"]}, deltalogs=logs(e["deltalogs"]),
         statslogs={x["field_id"]: logs(x["logs"]) for x in e["statslogs"]},
         index_files=tuple(IndexFile(x["build_id"], x["version"], x["name"], x["size"]) for x in e["index_files"]),
-        start_ts=e["start_ts"], dml_ts=e["dml_ts"], created_ts=e.get("created_ts", 0))
+        start_ts=e["start_ts"], dml_ts=e["dml_ts"], created_ts=e.get("created_ts", 0),
+        delta_partitions=delta_partitions(e))
+
+
+def delta_partitions(e: dict) -> dict[int, str]:
+    """An entry's delta_partitions as the record holds it ({} in manifests before it);
+    malformed (not [{id: int, name: str}], an id repeated) raises ValueError."""
+    out: dict[int, str] = {}
+    for x in e.get("delta_partitions", ()):
+        i, n = x["id"], x["name"]
+        if type(i) is not int or not isinstance(n, str) or i in out:
+            raise ValueError(f"delta_partitions entry {x!r} is malformed or repeated")
+        out[i] = n
+    return out
 
 
 def entry_files(e: dict) -> Iterator[tuple[str, int]]:

@@ -41,11 +41,19 @@ Data written before the row model (seglake main up to d95988c) is read as follow
   tests/data/store_v1 holds that case (pks 41..45 of wal_v1).
 - a legacy stats log: see seglake.segfiles.read_stats.
 
-Partition ids in delta logs are those of the collection that wrote the log. Copied into
-another collection by a restore (files are copied verbatim), a partition-scoped delete
-holds a SOURCE partition id: `visible_rows` translates ids that are not the collection's
-own through the segments' `source` records (source partition -> target partition); an id
-it cannot translate (a restore of a restore) is read as collection-wide.
+Partition ids in delta logs are those of the collection that WROTE the log; a copy
+(restore, bundle import, any number of hops) copies the files verbatim, so a copied
+segment's delta logs hold the ids of the collection its deletes were first written in.
+Ids are local to one etcd root and one collection: the identity that crosses a copy is
+the partition's NAME. Every copy sets the target segment's `delta_partitions` (id as
+written -> partition name; kept as is by later hops, carried by manifests and bundles),
+and `read_deletes` translates each scoped delete: id -> name -> this collection's id of
+that name. A segment without the map holds its own collection's ids. An id that cannot
+be translated is an error naming it (PartitionUnmapped), never "every partition": that
+reading hid rows of every partition (a DR restore of 67,399 rows showed 66,400).
+Segments restored before delta_partitions existed carry only their `source` record:
+their ids are translated through the collection's source records (source partition ->
+own partition), which is right for the one hop they crossed.
 """
 
 from __future__ import annotations
@@ -58,7 +66,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import runners
-from seglake.errors import ValidationError
+from seglake.errors import SeglakeError, ValidationError
 from seglake.meta.segments import DROPPED, FLUSHED
 from seglake.segfiles import ROW_ID, ROW_ID_FIELD, TIMESTAMP, TS_FIELD
 from seglake.storage import layout
@@ -66,6 +74,11 @@ from seglake.storage import layout
 PK, PARTITION_ID, SEGMENT_ID = "pk", "partition_id", "segment_id"
 KEY_COLUMNS = (PK, ROW_ID, TIMESTAMP, PARTITION_ID, SEGMENT_ID)
 READ_THREADS = 4
+
+
+class PartitionUnmapped(SeglakeError):
+    """A delta log holds a partition id that this collection cannot translate to one of
+    its own partitions: reading it as "every partition" (or as-is) would hide wrong rows."""
 
 
 # -- the rule on arrays --------------------------------------------------------------------
@@ -195,28 +208,63 @@ def _read_delta(store, seg, b) -> tuple[np.ndarray, ...]:
     return pks, ts, np.full(len(pks), seg.partition_id, np.int64), np.full(len(pks), seg.segment_id, np.int64)
 
 
-def read_deletes(store, segments: Iterable, known_partitions: Iterable[int] | None = None,
+def read_deletes(store, segments: Iterable, partitions: dict[int, str] | None,
                  threads: int = READ_THREADS) -> Deletes:
-    """Every delete entry in the delta logs of `segments` (Segment records). With
-    `known_partitions` (the collection's partition ids), partition ids outside it are
-    translated through the segments' `source` records, else read as 0 (module doc)."""
+    """Every delete entry in the delta logs of `segments` (Segment records), with their
+    partition ids translated into the collection's own (module doc). `partitions`: the
+    collection's {partition id: name}; None only where every delta log was written by
+    the collection itself and the ids are taken as written (benches)."""
     segments = list(segments)
     jobs = [(seg, b) for seg in segments for b in seg.deltalogs]
     if not jobs:
         z = np.zeros(0, np.int64)
         return Deletes(z, z, z, z)
     parts = list(runners.run_inline(lambda j: _read_delta(store, *j), jobs, workers=threads))
+    if partitions is not None:
+        translate = _Translation(segments, partitions)
+        parts = [(p, t, translate(seg, d, own), own) for (seg, _), (p, t, d, own) in zip(jobs, parts)]
     pks, ts, dparts, dsegs = (np.concatenate([p[i] for p in parts]) for i in range(4))
-    if known_partitions is not None:
-        known = np.array(sorted(set(known_partitions)), dtype=np.int64)
-        foreign = (dparts != 0) & ~np.isin(dparts, known)
-        if foreign.any():
-            src = {int(s.source["partition_id"]): s.partition_id for s in segments
-                   if s.source and "partition_id" in s.source}
-            ids, inv = np.unique(dparts[foreign], return_inverse=True)      # distinct ids: a few
-            dparts = dparts.copy()
-            dparts[foreign] = np.array([src.get(int(x), 0) for x in ids], dtype=np.int64)[inv]
     return Deletes(pks, ts, dparts, dsegs)
+
+
+class _Translation:
+    """A segment's delta-log partition ids -> the collection's own ids (module doc)."""
+
+    def __init__(self, segments: list, partitions: dict[int, str]):
+        self.names = dict(partitions)
+        self.ids = {n: i for i, n in self.names.items()}
+        # segments restored before delta_partitions: their collection's source records
+        self.legacy = {int(s.source["partition_id"]): s.partition_id for s in segments
+                       if s.source and "partition_id" in s.source and not s.delta_partitions}
+
+    def __call__(self, seg, ids: np.ndarray, confined: np.ndarray) -> np.ndarray:
+        scoped = (ids != 0) & (confined == 0)   # legacy delta logs hold their own segment's id
+        if not scoped.any():
+            return ids
+        u, inv = np.unique(ids[scoped], return_inverse=True)     # distinct ids: a few
+        out = ids.copy()
+        out[scoped] = np.array([self.one(seg, int(x)) for x in u], dtype=np.int64)[inv]
+        return out
+
+    def one(self, seg, pid: int) -> int:
+        where = f"segment {seg.segment_id} of collection {seg.collection_id}"
+        if seg.delta_partitions:
+            name = seg.delta_partitions.get(pid)
+            if name is None:
+                raise PartitionUnmapped(f"{where}: a delta log holds partition id {pid}, which the segment's "
+                                        f"delta_partitions does not name (it maps {sorted(seg.delta_partitions)})")
+            own = self.ids.get(name)
+            if own is None:
+                raise PartitionUnmapped(f"{where}: a delta log's partition id {pid} is partition {name!r} where it "
+                                        f"was written; this collection has no partition of that name "
+                                        f"({sorted(self.ids)})")
+            return own
+        if pid in self.names:
+            return pid
+        if pid in self.legacy:
+            return self.legacy[pid]
+        raise PartitionUnmapped(f"{where}: a delta log holds partition id {pid}, which is neither one of the "
+                                f"collection's partitions {sorted(self.names)} nor mapped by a copy record")
 
 
 def _field_column(store, seg, field_id: int, name: str) -> pa.ChunkedArray | None:
@@ -298,16 +346,16 @@ def visible_mask(rows: pa.Table, deletes: Deletes) -> np.ndarray:
                          segment_ids=rows.column(SEGMENT_ID).to_numpy(), del_segs=deletes.segments)
 
 
-def visible_rows_of(store, schema, segments: Iterable, *, columns: Iterable[str] = (),
-                    partition_ids: Iterable[int] | None = None, known_partitions: Iterable[int] | None = None
-                    ) -> pa.Table:
-    """visible_rows over given Segment records (a snapshot's, say): deletes from all of
-    them, rows from those in `partition_ids` (all when None). Dropped records are refused."""
+def visible_rows_of(store, schema, segments: Iterable, partitions: dict[int, str] | None, *,
+                    columns: Iterable[str] = (), partition_ids: Iterable[int] | None = None) -> pa.Table:
+    """visible_rows over given Segment records (a snapshot's, say) of a collection whose
+    partitions are `partitions` ({id: name}, read_deletes): deletes from all of them, rows
+    from those in `partition_ids` (all when None). Dropped records are refused."""
     segments = list(segments)
     dropped = [s.segment_id for s in segments if s.state == DROPPED]
     if dropped:
         raise ValidationError(f"visibility never reads Dropped segments: {dropped[:5]}")
-    deletes = read_deletes(store, segments, known_partitions)
+    deletes = read_deletes(store, segments, partitions)
     want = None if partition_ids is None else set(partition_ids)
     rows = read_rows(store, schema, [s for s in segments if want is None or s.partition_id in want], columns)
     if not len(deletes) or not rows.num_rows:
@@ -328,8 +376,9 @@ def visible_rows(meta, store, collection_id: int, *, states: Iterable[str] = (FL
     kept: count(*)), columns pk, RowID, Timestamp, partition_id, segment_id and the
     requested user fields. Deletes come from every delta log of those segments."""
     coll = meta.catalog.get(collection_id)
-    return visible_rows_of(store, coll.schema, live_segments(meta, collection_id, states), columns=columns,
-                           partition_ids=partition_ids, known_partitions=[p.partition_id for p in coll.partitions])
+    return visible_rows_of(store, coll.schema, live_segments(meta, collection_id, states),
+                           {p.partition_id: p.name for p in coll.partitions}, columns=columns,
+                           partition_ids=partition_ids)
 
 
 def visible_count(meta, store, collection_id: int, *, states: Iterable[str] = (FLUSHED,),

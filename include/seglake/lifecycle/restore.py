@@ -195,8 +195,19 @@ def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list) -> lis
             segment_id=base + i, collection_id=coll.collection_id,
             partition_id=target_parts[source_parts[s.partition_id]],
             channel=coll.vchannels[shard_of(s.channel)], state=SEG_IMPORTING, dropped_at=None,
-            source={"collection_id": s.collection_id, "partition_id": s.partition_id, "segment_id": s.segment_id}))
+            source={"collection_id": s.collection_id, "partition_id": s.partition_id, "segment_id": s.segment_id},
+            delta_partitions=copied_delta_partitions(s, source_parts)))
     return out
+
+
+def copied_delta_partitions(seg, source_partitions: dict[int, str]) -> dict[int, str]:
+    """The delta_partitions of `seg`'s copy in another collection (seglake.visibility):
+    the source's own map if it has one (the ids were written further upstream: kept as
+    is, for any number of hops), else the source collection's {id: name}. {} without
+    delta logs (nothing to translate)."""
+    if not seg.deltalogs:
+        return {}
+    return dict(seg.delta_partitions) if seg.delta_partitions else dict(source_partitions)
 
 
 def _create_job(meta: Meta, job: CopyJob, claim: KeyValue) -> int:
@@ -263,25 +274,55 @@ def _job_if_any(meta: Meta, job_id: int):
 # -- after a restore: the target side by side with its snapshot ------------------------------
 def compare_with_snapshot(meta: Meta, store: Store, collection: str, snapshot: str, target: str, *,
                           db: str = DEFAULT_DB) -> dict[str, tuple[int, int]]:
-    """{segments, rows, bytes, visible: (in the snapshot, in the restored target)}: the
-    snapshot's Flushed segments against the target's, and the visible rows of each side
-    by the one visibility rule. The source collection may be dropped meanwhile."""
+    """{segments, rows, bytes, visible, visible_differing: (in the snapshot, in the restored
+    target)}: the snapshot's Flushed segments against the target's, and the visible rows
+    of each side by the one visibility rule, each read through ITS OWN collection's
+    partitions (ids are local to a collection: one shared translation would make the
+    same mistake on both sides and call them equal). visible_differing compares the rows
+    themselves (pk, row id, timestamp, partition NAME): how many rows of each side the
+    other side lacks. The source collection may be dropped meanwhile."""
     from seglake.lifecycle.snapshot import read_metadata, read_segments, resolve
-    from seglake.visibility import visible_count, visible_rows_of
+    from seglake.visibility import visible_rows, visible_rows_of
 
     snap, _ = resolve(meta, collection, snapshot, db=db)
     tgt = meta.catalog.get_by_name(target, db)
     segs = [s for s in meta.segments.list(tgt.collection_id) if s.state == "Flushed"]
     source_segs = [s for s in read_segments(store, snap) if s.state != "Dropped"]
-    partitions = [p["partition_id"] for p in read_metadata(store, snap)["collection"]["partitions"]]
+    src_parts = {p["partition_id"]: p["name"] for p in read_metadata(store, snap)["collection"]["partitions"]}
+    before = visible_rows_of(store, tgt.schema, source_segs, src_parts)
+    after = visible_rows(meta, store, tgt.collection_id)
+    only_src, only_tgt = rows_differing(before, src_parts, after, {p.partition_id: p.name for p in tgt.partitions})
     return {"segments": (snap.segments, len(segs)), "rows": (snap.rows, sum(s.num_rows for s in segs)),
             "bytes": (snap.bytes, sum(s.total_size() for s in segs)),
-            "visible": (visible_rows_of(store, tgt.schema, source_segs, known_partitions=partitions).num_rows,
-                        visible_count(meta, store, tgt.collection_id))}
+            "visible": (before.num_rows, after.num_rows), "visible_differing": (only_src, only_tgt)}
+
+
+def rows_differing(a, a_parts: dict[int, str], b, b_parts: dict[int, str]) -> tuple[int, int]:
+    """(rows of `a` that `b` lacks, rows of `b` that `a` lacks), rows compared as (pk, row
+    id, timestamp, partition name) multisets; `a`/`b` as visibility.visible_rows returns
+    them, each with its own collection's {partition id: name}."""
+    from collections import Counter
+
+    from seglake.segfiles import ROW_ID, TIMESTAMP
+    from seglake.visibility import PARTITION_ID, PK
+
+    def keys(t, parts):
+        cols = [t.column(c).to_pylist() for c in (PK, ROW_ID, TIMESTAMP, PARTITION_ID)]
+        return Counter((pk, rid, ts, parts.get(p, f"#{p}")) for pk, rid, ts, p in zip(*cols))
+
+    ka, kb = keys(a, a_parts), keys(b, b_parts)
+    return sum((ka - kb).values()), sum((kb - ka).values())
+
+
+def compare_differs(rows: dict[str, tuple[int, int]]) -> list[str]:
+    """The lines of compare_with_snapshot's answer that show a difference: a pair that
+    differs, or any row one side lacks (visible_differing)."""
+    return [k for k, (a, b) in rows.items() if (a or b if k == "visible_differing" else a != b)]
 
 
 def compare_table(rows: dict[str, tuple[int, int]]) -> str:
     """compare_with_snapshot's answer as a small table; differing lines marked."""
-    lines = [f"{'':10}{'source snapshot':>18}{'target':>18}"]
-    lines += [f"{k:10}{a:>18}{b:>18}{'' if a == b else '   <-- differs'}" for k, (a, b) in rows.items()]
+    bad = set(compare_differs(rows))
+    lines = [f"{'':18}{'source snapshot':>18}{'target':>18}"]
+    lines += [f"{k:18}{a:>18}{b:>18}{'   <-- differs' if k in bad else ''}" for k, (a, b) in rows.items()]
     return "\n".join(lines)

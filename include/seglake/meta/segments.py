@@ -72,6 +72,11 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     created_ts: int = 0
     dropped_at: float | None = None   # unix seconds
     source: dict | None = None        # copy target: {"collection_id", "partition_id", "segment_id"}
+    # The partition ids its delta logs hold were written by ANOTHER collection (the source
+    # of a copy: restore, bundle import, any number of hops; files are copied verbatim):
+    # id as written -> that partition's NAME, the identity that crosses a copy. Empty:
+    # the delta logs hold this collection's own ids. (seglake.visibility reads it.)
+    delta_partitions: dict[int, str] = {}
 
     @property
     def ref(self) -> tuple[int, int, int]:

@@ -181,7 +181,7 @@ def test_legacy_segment_rows_read_at_start_ts(meta, store, coll):
     seg = _segment(meta, store, coll, "_default", [7, 8, 9], 100)
     legacy = seg.replace(binlogs={k: v for k, v in seg.binlogs.items() if k not in (ROW_ID_FIELD, TS_FIELD)},
                          start_ts=42)
-    t = visible_rows_of(store, coll.schema, [legacy])
+    t = visible_rows_of(store, coll.schema, [legacy], {p.partition_id: p.name for p in coll.partitions})
     assert t.column("Timestamp").to_pylist() == [42, 42, 42]
     assert t.column("RowID").to_pylist() == [-1, -2, -3]
 

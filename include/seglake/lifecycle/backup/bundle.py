@@ -223,6 +223,7 @@ def check(doc, where: str) -> dict:
                 and isinstance(f.get("sha256"), str) and sha_ok(f["sha256"])):
             raise BundleError(f"{where}: file entry {key!r} is invalid")
     _check_identity(doc, where)
+    _check_delta_partitions(doc, where)
     for e in segments:
         for path, size in manifest.entry_files(e):
             f = files.get(path)
@@ -268,6 +269,17 @@ def _check_identity(doc: dict, where: str) -> None:
             raise bad(f"segment {seg.segment_id}: repeated, in an unlisted partition, or on a shard the "
                       f"collection does not have")
         seen.add(seg.segment_id)
+
+
+def _check_delta_partitions(doc: dict, where: str) -> None:
+    """Every partition a segment's delta_partitions names is one of the bundle's (an
+    import translates delete scopes by these names: visibility module doc)."""
+    names = {p.get("name") for p in doc["snapshot"]["collection"]["partitions"]}
+    for e in doc["segments"]:
+        unknown = sorted(set(manifest.delta_partitions(e).values()) - names)
+        if unknown:
+            raise BundleError(f"{where}: segment {e.get('segment_id')}: its delta logs name partitions "
+                              f"{unknown} that the bundle's collection does not have")
 
 
 def find(target: Store, db: str | None = None, collection: str | None = None) -> Iterator[tuple[str, str, str, bool]]:

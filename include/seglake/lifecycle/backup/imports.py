@@ -187,8 +187,9 @@ def _remap(doc: dict, plan: dict, name: str, db: str) -> tuple[dict, list]:
     vch = vchannel_names(cid, c["shards"])
     coll_doc = {**c, "collection_id": cid, "name": name, "db": db, "vchannels": list(vch),
                 "partitions": [{"partition_id": parts[p["partition_id"]], "name": p["name"]} for p in c["partitions"]]}
+    names = {p["partition_id"]: p["name"] for p in c["partitions"]}
     out = [s.replace(collection_id=cid, partition_id=parts[s.partition_id], segment_id=seg_ids[s.segment_id],
-                     channel=vch[shard_of(s.channel)],
+                     channel=vch[shard_of(s.channel)], delta_partitions=restores.copied_delta_partitions(s, names),
                      index_files=tuple(IndexFile(build_ids[x.build_id], x.version, x.name, x.size)
                                        for x in s.index_files))
            for s in segs]
