@@ -8,6 +8,7 @@ import msgspec
 
 from seglake.errors import StateError, ValidationError
 from seglake.meta import Meta
+from seglake.meta.codec import encode_struct
 from seglake.meta.segments import FLUSHED, Segment
 from seglake.meta.snapshots import SnapshotRecord
 from seglake.lifecycle.snapshot.common import SEGMENTS_PER_MANIFEST
@@ -19,6 +20,9 @@ class _Head(msgspec.Struct):
 
     state: str
     dml_ts: int = 0
+    partition_id: int = 0
+    source: dict | None = None
+    delta_partitions: dict = {}
 
 
 _HEAD = msgspec.json.Decoder(_Head)
@@ -34,13 +38,35 @@ def capture_raw(meta: Meta, rec: SnapshotRecord) -> tuple[list[bytes], int, int]
     if revision < rec.requested_revision:
         raise StateError(f"etcd revision {revision} is older than the snapshot request "
                          f"({rec.requested_revision}): wrong etcd cluster?")
-    out, newest = [], 0
+    out, heads, newest = [], [], 0
     for kv in meta.kv.range(meta.keys.segments_prefix(rec.collection_id), revision=revision):
         head = _HEAD.decode(kv.value)
         if head.state == FLUSHED:
             out.append(kv.value)
+            heads.append(head)
             newest = max(newest, head.dml_ts)
+    if any(h.source and not h.delta_partitions for h in heads):
+        out = _name_legacy_copies(meta, rec.collection_id, out, heads)
     return out, max(meta.tso.now(), newest), revision
+
+
+def _name_legacy_copies(meta: Meta, collection_id: int, raws: list[bytes], heads: list[_Head]) -> list[bytes]:
+    """Segments copied before delta_partitions existed hold only a one-hop `source`
+    record, which the manifest does not carry: their captured records get the map their
+    delta logs need once copied again -- each source partition id the collection's
+    source records name -> the name of the partition it was restored into (the same
+    translation seglake.visibility applies to them in place)."""
+    names = {p.partition_id: p.name for p in meta.catalog.get(collection_id).partitions}
+    legacy = {h.source["partition_id"]: names[h.partition_id] for h in heads
+              if h.source and not h.delta_partitions and "partition_id" in h.source and h.partition_id in names}
+    dec, out = msgspec.json.Decoder(Segment), []
+    for raw, h in zip(raws, heads):
+        if h.source and not h.delta_partitions:
+            seg = dec.decode(raw)
+            if seg.deltalogs:
+                raw = encode_struct(seg.replace(delta_partitions=dict(legacy)))
+        out.append(raw)
+    return out
 
 
 def capture(meta: Meta, rec: SnapshotRecord) -> tuple[list[Segment], int, int]:
