@@ -56,3 +56,17 @@ def cmd_jobs_describe(args, s: Settings) -> int:
         if not args.watch or j["state"] == "Completed":
             return 0
         time.sleep(args.interval)
+
+
+def cmd_throttle(args, s: Settings) -> int:
+    """The rate limit ALL copy work of the store shares (copy jobs, exports, imports):
+    `show`, or `set` it (0 = unlimited; both 0 removes it). Runs started afterwards use it."""
+    from seglake.throttle import human_rate, set_store_limits, store_limits
+
+    meta, _ = open_meta_store(s)
+    if args.action == "set":
+        set_store_limits(meta, args.max_bytes_per_second, args.max_requests_per_second)
+    bps, rps = store_limits(meta)
+    emit(args, {"max_bytes_per_second": bps, "max_requests_per_second": rps},
+         [{"store limit": f"{human_rate(bps, 'B/s')}, {human_rate(rps, 'req/s')}"}], ["store limit"])
+    return 0

@@ -36,7 +36,7 @@ from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
 from seglake.progress import human_bytes
 from seglake.storage import Store, layout
-from seglake.throttle import Throttle, check_rates, human_rate
+from seglake.throttle import run_throttle, check_rates, human_rate
 
 log = logging.getLogger("seglake.backup")
 EXPORT_PIN_TTL = 7 * 86400.0
@@ -167,7 +167,7 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     say(f"export {db}.{collection}/{bundle}: snapshot {rec.name!r} ({len(files)} files, "
         f"{human_bytes(sum(f['size'] for f in files.values()))}); {reused} files unchanged since an earlier "
         f"bundle, {len(todo)} to check; rate limit {human_rate(bps, 'B/s')}, {human_rate(rps, 'req/s')}")
-    throttle = Throttle(meta.kv, meta.keys.backup_throttle(token), bps, rps)
+    throttle = run_throttle(meta, meta.keys.backup_throttle(token), bps, rps)
     prog = _Progress(len(todo), sum(files[p]["size"] for p in todo), say)
     present_lock, inflight = threading.Lock(), set()
 

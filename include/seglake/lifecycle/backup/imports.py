@@ -41,7 +41,7 @@ from seglake.meta.snapshots import COMMITTED, PENDING, SnapshotRecord
 from seglake.names import validate_name
 from seglake.progress import human_bytes
 from seglake.storage import Store, layout
-from seglake.throttle import Throttle, check_rates
+from seglake.throttle import run_throttle, check_rates
 
 log = logging.getLogger("seglake.backup")
 
@@ -86,7 +86,7 @@ def _import(meta, store, target, collection, bundle, db, name, snapshot, threads
             f = doc["files"][src.key]
             copies.append((dst.key, f["sha256"], f["size"]))
     attempt = meta.ids.allocate()
-    throttle = Throttle(meta.kv, meta.keys.backup_throttle(f"import-{doc['uid']}-{attempt}"), bps, rps)
+    throttle = run_throttle(meta, meta.keys.backup_throttle(f"import-{doc['uid']}-{attempt}"), bps, rps)
     stats = {"copied_files": 0, "copied_bytes": 0, "kept_files": 0}
     lock = threading.Lock()
     say(f"import {db}.{collection}/{bundle} as {db}.{name}/{snap}: {len(copies)} files, "

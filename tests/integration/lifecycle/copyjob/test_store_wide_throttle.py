@@ -1,0 +1,73 @@
+"""Issue 26 item 5: ONE rate limit shared by all copy work of a store (copy jobs,
+exports, imports), on top of each run's own limit: two restores and an export running at
+once, none with a limit of its own, move at the store's rate together. Judged from the
+shared clock in etcd and a LOWER bound on the elapsed time (a slower machine only makes
+a run longer), never an upper one."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from seglake.dev import demo
+from seglake.errors import ValidationError
+from seglake.lifecycle import copyjob, restore, snapshot
+from seglake.lifecycle.backup import export as exports
+from seglake.storage.local import LocalStore
+from seglake.throttle import BURST, run_throttle, set_store_limits, store_limits
+
+MiB = 1 << 20
+
+
+def test_two_restores_and_an_export_share_the_store_limit(meta, store, tmp_path):
+    coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=4, rows=3000, dim=64))
+    snapshot.create(meta, store, coll.name, "s")
+    rec = meta.snapshots.find(coll.collection_id, "s")
+    limit = 16 * MiB
+    set_store_limits(meta, limit, 0)
+    jobs = [restore.restore(meta, store, coll.name, "s", f"copy{i}") for i in range(2)]
+    for j in jobs:
+        assert meta.copyjobs.get(j)[0].max_bytes_per_second == 0   # no limit of its own
+        copyjob.plan(meta, j, 2)
+    errors = []
+
+    def run(fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    work = [lambda j=j: copyjob.run_inline(meta, store, j, threads=2) for j in jobs]
+    work.append(lambda: exports.export(meta, store, LocalStore(tmp_path / "backup"), coll.name, "s",
+                                       say=lambda line: None))
+    t0 = time.time()
+    threads = [threading.Thread(target=run, args=(w,)) for w in work]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.time() - t0
+    assert not errors, errors
+    for j in jobs:
+        assert copyjob.finalize(meta, j).state == "Completed"
+    moved = 3 * rec.bytes          # each restore copies every byte, the export reads every byte
+    clock = float(meta.kv.get(meta.keys.store_throttle()).value)
+    assert clock >= t0 + moved / limit * 0.99, "the shared clock advanced by every run's bytes"
+    assert took >= moved / limit - 3 * BURST, (took, moved / limit)
+
+
+def test_the_store_limit_is_checked_recorded_and_removed(meta):
+    with pytest.raises(ValidationError):
+        set_store_limits(meta, float("nan"), 0)
+    with pytest.raises(ValidationError):
+        set_store_limits(meta, -1, 0)
+    assert store_limits(meta) == (0.0, 0.0)
+    assert not run_throttle(meta, meta.keys.copy_throttle(1)).limited
+    set_store_limits(meta, 1 * MiB, 5)
+    assert store_limits(meta) == (1 * MiB, 5.0)
+    th = run_throttle(meta, meta.keys.copy_throttle(1))
+    assert th.limited and th.report()["store_limit_bytes_per_second"] == 1 * MiB
+    set_store_limits(meta, 0, 0)
+    assert meta.kv.get(meta.keys.store_throttle_limits()) is None
