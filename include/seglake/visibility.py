@@ -208,6 +208,16 @@ def _read_delta(store, seg, b) -> tuple[np.ndarray, ...]:
     return pks, ts, np.full(len(pks), seg.partition_id, np.int64), np.full(len(pks), seg.segment_id, np.int64)
 
 
+def delta_partition_ids(store, seg) -> set[int]:
+    """The partition ids the delta logs of `seg` hold (scoped deletes only: not 0, and
+    not legacy logs, which are confined to their own segment)."""
+    out: set[int] = set()
+    for b in seg.deltalogs:
+        _, _, parts, confined = _read_delta(store, seg, b)
+        out.update(int(x) for x in np.unique(parts[(parts != 0) & (confined == 0)]))
+    return out
+
+
 def read_deletes(store, segments: Iterable, partitions: dict[int, str] | None,
                  threads: int = READ_THREADS) -> Deletes:
     """Every delete entry in the delta logs of `segments` (Segment records), with their

@@ -86,6 +86,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
     try:  # everything the target needs is read before anything is written
         doc = snapshots.read_metadata(store, rec)
         segs = snapshots.read_segments(store, rec)
+        held = _unnamed_delta_ids(store, segs, doc)
     except SeglakeError as e:
         _raise_if_snapshot_gone(meta, rec, target, e, rolled_back=False)
         raise
@@ -103,7 +104,7 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
     coll = Collection.from_json(decode(claim.value, claim.key))
     job_id = coll.properties["restore_job_id"]
     try:
-        targets = _target_segments(meta, coll, doc, segs)
+        targets = _target_segments(meta, coll, doc, segs, held)
         meta.segments.save(targets)  # Importing: invisible to queries, referenced for GC
         now = time.time() if now is None else now
         job = CopyJob(
@@ -181,7 +182,19 @@ def _claim(meta: Meta, collection_id: int, token: str) -> KeyValue:
     raise Conflict(f"could not claim restore target id {collection_id}: persistent contention")
 
 
-def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list) -> list:
+def _unnamed_delta_ids(store: Store, segs: list, doc: dict) -> dict[int, set[int]]:
+    """{segment id: the partition ids its delta logs hold} for the snapshot's segments
+    whose record does not name them (written before the flusher recorded
+    delta_partitions): read from the logs, so their copies name exactly those ids."""
+    from seglake.runners import run_inline
+    from seglake.visibility import delta_partition_ids
+
+    need = [s for s in segs if s.deltalogs and not s.delta_partitions]
+    return dict(zip((s.segment_id for s in need),
+                    run_inline(lambda s: delta_partition_ids(store, s), need, workers=8)))
+
+
+def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list, held: dict[int, set[int]]) -> list:
     """Target records: source shard i -> target shard i (same shard count: the schema),
     so a delete or insert sent through the WAL lands where its pk's rows are."""
     from seglake.meta.catalog import shard_of
@@ -196,18 +209,37 @@ def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list) -> lis
             partition_id=target_parts[source_parts[s.partition_id]],
             channel=coll.vchannels[shard_of(s.channel)], state=SEG_IMPORTING, dropped_at=None,
             source={"collection_id": s.collection_id, "partition_id": s.partition_id, "segment_id": s.segment_id},
-            delta_partitions=copied_delta_partitions(s, source_parts)))
+            delta_partitions=copied_delta_partitions(s, source_parts, held.get(s.segment_id))))
     return out
 
 
-def copied_delta_partitions(seg, source_partitions: dict[int, str]) -> dict[int, str]:
+def copied_delta_partitions(seg, source_partitions: dict[int, str], held: set[int] | None = None
+                            ) -> dict[int, str]:
     """The delta_partitions of `seg`'s copy in another collection (seglake.visibility):
-    the source's own map if it has one (the ids were written further upstream: kept as
-    is, for any number of hops), else the source collection's {id: name}. {} without
-    delta logs (nothing to translate)."""
+    the source's own map if it has one (the flusher records the ids it wrote; a copy's
+    ids were written further upstream: kept as is, for any number of hops). Without one
+    (a segment flushed before the map existed), the ids its delta logs hold (`held`,
+    read from them), named by the source collection -- or, unread (a bundle made before
+    the map existed), every partition of it. {} without delta logs.
+    An id `held` has that is not a partition of the source collection was written by
+    yet another collection (a copy snapshotted before copies recorded the map): refused,
+    naming it, before anything is written."""
     if not seg.deltalogs:
         return {}
-    return dict(seg.delta_partitions) if seg.delta_partitions else dict(source_partitions)
+    if seg.delta_partitions:
+        return dict(seg.delta_partitions)
+    if held is None:
+        return dict(source_partitions)
+    from seglake.visibility import PartitionUnmapped
+
+    unknown = sorted(held - set(source_partitions))
+    if unknown:
+        raise PartitionUnmapped(
+            f"segment {seg.segment_id}: its delta logs hold partition ids {unknown}, which are not partitions of "
+            f"its collection ({sorted(source_partitions)}): it is a copy made before copies recorded "
+            f"delta_partitions, captured by a snapshot that could not name them; take a new snapshot of the "
+            f"collection (it names them) and restore that")
+    return {i: source_partitions[i] for i in sorted(held)}
 
 
 def _create_job(meta: Meta, job: CopyJob, claim: KeyValue) -> int:

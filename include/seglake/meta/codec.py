@@ -9,11 +9,11 @@ import msgspec
 
 from seglake.errors import SeglakeError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2      # the newest record version this seglake reads (writes: see encode_struct)
 
 
 def encode(record: dict[str, Any]) -> bytes:
-    return json.dumps({"v": SCHEMA_VERSION, **record}, separators=(",", ":"), sort_keys=False).encode()
+    return json.dumps({"v": 1, **record}, separators=(",", ":"), sort_keys=False).encode()
 
 
 def decode(raw: bytes, key: str = "") -> dict[str, Any]:
@@ -31,19 +31,24 @@ def decode(raw: bytes, key: str = "") -> dict[str, Any]:
 
 _ENCODER = msgspec.json.Encoder()
 _DECODERS: dict[type, msgspec.json.Decoder] = {}
-_PREFIX = b'{"v":%d,' % SCHEMA_VERSION
+_PREFIXES = {v: b'{"v":%d,' % v for v in range(1, SCHEMA_VERSION + 1)}
+_PREFIX = _PREFIXES[1]
 T = TypeVar("T")
 
 
 def encode_struct(obj: msgspec.Struct) -> bytes:
-    """A typed record as JSON with the schema version first: {"v":1,...}."""
+    """A typed record as JSON with its schema version first: {"v":1,...}, or the version
+    the record asks for (`record_version`): a record that an older seglake would
+    silently rewrite without a field that matters is written as a version it refuses
+    (meta.segments.Segment with delta_partitions: v2)."""
+    prefix = _PREFIXES[getattr(obj, "record_version", 1)]
     body = _ENCODER.encode(obj)
-    return _PREFIX + body[1:] if body != b"{}" else _PREFIX[:-1] + b"}"
+    return prefix + body[1:] if body != b"{}" else prefix[:-1] + b"}"
 
 
 def decode_struct(raw: bytes, typ: type[T], key: str = "") -> T:
     """Typed decode (unknown fields such as "v" are skipped; newer versions refused)."""
-    if not raw.startswith(_PREFIX):
+    if not raw.startswith(_PREFIX) and not raw.startswith(_PREFIXES[SCHEMA_VERSION]):
         decode(raw, key)  # raises a clear error for corrupt or newer records
     dec = _DECODERS.get(typ)
     if dec is None:

@@ -75,8 +75,15 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     # The partition ids its delta logs hold were written by ANOTHER collection (the source
     # of a copy: restore, bundle import, any number of hops; files are copied verbatim):
     # id as written -> that partition's NAME, the identity that crosses a copy. Empty:
-    # the delta logs hold this collection's own ids. (seglake.visibility reads it.)
+    # the delta logs hold this collection's own ids. The flusher records its own ids too,
+    # so the map names exactly the ids the delta logs hold. (seglake.visibility reads it.)
     delta_partitions: dict[int, str] = {}
+
+    @property
+    def record_version(self) -> int:
+        """v2 with delta_partitions: a seglake before it would rewrite the record without
+        the map (and then read a copy's deletes in the wrong partitions); it refuses v2."""
+        return 2 if self.delta_partitions else 1
 
     @property
     def ref(self) -> tuple[int, int, int]:

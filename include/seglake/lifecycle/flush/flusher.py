@@ -454,7 +454,8 @@ class Flusher:
         seg = Segment(segment_id=s, collection_id=c, partition_id=p, channel=st.vchannel, state=FLUSHED,
                       num_rows=buf.rows, level=level, binlogs=files.binlogs, deltalogs=files.deltalogs,
                       statslogs=files.statslogs, start_ts=buf.first_tt or dml_ts, dml_ts=dml_ts,
-                      created_ts=buf.first_tt or dml_ts)
+                      created_ts=buf.first_tt or dml_ts,
+                      delta_partitions={} if dels is None else _named(st.coll, dels.arrays()[2]))
         key = self.meta.keys.segment(c, p, s)
         cmp, ops, cp = self._cp_ops(st, (buf, dels))
         rev = self._commit([Compare(key, "mod", "==", buf.record_rev), *cmp],
@@ -516,3 +517,10 @@ class Flusher:
                       "time_tick": None if cp is None else cp.time_tick,
                       "lag_ms": None if cp is None else max(0, physical_ms(last) - physical_ms(cp.time_tick))}
         return out
+
+
+def _named(coll, partitions) -> dict[int, str]:
+    """The partition ids a delta log holds (0, every partition, needs no name) -> their
+    names: Segment.delta_partitions, which every copy of the segment keeps."""
+    names = {p.partition_id: p.name for p in coll.partitions}
+    return {int(x): names[int(x)] for x in np.unique(np.asarray(partitions)) if int(x) in names}

@@ -114,11 +114,13 @@ def test_a_restore_chain_of_three_hops_keeps_every_row(meta, store, table_rows):
     for a, b in zip(names, names[1:]):
         _restore(meta, store, a, b)
         assert rows_of(meta, store, b) == table_rows, f"{b} differs from the source"
-    # every hop translated the deltas by name: the last one holds no id of its own source
+    # every hop kept the names the flusher gave the ids it wrote (only those: the records
+    # stay small whatever the partition count), in the ids of the collection that wrote them
     last = meta.catalog.get_by_name("hop3")
     src_parts = {p.partition_id: p.name for p in meta.catalog.get_by_name("src").partitions}
     segs = [s for s in meta.segments.list(last.collection_id) if s.deltalogs]
-    assert segs and all(s.delta_partitions == src_parts for s in segs)
+    assert segs and all(s.delta_partitions.items() <= src_parts.items() for s in segs)
+    assert any(s.delta_partitions for s in segs), "the table has partition-scoped deletes"
 
 
 def test_an_id_a_copy_cannot_translate_is_an_error_not_every_partition(meta, store, table_rows):
