@@ -69,15 +69,15 @@ def snapshot_restore():
     def compare(params: dict) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from seglake.lifecycle.restore import compare_differs, compare_table, compare_with_snapshot
+        from seglake.lifecycle.restore import RestoreDiffers, check_restored
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        rows = compare_with_snapshot(hook.meta, hook.store, params["collection"], params["snapshot"],
-                                     params["target"], db=params["db"])
-        print(compare_table(rows))
-        if compare_differs(rows):
-            raise AirflowFailException(f"restored {params['target']!r} differs from the snapshot: {rows}")
+        try:
+            rows = check_restored(hook.meta, hook.store, params["collection"], params["snapshot"],
+                                  params["target"], db=params["db"])
+        except RestoreDiffers as e:
+            raise AirflowFailException(str(e)) from None
         return {k: list(v) for k, v in rows.items()}
 
     started = restore()

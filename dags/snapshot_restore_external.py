@@ -8,7 +8,9 @@
    not the source's etcd, not its store. A re-run resumes the same import.
 2. **restore**: the normal restore of that snapshot into the new collection `target`
    (a copy-segment job: tasks, progress, timeout, rollback, resume after a kill).
-3. **copy_job**, **verify**: as in `snapshot_restore`.
+3. **copy_job**, **verify**, **compare**: as in `snapshot_restore` (the compare: the
+   target's rows against the imported snapshot's, row by row, each through its own
+   collection's partitions; any difference fails the run).
 
 REST: `conf = {"collection": "demo", "bundle": "nightly", "target": "demo_dr", "backup_uri": null}`.
 """
@@ -63,11 +65,27 @@ def snapshot_restore_external():
               f"{imp['collection_id']}); restore into {params['target']!r}: copy job {out['job_id']}")
         return {"job_id": out["job_id"], "target": params["target"], "import": imp}
 
+    @task
+    def compare(params: dict, restored: dict) -> dict:
+        """The target's rows against the imported snapshot's, row by row."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from seglake.lifecycle.restore import RestoreDiffers, check_restored
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook, imp = SeglakeHook(), restored["import"]
+        try:
+            rows = check_restored(hook.meta, hook.store, imp["collection"], imp["snapshot"], params["target"],
+                                  db=params["db"], collection_id=imp["collection_id"])
+        except RestoreDiffers as e:
+            raise AirflowFailException(str(e)) from None
+        return {k: list(v) for k, v in rows.items()}
+
     started = restore()
     check_conf("snapshot_restore_external") >> started
     copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
     verify = verify_collection_group("{{ params.target }}", "{{ params.db }}")
-    started >> copy >> verify
+    started >> copy >> verify >> compare(restored=started)
     run_note("snapshot_restore_external")
 
 

@@ -59,11 +59,11 @@ SCHEMA = {
         {"name": "start_ts", "type": "long"},
         {"name": "dml_ts", "type": "long"},
         {"name": "created_ts", "type": "long", "default": 0},
-        # Segment.delta_partitions: the ids its delta logs hold -> partition names, when
-        # they were written by another collection (a copy's source); [] = its own ids
-        {"name": "delta_partitions", "default": [], "type": {"type": "array", "items": {
+        # Segment.delta_partitions: the partition ids its delta logs hold -> their names
+        # (null: not recorded, as in manifests written before it)
+        {"name": "delta_partitions", "default": None, "type": ["null", {"type": "array", "items": {
             "type": "record", "name": "DeltaPartition",
-            "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}}},
+            "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}}]},
     ],
 }
 _parsed = None
@@ -96,7 +96,8 @@ def segment_entry(seg) -> dict:
         "index_files": [{"build_id": x.build_id, "version": x.version, "name": x.name, "size": x.size,
                          "path": layout.index_file(x.build_id, x.version, p, s, x.name)} for x in seg.index_files],
         "start_ts": seg.start_ts, "dml_ts": seg.dml_ts, "created_ts": seg.created_ts,
-        "delta_partitions": [{"id": i, "name": n} for i, n in sorted(seg.delta_partitions.items())],
+        "delta_partitions": None if seg.delta_partitions is None else
+        [{"id": i, "name": n} for i, n in sorted(seg.delta_partitions.items())],
     }
 
 
@@ -117,11 +118,17 @@ def entry_to_segment(e: dict):
         delta_partitions=delta_partitions(e))
 
 
-def delta_partitions(e: dict) -> dict[int, str]:
-    """An entry's delta_partitions as the record holds it ({} in manifests before it);
-    malformed (not [{id: int, name: str}], an id repeated) raises ValueError."""
+def delta_partitions(e: dict) -> dict[int, str] | None:
+    """An entry's delta_partitions as the record holds it (None: not recorded, as in
+    manifests before it); malformed (not [{id: int, name: str}], an id repeated) raises
+    ValueError."""
+    items = e.get("delta_partitions")
+    if items is None:
+        return None
+    if not isinstance(items, list):
+        raise ValueError(f"delta_partitions {items!r} is not a list")
     out: dict[int, str] = {}
-    for x in e.get("delta_partitions", ()):
+    for x in items:
         i, n = x["id"], x["name"]
         if type(i) is not int or not isinstance(n, str) or i in out:
             raise ValueError(f"delta_partitions entry {x!r} is malformed or repeated")

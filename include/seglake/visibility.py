@@ -76,6 +76,14 @@ KEY_COLUMNS = (PK, ROW_ID, TIMESTAMP, PARTITION_ID, SEGMENT_ID)
 READ_THREADS = 4
 
 
+# A delete scoped to a partition that had NO ROWS in what a copy copied hides nothing in
+# the copy (rows written into it later get newer timestamps: the TSO moves past every
+# copied row). Such an id is named "" in delta_partitions (a copy made before the map
+# existed learns it from its source collection's partitions) and translated to
+# NO_PARTITION, which matches no row.
+NO_ROWS_NAME, NO_PARTITION = "", -1
+
+
 class PartitionUnmapped(SeglakeError):
     """A delta log holds a partition id that this collection cannot translate to one of
     its own partitions: reading it as "every partition" (or as-is) would hide wrong rows."""
@@ -219,11 +227,13 @@ def delta_partition_ids(store, seg) -> set[int]:
 
 
 def read_deletes(store, segments: Iterable, partitions: dict[int, str] | None,
-                 threads: int = READ_THREADS) -> Deletes:
+                 threads: int = READ_THREADS, legacy_sources: Iterable[int] = ()) -> Deletes:
     """Every delete entry in the delta logs of `segments` (Segment records), with their
     partition ids translated into the collection's own (module doc). `partitions`: the
     collection's {partition id: name}; None only where every delta log was written by
-    the collection itself and the ids are taken as written (benches)."""
+    the collection itself and the ids are taken as written (benches). legacy_sources:
+    every partition id of the collections that segments copied before delta_partitions
+    existed were copied from (visible_rows reads them from the catalog)."""
     segments = list(segments)
     jobs = [(seg, b) for seg in segments for b in seg.deltalogs]
     if not jobs:
@@ -231,7 +241,7 @@ def read_deletes(store, segments: Iterable, partitions: dict[int, str] | None,
         return Deletes(z, z, z, z)
     parts = list(runners.run_inline(lambda j: _read_delta(store, *j), jobs, workers=threads))
     if partitions is not None:
-        translate = _Translation(segments, partitions)
+        translate = _Translation(segments, partitions, legacy_sources)
         parts = [(p, t, translate(seg, d, own), own) for (seg, _), (p, t, d, own) in zip(jobs, parts)]
     pks, ts, dparts, dsegs = (np.concatenate([p[i] for p in parts]) for i in range(4))
     return Deletes(pks, ts, dparts, dsegs)
@@ -240,12 +250,13 @@ def read_deletes(store, segments: Iterable, partitions: dict[int, str] | None,
 class _Translation:
     """A segment's delta-log partition ids -> the collection's own ids (module doc)."""
 
-    def __init__(self, segments: list, partitions: dict[int, str]):
+    def __init__(self, segments: list, partitions: dict[int, str], legacy_sources: Iterable[int] = ()):
         self.names = dict(partitions)
         self.ids = {n: i for i, n in self.names.items()}
-        # segments restored before delta_partitions: their collection's source records
-        self.legacy = {int(s.source["partition_id"]): s.partition_id for s in segments
-                       if s.source and "partition_id" in s.source and not s.delta_partitions}
+        # for segments restored before delta_partitions: the collection's source records
+        # (every copied segment's, one hop: source partition -> own partition)
+        self.legacy = legacy_map(segments)
+        self.legacy_sources = set(legacy_sources)
 
     def __call__(self, seg, ids: np.ndarray, confined: np.ndarray) -> np.ndarray:
         scoped = (ids != 0) & (confined == 0)   # legacy delta logs hold their own segment's id
@@ -258,8 +269,10 @@ class _Translation:
 
     def one(self, seg, pid: int) -> int:
         where = f"segment {seg.segment_id} of collection {seg.collection_id}"
-        if seg.delta_partitions:
+        if seg.delta_partitions is not None:
             name = seg.delta_partitions.get(pid)
+            if name == NO_ROWS_NAME:
+                return NO_PARTITION
             if name is None:
                 raise PartitionUnmapped(f"{where}: a delta log holds partition id {pid}, which the segment's "
                                         f"delta_partitions does not name (it maps {sorted(seg.delta_partitions)})")
@@ -273,8 +286,32 @@ class _Translation:
             return pid
         if pid in self.legacy:
             return self.legacy[pid]
+        if seg.source and pid in self.legacy_sources:
+            return NO_PARTITION      # a partition of its source without rows in the copy: NO_ROWS_NAME
         raise PartitionUnmapped(f"{where}: a delta log holds partition id {pid}, which is neither one of the "
                                 f"collection's partitions {sorted(self.names)} nor mapped by a copy record")
+
+
+def legacy_map(segments) -> dict[int, int]:
+    """{source partition id: own partition id} from the `source` records of a
+    collection's copied segments (one hop)."""
+    return {int(s.source["partition_id"]): s.partition_id for s in segments
+            if s.source and "partition_id" in s.source}
+
+
+def legacy_source_partitions(meta, segments) -> set[int]:
+    """Every partition id of the collections that the segments copied before
+    delta_partitions existed came from, as far as the catalog still knows them."""
+    from seglake.errors import NotFound
+
+    out: set[int] = set()
+    for cid in {int(s.source["collection_id"]) for s in segments
+                if s.source and s.delta_partitions is None and s.deltalogs}:
+        try:
+            out.update(p.partition_id for p in meta.catalog.get(cid).partitions)
+        except NotFound:
+            pass     # purged: its ids cannot be told from a third collection's; they stay refused
+    return out
 
 
 def _field_column(store, seg, field_id: int, name: str) -> pa.ChunkedArray | None:
@@ -357,7 +394,8 @@ def visible_mask(rows: pa.Table, deletes: Deletes) -> np.ndarray:
 
 
 def visible_rows_of(store, schema, segments: Iterable, partitions: dict[int, str] | None, *,
-                    columns: Iterable[str] = (), partition_ids: Iterable[int] | None = None) -> pa.Table:
+                    columns: Iterable[str] = (), partition_ids: Iterable[int] | None = None,
+                    legacy_sources: Iterable[int] = ()) -> pa.Table:
     """visible_rows over given Segment records (a snapshot's, say) of a collection whose
     partitions are `partitions` ({id: name}, read_deletes): deletes from all of them, rows
     from those in `partition_ids` (all when None). Dropped records are refused."""
@@ -365,7 +403,7 @@ def visible_rows_of(store, schema, segments: Iterable, partitions: dict[int, str
     dropped = [s.segment_id for s in segments if s.state == DROPPED]
     if dropped:
         raise ValidationError(f"visibility never reads Dropped segments: {dropped[:5]}")
-    deletes = read_deletes(store, segments, partitions)
+    deletes = read_deletes(store, segments, partitions, legacy_sources=legacy_sources)
     want = None if partition_ids is None else set(partition_ids)
     rows = read_rows(store, schema, [s for s in segments if want is None or s.partition_id in want], columns)
     if not len(deletes) or not rows.num_rows:
@@ -386,9 +424,10 @@ def visible_rows(meta, store, collection_id: int, *, states: Iterable[str] = (FL
     kept: count(*)), columns pk, RowID, Timestamp, partition_id, segment_id and the
     requested user fields. Deletes come from every delta log of those segments."""
     coll = meta.catalog.get(collection_id)
-    return visible_rows_of(store, coll.schema, live_segments(meta, collection_id, states),
-                           {p.partition_id: p.name for p in coll.partitions}, columns=columns,
-                           partition_ids=partition_ids)
+    segments = live_segments(meta, collection_id, states)
+    return visible_rows_of(store, coll.schema, segments, {p.partition_id: p.name for p in coll.partitions},
+                           columns=columns, partition_ids=partition_ids,
+                           legacy_sources=legacy_source_partitions(meta, segments))
 
 
 def visible_count(meta, store, collection_id: int, *, states: Iterable[str] = (FLUSHED,),

@@ -72,18 +72,18 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     created_ts: int = 0
     dropped_at: float | None = None   # unix seconds
     source: dict | None = None        # copy target: {"collection_id", "partition_id", "segment_id"}
-    # The partition ids its delta logs hold were written by ANOTHER collection (the source
-    # of a copy: restore, bundle import, any number of hops; files are copied verbatim):
-    # id as written -> that partition's NAME, the identity that crosses a copy. Empty:
-    # the delta logs hold this collection's own ids. The flusher records its own ids too,
-    # so the map names exactly the ids the delta logs hold. (seglake.visibility reads it.)
-    delta_partitions: dict[int, str] = {}
+    # The partition ids its delta logs hold -> their NAMES, the identity that crosses a
+    # copy: written by the flusher for its own ids, kept verbatim by every copy (restore,
+    # bundle import, any number of hops; files are copied verbatim, so the ids stay those
+    # of the collection that wrote them). {}: no partition-scoped delete. None: not
+    # recorded (a segment written before it; seglake.visibility reads those as before).
+    delta_partitions: dict[int, str] | None = None
 
     @property
     def record_version(self) -> int:
         """v2 with delta_partitions: a seglake before it would rewrite the record without
         the map (and then read a copy's deletes in the wrong partitions); it refuses v2."""
-        return 2 if self.delta_partitions else 1
+        return 1 if self.delta_partitions is None else 2
 
     @property
     def ref(self) -> tuple[int, int, int]:

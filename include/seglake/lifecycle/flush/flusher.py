@@ -455,7 +455,7 @@ class Flusher:
                       num_rows=buf.rows, level=level, binlogs=files.binlogs, deltalogs=files.deltalogs,
                       statslogs=files.statslogs, start_ts=buf.first_tt or dml_ts, dml_ts=dml_ts,
                       created_ts=buf.first_tt or dml_ts,
-                      delta_partitions={} if dels is None else _named(st.coll, dels.arrays()[2]))
+                      delta_partitions=None if dels is None else _named(st.coll, dels.arrays()[2]))
         key = self.meta.keys.segment(c, p, s)
         cmp, ops, cp = self._cp_ops(st, (buf, dels))
         rev = self._commit([Compare(key, "mod", "==", buf.record_rev), *cmp],

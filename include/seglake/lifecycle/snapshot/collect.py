@@ -22,7 +22,7 @@ class _Head(msgspec.Struct):
     dml_ts: int = 0
     partition_id: int = 0
     source: dict | None = None
-    delta_partitions: dict = {}
+    delta_partitions: dict | None = None
 
 
 _HEAD = msgspec.json.Decoder(_Head)
@@ -45,7 +45,7 @@ def capture_raw(meta: Meta, rec: SnapshotRecord) -> tuple[list[bytes], int, int]
             out.append(kv.value)
             heads.append(head)
             newest = max(newest, head.dml_ts)
-    if any(h.source and not h.delta_partitions for h in heads):
+    if any(h.source and h.delta_partitions is None for h in heads):
         out = _name_legacy_copies(meta, rec.collection_id, out, heads)
     return out, max(meta.tso.now(), newest), revision
 
@@ -54,14 +54,20 @@ def _name_legacy_copies(meta: Meta, collection_id: int, raws: list[bytes], heads
     """Segments copied before delta_partitions existed hold only a one-hop `source`
     record, which the manifest does not carry: their captured records get the map their
     delta logs need once copied again -- each source partition id the collection's
-    source records name -> the name of the partition it was restored into (the same
-    translation seglake.visibility applies to them in place)."""
+    source records name -> the name of the partition it was restored into, and every
+    other partition of the source collection -> "" (no rows were copied from it: its
+    deletes hide nothing; the translation seglake.visibility applies to them in place)."""
+    from seglake.visibility import NO_ROWS_NAME, legacy_map, legacy_source_partitions
+
     names = {p.partition_id: p.name for p in meta.catalog.get(collection_id).partitions}
-    legacy = {h.source["partition_id"]: names[h.partition_id] for h in heads
-              if h.source and not h.delta_partitions and "partition_id" in h.source and h.partition_id in names}
-    dec, out = msgspec.json.Decoder(Segment), []
+    dec = msgspec.json.Decoder(Segment)
+    copied = [dec.decode(r) for r, h in zip(raws, heads) if h.source]
+    legacy = {src: names[own] for src, own in legacy_map(copied).items() if own in names}
+    for pid in legacy_source_partitions(meta, copied) - set(legacy):
+        legacy[pid] = NO_ROWS_NAME    # a source partition no copied segment came from: no rows
+    out = []
     for raw, h in zip(raws, heads):
-        if h.source and not h.delta_partitions:
+        if h.source and h.delta_partitions is None:
             seg = dec.decode(raw)
             if seg.deltalogs:
                 raw = encode_struct(seg.replace(delta_partitions=dict(legacy)))

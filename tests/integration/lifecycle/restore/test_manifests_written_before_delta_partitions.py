@@ -73,7 +73,7 @@ def test_an_old_manifest_of_a_restored_collection_is_refused_before_anything_is_
     w = _src(meta, store, settings)
     snap_and_restore(meta, store, "src", "cp")
     cp = meta.catalog.get_by_name("cp")
-    meta.segments.save([s.replace(delta_partitions={}) for s in meta.segments.list(cp.collection_id)
+    meta.segments.save([s.replace(delta_partitions=None) for s in meta.segments.list(cp.collection_id)
                         if s.deltalogs])          # restored before the change
     assert rows(meta, store, "cp") == w.model.visible()
     use_old()

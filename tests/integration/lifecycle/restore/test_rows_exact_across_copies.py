@@ -130,7 +130,7 @@ def test_an_id_a_copy_cannot_translate_is_an_error_not_every_partition(meta, sto
     _restore(meta, store, "src", "hop1")
     _restore(meta, store, "hop1", "hop2")
     hop2 = meta.catalog.get_by_name("hop2")
-    stripped = [s.replace(delta_partitions={}) for s in meta.segments.list(hop2.collection_id) if s.deltalogs]
+    stripped = [s.replace(delta_partitions=None) for s in meta.segments.list(hop2.collection_id) if s.deltalogs]
     meta.segments.save(stripped)
     with pytest.raises(PartitionUnmapped, match="partition id"):
         visible_rows(meta, store, hop2.collection_id)
