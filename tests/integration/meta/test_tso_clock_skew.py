@@ -81,3 +81,13 @@ def test_advance_past_refuses_a_timestamp_beyond_now_plus_the_bound(meta):
     near = compose_ts(_now_ms() + 1000)   # within the bound: allowed, and honoured
     meta.tso.advance_past(near)
     assert meta.tso.now() > near
+
+
+def test_a_forged_timestamp_near_2_63_cannot_stop_all_allocation(meta):
+    """Issue 26 #5's forged bundle (max_ts = 2**63 - 3): advance_past moved the mark past
+    it and no timestamp could be allocated in that etcd root again. Now it is refused
+    (far beyond the clock + max_clock_skew) and allocation goes on."""
+    before = meta.tso.now()
+    with pytest.raises(ClockSkewError, match="advance_past"):
+        meta.tso.advance_past(2**63 - 3)
+    assert meta.tso.reserve(1, linearizable=True) > before
