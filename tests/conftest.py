@@ -51,8 +51,9 @@ def _ram_dir(name: str) -> Path | None:
 
 
 # The test Airflow's metadata DB (SQLite): every execution-API call of a dag.test() task
-# commits (~110 per run of the gc DAG), and a commit waits for fsyncs: 300 commits took
-# 3.4-4.2 s on this repo's disk and 0.09-0.15 s on tmpfs. One DB per clone and worker
+# commits (~110 per run of the gc DAG), and a commit waits for fsyncs (two gc runs: 279
+# fdatasyncs, 0.50 s on a disk at ~2 ms per fsync, 0.007 s on tmpfs; a slower disk
+# pays in proportion). One DB per clone and worker
 # (other checkouts' runs on this machine have their own), kept across runs like the
 # home it belongs to (migrated again after a reboot empties tmpfs).
 _CLONE = hashlib.sha1(str(REPO).encode()).hexdigest()[:10]
@@ -123,8 +124,8 @@ def test_home():
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory):
     """The worker's etcd. Its data dir is on tmpfs where there is one: every etcd write
-    waits for an fsync of its WAL, the largest part of a round trip on a disk (500
-    sequential puts: 0.58 s with the data dir on disk, 0.27 s on tmpfs, here), and this
+    waits for an fsync of its WAL (500 sequential puts: 0.58 s with the data dir on
+    disk, 0.27 s on tmpfs, here; a slower disk pays in proportion), and this
     throwaway server is never killed -- the tests of etcd's durability start their own,
     on disk (tests/faults: `etcd`, tests/cluster). Still a real etcd (3.4: no
     --unsafe-no-fsync flag; on tmpfs an fsync returns at once)."""
