@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -36,8 +38,31 @@ sys.path.insert(0, str(REPO / "spark" / "jobs"))
 # the test Airflow's cluster policy (short sensor pokes): on the path before Airflow is imported
 sys.path.insert(0, str(REPO / "tests" / "airflow_policy"))
 
+# Throwaway servers' files on tmpfs where there is one (the tests of durability start
+# their own servers, on disk): a write that waits for an fsync costs a disk round trip
+# there and nothing on tmpfs. Still the real etcd and the real SQLite.
+SHM = Path("/dev/shm")
+RAM = SHM.is_dir() and os.access(SHM, os.W_OK)
+
+
+def _ram_dir(name: str) -> Path | None:
+    """A fresh directory on tmpfs (/dev/shm), or None where there is none."""
+    return Path(tempfile.mkdtemp(prefix=f"seglake-test-{name}-", dir=SHM)) if RAM else None
+
+
+# The test Airflow's metadata DB (SQLite): every execution-API call of a dag.test() task
+# commits (~110 per run of the gc DAG), and a commit waits for fsyncs (two gc runs: 279
+# fdatasyncs, 0.50 s on a disk at ~2 ms per fsync, 0.007 s on tmpfs; a slower disk
+# pays in proportion). One DB per clone and worker
+# (other checkouts' runs on this machine have their own), kept across runs like the
+# home it belongs to (migrated again after a reboot empties tmpfs).
+_CLONE = hashlib.sha1(str(REPO).encode()).hexdigest()[:10]
+AIRFLOW_DB = (SHM / f"seglake-test-{_CLONE}" / (WORKER or "main") / "airflow.db" if RAM
+              else TEST_HOME / "airflow" / "airflow.db")
+
 # Airflow reads its configuration at import: fix it before any test imports airflow.
 os.environ["AIRFLOW_HOME"] = str(TEST_HOME / "airflow")
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_DB}"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
@@ -98,11 +123,20 @@ def test_home():
 
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory):
+    """The worker's etcd. Its data dir is on tmpfs where there is one: every etcd write
+    waits for an fsync of its WAL (500 sequential puts: 0.58 s with the data dir on
+    disk, 0.27 s on tmpfs, here; a slower disk pays in proportion), and this
+    throwaway server is never killed -- the tests of etcd's durability start their own,
+    on disk (tests/faults: `etcd`, tests/cluster). Still a real etcd (3.4: no
+    --unsafe-no-fsync flag; on tmpfs an fsync returns at once)."""
     from seglake.dev.devstack import EtcdServer
 
-    server = EtcdServer(state_dir=tmp_path_factory.mktemp("etcd")).start(timeout=20)
+    state = _ram_dir("etcd") or tmp_path_factory.mktemp("etcd")
+    server = EtcdServer(state_dir=state).start(timeout=20)
     yield server
     server.stop()
+    if state.parent == SHM:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -167,10 +201,12 @@ def airflow_home(test_home):
     """A private Airflow home, migrated once per session (SQLite). While it is in use,
     dag.test() skips re-syncing a bundle identical to its last sync (airflow_fixtures)."""
     home = Path(os.environ["AIRFLOW_HOME"])
-    marker = home / ".migrated"
+    marker = AIRFLOW_DB.with_suffix(".migrated")   # beside the DB: tmpfs may have lost it
     if not marker.exists():
         shutil.rmtree(home, ignore_errors=True)
+        AIRFLOW_DB.unlink(missing_ok=True)
         home.mkdir(parents=True)
+        AIRFLOW_DB.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
                        stdout=subprocess.DEVNULL, env=os.environ.copy(), timeout=300)
         marker.touch()

@@ -139,6 +139,9 @@ class Settings:
     gc_list_threads: int = _int(4, "parallel listings of an inline GC mark of an S3 store (cut into units as on "
                                       "Spark); a local directory is listed by one thread")
     id_block_size: int = _int(10000, "ids reserved per allocator round trip")
+    max_clock_skew: float = _duration(5.0, "the most a timestamp may run ahead of this process's clock: a "
+                                      "process refuses to issue one (or to move the TSO past one) "
+                                      "further ahead, e.g. after a writer with a fast clock moved the TSO")
     copy_threads: int = _int(8, "parallel file copies per worker")
     gc_schedule: str = _str("none", "schedule of the gc DAG: a cron expression, an @preset or none (manual "
                                     "only); environment only: read at DAG parse time. A scheduled run also "

@@ -24,6 +24,11 @@ class Conflict(SeglakeError):
     """A compare-guarded write lost a race, or the target already exists."""
 
 
+class ClockSkewError(SeglakeError):
+    """This process's clock and the TSO disagree by more than max_clock_skew: no
+    timestamp is issued (or the TSO moved) until they agree."""
+
+
 class Unavailable(SeglakeError):
     """The metadata store or object store cannot be reached (after retries)."""
 

@@ -133,6 +133,9 @@ LIMITS: dict[str, Limit] = {
     "gc_inline_max_files": _count(0, 10**10),
     "gc_list_threads": _count(1, 256),
     "id_block_size": _count(1, 10**7),
+    # above BATCH_MAX_AGE and an NTP-kept clock's error; a day at most: a bound that
+    # lets a timestamp lead its clock by more is no bound
+    "max_clock_skew": Limit(1.0, DAY, unit="s"),
     "copy_threads": _count(1, 256),
     "wal_fragment_bytes": _count(1024, 1 << 30),
     "wal_fragment_records": _count(1, 1_000_000),

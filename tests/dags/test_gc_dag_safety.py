@@ -29,11 +29,10 @@ def test_a_gc_refusal_fails_the_run_at_once(airflow_env, meta, store):
     store.put(key, store.get(key)[:20])  # unreadable manifest: GC must refuse
     orphan = "insert_log/1/9/9/100/1"
     _old(store, orphan)
-    started = time.monotonic()
     run = load_dag("gc").test(run_conf={"engine": "inline"})
     assert run.state == "failed" and task_states(run)["prepare"] == "failed"
     ti = next(t for t in run.get_task_instances() if t.task_id == "prepare")
-    assert ti.try_number == 1 and time.monotonic() - started < 50  # not retried a minute later
+    assert ti.try_number == 1  # failed at once: not retried (no timed bound: the try number says it)
     assert store.exists(orphan)
 
 

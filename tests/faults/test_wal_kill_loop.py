@@ -137,15 +137,19 @@ def _run_loop(meta, store, s, spawn, d: Path, *, duration: float, producers: int
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
-def test_kill_loop_row_exact(backend, meta, store, settings, spawn, tmp_path, request):
-    s = _settings(backend, settings, request)
+def test_kill_loop_row_exact(backend, store, settings, spawn, tmp_path, request):
+    # one producer's clock moves +1 h and -1 h: a max_clock_skew that lets every process
+    # write through that (the rows are under test here, not the bound)
+    s = _settings(backend, settings, request).replace(max_clock_skew=3 * 3600)
+    from seglake.meta import Meta
     from seglake.storage import open_store
     st = open_store(s)
     d = tmp_path / "loop"
     d.mkdir()
-    counts = _run_loop(meta, st, s, spawn, d, duration=DURATION if backend == "local" else DURATION / 2,
-                       producers=2, skew=(False, True), kill_producers=True, kill_flushers=True,
-                       seed=hash(backend) & 0xFFFF)
+    with Meta.from_settings(s) as meta:
+        counts = _run_loop(meta, st, s, spawn, d, duration=DURATION if backend == "local" else DURATION / 2,
+                           producers=2, skew=(False, True), kill_producers=True, kill_flushers=True,
+                           seed=hash(backend) & 0xFFFF)
     print(json.dumps(counts, indent=1, default=str))
 
 
@@ -154,21 +158,42 @@ def test_two_producers_on_one_pchannel_for_a_minute(backend, meta, store, settin
     """Two producer processes append to ONE pchannel (a 1-shard collection) for a minute
     beside a flusher, nothing killed: both keep appending the whole time (neither is
     fenced: no call of either fails), and the audit finds every acknowledged op flushed
-    exactly once, row by row."""
+    exactly once, row by row.
+
+    "The whole time" is judged against the run itself, never in seconds (a loaded
+    machine once took 5.6 s to start a producer, and a 5 s bound on gaps failed): a
+    machine that is merely slow slows both producers alike, while a producer that is
+    fenced, starved or stopped falls behind the other, whose acknowledgements pile up
+    meanwhile. (The stall in seconds is a speed question: bench/, not here.)"""
     s = _settings(backend, settings, request)
     from seglake.storage import open_store
     st = open_store(s)
     d = tmp_path / "two"
     d.mkdir()
-    t0 = time.monotonic()
     counts = _run_loop(meta, st, s, spawn, d, duration=TWO_PRODUCERS_SECONDS, producers=2, skew=(False, False),
                        kill_producers=False, kill_flushers=False, seed=7, shards=1)
-    print(json.dumps(counts, indent=1, default=str))
-    for i in range(2):
+    acks = [sorted(r["t"] for r in wal_kill.read_lines(d / f"p{i}.ack")) for i in range(2)]
+    judged = {f"producer{i}": {"acks": len(acks[i]), "other_acks_in_its_longest_gap": max_acks_between(acks[i], acks[j]),
+                               "other_acks_after_its_last": sum(t > acks[i][-1] for t in acks[j])}
+              for i, j in ((0, 1), (1, 0))}
+    print(json.dumps({**counts, "judged": judged}, indent=1, default=str))
+    for i, j in ((0, 1), (1, 0)):
         assert counts[f"producer{i}"]["retries"] == 0, counts[f"producer{i}"]
-        acks = sorted(r["t"] for r in wal_kill.read_lines(d / f"p{i}.ack"))
-        assert len(acks) >= 50, f"producer {i} acknowledged only {len(acks)} ops in a minute"
-        gaps = np.diff([t0, *acks])
-        assert gaps.max() < 5.0, f"producer {i} stalled {gaps.max():.1f} s"
-        assert acks[-1] > t0 + 0.8 * TWO_PRODUCERS_SECONDS, f"producer {i} stopped early"
+        assert len(acks[i]) >= MIN_ACKS, f"producer {i} acknowledged only {len(acks[i])} ops"
+        behind = judged[f"producer{i}"]["other_acks_in_its_longest_gap"]
+        assert behind <= max(MIN_ACKS, len(acks[j]) // 4), (
+            f"producer {i} stalled while producer {j} acknowledged {behind} of its {len(acks[j])} ops")
+        after = judged[f"producer{i}"]["other_acks_after_its_last"]
+        assert after <= max(MIN_ACKS, len(acks[j]) // 10), (
+            f"producer {i} stopped early: producer {j} acknowledged {after} ops after its last")
     assert counts["acked"] == counts["intended"] and counts["abandoned"] == 0, counts
+
+
+MIN_ACKS = 20   # enough acknowledgements for the judgements below to mean something
+
+
+def max_acks_between(mine: list[float], other: list[float]) -> int:
+    """The most acknowledgements of `other` between two consecutive ones of `mine` (from
+    mine's first to its last; before its first, a producer may still be starting)."""
+    counts = np.diff(np.searchsorted(np.asarray(other), np.asarray(mine)))
+    return int(counts.max()) if len(counts) else 0

@@ -316,8 +316,12 @@ class WeedServer(Server):
     secret_key: str = field(default="", repr=False)  # never in a repr (pytest prints reprs on failures)
 
     def __post_init__(self):
+        # weed refuses a port that is another one's gRPC port (http + 10000), or taken twice
+        taken = {q for p in self.ports.values() for q in (p, p + 10000)}
         for k in ("master", "volume", "filer", "s3", "admin", "webdav"):
-            self.ports.setdefault(k, free_port_below(50000))
+            if k not in self.ports:
+                self.ports[k] = free_port_below(50000, avoid=taken)
+            taken |= {self.ports[k], self.ports[k] + 10000}
         if not self.secret_key:
             self.secret_key = os.urandom(12).hex()
 
@@ -354,14 +358,18 @@ class WeedServer(Server):
             return hasattr(e, "code")
 
 
-def free_port_below(limit: int) -> int:
-    """gRPC ports of SeaweedFS are http port + 10000: keep the http port low enough."""
+def free_port_below(limit: int, avoid: set[int] = frozenset()) -> int:
+    """gRPC ports of SeaweedFS are http port + 10000: keep the http port low enough, its
+    gRPC port free, and neither in `avoid` (the ports, and gRPC ports, already chosen)."""
+    def fits(p: int) -> bool:
+        return p < limit and p not in avoid and p + 10000 not in avoid and not port_open(p + 10000)
+
     for _ in range(200):
         p = free_port()
-        if p < limit and not port_open(p + 10000):
+        if fits(p):
             return p
     import random
     while True:
         p = random.randint(20000, limit - 1)
-        if not port_open(p) and not port_open(p + 10000):
+        if fits(p) and not port_open(p):
             return p

@@ -38,6 +38,17 @@
   Timestamps from a batch may lag the wall clock by up to BATCH_MAX_AGE, never lead it
   by more than the carry above.
 
+  The clock bound (max_clock_skew, config `max_clock_skew`, default 5 s): the mark
+  follows the FASTEST clock that allocates, so one fast clock would drag every later
+  timestamp ahead of real time, silently. No batch is reserved whose start
+  (max(mark, wall, floor + 1)) leads this process's clock by more than max_clock_skew,
+  and advance_past(ts) refuses a ts that does: ClockSkewError naming both times, raised
+  before any CAS -- the mark is not moved and nothing is issued, so the guarantees above
+  hold unchanged (a refusal only withholds timestamps). Hence every timestamp a process
+  issues is within max_clock_skew of its own clock (plus the carry); a fast process
+  still issues by its own clock, but every process with a right clock then refuses
+  instead of following it (README: "When clocks disagree").
+
   In a process, TSO objects on the same etcd endpoints, key and clock share one batch
   (every Meta's: the clock is time.time); objects with other clocks (tests) have their
   own, ordered with the rest by a process-wide floor per key (a CAS whenever another
@@ -59,8 +70,10 @@ import os
 import threading
 import time
 import weakref
+from datetime import datetime, timezone
 
-from seglake.errors import Conflict, SeglakeError, ValidationError
+from seglake import limits
+from seglake.errors import ClockSkewError, Conflict, SeglakeError, ValidationError
 from seglake.meta.kv import KV, KeyValue, Put, absent, unchanged
 
 LOGICAL_BITS = 18
@@ -71,6 +84,7 @@ MAX_COUNT = 1 << LOGICAL_BITS  # the most timestamps one reserve() hands out
 TS_LIMIT = 1 << 63    # timestamps are int64 downstream
 MARK_PREFIX = "v2:"   # the current format of the TSO key's value
 CAS_ATTEMPTS = 1000
+MAX_CLOCK_SKEW = 5.0  # seconds; the default of config.Settings.max_clock_skew (see the module doc)
 _monotonic, _sleep = time.monotonic, time.sleep  # module-level: tests replace them
 FIRST_ID = 1
 
@@ -100,6 +114,14 @@ def decode_mark(value: bytes | str, key: str = "tso") -> int:
     if not (body.isascii() and body.isdigit()):
         raise SeglakeError(f"{key}: unreadable TSO mark {s[:64]!r}")
     return compose_ts(int(body)) if old else int(body)
+
+
+def _utc(ms: int) -> str:
+    """A physical part (ms since the epoch) as an ISO UTC time, for messages."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms since the epoch"
 
 
 def _check_int(name: str, v, lo: int, hi: int) -> int:
@@ -208,12 +230,14 @@ class TSO:
     reserved per etcd write (more when a reserve() asks for more); unused ones are
     skipped, never reissued."""
 
-    def __init__(self, kv: KV, key: str, clock=time.time, batch_size: int = BATCH_SIZE):
+    def __init__(self, kv: KV, key: str, clock=time.time, batch_size: int = BATCH_SIZE,
+                 max_clock_skew: float = MAX_CLOCK_SKEW):
         self.kv, self.key, self.clock = kv, key, clock
         self.batch_size = _check_int("batch_size", batch_size, 1, MAX_COUNT)
+        self.max_clock_skew = float(limits.check("max_clock_skew", "max_clock_skew", max_clock_skew))
         eps = getattr(kv, "endpoints", None)
         self._scope = (tuple(eps) if eps else id(kv), key)
-        self._b = _batch_for((*self._scope, clock, self.batch_size))
+        self._b = _batch_for((*self._scope, clock, self.batch_size, self.max_clock_skew))
 
     # -- the API -------------------------------------------------------------------
     def now(self) -> int:
@@ -244,6 +268,7 @@ class TSO:
         already under way when this one returns are not covered. `ts` is an int >= 0;
         else ValidationError, before any etcd access."""
         ts = _check_int("ts", ts, 0, TS_LIMIT - 2)
+        self.check_ahead(ts, f"advance_past({ts}): the timestamp")
         b = self._b
         with b.lock:
             cur = b.cur
@@ -290,7 +315,9 @@ class TSO:
         cur = b.cur  # optimistic: usually still current when this process is alone
         for _ in range(CAS_ATTEMPTS):
             mark = decode_mark(cur.value, self.key) if cur is not None else 0
-            lo = max(mark, compose_ts(int(self.clock() * 1000)), floor + 1)
+            wall_ms = int(self.clock() * 1000)
+            lo = max(mark, compose_ts(wall_ms), floor + 1)
+            self._check_skew(lo, wall_ms, "the TSO")
             if lo + size > TS_LIMIT:
                 raise SeglakeError(f"{self.key}: timestamp {lo + size} would exceed 2**63")
             try:
@@ -301,6 +328,24 @@ class TSO:
             b.next, b.end, b.born = lo, lo + size, born
             return
         raise Conflict(f"could not reserve timestamps on {self.key} after {CAS_ATTEMPTS} attempts")
+
+    def check_ahead(self, ts: int, what: str = "the timestamp") -> None:
+        """ClockSkewError when `ts` leads this process's clock by more than max_clock_skew
+        (what advance_past(ts) would refuse): for a caller that must refuse a value, e.g. a
+        bundle's max_ts, before it writes anything. No etcd access."""
+        self._check_skew(ts, int(self.clock() * 1000), what)
+
+    def _check_skew(self, ts: int, wall_ms: int, what: str) -> None:
+        """ClockSkewError when `ts` leads this process's clock (`wall_ms`) by more than
+        max_clock_skew: this clock is slow, or another writer's fast clock (or a value from
+        elsewhere) moved the TSO; either way, a timestamp issued now would not mean now."""
+        ahead = (physical_ms(ts) - wall_ms) / 1000
+        if ahead > self.max_clock_skew:
+            raise ClockSkewError(
+                f"{self.key}: {what} is at {_utc(physical_ms(ts))}, {ahead:.1f} s ahead of this process's "
+                f"clock ({_utc(wall_ms)}); max_clock_skew is {self.max_clock_skew:g} s. Either this clock is "
+                "slow or a writer with a fast clock moved the TSO: fix the clocks (NTP); nothing is issued "
+                "until they agree within max_clock_skew")
 
     def _put_mark(self, cur: KeyValue | None, mark: int) -> None:
         """CAS the mark from `cur` (None: absent) to `mark`, in the current format."""

@@ -50,7 +50,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+from seglake.errors import ClockSkewError, Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
 from seglake.meta import keys as keymod
 from seglake.meta.alloc import compose_ts
 from seglake.meta.catalog import CREATED, DROPPED, DROPPING, pchannel_of
@@ -172,7 +172,8 @@ class WalWriter:
             self.tso = self.meta.tso
         else:
             from seglake.meta.alloc import TSO
-            self.tso = TSO(self.meta.kv, self.meta.keys.alloc_tso(), clock=clock)
+            self.tso = TSO(self.meta.kv, self.meta.keys.alloc_tso(), clock=clock,
+                           max_clock_skew=settings.max_clock_skew)
         # committed state (what etcd holds) ...
         self.state = state
         self._prod_kv = prod_kv
@@ -388,8 +389,9 @@ class WalWriter:
                 try:
                     frag, epoch = self._build(reqs)
                 except BaseException as e:  # noqa: BLE001 - handed to every waiting caller
-                    # nothing of these calls was committed: retrying them is safe
-                    self._reset(e if isinstance(e, (ValidationError, Retry)) else Retry(
+                    # nothing of these calls was committed: retrying them is safe (a clock
+                    # too far behind the TSO is said as such: retrying at once cannot help)
+                    self._reset(e if isinstance(e, (ValidationError, Retry, ClockSkewError)) else Retry(
                         f"WAL {self.pchannel}: fragment not written ({type(e).__name__}: {e}); retry the call"),
                         reqs)
                     continue

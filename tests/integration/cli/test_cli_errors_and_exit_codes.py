@@ -195,7 +195,6 @@ def test_the_page_shows_the_runs_error_count(env, meta, store):
 def test_ctrl_c_while_watching_a_job_is_one_line_not_a_traceback(env, meta, store):
     import os
     import signal
-    import time
 
     from seglake.lifecycle import restore
 
@@ -204,9 +203,8 @@ def test_ctrl_c_while_watching_a_job_is_one_line_not_a_traceback(env, meta, stor
                           "--interval", "0.2"], env=_child_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     try:
-        deadline = time.time() + 30
-        line = p.stdout.readline()            # the first refresh: it is watching
-        assert f"copy job {job}" in line and time.time() < deadline, line
+        line = p.stdout.readline()            # the first refresh: it is watching (however long it took to start)
+        assert f"copy job {job}" in line, line
         os.kill(p.pid, signal.SIGINT)
         out, err = p.communicate(timeout=30)
     finally:

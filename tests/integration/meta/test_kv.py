@@ -1,6 +1,7 @@
 """The etcd layer against a real etcd server."""
 
 import threading
+import time
 
 import pytest
 
@@ -101,7 +102,8 @@ def test_tso_is_monotonic_across_restarts_even_if_the_clock_goes_back(settings, 
         t1 = TSO(kv, key)
         a = [t1.now() for _ in range(1000)]
     with KV.from_settings(settings) as kv:
-        t2 = TSO(kv, key, clock=lambda: 1_000_000.0)  # a wall clock far in the past
+        t2 = TSO(kv, key, clock=lambda: time.time() - 20 * 3600,  # a wall clock far back,
+                 max_clock_skew=86400)                           # within the widest bound
         b = [t2.now() for _ in range(10)]
     assert a == sorted(a) and len(set(a)) == 1000
     assert b[0] > a[-1] and b == sorted(b)

@@ -30,6 +30,9 @@ from seglake.meta.kv import KV
 pytestmark = pytest.mark.etcd
 
 HOUR_BACK = lambda: time.time() - 3600  # noqa: E731 - a clock set back an hour
+# These tests prove order and uniqueness whatever the clocks say, so their allocators
+# take the widest max_clock_skew (the bound itself: tests/integration/meta/test_tso_clock_skew.py).
+WIDE = 86400.0
 GAP = BATCH_MAX_AGE + 0.01  # "more than BATCH_MAX_AGE" between two calls, with a margin
 
 
@@ -48,7 +51,7 @@ def mark(kv: KV, key: str) -> int:
 # -- within one process ---------------------------------------------------------------
 def test_two_metas_taking_turns_stay_ordered_with_one_clock_set_back(settings):
     with Meta.from_settings(settings) as a, Meta.from_settings(settings) as b:
-        tb = TSO(b.kv, b.keys.alloc_tso(), clock=HOUR_BACK)
+        tb = TSO(b.kv, b.keys.alloc_tso(), clock=HOUR_BACK, max_clock_skew=WIDE)
         a.tso.now(), tb.now()  # both hold a batch before the interleaving starts
         seen = []
         for _ in range(20):
@@ -79,7 +82,7 @@ def test_meta_tso_is_one_allocator_and_metas_of_a_process_share_its_batch(settin
 def test_a_clock_going_back_mid_run_never_goes_back_in_ts(settings, root_prefix):
     t = [time.time()]
     with KV.from_settings(settings) as kv:
-        tso = TSO(kv, f"{root_prefix}/alloc/tso", clock=lambda: t[0])
+        tso = TSO(kv, f"{root_prefix}/alloc/tso", clock=lambda: t[0], max_clock_skew=WIDE)
         seen = [tso.now()]
         for step in (-10.0, 0.0, 0.0, -3600.0, 0.5, 7200.0, -7200.0):
             t[0] += step
@@ -93,7 +96,7 @@ def test_clock_set_back_an_hour_stalls_and_set_forward_an_hour_is_followed(setti
     key = f"{root_prefix}/alloc/tso"
     t = [time.time()]
     with KV.from_settings(settings) as kv:
-        tso = TSO(kv, key, clock=lambda: t[0])
+        tso = TSO(kv, key, clock=lambda: t[0], max_clock_skew=WIDE)
         seen = [tso.now() for _ in range(100)]
         top = physical_ms(seen[-1])
         t[0] -= 3600  # set back an hour
@@ -124,7 +127,7 @@ def test_calls_that_do_not_overlap_are_ordered_across_threads_and_clocks(setting
     def worker(offset):
         try:
             with KV.from_settings(settings) as kv:
-                tso = TSO(kv, key, clock=lambda: time.time() + offset)
+                tso = TSO(kv, key, clock=lambda: time.time() + offset, max_clock_skew=WIDE)
                 ready.wait(timeout=20)  # every allocator exists before anyone issues
                 for _ in range(40):
                     time.sleep(0.001)  # let the others take turns
@@ -150,7 +153,7 @@ import sys, time
 from seglake.meta.alloc import TSO
 from seglake.meta.kv import KV
 kv = KV(sys.argv[1], root=sys.argv[2])
-tso = TSO(kv, sys.argv[2] + "/alloc/tso", clock=lambda: time.time() - 3600)
+tso = TSO(kv, sys.argv[2] + "/alloc/tso", clock=lambda: time.time() - 3600, max_clock_skew=86400)
 for line in sys.stdin:
     cmd = line.split()
     print(tso.now() if cmd[0] == "now" else tso.reserve(1, linearizable=True) if cmd[0] == "lin"
@@ -218,7 +221,7 @@ def test_reserve_above_far_ahead_and_advance_past_seen_by_another_process(settin
     key = f"{root_prefix}/alloc/tso"
     child = Turns(settings, root_prefix)
     try:
-        with Meta.from_settings(settings) as meta:
+        with Meta.from_settings(settings.replace(max_clock_skew=WIDE)) as meta:
             m0 = meta.tso.now()
             far = compose_ts(physical_ms(m0) + 10 * 60_000)  # ten minutes above the mark
             lo = meta.tso.reserve(100, above=far)
@@ -365,7 +368,8 @@ def test_tso_is_monotonic_across_restarts_even_if_the_clock_goes_back(settings, 
     key = f"{root_prefix}/alloc/tso"
     script = ("import sys, time\nfrom seglake.meta.alloc import TSO\nfrom seglake.meta.kv import KV\n"
               "kv = KV(sys.argv[1], root=sys.argv[2])\nclock = time.time if sys.argv[3] == 'now' else "
-              "(lambda: 1_000_000.0)\ntso = TSO(kv, sys.argv[2] + '/alloc/tso', clock=clock)\n"
+              "(lambda: time.time() - 20 * 3600)\n"
+              "tso = TSO(kv, sys.argv[2] + '/alloc/tso', clock=clock, max_clock_skew=86400)\n"
               "print(' '.join(str(tso.now()) for _ in range(int(sys.argv[4]))))\n")
     runs = []
     for clock, n in (("now", 1000), ("past", 10), ("now", 10)):  # three processes, one after another

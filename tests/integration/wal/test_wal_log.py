@@ -121,13 +121,14 @@ def test_open_at_stale_term_refused(meta, store, settings):
 def test_time_ticks_monotonic_across_failover_with_clock_set_back(meta, store, settings):
     coll = _coll(meta, store, settings)
     p = pchannels(coll)[0]
-    now = [2_000_000_000.0]
-    a = _writer_for(meta, store, settings, coll, clock=lambda: now[0])
+    now = [time.time() + 3600]
+    wide = settings.replace(max_clock_skew=86400)   # the widest bound: ticks are under test here
+    a = _writer_for(meta, store, wide, coll, clock=lambda: now[0])
     a.append(_insert_msg(coll, 1))
     a.close()
     hwm = WalLog(meta, store, p).state().last_tt
-    now[0] -= 3600 * 24 * 365        # the wall clock jumps back a year
-    b = _writer_for(meta, store, settings, coll, clock=lambda: now[0])
+    now[0] -= 20 * 3600              # the wall clock jumps back 20 hours
+    b = _writer_for(meta, store, wide, coll, clock=lambda: now[0])
     b.append(_insert_msg(coll, 10))
     b.append(_insert_msg(coll, 20))
     b.close()

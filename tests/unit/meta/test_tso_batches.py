@@ -8,10 +8,11 @@ import math
 
 import pytest
 
-from seglake.errors import Conflict, SeglakeError, ValidationError
+from seglake.errors import ClockSkewError, Conflict, SeglakeError, ValidationError
 from seglake.meta import alloc
 from seglake.meta.alloc import (BATCH_SIZE, LOGICAL_BITS, TSO, compose_ts, decode_mark, encode_mark,
                                 physical_ms)
+from seglake.limits import DAY
 from seglake.meta.kv import KeyValue
 
 T0 = 1_763_934_000.0  # seconds
@@ -154,7 +155,7 @@ def test_logical_overflow_carries_into_the_next_ms_only(mono):
 
 def test_clock_back_stalls_and_forward_follows(mono):
     kv, clock = FakeKV(), Clock()
-    tso = TSO(kv, "k", clock=clock)
+    tso = TSO(kv, "k", clock=clock, max_clock_skew=DAY)  # hour-sized steps: a bound that allows them
     seen = [tso.now()]
     for step in (-3600.0, 0.0, 3600.0, 3600.0, -7200.0):
         clock.t += step
@@ -168,10 +169,10 @@ def test_clock_back_stalls_and_forward_follows(mono):
 
 def test_reserve_above_and_advance_past(mono):
     kv, clock = FakeKV(), Clock()
-    tso = TSO(kv, "k", clock=clock)
+    tso = TSO(kv, "k", clock=clock, max_clock_skew=DAY)
     t = tso.now()
     assert tso.reserve(3, above=t + 10) == t + 11  # inside the held batch: skipped ahead
-    far = compose_ts(int(T0 * 1000) + 10**9)
+    far = compose_ts(int(T0 * 1000) + 10**7)  # 2.8 h ahead: within the bound
     lo = tso.reserve(5, above=far)
     assert lo == far + 1 and mark_of(kv) == lo + BATCH_SIZE
     start = mono[0]
@@ -193,7 +194,7 @@ def test_advance_past_below_the_mark_writes_nothing_but_still_waits(mono):
 def test_old_format_value_is_read_and_rewritten(mono):
     kv, clock = FakeKV(), Clock(T0 - 3600)  # the old mark is an hour ahead of this clock
     kv.put_raw("k", "1763934000250")
-    ts = TSO(kv, "k", clock=clock).now()
+    ts = TSO(kv, "k", clock=clock, max_clock_skew=DAY).now()
     assert ts == compose_ts(1763934000250)
     assert kv.data["k"].value == f"v2:{ts + BATCH_SIZE}".encode()
 
@@ -202,11 +203,40 @@ def test_process_floor_orders_tso_objects_with_different_clocks(mono):
     """Different clocks: separate batches, still ordered within the process (the
     process-wide floor), at the price of a CAS whenever the other one went ahead."""
     kv = FakeKV()
-    a, b = TSO(kv, "k", clock=Clock()), TSO(kv, "k", clock=Clock(T0 - 3600))
+    a, b = TSO(kv, "k", clock=Clock()), TSO(kv, "k", clock=Clock(T0 - 3600), max_clock_skew=DAY)
     seen = []
     for _ in range(50):
         seen += [a.now(), b.now(), b.now(), a.now()]
     assert all(x < y for x, y in zip(seen, seen[1:]))
+
+
+def test_a_clock_behind_the_mark_by_more_than_max_clock_skew_refuses_and_writes_nothing(mono):
+    """Issue 26 #8: the mark is the fastest writer's clock; a process more than
+    max_clock_skew behind it refuses (naming both clocks) instead of issuing timestamps
+    that lead its clock by that much. Within the bound it stalls, logical counting on."""
+    kv, clock = FakeKV(), Clock()
+    fast = TSO(kv.process(), "k", clock=Clock(T0 + 600), max_clock_skew=700)
+    fast.now()
+    mark = mark_of(kv)
+    tso = TSO(kv, "k", clock=clock, max_clock_skew=5)
+    rev = kv.s.rev
+    with pytest.raises(ClockSkewError, match=r"600\.0 s ahead of this process's clock .*max_clock_skew is 5 s"):
+        tso.now()
+    with pytest.raises(ClockSkewError, match="advance_past"):
+        tso.advance_past(compose_ts(int((T0 + 6) * 1000)))
+    assert kv.s.rev == rev and mark_of(kv) == mark   # nothing written
+    clock.t += 596                    # 4 s behind the mark: within the bound
+    mono[0] += 1.0
+    assert physical_ms(tso.now()) == int((T0 + 600) * 1000)
+    tso.advance_past(compose_ts(int((T0 + 600.5) * 1000)))  # 4.5 s ahead: allowed
+
+
+@pytest.mark.parametrize("bad", [0.5, 0, -1, math.nan, math.inf, True, "5", 2 * DAY])
+def test_max_clock_skew_is_range_checked(bad):
+    kv = FakeKV()
+    with pytest.raises(ValidationError, match="max_clock_skew"):
+        TSO(kv, "k", clock=Clock(), max_clock_skew=bad)
+    assert kv.txns == kv.gets == 0
 
 
 def test_a_forked_child_drops_the_parents_batch(mono):

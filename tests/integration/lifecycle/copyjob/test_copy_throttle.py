@@ -9,7 +9,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,22 +18,28 @@ from seglake.errors import ValidationError
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.throttle import BURST, Throttle
 
+from pacing import assert_paced, timed
+
 MiB = 1 << 20
+
+
+def _copy(meta, store, job_id, tasks):
+    """Plan and run a restore's copy inline; the seconds the copy took."""
+    copyjob.plan(meta, job_id, tasks)
+    _, took = timed(copyjob.run_inline, meta, store, job_id, threads=4)
+    copyjob.finalize(meta, job_id)
+    return took
 
 
 def test_a_restore_at_8_mib_per_second_takes_its_bytes_over_the_rate(meta, store, capfd):
     coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=4, rows=6000, dim=128))
     snapshot.create(meta, store, coll.name, "s")
+    unthrottled = _copy(meta, store, restore.restore(meta, store, coll.name, "s", "fast"), 2)
     job_id = restore.restore(meta, store, coll.name, "s", "slow", max_bytes_per_second=8 * MiB)
     job = meta.copyjobs.get(job_id)[0]
     assert job.max_bytes_per_second == 8 * MiB and job.total_bytes > 10 * MiB
-    copyjob.plan(meta, job_id, 2)
-    t = time.monotonic()
-    copyjob.run_inline(meta, store, job_id, threads=4)
-    took = time.monotonic() - t
-    copyjob.finalize(meta, job_id)
-    want = job.total_bytes / (8 * MiB) - BURST
-    assert want * 0.85 <= took <= want * 1.15 + 0.5, (took, want)
+    took = _copy(meta, store, job_id, 2)
+    assert_paced(took, job.total_bytes / (8 * MiB) - BURST, unthrottled)
     assert meta.copyjobs.get(job_id)[0].state == "Completed"
     err = capfd.readouterr().err
     assert f"copy job {job_id}: rate limit 8.0 MiB/s" in err and "waited" in err
@@ -43,14 +48,11 @@ def test_a_restore_at_8_mib_per_second_takes_its_bytes_over_the_rate(meta, store
 def test_requests_per_second_limits_file_copies(meta, store):
     coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=3, rows=20, dim=4))
     snapshot.create(meta, store, coll.name, "s")
+    unthrottled = _copy(meta, store, restore.restore(meta, store, coll.name, "s", "many"), 1)
     job_id = restore.restore(meta, store, coll.name, "s", "few", max_requests_per_second=20)
     job = meta.copyjobs.get(job_id)[0]
-    copyjob.plan(meta, job_id, 1)
-    t = time.monotonic()
-    copyjob.run_inline(meta, store, job_id, threads=4)
-    took = time.monotonic() - t
-    want = job.total_files / 20 - BURST
-    assert want * 0.85 <= took <= want * 1.15 + 0.5, (took, want, job.total_files)
+    took = _copy(meta, store, job_id, 1)
+    assert_paced(took, job.total_files / 20 - BURST, unthrottled)
 
 
 _CHILD = r"""
@@ -68,21 +70,21 @@ print(json.dumps({"took": time.monotonic() - t, **th.report()}))
 
 def test_one_budget_is_shared_by_runners_in_other_processes(settings, root_prefix):
     """Three processes each move 4 x 1 MiB under one 4 MiB/s job limit: together 12 MiB
-    take ~3 s (each alone would take ~1 s)."""
+    take ~3 s (each alone would take ~1 s). One-sided, like every timed judgement in a
+    correctness test: the shared budget makes the last one take at least ~3 s; how much
+    longer the processes take to start is the machine's business, not the limit's (the
+    upper side is judged where the unthrottled copy can be measured: the tests above)."""
     import seglake
     env = {"PYTHONPATH": str(Path(seglake.__file__).resolve().parents[1])}
     import os
     env = {**os.environ, **env}
-    t = time.monotonic()
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD, settings.etcd_endpoint, root_prefix, "4"],
                               stdout=subprocess.PIPE, text=True, env=env) for _ in range(3)]
     outs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
-    took = time.monotonic() - t
     assert all(p.returncode == 0 for p in procs)
     assert sum(o["bytes"] for o in outs) == 12 * MiB
     want = 12 / 4 - BURST
     assert max(o["took"] for o in outs) >= want * 0.85, outs
-    assert took <= want * 1.15 + 2.0, (took, outs)   # (process start-up on top)
 
 
 @pytest.mark.parametrize("kw, words", [
