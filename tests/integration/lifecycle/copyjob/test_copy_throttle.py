@@ -61,17 +61,17 @@ from seglake.meta.kv import KV
 from seglake.throttle import Throttle
 kv = KV(sys.argv[1], root=sys.argv[2])
 th = Throttle(kv, sys.argv[2] + "/copy/throttle/7", 4 * 2**20, 0)
-t = time.monotonic()
+t = time.time()
 for _ in range(int(sys.argv[3])):
     th.acquire(2**20)
-print(json.dumps({"took": time.monotonic() - t, **th.report()}))
+print(json.dumps({"start": t, "end": time.time(), **th.report()}))
 """
 
 
 def test_one_budget_is_shared_by_runners_in_other_processes(settings, root_prefix):
     """Three processes each move 4 x 1 MiB under one 4 MiB/s job limit: together 12 MiB
     take ~3 s (each alone would take ~1 s). One-sided, like every timed judgement in a
-    correctness test: the shared budget makes the last one take at least ~3 s; how much
+    correctness test: the shared budget makes them span at least ~3 s; how much
     longer the processes take to start is the machine's business, not the limit's (the
     upper side is judged where the unthrottled copy can be measured: the tests above)."""
     import seglake
@@ -83,8 +83,10 @@ def test_one_budget_is_shared_by_runners_in_other_processes(settings, root_prefi
     outs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert sum(o["bytes"] for o in outs) == 12 * MiB
+    # from the first process's start to the last one's end (they may start far apart on a
+    # loaded machine: then each takes its own second, and the span is as long)
     want = 12 / 4 - BURST
-    assert max(o["took"] for o in outs) >= want * 0.85, outs
+    assert max(o["end"] for o in outs) - min(o["start"] for o in outs) >= want * 0.85, outs
 
 
 @pytest.mark.parametrize("kw, words", [
