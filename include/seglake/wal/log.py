@@ -264,16 +264,18 @@ class FragRecord:
     term: int
     producer: str = ""
     fmt: int = 2
+    calls: tuple = ()         # the producer's appends in it: (seq, first offset, count)
 
     def to_json(self) -> dict:
         return {"key": self.key, "size": self.size, "crc": self.crc, "tt0": self.tt0, "span": self.span,
-                "records": self.records, "term": self.term, "producer": self.producer}
+                "records": self.records, "term": self.term, "producer": self.producer,
+                "calls": [list(c) for c in self.calls]}
 
     @classmethod
     def from_kv(cls, n: int, kv: KeyValue) -> "FragRecord":
         d = decode(kv.value, kv.key)
         return cls(n, d["key"], d["size"], d["crc"], d["tt0"], d["span"], d["records"], d["term"],
-                   d.get("producer", ""))
+                   d.get("producer", ""), calls=tuple(tuple(c) for c in d.get("calls", ())))
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,19 @@ MAX_INFLIGHT = 4
 PIPELINE_DEPTH = 2        # fragments written ahead of their commit
 COLLECTION_CACHE_SECONDS = 1.0
 MAX_COMMIT_DELAY = 60.0   # seconds between a fragment's write and its commit, at most
-RECENT_SEQS = 64          # sequence numbers a producer record remembers
 MAX_TXN_KEEPALIVE_MS = 3600 * 1000
+# A sequence number is (call << CALL_BITS) | index: the index-th append of a call. The
+# producer record remembers whole calls (every append of them, however many), the
+# MAX_CALLS highest-numbered ones; a lower call it no longer remembers is refused.
+CALL_BITS = 20
+INDEX_MASK = (1 << CALL_BITS) - 1
+MAX_CALLS = 64
+# Calls the client numbers itself carry their time: CLOCK_BASE + ms since CLOCK_EPOCH_MS
+# of the global TSO (below CLOCK_BASE: numbers a caller chose, e.g. its own op ids).
+CLOCK_BASE = 1 << 40
+CLOCK_EPOCH_MS = 1_577_836_800_000      # 2020-01-01T00:00:00Z
+MAX_CALL = 1 << 42                       # a seq stays below 2**62
+FRESH_WINDOW = 600.0      # retry window of a producer id no other process knows (a fresh one)
 
 
 class ExpiredTermError(StateError):
@@ -76,6 +87,133 @@ class ExpiredTermError(StateError):
 
 class Retry(Unavailable):
     """Not committed: the call may be retried as is (same sequence number)."""
+
+
+class ProducerFenced(StateError):
+    """Another client claimed this producer id after this one: nothing of the call was
+    appended by this client, and it appends nothing more (open a new client to retry)."""
+
+
+def payload_digest(messages, bodies=None) -> str:
+    """A digest of what an append writes (types, addresses, props, bodies), never of the
+    ids a retry may draw afresh (txn ids): the same payload retried has the same digest."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for i, m in enumerate(messages):
+        props = {k: v for k, v in sorted(m.props.items())}
+        h.update(repr((m.type, m.vchannel, m.collection_id, m.partition_id, props)).encode())
+        h.update(m.body_bytes() if bodies is None else bodies[i])
+    return h.hexdigest()
+
+
+MAX_CALL_LEAD_MS = 10_000   # a call number runs at most this far ahead of its time
+
+
+def now_ms(tso, clock=time.time) -> int:
+    """The time calls are numbered and judged by: the wall clock, or the TSO when ahead."""
+    from seglake.meta.alloc import physical_ms
+    return max(int(clock() * 1000), physical_ms(tso.now()))
+
+
+def clock_call(tso, last: int = 0, clock=time.time) -> int:
+    """A call number above `last` that carries its time (now_ms). Calls faster than one
+    per ms run ahead of the clock, by at most MAX_CALL_LEAD_MS (beyond it this waits):
+    the retry window, judged by the number, is never stretched by more."""
+    while True:
+        call = max(last + 1, CLOCK_BASE + now_ms(tso, clock) - CLOCK_EPOCH_MS)
+        if call_ms(call) <= now_ms(tso, clock) + MAX_CALL_LEAD_MS:
+            return call
+        time.sleep(0.001)
+
+
+def call_ms(call: int) -> int | None:
+    """The time (unix ms) a clock-numbered call was made; None for a caller's number."""
+    return call - CLOCK_BASE + CLOCK_EPOCH_MS if call >= CLOCK_BASE else None
+
+
+class Holder:
+    """What one client holds for its producer id: the lease its producer records live on
+    (they expire by themselves, `window` to 2 x `window` after the last commit), and,
+    for a named id, the claim: `{root}/wal_producer_owners/{id}` written by the
+    newest holder, compared by every commit, so an older holder is fenced (refused,
+    never answered with another process's commits). A fresh (random) id is known to
+    no other process: nothing to claim, and a short window."""
+
+    def __init__(self, meta, producer_id: str, settings, *, named: bool, name: str = ""):
+        self.meta, self.producer_id, self.named = meta, producer_id, named
+        self.window = float(settings.wal_producer_expiry) if named else min(FRESH_WINDOW,
+                                                                            settings.wal_producer_expiry)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.key = keymod.wal_producer_owner(meta.keys, producer_id)
+        self.token = uuid.uuid4().hex
+        self.kv: KeyValue | None = None
+        self.fenced: ProducerFenced | None = None
+        self._lease: tuple[int, float] | None = None
+        self._lock = threading.RLock()
+        if named:
+            self._claim()
+
+    def lease(self) -> int:
+        """The lease (ttl 2 x window), refreshed when half a window old: a record put on
+        it lives at least 1.5 x window after that commit."""
+        with self._lock:
+            now = time.monotonic()
+            if self._lease is not None and now - self._lease[1] > self.window / 2:
+                try:
+                    self.meta.kv.refresh_lease(self._lease[0])
+                    self._lease = (self._lease[0], now)
+                except SeglakeError:
+                    self._lease = None
+            if self._lease is None:
+                self._lease = (self.meta.kv.grant_lease(int(2 * self.window) + 1), now)
+            return self._lease[0]
+
+    def forget_lease(self) -> None:
+        with self._lock:
+            self._lease = None
+
+    def guards(self) -> list:
+        if not self.named:
+            return []
+        with self._lock:
+            if self.fenced is not None:
+                raise self.fenced
+            return [unchanged(self.kv)]
+
+    def _claim(self) -> None:
+        """Put the claim: the newest holder wins, any older one is fenced at its next commit."""
+        value = encode({"token": self.token, "name": self.name, "at": time.time()})
+        lease = self.lease()
+        rev = self.meta.kv.put(self.key, value, lease=lease)
+        self.kv = KeyValue(self.key, value, rev, rev, 1, lease)
+
+    def check(self) -> None:
+        """After a lost compare: still the holder (the claim's lease ran out: claim again
+        when no one else did), or fenced for good."""
+        if not self.named:
+            return
+        with self._lock:
+            if self.fenced is not None:
+                raise self.fenced
+            kv = self.meta.kv.get(self.key)
+            if kv is not None and decode(kv.value, kv.key).get("token") == self.token:
+                self.kv = kv
+                return
+            if kv is None:
+                try:
+                    self.meta.kv.txn([absent(self.key)], [Put(self.key, encode(
+                        {"token": self.token, "name": self.name, "at": time.time()}), self.lease())])
+                    self.kv = self.meta.kv.get(self.key)
+                    return
+                except Conflict:
+                    kv = self.meta.kv.get(self.key)
+            other = decode(kv.value, kv.key) if kv is not None else {}
+            self.fenced = ProducerFenced(
+                f"producer id {self.producer_id!r} was claimed by {other.get('name', '?')} after this client "
+                f"({self.name}): this client is fenced and appends nothing more (a lost race is never "
+                f"answered with another holder's commit); retry the call from a new client")
+            raise self.fenced
 
 
 @dataclass
@@ -87,6 +225,8 @@ class _Request:
     bodies: list[memoryview]
     size: int
     seq: int
+    digest: str = ""          # of the call (given by the caller) or of this append alone
+    colls: dict = field(default_factory=dict)   # collection id -> the record its messages were judged on
     done: threading.Event = field(default_factory=threading.Event)
     ids: list[MessageId] | None = None
     error: BaseException | None = None
@@ -159,12 +299,13 @@ class WalWriter:
     """A producer on one pchannel. Use `WalWriter.open(...)`."""
 
     def __init__(self, log: WalLog, state: LogState, settings, *, producer_id: str, prod_kv: KeyValue | None,
-                 clock=time.time, name: str = ""):
+                 clock=time.time, name: str = "", holder: Holder | None = None):
         check_wal_settings(settings)
         self.log, self.meta, self.store = log, log.meta, log.store
         self.pchannel = log.pchannel
         self.settings, self.clock, self.name = settings, clock, name
         self.producer_id = producer_id
+        self.holder = holder or Holder(self.meta, producer_id, settings, named=False, name=name)
         self.prod_key = keymod.wal_producer(self.meta.keys, self.pchannel, producer_id)
         # the one global TSO; a given clock (tests: a skewed or jumping writer clock)
         # drives this producer's own allocator on the same etcd key
@@ -176,7 +317,7 @@ class WalWriter:
         # committed state (what etcd holds) ...
         self.state = state
         self._prod_kv = prod_kv
-        self._prod = decode(prod_kv.value, prod_kv.key) if prod_kv else {"seq": 0, "recent": []}
+        self._prod = _record(prod_kv)
         self._txns: dict[int, _Txn] = {}
         # ... and the provisional state of fragments built but not yet committed
         self._p_txns: dict[int, _Txn] = {}
@@ -184,12 +325,13 @@ class WalWriter:
         # txn fragments whose commit outcome was never learned: a later re-read that finds
         # them committed applies their txn state (a BeginTxn whose answer was lost opened its txn)
         self._unresolved: dict[str, _Fragment] = {}
-        self._next_seq = self._prod["seq"] + 1
+        self._last_call = 0
         self._seq_lock = threading.Lock()
         self._queue: deque[_Request] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        self._colls: dict[int, tuple[float, object]] = {}
+        self._colls: dict[int, tuple[float, object, KeyValue]] = {}
+        self._places: dict[int, dict[int, list[MessageId]]] = {}   # call -> seq -> ids (read from the index)
         self._epoch = 0     # bumped at every reset: fragments built before it are failed
         self._plock = threading.Lock()   # the provisional state: built (writer) vs reset (committer)
         self._stale = False
@@ -201,10 +343,11 @@ class WalWriter:
     # -- open ----------------------------------------------------------------------------
     @classmethod
     def open(cls, meta, store, pchannel: str, settings, *, term: int | None = None, producer_id: str | None = None,
-             clock=time.time, name: str | None = None) -> "WalWriter":
+             clock=time.time, name: str | None = None, holder: Holder | None = None) -> "WalWriter":
         """A producer on `pchannel`. `producer_id` (default: a fresh one) names it across
-        retries and processes. `term` given: take the pchannel over at that term first
-        (ExpiredTermError when it is not above the current one)."""
+        retries and processes: a named id is claimed (Holder; a client's producers share
+        its holder), fencing any older holder. `term` given: take the pchannel over at
+        that term first (ExpiredTermError when it is not above the current one)."""
         check_wal_settings(settings)
         log = WalLog(meta, store, pchannel)
         name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -213,8 +356,11 @@ class WalWriter:
             raise ValidationError(f"producer id must be 1..64 of [A-Za-z0-9._-], got {pid!r}")
         if term is not None:
             takeover(meta, pchannel, term=term, name=name)
+        if holder is None:
+            holder = Holder(meta, pid, settings, named=producer_id is not None, name=name)
         prod_kv = meta.kv.get(keymod.wal_producer(meta.keys, pchannel, pid))
-        return cls(log, log.state(), settings, producer_id=pid, prod_kv=prod_kv, clock=clock, name=name)
+        return cls(log, log.state(), settings, producer_id=pid, prod_kv=prod_kv, clock=clock, name=name,
+                   holder=holder)
 
     @property
     def term(self) -> int:
@@ -225,11 +371,11 @@ class WalWriter:
         return self.state.last_tt
 
     def next_seq(self) -> int:
-        """A fresh sequence number for a new call (retries reuse the call's own)."""
+        """A fresh sequence number for a new call (retries reuse the call's own): the
+        first append of a clock-numbered call."""
         with self._seq_lock:
-            s = self._next_seq
-            self._next_seq += 1
-            return s
+            self._last_call = clock_call(self.tso, self._last_call, self.clock)
+            return self._last_call << CALL_BITS
 
     # -- append -------------------------------------------------------------------------------
     def append(self, messages: list[Message] | Message, timeout: float | None = 60.0, *,
@@ -239,22 +385,24 @@ class WalWriter:
         a retry with the same `seq` is safe)."""
         return self.append_async(messages, seq=seq).result(timeout)
 
-    def append_async(self, messages: list[Message] | Message, *, seq: int | None = None) -> _Request:
+    def append_async(self, messages: list[Message] | Message, *, seq: int | None = None,
+                     digest: str | None = None) -> _Request:
         """Validate and queue; `.result()` waits for the acknowledgement. At most
-        MAX_INFLIGHT calls are queued per producer (the caller blocks beyond that)."""
+        MAX_INFLIGHT calls are queued per producer (the caller blocks beyond that).
+        `digest`: the payload digest of the whole call this append belongs to (a call of
+        several appends must give it; default: this append's own)."""
         msgs = [messages] if isinstance(messages, Message) else list(messages)
         if not msgs:
             raise ValidationError("append needs at least one message")
         if seq is None:
             seq = self.next_seq()
-        elif isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < 2**62:
+        elif isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < MAX_CALL << CALL_BITS:
             raise ValidationError(f"sequence number must be an int in 1..2**62, got {seq!r}")
-        else:
-            with self._seq_lock:
-                self._next_seq = max(self._next_seq, seq + 1)
-        msgs = [self._validate(m) for m in msgs]
+        colls: dict[int, KeyValue] = {}
+        msgs = [self._validate(m, colls) for m in msgs]
         bodies = [m.body_bytes() for m in msgs]
-        req = _Request(msgs, bodies, sum(128 + len(b) for b in bodies), seq)
+        req = _Request(msgs, bodies, sum(128 + len(b) for b in bodies), seq,
+                       digest or payload_digest(msgs, bodies), colls)
         with self._cond:
             while len(self._queue) >= MAX_INFLIGHT and not self._closed:
                 self._cond.wait()
@@ -280,17 +428,21 @@ class WalWriter:
 
     # -- validation --------------------------------------------------------------------------
     def _collection(self, cid: int):
+        """The collection (cached briefly for validation); the commit compares the record
+        it was judged on, so a drop begun since is never acknowledged past."""
         hit = self._colls.get(cid)
         now = time.monotonic()
         if hit is None or now - hit[0] > COLLECTION_CACHE_SECONDS:
-            try:
-                coll = self.meta.catalog.get(cid)
-            except NotFound:
-                raise ValidationError(f"unknown collection id {cid}") from None
-            self._colls[cid] = hit = (now, coll)
-        return hit[1]
+            from seglake.meta.catalog import Collection
+            kv = self.meta.kv.get(self.meta.keys.collection(cid))
+            if kv is None:
+                raise ValidationError(f"unknown collection id {cid}")
+            self._colls[cid] = hit = (now, Collection.from_json(decode(kv.value, kv.key)), kv)
+        return hit[1], hit[2]
 
-    def _validate(self, m: Message) -> Message:
+    def _validate(self, m: Message, colls: dict) -> Message:
+        """`m` checked (ValidationError otherwise); `colls` gets the collection record it
+        was judged on."""
         if m.id is not None or m.term:
             raise ValidationError(f"{m.type}: a message to append must not carry an id or term")
         if m.type == M.TIME_TICK:
@@ -314,7 +466,7 @@ class WalWriter:
             raise ValidationError(f"unknown vchannel {m.vchannel!r} on pchannel {self.pchannel}")
         if m.type in M.TXN_CONTROL:
             return m
-        coll = self._collection(m.collection_id)
+        coll, colls[m.collection_id] = self._collection(m.collection_id)
         if m.vchannel not in coll.vchannels:
             raise ValidationError(f"unknown vchannel {m.vchannel!r}: collection {coll.name!r} has "
                                   f"{', '.join(coll.vchannels)}")
@@ -389,7 +541,7 @@ class WalWriter:
                     frag, epoch = self._build(reqs)
                 except BaseException as e:  # noqa: BLE001 - handed to every waiting caller
                     # nothing of these calls was committed: retrying them is safe
-                    self._reset(e if isinstance(e, (ValidationError, Retry)) else Retry(
+                    self._reset(e if isinstance(e, (ValidationError, Retry, ProducerFenced)) else Retry(
                         f"WAL {self.pchannel}: fragment not written ({type(e).__name__}: {e}); retry the call"),
                         reqs)
                     continue
@@ -445,7 +597,7 @@ class WalWriter:
         rel, off = 0, 0
         base = self._est_tick(0)
         for r in reqs:
-            if r.seq in self._p_inflight or self._remembered(r.seq) is not None or r.seq <= self._seq_floor():
+            if r.seq in self._p_inflight or not self._is_new(r):
                 self._answer_retry(r)
                 continue
             p_txns = {k: replace(v) for k, v in self._p_txns.items()}
@@ -482,40 +634,78 @@ class WalWriter:
         records.append(replace(Message.time_tick_msg(), time_tick=rel, term=0).encode_parts())
         return taken, offsets, txn_msgs, records, rel
 
-    def _remembered(self, seq: int):
-        for entry in self._prod["recent"]:
-            if entry[0] == seq:
-                return entry
-        return None
+    # -- the producer record: which calls committed -------------------------------------------
+    def _is_new(self, r: _Request) -> bool:
+        """Whether `r` is to be appended: not a committed append, not refused."""
+        call, idx = r.seq >> CALL_BITS, r.seq & INDEX_MASK
+        entry = self._prod["calls"].get(str(call))
+        if self.holder.fenced is not None:
+            return False
+        if entry is not None:
+            return entry["d"] == r.digest and not _in_ranges(entry["done"], idx)
+        return not self._too_old(call)
 
-    def _seq_floor(self) -> int:
-        """Sequence numbers at or below this are too old to tell from a duplicate: the
-        oldest one the record still remembers, once its window is full."""
-        recent = self._prod["recent"]
-        return min(e[0] for e in recent) if len(recent) >= RECENT_SEQS else 0
+    def _too_old(self, call: int) -> str:
+        """Why a call no record remembers cannot be told from a duplicate ('' if it can)."""
+        if call <= self._prod["floor"]:
+            return (f"call {call} is older than the last {MAX_CALLS} calls the producer record remembers "
+                    f"(its floor is call {self._prod['floor']})")
+        made = call_ms(call)
+        if made is not None:
+            age = (now_ms(self.tso, self.clock) - made) / 1000.0
+            if age > self.holder.window:
+                return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of "
+                        f"{self.holder.window:g} s (its record may have expired)")
+        return ""
 
     def _answer_retry(self, r: _Request) -> None:
-        """A call seen before: the ids of its first commit, Retry while that is in the
-        pipeline, refused when it is too old to tell."""
-        hit = self._remembered(r.seq)
-        if hit is not None:
-            _, n, first, count = hit
-            r.finish(ids=[MessageId(self._term_at(n), n, first + i) for i in range(count)])
+        """A call not to append: fenced, refused (another payload under a used seq, or
+        too old to tell), Retry while an earlier copy is in the pipeline, else the ids of
+        its first commit."""
+        call, idx = r.seq >> CALL_BITS, r.seq & INDEX_MASK
+        entry = self._prod["calls"].get(str(call))
+        if self.holder.fenced is not None:
+            r.finish(error=self.holder.fenced)
+        elif entry is not None and entry["d"] != r.digest:
+            r.finish(error=ValidationError(
+                f"producer {self.producer_id} on {self.pchannel}: seq {call} (append {idx}) was committed with "
+                f"payload digest {entry['d']}, this call's digest is {r.digest}: another payload under a used "
+                f"sequence number is refused (nothing appended); give a new call a new seq"))
+        elif entry is not None and _in_ranges(entry["done"], idx):
+            try:
+                r.finish(ids=self._ids_of(r.seq))
+            except SeglakeError as e:
+                r.finish(error=Retry(f"WAL {self.pchannel}: seq {r.seq} is committed, its ids cannot be read "
+                                     f"({e}); retry"))
         elif r.seq in self._p_inflight:   # an earlier copy of this call is being committed
             r.finish(error=Retry(f"producer {self.producer_id}: seq {r.seq} is being committed; retry"))
         else:
-            r.finish(error=ValidationError(
-                f"producer {self.producer_id} on {self.pchannel}: sequence number {r.seq} is older than the "
-                f"last {RECENT_SEQS} it remembers: refused (it cannot tell a duplicate)"))
+            r.finish(error=ValidationError(f"producer {self.producer_id} on {self.pchannel}: seq {call} (append "
+                                           f"{idx}) refused: "
+                                           f"{self._too_old(call)}; it cannot tell a duplicate"))
 
-    def _term_at(self, n: int) -> int:
-        """The term fragment n was committed under (its index record; the current term
-        when it was truncated away or cannot be read: a takeover since is then unknown)."""
-        try:
-            kv = self.meta.kv.get(self.log.frag_key(n))
-        except SeglakeError:
-            return self.state.term
-        return self.state.term if kv is None else FragRecord.from_kv(n, kv).term
+    def _ids_of(self, seq: int) -> list[MessageId]:
+        """The ids of a committed append, from the index records of the fragments its call
+        went to (each lists its calls' places); [] when they were truncated away."""
+        call = seq >> CALL_BITS
+        places = self._places.get(call)
+        if places is None or seq not in places:
+            lo, hi = self._prod["calls"][str(call)]["n"]
+            places = {}
+            for kv in self.meta.kv.range(self.log.frags_prefix, start_after=self.log.frag_key(lo - 1),
+                                         end=self.log.frag_key(hi + 1)):
+                rec = FragRecord.from_kv(int(kv.key[len(self.log.frags_prefix):]), kv)
+                if rec.producer != self.producer_id:
+                    continue
+                for q, first, count in rec.calls:
+                    if q >> CALL_BITS == call:
+                        places[q] = [MessageId(rec.term, rec.n, first + i) for i in range(count)]
+            self._places = {call: places}
+        return places.get(seq, [])
+
+    def _place(self, seq: int) -> int | None:
+        ids = self._ids_of(seq)
+        return ids[0].fragment if ids else None
 
     def _commit_job(self, frag: _Fragment, epoch: int) -> None:
         try:
@@ -532,13 +722,15 @@ class WalWriter:
         try:
             placed = self._commit(frag)
         except BaseException as e:  # noqa: BLE001
+            if not isinstance(e, (Conflict, Retry, ValidationError, ProducerFenced)):
+                self.holder.forget_lease()   # e.g. the lease ran out while idle: a new one next time
             if frag.txn_msgs and not isinstance(e, ValidationError):
                 self._unresolved[frag.key] = frag
                 while len(self._unresolved) > 64:
                     self._unresolved.pop(next(iter(self._unresolved)))
             # (a ValidationError here is a txn that expired between build and commit: the
             # retry refuses that call alone, the others of the fragment are innocent)
-            err = e if isinstance(e, Retry) or (isinstance(e, SeglakeError) and not isinstance(
+            err = e if isinstance(e, (Retry, ProducerFenced)) or (isinstance(e, SeglakeError) and not isinstance(
                 e, (ValidationError, Unavailable, Conflict))) else \
                 Retry(f"WAL {self.pchannel}: not committed ({type(e).__name__}: {e}); retry the call")
             self._reset(err, frag.reqs)
@@ -565,18 +757,19 @@ class WalWriter:
             for m, rel in frag.txn_msgs:   # the exact ticks: refuse what a consumer would drop
                 _txn_step(txns, m, tt0 + rel, st.term)
             n = st.last + 1
+            places = tuple((r.seq, first, count) for r, (first, count) in zip(frag.reqs, frag.offsets, strict=True))
             rec = FragRecord(n, frag.key, frag.size, frag.crc, tt0, frag.span, frag.records, st.term,
-                             self.producer_id)
-            recent = [*self._prod["recent"], *([s, n, first, count] for s, (first, count)
-                                               in zip(seqs, frag.offsets, strict=True))][-RECENT_SEQS:]
-            prod = {"seq": max(self._prod["seq"], *seqs), "recent": recent, "name": self.name,
-                    "tt": tt0 + frag.span - 1}   # its last commit's tick: expire_producers
+                             self.producer_id, calls=places)
+            prod = _remember(self._prod, frag.reqs, n, self.name, tt0 + frag.span - 1)
             new = replace(st, last=n, last_tt=tt0 + frag.span - 1, bytes=st.bytes + frag.size,
                           records=st.records + frag.records, kv=None)
+            colls = {cid: kv for r in frag.reqs for cid, kv in r.colls.items()}
+            # the records these calls were judged on: a drop begun since fails the compare
             guards = [unchanged(st.kv) if st.kv else absent(self.log.log_key),
-                      unchanged(self._prod_kv) if self._prod_kv else absent(self.prod_key)]
+                      unchanged(self._prod_kv) if self._prod_kv else absent(self.prod_key),
+                      *self.holder.guards(), *(unchanged(kv) for kv in colls.values())]
             ops = [Put(self.log.log_key, new.encoded()), Put(self.log.frag_key(n), encode(rec.to_json())),
-                   Put(self.prod_key, encode(prod))]
+                   Put(self.prod_key, encode(prod), self.holder.lease())]
             try:
                 rev = self.meta.kv.txn(guards, ops)
             except (Conflict, Unavailable) as e:
@@ -585,7 +778,8 @@ class WalWriter:
                 # here or in a commit whose answer was lost before a retry), they are
                 # committed: answer with that place, never append them again
                 self._refresh()
-                done = [q for q in seqs if self._remembered(q) is not None]
+                self._recheck_collections(frag.reqs)
+                done = [q for q in seqs if self._done(q)]
                 if len(done) == len(seqs):
                     return self._committed_at(frag, seqs)
                 if done:   # some of these calls committed in another fragment: rebuild without them
@@ -598,6 +792,7 @@ class WalWriter:
             self.state = new
             self._prod = prod
             self._prod_kv = KeyValue(self.prod_key, encode(prod), rev, rev, 0)
+            self._places.clear()
             self._txns = txns
             with self._plock:
                 self._p_inflight.difference_update(seqs)
@@ -612,15 +807,20 @@ class WalWriter:
         from it, never appended again."""
         lkv = self.meta.kv.get(self.log.log_key)
         pkv = self.meta.kv.get(self.prod_key)
+        self.holder.check()   # fenced: ProducerFenced, for good
         st = LogState.from_kv(lkv)
-        prod = decode(pkv.value, pkv.key) if pkv else {"seq": 0, "recent": []}
+        prod = _record(pkv)
+        if pkv is None:   # expired (idle past the window): what this process knew stays refused
+            prod["floor"] = max(self._prod["floor"], *(int(c) for c in self._prod["calls"]), 0)
         if st.term > self.state.term:   # a takeover: txns begun before it are over
             self._txns = {k: v for k, v in self._txns.items() if v.term >= st.term}
         self.state, self._prod, self._prod_kv = st, prod, pkv
+        self._places.clear()
         for key, frag in list(self._unresolved.items()):
-            hit = self._remembered(frag.reqs[0].seq)
-            if hit is not None:
-                self._adopt(frag, hit[1])   # (a failed read here keeps it for the next re-read)
+            if self._done(frag.reqs[0].seq):
+                n = self._place(frag.reqs[0].seq)
+                if n is not None:
+                    self._adopt(frag, n)   # (a failed read here keeps it for the next re-read)
                 self._unresolved.pop(key, None)
 
     def _adopt(self, frag: _Fragment, n: int) -> int:
@@ -649,10 +849,73 @@ class WalWriter:
         with this fragment's offsets. Returns None (the caller's signal)."""
         with self._plock:
             self._p_inflight.difference_update(seqs)
-        n = self._remembered(seqs[0])[1]
-        self._adopt(frag, n)
+        n = self._place(seqs[0])
+        if n is not None:
+            self._adopt(frag, n)
         self._unresolved.pop(frag.key, None)
         return None
+
+    def _done(self, seq: int) -> bool:
+        entry = self._prod["calls"].get(str(seq >> CALL_BITS))
+        return entry is not None and _in_ranges(entry["done"], seq & INDEX_MASK)
+
+    def _recheck_collections(self, reqs: list[_Request]) -> None:
+        """After a lost compare: a collection record that changed since its messages were
+        judged is re-read; the calls are judged again on it (Retry: the caller's retry
+        validates afresh and is refused when the collection is no longer writable)."""
+        for r in reqs:
+            for cid, kv in r.colls.items():
+                cur = self.meta.kv.get(kv.key)
+                if cur is None or cur.mod_revision != kv.mod_revision:
+                    self._colls.pop(cid, None)
+                    raise Retry(f"WAL {self.pchannel}: collection id {cid} changed since the call was "
+                                f"validated (a drop may have begun); retry the call")
+
+
+def _record(kv: KeyValue | None) -> dict:
+    """A producer record: {"calls": {call: {"d": payload digest, "done": [[lo, hi], ...]
+    appends committed, "n": [first, last] log places}}, "floor": calls at or below it are
+    no longer remembered, "seq", "name", "tt"}. A record of the older format (its last
+    64 appends) is read as a floor above all its calls: their retries are refused."""
+    if kv is None:
+        return {"calls": {}, "floor": 0, "seq": 0}
+    d = decode(kv.value, kv.key)
+    if "calls" not in d:
+        return {"calls": {}, "floor": d.get("seq", 0) >> CALL_BITS, "seq": d.get("seq", 0), "tt": d.get("tt")}
+    return d
+
+
+def _remember(prod: dict, reqs: list[_Request], n: int, name: str, tt: int) -> dict:
+    """The record after `reqs` committed at log place n: each append's index in its
+    call's ranges, the MAX_CALLS highest calls kept (the floor rises past the others:
+    by number, never by arrival, so calls committed out of order are all remembered)."""
+    calls = {c: {"d": e["d"], "done": [list(x) for x in e["done"]], "n": list(e["n"])}
+             for c, e in prod["calls"].items()}
+    for r in reqs:
+        e = calls.setdefault(str(r.seq >> CALL_BITS), {"d": r.digest, "done": [], "n": [n, n]})
+        e["done"] = _add_to_ranges(e["done"], r.seq & INDEX_MASK)
+        e["n"] = [min(e["n"][0], n), max(e["n"][1], n)]
+    floor = prod["floor"]
+    for c in sorted(calls, key=int)[:max(0, len(calls) - MAX_CALLS)]:
+        floor = max(floor, int(c))
+        del calls[c]
+    return {"calls": calls, "floor": floor, "seq": max(prod["seq"], *(r.seq for r in reqs)), "name": name, "tt": tt}
+
+
+def _in_ranges(ranges: list, i: int) -> bool:
+    return any(lo <= i <= hi for lo, hi in ranges)
+
+
+def _add_to_ranges(ranges: list, i: int) -> list:
+    """Sorted disjoint [lo, hi] ranges with i added (adjacent ranges merged)."""
+    out = sorted([*ranges, [i, i]])
+    merged: list = []
+    for lo, hi in out:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return merged
 
 
 def _valid_pid(pid: str) -> bool:

@@ -26,7 +26,7 @@ from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Segment
 from seglake.wal import message as M
 from seglake.wal.buffer import FLUSH, DeleteBuffer, SealPolicy, SegmentBuffer
 from seglake.wal.checkpoints import RELEASED, Checkpoint, advances, live_vchannels, read_checkpoint, truncated_before
-from seglake.wal.log import Fenced, WalLog, expire_producers, validate_pchannel
+from seglake.wal.log import Fenced, WalLog, validate_pchannel
 from seglake.wal.message import Message, MessageId
 from seglake.lifecycle.flush.state import L0, FlushStats, VchannelReleased, VState, acquire_term, rev_guard
 
@@ -190,8 +190,7 @@ class Flusher:
             self.meta.kv.put(keymod.wal_open_txns(self.meta.keys, self.pchannel),
                              json.dumps({"at_tick": self.scanner.reorder.last_pop_tt, "txns": self.stats.open_txns}))
             self.finish(flush_all=flush_all)
-            self.stats.producers_expired = expire_producers(self.meta, self.pchannel, self.meta.tso.now(),
-                                                            self.settings.wal_producer_expiry)
+            # (producer records expire by themselves, on their leases: nothing to read here)
         finally:
             self.scanner.close()
         return self.stats
