@@ -206,8 +206,8 @@ class WalClient:
     # -- data -------------------------------------------------------------------------------
     def insert(self, collection: str, data: pa.Table | pa.RecordBatch, *, partition: str = DEFAULT_PARTITION,
                db: str = DEFAULT_DB, txn: bool = False, upsert: bool = False, seq: int | None = None) -> IngestResult:
-        """Append rows (upsert=True: each row also deletes the older rows of its pk, at its
-        own timestamp). See the module docstring for `txn` and `seq`."""
+        """Append rows (upsert=True: each row also deletes the rows of its pk older than
+        the call). See the module docstring for `txn` and `seq`."""
         what = "upsert" if upsert else "insert"
         if not isinstance(data, (pa.Table, pa.RecordBatch)):
             raise ValidationError(f"{what}: rows must be an Arrow table or record batch, got {type(data).__name__}")
@@ -225,7 +225,9 @@ class WalClient:
             self._one_vchannel(coll, np.concatenate(shards), what)
         coll = self.announce(coll)
         res = IngestResult(coll.name)
-        props = {"upsert": True} if upsert else {}
+        # an upsert's delete: ONE timestamp per call (as Milvus: one per request), taken
+        # before any of its appends commits; a retry keeps the first attempt's (writer)
+        props = {"upsert": True, "upsert_ts": self.tso.reserve(1, linearizable=True)} if upsert else {}
 
         def messages(i: int, txn_ids: dict[str, int]):
             batch, shard = batches[i], shards[i]
@@ -246,7 +248,8 @@ class WalClient:
 
     def upsert(self, collection: str, data: pa.Table | pa.RecordBatch, **kw) -> IngestResult:
         """Insert rows that replace every older row of their primary keys (Milvus's upsert:
-        a delete and an insert at one timestamp; the delete hides only strictly older rows)."""
+        a delete and an insert at one timestamp; the delete hides only strictly older rows).
+        The delete takes one timestamp per call, however many appends carry the rows."""
         return self.insert(collection, data, upsert=True, **kw)
 
     def delete(self, collection: str, pks, *, db: str = DEFAULT_DB, partition: str | None = None,

@@ -467,24 +467,15 @@ class WalWriter:
         if m.type in M.TXN_CONTROL:
             return m
         coll, colls[m.collection_id] = self._collection(m.collection_id)
-        if m.vchannel not in coll.vchannels:
-            raise ValidationError(f"unknown vchannel {m.vchannel!r}: collection {coll.name!r} has "
-                                  f"{', '.join(coll.vchannels)}")
-        if m.vchannel in coll.properties.get("released_vchannels", ()):
-            raise ValidationError(f"{m.type} refused: vchannel {m.vchannel!r} was released by the drop "
-                                  f"of collection {coll.name!r} (id {coll.collection_id})")
-        allowed = {M.DROP_COLLECTION: (CREATED, DROPPING)}.get(m.type, (CREATED,))
-        if coll.state not in allowed:
-            raise ValidationError(f"{m.type} refused: collection {coll.name!r} is {coll.state}"
-                                  + (" (its channels are released)" if coll.state == DROPPED else ""))
-        if m.type in (M.INSERT, M.DELETE, M.CREATE_PARTITION, M.DROP_PARTITION) and m.partition_id:
-            if m.partition_id not in {p.partition_id for p in coll.partitions}:
-                raise ValidationError(f"unknown partition id {m.partition_id} in collection {coll.name!r}")
+        _judge(coll, m)
         if m.type == M.INSERT:
             if m.body is None or m.body.num_rows == 0:
                 raise ValidationError("Insert needs at least one row")
             if not m.partition_id:
                 raise ValidationError("Insert needs a partition id")
+            ts = m.props.get("upsert_ts")
+            if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or not 0 < ts < 2**63):
+                raise ValidationError(f"Insert upsert_ts must be a timestamp (a positive int), got {ts!r}")
             return replace(m, body=M.conform_batch(m.body, coll.schema))
         if m.type == M.DELETE:
             b = m.body
@@ -602,6 +593,7 @@ class WalWriter:
                 continue
             p_txns = {k: replace(v) for k, v in self._p_txns.items()}
             r_records, r_txn, r_rel, count = [], [], rel, 0
+            t0 = self._prod["calls"].get(str(r.seq >> CALL_BITS), {}).get("t0")
             try:
                 for m, body in zip(r.messages, r.bodies, strict=True):
                     if m.type == M.TIME_TICK:
@@ -611,6 +603,8 @@ class WalWriter:
                         k = t.bodies if t is not None else 0
                         r_rel += k
                         m = replace(m, props={**m.props, "bodies": k})
+                    if t0 and m.props.get("upsert_ts") not in (None, t0):   # a retry: the call's one ts
+                        m = replace(m, props={**m.props, "upsert_ts": t0})
                     _txn_step(p_txns, m, base + r_rel, self.state.term)
                     if m.txn_id or m.type == M.DROP_COLLECTION:
                         r_txn.append((m, r_rel))
@@ -860,16 +854,53 @@ class WalWriter:
         return entry is not None and _in_ranges(entry["done"], seq & INDEX_MASK)
 
     def _recheck_collections(self, reqs: list[_Request]) -> None:
-        """After a lost compare: a collection record that changed since its messages were
-        judged is re-read; the calls are judged again on it (Retry: the caller's retry
-        validates afresh and is refused when the collection is no longer writable)."""
+        """After a lost compare: a collection record that changed since the calls' messages
+        were judged is re-read and they are judged again on it. Still writable: the calls
+        go on, compared with the new record. Not (a drop began): those calls are refused
+        (ValidationError), the others of the fragment get Retry."""
+        from seglake.meta.catalog import Collection
+
+        current: dict[int, tuple] = {}
+        refused = []
         for r in reqs:
             for cid, kv in r.colls.items():
-                cur = self.meta.kv.get(kv.key)
-                if cur is None or cur.mod_revision != kv.mod_revision:
+                if cid not in current:
+                    cur = self.meta.kv.get(kv.key)
+                    current[cid] = (cur, None if cur is None else Collection.from_json(decode(cur.value, cur.key)))
                     self._colls.pop(cid, None)
-                    raise Retry(f"WAL {self.pchannel}: collection id {cid} changed since the call was "
-                                f"validated (a drop may have begun); retry the call")
+                cur, coll = current[cid]
+                if cur is not None and cur.mod_revision == kv.mod_revision:
+                    continue
+                try:
+                    if coll is None:
+                        raise ValidationError(f"collection id {cid} was removed")
+                    for m in r.messages:
+                        if m.collection_id == cid and m.vchannel and m.type not in M.TXN_CONTROL:
+                            _judge(coll, m)
+                    r.colls[cid] = cur
+                except ValidationError as e:
+                    r.finish(error=e)
+                    refused.append(r)
+        if refused:
+            raise Retry(f"WAL {self.pchannel}: {len(refused)} call(s) of this fragment were refused when a "
+                        f"collection changed under them (a drop began); retry the others")
+
+
+def _judge(coll, m: Message) -> None:
+    """The checks of `m` that depend on its collection's record (ValidationError)."""
+    if m.vchannel not in coll.vchannels:
+        raise ValidationError(f"unknown vchannel {m.vchannel!r}: collection {coll.name!r} has "
+                              f"{', '.join(coll.vchannels)}")
+    if m.vchannel in coll.properties.get("released_vchannels", ()):
+        raise ValidationError(f"{m.type} refused: vchannel {m.vchannel!r} was released by the drop "
+                              f"of collection {coll.name!r} (id {coll.collection_id})")
+    allowed = {M.DROP_COLLECTION: (CREATED, DROPPING)}.get(m.type, (CREATED,))
+    if coll.state not in allowed:
+        raise ValidationError(f"{m.type} refused: collection {coll.name!r} is {coll.state}"
+                              + (" (its channels are released)" if coll.state == DROPPED else ""))
+    if m.type in (M.INSERT, M.DELETE, M.CREATE_PARTITION, M.DROP_PARTITION) and m.partition_id:
+        if m.partition_id not in {p.partition_id for p in coll.partitions}:
+            raise ValidationError(f"unknown partition id {m.partition_id} in collection {coll.name!r}")
 
 
 def _record(kv: KeyValue | None) -> dict:
@@ -889,11 +920,13 @@ def _remember(prod: dict, reqs: list[_Request], n: int, name: str, tt: int) -> d
     """The record after `reqs` committed at log place n: each append's index in its
     call's ranges, the MAX_CALLS highest calls kept (the floor rises past the others:
     by number, never by arrival, so calls committed out of order are all remembered)."""
-    calls = {c: {"d": e["d"], "done": [list(x) for x in e["done"]], "n": list(e["n"])}
-             for c, e in prod["calls"].items()}
+    calls = {c: {**e, "done": [list(x) for x in e["done"]], "n": list(e["n"])} for c, e in prod["calls"].items()}
     for r in reqs:
         e = calls.setdefault(str(r.seq >> CALL_BITS), {"d": r.digest, "done": [], "n": [n, n]})
         e["done"] = _add_to_ranges(e["done"], r.seq & INDEX_MASK)
+        t0 = next((m.props["upsert_ts"] for m in r.messages if m.props.get("upsert_ts")), None)
+        if t0 and "t0" not in e:   # an upsert call's one timestamp: its retries keep it
+            e["t0"] = t0
         e["n"] = [min(e["n"][0], n), max(e["n"][1], n)]
     floor = prod["floor"]
     for c in sorted(calls, key=int)[:max(0, len(calls) - MAX_CALLS)]:

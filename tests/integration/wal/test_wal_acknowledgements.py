@@ -144,7 +144,6 @@ def test_no_insert_is_acknowledged_once_the_drop_of_its_collection_began(meta, s
         assert "Dropping" in str(e.value)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26 item 6: an upsert takes one timestamp per call -- not done yet")
 def test_an_upsert_split_over_several_appends_keeps_every_row_of_the_call(meta, store, settings):
     """Reproduction 7: each append of one upsert took its own timestamp, so with a batch
     of 1 row, the upsert of pk 7 twice kept 1 of 2 copies; Milvus keeps both (one
@@ -219,3 +218,34 @@ def test_a_retry_after_its_record_expired_is_refused_not_appended_twice(meta, st
         assert "retry window" in str(e.value)
     _flush(meta, store, s, coll)
     assert _pks(meta, store, coll) == [1, 2]
+
+
+def test_an_upsert_retried_from_another_client_keeps_its_first_timestamp(meta, store, settings, monkeypatch):
+    """The class of reproduction 7 across a retry: the first append of an upsert
+    committed, the second did not; the retry (a new client, seq=err.result.seq) must
+    not delete the first copy with a later timestamp: the call keeps its one timestamp."""
+    import pyarrow as pa
+
+    from seglake.wal import writer as W
+    from seglake.wal.client import AppendIncomplete
+
+    real = W.WalWriter._commit
+
+    def second_upsert_fails(self, frag):   # (one append per fragment: wal_fragment_records=1)
+        if any(m.props.get("upsert") and r.seq & W.INDEX_MASK == 1 for r in frag.reqs for m in r.messages):
+            raise SeglakeError("etcd refused the write")
+        return real(self, frag)
+    settings = settings.replace(wal_fragment_records=1)
+    with WalClient(meta, store, settings, producer_id="ups-retry", batch_rows=1) as c:
+        coll = make_collection(c, shards=1)
+        c.insert("c1", synthetic_rows(coll, 3, 6))
+        rows = synthetic_rows(coll, 2, 7).set_column(0, "pk", pa.array([7, 7], pa.int64()))
+        monkeypatch.setattr(W.WalWriter, "_commit", second_upsert_fails)
+        with pytest.raises(AppendIncomplete) as e:
+            c.upsert("c1", rows)
+        monkeypatch.undo()
+    # the first client is gone (a crash); a new one retries the call
+    with WalClient(meta, store, settings, producer_id="ups-retry", batch_rows=1) as c2:
+        c2.upsert("c1", rows, seq=e.value.result.seq)
+    _flush(meta, store, settings, coll)
+    assert _pks(meta, store, coll) == [6, 7, 7, 8]
