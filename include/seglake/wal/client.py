@@ -21,12 +21,17 @@ multi-pchannel append and its AppendIncomplete) and the status read it is used w
   RollbackTxn is appended and the error re-raised (a failed txn call changed nothing:
   retry it as a new call).
 - The client holds one producer per pchannel it touches (wal/writer.py); producers of
-  any number of clients and processes append side by side, none fences another.
-- Idempotent calls: each call has a sequence number (`seq`, default: the next one) and
-  its appends are numbered from it. A retriable failure is retried inside the call with
-  the same numbers. A call that still fails raises AppendIncomplete naming the
-  pchannels that committed; calling again with `seq=err.result.seq` (same client, or a
-  new one with the same `producer_id`) appends the rest and nothing twice.
+  any number of clients and processes append side by side, none fences another. A
+  named `producer_id` has one live holder: the newest client claims it and the older
+  one is fenced (ProducerFenced from its next commit on, never another's commit).
+- Idempotent calls: each call has a sequence number (`seq`, default: a new one that
+  carries its time) and a payload digest; its appends are numbered from it. A
+  retriable failure is retried inside the call with the same numbers. A call that still
+  fails raises AppendIncomplete naming the pchannels that committed; calling again with
+  `seq=err.result.seq` and the same rows (same client, or a new one with the same
+  `producer_id`) appends the rest and nothing twice, within the retry window
+  (`wal_producer_expiry` after the producer's last commit; later it is refused). Other
+  rows under a used seq are refused naming both digests.
 """
 
 from __future__ import annotations

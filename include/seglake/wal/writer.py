@@ -1,9 +1,11 @@
 """An idempotent producer on one pchannel's shared log. Many producers (processes,
-clients, DAG tasks, a drop) append to one log at once; none fences another.
+clients, DAG tasks, a drop) append to one log at once; none fences another (only a
+newer holder of the same producer id fences the older one).
 
-One file on purpose (~700 lines): the producer's queue, its writer thread and its
+One file on purpose (~1000 lines): the producer's queue, its writer thread and its
 committer thread share one state machine (sequence numbers, the pending fragment, the
-commit order); the idempotence rule holds only across all three together.
+commit order, the producer record and its holder); the idempotence rule holds only
+across all of them together.
 
     append(msgs, seq): validate -> queue -> [writer thread] encode one fragment with
         RELATIVE ticks -> write it under a fresh name (durable) -> [committer thread, FIFO]
@@ -16,12 +18,24 @@ Guarantees
 - Producers never fence each other: a lost commit race re-reads the log and commits the
   same file at the next place, with ticks above the new last tick. Ticks come from the
   one global TSO at commit (tt0 > log.last_tt), so they rise in log order.
-- Idempotent: every call carries (producer id, sequence number); the producer's etcd
-  record keeps its recent sequence numbers and their message ids, written in the same
-  transaction as the fragment. A retried call (same seq: after a timeout, an error, or
-  from a new process using the same producer id) returns the ids of the first commit
-  and appends nothing. A seq below the producer's last one and no longer remembered is
-  refused.
+- Idempotent, and an acknowledgement means written: every append carries (producer
+  id, sequence number = call << 20 | append index, payload digest of its call). The
+  producer's etcd record, written in the same transaction as the fragment, remembers
+  whole calls (digest, the append indexes committed, their log places; the MAX_CALLS
+  highest-numbered calls, so a call of any size and calls committed out of order are all
+  remembered); the fragment's index record lists its calls' offsets. A retried append
+  (same seq: after a timeout, an error, or from a new process using the same producer
+  id) returns the ids of its first commit and appends nothing -- only when its digest is
+  the call's; another payload under a used seq is refused naming both digests. A call
+  below the record's floor, or numbered by its time (client calls) and older than the
+  retry window with no record remembering it, is refused: never appended twice.
+- One holder per named producer id (Holder): a client claims it, every commit compares
+  the claim, so an older holder is fenced (ProducerFenced) instead of being handed
+  another process's commits. Records and claims live on the holder's lease: they expire
+  by themselves, 1.5 to 2 windows after the last commit (window: wal_producer_expiry for
+  a named id, FRESH_WINDOW for a fresh one); nothing else reads them.
+- A commit compares the collection record each of its messages was judged on: a drop
+  begun since (Created -> Dropping) refuses the call; no insert is acknowledged after it.
 - Durable before visible: the fragment is synced (local) / stored (S3) before the etcd
   commit; an acknowledged append survives SIGKILL. A fragment written more than
   MAX_COMMIT_DELAY ago is never committed (GC may reclaim unreferenced files after its
