@@ -355,8 +355,9 @@ class WalClient:
                     pass
             raise
         if txn:
-            self._finish(res, self._submit(res, [Message.commit_txn(v, t) for v, t in txn_ids.items()], call, counter,
-                                           digest))
+            # the CommitTxn names its collection: the writer refuses it once a drop began
+            commits = [replace(Message.commit_txn(v, t), collection_id=coll.collection_id) for v, t in txn_ids.items()]
+            self._finish(res, self._submit(res, commits, call, counter, digest))
 
     def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int], digest: str,
                 limit: int = ROLLBACK_APPEND) -> list:

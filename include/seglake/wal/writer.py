@@ -478,8 +478,8 @@ class WalWriter:
             return m
         if pchannel_of(m.vchannel) != self.pchannel:
             raise ValidationError(f"unknown vchannel {m.vchannel!r} on pchannel {self.pchannel}")
-        if m.type in M.TXN_CONTROL:
-            return m
+        if m.type in M.TXN_CONTROL and not (m.type == M.COMMIT_TXN and m.collection_id):
+            return m   # (a CommitTxn naming its collection is judged on it: no commit once a drop began)
         coll, colls[m.collection_id] = self._collection(m.collection_id)
         _judge(coll, m)
         if m.type == M.INSERT:
@@ -889,7 +889,7 @@ class WalWriter:
                     if coll is None:
                         raise ValidationError(f"collection id {cid} was removed")
                     for m in r.messages:
-                        if m.collection_id == cid and m.vchannel and m.type not in M.TXN_CONTROL:
+                        if m.collection_id == cid and m.vchannel:
                             _judge(coll, m)
                     r.colls[cid] = cur
                 except ValidationError as e:

@@ -249,3 +249,30 @@ def test_an_upsert_retried_from_another_client_keeps_its_first_timestamp(meta, s
         c2.upsert("c1", rows, seq=e.value.result.seq)
     _flush(meta, store, settings, coll)
     assert _pks(meta, store, coll) == [6, 7, 7, 8]
+
+
+def test_a_txn_whose_drop_began_before_its_commit_is_not_acknowledged(meta, store, settings, monkeypatch):
+    """The class of reproduction 4 for a transaction: its body was appended while the
+    collection was Created, the drop began before its CommitTxn. The CommitTxn is
+    judged on the collection too (its record compared at commit): the call is refused,
+    never acknowledged for rows the drop discards."""
+    import time
+
+    from seglake.lifecycle import drop
+    from seglake.wal import message as M
+    from seglake.wal import writer as W
+
+    monkeypatch.setattr(W, "COLLECTION_CACHE_SECONDS", 3600.0)
+    real = W.WalWriter.append_async
+
+    def drop_before_commit(self, messages, **kw):
+        msgs = [messages] if isinstance(messages, M.Message) else list(messages)
+        if any(m.type == M.COMMIT_TXN for m in msgs):
+            drop._to_dropping(meta, meta.catalog.get_by_name("c1"), time.time)
+        return real(self, messages, **kw)
+    with WalClient(meta, store, settings, producer_id="txn-drop") as c:
+        coll = make_collection(c, shards=1)
+        monkeypatch.setattr(W.WalWriter, "append_async", drop_before_commit)
+        with pytest.raises(ValidationError) as e:
+            c.insert("c1", synthetic_rows(coll, 3, 1), txn=True)
+        assert "Dropping" in str(e.value)
