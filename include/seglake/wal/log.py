@@ -419,10 +419,10 @@ def expire_producers(meta, pchannel: str, now_tt: int, idle_seconds: float) -> i
     """Remove the records of producers that have not committed on `pchannel` for more
     than `idle_seconds` (by their last commit's tick `tt` against `now_tt`; a record
     without one is stamped `now_tt` first, starting its clock). Each delete compares the
-    record, so a producer committing meanwhile keeps it. A producer id reused after its
-    record is gone starts afresh: a retry of a call older than that may append twice
-    (as a Kafka producer id expires; the flusher calls this with wal_producer_expiry).
-    Returns how many were removed."""
+    record, so a producer committing meanwhile keeps it. Records written since issue 26
+    live on their holder's lease and expire by themselves (nothing calls this per run):
+    this is the one-off sweep of records written before leases. Returns how many were
+    removed."""
     from seglake import limits
     from seglake.errors import Conflict
     from seglake.meta.alloc import physical_ms

@@ -403,8 +403,10 @@ class WalWriter:
                      digest: str | None = None) -> _Request:
         """Validate and queue; `.result()` waits for the acknowledgement. At most
         MAX_INFLIGHT calls are queued per producer (the caller blocks beyond that).
+        `seq` = call << CALL_BITS | append index (next_seq(): a new call of one append);
         `digest`: the payload digest of the whole call this append belongs to (a call of
-        several appends must give it; default: this append's own)."""
+        several appends must give it; default: this append's own, so appends numbered
+        as one call without it are refused as another payload under a used call)."""
         msgs = [messages] if isinstance(messages, Message) else list(messages)
         if not msgs:
             raise ValidationError("append needs at least one message")
