@@ -148,6 +148,7 @@ class WalClient:
             self.tso = TSO(meta.kv, meta.keys.alloc_tso(), clock=clock)
         self._writers: dict[str, WalWriter] = {}
         self._last_call = 0
+        self._floored = False   # (a named id: the first number is drawn above the TSO at the claim)
         self._lock = threading.Lock()
         self._seq_lock = threading.Lock()
 
@@ -167,10 +168,6 @@ class WalClient:
         with self._seq_lock:
             if self._holder is None:
                 self._holder = Holder(self.meta, self.producer_id, self.settings, named=self._named)
-                if self._named:   # every call an earlier holder committed was numbered before this
-                    from seglake.meta.alloc import physical_ms
-                    now = physical_ms(self.tso.reserve(1, linearizable=True))
-                    self._last_call = max(self._last_call, CLOCK_BASE + now - CLOCK_EPOCH_MS)
             return self._holder
 
     def close(self) -> None:
@@ -323,6 +320,11 @@ class WalClient:
             return seq
         self.holder()   # claimed before the number is drawn
         with self._seq_lock:
+            if self._named and not self._floored:   # above every call an earlier holder numbered
+                from seglake.meta.alloc import physical_ms
+                now = physical_ms(self.tso.reserve(1, linearizable=True))
+                self._last_call = max(self._last_call, CLOCK_BASE + now - CLOCK_EPOCH_MS)
+                self._floored = True
             self._last_call = clock_call(self.tso, self._last_call, self.clock)
             return self._last_call
 
