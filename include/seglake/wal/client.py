@@ -50,8 +50,9 @@ from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
-from seglake.wal.writer import (CALL_BITS, CLOCK_BASE, CLOCK_EPOCH_MS, MAX_CALL, Holder, ProducerFenced, Retry,
-                                 WalWriter, _valid_pid, clock_call)
+from seglake.wal.producers import (CALL_BITS, CLOCK_BASE, CLOCK_EPOCH_MS, MAX_CALL, Holder, ProducerFenced,
+                                   clock_call)
+from seglake.wal.writer import Retry, WalWriter, _valid_pid
 
 MAX_BATCH_ROWS = 1_000_000
 APPENDS_PER_CALL = 1 << CALL_BITS   # a call's appends are numbered call * APPENDS_PER_CALL + i

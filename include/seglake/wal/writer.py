@@ -2,10 +2,10 @@
 clients, DAG tasks, a drop) append to one log at once; none fences another (only a
 newer holder of the same producer id fences the older one).
 
-One file on purpose (~1000 lines): the producer's queue, its writer thread and its
+One file on purpose (~830 lines): the producer's queue, its writer thread and its
 committer thread share one state machine (sequence numbers, the pending fragment, the
-commit order, the producer record and its holder); the idempotence rule holds only
-across all of them together.
+commit order); the idempotence rule holds only across all three together. The producer
+record's rules, its holder and call numbers live in wal/producers.py.
 
     append(msgs, seq): validate -> queue -> [writer thread] encode one fragment with
         RELATIVE ticks -> write it under a fresh name (durable) -> [committer thread, FIFO]
@@ -64,7 +64,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+from seglake.errors import Conflict, SeglakeError, StateError, Unavailable, ValidationError
 from seglake.meta import keys as keymod
 from seglake.meta.alloc import compose_ts
 from seglake.meta.catalog import CREATED, DROPPED, DROPPING, pchannel_of
@@ -75,24 +75,14 @@ from seglake.wal import message as M
 from seglake.wal.log import (FragRecord, LogState, TermRecord, WalLog, check_wal_settings,
                              encode_fragment_parts, parts_checksum, put_exclusive)
 from seglake.wal.message import Message, MessageId
+from seglake.wal.producers import (CALL_BITS, INDEX_MASK, MAX_CALL, MAX_CALLS, Holder, ProducerFenced, _in_ranges,
+                                   _record, _remember, call_ms, clock_call, now_ms, payload_digest)
 
 MAX_INFLIGHT = 4
 PIPELINE_DEPTH = 2        # fragments written ahead of their commit
 COLLECTION_CACHE_SECONDS = 1.0
 MAX_COMMIT_DELAY = 60.0   # seconds between a fragment's write and its commit, at most
 MAX_TXN_KEEPALIVE_MS = 3600 * 1000
-# A sequence number is (call << CALL_BITS) | index: the index-th append of a call. The
-# producer record remembers whole calls (every append of them, however many), the
-# MAX_CALLS highest-numbered ones; a lower call it no longer remembers is refused.
-CALL_BITS = 20
-INDEX_MASK = (1 << CALL_BITS) - 1
-MAX_CALLS = 64
-# Calls the client numbers itself carry their time: CLOCK_BASE + ms since CLOCK_EPOCH_MS
-# of the global TSO (below CLOCK_BASE: numbers a caller chose, e.g. its own op ids).
-CLOCK_BASE = 1 << 40
-CLOCK_EPOCH_MS = 1_577_836_800_000      # 2020-01-01T00:00:00Z
-MAX_CALL = 1 << 42                       # a seq stays below 2**62
-FRESH_WINDOW = 600.0      # retry window of a producer id no other process knows (a fresh one)
 
 
 class ExpiredTermError(StateError):
@@ -101,133 +91,6 @@ class ExpiredTermError(StateError):
 
 class Retry(Unavailable):
     """Not committed: the call may be retried as is (same sequence number)."""
-
-
-class ProducerFenced(StateError):
-    """Another client claimed this producer id after this one: nothing of the call was
-    appended by this client, and it appends nothing more (open a new client to retry)."""
-
-
-def payload_digest(messages, bodies=None) -> str:
-    """A digest of what an append writes (types, addresses, props, bodies), never of the
-    ids a retry may draw afresh (txn ids): the same payload retried has the same digest."""
-    import hashlib
-
-    h = hashlib.blake2b(digest_size=16)
-    for i, m in enumerate(messages):
-        props = {k: v for k, v in sorted(m.props.items())}
-        h.update(repr((m.type, m.vchannel, m.collection_id, m.partition_id, props)).encode())
-        h.update(m.body_bytes() if bodies is None else bodies[i])
-    return h.hexdigest()
-
-
-MAX_CALL_LEAD_MS = 10_000   # a call number runs at most this far ahead of its time
-
-
-def now_ms(tso, clock=time.time) -> int:
-    """The time calls are numbered and judged by: the wall clock, or the TSO when ahead."""
-    from seglake.meta.alloc import physical_ms
-    return max(int(clock() * 1000), physical_ms(tso.now()))
-
-
-def clock_call(tso, last: int = 0, clock=time.time) -> int:
-    """A call number above `last` that carries its time (now_ms). Calls faster than one
-    per ms run ahead of the clock, by at most MAX_CALL_LEAD_MS (beyond it this waits):
-    the retry window, judged by the number, is never stretched by more."""
-    while True:
-        call = max(last + 1, CLOCK_BASE + now_ms(tso, clock) - CLOCK_EPOCH_MS)
-        if call_ms(call) <= now_ms(tso, clock) + MAX_CALL_LEAD_MS:
-            return call
-        time.sleep(0.001)
-
-
-def call_ms(call: int) -> int | None:
-    """The time (unix ms) a clock-numbered call was made; None for a caller's number."""
-    return call - CLOCK_BASE + CLOCK_EPOCH_MS if call >= CLOCK_BASE else None
-
-
-class Holder:
-    """What one client holds for its producer id: the lease its producer records live on
-    (they expire by themselves, `window` to 2 x `window` after the last commit), and,
-    for a named id, the claim: `{root}/wal_producer_owners/{id}` written by the
-    newest holder, compared by every commit, so an older holder is fenced (refused,
-    never answered with another process's commits). A fresh (random) id is known to
-    no other process: nothing to claim, and a short window."""
-
-    def __init__(self, meta, producer_id: str, settings, *, named: bool, name: str = ""):
-        self.meta, self.producer_id, self.named = meta, producer_id, named
-        self.window = float(settings.wal_producer_expiry) if named else min(FRESH_WINDOW,
-                                                                            settings.wal_producer_expiry)
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.key = keymod.wal_producer_owner(meta.keys, producer_id)
-        self.token = uuid.uuid4().hex
-        self.kv: KeyValue | None = None
-        self.fenced: ProducerFenced | None = None
-        self._lease: tuple[int, float] | None = None
-        self._lock = threading.RLock()
-        if named:
-            self._claim()
-
-    def lease(self) -> int:
-        """The lease (ttl 2 x window), refreshed when half a window old: a record put on
-        it lives at least 1.5 x window after that commit."""
-        with self._lock:
-            now = time.monotonic()
-            if self._lease is not None and now - self._lease[1] > self.window / 2:
-                try:
-                    self.meta.kv.refresh_lease(self._lease[0])
-                    self._lease = (self._lease[0], now)
-                except SeglakeError:
-                    self._lease = None
-            if self._lease is None:
-                self._lease = (self.meta.kv.grant_lease(int(2 * self.window) + 1), now)
-            return self._lease[0]
-
-    def forget_lease(self) -> None:
-        with self._lock:
-            self._lease = None
-
-    def guards(self) -> list:
-        if not self.named:
-            return []
-        with self._lock:
-            if self.fenced is not None:
-                raise self.fenced
-            return [unchanged(self.kv)]
-
-    def _claim(self) -> None:
-        """Put the claim: the newest holder wins, any older one is fenced at its next commit."""
-        value = encode({"token": self.token, "name": self.name, "at": time.time()})
-        lease = self.lease()
-        rev = self.meta.kv.put(self.key, value, lease=lease)
-        self.kv = KeyValue(self.key, value, rev, rev, 1, lease)
-
-    def check(self) -> None:
-        """After a lost compare: still the holder (the claim's lease ran out: claim again
-        when no one else did), or fenced for good."""
-        if not self.named:
-            return
-        with self._lock:
-            if self.fenced is not None:
-                raise self.fenced
-            kv = self.meta.kv.get(self.key)
-            if kv is not None and decode(kv.value, kv.key).get("token") == self.token:
-                self.kv = kv
-                return
-            if kv is None:
-                try:
-                    self.meta.kv.txn([absent(self.key)], [Put(self.key, encode(
-                        {"token": self.token, "name": self.name, "at": time.time()}), self.lease())])
-                    self.kv = self.meta.kv.get(self.key)
-                    return
-                except Conflict:
-                    kv = self.meta.kv.get(self.key)
-            other = decode(kv.value, kv.key) if kv is not None else {}
-            self.fenced = ProducerFenced(
-                f"producer id {self.producer_id!r} was claimed by {other.get('name', '?')} after this client "
-                f"({self.name}): this client is fenced and appends nothing more (a lost race is never "
-                f"answered with another holder's commit); retry the call from a new client")
-            raise self.fenced
 
 
 @dataclass
@@ -917,54 +780,6 @@ def _judge(coll, m: Message) -> None:
     if m.type in (M.INSERT, M.DELETE, M.CREATE_PARTITION, M.DROP_PARTITION) and m.partition_id:
         if m.partition_id not in {p.partition_id for p in coll.partitions}:
             raise ValidationError(f"unknown partition id {m.partition_id} in collection {coll.name!r}")
-
-
-def _record(kv: KeyValue | None) -> dict:
-    """A producer record: {"calls": {call: {"d": payload digest, "done": [[lo, hi], ...]
-    appends committed, "n": [first, last] log places}}, "floor": calls at or below it are
-    no longer remembered, "seq", "name", "tt"}. A record of the older format (its last
-    64 appends) is read as a floor above all its calls: their retries are refused."""
-    if kv is None:
-        return {"calls": {}, "floor": 0, "seq": 0}
-    d = decode(kv.value, kv.key)
-    if "calls" not in d:
-        return {"calls": {}, "floor": d.get("seq", 0) >> CALL_BITS, "seq": d.get("seq", 0), "tt": d.get("tt")}
-    return d
-
-
-def _remember(prod: dict, reqs: list[_Request], n: int, name: str, tt: int) -> dict:
-    """The record after `reqs` committed at log place n: each append's index in its
-    call's ranges, the MAX_CALLS highest calls kept (the floor rises past the others:
-    by number, never by arrival, so calls committed out of order are all remembered)."""
-    calls = {c: {**e, "done": [list(x) for x in e["done"]], "n": list(e["n"])} for c, e in prod["calls"].items()}
-    for r in reqs:
-        e = calls.setdefault(str(r.seq >> CALL_BITS), {"d": r.digest, "done": [], "n": [n, n]})
-        e["done"] = _add_to_ranges(e["done"], r.seq & INDEX_MASK)
-        t0 = next((m.props["upsert_ts"] for m in r.messages if m.props.get("upsert_ts")), None)
-        if t0 and "t0" not in e:   # an upsert call's one timestamp: its retries keep it
-            e["t0"] = t0
-        e["n"] = [min(e["n"][0], n), max(e["n"][1], n)]
-    floor = prod["floor"]
-    for c in sorted(calls, key=int)[:max(0, len(calls) - MAX_CALLS)]:
-        floor = max(floor, int(c))
-        del calls[c]
-    return {"calls": calls, "floor": floor, "seq": max(prod["seq"], *(r.seq for r in reqs)), "name": name, "tt": tt}
-
-
-def _in_ranges(ranges: list, i: int) -> bool:
-    return any(lo <= i <= hi for lo, hi in ranges)
-
-
-def _add_to_ranges(ranges: list, i: int) -> list:
-    """Sorted disjoint [lo, hi] ranges with i added (adjacent ranges merged)."""
-    out = sorted([*ranges, [i, i]])
-    merged: list = []
-    for lo, hi in out:
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return merged
 
 
 def _valid_pid(pid: str) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from seglake.wal.writer import (CALL_BITS, CLOCK_BASE, MAX_CALLS, _add_to_ranges, _in_ranges, _record, _remember,
-                                call_ms)
+from seglake.wal.producers import (CALL_BITS, CLOCK_BASE, MAX_CALLS, _add_to_ranges, _in_ranges, _record, _remember,
+                                   call_ms)
 
 
 def _req(call: int, idx: int, digest: str = "d", props: dict | None = None):
