@@ -333,6 +333,14 @@ class WalClient:
         """Append each chunk's messages (one append per pchannel); in a txn on one vchannel."""
         call = self._call_seq(seq)
         res.seq = call
+        holder = self.holder()
+        holder.running(call, True)   # never evicted from the producer record while it runs
+        try:
+            self._run_call(coll, chunks, messages, txn, res, call, digest)
+        finally:
+            holder.running(call, False)
+
+    def _run_call(self, coll, chunks: int, messages, txn: bool, res: IngestResult, call: int, digest: str) -> None:
         counter = [0]
         txn_ids: dict[str, int] = {}
         if txn:

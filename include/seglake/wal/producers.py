@@ -107,6 +107,7 @@ class Holder:
         self.fenced: ProducerFenced | None = None
         self._lease: tuple[int, float] | None = None
         self._lock = threading.RLock()
+        self._running: set[int] = set()   # calls of this holder's client still running
         if named:
             self._claim()
 
@@ -124,6 +125,16 @@ class Holder:
             if self._lease is None:
                 self._lease = (self.meta.kv.grant_lease(int(2 * self.window) + 1), now)
             return self._lease[0]
+
+    def running(self, call: int, on: bool) -> None:
+        """A call of several appends starts (on) or ends: while it runs the producer
+        record never evicts it (Holder.live())."""
+        with self._lock:
+            (self._running.add if on else self._running.discard)(call)
+
+    def live(self) -> frozenset:
+        with self._lock:
+            return frozenset(self._running)
 
     def forget_lease(self) -> None:
         with self._lock:
@@ -185,10 +196,12 @@ def _record(kv: KeyValue | None) -> dict:
     return d
 
 
-def _remember(prod: dict, reqs: list, n: int, name: str, tt: int) -> dict:
+def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: frozenset = frozenset()) -> dict:
     """The record after `reqs` committed at log place n: each append's index in its
     call's ranges, the MAX_CALLS highest calls kept (the floor rises past the others:
-    by number, never by arrival, so calls committed out of order are all remembered)."""
+    by number, never by arrival, so calls committed out of order are all remembered).
+    Calls still running (`running`, and those of `reqs`) are never evicted: a call
+    outnumbered while it runs goes on."""
     calls = {c: {**e, "done": [list(x) for x in e["done"]], "n": list(e["n"])} for c, e in prod["calls"].items()}
     for r in reqs:
         e = calls.setdefault(str(r.seq >> CALL_BITS), {"d": r.digest, "done": [], "n": [n, n]})
@@ -198,7 +211,9 @@ def _remember(prod: dict, reqs: list, n: int, name: str, tt: int) -> dict:
             e["t0"] = t0
         e["n"] = [min(e["n"][0], n), max(e["n"][1], n)]
     floor = prod["floor"]
-    for c in sorted(calls, key=int)[:max(0, len(calls) - MAX_CALLS)]:
+    keep = set(running) | {r.seq >> CALL_BITS for r in reqs}
+    evictable = [c for c in sorted(calls, key=int) if int(c) not in keep]
+    for c in evictable[:max(0, len(calls) - MAX_CALLS)]:
         floor = max(floor, int(c))
         del calls[c]
     return {"calls": calls, "floor": floor, "seq": max(prod["seq"], *(r.seq for r in reqs)), "name": name, "tt": tt}

@@ -633,7 +633,7 @@ class WalWriter:
             places = tuple((r.seq, first, count) for r, (first, count) in zip(frag.reqs, frag.offsets, strict=True))
             rec = FragRecord(n, frag.key, frag.size, frag.crc, tt0, frag.span, frag.records, st.term,
                              self.producer_id, calls=places)
-            prod = _remember(self._prod, frag.reqs, n, self.name, tt0 + frag.span - 1)
+            prod = _remember(self._prod, frag.reqs, n, self.name, tt0 + frag.span - 1, self.holder.live())
             new = replace(st, last=n, last_tt=tt0 + frag.span - 1, bytes=st.bytes + frag.size,
                           records=st.records + frag.records, kv=None)
             colls = {cid: kv for r in frag.reqs for cid, kv in r.colls.items()}

@@ -306,3 +306,43 @@ def test_a_client_used_from_two_threads_never_duplicates_when_every_call_is_retr
     _flush(meta, store, settings, coll)
     written = sorted(pk for rows, _ in results for pk in rows.column("pk").to_pylist())
     assert _pks(meta, store, coll) == written
+
+
+def test_a_running_call_outnumbered_by_64_later_calls_goes_on(meta, store, settings, monkeypatch):
+    """A call that is still running when 64 higher-numbered calls of the same producer
+    commit (one client, two threads) is not evicted from the producer record: its next
+    append goes on, and its retry is answered (it was refused as 'older than the window')."""
+    import threading
+
+    from seglake.wal import writer as W
+
+    first_done, others_done = threading.Event(), threading.Event()
+    real = W.WalWriter.append_async
+
+    def pause_second_append(self, messages, *, seq=None, **kw):
+        if seq is not None and seq == (100 << W.CALL_BITS) | 1:
+            first_done.set()
+            assert others_done.wait(60)
+        return real(self, messages, seq=seq, **kw)
+    monkeypatch.setattr(W.WalWriter, "append_async", pause_second_append)
+    out = {}
+    with WalClient(meta, store, settings, producer_id="outnumbered", batch_rows=2) as c:
+        coll = make_collection(c, shards=1)
+        rows = synthetic_rows(coll, 4, 1)                  # 2 appends
+
+        def long_call():
+            try:
+                out["res"] = c.insert("c1", rows, seq=100)
+            except Exception as e:  # noqa: BLE001 - judged below
+                out["err"] = e
+        t = threading.Thread(target=long_call)
+        t.start()
+        assert first_done.wait(60)
+        for i in range(64):
+            c.insert("c1", synthetic_rows(coll, 1, 1000 + i), seq=200 + i)
+        others_done.set()
+        t.join()
+        assert "err" not in out, out.get("err")
+        assert c.insert("c1", rows, seq=100).positions == out["res"].positions
+    _flush(meta, store, settings, coll)
+    assert _pks(meta, store, coll) == [1, 2, 3, 4, *range(1000, 1064)]

@@ -47,3 +47,10 @@ def test_an_upsert_call_keeps_its_first_timestamp():
 def test_clock_numbered_calls_carry_their_time_and_callers_numbers_do_not():
     assert call_ms(5) is None
     assert call_ms(CLOCK_BASE + 1000) == 1_577_836_801_000
+
+
+def test_a_running_call_is_never_evicted():
+    prod = _remember(_record(None), [_req(1, 0)], n=1, name="x", tt=1)
+    for c in range(100, 100 + MAX_CALLS):
+        prod = _remember(prod, [_req(c, 0)], n=c, name="x", tt=1, running=frozenset({1}))
+    assert "1" in prod["calls"] and "100" not in prod["calls"] and prod["floor"] == 100
