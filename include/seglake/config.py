@@ -154,8 +154,10 @@ class Settings:
     wal_fragment_records: int = _int(10000, "a WAL fragment is closed at this many records")
     wal_batch_time: float = _duration(0.002, "a WAL writer waits this long to batch appends into one fragment")
     wal_txn_keepalive: float = _duration(60.0, "a WAL transaction expires this long after its last message")
-    wal_producer_expiry: float = _duration(7 * 86400.0, "a WAL producer's record (the sequence numbers that make its "
-                                           "retries idempotent) is removed this long after its last commit")
+    wal_producer_expiry: float = _duration(86400.0, "the retry window of a named WAL producer id: its records (the "
+                                           "calls that make its retries idempotent) live on an etcd lease at "
+                                           "least this long after its last commit (at most twice); a retry "
+                                           "older than that is refused")
     wal_scanner_startup_delay: float = _duration(0.0, "a consuming WAL scanner waits this long before it starts")
     wal_pause_poll: float = _duration(1.0, "how often a paused WAL scanner re-reads the pause flag")
     # WAL flusher (seal policies of growing segments; see lifecycle/flush.py)

@@ -270,7 +270,8 @@ def committed_log(meta, store, coll):
             if m.type == M.INSERT:
                 return ("rows", m.vchannel, m.id, tick, {
                     "pks": m.body.column("pk").to_pylist(), "vals": m.body.column("val").to_pylist(),
-                    "partition": m.partition_id, "upsert": bool(m.props.get("upsert"))})
+                    "partition": m.partition_id, "upsert": bool(m.props.get("upsert")),
+                    "upsert_ts": m.props.get("upsert_ts")})
             if m.type == M.DELETE:
                 return ("dels", m.vchannel, m.id, tick, {"pks": m.body.column("pk").to_pylist(),
                                                         "partition": m.partition_id})
@@ -338,8 +339,9 @@ def audit(meta, store, coll, d: Path, producers: int) -> dict:
                 owners = {op_of_val(x) for x in body["vals"]}
                 seen_vals.update(body["vals"])
                 rows += [(pk, val, body["partition"], tick) for pk, val in zip(body["pks"], body["vals"])]
-                if body["upsert"]:
-                    dels += [(pk, tick, body["partition"]) for pk in body["pks"]]
+                if body["upsert"]:   # the call's one timestamp (issue 26), at or below its rows' ticks
+                    dts = min(tick, body["upsert_ts"]) if body.get("upsert_ts") else tick
+                    dels += [(pk, dts, body["partition"]) for pk in body["pks"]]
             else:
                 ms = [x for x in body["pks"] if x >= MARKER_BASE]
                 owners = {op_of_marker(x) for x in ms}

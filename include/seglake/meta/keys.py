@@ -214,7 +214,8 @@ def wal_prefix(keys: Keys) -> str:
 
 #   {root}/wal_index/{pchannel}/frags/{n:020d}      fragment n of the log: object key, size, crc32c,
 #                                                   first tick, tick span, records, term, producer
-#   {root}/wal_index/{pchannel}/producers/{id}      an idempotent producer's recent sequence numbers
+#   {root}/wal_index/{pchannel}/producers/{id}      an idempotent producer's remembered calls (leased)
+#   {root}/wal_producer_owners/{id}                 the newest holder of a named producer id (leased)
 def wal_frags_prefix(keys: Keys, pchannel: str) -> str:
     return f"{keys.root}/wal_index/{_seg(pchannel)}/frags/"
 
@@ -234,6 +235,10 @@ def wal_producers_prefix(keys: Keys, pchannel: str) -> str:
 
 def wal_producer(keys: Keys, pchannel: str, producer_id: str) -> str:
     return f"{wal_producers_prefix(keys, pchannel)}{_seg(producer_id)}"
+
+
+def wal_producer_owner(keys: Keys, producer_id: str) -> str:
+    return f"{keys.root}/wal_producer_owners/{_seg(producer_id)}"
 
 
 def channels_prefix(keys: Keys) -> str:

@@ -62,6 +62,7 @@ class KeyValue:
     mod_revision: int
     create_revision: int
     version: int
+    lease: int = 0            # the lease the key is attached to (0: none)
 
 
 @dataclass(frozen=True)
@@ -472,7 +473,8 @@ class KV:
 
 
 def _kv(item) -> KeyValue:
-    return KeyValue(item.key.decode(), item.value, item.mod_revision, item.create_revision, item.version)
+    return KeyValue(item.key.decode(), item.value, item.mod_revision, item.create_revision, item.version,
+                    item.lease)
 
 
 def _compare(tx, c: Compare):

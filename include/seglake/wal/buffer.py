@@ -121,12 +121,14 @@ class DeleteBuffer:
     first_tt: int = 0
     last_tt: int = 0
 
-    def add(self, pks: np.ndarray, tt: int, partition_id: int) -> None:
+    def add(self, pks: np.ndarray, tt: int, partition_id: int, ts: int | None = None) -> None:
+        """Deletes of the message at tick `tt`, stamped `ts` (default: tt; an upsert's
+        implied delete: its call's timestamp, at or below tt)."""
         if not self.count:
             self.first_tt = tt
         self.last_tt = tt
         self.pks.append(pks.astype(np.int64))
-        self.ts.append(np.full(len(pks), tt, dtype=np.int64))
+        self.ts.append(np.full(len(pks), tt if ts is None else ts, dtype=np.int64))
         self.parts.append(np.full(len(pks), partition_id, dtype=np.int64))
 
     @property

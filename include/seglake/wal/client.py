@@ -21,12 +21,17 @@ multi-pchannel append and its AppendIncomplete) and the status read it is used w
   RollbackTxn is appended and the error re-raised (a failed txn call changed nothing:
   retry it as a new call).
 - The client holds one producer per pchannel it touches (wal/writer.py); producers of
-  any number of clients and processes append side by side, none fences another.
-- Idempotent calls: each call has a sequence number (`seq`, default: the next one) and
-  its appends are numbered from it. A retriable failure is retried inside the call with
-  the same numbers. A call that still fails raises AppendIncomplete naming the
-  pchannels that committed; calling again with `seq=err.result.seq` (same client, or a
-  new one with the same `producer_id`) appends the rest and nothing twice.
+  any number of clients and processes append side by side, none fences another. A
+  named `producer_id` has one live holder: the newest client claims it and the older
+  one is fenced (ProducerFenced from its next commit on, never another's commit).
+- Idempotent calls: each call has a sequence number (`seq`, default: a new one that
+  carries its time) and a payload digest; its appends are numbered from it. A
+  retriable failure is retried inside the call with the same numbers. A call that still
+  fails raises AppendIncomplete naming the pchannels that committed; calling again with
+  `seq=err.result.seq` and the same rows (same client, or a new one with the same
+  `producer_id`) appends the rest and nothing twice, within the retry window
+  (`wal_producer_expiry` after the producer's last commit; later it is refused). Other
+  rows under a used seq are refused naming both digests.
 """
 
 from __future__ import annotations
@@ -45,12 +50,14 @@ from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
+from seglake.wal.producers import (CALL_BITS, CLOCK_BASE, CLOCK_EPOCH_MS, MAX_CALL, Holder, ProducerFenced,
+                                   clock_call)
 from seglake.wal.writer import Retry, WalWriter, _valid_pid
 
 MAX_BATCH_ROWS = 1_000_000
-APPENDS_PER_CALL = 1 << 20    # a call's appends are numbered call * APPENDS_PER_CALL + i
+APPENDS_PER_CALL = 1 << CALL_BITS   # a call's appends are numbered call * APPENDS_PER_CALL + i
 ROLLBACK_APPEND = APPENDS_PER_CALL - 1   # a txn call's RollbackTxn: its own number, never a CommitTxn's
-MAX_CALL_SEQ = 1 << 41
+MAX_CALL_SEQ = MAX_CALL
 RETRIES = 6                   # a retriable append is retried this often (same seq)
 ANNOUNCED = "wal_announced"
 
@@ -133,9 +140,16 @@ class WalClient:
         if producer_id is not None and (not isinstance(producer_id, str) or not _valid_pid(producer_id)):
             raise ValidationError(f"producer id must be 1..64 of [A-Za-z0-9._-], got {producer_id!r}")
         self.producer_id = producer_id or f"c-{uuid.uuid4().hex}"
+        self._named = producer_id is not None
+        self._holder: Holder | None = None   # claimed at first use, shared by this client's producers
+        if clock is time.time:
+            self.tso = meta.tso
+        else:
+            from seglake.meta.alloc import TSO
+            self.tso = TSO(meta.kv, meta.keys.alloc_tso(), clock=clock)
         self._writers: dict[str, WalWriter] = {}
-        self._next_call = 1
-        self._seeded = producer_id is None   # a fresh id has no calls behind it
+        self._last_call = 0
+        self._floored = False   # (a named id: the first number is drawn above the TSO at the claim)
         self._lock = threading.Lock()
         self._seq_lock = threading.Lock()
 
@@ -145,10 +159,17 @@ class WalClient:
             w = self._writers.get(pchannel)
             if w is None:
                 w = self._writers[pchannel] = WalWriter.open(self.meta, self.store, pchannel, self.settings,
-                                                             producer_id=self.producer_id, clock=self.clock)
-                # a producer id used before (a new process retrying): continue above its calls
-                self._next_call = max(self._next_call, w._prod["seq"] // APPENDS_PER_CALL + 1)
+                                                             producer_id=self.producer_id, clock=self.clock,
+                                                             holder=self.holder())
             return w
+
+    def holder(self) -> Holder:
+        """This client's hold on its producer id: a named id is claimed here, once (any
+        older client holding it is fenced from its next commit on)."""
+        with self._seq_lock:
+            if self._holder is None:
+                self._holder = Holder(self.meta, self.producer_id, self.settings, named=self._named)
+            return self._holder
 
     def close(self) -> None:
         for w in self._writers.values():
@@ -179,7 +200,7 @@ class WalClient:
                        "partitions": [[p.partition_id, p.name] for p in coll.partitions]}))
         res = IngestResult(coll.name)
         self._finish(res, self._submit(res, [m for _, msgs in sorted(by_p.items()) for m in msgs],
-                                       self._call_seq(None), [0]))
+                                       self._call_seq(None), [0], _digest("announce", coll.collection_id)))
         return self.meta.catalog.set_properties(coll.collection_id, **{ANNOUNCED: True})
 
     def _collection(self, name: str, db: str):
@@ -188,8 +209,8 @@ class WalClient:
     # -- data -------------------------------------------------------------------------------
     def insert(self, collection: str, data: pa.Table | pa.RecordBatch, *, partition: str = DEFAULT_PARTITION,
                db: str = DEFAULT_DB, txn: bool = False, upsert: bool = False, seq: int | None = None) -> IngestResult:
-        """Append rows (upsert=True: each row also deletes the older rows of its pk, at its
-        own timestamp). See the module docstring for `txn` and `seq`."""
+        """Append rows (upsert=True: each row also deletes the rows of its pk older than
+        the call). See the module docstring for `txn` and `seq`."""
         what = "upsert" if upsert else "insert"
         if not isinstance(data, (pa.Table, pa.RecordBatch)):
             raise ValidationError(f"{what}: rows must be an Arrow table or record batch, got {type(data).__name__}")
@@ -207,7 +228,9 @@ class WalClient:
             self._one_vchannel(coll, np.concatenate(shards), what)
         coll = self.announce(coll)
         res = IngestResult(coll.name)
-        props = {"upsert": True} if upsert else {}
+        # an upsert's delete: ONE timestamp per call (as Milvus: one per request), taken
+        # before any of its appends commits; a retry keeps the first attempt's (writer)
+        props = {"upsert": True, "upsert_ts": self.tso.reserve(1, linearizable=True)} if upsert else {}
 
         def messages(i: int, txn_ids: dict[str, int]):
             batch, shard = batches[i], shards[i]
@@ -220,13 +243,16 @@ class WalClient:
                     out.append(replace(m, props=props) if props else m)
             return out
 
-        self._run(coll, len(batches), messages, txn, res, seq)
+        digest = _digest(what, coll.collection_id, part.partition_id, txn, self.batch_rows,
+                         *(b.serialize() for b in batches))
+        self._run(coll, len(batches), messages, txn, res, seq, digest)
         res.rows = table.num_rows
         return res
 
     def upsert(self, collection: str, data: pa.Table | pa.RecordBatch, **kw) -> IngestResult:
         """Insert rows that replace every older row of their primary keys (Milvus's upsert:
-        a delete and an insert at one timestamp; the delete hides only strictly older rows)."""
+        a delete and an insert at one timestamp; the delete hides only strictly older rows).
+        The delete takes one timestamp per call, however many appends carry the rows."""
         return self.insert(collection, data, upsert=True, **kw)
 
     def delete(self, collection: str, pks, *, db: str = DEFAULT_DB, partition: str | None = None,
@@ -258,7 +284,8 @@ class WalClient:
                                               txn_id=txn_ids.get(v, 0), partition_id=part_id))
             return out
 
-        self._run(coll, len(chunks), messages, txn, res, seq)
+        digest = _digest("delete", coll.collection_id, part_id, txn, self.batch_rows, *chunks)
+        self._run(coll, len(chunks), messages, txn, res, seq, digest)
         res.deletes = len(arr)
         return res
 
@@ -269,7 +296,8 @@ class WalClient:
         res = IngestResult(coll.name)
         call = self._call_seq(seq)
         self._finish(res, self._submit(res, [Message(M.FLUSH, v, collection_id=coll.collection_id)
-                                             for v in coll.vchannels], call, [0]))
+                                             for v in coll.vchannels], call, [0],
+                                       _digest("flush", coll.collection_id)))
         return res
 
     @staticmethod
@@ -281,49 +309,50 @@ class WalClient:
                                   f"them by shard or append without txn. Nothing was appended")
 
     def _call_seq(self, seq: int | None) -> int:
-        """The call's sequence number: given (a retry of a call), or the next one -- above
-        every call this producer id made before, on ANY pchannel (a new process reusing
-        the id must never be answered with an older call's ids)."""
+        """The call's sequence number: given (a retry of a call, or the caller's own
+        numbering), or a new one that carries its time (writer.clock_call): above every
+        call this client made, and above every call an earlier holder of the producer id
+        committed (those were numbered before this client claimed it, by the one TSO).
+        Its time bounds its retries: one older than the retry window that no record
+        remembers is refused, never appended twice."""
         if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < MAX_CALL_SEQ):
             raise ValidationError(f"seq must be an int in 1..{MAX_CALL_SEQ - 1}, got {seq!r}")
-        with self._seq_lock:
-            if seq is None:
-                self._seed()
-                seq = self._next_call
-            self._next_call = max(self._next_call, seq + 1)
+        if seq is not None:
             return seq
+        self.holder()   # claimed before the number is drawn
+        with self._seq_lock:
+            if self._named and not self._floored:   # above every call an earlier holder numbered
+                from seglake.meta.alloc import physical_ms
+                now = physical_ms(self.tso.reserve(1, linearizable=True))
+                self._last_call = max(self._last_call, CLOCK_BASE + now - CLOCK_EPOCH_MS)
+                self._floored = True
+            self._last_call = clock_call(self.tso, self._last_call, self.clock)
+            return self._last_call
 
-    def _seed(self) -> None:
-        """Once per client with a given producer id: continue above the calls its records
-        remember on every pchannel."""
-        if self._seeded:
-            return
-        from seglake.meta import keys as keymod
-        from seglake.meta.codec import decode
-        from seglake.wal.log import all_pchannels
-
-        for p in all_pchannels():
-            kv = self.meta.kv.get(keymod.wal_producer(self.meta.keys, p, self.producer_id))
-            if kv is not None:
-                self._next_call = max(self._next_call, decode(kv.value, kv.key)["seq"] // APPENDS_PER_CALL + 1)
-        self._seeded = True
-
-    def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None) -> None:
+    def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None, digest: str) -> None:
         """Append each chunk's messages (one append per pchannel); in a txn on one vchannel."""
         call = self._call_seq(seq)
         res.seq = call
+        holder = self.holder()
+        holder.running(call, True)   # never evicted from the producer record while it runs
+        try:
+            self._run_call(coll, chunks, messages, txn, res, call, digest)
+        finally:
+            holder.running(call, False)
+
+    def _run_call(self, coll, chunks: int, messages, txn: bool, res: IngestResult, call: int, digest: str) -> None:
         counter = [0]
         txn_ids: dict[str, int] = {}
         if txn:
             v = next(m.vchannel for m in messages(0, {}))
             txn_ids = {v: self.meta.ids.allocate()}
             keep_ms = max(1, int(self.settings.wal_txn_keepalive * 1000))
-            self._finish(res, self._submit(res, [Message.begin_txn(v, txn_ids[v], keep_ms)], call, counter))
+            self._finish(res, self._submit(res, [Message.begin_txn(v, txn_ids[v], keep_ms)], call, counter, digest))
             res.txns = 1
         pending: list = []
         try:
             for i in range(chunks):   # queued: serialization overlaps the producers' I/O
-                pending += self._submit(res, messages(i, txn_ids), call, counter)
+                pending += self._submit(res, messages(i, txn_ids), call, counter, digest)
                 res.batches += 1
             self._finish(res, pending)
         except BaseException:
@@ -332,17 +361,20 @@ class WalClient:
                     # under the call's reserved last number, never one its CommitTxn uses: a
                     # retry with this seq must not be answered with the rollback's ids
                     self._finish(res, self._submit(res, [Message.rollback_txn(v, t) for v, t in txn_ids.items()],
-                                                   call, [ROLLBACK_APPEND], limit=APPENDS_PER_CALL))
+                                                   call, [ROLLBACK_APPEND], digest, limit=APPENDS_PER_CALL))
                 except Exception:  # noqa: BLE001 - the transaction expires anyway
                     pass
             raise
         if txn:
-            self._finish(res, self._submit(res, [Message.commit_txn(v, t) for v, t in txn_ids.items()], call, counter))
+            # the CommitTxn names its collection: the writer refuses it once a drop began
+            commits = [replace(Message.commit_txn(v, t), collection_id=coll.collection_id) for v, t in txn_ids.items()]
+            self._finish(res, self._submit(res, commits, call, counter, digest))
 
-    def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int],
+    def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int], digest: str,
                 limit: int = ROLLBACK_APPEND) -> list:
         """Queue one append per pchannel (each lands whole in one fragment), numbered
-        call * 2**20 + i: the same call retried numbers its appends the same way."""
+        call * 2**20 + i: the same call retried numbers its appends the same way; each
+        carries the call's payload digest (a used seq with another payload is refused)."""
         by_p: dict[str, list[Message]] = {}
         for m in msgs:
             by_p.setdefault(pchannel_of(m.vchannel), []).append(m)
@@ -352,7 +384,7 @@ class WalClient:
                 raise ValidationError(f"a call may make at most {limit} appends; use fewer, larger batches")
             seq = call * APPENDS_PER_CALL + counter[0]
             counter[0] += 1
-            out.append((p, group, seq, self.writer(p).append_async(group, seq=seq)))
+            out.append((p, group, seq, digest, self.writer(p).append_async(group, seq=seq, digest=digest)))
             if p not in res.pchannels:
                 res.pchannels.append(p)
         return out
@@ -361,7 +393,7 @@ class WalClient:
         """Wait for each append; a retriable failure is retried with the same sequence
         number (safe: idempotent). What still fails is reported with what committed."""
         out, failed = [], {}
-        for p, group, seq, req in pending:
+        for p, group, seq, digest, req in pending:
             ids = None
             for attempt in range(RETRIES + 1):
                 try:
@@ -372,8 +404,8 @@ class WalClient:
                         failed[p] = e
                         break
                     time.sleep(min(1.0, 0.02 * 2 ** attempt))
-                    req = self.writer(p).append_async(group, seq=seq)
-                except ValidationError:
+                    req = self.writer(p).append_async(group, seq=seq, digest=digest)
+                except (ValidationError, ProducerFenced):
                     raise
                 except Exception as e:  # noqa: BLE001 - reported with what committed
                     failed[p] = e
@@ -390,6 +422,23 @@ class WalClient:
         if failed:
             raise AppendIncomplete(res, failed)
         return out
+
+
+def _digest(*parts) -> str:
+    """The payload digest of a call: what it appends (kind, collection, partition, txn,
+    batch size, the rows or keys), never the ids a retry draws afresh (txn ids)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        if isinstance(p, (bytes, bytearray, memoryview, pa.Buffer)):
+            h.update(p)
+        elif isinstance(p, np.ndarray):
+            h.update(np.ascontiguousarray(p).tobytes())
+        else:
+            h.update(repr(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()
 
 
 class AppendIncomplete(SeglakeError):

@@ -264,16 +264,18 @@ class FragRecord:
     term: int
     producer: str = ""
     fmt: int = 2
+    calls: tuple = ()         # the producer's appends in it: (seq, first offset, count)
 
     def to_json(self) -> dict:
         return {"key": self.key, "size": self.size, "crc": self.crc, "tt0": self.tt0, "span": self.span,
-                "records": self.records, "term": self.term, "producer": self.producer}
+                "records": self.records, "term": self.term, "producer": self.producer,
+                "calls": [list(c) for c in self.calls]}
 
     @classmethod
     def from_kv(cls, n: int, kv: KeyValue) -> "FragRecord":
         d = decode(kv.value, kv.key)
         return cls(n, d["key"], d["size"], d["crc"], d["tt0"], d["span"], d["records"], d["term"],
-                   d.get("producer", ""))
+                   d.get("producer", ""), calls=tuple(tuple(c) for c in d.get("calls", ())))
 
 
 @dataclass(frozen=True)
@@ -417,10 +419,10 @@ def expire_producers(meta, pchannel: str, now_tt: int, idle_seconds: float) -> i
     """Remove the records of producers that have not committed on `pchannel` for more
     than `idle_seconds` (by their last commit's tick `tt` against `now_tt`; a record
     without one is stamped `now_tt` first, starting its clock). Each delete compares the
-    record, so a producer committing meanwhile keeps it. A producer id reused after its
-    record is gone starts afresh: a retry of a call older than that may append twice
-    (as a Kafka producer id expires; the flusher calls this with wal_producer_expiry).
-    Returns how many were removed."""
+    record, so a producer committing meanwhile keeps it. Records written since issue 26
+    live on their holder's lease and expire by themselves (nothing calls this per run):
+    this is the one-off sweep of records written before leases. Returns how many were
+    removed."""
     from seglake import limits
     from seglake.errors import Conflict
     from seglake.meta.alloc import physical_ms

@@ -1,9 +1,11 @@
 """An idempotent producer on one pchannel's shared log. Many producers (processes,
-clients, DAG tasks, a drop) append to one log at once; none fences another.
+clients, DAG tasks, a drop) append to one log at once; none fences another (only a
+newer holder of the same producer id fences the older one).
 
-One file on purpose (~700 lines): the producer's queue, its writer thread and its
+One file on purpose (~830 lines): the producer's queue, its writer thread and its
 committer thread share one state machine (sequence numbers, the pending fragment, the
-commit order); the idempotence rule holds only across all three together.
+commit order); the idempotence rule holds only across all three together. The producer
+record's rules, its holder and call numbers live in wal/producers.py.
 
     append(msgs, seq): validate -> queue -> [writer thread] encode one fragment with
         RELATIVE ticks -> write it under a fresh name (durable) -> [committer thread, FIFO]
@@ -16,12 +18,24 @@ Guarantees
 - Producers never fence each other: a lost commit race re-reads the log and commits the
   same file at the next place, with ticks above the new last tick. Ticks come from the
   one global TSO at commit (tt0 > log.last_tt), so they rise in log order.
-- Idempotent: every call carries (producer id, sequence number); the producer's etcd
-  record keeps its recent sequence numbers and their message ids, written in the same
-  transaction as the fragment. A retried call (same seq: after a timeout, an error, or
-  from a new process using the same producer id) returns the ids of the first commit
-  and appends nothing. A seq below the producer's last one and no longer remembered is
-  refused.
+- Idempotent, and an acknowledgement means written: every append carries (producer
+  id, sequence number = call << 20 | append index, payload digest of its call). The
+  producer's etcd record, written in the same transaction as the fragment, remembers
+  whole calls (digest, the append indexes committed, their log places; the MAX_CALLS
+  highest-numbered calls, so a call of any size and calls committed out of order are all
+  remembered); the fragment's index record lists its calls' offsets. A retried append
+  (same seq: after a timeout, an error, or from a new process using the same producer
+  id) returns the ids of its first commit and appends nothing -- only when its digest is
+  the call's; another payload under a used seq is refused naming both digests. A call
+  below the record's floor, or numbered by its time (client calls) and older than the
+  retry window with no record remembering it, is refused: never appended twice.
+- One holder per named producer id (Holder): a client claims it, every commit compares
+  the claim, so an older holder is fenced (ProducerFenced) instead of being handed
+  another process's commits. Records and claims live on the holder's lease: they expire
+  by themselves, 1.5 to 2 windows after the last commit (window: wal_producer_expiry for
+  a named id, FRESH_WINDOW for a fresh one); nothing else reads them.
+- A commit compares the collection record each of its messages was judged on: a drop
+  begun since (Created -> Dropping) refuses the call; no insert is acknowledged after it.
 - Durable before visible: the fragment is synced (local) / stored (S3) before the etcd
   commit; an acknowledged append survives SIGKILL. A fragment written more than
   MAX_COMMIT_DELAY ago is never committed (GC may reclaim unreferenced files after its
@@ -50,7 +64,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from seglake.errors import ClockSkewError, Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+from seglake.errors import ClockSkewError, Conflict, SeglakeError, StateError, Unavailable, ValidationError
 from seglake.meta import keys as keymod
 from seglake.meta.alloc import compose_ts
 from seglake.meta.catalog import CREATED, DROPPED, DROPPING, pchannel_of
@@ -61,12 +75,13 @@ from seglake.wal import message as M
 from seglake.wal.log import (FragRecord, LogState, TermRecord, WalLog, check_wal_settings,
                              encode_fragment_parts, parts_checksum, put_exclusive)
 from seglake.wal.message import Message, MessageId
+from seglake.wal.producers import (CALL_BITS, INDEX_MASK, MAX_CALL, MAX_CALLS, Holder, ProducerFenced, _in_ranges,
+                                   _record, _remember, call_ms, clock_call, now_ms, payload_digest)
 
 MAX_INFLIGHT = 4
 PIPELINE_DEPTH = 2        # fragments written ahead of their commit
 COLLECTION_CACHE_SECONDS = 1.0
 MAX_COMMIT_DELAY = 60.0   # seconds between a fragment's write and its commit, at most
-RECENT_SEQS = 64          # sequence numbers a producer record remembers
 MAX_TXN_KEEPALIVE_MS = 3600 * 1000
 
 
@@ -87,6 +102,8 @@ class _Request:
     bodies: list[memoryview]
     size: int
     seq: int
+    digest: str = ""          # of the call (given by the caller) or of this append alone
+    colls: dict = field(default_factory=dict)   # collection id -> the record its messages were judged on
     done: threading.Event = field(default_factory=threading.Event)
     ids: list[MessageId] | None = None
     error: BaseException | None = None
@@ -159,12 +176,13 @@ class WalWriter:
     """A producer on one pchannel. Use `WalWriter.open(...)`."""
 
     def __init__(self, log: WalLog, state: LogState, settings, *, producer_id: str, prod_kv: KeyValue | None,
-                 clock=time.time, name: str = ""):
+                 clock=time.time, name: str = "", holder: Holder | None = None):
         check_wal_settings(settings)
         self.log, self.meta, self.store = log, log.meta, log.store
         self.pchannel = log.pchannel
         self.settings, self.clock, self.name = settings, clock, name
         self.producer_id = producer_id
+        self.holder = holder or Holder(self.meta, producer_id, settings, named=False, name=name)
         self.prod_key = keymod.wal_producer(self.meta.keys, self.pchannel, producer_id)
         # the one global TSO; a given clock (tests: a skewed or jumping writer clock)
         # drives this producer's own allocator on the same etcd key
@@ -177,7 +195,7 @@ class WalWriter:
         # committed state (what etcd holds) ...
         self.state = state
         self._prod_kv = prod_kv
-        self._prod = decode(prod_kv.value, prod_kv.key) if prod_kv else {"seq": 0, "recent": []}
+        self._prod = _record(prod_kv)
         self._txns: dict[int, _Txn] = {}
         # ... and the provisional state of fragments built but not yet committed
         self._p_txns: dict[int, _Txn] = {}
@@ -185,12 +203,13 @@ class WalWriter:
         # txn fragments whose commit outcome was never learned: a later re-read that finds
         # them committed applies their txn state (a BeginTxn whose answer was lost opened its txn)
         self._unresolved: dict[str, _Fragment] = {}
-        self._next_seq = self._prod["seq"] + 1
+        self._last_call = 0
         self._seq_lock = threading.Lock()
         self._queue: deque[_Request] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        self._colls: dict[int, tuple[float, object]] = {}
+        self._colls: dict[int, tuple[float, object, KeyValue]] = {}
+        self._places: dict[int, dict[int, list[MessageId]]] = {}   # call -> seq -> ids (read from the index)
         self._epoch = 0     # bumped at every reset: fragments built before it are failed
         self._plock = threading.Lock()   # the provisional state: built (writer) vs reset (committer)
         self._stale = False
@@ -202,10 +221,11 @@ class WalWriter:
     # -- open ----------------------------------------------------------------------------
     @classmethod
     def open(cls, meta, store, pchannel: str, settings, *, term: int | None = None, producer_id: str | None = None,
-             clock=time.time, name: str | None = None) -> "WalWriter":
+             clock=time.time, name: str | None = None, holder: Holder | None = None) -> "WalWriter":
         """A producer on `pchannel`. `producer_id` (default: a fresh one) names it across
-        retries and processes. `term` given: take the pchannel over at that term first
-        (ExpiredTermError when it is not above the current one)."""
+        retries and processes: a named id is claimed (Holder; a client's producers share
+        its holder), fencing any older holder. `term` given: take the pchannel over at
+        that term first (ExpiredTermError when it is not above the current one)."""
         check_wal_settings(settings)
         log = WalLog(meta, store, pchannel)
         name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -214,8 +234,11 @@ class WalWriter:
             raise ValidationError(f"producer id must be 1..64 of [A-Za-z0-9._-], got {pid!r}")
         if term is not None:
             takeover(meta, pchannel, term=term, name=name)
+        if holder is None:
+            holder = Holder(meta, pid, settings, named=producer_id is not None, name=name)
         prod_kv = meta.kv.get(keymod.wal_producer(meta.keys, pchannel, pid))
-        return cls(log, log.state(), settings, producer_id=pid, prod_kv=prod_kv, clock=clock, name=name)
+        return cls(log, log.state(), settings, producer_id=pid, prod_kv=prod_kv, clock=clock, name=name,
+                   holder=holder)
 
     @property
     def term(self) -> int:
@@ -226,11 +249,11 @@ class WalWriter:
         return self.state.last_tt
 
     def next_seq(self) -> int:
-        """A fresh sequence number for a new call (retries reuse the call's own)."""
+        """A fresh sequence number for a new call (retries reuse the call's own): the
+        first append of a clock-numbered call."""
         with self._seq_lock:
-            s = self._next_seq
-            self._next_seq += 1
-            return s
+            self._last_call = clock_call(self.tso, self._last_call, self.clock)
+            return self._last_call << CALL_BITS
 
     # -- append -------------------------------------------------------------------------------
     def append(self, messages: list[Message] | Message, timeout: float | None = 60.0, *,
@@ -240,22 +263,26 @@ class WalWriter:
         a retry with the same `seq` is safe)."""
         return self.append_async(messages, seq=seq).result(timeout)
 
-    def append_async(self, messages: list[Message] | Message, *, seq: int | None = None) -> _Request:
+    def append_async(self, messages: list[Message] | Message, *, seq: int | None = None,
+                     digest: str | None = None) -> _Request:
         """Validate and queue; `.result()` waits for the acknowledgement. At most
-        MAX_INFLIGHT calls are queued per producer (the caller blocks beyond that)."""
+        MAX_INFLIGHT calls are queued per producer (the caller blocks beyond that).
+        `seq` = call << CALL_BITS | append index (next_seq(): a new call of one append);
+        `digest`: the payload digest of the whole call this append belongs to (a call of
+        several appends must give it; default: this append's own, so appends numbered
+        as one call without it are refused as another payload under a used call)."""
         msgs = [messages] if isinstance(messages, Message) else list(messages)
         if not msgs:
             raise ValidationError("append needs at least one message")
         if seq is None:
             seq = self.next_seq()
-        elif isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < 2**62:
+        elif isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < MAX_CALL << CALL_BITS:
             raise ValidationError(f"sequence number must be an int in 1..2**62, got {seq!r}")
-        else:
-            with self._seq_lock:
-                self._next_seq = max(self._next_seq, seq + 1)
-        msgs = [self._validate(m) for m in msgs]
+        colls: dict[int, KeyValue] = {}
+        msgs = [self._validate(m, colls) for m in msgs]
         bodies = [m.body_bytes() for m in msgs]
-        req = _Request(msgs, bodies, sum(128 + len(b) for b in bodies), seq)
+        req = _Request(msgs, bodies, sum(128 + len(b) for b in bodies), seq,
+                       digest or payload_digest(msgs, bodies), colls)
         with self._cond:
             while len(self._queue) >= MAX_INFLIGHT and not self._closed:
                 self._cond.wait()
@@ -281,17 +308,21 @@ class WalWriter:
 
     # -- validation --------------------------------------------------------------------------
     def _collection(self, cid: int):
+        """The collection (cached briefly for validation); the commit compares the record
+        it was judged on, so a drop begun since is never acknowledged past."""
         hit = self._colls.get(cid)
         now = time.monotonic()
         if hit is None or now - hit[0] > COLLECTION_CACHE_SECONDS:
-            try:
-                coll = self.meta.catalog.get(cid)
-            except NotFound:
-                raise ValidationError(f"unknown collection id {cid}") from None
-            self._colls[cid] = hit = (now, coll)
-        return hit[1]
+            from seglake.meta.catalog import Collection
+            kv = self.meta.kv.get(self.meta.keys.collection(cid))
+            if kv is None:
+                raise ValidationError(f"unknown collection id {cid}")
+            self._colls[cid] = hit = (now, Collection.from_json(decode(kv.value, kv.key)), kv)
+        return hit[1], hit[2]
 
-    def _validate(self, m: Message) -> Message:
+    def _validate(self, m: Message, colls: dict) -> Message:
+        """`m` checked (ValidationError otherwise); `colls` gets the collection record it
+        was judged on."""
         if m.id is not None or m.term:
             raise ValidationError(f"{m.type}: a message to append must not carry an id or term")
         if m.type == M.TIME_TICK:
@@ -313,27 +344,18 @@ class WalWriter:
             return m
         if pchannel_of(m.vchannel) != self.pchannel:
             raise ValidationError(f"unknown vchannel {m.vchannel!r} on pchannel {self.pchannel}")
-        if m.type in M.TXN_CONTROL:
-            return m
-        coll = self._collection(m.collection_id)
-        if m.vchannel not in coll.vchannels:
-            raise ValidationError(f"unknown vchannel {m.vchannel!r}: collection {coll.name!r} has "
-                                  f"{', '.join(coll.vchannels)}")
-        if m.vchannel in coll.properties.get("released_vchannels", ()):
-            raise ValidationError(f"{m.type} refused: vchannel {m.vchannel!r} was released by the drop "
-                                  f"of collection {coll.name!r} (id {coll.collection_id})")
-        allowed = {M.DROP_COLLECTION: (CREATED, DROPPING)}.get(m.type, (CREATED,))
-        if coll.state not in allowed:
-            raise ValidationError(f"{m.type} refused: collection {coll.name!r} is {coll.state}"
-                                  + (" (its channels are released)" if coll.state == DROPPED else ""))
-        if m.type in (M.INSERT, M.DELETE, M.CREATE_PARTITION, M.DROP_PARTITION) and m.partition_id:
-            if m.partition_id not in {p.partition_id for p in coll.partitions}:
-                raise ValidationError(f"unknown partition id {m.partition_id} in collection {coll.name!r}")
+        if m.type in M.TXN_CONTROL and not (m.type == M.COMMIT_TXN and m.collection_id):
+            return m   # (a CommitTxn naming its collection is judged on it: no commit once a drop began)
+        coll, colls[m.collection_id] = self._collection(m.collection_id)
+        _judge(coll, m)
         if m.type == M.INSERT:
             if m.body is None or m.body.num_rows == 0:
                 raise ValidationError("Insert needs at least one row")
             if not m.partition_id:
                 raise ValidationError("Insert needs a partition id")
+            ts = m.props.get("upsert_ts")
+            if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or not 0 < ts < 2**63):
+                raise ValidationError(f"Insert upsert_ts must be a timestamp (a positive int), got {ts!r}")
             return replace(m, body=M.conform_batch(m.body, coll.schema))
         if m.type == M.DELETE:
             b = m.body
@@ -391,7 +413,8 @@ class WalWriter:
                 except BaseException as e:  # noqa: BLE001 - handed to every waiting caller
                     # nothing of these calls was committed: retrying them is safe (a clock
                     # too far behind the TSO is said as such: retrying at once cannot help)
-                    self._reset(e if isinstance(e, (ValidationError, Retry, ClockSkewError)) else Retry(
+                    keep = isinstance(e, (ValidationError, Retry, ClockSkewError, ProducerFenced))
+                    self._reset(e if keep else Retry(
                         f"WAL {self.pchannel}: fragment not written ({type(e).__name__}: {e}); retry the call"),
                         reqs)
                     continue
@@ -447,11 +470,12 @@ class WalWriter:
         rel, off = 0, 0
         base = self._est_tick(0)
         for r in reqs:
-            if r.seq in self._p_inflight or self._remembered(r.seq) is not None or r.seq <= self._seq_floor():
+            if r.seq in self._p_inflight or not self._is_new(r):
                 self._answer_retry(r)
                 continue
             p_txns = {k: replace(v) for k, v in self._p_txns.items()}
             r_records, r_txn, r_rel, count = [], [], rel, 0
+            t0 = self._prod["calls"].get(str(r.seq >> CALL_BITS), {}).get("t0")
             try:
                 for m, body in zip(r.messages, r.bodies, strict=True):
                     if m.type == M.TIME_TICK:
@@ -461,6 +485,8 @@ class WalWriter:
                         k = t.bodies if t is not None else 0
                         r_rel += k
                         m = replace(m, props={**m.props, "bodies": k})
+                    if t0 and m.props.get("upsert_ts") not in (None, t0):   # a retry: the call's one ts
+                        m = replace(m, props={**m.props, "upsert_ts": t0})
                     _txn_step(p_txns, m, base + r_rel, self.state.term)
                     if m.txn_id or m.type == M.DROP_COLLECTION:
                         r_txn.append((m, r_rel))
@@ -484,40 +510,78 @@ class WalWriter:
         records.append(replace(Message.time_tick_msg(), time_tick=rel, term=0).encode_parts())
         return taken, offsets, txn_msgs, records, rel
 
-    def _remembered(self, seq: int):
-        for entry in self._prod["recent"]:
-            if entry[0] == seq:
-                return entry
-        return None
+    # -- the producer record: which calls committed -------------------------------------------
+    def _is_new(self, r: _Request) -> bool:
+        """Whether `r` is to be appended: not a committed append, not refused."""
+        call, idx = r.seq >> CALL_BITS, r.seq & INDEX_MASK
+        entry = self._prod["calls"].get(str(call))
+        if self.holder.fenced is not None:
+            return False
+        if entry is not None:
+            return entry["d"] == r.digest and not _in_ranges(entry["done"], idx)
+        return not self._too_old(call)
 
-    def _seq_floor(self) -> int:
-        """Sequence numbers at or below this are too old to tell from a duplicate: the
-        oldest one the record still remembers, once its window is full."""
-        recent = self._prod["recent"]
-        return min(e[0] for e in recent) if len(recent) >= RECENT_SEQS else 0
+    def _too_old(self, call: int) -> str:
+        """Why a call no record remembers cannot be told from a duplicate ('' if it can)."""
+        if call <= self._prod["floor"]:
+            return (f"call {call} is older than the last {MAX_CALLS} calls the producer record remembers "
+                    f"(its floor is call {self._prod['floor']})")
+        made = call_ms(call)
+        if made is not None:
+            age = (now_ms(self.tso, self.clock) - made) / 1000.0
+            if age > self.holder.window:
+                return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of "
+                        f"{self.holder.window:g} s (its record may have expired)")
+        return ""
 
     def _answer_retry(self, r: _Request) -> None:
-        """A call seen before: the ids of its first commit, Retry while that is in the
-        pipeline, refused when it is too old to tell."""
-        hit = self._remembered(r.seq)
-        if hit is not None:
-            _, n, first, count = hit
-            r.finish(ids=[MessageId(self._term_at(n), n, first + i) for i in range(count)])
+        """A call not to append: fenced, refused (another payload under a used seq, or
+        too old to tell), Retry while an earlier copy is in the pipeline, else the ids of
+        its first commit."""
+        call, idx = r.seq >> CALL_BITS, r.seq & INDEX_MASK
+        entry = self._prod["calls"].get(str(call))
+        if self.holder.fenced is not None:
+            r.finish(error=self.holder.fenced)
+        elif entry is not None and entry["d"] != r.digest:
+            r.finish(error=ValidationError(
+                f"producer {self.producer_id} on {self.pchannel}: seq {call} (append {idx}) was committed with "
+                f"payload digest {entry['d']}, this call's digest is {r.digest}: another payload under a used "
+                f"sequence number is refused (nothing appended); give a new call a new seq"))
+        elif entry is not None and _in_ranges(entry["done"], idx):
+            try:
+                r.finish(ids=self._ids_of(r.seq))
+            except SeglakeError as e:
+                r.finish(error=Retry(f"WAL {self.pchannel}: seq {r.seq} is committed, its ids cannot be read "
+                                     f"({e}); retry"))
         elif r.seq in self._p_inflight:   # an earlier copy of this call is being committed
             r.finish(error=Retry(f"producer {self.producer_id}: seq {r.seq} is being committed; retry"))
         else:
-            r.finish(error=ValidationError(
-                f"producer {self.producer_id} on {self.pchannel}: sequence number {r.seq} is older than the "
-                f"last {RECENT_SEQS} it remembers: refused (it cannot tell a duplicate)"))
+            r.finish(error=ValidationError(f"producer {self.producer_id} on {self.pchannel}: seq {call} (append "
+                                           f"{idx}) refused: "
+                                           f"{self._too_old(call)}; it cannot tell a duplicate"))
 
-    def _term_at(self, n: int) -> int:
-        """The term fragment n was committed under (its index record; the current term
-        when it was truncated away or cannot be read: a takeover since is then unknown)."""
-        try:
-            kv = self.meta.kv.get(self.log.frag_key(n))
-        except SeglakeError:
-            return self.state.term
-        return self.state.term if kv is None else FragRecord.from_kv(n, kv).term
+    def _ids_of(self, seq: int) -> list[MessageId]:
+        """The ids of a committed append, from the index records of the fragments its call
+        went to (each lists its calls' places); [] when they were truncated away."""
+        call = seq >> CALL_BITS
+        places = self._places.get(call)
+        if places is None or seq not in places:
+            lo, hi = self._prod["calls"][str(call)]["n"]
+            places = {}
+            for kv in self.meta.kv.range(self.log.frags_prefix, start_after=self.log.frag_key(lo - 1),
+                                         end=self.log.frag_key(hi + 1)):
+                rec = FragRecord.from_kv(int(kv.key[len(self.log.frags_prefix):]), kv)
+                if rec.producer != self.producer_id:
+                    continue
+                for q, first, count in rec.calls:
+                    if q >> CALL_BITS == call:
+                        places[q] = [MessageId(rec.term, rec.n, first + i) for i in range(count)]
+            self._places = {call: places}
+        return places.get(seq, [])
+
+    def _place(self, seq: int) -> int | None:
+        ids = self._ids_of(seq)
+        return ids[0].fragment if ids else None
 
     def _commit_job(self, frag: _Fragment, epoch: int) -> None:
         try:
@@ -534,13 +598,15 @@ class WalWriter:
         try:
             placed = self._commit(frag)
         except BaseException as e:  # noqa: BLE001
+            if not isinstance(e, (Conflict, Retry, ValidationError, ProducerFenced)):
+                self.holder.forget_lease()   # e.g. the lease ran out while idle: a new one next time
             if frag.txn_msgs and not isinstance(e, ValidationError):
                 self._unresolved[frag.key] = frag
                 while len(self._unresolved) > 64:
                     self._unresolved.pop(next(iter(self._unresolved)))
             # (a ValidationError here is a txn that expired between build and commit: the
             # retry refuses that call alone, the others of the fragment are innocent)
-            err = e if isinstance(e, Retry) or (isinstance(e, SeglakeError) and not isinstance(
+            err = e if isinstance(e, (Retry, ProducerFenced)) or (isinstance(e, SeglakeError) and not isinstance(
                 e, (ValidationError, Unavailable, Conflict))) else \
                 Retry(f"WAL {self.pchannel}: not committed ({type(e).__name__}: {e}); retry the call")
             self._reset(err, frag.reqs)
@@ -567,18 +633,19 @@ class WalWriter:
             for m, rel in frag.txn_msgs:   # the exact ticks: refuse what a consumer would drop
                 _txn_step(txns, m, tt0 + rel, st.term)
             n = st.last + 1
+            places = tuple((r.seq, first, count) for r, (first, count) in zip(frag.reqs, frag.offsets, strict=True))
             rec = FragRecord(n, frag.key, frag.size, frag.crc, tt0, frag.span, frag.records, st.term,
-                             self.producer_id)
-            recent = [*self._prod["recent"], *([s, n, first, count] for s, (first, count)
-                                               in zip(seqs, frag.offsets, strict=True))][-RECENT_SEQS:]
-            prod = {"seq": max(self._prod["seq"], *seqs), "recent": recent, "name": self.name,
-                    "tt": tt0 + frag.span - 1}   # its last commit's tick: expire_producers
+                             self.producer_id, calls=places)
+            prod = _remember(self._prod, frag.reqs, n, self.name, tt0 + frag.span - 1, self.holder.live())
             new = replace(st, last=n, last_tt=tt0 + frag.span - 1, bytes=st.bytes + frag.size,
                           records=st.records + frag.records, kv=None)
+            colls = {cid: kv for r in frag.reqs for cid, kv in r.colls.items()}
+            # the records these calls were judged on: a drop begun since fails the compare
             guards = [unchanged(st.kv) if st.kv else absent(self.log.log_key),
-                      unchanged(self._prod_kv) if self._prod_kv else absent(self.prod_key)]
+                      unchanged(self._prod_kv) if self._prod_kv else absent(self.prod_key),
+                      *self.holder.guards(), *(unchanged(kv) for kv in colls.values())]
             ops = [Put(self.log.log_key, new.encoded()), Put(self.log.frag_key(n), encode(rec.to_json())),
-                   Put(self.prod_key, encode(prod))]
+                   Put(self.prod_key, encode(prod), self.holder.lease())]
             try:
                 rev = self.meta.kv.txn(guards, ops)
             except (Conflict, Unavailable) as e:
@@ -587,7 +654,8 @@ class WalWriter:
                 # here or in a commit whose answer was lost before a retry), they are
                 # committed: answer with that place, never append them again
                 self._refresh()
-                done = [q for q in seqs if self._remembered(q) is not None]
+                self._recheck_collections(frag.reqs)
+                done = [q for q in seqs if self._done(q)]
                 if len(done) == len(seqs):
                     return self._committed_at(frag, seqs)
                 if done:   # some of these calls committed in another fragment: rebuild without them
@@ -600,6 +668,7 @@ class WalWriter:
             self.state = new
             self._prod = prod
             self._prod_kv = KeyValue(self.prod_key, encode(prod), rev, rev, 0)
+            self._places.clear()
             self._txns = txns
             with self._plock:
                 self._p_inflight.difference_update(seqs)
@@ -614,15 +683,20 @@ class WalWriter:
         from it, never appended again."""
         lkv = self.meta.kv.get(self.log.log_key)
         pkv = self.meta.kv.get(self.prod_key)
+        self.holder.check()   # fenced: ProducerFenced, for good
         st = LogState.from_kv(lkv)
-        prod = decode(pkv.value, pkv.key) if pkv else {"seq": 0, "recent": []}
+        prod = _record(pkv)
+        if pkv is None:   # expired (idle past the window): what this process knew stays refused
+            prod["floor"] = max(self._prod["floor"], *(int(c) for c in self._prod["calls"]), 0)
         if st.term > self.state.term:   # a takeover: txns begun before it are over
             self._txns = {k: v for k, v in self._txns.items() if v.term >= st.term}
         self.state, self._prod, self._prod_kv = st, prod, pkv
+        self._places.clear()
         for key, frag in list(self._unresolved.items()):
-            hit = self._remembered(frag.reqs[0].seq)
-            if hit is not None:
-                self._adopt(frag, hit[1])   # (a failed read here keeps it for the next re-read)
+            if self._done(frag.reqs[0].seq):
+                n = self._place(frag.reqs[0].seq)
+                if n is not None:
+                    self._adopt(frag, n)   # (a failed read here keeps it for the next re-read)
                 self._unresolved.pop(key, None)
 
     def _adopt(self, frag: _Fragment, n: int) -> int:
@@ -651,10 +725,64 @@ class WalWriter:
         with this fragment's offsets. Returns None (the caller's signal)."""
         with self._plock:
             self._p_inflight.difference_update(seqs)
-        n = self._remembered(seqs[0])[1]
-        self._adopt(frag, n)
+        n = self._place(seqs[0])
+        if n is not None:
+            self._adopt(frag, n)
         self._unresolved.pop(frag.key, None)
         return None
+
+    def _done(self, seq: int) -> bool:
+        entry = self._prod["calls"].get(str(seq >> CALL_BITS))
+        return entry is not None and _in_ranges(entry["done"], seq & INDEX_MASK)
+
+    def _recheck_collections(self, reqs: list[_Request]) -> None:
+        """After a lost compare: a collection record that changed since the calls' messages
+        were judged is re-read and they are judged again on it. Still writable: the calls
+        go on, compared with the new record. Not (a drop began): those calls are refused
+        (ValidationError), the others of the fragment get Retry."""
+        from seglake.meta.catalog import Collection
+
+        current: dict[int, tuple] = {}
+        refused = []
+        for r in reqs:
+            for cid, kv in r.colls.items():
+                if cid not in current:
+                    cur = self.meta.kv.get(kv.key)
+                    current[cid] = (cur, None if cur is None else Collection.from_json(decode(cur.value, cur.key)))
+                    self._colls.pop(cid, None)
+                cur, coll = current[cid]
+                if cur is not None and cur.mod_revision == kv.mod_revision:
+                    continue
+                try:
+                    if coll is None:
+                        raise ValidationError(f"collection id {cid} was removed")
+                    for m in r.messages:
+                        if m.collection_id == cid and m.vchannel:
+                            _judge(coll, m)
+                    r.colls[cid] = cur
+                except ValidationError as e:
+                    r.finish(error=e)
+                    refused.append(r)
+        if refused:
+            raise Retry(f"WAL {self.pchannel}: {len(refused)} call(s) of this fragment were refused when a "
+                        f"collection changed under them (a drop began); retry the others")
+
+
+def _judge(coll, m: Message) -> None:
+    """The checks of `m` that depend on its collection's record (ValidationError)."""
+    if m.vchannel not in coll.vchannels:
+        raise ValidationError(f"unknown vchannel {m.vchannel!r}: collection {coll.name!r} has "
+                              f"{', '.join(coll.vchannels)}")
+    if m.vchannel in coll.properties.get("released_vchannels", ()):
+        raise ValidationError(f"{m.type} refused: vchannel {m.vchannel!r} was released by the drop "
+                              f"of collection {coll.name!r} (id {coll.collection_id})")
+    allowed = {M.DROP_COLLECTION: (CREATED, DROPPING)}.get(m.type, (CREATED,))
+    if coll.state not in allowed:
+        raise ValidationError(f"{m.type} refused: collection {coll.name!r} is {coll.state}"
+                              + (" (its channels are released)" if coll.state == DROPPED else ""))
+    if m.type in (M.INSERT, M.DELETE, M.CREATE_PARTITION, M.DROP_PARTITION) and m.partition_id:
+        if m.partition_id not in {p.partition_id for p in coll.partitions}:
+            raise ValidationError(f"unknown partition id {m.partition_id} in collection {coll.name!r}")
 
 
 def _valid_pid(pid: str) -> bool:

@@ -109,11 +109,12 @@ def test_a_txn_whose_begin_lost_its_answer_still_commits_once(meta, store, setti
     assert _pks(meta, store, coll) == [1, 2, 3, 10, 11, 12, 13]
 
 
-def test_idle_producer_records_expire_in_the_flusher_and_live_ones_stay(meta, store, settings):
-    """A producer's record (its sequence numbers) is removed by the flusher once the
-    producer has not committed for wal_producer_expiry; a producer that commits keeps
-    its record; a record without a last-commit tick (written before it had one) is
-    stamped first, so its clock starts then, not at 0."""
+def test_expire_producers_removes_idle_records_and_the_flusher_leaves_them_alone(meta, store, settings):
+    """Producer records expire by themselves (their lease, issue 26); expire_producers is
+    the one-off sweep of records written before leases: it removes a record whose
+    producer has not committed for the given idle time and keeps live ones; a record
+    without a last-commit tick is stamped first, so its clock starts then, not at 0. A
+    flusher run reads none of them."""
     from seglake.meta import keys as keymod
     from seglake.meta.alloc import compose_ts, physical_ms
     from seglake.meta.codec import decode, encode
@@ -131,8 +132,9 @@ def test_idle_producer_records_expire_in_the_flusher_and_live_ones_stay(meta, st
     meta.kv.put(key("idle"), encode({**rec, "tt": compose_ts(physical_ms(rec["tt"]) - 61_000)}))  # 61 s ago
     legacy = {k: v for k, v in decode(meta.kv.get(key("busy")).value).items() if k != "tt"}
     meta.kv.put(key("old"), encode(legacy))
-    stats = flush_pchannel(meta, store, p, s, flush_all=True)
-    assert stats["producers_expired"] == 1
+    flush_pchannel(meta, store, p, s, flush_all=True)
+    assert meta.kv.get(key("idle")) is not None                            # the flusher left it
+    assert expire_producers(meta, p, meta.tso.now(), 60.0) == 1
     assert meta.kv.get(key("idle")) is None and meta.kv.get(key("busy")) is not None
     assert isinstance(decode(meta.kv.get(key("old")).value)["tt"], int)   # stamped, kept
     # a minute later by the TSO: busy and old go too

@@ -168,8 +168,9 @@ def test_a_late_applied_fragment_answers_a_retried_call_with_its_own_ids(meta, s
                 r.result(30)
         ids = w.append(my, seq=ry.seq)   # the caller of Y retries (X's caller gave up)
         monkeypatch.undo()
-        prod = decode(meta.kv.get(keymod.wal_producer(meta.keys, p, "late")).value)
-        (_, n, first, count), = [e for e in prod["recent"] if e[0] == ry.seq]
+        from seglake.wal.log import WalLog   # the index record lists each call's place in it
+        (n, first, count), = [(rec.n, f, k) for rec in WalLog(meta, store, p).fragments()
+                              for q, f, k in rec.calls if q == ry.seq]
     assert ids == [MessageId(ids[0].term, n, first + i) for i in range(count)], (ids, n, first)
 
 

@@ -26,7 +26,7 @@ from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Segment
 from seglake.wal import message as M
 from seglake.wal.buffer import FLUSH, DeleteBuffer, SealPolicy, SegmentBuffer
 from seglake.wal.checkpoints import RELEASED, Checkpoint, advances, live_vchannels, read_checkpoint, truncated_before
-from seglake.wal.log import Fenced, WalLog, expire_producers, validate_pchannel
+from seglake.wal.log import Fenced, WalLog, validate_pchannel
 from seglake.wal.message import Message, MessageId
 from seglake.lifecycle.flush.state import L0, FlushStats, VchannelReleased, VState, acquire_term, rev_guard
 
@@ -190,8 +190,7 @@ class Flusher:
             self.meta.kv.put(keymod.wal_open_txns(self.meta.keys, self.pchannel),
                              json.dumps({"at_tick": self.scanner.reorder.last_pop_tt, "txns": self.stats.open_txns}))
             self.finish(flush_all=flush_all)
-            self.stats.producers_expired = expire_producers(self.meta, self.pchannel, self.meta.tso.now(),
-                                                            self.settings.wal_producer_expiry)
+            # (producer records expire by themselves, on their leases: nothing to read here)
         finally:
             self.scanner.close()
         return self.stats
@@ -312,8 +311,9 @@ class Flusher:
 
     def on_insert(self, st: VState, m: Message) -> None:
         """Rows into the partition's growing segment, stamped with the message's tick. An
-        upsert also deletes every older row of its pks (same tick: the delete hides only
-        strictly older rows of its partition, as in Milvus). Replay: rows at or below what this flusher already wrote
+        upsert also deletes every older row of its pks (at its call's timestamp
+        `upsert_ts`, below every tick of the call's rows: the delete hides only rows older
+        than the call, in its partition, as in Milvus). Replay: rows at or below what this flusher already wrote
         for the partition are skipped (segments of a partition cover consecutive ticks)."""
         pid = m.partition_id
         if m.time_tick <= st.part_hw.get(pid, 0):
@@ -321,8 +321,12 @@ class Flusher:
             return
         batch = m.body if m.body.schema == st.schema else M.conform_batch(m.body, st.coll.schema)
         if m.props.get("upsert") and m.time_tick > st.del_hw:
-            # as Milvus: an upsert's delete reaches its own partition only
-            self._add_deletes(st, batch.column(st.pk.name).to_numpy(zero_copy_only=False), m.time_tick, pid)
+            # as Milvus: an upsert's delete reaches its own partition only, and is stamped
+            # with the call's one timestamp (taken before any of its appends committed), so
+            # an upsert carried by several appends never hides its own earlier rows
+            ts = m.props.get("upsert_ts")
+            ts = min(ts, m.time_tick) if isinstance(ts, int) and not isinstance(ts, bool) and ts > 0 else None
+            self._add_deletes(st, batch.column(st.pk.name).to_numpy(zero_copy_only=False), m.time_tick, pid, ts)
         buf = st.growing.get(pid) or self._open_segment(st, pid, m.time_tick)
         buf.add_rows(batch, m.time_tick)
 
@@ -335,10 +339,10 @@ class Flusher:
             return
         self._add_deletes(st, m.body.column("pk").to_numpy(zero_copy_only=False), m.time_tick, m.partition_id)
 
-    def _add_deletes(self, st: VState, pks: np.ndarray, tt: int, partition_id: int) -> None:
+    def _add_deletes(self, st: VState, pks: np.ndarray, tt: int, partition_id: int, ts: int | None = None) -> None:
         if st.dels is None:
             st.dels = DeleteBuffer(self._position(st))
-        st.dels.add(pks, tt, partition_id)
+        st.dels.add(pks, tt, partition_id, ts)
         self.stats.deletes += len(pks)
 
     def on_tick(self, m: Message) -> None:

@@ -85,7 +85,6 @@ class FlushStats:
     released: list = field(default_factory=list)   # vchannels released by a DropCollection
     txn_ticks: int = 0         # TimeTicks appended to end transactions expired on a quiet log
     open_txns: list = field(default_factory=list)  # transactions still open at the end of the run
-    producers_expired: int = 0  # producer records removed (idle over wal_producer_expiry)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
