@@ -42,6 +42,7 @@ MAX_CALLS = 64
 CLOCK_BASE = 1 << 40
 CLOCK_EPOCH_MS = 1_577_836_800_000      # 2020-01-01T00:00:00Z
 MAX_CALL = 1 << 42                       # a seq stays below 2**62
+MAX_CALL_LEAD_MS = 10_000                # a call number runs at most this far ahead of its time
 FRESH_WINDOW = 600.0      # retry window of a producer id no other process knows (a fresh one)
 
 
@@ -61,9 +62,6 @@ def payload_digest(messages, bodies=None) -> str:
         h.update(repr((m.type, m.vchannel, m.collection_id, m.partition_id, props)).encode())
         h.update(m.body_bytes() if bodies is None else bodies[i])
     return h.hexdigest()
-
-
-MAX_CALL_LEAD_MS = 10_000   # a call number runs at most this far ahead of its time
 
 
 def now_ms(tso, clock=time.time) -> int:
