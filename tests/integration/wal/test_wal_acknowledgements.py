@@ -202,7 +202,11 @@ def test_a_retry_after_its_record_expired_is_refused_not_appended_twice(meta, st
 
     from seglake.meta import keys as keymod
 
-    s = settings.replace(wal_producer_expiry=600.0)
+    # the clock run ahead below stands in for waiting: the TSO it leaves 601 s ahead must
+    # not stop this test's own (right-clock) flush, so the bound is wider than that
+    s = settings.replace(wal_producer_expiry=600.0, max_clock_skew=3600.0)
+    from seglake.meta import Meta
+    meta = Meta.from_settings(s)
     with WalClient(meta, store, s, producer_id="expired") as c:
         coll = make_collection(c, shards=1)
         rows = synthetic_rows(coll, 2, 1)
@@ -218,6 +222,7 @@ def test_a_retry_after_its_record_expired_is_refused_not_appended_twice(meta, st
         assert "retry window" in str(e.value)
     _flush(meta, store, s, coll)
     assert _pks(meta, store, coll) == [1, 2]
+    meta.close()
 
 
 def test_an_upsert_retried_from_another_client_keeps_its_first_timestamp(meta, store, settings, monkeypatch):
