@@ -146,7 +146,7 @@ class WalClient:
             self.tso = meta.tso
         else:
             from seglake.meta.alloc import TSO
-            self.tso = TSO(meta.kv, meta.keys.alloc_tso(), clock=clock)
+            self.tso = TSO(meta.kv, meta.keys.alloc_tso(), clock=clock, max_clock_skew=settings.max_clock_skew)
         self._writers: dict[str, WalWriter] = {}
         self._last_call = 0
         self._floored = False   # (a named id: the first number is drawn above the TSO at the claim)
