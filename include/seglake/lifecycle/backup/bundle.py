@@ -24,7 +24,7 @@ import time
 import msgspec
 from typing import Callable, Iterator
 
-from seglake import manifest
+from seglake import limits, manifest
 from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, ValidationError
 from seglake.names import validate_name
 from seglake.storage import Store, layout
@@ -218,18 +218,74 @@ def check(doc, where: str) -> dict:
     if not isinstance(files, dict) or not isinstance(segments, list) or not isinstance(doc.get("snapshot"), dict):
         raise BundleError(f"{where}: has no files, segments or snapshot section")
     sha_ok = layout.SHA256_RE.fullmatch
+    sizes: dict[str, int] = {}
     for key, f in files.items():
-        if not (isinstance(f, dict) and type(f.get("size")) is int and f["size"] >= 0
+        if not (isinstance(f, dict) and type(f.get("size")) is int and 0 <= f["size"] <= FILE_MAX
                 and isinstance(f.get("sha256"), str) and sha_ok(f["sha256"])):
-            raise BundleError(f"{where}: file entry {key!r} is invalid")
+            raise BundleError(f"{where}: file entry {key!r} is invalid (size 0..{FILE_MAX}, a SHA-256)")
+        if sizes.setdefault(f["sha256"], f["size"]) != f["size"]:
+            raise BundleError(f"{where}: file {key!r} lists SHA-256 {f['sha256'][:16]}... with {f['size']} bytes, "
+                              f"another file lists it with {sizes[f['sha256']]}")
+    for i, e in enumerate(segments):
+        _check_entry(e, f"{where}: segment entry {i}")
     _check_identity(doc, where)
     for e in segments:
+        seg = manifest.entry_to_segment(e)
+        built = {f.key for f in layout.segment_files(seg)}
         for path, size in manifest.entry_files(e):
             f = files.get(path)
             if f is None or f["size"] != size:
                 raise BundleError(f"{where}: segment {e.get('segment_id')} references {path} ({size} bytes), "
                                   f"which the bundle does not list with that size")
+            if path not in built:
+                raise BundleError(f"{where}: segment {seg.segment_id} references {path}, which is not the key its "
+                                  f"ids name (an id or a path was altered)")
     return doc
+
+
+FILE_MAX = 1 << 40          # 1 TiB: no segment file is near this; a bigger size is forged
+_NAMED = {t["name"]: t for t in (manifest._LOG, manifest._FIELD_LOGS, manifest._INDEX)}
+
+
+def _check_entry(e, where: str) -> None:
+    """A segment entry against the manifest's Avro schema, field by field: every long an
+    integer in 0..2**63-1 (ids, counts, sizes, timestamps: none is negative), every string
+    a string, every array a list; a missing field only where the schema has a default."""
+    def walk(value, schema, at: str) -> None:
+        if isinstance(schema, str) and schema in _NAMED:
+            schema = _NAMED[schema]
+        if isinstance(schema, list):                      # a union: ["null", ...]
+            if value is None and "null" in schema:
+                return
+            schema = next(s for s in schema if s != "null")
+        kind = schema if isinstance(schema, str) else schema.get("type")
+        if kind in ("long", "int"):
+            if type(value) is not int or not 0 <= value <= limits.ID_MAX:
+                raise BundleError(f"{where}: {at} is {value!r}, not an integer in 0..{limits.ID_MAX}")
+        elif kind == "string":
+            if not isinstance(value, str):
+                raise BundleError(f"{where}: {at} is {value!r}, not a string")
+        elif kind == "array":
+            if not isinstance(value, list):
+                raise BundleError(f"{where}: {at} is not a list")
+            for i, v in enumerate(value):
+                walk(v, schema["items"], f"{at}[{i}]")
+        elif kind == "map":
+            if not isinstance(value, dict):
+                raise BundleError(f"{where}: {at} is not a map")
+            for k, v in value.items():
+                walk(v, schema["values"], f"{at}[{k!r}]")
+        elif kind == "record":
+            if not isinstance(value, dict):
+                raise BundleError(f"{where}: {at or 'the entry'} is not a record")
+            _NAMED.setdefault(schema["name"], schema)
+            for fld in schema["fields"]:
+                if fld["name"] in value:
+                    walk(value[fld["name"]], fld["type"], f"{at}.{fld['name']}" if at else fld["name"])
+                elif "default" not in fld:
+                    raise BundleError(f"{where}: {at or 'the entry'} has no {fld['name']!r}")
+        # any other kind (a later schema's) is left to the decoder
+    walk(e, manifest.SCHEMA, "")
 
 
 def _check_identity(doc: dict, where: str) -> None:
