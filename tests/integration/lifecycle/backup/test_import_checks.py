@@ -8,6 +8,7 @@ Real etcd, real files on local disk."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -239,3 +240,33 @@ def test_a_forged_file_size_is_refused_before_any_write(exported, other):
     with pytest.raises(bundles.BundleError, match=key.replace("/", ".")):
         imports.import_bundle(meta2, store2, target, "bk", "s1", **quiet)
     _untouched(meta2, store2)
+
+
+def test_a_killed_import_silent_for_a_minute_is_taken_over(exported, other, monkeypatch):
+    """A SIGKILLed driver marks nothing: its record still says importing and its heartbeat
+    stops. Another name is refused while the heartbeat is fresh and takes over once it has
+    been silent for MIN_PENDING_TIMEOUT."""
+    from seglake import faults
+
+    target, doc = exported
+    meta2, store2 = other
+
+    class Killed(BaseException):   # not an Exception: no handler of the import runs, like a SIGKILL
+        pass
+
+    def point(name):
+        if name == "import.after_file":
+            raise Killed()
+    monkeypatch.setattr(faults, "point", point)
+    with pytest.raises(Killed):
+        imports.import_bundle(meta2, store2, target, "bk", "s1", threads=1, **quiet)
+    monkeypatch.undo()
+    (rec,) = imports.list_imports(meta2)
+    assert rec["state"] == "importing"
+    with pytest.raises(Conflict, match="being imported"):
+        imports.import_bundle(meta2, store2, target, "bk", "s1", as_collection="bk_retry", **quiet)
+    later = time.time() + snapshot.MIN_PENDING_TIMEOUT + 1
+    monkeypatch.setattr(imports.time, "time", lambda: later)
+    out = imports.import_bundle(meta2, store2, target, "bk", "s1", as_collection="bk_retry", **quiet)
+    assert out["collection"] == "bk_retry" and out["rows"] == doc["totals"]["rows"]
+    assert [r.collection_name for r in meta2.snapshots.list()] == ["bk_retry"]
