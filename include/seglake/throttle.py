@@ -12,6 +12,13 @@ slot. Runners' wall clocks should agree to well under a second (NTP).
 
 Each Throttle measures what it did (bytes, requests, seconds waited, effective rate) for
 the runner's log. 0 means unlimited; then acquire() touches nothing.
+
+Besides a run's own limit, a store may have ONE limit shared by all its copy work (copy
+jobs, exports, imports, every runner of each): `set_store_limit(meta, bps, rps)` records
+it in etcd ({root}/copy/store_limit); `for_run(meta, key, bps, rps)` builds a run's
+Throttle that also takes every request's cost from the store's clock
+({root}/copy/store_throttle), so the store's copy traffic as a whole stays under it,
+however many runs there are.
 """
 
 from __future__ import annotations
@@ -35,10 +42,11 @@ def check_rates(max_bytes_per_second, max_requests_per_second) -> tuple[float, f
 
 class Throttle:
     def __init__(self, kv, key: str, bytes_per_second: float = 0.0, requests_per_second: float = 0.0,
-                 clock=time.time, sleep=time.sleep):
+                 clock=time.time, sleep=time.sleep, shared: "Throttle | None" = None):
         self.kv, self.key = kv, key
         self.bps, self.rps = check_rates(bytes_per_second, requests_per_second)
         self.clock, self.sleep = clock, sleep
+        self.shared = shared if shared is not None and shared.limited else None   # the store's limit
         self._lock = threading.Lock()
         self._cur: KeyValue | None = None   # the clock as last seen here (optimistic CAS)
         self.bytes = self.requests = 0
@@ -51,7 +59,14 @@ class Throttle:
 
     def acquire(self, nbytes: int, requests: int = 1) -> float:
         """Take the budget for `requests` requests moving `nbytes`, waiting as long as the
-        job's rate says. Returns the seconds waited."""
+        job's rate says, then as long as the store's shared limit says. Returns the
+        seconds waited."""
+        waited = self._acquire(nbytes, requests)
+        if self.shared is not None:
+            waited += self.shared.acquire(nbytes, requests)
+        return waited
+
+    def _acquire(self, nbytes: int, requests: int) -> float:
         if not self.limited:
             return 0.0
         cost = max(nbytes / self.bps if self.bps else 0.0, requests / self.rps if self.rps else 0.0)
@@ -87,10 +102,48 @@ class Throttle:
         """What this runner moved under the limit: bytes, requests, seconds waited, and
         its effective rates since its first acquire."""
         el = max(1e-9, self.clock() - self.started) if self.started is not None else 0.0
-        return {"limit_bytes_per_second": self.bps, "limit_requests_per_second": self.rps,
-                "bytes": self.bytes, "requests": self.requests, "waited_s": round(self.waited, 3),
-                "bytes_per_second": round(self.bytes / el, 1) if el else 0.0,
-                "requests_per_second": round(self.requests / el, 2) if el else 0.0}
+        out = {"limit_bytes_per_second": self.bps, "limit_requests_per_second": self.rps,
+               "bytes": self.bytes, "requests": self.requests, "waited_s": round(self.waited, 3),
+               "bytes_per_second": round(self.bytes / el, 1) if el else 0.0,
+               "requests_per_second": round(self.requests / el, 2) if el else 0.0}
+        if self.shared is not None:
+            out["store_limit_bytes_per_second"] = self.shared.bps
+            out["store_limit_requests_per_second"] = self.shared.rps
+            out["store_waited_s"] = round(self.shared.waited, 3)
+        return out
+
+
+# -- the store's shared limit ---------------------------------------------------------------
+def store_limit(meta) -> tuple[float, float]:
+    """(bytes/s, requests/s) of the store-wide copy limit; (0, 0): none."""
+    kv = meta.kv.get(meta.keys.copy_store_limit())
+    if kv is None:
+        return 0.0, 0.0
+    import json
+    doc = json.loads(kv.value)
+    return check_rates(doc.get("max_bytes_per_second", 0), doc.get("max_requests_per_second", 0))
+
+
+def set_store_limit(meta, max_bytes_per_second, max_requests_per_second=0) -> tuple[float, float]:
+    """Set (0, 0: remove) the limit shared by ALL copy work of this store, checked first.
+    Runs that start afterwards obey it."""
+    import json
+    bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
+    if bps or rps:
+        meta.kv.put(meta.keys.copy_store_limit(),
+                    json.dumps({"max_bytes_per_second": bps, "max_requests_per_second": rps}))
+    else:
+        meta.kv.delete(meta.keys.copy_store_limit())
+    return bps, rps
+
+
+def for_run(meta, key: str, bytes_per_second: float = 0.0, requests_per_second: float = 0.0,
+            clock=time.time, sleep=time.sleep) -> Throttle:
+    """A run's Throttle (its own limit, clock `key`), under the store's shared limit
+    when one is set (read once, here)."""
+    bps, rps = store_limit(meta)
+    shared = Throttle(meta.kv, meta.keys.copy_store_throttle(), bps, rps, clock, sleep) if bps or rps else None
+    return Throttle(meta.kv, key, bytes_per_second, requests_per_second, clock, sleep, shared=shared)
 
 
 def human_rate(value: float, unit: str) -> str:

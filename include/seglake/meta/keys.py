@@ -141,6 +141,14 @@ class Keys:
         """The job's shared rate-limit clock (seglake.throttle)."""
         return f"{self.root}/copy/throttle/{_id(job_id)}"
 
+    def copy_store_limit(self) -> str:
+        """The store-wide copy rate limit, shared by ALL copy work of this store (seglake.throttle)."""
+        return f"{self.root}/copy/store_limit"
+
+    def copy_store_throttle(self) -> str:
+        """The store-wide limit's shared rate-limit clock (seglake.throttle)."""
+        return f"{self.root}/copy/store_throttle"
+
     def copy_task(self, job_id: int, task_id: int) -> str:
         return f"{self.root}/copy/tasks/{_id(job_id)}/{_id(task_id)}"
 

@@ -19,7 +19,8 @@
 
 Resumable and idempotent: a re-run after a kill reuses every data file already in the
 target (content-addressed) and writes the same bundle. Throttled by the same shared
-rate limit as copy jobs (seglake.throttle), per export run.
+rate limit as copy jobs (seglake.throttle), per export run, under the store-wide limit
+shared by all copy work when one is set (throttle.set_store_limit).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
 from seglake.progress import human_bytes
 from seglake.storage import Store, layout
-from seglake.throttle import Throttle, check_rates, human_rate
+from seglake import throttle as throttles
+from seglake.throttle import check_rates, human_rate
 
 log = logging.getLogger("seglake.backup")
 EXPORT_PIN_LEASE = 600.0   # an export's pin expires this long after its last renewal (every lease / 4)
@@ -223,7 +225,7 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         f"{human_bytes(sum(f['size'] for f in files.values()))}); {len(vouched)} files unchanged since an earlier "
         f"bundle (their data files checked in the target), {len(files) - len(vouched)} to read; rate limit "
         f"{human_rate(bps, 'B/s')}, {human_rate(rps, 'req/s')}")
-    throttle = Throttle(meta.kv, meta.keys.backup_throttle(token), bps, rps)
+    throttle = throttles.for_run(meta, meta.keys.backup_throttle(token), bps, rps)
     prog = _Progress(len(files), sum(f["size"] for f in files.values()), say)
     present_lock, inflight = threading.Lock(), set()
     good: dict[str, bool] = {}    # sha256 -> the target's data file was read and holds exactly that content

@@ -52,7 +52,8 @@ from seglake.meta.snapshots import COMMITTED, PENDING, SnapshotRecord
 from seglake.names import validate_name
 from seglake.progress import human_bytes
 from seglake.storage import Store, layout
-from seglake.throttle import Throttle, check_rates
+from seglake import throttle as throttles
+from seglake.throttle import check_rates
 
 log = logging.getLogger("seglake.backup")
 MAX_AHEAD = 86400.0   # seconds a bundle's timestamps may be ahead of this store's clock (other clusters' clocks)
@@ -101,7 +102,7 @@ def _import(meta, store, target, collection, bundle, db, name, snapshot, threads
     coll_doc, segs = _remap(doc, plan, name, db)
     copies = _copies(doc, plan)
     attempt = meta.ids.allocate()
-    throttle = Throttle(meta.kv, meta.keys.backup_throttle(f"import-{doc['uid']}-{attempt}"), bps, rps)
+    throttle = throttles.for_run(meta, meta.keys.backup_throttle(f"import-{doc['uid']}-{attempt}"), bps, rps)
     stats = {"copied_files": 0, "copied_bytes": 0, "kept_files": 0}
     lock = threading.Lock()
     say(f"import {db}.{collection}/{bundle} as {db}.{name}/{snap}: {len(copies)} files, "

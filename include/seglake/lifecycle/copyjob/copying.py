@@ -14,6 +14,7 @@ from seglake.meta.copyjobs import (JOB_EXECUTING, TASK_COMPLETED, TASK_FAILED, T
 from seglake.meta.kv import KeyValue, retry_on_conflict
 from seglake.storage import Store, layout
 from seglake.storage.base import ChecksumMismatch, Listed
+from seglake import throttle as throttles
 from seglake.throttle import Throttle
 from seglake.lifecycle.copyjob.target import source_and_target_files
 
@@ -31,8 +32,8 @@ class SourceMissing(SeglakeError):
 # -- copy -----------------------------------------------------------------------------------
 def job_throttle(meta: Meta, job: CopyJob) -> Throttle:
     """The job's rate limit as seen by one runner (every runner shares it through etcd)."""
-    return Throttle(meta.kv, meta.keys.copy_throttle(job.job_id), job.max_bytes_per_second,
-                    job.max_requests_per_second)
+    return throttles.for_run(meta, meta.keys.copy_throttle(job.job_id), job.max_bytes_per_second,
+                            job.max_requests_per_second)
 
 
 def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int = 1,
