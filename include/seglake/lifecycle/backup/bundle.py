@@ -244,48 +244,85 @@ def check(doc, where: str) -> dict:
 
 
 FILE_MAX = 1 << 40          # 1 TiB: no segment file is near this; a bigger size is forged
-_NAMED = {t["name"]: t for t in (manifest._LOG, manifest._FIELD_LOGS, manifest._INDEX)}
+
+
+class _Bad(Exception):
+    def __init__(self, at: list, why: str):
+        self.at, self.why = at, why
+
+
+def _compile(schema, named: dict):
+    """A checker for values of an Avro schema (built once: the manifest's entry schema is
+    walked for every segment of every bundle read). Raises _Bad(path, why)."""
+    if isinstance(schema, str) and schema in named:
+        return named[schema]
+    if isinstance(schema, list):                                    # a union: ["null", ...]
+        inner = _compile(next(x for x in schema if x != "null"), named)
+
+        def union(v):
+            if v is not None or "null" not in schema:
+                inner(v)
+        return union
+    kind = schema if isinstance(schema, str) else schema.get("type")
+    if kind in ("long", "int"):
+        def long(v):
+            if type(v) is not int or not 0 <= v <= limits.ID_MAX:
+                raise _Bad([], f"is {v!r}, not an integer in 0..{limits.ID_MAX}")
+        return long
+    if kind == "string":
+        def string(v):
+            if not isinstance(v, str):
+                raise _Bad([], f"is {v!r}, not a string")
+        return string
+    if kind in ("array", "map"):
+        item = _compile(schema["items" if kind == "array" else "values"], named)
+        container = list if kind == "array" else dict
+
+        def many(v):
+            if not isinstance(v, container):
+                raise _Bad([], f"is not a {kind}")
+            for k, x in (enumerate(v) if kind == "array" else v.items()):
+                try:
+                    item(x)
+                except _Bad as b:
+                    b.at.insert(0, f"[{k!r}]")
+                    raise
+        return many
+    if kind == "record":
+        fields = []
+
+        def record(v):
+            if not isinstance(v, dict):
+                raise _Bad([], "is not a record")
+            for name, check, required in fields:
+                if name in v:
+                    try:
+                        check(v[name])
+                    except _Bad as b:
+                        b.at.insert(0, f".{name}")
+                        raise
+                elif required:
+                    raise _Bad([], f"has no {name!r}")
+        named[schema["name"]] = record    # before its fields: a field may name it
+        fields.extend((f["name"], _compile(f["type"], named), "default" not in f) for f in schema["fields"])
+        return record
+    return lambda v: None                 # any other kind (a later schema's) is left to the decoder
+
+
+_entry_checker = None
 
 
 def _check_entry(e, where: str) -> None:
     """A segment entry against the manifest's Avro schema, field by field: every long an
     integer in 0..2**63-1 (ids, counts, sizes, timestamps: none is negative), every string
     a string, every array a list; a missing field only where the schema has a default."""
-    def walk(value, schema, at: str) -> None:
-        if isinstance(schema, str) and schema in _NAMED:
-            schema = _NAMED[schema]
-        if isinstance(schema, list):                      # a union: ["null", ...]
-            if value is None and "null" in schema:
-                return
-            schema = next(s for s in schema if s != "null")
-        kind = schema if isinstance(schema, str) else schema.get("type")
-        if kind in ("long", "int"):
-            if type(value) is not int or not 0 <= value <= limits.ID_MAX:
-                raise BundleError(f"{where}: {at} is {value!r}, not an integer in 0..{limits.ID_MAX}")
-        elif kind == "string":
-            if not isinstance(value, str):
-                raise BundleError(f"{where}: {at} is {value!r}, not a string")
-        elif kind == "array":
-            if not isinstance(value, list):
-                raise BundleError(f"{where}: {at} is not a list")
-            for i, v in enumerate(value):
-                walk(v, schema["items"], f"{at}[{i}]")
-        elif kind == "map":
-            if not isinstance(value, dict):
-                raise BundleError(f"{where}: {at} is not a map")
-            for k, v in value.items():
-                walk(v, schema["values"], f"{at}[{k!r}]")
-        elif kind == "record":
-            if not isinstance(value, dict):
-                raise BundleError(f"{where}: {at or 'the entry'} is not a record")
-            _NAMED.setdefault(schema["name"], schema)
-            for fld in schema["fields"]:
-                if fld["name"] in value:
-                    walk(value[fld["name"]], fld["type"], f"{at}.{fld['name']}" if at else fld["name"])
-                elif "default" not in fld:
-                    raise BundleError(f"{where}: {at or 'the entry'} has no {fld['name']!r}")
-        # any other kind (a later schema's) is left to the decoder
-    walk(e, manifest.SCHEMA, "")
+    global _entry_checker
+    if _entry_checker is None:
+        _entry_checker = _compile(manifest.SCHEMA, {})
+    try:
+        _entry_checker(e)
+    except _Bad as b:
+        raise BundleError(f"{where}: {''.join(b.at).lstrip('.') or 'the entry'} {b.why}") from None
 
 
 def _check_identity(doc: dict, where: str) -> None:
