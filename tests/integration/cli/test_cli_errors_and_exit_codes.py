@@ -53,6 +53,7 @@ CASES = {
     "seglake snapshots pins": (["snapshots", "pins", "--collection", "a b"], 2, "--collection"),
     "seglake jobs list": (["jobs", "list", "--collection", "a\n"], 2, "--collection"),
     "seglake jobs describe": (["jobs", "describe", "424242"], 2, "copy job 424242 not found"),
+    "seglake jobs limit": (["jobs", "limit", "--max-mib-per-second", "-1"], 2, "--max-mib-per-second"),
     "seglake gc report": (["gc", "report"], 2, "no gc run"),
     "seglake gc run": (["gc", "run", "--collection", "nope"], 2, "collection 'nope' not found"),
     "seglake gc run --missing-tolerance-hours 0.1": (["gc", "run", "--missing-tolerance-hours", "0.1"], 2,

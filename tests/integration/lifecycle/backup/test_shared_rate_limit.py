@@ -62,3 +62,19 @@ def test_exports_and_copy_jobs_take_their_cost_from_the_stores_limit(meta, store
     assert rep["throttle"]["store_limit_bytes_per_second"] == 1e12
     job_id = restore.restore(meta, store, "bk", "s1", "bk_copy")
     assert copying.job_throttle(meta, meta.copyjobs.get(job_id)[0]).shared.bps == 1e12
+
+
+def test_the_cli_shows_sets_and_removes_the_stores_limit(meta, settings, monkeypatch, capsys):
+    from seglake import cli
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["jobs", "limit"]) == 0
+    assert "unlimited B/s" in capsys.readouterr().out
+    assert cli.main(["jobs", "limit", "--max-mib-per-second", "4", "--max-requests-per-second", "50"]) == 0
+    assert "4.0 MiB/s, 50 req/s" in capsys.readouterr().out
+    assert throttle.store_limit(meta) == (4 * MiB, 50)
+    assert cli.main(["jobs", "limit", "--max-requests-per-second", "0"]) == 0   # the other value is kept
+    assert throttle.store_limit(meta) == (4 * MiB, 0)
+    assert cli.main(["jobs", "limit", "--max-mib-per-second", "0"]) == 0
+    assert meta.kv.get(meta.keys.copy_store_limit()) is None
