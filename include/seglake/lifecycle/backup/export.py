@@ -237,7 +237,8 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
             if sha in good:
                 return good[sha]
         try:
-            got, n = bundles.sha256_of(target, layout.bundle_blob(sha))
+            throttle.acquire(0, 1)
+            got, n = bundles.sha256_of(target, layout.bundle_blob(sha), on_chunk=lambda c: throttle.acquire(c, 0))
         except NotFound:
             got, n = "", -1
         with present_lock:

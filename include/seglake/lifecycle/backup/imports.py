@@ -35,6 +35,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 
 from seglake import runners
 from seglake import faults, limits, manifest
@@ -77,6 +78,19 @@ def import_bundle(meta: Meta, store: Store, target: Store, collection: str, bund
 
 def _import(meta, store, target, collection, bundle, db, name, snapshot, threads, bps, rps, say) -> dict:
     doc = bundles.read(target, db, collection, bundle)
+    # the run's rate limit (its etcd clock exists only while the import runs, and only when limited)
+    throttle = throttles.for_run(meta, meta.keys.backup_throttle(f"import-{doc['uid']}-{uuid.uuid4().hex[:8]}"),
+                                 bps, rps)
+    try:
+        return _check_and_import(meta, store, target, doc, collection, bundle, db, name, snapshot, threads,
+                                 throttle, say)
+    finally:
+        if throttle.limited:
+            meta.kv.delete(throttle.key)
+
+
+def _check_and_import(meta, store, target, doc, collection, bundle, db, name, snapshot, threads, throttle,
+                      say) -> dict:
     where = f"bundle {db}.{collection}/{bundle}"
     snap = doc["source"]["snapshot"] if snapshot is None else validate_name("snapshot", snapshot)
     newest = _check_clock(meta, doc, where)
@@ -84,7 +98,7 @@ def _import(meta, store, target, collection, bundle, db, name, snapshot, threads
     if plan is None or plan.get("state") != "imported":
         if plan is not None:
             _check_takeover(meta, plan, db, name, snap, doc)   # fail fast, before reading the data
-        _check_data_files(target, doc, where, threads)
+        _check_data_files(target, doc, where, threads, throttle)
     plan = _import_record(meta, store, doc, db, name, snap)
     cid, sid = plan["collection_id"], plan["snapshot_id"]
     rec = meta.snapshots.find(cid, snap)
@@ -102,7 +116,6 @@ def _import(meta, store, target, collection, bundle, db, name, snapshot, threads
     coll_doc, segs = _remap(doc, plan, name, db)
     copies = _copies(doc, plan)
     attempt = meta.ids.allocate()
-    throttle = throttles.for_run(meta, meta.keys.backup_throttle(f"import-{doc['uid']}-{attempt}"), bps, rps)
     stats = {"copied_files": 0, "copied_bytes": 0, "kept_files": 0}
     lock = threading.Lock()
     say(f"import {db}.{collection}/{bundle} as {db}.{name}/{snap}: {len(copies)} files, "
@@ -146,8 +159,6 @@ def _import(meta, store, target, collection, bundle, db, name, snapshot, threads
         snapshots.record_failure(meta, rec, f"{type(e).__name__}: {e}")
         _set_state(meta, plan, "failed")
         raise
-    finally:
-        meta.kv.delete(throttle.key)
     say(f"import {db}.{name}/{snap}: committed; {stats['copied_files']} files ({human_bytes(stats['copied_bytes'])}) "
         f"copied, {stats['kept_files']} already there")
     return _done(meta, plan, rec, **stats)
@@ -190,12 +201,12 @@ def _check_clock(meta: Meta, doc: dict, where: str) -> int:
     return max(ts for _, ts in stamps)
 
 
-def _check_data_files(target: Store, doc: dict, where: str, threads: int) -> None:
+def _check_data_files(target: Store, doc: dict, where: str, threads: int, throttle=None) -> None:
     """Every data file the bundle lists: present, its size, its SHA-256, a log's row
     count -- read in full before the import writes anything (verify's own check)."""
     from seglake.lifecycle.backup import verify
 
-    problems = verify.check_units(target, verify.units_of(doc), threads)
+    problems = verify.check_units(target, verify.units_of(doc), threads, throttle)
     if problems:
         listed = "; ".join(f"{p['file']} ({p['data']}): {p['problem']}" for p in problems[:5])
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""

@@ -61,12 +61,16 @@ def units_of(doc: dict) -> list[dict]:
              "rows": {k: rows[k] for k in keys if k in rows}} for sha, keys in sorted(by_sha.items())]
 
 
-def check_unit(target: Store, unit: dict) -> list[dict]:
-    """One data file: present, its size and SHA-256; for a log, its Parquet row count."""
+def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
+    """One data file: present, its size and SHA-256; for a log, its Parquet row count.
+    `throttle`: the reads take their cost from that rate limit."""
     sha, size, keys = unit["sha"], unit["size"], unit["keys"]
     blob = layout.bundle_blob(sha)
     try:
-        got, n = bundles.sha256_of(target, blob)
+        if throttle is not None:
+            throttle.acquire(0, 1)
+        got, n = bundles.sha256_of(target, blob, on_chunk=None if throttle is None else
+                                   (lambda c: throttle.acquire(c, 0)))
     except NotFound:
         return [{"file": k, "data": blob, "problem": "missing from the backup target"} for k in keys]
     if n != size or got != sha:
@@ -86,10 +90,10 @@ def check_unit(target: Store, unit: dict) -> list[dict]:
     return out
 
 
-def check_units(target: Store, units: list[dict], threads: int) -> list[dict]:
+def check_units(target: Store, units: list[dict], threads: int, throttle=None) -> list[dict]:
     """Every unit by a bounded thread pool; the problems found."""
     problems: list[dict] = []
-    for found in runners.run_inline(lambda u: check_unit(target, u), units, workers=threads):
+    for found in runners.run_inline(lambda u: check_unit(target, u, throttle), units, workers=threads):
         problems.extend(found)
     return problems
 
