@@ -24,8 +24,9 @@ import time
 import msgspec
 from typing import Callable, Iterator
 
-from seglake import limits, manifest
+from seglake import manifest
 from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, ValidationError
+from seglake.lifecycle.backup import entries
 from seglake.names import validate_name
 from seglake.storage import Store, layout
 
@@ -33,6 +34,7 @@ FORMAT = "seglake-bundle"
 VERSION = 1
 CHUNK = 4 << 20
 SMALL = 4 << 20     # files up to this size are read once into memory (hash + write from the same bytes)
+FILE_MAX = 1 << 40    # 1 TiB: no segment file is near this; a bigger size is forged
 
 
 class BundleError(SeglakeError):
@@ -227,7 +229,8 @@ def check(doc, where: str) -> dict:
             raise BundleError(f"{where}: file {key!r} lists SHA-256 {f['sha256'][:16]}... with {f['size']} bytes, "
                               f"another file lists it with {sizes[f['sha256']]}")
     for i, e in enumerate(segments):
-        _check_entry(e, f"{where}: segment entry {i}")
+        if (bad := entries.problem(e)) is not None:
+            raise BundleError(f"{where}: segment entry {i}: {bad}")
     _check_identity(doc, where)
     for e in segments:
         seg = manifest.entry_to_segment(e)
@@ -241,88 +244,6 @@ def check(doc, where: str) -> dict:
                 raise BundleError(f"{where}: segment {seg.segment_id} references {path}, which is not the key its "
                                   f"ids name (an id or a path was altered)")
     return doc
-
-
-FILE_MAX = 1 << 40          # 1 TiB: no segment file is near this; a bigger size is forged
-
-
-class _Bad(Exception):
-    def __init__(self, at: list, why: str):
-        self.at, self.why = at, why
-
-
-def _compile(schema, named: dict):
-    """A checker for values of an Avro schema (built once: the manifest's entry schema is
-    walked for every segment of every bundle read). Raises _Bad(path, why)."""
-    if isinstance(schema, str) and schema in named:
-        return named[schema]
-    if isinstance(schema, list):                                    # a union: ["null", ...]
-        inner = _compile(next(x for x in schema if x != "null"), named)
-
-        def union(v):
-            if v is not None or "null" not in schema:
-                inner(v)
-        return union
-    kind = schema if isinstance(schema, str) else schema.get("type")
-    if kind in ("long", "int"):
-        def long(v):
-            if type(v) is not int or not 0 <= v <= limits.ID_MAX:
-                raise _Bad([], f"is {v!r}, not an integer in 0..{limits.ID_MAX}")
-        return long
-    if kind == "string":
-        def string(v):
-            if not isinstance(v, str):
-                raise _Bad([], f"is {v!r}, not a string")
-        return string
-    if kind in ("array", "map"):
-        item = _compile(schema["items" if kind == "array" else "values"], named)
-        container = list if kind == "array" else dict
-
-        def many(v):
-            if not isinstance(v, container):
-                raise _Bad([], f"is not a {kind}")
-            for k, x in (enumerate(v) if kind == "array" else v.items()):
-                try:
-                    item(x)
-                except _Bad as b:
-                    b.at.insert(0, f"[{k!r}]")
-                    raise
-        return many
-    if kind == "record":
-        fields = []
-
-        def record(v):
-            if not isinstance(v, dict):
-                raise _Bad([], "is not a record")
-            for name, check, required in fields:
-                if name in v:
-                    try:
-                        check(v[name])
-                    except _Bad as b:
-                        b.at.insert(0, f".{name}")
-                        raise
-                elif required:
-                    raise _Bad([], f"has no {name!r}")
-        named[schema["name"]] = record    # before its fields: a field may name it
-        fields.extend((f["name"], _compile(f["type"], named), "default" not in f) for f in schema["fields"])
-        return record
-    return lambda v: None                 # any other kind (a later schema's) is left to the decoder
-
-
-_entry_checker = None
-
-
-def _check_entry(e, where: str) -> None:
-    """A segment entry against the manifest's Avro schema, field by field: every long an
-    integer in 0..2**63-1 (ids, counts, sizes, timestamps: none is negative), every string
-    a string, every array a list; a missing field only where the schema has a default."""
-    global _entry_checker
-    if _entry_checker is None:
-        _entry_checker = _compile(manifest.SCHEMA, {})
-    try:
-        _entry_checker(e)
-    except _Bad as b:
-        raise BundleError(f"{where}: {''.join(b.at).lstrip('.') or 'the entry'} {b.why}") from None
 
 
 def _check_identity(doc: dict, where: str) -> None:

@@ -94,7 +94,7 @@ def _check_and_import(meta, store, target, doc, collection, bundle, db, name, sn
     where = f"bundle {db}.{collection}/{bundle}"
     snap = doc["source"]["snapshot"] if snapshot is None else validate_name("snapshot", snapshot)
     newest = _check_clock(meta, doc, where)
-    _, plan = _current_import(meta, doc)
+    plan = _current_plan(meta, doc)
     if plan is None or plan.get("state") != "imported":
         if plan is not None:
             _check_takeover(meta, plan, db, name, snap, doc)   # fail fast, before reading the data
@@ -213,10 +213,10 @@ def _check_data_files(target: Store, doc: dict, where: str, threads: int, thrott
         raise bundles.BundleError(f"{where}: {len(problems)} bad data files, nothing imported: {listed}{more}")
 
 
-def _current_import(meta: Meta, doc: dict):
-    """(the import record as read, its plan) of this bundle; (None, None) if none."""
+def _current_plan(meta: Meta, doc: dict) -> dict | None:
+    """The import record of this bundle, None if none (read only)."""
     kv = meta.kv.get(meta.keys.backup_import(doc["uid"]))
-    return (None, None) if kv is None else (kv, json.loads(kv.value))
+    return None if kv is None else json.loads(kv.value)
 
 
 def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: dict) -> bool:
@@ -227,11 +227,13 @@ def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: 
     if (plan["db"], plan["collection"], plan["snapshot"]) == (db, name, snap):
         return False
     as_ = f"snapshot {plan['snapshot']!r} of {plan['db']}.{plan['collection']}"
-    if plan.get("state") == "imported":
+    rec = meta.snapshots.find(plan["collection_id"], plan["snapshot"])
+    if rec is not None and rec.snapshot_id != plan["snapshot_id"]:
+        rec = None
+    if plan.get("state") == "imported" or (rec is not None and rec.state == COMMITTED):
         raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) was already imported as {as_}; "
                        f"restore from that one")
-    rec = meta.snapshots.find(plan["collection_id"], plan["snapshot"])
-    if rec is None or rec.snapshot_id != plan["snapshot_id"] or rec.state != PENDING or rec.failed:
+    if rec is None or rec.state != PENDING or rec.failed:
         return True
     silent = time.time() - meta.snapshots.last_beat(rec)[0]
     if plan.get("state") == "failed" or silent >= snapshots.MIN_PENDING_TIMEOUT:

@@ -270,3 +270,18 @@ def test_a_killed_import_silent_for_a_minute_is_taken_over(exported, other, monk
     out = imports.import_bundle(meta2, store2, target, "bk", "s1", as_collection="bk_retry", **quiet)
     assert out["collection"] == "bk_retry" and out["rows"] == doc["totals"]["rows"]
     assert [r.collection_name for r in meta2.snapshots.list()] == ["bk_retry"]
+
+
+def test_an_import_that_committed_but_was_not_marked_is_never_taken_over(exported, other):
+    """Killed between its snapshot's commit and marking its record imported: the snapshot
+    is COMMITTED and must stay; another name is refused as 'already imported'."""
+    import json
+
+    target, _ = exported
+    meta2, store2 = other
+    imports.import_bundle(meta2, store2, target, "bk", "s1", **quiet)
+    (kv,) = list(meta2.kv.range(meta2.keys.backup_imports_prefix()))
+    meta2.kv.put(kv.key, json.dumps({**json.loads(kv.value), "state": "importing"}))
+    with pytest.raises(Conflict, match="already imported"):
+        imports.import_bundle(meta2, store2, target, "bk", "s1", as_collection="bk_other", **quiet)
+    assert [(r.collection_name, r.state) for r in meta2.snapshots.list()] == [("bk", "COMMITTED")]
