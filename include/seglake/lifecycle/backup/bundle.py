@@ -318,10 +318,29 @@ def list_bundles(target: Store, db: str | None = None, collection: str | None = 
     return out
 
 
-def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int, str], str]:
-    """{(source key, size, source tag): sha256} from the newest committed bundle of a
-    collection that reads back whole (what an incremental export need not read again).
-    One bundle, not all: the cost stays that of one bundle however many there are."""
+def data_tag(o) -> str:
+    """What identifies one version of a data file in the target cheaply (a listing tells
+    it): its size and S3 ETag, else its size and mtime. Any rewrite changes it."""
+    etag = getattr(o, "etag", "")
+    return f"{o.size}:etag:{etag}" if etag else f"{o.size}:mtime:{o.mtime:.6f}"
+
+
+def blob_tags(target: Store) -> dict[str, tuple[int, str]]:
+    """{sha256: (size, data tag)} of every data file in the target (one listing)."""
+    out = {}
+    for o in target.list_described(layout.BUNDLE_DATA):
+        sha = layout.parse_bundle_blob(o.key)
+        if sha is not None:
+            out[sha] = (o.size, data_tag(o))
+    return out
+
+
+def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int, str], tuple[str, str]]:
+    """{(source key, size, source tag): (sha256, data tag)} from the newest committed bundle
+    of a collection that reads back whole: what an incremental export need not read again
+    at the source, and the tag its data file had when that export last checked or wrote
+    its content ('' if none recorded). One bundle, not all: the cost stays that of one
+    bundle however many there are."""
     found = []
     for d, c, b, committed in find(target, db, collection):
         if committed:
@@ -335,7 +354,8 @@ def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int,
             doc = read(target, d, c, b)
         except (BundleError, NotFound):
             continue   # a damaged bundle vouches for nothing: try the next newest
-        return {(key, f["size"], f["tag"]): f["sha256"] for key, f in doc["files"].items() if f.get("tag")}
+        return {(key, f["size"], f["tag"]): (f["sha256"], f.get("data_tag", "")) for key, f in doc["files"].items()
+                if f.get("tag")}
     return {}
 
 

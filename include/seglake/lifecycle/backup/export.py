@@ -8,12 +8,14 @@
     -> plan: every file the snapshot references, with its size and source tag (S3
        ETag or local mtime); a file an earlier bundle of the collection listed with the
        same key, size and tag, whose data file is in the target, need not be read at the
-       source, but its data file is read and checked (SHA-256, size) in the target
+       source (its data file is checked in the target, below)
     -> run: every other file is hashed (SHA-256) and, when the target lacks that
        content, streamed into data/{sha[:2]}/{sha}, checked on the way (the data file
        appears only complete and with that SHA-256); a data file of the target is trusted
-       only once its content was checked, never by name and size: one damaged in place
-       is copied again from the source (repaired), so a bundle never lists a bad one
+       never by name and size, only when its data tag (size + ETag or mtime, from the one
+       listing) is the one the last bundle recorded when its content was checked or
+       written, else once its content was read and checked: one damaged in place is
+       copied again from the source (repaired), so a bundle never lists a bad one
     -> write bundle.json, then the commit marker (the bundle exists from then on)
     -> unpin; record what was done in etcd ({root}/backup/exports/...)
 
@@ -218,12 +220,16 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         files[path] = {"size": size, "tag": source_tag(info)}
 
     known = bundles.known_files(target, db, collection)
-    present = bundles.blobs(target)
+    listed = bundles.blob_tags(target)                       # sha -> (size, data tag) as listed now
+    present = {sha: size for sha, (size, _) in listed.items()}
     vouched = {}                  # path -> sha256 an earlier bundle lists for this key, size and tag
+    recorded = {}                 # sha -> the data tag its content was last checked or written with
     for path, f in files.items():
-        sha = known.get((path, f["size"], f["tag"]))
+        sha, tag = known.get((path, f["size"], f["tag"]), (None, ""))
         if sha is not None and present.get(sha) == f["size"]:
             vouched[path] = sha
+            if tag:
+                recorded[sha] = tag
     say(f"export {db}.{collection}/{bundle}: snapshot {rec.name!r} ({len(files)} files, "
         f"{human_bytes(sum(f['size'] for f in files.values()))}); {len(vouched)} files unchanged since an earlier "
         f"bundle (their data files checked in the target), {len(files) - len(vouched)} to read; rate limit "
@@ -231,14 +237,18 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     throttle = throttles.for_run(meta, meta.keys.backup_throttle(token), bps, rps)
     prog = _Progress(len(files), sum(f["size"] for f in files.values()), say)
     present_lock, inflight = threading.Lock(), set()
-    good: dict[str, bool] = {}    # sha256 -> the target's data file was read and holds exactly that content
+    good: dict[str, bool] = {}    # sha256 -> the target's data file holds exactly that content
     counts = {"reused": 0, "repaired": 0, "checked_bytes": 0}
 
     def target_holds(sha: str, size: int) -> bool:
-        """The target's data file `sha` has that content (read once per export and sha)."""
+        """The target's data file `sha` has that content: unchanged (its data tag) since an
+        export checked or wrote it, else read and checked (once per export and sha)."""
         with present_lock:
             if sha in good:
                 return good[sha]
+            if recorded.get(sha) is not None and listed.get(sha) == (size, recorded[sha]):
+                good[sha] = True
+                return True
         try:
             throttle.acquire(0, 1)
             got, n = bundles.sha256_of(target, layout.bundle_blob(sha), on_chunk=lambda c: throttle.acquire(c, 0))
@@ -292,13 +302,22 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
             with present_lock:
                 present[sha] = size
                 good[sha] = True
+                written.add(sha)
         prog.file_done(not there)
         faults.point("export.after_file")
 
+    written: set[str] = set()
     with target.durable_batch():
         for _ in runners.run_inline(one, list(files), workers=threads):
             pass
     reused = counts["reused"]
+    # the data tag each data file's content was checked (listed before it was read) or
+    # written with (listed after): the next export trusts it while the tag is unchanged
+    after = bundles.blob_tags(target) if written else {}
+    for f in files.values():
+        now = (after if f["sha256"] in written else listed).get(f["sha256"])
+        if now is not None and now[0] == f["size"]:
+            f["data_tag"] = now[1]
 
     totals = {"segments": len(entries), "rows": sum(e["num_rows"] for e in entries), "files": len(files),
               "bytes": sum(f["size"] for f in files.values()), "unique_blobs": len({f["sha256"] for f in files.values()})}
