@@ -313,7 +313,7 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     reused = counts["reused"]
     # the data tag each data file's content was checked (listed before it was read) or
     # written with (listed after): the next export trusts it while the tag is unchanged
-    after = bundles.blob_tags(target) if written else {}
+    after = _data_tags(target, written)
     for f in files.values():
         now = (after if f["sha256"] in written else listed).get(f["sha256"])
         if now is not None and now[0] == f["size"]:
@@ -349,6 +349,21 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     say(f"export {db}.{collection}/{bundle}: committed; {prog.copied_files} files ({human_bytes(prog.copied)}) "
         f"copied, {reused + prog.deduped} already in the target, {report['seconds']} s")
     return report
+
+
+def _data_tags(target: Store, shas: set[str]) -> dict[str, tuple[int, str]]:
+    """{sha256: (size, data tag)} of these data files, as a listing describes them: the
+    store's describe (S3: listing pages), a head for what it leaves out (local: stat)."""
+    keys = {layout.bundle_blob(sha): sha for sha in shas}
+    described = target.describe(keys) if keys else {}
+    out = {}
+    for key, sha in keys.items():
+        try:
+            o = described.get(key) or target.head(key)
+        except NotFound:
+            continue
+        out[sha] = (o.size, bundles.data_tag(o))
+    return out
 
 
 def _ensure_present(store: Store, target: Store, files: dict[str, dict], say) -> int:

@@ -146,3 +146,20 @@ def test_data_files_unchanged_since_their_check_are_not_read_again(meta, store, 
     size = next(f["size"] for f in doc["files"].values() if f["sha256"] == sha)
     assert (third["checked_bytes"], third["copied_files"], third["repaired_files"]) == (size, 0, 0)
     assert verify.verify(target, "bk", "s3", **quiet)["ok"]
+
+
+def test_on_s3_data_tags_are_etags_and_a_damaged_data_file_is_repaired(meta, store, seeded, s3_server, tmp_path):
+    s = Settings.from_dict({"store_uri": str(tmp_path / "store"),
+                            "backup_uri": f"s3://seglake-test/tags{uuid.uuid4().hex[:8]}",
+                            "backup_s3_endpoint": s3_server.endpoint, "backup_s3_access_key": s3_server.access_key,
+                            "backup_s3_secret_key": s3_server.secret_key})
+    target = bundles.open_target(s)
+    exports.export(meta, store, target, "bk", "s1", **quiet)
+    doc = bundles.read(target, "default", "bk", "s1")
+    assert all(":etag:" in f["data_tag"] for f in doc["files"].values())
+    snapshot.create(meta, store, "bk", "s2")
+    assert exports.export(meta, store, target, "bk", "s2", **quiet)["checked_bytes"] == 0
+    _flip(target, _insert_shas(doc)[0])
+    snapshot.create(meta, store, "bk", "s3")
+    rep = exports.export(meta, store, target, "bk", "s3", **quiet)
+    assert rep["repaired_files"] == 1 and verify.verify(target, "bk", "s3", **quiet)["ok"]
