@@ -132,6 +132,12 @@ class _Progress:
             else:
                 self.read += n
 
+    def unchanged(self, n: int) -> None:
+        """`n` files found in the target without any read (counted as not copied)."""
+        with self.lock:
+            self.files += n
+            self.deduped += n
+
     def file_done(self, copied: bool) -> None:
         with self.lock:
             self.files += 1
@@ -240,13 +246,18 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     good: dict[str, bool] = {}    # sha256 -> the target's data file holds exactly that content
     counts = {"reused": 0, "repaired": 0, "checked_bytes": 0}
 
+    def unchanged(sha: str, size: int) -> bool:
+        """The data file is listed with the data tag the last bundle recorded when its
+        content was checked or written: no rewrite since."""
+        return recorded.get(sha) is not None and listed.get(sha) == (size, recorded[sha])
+
     def target_holds(sha: str, size: int) -> bool:
-        """The target's data file `sha` has that content: unchanged (its data tag) since an
-        export checked or wrote it, else read and checked (once per export and sha)."""
+        """The target's data file `sha` has that content: unchanged since an export checked
+        or wrote it, else read and checked (once per export and sha)."""
         with present_lock:
             if sha in good:
                 return good[sha]
-            if recorded.get(sha) is not None and listed.get(sha) == (size, recorded[sha]):
+            if unchanged(sha, size):
                 good[sha] = True
                 return True
         try:
@@ -307,8 +318,17 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         faults.point("export.after_file")
 
     written: set[str] = set()
+    todo = []
+    for path, f in files.items():   # the common case of an incremental export: no read, no task
+        sha = vouched.get(path)
+        if sha is not None and unchanged(sha, f["size"]):
+            f["sha256"], good[sha] = sha, True
+            counts["reused"] += 1
+        else:
+            todo.append(path)
+    prog.unchanged(len(files) - len(todo))
     with target.durable_batch():
-        for _ in runners.run_inline(one, list(files), workers=threads):
+        for _ in runners.run_inline(one, todo, workers=threads):
             pass
     reused = counts["reused"]
     # the data tag each data file's content was checked (listed before it was read) or
