@@ -271,6 +271,16 @@ def _check_identity(doc: dict, where: str) -> None:
     parts = [p.get("partition_id") if isinstance(p, dict) else None for p in coll["partitions"]]
     if not parts or not all(is_int(p, 0, 2**63 - 1) for p in parts) or len(set(parts)) != len(parts):
         raise bad("its partitions are missing, malformed or repeated")
+    names = [p.get("name") for p in coll["partitions"]]
+    try:
+        for n in names:
+            validate_name("partition", n)
+        if len(set(names)) != len(names):
+            raise ValidationError(f"partition names repeat: {sorted(names)}")
+        from seglake.meta.catalog import Schema
+        Schema.from_json(coll.get("schema")).validate()
+    except (ValidationError, TypeError, ValueError, AttributeError) as x:
+        raise bad(f"its collection's partitions or schema are invalid ({x})") from None
     seen = set()
     for e in doc["segments"]:
         try:

@@ -285,3 +285,24 @@ def test_an_import_that_committed_but_was_not_marked_is_never_taken_over(exporte
     with pytest.raises(Conflict, match="already imported"):
         imports.import_bundle(meta2, store2, target, "bk", "s1", as_collection="bk_other", **quiet)
     assert [(r.collection_name, r.state) for r in meta2.snapshots.list()] == [("bk", "COMMITTED")]
+
+
+@pytest.mark.parametrize("forge", ["partition_name", "duplicate_partition_name", "schema_dim", "schema_missing"])
+def test_a_forged_collection_description_is_refused_before_any_write(exported, other, forge):
+    target, doc = exported
+    meta2, store2 = other
+
+    def edit(d):
+        c = d["snapshot"]["collection"]
+        if forge == "partition_name":
+            c["partitions"][0]["name"] = "../x"
+        elif forge == "duplicate_partition_name":
+            c["partitions"][1]["name"] = c["partitions"][0]["name"]
+        elif forge == "schema_dim":
+            next(f for f in c["schema"] if f.get("dim"))["dim"] = -1
+        else:
+            del c["schema"]
+    _forge(target, doc, edit)
+    with pytest.raises(bundles.BundleError, match="partitions or schema are invalid"):
+        imports.import_bundle(meta2, store2, target, "bk", "s1", **quiet)
+    _untouched(meta2, store2)
