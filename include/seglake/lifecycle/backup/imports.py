@@ -37,6 +37,8 @@ import threading
 import time
 import uuid
 
+import msgspec
+
 from seglake import runners
 from seglake import faults, limits, manifest
 from seglake.errors import Conflict, NotFound, SeglakeError
@@ -223,7 +225,11 @@ def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: 
     """Whether an import under (db, name, snap) may take the place of the recorded one:
     False when it is the same import (resume it); True when the recorded one failed (its
     snapshot is gone, failed, or silent for MIN_PENDING_TIMEOUT); Conflict, naming it,
-    when it completed or is running."""
+    when it completed or is running, or was of another document under the same uid."""
+    if plan.get("doc_sha256") not in (None, _digest(doc)):   # records older than this check have none
+        raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}): an import of ANOTHER bundle document with "
+                       f"this uid is recorded (as snapshot {plan['snapshot']!r} of {plan['db']}.{plan['collection']}); "
+                       f"a uid names one bundle, so one of them is a forged or edited copy: nothing imported")
     if (plan["db"], plan["collection"], plan["snapshot"]) == (db, name, snap):
         return False
     as_ = f"snapshot {plan['snapshot']!r} of {plan['db']}.{plan['collection']}"
@@ -341,7 +347,14 @@ def _new_plan(meta: Meta, doc: dict, db: str, name: str, snap: str) -> dict:
     n = len(parts) + len(doc["segments"]) + len(builds)
     return {"uid": doc["uid"], "bundle": doc["bundle"], "source": doc["source"], "db": db, "collection": name,
             "snapshot": snap, "collection_id": meta.ids.allocate(), "snapshot_id": meta.ids.allocate(),
-            "id_base": meta.ids.allocate(max(1, n)), "state": "importing", "created_at": time.time()}
+            "id_base": meta.ids.allocate(max(1, n)), "state": "importing", "created_at": time.time(),
+            "doc_sha256": _digest(doc)}
+
+
+def _digest(doc: dict) -> str:
+    """The SHA-256 of a bundle document's content (key order fixed): a resumed import must
+    be of the same document its ids were allocated for."""
+    return manifest.sha256(msgspec.json.encode(doc, order="sorted"))
 
 
 def _remap(doc: dict, plan: dict, name: str, db: str) -> tuple[dict, list]:

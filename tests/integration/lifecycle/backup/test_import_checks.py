@@ -306,3 +306,27 @@ def test_a_forged_collection_description_is_refused_before_any_write(exported, o
     with pytest.raises(bundles.BundleError, match="partitions or schema are invalid"):
         imports.import_bundle(meta2, store2, target, "bk", "s1", **quiet)
     _untouched(meta2, store2)
+
+
+def test_another_document_under_an_imported_uid_is_refused(exported, other, monkeypatch):
+    """A failed import's ids were allocated for its document; a bundle with the same uid
+    but other content (more segments, other ids) must not resume or take over that import
+    (its ids would overflow the block allocated for the first document)."""
+    target, doc = exported
+    meta2, store2 = other
+    real_put, calls = LocalStore.put, []
+
+    def killed(self, key, data):
+        if self is store2 and key.startswith("insert_log/"):
+            calls.append(key)
+            if len(calls) > 2:
+                raise OSError("killed")
+        return real_put(self, key, data)
+    monkeypatch.setattr(LocalStore, "put", killed)
+    with pytest.raises(OSError):
+        imports.import_bundle(meta2, store2, target, "bk", "s1", threads=1, **quiet)
+    monkeypatch.setattr(LocalStore, "put", real_put)
+    _forge(target, doc, lambda d: d["source"].__setitem__("description", "edited"))
+    for as_collection in (None, "bk_other"):
+        with pytest.raises(Conflict, match="ANOTHER bundle document with this uid"):
+            imports.import_bundle(meta2, store2, target, "bk", "s1", as_collection=as_collection, **quiet)
