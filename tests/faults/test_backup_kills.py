@@ -4,6 +4,7 @@ duplicated, nothing partial is ever visible (no bundle before its commit marker,
 collection before its copy job completes), and the killed export's pin does not outlive
 the re-run."""
 
+import time
 import uuid
 
 import pytest
@@ -47,6 +48,7 @@ def test_an_export_killed_mid_way_is_finished_by_a_re_run(meta, store, settings,
     assert 0 < len(bundles.blobs(target)) <= k
     held = meta.snapshots.get(snap.collection_id, "s1")[0].holds
     assert len(held) == 1, "the killed export's pin"
+    assert held[0][1] <= time.time() + export.EXPORT_PIN_LEASE, "it expires within the export's lease, not days"
     rep = export.export(meta, store, target, "demo", "s1", **quiet)
     assert rep["state"] == "committed" and rep["copied_files"] + rep["deduplicated_files"] == snap.files
     assert rep["deduplicated_files"] >= len(bundles.blobs(target)) - rep["copied_files"] - 1
