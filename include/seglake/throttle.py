@@ -10,20 +10,19 @@ the job as a whole moves at most `bytes_per_second` (and `requests_per_second`) 
 burst of BURST seconds' worth, whoever runs it, and a runner never waits for another's
 slot. Runners' wall clocks should agree to well under a second (NTP).
 
-Two limits apply to every copy (`run_throttle`): the run's own (a copy job's, an
-export's, an import's: `max_bytes_per_second` where asked) and the STORE's, one clock
-`{root}/throttle/store/clock` shared by all copy work of the store at once, whatever
-runs it, at the limits recorded in `{root}/throttle/store/limits` (`seglake throttle
-set`; read when a run starts, so a new value applies to runs started after it). A copy
-takes its slot on the run's clock, then on the store's.
-
 Each Throttle measures what it did (bytes, requests, seconds waited, effective rate) for
 the runner's log. 0 means unlimited; then acquire() touches nothing.
+
+Besides a run's own limit, a store may have ONE limit shared by all its copy work (copy
+jobs, exports, imports, every runner of each): `set_store_limit(meta, bps, rps)` records
+it in etcd ({root}/copy/store_limit); `for_run(meta, key, bps, rps)` builds a run's
+Throttle that also takes every request's cost from the store's clock
+({root}/copy/store_throttle), so the store's copy traffic as a whole stays under it,
+however many runs there are.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -45,9 +44,9 @@ class Throttle:
     def __init__(self, kv, key: str, bytes_per_second: float = 0.0, requests_per_second: float = 0.0,
                  clock=time.time, sleep=time.sleep, shared: "Throttle | None" = None):
         self.kv, self.key = kv, key
-        self.shared = shared if shared is not None and shared.limited else None   # the store's limit
         self.bps, self.rps = check_rates(bytes_per_second, requests_per_second)
         self.clock, self.sleep = clock, sleep
+        self.shared = shared if shared is not None and shared.limited else None   # the store's limit
         self._lock = threading.Lock()
         self._cur: KeyValue | None = None   # the clock as last seen here (optimistic CAS)
         self.bytes = self.requests = 0
@@ -56,27 +55,20 @@ class Throttle:
 
     @property
     def limited(self) -> bool:
-        return bool(self.bps or self.rps or self.shared)
+        return bool(self.bps or self.rps)
 
     def acquire(self, nbytes: int, requests: int = 1) -> float:
         """Take the budget for `requests` requests moving `nbytes`, waiting as long as the
-        run's rate says, then as long as the store's says. Returns the seconds waited."""
-        if self.bps or self.rps:
-            waited = self._acquire_own(nbytes, requests)
-        else:
-            waited = 0.0
-            with self._lock:
-                self.started = self.clock() if self.started is None else self.started
-                self.bytes += nbytes
-                self.requests += requests
+        job's rate says, then as long as the store's shared limit says. Returns the
+        seconds waited."""
+        waited = self._acquire(nbytes, requests)
         if self.shared is not None:
-            w = self.shared.acquire(nbytes, requests)
-            with self._lock:
-                self.waited += w
-            waited += w
+            waited += self.shared.acquire(nbytes, requests)
         return waited
 
-    def _acquire_own(self, nbytes: int, requests: int) -> float:
+    def _acquire(self, nbytes: int, requests: int) -> float:
+        if not self.limited:
+            return 0.0
         cost = max(nbytes / self.bps if self.bps else 0.0, requests / self.rps if self.rps else 0.0)
         with self._lock:
             cur = self._cur
@@ -110,40 +102,48 @@ class Throttle:
         """What this runner moved under the limit: bytes, requests, seconds waited, and
         its effective rates since its first acquire."""
         el = max(1e-9, self.clock() - self.started) if self.started is not None else 0.0
-        shared = {"store_limit_bytes_per_second": self.shared.bps,
-                  "store_limit_requests_per_second": self.shared.rps} if self.shared is not None else {}
-        return {"limit_bytes_per_second": self.bps, "limit_requests_per_second": self.rps, **shared,
-                "bytes": self.bytes, "requests": self.requests, "waited_s": round(self.waited, 3),
-                "bytes_per_second": round(self.bytes / el, 1) if el else 0.0,
-                "requests_per_second": round(self.requests / el, 2) if el else 0.0}
+        out = {"limit_bytes_per_second": self.bps, "limit_requests_per_second": self.rps,
+               "bytes": self.bytes, "requests": self.requests, "waited_s": round(self.waited, 3),
+               "bytes_per_second": round(self.bytes / el, 1) if el else 0.0,
+               "requests_per_second": round(self.requests / el, 2) if el else 0.0}
+        if self.shared is not None:
+            out["store_limit_bytes_per_second"] = self.shared.bps
+            out["store_limit_requests_per_second"] = self.shared.rps
+            out["store_waited_s"] = round(self.shared.waited, 3)
+        return out
 
 
-def store_limits(meta) -> tuple[float, float]:
-    """(bytes/s, requests/s) every copy of this store shares; (0, 0) when none is set."""
-    kv = meta.kv.get(meta.keys.store_throttle_limits())
+# -- the store's shared limit ---------------------------------------------------------------
+def store_limit(meta) -> tuple[float, float]:
+    """(bytes/s, requests/s) of the store-wide copy limit; (0, 0): none."""
+    kv = meta.kv.get(meta.keys.copy_store_limit())
     if kv is None:
         return 0.0, 0.0
-    d = json.loads(kv.value)
-    return check_rates(d.get("max_bytes_per_second", 0), d.get("max_requests_per_second", 0))
+    import json
+    doc = json.loads(kv.value)
+    return check_rates(doc.get("max_bytes_per_second", 0), doc.get("max_requests_per_second", 0))
 
 
-def set_store_limits(meta, max_bytes_per_second, max_requests_per_second) -> tuple[float, float]:
-    """Record the store-wide limits (checked first; 0 = unlimited, both 0 removes them)."""
+def set_store_limit(meta, max_bytes_per_second, max_requests_per_second=0) -> tuple[float, float]:
+    """Set (0, 0: remove) the limit shared by ALL copy work of this store, checked first.
+    Runs that start afterwards obey it."""
+    import json
     bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
-    key = meta.keys.store_throttle_limits()
     if bps or rps:
-        meta.kv.put(key, json.dumps({"max_bytes_per_second": bps, "max_requests_per_second": rps}))
+        meta.kv.put(meta.keys.copy_store_limit(),
+                    json.dumps({"max_bytes_per_second": bps, "max_requests_per_second": rps}))
     else:
-        meta.kv.delete(key)
+        meta.kv.delete(meta.keys.copy_store_limit())
     return bps, rps
 
 
-def run_throttle(meta, key: str, bytes_per_second: float = 0.0, requests_per_second: float = 0.0) -> Throttle:
-    """The throttle of one run (a copy job's runner, an export, an import): its own limit
-    on its own clock `key`, and the store's shared limit on the store's clock."""
-    sbps, srps = store_limits(meta)
-    shared = Throttle(meta.kv, meta.keys.store_throttle(), sbps, srps) if (sbps or srps) else None
-    return Throttle(meta.kv, key, bytes_per_second, requests_per_second, shared=shared)
+def for_run(meta, key: str, bytes_per_second: float = 0.0, requests_per_second: float = 0.0,
+            clock=time.time, sleep=time.sleep) -> Throttle:
+    """A run's Throttle (its own limit, clock `key`), under the store's shared limit
+    when one is set (read once, here)."""
+    bps, rps = store_limit(meta)
+    shared = Throttle(meta.kv, meta.keys.copy_store_throttle(), bps, rps, clock, sleep) if bps or rps else None
+    return Throttle(meta.kv, key, bytes_per_second, requests_per_second, clock, sleep, shared=shared)
 
 
 def human_rate(value: float, unit: str) -> str:

@@ -4,6 +4,7 @@ duplicated, nothing partial is ever visible (no bundle before its commit marker,
 collection before its copy job completes), and the killed export's pin does not outlive
 the re-run."""
 
+import time
 import uuid
 
 import pytest
@@ -47,6 +48,7 @@ def test_an_export_killed_mid_way_is_finished_by_a_re_run(meta, store, settings,
     assert 0 < len(bundles.blobs(target)) <= k
     held = meta.snapshots.get(snap.collection_id, "s1")[0].holds
     assert len(held) == 1, "the killed export's pin"
+    assert held[0][1] <= time.time() + export.EXPORT_PIN_LEASE, "it expires within the export's lease, not days"
     rep = export.export(meta, store, target, "demo", "s1", **quiet)
     assert rep["state"] == "committed" and rep["copied_files"] + rep["deduplicated_files"] == snap.files
     assert rep["deduplicated_files"] >= len(bundles.blobs(target)) - rep["copied_files"] - 1
@@ -81,6 +83,43 @@ def test_a_restore_from_a_bundle_killed_in_its_import_is_finished_by_a_re_run(me
         assert copyjob.finalize(meta2, r["job_id"]).state == "Completed"
         assert _rows(meta2, store2, "demo_dr") == want
         assert [s.state for s in meta2.snapshots.list()] == ["COMMITTED"]
+    finally:
+        meta2.close()
+
+
+def test_an_import_killed_half_way_is_taken_over_by_an_import_under_another_name(meta, store, settings, spawn,
+                                                                                  etcd_server, tmp_path, monkeypatch):
+    """Issue 26: the killed import's record used to refuse every other name ('already
+    imported'). Now another name is refused only while the killed driver's heartbeat is
+    fresh; once it has been silent for MIN_PENDING_TIMEOUT (the clock moved, no sleep) the
+    new import takes its place and removes its snapshot and files."""
+    from seglake.errors import Conflict
+    from seglake.lifecycle import snapshot
+
+    _, snap = seed_and_snapshot(meta, store)
+    want = _rows(meta, store, "demo")
+    path = tmp_path / "backup"
+    export.export(meta, store, LocalStore(path), "demo", "s1", **quiet)
+    other = _other_seglake(etcd_server.endpoint, tmp_path)
+    child = spawn("backup_restore", {"collection": "demo", "bundle": "s1", "restore_to": "demo_dr",
+                                     "target": str(path)}, other, faults=f"import.after_file:kill@{snap.files // 2}")
+    assert child.wait(120).rc == -9
+    meta2, store2 = Meta.from_settings(other), open_store(other)
+    try:
+        (killed,) = meta2.snapshots.list()
+        with pytest.raises(Conflict, match="being imported"):
+            imports.import_bundle(meta2, store2, LocalStore(path), "demo", "s1", as_collection="demo_b", **quiet)
+        later = time.time() + snapshot.MIN_PENDING_TIMEOUT + 1
+        monkeypatch.setattr(imports.time, "time", lambda: later)
+        r = imports.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr",
+                                        as_collection="demo_b", engine="inline", **quiet)
+        monkeypatch.undo()
+        copyjob.plan(meta2, r["job_id"])
+        copyjob.run_inline(meta2, store2, r["job_id"])
+        assert copyjob.finalize(meta2, r["job_id"]).state == "Completed"
+        assert _rows(meta2, store2, "demo_dr") == want
+        assert [(s.collection_name, s.state) for s in meta2.snapshots.list()] == [("demo_b", "COMMITTED")]
+        assert not [o.key for o in store2.list(f"insert_log/{killed.collection_id}/")], "the killed import's files"
     finally:
         meta2.close()
 

@@ -36,7 +36,9 @@ def cmd_export(args, s: Settings) -> int:
                         if r["already"] else
                         f"bundle {args.db}.{args.collection}/{r['bundle']} committed: {r['files']} files "
                         f"({human_bytes(r['bytes'])}), {r['copied_files']} copied ({human_bytes(r['copied_bytes'])}), "
-                        f"{r['reused_files'] + r['deduplicated_files']} already in the target"))
+                        f"{r['reused_files'] + r['deduplicated_files']} already in the target (content checked)"
+                        + (f", {r['repaired_files']} damaged data files in the target copied again"
+                           if r.get("repaired_files") else "")))
     return 0
 
 

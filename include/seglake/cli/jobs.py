@@ -58,15 +58,17 @@ def cmd_jobs_describe(args, s: Settings) -> int:
         time.sleep(args.interval)
 
 
-def cmd_throttle(args, s: Settings) -> int:
-    """The rate limit ALL copy work of the store shares (copy jobs, exports, imports):
-    `show`, or `set` it (0 = unlimited; both 0 removes it). Runs started afterwards use it."""
-    from seglake.throttle import human_rate, set_store_limits, store_limits
+def cmd_jobs_limit(args, s: Settings) -> int:
+    """Show the store-wide copy limit, or set it (a flag left out keeps its value)."""
+    from seglake import throttle
 
     meta, _ = open_meta_store(s)
-    if args.action == "set":
-        set_store_limits(meta, args.max_bytes_per_second, args.max_requests_per_second)
-    bps, rps = store_limits(meta)
+    bps, rps = throttle.store_limit(meta)
+    if args.max_mib_per_second is not None or args.max_requests_per_second is not None:
+        bps = bps if args.max_mib_per_second is None else args.max_mib_per_second * (1 << 20)
+        rps = rps if args.max_requests_per_second is None else args.max_requests_per_second
+        bps, rps = throttle.set_store_limit(meta, bps, rps)
     emit(args, {"max_bytes_per_second": bps, "max_requests_per_second": rps},
-         [{"store limit": f"{human_rate(bps, 'B/s')}, {human_rate(rps, 'req/s')}"}], ["store limit"])
+         text=(f"store copy limit: {throttle.human_rate(bps, 'B/s')}, {throttle.human_rate(rps, 'req/s')} "
+               f"(shared by all copy jobs, exports and imports that start from now on)"))
     return 0

@@ -10,7 +10,7 @@ from seglake.cli.args import name_arg, number_arg
 from seglake.cli.collections import (cmd_collections_describe, cmd_collections_drop, cmd_collections_list,
                                      cmd_demo_purge, cmd_demo_seed, cmd_segments_list, cmd_verify)
 from seglake.cli.gc import cmd_gc_pause, cmd_gc_report, cmd_gc_run, cmd_gc_schedule
-from seglake.cli.jobs import cmd_jobs_describe, cmd_jobs_list, cmd_throttle
+from seglake.cli.jobs import cmd_jobs_describe, cmd_jobs_limit, cmd_jobs_list
 from seglake.cli.ops import cmd_cluster, cmd_config_show, cmd_stack
 from seglake.cli.output import EXIT_REFUSED, fail
 from seglake.cli.snapshots import (cmd_retention_clear, cmd_retention_list, cmd_retention_run, cmd_retention_set,
@@ -147,14 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     jd.add_argument("--watch", action="store_true", help="refresh until the job finishes")
     jd.add_argument("--interval", type=number_arg("poll_interval"), default=2.0)
     jd.set_defaults(fn=cmd_jobs_describe)
-
-    th = sub.add_parser("throttle", help="the copy rate limit shared by all copy work of the store").add_subparsers(
-        dest="action", required=True)
-    th.add_parser("show", parents=[out]).set_defaults(fn=cmd_throttle)
-    ths = th.add_parser("set", parents=[out], help="0 = unlimited; both 0 removes the limit")
-    ths.add_argument("--max-bytes-per-second", type=number_arg("copy_max_bytes_per_second"), required=True)
-    ths.add_argument("--max-requests-per-second", type=number_arg("copy_max_requests_per_second"), default=0)
-    ths.set_defaults(fn=cmd_throttle)
+    jr = jobs.add_parser("limit", parents=[out], help="show or set the rate limit shared by ALL copy work of "
+                                                       "this store (copy jobs, exports, imports); 0 0 removes it")
+    jr.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=None,
+                    help="the store's copy traffic, all runs together, at most this many MiB/s (0: unlimited)")
+    jr.add_argument("--max-requests-per-second", type=number_arg("copy_max_requests_per_second"), default=None)
+    jr.set_defaults(fn=cmd_jobs_limit)
 
     g = sub.add_parser("gc", help="garbage collection").add_subparsers(dest="action", required=True)
     g.add_parser("report", parents=[out], help="the latest mark: candidates and what was deleted").set_defaults(

@@ -137,17 +137,17 @@ class Keys:
     def copy_jobs_prefix(self) -> str:
         return f"{self.root}/copy/jobs/"
 
-    def store_throttle(self) -> str:
-        """The rate-limit clock shared by ALL copy work of this store (seglake.throttle)."""
-        return f"{self.root}/throttle/store/clock"
-
-    def store_throttle_limits(self) -> str:
-        """The store-wide copy limits: {"max_bytes_per_second", "max_requests_per_second"}."""
-        return f"{self.root}/throttle/store/limits"
-
     def copy_throttle(self, job_id: int) -> str:
         """The job's shared rate-limit clock (seglake.throttle)."""
         return f"{self.root}/copy/throttle/{_id(job_id)}"
+
+    def copy_store_limit(self) -> str:
+        """The store-wide copy rate limit, shared by ALL copy work of this store (seglake.throttle)."""
+        return f"{self.root}/copy/store_limit"
+
+    def copy_store_throttle(self) -> str:
+        """The store-wide limit's shared rate-limit clock (seglake.throttle)."""
+        return f"{self.root}/copy/store_throttle"
 
     def copy_task(self, job_id: int, task_id: int) -> str:
         return f"{self.root}/copy/tasks/{_id(job_id)}/{_id(task_id)}"

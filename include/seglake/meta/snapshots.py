@@ -272,6 +272,27 @@ class Snapshots:
             return doc
         return retry_on_conflict(attempt, f"unpin {pin_id}")
 
+    def extend_hold(self, pin_id: int, expires_at: float) -> dict:
+        """Move pin `pin_id`'s expiry to `expires_at` (a lease renewed), its key and its
+        hold on the snapshot in one txn. NotFound when it is no longer a pin (released,
+        or expired and removed): a renewal never brings a pin back."""
+        pin_key = self.keys.snapshot_pin(pin_id)
+
+        def attempt() -> dict:
+            pkv = self.kv.get(pin_key)
+            if pkv is None:
+                raise NotFound(f"pin {pin_id} not found (released, or expired and removed)")
+            doc = {**json.loads(pkv.value), "expires_at": expires_at}
+            skv = self.kv.get(self.key(doc["collection_id"], doc["snapshot"]))
+            rec = None if skv is None else decode_struct(skv.value, SnapshotRecord, skv.key)
+            if rec is None or rec.snapshot_id != doc["snapshot_id"] or all(h[0] != pin_id for h in rec.holds):
+                raise NotFound(f"pin {pin_id}: its snapshot no longer carries it")
+            new = rec.replace(holds=tuple((h[0], expires_at) if h[0] == pin_id else h for h in rec.holds))
+            self.kv.txn([unchanged(pkv), unchanged(skv)], [Put(pin_key, json.dumps(doc)),
+                                                            Put(skv.key, encode_struct(new))])
+            return doc
+        return retry_on_conflict(attempt, f"renew pin {pin_id}")
+
     def remove_expired_holds(self, now: float) -> int:
         """Expired pins vanish: every pin key past its expiry is released (and any hold a
         record still carries past its expiry is dropped with it). Returns how many.

@@ -53,9 +53,8 @@ CASES = {
     "seglake snapshots pins": (["snapshots", "pins", "--collection", "a b"], 2, "--collection"),
     "seglake jobs list": (["jobs", "list", "--collection", "a\n"], 2, "--collection"),
     "seglake jobs describe": (["jobs", "describe", "424242"], 2, "copy job 424242 not found"),
+    "seglake jobs limit": (["jobs", "limit", "--max-mib-per-second", "-1"], 2, "--max-mib-per-second"),
     "seglake gc report": (["gc", "report"], 2, "no gc run"),
-    "seglake throttle set": (["throttle", "set", "--max-bytes-per-second", "-1"], 2, "--max-bytes-per-second"),
-    "seglake throttle show": (["throttle", "show", "--jsn"], 2, "did you mean --json?"),
     "seglake gc run": (["gc", "run", "--collection", "nope"], 2, "collection 'nope' not found"),
     "seglake gc run --missing-tolerance-hours 0.1": (["gc", "run", "--missing-tolerance-hours", "0.1"], 2,
                                                      "gc missing_tolerance of 360s (0.1 h) is below the 3600s floor "

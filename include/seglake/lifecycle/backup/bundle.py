@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 
 from seglake import manifest
 from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, ValidationError
+from seglake.lifecycle.backup import entries
 from seglake.names import validate_name
 from seglake.storage import Store, layout
 
@@ -33,6 +34,7 @@ FORMAT = "seglake-bundle"
 VERSION = 1
 CHUNK = 4 << 20
 SMALL = 4 << 20     # files up to this size are read once into memory (hash + write from the same bytes)
+FILE_MAX = 1 << 40    # 1 TiB: no segment file is near this; a bigger size is forged
 
 
 class BundleError(SeglakeError):
@@ -218,18 +220,30 @@ def check(doc, where: str) -> dict:
     if not isinstance(files, dict) or not isinstance(segments, list) or not isinstance(doc.get("snapshot"), dict):
         raise BundleError(f"{where}: has no files, segments or snapshot section")
     sha_ok = layout.SHA256_RE.fullmatch
+    sizes: dict[str, int] = {}
     for key, f in files.items():
-        if not (isinstance(f, dict) and type(f.get("size")) is int and f["size"] >= 0
+        if not (isinstance(f, dict) and type(f.get("size")) is int and 0 <= f["size"] <= FILE_MAX
                 and isinstance(f.get("sha256"), str) and sha_ok(f["sha256"])):
-            raise BundleError(f"{where}: file entry {key!r} is invalid")
+            raise BundleError(f"{where}: file entry {key!r} is invalid (size 0..{FILE_MAX}, a SHA-256)")
+        if sizes.setdefault(f["sha256"], f["size"]) != f["size"]:
+            raise BundleError(f"{where}: file {key!r} lists SHA-256 {f['sha256'][:16]}... with {f['size']} bytes, "
+                              f"another file lists it with {sizes[f['sha256']]}")
+    for i, e in enumerate(segments):
+        if (bad := entries.problem(e)) is not None:
+            raise BundleError(f"{where}: segment entry {i}: {bad}")
     _check_identity(doc, where)
     _check_delta_partitions(doc, where)
     for e in segments:
+        seg = manifest.entry_to_segment(e)
+        built = {f.key for f in layout.segment_files(seg)}
         for path, size in manifest.entry_files(e):
             f = files.get(path)
             if f is None or f["size"] != size:
                 raise BundleError(f"{where}: segment {e.get('segment_id')} references {path} ({size} bytes), "
                                   f"which the bundle does not list with that size")
+            if path not in built:
+                raise BundleError(f"{where}: segment {seg.segment_id} references {path}, which is not the key its "
+                                  f"ids name (an id or a path was altered)")
     return doc
 
 
@@ -258,6 +272,16 @@ def _check_identity(doc: dict, where: str) -> None:
     parts = [p.get("partition_id") if isinstance(p, dict) else None for p in coll["partitions"]]
     if not parts or not all(is_int(p, 0, 2**63 - 1) for p in parts) or len(set(parts)) != len(parts):
         raise bad("its partitions are missing, malformed or repeated")
+    names = [p.get("name") for p in coll["partitions"]]
+    try:
+        for n in names:
+            validate_name("partition", n)
+        if len(set(names)) != len(names):
+            raise ValidationError(f"partition names repeat: {sorted(names)}")
+        from seglake.meta.catalog import Schema
+        Schema.from_json(coll.get("schema")).validate()
+    except (ValidationError, TypeError, ValueError, AttributeError) as x:
+        raise bad(f"its collection's partitions or schema are invalid ({x})") from None
     seen = set()
     for e in doc["segments"]:
         try:
@@ -321,10 +345,29 @@ def list_bundles(target: Store, db: str | None = None, collection: str | None = 
     return out
 
 
-def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int, str], str]:
-    """{(source key, size, source tag): sha256} from the newest committed bundle of a
-    collection that reads back whole (what an incremental export need not read again).
-    One bundle, not all: the cost stays that of one bundle however many there are."""
+def data_tag(o) -> str:
+    """What identifies one version of a data file in the target cheaply (a listing tells
+    it): its size and S3 ETag, else its size and mtime. Any rewrite changes it."""
+    etag = getattr(o, "etag", "")
+    return f"{o.size}:etag:{etag}" if etag else f"{o.size}:mtime:{o.mtime:.6f}"
+
+
+def blob_tags(target: Store) -> dict[str, tuple[int, str]]:
+    """{sha256: (size, data tag)} of every data file in the target (one listing)."""
+    out = {}
+    for o in target.list_described(layout.BUNDLE_DATA):
+        sha = layout.parse_bundle_blob(o.key)
+        if sha is not None:
+            out[sha] = (o.size, data_tag(o))
+    return out
+
+
+def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int, str], tuple[str, str]]:
+    """{(source key, size, source tag): (sha256, data tag)} from the newest committed bundle
+    of a collection that reads back whole: what an incremental export need not read again
+    at the source, and the tag its data file had when that export last checked or wrote
+    its content ('' if none recorded). One bundle, not all: the cost stays that of one
+    bundle however many there are."""
     found = []
     for d, c, b, committed in find(target, db, collection):
         if committed:
@@ -338,7 +381,8 @@ def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int,
             doc = read(target, d, c, b)
         except (BundleError, NotFound):
             continue   # a damaged bundle vouches for nothing: try the next newest
-        return {(key, f["size"], f["tag"]): f["sha256"] for key, f in doc["files"].items() if f.get("tag")}
+        return {(key, f["size"], f["tag"]): (f["sha256"], f.get("data_tag", "")) for key, f in doc["files"].items()
+                if f.get("tag")}
     return {}
 
 

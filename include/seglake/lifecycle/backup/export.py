@@ -1,20 +1,31 @@
 """Export a COMMITTED snapshot to a backup target as a self-contained bundle (issue 19).
 
-    check names, the target, the snapshot (COMMITTED), and an existing bundle of that
-    name (the same snapshot: done already; another: Conflict) -- before any change
-    -> pin the snapshot for the export (it cannot be dropped; GC keeps its files)
+    check names, the target (its bucket created if missing), the snapshot (COMMITTED),
+    and an existing bundle of that name (the same snapshot: done already; another:
+    Conflict) -- before any change
+    -> pin the snapshot for the export's lease (EXPORT_PIN_LEASE), renewed while it runs:
+       it cannot be dropped, GC keeps its files; a killed export's pin expires within a lease
     -> plan: every file the snapshot references, with its size and source tag (S3
        ETag or local mtime); a file an earlier bundle of the collection listed with the
-       same key, size and tag, whose data file is in the target, is reused unread
+       same key, size and tag, whose data file is in the target, need not be read at the
+       source (its data file is checked in the target, below)
     -> run: every other file is hashed (SHA-256) and, when the target lacks that
        content, streamed into data/{sha[:2]}/{sha}, checked on the way (the data file
-       appears only complete and with that SHA-256)
+       appears only complete and with that SHA-256); a data file of the target is trusted
+       never by name and size, only when its data tag (size + ETag or mtime, from the one
+       listing) is the one the last bundle recorded when its content was checked or
+       written, else once its content was read and checked: one damaged in place is
+       copied again from the source (repaired), so a bundle never lists a bad one
     -> write bundle.json, then the commit marker (the bundle exists from then on)
     -> unpin; record what was done in etcd ({root}/backup/exports/...)
 
+One unit (a little over 400 lines): the export's steps share the run's pin lease, plan,
+progress and throttle; the helpers below are the export's own.
+
 Resumable and idempotent: a re-run after a kill reuses every data file already in the
 target (content-addressed) and writes the same bundle. Throttled by the same shared
-rate limit as copy jobs (seglake.throttle), per export run.
+rate limit as copy jobs (seglake.throttle), per export run, under the store-wide limit
+shared by all copy work when one is set (throttle.set_store_limit).
 """
 
 from __future__ import annotations
@@ -36,10 +47,11 @@ from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
 from seglake.progress import human_bytes
 from seglake.storage import Store, layout
-from seglake.throttle import run_throttle, check_rates, human_rate
+from seglake import throttle as throttles
+from seglake.throttle import check_rates, human_rate
 
 log = logging.getLogger("seglake.backup")
-EXPORT_PIN_TTL = 7 * 86400.0
+EXPORT_PIN_LEASE = 600.0   # an export's pin expires this long after its last renewal (every lease / 4)
 MADE_BY_SCHEDULE = "retention schedule"   # bundle.json `made_by` of the schedule's exports
 SWEEP_WAIT = 7200.0      # how long an export waits for a sweep of its target to end
 
@@ -48,6 +60,60 @@ def source_tag(info) -> str:
     """What identifies one version of a source file cheaply: its S3 ETag, else its mtime."""
     etag = getattr(info, "etag", "")
     return f"etag:{etag}" if etag else f"mtime:{info.mtime:.6f}"
+
+
+class PinLease:
+    """While an export runs: renew its pin every `lease / 4` seconds from a background
+    thread, to `lease` seconds after the renewal. A killed export renews nothing: its pin
+    expires within one lease. `lost` says why the pin is gone (released, expired);
+    `check()` raises then. Transient etcd errors are retried at the next renewal."""
+
+    def __init__(self, meta: Meta, pin_id: int, lease: float = EXPORT_PIN_LEASE):
+        self.meta, self.pin_id, self.lease = meta, pin_id, lease
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"export-pin-{pin_id}", daemon=True)
+
+    def renew(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        try:
+            self.meta.snapshots.extend_hold(self.pin_id, now + self.lease)
+        except NotFound as e:
+            self.lost = f"the export's pin {self.pin_id} is gone ({e}); the snapshot may be dropped"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease / 4) and self.lost is None:
+            try:
+                self.renew()
+            except SeglakeError:
+                continue   # etcd unavailable for a moment: the next renewal retries
+
+    def check(self) -> None:
+        if self.lost:
+            raise SeglakeError(self.lost)
+
+    def __enter__(self) -> "PinLease":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _unpin(meta: Meta, pin_id: int) -> None:
+    try:
+        snapshots.unpin(meta, pin_id)
+    except NotFound:
+        pass
+
+
+def _ensure_bucket(target: Store) -> None:
+    """An S3 target's bucket, created when it does not exist (as the store's own is):
+    before any work, so a missing bucket is never found half way."""
+    ensure = getattr(target, "ensure_bucket", None)
+    if ensure is not None:
+        ensure()
 
 
 class _Progress:
@@ -65,6 +131,12 @@ class _Progress:
                 self.copied += n
             else:
                 self.read += n
+
+    def unchanged(self, n: int) -> None:
+        """`n` files found in the target without any read (counted as not copied)."""
+        with self.lock:
+            self.files += n
+            self.deduped += n
 
     def file_done(self, copied: bool) -> None:
         with self.lock:
@@ -98,6 +170,7 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
     if rec.state != COMMITTED:
         raise StateError(f"snapshot {snapshot!r} is {rec.state}; only a COMMITTED snapshot can be exported")
     started = time.time()
+    _ensure_bucket(target)
     done = bundles.existing(target, db, collection, bundle)
     if done is not None:
         if not bundles.same_snapshot(done, rec.snapshot_id, rec.collection_id):
@@ -107,25 +180,23 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
         _record(meta, db, collection, bundle, report)
         return report
 
-    pin = snapshots.pin(meta, collection, snapshot, EXPORT_PIN_TTL, db=db, collection_id=rec.collection_id,
+    pin = snapshots.pin(meta, collection, snapshot, EXPORT_PIN_LEASE, db=db, collection_id=rec.collection_id,
                         by=f"export {bundle}{' by ' + by if by else ''}")
     _release_dead_pin(meta, db, collection, bundle, pin["pin_id"])
     token = uuid.uuid4().hex[:16]
     _record(meta, db, collection, bundle, {"state": "running", "snapshot": snapshot, "snapshot_id": rec.snapshot_id,
                                            "target": target.uri, "started_at": started, "pin_id": pin["pin_id"]})
     try:
-        report = _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say,
-                         schedule)
+        with PinLease(meta, pin["pin_id"]) as lease:
+            report = _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started,
+                             say, schedule, lease)
     except BaseException as e:
         _record(meta, db, collection, bundle, {"state": "failed", "snapshot": snapshot, "target": target.uri,
                                                "started_at": started, "finished_at": time.time(),
                                                "error": str(e)[:2000]})
         raise
     finally:
-        try:
-            snapshots.unpin(meta, pin["pin_id"])
-        except NotFound:
-            pass
+        _unpin(meta, pin["pin_id"])
         meta.kv.delete(meta.keys.backup_throttle(token))
         faults.point("export.after_unpin")
     _record(meta, db, collection, bundle, report)
@@ -133,7 +204,7 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
 
 
 def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started, say,
-            schedule=False) -> dict:
+            schedule=False, lease: PinLease | None = None) -> dict:
     doc = snapshots.read_metadata(store, rec)
     entries = [e for _, es in snapshots.read_entries(store, rec, doc) for e in es]
     sizes: dict[str, int] = {}
@@ -155,24 +226,63 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         files[path] = {"size": size, "tag": source_tag(info)}
 
     known = bundles.known_files(target, db, collection)
-    present = bundles.blobs(target)
-    todo = []
+    listed = bundles.blob_tags(target)                       # sha -> (size, data tag) as listed now
+    present = {sha: size for sha, (size, _) in listed.items()}
+    vouched = {}                  # path -> sha256 an earlier bundle lists for this key, size and tag
+    recorded = {}                 # sha -> the data tag its content was last checked or written with
     for path, f in files.items():
-        sha = known.get((path, f["size"], f["tag"]))
+        sha, tag = known.get((path, f["size"], f["tag"]), (None, ""))
         if sha is not None and present.get(sha) == f["size"]:
-            f["sha256"] = sha            # an earlier bundle vouches for it, and its content is there
-        else:
-            todo.append(path)
-    reused = len(files) - len(todo)
+            vouched[path] = sha
+            if tag:
+                recorded[sha] = tag
     say(f"export {db}.{collection}/{bundle}: snapshot {rec.name!r} ({len(files)} files, "
-        f"{human_bytes(sum(f['size'] for f in files.values()))}); {reused} files unchanged since an earlier "
-        f"bundle, {len(todo)} to check; rate limit {human_rate(bps, 'B/s')}, {human_rate(rps, 'req/s')}")
-    throttle = run_throttle(meta, meta.keys.backup_throttle(token), bps, rps)
-    prog = _Progress(len(todo), sum(files[p]["size"] for p in todo), say)
+        f"{human_bytes(sum(f['size'] for f in files.values()))}); {len(vouched)} files unchanged since an earlier "
+        f"bundle (their data files checked in the target), {len(files) - len(vouched)} to read; rate limit "
+        f"{human_rate(bps, 'B/s')}, {human_rate(rps, 'req/s')}")
+    throttle = throttles.for_run(meta, meta.keys.backup_throttle(token), bps, rps)
+    prog = _Progress(len(files), sum(f["size"] for f in files.values()), say)
     present_lock, inflight = threading.Lock(), set()
+    good: dict[str, bool] = {}    # sha256 -> the target's data file holds exactly that content
+    counts = {"reused": 0, "repaired": 0, "checked_bytes": 0}
+
+    def unchanged(sha: str, size: int) -> bool:
+        """The data file is listed with the data tag the last bundle recorded when its
+        content was checked or written: no rewrite since."""
+        return recorded.get(sha) is not None and listed.get(sha) == (size, recorded[sha])
+
+    def target_holds(sha: str, size: int) -> bool:
+        """The target's data file `sha` has that content: unchanged since an export checked
+        or wrote it, else read and checked (once per export and sha)."""
+        with present_lock:
+            if sha in good:
+                return good[sha]
+            if unchanged(sha, size):
+                good[sha] = True
+                return True
+        try:
+            throttle.acquire(0, 1)
+            got, n = bundles.sha256_of(target, layout.bundle_blob(sha), on_chunk=lambda c: throttle.acquire(c, 0))
+        except NotFound:
+            got, n = "", -1
+        with present_lock:
+            counts["checked_bytes"] += max(n, 0)
+            good[sha] = ok = (got, n) == (sha, size)
+            if not ok and present.pop(sha, None) is not None:
+                counts["repaired"] += 1   # listed by name and size, but damaged: copied again below
+        return ok
 
     def one(path: str) -> None:
+        if lease is not None:
+            lease.check()
         size = files[path]["size"]
+        sha = vouched.get(path)
+        if sha is not None and target_holds(sha, size):
+            files[path]["sha256"] = sha   # the source unread: an earlier bundle vouches, the content is checked
+            with present_lock:
+                counts["reused"] += 1
+            prog.file_done(False)
+            return
         data = None
         if size <= bundles.SMALL:   # one read: hash the bytes in hand, write them if the target lacks them
             data = bundles.read_small(store, path, size)
@@ -184,8 +294,11 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
             raise SeglakeError(f"{path}: read {n} bytes, the snapshot lists {size}")
         files[path]["sha256"] = sha
         with present_lock:   # equal contents are copied once (another thread's copy failing fails the export)
-            there = present.get(sha) == size or sha in inflight
+            there = sha in inflight or good.get(sha, False)
+            listed = not there and present.get(sha) == size
             inflight.add(sha)
+        if listed:           # in the target by name and size: trusted once its content is checked
+            there = target_holds(sha, size)
         if not there:
             throttle.acquire(0, 1)
 
@@ -199,12 +312,32 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
                 bundles.copy_verified(store, path, target, layout.bundle_blob(sha), sha, size, on_chunk=chunk)
             with present_lock:
                 present[sha] = size
+                good[sha] = True
+                written.add(sha)
         prog.file_done(not there)
         faults.point("export.after_file")
 
+    written: set[str] = set()
+    todo = []
+    for path, f in files.items():   # the common case of an incremental export: no read, no task
+        sha = vouched.get(path)
+        if sha is not None and unchanged(sha, f["size"]):
+            f["sha256"], good[sha] = sha, True
+            counts["reused"] += 1
+        else:
+            todo.append(path)
+    prog.unchanged(len(files) - len(todo))
     with target.durable_batch():
         for _ in runners.run_inline(one, todo, workers=threads):
             pass
+    reused = counts["reused"]
+    # the data tag each data file's content was checked (listed before it was read) or
+    # written with (listed after): the next export trusts it while the tag is unchanged
+    after = _data_tags(target, written)
+    for f in files.values():
+        now = (after if f["sha256"] in written else listed).get(f["sha256"])
+        if now is not None and now[0] == f["size"]:
+            f["data_tag"] = now[1]
 
     totals = {"segments": len(entries), "rows": sum(e["num_rows"] for e in entries), "files": len(files),
               "bytes": sum(f["size"] for f in files.values()), "unique_blobs": len({f["sha256"] for f in files.values()})}
@@ -228,13 +361,29 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     el = max(1e-9, finished - (prog.first or finished))
     report = {**bundles.summary(out_doc), "state": "committed", "already": False, "target": target.uri,
               "copied_files": prog.copied_files, "copied_bytes": prog.copied, "read_bytes": prog.read,
-              "reused_files": reused, "deduplicated_files": prog.deduped, "started_at": started,
+              "reused_files": reused, "deduplicated_files": prog.deduped - reused, "started_at": started,
+              "checked_bytes": counts["checked_bytes"], "repaired_files": counts["repaired"],
               "copied_again": restored,
               "finished_at": finished, "seconds": round(finished - started, 3),
               "copy_rate_bytes_per_second": round(prog.copied / el, 1), "throttle": throttle.report()}
     say(f"export {db}.{collection}/{bundle}: committed; {prog.copied_files} files ({human_bytes(prog.copied)}) "
         f"copied, {reused + prog.deduped} already in the target, {report['seconds']} s")
     return report
+
+
+def _data_tags(target: Store, shas: set[str]) -> dict[str, tuple[int, str]]:
+    """{sha256: (size, data tag)} of these data files, as a listing describes them: the
+    store's describe (S3: listing pages), a head for what it leaves out (local: stat)."""
+    keys = {layout.bundle_blob(sha): sha for sha in shas}
+    described = target.describe(keys) if keys else {}
+    out = {}
+    for key, sha in keys.items():
+        try:
+            o = described.get(key) or target.head(key)
+        except NotFound:
+            continue
+        out[sha] = (o.size, bundles.data_tag(o))
+    return out
 
 
 def _ensure_present(store: Store, target: Store, files: dict[str, dict], say) -> int:
@@ -307,8 +456,8 @@ def _describe(store: Store, collection_id: int, sizes: dict[str, int]) -> dict:
 
 
 def _release_dead_pin(meta: Meta, db: str, collection: str, bundle: str, mine: int) -> None:
-    """An earlier export of this bundle that never finished (killed) left its pin for
-    EXPORT_PIN_TTL: this run holds its own now, so that one goes (were it still alive,
+    """An earlier export of this bundle that never finished (killed) left its pin for up
+    to EXPORT_PIN_LEASE: this run holds its own now, so that one goes (were it still alive,
     it only loses the pin once this run's ends; its bundle is the same)."""
     kv = meta.kv.get(meta.keys.backup_export(db, collection, bundle))
     if kv is None:

@@ -1,16 +1,26 @@
 """Import a bundle from a backup target as a COMMITTED snapshot of this store, and restore
 from a bundle (import, then the normal restore through a copy job) -- issue 19 item 3.
 
-    read the bundle (commit marker, SHA-256 of bundle.json, format, segments <-> files)
+    read the bundle (commit marker, SHA-256 of bundle.json, format, segments <-> files,
+    every number in range: bundle.check)
+    -> check, before anything is written: every timestamp in the bundle is at most
+       MAX_AHEAD ahead of this store's clock, and every data file the bundle lists has
+       its size, SHA-256 and (a log) row count (verify's units): a damaged, missing,
+       swapped or forged bundle is refused with no etcd key and no store file written
     -> the import record {root}/backup/imports/{bundle uid}: the ids this import uses (a
        fresh collection id, snapshot id, and new partition, segment and index build ids,
        so nothing collides with this store's own), created once (compare: absent); a
-       re-run reads it and resumes with the same ids
+       re-run under the same names reads it and resumes with the same ids; an import
+       under other names takes over a record that failed (its snapshot failed, is gone,
+       or has had no heartbeat for MIN_PENDING_TIMEOUT): it removes that import's
+       snapshot and files first; a running or completed one is refused, naming it
     -> a PENDING snapshot record of that collection id (GC skips a collection with a
        PENDING snapshot, so the files copied next are never collected half way), kept
        alive by heartbeats while the files are copied
     -> every file from data/{sha256} in the target to its key under the new ids, its
-       SHA-256 and size checked on arrival (a file already there with that content is kept)
+       SHA-256 and size checked on arrival (a file already there with that content is kept);
+       a data file that changed since the check is refused and the import takes back
+       what it wrote (files, snapshot, import record): nothing is left behind
     -> the TSO moved past the bundle's newest timestamp (rows written later are newer)
     -> manifests and metadata, then PENDING -> COMMITTED (snapshot.finish)
 
@@ -25,25 +35,31 @@ import json
 import logging
 import threading
 import time
+import uuid
+
+import msgspec
 
 from seglake import runners
 from seglake import faults, limits, manifest
-from seglake.errors import Conflict, NotFound
+from seglake.errors import Conflict, NotFound, SeglakeError
 from seglake.lifecycle import restore as restores
 from seglake.lifecycle import snapshot as snapshots
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB, shard_of, vchannel_names
-from seglake.meta.kv import Put, absent, unchanged
+from seglake.meta.alloc import LOGICAL_MASK, compose_ts, decode_mark, physical_ms
+from seglake.meta.kv import Delete, Put, absent, unchanged
 from seglake.meta.segments import IndexFile
 from seglake.meta.snapshots import COMMITTED, PENDING, SnapshotRecord
 from seglake.names import validate_name
 from seglake.progress import human_bytes
 from seglake.storage import Store, layout
-from seglake.throttle import run_throttle, check_rates
+from seglake import throttle as throttles
+from seglake.throttle import check_rates
 
 log = logging.getLogger("seglake.backup")
+MAX_AHEAD = 86400.0   # seconds a bundle's timestamps may be ahead of this store's clock (other clusters' clocks)
 
 
 def import_bundle(meta: Meta, store: Store, target: Store, collection: str, bundle: str, *,
@@ -64,8 +80,28 @@ def import_bundle(meta: Meta, store: Store, target: Store, collection: str, bund
 
 def _import(meta, store, target, collection, bundle, db, name, snapshot, threads, bps, rps, say) -> dict:
     doc = bundles.read(target, db, collection, bundle)
+    # the run's rate limit (its etcd clock exists only while the import runs, and only when limited)
+    throttle = throttles.for_run(meta, meta.keys.backup_throttle(f"import-{doc['uid']}-{uuid.uuid4().hex[:8]}"),
+                                 bps, rps)
+    try:
+        return _check_and_import(meta, store, target, doc, collection, bundle, db, name, snapshot, threads,
+                                 throttle, say)
+    finally:
+        if throttle.limited:
+            meta.kv.delete(throttle.key)
+
+
+def _check_and_import(meta, store, target, doc, collection, bundle, db, name, snapshot, threads, throttle,
+                      say) -> dict:
+    where = f"bundle {db}.{collection}/{bundle}"
     snap = doc["source"]["snapshot"] if snapshot is None else validate_name("snapshot", snapshot)
-    plan = _import_record(meta, doc, db, name, snap)
+    newest = _check_clock(meta, doc, where)
+    plan = _current_plan(meta, doc)
+    if plan is None or plan.get("state") != "imported":
+        if plan is not None:
+            _check_takeover(meta, plan, db, name, snap, doc)   # fail fast, before reading the data
+        _check_data_files(target, doc, where, threads, throttle)
+    plan = _import_record(meta, store, doc, db, name, snap)
     cid, sid = plan["collection_id"], plan["snapshot_id"]
     rec = meta.snapshots.find(cid, snap)
     if rec is not None and rec.state == COMMITTED:
@@ -80,13 +116,8 @@ def _import(meta, store, target, collection, bundle, db, name, snapshot, threads
         raise Conflict(f"snapshot {snap!r} of imported collection id {cid} is {rec.state} (id {rec.snapshot_id}); "
                        f"not this import's")
     coll_doc, segs = _remap(doc, plan, name, db)
-    copies = []
-    for old, new in zip(_entry_segments(doc), segs):
-        for src, dst in zip(layout.segment_files(old), layout.segment_files(new)):
-            f = doc["files"][src.key]
-            copies.append((dst.key, f["sha256"], f["size"]))
+    copies = _copies(doc, plan)
     attempt = meta.ids.allocate()
-    throttle = run_throttle(meta, meta.keys.backup_throttle(f"import-{doc['uid']}-{attempt}"), bps, rps)
     stats = {"copied_files": 0, "copied_bytes": 0, "kept_files": 0}
     lock = threading.Lock()
     say(f"import {db}.{collection}/{bundle} as {db}.{name}/{snap}: {len(copies)} files, "
@@ -115,7 +146,7 @@ def _import(meta, store, target, collection, bundle, db, name, snapshot, threads
             with store.durable_batch():
                 for _ in runners.run_inline(one, copies, workers=threads):
                     pass
-            meta.tso.advance_past(int(doc["source"]["max_ts"]))
+            meta.tso.advance_past(newest)
             written = [snapshots.write_manifest(store, rec, attempt, n, g)
                        for n, g in enumerate(snapshots.group(segs))]
             alive.check()
@@ -123,11 +154,13 @@ def _import(meta, store, target, collection, bundle, db, name, snapshot, threads
                                    meta.kv.revision(), collection=coll_doc)
     except snapshots.SnapshotLost:
         raise
-    except Exception as e:
-        snapshots.record_failure(meta, rec, f"{type(e).__name__}: {e}")
+    except bundles.BundleError:   # the bundle changed since the check: take back what was written
+        _discard(meta, store, plan, rec, [c[0] for c in copies], remove_record=True)
         raise
-    finally:
-        meta.kv.delete(throttle.key)
+    except Exception as e:        # a crash or an outage: kept, so that a re-run resumes it
+        snapshots.record_failure(meta, rec, f"{type(e).__name__}: {e}")
+        _set_state(meta, plan, "failed")
+        raise
     say(f"import {db}.{name}/{snap}: committed; {stats['copied_files']} files ({human_bytes(stats['copied_bytes'])}) "
         f"copied, {stats['kept_files']} already there")
     return _done(meta, plan, rec, **stats)
@@ -147,31 +180,181 @@ def _entry_segments(doc: dict) -> list:
     return [manifest.entry_to_segment(e) for e in doc["segments"]]
 
 
-def _import_record(meta: Meta, doc: dict, db: str, name: str, snap: str) -> dict:
-    """The ids of this bundle's import: created once (compare absent), then read."""
+def _check_clock(meta: Meta, doc: dict, where: str) -> int:
+    """The newest timestamp anywhere in the bundle, refused (naming it) when it is more
+    than MAX_AHEAD ahead of this store's clock (the wall clock, or the TSO if that is
+    ahead): an import moves the TSO past it, and a TSO near 2**63 can issue nothing."""
+    stamps = [("max_ts", doc["source"]["max_ts"]), ("consistent_ts", doc["source"]["consistent_ts"])]
+    for e in doc["segments"]:
+        sid = e["segment_id"]
+        stamps += [(f"segment {sid} {k}", e.get(k, 0)) for k in ("start_ts", "dml_ts", "created_ts")]
+        for fl in [*e["binlogs"], {"logs": e["deltalogs"]}, *e["statslogs"]]:
+            for x in fl["logs"]:
+                stamps += [(f"segment {sid} log {x['log_id']} {k}", x[k]) for k in ("ts_from", "ts_to")]
+    mark = meta.kv.get(meta.tso.key)
+    clock_ms = max(int(time.time() * 1000), physical_ms(decode_mark(mark.value, meta.tso.key)) if mark else 0)
+    bound = compose_ts(clock_ms + int(MAX_AHEAD * 1000), LOGICAL_MASK)
+    for what, ts in stamps:
+        if ts > bound:
+            ahead = (physical_ms(ts) - clock_ms) / 1000
+            raise bundles.BundleError(f"{where}: {what} {ts} is {ahead:.0f} s ahead of this store's clock (at most "
+                                      f"{MAX_AHEAD:g} s allowed): forged, or from a cluster whose clock is wrong; "
+                                      f"nothing imported")
+    return max(ts for _, ts in stamps)
+
+
+def _check_data_files(target: Store, doc: dict, where: str, threads: int, throttle=None) -> None:
+    """Every data file the bundle lists: present, its size, its SHA-256, a log's row
+    count -- read in full before the import writes anything (verify's own check)."""
+    from seglake.lifecycle.backup import verify
+
+    problems = verify.check_units(target, verify.units_of(doc), threads, throttle)
+    if problems:
+        listed = "; ".join(f"{p['file']} ({p['data']}): {p['problem']}" for p in problems[:5])
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise bundles.BundleError(f"{where}: {len(problems)} bad data files, nothing imported: {listed}{more}")
+
+
+def _current_plan(meta: Meta, doc: dict) -> dict | None:
+    """The import record of this bundle, None if none (read only)."""
+    kv = meta.kv.get(meta.keys.backup_import(doc["uid"]))
+    return None if kv is None else json.loads(kv.value)
+
+
+def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: dict) -> bool:
+    """Whether an import under (db, name, snap) may take the place of the recorded one:
+    False when it is the same import (resume it); True when the recorded one failed (its
+    snapshot is gone, failed, or silent for MIN_PENDING_TIMEOUT); Conflict, naming it,
+    when it completed or is running, or was of another document under the same uid."""
+    if plan.get("doc_sha256") not in (None, _digest(doc)):   # records older than this check have none
+        raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}): an import of ANOTHER bundle document with "
+                       f"this uid is recorded (as snapshot {plan['snapshot']!r} of {plan['db']}.{plan['collection']}); "
+                       f"a uid names one bundle, so one of them is a forged or edited copy: nothing imported")
+    if (plan["db"], plan["collection"], plan["snapshot"]) == (db, name, snap):
+        return False
+    as_ = f"snapshot {plan['snapshot']!r} of {plan['db']}.{plan['collection']}"
+    rec = meta.snapshots.find(plan["collection_id"], plan["snapshot"])
+    if rec is not None and rec.snapshot_id != plan["snapshot_id"]:
+        rec = None
+    if plan.get("state") == "imported" or (rec is not None and rec.state == COMMITTED):
+        raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) was already imported as {as_}; "
+                       f"restore from that one")
+    if rec is None or rec.state != PENDING or rec.failed:
+        return True
+    silent = time.time() - meta.snapshots.last_beat(rec)[0]
+    if plan.get("state") == "failed" or silent >= snapshots.MIN_PENDING_TIMEOUT:
+        return True
+    raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) is being imported as {as_} right now "
+                   f"(heartbeat {silent:.0f} s ago); wait for it, or retry under another name once it "
+                   f"failed or has been silent for {snapshots.MIN_PENDING_TIMEOUT:g} s")
+
+
+def _set_state(meta: Meta, plan: dict, state: str) -> None:
+    """Mark this import's record (best effort, compare: still this import's ids)."""
+    key = meta.keys.backup_import(plan["uid"])
+    try:
+        kv = meta.kv.get(key)
+        cur = json.loads(kv.value) if kv is not None else None
+        if cur is not None and cur["snapshot_id"] == plan["snapshot_id"] and cur.get("state") != state:
+            meta.kv.txn([unchanged(kv)], [Put(key, json.dumps({**cur, "state": state}))])
+    except SeglakeError:
+        pass
+
+
+def _discard(meta: Meta, store: Store, plan: dict, rec: SnapshotRecord | None, keys: list[str], *,
+             remove_record: bool) -> None:
+    """Take back what an import wrote: its files (keys under its own fresh ids: nobody
+    else's), its snapshot (manifests, metadata, record), and with `remove_record` its
+    import record (compare: still this import's). Best effort: what is left of a
+    discarded import is an abandoned PENDING snapshot, which GC reclaims."""
+    try:
+        store.delete_many(keys)
+        if rec is not None:
+            snapshots.purge(meta, store, rec)
+        if remove_record:
+            key = meta.keys.backup_import(plan["uid"])
+            kv = meta.kv.get(key)
+            if kv is not None and json.loads(kv.value)["snapshot_id"] == plan["snapshot_id"]:
+                meta.kv.txn([unchanged(kv)], [Delete(key)])
+    except SeglakeError as e:
+        log.warning("import of bundle %s: could not remove everything it wrote (%s); GC reclaims the rest",
+                    plan["bundle"], e)
+
+
+def _copies(doc: dict, plan: dict) -> list[tuple[str, str, int]]:
+    """(store key under the plan's ids, sha256, size) of every file the import writes."""
+    _, segs = _remap(doc, plan, plan["collection"], plan["db"])
+    out = []
+    for old, new in zip(_entry_segments(doc), segs):
+        for src, dst in zip(layout.segment_files(old), layout.segment_files(new)):
+            f = doc["files"][src.key]
+            out.append((dst.key, f["sha256"], f["size"]))
+    return out
+
+
+def _take_over(meta: Meta, store: Store, old: dict, doc: dict) -> None:
+    """Remove what the failed import `old` wrote (its record is already replaced)."""
+    rec = meta.snapshots.find(old["collection_id"], old["snapshot"])
+    if rec is not None and rec.snapshot_id != old["snapshot_id"]:
+        rec = None
+    _discard(meta, store, old, rec, [c[0] for c in _copies(doc, old)], remove_record=False)
+
+
+def _import_record(meta: Meta, store: Store, doc: dict, db: str, name: str, snap: str) -> dict:
+    """The ids of this bundle's import: created once (compare absent), then read; a
+    failed import under other names is replaced (compare unchanged), then removed."""
     key = meta.keys.backup_import(doc["uid"])
     kv = meta.kv.get(key)
+    if kv is not None and _check_takeover(meta, json.loads(kv.value), db, name, snap, doc):
+        old = json.loads(kv.value)
+        _check_name_free(meta, db, name, snap)
+        plan = _new_plan(meta, doc, db, name, snap)
+        meta.kv.txn([unchanged(kv)], [Put(key, json.dumps(plan))],
+                    reason=f"the import record of bundle {doc['bundle']!r} changed; retry")
+        _take_over(meta, store, old, doc)
+        return plan
     if kv is None:
-        for r in meta.snapshots.list():   # one snapshot per (collection name, db, name): restore finds it by name
-            if (r.collection_name, r.db, r.name) == (name, db, snap):
-                raise Conflict(f"a snapshot {snap!r} of a collection named {name!r} already exists in db {db!r} "
-                               f"(collection id {r.collection_id}); import as another collection or snapshot name")
-        parts = doc["snapshot"]["collection"]["partitions"]
-        builds = sorted({x.build_id for s in _entry_segments(doc) for x in s.index_files})
-        n = len(parts) + len(doc["segments"]) + len(builds)
-        plan = {"uid": doc["uid"], "bundle": doc["bundle"], "source": doc["source"], "db": db, "collection": name,
-                "snapshot": snap, "collection_id": meta.ids.allocate(), "snapshot_id": meta.ids.allocate(),
-                "id_base": meta.ids.allocate(max(1, n)), "state": "importing", "created_at": time.time()}
+        _check_name_free(meta, db, name, snap)
+        plan = _new_plan(meta, doc, db, name, snap)
         try:
             meta.kv.txn([absent(key)], [Put(key, json.dumps(plan))])
             return plan
         except Conflict:
             kv = meta.kv.get(key)   # a concurrent import of the same bundle won: use its ids
     plan = json.loads(kv.value)
-    if (plan["db"], plan["collection"], plan["snapshot"]) != (db, name, snap):
-        raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) was already imported as snapshot "
-                       f"{plan['snapshot']!r} of {plan['db']}.{plan['collection']}; restore from that one")
+    if _check_takeover(meta, plan, db, name, snap, doc):
+        raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}): another import took its record meanwhile; "
+                       f"retry")
+    if plan.get("state") == "failed":   # resumed: running again (another name may not take it over now)
+        meta.kv.txn([unchanged(kv)], [Put(key, json.dumps({**plan, "state": "importing"}))],
+                    reason=f"the import record of bundle {doc['bundle']!r} changed; retry")
+        plan = {**plan, "state": "importing"}
     return plan
+
+
+def _check_name_free(meta: Meta, db: str, name: str, snap: str) -> None:
+    """One snapshot per (collection name, db, name): restore finds it by name."""
+    for r in meta.snapshots.list():
+        if (r.collection_name, r.db, r.name) == (name, db, snap):
+            raise Conflict(f"a snapshot {snap!r} of a collection named {name!r} already exists in db {db!r} "
+                           f"(collection id {r.collection_id}); import as another collection or snapshot name")
+
+
+def _new_plan(meta: Meta, doc: dict, db: str, name: str, snap: str) -> dict:
+    """Fresh ids for an import of `doc` as (db, name, snap)."""
+    parts = doc["snapshot"]["collection"]["partitions"]
+    builds = sorted({x.build_id for s in _entry_segments(doc) for x in s.index_files})
+    n = len(parts) + len(doc["segments"]) + len(builds)
+    return {"uid": doc["uid"], "bundle": doc["bundle"], "source": doc["source"], "db": db, "collection": name,
+            "snapshot": snap, "collection_id": meta.ids.allocate(), "snapshot_id": meta.ids.allocate(),
+            "id_base": meta.ids.allocate(max(1, n)), "state": "importing", "created_at": time.time(),
+            "doc_sha256": _digest(doc)}
+
+
+def _digest(doc: dict) -> str:
+    """The SHA-256 of a bundle document's content (key order fixed): a resumed import must
+    be of the same document its ids were allocated for."""
+    return manifest.sha256(msgspec.json.encode(doc, order="sorted"))
 
 
 def _remap(doc: dict, plan: dict, name: str, db: str) -> tuple[dict, list]:

@@ -39,6 +39,14 @@ def plan(target: Store, collection: str, bundle: str, *, db: str = DEFAULT_DB) -
         doc = bundles.read(target, db, collection, bundle)
     except (bundles.BundleError, NotFound) as e:
         return {**base, "problem": str(e), "units": [], "files": 0, "bytes": 0}
+    return {**base, "uid": doc["uid"], "units": units_of(doc), "files": len(doc["files"]),
+            "bytes": sum(f["size"] for f in doc["files"].values()), "rows": doc["totals"]["rows"]}
+
+
+def units_of(doc: dict) -> list[dict]:
+    """One unit per distinct data file of a (checked) bundle document: its sha256, size,
+    the source keys that name it, and the rows each log should hold (an import checks
+    the same units before it writes)."""
     rows: dict[str, int] = {}   # source key -> rows the segment records give it
     for e in doc["segments"]:
         for fl in e["binlogs"]:
@@ -49,18 +57,20 @@ def plan(target: Store, collection: str, bundle: str, *, db: str = DEFAULT_DB) -
     by_sha: dict[str, list[str]] = {}
     for key, f in doc["files"].items():
         by_sha.setdefault(f["sha256"], []).append(key)
-    units = [{"sha": sha, "size": doc["files"][keys[0]]["size"], "keys": sorted(keys),
-              "rows": {k: rows[k] for k in keys if k in rows}} for sha, keys in sorted(by_sha.items())]
-    return {**base, "uid": doc["uid"], "units": units, "files": len(doc["files"]),
-            "bytes": sum(f["size"] for f in doc["files"].values()), "rows": doc["totals"]["rows"]}
+    return [{"sha": sha, "size": doc["files"][keys[0]]["size"], "keys": sorted(keys),
+             "rows": {k: rows[k] for k in keys if k in rows}} for sha, keys in sorted(by_sha.items())]
 
 
-def check_unit(target: Store, unit: dict) -> list[dict]:
-    """One data file: present, its size and SHA-256; for a log, its Parquet row count."""
+def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
+    """One data file: present, its size and SHA-256; for a log, its Parquet row count.
+    `throttle`: the reads take their cost from that rate limit."""
     sha, size, keys = unit["sha"], unit["size"], unit["keys"]
     blob = layout.bundle_blob(sha)
     try:
-        got, n = bundles.sha256_of(target, blob)
+        if throttle is not None:
+            throttle.acquire(0, 1)
+        got, n = bundles.sha256_of(target, blob, on_chunk=None if throttle is None else
+                                   (lambda c: throttle.acquire(c, 0)))
     except NotFound:
         return [{"file": k, "data": blob, "problem": "missing from the backup target"} for k in keys]
     if n != size or got != sha:
@@ -80,10 +90,10 @@ def check_unit(target: Store, unit: dict) -> list[dict]:
     return out
 
 
-def check_units(target: Store, units: list[dict], threads: int) -> list[dict]:
+def check_units(target: Store, units: list[dict], threads: int, throttle=None) -> list[dict]:
     """Every unit by a bounded thread pool; the problems found."""
     problems: list[dict] = []
-    for found in runners.run_inline(lambda u: check_unit(target, u), units, workers=threads):
+    for found in runners.run_inline(lambda u: check_unit(target, u, throttle), units, workers=threads):
         problems.extend(found)
     return problems
 

@@ -14,7 +14,8 @@ from seglake.meta.copyjobs import (JOB_EXECUTING, TASK_COMPLETED, TASK_FAILED, T
 from seglake.meta.kv import KeyValue, retry_on_conflict
 from seglake.storage import Store, layout
 from seglake.storage.base import ChecksumMismatch, Listed
-from seglake.throttle import Throttle, run_throttle
+from seglake import throttle as throttles
+from seglake.throttle import Throttle
 from seglake.lifecycle.copyjob.target import source_and_target_files
 
 PROGRESS_EVERY_S = 0.5
@@ -30,10 +31,9 @@ class SourceMissing(SeglakeError):
 
 # -- copy -----------------------------------------------------------------------------------
 def job_throttle(meta: Meta, job: CopyJob) -> Throttle:
-    """The job's rate limit as seen by one runner (every runner shares it through etcd),
-    and the store's limit shared by all copy work (seglake.throttle.run_throttle)."""
-    return run_throttle(meta, meta.keys.copy_throttle(job.job_id), job.max_bytes_per_second,
-                        job.max_requests_per_second)
+    """The job's rate limit as seen by one runner (every runner shares it through etcd)."""
+    return throttles.for_run(meta, meta.keys.copy_throttle(job.job_id), job.max_bytes_per_second,
+                            job.max_requests_per_second)
 
 
 def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int = 1,

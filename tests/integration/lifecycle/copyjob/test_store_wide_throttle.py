@@ -9,14 +9,11 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from seglake.dev import demo
-from seglake.errors import ValidationError
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.lifecycle.backup import export as exports
 from seglake.storage.local import LocalStore
-from seglake.throttle import BURST, run_throttle, set_store_limits, store_limits
+from seglake.throttle import BURST, set_store_limit
 
 MiB = 1 << 20
 
@@ -26,7 +23,7 @@ def test_two_restores_and_an_export_share_the_store_limit(meta, store, tmp_path)
     snapshot.create(meta, store, coll.name, "s")
     rec = meta.snapshots.find(coll.collection_id, "s")
     limit = 16 * MiB
-    set_store_limits(meta, limit, 0)
+    set_store_limit(meta, limit, 0)
     jobs = [restore.restore(meta, store, coll.name, "s", f"copy{i}") for i in range(2)]
     for j in jobs:
         assert meta.copyjobs.get(j)[0].max_bytes_per_second == 0   # no limit of its own
@@ -53,21 +50,6 @@ def test_two_restores_and_an_export_share_the_store_limit(meta, store, tmp_path)
     for j in jobs:
         assert copyjob.finalize(meta, j).state == "Completed"
     moved = 3 * rec.bytes          # each restore copies every byte, the export reads every byte
-    clock = float(meta.kv.get(meta.keys.store_throttle()).value)
+    clock = float(meta.kv.get(meta.keys.copy_store_throttle()).value)
     assert clock >= t0 + moved / limit * 0.99, "the shared clock advanced by every run's bytes"
     assert took >= moved / limit - 3 * BURST, (took, moved / limit)
-
-
-def test_the_store_limit_is_checked_recorded_and_removed(meta):
-    with pytest.raises(ValidationError):
-        set_store_limits(meta, float("nan"), 0)
-    with pytest.raises(ValidationError):
-        set_store_limits(meta, -1, 0)
-    assert store_limits(meta) == (0.0, 0.0)
-    assert not run_throttle(meta, meta.keys.copy_throttle(1)).limited
-    set_store_limits(meta, 1 * MiB, 5)
-    assert store_limits(meta) == (1 * MiB, 5.0)
-    th = run_throttle(meta, meta.keys.copy_throttle(1))
-    assert th.limited and th.report()["store_limit_bytes_per_second"] == 1 * MiB
-    set_store_limits(meta, 0, 0)
-    assert meta.kv.get(meta.keys.store_throttle_limits()) is None
