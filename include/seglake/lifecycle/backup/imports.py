@@ -4,7 +4,7 @@ from a bundle (import, then the normal restore through a copy job) -- issue 19 i
     read the bundle (commit marker, SHA-256 of bundle.json, format, segments <-> files,
     every number in range: bundle.check)
     -> check, before anything is written: every timestamp in the bundle is at most
-       MAX_AHEAD ahead of this store's clock, and every data file the bundle lists has
+       max_clock_skew ahead of this store's clock, and every data file the bundle lists has
        its size, SHA-256 and (a log) row count (verify's units): a damaged, missing,
        swapped or forged bundle is refused with no etcd key and no store file written
     -> the import record {root}/backup/imports/{bundle uid}: the ids this import uses (a
@@ -59,7 +59,6 @@ from seglake import throttle as throttles
 from seglake.throttle import check_rates
 
 log = logging.getLogger("seglake.backup")
-MAX_AHEAD = 86400.0   # seconds a bundle's timestamps may be ahead of this store's clock (other clusters' clocks)
 
 
 def import_bundle(meta: Meta, store: Store, target: Store, collection: str, bundle: str, *,
@@ -181,9 +180,10 @@ def _entry_segments(doc: dict) -> list:
 
 
 def _check_clock(meta: Meta, doc: dict, where: str) -> int:
-    """The newest timestamp anywhere in the bundle, refused (naming it) when it is more
-    than MAX_AHEAD ahead of this store's clock (the wall clock, or the TSO if that is
-    ahead): an import moves the TSO past it, and a TSO near 2**63 can issue nothing."""
+    """The newest timestamp anywhere in the bundle, refused (naming it) when it leads this
+    process's clock by more than max_clock_skew -- the bound every timestamp of this
+    store keeps (seglake.meta.alloc): an import moves the TSO past it, so a bundle from
+    the future would stop every writer of the store (and one near 2**63, forever)."""
     stamps = [("max_ts", doc["source"]["max_ts"]), ("consistent_ts", doc["source"]["consistent_ts"])]
     for e in doc["segments"]:
         sid = e["segment_id"]
@@ -191,15 +191,15 @@ def _check_clock(meta: Meta, doc: dict, where: str) -> int:
         for fl in [*e["binlogs"], {"logs": e["deltalogs"]}, *e["statslogs"]]:
             for x in fl["logs"]:
                 stamps += [(f"segment {sid} log {x['log_id']} {k}", x[k]) for k in ("ts_from", "ts_to")]
-    mark = meta.kv.get(meta.tso.key)
-    clock_ms = max(int(time.time() * 1000), physical_ms(decode_mark(mark.value, meta.tso.key)) if mark else 0)
-    bound = compose_ts(clock_ms + int(MAX_AHEAD * 1000), LOGICAL_MASK)
+    skew = meta.tso.max_clock_skew
+    clock_ms = int(time.time() * 1000)
+    bound = compose_ts(clock_ms + int(skew * 1000), LOGICAL_MASK)
     for what, ts in stamps:
         if ts > bound:
             ahead = (physical_ms(ts) - clock_ms) / 1000
             raise bundles.BundleError(f"{where}: {what} {ts} is {ahead:.0f} s ahead of this store's clock (at most "
-                                      f"{MAX_AHEAD:g} s allowed): forged, or from a cluster whose clock is wrong; "
-                                      f"nothing imported")
+                                      f"max_clock_skew = {skew:g} s allowed): forged, or from a cluster whose "
+                                      f"clock is wrong (or raise max_clock_skew); nothing imported")
     return max(ts for _, ts in stamps)
 
 

@@ -19,6 +19,7 @@ import time
 from seglake import runners
 from seglake import limits
 from seglake.errors import NotFound
+from seglake import manifest
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
 from seglake.meta.catalog import DEFAULT_DB
@@ -48,17 +49,22 @@ def units_of(doc: dict) -> list[dict]:
     the source keys that name it, and the rows each log should hold (an import checks
     the same units before it writes)."""
     rows: dict[str, int] = {}   # source key -> rows the segment records give it
+    named: dict[str, list[int]] = {}   # delta log -> the partition ids its deletes may name
+    bundle_parts = sorted(p["partition_id"] for p in doc["snapshot"]["collection"]["partitions"])
     for e in doc["segments"]:
         for fl in e["binlogs"]:
             for x in fl["logs"]:
                 rows[x["path"]] = x["entries"]
+        dp = manifest.delta_partitions(e)
         for x in e["deltalogs"]:
             rows[x["path"]] = x["entries"]
+            named[x["path"]] = bundle_parts if dp is None else sorted(dp)
     by_sha: dict[str, list[str]] = {}
     for key, f in doc["files"].items():
         by_sha.setdefault(f["sha256"], []).append(key)
     return [{"sha": sha, "size": doc["files"][keys[0]]["size"], "keys": sorted(keys),
-             "rows": {k: rows[k] for k in keys if k in rows}} for sha, keys in sorted(by_sha.items())]
+             "rows": {k: rows[k] for k in keys if k in rows},
+             "partitions": {k: named[k] for k in keys if k in named}} for sha, keys in sorted(by_sha.items())]
 
 
 def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
@@ -87,7 +93,26 @@ def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
             continue
         if have != want:
             out.append({"file": k, "data": blob, "problem": f"holds {have} rows; the segment records give it {want}"})
+    for k, allowed in unit.get("partitions", {}).items():
+        stray = _unnamed_partitions(target, blob, allowed)
+        if stray:
+            out.append({"file": k, "data": blob, "problem": f"holds deletes scoped to partition ids {stray}, which "
+                                                            f"its segment's delta_partitions does not name"})
     return out
+
+
+def _unnamed_partitions(target: Store, blob: str, allowed: list[int]) -> list[int]:
+    """The partition ids a delta log's deletes are scoped to that `allowed` lacks (an
+    import would read them as PartitionUnmapped: refused before it writes instead)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    with target.open_read(blob) as fh:
+        f = pq.ParquetFile(fh)
+        if "partition" not in f.schema_arrow.names:
+            return []     # a legacy delta log: confined to its own segment
+        ids = np.unique(f.read(columns=["partition"]).column(0).to_numpy())
+    return sorted(int(x) for x in ids if x != 0 and int(x) not in set(allowed))
 
 
 def check_units(target: Store, units: list[dict], threads: int, throttle=None) -> list[dict]:
