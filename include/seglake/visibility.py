@@ -45,15 +45,17 @@ Partition ids in delta logs are those of the collection that WROTE the log; a co
 (restore, bundle import, any number of hops) copies the files verbatim, so a copied
 segment's delta logs hold the ids of the collection its deletes were first written in.
 Ids are local to one etcd root and one collection: the identity that crosses a copy is
-the partition's NAME. Every copy sets the target segment's `delta_partitions` (id as
-written -> partition name; kept as is by later hops, carried by manifests and bundles),
-and `read_deletes` translates each scoped delete: id -> name -> this collection's id of
-that name. A segment without the map holds its own collection's ids. An id that cannot
-be translated is an error naming it (PartitionUnmapped), never "every partition": that
-reading hid rows of every partition (a DR restore of 67,399 rows showed 66,400).
-Segments restored before delta_partitions existed carry only their `source` record:
-their ids are translated through the collection's source records (source partition ->
-own partition), which is right for the one hop they crossed.
+the partition's NAME. The flusher records on each segment the ids its delta logs hold
+-> their names (`delta_partitions`); every copy keeps that map as is (later hops too;
+manifests and bundles carry it), and `read_deletes` translates each scoped delete: id ->
+name -> this collection's id of that name. An id that cannot be translated is an error
+naming it (PartitionUnmapped), never "every partition": that reading hid rows of every
+partition (a DR restore of 67,399 rows showed 66,400).
+A segment whose map is None was written before the map existed: its own ids are taken as
+they are; if it was restored then (it carries only its one-hop `source` record), its ids
+are translated through the collection's source records (source partition -> own
+partition), and an id of its source collection that no copied segment came from hides
+nothing (NO_ROWS_NAME below).
 """
 
 from __future__ import annotations
