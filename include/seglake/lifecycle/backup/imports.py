@@ -41,14 +41,13 @@ import msgspec
 
 from seglake import runners
 from seglake import faults, limits, manifest
-from seglake.errors import Conflict, NotFound, SeglakeError
+from seglake.errors import ClockSkewError, Conflict, NotFound, SeglakeError
 from seglake.lifecycle import restore as restores
 from seglake.lifecycle import snapshot as snapshots
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB, shard_of, vchannel_names
-from seglake.meta.alloc import LOGICAL_MASK, compose_ts, decode_mark, physical_ms
 from seglake.meta.kv import Delete, Put, absent, unchanged
 from seglake.meta.segments import IndexFile
 from seglake.meta.snapshots import COMMITTED, PENDING, SnapshotRecord
@@ -191,16 +190,14 @@ def _check_clock(meta: Meta, doc: dict, where: str) -> int:
         for fl in [*e["binlogs"], {"logs": e["deltalogs"]}, *e["statslogs"]]:
             for x in fl["logs"]:
                 stamps += [(f"segment {sid} log {x['log_id']} {k}", x[k]) for k in ("ts_from", "ts_to")]
-    skew = meta.tso.max_clock_skew
-    clock_ms = int(time.time() * 1000)
-    bound = compose_ts(clock_ms + int(skew * 1000), LOGICAL_MASK)
-    for what, ts in stamps:
-        if ts > bound:
-            ahead = (physical_ms(ts) - clock_ms) / 1000
-            raise bundles.BundleError(f"{where}: {what} {ts} is {ahead:.0f} s ahead of this store's clock (at most "
-                                      f"max_clock_skew = {skew:g} s allowed): forged, or from a cluster whose "
-                                      f"clock is wrong (or raise max_clock_skew); nothing imported")
-    return max(ts for _, ts in stamps)
+    what, newest = max(stamps, key=lambda s: s[1])
+    try:
+        meta.tso.check_ahead(newest, f"{what} {newest}")   # advance_past's own rule, no etcd call
+    except ClockSkewError as e:
+        raise bundles.BundleError(f"{where}: {what} {newest} is ahead of this store's clock: forged, or from a "
+                                  f"cluster whose clock is wrong (or raise max_clock_skew); nothing imported "
+                                  f"({e})") from None
+    return newest
 
 
 def _check_data_files(target: Store, doc: dict, where: str, threads: int, throttle=None) -> None:
