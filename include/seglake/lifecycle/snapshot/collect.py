@@ -20,7 +20,6 @@ class _Head(msgspec.Struct):
 
     state: str
     dml_ts: int = 0
-    partition_id: int = 0
     source: dict | None = None
     delta_partitions: dict | None = None
 
@@ -61,17 +60,14 @@ def _name_legacy_copies(meta: Meta, collection_id: int, raws: list[bytes], heads
 
     names = {p.partition_id: p.name for p in meta.catalog.get(collection_id).partitions}
     dec = msgspec.json.Decoder(Segment)
-    copied = [dec.decode(r) for r, h in zip(raws, heads) if h.source]
-    legacy = {src: names[own] for src, own in legacy_map(copied).items() if own in names}
-    for pid in legacy_source_partitions(meta, copied) - set(legacy):
+    copied = {i: dec.decode(r) for i, (r, h) in enumerate(zip(raws, heads)) if h.source}
+    legacy = {src: names[own] for src, own in legacy_map(copied.values()).items() if own in names}
+    for pid in legacy_source_partitions(meta, copied.values()) - set(legacy):
         legacy[pid] = NO_ROWS_NAME    # a source partition no copied segment came from: no rows
-    out = []
-    for raw, h in zip(raws, heads):
-        if h.source and h.delta_partitions is None:
-            seg = dec.decode(raw)
-            if seg.deltalogs:
-                raw = encode_struct(seg.replace(delta_partitions=dict(legacy)))
-        out.append(raw)
+    out = list(raws)
+    for i, seg in copied.items():
+        if seg.delta_partitions is None and seg.deltalogs:
+            out[i] = encode_struct(seg.replace(delta_partitions=dict(legacy)))
     return out
 
 
