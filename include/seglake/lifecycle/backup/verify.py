@@ -83,36 +83,35 @@ def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
         return [{"file": k, "data": blob, "problem": f"content differs: {n} bytes with SHA-256 {got[:16]}..., "
                                                       f"the bundle lists {size} bytes"} for k in keys]
     out = []
+    named = unit.get("partitions", {})
     for k, want in unit["rows"].items():
-        try:
-            import pyarrow.parquet as pq
-            with target.open_read(blob) as fh:
-                have = pq.ParquetFile(fh).metadata.num_rows
+        try:   # one open per log: its row count and, for a delta log, its deletes' partitions
+            have, stray = _read_log(target, blob, named.get(k))
         except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
             out.append({"file": k, "data": blob, "problem": f"not a readable Parquet file: {e}"})
             continue
         if have != want:
             out.append({"file": k, "data": blob, "problem": f"holds {have} rows; the segment records give it {want}"})
-    for k, allowed in unit.get("partitions", {}).items():
-        stray = _unnamed_partitions(target, blob, allowed)
         if stray:
             out.append({"file": k, "data": blob, "problem": f"holds deletes scoped to partition ids {stray}, which "
                                                             f"its segment's delta_partitions does not name"})
     return out
 
 
-def _unnamed_partitions(target: Store, blob: str, allowed: list[int]) -> list[int]:
-    """The partition ids a delta log's deletes are scoped to that `allowed` lacks (an
-    import would read them as PartitionUnmapped: refused before it writes instead)."""
+def _read_log(target: Store, blob: str, allowed: list[int] | None) -> tuple[int, list[int]]:
+    """(a log's Parquet row count, the partition ids its deletes are scoped to that
+    `allowed` lacks: for a delta log, which an import would read as PartitionUnmapped;
+    [] for an insert log (allowed None) and a legacy delta log, confined to its segment)."""
     import numpy as np
     import pyarrow.parquet as pq
 
     with target.open_read(blob) as fh:
         f = pq.ParquetFile(fh)
-        if "partition" not in f.schema_arrow.names:
-            return []     # a legacy delta log: confined to its own segment
+        if allowed is None or "partition" not in f.schema_arrow.names:
+            return f.metadata.num_rows, []
         ids = np.unique(f.read(columns=["partition"]).column(0).to_numpy())
-    return sorted(int(x) for x in ids if x != 0 and int(x) not in set(allowed))
+    ok = set(allowed)
+    return f.metadata.num_rows, sorted(int(x) for x in ids if x != 0 and int(x) not in ok)
 
 
 def check_units(target: Store, units: list[dict], threads: int, throttle=None) -> list[dict]:
