@@ -22,17 +22,13 @@ from seglake.lifecycle.backup import verify
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
 
-from copy_model_helpers import Writer, other_root, quiet, rows, snap_and_restore
+from copy_model_helpers import Writer, other_root, quiet, rows, snap_and_restore, three_partitions_with_a_scoped_delete
 
 
 def _bundle_of_a_copy(meta, store, settings, tmp_path):
     """A bundle of a restored collection: its segments carry delta_partitions."""
     w = Writer(meta, store, settings)
-    w.create("src", ["_default", "p1", "p2"])
-    for i, p in enumerate(["_default", "p1", "p2"]):
-        w.insert("src", range(1, 6), p, float(i))
-    w.flush("src")
-    w.delete("src", [1, 2], partition="p1")
+    three_partitions_with_a_scoped_delete(w)
     w.flush("src")
     snap_and_restore(meta, store, "src", "cp")
     snapshot.create(meta, store, "cp", "b")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 import types
-import uuid
 from pathlib import Path
 
 import subprocess
@@ -25,17 +24,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "restore"))
 
-from seglake.config import Settings
 from seglake.errors import SeglakeError
 from seglake.lifecycle import copyjob, snapshot
 from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.backup import imports
-from seglake.meta import Meta
 from seglake.meta.segments import FLUSHED, IMPORTING
-from seglake.storage import open_store
 from seglake.storage.local import LocalStore
 
-from copy_model_helpers import Writer, quiet, rows
+from copy_model_helpers import Writer, other_root, quiet, rows, three_partitions_with_a_scoped_delete
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -63,12 +59,6 @@ def _old_segments_module():
     return _old_module("include/seglake/meta/segments.py", "old_segments", **{"seglake.meta.codec": codec})
 
 
-def _root(etcd_server, tmp_path, tag):
-    s = Settings.from_dict({"etcd_endpoint": etcd_server.endpoint, "etcd_root": f"{tag}{uuid.uuid4().hex[:8]}",
-                            "store_uri": str(tmp_path / f"{tag}_store"), "etcd_timeout": 5})
-    return Meta.from_settings(s), open_store(s), s
-
-
 def _import(meta2, store2, backup, old_finalize: bool):
     out = imports.restore_from_bundle(meta2, store2, backup, "src", "b", "back", engine="inline", **quiet)
     copyjob.plan(meta2, out["job_id"])
@@ -86,17 +76,12 @@ def _import(meta2, store2, backup, old_finalize: bool):
 
 def test_an_old_worker_refuses_records_with_a_map_instead_of_stripping_it(meta, store, settings, etcd_server,
                                                                              tmp_path):
-    backup = LocalStore(tmp_path / "backup")
 
     def source(pad: int):
-        m, s, st = _root(etcd_server, tmp_path / f"a{pad}", "a")
+        m, s, st = other_root(etcd_server, tmp_path / f"a{pad}", "a")
         m.ids.allocate(pad)
         w = Writer(m, s, st)
-        w.create("src", ["_default", "p1", "p2"])
-        for i, p in enumerate(["_default", "p1", "p2"]):
-            w.insert("src", range(1, 6), p, float(i))
-        w.flush("src")
-        w.delete("src", [1, 2], partition="p1")
+        three_partitions_with_a_scoped_delete(w)
         w.flush("src")
         assert rows(m, s, "src") == w.model.visible()
         snapshot.create(m, s, "src", "b")
@@ -105,7 +90,7 @@ def test_an_old_worker_refuses_records_with_a_map_instead_of_stripping_it(meta, 
 
     # 1. learn where a fresh root B puts the import's partitions (deterministic)
     ma, w, a_ids = source(1000)
-    mb, sb, _ = _root(etcd_server, tmp_path / "b1", "b")
+    mb, sb, _ = other_root(etcd_server, tmp_path / "b1", "b")
     b_ids = {p.name: p.partition_id for p in _import(mb, sb, LocalStore(tmp_path / "backup1000"), False).partitions}
     assert rows(mb, sb, "back") == w.model.visible()       # all new code: right
     mb.close()
@@ -113,7 +98,7 @@ def test_an_old_worker_refuses_records_with_a_map_instead_of_stripping_it(meta, 
     # 2. root A again with its ids shifted so that A's id of p1 == B's id of _default
     pad = 1000 + b_ids["_default"] - a_ids["p1"]
     ma, w, a_ids = source(pad)
-    mb, sb, _ = _root(etcd_server, tmp_path / "b2", "b")
+    mb, sb, _ = other_root(etcd_server, tmp_path / "b2", "b")
     try:
         coll = _import(mb, sb, LocalStore(tmp_path / f"backup{pad}"), True)
         own = {p.name: p.partition_id for p in coll.partitions}

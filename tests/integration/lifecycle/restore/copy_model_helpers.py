@@ -84,6 +84,16 @@ class Writer:
             flush_pchannel(self.meta, self.store, p, self.settings, flush_all=True)
 
 
+def three_partitions_with_a_scoped_delete(w: "Writer", name: str = "src") -> None:
+    """`name` with partitions _default, p1, p2 holding pks 1..5 each (v = 0, 1, 2),
+    flushed, then a delete of pks 1, 2 scoped to p1 (not flushed yet)."""
+    w.create(name, ["_default", "p1", "p2"])
+    for i, p in enumerate(["_default", "p1", "p2"]):
+        w.insert(name, range(1, 6), p, float(i))
+    w.flush(name)
+    w.delete(name, [1, 2], partition="p1")
+
+
 def rows(meta, store, name: str) -> Counter:
     """The visible rows as a multiset of (pk, partition NAME, v)."""
     coll = meta.catalog.get_by_name(name)

@@ -12,7 +12,7 @@ import pytest
 
 from seglake import manifest
 
-from copy_model_helpers import Writer, rows, snap_and_restore
+from copy_model_helpers import Writer, rows, snap_and_restore, three_partitions_with_a_scoped_delete
 
 OLD_SCHEMA = {**manifest.SCHEMA, "fields": [f for f in manifest.SCHEMA["fields"] if f["name"] != "delta_partitions"]}
 
@@ -39,11 +39,7 @@ def old_manifests(monkeypatch):
 
 def _src(meta, store, settings):
     w = Writer(meta, store, settings)
-    w.create("src", ["_default", "p1", "p2"])
-    for i, p in enumerate(["_default", "p1", "p2"]):
-        w.insert("src", range(1, 6), p, float(i))
-    w.flush("src")
-    w.delete("src", [1, 2], partition="p1")
+    three_partitions_with_a_scoped_delete(w)
     w.insert("src", [3], "p2", 33.0, upsert=True)
     w.flush("src")
     return w
