@@ -442,6 +442,7 @@ class Flusher:
 
         c, p, s = buf.collection_id, buf.partition_id, buf.segment_id
         dels = st.dels if st.dels is not None and st.dels.count else None
+        deletes = None if dels is None else dels.arrays()     # (pks, ts, partitions)
         fields = st.coll.schema
         log0 = self.meta.ids.allocate(segfiles.log_ids_needed(fields, dels is not None, buf.rows))
         row_ids = np.zeros(0, dtype=np.int64)
@@ -451,7 +452,7 @@ class Flusher:
         files = segfiles.write_segment_files(
             self.store, log0, c, p, s, fields, buf.table(st.schema), row_ids,
             buf.row_ts() if buf.rows else np.zeros(0, dtype=np.int64),
-            deletes=None if dels is None else dels.arrays())
+            deletes=deletes)
         self._hook("after_files", segment_id=s)
         level = L0 if not buf.rows else "L1"
         dml_ts = buf.last_tt if buf.rows else (dels.last_tt if dels else 0)
@@ -459,7 +460,7 @@ class Flusher:
                       num_rows=buf.rows, level=level, binlogs=files.binlogs, deltalogs=files.deltalogs,
                       statslogs=files.statslogs, start_ts=buf.first_tt or dml_ts, dml_ts=dml_ts,
                       created_ts=buf.first_tt or dml_ts,
-                      delta_partitions=None if dels is None else _named(st.coll, dels.arrays()[2]))
+                      delta_partitions=None if deletes is None else _named(st.coll, deletes[2]))
         key = self.meta.keys.segment(c, p, s)
         cmp, ops, cp = self._cp_ops(st, (buf, dels))
         rev = self._commit([Compare(key, "mod", "==", buf.record_rev), *cmp],
