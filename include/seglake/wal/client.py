@@ -50,14 +50,12 @@ from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
-from seglake.wal.producers import (CALL_BITS, CLOCK_BASE, CLOCK_EPOCH_MS, MAX_CALL, Holder, ProducerFenced,
-                                   clock_call)
+from seglake.wal.producers import CALL_BITS, MAX_CALL, Holder, ProducerFenced, call_at, clock_call
 from seglake.wal.writer import Retry, WalWriter, _valid_pid
 
 MAX_BATCH_ROWS = 1_000_000
 APPENDS_PER_CALL = 1 << CALL_BITS   # a call's appends are numbered call * APPENDS_PER_CALL + i
 ROLLBACK_APPEND = APPENDS_PER_CALL - 1   # a txn call's RollbackTxn: its own number, never a CommitTxn's
-MAX_CALL_SEQ = MAX_CALL
 RETRIES = 6                   # a retriable append is retried this often (same seq)
 ANNOUNCED = "wal_announced"
 
@@ -315,8 +313,8 @@ class WalClient:
         committed (those were numbered before this client claimed it, by the one TSO).
         Its time bounds its retries: one older than the retry window that no record
         remembers is refused, never appended twice."""
-        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < MAX_CALL_SEQ):
-            raise ValidationError(f"seq must be an int in 1..{MAX_CALL_SEQ - 1}, got {seq!r}")
+        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < MAX_CALL):
+            raise ValidationError(f"seq must be an int in 1..{MAX_CALL - 1}, got {seq!r}")
         if seq is not None:
             return seq
         self.holder()   # claimed before the number is drawn
@@ -324,7 +322,7 @@ class WalClient:
             if self._named and not self._floored:   # above every call an earlier holder numbered
                 from seglake.meta.alloc import physical_ms
                 now = physical_ms(self.tso.reserve(1, linearizable=True))
-                self._last_call = max(self._last_call, CLOCK_BASE + now - CLOCK_EPOCH_MS)
+                self._last_call = max(self._last_call, call_at(now))
                 self._floored = True
             self._last_call = clock_call(self.tso, self._last_call, self.clock)
             return self._last_call

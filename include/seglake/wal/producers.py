@@ -75,10 +75,16 @@ def clock_call(tso, last: int = 0, clock=time.time) -> int:
     per ms run ahead of the clock, by at most MAX_CALL_LEAD_MS (beyond it this waits):
     the retry window, judged by the number, is never stretched by more."""
     while True:
-        call = max(last + 1, CLOCK_BASE + now_ms(tso, clock) - CLOCK_EPOCH_MS)
-        if call_ms(call) <= now_ms(tso, clock) + MAX_CALL_LEAD_MS:
+        now = now_ms(tso, clock)
+        call = max(last + 1, call_at(now))
+        if call_ms(call) <= now + MAX_CALL_LEAD_MS:
             return call
         time.sleep(0.001)
+
+
+def call_at(ms: int) -> int:
+    """The clock-numbered call made at unix time `ms` (call_ms's inverse)."""
+    return CLOCK_BASE + ms - CLOCK_EPOCH_MS
 
 
 def call_ms(call: int) -> int | None:
