@@ -1,16 +1,18 @@
 """
 ### Restore from a bundle (disaster recovery)
 
-1. **import**: reads a committed bundle from the backup target (its commit marker and
-   SHA-256 checked), copies every file into this store under fresh ids -- each file's
-   SHA-256 checked on arrival -- and commits it as a snapshot of this store (filed under
-   `as_collection`, default the bundle's collection name). Needs nothing but the bundle:
-   not the source's etcd, not its store. A re-run resumes the same import.
-2. **restore**: the normal restore of that snapshot into the new collection `target`
-   (a copy-segment job: tasks, progress, timeout, rollback, resume after a kill).
-3. **copy_job**, **verify**, **compare**: as in `snapshot_restore` (the compare: the
-   target's rows against the imported snapshot's, row by row, each through its own
-   collection's partitions; any difference fails the run).
+1. **restore**: reads a committed bundle from the backup target (its commit marker and
+   SHA-256, every number, every timestamp against this store's clock, every data file
+   present at its size: refused before anything is written) and sets up a copy-segment
+   job into the new collection `target` whose files come straight from the backup
+   target: each byte read once and written once, at its final key, its SHA-256 (and a
+   log's rows and partitions) checked as it is copied. No import, no snapshot: the job
+   holds the bundle in the target while it runs. Needs nothing but the bundle: not the
+   source's etcd, not its store. A re-run resumes the same restore.
+2. **copy_job**: tasks, progress, timeout, rollback, resume after a kill (as in
+   `snapshot_restore`).
+3. **verify**, **compare**: the target's rows against the bundle's, row by row, each
+   through its own collection's partitions; any difference fails the run.
 
 REST: `conf = {"collection": "demo", "bundle": "nightly", "target": "demo_dr", "backup_uri": null}`.
 """
@@ -51,7 +53,7 @@ def snapshot_restore_external():
             try:
                 out = imports.restore_from_bundle(
                     hook.meta, hook.store, hook.backup_target(params["backup_uri"]), params["collection"],
-                    params["bundle"], params["target"], db=params["db"], as_collection=params["as_collection"],
+                    params["bundle"], params["target"], db=params["db"],
                     timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
                              else float(params["timeout_hours"]) * 3600), owner=run_id or "",
                     engine=params["engine"], threads=hook.settings.copy_threads,
@@ -60,23 +62,24 @@ def snapshot_restore_external():
                     origin={"dag_id": "snapshot_restore_external", "run_id": run_id} if run_id else None)
             except restores.RestoreRaceLost as e:  # a retry converges on the winner's job
                 raise RuntimeError(f"{e}; retrying") from e
-        imp = out["import"]
-        print(f"bundle imported as snapshot {imp['snapshot']!r} of {imp['collection']!r} (collection id "
-              f"{imp['collection_id']}); restore into {params['target']!r}: copy job {out['job_id']}")
-        return {"job_id": out["job_id"], "target": params["target"], "import": imp}
+        print(f"restore of bundle {params['db']}.{params['collection']}/{params['bundle']} (uid {out['uid']}) into "
+              f"{params['target']!r}: copy job {out['job_id']}")
+        return {"job_id": out["job_id"], "target": params["target"], "uid": out["uid"]}
 
     @task
     def compare(params: dict, restored: dict) -> dict:
-        """The target's rows against the imported snapshot's, row by row."""
+        """The target's rows against the bundle's, row by row."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from seglake.lifecycle.restore import RestoreDiffers, check_restored
+        from seglake.lifecycle.backup.imports import check_restored_from_bundle
+        from seglake.lifecycle.restore import RestoreDiffers
         from seglake_airflow.hooks.engine import SeglakeHook
 
-        hook, imp = SeglakeHook(), restored["import"]
+        hook = SeglakeHook()
         try:
-            rows = check_restored(hook.meta, hook.store, imp["collection"], imp["snapshot"], params["target"],
-                                  db=params["db"], collection_id=imp["collection_id"])
+            rows = check_restored_from_bundle(hook.meta, hook.store, hook.backup_target(params["backup_uri"]),
+                                              params["collection"], params["bundle"], params["target"],
+                                              db=params["db"])
         except RestoreDiffers as e:
             raise AirflowFailException(str(e)) from None
         return {k: list(v) for k, v in rows.items()}

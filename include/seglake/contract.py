@@ -210,9 +210,6 @@ SPECS: dict[str, dict[str, Key]] = {
         "bundle": _name("Bundle", "A committed bundle in the backup target", example="nightly_1"),
         "target": _name("Target collection", "The new collection (must not exist yet; no default)",
                         example="demo_restored"),
-        "as_collection": Key("name", "Import as collection", nullable=True, example="demo_dr",
-                             description="The name the imported snapshot is filed under; empty: the bundle's "
-                                         "collection name"),
         "backup_uri": BACKUP_URI,
         "db": DB,
         "engine": ENGINE,

@@ -296,9 +296,10 @@ class _Translation:
 
 def legacy_map(segments) -> dict[int, int]:
     """{source partition id: own partition id} from the `source` records of a
-    collection's copied segments (one hop)."""
+    collection's copied segments (one hop; a copy from a bundle names ids of another
+    etcd root, and records its map: never part of it)."""
     return {int(s.source["partition_id"]): s.partition_id for s in segments
-            if s.source and "partition_id" in s.source}
+            if s.source and "partition_id" in s.source and "bundle" not in s.source}
 
 
 def legacy_source_partitions(meta, segments) -> set[int]:
@@ -308,7 +309,7 @@ def legacy_source_partitions(meta, segments) -> set[int]:
 
     out: set[int] = set()
     for cid in {int(s.source["collection_id"]) for s in segments
-                if s.source and s.delta_partitions is None and s.deltalogs}:
+                if s.source and "bundle" not in s.source and s.delta_partitions is None and s.deltalogs}:
         try:
             out.update(p.partition_id for p in meta.catalog.get(cid).partitions)
         except NotFound:

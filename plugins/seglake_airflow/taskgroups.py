@@ -152,7 +152,7 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
             from airflow.sdk.exceptions import AirflowFailException
 
             hook = SeglakeHook()
-            job = copyjob.finalize(hook.meta, planned["job_id"])
+            job = copyjob.finalize(hook.meta, planned["job_id"], settings=hook.settings)
             d = copyjob.describe_job(hook.meta, job.job_id)
             p = d["progress"]
             print(f"copy job {job.job_id}: {job.state}; {p['copied_segments']}/{p['total_segments']} segments, "

@@ -105,11 +105,11 @@ def cmd_restore(args, s: Settings) -> int:
 
     meta, store = open_meta_store(s)
     r = imports.restore_from_bundle(meta, store, _target(args, s), args.collection, args.bundle, args.restore_to,
-                                    db=args.db, as_collection=args.as_collection, engine="inline", owner="cli",
+                                    db=args.db, engine="inline", owner="cli",
                                     threads=s.copy_threads, say=_say, **_rates(args))
     copyjob.plan(meta, r["job_id"], s.max_segments_per_task)
     copyjob.run_inline(meta, store, r["job_id"], threads=s.copy_threads, settings=s)
-    job = copyjob.finalize(meta, r["job_id"])
+    job = copyjob.finalize(meta, r["job_id"], settings=s)
     emit(args, {**r, "state": job.state}, text=f"restored bundle {args.db}.{args.collection}/{args.bundle} into "
                                                f"{args.restore_to!r}: copy job {job.job_id} {job.state}")
     return 0 if job.state == JOB_COMPLETED else EXIT_FAILED
@@ -184,7 +184,6 @@ def add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg) -> None:
     br.add_argument("collection", type=coll_t)
     br.add_argument("bundle", type=snap_t)
     br.add_argument("restore_to", type=coll_t, help="the new collection")
-    br.add_argument("--as-collection", type=coll_t, default=None)
     br.add_argument("--target", **tgt)
     rates(br)
     br.set_defaults(fn=cmd_restore)

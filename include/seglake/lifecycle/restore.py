@@ -14,6 +14,10 @@ Each target segment record is the source record with target ids, state Importing
 the restored metadata. The target stays Importing (unusable, snapshots refused) until
 the job's last step flips it Created in one transaction.
 
+The source is a RestoreSource: a snapshot of this store (pinned by the job) or a bundle
+in a backup target (lifecycle/backup/imports.restore_from_bundle: held in the target
+by the job, its files copied straight from the target, each byte once).
+
 Resumable: a restore re-run with the same source, snapshot and target (any owner, e.g.
 a re-triggered DAG run) continues the same job. A second driver that finds the job
 already created converges on it. All-or-nothing: any failure after the target exists
@@ -61,62 +65,125 @@ def restore(meta: Meta, store: Store, collection: str, snapshot: str, target: st
     runner of the job (seglake.throttle; 0 = none). collection_id: which collection named
     `collection` (needed only when several dropped or imported ones share the name).
     origin: the DAG run that asked, {"dag_id": ..., "run_id": ...}, kept on the job."""
+    validate_name("collection", collection)
+    validate_name("snapshot", snapshot)
+    timeout, bps, rps = check_request(target, db, timeout, owner, engine, max_bytes_per_second,
+                                      max_requests_per_second, origin)
+    rec, _ = snapshots.resolve(meta, collection, snapshot, db=db, collection_id=collection_id)  # also dropped
+    if rec.state != COMMITTED:
+        raise StateError(f"snapshot {snapshot!r} is {rec.state}; only a COMMITTED snapshot can be restored")
+    source = SnapshotSource(meta, store, rec, collection, snapshot)
+    return set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine, now=now,
+                  max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
+
+
+def check_request(target: str, db: str, timeout: float, owner: str, engine: str, max_bytes_per_second: float,
+                  max_requests_per_second: float, origin: dict | None) -> tuple[float, float, float]:
+    """The checks every restore makes before anything is written; (timeout, bytes/s, requests/s)."""
     if origin is not None and not (isinstance(origin, dict) and set(origin) == {"dag_id", "run_id"}
                                    and all(isinstance(v, str) and 0 < len(v) <= 250 for v in origin.values())):
         raise ValidationError(f"restore origin must be {{'dag_id': str, 'run_id': str}}, got {origin!r}")
-    for kind, name in (("collection", collection), ("snapshot", snapshot), ("collection", target), ("db", db)):
-        validate_name(kind, name)
+    validate_name("collection", target)
+    validate_name("db", db)
     timeout = limits.check("restore_timeout", "restore timeout (seconds)", timeout)  # finite, in range
     bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
     if engine not in ENGINES:
         raise ValidationError(f"restore engine must be one of {ENGINES}, got {engine!r}")
     if not isinstance(owner, str):
         raise ValidationError("restore owner must be a string")
-    rec, _ = snapshots.resolve(meta, collection, snapshot, db=db, collection_id=collection_id)  # also dropped
-    if rec.state != COMMITTED:
-        raise StateError(f"snapshot {snapshot!r} is {rec.state}; only a COMMITTED snapshot can be restored")
-    identity = {"collection": collection, "collection_id": rec.collection_id, "snapshot": snapshot,
-                "snapshot_id": rec.snapshot_id}
+    return timeout, bps, rps
 
-    found = _existing_target(meta, target, db, identity)
+
+class RestoreSource:
+    """What a restore copies from (the copy job's source): a COMMITTED snapshot of this
+    store (SnapshotSource) or a bundle in a backup target (lifecycle/backup/imports).
+    `identity`: recorded on the target (restored_from); a re-run with the same identity
+    resumes. `job_fields`: the CopyJob fields that name the source."""
+
+    identity: dict
+    job_fields: dict
+    what: str            # for messages: "snapshot 's1' of 'demo'"
+    remap_builds = False     # index build ids of another etcd root: fresh ones here
+
+    def read(self) -> tuple[dict, list, dict[int, set[int]]]:
+        """(metadata {"collection": {schema, partitions, shards}}, the source's segment
+        records (its own ids), {segment id: partition ids its delta logs hold} for
+        segments without delta_partitions): read before anything is written."""
+        raise NotImplementedError
+
+    def create_job(self, meta: Meta, job: CopyJob, claim: KeyValue) -> int:
+        """ONE txn creating the job, guarded by the job absent and our claim, with what
+        keeps the source alive while it is copied (a pin, a hold)."""
+        raise NotImplementedError
+
+    def check_alive(self, meta: Meta, target: str, err: Exception, rolled_back: bool) -> None:
+        """After a failure: raise SnapshotDropped if the source went meanwhile."""
+
+
+class SnapshotSource(RestoreSource):
+    def __init__(self, meta: Meta, store: Store, rec, collection: str, snapshot: str):
+        self.store, self.rec = store, rec
+        self.identity = {"collection": collection, "collection_id": rec.collection_id, "snapshot": snapshot,
+                         "snapshot_id": rec.snapshot_id}
+        self.job_fields = {"source_collection_id": rec.collection_id, "source_collection": collection,
+                           "snapshot": snapshot, "snapshot_id": rec.snapshot_id}
+        self.what = f"snapshot {snapshot!r} of {collection!r}"
+
+    def read(self):
+        doc = snapshots.read_metadata(self.store, self.rec)
+        segs = snapshots.read_segments(self.store, self.rec)
+        return doc, segs, _unnamed_delta_ids(self.store, segs, doc)
+
+    def create_job(self, meta, job, claim):
+        return _create_job(meta, job, claim)
+
+    def check_alive(self, meta, target, err, rolled_back):
+        _raise_if_snapshot_gone(meta, self.rec, target, err, rolled_back=rolled_back)
+
+
+def set_up(meta: Meta, store: Store, source: RestoreSource, target: str, *, db: str, timeout: float, owner: str,
+           engine: str, now: float | None, max_bytes_per_second: float, max_requests_per_second: float,
+           origin: dict | None) -> int:
+    """The restore's writes (module doc), for any source; the arguments are checked."""
+    found = _existing_target(meta, target, db, source.identity)
     if found is not None and found.properties.get("restore_job_id") is not None:
         job = _job_if_any(meta, found.properties["restore_job_id"])
         if job is not None and job.target_collection_id == found.collection_id:
             return job.job_id  # already set up (or finished): converge
     try:  # everything the target needs is read before anything is written
-        doc = snapshots.read_metadata(store, rec)
-        segs = snapshots.read_segments(store, rec)
-        held = _unnamed_delta_ids(store, segs, doc)
+        doc, segs, held = source.read()
     except SeglakeError as e:
-        _raise_if_snapshot_gone(meta, rec, target, e, rolled_back=False)
+        source.check_alive(meta, target, e, rolled_back=False)
         raise
 
+    builds = sorted({x.build_id for s in segs for x in s.index_files}) if source.remap_builds else []
     token = uuid.uuid4().hex
     if found is None:
-        coll = _create_target(meta, target, db, doc, len(segs), identity, owner, token)
+        coll = _create_target(meta, target, db, doc, len(segs) + len(builds), source.identity, owner, token)
         if coll is None:  # the name was taken meanwhile: by the same restore (resume it) or not
-            return restore(meta, store, collection, snapshot, target, db=db, timeout=timeout, owner=owner,
-                           engine=engine, now=now, max_bytes_per_second=bps, max_requests_per_second=rps,
-                           collection_id=collection_id, origin=origin)
+            return set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
+                          now=now, max_bytes_per_second=max_bytes_per_second,
+                          max_requests_per_second=max_requests_per_second, origin=origin)
     else:
         coll = found
     claim = _claim(meta, coll.collection_id, token)
     coll = Collection.from_json(decode(claim.value, claim.key))
     job_id = coll.properties["restore_job_id"]
     try:
-        targets = _target_segments(meta, coll, doc, segs, held)
+        targets = _target_segments(meta, coll, doc, segs, held, bundle=source.job_fields.get("bundle"),
+                                   builds=builds)
         meta.segments.save(targets)  # Importing: invisible to queries, referenced for GC
         now = time.time() if now is None else now
         job = CopyJob(
-            job_id=job_id, state=JOB_PENDING, db=db, source_collection_id=rec.collection_id,
-            source_collection=collection, snapshot=snapshot, snapshot_id=rec.snapshot_id,
+            job_id=job_id, state=JOB_PENDING, db=db, **source.job_fields,
             target_collection_id=coll.collection_id, target_collection=target, total_segments=len(targets),
             total_files=sum(t.file_count() for t in targets), total_bytes=sum(t.total_size() for t in targets),
             created_at=now, timeout_at=now + timeout, owner=owner, engine=engine,
-            max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
-        return _create_job(meta, job, claim)
+            max_bytes_per_second=max_bytes_per_second, max_requests_per_second=max_requests_per_second,
+            origin=origin)
+        return source.create_job(meta, job, claim)
     except Exception as e:  # noqa: BLE001 - every failure after the target exists is handled here
-        return _after_failure(meta, rec, coll, claim, target, e)
+        return _after_failure(meta, source, coll, claim, target, e)
 
 
 def _existing_target(meta: Meta, target: str, db: str, identity: dict) -> Collection | None:
@@ -145,11 +212,12 @@ def _existing_target(meta: Meta, target: str, db: str, identity: dict) -> Collec
                    f"restore job {job_id} (snapshot {src.get('snapshot')!r} of {src.get('collection')!r}); {how}")
 
 
-def _create_target(meta: Meta, target: str, db: str, doc: dict, n_segments: int, identity: dict,
+def _create_target(meta: Meta, target: str, db: str, doc: dict, n_ids: int, identity: dict,
                    owner: str, token: str) -> Collection | None:
-    """The Importing target (create-if-absent); None when someone else took the name."""
+    """The Importing target (create-if-absent); None when someone else took the name.
+    `n_ids`: the contiguous ids its segments (and remapped index builds) take."""
     job_id = meta.ids.allocate()
-    base = meta.ids.allocate(max(1, n_segments))
+    base = meta.ids.allocate(max(1, n_ids))
     c = doc["collection"]
     try:
         return meta.catalog.create(
@@ -194,12 +262,24 @@ def _unnamed_delta_ids(store: Store, segs: list, doc: dict) -> dict[int, set[int
                     run_inline(lambda s: delta_partition_ids(store, s), need, workers=8)))
 
 
-def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list, held: dict[int, set[int]]) -> list:
+def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list, held: dict[int, set[int]],
+                     bundle: dict | None = None, builds: list[int] = ()) -> list:
     """Target records: source shard i -> target shard i (same shard count: the schema),
-    so a delete or insert sent through the WAL lands where its pk's rows are."""
+    so a delete or insert sent through the WAL lands where its pk's rows are. `source`
+    names the file's source segment (in a bundle: its ids there, marked with the
+    bundle's uid: they belong to another etcd root). `builds`: index build ids mapped to
+    the ids after the segments' (a bundle's)."""
     from seglake.meta.catalog import shard_of
+    from seglake.meta.segments import IndexFile
 
     base = coll.properties["restore_id_base"]
+    build_ids = {b: base + len(segs) + i for i, b in enumerate(builds)}
+
+    def index_files(s):
+        if not build_ids:
+            return s.index_files
+        return tuple(IndexFile(build_ids[x.build_id], x.version, x.name, x.size) for x in s.index_files)
+
     source_parts = {p["partition_id"]: p["name"] for p in doc["collection"]["partitions"]}
     target_parts = {p.name: p.partition_id for p in coll.partitions}
     out = []
@@ -208,8 +288,12 @@ def _target_segments(meta: Meta, coll: Collection, doc: dict, segs: list, held: 
             segment_id=base + i, collection_id=coll.collection_id,
             partition_id=target_parts[source_parts[s.partition_id]],
             channel=coll.vchannels[shard_of(s.channel)], state=SEG_IMPORTING, dropped_at=None,
-            source={"collection_id": s.collection_id, "partition_id": s.partition_id, "segment_id": s.segment_id},
-            delta_partitions=copied_delta_partitions(s, source_parts, held.get(s.segment_id))))
+            source={"collection_id": s.collection_id, "partition_id": s.partition_id, "segment_id": s.segment_id,
+                    **({"bundle": bundle["uid"]} if bundle else {}),
+                    **({"builds": sorted([build_ids[x.build_id], x.build_id] for x in s.index_files)}
+                       if build_ids and s.index_files else {})},
+            delta_partitions=copied_delta_partitions(s, source_parts, held.get(s.segment_id)),
+            index_files=index_files(s)))
     return out
 
 
@@ -268,7 +352,8 @@ def _create_job(meta: Meta, job: CopyJob, claim: KeyValue) -> int:
     raise Conflict(f"snapshot {job.snapshot!r}: persistent contention while pinning it")
 
 
-def _after_failure(meta: Meta, rec, coll: Collection, claim: KeyValue, target: str, err: Exception) -> int:
+def _after_failure(meta: Meta, source: RestoreSource, coll: Collection, claim: KeyValue, target: str,
+                   err: Exception) -> int:
     """A failure after the target exists: converge on a job someone created, report a lost
     claim, or roll back what this attempt holds and re-raise (saying if the snapshot went)."""
     job_id = coll.properties["restore_job_id"]
@@ -279,11 +364,11 @@ def _after_failure(meta: Meta, rec, coll: Collection, claim: KeyValue, target: s
         raise RestoreRaceLost(f"restore into {target!r}: another driver of the same restore holds the target "
                               f"now; this one left it alone ({type(err).__name__}: {err})") from err
     try:
-        rollback_target(meta, coll.collection_id, f"restore of {rec.name!r} failed: {err}",
+        rollback_target(meta, coll.collection_id, f"restore of {source.what} failed: {err}",
                         guard=[unchanged(claim), absent(meta.keys.copy_job(job_id))])
     except Conflict:
-        return _after_failure(meta, rec, coll, claim, target, err)  # decided meanwhile: re-read
-    _raise_if_snapshot_gone(meta, rec, target, err, rolled_back=True)
+        return _after_failure(meta, source, coll, claim, target, err)  # decided meanwhile: re-read
+    source.check_alive(meta, target, err, rolled_back=True)
     raise err
 
 
@@ -314,18 +399,31 @@ def compare_with_snapshot(meta: Meta, store: Store, collection: str, snapshot: s
     themselves (pk, row id, timestamp, partition NAME): how many rows of each side the
     other side lacks. The source collection may be dropped meanwhile."""
     from seglake.lifecycle.snapshot import read_metadata, read_segments, resolve
-    from seglake.visibility import visible_rows, visible_rows_of
 
     snap, _ = resolve(meta, collection, snapshot, db=db, collection_id=collection_id)
-    tgt = meta.catalog.get_by_name(target, db)
-    segs = [s for s in meta.segments.list(tgt.collection_id) if s.state == "Flushed"]
     source_segs = [s for s in read_segments(store, snap) if s.state != "Dropped"]
     src_parts = {p["partition_id"]: p["name"] for p in read_metadata(store, snap)["collection"]["partitions"]}
-    before = visible_rows_of(store, tgt.schema, source_segs, src_parts)
+    return compare_target(meta, store, target, db, store, source_segs, src_parts,
+                          counts=(snap.segments, snap.rows, snap.bytes))
+
+
+def compare_target(meta: Meta, store: Store, target: str, db: str, source_store, source_segs: list,
+                   src_parts: dict[int, str], counts: tuple[int, int, int] | None = None
+                   ) -> dict[str, tuple[int, int]]:
+    """compare_with_snapshot's answer for any source: its segment records (their files
+    read from `source_store` by their own keys) and partitions {id: name}; `counts`:
+    the source's (segments, rows, bytes) as recorded, else summed from the records."""
+    from seglake.visibility import visible_rows, visible_rows_of
+
+    tgt = meta.catalog.get_by_name(target, db)
+    segs = [s for s in meta.segments.list(tgt.collection_id) if s.state == "Flushed"]
+    if counts is None:
+        counts = (len(source_segs), sum(s.num_rows for s in source_segs), sum(s.total_size() for s in source_segs))
+    before = visible_rows_of(source_store, tgt.schema, source_segs, src_parts)
     after = visible_rows(meta, store, tgt.collection_id)
     only_src, only_tgt = rows_differing(before, src_parts, after, {p.partition_id: p.name for p in tgt.partitions})
-    return {"segments": (snap.segments, len(segs)), "rows": (snap.rows, sum(s.num_rows for s in segs)),
-            "bytes": (snap.bytes, sum(s.total_size() for s in segs)),
+    return {"segments": (counts[0], len(segs)), "rows": (counts[1], sum(s.num_rows for s in segs)),
+            "bytes": (counts[2], sum(s.total_size() for s in segs)),
             "visible": (before.num_rows, after.num_rows), "visible_differing": (only_src, only_tgt)}
 
 
@@ -375,11 +473,15 @@ def check_restored(meta: Meta, store: Store, collection: str, snapshot: str, tar
     """compare_with_snapshot, printed as a table; RestoreDiffers if any line differs (the
     restore DAGs' last step, after verify)."""
     rows = compare_with_snapshot(meta, store, collection, snapshot, target, db=db, collection_id=collection_id)
+    return judge(rows, f"snapshot {snapshot!r} of {collection!r}", target, say)
+
+
+def judge(rows: dict[str, tuple[int, int]], source: str, target: str, say=print) -> dict[str, tuple[int, int]]:
+    """A compare's answer printed as a table; RestoreDiffers naming the lines that differ."""
     say(compare_table(rows))
     bad = compare_differs(rows)
     if bad:
-        raise RestoreDiffers(f"restored {target!r} differs from snapshot {snapshot!r} of {collection!r} in "
-                             f"{', '.join(bad)}: {rows}")
+        raise RestoreDiffers(f"restored {target!r} differs from {source} in {', '.join(bad)}: {rows}")
     return rows
 
 

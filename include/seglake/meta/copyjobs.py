@@ -86,6 +86,10 @@ class CopyJob(msgspec.Struct, frozen=True, kw_only=True):
     max_bytes_per_second: float = 0.0     # the job's copy rate limit, shared by all its runners (0: none)
     max_requests_per_second: float = 0.0
     origin: dict | None = None   # the DAG run that created the job: {"dag_id", "run_id"} (page links)
+    # a restore from a bundle: the files come from the backup target, not this store
+    # ({"uri", "db", "collection", "bundle", "uid", "hold"}; source_collection_id and
+    # snapshot_id are then 0: the bundle's own ids belong to another etcd root)
+    bundle: dict | None = None
 
     def replace(self, **changes) -> "CopyJob":
         return msgspec.structs.replace(self, **changes)

@@ -90,23 +90,10 @@ class held:
         import uuid
 
         db, collection, bundle = self.where
-        key = layout.bundle_hold(db, collection, bundle, uuid.uuid4().hex[:16])
-        try:
-            self.target.put(key, json.dumps({"at": time.time(), "by": self.by}).encode())
-        except Exception as e:  # noqa: BLE001 - a read-only target: read it unheld
-            if self.say:
-                self.say(f"could not hold bundle {db}.{collection}/{bundle} in {self.target.uri} ({type(e).__name__}; "
-                         f"read-only credentials?): a retention prune of the target could drop it meanwhile")
-            return self
-        self.key = key
-        self.beat = KeepAlive(self.target, key, HOLD_TTL, {"by": self.by})
-        deadline = time.time() + self.wait
-        while live_record(self.target, layout.bundle_pruning(db, collection, bundle), HOLD_TTL) is not None:
-            if time.time() > deadline:
-                self.__exit__(None, None, None)
-                raise BundleError(f"bundle {db}.{collection}/{bundle}: a retention prune of it has been running for "
-                                  f"over {self.wait:g} s; try again once it ends")
-            time.sleep(0.2)
+        self.key = hold(self.target, db, collection, bundle, uuid.uuid4().hex[:16], by=self.by, say=self.say,
+                        wait=self.wait)
+        if self.key is not None:
+            self.beat = KeepAlive(self.target, self.key, HOLD_TTL, {"by": self.by})
         return self
 
     def __exit__(self, *exc) -> None:
@@ -114,11 +101,41 @@ class held:
             self.beat.stop()
             self.beat = None
         if self.key is not None:
-            try:
-                self.target.delete_many([self.key])
-            except Exception:  # noqa: BLE001 - a hold left behind expires after HOLD_TTL
-                pass
+            release(self.target, self.key)
             self.key = None
+
+
+def hold(target: Store, db: str, collection: str, bundle: str, token: str, *, by: str = "",
+         say: Callable[[str], None] | None = None, wait: float = PRUNE_WAIT) -> str | None:
+    """Write (or renew) the hold `token` on a bundle, then wait while a prune of it runs:
+    the reader's side of the protocol (module doc). Returns the hold's key, None when the
+    target cannot be written to (read-only credentials: read unheld, with a warning).
+    A hold lives HOLD_TTL unless renewed (KeepAlive); `release` ends it."""
+    check_names(db, collection, bundle)
+    key = layout.bundle_hold(db, collection, bundle, token)
+    try:
+        target.put(key, json.dumps({"at": time.time(), "by": by}).encode())
+    except Exception as e:  # noqa: BLE001 - a read-only target: read it unheld
+        if say:
+            say(f"could not hold bundle {db}.{collection}/{bundle} in {target.uri} ({type(e).__name__}; "
+                f"read-only credentials?): a retention prune of the target could drop it meanwhile")
+        return None
+    deadline = time.time() + wait
+    while live_record(target, layout.bundle_pruning(db, collection, bundle), HOLD_TTL) is not None:
+        if time.time() > deadline:
+            release(target, key)
+            raise BundleError(f"bundle {db}.{collection}/{bundle}: a retention prune of it has been running for "
+                              f"over {wait:g} s; try again once it ends")
+        time.sleep(0.2)
+    return key
+
+
+def release(target: Store, key: str) -> None:
+    """End a hold (best effort: one left behind expires after HOLD_TTL)."""
+    try:
+        target.delete_many([key])
+    except Exception:  # noqa: BLE001 - expires after HOLD_TTL
+        pass
 
 
 def drop_unless_held(target: Store, db: str, collection: str, bundle: str) -> list[str]:

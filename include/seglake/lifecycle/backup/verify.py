@@ -82,19 +82,26 @@ def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
     if n != size or got != sha:
         return [{"file": k, "data": blob, "problem": f"content differs: {n} bytes with SHA-256 {got[:16]}..., "
                                                       f"the bundle lists {size} bytes"} for k in keys]
-    out = []
     named = unit.get("partitions", {})
-    for k, want in unit["rows"].items():
-        try:   # one open per log: its row count and, for a delta log, its deletes' partitions
-            have, stray = _read_log(target, blob, named.get(k))
-        except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
-            out.append({"file": k, "data": blob, "problem": f"not a readable Parquet file: {e}"})
-            continue
-        if have != want:
-            out.append({"file": k, "data": blob, "problem": f"holds {have} rows; the segment records give it {want}"})
-        if stray:
-            out.append({"file": k, "data": blob, "problem": f"holds deletes scoped to partition ids {stray}, which "
-                                                            f"its segment's delta_partitions does not name"})
+    return [{"file": k, "data": blob, "problem": p}
+            for k, want in unit["rows"].items() for p in log_problems(target, blob, want, named.get(k))]
+
+
+def log_problems(store: Store, key: str, rows: int, allowed: list[int] | None) -> list[str]:
+    """What is wrong with the log at `key` (in any store) against what its segment's
+    records give it: its row count, and for a delta log (`allowed`: the partition ids
+    its segment's delta_partitions names) deletes scoped to an id not named. [] when
+    nothing is (a restore from a bundle checks each log it copies the same way)."""
+    try:   # one open per log: its row count and, for a delta log, its deletes' partitions
+        have, stray = _read_log(store, key, allowed)
+    except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
+        return [f"not a readable Parquet file: {e}"]
+    out = []
+    if have != rows:
+        out.append(f"holds {have} rows; the segment records give it {rows}")
+    if stray:
+        out.append(f"holds deletes scoped to partition ids {stray}, which its segment's delta_partitions does not "
+                   f"name")
     return out
 
 

@@ -36,15 +36,49 @@ def job_throttle(meta: Meta, job: CopyJob) -> Throttle:
                             job.max_requests_per_second)
 
 
+class StoreFiles:
+    """Where a restore of a snapshot copies from: this store (the job's mappings name the
+    source segments' keys here)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def describe(self, keys) -> dict[str, Listed]:
+        return self.store.describe(keys)
+
+    def copy(self, *args) -> tuple[bool, int]:
+        return _copy_one(*args)
+
+    def close(self) -> None:
+        pass
+
+
+def open_source(store: Store, job: CopyJob, settings=None):
+    """Where the job's files come from, opened once per runner (close() it): this store,
+    or for a restore from a bundle the backup target (copyjob/bundled.py)."""
+    if job.bundle is None:
+        return StoreFiles(store)
+    from seglake.lifecycle.copyjob.bundled import BundleFiles
+    return BundleFiles(job, settings)
+
+
 def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int = 1,
-              now=time.time, pool: ThreadPoolExecutor | None = None, throttle: Throttle | None = None) -> CopyTask:
+              now=time.time, pool: ThreadPoolExecutor | None = None, throttle: Throttle | None = None,
+              source=None) -> CopyTask:
     """Run one task to Completed (or Failed on a missing source). Safe to re-run and to
     run twice at once: every file goes through the attempt's own temporary object and
     appears whole, and only the attempt that owns the task record writes it. Copies run
     on `pool` (shared by the tasks of one runner), else on `threads` threads of its own;
-    each copy first takes its share of the job's rate limit (`throttle`, else the job's)."""
+    each copy first takes its share of the job's rate limit (`throttle`, else the job's).
+    `source`: where the files come from (open_source; else opened for this task)."""
     job, _ = meta.copyjobs.get(job_id)
     throttle = throttle if throttle is not None else job_throttle(meta, job)
+    if source is None:
+        source = open_source(store, job)
+        try:
+            return copy_task(meta, store, job_id, task_id, threads, now, pool, throttle, source)
+        finally:
+            source.close()
 
     def take() -> tuple[CopyTask, KeyValue | None]:
         task, kv = meta.copyjobs.get_task(job_id, task_id)
@@ -61,7 +95,7 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
     pool = pool or own_pool
     try:
         with store.durable_batch():  # every file durable before the task can be Completed
-            _copy_mappings(meta, store, job, own, progress, pool, now, throttle)
+            _copy_mappings(meta, store, job, own, progress, pool, now, throttle, source)
     except SourceMissing as e:
         return _finish_task(meta, own, progress, TASK_FAILED, str(e), now())
     except (_Superseded, FileNotFoundError):
@@ -84,7 +118,7 @@ class _Owned:
 
 
 def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress: dict, pool, now,
-                   throttle: Throttle | None = None) -> None:
+                   throttle: Throttle | None = None, source=None) -> None:
     """Copy every file of the task's segments, counting into `progress` and saving it to
     the task record now and then (raises _Superseded once a re-drive owns the task).
     The target records are read together, in one round trip per 128. With a pool, up to
@@ -121,7 +155,8 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress
                 last = time.monotonic()
 
     plans = [source_and_target_files(target) for target in targets]
-    sources = store.describe(src for files in plans for src, _, _ in files)
+    source = source if source is not None else StoreFiles(store)
+    sources = source.describe(src for files in plans for src, _, _ in files)
     try:
         for target, files in zip(targets, plans, strict=True):
             present = _remove_leftovers(store, target, {dst for _, dst, _ in files}) if check else None
@@ -129,7 +164,7 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress
                 args = (store, src, dst, size, check, sources.get(src),
                         _UNLISTED if present is None else present.get(dst), throttle)
                 progress.setdefault("first", now())   # the rate counts from the first copy, not the set-up
-                fut = pool.submit(_copy_one, *args) if pool else _done(_copy_one, *args)
+                fut = pool.submit(source.copy, *args) if pool else _done(source.copy, *args)
                 pending.append((fut, i == len(files) - 1))
                 while len(pending) > window:
                     settle_oldest()

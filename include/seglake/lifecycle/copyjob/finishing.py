@@ -56,25 +56,26 @@ def _all_completed(job: CopyJob, tasks: list[CopyTask]) -> bool:
     return len(tasks) == job.total_tasks and all(t.state == TASK_COMPLETED for t in tasks)
 
 
-def finalize(meta: Meta, job_id: int, now: float | None = None) -> CopyJob:
+def finalize(meta: Meta, job_id: int, now: float | None = None, settings=None) -> CopyJob:
     """Complete or fail the job from what its tasks say; a no-op while tasks still run.
-    Work that finished wins over a timeout reached afterwards."""
+    Work that finished wins over a timeout reached afterwards. `settings`: to open a
+    bundle's backup target and end the job's hold on it (else it expires by itself)."""
     now = time.time() if now is None else now
     job, _ = meta.copyjobs.get(job_id)
     if job.state == JOB_COMPLETED:
-        return _finish(meta, job, now)   # re-run: make sure every step happened
+        return _finish(meta, job, now, settings)   # re-run: make sure every step happened
     if job.state == JOB_FAILED:
-        return fail(meta, job_id, job.reason, now=now)
+        return fail(meta, job_id, job.reason, now=now, settings=settings)
     if job.state == JOB_EXECUTING:
         tasks = meta.copyjobs.tasks(job_id)
         failed = [t for t in tasks if t.state == TASK_FAILED]
         if failed:
             return fail(meta, job_id, f"{len(failed)}/{len(tasks)} tasks failed; task {failed[0].task_id}: "
-                                      f"{failed[0].reason}", now=now)
+                                      f"{failed[0].reason}", now=now, settings=settings)
         if _all_completed(job, tasks):
-            return _finish(meta, job, now)
+            return _finish(meta, job, now, settings)
     if now > job.timeout_at:
-        return fail(meta, job_id, "timeout", now=now)
+        return fail(meta, job_id, "timeout", now=now, settings=settings)
     return job
 
 
@@ -87,7 +88,7 @@ def newest_ts(segments) -> int:
     return out
 
 
-def _finish(meta: Meta, job: CopyJob, now: float) -> CopyJob:
+def _finish(meta: Meta, job: CopyJob, now: float, settings=None) -> CopyJob:
     """Decide (job Completed, one guarded txn: a concurrent fail loses), then Flush the
     targets in batches while the collection is still Importing (nobody uses it), then
     ONE txn makes the collection Created, then unpin. Re-runnable from any step."""
@@ -101,11 +102,29 @@ def _finish(meta: Meta, job: CopyJob, now: float) -> CopyJob:
     faults.point("copy.before_complete")
     retry_on_conflict(lambda: meta.catalog.set_state(job.target_collection_id, CREATED, expect=COLL_IMPORTING),
                       f"make the target of copy job {job.job_id} usable")
-    meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
+    _let_go(meta, job, settings)
     return job
 
 
-def fail(meta: Meta, job_id: int, reason: str, now: float | None = None) -> CopyJob:
+def _let_go(meta: Meta, job: CopyJob, settings) -> None:
+    """The source no longer needs keeping: unpin the snapshot, or end the hold on the
+    bundle (best effort: a hold not renewed expires after holds.HOLD_TTL)."""
+    if job.bundle is None:
+        meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
+        return
+    from seglake.lifecycle.backup import holds
+    from seglake.lifecycle.copyjob.bundled import target_of
+    from seglake.storage import layout
+
+    b = job.bundle
+    try:
+        holds.release(target_of(b["uri"], settings), layout.bundle_hold(b["db"], b["collection"], b["bundle"],
+                                                                       b["hold"]))
+    except Exception:  # noqa: BLE001 - expires after HOLD_TTL
+        pass
+
+
+def fail(meta: Meta, job_id: int, reason: str, now: float | None = None, settings=None) -> CopyJob:
     """Job Failed (first, so nothing new starts; a job already Completed stays so and is
     finished instead), remaining tasks Failed, rollback, unpin."""
     now = time.time() if now is None else now
@@ -114,7 +133,7 @@ def fail(meta: Meta, job_id: int, reason: str, now: float | None = None) -> Copy
     except StateError:
         job, _ = meta.copyjobs.get(job_id)
         if job.state == JOB_COMPLETED:
-            return _finish(meta, job, now)  # completion won the race
+            return _finish(meta, job, now, settings)  # completion won the race
         raise
     for t in meta.copyjobs.tasks(job_id):
         if t.state not in TASK_TERMINAL:
@@ -125,5 +144,5 @@ def fail(meta: Meta, job_id: int, reason: str, now: float | None = None) -> Copy
             except Conflict:
                 pass  # its runner finished it meanwhile: terminal either way
     rollback_target(meta, job.target_collection_id, f"copy job {job_id} failed: {job.reason}", now=now)
-    meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
+    _let_go(meta, job, settings)
     return job

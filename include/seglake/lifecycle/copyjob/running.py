@@ -15,7 +15,7 @@ from seglake.meta import Meta
 from seglake.meta.copyjobs import TASK_TERMINAL, CopyTask
 from seglake.storage import Store
 from seglake.throttle import human_rate
-from seglake.lifecycle.copyjob.copying import copy_task, job_throttle
+from seglake.lifecycle.copyjob.copying import copy_task, job_throttle, open_source
 
 PROGRESS_EVERY_S = 0.5
 
@@ -44,7 +44,7 @@ def run_inline(meta: Meta, store: Store, job_id: int, threads: int = 1, settings
         list(runners.run_inline(_run_share, [(share, job_id, env) for share in runners.split(ids, workers)],
                                 workers=workers, pool="process"))
         return [meta.copyjobs.get_task(job_id, t)[0] for t in ids]
-    return list(run_tasks(meta, store, job_id, ids, threads))
+    return list(run_tasks(meta, store, job_id, ids, threads, settings))
 
 
 def _run_share(unit: tuple) -> list[tuple[int, str, str]]:
@@ -61,36 +61,41 @@ def run_tasks_from_env(task_ids, job_id: int, settings_env: dict):
     store = open_store(settings)
     threads = settings.copy_threads if settings.is_s3 else 1
     with Meta.from_settings(settings) as meta:
-        for t in run_tasks(meta, store, job_id, list(task_ids), threads):
+        for t in run_tasks(meta, store, job_id, list(task_ids), threads, settings):
             yield t.task_id, t.state, t.reason
 
 
 TASKS_IN_FLIGHT = 4  # tasks of one runner side by side: one task's tail never idles the pool
 
 
-def run_tasks(meta: Meta, store: Store, job_id: int, task_ids: list[int], concurrency: int = 1):
+def run_tasks(meta: Meta, store: Store, job_id: int, task_ids: list[int], concurrency: int = 1, settings=None):
     """Run the tasks with up to `concurrency` (settings key copy_threads) file copies in
     flight: one pool shared by up to TASKS_IN_FLIGHT tasks at once, each task's copies
     windowed across its segments. Yields each task's final record, in the order given;
-    a failure stops the tasks not yet started and waits for the running ones."""
+    a failure stops the tasks not yet started and waits for the running ones. The
+    job's source (this store, or a bundle's backup target: opened with `settings`) is
+    opened once for all of them."""
     if not task_ids:
         return
-    throttle = job_throttle(meta, meta.copyjobs.get(job_id)[0])   # one per runner: its report is the runner's
+    job = meta.copyjobs.get(job_id)[0]
+    throttle = job_throttle(meta, job)   # one per runner: its report is the runner's
+    source = open_source(store, job, settings)
     try:
         if concurrency <= 1:
             for task_id in task_ids:
-                yield copy_task(meta, store, job_id, task_id, throttle=throttle)
+                yield copy_task(meta, store, job_id, task_id, throttle=throttle, source=source)
             return
         files = ThreadPoolExecutor(concurrency, thread_name_prefix="seglake-copy")
         tasks = ThreadPoolExecutor(min(TASKS_IN_FLIGHT, len(task_ids)), thread_name_prefix="seglake-task")
         try:
-            for fut in [tasks.submit(copy_task, meta, store, job_id, t, pool=files, throttle=throttle)
+            for fut in [tasks.submit(copy_task, meta, store, job_id, t, pool=files, throttle=throttle, source=source)
                         for t in task_ids]:
                 yield fut.result()
         finally:
             tasks.shutdown(wait=True, cancel_futures=True)
             files.shutdown(wait=True)
     finally:
+        source.close()
         if throttle.limited:
             r = throttle.report()
             print(f"copy job {job_id}: rate limit {human_rate(r['limit_bytes_per_second'], 'B/s')}, "

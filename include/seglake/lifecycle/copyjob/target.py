@@ -59,8 +59,17 @@ def drop_segments(meta: Meta, collection_id: int, now: float | None = None) -> i
 
 
 def source_and_target_files(target_seg) -> list[tuple[str, str, int]]:
-    """(source key, target key, size) for every file of an Importing target segment."""
+    """(source key, target key, size) for every file of an Importing target segment
+    (`source` names the source segment's ids, and its index build ids where the copy
+    mapped them: "builds", [[target build, source build], ...])."""
     src = target_seg.source
-    sources = layout.segment_files(target_seg, collection_id=src["collection_id"],
+    seg = target_seg
+    if src.get("builds"):
+        from seglake.meta.segments import IndexFile
+
+        old = {int(new): int(was) for new, was in src["builds"]}
+        seg = seg.replace(index_files=tuple(IndexFile(old[x.build_id], x.version, x.name, x.size)
+                                            for x in seg.index_files))
+    sources = layout.segment_files(seg, collection_id=src["collection_id"],
                                    partition_id=src["partition_id"], segment_id=src["segment_id"])
     return [(s.key, t.key, t.size) for s, t in zip(sources, layout.segment_files(target_seg), strict=True)]

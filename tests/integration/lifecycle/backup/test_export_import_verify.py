@@ -60,6 +60,11 @@ def _fresh(etcd_server, tmp_path, **extra):
     return Meta.from_settings(s), open_store(s)
 
 
+def _stored_bytes(store) -> int:
+    return sum(o.size for prefix in ("insert_log/", "delta_log/", "stats_log/", "index_files/")
+               for o in store.list(prefix))
+
+
 def _restore_all(meta, store, target, name, bundle, to):
     out = imports.restore_from_bundle(meta, store, target, name, bundle, to, engine="inline", **quiet)
     copyjob.plan(meta, out["job_id"])
@@ -82,12 +87,16 @@ def test_export_then_disaster_restore_from_the_bundle_alone(meta, store, etcd_se
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
         out = _restore_all(meta2, store2, target, "bk", "s1", "bk")   # under its old name again
-        assert out["import"]["copied_files"] == rec.files and out["import"]["copied_bytes"] == rec.bytes
         assert _rows(meta2, store2, "bk") == want
-        # the imported snapshot is a normal COMMITTED snapshot: restore it again by name
-        again = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "bk_again", engine="inline", **quiet)
-        assert again["import"]["copied_files"] == 0 and again["import"]["collection_id"] == \
-            out["import"]["collection_id"], "the second restore reuses the import"
+        # each byte copied once, straight to its final key: no import, no snapshot, no hold left
+        job = copyjob.describe_job(meta2, out["job_id"])["progress"]
+        assert (job["copied_files"], job["copied_bytes"]) == (rec.files, rec.bytes)
+        assert _stored_bytes(store2) == rec.bytes
+        assert list(meta2.snapshots.list()) == [] and imports.list_imports(meta2) == []
+        assert holds.holders(target, "default", "bk", "s1") == []
+        # restored again under another name: a second copy of its own
+        _restore_all(meta2, store2, target, "bk", "s1", "bk_again")
+        assert _rows(meta2, store2, "bk_again") == want and _stored_bytes(store2) == 2 * rec.bytes
         # new writes get ticks above every restored row
         assert meta2.tso.now() > json.loads(target.get(layout.bundle_doc("default", "bk", "s1")))["source"]["max_ts"]
     finally:
@@ -374,8 +383,19 @@ def test_a_crashed_export_and_a_crashed_import_resume(meta, store, etcd_server, 
         monkeypatch.setattr(LocalStore, "put", real_put)
         (pending,) = meta2.snapshots.list()
         assert pending.state == "PENDING" and pending.error and "killed" in pending.error
-        out = _restore_all(meta2, store2, target, "bk", "s1", "bk_back")
-        assert out["import"]["kept_files"] >= 10 and out["import"]["snapshot_id"] == pending.snapshot_id
+        again = imports.import_bundle(meta2, store2, target, "bk", "s1", threads=1, **quiet)
+        assert again["kept_files"] >= 10 and again["snapshot_id"] == pending.snapshot_id
+        # a restore from the bundle killed mid-copy resumes: what it wrote whole is kept
+        calls.clear()
+        monkeypatch.setattr(LocalStore, "put", crash_in_store2)
+        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "bk_back", engine="inline", **quiet)
+        copyjob.plan(meta2, out["job_id"])
+        with pytest.raises(OSError):
+            copyjob.run_inline(meta2, store2, out["job_id"])
+        monkeypatch.setattr(LocalStore, "put", real_put)
+        copyjob.run_inline(meta2, store2, out["job_id"])
+        assert copyjob.finalize(meta2, out["job_id"]).state == JOB_COMPLETED
+        assert sum(t.skipped_files for t in meta2.copyjobs.tasks(out["job_id"])) >= 10
         assert _rows(meta2, store2, "bk_back") == want
     finally:
         meta2.close()
@@ -513,10 +533,10 @@ def test_a_sweep_longer_than_the_lock_ttl_keeps_its_lock_alive_until_it_deleted(
     assert list(target.list(layout.sweep_locks_prefix())) == []
 
 
-def test_a_bundle_being_imported_or_verified_is_not_pruned(meta, store, etcd_server, tmp_path, monkeypatch):
-    """An import holds its bundle: a prune that runs meanwhile (here: from inside the
-    import, after its first data file) keeps it, reports who holds it, and a later prune
-    drops it; the import completes with every row. A verify holds it the same way."""
+def test_a_bundle_being_restored_or_verified_is_not_pruned(meta, store, etcd_server, tmp_path, monkeypatch):
+    """A restore's copy job holds its bundle: a prune that runs meanwhile (here: from
+    inside the copy, after its first file) keeps it, reports who holds it, and a later
+    prune drops it; the restore completes with every row. A verify holds it the same way."""
     from seglake import faults
     from seglake.lifecycle.backup import prune
 
@@ -527,7 +547,7 @@ def test_a_bundle_being_imported_or_verified_is_not_pruned(meta, store, etcd_ser
     reports, once = [], threading.Lock()
 
     def point(name):
-        if name == "import.after_file" and once.acquire(blocking=False):
+        if name == "copy.after_file" and once.acquire(blocking=False):
             reports.append(prune.prune(target, "bk", {"keep_last": 1}, **quiet))
     monkeypatch.setattr(faults, "point", point)
     try:
@@ -536,7 +556,7 @@ def test_a_bundle_being_imported_or_verified_is_not_pruned(meta, store, etcd_ser
     finally:
         meta2.close()
     (rep,) = reports
-    assert rep["pruned"] == ["s2"] and list(rep["held"]) == ["s1"] and "import" in rep["held"]["s1"][0]
+    assert rep["pruned"] == ["s2"] and list(rep["held"]) == ["s1"] and "copy job" in rep["held"]["s1"][0]
     assert [b["bundle"] for b in bundles.list_bundles(target)] == ["s1", "s3"]
     assert list(target.list("_locks/")) == []                        # the hold is gone with the import
     assert prune.prune(target, "bk", {"keep_last": 1}, **quiet)["pruned"] == ["s1"]

@@ -1,0 +1,132 @@
+"""A copy job's files taken straight from a bundle in a backup target (a restore from a
+bundle): each file read once from `data/{sha256}` in the target and written once at its
+final key in this store, its SHA-256 and size checked while it streams (nothing appears
+under the key otherwise), and every insert or delete log's row count (and a delete log's
+partition ids) checked on arrival against the segment records, as a bundle verify does.
+
+One BundleFiles per runner: it holds the bundle in the target while it copies (the
+job's own hold, written by the restore's set-up and renewed here; a retention prune
+leaves a held bundle), reads the bundle document once (its commit marker and SHA-256
+checked, and that it is the bundle the job was made from: same uid), and maps each
+source key of the job's mappings -- the bundle's own segment keys -- to its data file.
+A bundle that is gone or replaced fails the job's tasks (the job then fails and rolls
+its target back), never copies something else.
+"""
+
+from __future__ import annotations
+
+from seglake import faults
+from seglake.errors import NotFound, SeglakeError
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import holds, verify
+from seglake.storage import Store, layout
+
+# A target this process already opened (the restore's driver, the CLI): runners of the
+# same process reuse it; any other runner opens it from its settings (open_target).
+_OPENED: dict[str, Store] = {}
+
+
+def remember(target: Store) -> None:
+    _OPENED[target.uri] = target
+
+
+def target_of(uri: str, settings=None) -> Store:
+    """The backup target at `uri`: the one this process opened, else from `settings`."""
+    if uri in _OPENED:
+        return _OPENED[uri]
+    if settings is None:
+        from seglake.config import Settings
+        settings = Settings.load()
+    return bundles.open_target(settings, uri)
+
+
+class BundleFiles:
+    def __init__(self, job, settings=None):
+        from seglake.lifecycle.copyjob.copying import SourceMissing
+
+        self.missing = SourceMissing
+        self.job, self.beat, self.error = job, None, None
+        b = job.bundle
+        self.where = f"bundle {b['db']}.{b['collection']}/{b['bundle']} in {b['uri']}"
+        self.files: dict[str, dict] = {}
+        self.rows: dict[str, int] = {}
+        self.parts: dict[str, list[int]] = {}
+        try:
+            self.target = target_of(b["uri"], settings)
+            key = holds.hold(self.target, b["db"], b["collection"], b["bundle"], b["hold"],
+                             by=f"restore copy job {job.job_id}")
+            if key is not None:
+                self.beat = holds.KeepAlive(self.target, key, holds.HOLD_TTL, {"by": f"restore copy job {job.job_id}"})
+            doc = bundles.read(self.target, b["db"], b["collection"], b["bundle"])
+        except (NotFound, SeglakeError) as e:
+            self.error = f"{self.where}: {e}"
+            return
+        if doc["uid"] != b["uid"]:
+            self.error = (f"{self.where} is another bundle now (uid {doc['uid']}, the job was made from {b['uid']}): "
+                          f"nothing of it is copied")
+            return
+        self.files = doc["files"]
+        for u in verify.units_of(doc):
+            self.rows.update(u["rows"])
+            self.parts.update(u["partitions"])
+
+    def describe(self, keys) -> dict:
+        """The copy task's start: a bundle that could not be opened fails the task here."""
+        if self.error:
+            raise self.missing(self.error)
+        return {}
+
+    def copy(self, store: Store, src: str, dst: str, size: int, check: bool = True, listed=None, present=None,
+             throttle=None) -> tuple[bool, int]:
+        """(copied, size) of one file (copying._copy_one's contract)."""
+        f = self.files.get(src)
+        if f is None or f["size"] != size:
+            raise self.missing(f"{self.where}: {src} is " + ("not in it" if f is None else
+                                                             f"{f['size']} bytes there, the job recorded {size}"))
+        sha = f["sha256"]
+        if check and self._holds(store, src, dst, sha, size, present):
+            return False, size
+        if throttle is not None:
+            throttle.acquire(size)
+        blob = layout.bundle_blob(sha)
+        try:
+            bundles.copy_verified(self.target, blob, store, dst, sha, size)
+        except NotFound:
+            raise self.missing(f"{self.where}: data file {blob} (for {src}) is missing from the backup target") from None
+        except bundles.BundleError as e:
+            raise self.missing(f"{self.where}: {e}") from None
+        problems = self._log_problems(store, src, dst)
+        if problems:
+            store.delete_many([dst])   # a retry must not keep it: it fails the same way
+            raise self.missing(f"{self.where}: {src} ({blob}): {'; '.join(problems)}")
+        faults.point("copy.after_file")
+        return True, size
+
+    def _log_problems(self, store: Store, src: str, dst: str) -> list[str]:
+        if src not in self.rows:
+            return []   # a stats log or an index file: its content is the SHA-256's
+        return verify.log_problems(store, dst, self.rows[src], self.parts.get(src))
+
+    def _holds(self, store: Store, src: str, dst: str, sha: str, size: int, present) -> bool:
+        """A retry: `dst` is already there, whole, with this content (a log: checked, as a
+        copy killed between its write and its check left it unchecked)."""
+        from seglake.lifecycle.copyjob.copying import _UNLISTED
+
+        if present is _UNLISTED:
+            try:
+                present = store.head(dst)
+            except NotFound:
+                return False
+        if present is None or present.size != size:
+            return False
+        try:
+            if bundles.sha256_of(store, dst)[0] != sha:
+                return False
+        except NotFound:
+            return False
+        return not self._log_problems(store, src, dst)
+
+    def close(self) -> None:
+        if self.beat is not None:
+            self.beat.stop()
+            self.beat = None
