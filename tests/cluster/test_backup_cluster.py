@@ -58,7 +58,7 @@ def test_export_verify_restore_from_a_bundle_on_the_cluster(cluster_airflow, cme
     rec = verify.recorded(cmeta, "default", "bk", "b1")
     assert rec["ok"] and rec["engine"] == "spark" and rec["data_files"] > 0
 
-    states = _run("snapshot_restore_external", {"collection": "bk", "bundle": "b1", "target": "bk_dr", "as_collection": "bk_imported",
+    states = _run("snapshot_restore_external", {"collection": "bk", "bundle": "b1", "target": "bk_dr",
                                                 "engine": "spark"}, timings)
     assert states["copy_job.copy_spark"] == "success", states
     assert _rows(cmeta, cstore, "bk_dr") == want

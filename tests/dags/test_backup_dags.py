@@ -10,6 +10,7 @@ from dag_helpers import load_dag, task_states
 from seglake.dev import demo
 from seglake.lifecycle import snapshot
 from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import holds
 from seglake.lifecycle.backup import export as exports
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
@@ -40,11 +41,13 @@ def test_export_verify_restore_from_a_bundle(airflow_env, meta, store, backup, c
     assert run.state == "success", task_states(run)
 
     run = load_dag("snapshot_restore_external").test(run_conf={
-        "collection": "demo", "bundle": "b1", "target": "demo_dr", "as_collection": "demo_imported",
-        "engine": "inline"})
+        "collection": "demo", "bundle": "b1", "target": "demo_dr", "engine": "inline"})
     assert run.state == "success", task_states(run)
     target = meta.catalog.get_by_name("demo_dr")
     assert visible_count(meta, store, target.collection_id) == visible_count(meta, store, coll.collection_id) > 0
+    # straight from the bundle: no imported snapshot, the bundle's hold gone with the job
+    assert [(r.collection_name, r.name) for r in meta.snapshots.list()] == [("demo", "s1")]
+    assert holds.holders(backup, "default", "demo", "b1") == []
 
     # the operator page: the export, its last verification, the pin the export held is gone
     from seglake import console
@@ -74,8 +77,9 @@ def test_export_verify_restore_from_a_bundle(airflow_env, meta, store, backup, c
     ("snapshot_export", {"collection": "demo", "snapshot": "s1", "backup_uri": "relative/dir"},
      "an absolute local path or s3://bucket/prefix"),
     ("snapshot_verify", {"collection": "demo", "bundle": "nope"}, "not found in the backup target"),
-    ("snapshot_restore_external", {"collection": "demo", "bundle": "b1", "target": "t", "as_colection": "x"},
-     "did you mean 'as_collection'"),
+    # a restore from a bundle imports nothing: the import's name is no key of it
+    ("snapshot_restore_external", {"collection": "demo", "bundle": "b1", "target": "t", "as_collection": "x"},
+     "'as_collection' (did you mean 'collection'?)"),
 ])
 def test_bad_conf_is_refused_before_any_change(airflow_env, meta, store, backup, dag_id, conf, words, capfd):
     demo.seed(meta, store, SMALL)

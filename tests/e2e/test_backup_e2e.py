@@ -16,7 +16,7 @@ from seglake.dev import demo
 from seglake.visibility import visible_count
 
 pytestmark = [pytest.mark.airflow]
-COLL, SNAP, DR, IMPORTED = "bk_e2e", "s1", "bk_e2e_dr", "bk_e2e_imported"
+COLL, SNAP, DR = "bk_e2e", "s1", "bk_e2e_dr"
 DAGS = ("snapshot_export", "snapshot_verify", "snapshot_restore_external")
 
 
@@ -65,7 +65,7 @@ def test_export_verify_restore_from_the_bundle_and_the_page(standalone, engine):
     state, note = _run(standalone, "snapshot_verify", {"collection": COLL, "bundle": SNAP, "backup_uri": backup})
     assert state == "success" and note.startswith(f"verify bundle {COLL}/{SNAP}: OK"), note
     state, note = _run(standalone, "snapshot_restore_external", {
-        "collection": COLL, "bundle": SNAP, "target": DR, "as_collection": IMPORTED, "backup_uri": backup,
+        "collection": COLL, "bundle": SNAP, "target": DR, "backup_uri": backup,
         "engine": "inline"})
     assert state == "success", (note, standalone.task_states("snapshot_restore_external", "?"))
     assert note.startswith(f"restore bundle {COLL}/{SNAP} -> {DR}"), note

@@ -51,8 +51,18 @@ def backup_export(meta, store, settings, a: dict) -> dict:
     return {"state": r["state"], "copied_files": r["copied_files"]}
 
 
+def backup_import(meta, store, settings, a: dict) -> dict:
+    """Import a bundle as a snapshot of this store."""
+    from seglake.lifecycle.backup import imports
+    from seglake.storage.local import LocalStore
+
+    r = imports.import_bundle(meta, store, LocalStore(a["target"]), a["collection"], a["bundle"], threads=1,
+                              say=lambda line: None)
+    return {"snapshot_id": r["snapshot_id"], "copied_files": r["copied_files"]}
+
+
 def backup_restore(meta, store, settings, a: dict) -> dict:
-    """Import a bundle and restore it, the whole way (the copy job driven inline)."""
+    """Restore a bundle, the whole way (its copy job driven inline)."""
     from seglake.lifecycle.backup import imports
     from seglake.storage.local import LocalStore
 
@@ -93,7 +103,8 @@ def gc_run(meta, store, settings, a: dict) -> dict:
     return gc.run(meta, store, gc.GCOptions(**a.get("opts", {})))
 
 
-STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run, backup_export, backup_restore)}
+STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run, backup_export, backup_import,
+                                  backup_restore)}
 
 
 def main() -> int:

@@ -12,8 +12,9 @@ from fault_harness import seed_and_snapshot
 
 from seglake.config import Settings
 from seglake.errors import NotFound
-from seglake.lifecycle import copyjob
+from seglake.lifecycle import copyjob, restore
 from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import holds
 from seglake.lifecycle.backup import export, imports, verify
 from seglake.meta import Meta
 from seglake.storage import open_store
@@ -56,37 +57,6 @@ def test_an_export_killed_mid_way_is_finished_by_a_re_run(meta, store, settings,
     assert meta.snapshots.get(snap.collection_id, "s1")[0].holds == (), "the dead run's pin went with the re-run"
 
 
-@pytest.mark.parametrize("at", [0.1, 0.5, 0.9])
-def test_a_restore_from_a_bundle_killed_in_its_import_is_finished_by_a_re_run(meta, store, settings, spawn,
-                                                                              etcd_server, tmp_path, at):
-    _, snap = seed_and_snapshot(meta, store)
-    want = _rows(meta, store, "demo")
-    path = tmp_path / "backup"
-    export.export(meta, store, LocalStore(path), "demo", "s1", **quiet)
-    other = _other_seglake(etcd_server.endpoint, tmp_path)
-    k = max(1, int(snap.files * at))
-    child = spawn("backup_restore", {"collection": "demo", "bundle": "s1", "restore_to": "demo_dr",
-                                     "target": str(path)}, other, faults=f"import.after_file:kill@{k}")
-    out = child.wait(120)
-    assert out.rc == -9, out.err[-2000:]
-    meta2, store2 = Meta.from_settings(other), open_store(other)
-    try:
-        with pytest.raises(NotFound):
-            meta2.catalog.get_by_name("demo_dr")        # nothing visible before the copy job completes
-        (pending,) = meta2.snapshots.list()
-        assert pending.state == "PENDING"
-        r = imports.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr", engine="inline",
-                                        **quiet)
-        assert r["import"]["snapshot_id"] == pending.snapshot_id and r["import"]["kept_files"] >= k
-        copyjob.plan(meta2, r["job_id"])
-        copyjob.run_inline(meta2, store2, r["job_id"])
-        assert copyjob.finalize(meta2, r["job_id"]).state == "Completed"
-        assert _rows(meta2, store2, "demo_dr") == want
-        assert [s.state for s in meta2.snapshots.list()] == ["COMMITTED"]
-    finally:
-        meta2.close()
-
-
 def test_an_import_killed_half_way_is_taken_over_by_an_import_under_another_name(meta, store, settings, spawn,
                                                                                   etcd_server, tmp_path, monkeypatch):
     """Issue 26: the killed import's record used to refuse every other name ('already
@@ -101,22 +71,23 @@ def test_an_import_killed_half_way_is_taken_over_by_an_import_under_another_name
     path = tmp_path / "backup"
     export.export(meta, store, LocalStore(path), "demo", "s1", **quiet)
     other = _other_seglake(etcd_server.endpoint, tmp_path)
-    child = spawn("backup_restore", {"collection": "demo", "bundle": "s1", "restore_to": "demo_dr",
-                                     "target": str(path)}, other, faults=f"import.after_file:kill@{snap.files // 2}")
+    child = spawn("backup_import", {"collection": "demo", "bundle": "s1", "target": str(path)}, other,
+                  faults=f"import.after_file:kill@{snap.files // 2}")
     assert child.wait(120).rc == -9
     meta2, store2 = Meta.from_settings(other), open_store(other)
     try:
         (killed,) = meta2.snapshots.list()
+        assert killed.state == "PENDING"
         with pytest.raises(Conflict, match="being imported"):
             imports.import_bundle(meta2, store2, LocalStore(path), "demo", "s1", as_collection="demo_b", **quiet)
         later = time.time() + snapshot.MIN_PENDING_TIMEOUT + 1
         monkeypatch.setattr(imports.time, "time", lambda: later)
-        r = imports.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr",
-                                        as_collection="demo_b", engine="inline", **quiet)
+        imp = imports.import_bundle(meta2, store2, LocalStore(path), "demo", "s1", as_collection="demo_b", **quiet)
         monkeypatch.undo()
-        copyjob.plan(meta2, r["job_id"])
-        copyjob.run_inline(meta2, store2, r["job_id"])
-        assert copyjob.finalize(meta2, r["job_id"]).state == "Completed"
+        job_id = restore.restore(meta2, store2, "demo_b", "s1", "demo_dr", collection_id=imp["collection_id"])
+        copyjob.plan(meta2, job_id)
+        copyjob.run_inline(meta2, store2, job_id)
+        assert copyjob.finalize(meta2, job_id).state == "Completed"
         assert _rows(meta2, store2, "demo_dr") == want
         assert [(s.collection_name, s.state) for s in meta2.snapshots.list()] == [("demo_b", "COMMITTED")]
         assert not [o.key for o in store2.list(f"insert_log/{killed.collection_id}/")], "the killed import's files"
@@ -124,15 +95,19 @@ def test_an_import_killed_half_way_is_taken_over_by_an_import_under_another_name
         meta2.close()
 
 
+@pytest.mark.parametrize("at", [0.1, 0.5, 0.9])
 def test_a_restore_from_a_bundle_killed_in_its_copy_job_is_finished_by_a_re_run(meta, store, settings, spawn,
-                                                                                etcd_server, tmp_path):
+                                                                                etcd_server, tmp_path, at):
+    """The copy job reads straight from the bundle: a re-run resumes the same job, keeps
+    every file the killed one wrote whole, copies the rest once; no snapshot, no hold left."""
     _, snap = seed_and_snapshot(meta, store)
     want = _rows(meta, store, "demo")
     path = tmp_path / "backup"
     export.export(meta, store, LocalStore(path), "demo", "s1", **quiet)
     other = _other_seglake(etcd_server.endpoint, tmp_path)
+    k = max(1, int(snap.files * at))
     child = spawn("backup_restore", {"collection": "demo", "bundle": "s1", "restore_to": "demo_dr",
-                                     "target": str(path)}, other, faults=f"copy.after_file:kill@{snap.files // 2}")
+                                     "target": str(path)}, other, faults=f"copy.after_file:kill@{k}")
     out = child.wait(120)
     assert out.rc == -9, out.err[-2000:]
     meta2, store2 = Meta.from_settings(other), open_store(other)
@@ -140,10 +115,13 @@ def test_a_restore_from_a_bundle_killed_in_its_copy_job_is_finished_by_a_re_run(
         assert meta2.catalog.get_by_name("demo_dr").state == "Importing"   # not usable yet
         r = imports.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr", engine="inline",
                                         **quiet)
-        assert r["import"]["copied_files"] == 0, "the import was done: nothing copied again"
         copyjob.plan(meta2, r["job_id"])
         copyjob.run_inline(meta2, store2, r["job_id"])
         assert copyjob.finalize(meta2, r["job_id"]).state == "Completed"
+        tasks = meta2.copyjobs.tasks(r["job_id"])
+        assert sum(t.copied_files + t.skipped_files for t in tasks) == snap.files
         assert _rows(meta2, store2, "demo_dr") == want
+        assert list(meta2.snapshots.list()) == []
+        assert holds.holders(LocalStore(path), "default", "demo", "s1") == []
     finally:
         meta2.close()

@@ -2,10 +2,10 @@
 but the record's schema version stays v1, so a process still running the code before
 d313d27 (an Airflow worker or Spark executor not yet upgraded) decodes the record
 (msgspec skips the unknown field) and, on any write-back, re-encodes it WITHOUT the map.
-Here: a bundle import + restore on root B whose copy job's finalize runs on an old worker
+Here: a restore from a bundle on root B whose copy job's finalize runs on an old worker
 (its segment transition Importing -> Flushed: the first thing the old finalize does).
-The imported segments carry no `source` (imports never set it), so the stripped delta
-logs are read as the collection's OWN ids. Root A's ids are lined up so that the id
+Without the map, the stripped delta logs would be read as the collection's OWN ids
+(the old code knew no one-hop `source` translation for a bundle's ids). Root A's ids are lined up so that the id
 root A wrote for partition p1 is, in root B, the id of partition _default: the scoped
 delete of p1 is applied to _default, silently.
 
@@ -106,7 +106,8 @@ def test_an_old_worker_refuses_records_with_a_map_instead_of_stripping_it(meta, 
         stripped = [s for s in mb.segments.list(coll.collection_id) if s.deltalogs and not s.delta_partitions]
         print("segments whose map the old worker dropped:", len(stripped))
         from seglake.lifecycle import restore, verify as cverify
-        print(restore.compare_table(restore.compare_with_snapshot(mb, sb, "src", "b", "back")))
+        print(restore.compare_table(imports.compare_with_bundle(mb, sb, LocalStore(tmp_path / f"backup{pad}"),
+                                                                "src", "b", "back")))
         rep = cverify.verify_collection(mb, sb, "back") if hasattr(cverify, "verify_collection") else None
         print("verify_collection:", rep and {k: rep.get(k) for k in ("ok", "visible_rows", "problem_count")})
         got = rows(mb, sb, "back")
