@@ -9,7 +9,8 @@
 The package, one concern per module: planning (plan, the engine of a run), copying (one
 task), running (inline on the one runner, or the Spark executor side), finishing (wait,
 finalize, fail), jobs (read side, retention), target (the restore target a job fills:
-its files, rollback, dropped segments). This module is the public face.
+its files, rollback, dropped segments), bundled (a job whose files come from a bundle in
+a backup target: a restore from a bundle). This module is the public face.
 
 - plan: Pending -> Executing. The task size is recorded on the job first, then tasks of
   that many mappings are written (children before the parent), then the job flips.
