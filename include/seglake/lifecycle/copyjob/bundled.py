@@ -94,7 +94,7 @@ class BundleFiles:
         except NotFound:
             raise self.missing(f"{self.where}: data file {blob} (for {src}) is missing from the backup target") from None
         except bundles.BundleError as e:
-            raise self.missing(f"{self.where}: {e}") from None
+            raise self.missing(f"{self.where}: {src}: {e}") from None
         problems = self._log_problems(store, src, dst)
         if problems:
             store.delete_many([dst])   # a retry must not keep it: it fails the same way
