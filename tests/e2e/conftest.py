@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from seglake.dev.devstack import free_port   # below the kernel's ephemeral range (its doc says why)
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_HOME = REPO / ".dev" / "test" / "e2e"
@@ -40,11 +41,6 @@ COPY_FAULT = "copy.after_file:sleep=0.2"   # slows the DAGs' copies enough to ca
 HEALTHY_TIMEOUT = 150
 PARSE_TIMEOUT = 150
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _marked_pids(marker: str) -> list[int]:

@@ -27,8 +27,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def free_port() -> int:
+def _ephemeral_low() -> int:
+    """The first port the kernel hands to outgoing connections (Linux: 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port(low: int = 20000, high: int | None = None) -> int:
+    """A free loopback port for a server to listen on, picked at random BELOW the
+    kernel's ephemeral range: a port from that range (what bind(0) gives) can be taken
+    by any process's outgoing connection between this check and the server's own bind
+    (etcd then fails with "address already in use"); one below it only by another
+    listener that picked the same one of ~12,000 ports at random."""
+    import random
+
+    high = (_ephemeral_low() - 1) if high is None else high
+    if high - low >= 1000:
+        for _ in range(200):
+            p = random.randint(low, high)
+            if _bindable(p):
+                return p
+    with socket.socket() as s:   # no room below the ephemeral range: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -360,12 +390,14 @@ class WeedServer(Server):
 
 def free_port_below(limit: int, avoid: set[int] = frozenset()) -> int:
     """gRPC ports of SeaweedFS are http port + 10000: keep the http port low enough, its
-    gRPC port free, and neither in `avoid` (the ports, and gRPC ports, already chosen)."""
+    gRPC port free, and neither in `avoid` (the ports, and gRPC ports, already chosen).
+    Both below the ephemeral range where it leaves room (free_port says why)."""
     def fits(p: int) -> bool:
-        return p < limit and p not in avoid and p + 10000 not in avoid and not port_open(p + 10000)
+        return p < limit and p not in avoid and p + 10000 not in avoid and _bindable(p + 10000)
 
+    high = min(limit, _ephemeral_low() - 10000) - 1
     for _ in range(200):
-        p = free_port()
+        p = free_port(10000, high) if high - 10000 >= 1000 else free_port()
         if fits(p):
             return p
     import random
