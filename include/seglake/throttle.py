@@ -55,7 +55,13 @@ class Throttle:
 
     @property
     def limited(self) -> bool:
+        """This run's own limit is set (its etcd clock exists)."""
         return bool(self.bps or self.rps)
+
+    @property
+    def bounded(self) -> bool:
+        """Any limit applies: this run's own, or the store's shared one."""
+        return self.limited or self.shared is not None
 
     def acquire(self, nbytes: int, requests: int = 1) -> float:
         """Take the budget for `requests` requests moving `nbytes`, waiting as long as the
@@ -68,6 +74,11 @@ class Throttle:
 
     def _acquire(self, nbytes: int, requests: int) -> float:
         if not self.limited:
+            if self.shared is not None:   # counted for the report (the store's limit paces it)
+                with self._lock:
+                    self.started = self.clock() if self.started is None else self.started
+                    self.bytes += nbytes
+                    self.requests += requests
             return 0.0
         cost = max(nbytes / self.bps if self.bps else 0.0, requests / self.rps if self.rps else 0.0)
         with self._lock:

@@ -96,9 +96,12 @@ def run_tasks(meta: Meta, store: Store, job_id: int, task_ids: list[int], concur
             files.shutdown(wait=True)
     finally:
         source.close()
-        if throttle.limited:
+        if throttle.bounded:
             r = throttle.report()
+            store = (f"; store-wide limit {human_rate(r['store_limit_bytes_per_second'], 'B/s')}, "
+                     f"{human_rate(r['store_limit_requests_per_second'], 'req/s')} (shared by all copy work), waited "
+                     f"{r['store_waited_s']:.1f} s for it" if "store_waited_s" in r else "")
             print(f"copy job {job_id}: rate limit {human_rate(r['limit_bytes_per_second'], 'B/s')}, "
                   f"{human_rate(r['limit_requests_per_second'], 'req/s')} (shared by every runner); this runner "
                   f"moved {r['bytes']} bytes in {r['requests']} requests at {human_rate(r['bytes_per_second'], 'B/s')}"
-                  f", waited {r['waited_s']:.1f} s", file=sys.stderr, flush=True)
+                  f", waited {r['waited_s']:.1f} s{store}", file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ from seglake.throttle import BURST, set_store_limit
 MiB = 1 << 20
 
 
-def test_two_restores_and_an_export_share_the_store_limit(meta, store, tmp_path):
+def test_two_restores_and_an_export_share_the_store_limit(meta, store, tmp_path, capfd):
     coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=4, rows=3000, dim=64))
     snapshot.create(meta, store, coll.name, "s")
     rec = meta.snapshots.find(coll.collection_id, "s")
@@ -53,3 +53,8 @@ def test_two_restores_and_an_export_share_the_store_limit(meta, store, tmp_path)
     clock = float(meta.kv.get(meta.keys.copy_store_throttle()).value)
     assert clock >= t0 + moved / limit * 0.99, "the shared clock advanced by every run's bytes"
     assert took >= moved / limit - 3 * BURST, (took, moved / limit)
+
+    # a run with no limit of its own still reports what the store's limit made it wait
+    err = capfd.readouterr().err
+    for j in jobs:
+        assert f"copy job {j}: rate limit unlimited B/s" in err and "store-wide limit 16.0 MiB/s" in err, err[-2000:]
