@@ -234,6 +234,10 @@ def check(doc, where: str) -> dict:
     _check_identity(doc, where)
     _check_delta_partitions(doc, where)
     for e in segments:
+        for fl in e["binlogs"]:   # each field's logs hold the segment's rows: no more, no less
+            if sum(x["entries"] for x in fl["logs"]) != e["num_rows"]:
+                raise BundleError(f"{where}: segment {e['segment_id']} has {e['num_rows']} rows, but the logs of its "
+                                  f"field {fl['field_id']} give {sum(x['entries'] for x in fl['logs'])}")
         seg = manifest.entry_to_segment(e)
         built = {f.key for f in layout.segment_files(seg)}
         for path, size in manifest.entry_files(e):

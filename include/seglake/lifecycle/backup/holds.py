@@ -28,10 +28,13 @@ class KeepAlive:
     """Rewrites `key` ({"at": now, ...}) every ttl / 10 s until stopped; `ok_at` is the
     last successful rewrite."""
 
-    def __init__(self, target: Store, key: str, ttl: float, extra: dict | None = None):
+    def __init__(self, target: Store, key: str, ttl: float, extra: dict | None = None,
+                 still: Callable[[], bool] | None = None):
+        """`still`: asked before each rewrite; once it says False the record is no longer
+        rewritten (its owner's work ended elsewhere: a copy job finalized by another process)."""
         import threading
 
-        self.target, self.key, self.ttl, self.extra = target, key, ttl, dict(extra or {})
+        self.target, self.key, self.ttl, self.extra, self.still = target, key, ttl, dict(extra or {}), still
         self.ok_at = time.time()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="keepalive", daemon=True)
@@ -40,6 +43,8 @@ class KeepAlive:
     def _run(self) -> None:
         while not self.done.wait(self.ttl / 10):
             try:
+                if self.still is not None and not self.still():
+                    return
                 now = time.time()
                 self.target.put(self.key, json.dumps({"at": now, **self.extra}).encode())
                 self.ok_at = now

@@ -424,16 +424,25 @@ class _BundleSource(restores.RestoreSource):
     def create_job(self, meta, job, claim):
         from seglake.meta.codec import encode_struct
 
-        b = {**job.bundle, "hold": f"copyjob-{job.job_id}"}
+        # the hold's name is unique in the target: job ids are local to one etcd root, and
+        # every root that restores from this target shares it
+        b = {**job.bundle, "hold": f"copyjob-{job.job_id}-{uuid.uuid4().hex[:12]}"}
         job = job.replace(bundle=b)
         # the job's hold, before the job exists: a prune from now on leaves the bundle; the
         # document is read again under it (a prune that ran before the hold took it)
-        holds.hold(self.target, b["db"], b["collection"], b["bundle"], b["hold"], by=f"restore copy job {job.job_id}")
-        if bundles.read(self.target, b["db"], b["collection"], b["bundle"])["uid"] != b["uid"]:
-            raise Conflict(f"{self.what} was replaced by another bundle while the restore was set up; nothing copied")
-        key = meta.keys.copy_job(job.job_id)
-        meta.kv.txn([absent(key), unchanged(claim)], [Put(key, encode_struct(job))],
-                    reason=f"restore job {job.job_id} could not be created")
+        held = holds.hold(self.target, b["db"], b["collection"], b["bundle"], b["hold"],
+                          by=f"restore copy job {job.job_id}", say=log.warning)
+        try:
+            if bundles.read(self.target, b["db"], b["collection"], b["bundle"])["uid"] != b["uid"]:
+                raise Conflict(f"{self.what} was replaced by another bundle while the restore was set up; "
+                               f"nothing copied")
+            key = meta.keys.copy_job(job.job_id)
+            meta.kv.txn([absent(key), unchanged(claim)], [Put(key, encode_struct(job))],
+                        reason=f"restore job {job.job_id} could not be created")
+        except BaseException:
+            if held is not None:      # no job of ours holds it (a concurrent driver's job has its own hold)
+                holds.release(self.target, held)
+            raise
         return job.job_id
 
 

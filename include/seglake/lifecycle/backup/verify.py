@@ -24,6 +24,7 @@ from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.progress import human_bytes
+from seglake.segfiles import ROW_ID, ROW_ID_FIELD, TIMESTAMP, TS_FIELD
 from seglake.storage import Store, layout
 
 log = logging.getLogger("seglake.backup")
@@ -50,11 +51,16 @@ def units_of(doc: dict) -> list[dict]:
     the same units before it writes)."""
     rows: dict[str, int] = {}   # source key -> rows the segment records give it
     named: dict[str, list[int]] = {}   # delta log -> the partition ids its deletes may name
+    column: dict[str, str] = {}  # insert log -> the one column its field's log holds
     bundle_parts = sorted(p["partition_id"] for p in doc["snapshot"]["collection"]["partitions"])
+    names = {ROW_ID_FIELD: ROW_ID, TS_FIELD: TIMESTAMP,
+             **{f["field_id"]: f["name"] for f in doc["snapshot"]["collection"]["schema"]}}
     for e in doc["segments"]:
         for fl in e["binlogs"]:
             for x in fl["logs"]:
                 rows[x["path"]] = x["entries"]
+                if fl["field_id"] in names:
+                    column[x["path"]] = names[fl["field_id"]]
         dp = manifest.delta_partitions(e)
         for x in e["deltalogs"]:
             rows[x["path"]] = x["entries"]
@@ -64,7 +70,8 @@ def units_of(doc: dict) -> list[dict]:
         by_sha.setdefault(f["sha256"], []).append(key)
     return [{"sha": sha, "size": doc["files"][keys[0]]["size"], "keys": sorted(keys),
              "rows": {k: rows[k] for k in keys if k in rows},
-             "partitions": {k: named[k] for k in keys if k in named}} for sha, keys in sorted(by_sha.items())]
+             "partitions": {k: named[k] for k in keys if k in named},
+             "columns": {k: column[k] for k in keys if k in column}} for sha, keys in sorted(by_sha.items())]
 
 
 def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
@@ -82,21 +89,26 @@ def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
     if n != size or got != sha:
         return [{"file": k, "data": blob, "problem": f"content differs: {n} bytes with SHA-256 {got[:16]}..., "
                                                       f"the bundle lists {size} bytes"} for k in keys]
-    named = unit.get("partitions", {})
-    return [{"file": k, "data": blob, "problem": p}
-            for k, want in unit["rows"].items() for p in log_problems(target, blob, want, named.get(k))]
+    named, columns = unit.get("partitions", {}), unit.get("columns", {})
+    return [{"file": k, "data": blob, "problem": p} for k, want in unit["rows"].items()
+            for p in log_problems(target, blob, want, named.get(k), columns.get(k))]
 
 
-def log_problems(store: Store, key: str, rows: int, allowed: list[int] | None) -> list[str]:
+def log_problems(store: Store, key: str, rows: int, allowed: list[int] | None, column: str | None = None
+                 ) -> list[str]:
     """What is wrong with the log at `key` (in any store) against what its segment's
-    records give it: its row count, and for a delta log (`allowed`: the partition ids
-    its segment's delta_partitions names) deletes scoped to an id not named. [] when
-    nothing is (a restore from a bundle checks each log it copies the same way)."""
+    records give it: its row count; for an insert log (`column`: its field's name) that
+    it holds that one column (the log of another field with the same row count passes
+    every other check); for a delta log (`allowed`: the partition ids its segment's
+    delta_partitions names) deletes scoped to an id not named. [] when nothing is (a
+    restore from a bundle checks each log it copies the same way)."""
     try:   # one open per log: its row count and, for a delta log, its deletes' partitions
-        have, stray = _read_log(store, key, allowed)
+        have, stray, cols = _read_log(store, key, allowed)
     except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
         return [f"not a readable Parquet file: {e}"]
     out = []
+    if column is not None and cols != [column]:
+        out.append(f"holds columns {cols}; the log of field {column!r} holds that one column")
     if have != rows:
         out.append(f"holds {have} rows; the segment records give it {rows}")
     if stray:
@@ -105,20 +117,22 @@ def log_problems(store: Store, key: str, rows: int, allowed: list[int] | None) -
     return out
 
 
-def _read_log(target: Store, blob: str, allowed: list[int] | None) -> tuple[int, list[int]]:
+def _read_log(target: Store, blob: str, allowed: list[int] | None) -> tuple[int, list[int], list[str]]:
     """(a log's Parquet row count, the partition ids its deletes are scoped to that
-    `allowed` lacks: for a delta log, which an import would read as PartitionUnmapped;
-    [] for an insert log (allowed None) and a legacy delta log, confined to its segment)."""
+    `allowed` lacks -- for a delta log, which a restore would read as PartitionUnmapped;
+    [] for an insert log (allowed None) and a legacy delta log, confined to its segment --
+    its column names)."""
     import numpy as np
     import pyarrow.parquet as pq
 
     with target.open_read(blob) as fh:
         f = pq.ParquetFile(fh)
-        if allowed is None or "partition" not in f.schema_arrow.names:
-            return f.metadata.num_rows, []
+        cols = list(f.schema_arrow.names)
+        if allowed is None or "partition" not in cols:
+            return f.metadata.num_rows, [], cols
         ids = np.unique(f.read(columns=["partition"]).column(0).to_numpy())
     ok = set(allowed)
-    return f.metadata.num_rows, sorted(int(x) for x in ids if x != 0 and int(x) not in ok)
+    return f.metadata.num_rows, sorted(int(x) for x in ids if x != 0 and int(x) not in ok), cols
 
 
 def check_units(target: Store, units: list[dict], threads: int, throttle=None) -> list[dict]:

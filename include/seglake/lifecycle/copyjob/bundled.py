@@ -15,11 +15,16 @@ its target back), never copies something else.
 
 from __future__ import annotations
 
+import logging
+import time
+
 from seglake import faults
-from seglake.errors import NotFound, SeglakeError
+from seglake.errors import NotFound, Unavailable
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds, verify
 from seglake.storage import Store, layout
+
+log = logging.getLogger("seglake.copy")
 
 # A target this process already opened (the restore's driver, the CLI): runners of the
 # same process reuse it; any other runner opens it from its settings (open_target).
@@ -41,26 +46,36 @@ def target_of(uri: str, settings=None) -> Store:
 
 
 class BundleFiles:
-    def __init__(self, job, settings=None):
+    """Opened by a runner (copying.open_source). What it cannot open for good -- the
+    bundle gone, damaged or replaced -- fails the tasks (describe); a transient error of
+    the target (Unavailable, a prune that keeps running) raises here, so the tasks stay
+    as they are and a re-run resumes them."""
+
+    def __init__(self, job, settings=None, meta=None):
         from seglake.lifecycle.copyjob.copying import SourceMissing
 
-        self.missing = SourceMissing
+        self.missing, self.meta = SourceMissing, meta
         self.job, self.beat, self.error = job, None, None
         b = job.bundle
         self.where = f"bundle {b['db']}.{b['collection']}/{b['bundle']} in {b['uri']}"
         self.files: dict[str, dict] = {}
         self.rows: dict[str, int] = {}
         self.parts: dict[str, list[int]] = {}
+        self.columns: dict[str, str] = {}
+        self.target = target_of(b["uri"], settings)
+        self.key = holds.hold(self.target, b["db"], b["collection"], b["bundle"], b["hold"],
+                              by=f"restore copy job {job.job_id}", say=log.warning)
+        if self.key is not None:
+            self.beat = holds.KeepAlive(self.target, self.key, holds.HOLD_TTL, {"by": f"restore copy job {job.job_id}"},
+                                        still=None if meta is None else self._job_running)
         try:
-            self.target = target_of(b["uri"], settings)
-            key = holds.hold(self.target, b["db"], b["collection"], b["bundle"], b["hold"],
-                             by=f"restore copy job {job.job_id}")
-            if key is not None:
-                self.beat = holds.KeepAlive(self.target, key, holds.HOLD_TTL, {"by": f"restore copy job {job.job_id}"})
             doc = bundles.read(self.target, b["db"], b["collection"], b["bundle"])
-        except (NotFound, SeglakeError) as e:
+        except (NotFound, bundles.BundleError) as e:   # gone or damaged: for good
             self.error = f"{self.where}: {e}"
             return
+        except BaseException:
+            self.close()
+            raise
         if doc["uid"] != b["uid"]:
             self.error = (f"{self.where} is another bundle now (uid {doc['uid']}, the job was made from {b['uid']}): "
                           f"nothing of it is copied")
@@ -69,12 +84,21 @@ class BundleFiles:
         for u in verify.units_of(doc):
             self.rows.update(u["rows"])
             self.parts.update(u["partitions"])
+            self.columns.update(u["columns"])
 
     def describe(self, keys) -> dict:
         """The copy task's start: a bundle that could not be opened fails the task here."""
         if self.error:
             raise self.missing(self.error)
+        self._check_held()
         return {}
+
+    def _check_held(self) -> None:
+        """Copying on while the hold cannot be renewed would copy an unheld bundle that a
+        prune may drop: stop (the tasks stay resumable) once it is half expired."""
+        if self.beat is not None and time.time() - self.beat.ok_at > holds.HOLD_TTL / 2:
+            raise Unavailable(f"{self.where}: the job's hold on it could not be renewed for "
+                              f"{time.time() - self.beat.ok_at:.0f} s; stopped copying (a re-run resumes)")
 
     def copy(self, store: Store, src: str, dst: str, size: int, check: bool = True, listed=None, present=None,
              throttle=None) -> tuple[bool, int]:
@@ -84,6 +108,7 @@ class BundleFiles:
             raise self.missing(f"{self.where}: {src} is " + ("not in it" if f is None else
                                                              f"{f['size']} bytes there, the job recorded {size}"))
         sha = f["sha256"]
+        self._check_held()
         if check and self._holds(store, src, dst, sha, size, present):
             return False, size
         if throttle is not None:
@@ -105,7 +130,7 @@ class BundleFiles:
     def _log_problems(self, store: Store, src: str, dst: str) -> list[str]:
         if src not in self.rows:
             return []   # a stats log or an index file: its content is the SHA-256's
-        return verify.log_problems(store, dst, self.rows[src], self.parts.get(src))
+        return verify.log_problems(store, dst, self.rows[src], self.parts.get(src), self.columns.get(src))
 
     def _holds(self, store: Store, src: str, dst: str, sha: str, size: int, present) -> bool:
         """A retry: `dst` is already there, whole, with this content (a log: checked, as a
@@ -126,7 +151,20 @@ class BundleFiles:
             return False
         return not self._log_problems(store, src, dst)
 
+    def _job_running(self) -> bool:
+        from seglake.meta.copyjobs import JOB_TERMINAL
+
+        return self.meta.copyjobs.get(self.job.job_id)[0].state not in JOB_TERMINAL
+
     def close(self) -> None:
+        """Stop renewing the hold; end it when the job has finished meanwhile (its
+        finalize removed it, and this runner's renewal may have put it back)."""
         if self.beat is not None:
             self.beat.stop()
             self.beat = None
+        if self.key is not None and self.meta is not None:
+            try:
+                if not self._job_running():
+                    holds.release(self.target, self.key)
+            except Exception:  # noqa: BLE001 - a hold left behind expires after HOLD_TTL
+                pass

@@ -53,13 +53,13 @@ class StoreFiles:
         pass
 
 
-def open_source(store: Store, job: CopyJob, settings=None):
+def open_source(store: Store, job: CopyJob, settings=None, meta: Meta | None = None):
     """Where the job's files come from, opened once per runner (close() it): this store,
     or for a restore from a bundle the backup target (copyjob/bundled.py)."""
     if job.bundle is None:
         return StoreFiles(store)
     from seglake.lifecycle.copyjob.bundled import BundleFiles
-    return BundleFiles(job, settings)
+    return BundleFiles(job, settings, meta)
 
 
 def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int = 1,
@@ -74,7 +74,7 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
     job, _ = meta.copyjobs.get(job_id)
     throttle = throttle if throttle is not None else job_throttle(meta, job)
     if source is None:
-        source = open_source(store, job)
+        source = open_source(store, job, meta=meta)
         try:
             return copy_task(meta, store, job_id, task_id, threads, now, pool, throttle, source)
         finally:

@@ -79,7 +79,7 @@ def run_tasks(meta: Meta, store: Store, job_id: int, task_ids: list[int], concur
         return
     job = meta.copyjobs.get(job_id)[0]
     throttle = job_throttle(meta, job)   # one per runner: its report is the runner's
-    source = open_source(store, job, settings)
+    source = open_source(store, job, settings, meta)
     try:
         if concurrency <= 1:
             for task_id in task_ids:
