@@ -93,7 +93,7 @@ def cmd_import(args, s: Settings) -> int:
                               threads=s.copy_threads, say=_say, **_rates(args))
     emit(args, r, text=f"imported as snapshot {r['snapshot']!r} of {r['db']}.{r['collection']} (collection id "
                        f"{r['collection_id']}): {r['segments']} segments, {r['rows']} rows; restore it with "
-                       f"snapshot_restore or `seglake backup restore`")
+                       f"the snapshot_restore DAG")
     return 0
 
 
@@ -105,7 +105,7 @@ def cmd_restore(args, s: Settings) -> int:
 
     meta, store = open_meta_store(s)
     r = imports.restore_from_bundle(meta, store, _target(args, s), args.collection, args.bundle, args.restore_to,
-                                    db=args.db, engine="inline", owner="cli",
+                                    db=args.db, engine="inline", owner="cli", timeout=s.copy_job_timeout,
                                     threads=s.copy_threads, say=_say, **_rates(args))
     copyjob.plan(meta, r["job_id"], s.max_segments_per_task)
     copyjob.run_inline(meta, store, r["job_id"], threads=s.copy_threads, settings=s)
@@ -179,8 +179,9 @@ def add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg) -> None:
     bp.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
     bp.add_argument("--target", **tgt)
     bp.set_defaults(fn=cmd_prune)
-    br = b.add_parser("restore", parents=[common], help="import a bundle and restore it into a new collection "
-                                                        "(inline; the snapshot_restore_external DAG runs it on Airflow)")
+    br = b.add_parser("restore", parents=[common], help="restore a bundle into a new collection, each byte copied "
+                                                        "once straight from the target (inline; the "
+                                                        "snapshot_restore_external DAG runs it on Airflow)")
     br.add_argument("collection", type=coll_t)
     br.add_argument("bundle", type=snap_t)
     br.add_argument("restore_to", type=coll_t, help="the new collection")

@@ -95,7 +95,9 @@ class Store(abc.ABC):
     def put_writer(self, key: str, write: Callable[[BinaryIO], Any]) -> ObjectInfo:
         """Like put, for content produced by write(a writable binary file): the object
         appears whole and durable, or not at all. A backend may stream it into a temp
-        object (the local store does); this default buffers it for one put."""
+        object (the local store does); this default buffers it for one put. `write` may
+        be called more than once (a backend retries a write whose temp object vanished):
+        each call must write the whole content from its start."""
         buf = io.BytesIO()
         write(buf)
         return self.put(key, buf.getvalue())

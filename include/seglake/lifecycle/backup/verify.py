@@ -97,13 +97,30 @@ def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
 def log_problems(store: Store, key: str, rows: int, allowed: list[int] | None, column: str | None = None
                  ) -> list[str]:
     """What is wrong with the log at `key` (in any store) against what its segment's
+    records give it (log_problems_of). A store that cannot be read raises (a transient
+    failure is no finding about the file)."""
+    with store.open_read(key) as fh:
+        return log_problems_of(fh, rows, allowed, column)
+
+
+def log_problems_of(fh, rows: int, allowed: list[int] | None, column: str | None = None) -> list[str]:
+    """What is wrong with a log (a seekable file object) against what its segment's
     records give it: its row count; for an insert log (`column`: its field's name) that
     it holds that one column (the log of another field with the same row count passes
     every other check); for a delta log (`allowed`: the partition ids its segment's
     delta_partitions names) deletes scoped to an id not named. [] when nothing is (a
-    restore from a bundle checks each log it copies the same way)."""
+    restore from a bundle checks each log it copies the same way, before it writes it)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
     try:   # one open per log: its row count and, for a delta log, its deletes' partitions
-        have, stray, cols = _read_log(store, key, allowed)
+        f = pq.ParquetFile(fh)
+        cols = list(f.schema_arrow.names)
+        have, stray = f.metadata.num_rows, []
+        if allowed is not None and "partition" in cols:
+            ids = np.unique(f.read(columns=["partition"]).column(0).to_numpy())
+            ok = set(allowed)
+            stray = sorted(int(x) for x in ids if x != 0 and int(x) not in ok)
     except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
         return [f"not a readable Parquet file: {e}"]
     out = []
@@ -115,24 +132,6 @@ def log_problems(store: Store, key: str, rows: int, allowed: list[int] | None, c
         out.append(f"holds deletes scoped to partition ids {stray}, which its segment's delta_partitions does not "
                    f"name")
     return out
-
-
-def _read_log(target: Store, blob: str, allowed: list[int] | None) -> tuple[int, list[int], list[str]]:
-    """(a log's Parquet row count, the partition ids its deletes are scoped to that
-    `allowed` lacks -- for a delta log, which a restore would read as PartitionUnmapped;
-    [] for an insert log (allowed None) and a legacy delta log, confined to its segment --
-    its column names)."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    with target.open_read(blob) as fh:
-        f = pq.ParquetFile(fh)
-        cols = list(f.schema_arrow.names)
-        if allowed is None or "partition" not in cols:
-            return f.metadata.num_rows, [], cols
-        ids = np.unique(f.read(columns=["partition"]).column(0).to_numpy())
-    ok = set(allowed)
-    return f.metadata.num_rows, sorted(int(x) for x in ids if x != 0 and int(x) not in ok), cols
 
 
 def check_units(target: Store, units: list[dict], threads: int, throttle=None) -> list[dict]:

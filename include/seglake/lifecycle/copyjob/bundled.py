@@ -1,13 +1,14 @@
 """A copy job's files taken straight from a bundle in a backup target (a restore from a
 bundle): each file read once from `data/{sha256}` in the target and written once at its
 final key in this store, its SHA-256 and size checked while it streams (nothing appears
-under the key otherwise), and every insert or delete log's row count (and a delete log's
-partition ids) checked on arrival against the segment records, as a bundle verify does.
+under the key otherwise); an insert or delete log is read into a local spool first and
+its row count, its column (and a delete log's partition ids) checked against the segment
+records -- as a bundle verify does -- before it is written: nothing is read back.
 
 One BundleFiles per runner: it holds the bundle in the target while it copies (the
 job's own hold, written by the restore's set-up and renewed here; a retention prune
 leaves a held bundle), reads the bundle document once (its commit marker and SHA-256
-checked, and that it is the bundle the job was made from: same uid), and maps each
+checked, and that it is the document the job was made from: same uid and digest), and maps each
 source key of the job's mappings -- the bundle's own segment keys -- to its data file.
 A bundle that is gone or replaced fails the job's tasks (the job then fails and rolls
 its target back), never copies something else.
@@ -15,7 +16,10 @@ its target back), never copies something else.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import shutil
+import tempfile
 import time
 
 from seglake import faults
@@ -76,9 +80,11 @@ class BundleFiles:
         except BaseException:
             self.close()
             raise
-        if doc["uid"] != b["uid"]:
-            self.error = (f"{self.where} is another bundle now (uid {doc['uid']}, the job was made from {b['uid']}): "
-                          f"nothing of it is copied")
+        from seglake.lifecycle.backup.imports import document_digest
+
+        if doc["uid"] != b["uid"] or b.get("digest") not in (None, document_digest(doc)):
+            self.error = (f"{self.where} is another bundle document now (uid {doc['uid']}, the job was made from "
+                          f"{b['uid']}, digest {str(b.get('digest'))[:16]}...): nothing of it is copied")
             return
         self.files = doc["files"]
         for u in verify.units_of(doc):
@@ -115,26 +121,48 @@ class BundleFiles:
             throttle.acquire(size)
         blob = layout.bundle_blob(sha)
         try:
-            bundles.copy_verified(self.target, blob, store, dst, sha, size)
+            if src in self.rows:     # a log: read once, hashed and checked BEFORE it is written
+                with self._fetch(blob, sha, size) as spool:
+                    problems = verify.log_problems_of(spool, self.rows[src], self.parts.get(src),
+                                                      self.columns.get(src))
+                    if problems:
+                        raise self.missing(f"{self.where}: {src} ({blob}): {'; '.join(problems)}")
+                    def write(out) -> None:   # may be called again (a store retries a write)
+                        spool.seek(0)
+                        shutil.copyfileobj(spool, out, bundles.CHUNK)
+                    store.put_writer(dst, write)
+            else:                    # a stats log or an index file: its content is its SHA-256's
+                bundles.copy_verified(self.target, blob, store, dst, sha, size)
         except NotFound:
             raise self.missing(f"{self.where}: data file {blob} (for {src}) is missing from the backup target") from None
         except bundles.BundleError as e:
             raise self.missing(f"{self.where}: {src}: {e}") from None
-        problems = self._log_problems(store, src, dst)
-        if problems:
-            store.delete_many([dst])   # a retry must not keep it: it fails the same way
-            raise self.missing(f"{self.where}: {src} ({blob}): {'; '.join(problems)}")
         faults.point("copy.after_file")
         return True, size
 
-    def _log_problems(self, store: Store, src: str, dst: str) -> list[str]:
-        if src not in self.rows:
-            return []   # a stats log or an index file: its content is the SHA-256's
-        return verify.log_problems(store, dst, self.rows[src], self.parts.get(src), self.columns.get(src))
+    def _fetch(self, blob: str, sha: str, size: int):
+        """The data file's bytes in a local spool (memory up to bundles.SMALL), read once
+        from the target and hashed as they pass: BundleError unless SHA-256 and size match."""
+        spool = tempfile.SpooledTemporaryFile(max_size=bundles.SMALL)
+        try:
+            h, n = hashlib.sha256(), 0
+            with self.target.open_read(blob) as f:
+                for chunk in iter(lambda: f.read(bundles.CHUNK), b""):
+                    h.update(chunk)
+                    n += len(chunk)
+                    spool.write(chunk)
+            if n != size or h.hexdigest() != sha:
+                raise bundles.BundleError(f"{blob}: read {n} bytes with SHA-256 {h.hexdigest()[:16]}..., expected "
+                                          f"{size} bytes with {sha[:16]}...: the file changed or is damaged")
+            spool.seek(0)
+            return spool
+        except BaseException:
+            spool.close()
+            raise
 
     def _holds(self, store: Store, src: str, dst: str, sha: str, size: int, present) -> bool:
-        """A retry: `dst` is already there, whole, with this content (a log: checked, as a
-        copy killed between its write and its check left it unchecked)."""
+        """A retry: `dst` is already there, whole, with this content (a log was checked
+        before it was written: these bytes passed)."""
         from seglake.lifecycle.copyjob.copying import _UNLISTED
 
         if present is _UNLISTED:
@@ -149,7 +177,7 @@ class BundleFiles:
                 return False
         except NotFound:
             return False
-        return not self._log_problems(store, src, dst)
+        return True
 
     def _job_running(self) -> bool:
         from seglake.meta.copyjobs import JOB_TERMINAL

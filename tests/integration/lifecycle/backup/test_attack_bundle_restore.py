@@ -449,3 +449,246 @@ def _forged_counts(bundle, etcd_server, tmp_path, how):
                         f"; compare {rows}")
     finally:
         meta2.close()
+def test_a_prune_between_finalize_and_the_dag_compare(meta, store, bundle, etcd_server,
+                                                                                   tmp_path):
+    """snapshot_restore_external: restore -> copy_job (finalize releases the job's hold) ->
+    verify -> compare (reads the bundle again). A retention prune in between (the nightly
+    scheduled export prunes as it goes) drops the bundle, and the compare step fails a
+    restore that completed. Before this change the compare read the imported snapshot in
+    this store. Expected: the run keeps the bundle held until its compare ends (or the
+    compare degrades to the target's own checks)."""
+    from seglake.lifecycle import snapshot
+    from test_export_import_verify import _add_segment
+
+    target, want = bundle
+    _add_segment(meta, store, meta.catalog.get_by_name("bk"))
+    snapshot.create(meta, store, "bk", "s2")
+    exports.export(meta, store, target, "bk", "s2", **quiet)
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+        copyjob.plan(meta2, out["job_id"])
+        copyjob.run_inline(meta2, store2, out["job_id"])
+        assert copyjob.finalize(meta2, out["job_id"]).state == JOB_COMPLETED
+        prune.prune(target, "bk", {"keep_last": 1}, min_age=3600, **quiet)      # the nightly prune
+        assert _rows(meta2, store2, "back") == want                            # the restore is good
+        imports.check_restored_from_bundle(meta2, store2, target, "bk", "s1", "back", say=lambda line: None)
+    finally:
+        meta2.close()
+
+
+def _swap_same_size_logs_across_segments(doc):
+    """Two insert logs of ONE field in two segments, of equal size and rows, name each
+    other's data files: every check (SHA-256, size, rows, column) still holds."""
+    seen = {}
+    for e in doc["segments"]:
+        for fl in e["binlogs"]:
+            for x in fl["logs"]:
+                k = (fl["field_id"], x["size"], x["entries"])
+                if k in seen and doc["files"][seen[k]]["sha256"] != doc["files"][x["path"]]["sha256"]:
+                    a, b = seen[k], x["path"]
+                    doc["files"][a], doc["files"][b] = doc["files"][b], doc["files"][a]
+                    return
+                seen[k] = x["path"]
+    raise AssertionError("no two same-size logs of one field")
+
+
+def test_a_bundle_json_rewritten_under_the_same_uid_after_set_up_is_refused(bundle, etcd_server, tmp_path):
+    """The job pins the bundle by its uid only (BundleFiles: `doc["uid"] != b["uid"]`);
+    the import pins the document's digest (doc_sha256). A bundle.json rewritten and
+    re-committed after the set-up checked it, keeping the uid (here: two same-size logs
+    of one field in two segments swapped), is copied as is: the job Completes with
+    vectors attached to the wrong pks, and compare_with_bundle -- reading the same
+    rewritten document -- reports no difference. Expected: the job records the
+    document's SHA-256 (the commit marker's) at set-up and the runner refuses another."""
+    target, want = bundle
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        job_id = _set_up(meta2, store2, target, "back")
+        _forge(target, _swap_same_size_logs_across_segments)
+        copyjob.run_inline(meta2, store2, job_id)
+        job = copyjob.finalize(meta2, job_id)
+        if job.state == JOB_COMPLETED:
+            got = _rows(meta2, store2, "back")
+            cmp = imports.compare_with_bundle(meta2, store2, target, "bk", "s1", "back")
+            pytest.fail(f"copied a rewritten bundle.json: rows equal to the set-up's bundle: {got == want}; "
+                        f"compare_with_bundle visible_differing {cmp['visible_differing']}")
+        assert job.state == JOB_FAILED
+    finally:
+        meta2.close()
+
+
+def test_a_transient_store_error_in_the_arrival_check_is_no_bad_file(
+        bundle, etcd_server, tmp_path, monkeypatch):
+    """D2, second path: verify.log_problems maps ANY exception opening the log to 'not a
+    readable Parquet file'; BundleFiles.copy then deletes the copy and raises SourceMissing:
+    one transient GET error of the DESTINATION store while reading a just-written log back
+    fails the whole job (rolled back), blaming the bundle's file."""
+    from seglake.errors import Unavailable
+
+    target, want = bundle
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    real = type(store2).open_read
+    calls = []
+
+    def flaky(self, key, *a, **k):
+        if key.startswith("insert_log/") and not calls:
+            calls.append(key)
+            raise Unavailable(f"S3 get {key!r} failed: 503 Slow Down (transient)")
+        return real(self, key, *a, **k)
+
+    try:
+        job_id = _set_up(meta2, store2, target, "back")
+        monkeypatch.setattr(type(store2), "open_read", flaky)
+        try:
+            copyjob.run_inline(meta2, store2, job_id)
+        except Unavailable:
+            pass
+        monkeypatch.setattr(type(store2), "open_read", real)
+        copyjob.run_inline(meta2, store2, job_id)
+        job = copyjob.finalize(meta2, job_id)
+        assert job.state == JOB_COMPLETED, f"one transient read of {calls}: job {job.state}: {job.reason}"
+        assert _rows(meta2, store2, "back") == want
+    finally:
+        meta2.close()
+
+
+@pytest.mark.parametrize("where", ["hold", "read", "txn"])
+def test_a_driver_dying_inside_create_job_is_resumed_by_a_re_run(bundle, etcd_server, tmp_path, monkeypatch, where):
+    """A SIGKILL of the set-up after the target exists and before/while the job is created
+    (simulated: a BaseException no handler catches, escaping like a kill)."""
+    class Killed(BaseException):
+        pass
+
+    target, want = bundle
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    real_hold, real_read, real_txn = holds.hold, bundles.read, meta2.kv.txn
+    n = {"read": 0}
+
+    def dying_hold(*a, **k):
+        if k.get("by", "").startswith("restore copy job"):
+            raise Killed()
+        return real_hold(*a, **k)
+
+    def dying_read(*a, **k):
+        n["read"] += 1
+        if n["read"] == 2:
+            raise Killed()
+        return real_read(*a, **k)
+
+    def dying_txn(guards, ops, *a, **k):
+        if any("/copy/jobs/" in getattr(op, "key", "") for op in ops):
+            raise Killed()
+        return real_txn(guards, ops, *a, **k)
+
+    try:
+        if where == "hold":
+            monkeypatch.setattr(imports.holds, "hold", dying_hold)
+        elif where == "read":
+            monkeypatch.setattr(imports.bundles, "read", dying_read)
+        else:
+            monkeypatch.setattr(meta2.kv, "txn", dying_txn)
+        with pytest.raises(Killed):
+            imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+        monkeypatch.undo()
+        assert meta2.catalog.get_by_name("back").state == "Importing"
+        job_id = _set_up(meta2, store2, target, "back")
+        copyjob.run_inline(meta2, store2, job_id)
+        assert copyjob.finalize(meta2, job_id).state == JOB_COMPLETED
+        assert _rows(meta2, store2, "back") == want
+        assert holds.holders(target, "default", "bk", "s1") == []
+    finally:
+        meta2.close()
+
+
+def test_cli_backup_restore_fails_on_a_damaged_bundle_then_restores_it_repaired_and_is_idempotent(
+        bundle, etcd_server, tmp_path, monkeypatch, capsys):
+    from seglake import cli
+
+    target, want = bundle
+    doc = bundles.read(target, "default", "bk", "s1")
+    key = sorted(k for k in doc["files"] if k.startswith("delta_log/"))[0]
+    blob = layout.bundle_blob(doc["files"][key]["sha256"])
+    good = target.get(blob)
+    target.put(blob, good[:-1] + bytes([good[-1] ^ 0xFF]))
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    monkeypatch.setenv("SEGLAKE_ETCD_ROOT", meta2.keys.root)
+    monkeypatch.setenv("SEGLAKE_STORE_URI", store2.uri)
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", target.uri)
+    monkeypatch.setenv("SEGLAKE_ETCD_ENDPOINT", etcd_server.endpoint)
+    try:
+        rc = cli.main(["backup", "restore", "bk", "s1", "back"])
+        out = capsys.readouterr()
+        assert rc != 0 and "Failed" in out.out + out.err, (rc, out)
+        target.put(blob, good)
+        assert cli.main(["backup", "restore", "bk", "s1", "back"]) == 0
+        assert cli.main(["backup", "restore", "bk", "s1", "back"]) == 0      # again: converges, copies nothing
+        assert _rows(meta2, store2, "back") == want
+        assert _stored_bytes(store2) >= doc["totals"]["bytes"]
+        assert holds.holders(target, "default", "bk", "s1") == []
+    finally:
+        meta2.close()
+
+
+def test_cli_backup_restore_uses_copy_job_timeout(bundle, etcd_server, tmp_path, monkeypatch):
+    """`seglake backup restore` passes no timeout: restore_from_bundle's default 3600 s is
+    used whatever copy_job_timeout says (the DAG uses the setting), and the CLI has no
+    --timeout. A DR restore of a big bundle from the CLI is failed (rolled back) after an
+    hour although the operator configured a day. (Pre-existing in the CLI, but the CLI
+    restore is now the whole DR copy: the import step it replaced had no timeout.)"""
+    from seglake import cli
+
+    target, _ = bundle
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    for k, v in {"SEGLAKE_ETCD_ROOT": meta2.keys.root, "SEGLAKE_STORE_URI": store2.uri,
+                 "SEGLAKE_BACKUP_URI": target.uri, "SEGLAKE_ETCD_ENDPOINT": etcd_server.endpoint,
+                 "SEGLAKE_COPY_JOB_TIMEOUT": "86400"}.items():
+        monkeypatch.setenv(k, v)
+    try:
+        assert cli.main(["backup", "restore", "bk", "s1", "back"]) == 0
+        (job,) = meta2.copyjobs.list()
+        assert job.timeout_at - job.created_at == pytest.approx(86400, abs=5), job.timeout_at - job.created_at
+    finally:
+        meta2.close()
+
+
+def test_a_zombie_attempt_whose_arrival_check_fails_keeps_the_live_attempts_file(bundle, etcd_server,
+                                                                                        tmp_path):
+    """A superseded attempt (a runner presumed dead, its task re-driven) still copying one
+    file: it rewrites the final key, its arrival check meets a transient read error (D2's
+    'not a readable Parquet file'), and BundleFiles.copy deletes the FINAL key -- the file
+    the live attempt already wrote and counted. The job still Completes: a restored
+    collection with a file missing. (The zombie's copy is driven by hand here: exactly the
+    calls its runner makes, BundleFiles(job).copy, with the store failing one read.)"""
+    from seglake.errors import Unavailable
+    from seglake.lifecycle.copyjob.bundled import BundleFiles
+    from seglake.lifecycle.copyjob.target import source_and_target_files
+
+    target, want = bundle
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        job_id = _set_up(meta2, store2, target, "back")
+        job = meta2.copyjobs.get(job_id)[0]
+        zombie = BundleFiles(job)                                  # the old attempt's runner
+        copyjob.run_inline(meta2, store2, job_id)                  # the live attempt: every file
+        seg = next(iter(meta2.segments.list(job.target_collection_id)))
+        src, dst, size = next(f for f in source_and_target_files(seg) if f[1].startswith("insert_log/"))
+
+        class Flaky:
+            def __getattr__(self, name):
+                return getattr(store2, name)
+
+            def open_read(self, key, *a, **k):
+                raise Unavailable(f"S3 get {key!r} failed: 503 (transient)")
+        try:
+            zombie.copy(Flaky(), src, dst, size, False)
+        except Exception as e:  # noqa: BLE001 - the zombie's task write is fenced; its delete is not
+            print("zombie:", type(e).__name__, str(e)[:120])
+        finally:
+            zombie.close()
+        done = copyjob.finalize(meta2, job_id)
+        assert store2.exists(dst) and store2.head(dst).size == size, \
+            f"job {done.state}, and {dst} (counted by the live attempt) is gone"
+        assert _rows(meta2, store2, "back") == want
+    finally:
+        meta2.close()
