@@ -128,7 +128,7 @@ def prepare(meta, coll: Collection, unit: Unit, now: float) -> tuple[dict, objec
         if kv is None:
             raise CompactionError(f"unit record {key} vanished after its prepare")
     rec = decode(kv.value, key)
-    if rec.get("unit") != unit.to_json():
+    if Unit.from_json(rec.get("unit") or {}) != unit:
         raise CompactionError(f"unit record {key} holds another unit: {rec.get('unit')}")
     return rec, kv
 
