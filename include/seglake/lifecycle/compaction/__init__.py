@@ -5,7 +5,8 @@ The package, one concern per module: policy (Policy: the compaction_* config key
 Unit: the serializable unit and its content-derived id), planning (plan: deterministic
 units from one etcd revision, snapshot protection), running (run_unit: prepare -> write
 -> check -> ONE guarded commit; the unit record's state machine), compacting (compact:
-the whole inline run, Summary). This module is the public face:
+the whole inline run, Summary), records (unit records past retention, from GC's records
+step). This module is the public face:
 `from seglake.lifecycle import compaction; compaction.plan(...)`.
 
     plan (read-only) -> per unit: prepare (ids + delete sources recorded once)
@@ -28,11 +29,12 @@ from seglake.lifecycle.compaction.running import (PREPARED, COMMITTED, LOST, ALR
                                                   run_unit, prepare, write_output, carried_deletes, check_files,
                                                   commit, unit_records)
 from seglake.lifecycle.compaction.compacting import (Summary, run_units, compact)
+from seglake.lifecycle.compaction.records import (expire_unit_records)
 
 __all__ = ['MERGE', 'REWRITE', 'KINDS', 'MAX_INPUTS', 'Policy', 'Unit', 'unit_id', 'make_unit', 'Plan', 'protected',
            'read_segments', 'hidden_counts', 'plan', 'PREPARED', 'COMMITTED', 'LOST', 'ALREADY', 'CompactionError',
            'UnitResult', 'run_unit', 'prepare', 'write_output', 'carried_deletes', 'check_files', 'commit',
-           'unit_records', 'Summary', 'run_units', 'compact']
+           'unit_records', 'Summary', 'run_units', 'compact', 'expire_unit_records']
 
 from seglake.facade import seal  # noqa: E402
 

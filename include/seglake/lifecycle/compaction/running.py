@@ -269,7 +269,8 @@ def _lose(meta, store, unit: Unit, rkv, why: str) -> UnitResult:
     it once the record is lost (a run still writing leaves orphans for GC's orphan scan)."""
     rec = decode(rkv.value, rkv.key)
     try:
-        meta.kv.txn([unchanged(rkv)], [Put(rkv.key, encode({**rec, "state": LOST, "reason": why}))],
+        meta.kv.txn([unchanged(rkv)], [Put(rkv.key, encode({**rec, "state": LOST, "reason": why,
+                                                             "lost_at": time.time()}))],
                     f"lose compaction unit {unit.unit_id}")
     except Conflict:
         cur = meta.kv.get(rkv.key)

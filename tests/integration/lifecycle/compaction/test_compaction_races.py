@@ -159,3 +159,38 @@ def test_an_input_already_compacted_makes_a_stale_unit_lose_before_writing(meta,
                       [(s, r - 1) for s, r in unit.inputs])
     r = compaction.run_unit(meta, store, older)
     assert r.status == compaction.LOST
+
+
+def test_unit_records_expire_and_an_abandoned_unit_is_lost_with_its_files(meta, store, settings):
+    import time
+    _workload(meta, store, settings, "k", steps=2, shards=2)
+    before = exact(meta, store, "k")
+    units = compaction.plan(meta, store, "k", policy(target_rows=10_000)).units
+    assert len(units) >= 2
+    done, abandoned = units[0], units[1]
+    assert compaction.run_unit(meta, store, done).status == compaction.COMMITTED
+
+    def kill(_unit):
+        raise Killed()
+
+    with pytest.raises(Killed):
+        compaction.run_unit(meta, store, abandoned, hooks={"after_files": kill})
+    rec = {x["unit"]["unit_id"]: x for x in compaction.unit_records(meta)}
+    out = rec[abandoned.unit_id]["output"]
+    assert _files_under(store, abandoned, out)
+    # within retention: nothing happens
+    assert compaction.expire_unit_records(meta, store, 3600.0, time.time()) == \
+        {"unit_records_removed": 0, "abandoned_units_lost": 0}
+    # past it: the abandoned unit is lost (files removed), the committed record removed
+    later = time.time() + 7200
+    assert compaction.expire_unit_records(meta, store, 3600.0, later) == \
+        {"unit_records_removed": 1, "abandoned_units_lost": 1}
+    assert _files_under(store, abandoned, out) == []
+    assert compaction.run_unit(meta, store, abandoned).status == compaction.LOST
+    assert exact(meta, store, "k") == before
+    assert compaction.expire_unit_records(meta, store, 3600.0, time.time() + 3 * 7200)["unit_records_removed"] == 1
+    assert compaction.unit_records(meta) == []
+    # a re-plan compacts what the abandoned unit did not
+    s = compaction.compact(meta, store, "k", policy(target_rows=10_000))
+    assert s.results and {r.status for r in s.results} == {compaction.COMMITTED}
+    assert exact(meta, store, "k") == before
