@@ -66,3 +66,20 @@ def test_bad_input_is_refused(env, capsys, argv, words):
     lines = [ln for ln in err.splitlines() if ": error: " in ln]
     assert len(lines) == 1 and words in lines[0], err
     assert "Traceback" not in err
+
+
+def test_segments_list_shows_the_lineage(env, meta, store, settings, capsys):
+    w = Writer(meta, store, settings)
+    w.create("l", ["_default", "p1", "p2"], shards=1)
+    for step in range(2):
+        mixed_workload(w, "l", step)
+    assert _run(capsys, ["compact", "l"])[0] == 0
+    rc, out, err = _run(capsys, ["segments", "list", "l"])
+    assert rc == 0, err
+    outputs = [s for s in segments(meta, "l") if s.compacted_from]
+    assert outputs
+    for o in outputs:
+        line = [ln for ln in out.splitlines() if ln.split() and ln.split()[0] == str(o.segment_id)][0]
+        assert f"<- {o.compacted_from[0]}" in line
+        line = [ln for ln in out.splitlines() if ln.split() and ln.split()[0] == str(o.compacted_from[0])][0]
+        assert f"-> {o.segment_id}" in line
