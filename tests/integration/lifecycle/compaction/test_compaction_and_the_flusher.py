@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from seglake.lifecycle import compaction, gc
+from seglake.lifecycle import compaction, gc, snapshot
 from seglake.lifecycle.flush import Flusher
 
-from compaction_helpers import DROPPED, Writer, policy, rows, segments
+from compaction_helpers import DROPPED, Writer, policy, rows, run_restore, segments
 from wal_helpers import pchannels
 
 pytestmark = pytest.mark.etcd
@@ -44,3 +44,7 @@ def test_a_zero_row_output_keeps_the_partition_high_water_mark_after_gc(meta, st
     w.insert("h", [3, 9], "p1", 5.0)
     w.flush("h")
     assert rows(meta, store, "h") == w.model.visible() == {(3, "p1", 5.0): 1, (9, "p1", 5.0): 1}
+    # a snapshot holding the file-less 0-row output restores like any other
+    snapshot.create(meta, store, "h", "s")
+    run_restore(meta, store, "h", "s", "h2")
+    assert rows(meta, store, "h2") == w.model.visible()
