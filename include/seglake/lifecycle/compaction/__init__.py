@@ -25,7 +25,8 @@ from __future__ import annotations
 from seglake.lifecycle.compaction.policy import (MERGE, REWRITE, KINDS, MAX_INPUTS, Policy, Unit, unit_id,
                                                  make_unit)
 from seglake.lifecycle.compaction.planning import (Plan, protected, read_segments, hidden_counts, plan)
-from seglake.lifecycle.compaction.running import (PREPARED, COMMITTED, LOST, ALREADY, CompactionError, UnitResult,
+from seglake.lifecycle.compaction.running import (PREPARED, COMMITTED, LOST, ALREADY, CompactionError,
+                                                  UnitResult, delete_sources,
                                                   run_unit, prepare, write_output, carried_deletes, check_files,
                                                   commit, unit_records)
 from seglake.lifecycle.compaction.compacting import (Summary, run_units, compact)
@@ -33,7 +34,7 @@ from seglake.lifecycle.compaction.records import (expire_unit_records)
 
 __all__ = ['MERGE', 'REWRITE', 'KINDS', 'MAX_INPUTS', 'Policy', 'Unit', 'unit_id', 'make_unit', 'Plan', 'protected',
            'read_segments', 'hidden_counts', 'plan', 'PREPARED', 'COMMITTED', 'LOST', 'ALREADY', 'CompactionError',
-           'UnitResult', 'run_unit', 'prepare', 'write_output', 'carried_deletes', 'check_files', 'commit',
+           'UnitResult', 'delete_sources', 'run_unit', 'prepare', 'write_output', 'carried_deletes', 'check_files', 'commit',
            'unit_records', 'Summary', 'run_units', 'compact', 'expire_unit_records']
 
 from seglake.facade import seal  # noqa: E402

@@ -8,9 +8,11 @@ The unit record `{root}/compaction/units/{collection}/{unit}`:
 
 - prepare (create-if-absent): the output segment id and its log ids, allocated once
   from the id allocator, and the DELETE SOURCES: every Flushed segment of the collection
-  with delta logs at that moment (their delta-log lists and partition maps, copied into
-  the record). A re-run reads the record, never allocates again, and reads exactly those
-  (immutable) delta logs: the output's files are a pure function of the record, so a
+  with delta logs at the etcd revision recorded (`sources_revision`; the record stays a
+  few hundred bytes however many segments). A re-run reads the record, never allocates
+  again, and reads exactly those (immutable) delta logs -- at that revision from etcd's
+  history; once etcd compacted it, or GC reclaimed a source's files, the unit is lost
+  and re-planned: the output's files are a pure function of the record, so a
   re-run (or a concurrent run of the same unit) rewrites the same keys with the same
   bytes, and the loser of a prepare race only leaves unused ids (never referenced).
 - write: the inputs' rows (read_rows), minus every row hidden under THE visibility rule
@@ -45,10 +47,10 @@ import numpy as np
 import pyarrow as pa
 
 from seglake import segfiles, visibility
-from seglake.errors import Conflict, SeglakeError
+from seglake.errors import Conflict, NotFound, SeglakeError
 from seglake.meta.catalog import CREATED, Collection
 from seglake.meta.codec import decode, decode_struct, encode, encode_struct
-from seglake.meta.kv import Compare, Put, absent, unchanged
+from seglake.meta.kv import Compacted, Put, absent, unchanged
 from seglake.meta.segments import DROPPED, FLUSHED, Segment
 from seglake.storage import layout
 from seglake.wal.checkpoints import RELEASED
@@ -95,7 +97,13 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     inputs, why = _inputs(meta, unit)
     if why:
         return _lose(meta, store, unit, rkv, why)
-    out, result = write_output(meta, store, coll, unit, rec, inputs, now)
+    try:
+        sources = delete_sources(meta, unit.collection_id, int(rec["sources_revision"]))
+        deletes = visibility.read_deletes(store, sources, {p.partition_id: p.name for p in coll.partitions},
+                                          legacy_sources=rec["legacy_sources"])
+    except (Compacted, NotFound) as e:
+        return _lose(meta, store, unit, rkv, f"its delete sources cannot be read any more ({e}); re-plan")
+    out, result = write_output(meta, store, coll, unit, rec, inputs, deletes)
     _hook(hooks, "after_files", unit)
     check_files(store, out)
     return commit(meta, store, unit, rkv, inputs, out, result, now, hooks)
@@ -113,13 +121,16 @@ def prepare(meta, coll: Collection, unit: Unit, now: float) -> tuple[dict, objec
     delete sources; (record, its KeyValue)."""
     key = meta.keys.compaction_unit(unit.collection_id, unit.unit_id)
     kv = meta.kv.get(key)
+    if kv is not None and decode(kv.value, key).get("state") == LOST and not _inputs(meta, unit)[1]:
+        kv = _fresh_attempt(meta, coll, unit, key, kv, now)
     if kv is None:
-        sources = [s for s in meta.segments.list(unit.collection_id, states=[FLUSHED]) if s.deltalogs]
+        rev = meta.kv.revision()
+        sources = delete_sources(meta, unit.collection_id, rev)
         legacy = sorted(visibility.legacy_source_partitions(meta, sources))
         nlogs = segfiles.log_ids_needed(coll.schema, True, 1)
         rec = {"unit": unit.to_json(), "state": PREPARED, "prepared_at": now,
                "output": meta.ids.allocate(1), "log0": meta.ids.allocate(nlogs), "nlogs": nlogs,
-               "delete_sources": [_delta_only(s).to_json() for s in sources], "legacy_sources": legacy}
+               "sources_revision": rev, "legacy_sources": legacy}
         try:
             meta.kv.txn([absent(key)], [Put(key, encode(rec))], f"prepare compaction unit {unit.unit_id}")
         except Conflict:
@@ -133,11 +144,30 @@ def prepare(meta, coll: Collection, unit: Unit, now: float) -> tuple[dict, objec
     return rec, kv
 
 
-def _delta_only(s: Segment) -> Segment:
-    """What the record keeps of a delete source: its ids, delta logs and partition maps."""
-    return Segment(segment_id=s.segment_id, collection_id=s.collection_id, partition_id=s.partition_id,
-                   channel=s.channel, state=s.state, deltalogs=s.deltalogs, source=s.source,
-                   delta_partitions=s.delta_partitions)
+def _fresh_attempt(meta, coll: Collection, unit: Unit, key: str, kv, now: float):
+    """A lost unit whose inputs are all still at their planned revisions (it lost for
+    another reason: its delete sources were gone, the collection record kept moving) is
+    planned again with the same id: its record is replaced by a fresh prepare (new ids,
+    new delete sources), guarded by the lost record's revision. A straggler of the lost
+    attempt cannot commit (its compare on the record fails); its files are orphans."""
+    rec = decode(kv.value, key)
+    rev = meta.kv.revision()
+    sources = delete_sources(meta, unit.collection_id, rev)
+    nlogs = segfiles.log_ids_needed(coll.schema, True, 1)
+    new = {"unit": unit.to_json(), "state": PREPARED, "prepared_at": now, "attempt": int(rec.get("attempt", 1)) + 1,
+           "output": meta.ids.allocate(1), "log0": meta.ids.allocate(nlogs), "nlogs": nlogs,
+           "sources_revision": rev, "legacy_sources": sorted(visibility.legacy_source_partitions(meta, sources))}
+    try:
+        meta.kv.txn([unchanged(kv)], [Put(key, encode(new))], f"re-prepare compaction unit {unit.unit_id}")
+    except Conflict:
+        pass           # another run moved it first: its record wins
+    return meta.kv.get(key)
+
+
+def delete_sources(meta, collection_id: int, revision: int) -> list[Segment]:
+    """The collection's Flushed segments with delta logs at `revision` (etcd's history:
+    Compacted once etcd compacted it away, and the unit is then lost and re-planned)."""
+    return [s for s in meta.segments.list(collection_id, states=[FLUSHED], revision=revision) if s.deltalogs]
 
 
 def _settled(unit: Unit, rec: dict) -> UnitResult:
@@ -163,15 +193,14 @@ def _inputs(meta, unit: Unit) -> tuple[list[tuple[Segment, object]], str | None]
 
 
 # -- write ----------------------------------------------------------------------------------
-def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, now: float
+def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, deletes: visibility.Deletes
                  ) -> tuple[Segment, UnitResult]:
-    """Write the output's files (module doc); (its Flushed record, the result)."""
+    """Write the output's files (module doc): the inputs' rows minus those `deletes` (the
+    recorded delete sources') hide; (its Flushed record, the result)."""
     segs = [s for s, _ in inputs]
     schema = coll.schema
     partitions = {p.partition_id: p.name for p in coll.partitions}
-    sources = [Segment.from_json(d) for d in rec["delete_sources"]]
     legacy = rec["legacy_sources"]
-    deletes = visibility.read_deletes(store, sources, partitions, legacy_sources=legacy)
     user = [f.name for f in schema.fields if not f.is_primary]
     rows = visibility.read_rows(store, schema, segs, columns=user)
     kept = rows.filter(pa.array(visibility.visible_mask(rows, deletes))) if len(deletes) and rows.num_rows \

@@ -186,11 +186,46 @@ def test_unit_records_expire_and_an_abandoned_unit_is_lost_with_its_files(meta, 
     assert compaction.expire_unit_records(meta, store, 3600.0, later) == \
         {"unit_records_removed": 1, "abandoned_units_lost": 1}
     assert _files_under(store, abandoned, out) == []
-    assert compaction.run_unit(meta, store, abandoned).status == compaction.LOST
     assert exact(meta, store, "k") == before
     assert compaction.expire_unit_records(meta, store, 3600.0, time.time() + 3 * 7200)["unit_records_removed"] == 1
     assert compaction.unit_records(meta) == []
-    # a re-plan compacts what the abandoned unit did not
+    # a re-plan compacts what the abandoned unit did not: the same unit (its inputs did not
+    # move), a fresh attempt with a new output id
     s = compaction.compact(meta, store, "k", policy(target_rows=10_000))
+    assert abandoned.unit_id in {u.unit_id for u in s.plan.units}
     assert s.results and {r.status for r in s.results} == {compaction.COMMITTED}
+    assert out not in {r.output for r in s.results}
     assert exact(meta, store, "k") == before
+
+
+def test_a_rerun_whose_delete_sources_are_gone_loses_and_a_replan_compacts(meta, store, settings):
+    _workload(meta, store, settings, "m", steps=3)
+    before = exact(meta, store, "m")
+    units = compaction.plan(meta, store, "m", policy(target_rows=10_000)).units
+    unit, others = units[0], units[1:]
+
+    def kill(_unit):
+        raise Killed()
+
+    with pytest.raises(Killed):
+        compaction.run_unit(meta, store, unit, hooks={"after_files": kill})
+    rec = [x for x in compaction.unit_records(meta) if x["unit"]["unit_id"] == unit.unit_id][0]
+    sources = {s.segment_id for s in compaction.delete_sources(meta, unit.collection_id, rec["sources_revision"])}
+    assert sources & input_ids(others)
+    # the other units compact some of its delete sources, and GC reclaims them past the tolerance
+    assert {r.status for r in compaction.run_units(meta, store, others)} == {compaction.COMMITTED}
+    from seglake.lifecycle import gc
+    gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, force=True,
+                                                   collection_id=unit.collection_id))
+    r = compaction.run_unit(meta, store, unit)
+    assert r.status == compaction.LOST and "delete sources cannot be read" in r.reason
+    assert _files_under(store, unit, rec["output"]) == []
+    assert exact(meta, store, "m") == before                      # its inputs untouched, rows exact
+    # a re-plan plans the same unit (its inputs did not move): a fresh attempt, new sources
+    s = compaction.compact(meta, store, "m", policy(target_rows=10_000))
+    assert unit.unit_id in {u.unit_id for u in s.plan.units}
+    assert s.results and {x.status for x in s.results} == {compaction.COMMITTED}
+    assert rec["output"] not in {x.output for x in s.results}
+    assert exact(meta, store, "m") == before
+    again = [x for x in compaction.unit_records(meta) if x["unit"]["unit_id"] == unit.unit_id][0]
+    assert again["state"] == compaction.COMMITTED and again["attempt"] == 2
