@@ -124,15 +124,9 @@ def prepare(meta, coll: Collection, unit: Unit, now: float) -> tuple[dict, objec
     if kv is not None and decode(kv.value, key).get("state") == LOST and not _inputs(meta, unit)[1]:
         kv = _fresh_attempt(meta, coll, unit, key, kv, now)
     if kv is None:
-        rev = meta.kv.revision()
-        sources = delete_sources(meta, unit.collection_id, rev)
-        legacy = sorted(visibility.legacy_source_partitions(meta, sources))
-        nlogs = segfiles.log_ids_needed(coll.schema, True, 1)
-        rec = {"unit": unit.to_json(), "state": PREPARED, "prepared_at": now,
-               "output": meta.ids.allocate(1), "log0": meta.ids.allocate(nlogs), "nlogs": nlogs,
-               "sources_revision": rev, "legacy_sources": legacy}
         try:
-            meta.kv.txn([absent(key)], [Put(key, encode(rec))], f"prepare compaction unit {unit.unit_id}")
+            meta.kv.txn([absent(key)], [Put(key, encode(_new_record(meta, coll, unit, now, 1)))],
+                        f"prepare compaction unit {unit.unit_id}")
         except Conflict:
             pass            # a concurrent run prepared it first: its ids win, ours stay unused
         kv = meta.kv.get(key)
@@ -150,18 +144,22 @@ def _fresh_attempt(meta, coll: Collection, unit: Unit, key: str, kv, now: float)
     planned again with the same id: its record is replaced by a fresh prepare (new ids,
     new delete sources), guarded by the lost record's revision. A straggler of the lost
     attempt cannot commit (its compare on the record fails); its files are orphans."""
-    rec = decode(kv.value, key)
-    rev = meta.kv.revision()
-    sources = delete_sources(meta, unit.collection_id, rev)
-    nlogs = segfiles.log_ids_needed(coll.schema, True, 1)
-    new = {"unit": unit.to_json(), "state": PREPARED, "prepared_at": now, "attempt": int(rec.get("attempt", 1)) + 1,
-           "output": meta.ids.allocate(1), "log0": meta.ids.allocate(nlogs), "nlogs": nlogs,
-           "sources_revision": rev, "legacy_sources": sorted(visibility.legacy_source_partitions(meta, sources))}
+    new = _new_record(meta, coll, unit, now, int(decode(kv.value, key).get("attempt", 1)) + 1)
     try:
         meta.kv.txn([unchanged(kv)], [Put(key, encode(new))], f"re-prepare compaction unit {unit.unit_id}")
     except Conflict:
         pass           # another run moved it first: its record wins
     return meta.kv.get(key)
+
+
+def _new_record(meta, coll: Collection, unit: Unit, now: float, attempt: int) -> dict:
+    """A prepared record: fresh output and log ids, the delete sources' revision."""
+    rev = meta.kv.revision()
+    sources = delete_sources(meta, unit.collection_id, rev)
+    nlogs = segfiles.log_ids_needed(coll.schema, True, 1)
+    return {"unit": unit.to_json(), "state": PREPARED, "prepared_at": now, "attempt": attempt,
+            "output": meta.ids.allocate(1), "log0": meta.ids.allocate(nlogs), "nlogs": nlogs,
+            "sources_revision": rev, "legacy_sources": sorted(visibility.legacy_source_partitions(meta, sources))}
 
 
 def delete_sources(meta, collection_id: int, revision: int) -> list[Segment]:
