@@ -91,3 +91,35 @@ def test_a_hand_edited_unit_is_refused(meta, store, settings):
         compaction.Unit.from_json(bad)
     with pytest.raises(Exception, match="unknown compaction policy key"):
         compaction.Policy.from_json({"target_row": 3})
+
+
+def test_a_restored_collection_compacts_with_its_deletes_translated_by_name(meta, store, settings):
+    """A restored segment's delta logs hold the SOURCE collection's partition ids (copied
+    verbatim, mapped by name through delta_partitions); the output's delta log holds this
+    collection's own ids, named in its own delta_partitions."""
+    from compaction_helpers import run_restore
+    from seglake.lifecycle import snapshot
+
+    w = Writer(meta, store, settings)
+    w.create("src", ["_default", "p1", "p2"], shards=1)
+    for step in range(2):
+        mixed_workload(w, "src", step)
+    w.create("pad", ["_default", "x1", "x2", "x3"], shards=1)      # target partition ids differ from the source's
+    snapshot.create(meta, store, "src", "s")
+    run_restore(meta, store, "src", "s", "r")
+    src, r = meta.catalog.get_by_name("src"), meta.catalog.get_by_name("r")
+    assert {p.partition_id for p in src.partitions}.isdisjoint({p.partition_id for p in r.partitions})
+    before = exact(meta, store, "r")
+    assert rows(meta, store, "r") == w.model.visible()
+    s = compaction.compact(meta, store, "r", policy(target_rows=10_000))
+    assert s.results and {x.status for x in s.results} == {compaction.COMMITTED}
+    assert exact(meta, store, "r") == before
+    own = {p.partition_id: p.name for p in r.partitions}
+    outs = [x for x in segments(meta, "r") if x.compacted_from]
+    assert any(x.delta_partitions for x in outs)
+    for x in outs:
+        assert x.delta_partitions is not None and set(x.delta_partitions.items()) <= set(own.items())
+    # and the source, compacted on its own, is unaffected by the copy
+    src_before = exact(meta, store, "src")
+    compaction.compact(meta, store, "src", policy(target_rows=10_000))
+    assert exact(meta, store, "src") == src_before and rows(meta, store, "src") == w.model.visible()
