@@ -17,6 +17,7 @@ Layout under the configurable root (default `seglake`):
     {root}/alloc/id   {root}/alloc/tso      {root}/gc/...
     {root}/txn/{write_id}                            write markers (leased, see meta/kv.py)
     {root}/compaction/units/{collection_id}/{unit_id}   a compaction unit's ids and outcome
+    {root}/compaction/runs/{collection_id}           the last compaction run's summary
 
 Prefix builders end with '/', so the prefix of collection 1 never matches 10.
 Ids are decimal integers; names are validated before they reach a key.
@@ -188,6 +189,9 @@ class Keys:
     def compaction_units_prefix(self, collection_id: int | None = None) -> str:
         base = f"{self.root}/compaction/units/"
         return base if collection_id is None else f"{base}{_id(collection_id)}/"
+
+    def compaction_run(self, collection_id: int) -> str:
+        return f"{self.root}/compaction/runs/{_id(collection_id)}"
 
     def gc(self, *parts: str) -> str:
         return "/".join([f"{self.root}/gc", *(_seg(p) for p in parts)])

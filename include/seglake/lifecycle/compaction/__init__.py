@@ -29,13 +29,14 @@ from seglake.lifecycle.compaction.running import (PREPARED, COMMITTED, LOST, ALR
                                                   UnitResult, delete_sources,
                                                   run_unit, prepare, write_output, carried_deletes, check_files,
                                                   commit, unit_records)
-from seglake.lifecycle.compaction.compacting import (Summary, run_units, compact)
+from seglake.lifecycle.compaction.compacting import (Summary, run_units, run_partition, compact, record,
+                                                     last_run)
 from seglake.lifecycle.compaction.records import (expire_unit_records)
 
 __all__ = ['MERGE', 'REWRITE', 'KINDS', 'MAX_INPUTS', 'Policy', 'Unit', 'unit_id', 'make_unit', 'Plan', 'protected',
            'read_segments', 'hidden_counts', 'plan', 'PREPARED', 'COMMITTED', 'LOST', 'ALREADY', 'CompactionError',
            'UnitResult', 'delete_sources', 'run_unit', 'prepare', 'write_output', 'carried_deletes', 'check_files', 'commit',
-           'unit_records', 'Summary', 'run_units', 'compact', 'expire_unit_records']
+           'unit_records', 'Summary', 'run_units', 'run_partition', 'compact', 'record', 'last_run', 'expire_unit_records']
 
 from seglake.facade import seal  # noqa: E402
 

@@ -1,12 +1,16 @@
-"""A whole compaction of one collection, inline: plan -> run every unit -> summary."""
+"""A whole compaction of one collection: plan -> run every unit (inline here, or on
+Spark executors through `run_partition`) -> a summary, recorded in etcd
+(`{root}/compaction/runs/{collection}`: the last run, for the CLI, the page and a DAG)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator
 
 from seglake import runners
 from seglake.meta.catalog import DEFAULT_DB
+from seglake.meta.codec import decode, encode
 from seglake.lifecycle.compaction.planning import Plan, plan
 from seglake.lifecycle.compaction.policy import Policy, Unit
 from seglake.lifecycle.compaction.running import ALREADY, COMMITTED, LOST, UnitResult, run_unit
@@ -18,6 +22,7 @@ class Summary:
     results: list[UnitResult] = field(default_factory=list)
     dry_run: bool = False
     seconds: float = 0.0
+    engine: str = "inline"
 
     def counts(self) -> dict:
         by = {s: sum(1 for r in self.results if r.status == s) for s in (COMMITTED, ALREADY, LOST)}
@@ -28,13 +33,29 @@ class Summary:
 
     def to_json(self) -> dict:
         return {"plan": self.plan.to_json(), "gain": self.plan.gain(), "dry_run": self.dry_run,
-                "results": [r.to_json() for r in self.results], "counts": self.counts(),
+                "engine": self.engine, "results": [r.to_json() for r in self.results], "counts": self.counts(),
                 "seconds": round(self.seconds, 3)}
 
 
 def run_units(meta, store, units: list[Unit], *, workers: int = 1, now: float | None = None) -> list[UnitResult]:
     """Run units (they never share an input) through THE inline pool, results in unit order."""
     return list(runners.run_inline(lambda u: run_unit(meta, store, u, now=now), units, workers=workers))
+
+
+def run_partition(units: Iterable[dict], settings_env: dict) -> Iterator[dict]:
+    """Executor side of the Spark engine: the units (as JSON) of one partition, each run
+    to its end (run_unit: its own guarded commit), results as JSON. Settings come from the
+    environment dict the driver handed over, never argv."""
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+
+    settings = runners.worker_settings(settings_env)
+    meta, store = Meta.from_settings(settings), open_store(settings)
+    try:
+        for u in units:
+            yield run_unit(meta, store, Unit.from_json(u)).to_json()
+    finally:
+        meta.close()
 
 
 def compact(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, dry_run: bool = False,
@@ -46,4 +67,20 @@ def compact(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_D
     if not dry_run and p.units:
         out.results = run_units(meta, store, p.units, workers=workers, now=now)
     out.seconds = time.monotonic() - started
+    if not dry_run:
+        record(meta, out)
     return out
+
+
+def record(meta, summary: Summary) -> None:
+    """The run's summary as the collection's last compaction run (unit results capped)."""
+    doc = summary.to_json()
+    doc["results"] = doc["results"][:200]
+    doc["plan"]["units"] = doc["plan"]["units"][:200]
+    doc["recorded_at"] = time.time()
+    meta.kv.put(meta.keys.compaction_run(summary.plan.collection_id), encode(doc))
+
+
+def last_run(meta, collection_id: int) -> dict | None:
+    kv = meta.kv.get(meta.keys.compaction_run(collection_id))
+    return None if kv is None else decode(kv.value, kv.key)
