@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 
-from seglake import segfiles, visibility
+from seglake import faults, segfiles, visibility
 from seglake.errors import Conflict, NotFound, SeglakeError
 from seglake.meta.catalog import CREATED, Collection
 from seglake.meta.codec import decode, decode_struct, encode, encode_struct
@@ -92,6 +92,7 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     hooks = hooks or {}
     coll = meta.catalog.get(unit.collection_id)
     rec, rkv = prepare(meta, coll, unit, now)
+    faults.point("compaction.after_prepare")
     if rec["state"] != PREPARED:
         return _settled(unit, rec)
     inputs, why = _inputs(meta, unit)
@@ -105,6 +106,7 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
         return _lose(meta, store, unit, rkv, f"its delete sources cannot be read any more ({e}); re-plan")
     out, result = write_output(meta, store, coll, unit, rec, inputs, deletes)
     _hook(hooks, "after_files", unit)
+    faults.point("compaction.after_files")
     check_files(store, out)
     return commit(meta, store, unit, rkv, inputs, out, result, now, hooks)
 
@@ -275,6 +277,7 @@ def commit(meta, store, unit: Unit, rkv, inputs, out: Segment, result: UnitResul
                 Put(rkey, encode({**rec, "state": COMMITTED, "committed_at": now, "result": result.to_json()}))]
         try:
             meta.kv.txn(compares, ops, f"commit compaction unit {unit.unit_id}")
+            faults.point("compaction.after_commit")
             _hook(hooks or {}, "after_commit", unit)
             return result
         except Conflict:
