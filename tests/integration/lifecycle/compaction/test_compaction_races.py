@@ -229,3 +229,26 @@ def test_a_rerun_whose_delete_sources_are_gone_loses_and_a_replan_compacts(meta,
     assert exact(meta, store, "m") == before
     again = [x for x in compaction.unit_records(meta) if x["unit"]["unit_id"] == unit.unit_id][0]
     assert again["state"] == compaction.COMMITTED and again["attempt"] == 2
+
+
+def test_a_flush_of_the_same_partition_during_a_unit_and_a_workload_compacted_while_it_runs(meta, store, settings):
+    """Each step of a mixed workload (inserts, scoped and collection-wide deletes, upserts,
+    each flushed) runs INSIDE a unit, between its files and its commit, on the partitions
+    the unit compacts; every unit still commits (its inputs did not move) and the visible
+    rows equal the model's after every step."""
+    w = _workload(meta, store, settings, "n", steps=1, shards=2)
+    for step in range(1, 5):
+        units = compaction.plan(meta, store, "n", policy(target_rows=30)).units
+        assert units, step
+        ran = []
+
+        def during(_unit, step=step):
+            if not ran:
+                ran.append(step)
+                mixed_workload(w, "n", step)           # flushes new segments into the same partitions
+
+        results = [compaction.run_unit(meta, store, u, hooks={"after_files": during}) for u in units]
+        assert ran == [step]
+        assert {r.status for r in results} == {compaction.COMMITTED}, [r.reason for r in results]
+        assert rows(meta, store, "n") == w.model.visible(), step
+    assert len(segments(meta, "n", DROPPED)) > 0
