@@ -57,6 +57,10 @@ def test_deleted_rows_are_dropped_and_the_plan_converges(meta, store, settings):
     assert rows(meta, store, "d") == w.model.visible()
     again = compaction.plan(meta, store, "d", pol)
     assert again.units == [], [u.to_json() for u in again.units]
+    from seglake.lifecycle import verify
+    report = verify.verify_collection(meta, store, "d", threads=2)       # files match their records
+    assert report["ok"], verify.format_report(report)
+    assert report["visible_rows"] == sum(w.model.visible().values())
 
 
 def test_plans_are_deterministic_for_the_same_state(meta, store, settings):
