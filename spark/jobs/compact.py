@@ -57,8 +57,9 @@ def run(spark, meta, store, collection: str, db: str, policy):
         env = spark_env()   # secrets resolved: executors may not reach the driver's secrets file
         units = [u.to_json() for u in planned.units]
         n = max(1, min(sc.defaultParallelism, len(units)))
+        rev = planned.revision      # every unit's delete sources at the plan's revision: read once per partition
         results = (sc.parallelize(units, n)
-                     .mapPartitions(lambda it: compaction.run_partition(it, env))
+                     .mapPartitions(lambda it: compaction.run_partition(it, env, rev))
                      .collect())
         summary.results = [UnitResult(**r) for r in results]
     summary.seconds = time.monotonic() - started

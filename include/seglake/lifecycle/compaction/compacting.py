@@ -37,23 +37,30 @@ class Summary:
                 "seconds": round(self.seconds, 3)}
 
 
-def run_units(meta, store, units: list[Unit], *, workers: int = 1, now: float | None = None) -> list[UnitResult]:
-    """Run units (they never share an input) through THE inline pool, results in unit order."""
-    return list(runners.run_inline(lambda u: run_unit(meta, store, u, now=now), units, workers=workers))
+def run_units(meta, store, units: list[Unit], *, workers: int = 1, now: float | None = None,
+              sources_revision: int | None = None) -> list[UnitResult]:
+    """Run units (they never share an input) through THE inline pool, results in unit order;
+    their delete sources at one revision (the plan's, else now), read once."""
+    rev = meta.kv.revision() if sources_revision is None else sources_revision
+    cache: dict = {}
+    return list(runners.run_inline(lambda u: run_unit(meta, store, u, now=now, sources_revision=rev, cache=cache),
+                                   units, workers=workers))
 
 
-def run_partition(units: Iterable[dict], settings_env: dict) -> Iterator[dict]:
+def run_partition(units: Iterable[dict], settings_env: dict, sources_revision: int | None = None) -> Iterator[dict]:
     """Executor side of the Spark engine: the units (as JSON) of one partition, each run
-    to its end (run_unit: its own guarded commit), results as JSON. Settings come from the
-    environment dict the driver handed over, never argv."""
+    to its end (run_unit: its own guarded commit), results as JSON; delete sources at
+    `sources_revision` (the driver's plan revision), read once per partition. Settings
+    come from the environment dict the driver handed over, never argv."""
     from seglake.meta import Meta
     from seglake.storage import open_store
 
     settings = runners.worker_settings(settings_env)
     meta, store = Meta.from_settings(settings), open_store(settings)
     try:
+        cache: dict = {}
         for u in units:
-            yield run_unit(meta, store, Unit.from_json(u)).to_json()
+            yield run_unit(meta, store, Unit.from_json(u), sources_revision=sources_revision, cache=cache).to_json()
     finally:
         meta.close()
 
@@ -65,7 +72,7 @@ def compact(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_D
     p = plan(meta, store, collection, policy, db=db, now=now)
     out = Summary(p, dry_run=dry_run)
     if not dry_run and p.units:
-        out.results = run_units(meta, store, p.units, workers=workers, now=now)
+        out.results = run_units(meta, store, p.units, workers=workers, now=now, sources_revision=p.revision)
     out.seconds = time.monotonic() - started
     if not dry_run:
         record(meta, out)

@@ -85,13 +85,17 @@ class UnitResult:
         return asdict(self)
 
 
-def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict | None = None) -> UnitResult:
-    """Run `unit` to its end (module doc). Re-runnable at any point."""
+def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict | None = None,
+             sources_revision: int | None = None, cache: dict | None = None) -> UnitResult:
+    """Run `unit` to its end (module doc). Re-runnable at any point. `sources_revision`:
+    the revision a first prepare takes its delete sources at (the plan's, shared by the
+    units of one run; default: now); `cache`: a dict shared by the units of one run, so
+    the delete sources of one revision are read once, not once per unit."""
     unit.check()
     now = time.time() if now is None else now
     hooks = hooks or {}
     coll = meta.catalog.get(unit.collection_id)
-    rec, rkv = prepare(meta, coll, unit, now)
+    rec, rkv = prepare(meta, coll, unit, now, sources_revision)
     faults.point("compaction.after_prepare")
     if rec["state"] != PREPARED:
         return _settled(unit, rec)
@@ -99,9 +103,7 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     if why:
         return _lose(meta, store, unit, rkv, why)
     try:
-        sources = delete_sources(meta, unit.collection_id, int(rec["sources_revision"]))
-        deletes = visibility.read_deletes(store, sources, {p.partition_id: p.name for p in coll.partitions},
-                                          legacy_sources=rec["legacy_sources"])
+        deletes = _deletes_of(meta, store, coll, rec, {} if cache is None else cache)
     except (Compacted, NotFound) as e:
         return _lose(meta, store, unit, rkv, f"its delete sources cannot be read any more ({e}); re-plan")
     out, result = write_output(meta, store, coll, unit, rec, inputs, deletes)
@@ -111,6 +113,16 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     return commit(meta, store, unit, rkv, inputs, out, result, now, hooks)
 
 
+def _deletes_of(meta, store, coll: Collection, rec: dict, cache: dict) -> visibility.Deletes:
+    """Every delete of the record's delete sources, read once per (collection, revision)."""
+    key = (coll.collection_id, int(rec["sources_revision"]), tuple(rec["legacy_sources"]))
+    if key not in cache:
+        sources = delete_sources(meta, coll.collection_id, key[1])
+        cache[key] = visibility.read_deletes(store, sources, {p.partition_id: p.name for p in coll.partitions},
+                                             legacy_sources=rec["legacy_sources"])
+    return cache[key]
+
+
 def _hook(hooks: dict, name: str, unit: Unit) -> None:
     fn = hooks.get(name)
     if fn is not None:
@@ -118,16 +130,17 @@ def _hook(hooks: dict, name: str, unit: Unit) -> None:
 
 
 # -- prepare --------------------------------------------------------------------------------
-def prepare(meta, coll: Collection, unit: Unit, now: float) -> tuple[dict, object]:
+def prepare(meta, coll: Collection, unit: Unit, now: float, sources_revision: int | None = None
+            ) -> tuple[dict, object]:
     """The unit record, created once (create-if-absent) with the output's ids and the
-    delete sources; (record, its KeyValue)."""
+    delete sources (at `sources_revision`, else now); (record, its KeyValue)."""
     key = meta.keys.compaction_unit(unit.collection_id, unit.unit_id)
     kv = meta.kv.get(key)
     if kv is not None and decode(kv.value, key).get("state") == LOST and not _inputs(meta, unit)[1]:
         kv = _fresh_attempt(meta, coll, unit, key, kv, now)
     if kv is None:
         try:
-            meta.kv.txn([absent(key)], [Put(key, encode(_new_record(meta, coll, unit, now, 1)))],
+            meta.kv.txn([absent(key)], [Put(key, encode(_new_record(meta, coll, unit, now, 1, sources_revision)))],
                         f"prepare compaction unit {unit.unit_id}")
         except Conflict:
             pass            # a concurrent run prepared it first: its ids win, ours stay unused
@@ -154,10 +167,15 @@ def _fresh_attempt(meta, coll: Collection, unit: Unit, key: str, kv, now: float)
     return meta.kv.get(key)
 
 
-def _new_record(meta, coll: Collection, unit: Unit, now: float, attempt: int) -> dict:
-    """A prepared record: fresh output and log ids, the delete sources' revision."""
-    rev = meta.kv.revision()
-    sources = delete_sources(meta, unit.collection_id, rev)
+def _new_record(meta, coll: Collection, unit: Unit, now: float, attempt: int, revision: int | None = None) -> dict:
+    """A prepared record: fresh output and log ids, the delete sources' revision (the one
+    given, if etcd still holds it: a plan's revision is at least its inputs' revisions)."""
+    try:
+        rev = meta.kv.revision() if revision is None else revision
+        sources = delete_sources(meta, unit.collection_id, rev)
+    except Compacted:
+        rev = meta.kv.revision()
+        sources = delete_sources(meta, unit.collection_id, rev)
     nlogs = segfiles.log_ids_needed(coll.schema, True, 1)
     return {"unit": unit.to_json(), "state": PREPARED, "prepared_at": now, "attempt": attempt,
             "output": meta.ids.allocate(1), "log0": meta.ids.allocate(nlogs), "nlogs": nlogs,

@@ -127,3 +127,24 @@ def test_a_restored_collection_compacts_with_its_deletes_translated_by_name(meta
     src_before = exact(meta, store, "src")
     compaction.compact(meta, store, "src", policy(target_rows=10_000))
     assert exact(meta, store, "src") == src_before and rows(meta, store, "src") == w.model.visible()
+
+
+def test_one_run_reads_its_delete_sources_once(meta, store, settings, monkeypatch):
+    """The units of one run take their delete sources at the plan's revision and share
+    them: listed once per unit's prepare (its legacy map) plus ONE read of the deletes,
+    not one per unit; and the rows stay exact."""
+    from seglake.lifecycle.compaction import running
+
+    w = Writer(meta, store, settings)
+    w.create("o", ["_default", "p1", "p2"], shards=2)
+    for step in range(3):
+        mixed_workload(w, "o", step)
+    before = exact(meta, store, "o")
+    calls = []
+    real = running.delete_sources
+    monkeypatch.setattr(running, "delete_sources", lambda *a: calls.append(a) or real(*a))
+    s = compaction.compact(meta, store, "o", policy(target_rows=20))
+    assert len(s.results) >= 3 and {r.status for r in s.results} == {compaction.COMMITTED}
+    assert len(calls) == len(s.results) + 1
+    assert {rev for _, _, rev in calls} == {s.plan.revision}
+    assert exact(meta, store, "o") == before
