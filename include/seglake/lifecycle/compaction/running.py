@@ -4,15 +4,18 @@ them -> ONE guarded etcd commit. Idempotent: a re-run converges on the same outp
 The unit record `{root}/compaction/units/{collection}/{unit}`:
 
     (absent) --prepare--> prepared --commit--> committed
-                          prepared --an input changed--> lost   (re-plan)
+                          prepared --an input changed, sources gone--> lost
+                          lost --(inputs unchanged) run again--> prepared (attempt + 1)
 
 - prepare (create-if-absent): the output segment id and its log ids, allocated once
   from the id allocator, and the DELETE SOURCES: every Flushed segment of the collection
-  with delta logs at the etcd revision recorded (`sources_revision`; the record stays a
-  few hundred bytes however many segments). A re-run reads the record, never allocates
-  again, and reads exactly those (immutable) delta logs -- at that revision from etcd's
-  history; once etcd compacted it, or GC reclaimed a source's files, the unit is lost
-  and re-planned: the output's files are a pure function of the record, so a
+  with delta logs at the etcd revision recorded (`sources_revision`: the plan's, shared
+  by the units of a run and read once; the record stays a few hundred bytes however many
+  segments). A re-run reads the record, never allocates again, and reads exactly those
+  (immutable) delta logs -- at that revision from etcd's history; once etcd compacted it,
+  or GC reclaimed a source's files, the unit is lost (a lost unit whose inputs did not
+  move is prepared afresh by its next run): the output's files are a pure function of
+  the record, so a
   re-run (or a concurrent run of the same unit) rewrites the same keys with the same
   bytes, and the loser of a prepare race only leaves unused ids (never referenced).
 - write: the inputs' rows (read_rows), minus every row hidden under THE visibility rule
