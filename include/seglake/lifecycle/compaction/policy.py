@@ -108,6 +108,12 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
         for s, rev in self.inputs:
             limits.check("id", "unit input segment id", s)
             limits.check("id", "unit input revision", rev)
+        for name in ("rows", "deleted", "bytes", "delta_logs"):
+            v = getattr(self, name)
+            if not 0 <= v <= limits.ID_MAX:
+                raise ValidationError(f"unit {self.unit_id}: {name} {v} is out of range (0..{limits.ID_MAX})")
+        if not self.channel or len(self.channel) > 255 or not self.channel.isprintable():
+            raise ValidationError(f"unit {self.unit_id}: channel {self.channel!r} is not a vchannel name")
         want = unit_id(self.collection_id, self.partition_id, self.channel, self.kind, self.inputs)
         if self.unit_id != want:
             raise ValidationError(f"unit id {self.unit_id!r} does not match its content (expected {want!r})")

@@ -98,6 +98,7 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     now = time.time() if now is None else now
     hooks = hooks or {}
     coll = meta.catalog.get(unit.collection_id)
+    _inputs(meta, unit)      # refuses a unit whose inputs are on another vchannel before any write
     rec, rkv = prepare(meta, coll, unit, now, sources_revision)
     faults.point("compaction.after_prepare")
     if rec["state"] != PREPARED:
@@ -207,6 +208,9 @@ def _inputs(meta, unit: Unit) -> tuple[list[tuple[Segment, object]], str | None]
         if kv is None:
             return out, f"input segment {sid} is gone"
         seg = decode_struct(kv.value, Segment, key)
+        if seg.channel != unit.channel:     # a forged unit (its id is consistent, its channel is not)
+            raise CompactionError(f"unit {unit.unit_id}: input segment {sid} is on vchannel {seg.channel}, "
+                                  f"the unit on {unit.channel}")
         if kv.mod_revision != rev or seg.state != FLUSHED:
             return out, f"input segment {sid} changed since the plan (now {seg.state}, revision {kv.mod_revision})"
         out.append((seg, kv))

@@ -148,3 +148,21 @@ def test_one_run_reads_its_delete_sources_once(meta, store, settings, monkeypatc
     assert len(calls) == len(s.results) + 1
     assert {rev for _, _, rev in calls} == {s.plan.revision}
     assert exact(meta, store, "o") == before
+
+
+def test_a_unit_whose_channel_is_not_its_inputs_is_refused_before_any_write(meta, store, settings):
+    from seglake.lifecycle.compaction.policy import make_unit
+
+    w = Writer(meta, store, settings)
+    w.create("q", ["_default"], shards=2)
+    for step in range(3):
+        w.insert("q", range(step * 10, step * 10 + 6))
+        w.flush("q")
+    u = compaction.plan(meta, store, "q", policy()).units[0]
+    other = [v for v in meta.catalog.get_by_name("q").vchannels if v != u.channel][0]
+    forged = make_unit(u.collection_id, u.partition_id, other, u.kind, u.inputs)   # a consistent id
+    with pytest.raises(compaction.CompactionError, match="is on vchannel"):
+        compaction.run_unit(meta, store, forged)
+    assert compaction.unit_records(meta) == []                  # nothing written
+    with pytest.raises(Exception, match="out of range"):
+        make_unit(u.collection_id, u.partition_id, u.channel, u.kind, u.inputs, rows=-1)
