@@ -193,6 +193,9 @@ class Keys:
     def compaction_run(self, collection_id: int) -> str:
         return f"{self.root}/compaction/runs/{_id(collection_id)}"
 
+    def compaction_runs_prefix(self) -> str:
+        return f"{self.root}/compaction/runs/"
+
     def gc(self, *parts: str) -> str:
         return "/".join([f"{self.root}/gc", *(_seg(p) for p in parts)])
 

@@ -83,3 +83,23 @@ def test_segments_list_shows_the_lineage(env, meta, store, settings, capsys):
         assert f"<- {o.compacted_from[0]}" in line
         line = [ln for ln in out.splitlines() if ln.split() and ln.split()[0] == str(o.compacted_from[0])][0]
         assert f"-> {o.segment_id}" in line
+
+
+def test_the_page_shows_the_last_compaction_of_each_collection(env, meta, store, settings):
+    from seglake import console
+    from seglake_airflow.ui.render import render_page
+
+    w = Writer(meta, store, settings)
+    w.create("pg", ["_default", "p1", "p2"], shards=1)
+    for step in range(2):
+        mixed_workload(w, "pg", step)
+    from seglake.lifecycle import compaction
+    from compaction_helpers import policy
+    s = compaction.compact(meta, store, "pg", policy(target_rows=10_000))
+    o = console.overview(meta, store)
+    assert o["compaction"]["error"] is None
+    (row,) = o["compaction"]["rows"]
+    assert row["collection"] == "pg" and row["committed"] == len(s.results) > 0
+    assert row["segments_in"] == s.counts()["segments_in"] and row["rows_dropped"] == s.counts()["rows_dropped"]
+    page = render_page(o)
+    assert '<section id="compaction">' in page and ">pg<" in page
