@@ -5,7 +5,8 @@
     segment's hidden rows with THE visibility rule -> per (partition, vchannel), by
     segment id: a segment of >= min rows whose hidden fraction exceeds delete_ratio is
     a REWRITE unit alone; segments below min rows (0-row L0 delete segments included)
-    are MERGE units of about target visible rows (at most MAX_INPUTS each; a lone small
+    are MERGE units of about target visible rows (at most MAX_INPUTS each and
+    MAX_RECORD_BYTES of input records: one commit rewrites them all; a lone small
     segment without hidden rows gains nothing and is left alone: plans converge).
 
 Same state, same units (ids included: policy.unit_id). Nothing is written.
@@ -20,11 +21,16 @@ import numpy as np
 
 from seglake import visibility
 from seglake.meta.catalog import CREATED, DEFAULT_DB
-from seglake.meta.codec import decode_struct
+from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.segments import FLUSHED, IMPORTING, Segment
 from seglake.meta.snapshots import PENDING
 from seglake.names import validate_name
 from seglake.lifecycle.compaction.policy import MAX_INPUTS, MERGE, REWRITE, Policy, Unit, make_unit
+
+
+# the inputs' records a unit's commit rewrites, in bytes: with the output's record and the
+# compares it stays well under etcd's request limit (1.5 MiB)
+MAX_RECORD_BYTES = 600_000
 
 
 @dataclass
@@ -134,7 +140,7 @@ def _plan_group(cid: int, pid: int, channel: str, segs: list[tuple[Segment, int]
         else:
             small.append((s, r))
     bin_: list[tuple[Segment, int]] = []
-    live = 0
+    live = size = 0
 
     def close():
         if len(bin_) > 1 or (bin_ and hidden.get(bin_[0][0].segment_id)):
@@ -143,10 +149,15 @@ def _plan_group(cid: int, pid: int, channel: str, segs: list[tuple[Segment, int]
                                    **_sizes(bin_, hidden)))
 
     for s, r in small:
+        rec = len(encode_struct(s))
+        if bin_ and size + rec > MAX_RECORD_BYTES:     # the commit rewrites every input record in one txn
+            close()
+            bin_, live, size = [], 0, 0
         bin_.append((s, r))
         live += s.num_rows - hidden.get(s.segment_id, 0)
+        size += rec
         if live >= policy.target_rows or len(bin_) >= MAX_INPUTS:
             close()
-            bin_, live = [], 0
+            bin_, live, size = [], 0, 0
     close()
     return sorted(units, key=lambda u: u.inputs[0][0])

@@ -166,3 +166,29 @@ def test_a_unit_whose_channel_is_not_its_inputs_is_refused_before_any_write(meta
     assert compaction.unit_records(meta) == []                  # nothing written
     with pytest.raises(Exception, match="out of range"):
         make_unit(u.collection_id, u.partition_id, u.channel, u.kind, u.inputs, rows=-1)
+
+
+def test_units_are_cut_to_fit_one_commit(meta, store, settings, monkeypatch):
+    """A unit's commit rewrites every input record in one transaction: units are cut at
+    MAX_INPUTS inputs and at MAX_RECORD_BYTES of input records."""
+    from seglake.lifecycle.compaction import planning, policy as policy_mod
+    from seglake.meta.codec import encode_struct
+
+    w = Writer(meta, store, settings)
+    w.create("t", ["_default"], shards=1)
+    for step in range(7):
+        w.insert("t", range(step * 10, step * 10 + 4))
+        w.flush("t")
+    segs = sorted(segments(meta, "t"), key=lambda s: s.segment_id)
+    one = max(len(encode_struct(s)) for s in segs)
+    monkeypatch.setattr(planning, "MAX_RECORD_BYTES", 2 * one)
+    units = compaction.plan(meta, store, "t", policy(target_rows=10_000)).units
+    assert [len(u.inputs) for u in units] == [2, 2, 2]        # 7 segments; a lone last one gains nothing
+    monkeypatch.setattr(planning, "MAX_RECORD_BYTES", 10**9)
+    monkeypatch.setattr(planning, "MAX_INPUTS", 3)
+    units = compaction.plan(meta, store, "t", policy(target_rows=10_000)).units
+    assert [len(u.inputs) for u in units] == [3, 3]
+    assert policy_mod.MAX_INPUTS == 100
+    before = exact(meta, store, "t")
+    assert {r.status for r in compaction.run_units(meta, store, units)} == {compaction.COMMITTED}
+    assert exact(meta, store, "t") == before
