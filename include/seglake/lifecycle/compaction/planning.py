@@ -95,8 +95,8 @@ def hidden_counts(meta, store, coll, flushed: list[Segment]) -> dict[int, int]:
 
 def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
     """The units that compact `collection` now (module doc). Deterministic for one state."""
-    validate_name(collection, "collection")
-    validate_name(db, "database")
+    validate_name("collection", collection)
+    validate_name("db", db)
     now = time.time() if now is None else now
     coll = meta.catalog.get_by_name(collection, db)
     cid = coll.collection_id

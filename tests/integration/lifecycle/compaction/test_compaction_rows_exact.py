@@ -192,3 +192,11 @@ def test_units_are_cut_to_fit_one_commit(meta, store, settings, monkeypatch):
     before = exact(meta, store, "t")
     assert {r.status for r in compaction.run_units(meta, store, units)} == {compaction.COMMITTED}
     assert exact(meta, store, "t") == before
+
+
+@pytest.mark.parametrize("name,db", [("a b", "default"), ("c", "x/y"), ("", "default"), ("c\n", "default")])
+def test_plan_refuses_a_bad_name_before_reading_anything(meta, store, name, db):
+    from seglake.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="invalid (collection|db) name"):
+        compaction.plan(meta, store, name, policy(), db=db)
