@@ -48,3 +48,34 @@ def test_a_zero_row_output_keeps_the_partition_high_water_mark_after_gc(meta, st
     snapshot.create(meta, store, "h", "s")
     run_restore(meta, store, "h", "s", "h2")
     assert rows(meta, store, "h2") == w.model.visible()
+
+
+def test_the_flusher_high_water_marks_are_unchanged_by_compaction_and_gc(meta, store, settings):
+    """What a flusher recovering each vchannel reads as its per-partition row high-water
+    marks is the same before a compaction and after it once GC removed the inputs."""
+    from compaction_helpers import mixed_workload
+
+    w = Writer(meta, store, settings)
+    w.create("m", ["_default", "p1", "p2"], shards=2)
+    for step in range(3):
+        mixed_workload(w, "m", step)
+    coll = meta.catalog.get_by_name("m")
+
+    def marks() -> dict:
+        out = {}
+        for pch in pchannels(coll):
+            f = Flusher(meta, store, pch, settings).open()
+            out.update({v: dict(st.part_hw) for v, st in f.states.items() if v in coll.vchannels})
+        return out
+
+    before = marks()
+    assert before and all(before.values())
+    s = compaction.compact(meta, store, "m", policy(target_rows=10_000))
+    assert s.results and {r.status for r in s.results} == {compaction.COMMITTED}
+    gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, force=True,
+                                                   collection_id=coll.collection_id))
+    assert not [x for x in segments(meta, "m", DROPPED)]                 # every input record gone
+    assert marks() == before
+    w.insert("m", [1, 2, 3], "p2", 9.0)
+    w.flush("m")
+    assert rows(meta, store, "m") == w.model.visible()
