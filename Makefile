@@ -83,6 +83,7 @@ bench: setup
 	$(PY) bench/wal.py
 	$(PY) bench/flush.py
 	$(PY) bench/visibility.py
+	$(PY) bench/compaction.py
 	$(PY) bench/bloom.py
 	$(PY) bench/copy_big.py
 	$(PY) bench/export.py

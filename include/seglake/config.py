@@ -96,6 +96,10 @@ def _str(default: str, doc: str, secret: bool = False, env_only: bool = False):
     return field(default=default, metadata={"kind": "str", "secret": secret, "env_only": env_only, "doc": doc})
 
 
+def _float(default: float, doc: str):
+    return field(default=default, metadata={"kind": "float", "doc": doc})
+
+
 def _bool(default: bool, doc: str):
     return field(default=default, metadata={"kind": "bool", "doc": doc})
 
@@ -165,6 +169,14 @@ class Settings:
     flush_seal_bytes: int = _int(256 << 20, "a growing segment is sealed at this many buffered bytes")
     flush_seal_age: float = _duration(600.0, "a growing segment is sealed this long after its first row")
     flush_seal_idle: float = _duration(60.0, "a growing segment is sealed after this long without a new row")
+    # compaction (lifecycle/compaction)
+    compaction_min_segment_rows: int = _int(100_000, "a Flushed segment below this many rows is merged with "
+                                            "its partition's other small segments")
+    compaction_target_rows: int = _int(1_000_000, "merged segments hold about this many visible rows")
+    compaction_delete_ratio: float = _float(0.2, "a segment whose deleted fraction of rows exceeds this is "
+                                           "rewritten alone (0..1)")
+    compaction_protection: float = _duration(3600.0, "a collection snapshotted within this long is not "
+                                             "compacted (Milvus's compaction_protection_seconds)")
     wal_flush_schedule: str = _str("*/5 * * * *", "schedule of the wal_flush DAG (e.g. @continuous)")
 
     # -- construction -------------------------------------------------------------
@@ -408,7 +420,7 @@ def gc_schedule(env: Mapping[str, str] | None = None) -> str | None:
 
 def _from_env_string(f: dataclasses.Field, raw: str) -> Any:
     kind = f.metadata["kind"]
-    if kind == "int":  # plain decimal: int() would take '+3', '1_0', ' 3\n', '١٢', '-0'
+    if kind in ("int", "float"):  # plain decimal: int() would take '+3', '1_0', ' 3\n', '١٢', '-0'
         try:
             return LIMITS[f.name].parse(f"config key {f.name!r}", raw)
         except ValidationError as e:
@@ -452,7 +464,7 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
     kind = f.metadata["kind"]
     if kind == "duration":  # every numeric settings key has its own Limit (LIMITS[...] fails loudly)
         return parse_duration(f.name, value, LIMITS[f.name])
-    if kind == "int":
+    if kind in ("int", "float"):
         return _in_range(f.name, value, LIMITS[f.name])
     if kind == "bool":
         if not isinstance(value, bool):

@@ -195,6 +195,25 @@ def wal_channels(meta: Meta) -> list[dict]:
     return rows
 
 
+def compaction_runs(meta: Meta) -> list[dict]:
+    """The last compaction run of each collection (newest first): segments before/after,
+    rows dropped, bytes before/after, units committed and lost, engine, time."""
+    from seglake.meta.codec import decode
+
+    rows = []
+    for kv in meta.kv.range(meta.keys.compaction_runs_prefix()):
+        d = decode(kv.value, kv.key)
+        c, plan = d.get("counts") or {}, d.get("plan") or {}
+        rows.append({"collection_id": plan.get("collection_id"), "collection": plan.get("collection"),
+                     "recorded_at": d.get("recorded_at"), "engine": d.get("engine"), "seconds": d.get("seconds"),
+                     "units": len(plan.get("units") or ()), "committed": c.get("committed", 0),
+                     "lost": c.get("lost", 0), "segments_in": c.get("segments_in", 0),
+                     "segments_out": c.get("segments_out", 0), "rows_dropped": c.get("rows_dropped", 0),
+                     "bytes_in": c.get("bytes_in", 0), "bytes_out": c.get("bytes_out", 0),
+                     "skipped": plan.get("skipped")})
+    return sorted(rows, key=lambda r: -(r["recorded_at"] or 0))
+
+
 # -- backup: exports, the last verification of each bundle, pins, retention policies ------------
 def backup(meta: Meta, now: float) -> dict:
     from seglake.lifecycle import retention, snapshot
@@ -220,6 +239,7 @@ def overview(meta: Meta, store: Store, now: float | None = None) -> dict:
            "gc": _section(lambda: gc_latest(store)),
            "gc_pause": _section(lambda: gc_pause(meta)),
            "channels": _section(lambda: wal_channels(meta)),
+           "compaction": _section(lambda: compaction_runs(meta)),
            "backup": _section(lambda: backup(meta, now))}
     names = {c["collection_id"]: c["name"] for c in out["collections"]["rows"]}
     for r in (out["gc"]["rows"] or {}).get("rows", []):

@@ -218,6 +218,25 @@ SPECS: dict[str, dict[str, Key]] = {
         "deferrable": DEFERRABLE,
         **RATES,
     },
+    "compaction": {
+        "collection": _name("Collection", "The collection to compact"),
+        "db": DB,
+        "dry_run": Key("boolean", "Dry run", default=False,
+                       description="Plan only: the units and their expected gain, nothing changed"),
+        "min_segment_rows": Key("integer", "Min segment rows", nullable=True, limit="compaction_min_segment_rows",
+                                description="Merge segments below this many rows; empty: config "
+                                            "compaction_min_segment_rows"),
+        "target_rows": Key("integer", "Target rows", nullable=True, limit="compaction_target_rows",
+                           description="Merged segments hold about this many rows; empty: config "
+                                       "compaction_target_rows"),
+        "delete_ratio": Key("number", "Delete ratio", nullable=True, limit="compaction_delete_ratio",
+                            description="Rewrite a segment alone above this deleted fraction (0..1); empty: "
+                                        "config compaction_delete_ratio"),
+        "protection_seconds": Key("number", "Snapshot protection (s)", nullable=True, limit="compaction_protection",
+                                  description="Skip a collection snapshotted within this long; empty: config "
+                                              "compaction_protection"),
+        "engine": ENGINE,
+    },
     "snapshot_verify": {
         "collection": _name("Bundle's collection", "The collection the bundle was exported from"),
         "bundle": _name("Bundle", "The bundle to read and check", example="nightly_1"),

@@ -148,6 +148,10 @@ LIMITS: dict[str, Limit] = {
     "flush_seal_bytes": _count(1024, 1 << 40),
     "flush_seal_age": _seconds(30 * DAY),
     "flush_seal_idle": _seconds(30 * DAY),
+    "compaction_min_segment_rows": _count(1, 100_000_000),
+    "compaction_target_rows": _count(1, 1_000_000_000),
+    "compaction_delete_ratio": Limit(0.0, 1.0),
+    "compaction_protection": _seconds(30 * DAY),
     # -- engine entry points and the conf / CLI keys that feed them ----------------------
     "snapshot_ttl": _seconds(10 * YEAR),               # 0: no TTL
     "pin_ttl": Limit(1.0, 365 * DAY, unit="s"),

@@ -106,6 +106,22 @@ def verify_bundle_note(params: Mapping[str, Any], report: Mapping[str, Any] | No
                   f"and checked in {human_seconds(report.get('seconds') or 0)}")
 
 
+def compaction_note(params: Mapping[str, Any], done: Mapping[str, Any] | None) -> str:
+    head = f"compaction of {params.get('db', 'default')}.{params.get('collection')}"
+    if not done:
+        return _short(f"FAILED: {head}: no summary (see the task logs)")
+    if done.get("skipped"):
+        return _short(f"{head}: not compacted: {done['skipped']}")
+    g, c = done.get("gain") or {}, done.get("counts") or {}
+    if done.get("dry_run"):
+        return _short(f"{head} (dry run): {g.get('units', 0)} units, {g.get('segments_in', 0)} segments -> "
+                      f"{g.get('segments_out', 0)}, {g.get('rows_dropped', 0)} deleted rows to drop")
+    return _short(f"{head} ({done.get('engine')}): {c.get('committed', 0)} units committed, "
+                  f"{c.get('lost', 0)} lost; {c.get('segments_in', 0)} segments -> {c.get('segments_out', 0)}, "
+                  f"{c.get('rows_dropped', 0)} rows dropped, {human_bytes(c.get('bytes_in', 0))} -> "
+                  f"{human_bytes(c.get('bytes_out', 0))} in {human_seconds(done.get('seconds') or 0)}")
+
+
 def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None = None,
             names: Mapping[int, str] | None = None) -> str:
     if not summary:

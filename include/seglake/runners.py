@@ -11,6 +11,7 @@ A kind's work size and its threshold (config keys):
     verify_bundle  bytes of a bundle's data         inline_threshold_bytes
     snapshot       segment records to write         snapshot_inline_max_segments
     gc             files the references hold        gc_inline_max_files
+    compaction     bytes of the units' inputs       inline_threshold_bytes
 
 How inline work runs: `run_inline(fn, units, workers=, pool="thread"|"process")`, the
 one bounded pool every lifecycle's inline engine uses; `split(units, parts)` is the one
@@ -33,7 +34,7 @@ from seglake.proclife import worker_of
 ENGINES = ("auto", "spark", "inline")
 THRESHOLDS = {"copy": "inline_threshold_bytes", "flush": "inline_threshold_bytes",
               "verify_bundle": "inline_threshold_bytes", "snapshot": "snapshot_inline_max_segments",
-              "gc": "gc_inline_max_files"}
+              "gc": "gc_inline_max_files", "compaction": "inline_threshold_bytes"}
 
 
 def check_engine(engine: str) -> str:

@@ -25,7 +25,7 @@ from urllib.parse import quote
 NOTE_CONN_ID = "airflow_api"
 ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it failed
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection",
-         "snapshot_export", "snapshot_restore_external", "snapshot_verify")
+         "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction")
 
 
 def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
@@ -39,6 +39,12 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         counters = ({"seglake.backup.exports": 1, "seglake.backup.copied_bytes": int(report.get("copied_bytes", 0))}
                     if report else {})
         return runinfo.export_note(params, report), counters
+    if kind == "compaction":
+        done = ti.xcom_pull(task_ids="summary")
+        counters = ({"seglake.compaction.units": int(done["counts"]["committed"]),
+                     "seglake.compaction.rows_dropped": int(done["counts"]["rows_dropped"])}
+                    if done and not done.get("dry_run") else {})
+        return runinfo.compaction_note(params, done), counters
     if kind == "snapshot_verify":
         report = ti.xcom_pull(task_ids="verify")
         return runinfo.verify_bundle_note(params, report), ({"seglake.backup.verified": 1} if report else {})

@@ -103,8 +103,16 @@ def gc_run(meta, store, settings, a: dict) -> dict:
     return gc.run(meta, store, gc.GCOptions(**a.get("opts", {})))
 
 
+def compact(meta, store, settings, a: dict) -> dict:
+    """A whole inline compaction of a collection (plan -> every unit)."""
+    from seglake.lifecycle import compaction
+
+    s = compaction.compact(meta, store, a["collection"], compaction.Policy.from_json(a["policy"]))
+    return {"units": len(s.plan.units), **s.counts()}
+
+
 STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run, backup_export, backup_import,
-                                  backup_restore)}
+                                  backup_restore, compact)}
 
 
 def main() -> int:

@@ -98,10 +98,21 @@ def cmd_segments_list(args, s: Settings) -> int:
         emit(args, [x.to_json() for x in segs])
         return 0
     rows = [{"segment": x.segment_id, "partition": x.partition_id, "channel": x.channel, "state": x.state,
-             "level": x.level, "rows": x.num_rows, "files": x.file_count(), "size": human_bytes(x.total_size())}
+             "level": x.level, "rows": x.num_rows, "files": x.file_count(), "size": human_bytes(x.total_size()),
+             "lineage": _lineage(x)}
             for x in segs]
-    emit(args, None, rows, ["segment", "partition", "channel", "state", "level", "rows", "files", "size"])
+    emit(args, None, rows, ["segment", "partition", "channel", "state", "level", "rows", "files", "size", "lineage"])
     return 0
+
+
+def _lineage(seg) -> str:
+    """Compaction lineage: '-> out' on a compacted input, '<- a,b,c' on an output."""
+    if seg.compacted_to is not None:
+        return f"-> {seg.compacted_to}"
+    if seg.compacted_from:
+        ids = ",".join(str(i) for i in seg.compacted_from[:4])
+        return f"<- {ids}{',...' if len(seg.compacted_from) > 4 else ''} ({len(seg.compacted_from)})"
+    return ""
 
 
 def cmd_verify(args, s: Settings) -> int:

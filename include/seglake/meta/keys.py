@@ -16,6 +16,8 @@ Layout under the configurable root (default `seglake`):
     {root}/channels/{vchannel}/checkpoint   {root}/wal/{pchannel}/term
     {root}/alloc/id   {root}/alloc/tso      {root}/gc/...
     {root}/txn/{write_id}                            write markers (leased, see meta/kv.py)
+    {root}/compaction/units/{collection_id}/{unit_id}   a compaction unit's ids and outcome
+    {root}/compaction/runs/{collection_id}           the last compaction run's summary
 
 Prefix builders end with '/', so the prefix of collection 1 never matches 10.
 Ids are decimal integers; names are validated before they reach a key.
@@ -181,6 +183,19 @@ class Keys:
         return f"{self.root}/txn/{_seg(write_id)}"
 
     # gc
+    def compaction_unit(self, collection_id: int, unit_id: str) -> str:
+        return f"{self.root}/compaction/units/{_id(collection_id)}/{_seg(unit_id)}"
+
+    def compaction_units_prefix(self, collection_id: int | None = None) -> str:
+        base = f"{self.root}/compaction/units/"
+        return base if collection_id is None else f"{base}{_id(collection_id)}/"
+
+    def compaction_run(self, collection_id: int) -> str:
+        return f"{self.root}/compaction/runs/{_id(collection_id)}"
+
+    def compaction_runs_prefix(self) -> str:
+        return f"{self.root}/compaction/runs/"
+
     def gc(self, *parts: str) -> str:
         return "/".join([f"{self.root}/gc", *(_seg(p) for p in parts)])
 

@@ -78,6 +78,10 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     # of the collection that wrote them). {}: no partition-scoped delete. None: not
     # recorded (a segment written before it; seglake.visibility reads those as before).
     delta_partitions: dict[int, str] | None = None
+    # Compaction lineage (lifecycle/compaction): an input records the output it was
+    # compacted into (set in the same txn that drops it); an output its inputs.
+    compacted_to: int | None = None
+    compacted_from: tuple[int, ...] = ()
 
     @property
     def record_version(self) -> int:

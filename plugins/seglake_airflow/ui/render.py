@@ -230,6 +230,17 @@ def _channels(rows: list[dict]) -> str:
                   numeric={4}, empty="no WAL channels")
 
 
+def _compaction(rows: list[dict]) -> str:
+    return _table(["collection", "at (UTC)", "engine", "units", "lost", "segments", "rows dropped", "bytes",
+                   "time"],
+                  [[escape(str(r.get("collection") or r.get("collection_id"))), escape(utc(r.get("recorded_at"))),
+                    escape(str(r.get("engine", ""))), str(r.get("committed", 0)), str(r.get("lost", 0)),
+                    f"{r.get('segments_in', 0)} &rarr; {r.get('segments_out', 0)}", str(r.get("rows_dropped", 0)),
+                    f"{human_bytes(r.get('bytes_in'))} &rarr; {human_bytes(r.get('bytes_out'))}",
+                    human_duration(r.get("seconds"))] for r in rows],
+                  numeric={3, 4, 6}, empty="no compaction yet")
+
+
 def _backup(b: dict) -> str:
     """Exports (with the last verification of each bundle), pins, retention policies."""
     def verified(e: dict) -> str:
@@ -280,6 +291,7 @@ def render_page(data: dict) -> str:
                  lambda r: form("GC dry run", "POST", "gc/dry-run", button="run a GC dry run (deletes nothing)")
                  + _gc(*r)),
         _section("Channels", data["channels"], _channels),
+        _section("Compaction", data.get("compaction") or {"rows": [], "error": None}, _compaction),
         _section("Backups", data.get("backup") or {"rows": {"exports": [], "pins": [], "policies": []},
                                                    "error": None}, _backup),
         f"<script>{SCRIPT}</script></body></html>"])

@@ -72,6 +72,7 @@ CASES = {
     "seglake gc schedule show": (["gc", "schedule", "show", "--db", "a b"], 2, "--db"),
     "seglake gc schedule clear": (["gc", "schedule", "clear", "--jsn"], 2, "did you mean --json?"),
     "seglake verify": (["verify", "nope"], 2, "collection 'nope' not found"),
+    "seglake compact": (["compact", "demo", "--delete-ratio", "1.5"], 2, "--delete-ratio"),
     "seglake config show": (["config", "show", "--jsn"], 2, "did you mean --json?"),
     "seglake stack": (["stack", "sideways"], 2, "invalid choice"),
     "seglake cluster": (["cluster", "up", "--workers", "9"], 2, "--workers"),

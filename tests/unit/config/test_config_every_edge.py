@@ -261,11 +261,12 @@ def test_odd_etcd_endpoints_are_refused_in_every_layer(value):
 
 
 # -- item 8: every numeric settings key has its own Limit, used at every layer -------------
-NUMERIC = [f for f in fields(Settings) if f.metadata["kind"] in ("int", "duration")]
+NUMERIC = [f for f in fields(Settings) if f.metadata["kind"] in ("int", "duration", "float")]
 
 
 def test_there_are_numeric_settings():
-    assert {"flush_seal_rows", "flush_seal_bytes", "flush_seal_age", "flush_seal_idle"} <= {f.name for f in NUMERIC}
+    assert {"flush_seal_rows", "flush_seal_bytes", "flush_seal_age", "flush_seal_idle",
+            "compaction_delete_ratio", "compaction_min_segment_rows"} <= {f.name for f in NUMERIC}
 
 
 @pytest.mark.parametrize("f", NUMERIC, ids=lambda f: f.name)

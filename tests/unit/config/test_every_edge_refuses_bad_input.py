@@ -22,7 +22,7 @@ NON_FINITE = [math.nan, math.inf, -math.inf]
 
 # -- one table of limits ------------------------------------------------------------------
 def test_every_numeric_config_key_and_conf_key_has_a_limit():
-    numeric = [f.name for f in fields(Settings) if f.metadata["kind"] in ("int", "duration")]
+    numeric = [f.name for f in fields(Settings) if f.metadata["kind"] in ("int", "duration", "float")]
     assert set(numeric) <= set(limits.LIMITS)
     for spec in params.SPECS.values():
         for key in spec.values():

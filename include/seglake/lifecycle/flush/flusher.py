@@ -88,7 +88,9 @@ class Flusher:
                 # written by a flusher of this vchannel (not a copy: a restored segment
                 # carries `source`); a Dropped one with files was Flushed: a drop's release
                 # cut in several txns. Its rows and deletes stay skipped on replay.
-                if seg.binlogs:
+                # a compaction output (compacted_from) carries its inputs' row high-water
+                # mark in dml_ts even when every row was deleted (level L1, no binlogs)
+                if seg.binlogs or (seg.compacted_from and seg.level != L0 and seg.dml_ts):
                     st.part_hw[seg.partition_id] = max(st.part_hw.get(seg.partition_id, 0), seg.dml_ts)
                 if seg.deltalogs:
                     st.del_hw = max(st.del_hw, *(b.ts_to for b in seg.deltalogs))

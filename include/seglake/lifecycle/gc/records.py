@@ -17,8 +17,8 @@ from seglake.storage import Store
 
 # -- dropped segments and records ----------------------------------------------------------------
 def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None = None) -> dict:
-    """Stale PENDING / unfinished DELETING / expired snapshots, expired copy jobs, and
-    Dropped collections with nothing left."""
+    """Stale PENDING / unfinished DELETING / expired snapshots, expired copy jobs and
+    compaction unit records, and Dropped collections with nothing left."""
     now = time.time() if now is None else now
     out = defaultdict(int)
     out["expired_pins_removed"] = meta.snapshots.remove_expired_holds(now)
@@ -38,6 +38,8 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
                 continue
             out["expired_snapshots"] += 1
     out["copy_jobs_removed"] = len(copyjob.cleanup_expired(meta, opts.copy_job_retention, now=now))
+    from seglake.lifecycle import compaction     # compaction unit records: the same retention
+    out.update(compaction.expire_unit_records(meta, store, opts.copy_job_retention, now, opts.collection_id))
 
     for coll in list(meta.catalog.list(include_dropped=True)):
         if coll.state != "Dropped" or (opts.collection_id is not None and coll.collection_id != opts.collection_id):

@@ -1,0 +1,135 @@
+"""What a compaction is asked to do (Policy: the config keys, overridable per run) and the
+unit it plans (Unit: small, serializable, its id a pure function of what it compacts)."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+import msgspec
+
+from seglake import limits
+from seglake.errors import ValidationError
+
+MERGE, REWRITE = "merge", "rewrite"        # kinds of unit: small segments merged, one segment rewritten
+KINDS = (MERGE, REWRITE)
+# inputs per unit: its commit compares every input, the output key, the unit record and the
+# collection record in one txn (etcd --max-txn-ops 128)
+MAX_INPUTS = 100
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Config keys compaction_<name>; each checked with its seglake.limits range."""
+    min_segment_rows: int = 100_000
+    target_rows: int = 1_000_000
+    delete_ratio: float = 0.2
+    protection: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            limits.check(f"compaction_{f.name}", f"compaction_{f.name}", getattr(self, f.name))
+
+    @classmethod
+    def from_settings(cls, settings, overrides: Mapping[str, Any] | None = None) -> "Policy":
+        """The settings' policy with `overrides` ({name or compaction_name: value}; None
+        values ignored): an unknown key is refused naming the closest one."""
+        base = {f.name: getattr(settings, f"compaction_{f.name}") for f in fields(cls)}
+        return cls(**{**base, **_checked_keys(overrides or {})})
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Policy":
+        return cls(**_checked_keys(d))
+
+
+def _checked_keys(values: Mapping[str, Any]) -> dict:
+    known = [f.name for f in fields(Policy)]
+    out = {}
+    for k, v in values.items():
+        name = k[len("compaction_"):] if isinstance(k, str) and k.startswith("compaction_") else k
+        if name not in known:
+            near = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(known)}"
+            raise ValidationError(f"unknown compaction policy key {k!r}{hint}")
+        if v is not None:
+            out[name] = v
+    return out
+
+
+class Unit(msgspec.Struct, frozen=True, kw_only=True):
+    """One compaction unit: input segments of one partition and vchannel, each at the etcd
+    mod revision the plan read it at, into one output segment. `rows`/`deleted`: the
+    inputs' rows and those hidden when planned (the expected gain)."""
+    unit_id: str
+    collection_id: int
+    partition_id: int
+    channel: str
+    kind: str
+    inputs: tuple[tuple[int, int], ...]      # (segment id, mod revision), by segment id
+    rows: int = 0
+    deleted: int = 0
+    bytes: int = 0
+    delta_logs: int = 0
+
+    @property
+    def segment_ids(self) -> list[int]:
+        return [s for s, _ in self.inputs]
+
+    def to_json(self) -> dict:
+        return msgspec.to_builtins(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Unit":
+        """A unit from its JSON (XCom, a Spark argv file, the unit record), checked: the
+        id must be the one its content gives (a hand-edited unit is refused)."""
+        try:
+            u = msgspec.convert(dict(d), cls, strict=True)
+        except (msgspec.ValidationError, TypeError) as e:
+            raise ValidationError(f"not a compaction unit: {e}") from None
+        u.check()
+        return u
+
+    def check(self) -> None:
+        if self.kind not in KINDS:
+            raise ValidationError(f"unit {self.unit_id}: kind {self.kind!r} is not one of {KINDS}")
+        for name in ("collection_id", "partition_id"):
+            limits.check("id", f"unit {name}", getattr(self, name))
+        if not 1 <= len(self.inputs) <= MAX_INPUTS:
+            raise ValidationError(f"unit {self.unit_id}: {len(self.inputs)} inputs, must be 1..{MAX_INPUTS}")
+        ids = [s for s, _ in self.inputs]
+        if ids != sorted(set(ids)):
+            raise ValidationError(f"unit {self.unit_id}: inputs must be distinct and sorted by segment id")
+        for s, rev in self.inputs:
+            limits.check("id", "unit input segment id", s)
+            limits.check("id", "unit input revision", rev)
+        for name in ("rows", "deleted", "bytes", "delta_logs"):
+            v = getattr(self, name)
+            if not 0 <= v <= limits.ID_MAX:
+                raise ValidationError(f"unit {self.unit_id}: {name} {v} is out of range (0..{limits.ID_MAX})")
+        if not self.channel or len(self.channel) > 255 or not self.channel.isprintable():
+            raise ValidationError(f"unit {self.unit_id}: channel {self.channel!r} is not a vchannel name")
+        want = unit_id(self.collection_id, self.partition_id, self.channel, self.kind, self.inputs)
+        if self.unit_id != want:
+            raise ValidationError(f"unit id {self.unit_id!r} does not match its content (expected {want!r})")
+
+
+def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inputs) -> str:
+    """A pure function of what the unit compacts (inputs at their revisions): the same
+    state plans the same id; any change of an input plans a new one."""
+    raw = json.dumps([collection_id, partition_id, channel, kind, [list(x) for x in inputs]],
+                     separators=(",", ":"))
+    return f"{partition_id}-{inputs[0][0]}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
+
+
+def make_unit(collection_id: int, partition_id: int, channel: str, kind: str, inputs, **sizes) -> Unit:
+    inputs = tuple(sorted((int(s), int(r)) for s, r in inputs))
+    u = Unit(unit_id=unit_id(collection_id, partition_id, channel, kind, inputs), collection_id=collection_id,
+             partition_id=partition_id, channel=channel, kind=kind, inputs=inputs, **sizes)
+    u.check()
+    return u

@@ -1,0 +1,40 @@
+"""Unit records past their retention (GC's records step calls this): a committed or lost
+record is removed; a record still `prepared` that long (its run was killed and never
+re-run) is first recorded lost and the files any run of it wrote are removed -- nothing
+can commit them once it is lost (the commit compares the record unchanged). Every
+change is guarded by the record's revision: a run that moves it first wins."""
+
+from __future__ import annotations
+
+from seglake.errors import Conflict
+from seglake.meta.codec import decode, encode
+from seglake.meta.kv import Delete, Put, unchanged
+from seglake.storage import layout
+from seglake.lifecycle.compaction.running import COMMITTED, LOST, PREPARED
+
+
+def expire_unit_records(meta, store, retention: float, now: float, collection_id: int | None = None) -> dict:
+    """{"unit_records_removed": n, "abandoned_units_lost": m} (module doc)."""
+    out = {"unit_records_removed": 0, "abandoned_units_lost": 0}
+    for kv in list(meta.kv.range(meta.keys.compaction_units_prefix(collection_id))):
+        rec = decode(kv.value, kv.key)
+        state = rec.get("state")
+        since = rec.get("committed_at") if state == COMMITTED else rec.get("lost_at", rec.get("prepared_at"))
+        if not isinstance(since, (int, float)) or since + retention >= now:
+            continue
+        try:
+            if state == PREPARED:
+                meta.kv.txn([unchanged(kv)], [Put(kv.key, encode({**rec, "state": LOST, "lost_at": now,
+                                                                  "reason": "abandoned: prepared past retention"}))])
+                u = rec["unit"]
+                keys = [o.key for d in layout.segment_dirs(u["collection_id"], u["partition_id"], int(rec["output"]))
+                        for o in store.list(d)]
+                if keys:
+                    store.delete_many(keys)
+                out["abandoned_units_lost"] += 1
+            elif state in (COMMITTED, LOST):
+                meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
+                out["unit_records_removed"] += 1
+        except Conflict:
+            continue        # a run moved it since the listing: it wins, judged next time
+    return out

@@ -1,0 +1,94 @@
+"""PySpark job: compact one collection (big compactions; small ones run inline).
+
+    spark-submit spark/jobs/compact.py --collection NAME [--db DB] [--min-segment-rows N]
+        [--target-rows N] [--delete-ratio X] [--protection-seconds S]
+
+The driver plans (seglake.lifecycle.compaction.plan: deterministic units from one etcd
+revision), executors run the units (compaction.run_partition: each unit prepares, writes
+its output's files, checks them and commits with its own guarded etcd transaction), the
+driver records the summary in etcd ({root}/compaction/runs/{collection}), where the CLI,
+the page and a DAG read it. A re-submitted job re-plans: committed units are gone from
+the plan (their inputs are Dropped), an interrupted unit is planned again with the same
+id and converges. Configuration and secrets arrive in the environment (SEGLAKE_CONFIG +
+secrets), never in argv; the policy numbers are no secret. Exit code 0 when the job ran
+(lost units are reported in the summary, a re-plan picks them up); 1 when it failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from seglake.cli.args import name_arg, number_arg
+
+    p = argparse.ArgumentParser(prog="compact")
+    p.add_argument("--collection", required=True, type=name_arg("collection"))
+    p.add_argument("--db", default="default", type=name_arg("db"))
+    p.add_argument("--min-segment-rows", type=number_arg("compaction_min_segment_rows"), default=None)
+    p.add_argument("--target-rows", type=number_arg("compaction_target_rows"), default=None)
+    p.add_argument("--delete-ratio", type=number_arg("compaction_delete_ratio"), default=None)
+    p.add_argument("--protection-seconds", type=number_arg("compaction_protection"), default=None)
+    return p.parse_args(argv)
+
+
+def policy_of(args: argparse.Namespace, settings):
+    from seglake.lifecycle import compaction
+
+    return compaction.Policy.from_settings(settings, {"min_segment_rows": args.min_segment_rows,
+                                                      "target_rows": args.target_rows,
+                                                      "delete_ratio": args.delete_ratio,
+                                                      "protection": args.protection_seconds})
+
+
+def run(spark, meta, store, collection: str, db: str, policy):
+    """Plan on the driver, run the units on executors, summarize: the job minus its I/O setup."""
+    from seglake.config import spark_env
+    from seglake.lifecycle import compaction
+    from seglake.lifecycle.compaction.running import UnitResult
+
+    started = time.monotonic()
+    planned = compaction.plan(meta, store, collection, policy, db=db)
+    summary = compaction.Summary(planned, engine="spark")
+    if planned.units:
+        sc = spark.sparkContext
+        env = spark_env()   # secrets resolved: executors may not reach the driver's secrets file
+        units = [u.to_json() for u in planned.units]
+        n = max(1, min(sc.defaultParallelism, len(units)))
+        rev = planned.revision      # every unit's delete sources at the plan's revision: read once per partition
+        results = (sc.parallelize(units, n)
+                     .mapPartitions(lambda it: compaction.run_partition(it, env, rev))
+                     .collect())
+        summary.results = [UnitResult(**r) for r in results]
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from seglake.config import Settings
+    from seglake.lifecycle import compaction
+    from seglake.meta import Meta
+    from seglake.sparksession import job_session
+    from seglake.storage import open_store
+
+    settings = Settings.load()
+    policy = policy_of(args, settings)          # checked before any side effect
+    spark = job_session(f"seglake-compact-{args.collection}")   # seglake env -> executorEnv, never argv
+    try:
+        with Meta.from_settings(settings) as meta:
+            summary = run(spark, meta, open_store(settings), args.collection, args.db, policy)
+            compaction.record(meta, summary)
+    finally:
+        spark.stop()
+    c = summary.counts()
+    print(f"compaction of {args.db}.{args.collection}: {len(summary.plan.units)} units, {c['committed']} committed, "
+          f"{c['already_committed']} already, {c['lost']} lost; {c['segments_in']} segments -> {c['segments_out']}, "
+          f"{c['rows_dropped']} rows dropped" + (f" (skipped: {summary.plan.skipped})" if summary.plan.skipped else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The Spark engine of compaction: the executor function (run_partition) runs units from
+their JSON with settings from the driver's environment dict; the job's argv is checked
+before any side effect; and spark/jobs/compact.py (spark-submit, local[1]) compacts a
+collection row-exactly and records its summary."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seglake.lifecycle import compaction
+
+from compaction_helpers import Writer, exact, mixed_workload, policy
+
+REPO = Path(__file__).resolve().parents[4]
+pytestmark = pytest.mark.etcd
+
+
+def _collection(meta, store, settings, name: str) -> Writer:
+    w = Writer(meta, store, settings)
+    w.create(name, ["_default", "p1", "p2"], shards=2)
+    for step in range(2):
+        mixed_workload(w, name, step)
+    return w
+
+
+def test_run_partition_runs_units_from_json_with_the_drivers_settings(meta, store, settings):
+    _collection(meta, store, settings, "c")
+    before = exact(meta, store, "c")
+    units = compaction.plan(meta, store, "c", policy(target_rows=10_000)).units
+    out = list(compaction.run_partition([u.to_json() for u in units], settings.to_env()))
+    assert [r["status"] for r in out] == [compaction.COMMITTED] * len(units)
+    assert exact(meta, store, "c") == before
+    again = list(compaction.run_partition([u.to_json() for u in units], settings.to_env()))   # a retried task
+    assert [r["status"] for r in again] == [compaction.ALREADY] * len(units)
+    with pytest.raises(Exception, match="does not match its content"):
+        list(compaction.run_partition([{**units[0].to_json(), "partition_id": 424242}], settings.to_env()))
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--collection", "a b"], "collection"),
+    (["--collection", "c", "--target-rows", "0"], "--target-rows"),
+    (["--collection", "c", "--delete-ratio", "inf"], "--delete-ratio"),
+    (["--collection", "c", "--min-segment-rows", "1e3"], "--min-segment-rows"),
+])
+def test_the_job_refuses_bad_argv(argv, words, capsys):
+    sys.path.insert(0, str(REPO / "spark" / "jobs"))
+    import compact as job
+    with pytest.raises(SystemExit):
+        job.parse_args(argv)
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_spark_submit_compacts_row_exactly_and_records_the_summary(meta, store, settings):
+    _collection(meta, store, settings, "s")
+    before = exact(meta, store, "s")
+    planned = compaction.plan(meta, store, "s", policy(target_rows=10_000))
+    assert planned.units
+    env = {**os.environ, **settings.to_env(), "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": str(REPO / "include"), "SPARK_LOCAL_IP": "127.0.0.1",
+           "SEGLAKE_COMPACTION_PROTECTION": "0", "SEGLAKE_COMPACTION_MIN_SEGMENT_ROWS": "1000"}
+    job = subprocess.run(
+        [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]",
+         "--conf", "spark.ui.enabled=false", str(REPO / "spark" / "jobs" / "compact.py"),
+         "--collection", "s", "--target-rows", "10000"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert exact(meta, store, "s") == before
+    last = compaction.last_run(meta, planned.collection_id)
+    assert last["engine"] == "spark" and last["counts"]["committed"] == len(planned.units)
+    assert [u["unit_id"] for u in last["plan"]["units"]] == [u.unit_id for u in planned.units]
+    assert compaction.plan(meta, store, "s", policy(target_rows=10_000)).units == []
