@@ -9,7 +9,7 @@ import msgspec
 
 from seglake.errors import SeglakeError
 
-SCHEMA_VERSION = 2      # the newest record version this seglake reads (writes: see encode_struct)
+SCHEMA_VERSION = 3      # the newest record version this seglake reads (writes: see encode_struct)
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -34,13 +34,14 @@ _DECODERS: dict[type, msgspec.json.Decoder] = {}
 _PREFIXES = {v: b'{"v":%d,' % v for v in range(1, SCHEMA_VERSION + 1)}
 _PREFIX = _PREFIXES[1]
 T = TypeVar("T")
+_KNOWN = tuple(_PREFIXES.values())   # records of a version this seglake reads: decoded at once
 
 
 def encode_struct(obj: msgspec.Struct) -> bytes:
     """A typed record as JSON with its schema version first: {"v":1,...}, or the version
     the record asks for (`record_version`): a record that an older seglake would
     silently rewrite without a field that matters is written as a version it refuses
-    (meta.segments.Segment with delta_partitions: v2)."""
+    (meta.segments.Segment with delta_partitions: v2; with compaction lineage: v3)."""
     prefix = _PREFIXES[getattr(obj, "record_version", 1)]
     body = _ENCODER.encode(obj)
     return prefix + body[1:] if body != b"{}" else prefix[:-1] + b"}"
@@ -48,7 +49,7 @@ def encode_struct(obj: msgspec.Struct) -> bytes:
 
 def decode_struct(raw: bytes, typ: type[T], key: str = "") -> T:
     """Typed decode (unknown fields such as "v" are skipped; newer versions refused)."""
-    if not raw.startswith(_PREFIX) and not raw.startswith(_PREFIXES[SCHEMA_VERSION]):
+    if not raw.startswith(_KNOWN):
         decode(raw, key)  # raises a clear error for corrupt or newer records
     dec = _DECODERS.get(typ)
     if dec is None:

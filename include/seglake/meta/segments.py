@@ -86,7 +86,13 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def record_version(self) -> int:
         """v2 with delta_partitions: a seglake before it would rewrite the record without
-        the map (and then read a copy's deletes in the wrong partitions); it refuses v2."""
+        the map (and then read a copy's deletes in the wrong partitions); it refuses v2.
+        v3 with compaction lineage: a seglake before compaction would rewrite an input
+        without `compacted_to`, and its flusher does not take a compaction output's
+        row high-water mark (a 0-row output has no binlogs) and could replay rows the
+        compaction dropped; it refuses v3."""
+        if self.compacted_from or self.compacted_to is not None:
+            return 3
         return 1 if self.delta_partitions is None else 2
 
     @property
