@@ -67,6 +67,12 @@ def milvus_client(python, address: str, *ops: dict, timeout: float = 120) -> lis
 
 
 @pytest.fixture
+def milvus_at(milvus_python):
+    """A callable running ops against the Milvus at an address."""
+    return lambda address, *ops, **kw: milvus_client(milvus_python, address, *ops, **kw)
+
+
+@pytest.fixture
 def milvus(milvus_server, milvus_python):
     """A callable running ops against the worker's Milvus."""
     return lambda *ops, **kw: milvus_client(milvus_python, milvus_server.address, *ops, **kw)

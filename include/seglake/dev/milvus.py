@@ -14,11 +14,15 @@ pid file, own session, watchdog, bounded wait, stopped by pid).
   SeaweedFS; Milvus creates the bucket) or on local disk. Keys only in the 0600 config file,
   never in an argument, the environment of a log line, or a repr.
 - Every listening port is picked here (proxy, proxy internal, metrics/healthz, each
-  coordinator's and node's gRPC port); every `<role>.ip` is 127.0.0.1.
+  coordinator's and node's gRPC port): no default port (19530, 9091, 2379) is ever bound.
 - The pid file clash: Milvus 2.3 always writes its pid file to /run/milvus (or /tmp/milvus),
   named `<role>.pid`, or `<role>-<alias>.pid` with `--alias` (cmd/milvus/util.go
   getPidFileName; MILVUS_RUN_DIR, which the wheel sets, is not read by 2.3.5). Each server
-  runs with a unique alias, so two servers never write, lock or remove each other's file.
+  runs with a unique alias, so two servers never write, lock or remove each other's file; a
+  SIGKILLed server's file is swept (only `seglake-` aliases, only when its pid is dead).
+- Milvus 2.3.5 has no listen-address setting: its gRPC servers and metrics server bind
+  ":port" (all interfaces). Every `<role>.ip` is 127.0.0.1, so every address it registers
+  in etcd (and so every address any component or client is sent to) is loopback.
 - `common.gracefulStopTimeout` is small (5 s): SIGTERM then exits within it; stop() escalates to
   SIGKILL after `stop_timeout`.
 """
@@ -46,6 +50,29 @@ _PORT_ITEMS = {"proxy_port": "proxy", "proxy_internal_port": "proxy_internal",
                "query_node_port": "query_node", "index_coord_port": "index_coord",
                "index_node_port": "index_node", "data_coord_port": "data_coord",
                "data_node_port": "data_node"}
+
+
+PID_DIRS = (Path("/run/milvus"), Path("/tmp/milvus"))   # Milvus 2.3 falls back to /tmp/milvus
+ALIAS_PREFIX = "seglake-"
+
+
+def sweep_stale_pid_files() -> list[Path]:
+    """Remove Milvus pid files of servers this project started (alias `seglake-...`) whose
+    process is gone: a SIGKILLed Milvus cannot remove its own. Never another's file, never
+    one whose pid is alive."""
+    from seglake.dev.devstack import pid_alive
+
+    gone = []
+    for d in PID_DIRS:
+        for f in d.glob(f"standalone-{ALIAS_PREFIX}*.pid") if d.is_dir() else ():
+            try:
+                pid = int(f.read_text().strip() or 0)
+            except (OSError, ValueError):
+                continue
+            if pid and not pid_alive(pid):
+                f.unlink(missing_ok=True)
+                gone.append(f)
+    return gone
 
 
 class MilvusUnavailable(RuntimeError):
@@ -103,7 +130,7 @@ class MilvusServer(Server):
         if self.s3 and not self.s3.endpoint.startswith(("http://127.0.0.1:", "http://localhost:")):
             raise ValueError(f"loopback only: S3 endpoint {self.s3.endpoint!r}")
         self.etcd_root = self.etcd_root or f"milvus-{uuid.uuid4().hex[:8]}"
-        self.alias = self.alias or f"seglake-{uuid.uuid4().hex[:10]}"
+        self.alias = self.alias or f"{ALIAS_PREFIX}{uuid.uuid4().hex[:10]}"
         taken = set(self.ports.values())
         for k in ("metrics", *_PORT_ITEMS.values()):
             while k not in self.ports:
@@ -190,6 +217,7 @@ class MilvusServer(Server):
     def start(self, timeout: float = 120.0, detach: bool = False) -> "MilvusServer":
         if not self.prepared:
             self.prepare()
+        sweep_stale_pid_files()
         self.started_at = time.time()
         self.launch(detach).wait_healthy(timeout)
         self.healthy_after = time.time() - self.started_at
@@ -209,4 +237,7 @@ class MilvusServer(Server):
         return 0
 
     def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (Milvus stops within gracefulStopTimeout and removes its pid file), then
+        SIGKILL after `timeout`; its pid file is removed if a kill left it."""
         super().stop(timeout)
+        sweep_stale_pid_files()
