@@ -241,3 +241,106 @@ class MilvusServer(Server):
         SIGKILL after `timeout`; its pid file is removed if a kill left it."""
         super().stop(timeout)
         sweep_stale_pid_files()
+
+
+# ------------------------------------------------------------------ make milvus-up/down/status
+class MilvusStack:
+    """A developer's Milvus (`make milvus-up`): the stack's etcd (`make up`, rootPath
+    `seglake-dev-milvus`) + a SeaweedFS of its own (bucket `milvus`, rootPath `files`) + Milvus,
+    all detached, state under $SEGLAKE_HOME/milvus: `stack.json` (0600: it holds the S3 keys)
+    keeps the ports and the alias, so `down`/`status` from another process find them."""
+
+    ETCD_ROOT = "seglake-dev-milvus"
+
+    def __init__(self, base: Path, etcd_endpoint: str):
+        self.base, self.etcd_endpoint = base, etcd_endpoint
+        self.state_file = base / "stack.json"
+
+    def _servers(self):
+        from seglake.dev.devstack import WeedServer
+
+        st = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+        weed = WeedServer(state_dir=self.base / "weed", ports=st.get("weed_ports", {}),
+                          secret_key=st.get("secret_key", ""))
+        milvus = MilvusServer(state_dir=self.base / "server", etcd_endpoint=st.get("etcd", self.etcd_endpoint),
+                              etcd_root=self.ETCD_ROOT, ports=st.get("milvus_ports", {}),
+                              alias=st.get("alias", ""),
+                              s3=S3Target(endpoint=weed.endpoint, bucket="milvus", root_path="files",
+                                          access_key=weed.access_key, secret_key=weed.secret_key))
+        if not st:
+            self.base.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.state_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"weed_ports": weed.ports, "secret_key": weed.secret_key, "etcd": self.etcd_endpoint,
+                           "milvus_ports": milvus.ports, "alias": milvus.alias}, f)
+        return weed, milvus
+
+    def up(self, timeout: float = 120.0) -> dict:
+        from seglake.dev.devstack import EtcdServer  # noqa: F401 - the stack's etcd is `make up`'s
+
+        weed, milvus = self._servers()
+        if not weed.running_pid():
+            weed.start(timeout=60, detach=True)
+        if not milvus.running_pid():
+            milvus.start(timeout=timeout, detach=True)
+            print(f"milvus started in {milvus.healthy_after:.1f}s")
+        return self.status()
+
+    def down(self) -> list[str]:
+        if not self.state_file.exists():
+            return []
+        weed, milvus = self._servers()
+        stopped = []
+        for s in (milvus, weed):
+            pid = s.running_pid()
+            if pid:
+                s.stop(timeout=20)
+                stopped.append(f"{s.name} (pid {pid})")
+        return stopped
+
+    def status(self) -> dict:
+        if not self.state_file.exists():
+            return {"milvus": "down", "s3": "down"}
+        weed, milvus = self._servers()
+        mp, wp = milvus.running_pid(), weed.running_pid()
+        return {"milvus": "up" if mp and milvus.healthy() else "down", "pid": mp,
+                "address": milvus.address, "healthz": milvus.healthz, "etcd": milvus.etcd_endpoint,
+                "etcd_root": milvus.etcd_root, "alias": milvus.alias,
+                "s3": "up" if wp and weed.healthy() else "down", "s3_pid": wp, "s3_endpoint": weed.endpoint,
+                "bucket": "milvus", "root_path": "files", "rss_mib": round(milvus.rss_bytes() / 2**20),
+                "dir": str(self.base)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m seglake.dev.milvus up|down|status (make milvus-up / milvus-down / milvus-status)."""
+    import argparse
+
+    from seglake.config import DEFAULT_HOME, Settings
+
+    ap = argparse.ArgumentParser(prog="seglake.dev.milvus")
+    ap.add_argument("action", choices=["up", "down", "status"])
+    ap.add_argument("--timeout", type=float, default=120.0)
+    a = ap.parse_args(argv)
+    s = Settings.load()
+    stack = MilvusStack(Path(DEFAULT_HOME) / "milvus", s.etcd_endpoint)
+    if a.action == "up":
+        try:
+            st = stack.up(a.timeout)
+        except MilvusUnavailable as e:
+            print(f"cannot run Milvus here: {e}")
+            return 2
+    elif a.action == "down":
+        stopped = stack.down()
+        print("stopped: " + ", ".join(stopped) if stopped else "milvus not running: nothing to stop")
+        return 0
+    else:
+        st = stack.status()
+    for k, v in st.items():
+        print(f"{k}: {v}")
+    return 0 if st.get("milvus") == "up" else 3
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
