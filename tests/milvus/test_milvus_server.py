@@ -82,6 +82,8 @@ def test_server_healthy_on_its_own_loopback_ports(milvus_server, milvus):
     assert secret not in cmdline and secret not in environ
     assert (milvus_server.state_dir / "configs" / "milvus.yaml").stat().st_mode & 0o077 == 0
     assert secret not in milvus_server.log_file.read_bytes()
+    for f in (milvus_server.state_dir / "logs").rglob("*"):
+        assert not f.is_file() or secret not in f.read_bytes(), f
     print(f"\nMILVUS rss {milvus_server.rss_bytes() / 2**20:.0f} MiB, "
           f"start-to-healthy {milvus_server.healthy_after:.1f}s")
 
