@@ -53,7 +53,10 @@ def milvus_server(milvus_python, etcd_server, s3_server, tmp_path_factory):
     print(f"\nMILVUS prepare {prepare_s:.1f}s, start-to-healthy {server.healthy_after:.1f}s, "
           f"rss {server.rss_bytes() / 2**20:.0f} MiB")
     yield server
+    t0 = time.time()
     server.stop()
+    print(f"\nMILVUS stop {time.time() - t0:.2f}s (rc via SIGTERM, gracefulStopTimeout "
+          f"{server.graceful_stop}s)")
 
 
 def milvus_client(python, address: str, *ops: dict, timeout: float = 120) -> list:
