@@ -12,7 +12,7 @@ from botocore.config import Config
 from seglake.meta.kv import KV
 from seglake.milvus.etcdmeta import MilvusMeta
 
-pytestmark = [pytest.mark.etcd, pytest.mark.s3]
+pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
 
 
 def test_collection_partitions_and_flushed_segments(milvus, milvus_server, s3_server):

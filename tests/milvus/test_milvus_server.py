@@ -17,7 +17,7 @@ import pytest
 
 from seglake.dev.devstack import pid_alive
 
-pytestmark = [pytest.mark.etcd, pytest.mark.s3]
+pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:

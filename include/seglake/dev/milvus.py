@@ -75,6 +75,20 @@ def sweep_stale_pid_files() -> list[Path]:
     return gone
 
 
+def _bindable_wildcard(port: int) -> bool:
+    import socket
+
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            with socket.socket(family) as sock:
+                sock.bind((addr, port))
+        except OSError as e:
+            if family == socket.AF_INET6 and e.errno == 97:  # no IPv6 here
+                continue
+            return False
+    return True
+
+
 class MilvusUnavailable(RuntimeError):
     """The machine cannot run the Milvus test server (no venv and it cannot be made)."""
 
@@ -118,6 +132,7 @@ class MilvusServer(Server):
     graceful_stop: int = 5
     alias: str = ""
     prepared: dict = field(default_factory=dict)
+    _given_ports: dict = field(default_factory=dict, repr=False)
     started_at: float = 0.0
     healthy_after: float = 0.0   # seconds from launch to the first healthy /healthz
 
@@ -131,11 +146,19 @@ class MilvusServer(Server):
             raise ValueError(f"loopback only: S3 endpoint {self.s3.endpoint!r}")
         self.etcd_root = self.etcd_root or f"milvus-{uuid.uuid4().hex[:8]}"
         self.alias = self.alias or f"{ALIAS_PREFIX}{uuid.uuid4().hex[:10]}"
+        self._given_ports = dict(self.ports)
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        """Every port not given: free on loopback AND on the wildcard address, since Milvus
+        2.3.5 binds ":port" (a port another process holds on another address would pass a
+        127.0.0.1-only check)."""
+        self.ports = dict(self._given_ports)
         taken = set(self.ports.values())
         for k in ("metrics", *_PORT_ITEMS.values()):
             while k not in self.ports:
                 p = free_port()
-                if p not in taken:
+                if p not in taken and _bindable_wildcard(p):
                     self.ports[k] = p
                     taken.add(p)
 
@@ -214,14 +237,31 @@ class MilvusServer(Server):
         except Exception:  # noqa: BLE001 - not up yet
             return False
 
-    def start(self, timeout: float = 120.0, detach: bool = False) -> "MilvusServer":
-        if not self.prepared:
-            self.prepare()
+    def start(self, timeout: float = 120.0, detach: bool = False, attempts: int = 3) -> "MilvusServer":
+        """Prepare (once), launch, bounded wait for /healthz. A port taken between the pick
+        and Milvus's bind (another process on this shared machine; Milvus then panics with
+        "bind: address already in use") is retried with fresh ports, `attempts` times."""
         sweep_stale_pid_files()
-        self.started_at = time.time()
-        self.launch(detach).wait_healthy(timeout)
-        self.healthy_after = time.time() - self.started_at
-        return self
+        for attempt in range(1, attempts + 1):
+            if not self.prepared:
+                self.prepare()
+            self.started_at = time.time()
+            log_at = self.log_file.stat().st_size if self.log_file.exists() else 0
+            try:
+                self.launch(detach).wait_healthy(timeout)
+            except RuntimeError as e:
+                with open(self.log_file, "rb") as f:
+                    f.seek(log_at)
+                    clash = b"bind: address already in use" in f.read()
+                if not clash or attempt == attempts or len(self._given_ports) > 0:
+                    raise
+                sweep_stale_pid_files()
+                self._pick_ports()
+                self.prepared = {}
+                continue
+            self.healthy_after = time.time() - self.started_at
+            return self
+        raise AssertionError("unreachable")
 
     def rss_bytes(self) -> int:
         """Resident memory of the server's process group (the binary has no children)."""
@@ -268,12 +308,15 @@ class MilvusStack:
                               s3=S3Target(endpoint=weed.endpoint, bucket="milvus", root_path="files",
                                           access_key=weed.access_key, secret_key=weed.secret_key))
         if not st:
-            self.base.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.state_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump({"weed_ports": weed.ports, "secret_key": weed.secret_key, "etcd": self.etcd_endpoint,
-                           "milvus_ports": milvus.ports, "alias": milvus.alias}, f)
+            self._save(weed, milvus)
         return weed, milvus
+
+    def _save(self, weed, milvus) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.state_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"weed_ports": weed.ports, "secret_key": weed.secret_key, "etcd": milvus.etcd_endpoint,
+                       "milvus_ports": milvus.ports, "alias": milvus.alias}, f)
 
     def up(self, timeout: float = 120.0) -> dict:
         from seglake.dev.devstack import EtcdServer  # noqa: F401 - the stack's etcd is `make up`'s
@@ -282,7 +325,10 @@ class MilvusStack:
         if not weed.running_pid():
             weed.start(timeout=60, detach=True)
         if not milvus.running_pid():
+            if not milvus.prepared and not (milvus.state_dir / "server.json").exists():
+                milvus._given_ports = {}   # a first start may re-pick a port taken meanwhile
             milvus.start(timeout=timeout, detach=True)
+            self._save(weed, milvus)
             print(f"milvus started in {milvus.healthy_after:.1f}s")
         return self.status()
 
