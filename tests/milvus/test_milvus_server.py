@@ -155,3 +155,25 @@ def test_killed_test_process_leaves_no_server(milvus_python, etcd_server, tmp_pa
 
     sweep_stale_pid_files()
     assert _pid_file(info["alias"]) is None
+
+
+def test_port_taken_before_bind_is_retried_with_fresh_ports(milvus_python, etcd_server, tmp_path):
+    """Another process takes one of its ports between the pick and Milvus's bind (a shared
+    machine): Milvus panics with "address already in use", the start retries with fresh
+    ports instead of failing the test run."""
+    import socket
+
+    from seglake.dev.milvus import MilvusServer
+
+    m = MilvusServer(state_dir=tmp_path / "m", etcd_endpoint=etcd_server.endpoint)
+    squat = socket.socket()
+    squat.bind(("0.0.0.0", m.ports["proxy_internal"]))
+    squat.listen()
+    taken = m.ports["proxy_internal"]
+    try:
+        m.start(timeout=120)
+        assert m.ports["proxy_internal"] != taken and m.healthy()
+        assert b"address already in use" in m.log_file.read_bytes()
+    finally:
+        m.stop()
+        squat.close()
