@@ -10,11 +10,13 @@ pid file, own session, watchdog, bounded wait, stopped by pid).
 - The project venv cannot import `milvus`/`pymilvus` (pymilvus 2.3.5 pins grpcio 1.58, needs
   marshmallow<4): only the helper runs in .dev/milvus-venv (scripts/milvus_venv.sh makes it).
 - External etcd (`etcd.use.embed=false`: the embedded one would bind 2379/2380), each server
-  its own `etcd.rootPath` and `metastore` root; storage on S3 (`common.storageType=minio`,
+  its own `etcd.rootPath`; storage on S3 (`common.storageType=minio`,
   SeaweedFS; Milvus creates the bucket) or on local disk. Keys only in the 0600 config file,
-  never in an argument, the environment of a log line, or a repr.
+  never in an argument, its environment (AWS_*/MINIO_* are not passed on), a log line or a repr.
 - Every listening port is picked here (proxy, proxy internal, metrics/healthz, each
-  coordinator's and node's gRPC port): no default port (19530, 9091, 2379) is ever bound.
+  coordinator's and node's gRPC port), free on the wildcard address too: no default port
+  (19530, 9091, 2379) is ever bound. A port taken before Milvus binds it is retried with
+  fresh ports (start(attempts=3)).
 - The pid file clash: Milvus 2.3 always writes its pid file to /run/milvus (or /tmp/milvus),
   named `<role>.pid`, or `<role>-<alias>.pid` with `--alias` (cmd/milvus/util.go
   getPidFileName; MILVUS_RUN_DIR, which the wheel sets, is not read by 2.3.5). Each server
@@ -23,8 +25,8 @@ pid file, own session, watchdog, bounded wait, stopped by pid).
 - Milvus 2.3.5 has no listen-address setting: its gRPC servers and metrics server bind
   ":port" (all interfaces). Every `<role>.ip` is 127.0.0.1, so every address it registers
   in etcd (and so every address any component or client is sent to) is loopback.
-- `common.gracefulStopTimeout` is small (5 s): SIGTERM then exits within it; stop() escalates to
-  SIGKILL after `stop_timeout`.
+- `common.gracefulStopTimeout` is small (5 s): on SIGTERM it exits within it (rc 0; 0.1 s
+  idle, 5 s with a loaded collection); stop() escalates to SIGKILL after its timeout.
 """
 
 from __future__ import annotations
@@ -249,7 +251,7 @@ class MilvusServer(Server):
             log_at = self.log_file.stat().st_size if self.log_file.exists() else 0
             try:
                 self.launch(detach).wait_healthy(timeout)
-            except RuntimeError as e:
+            except RuntimeError:
                 with open(self.log_file, "rb") as f:
                     f.seek(log_at)
                     clash = b"bind: address already in use" in f.read()
@@ -319,8 +321,6 @@ class MilvusStack:
                        "milvus_ports": milvus.ports, "alias": milvus.alias}, f)
 
     def up(self, timeout: float = 120.0) -> dict:
-        from seglake.dev.devstack import EtcdServer  # noqa: F401 - the stack's etcd is `make up`'s
-
         weed, milvus = self._servers()
         if not weed.running_pid():
             weed.start(timeout=60, detach=True)
