@@ -177,3 +177,25 @@ def test_port_taken_before_bind_is_retried_with_fresh_ports(milvus_python, etcd_
     finally:
         m.stop()
         squat.close()
+
+
+def test_milvus_stack_up_status_down(milvus_python, etcd_server, tmp_path):
+    """`make milvus-up / milvus-status / milvus-down` (MilvusStack): detached servers found
+    again from another process's view (stack.json, 0600), stopped by pid, nothing left."""
+    from seglake.dev.milvus import MilvusStack
+
+    stack = MilvusStack(tmp_path / "milvus", etcd_endpoint=etcd_server.endpoint)
+    try:
+        st = stack.up(timeout=120)
+        assert st["milvus"] == "up" and st["s3"] == "up"
+        assert (tmp_path / "milvus" / "stack.json").stat().st_mode & 0o077 == 0
+        again = MilvusStack(tmp_path / "milvus", etcd_endpoint=etcd_server.endpoint)
+        st2 = again.status()
+        assert (st2["pid"], st2["address"], st2["alias"]) == (st["pid"], st["address"], st["alias"])
+        assert again.up()["pid"] == st["pid"]          # up again: the running one, not a second
+    finally:
+        stopped = MilvusStack(tmp_path / "milvus", etcd_endpoint=etcd_server.endpoint).down()
+    assert len(stopped) == 2
+    assert not pid_alive(st["pid"]) and not pid_alive(st["s3_pid"])
+    assert _pid_file(st["alias"]) is None
+    assert stack.status()["milvus"] == "down"
