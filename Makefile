@@ -20,9 +20,20 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-fast bench up down status clean cluster-up cluster-down cluster-status demo-cluster
+.PHONY: setup demo test test-fast bench up down status clean cluster-up cluster-down cluster-status demo-cluster \
+	milvus-venv milvus-up milvus-down milvus-status
 
-setup: $(STAMP) $(AIRFLOW_READY)
+setup: $(STAMP) $(AIRFLOW_READY) milvus-venv
+
+# The real Milvus 2.3.5 (PyPI `milvus` wheel) and pymilvus live in their own venv (they pin
+# grpcio 1.58 and need marshmallow<4): made once, a no-op when present (a stamp file).
+MILVUS_VENV := $(DEV)/milvus-venv
+MILVUS_READY := $(MILVUS_VENV)/.seglake-ready
+milvus-venv: $(MILVUS_READY)
+
+$(MILVUS_READY): scripts/milvus_venv.sh
+	scripts/milvus_venv.sh $(MILVUS_VENV) >/dev/null
+	touch $@
 
 $(STAMP): requirements.txt pyproject.toml scripts/install_system.sh
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -48,6 +59,17 @@ down:
 
 status:
 	@seglake stack status
+
+# A developer's Milvus standalone on loopback against the stack's etcd (make up) and a
+# SeaweedFS of its own; state in .dev/milvus (see seglake.dev.milvus.MilvusStack).
+milvus-up: up milvus-venv
+	$(PY) -m seglake.dev.milvus up
+
+milvus-down:
+	@if [ -x $(PY) ]; then $(PY) -m seglake.dev.milvus down; else echo "nothing to stop"; fi
+
+milvus-status:
+	@$(PY) -m seglake.dev.milvus status
 
 demo: setup
 	scripts/demo.sh
@@ -89,5 +111,5 @@ bench: setup
 	$(PY) bench/export.py
 	$(PY) bench/scale.py
 
-clean: down cluster-down
+clean: milvus-down down cluster-down
 	rm -rf $(DEV)

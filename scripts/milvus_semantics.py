@@ -290,7 +290,9 @@ class Stack:
             "LD_LIBRARY_PATH": f"{self.bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}",
         })
         self.milvus = subprocess.Popen(
-            [str(exe), "run", "standalone"], env=env, cwd=self.work,
+            # --alias: Milvus 2.3.5 ignores MILVUS_RUN_DIR; its pid file is always in /run/milvus,
+            # named standalone-<alias>.pid with an alias (else shared by every instance)
+            [str(exe), "run", "standalone", f"--alias=semantics-{os.getpid()}"], env=env, cwd=self.work,
             stdout=open(logs / "milvus-stdout.log", "w"),
             stderr=open(logs / "milvus-stderr.log", "w"), start_new_session=True)
         print(f"[stack] etcd pid {self.etcd.pid} :{etcd_client}, milvus pid {self.milvus.pid} "

@@ -97,7 +97,12 @@ def pytest_xdist_make_scheduler(config, log):
 
     class LayerScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "heavy" if _layer(nodeid) in HEAVY_LAYERS else nodeid.split("::")[0]
+            layer = _layer(nodeid)
+            if layer in HEAVY_LAYERS:
+                return "heavy"
+            # the Milvus layer's files share one worker, so one session Milvus (~200 MiB)
+            # serves them all instead of one per worker
+            return "milvus" if layer == "milvus" else nodeid.split("::")[0]
 
     return LayerScheduling(config, log)
 

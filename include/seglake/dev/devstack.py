@@ -375,6 +375,10 @@ class WeedServer(Server):
             f"-master.port={p['master']}", f"-volume.port={p['volume']}", f"-filer.port={p['filer']}",
             f"-s3.port={p['s3']}", f"-admin.port={p['admin']}", f"-webdav.port={p['webdav']}",
             "-admin.ui=false",
+            # weed 4.x also serves an Iceberg REST catalog (fixed port 8181) and a Lance
+            # namespace (9101): unused here, and a second weed on the machine failed with
+            # "bind: address already in use" on them
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
         ]
 
     def healthy(self) -> bool:
