@@ -85,6 +85,13 @@ run_dag wal_flush_restored wal_flush '{"pchannel": "all", "flush_all": true, "en
 python scripts/demo_wal.py restored-check
 run_dag wal_snapshot_drop snapshot_drop '{"collection": "demo_wal", "name": "demo_wal_snap"}'
 echo
+echo "== 7d. compaction through 'airflow dags test': the WAL's small segments and delete logs merged, deleted rows dropped"
+seglake segments list demo_wal
+run_dag compaction compaction '{"collection": "demo_wal", "engine": "inline", "protection_seconds": 0}'
+grep -E "compaction .*: " "$AIRFLOW_HOME/demo-compaction.log" | grep -v "^\s*$" | tail -2 | sed -E 's/ \[airflow.*$//' || true
+seglake segments list demo_wal
+python scripts/demo_wal.py check
+echo
 echo "== 8. drop_collection: begin (Dropping + DropCollection messages), wal_flush releases the vchannels, finish"
 run_dag drop_begin drop_collection '{"collection": "demo_wal", "wait_for_flush": false}'
 run_dag wal_flush_drop wal_flush '{"pchannel": "all", "engine": "inline"}'
