@@ -1,7 +1,8 @@
 """S3 store (boto3): paginated listing, server-side copy, DeleteObjects in 1000s.
 
-One file on purpose (~560 lines): it is one backend of the Store contract; listing,
-copies and multipart uploads share one client, its retries and its error mapping.
+One file on purpose (~660 lines): it is one backend of the Store contract; listing,
+copies and multipart uploads share one client, its retries (_do: every request) and
+its error mapping.
 
 Copies never move an object's bytes through this process: CopyObject up to
 MAX_COPY_OBJECT (S3's 5 GiB limit), above it (and for any source uploaded in parts) an

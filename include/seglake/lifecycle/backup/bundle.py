@@ -13,6 +13,10 @@ own credentials), never the store it backs up. Files are content-addressed:
 A bundle exists only once COMMITTED names the SHA-256 of its bundle.json, and that is
 written only after every data file the bundle lists is in the target, complete and
 checked. A bundle alone (no etcd, no source store) is enough to restore.
+
+One unit (~450 lines): the format, its checks and the content helpers that write and
+read data files (hashed on the way) are one contract; export, import, verify and prune
+all go through it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@
     -> write bundle.json, then the commit marker (the bundle exists from then on)
     -> unpin; record what was done in etcd ({root}/backup/exports/...)
 
-One unit (a little over 400 lines): the export's steps share the run's pin lease, plan,
+One unit (~520 lines): the export's steps share the run's pin lease, plan,
 progress and throttle; the helpers below are the export's own.
 
 Resumable and idempotent: a re-run after a kill reuses every data file already in the
