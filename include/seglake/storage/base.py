@@ -73,6 +73,9 @@ class DeleteOutcome:
 
 class Store(abc.ABC):
     uri: str
+    # True when the ObjectInfo put/put_writer return is what a listing of the object says
+    # (its size and mtime, no ETag), so a caller may keep it instead of asking again
+    put_info_as_listed: bool = False
 
     @abc.abstractmethod
     def list(self, prefix: str = "", report_unreadable: bool = False) -> Iterator[ObjectInfo]:

@@ -49,6 +49,10 @@ _IN_PLACE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _CLOEX
 
 
 class LocalStore(Store):
+    # what put/put_writer return (size, mtime of the file written: its rename keeps them)
+    # is what a later listing says of it, unless the object is written again
+    put_info_as_listed = True
+
     def __init__(self, root: str | os.PathLike, delete_threads: int = 8):
         self.root = Path(root).expanduser().resolve()
         try:

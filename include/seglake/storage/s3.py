@@ -1,7 +1,8 @@
 """S3 store (boto3): paginated listing, server-side copy, DeleteObjects in 1000s.
 
-One file on purpose (~560 lines): it is one backend of the Store contract; listing,
-copies and multipart uploads share one client, its retries and its error mapping.
+One file on purpose (~660 lines): it is one backend of the Store contract; listing,
+copies and multipart uploads share one client, its retries (_do: every request) and
+its error mapping.
 
 Copies never move an object's bytes through this process: CopyObject up to
 MAX_COPY_OBJECT (S3's 5 GiB limit), above it (and for any source uploaded in parts) an
@@ -18,8 +19,10 @@ import datetime
 import hashlib
 import io
 import os
+import random
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate
 from typing import BinaryIO, Iterable, Iterator
@@ -40,6 +43,45 @@ SPOOL_BYTES = 8 << 20           # put_writer keeps up to this much in memory, th
 _MD5 = re.compile(r"[0-9a-f]{32}")
 _CLIENT_LOCK = threading.Lock()  # S3Store.client: one client per store, built once
 _MULTIPART = re.compile(r"([0-9a-f]{32})-([0-9]{1,5})")
+
+# Transient failures (a server restarting, overloaded or briefly unreachable) are retried
+# here, on every request the store makes, with a bounded exponential backoff: botocore's
+# own retries share one per-client quota that a restart under a dozen threads drains, and
+# then every call failed at once (a GC sweep child failed on a SeaweedFS InternalError
+# right after a restart). What is retried is a whole request (a listing page with its own
+# continuation token, never "the rest of a listing"), so a retried listing is still the
+# complete listing or an error: nothing ever passes a partial view for complete.
+RETRY_ATTEMPTS = 8       # tries of one request, the first included
+RETRY_BASE = 0.25        # seconds before the first retry; doubling, with jitter
+RETRY_CAP = 4.0          # the longest wait between two tries (~12 s of waits in all, at most ~16 s)
+TRANSIENT_CODES = frozenset({
+    "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "RequestTimeoutException",
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled", "TooManyRequests",
+    "TooManyRequestsException", "PriorRequestNotComplete", "BandwidthLimitExceeded", "EC2ThrottledException",
+    "500", "502", "503", "504"})
+
+
+def transient(e: BaseException) -> bool:
+    """True for a failure a retry of the same request may not meet: a 5xx or throttling
+    answer, a connection refused / reset / timed out, a body cut off mid-read. A 4xx
+    answer (not found, denied, precondition failed) and a TLS failure are not."""
+    from botocore.exceptions import (
+        ClientError, ConnectionError as BotoConnectionError, HTTPClientError, IncompleteReadError, SSLError)
+
+    if isinstance(e, ClientError):
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return code in TRANSIENT_CODES or status >= 500
+    if isinstance(e, SSLError):
+        return False
+    return isinstance(e, (BotoConnectionError, HTTPClientError, IncompleteReadError))
+
+
+def backoff(attempt: int) -> float:
+    """The wait before try `attempt + 1` (attempt >= 1): RETRY_BASE doubling up to
+    RETRY_CAP, full jitter on its upper half (threads hitting one restart spread out)."""
+    step = min(RETRY_CAP, RETRY_BASE * 2 ** (attempt - 1))
+    return step / 2 + random.random() * step / 2
 
 
 def _etag(answer: dict) -> str:
@@ -143,7 +185,9 @@ class S3Store(Store):
             a = self._client_args
             kwargs = dict(region_name=a["region"] or None,
                           config=Config(max_pool_connections=a["max_pool"],
-                                        retries={"max_attempts": 5, "mode": "standard"},
+                                        # a quick retry of its own (a stale pooled connection);
+                                        # the backoff across an outage is _do's
+                                        retries={"max_attempts": 2, "mode": "standard"},
                                         s3={"addressing_style": "path"}))
             if a["endpoint"]:
                 kwargs["endpoint_url"] = a["endpoint"]
@@ -170,17 +214,25 @@ class S3Store(Store):
                 return NotFound(f"object {key!r} not found in {self.uri}")
             if code in ("NoSuchBucket",):
                 return SeglakeError(f"bucket {self.bucket!r} does not exist ({self.uri})")
+            if transient(e):
+                return Unavailable(f"S3 {what} {key!r} failed after {RETRY_ATTEMPTS} tries: {code} "
+                                   f"{e.response.get('Error', {}).get('Message', '')}")
             return SeglakeError(f"S3 {what} {key!r} failed: {code} {e.response.get('Error', {}).get('Message', '')}")
         if isinstance(e, BotoCoreError):
             return Unavailable(f"S3 {what} {key!r} failed: {e}")
         return e
 
     def _do(self, what: str, key: str, fn):
+        """fn() (one request), retried while it fails transiently (see `transient`), at
+        most RETRY_ATTEMPTS tries; then, or on any other boto error, the typed error."""
         from botocore.exceptions import BotoCoreError, ClientError
-        try:
-            return fn()
-        except (ClientError, BotoCoreError) as e:
-            raise self._err(e, what, key) from None
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                return fn()
+            except (ClientError, BotoCoreError) as e:
+                if attempt == RETRY_ATTEMPTS or not transient(e):
+                    raise self._err(e, what, key) from None
+            time.sleep(backoff(attempt))
 
     # Store ------------------------------------------------------------------------------
     def list(self, prefix: str = "", report_unreadable: bool = False) -> Iterator[ObjectInfo]:
@@ -189,27 +241,34 @@ class S3Store(Store):
 
     def _pages(self, full: str, delimiter: bool = False) -> Iterator[dict]:
         """Every page of one ListObjectsV2 of the exact bucket prefix `full`, or an error:
-        a failed page raises (after boto's retries), and so does a page that says more
-        follow without a continuation token (boto's paginator would end there quietly,
+        each page is one request (retried as such by _do: the same continuation token
+        again, so a retried page can neither skip nor repeat), a page that still fails
+        raises, and so does a page that says more follow without a continuation token
+        (boto's paginator would end there quietly,
         and a listing must never pass for complete when it is not) or that names a key
         outside `full` (cut to the store's key space, it would name another object)."""
-        kwargs = {"Bucket": self.bucket, "Prefix": full, "PaginationConfig": {"PageSize": 1000}}
+        kwargs = {"Bucket": self.bucket, "Prefix": full, "MaxKeys": 1000}
         if delimiter:
             kwargs["Delimiter"] = "/"
-        it = iter(self.client.get_paginator("list_objects_v2").paginate(**kwargs))
+        token = None
         while True:
-            page = self._do("list", self._rel(full), lambda: next(it, None))
-            if page is None:
-                return
+            ask = dict(kwargs, ContinuationToken=token) if token else kwargs
+            page = self._do("list", self._rel(full), lambda: self.client.list_objects_v2(**ask))
             names = [o["Key"] for o in page.get("Contents", [])] + [p["Prefix"] for p in page.get("CommonPrefixes", [])]
             stray = next((n for n in names if not n.startswith(full)), None)
             if stray is not None:
                 raise Unavailable(f"S3 list {self._rel(full)!r} in {self.uri} answered {stray!r}, outside the prefix "
                                   f"{full!r}: the listing cannot be trusted")
             yield page
-            if page.get("IsTruncated") and not page.get("NextContinuationToken"):
+            if not page.get("IsTruncated"):
+                return
+            if not page.get("NextContinuationToken"):
                 raise Unavailable(f"S3 list {self._rel(full)!r} in {self.uri}: a page says more objects follow "
                                   "but gives no continuation token: the listing is incomplete")
+            if page["NextContinuationToken"] == token:  # (boto's paginator refused this too)
+                raise Unavailable(f"S3 list {self._rel(full)!r} in {self.uri}: a page repeats its own continuation "
+                                  "token: the listing would not end")
+            token = page["NextContinuationToken"]
 
     def _list_full(self, full: str) -> Iterator[ObjectInfo]:
         """Every object under the exact bucket prefix `full`, keys exactly as listed."""
@@ -312,8 +371,8 @@ class S3Store(Store):
         return ObjectInfo(normalize_key(key), r["ContentLength"], r["LastModified"].timestamp())
 
     def get(self, key: str) -> bytes:
-        r = self._do("get", key, lambda: self.client.get_object(Bucket=self.bucket, Key=self._full(key)))
-        return r["Body"].read()
+        # the body's read inside the retried request: a connection cut mid-body is retried too
+        return self._do("get", key, lambda: self.client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"].read())
 
     def open_read(self, key: str) -> BinaryIO:
         return io.BytesIO(self.get(key))
@@ -331,8 +390,11 @@ class S3Store(Store):
 
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as buf:
             write(buf)
-            buf.seek(0)
-            self._do("put", key, lambda: self.client.upload_fileobj(buf, self.bucket, self._full(key)))
+
+            def upload():
+                buf.seek(0)  # each try uploads the whole buffer again
+                self.client.upload_fileobj(buf, self.bucket, self._full(key))
+            self._do("put", key, upload)
         return self.head(key)
 
     def copy(self, src: str, dst: str, atomic: bool = True) -> ObjectInfo:
@@ -385,17 +447,19 @@ class S3Store(Store):
         tags), or above MAX_COPY_OBJECT, goes through copy_checked."""
         if not src.md5 or src.size > MAX_COPY_OBJECT:
             return self.copy_checked(src.key, dst)
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import ClientError
 
-        try:
-            r = self.client.copy_object(Bucket=self.bucket, Key=self._full(dst), CopySourceIfMatch=f'"{src.etag}"',
-                                        CopySource={"Bucket": self.bucket, "Key": self._full(src.key)})
-        except (ClientError, BotoCoreError) as e:
-            code = e.response.get("Error", {}).get("Code", "") if isinstance(e, ClientError) else ""
-            if code in ("PreconditionFailed", "412"):
-                raise ChecksumMismatch(f"copy of {src.key} to {dst}: the source changed after it was listed "
-                                       f"(its ETag is no longer {src.etag})") from None
-            raise self._err(e, "copy", src.key) from None
+        def copy():
+            try:
+                return self.client.copy_object(
+                    Bucket=self.bucket, Key=self._full(dst), CopySourceIfMatch=f'"{src.etag}"',
+                    CopySource={"Bucket": self.bucket, "Key": self._full(src.key)})
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code", "") in ("PreconditionFailed", "412"):
+                    raise ChecksumMismatch(f"copy of {src.key} to {dst}: the source changed after it was listed "
+                                           f"(its ETag is no longer {src.etag})") from None
+                raise
+        r = self._do("copy", src.key, copy)
         self._check_copied(src.key, dst, _etag(r.get("CopyObjectResult", {})), src.md5)
         return ObjectInfo(normalize_key(dst), src.size, src.mtime), f"md5:{src.md5}"
 
@@ -408,7 +472,7 @@ class S3Store(Store):
 
     def _discard(self, key: str) -> None:
         try:
-            self.client.delete_object(Bucket=self.bucket, Key=self._full(key))
+            self._do("delete", key, lambda: self.client.delete_object(Bucket=self.bucket, Key=self._full(key)))
         except Exception:  # noqa: BLE001 - the mismatch is the failure to report
             pass
 
@@ -448,7 +512,7 @@ class S3Store(Store):
                 **upload))
         except BaseException:
             try:
-                self.client.abort_multipart_upload(**upload)
+                self._do("copy", dst, lambda: self.client.abort_multipart_upload(**upload))
             except Exception:  # noqa: BLE001 - the original failure is the one to report
                 pass
             raise
@@ -500,12 +564,26 @@ class S3Store(Store):
             raise ChecksumMismatch(f"copy of {src} to {dst}: target MD5 {got}, source {expected}")
 
     def _stream(self, key: str, offset: int, length: int) -> Iterator[bytes]:
-        """The bytes [offset, offset+length) of `key`, in STREAM_CHUNK pieces."""
-        if length <= 0:
-            return
-        r = self._do("get", key, lambda: self.client.get_object(
-            Bucket=self.bucket, Key=self._full(key), Range=f"bytes={offset}-{offset + length - 1}"))
-        yield from r["Body"].iter_chunks(STREAM_CHUNK)
+        """The bytes [offset, offset+length) of `key`, in STREAM_CHUNK pieces. A body cut
+        off mid-read (transiently) is read on from where it stopped, by a new ranged GET:
+        at most RETRY_ATTEMPTS such resumptions, each request retried by _do."""
+        from botocore.exceptions import BotoCoreError
+        end, resumed = offset + length, 0
+        while offset < end:
+            r = self._do("get", key, lambda: self.client.get_object(
+                Bucket=self.bucket, Key=self._full(key), Range=f"bytes={offset}-{end - 1}"))
+            try:
+                for chunk in r["Body"].iter_chunks(STREAM_CHUNK):
+                    offset += len(chunk)
+                    yield chunk
+            except BotoCoreError as e:
+                resumed += 1
+                if resumed >= RETRY_ATTEMPTS or not transient(e):
+                    raise self._err(e, "get", key) from None
+                time.sleep(backoff(resumed))
+                continue
+            if offset < end:  # a body shorter than its range: not the object asked for
+                raise Unavailable(f"S3 get {key!r} in {self.uri}: the answer ended {end - offset} bytes short")
 
     def delete_checked(self, objects: Iterable[str | ObjectInfo]) -> DeleteOutcome:
         """DeleteObjects in 1000s of exactly the keys given (never a normalised one; S3
@@ -537,16 +615,36 @@ class S3Store(Store):
                     getattr(out, verdict).append(o.key)
         for i in range(0, len(plain), DELETE_BATCH):
             batch = plain[i:i + DELETE_BATCH]
-            resp = self._do("delete", batch[0], lambda: self.client.delete_objects(
-                Bucket=self.bucket,
-                Delete={"Objects": [{"Key": self._full(k)} for k in batch], "Quiet": True}))
-            failed = {}
-            for err in resp.get("Errors", []):
-                if err.get("Code") not in ("NoSuchKey",):
-                    failed[self._rel(err["Key"])] = f"{err.get('Code')}: {err.get('Message')}"
+            failed = self._delete_batch(batch)
             out.errors += [DeleteError(k, e) for k, e in failed.items()]
             out.deleted += [k for k in batch if k not in failed]
         return out
+
+    def _delete_batch(self, batch: list[str]) -> dict[str, str]:
+        """DeleteObjects of `batch` (exact keys): {key: error} of the keys not deleted.
+        Keys the answer reports with a transient error (InternalError, SlowDown, ... in
+        an HTTP 200 answer: botocore retries none of them) are asked again, alone, with
+        the backoff of _do; a deleted key stays deleted, so a retry is harmless."""
+        failed: dict[str, str] = {}
+        todo = batch
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            resp = self._do("delete", todo[0], lambda: self.client.delete_objects(
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": self._full(k)} for k in todo], "Quiet": True}))
+            again = []
+            for err in resp.get("Errors", []):
+                code, key = str(err.get("Code", "")), self._rel(err["Key"])
+                if code in ("NoSuchKey",):
+                    continue
+                if code in TRANSIENT_CODES and attempt < RETRY_ATTEMPTS:
+                    again.append(key)
+                else:
+                    failed[key] = f"{code}: {err.get('Message')}"
+            if not again:
+                break
+            time.sleep(backoff(attempt))
+            todo = again
+        return failed
 
     def _still_there(self, o: ObjectInfo):
         try:
@@ -560,8 +658,7 @@ class S3Store(Store):
         return "same"
 
     def ensure_bucket(self) -> None:
-        from botocore.exceptions import ClientError
         try:
-            self.client.head_bucket(Bucket=self.bucket)
-        except ClientError:
+            self._do("head bucket", self.bucket, lambda: self.client.head_bucket(Bucket=self.bucket))
+        except SeglakeError:  # not there (or not ours to see): create it, or say why not
             self._do("create bucket", self.bucket, lambda: self.client.create_bucket(Bucket=self.bucket))

@@ -13,6 +13,10 @@ own credentials), never the store it backs up. Files are content-addressed:
 A bundle exists only once COMMITTED names the SHA-256 of its bundle.json, and that is
 written only after every data file the bundle lists is in the target, complete and
 checked. A bundle alone (no etcd, no source store) is enough to restore.
+
+One unit (~450 lines): the format, its checks and the content helpers that write and
+read data files (hashed on the way) are one contract; export, import, verify and prune
+all go through it.
 """
 
 from __future__ import annotations
@@ -107,10 +111,10 @@ def read_small(store: Store, key: str, size: int) -> bytes:
 
 
 def copy_verified(src: Store, src_key: str, dst: Store, dst_key: str, sha256_hex: str, size: int,
-                  on_chunk: Callable[[int], None] | None = None) -> None:
+                  on_chunk: Callable[[int], None] | None = None):
     """Stream src_key into dst_key, hashing what passes; the object appears only when the
     bytes' SHA-256 and size are the expected ones (a mismatch raises before it is
-    published: nothing is left under dst_key)."""
+    published: nothing is left under dst_key). Returns the written object's ObjectInfo."""
     def write(out) -> None:
         h, n = hashlib.sha256(), 0
         with src.open_read(src_key) as f:
@@ -133,9 +137,49 @@ def copy_verified(src: Store, src_key: str, dst: Store, dst_key: str, sha256_hex
                               f"to {dst_key}")
         if on_chunk is not None:
             on_chunk(len(data))
-        dst.put(dst_key, data)
-        return
-    dst.put_writer(dst_key, write)
+        return dst.put(dst_key, data)
+    return dst.put_writer(dst_key, write)
+
+
+def spool_hashed(store: Store, key: str, *, on_chunk: Callable[[int], None] | None = None):
+    """(spool, SHA-256 hex, size): the object streamed once, hashed on the way into a
+    private temporary file (unlinked from the start: nothing is left behind by a kill),
+    from which copy_verified_from writes it. The caller closes the spool."""
+    import tempfile
+
+    spool = tempfile.TemporaryFile()
+    try:
+        h, n = hashlib.sha256(), 0
+        with store.open_read(key) as f:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                h.update(chunk)
+                spool.write(chunk)
+                n += len(chunk)
+                if on_chunk is not None:
+                    on_chunk(len(chunk))
+    except BaseException:
+        spool.close()
+        raise
+    return spool, h.hexdigest(), n
+
+
+def copy_verified_from(spool, src_key: str, dst: Store, dst_key: str, sha256_hex: str, size: int,
+                       on_chunk: Callable[[int], None] | None = None):
+    """copy_verified of src_key's bytes held in `spool` (spool_hashed): hashed again as
+    they pass, the object appears only with that SHA-256 and size. Returns its ObjectInfo."""
+    def write(out) -> None:
+        spool.seek(0)
+        h, n = hashlib.sha256(), 0
+        for chunk in iter(lambda: spool.read(CHUNK), b""):
+            h.update(chunk)
+            n += len(chunk)
+            out.write(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
+        if n != size or h.hexdigest() != sha256_hex:
+            raise BundleError(f"{src_key}: spooled {n} bytes with SHA-256 {h.hexdigest()[:16]}..., expected {size} "
+                              f"bytes with {sha256_hex[:16]}...; nothing written to {dst_key}")
+    return dst.put_writer(dst_key, write)
 
 
 def blobs(target: Store) -> dict[str, int]:
@@ -179,11 +223,13 @@ def write(target: Store, doc: dict) -> dict:
     return write_marker(target, doc, write_doc(target, doc))
 
 
-def read(target: Store, db: str, collection: str, bundle: str) -> dict:
+def read(target: Store, db: str, collection: str, bundle: str, *, segments: bool = True) -> dict:
     """A committed bundle's document, checked: the marker's SHA-256 and size, the format
     and version, and that every file each segment references is listed with its size.
     NotFound when there is no bundle (or only an uncommitted one); BundleError when it
-    is damaged."""
+    is damaged. segments=False: the segment entries are not checked (only the marker,
+    format, version and file entries: check_files), for a reader of the files section
+    alone (an incremental export's known files)."""
     check_names(db, collection, bundle)
     where = f"bundle {db}.{collection}/{bundle}"
     try:
@@ -207,27 +253,13 @@ def read(target: Store, db: str, collection: str, bundle: str) -> dict:
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError as e:
         raise BundleError(f"{where}: bundle.json is unreadable: {e}") from None
-    return check(doc, where)
+    return check(doc, where) if segments else check_files(doc, where)
 
 
 def check(doc, where: str) -> dict:
     """The document's own consistency (format, version, segments <-> files)."""
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise BundleError(f"{where}: not a {FORMAT} document")
-    if doc.get("version") != VERSION:
-        raise BundleError(f"{where}: format version {doc.get('version')!r}; this seglake reads version {VERSION}")
-    files, segments = doc.get("files"), doc.get("segments")
-    if not isinstance(files, dict) or not isinstance(segments, list) or not isinstance(doc.get("snapshot"), dict):
-        raise BundleError(f"{where}: has no files, segments or snapshot section")
-    sha_ok = layout.SHA256_RE.fullmatch
-    sizes: dict[str, int] = {}
-    for key, f in files.items():
-        if not (isinstance(f, dict) and type(f.get("size")) is int and 0 <= f["size"] <= FILE_MAX
-                and isinstance(f.get("sha256"), str) and sha_ok(f["sha256"])):
-            raise BundleError(f"{where}: file entry {key!r} is invalid (size 0..{FILE_MAX}, a SHA-256)")
-        if sizes.setdefault(f["sha256"], f["size"]) != f["size"]:
-            raise BundleError(f"{where}: file {key!r} lists SHA-256 {f['sha256'][:16]}... with {f['size']} bytes, "
-                              f"another file lists it with {sizes[f['sha256']]}")
+    check_files(doc, where)
+    files, segments = doc["files"], doc["segments"]
     for i, e in enumerate(segments):
         if (bad := entries.problem(e)) is not None:
             raise BundleError(f"{where}: segment entry {i}: {bad}")
@@ -248,6 +280,28 @@ def check(doc, where: str) -> dict:
             if path not in built:
                 raise BundleError(f"{where}: segment {seg.segment_id} references {path}, which is not the key its "
                                   f"ids name (an id or a path was altered)")
+    return doc
+
+
+def check_files(doc, where: str) -> dict:
+    """The format, the version, and every file entry (a size in range, a SHA-256, one
+    size per SHA-256); the sections present. Not the segment entries (see check)."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise BundleError(f"{where}: not a {FORMAT} document")
+    if doc.get("version") != VERSION:
+        raise BundleError(f"{where}: format version {doc.get('version')!r}; this seglake reads version {VERSION}")
+    files, segments = doc.get("files"), doc.get("segments")
+    if not isinstance(files, dict) or not isinstance(segments, list) or not isinstance(doc.get("snapshot"), dict):
+        raise BundleError(f"{where}: has no files, segments or snapshot section")
+    sha_ok = layout.SHA256_RE.fullmatch
+    sizes: dict[str, int] = {}
+    for key, f in files.items():
+        if not (isinstance(f, dict) and type(f.get("size")) is int and 0 <= f["size"] <= FILE_MAX
+                and isinstance(f.get("sha256"), str) and sha_ok(f["sha256"])):
+            raise BundleError(f"{where}: file entry {key!r} is invalid (size 0..{FILE_MAX}, a SHA-256)")
+        if sizes.setdefault(f["sha256"], f["size"]) != f["size"]:
+            raise BundleError(f"{where}: file {key!r} lists SHA-256 {f['sha256'][:16]}... with {f['size']} bytes, "
+                              f"another file lists it with {sizes[f['sha256']]}")
     return doc
 
 
@@ -377,8 +431,8 @@ def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int,
                 continue
             found.append((at, d, c, b))
     for _, d, c, b in sorted(found, reverse=True):
-        try:
-            doc = read(target, d, c, b)
+        try:   # the files section is all this reads (each data file is checked in the target anyway)
+            doc = read(target, d, c, b, segments=False)
         except (BundleError, NotFound):
             continue   # a damaged bundle vouches for nothing: try the next newest
         return {(key, f["size"], f["tag"]): (f["sha256"], f.get("data_tag", "")) for key, f in doc["files"].items()

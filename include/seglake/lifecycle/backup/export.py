@@ -19,7 +19,7 @@
     -> write bundle.json, then the commit marker (the bundle exists from then on)
     -> unpin; record what was done in etcd ({root}/backup/exports/...)
 
-One unit (a little over 400 lines): the export's steps share the run's pin lease, plan,
+One unit (~520 lines): the export's steps share the run's pin lease, plan,
 progress and throttle; the helpers below are the export's own.
 
 Resumable and idempotent: a re-run after a kill reuses every data file already in the
@@ -54,6 +54,7 @@ log = logging.getLogger("seglake.backup")
 EXPORT_PIN_LEASE = 600.0   # an export's pin expires this long after its last renewal (every lease / 4)
 MADE_BY_SCHEDULE = "retention schedule"   # bundle.json `made_by` of the schedule's exports
 SWEEP_WAIT = 7200.0      # how long an export waits for a sweep of its target to end
+UNIT_FILES = 32          # files per pool task, at most
 
 
 def source_tag(info) -> str:
@@ -283,15 +284,28 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
                 counts["reused"] += 1
             prog.file_done(False)
             return
-        data = None
+        data = spool = None
         if size <= bundles.SMALL:   # one read: hash the bytes in hand, write them if the target lacks them
             data = bundles.read_small(store, path, size)
             sha, n = manifest.sha256(data), len(data)
             prog.chunk(n, False)
-        else:                       # stream twice: hash, then copy checking the hash again
-            sha, n = bundles.sha256_of(store, path, on_chunk=lambda c: prog.chunk(c, False))
-        if n != size:
-            raise SeglakeError(f"{path}: read {n} bytes, the snapshot lists {size}")
+        else:                       # one read too: hashed into a private spool the copy is written from
+            spool, sha, n = bundles.spool_hashed(store, path, on_chunk=lambda c: prog.chunk(c, False))
+        try:
+            if n != size:
+                raise SeglakeError(f"{path}: read {n} bytes, the snapshot lists {size}")
+            copied = copy_one(path, size, sha, data, spool)
+        finally:
+            if spool is not None:
+                spool.close()
+        prog.file_done(copied)
+        faults.point("export.after_file")
+
+    def copy_one(path: str, size: int, sha: str, data: bytes | None, spool) -> bool:
+        """The file's content (`data`, or the spool holding it) into data/{sha}, unless the
+        target holds that content already (another file's copy, or checked there). True
+        when it was copied. The written data file's listing (size, mtime) is kept: its
+        data tag, without a lookup per file afterwards."""
         files[path]["sha256"] = sha
         with present_lock:   # equal contents are copied once (another thread's copy failing fails the export)
             there = sha in inflight or good.get(sha, False)
@@ -307,17 +321,23 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
                 throttle.acquire(c, 0)
             if data is not None:
                 chunk(len(data))
-                target.put(layout.bundle_blob(sha), data)
-            else:
-                bundles.copy_verified(store, path, target, layout.bundle_blob(sha), sha, size, on_chunk=chunk)
+                info = target.put(layout.bundle_blob(sha), data)
+            else:   # from the spool, hashed again on the way: the data file appears only with that SHA-256
+                info = bundles.copy_verified_from(spool, path, target, layout.bundle_blob(sha), sha, size,
+                                                  on_chunk=chunk)
             with present_lock:
                 present[sha] = size
                 good[sha] = True
-                written.add(sha)
-        prog.file_done(not there)
-        faults.point("export.after_file")
+                written[sha] = info
+        return not there
 
-    written: set[str] = set()
+    def run_units(paths: list[str]) -> None:
+        """A unit of the pool: a few files, one after another (a pool task per file cost
+        more than a small file's copy)."""
+        for path in paths:
+            one(path)
+
+    written: dict = {}            # sha256 -> ObjectInfo of the data file this export wrote
     todo = []
     for path, f in files.items():   # the common case of an incremental export: no read, no task
         sha = vouched.get(path)
@@ -327,8 +347,10 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         else:
             todo.append(path)
     prog.unchanged(len(files) - len(todo))
+    per_unit = max(1, min(UNIT_FILES, len(todo) // (4 * threads)))   # >= 4 units per thread to balance
+    units = [todo[i:i + per_unit] for i in range(0, len(todo), per_unit)]
     with target.durable_batch():
-        for _ in runners.run_inline(one, todo, workers=threads):
+        for _ in runners.run_inline(run_units, units, workers=threads):
             pass
     reused = counts["reused"]
     # the data tag each data file's content was checked (listed before it was read) or
@@ -371,15 +393,18 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     return report
 
 
-def _data_tags(target: Store, shas: set[str]) -> dict[str, tuple[int, str]]:
-    """{sha256: (size, data tag)} of these data files, as a listing describes them: the
-    store's describe (S3: listing pages), a head for what it leaves out (local: stat)."""
-    keys = {layout.bundle_blob(sha): sha for sha in shas}
+def _data_tags(target: Store, written: dict) -> dict[str, tuple[int, str]]:
+    """{sha256: (size, data tag)} of these data files ({sha256: ObjectInfo the write
+    returned}), as a listing describes them: the store's describe (S3: listing pages,
+    with the ETag), else what the write returned when it is what a listing says (the
+    local store: size and mtime of the file written, which its rename keeps), else a head."""
+    keys = {layout.bundle_blob(sha): sha for sha in written}
     described = target.describe(keys) if keys else {}
+    as_listed = getattr(target, "put_info_as_listed", False)
     out = {}
     for key, sha in keys.items():
         try:
-            o = described.get(key) or target.head(key)
+            o = described.get(key) or (as_listed and written[sha]) or target.head(key)
         except NotFound:
             continue
         out[sha] = (o.size, bundles.data_tag(o))
@@ -419,8 +444,10 @@ def _commit(target: Store, doc: dict, raw: bytes, tries: int = 5) -> dict:
     src = doc["source"]
     db, collection, bundle = src["db"], src["collection"], doc["bundle"]
     for _ in range(tries):
-        bundles.write_marker(target, doc, raw)
+        marker = bundles.write_marker(target, doc, raw)
         try:
+            if _reads_back(target, db, collection, bundle, raw, marker):
+                return doc   # the very bytes this run wrote and the marker naming them: nothing to re-check
             return bundles.read(target, db, collection, bundle)
         except bundles.BundleError as e:
             err = e
@@ -437,6 +464,19 @@ def _commit(target: Store, doc: dict, raw: bytes, tries: int = 5) -> dict:
         doc, raw = cur, cur_raw
     raise SeglakeError(f"bundle {db}.{collection}/{bundle}: its bundle.json kept changing under the commit "
                        f"(other exports of it); not committed, re-run the export")
+
+
+def _reads_back(target: Store, db: str, collection: str, bundle: str, raw: bytes, marker: dict) -> bool:
+    """True when the target holds exactly the bundle.json `raw` this run wrote and the
+    commit marker naming its SHA-256 and size: the bundle is this run's document, built
+    here (its decode and check on read-back would only repeat what was written). False
+    otherwise (another export's document or marker: read and checked in full)."""
+    try:
+        got = json.loads(target.get(layout.bundle_commit(db, collection, bundle)))
+        ours = isinstance(got, dict) and (got.get("sha256"), got.get("size")) == (marker["sha256"], marker["size"])
+        return ours and target.get(layout.bundle_doc(db, collection, bundle)) == raw
+    except (NotFound, ValueError):
+        return False
 
 
 def _describe(store: Store, collection_id: int, sizes: dict[str, int]) -> dict:

@@ -251,8 +251,8 @@ def test_a_drop_reverted_between_mark_and_sweep_keeps_files_and_record(meta, sto
 
 
 def test_a_listing_page_that_fails_mid_way_fails_the_mark_before_any_report(meta):
-    """moto for the injection (the error on the second page of the store's listing): the
-    mark raises, no summary exists, so nothing can be swept."""
+    """moto for the injection (the error on every try of the second page of the store's
+    listing): the mark raises, no summary exists, so nothing can be swept."""
     moto = pytest.importorskip("moto")
     import boto3
     from botocore.exceptions import ClientError
@@ -273,9 +273,13 @@ def test_a_listing_page_that_fails_mid_way_fails_the_mark_before_any_report(meta
                 raise ClientError({"Error": {"Code": "SlowDown", "Message": "injected"}}, "ListObjectsV2")
 
         client.meta.events.register("before-parameter-build.s3.ListObjectsV2", fail_second_page)
-        with pytest.raises(SeglakeError, match="SlowDown"):
-            gc.mark(meta, store, gc.GCOptions(missing_tolerance=0, force=True), run_id="broken")
-        assert calls["n"] == 1
+        from seglake.storage import s3 as s3mod
+        with pytest.MonkeyPatch.context() as mp:  # the same tries, without their waits
+            mp.setattr(s3mod, "RETRY_BASE", 0.001)
+            mp.setattr(s3mod, "RETRY_CAP", 0.002)
+            with pytest.raises(SeglakeError, match="SlowDown"):
+                gc.mark(meta, store, gc.GCOptions(missing_tolerance=0, force=True), run_id="broken")
+        assert calls["n"] == s3mod.RETRY_ATTEMPTS  # that page, tried and retried, never skipped
         client.meta.events.unregister("before-parameter-build.s3.ListObjectsV2", fail_second_page)
         assert not store.exists("_gc/broken/summary.json") and not store.exists("_gc/latest.json")
         with pytest.raises(NotFound):

@@ -306,6 +306,9 @@ def test_aws_multipart_copy_failing_part_aborts_the_upload(aws_store, monkeypatc
             raise ClientError({"Error": {"Code": "InternalError", "Message": "injected"}}, "UploadPartCopy")
         return real(**kw)
     spy.rewrite["upload_part_copy"] = flaky
+    from seglake.storage import s3 as s3mod
+    monkeypatch.setattr(s3mod, "RETRY_BASE", 0.001)  # the same tries (part 3 fails every one), no waits
+    monkeypatch.setattr(s3mod, "RETRY_CAP", 0.002)
     with pytest.raises(SeglakeError, match="InternalError"):
         aws_store.copy_checked("big/src", "big/dst")
     assert not aws_store.exists("big/dst") and _no_uploads_left(aws_store)
