@@ -49,7 +49,8 @@ def copy_segment_job():
     check_conf("copy_segment_job") >> resolved
     copy = copy_job_group("{{ params.job_id }}", "{{ params.engine }}")
     xcom = "ti.xcom_pull(task_ids='resolve')"
-    verify = verify_collection_group("{{ %s['target'] }}" % xcom, "{{ %s['db'] }}" % xcom)
+    verify = verify_collection_group("{{ %s['target'] }}" % xcom, "{{ %s['db'] }}" % xcom,
+                                     engine="{{ params.engine }}")
     resolved >> copy >> verify
     run_note("copy_segment_job")
 

@@ -87,7 +87,7 @@ def snapshot_restore_external():
     started = restore()
     check_conf("snapshot_restore_external") >> started
     copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
-    verify = verify_collection_group("{{ params.target }}", "{{ params.db }}")
+    verify = verify_collection_group("{{ params.target }}", "{{ params.db }}", engine="{{ params.engine }}")
     started >> copy >> verify >> compare(restored=started)
     run_note("snapshot_restore_external")
 

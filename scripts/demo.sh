@@ -46,7 +46,7 @@ echo
 seglake collections list
 echo
 echo "== 2. verify_collection through 'airflow dags test' (SparkSubmit, local mode)"
-run_dag verify verify_collection '{"collection": "demo"}'
+run_dag verify verify_collection '{"collection": "demo", "engine": "spark"}'
 grep -E "segments, .* files" "$AIRFLOW_HOME/demo-verify.log" | tail -1 | sed -E 's/^.*(collection .demo)/\1/; s/ \[airflow.*$//' || true
 echo
 echo "== 3. snapshot_create through 'airflow dags test' (engine=spark: write_manifests on Spark)"

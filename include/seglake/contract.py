@@ -267,6 +267,7 @@ SPECS: dict[str, dict[str, Key]] = {
     "verify_collection": {
         "collection": _name("Collection", "Name of the collection to verify"),
         "db": DB,
+        "engine": ENGINE,
     },
     "drop_collection": {
         "collection": _name("Collection", "Name of the collection to drop (Created or already Dropping)"),

@@ -34,7 +34,8 @@ from seglake.proclife import worker_of
 ENGINES = ("auto", "spark", "inline")
 THRESHOLDS = {"copy": "inline_threshold_bytes", "flush": "inline_threshold_bytes",
               "verify_bundle": "inline_threshold_bytes", "snapshot": "snapshot_inline_max_segments",
-              "gc": "gc_inline_max_files", "compaction": "inline_threshold_bytes"}
+              "gc": "gc_inline_max_files", "compaction": "inline_threshold_bytes",
+              "verify": "inline_threshold_bytes"}
 
 
 def check_engine(engine: str) -> str:

@@ -41,14 +41,21 @@ def engine_step(plan, inline, spark, *, skip_when: Callable[[dict], bool] | None
     return branch
 
 
-def verify_collection_group(collection: str, db: str = "default", group_id: str = "verify") -> TaskGroup:
-    """resolve -> check_files (Spark) -> summarize. `collection` and `db` may be templates.
-    The group fails with a readable summary when any referenced file is missing, has the
-    wrong size, or holds a different number of rows than its metadata says."""
+def verify_collection_group(collection: str, db: str = "default", group_id: str = "verify",
+                            engine: str = "auto") -> TaskGroup:
+    """resolve (and choose the engine) -> check_inline | check_files (Spark) -> summarize.
+    `collection`, `db` and `engine` may be templates (an unset engine: auto, inline below
+    inline_threshold_bytes of the collection's files). Both engines write the same report
+    (seglake.lifecycle.verify); the group fails with a readable summary when any
+    referenced file is missing, has the wrong size, or holds a different number of rows
+    than its metadata says."""
     with TaskGroup(group_id=group_id, tooltip="verify every file of a collection") as group:
 
         @task(task_id="resolve")
-        def resolve(collection: str, db: str, run_id: str | None = None) -> dict:
+        def resolve(collection: str, db: str, engine: str, run_id: str | None = None) -> dict:
+            from seglake.lifecycle.copyjob import UNSET_ENGINE
+            from seglake.meta.segments import FLUSHED
+            from seglake.runners import choose
             from seglake.storage import layout
             from seglake_airflow.failfast import fail_fast
             from seglake_airflow.hooks.engine import SeglakeHook
@@ -56,18 +63,38 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
             hook = SeglakeHook()
             with fail_fast():
                 coll = hook.meta.catalog.get_by_name(collection, db)  # nothing written yet
+                size = sum(x.total_size() for x in hook.meta.segments.list(coll.collection_id, states=[FLUSHED]))
+                chosen = choose("verify", "auto" if engine in UNSET_ENGINE else engine, size, hook.settings)
             key = layout.report("verify", f"{coll.collection_id}/{safe_run_id(run_id or 'manual')}")
-            return {"collection": coll.name, "collection_id": coll.collection_id, "db": db, "report_key": key}
+            print(f"verify {coll.name}: {size} bytes of files; engine {chosen}")
+            return {"collection": coll.name, "collection_id": coll.collection_id, "db": db, "report_key": key,
+                    "engine": chosen}
 
-        resolved = resolve(collection, db, run_id="{{ run_id }}")
+        resolved = resolve(collection, db, engine, run_id="{{ run_id }}")
         xcom = f"ti.xcom_pull(task_ids='{group_id}.resolve')"
+
+        @task(task_id="check_inline")
+        def check_inline(resolved: dict) -> None:
+            """The same checks in this task (the job's thread pool): the report where
+            the Spark job writes it."""
+            import json
+
+            from seglake.lifecycle.verify import verify_collection
+            from seglake_airflow.hooks.engine import SeglakeHook
+
+            hook = SeglakeHook()
+            report = verify_collection(hook.meta, hook.store, resolved["collection"], resolved["db"],
+                                       threads=hook.settings.copy_threads)
+            hook.store.put(resolved["report_key"], json.dumps(report, indent=1).encode())
+
+        inline = check_inline(resolved)
         check = spark_submit_task("check_files", "verify_collection", [
             "--collection", "{{ %s['collection'] }}" % xcom,
             "--db", "{{ %s['db'] }}" % xcom,
             "--report-key", "{{ %s['report_key'] }}" % xcom,
         ])
 
-        @task(task_id="summarize")
+        @task(task_id="summarize", trigger_rule="none_failed_min_one_success")
         def summarize(resolved: dict) -> dict:
             import json
 
@@ -83,7 +110,8 @@ def verify_collection_group(collection: str, db: str = "default", group_id: str 
             return {k: report.get(k) for k in ("collection", "segments_checked", "files_checked", "rows",
                                                 "visible_rows", "ok")}
 
-        resolved >> check >> summarize(resolved)
+        engine_step(resolved, inline, check)
+        [inline, check] >> summarize(resolved)
     return group
 
 

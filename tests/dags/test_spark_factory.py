@@ -24,6 +24,7 @@ SPARK_TASKS = {
     ("copy_segment_job", "copy_job.copy_spark"): "copy_segments",
     ("copy_segment_job", "verify.check_files"): "verify_collection",
     ("snapshot_verify", "check_spark"): "verify_bundle",
+    ("compaction", "compact_spark"): "compact",
 }
 
 

@@ -13,11 +13,14 @@ SMALL = demo.SeedParams(partitions=1, segments=3, rows=300, dim=8)
 
 
 
-def test_passes_on_a_good_collection_and_fails_on_a_damaged_one(airflow_env, meta, store):
+@pytest.mark.parametrize("engine, ran", [("spark", "verify.check_files"), ("inline", "verify.check_inline")])
+def test_passes_on_a_good_collection_and_fails_on_a_damaged_one(airflow_env, meta, store, engine, ran):
+    """The same report from either engine (auto: inline for a collection this small)."""
     coll, _ = demo.seed(meta, store, SMALL)
     dag = load_dag("verify_collection")
-    run = dag.test(run_conf={"collection": coll.name})
+    run = dag.test(run_conf={"collection": coll.name, "engine": engine})
     assert run.state == "success", task_states(run)
+    assert task_states(run)[ran] == "success"
     import json
 
     from seglake.visibility import visible_count
@@ -28,10 +31,10 @@ def test_passes_on_a_good_collection_and_fails_on_a_damaged_one(airflow_env, met
     files = list(layout.segment_files(seg))
     store.delete_many([files[0].key])                      # a deleted file
     store.put(files[2].key, store.get(files[2].key)[:100])  # a truncated file
-    run = dag.test(run_conf={"collection": coll.name})
+    run = dag.test(run_conf={"collection": coll.name, "engine": engine})
     states = task_states(run)
     assert run.state == "failed"
-    assert states["verify.check_files"] == "success" and states["verify.summarize"] == "failed"
+    assert states[ran] == "success" and states["verify.summarize"] == "failed"
     reports = [o.key for o in store.list("_reports/verify")]
     latest = json.loads(store.get(sorted(reports, key=lambda k: store.head(k).mtime)[-1]))
     assert latest["problem_counts"] == {"missing": 1, "size_mismatch": 1}
