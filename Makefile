@@ -20,7 +20,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-fast bench up down status clean cluster-up cluster-down cluster-status demo-cluster \
+.PHONY: soak setup demo test test-fast bench up down status clean cluster-up cluster-down cluster-status demo-cluster \
 	milvus-venv milvus-up milvus-down milvus-status
 
 setup: $(STAMP) $(AIRFLOW_READY) milvus-venv
@@ -91,8 +91,15 @@ demo-cluster: setup
 # Two pytest-xdist workers (the machine has 2 cores): one runs the heavy layers (cluster,
 # e2e) while the other runs the rest; the ten slowest tests are listed at the end.
 TEST_WORKERS ?= 2
+# The WAL kill loops run 60 s (local; S3 half) and the two-producer race 30 s here;
+# `make soak` runs them for 10 and 5 minutes.
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=10 tests
+	WAL_KILL_LOOP_SECONDS=$${WAL_KILL_LOOP_SECONDS:-60} WAL_TWO_PRODUCERS_SECONDS=$${WAL_TWO_PRODUCERS_SECONDS:-30} \
+	  $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=10 tests
+
+soak: setup
+	WAL_KILL_LOOP_SECONDS=600 WAL_TWO_PRODUCERS_SECONDS=300 \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/faults/test_wal_kill_loop.py
 
 test-fast: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
