@@ -74,18 +74,32 @@ def test_overview_reports_what_the_engine_wrote(meta, store, world):
     assert o["channels"]["rows"] == []                   # no WAL yet (or no channels)
 
 
-def test_rate_and_eta_of_a_running_job():
-    job = {"state": JOB_EXECUTING, "started_at": 100.0, "finished_at": None,
-           "progress": {"copied_bytes": 300, "total_bytes": 1000}}
+def test_rate_and_eta_of_a_running_job_are_the_current_ones():
+    """Issue 27 item 2: the rate of a running job is its tasks' rate over the recent
+    window, not the run's average (which kept a stall looking like progress)."""
+    p = {"copied_bytes": 300, "done_bytes": 300, "total_bytes": 1000, "progress_at": 108.0,
+         "live": [[108.0, 20.0], [109.0, 10.0]]}
+    job = {"state": JOB_EXECUTING, "started_at": 100.0, "finished_at": None, "progress": p}
     rate, eta = console.job_rate_eta(job, now=110.0)
     assert rate == 30.0 and eta == pytest.approx(700 / 30)
-    assert console.job_rate_eta({**job, "started_at": None}, 110.0) == (None, None)
-    assert console.job_rate_eta({**job, "started_at": 110.0}, 110.0) == (None, None)   # no elapsed time
+    # one task's rate is older than the window: it no longer counts
+    assert console.job_rate_eta(job, now=118.5) == (10.0, pytest.approx(70.0))
+    # nothing moved for longer than the window: rate 0, no ETA promised
+    assert console.job_rate_eta(job, now=200.0) == (0.0, None)
+    assert console.job_rate_eta({**job, "progress": {**p, "live": []}}, 110.0) == (None, None)   # nothing running
+    # a finished job: its average from the first file copy to the end
     done = {**job, "state": "Completed", "finished_at": 105.0}
     assert console.job_rate_eta(done, 500.0) == (60.0, None)
-    # from the first file copy, not the set-up before it (Spark's start-up): 300 B in 2 s
-    late = {**job, "progress": {**job["progress"], "first_copy_at": 108.0}}
-    assert console.job_rate_eta(late, 110.0) == (150.0, pytest.approx(700 / 150))
+    late = {**done, "finished_at": 110.0, "progress": {**p, "first_copy_at": 108.0}}
+    assert console.job_rate_eta(late, 500.0) == (150.0, None)
+
+
+def test_a_job_whose_count_does_not_move_is_stalled():
+    job = {"state": JOB_EXECUTING, "started_at": 50.0, "progress": {"progress_at": 100.0}}
+    assert console.stalled_for(job, 129.9) is None
+    assert console.stalled_for(job, 130.0) == 30.0 and console.stalled_for(job, 175.0) == 75.0
+    assert console.stalled_for({**job, "progress": {}}, 100.0) == 50.0   # never moved: since the start
+    assert console.stalled_for({**job, "state": "Completed"}, 1e9) is None
 
 
 def test_a_copy_records_when_its_first_file_copy_began(meta, store, world):
