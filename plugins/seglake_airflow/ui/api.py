@@ -125,8 +125,11 @@ class Job(Open):
     snapshot: str
     target_collection: str
     progress: dict[str, Any]
-    rate_bps: Optional[float] = None
-    eta_s: Optional[float] = None
+    rate_bps: Optional[float] = Field(None, description="while it runs: the current rate (the last 10 s); "
+                                                        "finished: the average")
+    eta_s: Optional[float] = Field(None, description="at the current rate; null while stalled")
+    health: str = Field("running", description="running | stalled | finished")
+    stalled_s: Optional[float] = Field(None, description="seconds the done count has not moved (>= 30), else null")
 
 
 class Pin(Open):
