@@ -38,6 +38,7 @@ SCRIPT = r"""
     var l = JSON.parse(last);
     if (l.run && !l.endedAt) {   // kept while its run lasts: ask Airflow how the run is
       show(l.html, l.cls);
+      if (l.cls === "warn") pauseUntil = Date.now() + 60000;   // a paused DAG: time to unpause
       follow = true;
       fetch("../api/v2/dags/" + encodeURIComponent(l.run.dag_id) + "/dagRuns/" + encodeURIComponent(l.run.run_id),
             {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; }).then(function (run) {
@@ -67,6 +68,7 @@ SCRIPT = r"""
     if (cls === "err") return;   // a refusal keeps what was typed, to correct it
     Array.prototype.forEach.call(document.querySelectorAll("form.act input"), function (i) { i.value = i.defaultValue; });
     if (document.activeElement && document.activeElement.blur) document.activeElement.blur();
+    if (run && cls === "warn") { pauseUntil = Date.now() + 60000; return; }   // time to read it and unpause
     if (run) poll(2000);   // a run started: follow it at once
   }
   document.addEventListener("click", function (ev) {   // inside Airflow's frame: Airflow's own view
