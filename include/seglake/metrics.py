@@ -97,8 +97,12 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
         out.family("seglake_copy_job_total_bytes", "Bytes to copy of each unfinished copy job.",
                    [(lb, d["progress"]["total_bytes"]) for lb, d in zip(label, running)])
         out.family("seglake_copy_job_rate_bytes_per_second",
-                   "Copy rate of each unfinished copy job since its first file copy began (0: none yet).",
+                   "Current copy rate of each unfinished copy job (its running tasks' last 10 s; 0: none "
+                   "or stalled).",
                    [(lb, d["rate_bps"] or 0.0) for lb, d in zip(label, running)])
+        out.family("seglake_copy_job_stalled_seconds",
+                   "Seconds an unfinished copy job's done count has not moved, once stalled (>= 30); else 0.",
+                   [(lb, d.get("stalled_s") or 0.0) for lb, d in zip(label, running)])
         per_coll: dict[tuple[str, str], list[float]] = {}
         for d in running:
             acc = per_coll.setdefault((d["db"], d["target_collection"]), [0.0, 0.0])

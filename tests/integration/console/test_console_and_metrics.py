@@ -145,6 +145,7 @@ def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
     lb = f'{{job_id="{running_job}",collection="{job.target_collection}",db="default"}}'
     assert m["seglake_copy_job_total_bytes"] == {lb: job.total_bytes} and m["seglake_copy_job_done_bytes"] == {lb: 0}
     assert m["seglake_copy_job_rate_bytes_per_second"] == {lb: 0}
+    assert m["seglake_copy_job_stalled_seconds"] == {lb: 0}   # planned just now: not stalled yet
     assert m["seglake_collection_restore_fraction"] == {f'{{collection="{job.target_collection}",db="default"}}': 0}
 
 
