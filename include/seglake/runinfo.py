@@ -141,7 +141,10 @@ def snapshot_note(params: Mapping[str, Any], report: Mapping[str, Any] | None) -
                   f"segments, {report['rows']} rows, {human_bytes(report['bytes'])}")
 
 
-def wal_flush_note(summary: Mapping[str, Any] | None) -> str:
+def wal_flush_note(summary: Mapping[str, Any] | None, pchannels: list | None = None) -> str:
+    """`pchannels`: the listed pchannels; an empty list (no WAL yet) is a run with nothing to do."""
+    if not summary and pchannels == []:
+        return "wal_flush: no WAL pchannels, nothing to flush"
     if not summary:
         return "FAILED: wal_flush did not finish (see the task logs)"
     return _short(f"wal_flush: {summary.get('segments', 0)} segments flushed, {summary.get('rows', 0)} rows, "

@@ -96,7 +96,8 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         counters = ({"seglake.wal_flush.segments": int(summary.get("segments", 0)),
                      "seglake.wal_flush.rows": int(summary.get("rows", 0)),
                      "seglake.wal_flush.bytes": int(summary.get("bytes", 0))} if summary else {})
-        return runinfo.wal_flush_note(summary), counters
+        listed = ti.xcom_pull(task_ids="list_pchannels") if not summary else None
+        return runinfo.wal_flush_note(summary, listed if isinstance(listed, list) else None), counters
     if kind == "drop_collection":
         summary = ti.xcom_pull(task_ids="summary")
         counters = {"seglake.drop.collections": 1} if summary and summary.get("state") == "Dropped" else {}
