@@ -52,3 +52,24 @@ def test_a_restore_that_ran_to_the_end_is_still_green(airflow_env, meta, store):
         run_conf={"collection": "demo", "snapshot": "s1", "target": "whole", "engine": "inline"})
     states = task_states(run)
     assert run.state == "success" and states["run_note"] == "success", states
+
+
+def test_every_lifecycle_dag_ends_with_the_note_that_decides_its_state(dagbag):
+    """Done once in the plugin: every lifecycle DAG has the run_note teardown, and it is
+    the leaf Airflow counts (on_failure_fail_dagrun), downstream of every other leaf."""
+    for dag_id, dag in dagbag.dags.items():
+        note = dag.task_dict.get("run_note")
+        assert note is not None and note.is_teardown and note.on_failure_fail_dagrun, dag_id
+        leaves = [t.task_id for t in dag.tasks if not t.downstream_list]
+        assert leaves == ["run_note"], (dag_id, leaves)
+
+
+def test_a_snapshot_drop_marked_instead_of_run_ends_failed_and_a_real_one_green(airflow_env, meta, store):
+    demo.seed(meta, store, demo.SeedParams(partitions=1, segments=1, rows=10, dim=4))
+    snapshot.create(meta, store, "demo", "gone")
+    marked = load_dag("snapshot_drop").test(run_conf={"collection": "demo", "name": "gone"},
+                                            mark_success_pattern=r"^drop$")
+    assert marked.state == "failed" and task_states(marked)["drop"] == "success", task_states(marked)
+    assert meta.snapshots.find(meta.catalog.get_by_name("demo").collection_id, "gone") is not None   # not dropped
+    run = load_dag("snapshot_drop").test(run_conf={"collection": "demo", "name": "gone"})
+    assert run.state == "success", task_states(run)
