@@ -16,6 +16,12 @@ Every refusal is HTTP 4xx with {"detail": one sentence naming the field, the val
 what is allowed}. A browser's session cookie authorises only requests that carry the
 header `X-Seglake-Request: 1` for mutations (a cross-site form cannot set it: no CSRF);
 a caller with `Authorization: Bearer <token>` needs no such header.
+
+A run's answer says when its DAG is paused (Airflow creates DAGs paused: the run would sit
+queued, silently) and whether the caller may unpause it (`POST /dags/{dag_id}/unpause`).
+
+One file over 400 lines on purpose: every route is a closure of `create_api` sharing its
+auth dependencies, its error handlers and `trigger`; the models above are its contract.
 """
 
 
