@@ -77,6 +77,10 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
         out.family("seglake_segments", "Segment records by state.", _by_state(segs, console.SEGMENT_STATES))
         out.family("seglake_live_bytes", "Bytes referenced by live (not Dropped) segments.",
                    [({}, sum(r["bytes"] for r in rows))])
+        live = [r for r in rows if r["state"] != "Dropped"]
+        for key, help_ in (("rows", "Rows"), ("bytes", "Bytes"), ("segments", "Live segments")):
+            out.family(f"seglake_collection_{key}", f"{help_} of each collection (not Dropped), from its segments.",
+                       [({"collection": r["name"], "db": r["db"]}, r[key]) for r in live])
 
     def snapshots() -> None:
         rows = console.snapshots(meta, now)
@@ -85,6 +89,14 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
         out.family("seglake_snapshot_pins",
                    "What holds snapshots (copy jobs reading them, unexpired operator pins), summed over snapshots.",
                    [({}, sum(len(r["pins"]) for r in rows))])
+        newest: dict[tuple[str, str], float] = {}
+        for r in rows:
+            if r["state"] == "COMMITTED":
+                key = (r["db"], r["collection"])
+                newest[key] = min(newest.get(key, math.inf), r["age_s"])
+        out.family("seglake_collection_last_snapshot_age_seconds",
+                   "Age of the newest COMMITTED snapshot of each collection that has one.",
+                   [({"collection": c, "db": db}, age) for (db, c), age in sorted(newest.items())])
 
     def jobs() -> None:
         job_counts, task_counts = Counter(j.state for j in meta.copyjobs.list()), console.task_states(meta)

@@ -127,7 +127,7 @@ def test_gc_summary_and_pause_are_shown(meta, store, world):
 
 
 def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
-    _, done_job, running_job = world
+    src, done_job, running_job = world
     m = parse(metrics.render(meta, store))
     assert m["seglake_copy_jobs"] == {'{state="Pending"}': 0, '{state="Executing"}': 1,
                                       '{state="Completed"}': 1, '{state="Failed"}': 0}
@@ -146,6 +146,14 @@ def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
     assert m["seglake_copy_job_total_bytes"] == {lb: job.total_bytes} and m["seglake_copy_job_done_bytes"] == {lb: 0}
     assert m["seglake_copy_job_rate_bytes_per_second"] == {lb: 0}
     assert m["seglake_copy_job_stalled_seconds"] == {lb: 0}   # planned just now: not stalled yet
+    # per collection (issue 27): rows, bytes, live segments, the newest snapshot's age
+    demo_lb = '{collection="demo",db="default"}'
+    segs = [s for s in meta.segments.list(src.collection_id) if s.state != "Dropped"]
+    assert m["seglake_collection_rows"][demo_lb] == sum(s.num_rows for s in segs) > 0
+    assert m["seglake_collection_bytes"][demo_lb] == sum(s.total_size() for s in segs)
+    assert m["seglake_collection_segments"][demo_lb] == len(segs) == 6
+    assert list(m["seglake_collection_last_snapshot_age_seconds"]) == [demo_lb]
+    assert 0 <= m["seglake_collection_last_snapshot_age_seconds"][demo_lb] < 3600
     assert m["seglake_collection_restore_fraction"] == {f'{{collection="{job.target_collection}",db="default"}}': 0}
 
 
