@@ -152,8 +152,21 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
                    [({"vchannel": r["vchannel"]}, r["lag_s"]) for r in rows
                     if isinstance(r.get("lag_s"), (int, float)) and math.isfinite(r["lag_s"])])
 
+    def backups() -> None:
+        from seglake.lifecycle.backup import export
+
+        newest: dict[tuple[str, str], float] = {}
+        for e in export.list_exports(meta):
+            at = e.get("finished_at") or e.get("started_at")
+            if e.get("state") == "committed" and isinstance(at, (int, float)) and math.isfinite(at):
+                key = (str(e.get("db")), str(e.get("collection")))
+                newest[key] = min(newest.get(key, math.inf), max(0.0, now - at))
+        out.family("seglake_collection_last_backup_age_seconds",
+                   "Age of the newest committed export (backup bundle) of each collection that has one.",
+                   [({"collection": c, "db": db}, age) for (db, c), age in sorted(newest.items())])
+
     for source, fn in (("collections", collections), ("snapshots", snapshots), ("copy_jobs", jobs),
-                       ("gc", gc), ("gc_pause", gc_pause), ("wal", wal)):
+                       ("gc", gc), ("gc_pause", gc_pause), ("wal", wal), ("backups", backups)):
         read(source, fn)
     out.family("seglake_scrape_error", "1 when a source could not be read at this scrape.",
                [({"source": s}, v) for s, v in errors.items()])

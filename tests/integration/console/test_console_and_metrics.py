@@ -154,6 +154,14 @@ def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
     assert m["seglake_collection_segments"][demo_lb] == len(segs) == 6
     assert list(m["seglake_collection_last_snapshot_age_seconds"]) == [demo_lb]
     assert 0 <= m["seglake_collection_last_snapshot_age_seconds"][demo_lb] < 3600
+    assert m.get("seglake_collection_last_backup_age_seconds", {}) == {}   # no export yet
+    from seglake.lifecycle.backup import export
+    now = time.time()
+    export._record(meta, "default", "demo", "b_old", {"state": "committed", "finished_at": now - 7200})
+    export._record(meta, "default", "demo", "b_new", {"state": "committed", "finished_at": now - 100})
+    export._record(meta, "default", "demo", "b_bad", {"state": "failed", "finished_at": now - 1})
+    m = parse(metrics.render(meta, store, now=now))
+    assert m["seglake_collection_last_backup_age_seconds"] == {demo_lb: pytest.approx(100)}   # newest committed
     assert m["seglake_collection_restore_fraction"] == {f'{{collection="{job.target_collection}",db="default"}}': 0}
 
 
