@@ -102,12 +102,18 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
         job_counts, task_counts = Counter(j.state for j in meta.copyjobs.list()), console.task_states(meta)
         out.family("seglake_copy_jobs", "Copy-segment jobs by state.", _by_state(job_counts, console.JOB_STATES))
         out.family("seglake_copy_tasks", "Copy-segment tasks by state.", _by_state(task_counts, console.TASK_STATES))
-        running = [d for d in console.copy_jobs(meta, now) if not d["terminal"]]
-        label = [{"job_id": str(d["job_id"]), "collection": d["target_collection"], "db": d["db"]} for d in running]
-        out.family("seglake_copy_job_done_bytes", "Bytes done of each unfinished copy job.",
-                   [(lb, d["progress"]["done_bytes"]) for lb, d in zip(label, running)])
-        out.family("seglake_copy_job_total_bytes", "Bytes to copy of each unfinished copy job.",
-                   [(lb, d["progress"]["total_bytes"]) for lb, d in zip(label, running)])
+        # every job still recorded (until copy_job_retention removes it): a series does not vanish the
+        # moment its job ends, it shows the end (done = total, rate 0); the state is seglake_copy_job_finished
+        recorded = console.copy_jobs(meta, now)
+        running = [d for d in recorded if not d["terminal"]]
+        label = [{"job_id": str(d["job_id"]), "collection": d["target_collection"], "db": d["db"]} for d in recorded]
+        out.family("seglake_copy_job_done_bytes", "Bytes done of each recorded copy job.",
+                   [(lb, d["progress"]["done_bytes"]) for lb, d in zip(label, recorded)])
+        out.family("seglake_copy_job_total_bytes", "Bytes to copy of each recorded copy job.",
+                   [(lb, d["progress"]["total_bytes"]) for lb, d in zip(label, recorded)])
+        out.family("seglake_copy_job_finished", "1 once a recorded copy job is Completed or Failed.",
+                   [(lb, int(d["terminal"])) for lb, d in zip(label, recorded)])
+        label = [lb for lb, d in zip(label, recorded) if not d["terminal"]]
         out.family("seglake_copy_job_rate_bytes_per_second",
                    "Current copy rate of each unfinished copy job (its running tasks' last 10 s; 0: none "
                    "or stalled).",

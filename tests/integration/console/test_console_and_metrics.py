@@ -143,7 +143,12 @@ def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
     # per unfinished job and per collection being restored: progress
     job = meta.copyjobs.get(running_job)[0]
     lb = f'{{job_id="{running_job}",collection="{job.target_collection}",db="default"}}'
-    assert m["seglake_copy_job_total_bytes"] == {lb: job.total_bytes} and m["seglake_copy_job_done_bytes"] == {lb: 0}
+    done = meta.copyjobs.get(done_job)[0]
+    done_lb = f'{{job_id="{done_job}",collection="{done.target_collection}",db="default"}}'
+    # a finished job's series stay (until retention removes the job), showing its end
+    assert m["seglake_copy_job_total_bytes"] == {lb: job.total_bytes, done_lb: done.total_bytes}
+    assert m["seglake_copy_job_done_bytes"] == {lb: 0, done_lb: done.total_bytes}
+    assert m["seglake_copy_job_finished"] == {lb: 0, done_lb: 1}
     assert m["seglake_copy_job_rate_bytes_per_second"] == {lb: 0}
     assert m["seglake_copy_job_stalled_seconds"] == {lb: 0}   # planned just now: not stalled yet
     # per collection (issue 27): rows, bytes, live segments, the newest snapshot's age
