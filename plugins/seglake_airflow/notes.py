@@ -37,24 +37,6 @@ KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_f
          "snapshot_export", "snapshot_restore_external", "snapshot_verify", *RESULT_TASKS)
 
 
-def result_note(kind: str, params: dict, result) -> str:
-    """The note of a small lifecycle from its one result (None: it did not finish)."""
-    from seglake.runinfo import _short
-
-    what = {"snapshot_drop": f"snapshot {params.get('collection')}/{params.get('name')}",
-            "snapshot_retention": f"retention policy of {params.get('collection')}",
-            "snapshot_schedule": "snapshot_schedule", "verify_collection": f"verify {params.get('collection')}"}[kind]
-    if result is None:
-        return _short(f"FAILED: {what} did not finish (see the task logs)")
-    if kind == "snapshot_drop":
-        return _short(f"{what} dropped, {result.get('files_removed', 0)} snapshot files removed")
-    if kind == "snapshot_retention":
-        return _short(f"{what} " + ("cleared" if "cleared" in result else "set"))
-    if kind == "snapshot_schedule":
-        return _short(f"snapshot_schedule: {len(result)} retention policies run")
-    return _short(f"{what}: OK, {result.get('files_checked')} files, {result.get('rows')} rows checked")
-
-
 def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
     """(the note, Stats counters) of a run of `kind`, from its XComs (and etcd where they
     do not say enough). Counters only for work that happened."""
@@ -62,7 +44,7 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
     from seglake_airflow.hooks.engine import SeglakeHook
 
     if kind in RESULT_TASKS:
-        return result_note(kind, params, ti.xcom_pull(task_ids=RESULT_TASKS[kind])), {}
+        return runinfo.result_note(kind, params, ti.xcom_pull(task_ids=RESULT_TASKS[kind])), {}
     if kind == "snapshot_export":
         report = ti.xcom_pull(task_ids="export")
         counters = ({"seglake.backup.exports": 1, "seglake.backup.copied_bytes": int(report.get("copied_bytes", 0))}
