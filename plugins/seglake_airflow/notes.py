@@ -4,8 +4,8 @@ Airflow 3.3 has no Task SDK call that sets a DAG run's note (apache/airflow#6489
 Execution API only reads it), so the supported way is the public REST API:
 `PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}?update_mask=note`. `run_note(kind)` adds
 a teardown task `run_note` downstream of every leaf of the DAG: it runs when everything
-else is done, failed and stopped runs included. It computes the line from the run's XComs and etcd (seglake.runinfo), prints it
-(the task log always has it), and sets it through the `airflow_api` connection:
+else is done, failed and stopped runs included. It computes the line from the run's
+XComs and etcd (seglake.runinfo), prints it (the task log always has it), and sets it through the `airflow_api` connection:
 host/port/schema of the API server (or extra {"base_url": ...}), login/password of a
 user who may edit DAG runs (no login: GET /auth/token, the simple auth manager's
 all-admins development mode). Without that connection the note is only logged. A
@@ -294,6 +294,8 @@ def run_note(kind: str):
         except Exception as e:  # noqa: BLE001 - metrics never fail a run
             print(f"Stats counters not sent: {type(e).__name__}: {e}", flush=True)
         print(f"run note {set_run_note(dag_run.dag_id, dag_run.run_id, text)}", flush=True)
+        if not summarized:   # etcd or XCom did not answer: ask again (the task's retries), then fail
+            raise RuntimeError(f"the {kind} run's outcome could not be read: {text}")
         if not finished:   # no retry: the answer would be the same
             raise AirflowFailException(f"the {kind} run did not finish its work: {text}")
         return text
