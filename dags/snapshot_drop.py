@@ -18,6 +18,7 @@ from datetime import timedelta
 from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 
 
 @dag(
@@ -47,6 +48,7 @@ def snapshot_drop():
         return result
 
     check_conf("snapshot_drop") >> drop()
+    run_note("snapshot_drop")
 
 
 snapshot_drop()

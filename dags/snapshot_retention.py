@@ -17,6 +17,7 @@ from datetime import timedelta
 from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 
 
 @dag(
@@ -50,6 +51,7 @@ def snapshot_retention():
         return doc
 
     check_conf("snapshot_retention") >> set_policy()
+    run_note("snapshot_retention")
 
 
 snapshot_retention()

@@ -32,6 +32,7 @@ from airflow.sdk import dag, task
 
 from seglake.config import retention_schedule
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 
 
 @dag(
@@ -69,6 +70,7 @@ def snapshot_schedule():
         return reports
 
     check_conf("snapshot_schedule") >> run_policies()
+    run_note("snapshot_schedule")
 
 
 snapshot_schedule()

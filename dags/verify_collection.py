@@ -18,6 +18,7 @@ from datetime import timedelta
 from airflow.sdk import dag
 
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 from seglake_airflow.taskgroups import verify_collection_group
 
 
@@ -36,6 +37,7 @@ from seglake_airflow.taskgroups import verify_collection_group
 def verify_collection():
     check_conf("verify_collection") >> verify_collection_group("{{ params.collection }}", "{{ params.db }}",
                                                                    engine="{{ params.engine }}")
+    run_note("verify_collection")
 
 
 verify_collection()

@@ -84,22 +84,42 @@ def snapshots(meta: Meta, now: float) -> list[dict]:
 
 
 # -- copy jobs ------------------------------------------------------------------------------
+STALL_AFTER_S = 30.0   # an Executing job whose done count has not moved for this long is "stalled"
+RATE_WINDOW_S = 10.0   # the copy runners' window (copyjob.copying.RATE_WINDOW_S): a rate older than it is gone
+
+
 def job_rate_eta(job: dict, now: float) -> tuple[float | None, float | None]:
-    """(bytes per second, seconds left) of a copy job from its progress; None when unknown.
-    The rate is over the time since the first file copy began (not the set-up before it:
-    Spark's start-up, listings), until the job finished; the ETA only while it runs."""
+    """(bytes per second, seconds left) of a copy job; None when unknown. While the job
+    runs: the CURRENT rate (each running task's rate over its last RATE_WINDOW_S, 0 once
+    its count has not moved for that long) and the ETA at that rate (None at 0: no
+    promise while nothing moves). A finished job: its average from the first file copy
+    to the end."""
     p = job["progress"]
+    if job["state"] == JOB_EXECUTING:
+        rate = sum(bps for at, bps in p.get("live") or () if at and now - at <= RATE_WINDOW_S
+                   and math.isfinite(bps) and bps > 0)
+        if rate <= 0:
+            return (0.0 if p.get("live") else None), None
+        return _finite(rate), _finite(max(0.0, (p["total_bytes"] - p["done_bytes"]) / rate))
     started = p.get("first_copy_at") or job.get("started_at")
     if not started:
         return None, None
     elapsed = (job.get("finished_at") or now) - started
     if elapsed <= 0 or p["copied_bytes"] <= 0:
         return None, None
-    rate = p["copied_bytes"] / elapsed
-    eta = None
-    if job["state"] == JOB_EXECUTING:
-        eta = max(0.0, (p["total_bytes"] - p["copied_bytes"]) / rate)
-    return _finite(rate), _finite(eta)
+    return _finite(p["copied_bytes"] / elapsed), None
+
+
+def stalled_for(job: dict, now: float, after: float = STALL_AFTER_S) -> float | None:
+    """Seconds an Executing job's done count has not moved (since its last file, or the
+    last attempt taking a task, or its start), once that is at least `after`; else None."""
+    if job["state"] != JOB_EXECUTING:
+        return None
+    since = job["progress"].get("progress_at") or job.get("started_at") or job.get("created_at")
+    if not since:
+        return None
+    idle = now - since
+    return _finite(round(idle, 1)) if idle >= after else None
 
 
 def copy_jobs(meta: Meta, now: float) -> list[dict]:
@@ -117,9 +137,12 @@ def copy_jobs(meta: Meta, now: float) -> list[dict]:
         def frac(done: int, total: int) -> float:
             return min(1.0, done / total) if total > 0 else 1.0
 
-        d.update(rate_bps=rate, eta_s=eta, terminal=d["state"] in JOB_TERMINAL,
+        stall = stalled_for(d, now)
+        d.update(rate_bps=rate, eta_s=eta, terminal=d["state"] in JOB_TERMINAL, stalled_s=stall,
+                 health=("finished" if d["state"] in JOB_TERMINAL else "stalled" if stall is not None
+                         else "running"),
                  fractions={"segments": frac(p["copied_segments"], p["total_segments"]),
-                            "files": frac(p["copied_files"], p["total_files"]),
+                            "files": frac(p["done_files"], p["total_files"]),
                             "bytes": frac(p["done_bytes"], p["total_bytes"])})
         out.append(d)
     return sorted(out, key=lambda d: -d["job_id"])

@@ -77,6 +77,10 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
         out.family("seglake_segments", "Segment records by state.", _by_state(segs, console.SEGMENT_STATES))
         out.family("seglake_live_bytes", "Bytes referenced by live (not Dropped) segments.",
                    [({}, sum(r["bytes"] for r in rows))])
+        live = [r for r in rows if r["state"] != "Dropped"]
+        for key, help_ in (("rows", "Rows"), ("bytes", "Bytes"), ("segments", "Live segments")):
+            out.family(f"seglake_collection_{key}", f"{help_} of each collection (not Dropped), from its segments.",
+                       [({"collection": r["name"], "db": r["db"]}, r[key]) for r in live])
 
     def snapshots() -> None:
         rows = console.snapshots(meta, now)
@@ -85,20 +89,38 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
         out.family("seglake_snapshot_pins",
                    "What holds snapshots (copy jobs reading them, unexpired operator pins), summed over snapshots.",
                    [({}, sum(len(r["pins"]) for r in rows))])
+        newest: dict[tuple[str, str], float] = {}
+        for r in rows:
+            if r["state"] == "COMMITTED":
+                key = (r["db"], r["collection"])
+                newest[key] = min(newest.get(key, math.inf), r["age_s"])
+        out.family("seglake_collection_last_snapshot_age_seconds",
+                   "Age of the newest COMMITTED snapshot of each collection that has one.",
+                   [({"collection": c, "db": db}, age) for (db, c), age in sorted(newest.items())])
 
     def jobs() -> None:
         job_counts, task_counts = Counter(j.state for j in meta.copyjobs.list()), console.task_states(meta)
         out.family("seglake_copy_jobs", "Copy-segment jobs by state.", _by_state(job_counts, console.JOB_STATES))
         out.family("seglake_copy_tasks", "Copy-segment tasks by state.", _by_state(task_counts, console.TASK_STATES))
-        running = [d for d in console.copy_jobs(meta, now) if not d["terminal"]]
-        label = [{"job_id": str(d["job_id"]), "collection": d["target_collection"], "db": d["db"]} for d in running]
-        out.family("seglake_copy_job_done_bytes", "Bytes done of each unfinished copy job.",
-                   [(lb, d["progress"]["done_bytes"]) for lb, d in zip(label, running)])
-        out.family("seglake_copy_job_total_bytes", "Bytes to copy of each unfinished copy job.",
-                   [(lb, d["progress"]["total_bytes"]) for lb, d in zip(label, running)])
+        # every job still recorded (until copy_job_retention removes it): a series does not vanish the
+        # moment its job ends, it shows the end (done = total, rate 0); the state is seglake_copy_job_finished
+        recorded = console.copy_jobs(meta, now)
+        running = [d for d in recorded if not d["terminal"]]
+        label = [{"job_id": str(d["job_id"]), "collection": d["target_collection"], "db": d["db"]} for d in recorded]
+        out.family("seglake_copy_job_done_bytes", "Bytes done of each recorded copy job.",
+                   [(lb, d["progress"]["done_bytes"]) for lb, d in zip(label, recorded)])
+        out.family("seglake_copy_job_total_bytes", "Bytes to copy of each recorded copy job.",
+                   [(lb, d["progress"]["total_bytes"]) for lb, d in zip(label, recorded)])
+        out.family("seglake_copy_job_finished", "1 once a recorded copy job is Completed or Failed.",
+                   [(lb, int(d["terminal"])) for lb, d in zip(label, recorded)])
+        label = [lb for lb, d in zip(label, recorded) if not d["terminal"]]
         out.family("seglake_copy_job_rate_bytes_per_second",
-                   "Copy rate of each unfinished copy job since its first file copy began (0: none yet).",
+                   "Current copy rate of each unfinished copy job (its running tasks' last 10 s; 0: none "
+                   "or stalled).",
                    [(lb, d["rate_bps"] or 0.0) for lb, d in zip(label, running)])
+        out.family("seglake_copy_job_stalled_seconds",
+                   "Seconds an unfinished copy job's done count has not moved, once stalled (>= 30); else 0.",
+                   [(lb, d.get("stalled_s") or 0.0) for lb, d in zip(label, running)])
         per_coll: dict[tuple[str, str], list[float]] = {}
         for d in running:
             acc = per_coll.setdefault((d["db"], d["target_collection"]), [0.0, 0.0])
@@ -136,8 +158,21 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
                    [({"vchannel": r["vchannel"]}, r["lag_s"]) for r in rows
                     if isinstance(r.get("lag_s"), (int, float)) and math.isfinite(r["lag_s"])])
 
+    def backups() -> None:
+        from seglake.lifecycle.backup import export
+
+        newest: dict[tuple[str, str], float] = {}
+        for e in export.list_exports(meta):
+            at = e.get("finished_at") or e.get("started_at")
+            if e.get("state") == "committed" and isinstance(at, (int, float)) and math.isfinite(at):
+                key = (str(e.get("db")), str(e.get("collection")))
+                newest[key] = min(newest.get(key, math.inf), max(0.0, now - at))
+        out.family("seglake_collection_last_backup_age_seconds",
+                   "Age of the newest committed export (backup bundle) of each collection that has one.",
+                   [({"collection": c, "db": db}, age) for (db, c), age in sorted(newest.items())])
+
     for source, fn in (("collections", collections), ("snapshots", snapshots), ("copy_jobs", jobs),
-                       ("gc", gc), ("gc_pause", gc_pause), ("wal", wal)):
+                       ("gc", gc), ("gc_pause", gc_pause), ("wal", wal), ("backups", backups)):
         read(source, fn)
     out.family("seglake_scrape_error", "1 when a source could not be read at this scrape.",
                [({"source": s}, v) for s, v in errors.items()])

@@ -5,9 +5,11 @@ job runs (inline task or Spark driver), instead of nothing.
 
 `ProgressLog` turns counters into such a line at most once per `interval` (injectable
 clock, so a test drives it without sleeping). The rate counts only what THIS run copied
-(a resumed job starts from its earlier progress, which is not this run's speed); the ETA
-is the bytes left at that rate. Every number printed is finite: no rate or ETA is shown
-until something was copied.
+(a resumed job starts from its earlier progress, which is not this run's speed), over the
+last RATE_WINDOW_S (issue 27: the run's average kept a stall looking like progress); the
+ETA is the bytes left at that rate; bytes that have not moved for STALL_AFTER_S print
+"stalled for N s" instead; no count is ever printed lower than before. Every number
+printed is finite: no rate or ETA is shown until something was copied.
 
 `watch_copy_job` runs a ProgressLog in a daemon thread that reads the job's progress
 from etcd (`copyjob.progress`, written by the copy runners) every `interval` seconds,
@@ -21,12 +23,15 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping
 
 log = logging.getLogger("seglake.progress")
 
 DEFAULT_INTERVAL_S = 5.0
+RATE_WINDOW_S = 10.0     # the rate shown is over this recent window, not the whole run
+STALL_AFTER_S = 30.0     # bytes unchanged this long: "stalled for N s" instead of a rate and an ETA
 UNITS = ("segments", "files", "bytes")
 
 
@@ -81,16 +86,32 @@ class ProgressLog:
         self.base_bytes = int((start or {}).get("bytes", 0))
         self.last_emit: float | None = None
         self.lines: list[str] = []
+        self.shown = {k: int((start or {}).get(k, 0)) for k in UNITS}   # never shown lower (a resume)
+        self.samples: deque = deque([(self.started, self.base_bytes)])   # (time, bytes): the recent window
+        self.moved_at = self.started
 
     def line(self, done: Mapping[str, int], now: float | None = None) -> str:
+        """Counts (never lower than a line before: a resumed attempt recounts what it finds
+        in the target), percent, the rate over the last RATE_WINDOW_S and the ETA at it --
+        or "stalled for N s" once the bytes have not moved for STALL_AFTER_S."""
         now = self.clock() if now is None else now
-        parts = [f"{int(done.get(k, 0))}/{self.totals[k]} {k}" for k in ("segments", "files")]
-        copied, total = int(done.get("bytes", 0)), self.totals["bytes"]
+        for k in UNITS:
+            value = int(done.get(k, 0))
+            if k == "bytes" and value > self.shown[k]:
+                self.moved_at = now
+            self.shown[k] = max(self.shown[k], value)
+        parts = [f"{self.shown[k]}/{self.totals[k]} {k}" for k in ("segments", "files")]
+        copied, total = self.shown["bytes"], self.totals["bytes"]
         pct = f" ({100.0 * min(copied, total) / total:.1f}%)" if total > 0 else ""
         parts.append(f"{human_bytes(copied)}/{human_bytes(total)}{pct}")
-        elapsed, this_run = now - self.started, copied - self.base_bytes
-        if elapsed > 0 and this_run > 0:
-            rate = this_run / elapsed
+        self.samples.append((now, copied))
+        while len(self.samples) > 2 and self.samples[1][0] <= now - RATE_WINDOW_S:
+            self.samples.popleft()
+        (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
+        if copied < total and now - self.moved_at >= STALL_AFTER_S:
+            parts.append(f"stalled for {human_seconds(now - self.moved_at)}")
+        elif t1 > t0 and b1 > b0:
+            rate = (b1 - b0) / (t1 - t0)
             parts.append(f"{human_bytes(rate)}/s")
             if copied < total:
                 parts.append(f"ETA {human_seconds((total - copied) / rate)}")
@@ -117,7 +138,7 @@ def _job_done(meta, job_id: int) -> dict:
     from seglake.lifecycle import copyjob
 
     p = copyjob.progress(meta, job_id)
-    return {"segments": p["copied_segments"], "files": p["copied_files"], "bytes": p["done_bytes"]}
+    return {"segments": p["copied_segments"], "files": p["done_files"], "bytes": p["done_bytes"]}
 
 
 @contextmanager

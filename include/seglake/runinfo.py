@@ -157,7 +157,10 @@ def snapshot_note(params: Mapping[str, Any], report: Mapping[str, Any] | None) -
                   f"segments, {report['rows']} rows, {human_bytes(report['bytes'])}")
 
 
-def wal_flush_note(summary: Mapping[str, Any] | None) -> str:
+def wal_flush_note(summary: Mapping[str, Any] | None, pchannels: list | None = None) -> str:
+    """`pchannels`: the listed pchannels; an empty list (no WAL yet) is a run with nothing to do."""
+    if not summary and pchannels == []:
+        return "wal_flush: no WAL pchannels, nothing to flush"
     if not summary:
         return "FAILED: wal_flush did not finish (see the task logs)"
     return _short(f"wal_flush: {summary.get('segments', 0)} segments flushed, {summary.get('rows', 0)} rows, "
@@ -171,3 +174,19 @@ def drop_note(params: Mapping[str, Any], summary: Mapping[str, Any] | None) -> s
     return _short(f"drop_collection {summary['collection']}: {summary['state']}, {summary['segments_dropped']} "
                   f"segments ({summary['rows_dropped']} rows, {human_bytes(summary['bytes_awaiting_gc'])}) "
                   "Dropped, files wait for GC's drop_tolerance")
+
+
+def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
+    """The note of a small lifecycle from its one result (None: it did not finish)."""
+    what = {"snapshot_drop": f"snapshot {params.get('collection')}/{params.get('name')}",
+            "snapshot_retention": f"retention policy of {params.get('collection')}",
+            "snapshot_schedule": "snapshot_schedule", "verify_collection": f"verify {params.get('collection')}"}[kind]
+    if result is None:
+        return _short(f"FAILED: {what} did not finish (see the task logs)")
+    if kind == "snapshot_drop":
+        return _short(f"{what} dropped, {result.get('files_removed', 0)} snapshot files removed")
+    if kind == "snapshot_retention":
+        return _short(f"{what} " + ("cleared" if "cleared" in result else "set"))
+    if kind == "snapshot_schedule":
+        return _short(f"snapshot_schedule: {len(result)} retention policies run")
+    return _short(f"{what}: OK, {result.get('files_checked')} files, {result.get('rows')} rows checked")

@@ -4,13 +4,19 @@ Airflow 3.3 has no Task SDK call that sets a DAG run's note (apache/airflow#6489
 Execution API only reads it), so the supported way is the public REST API:
 `PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}?update_mask=note`. `run_note(kind)` adds
 a teardown task `run_note` downstream of every leaf of the DAG: it runs when everything
-else is done, failed runs included, and as a teardown it does not decide the run's
-state. It computes the line from the run's XComs and etcd (seglake.runinfo), prints it
-(the task log always has it), and sets it through the `airflow_api` connection:
+else is done, failed and stopped runs included. It computes the line from the run's
+XComs and etcd (seglake.runinfo), prints it (the task log always has it), and sets it through the `airflow_api` connection:
 host/port/schema of the API server (or extra {"base_url": ...}), login/password of a
 user who may edit DAG runs (no login: GET /auth/token, the simple auth manager's
 all-admins development mode). Without that connection the note is only logged. A
 failure to set the note is logged, never fails anything; the token is never logged.
+
+The same task decides the run's state (issue 27): it is the one leaf that counts
+(`on_failure_fail_dagrun`), and it fails when the lifecycle's work did not finish -- the
+note says FAILED (its result is missing in XCom/etcd), or a task of the run ended failed,
+or the summary could not be read -- whatever was marked, skipped or cleared. Without it a
+run marked failed mid-copy skips its unfinished tasks, the teardown succeeds as the only
+leaf that ran, and Airflow reports `success` beside a note that says FAILED.
 
 The same task sends the run's counters through Airflow's Stats (`seglake.restore.copied_bytes`,
 `seglake.gc.deleted_bytes`, ...; statsd or OpenTelemetry when Airflow's metrics are on):
@@ -24,8 +30,11 @@ from urllib.parse import quote
 
 NOTE_CONN_ID = "airflow_api"
 ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it failed
+# the small lifecycles: the task whose result says the work was done (no result: not done)
+RESULT_TASKS = {"snapshot_drop": "drop", "snapshot_retention": "set_policy", "snapshot_schedule": "run_policies",
+                "verify_collection": "verify.summarize"}
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection",
-         "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction")
+         "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction", *RESULT_TASKS)
 
 
 def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
@@ -34,6 +43,8 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
     from seglake import runinfo
     from seglake_airflow.hooks.engine import SeglakeHook
 
+    if kind in RESULT_TASKS:
+        return runinfo.result_note(kind, params, ti.xcom_pull(task_ids=RESULT_TASKS[kind])), {}
     if kind == "snapshot_export":
         report = ti.xcom_pull(task_ids="export")
         counters = ({"seglake.backup.exports": 1, "seglake.backup.copied_bytes": int(report.get("copied_bytes", 0))}
@@ -96,7 +107,8 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         counters = ({"seglake.wal_flush.segments": int(summary.get("segments", 0)),
                      "seglake.wal_flush.rows": int(summary.get("rows", 0)),
                      "seglake.wal_flush.bytes": int(summary.get("bytes", 0))} if summary else {})
-        return runinfo.wal_flush_note(summary), counters
+        listed = ti.xcom_pull(task_ids="list_pchannels") if not summary else None
+        return runinfo.wal_flush_note(summary, listed if isinstance(listed, list) else None), counters
     if kind == "drop_collection":
         summary = ti.xcom_pull(task_ids="summary")
         counters = {"seglake.drop.collections": 1} if summary and summary.get("state") == "Dropped" else {}
@@ -152,6 +164,38 @@ def with_reason(text: str, reasons: list[tuple[str, str]]) -> str:
         head = text.replace(" (see the task logs)", "")
         return _short(f"{head}: task {task_id} failed: {why}{more}")
     return _short(f"FAILED: task {task_id} failed: {why}{more}; {text}")
+
+
+FAILED_STATES = frozenset({"failed", "upstream_failed"})
+
+
+def run_states(ti, dag_run) -> dict[str, str | None]:
+    """{task_id: state} of this run's task instances (the Task SDK's read of the metadata
+    DB through the execution API); {} when the API does not answer."""
+    try:
+        found = ti.get_task_states(dag_id=dag_run.dag_id, run_ids=[dag_run.run_id])
+    except Exception as e:  # noqa: BLE001 - the note still decides from XCom/etcd
+        print(f"task states not read: {type(e).__name__}: {e}", flush=True)
+        return {}
+    return {str(k): (None if v is None else str(v)) for k, v in (found.get(dag_run.run_id) or {}).items()}
+
+
+def outcome(text: str, states: dict[str, str | None], *, summarized: bool = True,
+            note_task: str = "run_note") -> tuple[bool, str]:
+    """(finished, note) of a run: finished only when the summary was read, the note does
+    not say FAILED and no other task of the run ended failed or upstream_failed. An
+    unfinished run's note starts with FAILED (naming the failed tasks when the note did
+    not already)."""
+    failed = sorted(t for t, s in states.items() if t != note_task and s in FAILED_STATES)
+    if summarized and not text.startswith("FAILED") and not failed:
+        return True, text
+    if text.startswith("FAILED"):
+        return False, text
+    from seglake.runinfo import _short
+
+    why = f"task {', '.join(failed[:3])}{' ...' if len(failed) > 3 else ''} ended failed" if failed \
+        else "the outcome could not be read"
+    return False, _short(f"FAILED: {why}; {text}")
 
 
 def _stats():
@@ -236,21 +280,30 @@ def run_note(kind: str):
         t.on_failure_callback = [*callbacks, record_failure]
     task_ids = [t.task_id for t in dag.tasks]
 
-    @teardown
+    @teardown(on_failure_fail_dagrun=True)   # the leaf that decides the run's state
     @task(task_id="run_note", retries=2)
     def run_note_task(params: dict, dag_run=None, ti=None) -> str:
+        from airflow.sdk.exceptions import AirflowFailException
+
         counters: dict[str, int] = {}
+        summarized = True
         try:
             text, counters = summarize(kind, params, ti)
-        except Exception as e:  # noqa: BLE001 - a note never fails a run
+        except Exception as e:  # noqa: BLE001 - the run fails below, the note is still set
+            summarized = False
             text = f"{kind}: no summary ({type(e).__name__}: {e})"[:1000]
         text = with_reason(text, failures(ti, task_ids))
+        finished, text = outcome(text, run_states(ti, dag_run), summarized=summarized)
         print(f"run note: {text}", flush=True)
         try:
             emit_counters(counters)
         except Exception as e:  # noqa: BLE001 - metrics never fail a run
             print(f"Stats counters not sent: {type(e).__name__}: {e}", flush=True)
         print(f"run note {set_run_note(dag_run.dag_id, dag_run.run_id, text)}", flush=True)
+        if not summarized:   # etcd or XCom did not answer: ask again (the task's retries), then fail
+            raise RuntimeError(f"the {kind} run's outcome could not be read: {text}")
+        if not finished:   # no retry: the answer would be the same
+            raise AirflowFailException(f"the {kind} run did not finish its work: {text}")
         return text
 
     note = run_note_task()

@@ -81,7 +81,8 @@ def test_unknown_conf_keys_fail_the_first_task_before_any_side_effect(stocked, s
     states = task_states(run)
     assert run.state == "failed", states
     assert states.pop("check_conf") == "failed"
-    assert states.pop("run_note", "success") == "success"   # the teardown only notes the failure (reads, writes no state)
+    # the teardown notes the failure and is the leaf that fails the run (issue 27); it writes no state
+    assert states.pop("run_note", "failed") == "failed"
     # nothing ran: a clean-up task with a failure trigger rule may only skip itself
     assert all(s in (None, "upstream_failed", "skipped") for s in states.values()), states
     assert (_etcd(stocked), _files(store)) == before
@@ -108,7 +109,8 @@ def test_a_bad_variable_fails_the_first_task_and_gc_deletes_nothing(stocked, sto
     run = dags["gc"].test(run_conf={"dry_run": False})
     states = task_states(run)
     assert run.state == "failed" and states.pop("check_conf") == "failed", states
-    assert states.pop("run_note", "success") == "success"   # the teardown only notes the failure (reads, writes no state)
+    # the teardown notes the failure and is the leaf that fails the run (issue 27); it writes no state
+    assert states.pop("run_note", "failed") == "failed"
     # nothing ran: a clean-up task with a failure trigger rule may only skip itself
     assert all(s in (None, "upstream_failed", "skipped") for s in states.values()), states
     assert (_etcd(stocked), _files(store)) == before

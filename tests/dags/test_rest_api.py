@@ -113,7 +113,12 @@ def test_pin_and_unpin(client, h, world):
 
 
 @pytest.mark.parametrize("method,path,body,status,words", [
-    ("post", "/snapshots/api_coll/s1/pins", {"ttl_hours": 0}, 400, "pin ttl"),
+    ("post", "/snapshots/api_coll/s1/pins", {"ttl_hours": 0}, 400, "field 'ttl_hours' (pin TTL, hours): 0.0 is not "
+     "allowed; allowed: a finite number of hours from 0.000278 (1 second) to 8760 (365 days)"),
+    ("post", "/snapshots/api_coll/s1/pins", {"ttl_hours": -1.0}, 400, "field 'ttl_hours' (pin TTL, hours): -1.0 is "
+     "not allowed"),
+    ("post", "/snapshots/api_coll/s1/pins", {"ttl_hours": 9000}, 400, "field 'ttl_hours' (pin TTL, hours): 9000"),
+    ("post", "/gc/dry-run", {"collection": "no_such"}, 404, "collection 'no_such' not found in db 'default'"),
     ("post", "/snapshots/api_coll/s1/pins", {"ttl_hour": 2}, 400, "unknown field 'ttl_hour' (did you mean 'ttl_hours'?)"),
     ("post", "/snapshots/api_coll/nope/pins", {"ttl_hours": 1}, 404, "snapshot 'nope' not found"),
     ("post", "/snapshots", {"collection": "api_coll", "name": "my snap"}, 400, "field 'name': 'my snap' is not allowed"),
@@ -131,6 +136,7 @@ def test_pin_and_unpin(client, h, world):
     ("delete", "/snapshots/api_coll/s1", None, 409, "held by copy job"),
     ("delete", "/snapshots/api_coll/nope", None, 404, "snapshot 'nope' not found"),
     ("get", "/jobs/abc", None, 400, "field 'job_id'"),
+    ("post", "/dags/example_bash/unpause", None, 404, "dag 'example_bash' is not one this API runs"),
 ])
 def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, method, path, body, status, words):
     meta, *_ = world
@@ -302,3 +308,19 @@ def test_a_bad_server_config_is_not_the_clients_fault(client, h, world, monkeypa
     r = client.get(f"{API}/collections", headers=h)
     assert r.status_code == 503, r.text
     assert "etcd_endpoint" in r.json()["detail"], r.text
+
+
+def test_the_docs_page_lists_every_operation_and_needs_nothing_from_the_internet(client, h):
+    """Issue 27 item 4: Swagger UI from a CDN rendered nothing offline; the page is
+    rendered from the OpenAPI document itself, with no script, style or font from elsewhere."""
+    import re
+
+    schema = client.get(f"{API}/openapi.json", headers=h).json()
+    r = client.get(f"{API}/docs", headers=h)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    html = r.text
+    ops = set(re.findall(r'data-op="([A-Z]+ [^"]+)"', html))
+    assert ops == {f"{m.upper()} {p}" for p, o in schema["paths"].items() for m in o}, ops
+    assert len(ops) >= 15
+    assert not re.search(r"<script|(?:src|href)\s*=\s*\"?(?:https?:)?//", html, re.I), "an external asset"
+    assert "/snapshots/{collection}/{name}/pins" in html and "ttl_hours" in html   # bodies are described

@@ -80,7 +80,7 @@ def test_snapshot_and_gc_runs_get_their_summary_as_the_note(with_api, meta, stor
 def test_a_failed_run_gets_a_failed_note_and_stays_failed(with_api, meta, store):
     run = load_dag("snapshot_create").test(run_conf={"collection": "no_such", "name": "n1", "engine": "inline"})
     states = task_states(run)
-    assert run.state == "failed" and states["run_note"] == "success", states
+    assert run.state == "failed" and states["run_note"] == "failed", states   # the leaf that decides the state
     # the reason, not "see the task logs": the first failed task's message
     assert _note(run) == ("FAILED: snapshot no_such/n1 was not committed: task begin failed: collection "
                           "'no_such' not found in db 'default'"), _note(run)

@@ -22,8 +22,13 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dis
 
 
 class Browser:
-    def __init__(self, timeout: float = 30.0):
+    def __init__(self, timeout: float = 30.0, offline: bool = False):
+        """offline: every request to anything but loopback fails (no name resolves but
+        localhost, and any other host goes through a dead proxy): a machine without internet."""
         self.timeout = timeout
+        self.flags = FLAGS + (["--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+                               "--proxy-server=http://127.0.0.1:9"]   # loopback bypasses a proxy by default
+                              if offline else [])
         self._id = 0
         self.proc = None
         self.ws = None
@@ -36,7 +41,7 @@ class Browser:
         exe = shutil.which("chromium") or shutil.which("chromium-browser")
         assert exe, "Debian's chromium is not installed (scripts/install_system.sh installs it)"
         self.profile = tempfile.TemporaryDirectory(prefix="seglake-cdp-")
-        self.proc = subprocess.Popen([exe, *FLAGS, "--remote-debugging-port=0", f"--user-data-dir={self.profile.name}",
+        self.proc = subprocess.Popen([exe, *self.flags, "--remote-debugging-port=0", f"--user-data-dir={self.profile.name}",
                                       "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
         port_file = Path(self.profile.name) / "DevToolsActivePort"

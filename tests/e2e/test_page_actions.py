@@ -154,3 +154,8 @@ def test_page_actions_directly_and_inside_airflows_frame(standalone, engine, bro
     text = b.js(f"{doc}.querySelector('#action-result').textContent")
     assert text == f"restore {COLL}/s1: collection '{COLL}' already exists in db 'default'; choose another target", text
     assert standalone.run_count("snapshot_restore") == before
+    # issue 27: a run link in the frame opens the run in Airflow's own view, not Airflow nested in the frame
+    b.js(f"{doc}.querySelector('#copy-jobs a[href*=\"/runs/\"]').click()")
+    b.wait("location.pathname.startsWith('/dags/snapshot_restore/runs/')", what="the run's page in Airflow's view")
+    b.wait("!Array.from(document.querySelectorAll('iframe')).some(f => f.src.includes('/seglake'))",
+           timeout=30, what="Airflow's router showing the run instead of the seglake frame")

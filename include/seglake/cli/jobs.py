@@ -46,8 +46,8 @@ def cmd_jobs_describe(args, s: Settings) -> int:
             print(f"copy job {j['job_id']}: {j['state']}  {j['source_collection']}/{j['snapshot']} -> "
                   f"{j['target_collection']}")
             print(f"  {_bar(j['fraction'])}  segments {p['copied_segments']}/{p['total_segments']}, "
-                  f"files {p['copied_files']}/{p['total_files']}, "
-                  f"{human_bytes(p['copied_bytes'])}/{human_bytes(p['total_bytes'])}")
+                  f"files {p['done_files']}/{p['total_files']}, "   # done: never lower after a resume
+                  f"{human_bytes(p['done_bytes'])}/{human_bytes(p['total_bytes'])}")
             print(f"  tasks {p['tasks_completed']}/{p['tasks']} completed, {p['tasks_failed']} failed; "
                   f"duration {j['duration_s']:.1f}s; rows {j['total_rows']}"
                   + (f"; reason: {j['reason']}" if j["reason"] else ""))

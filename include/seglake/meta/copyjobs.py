@@ -113,6 +113,13 @@ class CopyTask(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     updated_at: float = 0.0
     first_copy_at: float = 0.0   # when an attempt of this task began its first file copy (rates: from there)
+    # what the operator sees (issue 27): files/bytes of the task already in the target, copied or found
+    # whole, never lower than an earlier attempt's count; when that count last moved (or an attempt
+    # took the task); the attempt's copy rate over its last RATE_WINDOW_S, as of progress_at
+    done_files: int = 0
+    done_bytes: int = 0
+    progress_at: float = 0.0
+    recent_bps: float = 0.0
 
     def replace(self, **changes) -> "CopyTask":
         return msgspec.structs.replace(self, **changes)

@@ -1,6 +1,7 @@
 """The typed REST API of seglake (issue 20 item 5): `/seglake/api/v1/...` in Airflow's API
 server, behind Airflow's authentication, with its OpenAPI document at
-`/seglake/api/v1/openapi.json` and interactive docs at `/seglake/api/v1/docs`.
+`/seglake/api/v1/openapi.json` and its docs at `/seglake/api/v1/docs` (a page rendered here from
+that document, no asset from the internet).
 
 Reads come from etcd and the store through the engine (seglake.console, lifecycle).
 Mutations that are lifecycles (create / drop / restore a snapshot, a GC dry run, resume
@@ -15,6 +16,12 @@ Every refusal is HTTP 4xx with {"detail": one sentence naming the field, the val
 what is allowed}. A browser's session cookie authorises only requests that carry the
 header `X-Seglake-Request: 1` for mutations (a cross-site form cannot set it: no CSRF);
 a caller with `Authorization: Bearer <token>` needs no such header.
+
+A run's answer says when its DAG is paused (Airflow creates DAGs paused: the run would sit
+queued, silently) and whether the caller may unpause it (`POST /dags/{dag_id}/unpause`).
+
+One file over 400 lines on purpose: every route is a closure of `create_api` sharing its
+auth dependencies, its error handlers and `trigger`; the models above are its contract.
 """
 
 
@@ -28,6 +35,7 @@ from seglake.names import NAME_PATTERN as JSON_SCHEMA_PATTERN
 from seglake.names import NAME_RULE
 
 API_PREFIX = "/api/v1"
+HOUR_S = 3600.0
 CSRF_HEADER = "x-seglake-request"
 # pydantic's (Rust) regex has no look-ahead; its '$' is the end of the text (no newline)
 NAME_PATTERN = JSON_SCHEMA_PATTERN.removesuffix("(?!\\n)")
@@ -87,6 +95,10 @@ class Run(BaseModel):
     dag_id: str
     dag_run_id: str
     state: Optional[str] = None
+    dag_paused: Optional[bool] = Field(None, description="the DAG is paused: the run stays queued until it is "
+                                                         "unpaused (null: Airflow did not say)")
+    can_unpause: bool = Field(False, description="the caller may unpause the DAG (POST /dags/{dag_id}/unpause)")
+    message: str = Field("", description="one sentence for the operator: started, or queued behind a paused DAG")
     run_url: str = Field(description="the run's page in Airflow (a path on this server)")
     conf: dict[str, Any]
     object: dict[str, Any] = Field(default_factory=dict, description="what the run acts on")
@@ -119,8 +131,11 @@ class Job(Open):
     snapshot: str
     target_collection: str
     progress: dict[str, Any]
-    rate_bps: Optional[float] = None
-    eta_s: Optional[float] = None
+    rate_bps: Optional[float] = Field(None, description="while it runs: the current rate (the last 10 s); "
+                                                        "finished: the average")
+    eta_s: Optional[float] = Field(None, description="at the current rate; null while stalled")
+    health: str = Field("running", description="running | stalled | finished")
+    stalled_s: Optional[float] = Field(None, description="seconds the done count has not moved (>= 30), else null")
 
 
 class Pin(Open):
@@ -134,15 +149,23 @@ class Channel(Open):
     vchannel: str
 
 
+class DagState(BaseModel):
+    dag_id: str
+    is_paused: bool
+
+
+# the DAGs this API creates runs of: the only ones its unpause route acts on
+RUN_DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job")
+
+
 
 
 def create_api():
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
     from fastapi import Body, Depends, FastAPI, Path, Query, Request
     from fastapi.dependencies.utils import get_flat_dependant
     from fastapi.exceptions import RequestValidationError
-    from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.responses import HTMLResponse, JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -173,11 +196,14 @@ def create_api():
     def id_in(kind: str):
         return Path(ge=1, le=ID_MAX, description=f"a {kind} id")
 
+    def remember_user(request: Request, user: GetUserDep) -> None:
+        request.state.seglake_user = user   # the caller (resolved once per request): what it may do
+
     read = Depends(requires_access_dag(method="GET"))
     run_rights = Depends(requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN))
     api = FastAPI(title="seglake API", version="1",
                   description=__doc__.split("\n\n", 1)[1].strip(), docs_url=None, redoc_url=None,
-                  openapi_url=None, dependencies=[read, Depends(no_unknown_query)])
+                  openapi_url=None, dependencies=[read, Depends(no_unknown_query), Depends(remember_user)])
 
     # -- errors: one sentence each ---------------------------------------------------------
     @api.exception_handler(RequestValidationError)
@@ -234,8 +260,11 @@ def create_api():
 
     @api.get("/docs", include_in_schema=False)
     def docs(request: Request) -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url=str(request.url.path).rsplit("/", 1)[0] + "/openapi.json",
-                                   title="seglake API")
+        from seglake_airflow.ui.docs import render_docs
+
+        # rendered here: no asset from a CDN (a machine without internet saw a blank page)
+        return HTMLResponse(render_docs(api.openapi(), str(request.url.path).rsplit("/", 1)[0] + "/openapi.json"),
+                            headers={"Cache-Control": "no-store"})
 
     # -- reads -----------------------------------------------------------------------------
     @api.get("/collections", response_model=list[Collection], summary="Collections with their totals")
@@ -329,8 +358,43 @@ def create_api():
             raise StarletteHTTPException(r.status_code, f"{dag_id}: Airflow refused the run: {detail}")
         run = r.json()
         run_id = run["dag_run_id"]
+        paused = _is_paused(base, dag_id, token)
+        may = bool(paused) and _may_unpause(request, dag_id)
+        if paused:
+            message = (f"queued: the DAG {dag_id} is paused, so the run waits until it is unpaused"
+                       + (" (POST /dags/%s/unpause, or the toggle on the DAG's page)" % dag_id if may
+                          else "; ask an operator who may edit the DAG to unpause it"))
+        else:
+            message = f"started: run {run_id} of {dag_id} is {run.get('state') or 'created'}"
         return {"dag_id": dag_id, "dag_run_id": run_id, "state": run.get("state"), "conf": checked,
-                "run_url": f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}", "object": obj}
+                "run_url": f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}", "object": obj,
+                "dag_paused": paused, "can_unpause": may, "message": message}
+
+    def _is_paused(base: str, dag_id: str, token: str) -> bool | None:
+        """Whether the DAG is paused (Airflow creates DAGs paused): a run of a paused DAG
+        sits queued, silently, unless the answer says so. None when Airflow did not say."""
+        import httpx
+
+        try:
+            r = httpx.get(f"{base}/api/v2/dags/{quote(dag_id, safe='')}",
+                          headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            value = r.json().get("is_paused") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return value if isinstance(value, bool) else None
+
+    def _may_unpause(request: Request, dag_id: str) -> bool:
+        """The caller's role allows editing the DAG (Airflow's PUT on a DAG: pause/unpause)."""
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+        user = getattr(request.state, "seglake_user", None)
+        if user is None:
+            return False
+        try:
+            return bool(get_auth_manager().is_authorized_dag(method="PUT", details=DagDetails(id=dag_id), user=user))
+        except Exception:  # noqa: BLE001 - unknown: do not offer it
+            return False
 
     def _own_address(request: Request) -> str:
         """This server's own address (the socket the request came in on), never the Host
@@ -404,12 +468,11 @@ def create_api():
               dependencies=[run_rights], summary="Pin a snapshot for a while (no drop; GC keeps its files)")
     def snapshot_pin(request: Request, body: PinRequest, collection: str = name_in("collection"),
                      name: str = name_in("snapshot")) -> dict:
-        from seglake.limits import HOUR
         from seglake.lifecycle import snapshot
 
         _caller_token(request)   # a browser session needs the anti-CSRF header
         with _engine() as (meta, _):
-            return snapshot.pin(meta, collection, name, _hours(body.ttl_hours, "ttl_hours") * HOUR, db=body.db,
+            return snapshot.pin(meta, collection, name, _pin_ttl_seconds(body.ttl_hours), db=body.db,
                                 by=body.by or "rest")
 
     @api.delete("/pins/{pin_id}", response_model=Pin, dependencies=[run_rights], summary="Remove a pin")
@@ -423,6 +486,9 @@ def create_api():
     @api.post("/gc/dry-run", response_model=Run, status_code=201, dependencies=[run_rights],
               summary="A GC dry run (a gc DAG run that deletes nothing)")
     def gc_dry_run(request: Request, body: GCDryRun = Body(default_factory=GCDryRun)) -> dict:
+        if body.collection is not None:
+            with _engine() as (meta, _):
+                meta.catalog.get_by_name(body.collection, body.db)   # 404 before any run (prepare would fail later)
         conf = {"dry_run": True, **body.model_dump()}
         return trigger(request, "gc", conf, {"collection": body.collection})
 
@@ -434,12 +500,38 @@ def create_api():
             meta.copyjobs.get(job_id)   # NotFound -> 404 before any run
         return trigger(request, "copy_segment_job", {"job_id": job_id, **body.model_dump()}, {"job_id": job_id})
 
-    def _hours(value: float, field: str) -> float:
-        import math
-        if not math.isfinite(value):
-            from seglake.contract import show
-            raise ValidationError(f"field {field!r}: {show(value)} is not allowed; allowed: a finite number of hours")
-        return value
+    @api.post("/dags/{dag_id}/unpause", response_model=DagState,
+              dependencies=[Depends(requires_access_dag(method="PUT"))],
+              summary="Unpause one of the DAGs this API runs (DAGs are paused at creation)")
+    def dag_unpause(request: Request, dag_id: str = Path(description="one of " + ", ".join(RUN_DAGS))) -> dict:
+        import httpx
+
+        from airflow.configuration import conf as airflow_conf
+
+        if dag_id not in RUN_DAGS:
+            raise NotFound(f"dag {dag_id!r} is not one this API runs; allowed: {', '.join(RUN_DAGS)}")
+        token = _caller_token(request)
+        base = (airflow_conf.get("api", "base_url", fallback="") or _own_address(request)).rstrip("/")
+        try:
+            r = httpx.patch(f"{base}/api/v2/dags/{dag_id}", params={"update_mask": "is_paused"},
+                            json={"is_paused": False}, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        except httpx.HTTPError as e:
+            raise Unavailable(f"{dag_id}: Airflow's API did not answer the unpause ({type(e).__name__})") from None
+        if r.status_code >= 400:
+            raise StarletteHTTPException(r.status_code, f"{dag_id}: Airflow refused the unpause: {r.text[:300]}")
+        return {"dag_id": dag_id, "is_paused": bool(r.json().get("is_paused"))}
+
+    def _pin_ttl_seconds(hours: float) -> float:
+        """The pin's TTL, given in hours, in seconds; a refusal speaks in hours and names the field."""
+        from seglake import limits
+        from seglake.contract import show
+
+        try:
+            return limits.check("pin_ttl", "ttl_hours", hours, scale=HOUR_S)
+        except ValidationError:
+            lo, hi = limits.LIMITS["pin_ttl"].bounds(HOUR_S)
+            raise ValidationError(f"field 'ttl_hours' (pin TTL, hours): {show(hours)} is not allowed; allowed: a "
+                                  f"finite number of hours from {lo:.3g} (1 second) to {hi:g} (365 days)") from None
 
     # -- the document says what the API answers: 400 {"detail": ...}, never FastAPI's 422 --
     fastapi_openapi = api.openapi

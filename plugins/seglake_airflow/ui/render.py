@@ -32,7 +32,8 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#7b8794;fo
 .runid{font-family:ui-monospace,monospace;font-size:12px;font-weight:normal}
 form.act{display:inline-flex;gap:4px;margin:0 6px 2px 0} form.act input{font-size:12px;padding:1px 4px}
 form.act button{font-size:12px;padding:1px 6px;cursor:pointer}
-#action-result{min-height:18px;margin:6px 0} #action-result.ok{color:#0c6b58}
+#action-result{min-height:18px;margin:6px 0} #action-result.ok{color:#0c6b58} #action-result.warn{color:#8d5b00}
+#action-result form.act{display:inline}
 """
 OK = {"Created", "COMMITTED", "Completed", "Flushed", "committed", "OK"}
 RUN = {"Executing", "InProgress", "PENDING", "Pending", "Importing", "running"}
@@ -87,9 +88,13 @@ def _section(title: str, sec: dict, body) -> str:
     return html + "</section>"
 
 
+PIN_MIN_HOURS = "0.0003"   # the pin box's minimum: 1 s (limits "pin_ttl") rounded up; 0 is refused by the browser
+
+
 def run_link(dag_id: str, run_id: str) -> str:
-    """The Airflow page of one DAG run (relative: works under a base path, and inside
-    Airflow's iframe, where it opens in the frame: the sandbox forbids leaving it)."""
+    """The Airflow page of one DAG run (relative: works under a base path). Inside
+    Airflow's iframe the page's script hands it to Airflow's router (ui/actions.py), so
+    it opens in Airflow's view, not nested in the frame."""
     return f"../dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
 
 
@@ -124,7 +129,8 @@ def _snapshots(rows: list[dict]) -> str:
             where = f"{r['collection']}/{r['name']}"
             action = (form(f"restore {where}", "POST", f"{base}/restore", fields=(("target", "new collection", "name"),),
                            body={"db": r["db"]}, button="restore")
-                      + form(f"pin {where}", "POST", f"{base}/pins", fields=(("ttl_hours", "hours", "number:24"),),
+                      + form(f"pin {where}", "POST", f"{base}/pins",
+                             fields=(("ttl_hours", "hours (> 0, at most 8760)", f"number:24:{PIN_MIN_HOURS}"),),
                              body={"db": r["db"]}, button="pin (h)")
                       + form(f"drop {where}", "DELETE", f"{base}?db={quote(r['db'], safe='')}",
                              confirm="click again to drop", button="drop"))
@@ -140,19 +146,23 @@ def _jobs(rows: list[dict]) -> str:
     for j in rows:
         p, f = j["progress"], j["fractions"]
         bars = (_bar(f["segments"], f"segments {p['copied_segments']}/{p['total_segments']}")
-                + _bar(f["files"], f"files {p['copied_files']}/{p['total_files']}")
+                + _bar(f["files"], f"files {p['done_files']}/{p['total_files']}")
                 + _bar(f["bytes"], f"{human_bytes(p['done_bytes'])} / {human_bytes(p['total_bytes'])}"))
         rate = f"{human_bytes(j['rate_bps'])}/s" if j["rate_bps"] else "-"
         eta = human_duration(j["eta_s"]) if j["eta_s"] is not None else "-"
+        state = _state(j["state"])
+        if j.get("stalled_s") is not None:   # bytes have not moved: said, not hidden behind a growing ETA
+            state += f' <span class="st warn stalled">stalled for {escape(human_duration(j["stalled_s"]))}</span>'
+            eta = "-"
         origin = j.get("origin") or {}
         job = str(j["job_id"])
         if origin.get("dag_id") and origin.get("run_id"):   # the DAG run that made it: its tasks and their logs
             job = (f'<a href="{escape(run_link(origin["dag_id"], origin["run_id"]))}" '
                    f'title="the DAG run (tasks and logs)">{job}</a>')
-        if not j.get("terminal", True):
+        if j.get("health") == "stalled":   # a healthy running job is not offered a second runner
             job += " " + form(f"resume copy job {j['job_id']}", "POST", f"jobs/{int(j['job_id'])}/resume",
                               button="resume")
-        out.append([job, _state(j["state"]),
+        out.append([job, state,
                     f"{escape(j['source_collection'])}/{escape(j['snapshot'])} &rarr; {escape(j['target_collection'])}",
                     bars, rate, eta, human_duration(j["duration_s"]),
                     f"{p['tasks_completed']}/{p['tasks']}" + (f" ({p['tasks_failed']} failed)" if p["tasks_failed"] else ""),

@@ -74,18 +74,32 @@ def test_overview_reports_what_the_engine_wrote(meta, store, world):
     assert o["channels"]["rows"] == []                   # no WAL yet (or no channels)
 
 
-def test_rate_and_eta_of_a_running_job():
-    job = {"state": JOB_EXECUTING, "started_at": 100.0, "finished_at": None,
-           "progress": {"copied_bytes": 300, "total_bytes": 1000}}
+def test_rate_and_eta_of_a_running_job_are_the_current_ones():
+    """Issue 27 item 2: the rate of a running job is its tasks' rate over the recent
+    window, not the run's average (which kept a stall looking like progress)."""
+    p = {"copied_bytes": 300, "done_bytes": 300, "total_bytes": 1000, "progress_at": 108.0,
+         "live": [[108.0, 20.0], [109.0, 10.0]]}
+    job = {"state": JOB_EXECUTING, "started_at": 100.0, "finished_at": None, "progress": p}
     rate, eta = console.job_rate_eta(job, now=110.0)
     assert rate == 30.0 and eta == pytest.approx(700 / 30)
-    assert console.job_rate_eta({**job, "started_at": None}, 110.0) == (None, None)
-    assert console.job_rate_eta({**job, "started_at": 110.0}, 110.0) == (None, None)   # no elapsed time
+    # one task's rate is older than the window: it no longer counts
+    assert console.job_rate_eta(job, now=118.5) == (10.0, pytest.approx(70.0))
+    # nothing moved for longer than the window: rate 0, no ETA promised
+    assert console.job_rate_eta(job, now=200.0) == (0.0, None)
+    assert console.job_rate_eta({**job, "progress": {**p, "live": []}}, 110.0) == (None, None)   # nothing running
+    # a finished job: its average from the first file copy to the end
     done = {**job, "state": "Completed", "finished_at": 105.0}
     assert console.job_rate_eta(done, 500.0) == (60.0, None)
-    # from the first file copy, not the set-up before it (Spark's start-up): 300 B in 2 s
-    late = {**job, "progress": {**job["progress"], "first_copy_at": 108.0}}
-    assert console.job_rate_eta(late, 110.0) == (150.0, pytest.approx(700 / 150))
+    late = {**done, "finished_at": 110.0, "progress": {**p, "first_copy_at": 108.0}}
+    assert console.job_rate_eta(late, 500.0) == (150.0, None)
+
+
+def test_a_job_whose_count_does_not_move_is_stalled():
+    job = {"state": JOB_EXECUTING, "started_at": 50.0, "progress": {"progress_at": 100.0}}
+    assert console.stalled_for(job, 129.9) is None
+    assert console.stalled_for(job, 130.0) == 30.0 and console.stalled_for(job, 175.0) == 75.0
+    assert console.stalled_for({**job, "progress": {}}, 100.0) == 50.0   # never moved: since the start
+    assert console.stalled_for({**job, "state": "Completed"}, 1e9) is None
 
 
 def test_a_copy_records_when_its_first_file_copy_began(meta, store, world):
@@ -113,7 +127,7 @@ def test_gc_summary_and_pause_are_shown(meta, store, world):
 
 
 def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
-    _, done_job, running_job = world
+    src, done_job, running_job = world
     m = parse(metrics.render(meta, store))
     assert m["seglake_copy_jobs"] == {'{state="Pending"}': 0, '{state="Executing"}': 1,
                                       '{state="Completed"}': 1, '{state="Failed"}': 0}
@@ -129,8 +143,30 @@ def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
     # per unfinished job and per collection being restored: progress
     job = meta.copyjobs.get(running_job)[0]
     lb = f'{{job_id="{running_job}",collection="{job.target_collection}",db="default"}}'
-    assert m["seglake_copy_job_total_bytes"] == {lb: job.total_bytes} and m["seglake_copy_job_done_bytes"] == {lb: 0}
+    done = meta.copyjobs.get(done_job)[0]
+    done_lb = f'{{job_id="{done_job}",collection="{done.target_collection}",db="default"}}'
+    # a finished job's series stay (until retention removes the job), showing its end
+    assert m["seglake_copy_job_total_bytes"] == {lb: job.total_bytes, done_lb: done.total_bytes}
+    assert m["seglake_copy_job_done_bytes"] == {lb: 0, done_lb: done.total_bytes}
+    assert m["seglake_copy_job_finished"] == {lb: 0, done_lb: 1}
     assert m["seglake_copy_job_rate_bytes_per_second"] == {lb: 0}
+    assert m["seglake_copy_job_stalled_seconds"] == {lb: 0}   # planned just now: not stalled yet
+    # per collection (issue 27): rows, bytes, live segments, the newest snapshot's age
+    demo_lb = '{collection="demo",db="default"}'
+    segs = [s for s in meta.segments.list(src.collection_id) if s.state != "Dropped"]
+    assert m["seglake_collection_rows"][demo_lb] == sum(s.num_rows for s in segs) > 0
+    assert m["seglake_collection_bytes"][demo_lb] == sum(s.total_size() for s in segs)
+    assert m["seglake_collection_segments"][demo_lb] == len(segs) == 6
+    assert list(m["seglake_collection_last_snapshot_age_seconds"]) == [demo_lb]
+    assert 0 <= m["seglake_collection_last_snapshot_age_seconds"][demo_lb] < 3600
+    assert m.get("seglake_collection_last_backup_age_seconds", {}) == {}   # no export yet
+    from seglake.lifecycle.backup import export
+    now = time.time()
+    export._record(meta, "default", "demo", "b_old", {"state": "committed", "finished_at": now - 7200})
+    export._record(meta, "default", "demo", "b_new", {"state": "committed", "finished_at": now - 100})
+    export._record(meta, "default", "demo", "b_bad", {"state": "failed", "finished_at": now - 1})
+    m = parse(metrics.render(meta, store, now=now))
+    assert m["seglake_collection_last_backup_age_seconds"] == {demo_lb: pytest.approx(100)}   # newest committed
     assert m["seglake_collection_restore_fraction"] == {f'{{collection="{job.target_collection}",db="default"}}': 0}
 
 

@@ -53,3 +53,32 @@ def test_empty_totals_and_bad_intervals():
 def test_human_units():
     assert human_bytes(0) == "0 B" and human_bytes(1536) == "1.5 KiB" and human_bytes(5 << 40) == "5.0 TiB"
     assert human_seconds(59.4) == "59 s" and human_seconds(61) == "1 min 01 s" and human_seconds(7260) == "2 h 01 min"
+
+
+def test_the_rate_is_the_recent_one_and_a_stall_is_named_not_timed_out():
+    """Issue 27 item 2: a copy stuck at the same bytes says "stalled for N s" (no growing
+    ETA); the rate is over the recent window; a count never goes back (a resume)."""
+    from seglake.progress import RATE_WINDOW_S, STALL_AFTER_S
+
+    clock, out = Clock(), []
+    p = ProgressLog("j", {"segments": 4, "files": 40, "bytes": 100_000}, interval=1, clock=clock, emit=out.append)
+    for _ in range(20):   # 100 B/s for 20 s
+        clock.t += 1
+        line = p.update({"segments": 1, "files": 10, "bytes": p.shown["bytes"] + 100})
+    assert line.endswith("2.0 KiB/97.7 KiB (2.0%), 100 B/s, ETA 16 min 20 s"), line
+    for _ in range(int(RATE_WINDOW_S)):   # then 1000 B/s: the window shows it at once, not the average
+        clock.t += 1
+        line = p.update({"bytes": p.shown["bytes"] + 1000})
+    assert ", 1000 B/s, ETA " in line, line
+    stuck = p.shown["bytes"]
+    clock.t += STALL_AFTER_S - 1
+    assert "stalled" not in p.update({"bytes": stuck})
+    clock.t += 1
+    assert p.update({"bytes": stuck}).endswith(f"stalled for {human_seconds(STALL_AFTER_S)}")
+    clock.t += 40
+    line = p.update({"bytes": stuck})
+    assert line.endswith(f"stalled for {human_seconds(STALL_AFTER_S + 40)}") and "ETA" not in line, line
+    # a resumed attempt recounts from less: the line does not go back
+    clock.t += 1
+    line = p.update({"segments": 0, "files": 2, "bytes": 1000})
+    assert line.startswith(f"j: 1/4 segments, 10/40 files, {human_bytes(stuck)}/"), line

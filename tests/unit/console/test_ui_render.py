@@ -77,9 +77,9 @@ def _job(**over):
     j = {"job_id": 7, "state": "Executing", "terminal": False, "source_collection": "demo", "snapshot": "s1",
          "target_collection": "demo_copy", "rate_bps": 2048.0, "eta_s": 3.0, "duration_s": 5.0, "reason": "",
          "origin": {"dag_id": "snapshot_restore", "run_id": "manual__2026-11-24T09:00:00+00:00"},
-         "progress": {"copied_segments": 1, "total_segments": 2, "copied_files": 3, "total_files": 6,
+         "progress": {"copied_segments": 1, "total_segments": 2, "copied_files": 3, "done_files": 3, "total_files": 6,
                       "done_bytes": 10, "total_bytes": 20, "tasks_completed": 0, "tasks": 1, "tasks_failed": 0},
-         "fractions": {"segments": 0.5, "files": 0.5, "bytes": 0.5}}
+         "fractions": {"segments": 0.5, "files": 0.5, "bytes": 0.5}, "health": "running", "stalled_s": None}
     j.update(over)
     return j
 
@@ -94,3 +94,32 @@ def test_the_page_polls_fast_while_a_job_runs_and_links_each_job_to_its_run():
                                                                  "state": "running"}], "pins": [], "policies": []},
                                            "error": None}))
     assert 'data-refresh="2"' in exporting
+
+
+def test_a_stalled_job_says_so_and_only_a_stalled_job_is_offered_resume():
+    """Issue 27: a stall is not shown as progress with a growing ETA, and a healthy running
+    job is not offered a second runner."""
+    def jobs_section(html):
+        return html.split("Copy jobs")[1].split("</section>")[0]
+
+    healthy = jobs_section(render_page(_empty(jobs={"rows": [_job()], "error": None})))
+    assert "stalled" not in healthy and "/resume" not in healthy and "2.0 KiB/s" in healthy and "3s" in healthy
+    stalled = jobs_section(render_page(_empty(jobs={"rows": [_job(health="stalled", stalled_s=75.0, rate_bps=0.0,
+                                                                   eta_s=None)], "error": None})))
+    assert '<span class="st warn stalled">stalled for 1m 15s</span>' in stalled
+    assert 'data-path="jobs/7/resume"' in stalled
+    done = jobs_section(render_page(_empty(jobs={"rows": [_job(state="Completed", terminal=True, health="finished")],
+                                               "error": None})))
+    assert "/resume" not in done and "stalled" not in done
+
+
+def test_the_pin_box_refuses_zero_in_the_browser():
+    import re
+
+    html = render_page(_empty(snapshots={"rows": [{
+        "collection": "c", "db": "default", "name": "s", "state": "COMMITTED", "expires_at": None, "ttl_left_s": None,
+        "age_s": 1.0, "pins": [], "segments": 1, "rows": 1, "bytes": 1, "error": None, "description": ""}],
+        "error": None}))
+    (box,) = re.findall(r'<input name="ttl_hours"[^>]*>', html)
+    low = float(re.search(r'min="([^"]+)"', box).group(1))
+    assert 0 < low and low * 3600 >= 1.0 and low * 3600 < 2.0, box   # 0 is below it; 1 s is the engine's floor

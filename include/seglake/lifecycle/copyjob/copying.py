@@ -18,7 +18,8 @@ from seglake import throttle as throttles
 from seglake.throttle import Throttle
 from seglake.lifecycle.copyjob.target import source_and_target_files
 
-PROGRESS_EVERY_S = 0.5
+PROGRESS_EVERY_S = 0.5   # a task's progress is saved at most this often, after any file (not per segment)
+RATE_WINDOW_S = 10.0     # the "current rate" is over this recent window (the whole run hides a stall)
 
 
 
@@ -84,13 +85,15 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
         task, kv = meta.copyjobs.get_task(job_id, task_id)
         if task.state in TASK_TERMINAL or job.state != JOB_EXECUTING or now() > job.timeout_at:
             return task, None
+        t = now()
         return meta.copyjobs.update_task_kv(kv, task.replace(state=TASK_IN_PROGRESS, attempt=task.attempt + 1,
-                                                             updated_at=now(), reason=""))
+                                                             updated_at=t, progress_at=t, recent_bps=0.0,
+                                                             reason=""))
     task, mine = retry_on_conflict(take, f"take copy task {task_id} of job {job_id}")
     if mine is None:
         return task
     own = _Owned(task, mine)
-    progress = {"segments": 0, "files": 0, "bytes": 0, "skipped": 0}
+    progress = {"segments": 0, "files": 0, "bytes": 0, "skipped": 0, "skipped_bytes": 0}
     own_pool = ThreadPoolExecutor(threads) if pool is None and threads > 1 else None
     pool = pool or own_pool
     try:
@@ -138,8 +141,10 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress
     targets = meta.segments.get_many((job.target_collection_id, m.target_partition, m.target_segment)
                                      for m in task.mappings)
     check = task.attempt > 1  # a first attempt writes into fresh, unique target paths
-    window = COPY_WINDOW * pool._max_workers if pool else 0
+    in_flight = COPY_WINDOW * pool._max_workers if pool else 0
     pending: deque = deque()  # (future, last file of its segment?) in submission order
+
+    window = RateWindow(RATE_WINDOW_S)
 
     def settle_oldest() -> None:
         nonlocal last
@@ -147,9 +152,12 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress
         if fut is not None:
             copied, size = fut.result()
             progress["files" if copied else "skipped"] += 1
-            progress["bytes"] += size if copied else 0
+            progress["bytes" if copied else "skipped_bytes"] += size
+            progress["moved_at"] = t = now()
+            progress["recent_bps"] = window.add(t, progress["bytes"])
         if ends_segment:
             progress["segments"] += 1
+        if fut is not None or ends_segment:   # every file moves the bars (a save at most every PROGRESS_EVERY_S)
             if time.monotonic() - last > PROGRESS_EVERY_S:
                 _save_progress(meta, own, progress, now())
                 last = time.monotonic()
@@ -166,7 +174,7 @@ def _copy_mappings(meta: Meta, store: Store, job: CopyJob, own: _Owned, progress
                 progress.setdefault("first", now())   # the rate counts from the first copy, not the set-up
                 fut = pool.submit(source.copy, *args) if pool else _done(source.copy, *args)
                 pending.append((fut, i == len(files) - 1))
-                while len(pending) > window:
+                while len(pending) > in_flight:
                     settle_oldest()
             if not files:
                 pending.append((None, True))
@@ -262,11 +270,38 @@ def _remove_leftovers(store: Store, target, expected: set[str]) -> dict[str, Lis
     return found
 
 
+class RateWindow:
+    """Bytes per second over the last `seconds` of (time, cumulative bytes) samples: the
+    current rate, not the run's average (which keeps a stall looking like progress).
+    Keeps the newest sample at or before the window's start as its anchor; 0.0 until two
+    samples span some time. Always finite and >= 0."""
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+        self.samples: deque = deque()
+
+    def add(self, t: float, total: int) -> float:
+        self.samples.append((float(t), int(total)))
+        while len(self.samples) > 2 and self.samples[1][0] <= t - self.seconds:
+            self.samples.popleft()
+        (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
+        if t1 - t0 <= 0 or b1 < b0:
+            return 0.0
+        rate = (b1 - b0) / (t1 - t0)
+        return rate if rate == rate and rate != float("inf") else 0.0
+
+
 def _with_progress(task: CopyTask, progress: dict, **changes) -> CopyTask:
+    """The attempt's counters on the record. done_files/done_bytes never go below what the
+    record held (an earlier attempt's files are whole in the target: this attempt finds and
+    skips them), so a resume does not make the operator's bars go backwards."""
     first = min((t for t in (task.first_copy_at, progress.get("first", 0.0)) if t), default=0.0)
     return task.replace(copied_segments=progress["segments"], copied_files=progress["files"],
                         copied_bytes=progress["bytes"], skipped_files=progress["skipped"], first_copy_at=first,
-                        **changes)
+                        done_files=max(task.done_files, progress["files"] + progress["skipped"]),
+                        done_bytes=max(task.done_bytes, progress["bytes"] + progress.get("skipped_bytes", 0)),
+                        progress_at=max(task.progress_at, progress.get("moved_at", 0.0)),
+                        recent_bps=float(progress.get("recent_bps", 0.0)), **changes)
 
 
 def _save_progress(meta: Meta, own: _Owned, progress: dict, now: float) -> None:

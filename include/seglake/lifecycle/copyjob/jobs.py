@@ -7,7 +7,7 @@ import time
 
 from seglake.errors import SeglakeError
 from seglake.meta import Meta
-from seglake.meta.copyjobs import JOB_FAILED, JOB_TERMINAL, TASK_COMPLETED, TASK_FAILED
+from seglake.meta.copyjobs import JOB_FAILED, JOB_TERMINAL, TASK_COMPLETED, TASK_FAILED, TASK_IN_PROGRESS
 from seglake.meta.kv import Delete, unchanged
 from seglake.meta.catalog import DROPPED as COLL_DROPPED
 from seglake.lifecycle.copyjob.finishing import finalize
@@ -29,7 +29,15 @@ def progress(meta: Meta, job_id: int) -> dict:
         "copied_bytes": sum(t.copied_bytes for t in tasks),   # bytes this job's attempts copied
         # bytes done: a Completed task's whole size (a resumed attempt skips, never re-copies,
         # what an earlier one copied), else what the task copied so far: the progress bars
-        "done_bytes": sum(t.total_bytes if t.state == TASK_COMPLETED else t.copied_bytes for t in tasks),
+        "done_bytes": sum(t.total_bytes if t.state == TASK_COMPLETED else max(t.done_bytes, t.copied_bytes)
+                          for t in tasks),
+        # files done: like done_bytes, never lower than an earlier attempt's count
+        "done_files": sum(t.total_files if t.state == TASK_COMPLETED else max(t.done_files, t.copied_files
+                                                                              + t.skipped_files) for t in tasks),
+        # liveness: when any task's done count last moved (or an attempt took a task), and the current
+        # rate of each running task as of then (seglake.console judges "stalled" from these and `now`)
+        "progress_at": max((t.progress_at or t.updated_at for t in tasks), default=None) or None,
+        "live": [[t.progress_at, t.recent_bps] for t in tasks if t.state == TASK_IN_PROGRESS],
         "tasks": len(tasks), "tasks_completed": len(done),
         "first_copy_at": min((t.first_copy_at for t in tasks if t.first_copy_at), default=None),
         "tasks_failed": sum(t.state == TASK_FAILED for t in tasks),

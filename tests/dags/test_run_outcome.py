@@ -1,0 +1,75 @@
+"""Issue 27 item 1: the run's state is the lifecycle's outcome. A run whose work did not
+finish (tasks marked success without running, a run marked failed mid-copy that skipped
+the rest) ends `failed`, decided by the `run_note` teardown (on_failure_fail_dagrun),
+whatever was marked, skipped or cleared. dag.test() drives the real DAGs; the rule itself
+(notes.outcome) is checked on the states a stopped run leaves."""
+
+import pytest
+from dag_helpers import load_dag, task_states
+
+from seglake.dev import demo
+from seglake.lifecycle import snapshot
+
+pytestmark = pytest.mark.airflow
+
+
+def test_outcome_rule_on_the_states_a_stopped_restore_leaves():
+    from seglake_airflow.notes import outcome
+
+    # marked failed mid-copy: the running sensor failed, the rest skipped; the note already says FAILED
+    stopped = {"restore": "success", "copy_job.wait": "failed", "verify.resolve": "skipped", "compare": "skipped"}
+    assert outcome("FAILED: demo/s1 -> t: copy job Executing", stopped) == \
+        (False, "FAILED: demo/s1 -> t: copy job Executing")
+    # a note that reads as success beside a failed task: the failed task wins, and is named
+    ok, text = outcome("snapshot demo/s1: COMMITTED", {"begin": "success", "give_up": "upstream_failed"})
+    assert not ok and text == "FAILED: task give_up ended failed; snapshot demo/s1: COMMITTED"
+    # the summary could not be read: not finished
+    assert outcome("gc: no summary (KeyError)", {}, summarized=False) == \
+        (False, "FAILED: the outcome could not be read; gc: no summary (KeyError)")
+    # the note task's own earlier try does not count; skipped branches do not fail a finished run
+    assert outcome("gc DRY RUN", {"run_note": "failed", "sweep": "skipped"}) == (True, "gc DRY RUN")
+
+
+@pytest.mark.parametrize("pattern", [
+    r"^(copy_job\.|verify\.|compare$)",   # every step after the restore marked success: nothing was copied
+    r"^compare$",                          # everything ran, but the last check was marked instead of run
+])
+def test_a_restore_whose_steps_were_marked_instead_of_run_ends_failed(airflow_env, meta, store, pattern):
+    demo.seed(meta, store, demo.SeedParams(partitions=1, segments=2, rows=40, dim=4))
+    snapshot.create(meta, store, "demo", "s1")
+    run = load_dag("snapshot_restore").test(
+        run_conf={"collection": "demo", "snapshot": "s1", "target": "marked", "engine": "inline"},
+        mark_success_pattern=pattern)
+    states = task_states(run)
+    assert states["compare"] == "success", states   # marked: every leaf before the note reads success
+    assert states["run_note"] == "failed" and run.state == "failed", states
+
+
+def test_a_restore_that_ran_to_the_end_is_still_green(airflow_env, meta, store):
+    demo.seed(meta, store, demo.SeedParams(partitions=1, segments=2, rows=40, dim=4))
+    snapshot.create(meta, store, "demo", "s1")
+    run = load_dag("snapshot_restore").test(
+        run_conf={"collection": "demo", "snapshot": "s1", "target": "whole", "engine": "inline"})
+    states = task_states(run)
+    assert run.state == "success" and states["run_note"] == "success", states
+
+
+def test_every_lifecycle_dag_ends_with_the_note_that_decides_its_state(dagbag):
+    """Done once in the plugin: every lifecycle DAG has the run_note teardown, and it is
+    the leaf Airflow counts (on_failure_fail_dagrun), downstream of every other leaf."""
+    for dag_id, dag in dagbag.dags.items():
+        note = dag.task_dict.get("run_note")
+        assert note is not None and note.is_teardown and note.on_failure_fail_dagrun, dag_id
+        leaves = [t.task_id for t in dag.tasks if not t.downstream_list]
+        assert leaves == ["run_note"], (dag_id, leaves)
+
+
+def test_a_snapshot_drop_marked_instead_of_run_ends_failed_and_a_real_one_green(airflow_env, meta, store):
+    demo.seed(meta, store, demo.SeedParams(partitions=1, segments=1, rows=10, dim=4))
+    snapshot.create(meta, store, "demo", "gone")
+    marked = load_dag("snapshot_drop").test(run_conf={"collection": "demo", "name": "gone"},
+                                            mark_success_pattern=r"^drop$")
+    assert marked.state == "failed" and task_states(marked)["drop"] == "success", task_states(marked)
+    assert meta.snapshots.find(meta.catalog.get_by_name("demo").collection_id, "gone") is not None   # not dropped
+    run = load_dag("snapshot_drop").test(run_conf={"collection": "demo", "name": "gone"})
+    assert run.state == "success", task_states(run)
