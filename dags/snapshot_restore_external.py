@@ -44,14 +44,14 @@ def snapshot_restore_external():
     @task
     def restore(params: dict, run_id: str | None = None) -> dict:
         from seglake.lifecycle import restore as restores
-        from seglake.lifecycle.backup import imports
+        from seglake.lifecycle.backup import bundle_restore
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
         with fail_fast():
             try:
-                out = imports.restore_from_bundle(
+                out = bundle_restore.restore_from_bundle(
                     hook.meta, hook.store, hook.backup_target(params["backup_uri"]), params["collection"],
                     params["bundle"], params["target"], db=params["db"],
                     timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
@@ -71,7 +71,7 @@ def snapshot_restore_external():
         """The target's rows against the bundle's, row by row."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from seglake.lifecycle.backup.imports import check_restored_from_bundle
+        from seglake.lifecycle.backup.bundle_restore import check_restored_from_bundle
         from seglake.lifecycle.restore import RestoreDiffers
         from seglake_airflow.hooks.engine import SeglakeHook
 

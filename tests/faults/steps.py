@@ -63,10 +63,10 @@ def backup_import(meta, store, settings, a: dict) -> dict:
 
 def backup_restore(meta, store, settings, a: dict) -> dict:
     """Restore a bundle, the whole way (its copy job driven inline)."""
-    from seglake.lifecycle.backup import imports
+    from seglake.lifecycle.backup import bundle_restore
     from seglake.storage.local import LocalStore
 
-    out = imports.restore_from_bundle(meta, store, LocalStore(a["target"]), a["collection"], a["bundle"],
+    out = bundle_restore.restore_from_bundle(meta, store, LocalStore(a["target"]), a["collection"], a["bundle"],
                                       a["restore_to"], threads=1, engine="inline", say=lambda line: None)
     return _drive(meta, store, settings, out["job_id"], a)
 

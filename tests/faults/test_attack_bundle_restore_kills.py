@@ -10,7 +10,8 @@ from fault_harness import seed_and_snapshot
 from seglake.config import Settings
 from seglake.lifecycle import copyjob
 from seglake.lifecycle.backup import bundle as bundles
-from seglake.lifecycle.backup import export, holds, imports
+from seglake.lifecycle.backup import export, holds
+from seglake.lifecycle.backup import bundle_restore
 from seglake.meta import Meta
 from seglake.storage import open_store
 from seglake.storage.local import TMP_PREFIX, LocalStore
@@ -44,7 +45,7 @@ def test_a_bundle_restore_killed_anywhere_is_finished_by_a_re_run(meta, store, s
     assert out.rc == (-9 if workers == 1 else 1), (out.rc, out.err[-3000:])   # a killed worker: BrokenProcessPool
     meta2, store2 = Meta.from_settings(other), open_store(other)
     try:
-        r = imports.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr", engine="inline",
+        r = bundle_restore.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr", engine="inline",
                                         **quiet)
         copyjob.plan(meta2, r["job_id"], 1)
         copyjob.run_inline(meta2, store2, r["job_id"])

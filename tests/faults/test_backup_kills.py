@@ -16,6 +16,7 @@ from seglake.lifecycle import copyjob, restore
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
 from seglake.lifecycle.backup import export, imports, verify
+from seglake.lifecycle.backup import bundle_restore
 from seglake.meta import Meta
 from seglake.storage import open_store
 from seglake.storage.local import LocalStore
@@ -113,7 +114,7 @@ def test_a_restore_from_a_bundle_killed_in_its_copy_job_is_finished_by_a_re_run(
     meta2, store2 = Meta.from_settings(other), open_store(other)
     try:
         assert meta2.catalog.get_by_name("demo_dr").state == "Importing"   # not usable yet
-        r = imports.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr", engine="inline",
+        r = bundle_restore.restore_from_bundle(meta2, store2, LocalStore(path), "demo", "s1", "demo_dr", engine="inline",
                                         **quiet)
         copyjob.plan(meta2, r["job_id"])
         copyjob.run_inline(meta2, store2, r["job_id"])

@@ -100,13 +100,14 @@ def cmd_import(args, s: Settings) -> int:
 def cmd_restore(args, s: Settings) -> int:
     from seglake.cli.output import EXIT_FAILED, emit, open_meta_store
     from seglake.lifecycle import copyjob
-    from seglake.lifecycle.backup import imports
+    from seglake.lifecycle.backup import bundle_restore
     from seglake.meta.copyjobs import JOB_COMPLETED
 
     meta, store = open_meta_store(s)
-    r = imports.restore_from_bundle(meta, store, _target(args, s), args.collection, args.bundle, args.restore_to,
-                                    db=args.db, engine="inline", owner="cli", timeout=s.copy_job_timeout,
-                                    threads=s.copy_threads, say=_say, **_rates(args))
+    r = bundle_restore.restore_from_bundle(meta, store, _target(args, s), args.collection, args.bundle,
+                                           args.restore_to, db=args.db, engine="inline", owner="cli",
+                                           timeout=s.copy_job_timeout, threads=s.copy_threads, say=_say,
+                                           **_rates(args))
     copyjob.plan(meta, r["job_id"], s.max_segments_per_task)
     copyjob.run_inline(meta, store, r["job_id"], threads=s.copy_threads, settings=s)
     job = copyjob.finalize(meta, r["job_id"], settings=s)

@@ -16,6 +16,7 @@ from seglake.lifecycle import copyjob
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.backup import holds, imports, prune
+from seglake.lifecycle.backup import bundle_restore
 from seglake.meta.copyjobs import JOB_COMPLETED, JOB_FAILED
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
@@ -32,7 +33,7 @@ def bundle(meta, store, tmp_path):
 
 
 def _set_up(meta, store, target, to):
-    out = imports.restore_from_bundle(meta, store, target, "bk", "s1", to, engine="inline", **quiet)
+    out = bundle_restore.restore_from_bundle(meta, store, target, "bk", "s1", to, engine="inline", **quiet)
     copyjob.plan(meta, out["job_id"])
     return out["job_id"]
 
@@ -104,7 +105,7 @@ def test_two_drivers_of_one_restore_at_once_converge_on_one_job(bundle, etcd_ser
 
     def drive():
         try:
-            outs.append(imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline",
+            outs.append(bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline",
                                                     **quiet)["job_id"])
         except Exception as e:  # noqa: BLE001
             errs.append(e)
@@ -181,7 +182,7 @@ def test_a_set_up_refused_for_a_replaced_bundle_leaves_no_hold(bundle, etcd_serv
     monkeypatch.setattr(imports.bundles, "read", read_then_replaced)
     try:
         with pytest.raises(Conflict):
-            imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+            bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
         assert holds.holders(target, "default", "bk", "s1") == [], \
             f"a refused set-up left its hold: {holds.holders(target, 'default', 'bk', 's1')}"
     finally:
@@ -201,7 +202,7 @@ def test_gc_with_zero_tolerances_during_the_copy_keeps_the_job_files_and_reclaim
     target, want = bundle
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
-        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+        out = bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
         job_id = out["job_id"]
         job = copyjob.plan(meta2, job_id, 1)
         assert job.total_tasks > 1
@@ -219,7 +220,7 @@ def test_gc_with_zero_tolerances_during_the_copy_keeps_the_job_files_and_reclaim
         blob = layout.bundle_blob(doc["files"][key]["sha256"])
         good = target.get(blob)
         target.put(blob, good[:-1] + bytes([good[-1] ^ 0xFF]))
-        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back2", engine="inline", **quiet)
+        out = bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back2", engine="inline", **quiet)
         copyjob.plan(meta2, out["job_id"], 1)
         copyjob.run_inline(meta2, store2, out["job_id"])
         assert copyjob.finalize(meta2, out["job_id"]).state == JOB_FAILED
@@ -264,7 +265,7 @@ def test_an_insert_log_swapped_with_another_fields_log_fails_the_copy(bundle, et
     _forge(target, _swap_two_insert_logs_of_one_segment)
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
-        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+        out = bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
         copyjob.plan(meta2, out["job_id"])
         copyjob.run_inline(meta2, store2, out["job_id"])
         job = copyjob.finalize(meta2, out["job_id"])
@@ -305,7 +306,7 @@ def test_a_prune_and_sweep_during_the_copy_leave_the_held_bundle(meta, store, bu
     exports.export(meta, store, target, "bk", "s2", **quiet)        # newer: s1 is prunable
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
-        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+        out = bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
         copyjob.plan(meta2, out["job_id"], 1)
         copyjob.copy_task(meta2, store2, out["job_id"], 0)
         rep = prune.prune(target, "bk", {"keep_last": 1}, min_age=3600, **quiet)
@@ -368,7 +369,7 @@ def test_a_request_rate_limit_paces_the_bundle_copy(bundle, etcd_server, tmp_pat
     n = len(doc["files"])
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
-        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline",
+        out = bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline",
                                           max_requests_per_second=20, **quiet)
         copyjob.plan(meta2, out["job_id"])
         t0 = time.monotonic()
@@ -433,7 +434,7 @@ def _forged_counts(bundle, etcd_server, tmp_path, how):
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
         try:
-            out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+            out = bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
         except bundles.BundleError as e:
             print("refused at set-up:", str(e)[:200])
             return
@@ -444,7 +445,7 @@ def _forged_counts(bundle, etcd_server, tmp_path, how):
         if job.state == JOB_COMPLETED:
             coll = meta2.catalog.get_by_name("back")
             recs = sum(s.num_rows for s in meta2.segments.list(coll.collection_id))
-            rows = imports.compare_with_bundle(meta2, store2, target, "bk", "s1", "back")
+            rows = bundle_restore.compare_with_bundle(meta2, store2, target, "bk", "s1", "back")
             pytest.fail(f"forged {how} restored: records say {recs} rows, visible {len(_rows(meta2, store2, 'back'))}"
                         f"; compare {rows}")
     finally:
@@ -466,13 +467,13 @@ def test_a_prune_between_finalize_and_the_dag_compare(meta, store, bundle, etcd_
     exports.export(meta, store, target, "bk", "s2", **quiet)
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
-        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+        out = bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
         copyjob.plan(meta2, out["job_id"])
         copyjob.run_inline(meta2, store2, out["job_id"])
         assert copyjob.finalize(meta2, out["job_id"]).state == JOB_COMPLETED
         prune.prune(target, "bk", {"keep_last": 1}, min_age=3600, **quiet)      # the nightly prune
         assert _rows(meta2, store2, "back") == want                            # the restore is good
-        imports.check_restored_from_bundle(meta2, store2, target, "bk", "s1", "back", say=lambda line: None)
+        bundle_restore.check_restored_from_bundle(meta2, store2, target, "bk", "s1", "back", say=lambda line: None)
     finally:
         meta2.close()
 
@@ -510,7 +511,7 @@ def test_a_bundle_json_rewritten_under_the_same_uid_after_set_up_is_refused(bund
         job = copyjob.finalize(meta2, job_id)
         if job.state == JOB_COMPLETED:
             got = _rows(meta2, store2, "back")
-            cmp = imports.compare_with_bundle(meta2, store2, target, "bk", "s1", "back")
+            cmp = bundle_restore.compare_with_bundle(meta2, store2, target, "bk", "s1", "back")
             pytest.fail(f"copied a rewritten bundle.json: rows equal to the set-up's bundle: {got == want}; "
                         f"compare_with_bundle visible_differing {cmp['visible_differing']}")
         assert job.state == JOB_FAILED
@@ -589,7 +590,7 @@ def test_a_driver_dying_inside_create_job_is_resumed_by_a_re_run(bundle, etcd_se
         else:
             monkeypatch.setattr(meta2.kv, "txn", dying_txn)
         with pytest.raises(Killed):
-            imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+            bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
         monkeypatch.undo()
         assert meta2.catalog.get_by_name("back").state == "Importing"
         job_id = _set_up(meta2, store2, target, "back")

@@ -20,6 +20,7 @@ from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
 from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.backup import imports, verify
+from seglake.lifecycle.backup import bundle_restore
 from seglake.meta import Meta
 from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.storage import layout, open_store
@@ -66,7 +67,7 @@ def _stored_bytes(store) -> int:
 
 
 def _restore_all(meta, store, target, name, bundle, to):
-    out = imports.restore_from_bundle(meta, store, target, name, bundle, to, engine="inline", **quiet)
+    out = bundle_restore.restore_from_bundle(meta, store, target, name, bundle, to, engine="inline", **quiet)
     copyjob.plan(meta, out["job_id"])
     copyjob.run_inline(meta, store, out["job_id"])
     assert copyjob.finalize(meta, out["job_id"]).state == JOB_COMPLETED
@@ -149,7 +150,7 @@ def test_verify_names_every_bad_file_and_an_import_refuses_a_damaged_one(meta, s
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
         with pytest.raises(bundles.BundleError):
-            imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "bk_back", **quiet)
+            bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "bk_back", **quiet)
         assert not [r for r in meta2.snapshots.list() if r.state == "COMMITTED"]
         with pytest.raises(NotFound):
             meta2.catalog.get_by_name("bk_back")
@@ -396,7 +397,7 @@ def test_a_crashed_export_and_a_crashed_import_resume(meta, store, etcd_server, 
                     raise OSError("killed")
             return real_writer(self, key, write)
         monkeypatch.setattr(LocalStore, "put_writer", crash_writer_in_store2)
-        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "bk_back", engine="inline", **quiet)
+        out = bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "bk_back", engine="inline", **quiet)
         copyjob.plan(meta2, out["job_id"])
         with pytest.raises(OSError):
             copyjob.run_inline(meta2, store2, out["job_id"])

@@ -17,7 +17,7 @@ from seglake.errors import NotFound, ValidationError
 from seglake.lifecycle import copyjob, snapshot
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import export as exports
-from seglake.lifecycle.backup import imports
+from seglake.lifecycle.backup import bundle_restore
 from seglake.lifecycle.backup import verify
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
@@ -88,7 +88,7 @@ def test_a_forged_delta_partitions_is_refused_by_the_restore(meta, store, settin
     meta2, store2, _ = other_root(etcd_server, tmp_path)
     try:
         try:
-            out = imports.restore_from_bundle(meta2, store2, target, "cp", "b", "back", engine="inline", **quiet)
+            out = bundle_restore.restore_from_bundle(meta2, store2, target, "cp", "b", "back", engine="inline", **quiet)
         except bundles.BundleError:
             with pytest.raises(NotFound):
                 meta2.catalog.get_by_name("back")

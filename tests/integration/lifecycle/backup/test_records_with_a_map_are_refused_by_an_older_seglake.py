@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "restore"))
 from seglake.errors import SeglakeError
 from seglake.lifecycle import copyjob, snapshot
 from seglake.lifecycle.backup import export as exports
-from seglake.lifecycle.backup import imports
+from seglake.lifecycle.backup import bundle_restore
 from seglake.meta.segments import FLUSHED, IMPORTING
 from seglake.storage.local import LocalStore
 
@@ -60,7 +60,7 @@ def _old_segments_module():
 
 
 def _import(meta2, store2, backup, old_finalize: bool):
-    out = imports.restore_from_bundle(meta2, store2, backup, "src", "b", "back", engine="inline", **quiet)
+    out = bundle_restore.restore_from_bundle(meta2, store2, backup, "src", "b", "back", engine="inline", **quiet)
     copyjob.plan(meta2, out["job_id"])
     copyjob.run_inline(meta2, store2, out["job_id"])
     if old_finalize:        # the not-yet-upgraded worker's finalize: its first write
@@ -106,7 +106,7 @@ def test_an_old_worker_refuses_records_with_a_map_instead_of_stripping_it(meta, 
         stripped = [s for s in mb.segments.list(coll.collection_id) if s.deltalogs and not s.delta_partitions]
         print("segments whose map the old worker dropped:", len(stripped))
         from seglake.lifecycle import restore, verify as cverify
-        print(restore.compare_table(imports.compare_with_bundle(mb, sb, LocalStore(tmp_path / f"backup{pad}"),
+        print(restore.compare_table(bundle_restore.compare_with_bundle(mb, sb, LocalStore(tmp_path / f"backup{pad}"),
                                                                 "src", "b", "back")))
         rep = cverify.verify_collection(mb, sb, "back") if hasattr(cverify, "verify_collection") else None
         print("verify_collection:", rep and {k: rep.get(k) for k in ("ok", "visible_rows", "problem_count")})

@@ -17,7 +17,8 @@ from seglake.errors import NotFound
 from seglake.lifecycle import copyjob
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import export as exports
-from seglake.lifecycle.backup import holds, imports
+from seglake.lifecycle.backup import holds
+from seglake.lifecycle.backup import bundle_restore
 from seglake.meta.copyjobs import JOB_COMPLETED, JOB_FAILED
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
@@ -26,7 +27,7 @@ from test_export_import_verify import _fresh, _rows, _seed, _stored_bytes, quiet
 
 
 def _run(meta, store, target, to: str):
-    out = imports.restore_from_bundle(meta, store, target, "bk", "s1", to, engine="inline", **quiet)
+    out = bundle_restore.restore_from_bundle(meta, store, target, "bk", "s1", to, engine="inline", **quiet)
     copyjob.plan(meta, out["job_id"])
     copyjob.run_inline(meta, store, out["job_id"])
     return copyjob.finalize(meta, out["job_id"])
@@ -67,7 +68,7 @@ def test_a_bundle_gone_under_its_job_fails_it_and_nothing_is_visible(bundle, etc
     target, _ = bundle
     meta2, store2 = _fresh(etcd_server, tmp_path)
     try:
-        out = imports.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
+        out = bundle_restore.restore_from_bundle(meta2, store2, target, "bk", "s1", "back", engine="inline", **quiet)
         assert holds.holders(target, "default", "bk", "s1") == [f"restore copy job {out['job_id']}"]
         target.delete_many([layout.bundle_commit("default", "bk", "s1")])
         copyjob.plan(meta2, out["job_id"])
@@ -96,7 +97,7 @@ def test_index_build_ids_of_the_bundle_are_mapped_and_each_byte_is_stored_once(m
         assert ours and not ours & theirs
         assert _rows(meta2, store2, "back") == want
         assert _stored_bytes(store2) == doc["totals"]["bytes"]
-        rows = imports.compare_with_bundle(meta2, store2, target, "bk", "s1", "back")
+        rows = bundle_restore.compare_with_bundle(meta2, store2, target, "bk", "s1", "back")
         assert rows["visible_differing"] == (0, 0) and rows["visible"][0] == rows["visible"][1] > 0, rows
     finally:
         meta2.close()

@@ -11,7 +11,7 @@ import copy
 
 from seglake.lifecycle import copyjob, snapshot
 from seglake.lifecycle.backup import export as exports
-from seglake.lifecycle.backup import imports
+from seglake.lifecycle.backup import bundle_restore
 from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.storage.local import LocalStore
 
@@ -39,7 +39,7 @@ def _writes(w: Writer, name: str, round_: int):
 def _bundle_to(meta, store, source: str, meta2, store2, backup, target: str, tag: str):
     snapshot.create(meta, store, source, tag)
     exports.export(meta, store, backup, source, tag, **quiet)
-    out = imports.restore_from_bundle(meta2, store2, backup, source, tag, target, engine="inline", **quiet)
+    out = bundle_restore.restore_from_bundle(meta2, store2, backup, source, tag, target, engine="inline", **quiet)
     copyjob.plan(meta2, out["job_id"])
     copyjob.run_inline(meta2, store2, out["job_id"])
     assert copyjob.finalize(meta2, out["job_id"]).state == JOB_COMPLETED
@@ -47,7 +47,7 @@ def _bundle_to(meta, store, source: str, meta2, store2, backup, target: str, tag
 
 def test_chain_of_restores_and_bundles_across_colliding_roots(meta, store, settings, etcd_server, tmp_path):
     w = Writer(meta, store, settings)
-    src = w.create("src", PARTS)
+    w.create("src", PARTS)
     _writes(w, "src", 0)
 
     snap_and_restore(meta, store, "src", "r1")

@@ -46,7 +46,7 @@ def test_the_copy_of_a_legacy_restored_collection_is_readable(meta, store, setti
 def test_a_legacy_restored_collection_exports_and_imports(meta, store, settings, etcd_server, tmp_path):
     from seglake.lifecycle import copyjob, snapshot
     from seglake.lifecycle.backup import export as exports
-    from seglake.lifecycle.backup import imports
+    from seglake.lifecycle.backup import bundle_restore
     from seglake.storage.local import LocalStore
     from copy_model_helpers import other_root, quiet
 
@@ -56,7 +56,7 @@ def test_a_legacy_restored_collection_exports_and_imports(meta, store, settings,
     exports.export(meta, store, backup, "old", "b", **quiet)
     meta2, store2, _ = other_root(etcd_server, tmp_path)
     try:
-        out = imports.restore_from_bundle(meta2, store2, backup, "old", "b", "back", engine="inline", **quiet)
+        out = bundle_restore.restore_from_bundle(meta2, store2, backup, "old", "b", "back", engine="inline", **quiet)
         copyjob.plan(meta2, out["job_id"])
         copyjob.run_inline(meta2, store2, out["job_id"])
         copyjob.finalize(meta2, out["job_id"])
