@@ -27,8 +27,10 @@ def expire_unit_records(meta, store, retention: float, now: float, collection_id
                 meta.kv.txn([unchanged(kv)], [Put(kv.key, encode({**rec, "state": LOST, "lost_at": now,
                                                                   "reason": "abandoned: prepared past retention"}))])
                 u = rec["unit"]
-                keys = [o.key for d in layout.segment_dirs(u["collection_id"], u["partition_id"], int(rec["output"]))
-                        for o in store.list(d)]
+                out_key = meta.keys.segment(u["collection_id"], u["partition_id"], int(rec["output"]))
+                keys = [] if meta.kv.get(out_key) is not None else [   # a segment's files are never a unit's
+                    o.key for d in layout.segment_dirs(u["collection_id"], u["partition_id"], int(rec["output"]))
+                    for o in store.list(d)]
                 if keys:
                     store.delete_many(keys)
                 out["abandoned_units_lost"] += 1

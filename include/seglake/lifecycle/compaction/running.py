@@ -106,6 +106,7 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     inputs, why = _inputs(meta, unit)
     if why:
         return _lose(meta, store, unit, rkv, why)
+    _check_output_free(meta, unit, rec)   # never write into another segment's files
     try:
         deletes = _deletes_of(meta, store, coll, rec, {} if cache is None else cache)
     except (Compacted, NotFound) as e:
@@ -318,6 +319,19 @@ def commit(meta, store, unit: Unit, rkv, inputs, out: Segment, result: UnitResul
     return _lose(meta, store, unit, rkv, "the collection record kept changing during the commit")
 
 
+def _output_taken(meta, unit: Unit, rec: dict) -> bool:
+    """A segment record holds the output id the unit record names (a hand-edited or
+    corrupt record: the allocator hands each unit its own)."""
+    return meta.kv.get(meta.keys.segment(unit.collection_id, unit.partition_id, int(rec["output"]))) is not None
+
+
+def _check_output_free(meta, unit: Unit, rec: dict) -> None:
+    if _output_taken(meta, unit, rec):
+        raise CompactionError(f"compaction unit {unit.unit_id}: its record names output segment {rec['output']}, "
+                              f"which is a segment of the collection already: the record was edited or is corrupt; "
+                              f"nothing written")
+
+
 def _lose(meta, store, unit: Unit, rkv, why: str) -> UnitResult:
     """Record the unit lost (guarded: a concurrent run that committed wins) and remove the
     files any run of it wrote: the output id is the unit's alone and nothing can commit
@@ -332,6 +346,8 @@ def _lose(meta, store, unit: Unit, rkv, why: str) -> UnitResult:
         if cur is None:
             raise CompactionError(f"unit record {rkv.key} vanished") from None
         return _settled(unit, decode(cur.value, rkv.key))
+    if _output_taken(meta, unit, rec):   # those files are that segment's, never this unit's to remove
+        return UnitResult(unit.unit_id, LOST, reason=why)
     keys = [o.key for d in layout.segment_dirs(unit.collection_id, unit.partition_id, int(rec["output"]))
             for o in store.list(d)]
     if keys:
