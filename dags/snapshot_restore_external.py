@@ -56,7 +56,7 @@ def snapshot_restore_external():
                     params["bundle"], params["target"], db=params["db"],
                     timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
                              else float(params["timeout_hours"]) * 3600), owner=run_id or "",
-                    engine=params["engine"], threads=hook.settings.copy_threads,
+                    engine=params["engine"],
                     max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
                     max_requests_per_second=params["max_requests_per_second"], say=print,
                     origin={"dag_id": "snapshot_restore_external", "run_id": run_id} if run_id else None)

@@ -67,7 +67,7 @@ def backup_restore(meta, store, settings, a: dict) -> dict:
     from seglake.storage.local import LocalStore
 
     out = bundle_restore.restore_from_bundle(meta, store, LocalStore(a["target"]), a["collection"], a["bundle"],
-                                      a["restore_to"], threads=1, engine="inline", say=lambda line: None)
+                                      a["restore_to"], engine="inline", say=lambda line: None)
     return _drive(meta, store, settings, out["job_id"], a)
 
 

@@ -106,7 +106,7 @@ def cmd_restore(args, s: Settings) -> int:
     meta, store = open_meta_store(s)
     r = bundle_restore.restore_from_bundle(meta, store, _target(args, s), args.collection, args.bundle,
                                            args.restore_to, db=args.db, engine="inline", owner="cli",
-                                           timeout=s.copy_job_timeout, threads=s.copy_threads, say=_say,
+                                           timeout=s.copy_job_timeout, say=_say,
                                            **_rates(args))
     copyjob.plan(meta, r["job_id"], s.max_segments_per_task)
     copyjob.run_inline(meta, store, r["job_id"], threads=s.copy_threads, settings=s)

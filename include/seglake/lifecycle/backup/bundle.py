@@ -104,6 +104,16 @@ def sha256_of(store: Store, key: str, *, on_chunk: Callable[[int], None] | None 
     return h.hexdigest(), n
 
 
+def has_content(store: Store, key: str, sha256_hex: str, size: int, listed=None) -> bool:
+    """`key` is in `store` with exactly this content: its size (from `listed`, the object
+    as a listing showed it, else a head), then its SHA-256 (read in full)."""
+    try:
+        info = listed if listed is not None else store.head(key)
+        return info.size == size and sha256_of(store, key)[0] == sha256_hex
+    except NotFound:
+        return False
+
+
 def read_small(store: Store, key: str, size: int) -> bytes:
     """A small object's bytes, read once (at most size + 1: a file that grew is noticed)."""
     with store.open_read(key) as f:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import uuid
 
-from seglake import limits
 from seglake.errors import Conflict, NotFound
 from seglake.lifecycle import restore as restores
 from seglake.lifecycle.backup import bundle as bundles
@@ -98,7 +97,7 @@ def _check_present(target: Store, doc: dict, where: str) -> None:
 
 def restore_from_bundle(meta: Meta, store: Store, target: Store, collection: str, bundle: str, restore_to: str, *,
                         db: str = DEFAULT_DB, timeout: float = 3600.0, owner: str = "", engine: str = "auto",
-                        threads: int = 8, max_bytes_per_second: float = 0, max_requests_per_second: float = 0,
+                        max_bytes_per_second: float = 0, max_requests_per_second: float = 0,
                         origin: dict | None = None, say=log.warning) -> dict:
     """Set up (or resume) the restore of bundle `bundle` of `db`.`collection` into the new
     collection `restore_to`: a copy job whose files come straight from the backup target,
@@ -111,7 +110,6 @@ def restore_from_bundle(meta: Meta, store: Store, target: Store, collection: str
     bundles.check_names(db, collection, bundle)
     timeout, bps, rps = restores.check_request(restore_to, db, timeout, owner, engine, max_bytes_per_second,
                                                max_requests_per_second, origin)
-    limits.check("copy_threads", "threads", threads)
     where = f"bundle {db}.{collection}/{bundle}"
     with holds.held(target, db, collection, bundle, by=f"restore into {db}.{restore_to}", say=say):
         doc = bundles.read(target, db, collection, bundle)

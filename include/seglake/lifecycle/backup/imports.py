@@ -130,7 +130,7 @@ def _check_and_import(meta, store, target, doc, collection, bundle, db, name, sn
             def one(item) -> None:
                 dst, sha, size = item
                 alive.check()
-                if _holds(store, dst, sha, size):
+                if bundles.has_content(store, dst, sha, size):
                     with lock:
                         stats["kept_files"] += 1
                     return
@@ -167,16 +167,6 @@ def _check_and_import(meta, store, target, doc, collection, bundle, db, name, sn
     say(f"import {db}.{name}/{snap}: committed; {stats['copied_files']} files ({human_bytes(stats['copied_bytes'])}) "
         f"copied, {stats['kept_files']} already there")
     return _done(meta, plan, rec, **stats)
-
-
-def _holds(store: Store, key: str, sha: str, size: int) -> bool:
-    """The store already has `key` with exactly this content (a resumed import)."""
-    try:
-        if store.head(key).size != size:
-            return False
-    except NotFound:
-        return False
-    return bundles.sha256_of(store, key)[0] == sha
 
 
 def _entry_segments(doc: dict) -> list:

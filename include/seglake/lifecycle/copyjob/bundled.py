@@ -1,7 +1,8 @@
 """A copy job's files taken straight from a bundle in a backup target (a restore from a
 bundle): each file read once from `data/{sha256}` in the target and written once at its
 final key in this store, its SHA-256 and size checked while it streams (nothing appears
-under the key otherwise); an insert or delete log is read into a local spool first and
+under the key otherwise); an insert or delete log is read into a local spool first
+(bundle.spool_hashed, then copy_verified_from, as the export does) and
 its row count, its column (and a delete log's partition ids) checked against the segment
 records -- as a bundle verify does -- before it is written: nothing is read back.
 
@@ -16,10 +17,7 @@ its target back), never copies something else.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import shutil
-import tempfile
 import time
 
 from seglake import faults
@@ -115,22 +113,24 @@ class BundleFiles:
                                                              f"{f['size']} bytes there, the job recorded {size}"))
         sha = f["sha256"]
         self._check_held()
-        if check and self._holds(store, src, dst, sha, size, present):
+        if check and self._holds(store, dst, sha, size, present):
             return False, size
         if throttle is not None:
             throttle.acquire(size)
         blob = layout.bundle_blob(sha)
         try:
             if src in self.rows:     # a log: read once, hashed and checked BEFORE it is written
-                with self._fetch(blob, sha, size) as spool:
+                spool, got, n = bundles.spool_hashed(self.target, blob)
+                with spool:
+                    if n != size or got != sha:
+                        raise bundles.BundleError(f"{blob}: read {n} bytes with SHA-256 {got[:16]}..., expected "
+                                                  f"{size} bytes with {sha[:16]}...: the file changed or is damaged")
+                    spool.seek(0)
                     problems = verify.log_problems_of(spool, self.rows[src], self.parts.get(src),
                                                       self.columns.get(src))
                     if problems:
                         raise self.missing(f"{self.where}: {src} ({blob}): {'; '.join(problems)}")
-                    def write(out) -> None:   # may be called again (a store retries a write)
-                        spool.seek(0)
-                        shutil.copyfileobj(spool, out, bundles.CHUNK)
-                    store.put_writer(dst, write)
+                    bundles.copy_verified_from(spool, blob, store, dst, sha, size)
             else:                    # a stats log or an index file: its content is its SHA-256's
                 bundles.copy_verified(self.target, blob, store, dst, sha, size)
         except NotFound:
@@ -140,44 +140,14 @@ class BundleFiles:
         faults.point("copy.after_file")
         return True, size
 
-    def _fetch(self, blob: str, sha: str, size: int):
-        """The data file's bytes in a local spool (memory up to bundles.SMALL), read once
-        from the target and hashed as they pass: BundleError unless SHA-256 and size match."""
-        spool = tempfile.SpooledTemporaryFile(max_size=bundles.SMALL)
-        try:
-            h, n = hashlib.sha256(), 0
-            with self.target.open_read(blob) as f:
-                for chunk in iter(lambda: f.read(bundles.CHUNK), b""):
-                    h.update(chunk)
-                    n += len(chunk)
-                    spool.write(chunk)
-            if n != size or h.hexdigest() != sha:
-                raise bundles.BundleError(f"{blob}: read {n} bytes with SHA-256 {h.hexdigest()[:16]}..., expected "
-                                          f"{size} bytes with {sha[:16]}...: the file changed or is damaged")
-            spool.seek(0)
-            return spool
-        except BaseException:
-            spool.close()
-            raise
-
-    def _holds(self, store: Store, src: str, dst: str, sha: str, size: int, present) -> bool:
+    def _holds(self, store: Store, dst: str, sha: str, size: int, present) -> bool:
         """A retry: `dst` is already there, whole, with this content (a log was checked
         before it was written: these bytes passed)."""
         from seglake.lifecycle.copyjob.copying import _UNLISTED
 
-        if present is _UNLISTED:
-            try:
-                present = store.head(dst)
-            except NotFound:
-                return False
-        if present is None or present.size != size:
+        if present is None:          # its directory's listing showed no such object
             return False
-        try:
-            if bundles.sha256_of(store, dst)[0] != sha:
-                return False
-        except NotFound:
-            return False
-        return True
+        return bundles.has_content(store, dst, sha, size, None if present is _UNLISTED else present)
 
     def _job_running(self) -> bool:
         from seglake.meta.copyjobs import JOB_TERMINAL
