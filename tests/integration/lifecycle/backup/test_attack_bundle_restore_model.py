@@ -52,13 +52,20 @@ def _restore(meta, store, target, coll, bundle, to):
     return out
 
 
-def test_a_legacy_bundle_without_delta_partitions_restores_row_exact(meta, store, settings, etcd_server, tmp_path):
+def _exported_source(meta, store, settings, tmp_path):
+    """(the Writer of collection src after round 0 of the workload, the backup target
+    holding its bundle b)."""
     w = Writer(meta, store, settings)
     w.create("src", PARTS)
     _writes(w, "src", 0)
     snapshot.create(meta, store, "src", "b")
     target = LocalStore(tmp_path / "backup")
     exports.export(meta, store, target, "src", "b", **quiet)
+    return w, target
+
+
+def test_a_legacy_bundle_without_delta_partitions_restores_row_exact(meta, store, settings, etcd_server, tmp_path):
+    w, target = _exported_source(meta, store, settings, tmp_path)
     key = layout.bundle_doc("default", "src", "b")
     doc = msgspec.json.decode(target.get(key))
     n = 0
@@ -81,12 +88,7 @@ def test_a_legacy_bundle_without_delta_partitions_restores_row_exact(meta, store
 
 
 def test_one_bundle_into_two_roots_at_once_then_chained(meta, store, settings, etcd_server, tmp_path):
-    w = Writer(meta, store, settings)
-    w.create("src", PARTS)
-    _writes(w, "src", 0)
-    snapshot.create(meta, store, "src", "b")
-    target = LocalStore(tmp_path / "backup")
-    exports.export(meta, store, target, "src", "b", **quiet)
+    w, target = _exported_source(meta, store, settings, tmp_path)
     roots = [other_root(etcd_server, tmp_path, t) for t in ("x", "y")]
     errs = []
 
