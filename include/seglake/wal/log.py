@@ -167,8 +167,9 @@ def decode_fragment(key: str, data, expect_fragment: int | None = None, *,
 def put_exclusive(store, key: str, data) -> bool:
     """Write `key` atomically and durably iff it does not exist. False when it exists.
     `data`: bytes or a list of buffers. Local: synced temp file + link(2) (fails with
-    EEXIST) + directory fsync. S3: one PUT with If-None-Match: * (412 when it exists;
-    a server that ignores the condition is caught on read by the index's crc)."""
+    EEXIST) + directory fsync. S3: a PUT with If-None-Match: * (412 when it exists;
+    a server that ignores the condition is caught on read by the index's crc), transient
+    failures retried (S3Store.put_exclusive)."""
     from seglake.storage.local import LocalStore
     from seglake.storage.s3 import S3Store
 
@@ -178,19 +179,8 @@ def put_exclusive(store, key: str, data) -> bool:
             return store.put_exclusive(key, lambda fd: _write_all(fd, parts))
         except OSError as e:
             raise Unavailable(f"cannot write WAL fragment {key} in {store.uri}: {e.strerror or e}") from None
-    if isinstance(store, S3Store):
-        from botocore.exceptions import BotoCoreError, ClientError
-        body = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in parts)
-        try:
-            store.client.put_object(Bucket=store.bucket, Key=store._full(key), Body=body, IfNoneMatch="*")
-            return True
-        except ClientError as e:
-            code = e.response.get("Error", {}).get("Code", "")
-            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                return False
-            raise store._err(e, "put", key) from None
-        except BotoCoreError as e:
-            raise store._err(e, "put", key) from None
+    if isinstance(store, S3Store):   # retried there; a retry that meets its own write says True
+        return store.put_exclusive(key, b"".join(bytes(p) if not isinstance(p, bytes) else p for p in parts))
     raise SeglakeError(f"the WAL needs a store with exclusive create, not {type(store).__name__}")
 
 
