@@ -326,31 +326,7 @@ class WalLog:
     def read_fragment(self, rec: FragRecord) -> list[Message]:
         """Every message of a committed fragment, checked against its index record; loud on
         any damage. Ticks are absolute, ids (term, n, offset)."""
-        key = rec.key
-        try:
-            data = _read_whole(self.store, key)
-        except NotFound:
-            raise CorruptFragment(f"WAL fragment {key} (#{rec.n}): committed in etcd but missing from "
-                                  f"{self.store.uri}") from None
-        if rec.fmt == 1:
-            term, payloads = decode_fragment(key, data, rec.n)
-        else:
-            if len(data) != rec.size or checksum(data) != rec.crc:
-                raise CorruptFragment(f"WAL fragment {key} (#{rec.n}): {len(data)} bytes / crc32c "
-                                      f"{checksum(data):08x} do not match the index ({rec.size} bytes / "
-                                      f"{rec.crc:08x}): overwritten, swapped or damaged")
-            term, payloads = decode_fragment(key, data, check_records=False)
-            term = rec.term
-        out = []
-        for i, p in enumerate(payloads):
-            try:
-                m = Message.decode(p, MessageId(term, rec.n, i))
-            except (ValueError, KeyError, struct.error) as e:
-                raise CorruptFragment(f"WAL fragment {key}: record {i} does not decode: {e}") from None
-            if rec.fmt != 1:
-                m = replace(m, time_tick=rec.tt0 + m.time_tick, term=term, producer=rec.producer)
-            out.append(m)
-        return out
+        return read_committed(self.store, rec)
 
     def messages(self, start: MessageId | None = None) -> Iterator[Message]:
         """Committed messages from `start` (inclusive) or the beginning, in id order."""
@@ -358,6 +334,42 @@ class WalLog:
             for m in self.read_fragment(rec):
                 if start is None or not m.id < start:
                     yield m
+
+
+def read_committed(store, rec: FragRecord) -> list[Message]:
+    """Every message of the committed fragment `rec`, read from `store` (the log's store,
+    or an archive of it: lifecycle/backup/archive.py) and checked against its index
+    record; loud on any damage. Ticks are absolute, ids (term, n, offset)."""
+    try:
+        data = _read_whole(store, rec.key)
+    except NotFound:
+        raise CorruptFragment(f"WAL fragment {rec.key} (#{rec.n}): committed in etcd but missing from "
+                              f"{store.uri}") from None
+    return decode_committed(rec, data)
+
+
+def decode_committed(rec: FragRecord, data) -> list[Message]:
+    """The messages of the bytes `data` of committed fragment `rec` (read_committed)."""
+    key = rec.key
+    if rec.fmt == 1:
+        term, payloads = decode_fragment(key, data, rec.n)
+    else:
+        if len(data) != rec.size or checksum(data) != rec.crc:
+            raise CorruptFragment(f"WAL fragment {key} (#{rec.n}): {len(data)} bytes / crc32c "
+                                  f"{checksum(data):08x} do not match the index ({rec.size} bytes / "
+                                  f"{rec.crc:08x}): overwritten, swapped or damaged")
+        term, payloads = decode_fragment(key, data, check_records=False)
+        term = rec.term
+    out = []
+    for i, p in enumerate(payloads):
+        try:
+            m = Message.decode(p, MessageId(term, rec.n, i))
+        except (ValueError, KeyError, struct.error) as e:
+            raise CorruptFragment(f"WAL fragment {key}: record {i} does not decode: {e}") from None
+        if rec.fmt != 1:
+            m = replace(m, time_tick=rec.tt0 + m.time_tick, term=term, producer=rec.producer)
+        out.append(m)
+    return out
 
 
 def _read_whole(store, key: str):

@@ -89,6 +89,7 @@ CASES = {
     "seglake backup prune": (["backup", "prune", "demo", "--target", "/tmp/seglake-no-backup-here"], 2,
                              "every count is 0"),
     "seglake backup restore": (["backup", "restore", "demo", "b"], 2, "the following arguments are required"),
+    "seglake wal archive": (["wal", "archive", "--seconds", "-1"], 2, "--seconds"),
     "seglake wal status": (["wal", "status", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
     "seglake wal pause": (["wal", "pause"], 2, "exactly one of --pchannel NAME or --all"),
     "seglake wal resume": (["wal", "resume", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),

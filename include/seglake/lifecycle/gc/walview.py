@@ -53,8 +53,13 @@ def _is_pchannel(name: str) -> bool:
 
 
 def wal_truncatable(meta: Meta, pchannel: str) -> set[str]:
+    """Below every checkpoint, and for an archived pchannel below the archive's cursor
+    (lifecycle/backup/archive.py: what is not shipped yet stays)."""
+    from seglake.lifecycle.backup.archive import truncation_floor
     from seglake.wal.checkpoints import truncatable_fragments
-    return set(truncatable_fragments(meta, pchannel))
+
+    floor = truncation_floor(meta, pchannel)
+    return set(truncatable_fragments(meta, pchannel, floors=() if floor is None else (floor,)))
 
 
 def wal_referenced(meta: Meta, pchannel: str) -> set[str]:
