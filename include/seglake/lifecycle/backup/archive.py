@@ -28,6 +28,9 @@ A kill anywhere re-ships at most the fragments after the cursor: an entry alread
 target with the same SHA-256 is kept (idempotent); an entry with another SHA-256 is
 refused loudly (the target holds someone else's fragment n), never overwritten.
 
+One target at a time: a run into another target than the cursor's starts that target's
+archive again from the log's first retained fragment (the old target keeps what it has).
+
 The WAL keeps what is not shipped: GC's truncation of an archived pchannel stops below
 `cursor + 1` (lifecycle/gc/walview.py). A pchannel whose cursor is missing or unreadable
 truncates nothing (fail closed). Turning `archive` on for a collection whose log was
@@ -142,6 +145,18 @@ def _move_cursor(meta, pchannel: str, cur: Cursor, shipped: int, target_uri: str
             cur = read_cursor(meta, pchannel)
 
 
+def _restart_cursor(meta, pchannel: str, cur: Cursor, target_uri: str, first: int) -> Cursor:
+    """The archive moves to another target: it starts again there from the log's first
+    retained fragment (one guarded put; a lost race reads the winner's cursor)."""
+    key = keymod.archive_cursor(meta.keys, pchannel)
+    doc = json.dumps({"shipped": first - 1, "target": target_uri, "began": first, "at": time.time()})
+    try:
+        meta.kv.txn([unchanged(cur.kv)], [Put(key, doc)])
+    except Conflict:
+        pass
+    return read_cursor(meta, pchannel)
+
+
 # -- shipping -----------------------------------------------------------------------------------
 def _checked_bytes(store: Store, rec: FragRecord) -> bytes:
     """The committed fragment's bytes, checked against its index record."""
@@ -226,6 +241,8 @@ def ship_pchannel(meta, store: Store, target: Store, site: str, pchannel: str, *
     log = WalLog(meta, store, pchannel)
     st = log.state()
     cur = read_cursor(meta, pchannel)
+    if cur.kv is not None and cur.target and cur.target != target.uri:
+        cur = _restart_cursor(meta, pchannel, cur, target.uri, st.first)
     start = max(cur.shipped + 1, st.first)
     gap = [cur.shipped + 1, st.first - 1] if cur.kv is not None and cur.shipped + 1 < st.first else None
     began = cur.began or start

@@ -260,3 +260,25 @@ def test_the_cli_archives_and_status_reports_it(meta, store, settings, target, m
     with pytest.raises(SystemExit) as refused:
         cli.main(["wal", "archive", "--target", str(target.root), "--seconds", "nan"])
     assert refused.value.code == 2 and "--seconds" in capsys.readouterr().err
+
+
+def test_a_new_target_starts_its_archive_from_the_log_and_bundles_name_their_site(meta, store, settings, target,
+                                                                                   tmp_path):
+    from seglake.lifecycle import snapshot
+    from seglake.lifecycle.backup import bundle as bundles
+    from seglake.lifecycle.backup import export
+
+    coll = _ingest(meta, store, settings, create=True)
+    _archived(meta)
+    site = archive.run(meta, store, target)["site"]
+    other = LocalStore(tmp_path / "backup2")
+    archive.run(meta, store, other)
+    for p in pchannels(coll):
+        last = WalLog(meta, store, p).state().last
+        assert archive.ArchivedLog(other, site, p).numbers() == list(range(1, last + 1))
+        assert archive.read_cursor(meta, p).target == other.uri
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+    snapshot.create(meta, store, "c1", "s1")
+    export.export(meta, store, target, "c1", "s1", say=lambda line: None)
+    assert bundles.read(target, "default", "c1", "s1")["source"]["site"] == site
