@@ -344,16 +344,25 @@ class ArchivedLog:
         ns = self.numbers()
         return [(a + 1, b - 1) for a, b in zip(ns, ns[1:]) if b > a + 1]
 
-    def fragments(self, start: int | None = None) -> Iterator[FragRecord]:
-        """The archived fragments from `start` (None: from the first one archived), in
-        order; a missing one -- `start` itself included -- raises (a restore must never
-        replay across a hole)."""
+    def state(self):
+        """The archived log as a LogState (first..last archived), for wal.scanner.Scanner."""
+        from seglake.wal.log import LogState
+
+        ns = self.numbers()
+        return LogState(first=ns[0], last=ns[-1]) if ns else LogState(first=1, last=0)
+
+    def fragments(self, start: int | None = None, state=None) -> Iterator[FragRecord]:
+        """The archived fragments from `start` (None: from the first one archived) up to
+        `state.last` (a LogState from `state()`; None: all), in order; a missing one --
+        `start` itself included -- raises (a restore must never replay across a hole)."""
         from seglake.wal.log import CorruptFragment
 
         expect = start
         for n in self.numbers():
             if start is not None and n < start:
                 continue
+            if state is not None and n > state.last:
+                break
             if expect is not None and n != expect:
                 raise CorruptFragment(f"WAL archive {self.pchannel} in {self.target.uri}: fragments {expect}..{n - 1} "
                                       f"are missing")
