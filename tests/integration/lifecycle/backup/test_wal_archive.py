@@ -301,3 +301,14 @@ def test_a_new_target_starts_its_archive_from_the_log_and_bundles_name_their_sit
     snapshot.create(meta, store, "c1", "s1")
     export.export(meta, store, target, "c1", "s1", say=lambda line: None)
     assert bundles.read(target, "default", "c1", "s1")["source"]["site"] == site
+
+
+def test_an_s3_target_holds_the_same_archive(meta, store, settings, s3_store):
+    """SeaweedFS as the backup target: shipped, read back equal, a re-run ships nothing."""
+    coll = _ingest(meta, store, settings, create=True)
+    _archived(meta)
+    r = archive.run(meta, store, s3_store)
+    assert r["fragments"] > 0
+    for p in pchannels(coll):
+        _same_log(meta, store, s3_store, r["site"], p)
+    assert archive.run(meta, store, s3_store)["fragments"] == 0
