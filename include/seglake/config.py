@@ -177,6 +177,14 @@ class Settings:
                                            "rewritten alone (0..1)")
     compaction_protection: float = _duration(3600.0, "a collection snapshotted within this long is not "
                                              "compacted (Milvus's compaction_protection_seconds)")
+    compaction_min_segment_bytes: int = _int(0, "a Flushed segment below this many stored bytes is merged "
+                                             "too (0: by rows only)")
+    compaction_target_bytes: int = _int(1 << 30, "merged segments hold about this many bytes (whichever of "
+                                        "target rows / bytes comes first)")
+    compaction_l0_age: float = _duration(3600.0, "collection-wide delete logs (L0 segments) older than this are "
+                                         "folded into the segments they hit")
+    compaction_schedule: str = _str("none", "schedule of the compaction_schedule DAG (cron or @hourly; 'none': "
+                                    "manual only); it compacts every collection whose policy says scheduled")
     wal_flush_schedule: str = _str("*/5 * * * *", "schedule of the wal_flush DAG (e.g. @continuous)")
     wal_archive_schedule: str = _str("*/5 * * * *", "schedule of the wal_archive DAG (continuous backup of the "
                                      "WAL of collections whose retention policy says archive; each run ships "
@@ -414,6 +422,12 @@ def retention_schedule(env: Mapping[str, str] | None = None) -> str | None:
     return None if value == "none" else value
 
 
+def compaction_schedule(env: Mapping[str, str] | None = None) -> str | None:
+    """The compaction_schedule DAG's schedule, like gc_schedule."""
+    value = Settings.from_env(env).compaction_schedule
+    return None if value == "none" else value
+
+
 def gc_schedule(env: Mapping[str, str] | None = None) -> str | None:
     """The gc DAG's schedule from the environment alone (DAG parse time: no Variable,
     no network). Every SEGLAKE_* variable is checked on the way. 'none' -> None."""
@@ -476,7 +490,8 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
     if not isinstance(value, str):
         shown = "(value not shown: secret)" if f.metadata.get("secret") else repr(value)
         raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
-    if f.name in ("gc_schedule", "retention_schedule", "wal_archive_schedule") and not _SCHEDULE_RE.fullmatch(value):
+    if f.name in ("gc_schedule", "retention_schedule", "wal_archive_schedule", "compaction_schedule") \
+            and not _SCHEDULE_RE.fullmatch(value):
         raise ConfigError(f"config key {f.name!r}: {value!r} is not a cron expression, an @preset or 'none'")
     if f.name == "store_uri":
         _check_store_uri(value)

@@ -152,6 +152,10 @@ LIMITS: dict[str, Limit] = {
     "compaction_target_rows": _count(1, 1_000_000_000),
     "compaction_delete_ratio": Limit(0.0, 1.0),
     "compaction_protection": _seconds(30 * DAY),
+    "compaction_min_segment_bytes": _count(0, 2**50),
+    "compaction_target_bytes": _count(1, 2**50),
+    "compaction_l0_age": _seconds(365 * DAY),
+    "compaction_history": _count(1, 1000),           # runs shown (CLI --last, the page)
     # -- engine entry points and the conf / CLI keys that feed them ----------------------
     "snapshot_ttl": _seconds(10 * YEAR),               # 0: no TTL
     "pin_ttl": Limit(1.0, 365 * DAY, unit="s"),

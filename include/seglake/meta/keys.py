@@ -20,6 +20,8 @@ Layout under the configurable root (default `seglake`):
     {root}/compaction/runs/{collection_id}           the last compaction run's summary
     {root}/site                                      this root's site id (an archive's name for it)
     {root}/archive/{pchannel}                        the WAL archive's cursor: fragments shipped
+    {root}/compaction/policies/{collection_id}       a collection's compaction policy (overrides config)
+    {root}/compaction/history/{collection_id}/{t}    a finished compaction run (t: ms, zero-padded)
 
 Prefix builders end with '/', so the prefix of collection 1 never matches 10.
 Ids are decimal integers; names are validated before they reach a key.
@@ -197,6 +199,19 @@ class Keys:
 
     def compaction_runs_prefix(self) -> str:
         return f"{self.root}/compaction/runs/"
+
+    def compaction_policy(self, collection_id: int) -> str:
+        return f"{self.root}/compaction/policies/{_id(collection_id)}"
+
+    def compaction_policies_prefix(self) -> str:
+        return f"{self.root}/compaction/policies/"
+
+    def compaction_history(self, collection_id: int, millis: int) -> str:
+        return f"{self.root}/compaction/history/{_id(collection_id)}/{_id(millis):0>15}"
+
+    def compaction_history_prefix(self, collection_id: int | None = None) -> str:
+        base = f"{self.root}/compaction/history/"
+        return base if collection_id is None else f"{base}{_id(collection_id)}/"
 
     def gc(self, *parts: str) -> str:
         return "/".join([f"{self.root}/gc", *(_seg(p) for p in parts)])

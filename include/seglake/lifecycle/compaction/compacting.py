@@ -66,7 +66,7 @@ def run_partition(units: Iterable[dict], settings_env: dict, sources_revision: i
 
 
 def compact(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, dry_run: bool = False,
-            workers: int = 1, now: float | None = None) -> Summary:
+            workers: int = 1, now: float | None = None, trigger: str = "manual") -> Summary:
     """Plan the collection's compaction and (unless dry_run) run every unit inline."""
     started = time.monotonic()
     p = plan(meta, store, collection, policy, db=db, now=now)
@@ -75,17 +75,53 @@ def compact(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_D
         out.results = run_units(meta, store, p.units, workers=workers, now=now, sources_revision=p.revision)
     out.seconds = time.monotonic() - started
     if not dry_run:
-        record(meta, out)
+        record(meta, out, trigger)
     return out
 
 
-def record(meta, summary: Summary) -> None:
-    """The run's summary as the collection's last compaction run (unit results capped)."""
+def record(meta, summary: Summary, trigger: str = "manual") -> None:
+    """The run's summary as the collection's last compaction run (unit results capped),
+    and a line of its history (`{root}/compaction/history/{collection}/{ms}`: the newest
+    HISTORY_KEEP runs that changed or tried something are kept)."""
     doc = summary.to_json()
     doc["results"] = doc["results"][:200]
     doc["plan"]["units"] = doc["plan"]["units"][:200]
     doc["recorded_at"] = time.time()
-    meta.kv.put(meta.keys.compaction_run(summary.plan.collection_id), encode(doc))
+    doc["trigger"] = trigger
+    cid = summary.plan.collection_id
+    meta.kv.put(meta.keys.compaction_run(cid), encode(doc))
+    if summary.plan.units:
+        c = summary.counts()
+        line = {"collection_id": cid, "collection": summary.plan.collection, "recorded_at": doc["recorded_at"],
+                "seconds": doc["seconds"], "engine": summary.engine, "trigger": trigger,
+                "segments_before": summary.plan.segments,
+                "segments_after": summary.plan.segments - c["segments_in"] + c["segments_out"],
+                "units": len(summary.plan.units), "committed": c["committed"] + c["already_committed"],
+                "lost": c["lost"], "rows_dropped": c["rows_dropped"], "bytes_in": c["bytes_in"],
+                "bytes_out": c["bytes_out"], "bytes_reclaimed": max(0, c["bytes_in"] - c["bytes_out"])}
+        meta.kv.put(meta.keys.compaction_history(cid, int(doc["recorded_at"] * 1000)), encode(line))
+        old = list(meta.kv.range(meta.keys.compaction_history_prefix(cid), keys_only=True))
+        for kv in old[:max(0, len(old) - HISTORY_KEEP)]:
+            meta.kv.delete(kv.key)
+
+
+HISTORY_KEEP = 100          # history lines kept per collection
+HISTORY_COLUMNS = ("time", "collection", "engine", "trigger", "segments", "rows_dropped", "bytes_reclaimed",
+                   "units", "lost", "seconds")
+
+
+def history(meta, collection_id: int | None = None, last: int = 20) -> list[dict]:
+    """The last `last` runs (newest first), of one collection or of all."""
+    runs = [decode(kv.value, kv.key) for kv in meta.kv.range(meta.keys.compaction_history_prefix(collection_id))]
+    return sorted(runs, key=lambda r: r["recorded_at"], reverse=True)[:last]
+
+
+def history_row(r: dict) -> dict:
+    return {"time": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(r["recorded_at"])),
+            "collection": r["collection"], "engine": r["engine"], "trigger": r["trigger"],
+            "segments": f"{r['segments_before']} -> {r['segments_after']}", "rows_dropped": r["rows_dropped"],
+            "bytes_reclaimed": r["bytes_reclaimed"], "units": r["units"], "lost": r["lost"],
+            "seconds": r["seconds"]}
 
 
 def last_run(meta, collection_id: int) -> dict | None:

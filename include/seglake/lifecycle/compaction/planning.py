@@ -3,9 +3,10 @@
     check (collection Created, no restore importing, no snapshot PENDING or taken within
     `protection`) -> read every segment record at ONE revision -> count each Flushed
     segment's hidden rows with THE visibility rule -> per (partition, vchannel), by
-    segment id: a segment of >= min rows whose hidden fraction exceeds delete_ratio is
-    a REWRITE unit alone; segments below min rows (0-row L0 delete segments included)
-    are MERGE units of about target visible rows (at most MAX_INPUTS each and
+    segment id: a segment of >= min rows and >= min bytes whose hidden fraction exceeds
+    delete_ratio is a REWRITE unit alone; segments below min rows OR min bytes (0-row L0
+    delete segments included) are MERGE units of about target visible rows or target
+    bytes, whichever comes first (estimated: stored bytes x visible fraction; at most MAX_INPUTS each and
     MAX_RECORD_BYTES of input records: one commit rewrites them all; a lone small
     segment without hidden rows gains nothing and is left alone: plans converge).
 
@@ -134,13 +135,13 @@ def _plan_group(cid: int, pid: int, channel: str, segs: list[tuple[Segment, int]
     units, small = [], []
     for s, r in segs:
         h = hidden.get(s.segment_id, 0)
-        if s.num_rows >= policy.min_segment_rows:
+        if s.num_rows >= policy.min_segment_rows and s.total_size() >= policy.min_segment_bytes:
             if h / s.num_rows > policy.delete_ratio:
                 units.append(make_unit(cid, pid, channel, REWRITE, [(s.segment_id, r)], **_sizes([(s, r)], hidden)))
         else:
             small.append((s, r))
     bin_: list[tuple[Segment, int]] = []
-    live = size = 0
+    live = size = live_bytes = 0
 
     def close():
         if len(bin_) > 1 or (bin_ and hidden.get(bin_[0][0].segment_id)):
@@ -152,12 +153,14 @@ def _plan_group(cid: int, pid: int, channel: str, segs: list[tuple[Segment, int]
         rec = len(encode_struct(s))
         if bin_ and size + rec > MAX_RECORD_BYTES:     # the commit rewrites every input record in one txn
             close()
-            bin_, live, size = [], 0, 0
+            bin_, live, size, live_bytes = [], 0, 0, 0
         bin_.append((s, r))
-        live += s.num_rows - hidden.get(s.segment_id, 0)
+        visible = s.num_rows - hidden.get(s.segment_id, 0)
+        live += visible
+        live_bytes += s.total_size() * visible // s.num_rows if s.num_rows else 0   # the output's size, estimated
         size += rec
-        if live >= policy.target_rows or len(bin_) >= MAX_INPUTS:
+        if live >= policy.target_rows or live_bytes >= policy.target_bytes or len(bin_) >= MAX_INPUTS:
             close()
-            bin_, live, size = [], 0, 0
+            bin_, live, size, live_bytes = [], 0, 0, 0
     close()
     return sorted(units, key=lambda u: u.inputs[0][0])

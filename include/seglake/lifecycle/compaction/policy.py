@@ -14,6 +14,9 @@ import msgspec
 from seglake import limits
 from seglake.errors import ValidationError
 
+POLICY_KEYS = ("min_segment_rows", "min_segment_bytes", "target_rows", "target_bytes", "delete_ratio", "l0_age",
+               "protection")
+
 MERGE, REWRITE = "merge", "rewrite"        # kinds of unit: small segments merged, one segment rewritten
 KINDS = (MERGE, REWRITE)
 # inputs per unit: its commit compares every input, the output key, the unit record and the
@@ -28,6 +31,9 @@ class Policy:
     target_rows: int = 1_000_000
     delete_ratio: float = 0.2
     protection: float = 3600.0
+    min_segment_bytes: int = 0               # 0: small by rows only
+    target_bytes: int = 1 << 30
+    l0_age: float = 3600.0                    # L0 delete segments older than this are folded
 
     def __post_init__(self) -> None:
         for f in fields(self):
