@@ -18,8 +18,10 @@ collection snapshotted within `protection_seconds` is skipped.
    `{root}/compaction/runs/{collection}`.
 3. **summary**: this run's recorded summary (a dry run: the plan).
 
-Manual (no schedule yet). REST: `conf = {"collection": "demo", "dry_run": false, "engine": "auto"}`;
-empty policy keys come from config.
+Manual; the scheduled runs are the **Compaction: schedule** DAG's (every collection whose
+policy says `scheduled`). REST: `conf = {"collection": "demo", "dry_run": false, "engine": "auto"}`;
+empty policy keys come from the collection's policy (`seglake compaction policy set`, the
+**Compaction: policy** DAG, `PUT /seglake/api/v1/compaction/policies/{collection}`), then config.
 """
 
 from __future__ import annotations
@@ -59,9 +61,11 @@ def compaction():
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        policy = engine.Policy.from_settings(hook.settings, {
+        policy = engine.policy_for(hook.meta, hook.settings, params["collection"], db=params["db"], overrides={
             "min_segment_rows": params["min_segment_rows"], "target_rows": params["target_rows"],
-            "delete_ratio": params["delete_ratio"], "protection": params["protection_seconds"]})
+            "delete_ratio": params["delete_ratio"], "protection": params["protection_seconds"],
+            "min_segment_bytes": params["min_segment_bytes"], "target_bytes": params["target_bytes"],
+            "l0_age": params["l0_age_seconds"]})
         planned = engine.plan(hook.meta, hook.store, params["collection"], policy, db=params["db"])
         gain = planned.gain()
         chosen = "inline" if params["dry_run"] or not planned.units else \
@@ -90,6 +94,9 @@ def compaction():
         "--target-rows", "{{ %s['policy']['target_rows'] }}" % PLAN,
         "--delete-ratio", "{{ %s['policy']['delete_ratio'] }}" % PLAN,
         "--protection-seconds", "{{ %s['policy']['protection'] }}" % PLAN,
+        "--min-segment-bytes", "{{ %s['policy']['min_segment_bytes'] }}" % PLAN,
+        "--target-bytes", "{{ %s['policy']['target_bytes'] }}" % PLAN,
+        "--l0-age-seconds", "{{ %s['policy']['l0_age'] }}" % PLAN,
     ])
 
     @task(trigger_rule="none_failed_min_one_success")

@@ -138,6 +138,17 @@ _show = show
 
 ENGINE = Key("enum", "Engine", default="auto", choices=ENGINES,
              description="auto: inline below the size threshold, Spark above it")
+# the compaction keys by bytes and the L0 age (the compaction and compaction_policy forms)
+COMPACTION_BYTES_KEYS = {
+    "min_segment_bytes": Key("integer", "Min segment bytes", nullable=True, limit="compaction_min_segment_bytes",
+                             description="Merge segments below this many stored bytes too (0: by rows only); "
+                                         "empty: config"),
+    "target_bytes": Key("integer", "Target bytes", nullable=True, limit="compaction_target_bytes",
+                        description="Merged segments hold about this many bytes; empty: config"),
+    "l0_age_seconds": Key("number", "L0 age (s)", nullable=True, limit="compaction_l0_age",
+                          description="Fold delete-only L0 segments older than this into the segments they hit; "
+                                      "empty: config"),
+}
 # Not a switch: a nullable boolean shows as "off" in Airflow's form and sends null. A
 # dropdown of three labelled choices shows what is sent (the form draws a dropdown for
 # an enum whose first non-null type is "string"; the enum admits only null/true/false).
@@ -235,7 +246,29 @@ SPECS: dict[str, dict[str, Key]] = {
         "protection_seconds": Key("number", "Snapshot protection (s)", nullable=True, limit="compaction_protection",
                                   description="Skip a collection snapshotted within this long; empty: config "
                                               "compaction_protection"),
+        **COMPACTION_BYTES_KEYS,
         "engine": ENGINE,
+    },
+    "compaction_policy": {
+        "collection": _name("Collection", "The collection whose compaction policy to set (no default)"),
+        "db": DB,
+        **{k: Key(kind, title, nullable=True, limit=f"compaction_{lim}", description=d + "; empty: config")
+           for k, kind, title, lim, d in (
+            ("min_segment_rows", "integer", "Min segment rows", "min_segment_rows", "Merge segments below this many rows"),
+            ("target_rows", "integer", "Target rows", "target_rows", "Merged segments hold about this many rows"),
+            ("delete_ratio", "number", "Delete ratio", "delete_ratio", "Rewrite a segment alone above this deleted "
+                                                                      "fraction (0..1)"),
+            ("protection_seconds", "number", "Snapshot protection (s)", "protection", "Skip a collection snapshotted "
+                                                                                     "within this long"))},
+        **COMPACTION_BYTES_KEYS,
+        "scheduled": Key("boolean", "Scheduled", default=False,
+                         description="The scheduled compaction run (compaction_schedule DAG) compacts this collection"),
+        "clear": Key("boolean", "Clear the policy", default=False,
+                     description="Remove the collection's policy: config applies again (the other keys are ignored)"),
+    },
+    "compaction_schedule": {
+        "dry_run": Key("boolean", "Dry run", default=False,
+                       description="Plan every scheduled collection; change nothing"),
     },
     "snapshot_verify": {
         "collection": _name("Bundle's collection", "The collection the bundle was exported from"),

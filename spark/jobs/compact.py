@@ -1,7 +1,8 @@
 """PySpark job: compact one collection (big compactions; small ones run inline).
 
     spark-submit spark/jobs/compact.py --collection NAME [--db DB] [--min-segment-rows N]
-        [--target-rows N] [--delete-ratio X] [--protection-seconds S]
+        [--target-rows N] [--delete-ratio X] [--protection-seconds S] [--min-segment-bytes B]
+        [--target-bytes B] [--l0-age-seconds S]   (the DAG passes the policy its plan resolved)
 
 The driver plans (seglake.lifecycle.compaction.plan: deterministic units from one etcd
 revision), executors run the units (compaction.run_partition: each unit prepares, writes
@@ -31,6 +32,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--target-rows", type=number_arg("compaction_target_rows"), default=None)
     p.add_argument("--delete-ratio", type=number_arg("compaction_delete_ratio"), default=None)
     p.add_argument("--protection-seconds", type=number_arg("compaction_protection"), default=None)
+    p.add_argument("--min-segment-bytes", type=number_arg("compaction_min_segment_bytes"), default=None)
+    p.add_argument("--target-bytes", type=number_arg("compaction_target_bytes"), default=None)
+    p.add_argument("--l0-age-seconds", type=number_arg("compaction_l0_age"), default=None)
     return p.parse_args(argv)
 
 
@@ -40,7 +44,10 @@ def policy_of(args: argparse.Namespace, settings):
     return compaction.Policy.from_settings(settings, {"min_segment_rows": args.min_segment_rows,
                                                       "target_rows": args.target_rows,
                                                       "delete_ratio": args.delete_ratio,
-                                                      "protection": args.protection_seconds})
+                                                      "protection": args.protection_seconds,
+                                                      "min_segment_bytes": args.min_segment_bytes,
+                                                      "target_bytes": args.target_bytes,
+                                                      "l0_age": args.l0_age_seconds})
 
 
 def run(spark, meta, store, collection: str, db: str, policy):

@@ -46,3 +46,64 @@ def test_bad_conf_is_refused_before_any_run(airflow_env):
 
     with pytest.raises(ParamValidationError, match="delete_ratio"):
         load_dag("compaction").test(run_conf={"collection": "c", "delete_ratio": 1.5})
+
+
+def test_policy_dag_then_scheduled_dag(airflow_env, meta, store, settings):
+    """The policy form records a collection's policy (checked), the schedule DAG compacts
+    only the scheduled collection with it, row-exactly; with nothing left it succeeds and
+    changes nothing; the policy form clears."""
+    from compaction_helpers import Writer, exact, mixed_workload, rows, segments
+
+    from seglake.lifecycle import compaction
+
+    sched = load_dag("compaction_schedule")
+    run = sched.test(run_conf={})                       # nothing scheduled: safe, nothing to do
+    assert run.state == "success", task_states(run)
+    wa, wb = Writer(meta, store, settings), Writer(meta, store, settings)
+    for w, name in ((wa, "a"), (wb, "b")):
+        w.create(name, ["_default", "p1", "p2"], shards=1)
+        for step in range(2):
+            mixed_workload(w, name, step)
+    before_a, segs_b = exact(meta, store, "a"), {s.segment_id for s in segments(meta, "b")}
+    pol = load_dag("compaction_policy")
+    run = pol.test(run_conf={"collection": "a", "min_segment_rows": 1000, "target_rows": 30,
+                             "protection_seconds": 0, "scheduled": True})
+    assert run.state == "success", task_states(run)
+    doc = compaction.get_policy(meta, "a")
+    assert doc["scheduled"] is True and doc["policy"] == {"min_segment_rows": 1000, "target_rows": 30,
+                                                          "protection": 0.0}
+    n_before = len(segments(meta, "a"))
+    run = sched.test(run_conf={})
+    assert run.state == "success", task_states(run)
+    assert len(segments(meta, "a")) < n_before
+    assert exact(meta, store, "a") == before_a and rows(meta, store, "a") == wa.model.visible()
+    assert {s.segment_id for s in segments(meta, "b")} == segs_b             # not scheduled: untouched
+    hist = compaction.history(meta)
+    assert [h["trigger"] for h in hist] == ["scheduled"] and hist[0]["collection"] == "a"
+    segs_a = {s.segment_id for s in segments(meta, "a")}
+    run = sched.test(run_conf={})                        # nothing left to compact
+    assert run.state == "success" and {s.segment_id for s in segments(meta, "a")} == segs_a
+    run = pol.test(run_conf={"collection": "a", "clear": True})
+    assert run.state == "success" and compaction.get_policy(meta, "a") is None
+
+
+def test_policy_dag_refuses_bad_values_before_any_run(airflow_env):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    for conf, word in (({"collection": "a", "target_bytes": 0}, "target_bytes"),
+                       ({"collection": "a", "l0_age_seconds": -1}, "l0_age_seconds"),
+                       ({"collection": "a", "delete_ratio": float("nan")}, "delete_ratio")):
+        with pytest.raises(ParamValidationError, match=word):
+            load_dag("compaction_policy").test(run_conf=conf)
+
+
+def test_policy_dag_unknown_key_refused_by_check_conf(airflow_env, meta, store, settings):
+    from compaction_helpers import Writer
+
+    from seglake.lifecycle import compaction
+
+    Writer(meta, store, settings).create("a", ["_default"], shards=1)
+    run = load_dag("compaction_policy").test(run_conf={"collection": "a", "target_rowz": 5})
+    states = task_states(run)
+    assert states["check_conf"] == "failed" and states.get("set_policy") != "success"
+    assert compaction.get_policy(meta, "a") is None
