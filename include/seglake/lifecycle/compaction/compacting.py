@@ -27,7 +27,7 @@ class Summary:
     def counts(self) -> dict:
         by = {s: sum(1 for r in self.results if r.status == s) for s in (COMMITTED, ALREADY, LOST)}
         done = [r for r in self.results if r.status in (COMMITTED, ALREADY)]
-        return {**by, "segments_in": sum(r.inputs for r in done), "segments_out": len(done),
+        return {**by, "segments_in": sum(r.inputs for r in done), "segments_out": sum(r.outputs for r in done),
                 "rows_dropped": sum(r.rows_dropped for r in done), "bytes_in": sum(r.bytes_in for r in done),
                 "bytes_out": sum(r.bytes_out for r in done)}
 

@@ -10,6 +10,10 @@
     MAX_RECORD_BYTES of input records: one commit rewrites them all; a lone small
     segment without hidden rows gains nothing and is left alone: plans converge).
 
+L0 delete segments older than `l0_age` whose deletes are all below every vchannel's
+checkpoint are FOLD units first (lifecycle/compaction/folding: folded into the segments
+they hit); those segments and the hit ones are in no other unit of the plan.
+
 Same state, same units (ids included: policy.unit_id). Nothing is written.
 """
 
@@ -26,7 +30,8 @@ from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.segments import FLUSHED, IMPORTING, Segment
 from seglake.meta.snapshots import PENDING
 from seglake.names import validate_name
-from seglake.lifecycle.compaction.policy import MAX_INPUTS, MERGE, REWRITE, Policy, Unit, make_unit
+from seglake.lifecycle.compaction.policy import FOLD, MAX_INPUTS, MERGE, REWRITE, Policy, Unit, make_unit
+from seglake.lifecycle.compaction.folding import plan_folds
 
 
 # the inputs' records a unit's commit rewrites, in bytes: with the output's record and the
@@ -44,9 +49,10 @@ class Plan:
     segments: int = 0                   # Flushed segments seen
 
     def gain(self) -> dict:
-        """Expected gain of the whole plan."""
-        return {"units": len(self.units), "segments_in": sum(len(u.inputs) for u in self.units),
-                "segments_out": len(self.units), "rows_in": sum(u.rows for u in self.units),
+        """Expected gain of the whole plan (a fold: its L0 inputs and hits in, one output per hit)."""
+        return {"units": len(self.units), "segments_in": sum(len(u.inputs) + len(u.hits) for u in self.units),
+                "segments_out": sum(len(u.hits) if u.kind == FOLD else 1 for u in self.units),
+                "rows_in": sum(u.rows for u in self.units),
                 "rows_dropped": sum(u.deleted for u in self.units),
                 "delta_logs_in": sum(u.delta_logs for u in self.units),
                 "bytes_in": sum(u.bytes for u in self.units),
@@ -117,9 +123,12 @@ def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, 
     flushed = sorted(((s, r) for s, r in records if s.state == FLUSHED), key=lambda x: x[0].segment_id)
     out.segments = len(flushed)
     hidden = hidden_counts(meta, store, coll, [s for s, _ in flushed])
+    out.units += plan_folds(meta, store, coll, flushed, hidden, policy, now)
+    folded = {sid for u in out.units for sid in [*u.segment_ids, *(h[0] for h in u.hits)]}
     groups: dict[tuple[int, str], list[tuple[Segment, int]]] = {}
     for s, r in flushed:
-        groups.setdefault((s.partition_id, s.channel), []).append((s, r))
+        if s.segment_id not in folded:
+            groups.setdefault((s.partition_id, s.channel), []).append((s, r))
     for (pid, channel), segs in sorted(groups.items()):
         out.units += _plan_group(cid, pid, channel, segs, hidden, policy)
     return out

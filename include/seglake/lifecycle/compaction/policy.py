@@ -18,10 +18,14 @@ POLICY_KEYS = ("min_segment_rows", "min_segment_bytes", "target_rows", "target_b
                "protection")
 
 MERGE, REWRITE = "merge", "rewrite"        # kinds of unit: small segments merged, one segment rewritten
-KINDS = (MERGE, REWRITE)
+FOLD = "fold"          # L0 delete segments folded into the segments they hit (lifecycle/compaction/folding)
+KINDS = (MERGE, REWRITE, FOLD)
 # inputs per unit: its commit compares every input, the output key, the unit record and the
 # collection record in one txn (etcd --max-txn-ops 128)
 MAX_INPUTS = 100
+# a fold's txn: every L0 input and hit compared and rewritten, one output per hit
+# (compares: inputs + 2 x hits + 2; puts: inputs + 2 x hits + 1)
+MAX_FOLD_OPS = 120
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,9 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
     channel: str
     kind: str
     inputs: tuple[tuple[int, int], ...]      # (segment id, mod revision), by segment id
+    # FOLD only: the segments the inputs' deletes hit, (segment id, partition id, mod
+    # revision) by segment id, each rewritten into its own output in the fold's txn
+    hits: tuple[tuple[int, int, int], ...] = ()
     rows: int = 0
     deleted: int = 0
     bytes: int = 0
@@ -120,22 +127,36 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValidationError(f"unit {self.unit_id}: {name} {v} is out of range (0..{limits.ID_MAX})")
         if not self.channel or len(self.channel) > 255 or not self.channel.isprintable():
             raise ValidationError(f"unit {self.unit_id}: channel {self.channel!r} is not a vchannel name")
-        want = unit_id(self.collection_id, self.partition_id, self.channel, self.kind, self.inputs)
+        if self.hits and self.kind != FOLD:
+            raise ValidationError(f"unit {self.unit_id}: only a {FOLD} unit has hits")
+        hit_ids = [h[0] for h in self.hits]
+        if hit_ids != sorted(set(hit_ids)) or set(hit_ids) & set(ids):
+            raise ValidationError(f"unit {self.unit_id}: hits must be distinct, sorted and not inputs")
+        for sid, pid, rev in self.hits:
+            for v in (sid, pid, rev):
+                limits.check("id", "unit hit", v)
+        if self.kind == FOLD and len(self.inputs) + 2 * len(self.hits) > MAX_FOLD_OPS:
+            raise ValidationError(f"unit {self.unit_id}: {len(self.inputs)} inputs and {len(self.hits)} hits do not "
+                                  f"fit one txn (inputs + 2 x hits <= {MAX_FOLD_OPS})")
+        want = unit_id(self.collection_id, self.partition_id, self.channel, self.kind, self.inputs, self.hits)
         if self.unit_id != want:
             raise ValidationError(f"unit id {self.unit_id!r} does not match its content (expected {want!r})")
 
 
-def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inputs) -> str:
-    """A pure function of what the unit compacts (inputs at their revisions): the same
-    state plans the same id; any change of an input plans a new one."""
-    raw = json.dumps([collection_id, partition_id, channel, kind, [list(x) for x in inputs]],
-                     separators=(",", ":"))
+def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=()) -> str:
+    """A pure function of what the unit compacts (inputs, and a fold's hits, at their
+    revisions): the same state plans the same id; any change of one plans a new one."""
+    doc = [collection_id, partition_id, channel, kind, [list(x) for x in inputs]]
+    if hits:
+        doc.append([list(h) for h in hits])
+    raw = json.dumps(doc, separators=(",", ":"))
     return f"{partition_id}-{inputs[0][0]}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
 
 
-def make_unit(collection_id: int, partition_id: int, channel: str, kind: str, inputs, **sizes) -> Unit:
+def make_unit(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=(), **sizes) -> Unit:
     inputs = tuple(sorted((int(s), int(r)) for s, r in inputs))
-    u = Unit(unit_id=unit_id(collection_id, partition_id, channel, kind, inputs), collection_id=collection_id,
-             partition_id=partition_id, channel=channel, kind=kind, inputs=inputs, **sizes)
+    hits = tuple(sorted((int(s), int(p), int(r)) for s, p, r in hits))
+    u = Unit(unit_id=unit_id(collection_id, partition_id, channel, kind, inputs, hits), collection_id=collection_id,
+             partition_id=partition_id, channel=channel, kind=kind, inputs=inputs, hits=hits, **sizes)
     u.check()
     return u

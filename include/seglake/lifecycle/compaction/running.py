@@ -59,7 +59,7 @@ from seglake.storage import layout
 from seglake.wal.checkpoints import RELEASED
 from seglake.wal.message import arrow_type
 from seglake.lifecycle.flush.state import L0
-from seglake.lifecycle.compaction.policy import Unit
+from seglake.lifecycle.compaction.policy import FOLD, Unit
 
 PREPARED, COMMITTED, LOST = "prepared", "committed", "lost"
 ALREADY = "already_committed"         # a result: an earlier run of this unit committed it
@@ -83,6 +83,7 @@ class UnitResult:
     bytes_in: int = 0
     bytes_out: int = 0
     reason: str | None = None
+    outputs: int = 1                   # output segments (a fold: one per hit segment)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -97,6 +98,10 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     unit.check()
     now = time.time() if now is None else now
     hooks = hooks or {}
+    if unit.kind == FOLD:
+        from seglake.lifecycle.compaction.folding import run_fold
+        return run_fold(meta, store, unit, now=now, hooks=hooks, sources_revision=sources_revision,
+                        cache={} if cache is None else cache)
     coll = meta.catalog.get(unit.collection_id)
     _inputs(meta, unit)      # refuses a unit whose inputs are on another vchannel before any write
     rec, rkv = prepare(meta, coll, unit, now, sources_revision)
