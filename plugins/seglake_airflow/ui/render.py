@@ -240,15 +240,22 @@ def _channels(rows: list[dict]) -> str:
                   numeric={4}, empty="no WAL channels")
 
 
-def _compaction(rows: list[dict]) -> str:
-    return _table(["collection", "at (UTC)", "engine", "units", "lost", "segments", "rows dropped", "bytes",
-                   "time"],
+def _compaction_history(h: dict) -> str:
+    """Compaction history (the last runs, newest first) and the per-collection policies."""
+    runs = _table(["collection", "at (UTC)", "trigger", "engine", "segments", "rows dropped", "bytes reclaimed",
+                   "units", "lost", "time"],
                   [[escape(str(r.get("collection") or r.get("collection_id"))), escape(utc(r.get("recorded_at"))),
-                    escape(str(r.get("engine", ""))), str(r.get("committed", 0)), str(r.get("lost", 0)),
-                    f"{r.get('segments_in', 0)} &rarr; {r.get('segments_out', 0)}", str(r.get("rows_dropped", 0)),
-                    f"{human_bytes(r.get('bytes_in'))} &rarr; {human_bytes(r.get('bytes_out'))}",
-                    human_duration(r.get("seconds"))] for r in rows],
-                  numeric={3, 4, 6}, empty="no compaction yet")
+                    escape(str(r.get("trigger", ""))), escape(str(r.get("engine", ""))),
+                    f"{r.get('segments_before', 0)} &rarr; {r.get('segments_after', 0)}",
+                    str(r.get("rows_dropped", 0)), human_bytes(r.get("bytes_reclaimed")), str(r.get("units", 0)),
+                    str(r.get("lost", 0)), human_duration(r.get("seconds"))] for r in h.get("runs", [])],
+                  numeric={5, 7, 8}, empty="no compaction yet")
+    policies = _table(["collection", "policy", "scheduled"],
+                      [[escape(f"{p['db']}.{p['collection']}"),
+                        escape(", ".join(f"{k}={v}" for k, v in sorted(p["policy"].items())) or "config"),
+                        "yes" if p["scheduled"] else "no"] for p in h.get("policies", [])],
+                      empty="no compaction policies (config applies)")
+    return runs + policies
 
 
 def _backup(b: dict) -> str:
@@ -309,7 +316,8 @@ def render_page(data: dict) -> str:
                  lambda r: form("GC dry run", "POST", "gc/dry-run", button="run a GC dry run (deletes nothing)")
                  + _gc(*r)),
         _section("Channels", data["channels"], _channels),
-        _section("Compaction", data.get("compaction") or {"rows": [], "error": None}, _compaction),
+        _section("Compaction", data.get("compaction_history") or {"rows": {"runs": [], "policies": []},
+                                                                   "error": None}, _compaction_history),
         _section("Backups", data.get("backup") or {"rows": {"exports": [], "pins": [], "policies": []},
                                                    "error": None}, _backup),
         f"<script>{SCRIPT}</script></body></html>"])

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from seglake import runners
+from seglake.errors import NotFound
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.codec import decode, encode
 from seglake.lifecycle.compaction.planning import Plan, plan
@@ -92,7 +93,12 @@ def record(meta, summary: Summary, trigger: str = "manual") -> None:
     meta.kv.put(meta.keys.compaction_run(cid), encode(doc))
     if summary.plan.units:
         c = summary.counts()
-        line = {"collection_id": cid, "collection": summary.plan.collection, "recorded_at": doc["recorded_at"],
+        try:
+            db = meta.catalog.get(cid).db
+        except NotFound:
+            db = ""
+        line = {"collection_id": cid, "collection": summary.plan.collection, "db": db,
+                "recorded_at": doc["recorded_at"],
                 "seconds": doc["seconds"], "engine": summary.engine, "trigger": trigger,
                 "segments_before": summary.plan.segments,
                 "segments_after": summary.plan.segments - c["segments_in"] + c["segments_out"],

@@ -13,7 +13,7 @@ from seglake import cli
 from seglake.errors import ValidationError
 from seglake.lifecycle import compaction
 
-from compaction_helpers import Writer, exact, mixed_workload, rows, segments
+from compaction_helpers import Writer, exact, mixed_workload, rows, segments  # noqa: F401
 
 pytestmark = pytest.mark.etcd
 
@@ -210,3 +210,50 @@ def test_history_keeps_the_newest(env, meta, store, settings, monkeypatch):
         assert rows(meta, store, "c") == w.model.visible()
     hist = compaction.history(meta)
     assert len(hist) == 2 and hist[0]["recorded_at"] >= hist[1]["recorded_at"]
+
+
+def test_the_page_and_the_metrics_show_the_history(env, meta, store, settings):
+    """Two runs of one collection and one of another: the page lists each run (segments
+    before/after, rows dropped, bytes reclaimed, trigger) and the policies; the metrics
+    give each collection's last run."""
+    import sys
+    from pathlib import Path
+
+    from seglake import console, metrics
+    from seglake_airflow.ui.render import render_page
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "console"))
+    from test_console_and_metrics import parse
+
+    wa, wb = Writer(meta, store, settings), Writer(meta, store, settings)
+    _collection(wa, "ha", steps=1)
+    _collection(wb, "hb", steps=1)
+    pol = compaction.Policy(min_segment_rows=1000, target_rows=10_000, protection=0.0)
+    compaction.compact(meta, store, "ha", pol)
+    mixed_workload(wa, "ha", 1)
+    s2 = compaction.compact(meta, store, "ha", pol)
+    compaction.set_policy(meta, settings, "hb", {"min_segment_rows": 1000}, scheduled=True)
+    compaction.run_scheduled(meta, store, settings)
+    assert rows(meta, store, "ha") == wa.model.visible() and rows(meta, store, "hb") == wb.model.visible()
+    o = console.overview(meta, store)
+    h = o["compaction_history"]
+    assert h["error"] is None
+    runs = h["rows"]["runs"]
+    assert [r["collection"] for r in runs] == ["hb", "ha", "ha"]
+    assert [r["trigger"] for r in runs] == ["scheduled", "manual", "manual"]
+    c2 = s2.counts()
+    assert runs[1]["rows_dropped"] == c2["rows_dropped"] and runs[1]["segments_before"] == s2.plan.segments
+    assert runs[1]["segments_after"] == s2.plan.segments - c2["segments_in"] + c2["segments_out"]
+    page = render_page(o)
+    sec = page[page.index('<section id="compaction">'):]
+    sec = sec[:sec.index("</section>")]
+    assert sec.count(">ha<") == 2 and sec.count(">hb<") == 1 and ">scheduled<" in sec
+    assert "default.hb" in sec and "min_segment_rows=1000" in sec
+    m = parse(metrics.render(meta, store))
+    lab = '{collection="ha",db="default"}'
+    assert m["seglake_compaction_last_rows_dropped"][lab] == c2["rows_dropped"]
+    assert m["seglake_compaction_last_segments_after"][lab] == runs[1]["segments_after"]
+    assert lab in m["seglake_collection_last_compaction_age_seconds"]
+    assert '{collection="hb",db="default"}' in m["seglake_compaction_last_bytes_reclaimed"]
+    assert m["seglake_compaction_policies"] == {'{scheduled="true"}': 1, '{scheduled="false"}': 0}
+    assert m["seglake_scrape_error"]['{source="compaction"}'] == 0
