@@ -234,3 +234,44 @@ def test_fold_records_are_schema_v4_and_expire(meta, store, settings):
     assert codec.SCHEMA_VERSION == 4
     out = compaction.expire_unit_records(meta, store, 0.0, time.time() + 10, coll.collection_id)
     assert out["unit_records_removed"] == len(kvs)
+
+
+def test_fold_runs_on_the_executor_side_from_json(meta, store, settings):
+    """The Spark engine's executor function runs a fold from its JSON with the driver's
+    settings; a retried task finds it committed; a fold whose hits were edited is refused."""
+    w = Writer(meta, store, settings)
+    _world(w, "s", shards=1)
+    before = exact(meta, store, "s")
+    (fold,) = compaction.plan(meta, store, "s", fold_policy()).units
+    doc = fold.to_json()
+    with pytest.raises(Exception, match="does not match its content"):
+        list(compaction.run_partition([{**doc, "hits": doc["hits"][1:]}], settings.to_env()))
+    out = list(compaction.run_partition([doc], settings.to_env()))
+    assert [r["status"] for r in out] == [compaction.COMMITTED] and out[0]["outputs"] == len(fold.hits)
+    assert list(compaction.run_partition([doc], settings.to_env()))[0]["status"] == compaction.ALREADY
+    assert exact(meta, store, "s") == before and rows(meta, store, "s") == w.model.visible()
+
+
+def test_mixed_workload_with_folds_and_merges_after_every_step(meta, store, settings):
+    """Merges, rewrites and folds interleaved with a mixed workload (inserts, scoped and
+    collection-wide deletes, upserts; 2 shards, 3 partitions; L0 delete segments every
+    step), a compaction after every step: the visible rows equal the model, row-exact
+    against the state before each compaction."""
+    from compaction_helpers import mixed_workload, policy
+
+    w = Writer(meta, store, settings)
+    w.create("m", ["_default", "p1", "p2"], shards=2)
+    pol = policy(target_rows=30, l0_age=0.0)
+    kinds = set()
+    for step in range(5):
+        mixed_workload(w, "m", step)
+        w.delete("m", [step * 20 + 6, step * 20 - 3])             # alone in a flush: L0 segments
+        w.flush("m")
+        w.delete("m", [step * 20 + 7], partition="p2")
+        w.flush("m")
+        before = exact(meta, store, "m")
+        s = compaction.compact(meta, store, "m", pol)
+        assert s.counts()["lost"] == 0, s.to_json()
+        kinds |= {u.kind for u in s.plan.units}
+        assert exact(meta, store, "m") == before and rows(meta, store, "m") == w.model.visible()
+    assert compaction.FOLD in kinds and compaction.MERGE in kinds
