@@ -7,7 +7,7 @@ of config (`min_segment_rows` / `min_segment_bytes`: segments below either are m
 `delete_ratio`: a segment with a larger deleted fraction is rewritten alone;
 `l0_age_seconds`: delete-only L0 segments older than this are folded into the segments they
 hit; `protection_seconds`: a collection snapshotted within this long is skipped). Empty
-keys come from config. `scheduled`: the **Compaction: schedule** DAG compacts this collection.
+keys come from config. `scheduled`: a scheduled run of the **Compaction** DAG compacts this collection.
 Every value is checked (finite, in range) before anything is written.
 CLI: `seglake compaction policy set demo --min-segment-rows 50000 --scheduled`.
 REST: `PUT /seglake/api/v1/compaction/policies/demo` with `{"min_segment_rows": 50000, "scheduled": true}`.

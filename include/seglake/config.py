@@ -183,8 +183,8 @@ class Settings:
                                         "target rows / bytes comes first)")
     compaction_l0_age: float = _duration(3600.0, "collection-wide delete logs (L0 segments) older than this are "
                                          "folded into the segments they hit")
-    compaction_schedule: str = _str("none", "schedule of the compaction_schedule DAG (cron or @hourly; 'none': "
-                                    "manual only); it compacts every collection whose policy says scheduled")
+    compaction_schedule: str = _str("none", "schedule of the compaction DAG (cron or @hourly; 'none': manual only); a "
+                                    "scheduled run compacts every collection whose policy says scheduled")
     wal_flush_schedule: str = _str("*/5 * * * *", "schedule of the wal_flush DAG (e.g. @continuous)")
     wal_archive_schedule: str = _str("*/5 * * * *", "schedule of the wal_archive DAG (continuous backup of the "
                                      "WAL of collections whose retention policy says archive; each run ships "
@@ -423,7 +423,7 @@ def retention_schedule(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def compaction_schedule(env: Mapping[str, str] | None = None) -> str | None:
-    """The compaction_schedule DAG's schedule, like gc_schedule."""
+    """The compaction DAG's schedule, like gc_schedule."""
     value = Settings.from_env(env).compaction_schedule
     return None if value == "none" else value
 

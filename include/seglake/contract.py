@@ -230,7 +230,9 @@ SPECS: dict[str, dict[str, Key]] = {
         **RATES,
     },
     "compaction": {
-        "collection": _name("Collection", "The collection to compact"),
+        "collection": Key("name", "Collection", nullable=True, example="demo",
+                          description="The collection to compact; empty: every collection whose compaction policy "
+                                      "says scheduled (what a scheduled run does)"),
         "db": DB,
         "dry_run": Key("boolean", "Dry run", default=False,
                        description="Plan only: the units and their expected gain, nothing changed"),
@@ -262,13 +264,9 @@ SPECS: dict[str, dict[str, Key]] = {
                                                                                      "within this long"))},
         **COMPACTION_BYTES_KEYS,
         "scheduled": Key("boolean", "Scheduled", default=False,
-                         description="The scheduled compaction run (compaction_schedule DAG) compacts this collection"),
+                         description="A scheduled run of the compaction DAG (config compaction_schedule) compacts this collection"),
         "clear": Key("boolean", "Clear the policy", default=False,
                      description="Remove the collection's policy: config applies again (the other keys are ignored)"),
-    },
-    "compaction_schedule": {
-        "dry_run": Key("boolean", "Dry run", default=False,
-                       description="Plan every scheduled collection; change nothing"),
     },
     "snapshot_verify": {
         "collection": _name("Bundle's collection", "The collection the bundle was exported from"),

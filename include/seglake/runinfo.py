@@ -107,7 +107,8 @@ def verify_bundle_note(params: Mapping[str, Any], report: Mapping[str, Any] | No
 
 
 def compaction_note(params: Mapping[str, Any], done: Mapping[str, Any] | None) -> str:
-    head = f"compaction of {params.get('db', 'default')}.{params.get('collection')}"
+    head = (f"compaction of {params.get('db', 'default')}.{params.get('collection')}" if params.get("collection")
+            else f"scheduled compaction of {len((done or {}).get('collections') or ())} collection(s)")
     if not done:
         return _short(f"FAILED: {head}: no summary (see the task logs)")
     if done.get("skipped"):
@@ -182,18 +183,13 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
             "snapshot_retention": f"retention policy of {params.get('collection')}",
             "snapshot_schedule": "snapshot_schedule", "verify_collection": f"verify {params.get('collection')}",
             "wal_archive": "wal_archive",
-            "compaction_policy": f"compaction policy of {params.get('collection')}",
-            "compaction_schedule": "compaction_schedule"}[kind]
+            "compaction_policy": f"compaction policy of {params.get('collection')}"}[kind]
     if result is None:
         return _short(f"FAILED: {what} did not finish (see the task logs)")
     if kind == "snapshot_drop":
         return _short(f"{what} dropped, {result.get('files_removed', 0)} snapshot files removed")
     if kind in ("snapshot_retention", "compaction_policy"):
         return _short(f"{what} " + ("cleared" if "cleared" in result else "set"))
-    if kind == "compaction_schedule":
-        done = [r for r in result if (r.get("counts") or {}).get("committed")]
-        return _short(f"compaction_schedule: {len(result)} scheduled collections, {len(done)} compacted, "
-                      f"{sum(1 for r in result if 'error' in r)} failed")
     if kind == "snapshot_schedule":
         return _short(f"snapshot_schedule: {len(result)} retention policies run")
     if kind == "wal_archive":

@@ -32,8 +32,7 @@ NOTE_CONN_ID = "airflow_api"
 ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it failed
 # the small lifecycles: the task whose result says the work was done (no result: not done)
 RESULT_TASKS = {"snapshot_drop": "drop", "snapshot_retention": "set_policy", "snapshot_schedule": "run_policies",
-                "verify_collection": "verify.summarize", "wal_archive": "archive", "compaction_policy": "set_policy",
-                "compaction_schedule": "run_scheduled"}
+                "verify_collection": "verify.summarize", "wal_archive": "archive", "compaction_policy": "set_policy"}
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection",
          "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction", *RESULT_TASKS)
 
@@ -53,9 +52,10 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         return runinfo.export_note(params, report), counters
     if kind == "compaction":
         done = ti.xcom_pull(task_ids="summary")
-        counters = ({"seglake.compaction.units": int(done["counts"]["committed"]),
-                     "seglake.compaction.rows_dropped": int(done["counts"]["rows_dropped"])}
-                    if done and not done.get("dry_run") else {})
+        counts = (done or {}).get("counts") or {}
+        counters = ({"seglake.compaction.units": int(counts["committed"]),
+                     "seglake.compaction.rows_dropped": int(counts["rows_dropped"])}
+                    if done and not done.get("dry_run") and counts else {})
         return runinfo.compaction_note(params, done), counters
     if kind == "snapshot_verify":
         report = ti.xcom_pull(task_ids="verify")

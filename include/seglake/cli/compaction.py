@@ -42,7 +42,7 @@ def add_compaction_parsers(sub, common, coll_t, number_arg) -> None:
     ps.add_argument("--protection-seconds", type=number_arg("compaction_protection"), default=None)
     _byte_flags(ps, number_arg)
     ps.add_argument("--scheduled", action=argparse.BooleanOptionalAction, default=None,
-                    help="the scheduled run (compaction_schedule DAG) compacts this collection")
+                    help="scheduled runs of the compaction DAG compact this collection")
     ps.set_defaults(fn=cmd_compaction_policy)
     for action in ("show", "clear"):
         pa = pol.add_parser(action, parents=[common])

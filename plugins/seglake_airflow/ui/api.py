@@ -185,8 +185,7 @@ class DagState(BaseModel):
 
 
 # the DAGs this API creates runs of: the only ones its unpause route acts on
-RUN_DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job", "compaction",
-            "compaction_schedule")
+RUN_DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job", "compaction")
 
 
 

@@ -36,7 +36,8 @@ from seglake.lifecycle.compaction.compacting import (Summary, run_units, run_par
                                                      last_run, HISTORY_KEEP, HISTORY_COLUMNS, history, history_row)
 from seglake.lifecycle.compaction.policies import (parse_overrides, effective, set_policy, get_policy,
                                                    stored_overrides, clear_policy, list_policies, policy_for,
-                                                   run_scheduled, report_line)
+                                                   run_scheduled, report_line, scheduled_targets,
+                                                   targets_json, parse_targets, TRIGGERS)
 from seglake.lifecycle.compaction.records import (expire_unit_records)
 
 __all__ = ['MERGE', 'REWRITE', 'KINDS', 'MAX_INPUTS', 'Policy', 'Unit', 'unit_id', 'make_unit', 'Plan', 'protected',
@@ -45,7 +46,8 @@ __all__ = ['MERGE', 'REWRITE', 'KINDS', 'MAX_INPUTS', 'Policy', 'Unit', 'unit_id
            'unit_records', 'Summary', 'run_units', 'run_partition', 'compact', 'record', 'last_run', 'expire_unit_records', 'FOLD', 'MAX_FOLD_OPS', 'FOLDED', 'checkpoint_ticks', 'foldable',
            'plan_folds', 'run_fold', 'POLICY_KEYS', 'HISTORY_KEEP', 'HISTORY_COLUMNS', 'history',
            'history_row', 'parse_overrides', 'effective', 'set_policy', 'get_policy', 'stored_overrides',
-           'clear_policy', 'list_policies', 'policy_for', 'run_scheduled', 'report_line']
+           'clear_policy', 'list_policies', 'policy_for', 'run_scheduled', 'report_line', 'scheduled_targets',
+           'targets_json', 'parse_targets', 'TRIGGERS']
 
 from seglake.facade import seal  # noqa: E402
 

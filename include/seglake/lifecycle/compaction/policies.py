@@ -12,18 +12,19 @@ config < stored policy < the run's overrides. Every value is checked (a finite n
 in its config key's range; NaN, 1.5 rows, "3", true refused; an unknown key refused
 naming the closest) and the resulting Policy built BEFORE anything is written.
 `scheduled: true` puts the collection in the scheduled compaction run
-(`run_scheduled`, the compaction_schedule DAG); a collection without a policy, or with
+(`run_scheduled`; a scheduled run of the compaction DAG, which leaves `collection` empty); a collection without a policy, or with
 scheduled false, is only compacted when asked.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, Mapping
 
 from seglake import limits
 from seglake.contract import closest
-from seglake.errors import NotFound, SeglakeError, ValidationError
+from seglake.errors import SeglakeError, ValidationError
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.codec import decode, encode
 from seglake.names import validate_name
@@ -142,14 +143,11 @@ def policy_for(meta, settings, collection: str, *, db: str = DEFAULT_DB,
     return effective(settings, stored_overrides(meta, coll.collection_id), over)
 
 
-def run_scheduled(meta, store, settings, *, dry_run: bool = False, now: float | None = None,
-                  compact: Callable | None = None, say: Callable[[str], None] = lambda _: None) -> list[dict]:
-    """Compact every collection whose policy says `scheduled` (inline), each on its own:
-    one collection's failure is reported in its entry and does not stop the others.
-    Nothing scheduled, or nothing to compact: an empty / all-quiet report."""
-    from seglake.lifecycle.compaction.compacting import compact as compact_one
-
-    compact = compact or compact_one
+def scheduled_targets(meta, settings, overrides: Mapping[str, Any] | None = None) -> list[dict]:
+    """The collections a scheduled run compacts: [{collection, db, collection_id, policy}]
+    (config < stored policy < `overrides`), or [{collection, db, error}] for a policy
+    that cannot be used (corrupt, its collection gone); by collection id."""
+    over = parse_overrides(overrides)
     out = []
     for doc in list_policies(meta):
         if "error" in doc:
@@ -157,15 +155,67 @@ def run_scheduled(meta, store, settings, *, dry_run: bool = False, now: float | 
             continue
         if not doc["scheduled"]:
             continue
-        entry = {"collection": doc["collection"], "db": doc["db"], "collection_id": doc["collection_id"]}
         try:
             coll = meta.catalog.get(doc["collection_id"])
-            policy = effective(settings, doc["policy"])
-            s = compact(meta, store, coll.name, policy, db=coll.db, dry_run=dry_run, now=now, trigger="scheduled")
-            entry.update(collection=coll.name, skipped=s.plan.skipped, units=len(s.plan.units), dry_run=dry_run,
+            out.append({"collection": coll.name, "db": coll.db, "collection_id": coll.collection_id,
+                        "policy": effective(settings, doc["policy"], over)})
+        except SeglakeError as e:
+            out.append({"collection": doc["collection"], "db": doc["db"], "error": f"{type(e).__name__}: {e}"})
+    return sorted(out, key=lambda t: t.get("collection_id") or 0)
+
+
+MAX_TARGETS = 1000          # collections one run (one Spark job's argv) compacts
+TRIGGERS = ("manual", "scheduled")
+
+
+def targets_json(targets: list[dict]) -> str:
+    """The targets a Spark job compacts, as its argv takes them (names and policy numbers:
+    no secret): [{"collection", "db", "policy"}]."""
+    return json.dumps([{"collection": t["collection"], "db": t["db"], "policy": t["policy"].to_json()}
+                       for t in targets], separators=(",", ":"))
+
+
+def parse_targets(text: str) -> list[dict]:
+    """`targets_json`'s output back, every name and number checked before any side effect."""
+    try:
+        doc = json.loads(text)
+    except (TypeError, ValueError) as e:
+        raise ValidationError(f"--targets: not JSON ({e})") from None
+    if not isinstance(doc, list) or len(doc) > MAX_TARGETS:
+        raise ValidationError(f"--targets: a list of at most {MAX_TARGETS} {{collection, db, policy}} objects")
+    out = []
+    for t in doc:
+        if not isinstance(t, dict) or set(t) != {"collection", "db", "policy"}:
+            raise ValidationError("--targets: each entry is an object of exactly collection, db, policy")
+        validate_name("collection", t["collection"])
+        validate_name("db", t["db"])
+        if not isinstance(t["policy"], dict):
+            raise ValidationError("--targets: a policy is an object")
+        out.append({"collection": t["collection"], "db": t["db"], "policy": Policy.from_json(t["policy"])})
+    return out
+
+
+def run_scheduled(meta, store, settings, *, dry_run: bool = False, now: float | None = None,
+                  compact: Callable | None = None, say: Callable[[str], None] = lambda _: None,
+                  overrides: Mapping[str, Any] | None = None) -> list[dict]:
+    """Compact every collection whose policy says `scheduled` (inline), each on its own:
+    one collection's failure is reported in its entry and does not stop the others.
+    Nothing scheduled, or nothing to compact: an empty / all-quiet report."""
+    from seglake.lifecycle.compaction.compacting import compact as compact_one
+
+    compact = compact or compact_one
+    out = []
+    for t in scheduled_targets(meta, settings, overrides):
+        if "error" in t:
+            say(report_line(t))
+            out.append(t)
+            continue
+        entry = {"collection": t["collection"], "db": t["db"], "collection_id": t["collection_id"]}
+        try:
+            s = compact(meta, store, t["collection"], t["policy"], db=t["db"], dry_run=dry_run, now=now,
+                        trigger="scheduled")
+            entry.update(skipped=s.plan.skipped, units=len(s.plan.units), dry_run=dry_run,
                          counts=s.counts() if not dry_run else {}, gain=s.plan.gain())
-        except NotFound as e:
-            entry["error"] = f"NotFound: {e}"
         except SeglakeError as e:
             entry["error"] = f"{type(e).__name__}: {e}"
         say(report_line(entry))
