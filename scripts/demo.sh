@@ -85,11 +85,15 @@ run_dag wal_flush_restored wal_flush '{"pchannel": "all", "flush_all": true, "en
 python scripts/demo_wal.py restored-check
 run_dag wal_snapshot_drop snapshot_drop '{"collection": "demo_wal", "name": "demo_wal_snap"}'
 echo
-echo "== 7d. compaction through 'airflow dags test': the WAL's small segments and delete logs merged, deleted rows dropped"
+echo "== 7d. compaction through 'airflow dags test': a policy for demo_wal (scheduled; L0 delete logs folded at once),"
+echo "       then a run without a collection (what every scheduled run is): the WAL's small segments and delete logs"
+echo "       merged or folded, deleted rows dropped; the run's history"
 seglake segments list demo_wal
-run_dag compaction compaction '{"collection": "demo_wal", "engine": "inline", "protection_seconds": 0}'
-grep -E "compaction .*: " "$AIRFLOW_HOME/demo-compaction.log" | grep -v "^\s*$" | tail -2 | sed -E 's/ \[airflow.*$//' || true
+run_dag compaction_policy compaction_policy '{"collection": "demo_wal", "scheduled": true, "protection_seconds": 0, "l0_age_seconds": 0}'
+run_dag compaction compaction '{"engine": "inline"}'
+grep -E "demo_wal: |compaction of " "$AIRFLOW_HOME/demo-compaction.log" | grep -v "^\s*$" | tail -3 | sed -E 's/ \[airflow.*$//' || true
 seglake segments list demo_wal
+seglake compaction history demo_wal
 python scripts/demo_wal.py check
 echo
 echo "== 8. drop_collection: begin (Dropping + DropCollection messages), wal_flush releases the vchannels, finish"
