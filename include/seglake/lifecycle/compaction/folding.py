@@ -72,15 +72,17 @@ def foldable(seg: Segment, floor: int | None, policy: Policy, now: float) -> boo
 
 
 def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]], hidden: dict[int, int],
-               policy: Policy, now: float) -> list[Unit]:
-    """The FOLD units of the collection now (module doc), deterministic for one state."""
+               policy: Policy, now: float, rows=None) -> list[Unit]:
+    """The FOLD units of the collection now (module doc), deterministic for one state.
+    `rows`: the key columns of every Flushed segment's rows, if the caller read them."""
     ticks = checkpoint_ticks(meta, coll)
     l0s = [(s, r) for s, r in flushed if foldable(s, ticks.get(s.channel), policy, now)]
     if not l0s:
         return []
     partitions = {p.partition_id: p.name for p in coll.partitions}
     with_rows = [(s, r) for s, r in flushed if s.num_rows]
-    rows = visibility.read_rows(store, coll.schema, [s for s, _ in with_rows]) if with_rows else None
+    if rows is None and with_rows:
+        rows = visibility.read_rows(store, coll.schema, [s for s, _ in with_rows])
     legacy = visibility.legacy_source_partitions(meta, [s for s, _ in l0s])
     seg_col = None if rows is None or not rows.num_rows else rows.column(visibility.SEGMENT_ID).to_numpy()
     by_id = {s.segment_id: (s, r) for s, r in with_rows}

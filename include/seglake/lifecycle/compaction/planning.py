@@ -86,18 +86,24 @@ def read_segments(meta, collection_id: int) -> tuple[int, list[tuple[Segment, in
 
 def hidden_counts(meta, store, coll, flushed: list[Segment]) -> dict[int, int]:
     """{segment id: rows of it hidden by a delete} over the collection's Flushed segments."""
+    return _hidden_and_rows(meta, store, coll, flushed)[0]
+
+
+def _hidden_and_rows(meta, store, coll, flushed: list[Segment]):
+    """(hidden_counts, the key columns of every row, or None when no delete exists: then
+    nothing is hidden and nothing can be folded)."""
     partitions = {p.partition_id: p.name for p in coll.partitions}
     deletes = visibility.read_deletes(store, flushed, partitions,
                                       legacy_sources=visibility.legacy_source_partitions(meta, flushed))
     if not len(deletes):
-        return {}
+        return {}, None
     rows = visibility.read_rows(store, coll.schema, flushed)
     if not rows.num_rows:
-        return {}
+        return {}, rows
     hidden = ~visibility.visible_mask(rows, deletes)
     segs = rows.column(visibility.SEGMENT_ID).to_numpy()[hidden]
     ids, counts = np.unique(segs, return_counts=True)
-    return {int(s): int(n) for s, n in zip(ids, counts)}
+    return {int(s): int(n) for s, n in zip(ids, counts)}, rows
 
 
 def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
@@ -122,8 +128,9 @@ def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, 
         return out
     flushed = sorted(((s, r) for s, r in records if s.state == FLUSHED), key=lambda x: x[0].segment_id)
     out.segments = len(flushed)
-    hidden = hidden_counts(meta, store, coll, [s for s, _ in flushed])
-    out.units += plan_folds(meta, store, coll, flushed, hidden, policy, now)
+    hidden, rows = _hidden_and_rows(meta, store, coll, [s for s, _ in flushed])
+    if rows is not None:            # no delete anywhere: nothing to fold
+        out.units += plan_folds(meta, store, coll, flushed, hidden, policy, now, rows=rows)
     folded = {sid for u in out.units for sid in [*u.segment_ids, *(h[0] for h in u.hits)]}
     groups: dict[tuple[int, str], list[tuple[Segment, int]]] = {}
     for s, r in flushed:
