@@ -1,9 +1,11 @@
-"""L0 folding (issue 28 item 1): collection-wide delete logs -- 0-row L0 segments, which
-carry only deletes -- older than `l0_age` are folded into the segments they hit, and
-dropped, in ONE guarded etcd transaction.
+"""L0 folding (issue 28 item 1): collection-wide delete logs older than `l0_age` are
+folded into the segments they hit, and dropped, in ONE guarded etcd transaction. A delete
+log is collection-wide wherever it is stored: in a 0-row L0 segment (deletes flushed
+alone), or riding in the delta log of a row-bearing segment (the flusher stores deletes
+with the next segment it syncs; compaction carries them on). Both are CARRIERS.
 
 A delete may be forgotten only once no row it could hide exists anywhere but in the
-segments the fold rewrites. So an L0 segment is foldable when
+segments the fold rewrites. So a carrier's delete log is foldable (as a whole) when
 - it is older than the policy's `l0_age` (its newest delete tick, TSO physical time), and
 - its newest delete tick is at or below the checkpoint of ITS vchannel. The WAL routes a
   delete, like the rows of its pk, to one vchannel by a hash of the pk (wal/client.py),
@@ -14,15 +16,19 @@ segments the fold rewrites. So an L0 segment is foldable when
   delete copied in by a restore or an import is older than every WAL row of the copy
   (the copy advances the TSO past what it copied). (No checkpoint yet: nothing folded.)
 Its HITS are the Flushed segments with at least one row its deletes hide (THE visibility
-rule, at the plan's revision). A FOLD unit: one (partition, vchannel) group of foldable
-L0 segments + the union of their hits (a segment hit by two groups goes to the first;
-the other group's L0 segments wait for the next run; every txn stays under MAX_FOLD_OPS).
+rule, at the plan's revision), and a row-bearing carrier itself. A FOLD unit: one
+(partition, vchannel) group of foldable carriers -- its 0-row L0 carriers are the unit's
+inputs, its row-bearing carriers are hits marked `folded` (rewritten WITHOUT their own
+delete entries) -- + the union of their hits (a segment claimed by two groups goes to the
+first; the other group's carriers wait for the next run; every txn stays under
+MAX_FOLD_OPS).
 
 Run (same record state machine as running.py, record schema v4: a seglake before folding
 refuses it instead of misreading it): prepare (one output id + log ids per hit, the
 delete sources' revision) -> each hit rewritten into its output: its rows minus every row
 hidden by the recorded delete sources (the folded deletes among them), row ids and
-timestamps kept, its own delta-log entries carried (running.write_output) -> files
+timestamps kept, its own delta-log entries carried unless it is a folded carrier
+(running.write_output) -> files
 checked -> ONE txn comparing the L0 inputs and the hits at their planned revisions, the
 record, every output key absent and the collection record: L0 inputs Dropped
 (`compacted_to` 0: folded), hits Dropped with `compacted_to` their output, outputs
@@ -65,10 +71,17 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
     return out
 
 
+def delete_tick(seg: Segment) -> int:
+    """The newest delete tick of a segment's delta log (an L0 segment's dml_ts)."""
+    ticks = [b.ts_to for b in seg.deltalogs if b.ts_to]
+    return max(ticks) if ticks else (seg.dml_ts if seg.level == L0 and not seg.num_rows else 0)
+
+
 def foldable(seg: Segment, floor: int | None, policy: Policy, now: float) -> bool:
-    return (floor is not None and seg.state == FLUSHED and seg.level == L0 and seg.num_rows == 0
-            and bool(seg.deltalogs) and 0 < seg.dml_ts <= floor
-            and physical_ms(seg.dml_ts) / 1000.0 <= now - policy.l0_age)
+    """Its delta log may be folded (module doc): old enough, below its vchannel's checkpoint."""
+    tick = delete_tick(seg) if seg.deltalogs else 0
+    return (floor is not None and seg.state == FLUSHED and 0 < tick <= floor
+            and physical_ms(tick) / 1000.0 <= now - policy.l0_age)
 
 
 def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]], hidden: dict[int, int],
@@ -76,44 +89,50 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
     """The FOLD units of the collection now (module doc), deterministic for one state.
     `rows`: the key columns of every Flushed segment's rows, if the caller read them."""
     ticks = checkpoint_ticks(meta, coll)
-    l0s = [(s, r) for s, r in flushed if foldable(s, ticks.get(s.channel), policy, now)]
-    if not l0s:
+    carriers = [(s, r) for s, r in flushed if foldable(s, ticks.get(s.channel), policy, now)]
+    if not carriers:
         return []
     partitions = {p.partition_id: p.name for p in coll.partitions}
     with_rows = [(s, r) for s, r in flushed if s.num_rows]
     if rows is None and with_rows:
         rows = visibility.read_rows(store, coll.schema, [s for s, _ in with_rows])
-    legacy = visibility.legacy_source_partitions(meta, [s for s, _ in l0s])
+    legacy = visibility.legacy_source_partitions(meta, [s for s, _ in carriers])
     seg_col = None if rows is None or not rows.num_rows else rows.column(visibility.SEGMENT_ID).to_numpy()
     by_id = {s.segment_id: (s, r) for s, r in with_rows}
     groups: dict[tuple[int, str], list[tuple[Segment, int]]] = {}
-    for s, r in l0s:
+    for s, r in carriers:
         groups.setdefault((s.partition_id, s.channel), []).append((s, r))
     units, used = [], set()
     for (pid, channel), segs in sorted(groups.items()):
-        ins, hits = [], set()
+        ins, hits, folded = [], set(), set()
         for s, r in segs:
-            mine = set()
+            mine = {s.segment_id} if s.num_rows else set()      # a row-bearing carrier is rewritten without it
             if seg_col is not None:
                 d = visibility.read_deletes(store, [s], partitions, legacy_sources=legacy)
                 if len(d):
-                    mine = {int(x) for x in np.unique(seg_col[~visibility.visible_mask(rows, d)])}
-            if mine & used:
-                continue                    # another fold of this plan rewrites one of its hits: next run
-            if len(ins) + 1 + 2 * len(hits | mine) > MAX_FOLD_OPS:
+                    mine |= {int(x) for x in np.unique(seg_col[~visibility.visible_mask(rows, d)])}
+            if (mine | {s.segment_id}) & used or (not s.num_rows and s.segment_id in hits):
+                continue                    # another fold of this plan rewrites one of its segments: next run
+            n_in = len(ins) + (0 if s.num_rows else 1)
+            if n_in + 2 * len(hits | mine) > MAX_FOLD_OPS:
                 continue
-            ins.append((s, r))
+            if s.num_rows:
+                folded.add(s.segment_id)
+            else:
+                ins.append((s, r))
             hits |= mine
-        if not ins:
+        hits -= {s.segment_id for s, _ in ins}
+        if not ins and not folded:
             continue
-        used |= hits
+        used |= hits | {s.segment_id for s, _ in ins}
         hit_recs = [by_id[h] for h in sorted(hits)]
         units.append(make_unit(coll.collection_id, pid, channel, FOLD, [(s.segment_id, r) for s, r in ins],
-                               hits=[(h.segment_id, h.partition_id, r) for h, r in hit_recs],
+                               hits=[(h.segment_id, h.partition_id, r) for h, r in hit_recs], folded=folded,
                                rows=sum(h.num_rows for h, _ in hit_recs),
                                deleted=sum(hidden.get(h.segment_id, 0) for h, _ in hit_recs),
                                bytes=sum(x.total_size() for x, _ in [*ins, *hit_recs]),
-                               delta_logs=sum(len(s.deltalogs) for s, _ in ins)))
+                               delta_logs=sum(len(s.deltalogs) for s, _ in ins)
+                               + sum(len(by_id[f][0].deltalogs) for f in folded)))
     return units
 
 
@@ -142,7 +161,8 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
         sub = make_unit(unit.collection_id, seg.partition_id, seg.channel, REWRITE, [(seg.segment_id,
                                                                                      kv.mod_revision)])
         out, res = r.write_output(meta, store, coll, sub, {"output": out_id, "log0": log0,
-                                                         "legacy_sources": rec["legacy_sources"]}, [(seg, kv)], deletes)
+                                                         "legacy_sources": rec["legacy_sources"]}, [(seg, kv)], deletes,
+                                  carry=seg.segment_id not in unit.folded)
         outs.append(out)
         results.append(res)
     r._hook(hooks, "after_files", unit)

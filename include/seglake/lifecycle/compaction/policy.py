@@ -85,6 +85,9 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
     # FOLD only: the segments the inputs' deletes hit, (segment id, partition id, mod
     # revision) by segment id, each rewritten into its own output in the fold's txn
     hits: tuple[tuple[int, int, int], ...] = ()
+    # FOLD only: the hits whose OWN delete entries are folded too (not carried to their
+    # output): row-bearing segments whose delta log is old enough to fold
+    folded: tuple[int, ...] = ()
     rows: int = 0
     deleted: int = 0
     bytes: int = 0
@@ -113,8 +116,9 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
             raise ValidationError(f"unit {self.unit_id}: kind {self.kind!r} is not one of {KINDS}")
         for name in ("collection_id", "partition_id"):
             limits.check("id", f"unit {name}", getattr(self, name))
-        if not 1 <= len(self.inputs) <= MAX_INPUTS:
-            raise ValidationError(f"unit {self.unit_id}: {len(self.inputs)} inputs, must be 1..{MAX_INPUTS}")
+        least = 0 if self.kind == FOLD and self.folded else 1      # a fold of row-bearing carriers only
+        if not least <= len(self.inputs) <= MAX_INPUTS:
+            raise ValidationError(f"unit {self.unit_id}: {len(self.inputs)} inputs, must be {least}..{MAX_INPUTS}")
         ids = [s for s, _ in self.inputs]
         if ids != sorted(set(ids)):
             raise ValidationError(f"unit {self.unit_id}: inputs must be distinct and sorted by segment id")
@@ -127,8 +131,10 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValidationError(f"unit {self.unit_id}: {name} {v} is out of range (0..{limits.ID_MAX})")
         if not self.channel or len(self.channel) > 255 or not self.channel.isprintable():
             raise ValidationError(f"unit {self.unit_id}: channel {self.channel!r} is not a vchannel name")
-        if self.hits and self.kind != FOLD:
+        if (self.hits or self.folded) and self.kind != FOLD:
             raise ValidationError(f"unit {self.unit_id}: only a {FOLD} unit has hits")
+        if list(self.folded) != sorted(set(self.folded)) or not set(self.folded) <= {h[0] for h in self.hits}:
+            raise ValidationError(f"unit {self.unit_id}: folded must be distinct, sorted hits")
         hit_ids = [h[0] for h in self.hits]
         if hit_ids != sorted(set(hit_ids)) or set(hit_ids) & set(ids):
             raise ValidationError(f"unit {self.unit_id}: hits must be distinct, sorted and not inputs")
@@ -138,25 +144,32 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
         if self.kind == FOLD and len(self.inputs) + 2 * len(self.hits) > MAX_FOLD_OPS:
             raise ValidationError(f"unit {self.unit_id}: {len(self.inputs)} inputs and {len(self.hits)} hits do not "
                                   f"fit one txn (inputs + 2 x hits <= {MAX_FOLD_OPS})")
-        want = unit_id(self.collection_id, self.partition_id, self.channel, self.kind, self.inputs, self.hits)
+        want = unit_id(self.collection_id, self.partition_id, self.channel, self.kind, self.inputs, self.hits,
+                       self.folded)
         if self.unit_id != want:
             raise ValidationError(f"unit id {self.unit_id!r} does not match its content (expected {want!r})")
 
 
-def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=()) -> str:
+def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=(), folded=()) -> str:
     """A pure function of what the unit compacts (inputs, and a fold's hits, at their
     revisions): the same state plans the same id; any change of one plans a new one."""
     doc = [collection_id, partition_id, channel, kind, [list(x) for x in inputs]]
     if hits:
         doc.append([list(h) for h in hits])
+    if folded:
+        doc.append(list(folded))
     raw = json.dumps(doc, separators=(",", ":"))
-    return f"{partition_id}-{inputs[0][0]}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
+    first = (list(inputs) or list(hits) or [(0,)])[0][0]
+    return f"{partition_id}-{first}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
 
 
-def make_unit(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=(), **sizes) -> Unit:
+def make_unit(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=(), folded=(),
+              **sizes) -> Unit:
     inputs = tuple(sorted((int(s), int(r)) for s, r in inputs))
     hits = tuple(sorted((int(s), int(p), int(r)) for s, p, r in hits))
-    u = Unit(unit_id=unit_id(collection_id, partition_id, channel, kind, inputs, hits), collection_id=collection_id,
-             partition_id=partition_id, channel=channel, kind=kind, inputs=inputs, hits=hits, **sizes)
+    folded = tuple(sorted(int(s) for s in folded))
+    u = Unit(unit_id=unit_id(collection_id, partition_id, channel, kind, inputs, hits, folded),
+             collection_id=collection_id, partition_id=partition_id, channel=channel, kind=kind, inputs=inputs,
+             hits=hits, folded=folded, **sizes)
     u.check()
     return u

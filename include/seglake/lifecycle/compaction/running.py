@@ -207,7 +207,7 @@ def _settled(unit: Unit, rec: dict) -> UnitResult:
 def _inputs(meta, unit: Unit) -> tuple[list[tuple[Segment, object]], str | None]:
     """The input records with their KeyValues, or why the unit cannot commit any more."""
     keys = [meta.keys.segment(unit.collection_id, unit.partition_id, s) for s in unit.segment_ids]
-    read = meta.kv.get_many(keys)
+    read = meta.kv.get_many(keys) if keys else {}
     out = []
     for (sid, rev), key in zip(unit.inputs, keys):
         kv = read[key]
@@ -224,10 +224,11 @@ def _inputs(meta, unit: Unit) -> tuple[list[tuple[Segment, object]], str | None]
 
 
 # -- write ----------------------------------------------------------------------------------
-def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, deletes: visibility.Deletes
-                 ) -> tuple[Segment, UnitResult]:
+def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, deletes: visibility.Deletes,
+                 carry: bool = True) -> tuple[Segment, UnitResult]:
     """Write the output's files (module doc): the inputs' rows minus those `deletes` (the
-    recorded delete sources') hide; (its Flushed record, the result)."""
+    recorded delete sources') hide; (its Flushed record, the result). carry=False (an L0
+    fold of the input's own delete log): its delete entries are not carried."""
     segs = [s for s, _ in inputs]
     schema = coll.schema
     partitions = {p.partition_id: p.name for p in coll.partitions}
@@ -236,7 +237,7 @@ def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, d
     rows = visibility.read_rows(store, schema, segs, columns=user)
     kept = rows.filter(pa.array(visibility.visible_mask(rows, deletes))) if len(deletes) and rows.num_rows \
         else rows
-    carried = carried_deletes(store, segs, partitions, legacy)
+    carried = carried_deletes(store, segs if carry else [], partitions, legacy)
     table = pa.table({f.name: (kept.column(visibility.PK) if f.is_primary else kept.column(f.name))
                       .cast(arrow_type(f)) for f in schema.fields})
     out_id, log0 = int(rec["output"]), int(rec["log0"])

@@ -275,3 +275,42 @@ def test_mixed_workload_with_folds_and_merges_after_every_step(meta, store, sett
         kinds |= {u.kind for u in s.plan.units}
         assert exact(meta, store, "m") == before and rows(meta, store, "m") == w.model.visible()
     assert compaction.FOLD in kinds and compaction.MERGE in kinds
+
+
+def test_delete_logs_riding_on_row_segments_are_folded_too(meta, store, settings):
+    """The flusher stores deletes with the next segment it syncs (not in an L0 segment) and
+    a merge carries them on: those delete logs are folded as well (the carrier rewritten
+    without them, the rows they hide gone from every hit), until no delta log is left."""
+    w = Writer(meta, store, settings)
+    w.create("r", ["_default", "p1", "p2"], shards=2)
+    for step in range(3):
+        for i, p in enumerate(["_default", "p1", "p2"]):
+            w.insert("r", range(step * 30 + 1, step * 30 + 21), p, float(step * 10 + i))
+        w.flush("r")
+        w.insert("r", [step * 30 + 25], "p1", 1.0)                  # rows in the same flush as ...
+        w.delete("r", [step * 30 + 1, step * 30 + 2])               # ... these deletes: they ride with them
+        w.insert("r", [step * 30 + 3], "p2", 2.0, upsert=True)      # an upsert's implied delete too
+        w.flush("r")
+    assert [s for s in segments(meta, "r") if s.deltalogs and s.num_rows], "deletes must ride on row segments"
+    before = exact(meta, store, "r")
+    assert rows(meta, store, "r") == w.model.visible()
+    # first a merge that carries the delete logs on (folding off: a young bound)
+    compaction.compact(meta, store, "r", compaction.Policy(min_segment_rows=1000, target_rows=10**6,
+                                                            protection=0.0, l0_age=3600.0))
+    assert exact(meta, store, "r") == before and any(s.deltalogs for s in segments(meta, "r"))
+    kinds = set()
+    for _ in range(6):
+        s = compaction.compact(meta, store, "r", fold_policy())
+        assert s.counts()["lost"] == 0, s.to_json()
+        kinds |= {u.kind for u in s.plan.units}
+        assert exact(meta, store, "r") == before and rows(meta, store, "r") == w.model.visible()
+        if not s.plan.units:
+            break
+    else:
+        pytest.fail("folding does not converge")
+    assert compaction.FOLD in kinds
+    assert not [x for x in segments(meta, "r") if x.deltalogs]          # every delete log folded
+    assert _stored(meta, store, "r") == sum(before.values())           # and the rows they hid are gone
+    w.insert("r", [1, 2], "_default", 9.0)                              # a folded-away pk comes back
+    w.flush("r")
+    assert rows(meta, store, "r") == w.model.visible()
