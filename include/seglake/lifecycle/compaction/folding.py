@@ -97,7 +97,15 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
     if rows is None and with_rows:
         rows = visibility.read_rows(store, coll.schema, [s for s, _ in with_rows])
     legacy = visibility.legacy_source_partitions(meta, [s for s, _ in carriers])
-    seg_col = None if rows is None or not rows.num_rows else rows.column(visibility.SEGMENT_ID).to_numpy()
+    # each carrier's deletes, read once; only the rows whose pk one of them names can be hit
+    # (one pass over the collection's rows, then per carrier over those few)
+    dels = {s.segment_id: visibility.read_deletes(store, [s], partitions, legacy_sources=legacy)
+            for s, _ in carriers}
+    seg_col = None
+    if rows is not None and rows.num_rows:
+        named = np.unique(np.concatenate([d.pks for d in dels.values()] or [np.zeros(0, np.int64)]))
+        rows = rows.filter(np.isin(rows.column(visibility.PK).to_numpy(), named))
+        seg_col = rows.column(visibility.SEGMENT_ID).to_numpy() if rows.num_rows else None
     by_id = {s.segment_id: (s, r) for s, r in with_rows}
     groups: dict[tuple[int, str], list[tuple[Segment, int]]] = {}
     for s, r in carriers:
@@ -108,7 +116,7 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
         for s, r in segs:
             mine = {s.segment_id} if s.num_rows else set()      # a row-bearing carrier is rewritten without it
             if seg_col is not None:
-                d = visibility.read_deletes(store, [s], partitions, legacy_sources=legacy)
+                d = dels[s.segment_id]
                 if len(d):
                     mine |= {int(x) for x in np.unique(seg_col[~visibility.visible_mask(rows, d)])}
             if (mine | {s.segment_id}) & used or (not s.num_rows and s.segment_id in hits):
