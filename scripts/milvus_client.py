@@ -191,7 +191,8 @@ def run(op: dict, req: dict):
         return {"dropped": name}
     if kind == "query":
         res = Collection(name).query(expr=op["expr"], output_fields=op.get("output_fields", ["*"]),
-                                     limit=op.get("limit", 16384), consistency_level="Strong")
+                                     limit=op.get("limit", 16384), consistency_level="Strong",
+                                     partition_names=op.get("partitions"))
         return [_jsonable(dict(r)) for r in res]
     if kind == "search":
         res = Collection(name).search(op["vectors"], op["field"],
