@@ -110,7 +110,7 @@ def test_round_trip_same_server(env, milvus, milvus_server, s3_server):
 
 def _run_killed(milvus_server, s3_server, etcd_server, kv, backup, req, faults: str):
     """The restore in a child process (the CLI's engine call), SIGKILLed at a fault point."""
-    spec = {"etcd": etcd_server.endpoint, "root": kv.marker_keys.root, "backup": backup.root if hasattr(backup, "root") else None,
+    spec = {"etcd": etcd_server.endpoint, "root": kv.marker_keys.root, "backup": str(backup.root),
             "address": milvus_server.address, "bucket": milvus_server.s3.bucket, "s3": s3_server.endpoint,
             "ak": s3_server.access_key, "sk": s3_server.secret_key, "req": req.__dict__}
     code = """
