@@ -119,6 +119,10 @@ class Settings:
     backup_s3_region: str = _str("us-east-1", "S3 region of the backup target")
     backup_s3_access_key: str = _str("", "S3 access key id of the backup target (empty: boto3 default chain)")
     backup_s3_secret_key: str = _str("", "S3 secret access key of the backup target", secret=True)
+    # a Milvus server restored into (`seglake milvus restore`; the DAG takes an Airflow connection)
+    milvus_s3_access_key: str = _str("", "S3 access key id of the target Milvus's bucket (milvus restore)")
+    milvus_s3_secret_key: str = _str("", "S3 secret access key of the target Milvus's bucket", secret=True)
+    milvus_password: str = _str("", "password of the target Milvus's user (milvus restore --user)", secret=True)
     # etcd
     etcd_endpoint: str = _str("127.0.0.1:23790", "etcd host:port")
     etcd_root: str = _str("seglake", "root prefix of every seglake key in etcd")
