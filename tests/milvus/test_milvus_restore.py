@@ -128,19 +128,30 @@ print(restore.run(kv, kv.marker_keys, LocalStore(s["backup"]), t, restore.Reques
                           text=True, timeout=600)
 
 
-@pytest.mark.parametrize("fault", ["milvus_restore.after_submit:kill@2", "milvus_restore.waiting:kill@1"])
-def test_sigkill_mid_import_then_rerun_converges(env, milvus, milvus_server, s3_server, etcd_server, fault):
+@pytest.mark.parametrize("point,frac", [("after_submit", 0.1), ("after_submit", 0.5), ("after_submit", 0.9),
+                                        ("after_stage", 0.5), ("waiting", None)])
+def test_sigkill_mid_import_then_rerun_converges(env, milvus, milvus_server, s3_server, etcd_server, point, frac):
+    """Killed after the k-th import reached Milvus but before its task id was recorded (the
+    worst moment: k = 10/50/90 % of the segments), after the k-th segment was staged, or
+    while waiting for the imports."""
     kv, keys, backup = env
     src, new = f"src_{uuid.uuid4().hex[:8]}", f"dst_{uuid.uuid4().hex[:8]}"
     make_source(milvus, src)
     doc = capture(milvus_server, s3_server, backup, src)
+    n = len(doc["segments"])
+    fault = f"milvus_restore.{point}:kill@{max(1, min(n - 1, round(n * frac))) if frac else 1}"
     req = restore.Request(db="default", collection=src, bundle="b1", name=new, sample=20, poll=0.5)
     r = _run_killed(milvus_server, s3_server, etcd_server, kv, backup, req, fault)
     assert r.returncode == -9, r.stderr[-2000:]
     c = MilvusClient(milvus_server.address)
     before = c.one({"op": "list_imports", "name": new})
     print(f"\nKILLED at {fault}: {len(before)} import task(s) in Milvus of {len(doc['segments'])} segments")
-    assert 1 <= len(before) < len(doc["segments"]) or fault.startswith("milvus_restore.waiting")
+    if point == "after_submit":   # the k-th import is in Milvus, its id not in etcd
+        assert len(before) == int(fault.rsplit("@", 1)[1]) < n
+    elif point == "after_stage":
+        assert before == []
+    else:
+        assert len(before) == n
     report = restore.run(kv, keys, backup, target_of(milvus_server, s3_server), req)
     assert report["state"] == "verified" and report["ok"], report["problems"]
     tasks = c.one({"op": "list_imports", "name": new})

@@ -324,7 +324,8 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
         rec, prev = recs.segments().get(sid, (None, None))
         if rec is None or rec["state"] == "pending":
             _stage(stage_store, backup, u)
-            recs.seg_put(sid, {"state": "staged", "attempts": 0}, prev)
+            recs.seg_put(sid, {"v": 1, "state": "staged", "attempts": 0}, prev)
+            faults.point("milvus_restore.after_stage")
 
     with ThreadPoolExecutor(req.threads) as ex:
         list(ex.map(staged, todo))
@@ -400,11 +401,15 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
     rec = _create(recs, client, target, req, plan)
     todo = units(doc, plan)
     stage_store = target.store()
+    got = client.one({"op": "schema", "name": req.name})
+    if got["id"] != rec["collection_id"]:
+        raise Conflict(f"collection {req.name!r} in Milvus is not the one restore {plan['rid']} created (id "
+                       f"{got['id']}, recorded {rec['collection_id']}): dropped and made again by someone else?")
     if rec["state"] == "created":
         segs = recs.segments()
         for u in todo:
             if u["segment_id"] not in segs:
-                recs.seg_put(u["segment_id"], {"state": "pending", "attempts": 0}, None)
+                recs.seg_put(u["segment_id"], {"v": 1, "state": "pending", "attempts": 0}, None)
         _import_all(recs, client, stage_store, backup, target, req, todo)
         rec = recs.move("imported")
     if rec["state"] == "imported":
