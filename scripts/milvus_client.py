@@ -1,46 +1,46 @@
 #!/usr/bin/env python3
 """Drives a Milvus server through pymilvus 2.3.5, IN the Milvus venv (the project venv cannot
-import pymilvus). The tests (tests/milvus) and the restore engine (seglake.milvus.client) run it
-as a subprocess.
+import pymilvus). The test helpers (tests/milvus) run it as a subprocess.
 
-Input: JSON on stdin {"address": "127.0.0.1:PORT", "user"?, "password"?, "ops": [...]} (the
-credentials only ever on stdin, never in argv or env); output: JSON on stdout, one result per op.
-A failing op exits 3 with {"error": "<message>", "op": i} on stdout.
-
-Test ops (a fixed toy schema):
+Input: JSON on stdin {"address": "127.0.0.1:PORT", "ops": [...]}; output: JSON on stdout, one
+result per op. Ops:
   {"op": "create", "name", "partitions": [..], "shards": 2, "dim": 2}
       pk INT64 primary (auto_id off), v FLOAT, vec FLOAT_VECTOR(dim)
   {"op": "insert", "name", "partition", "pks": [..]}        v = pk / 10, vec = [pk, v, ..]
-  {"op": "upsert", "name", "partition", "pks": [..], "add": 0.5}   v = pk / 10 + add
   {"op": "delete", "name", "pks": [..]}
   {"op": "flush", "name"}
   {"op": "count", "name"}   count(*) (Strong), after building a FLAT index and loading
   {"op": "describe", "name"} {"id", "partitions": {name: id}}
   {"op": "version"}
-Ops of any schema (the restore's):
-  {"op": "has", "name"}                       {"exists": bool}
-  {"op": "schema", "name"}                    {"id", "shards", "auto_id", "fields": [{name, field_id,
-                                               data_type, is_primary_key, auto_id, type_params}],
-                                               "partitions": [names], "indexes": [{field, index_name, params}]}
-  {"op": "create_full", "name", "schema": {"fields": [...], "auto_id", "enable_dynamic_field",
-   "description"}, "shards", "partitions": [..], "consistency_level"}   fields as in a Milvus
-                                               bundle (field_id order is the creation order)
-  {"op": "import", "name", "partition", "files": [insert dir, delta dir], "options": {k: v}}
-      the ImportRequest built by hand: pymilvus 2.3.5's do_bulk_insert forwards only the
-      "bucket" option and would drop "backup"           {"task_id"}
-  {"op": "import_state", "task_id"}           {"state", "row_count", "failed_reason", "files", ...}
-  {"op": "list_imports", "name"}              [{"task_id", "state", "files", "partition"}]
-  {"op": "create_index", "name", "field", "index_name", "params": {index_type, metric_type, params}}
-  {"op": "load", "name"}  {"op": "release", "name"}  {"op": "drop", "name"}
-  {"op": "count_loaded", "name"}              count(*) Strong (collection must be loaded)
-  {"op": "query", "name", "expr", "output_fields", "limit"}   rows (vectors as lists)
-  {"op": "search", "name", "field", "vectors", "metric", "limit", "params"}   [[ids], ...]
 """
 from __future__ import annotations
 
 import json
 import sys
 
+# -- the restore's ops (seglake.milvus.client drives them; any schema) ------------------------
+#   {"op": "has", "name"}                       {"exists": bool}
+#   {"op": "schema", "name"}                    {"id", "shards", "auto_id", "fields": [{name, field_id,
+#                                                data_type, is_primary_key, auto_id, type_params}],
+#                                                "partitions": [names], "indexes": [{field, index_name, params}]}
+#   {"op": "create_full", "name", "schema": {"fields": [...], "auto_id", "enable_dynamic_field",
+#    "description"}, "shards", "partitions": [..], "consistency_level"}   fields as in a Milvus
+#                                                capture (field_id order is the creation order)
+#   {"op": "import", "name", "partition", "files": [insert dir, delta dir], "options": {k: v}}
+#       the ImportRequest built by hand: pymilvus 2.3.5's do_bulk_insert forwards only the
+#       "bucket" option and would drop "backup"           {"task_id"}
+#   {"op": "import_state", "task_id"}           {"state", "row_count", "failed_reason", "files", ...}
+#   {"op": "list_imports", "name"}              [{"task_id", "state", "files", "partition"}]
+#   {"op": "create_index", "name", "field", "index_name", "params": {index_type, metric_type, params}}
+#   {"op": "load", "name"}  {"op": "drop", "name"}
+#   {"op": "count_loaded", "name"}              count(*) Strong (the collection must be loaded)
+#   {"op": "query", "name", "expr", "output_fields", "limit", "partitions"}   rows (vectors as lists)
+#   {"op": "search", "name", "field", "vectors", "metric", "limit", "params"}   [[ids], ...]
+#   {"op": "upsert_by", "name", "partition", "pks", "add"}   the toy schema: v = pk / 10 + add
+# Credentials: "user"/"password" of the request (stdin only). "errors_as_data": a failing op
+# (or the connection) ends the run with exit 3 and {"error", "op": index, "done": [...]} on stdout.
+RESTORE_OPS = frozenset({"has", "schema", "create_full", "import", "import_state", "list_imports", "create_index",
+                         "load", "drop", "count_loaded", "query", "search", "upsert_by"})
 STATE_NAMES = {0: "Pending", 1: "Failed", 2: "Started", 5: "Persisted", 6: "Completed",
                7: "FailedAndCleaned", 100: "Unknown"}
 
@@ -72,58 +72,26 @@ def _state(t) -> dict:
             "progress": int(infos.get("progress_percent", "0") or 0)}
 
 
-def run(op: dict, req: dict):
+def restore_op(op: dict):
     from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, connections,
                           utility)
 
     kind = op["op"]
-    if kind == "version":
-        return {"version": utility.get_server_version()}
     if kind == "import_state":
         return _state(utility.get_bulk_insert_state(int(op["task_id"])))
     name = op["name"]
     if kind == "has":
         return {"exists": bool(utility.has_collection(name))}
-    if kind == "create":
-        dim = op.get("dim", 2)
-        schema = CollectionSchema([
-            FieldSchema("pk", DataType.INT64, is_primary=True, auto_id=False),
-            FieldSchema("v", DataType.FLOAT),
-            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=dim)])
-        coll = Collection(name, schema, shards_num=op.get("shards", 2))
-        for p in op.get("partitions", []):
-            coll.create_partition(p)
-        return {"created": name}
-    if kind in ("insert", "upsert"):
+    if kind == "upsert_by":
         coll = Collection(name)
         pks = [int(p) for p in op["pks"]]
         dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
         add = float(op.get("add", 0.0))
         rows = [pks, [p / 10 + add for p in pks], [[float(p)] + [p / 10 + add] * (dim - 1) for p in pks]]
-        if kind == "insert":
-            mr = coll.insert(rows, partition_name=op.get("partition"))
-            return {"insert_count": int(mr.insert_count)}
-        mr = coll.upsert(rows, partition_name=op.get("partition"))
-        return {"upsert_count": int(mr.upsert_count)}
-    if kind == "delete":
-        mr = Collection(name).delete(f"pk in [{', '.join(str(int(p)) for p in op['pks'])}]")
-        return {"delete_count": int(mr.delete_count)}
-    if kind == "flush":
-        Collection(name).flush()
-        return {"flushed": name}
-    if kind == "count":
-        coll = Collection(name)
-        if not coll.has_index():
-            coll.create_index("vec", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
-        coll.load()
-        res = coll.query(expr="", output_fields=["count(*)"], consistency_level="Strong")
-        return {"count": int(res[0]["count(*)"])}
+        return {"upsert_count": int(coll.upsert(rows, partition_name=op.get("partition")).upsert_count)}
     if kind == "count_loaded":
         res = Collection(name).query(expr="", output_fields=["count(*)"], consistency_level="Strong")
         return {"count": int(res[0]["count(*)"])}
-    if kind == "describe":
-        coll = Collection(name)
-        return {"id": int(coll.describe()["collection_id"]), "partitions": [p.name for p in coll.partitions]}
     if kind == "schema":
         coll = Collection(name)
         desc = coll.describe()
@@ -182,9 +150,6 @@ def run(op: dict, req: dict):
     if kind == "load":
         Collection(name).load(timeout=op.get("timeout", 300))
         return {"loaded": name}
-    if kind == "release":
-        Collection(name).release()
-        return {"released": name}
     if kind == "drop":
         if utility.has_collection(name):
             utility.drop_collection(name)
@@ -202,29 +167,75 @@ def run(op: dict, req: dict):
     raise SystemExit(f"unknown op {kind!r}")
 
 
+
+
 def main() -> int:
     req = json.load(sys.stdin)
-    from pymilvus import connections
+    from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, connections,
+                          utility)
 
-    kw = {}
-    if req.get("user"):
-        kw = {"user": req["user"], "password": req.get("password", "")}
-    out = []
     try:
-        connections.connect(alias="default", uri=f"http://{req['address']}",
-                            timeout=req.get("connect_timeout", 30), **kw)
-    except Exception as e:  # noqa: BLE001 - reported to the caller as data
-        json.dump({"error": f"cannot connect to Milvus at {req['address']}: {type(e).__name__}: "
-                            f"{str(e)[:500]}", "op": -1}, sys.stdout)
+        connections.connect(alias="default", uri=f"http://{req['address']}", timeout=req.get("connect_timeout", 30),
+                            **({"user": req["user"], "password": req.get("password", "")} if req.get("user") else {}))
+    except Exception as e:  # noqa: BLE001 - the restore reports it as MilvusUnreachable
+        if not req.get("errors_as_data"):
+            raise
+        json.dump({"error": f"cannot connect to Milvus at {req['address']}: {type(e).__name__}: {str(e)[:500]}",
+                   "op": -1}, sys.stdout)
         return 3
-    for i, op in enumerate(req["ops"]):
-        try:
-            out.append(run(op, req))
-        except Exception as e:  # noqa: BLE001
-            if not req.get("errors_as_data"):
-                raise
-            json.dump({"error": f"{type(e).__name__}: {str(e)[:1000]}", "op": i, "done": out}, sys.stdout)
-            return 3
+    out = []
+    for op in req["ops"]:
+        kind = op["op"]
+        if kind in RESTORE_OPS:
+            try:
+                out.append(restore_op(op))
+            except Exception as e:  # noqa: BLE001
+                if not req.get("errors_as_data"):
+                    raise
+                json.dump({"error": f"{type(e).__name__}: {str(e)[:1000]}", "op": len(out), "done": out}, sys.stdout)
+                return 3
+            continue
+        if kind == "version":
+            out.append({"version": utility.get_server_version()})
+            continue
+        name = op["name"]
+        if kind == "create":
+            dim = op.get("dim", 2)
+            schema = CollectionSchema([
+                FieldSchema("pk", DataType.INT64, is_primary=True, auto_id=False),
+                FieldSchema("v", DataType.FLOAT),
+                FieldSchema("vec", DataType.FLOAT_VECTOR, dim=dim)])
+            coll = Collection(name, schema, shards_num=op.get("shards", 2))
+            for p in op.get("partitions", []):
+                coll.create_partition(p)
+            out.append({"created": name})
+        elif kind == "insert":
+            coll = Collection(name)
+            pks = [int(p) for p in op["pks"]]
+            dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
+            rows = [pks, [p / 10 for p in pks], [[float(p)] + [p / 10] * (dim - 1) for p in pks]]
+            mr = coll.insert(rows, partition_name=op.get("partition"))
+            out.append({"insert_count": int(mr.insert_count)})
+        elif kind == "delete":
+            mr = Collection(name).delete(f"pk in [{', '.join(str(int(p)) for p in op['pks'])}]")
+            out.append({"delete_count": int(mr.delete_count)})
+        elif kind == "flush":
+            Collection(name).flush()
+            out.append({"flushed": name})
+        elif kind == "count":
+            coll = Collection(name)
+            if not coll.has_index():
+                coll.create_index("vec", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
+            coll.load()
+            res = coll.query(expr="", output_fields=["count(*)"], consistency_level="Strong")
+            out.append({"count": int(res[0]["count(*)"])})
+        elif kind == "describe":
+            coll = Collection(name)
+            desc = coll.describe()
+            out.append({"id": int(desc["collection_id"]),
+                         "partitions": [p.name for p in coll.partitions]})
+        else:
+            raise SystemExit(f"unknown op {kind!r}")
     json.dump(out, sys.stdout)
     connections.disconnect("default")
     return 0

@@ -341,6 +341,7 @@ SPECS: dict[str, dict[str, Key]] = {
 HINTS: dict[str, dict[str, str]] = {
     "snapshot_create": {"snapshot": "name"},
     "snapshot_drop": {"snapshot": "name"},
+    "milvus_restore": {"target": "name", "target_collection": "name", "conn_id": "milvus_conn_id"},
     "snapshot_restore": {"name": "snapshot", "target_collection": "target", "timeout": "timeout_hours"},
     "copy_segment_job": {"job": "job_id", "id": "job_id"},
     "snapshot_export": {"name": "snapshot", "target": "backup_uri", "target_uri": "backup_uri", "uri": "backup_uri"},
@@ -348,7 +349,6 @@ HINTS: dict[str, dict[str, str]] = {
                                   "target_collection": "target"},
     "snapshot_verify": {"name": "bundle", "target": "backup_uri", "target_uri": "backup_uri", "uri": "backup_uri"},
     "gc": {"tolerance": "missing_tolerance_hours"},
-    "milvus_restore": {"target": "name", "target_collection": "name", "conn_id": "milvus_conn_id"},
     "drop_collection": {"name": "collection", "wait": "wait_for_flush", "timeout": "timeout_hours"},
 }
 

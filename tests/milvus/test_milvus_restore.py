@@ -43,8 +43,8 @@ def make_source(milvus, name: str) -> None:
            {"op": "flush", "name": name},
            {"op": "insert", "name": name, "partition": "p2", "pks": list(range(200, 230))},
            {"op": "delete", "name": name, "pks": [3, 4, 50, 125, 210]},
-           {"op": "upsert", "name": name, "partition": "p1", "pks": [5, 6, 7], "add": 0.25},
-           {"op": "upsert", "name": name, "partition": "p2", "pks": [130, 215], "add": 0.5},
+           {"op": "upsert_by", "name": name, "partition": "p1", "pks": [5, 6, 7], "add": 0.25},
+           {"op": "upsert_by", "name": name, "partition": "p2", "pks": [130, 215], "add": 0.5},
            {"op": "create_index", "name": name, "field": "vec", "index_name": "vec_ivf", "params": IVF},
            {"op": "flush", "name": name})
 

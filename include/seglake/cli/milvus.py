@@ -1,54 +1,12 @@
-"""`seglake milvus restore`: restore a Milvus capture (a bundle in the backup target) into a
-Milvus server under a new name (seglake.milvus.restore). The target Milvus is --address and
-its bucket --bucket on --s3-endpoint; its keys come from the config keys milvus_s3_access_key, milvus_s3_secret_key and
-milvus_password (environment SEGLAKE_MILVUS_*, SEGLAKE_CONFIG or SEGLAKE_SECRETS_FILE), never
-a command-line argument. Re-running the same command resumes a killed restore."""
+"""`seglake milvus ...`: a real Milvus server. `restore` (cli/milvus_restore.py) restores a
+capture into it."""
 
 from __future__ import annotations
 
-from seglake.config import Settings
-
-
-def target_of(args, s: Settings):
-    from seglake.milvus.restore import MilvusTarget
-    return MilvusTarget(address=args.address, bucket=args.bucket, s3_endpoint=args.s3_endpoint,
-                        s3_access_key=s.milvus_s3_access_key, s3_secret_key=s.milvus_s3_secret_key,
-                        s3_region=args.s3_region, user=args.user or "", password=s.milvus_password,
-                        staging=args.staging)
-
-
-def cmd_restore(args, s: Settings) -> int:
-    from seglake.cli.output import emit
-    from seglake.lifecycle.backup import bundle as bundles
-    from seglake.meta import Meta
-    from seglake.milvus import restore
-
-    meta = Meta.from_settings(s)
-    req = restore.Request(db=args.db, collection=args.collection, bundle=args.bundle, name=args.name,
-                          sample=args.sample, import_timeout=args.import_timeout, threads=s.copy_threads)
-    r = restore.run(meta.kv, meta.keys, bundles.open_target(s, args.target), target_of(args, s), req)
-    emit(args, r, text=(f"restored {args.db}.{args.collection}/{args.bundle} into Milvus {args.address} as "
-                        f"{args.name!r}: {r['segments']} segments, count(*) {r.get('count')} = "
-                        f"{r.get('visible_rows')} visible rows of the bundle, {r.get('sampled')} pks compared "
-                        f"({r['state']})"))
-    return 0
-
 
 def add_milvus_parsers(sub, common, coll_t, snap_t, number_arg) -> None:
-    m = sub.add_parser("milvus", help="a real Milvus server: restore a capture into it").add_subparsers(
+    from seglake.cli.milvus_restore import add_restore_parser
+
+    m = sub.add_parser("milvus", help="a Milvus server: restore a capture into it").add_subparsers(
         dest="action", required=True)
-    r = m.add_parser("restore", parents=[common], help="restore a Milvus capture into a Milvus server under a new "
-                                                        "name (resumable: re-run the same command)")
-    r.add_argument("collection", type=coll_t, help="the captured collection (the bundle's)")
-    r.add_argument("bundle", type=snap_t)
-    r.add_argument("name", type=coll_t, help="the new collection's name in the target Milvus")
-    r.add_argument("--address", required=True, help="the target Milvus proxy, host:port")
-    r.add_argument("--bucket", required=True, help="the target Milvus's bucket (its minio.bucketName)")
-    r.add_argument("--s3-endpoint", required=True, help="the bucket's S3 endpoint URL (keys: config keys milvus_s3_*)")
-    r.add_argument("--s3-region", default="us-east-1")
-    r.add_argument("--user", default="", help="Milvus user (password: config key milvus_password)")
-    r.add_argument("--staging", default="seglake-restore", help="seglake's prefix in the bucket")
-    r.add_argument("--sample", type=int, default=100, help="pks whose values verify compares")
-    r.add_argument("--import-timeout", type=float, default=1800.0, help="seconds to wait for the imports")
-    r.add_argument("--target", default=None, help="backup target (default: config key backup_uri)")
-    r.set_defaults(fn=cmd_restore)
+    add_restore_parser(m, common, coll_t, snap_t, number_arg)

@@ -32,6 +32,7 @@ the schema representable.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import random
 import re
@@ -43,7 +44,7 @@ from seglake import faults
 from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.meta.kv import Put, absent, unchanged
-from seglake.milvus.binlog import read_column, read_deletes
+from seglake.milvus import binlog
 from seglake.milvus.client import MilvusClient
 from seglake.names import validate_name
 from seglake.storage import layout
@@ -285,6 +286,9 @@ def _create(recs: Records, client, target, req, plan) -> dict:
     if rec["state"] == "creating":
         if client.one({"op": "has", "name": req.name})["exists"]:
             _adopt(client, req.name, plan)               # created by the killed run, or Conflict
+            if client.one({"op": "list_imports", "name": req.name}):
+                raise Conflict(f"collection {req.name!r} appeared in Milvus while restore {plan['rid']} was creating "
+                               f"it, and holds imports this restore did not make: not adopted")
         else:
             client.one({"op": "create_full", "name": req.name, "schema": plan["schema"], "shards": plan["shards"],
                         "partitions": [p for p in plan["partitions"] if p != "_default"],
@@ -455,8 +459,7 @@ def bundle_rows(backup, doc: dict) -> tuple[dict, list]:
         rows.extend((pk, ts, e, i) for i, (pk, ts) in enumerate(zip(pks, tss)))
         for b in e.get("deltalogs", []):
             for x in b["logs"]:
-                raw = bundles.read_small(backup, layout.bundle_blob(doc["files"][x["path"]]["sha256"]), doc["files"][x["path"]]["size"])
-                for pk, ts in read_deletes(raw, x["path"]):
+                for pk, ts in _dels(backup, doc, x["path"]):
                     deletes[pk] = max(deletes.get(pk, 0), ts)
     visible: dict = {}
     problems = []
@@ -469,9 +472,25 @@ def bundle_rows(backup, doc: dict) -> tuple[dict, list]:
     return visible, problems
 
 
-def _col(backup, doc, path):
+def _blob(backup, doc, path):
+    """(file object, size) of a bundle file's bytes, read once (its SHA-256 checked by check())."""
     f = doc["files"][path]
-    return read_column(bundles.read_small(backup, layout.bundle_blob(f["sha256"]), f["size"]), path)[1]
+    raw = bundles.read_small(backup, layout.bundle_blob(f["sha256"]), f["size"])
+    return io.BytesIO(raw), len(raw)
+
+
+def _dels(backup, doc, path):
+    try:
+        return binlog.deletes(*_blob(backup, doc, path))
+    except (ValueError, KeyError, OSError) as e:     # BinlogError is a ValueError
+        raise MilvusRestoreError(f"{path}: not a readable delete log ({e})") from None
+
+
+def _col(backup, doc, path):
+    try:
+        return binlog.column(*_blob(backup, doc, path))
+    except (binlog.BinlogError, OSError) as e:
+        raise MilvusRestoreError(f"{path}: {e}") from None
 
 
 def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
@@ -515,6 +534,8 @@ def _norm(v, f: dict):
         return json.loads(v)
     if t in (10, 11, 101) and v is not None:
         import numpy as np
+        if isinstance(v, bytes):      # a float vector as its binlog holds it: dim x float32 LE
+            return np.frombuffer(v, dtype="<f4").tolist()
         return np.asarray(v, dtype="<f4" if t != 11 else "<f8").tolist()
     if isinstance(v, dict) and set(v) == {"hex"}:
         return bytes.fromhex(v["hex"])
