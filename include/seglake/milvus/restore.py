@@ -27,6 +27,10 @@ Every step is idempotent; a killed run re-run with the same arguments resumes:
 Nothing is written on either side before check() passes: Milvus reachable, the name free
 (or this restore's own), the bundle's document and every data file checked by content,
 the schema representable.
+
+One unit (~540 lines): the document checks, the two records' state machine, the import loop
+that resumes it and the verify that judges it share one contract (the staging layout, the
+record fields); the binlog reading is binlog.py's, the Milvus calls client.py's.
 """
 
 from __future__ import annotations
@@ -37,10 +41,9 @@ import json
 import random
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from seglake import faults
+from seglake import faults, runners
 from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.meta.kv import Put, absent, unchanged
@@ -196,8 +199,7 @@ def check_content(backup, doc: dict, threads: int) -> None:
             return sha
         return None
 
-    with ThreadPoolExecutor(threads) as ex:
-        bad = [s for s in ex.map(one, sorted(need.items())) if s]
+    bad = [s for s in runners.run_inline(one, sorted(need.items()), workers=threads) if s]
     if bad:
         names = sorted(p for p, f in doc["files"].items() if f["sha256"] in set(bad))
         raise MilvusRestoreError(f"{len(bad)} data file(s) of the bundle are missing or damaged in the backup target "
@@ -331,8 +333,8 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             recs.seg_put(sid, {"v": 1, "state": "staged", "attempts": 0}, prev)
             faults.point("milvus_restore.after_stage")
 
-    with ThreadPoolExecutor(req.threads) as ex:
-        list(ex.map(staged, todo))
+    for _ in runners.run_inline(staged, todo, workers=req.threads):
+        pass
     files_of = {u["segment_id"]: [f"{target.staging}/{d}" for d in u["dirs"]] for u in todo}
     by_sid = {u["segment_id"]: u for u in todo}
     deadline = time.monotonic() + req.import_timeout
