@@ -119,6 +119,11 @@ class Settings:
     backup_s3_region: str = _str("us-east-1", "S3 region of the backup target")
     backup_s3_access_key: str = _str("", "S3 access key id of the backup target (empty: boto3 default chain)")
     backup_s3_secret_key: str = _str("", "S3 secret access key of the backup target", secret=True)
+    # a Milvus's bucket, read (GET/LIST only) by `seglake milvus backup`: its own credentials
+    milvus_s3_endpoint: str = _str("", "S3 endpoint URL of the Milvus bucket a capture reads (empty: AWS default)")
+    milvus_s3_region: str = _str("us-east-1", "S3 region of the Milvus bucket a capture reads")
+    milvus_s3_access_key: str = _str("", "S3 access key id for the Milvus bucket (empty: boto3 default chain)")
+    milvus_s3_secret_key: str = _str("", "S3 secret access key for the Milvus bucket", secret=True)
     # etcd
     etcd_endpoint: str = _str("127.0.0.1:23790", "etcd host:port")
     etcd_root: str = _str("seglake", "root prefix of every seglake key in etcd")
@@ -127,6 +132,8 @@ class Settings:
     etcd_ca_cert: str = _str("", "CA certificate file for etcd TLS")
     etcd_timeout: float = _duration(10.0, "per-request etcd timeout")
     etcd_retries: int = _int(4, "retries on an unavailable etcd before giving up")
+    # the Milvus a `seglake milvus restore` writes into (its bucket: the milvus_s3_* keys)
+    milvus_password: str = _str("", "password of the target Milvus's user (milvus restore --user)", secret=True)
     # lifecycle tolerances and retention
     missing_tolerance: float = _duration(86400.0, "orphan files younger than this are kept")
     drop_tolerance: float = _duration(10800.0, "files of dropped segments are kept this long")

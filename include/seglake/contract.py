@@ -275,6 +275,19 @@ SPECS: dict[str, dict[str, Key]] = {
         "db": DB,
         "engine": ENGINE,
     },
+    "milvus_restore": {
+        "collection": _name("Captured collection", "The Milvus collection the capture (bundle) was taken of"),
+        "bundle": _name("Bundle", "The capture to restore", example="nightly_1"),
+        "name": Key("name", "New collection", required=True, example="demo_restored",
+                    description="The collection created in the target Milvus (must not exist)"),
+        "milvus_conn_id": Key("name", "Milvus connection", default="milvus_default", example="milvus_default",
+                              description="Airflow connection of the target Milvus: host, port, login/password; "
+                                          "extra: bucket, s3_endpoint, s3_region, s3_access_key, s3_secret_key"),
+        "sample": Key("integer", "Sampled pks", default=100, limit="milvus_restore_sample",
+                      description="Primary keys whose values verify compares with the bundle"),
+        "backup_uri": BACKUP_URI,
+        "db": DB,
+    },
     "copy_segment_job": {
         "job_id": Key("integer", "Copy job id", required=True, limit="id",
                       description="From `seglake jobs list` (no default)"),
@@ -359,6 +372,7 @@ SPECS: dict[str, dict[str, Key]] = {
 HINTS: dict[str, dict[str, str]] = {
     "snapshot_create": {"snapshot": "name"},
     "snapshot_drop": {"snapshot": "name"},
+    "milvus_restore": {"target": "name", "target_collection": "name", "conn_id": "milvus_conn_id"},
     "snapshot_restore": {"name": "snapshot", "target_collection": "target", "timeout": "timeout_hours"},
     "copy_segment_job": {"job": "job_id", "id": "job_id"},
     "snapshot_export": {"name": "snapshot", "target": "backup_uri", "target_uri": "backup_uri", "uri": "backup_uri"},

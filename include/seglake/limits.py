@@ -137,6 +137,8 @@ LIMITS: dict[str, Limit] = {
     # lets a timestamp lead its clock by more is no bound
     "max_clock_skew": Limit(1.0, DAY, unit="s"),
     "copy_threads": _count(1, 256),
+    "milvus_restore_sample": _count(0, 100_000),
+    "milvus_import_timeout": _seconds(DAY, positive=True),
     "wal_fragment_bytes": _count(1024, 1 << 30),
     "wal_fragment_records": _count(1, 1_000_000),
     "wal_batch_time": _seconds(10.0),

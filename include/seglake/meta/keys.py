@@ -22,6 +22,8 @@ Layout under the configurable root (default `seglake`):
     {root}/archive/{pchannel}                        the WAL archive's cursor: fragments shipped
     {root}/compaction/policies/{collection_id}       a collection's compaction policy (overrides config)
     {root}/compaction/history/{collection_id}/{t}    a finished compaction run (t: ms, zero-padded)
+    {root}/milvus/restores/{restore_id}              a restore into a Milvus server (its state)
+    {root}/milvus/restore_segments/{restore_id}/{segment_id}   one segment's import into it
 
 Prefix builders end with '/', so the prefix of collection 1 never matches 10.
 Ids are decimal integers; names are validated before they reach a key.
@@ -196,6 +198,19 @@ class Keys:
 
     def compaction_run(self, collection_id: int) -> str:
         return f"{self.root}/compaction/runs/{_id(collection_id)}"
+
+    # milvus (seglake.milvus.restore): a restore of a bundle into a Milvus server
+    def milvus_restore(self, restore_id: str) -> str:
+        return f"{self.root}/milvus/restores/{_seg(restore_id)}"
+
+    def milvus_restores_prefix(self) -> str:
+        return f"{self.root}/milvus/restores/"
+
+    def milvus_restore_segment(self, restore_id: str, segment_id: int) -> str:
+        return f"{self.root}/milvus/restore_segments/{_seg(restore_id)}/{_id(segment_id)}"
+
+    def milvus_restore_segments_prefix(self, restore_id: str) -> str:
+        return f"{self.root}/milvus/restore_segments/{_seg(restore_id)}/"
 
     def compaction_runs_prefix(self) -> str:
         return f"{self.root}/compaction/runs/"

@@ -97,6 +97,8 @@ CASES = {
                              "every count is 0"),
     "seglake backup restore": (["backup", "restore", "demo", "b"], 2, "the following arguments are required"),
     "seglake wal archive": (["wal", "archive", "--seconds", "-1"], 2, "--seconds"),
+    "seglake milvus restore": (["milvus", "restore", "demo", "b", "1bad", "--address", "127.0.0.1:1", "--bucket", "b",
+                                "--s3-endpoint", "http://127.0.0.1:1"], 2, "invalid collection name '1bad'"),
     "seglake wal status": (["wal", "status", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
     "seglake wal pause": (["wal", "pause"], 2, "exactly one of --pchannel NAME or --all"),
     "seglake wal resume": (["wal", "resume", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
