@@ -1,5 +1,5 @@
 """The WAL as GC sees it: which fragments of each pchannel every consumer has passed
-(seglake.wal.checkpoints), read once per mark, and re-read right before a sweep deletes
+(seglake.wal.checkpoints) and no point-in-time window holds, read once per mark, and re-read right before a sweep deletes
 (recording the truncation in etcd first)."""
 
 from __future__ import annotations
@@ -53,8 +53,12 @@ def _is_pchannel(name: str) -> bool:
 
 
 def wal_truncatable(meta: Meta, pchannel: str) -> set[str]:
+    """Below every checkpoint AND below what every point-in-time window holds
+    (seglake.lifecycle.pitr.window: recomputed on each call, so a window turned off or
+    shortened releases its fragments at the next GC)."""
+    from seglake.lifecycle.pitr.window import held_positions
     from seglake.wal.checkpoints import truncatable_fragments
-    return set(truncatable_fragments(meta, pchannel))
+    return set(truncatable_fragments(meta, pchannel, held_positions(meta, pchannel)))
 
 
 def wal_referenced(meta: Meta, pchannel: str) -> set[str]:
