@@ -23,7 +23,7 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
     out = defaultdict(int)
     out["expired_pins_removed"] = meta.snapshots.remove_expired_holds(now)
     from seglake.lifecycle.pitr.window import held_snapshots
-    windows = held_snapshots(meta, min(now, time.time()))   # base snapshots of point-in-time windows
+    windows = held_snapshots(meta)   # the base snapshots of point-in-time windows (their own clock)
     for rec in list(meta.snapshots.list(opts.collection_id)):
         if rec.state == PENDING:  # reclaimed only when its writers stopped beating, claim first
             if snapshot.reclaim_abandoned(meta, store, rec, opts.snapshot_pending_timeout, now=now):

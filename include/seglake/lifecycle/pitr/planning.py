@@ -16,7 +16,6 @@ The plan is a small JSON document (`Plan.to_json`); the restore keeps it on the 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from seglake.errors import StateError, ValidationError
@@ -25,6 +24,7 @@ from seglake.meta.catalog import CREATED, DEFAULT_DB, pchannel_of
 from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
 from seglake.lifecycle.pitr.instants import describe, parse_as_of
+from seglake.lifecycle.pitr import window
 from seglake.lifecycle.pitr.window import CLOCK_SLACK_MS, oldest_instant, window_of
 
 
@@ -48,13 +48,17 @@ def base_snapshot(meta, collection_id: int, ts: int):
 
 
 def fragment_at(meta, pchannel: str, ts: int) -> int:
-    """The first committed fragment of `pchannel` holding a tick >= ts (a format-1 fragment,
-    whose ticks the index does not know, counts as holding one); log.last + 1 if none."""
+    """The first fragment of `pchannel` that may hold a tick >= ts (a format-1 fragment,
+    whose ticks the index does not know, counts as holding one); log.last + 1 if none.
+    When the log is truncated and its first remaining fragment starts above ts, the
+    truncated ones may have held such ticks: 1 (the caller sees them as a gap)."""
     from seglake.wal.log import WalLog
 
     log = WalLog(meta, None, pchannel)
     st = log.state()
-    for rec in log.fragments(state=st):
+    for i, rec in enumerate(log.fragments(state=st)):
+        if i == 0 and st.first > 1 and (rec.fmt == 1 or rec.tt0 > ts):
+            return 1
         if rec.fmt == 1 or rec.tt0 + max(rec.span, 1) - 1 >= ts:
             return rec.n
     return st.last + 1
@@ -96,7 +100,7 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
     if w is None:
         raise OutsideWindow(f"collection {collection!r} has no point-in-time window (pitr_window is off): "
                             f"set one (`seglake pitr set {collection} 3d`) to restore to a time")
-    lo = oldest_instant(w, time.time() if now is None else now)
+    lo = oldest_instant(w, window.clock() if now is None else now)
     if ts < lo:
         raise OutsideWindow(f"as_of {describe(ts)} is outside the point-in-time window of {collection!r} "
                             f"({w['window']}: the oldest instant is {describe(lo)})")
