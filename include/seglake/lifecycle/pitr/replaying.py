@@ -221,12 +221,16 @@ class _Writer:
         self.records: list[Segment] = []
 
     def rows(self, pid: int, batch, tt: int) -> None:
-        buf = self.bufs.get(pid)
-        if buf is None:
-            buf = self.bufs[pid] = SegmentBuffer(self.meta.ids.allocate(), self.coll.collection_id, pid, self.tv, None)
-        buf.add_rows(batch, tt)
-        if buf.rows >= self.max_rows:
-            self._write(self.bufs.pop(pid))
+        while batch.num_rows:
+            buf = self.bufs.get(pid)
+            if buf is None:
+                buf = self.bufs[pid] = SegmentBuffer(self.meta.ids.allocate(), self.coll.collection_id, pid,
+                                                     self.tv, None)
+            take = min(batch.num_rows, self.max_rows - buf.rows)
+            buf.add_rows(batch.slice(0, take), tt)
+            batch = batch.slice(take)
+            if buf.rows >= self.max_rows:
+                self._write(self.bufs.pop(pid))
 
     def delete(self, pks: np.ndarray, tt: int, pid: int, ts: int | None = None) -> None:
         self.dels.add(pks, tt, pid, ts)
