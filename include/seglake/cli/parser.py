@@ -239,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for every server to be healthy (up)")
     cu.set_defaults(fn=cmd_cluster)
     add_wal_parsers(sub, out, common)
+    from seglake.cli.pitr import add_pitr_parsers
+    add_pitr_parsers(sub, out, common, coll_t)
     from seglake.cli.compaction import add_compaction_parsers
     add_compaction_parsers(sub, common, coll_t, number_arg)
     from seglake.cli.backup import add_backup_parsers

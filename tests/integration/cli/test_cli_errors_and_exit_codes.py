@@ -90,6 +90,11 @@ CASES = {
                              "every count is 0"),
     "seglake backup restore": (["backup", "restore", "demo", "b"], 2, "the following arguments are required"),
     "seglake wal status": (["wal", "status", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
+    "seglake pitr set": (["pitr", "set", "demo", "nan"], 2, "is not a duration"),
+    "seglake pitr show": (["pitr", "show", "nope"], 2, "collection 'nope' not found"),
+    "seglake pitr clear": (["pitr", "clear", "nope"], 2, "collection 'nope' not found"),
+    "seglake pitr list": (["pitr", "list", "--jsn"], 2, "did you mean --json?"),
+    "seglake restore": (["restore", "demo", "d2", "--as-of", "2026-11-27T12:00:00"], 2, "a time zone is required"),
     "seglake wal pause": (["wal", "pause"], 2, "exactly one of --pchannel NAME or --all"),
     "seglake wal resume": (["wal", "resume", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
 }

@@ -1,0 +1,111 @@
+"""Point-in-time restore: `seglake pitr set|show|clear|list` (a collection's window) and
+`seglake restore COLLECTION TARGET --as-of TIME` (inline: set up, copy, replay; the
+snapshot_restore DAG takes the same `as_of`)."""
+
+from __future__ import annotations
+
+from seglake.config import Settings
+from seglake.cli.output import EXIT_FAILED, emit, open_meta_store
+
+
+def add_pitr_parsers(sub, out, common, coll_t) -> None:
+    p = sub.add_parser("pitr", help="point-in-time windows: restore a collection to any instant of the "
+                                    "window (off by default)").add_subparsers(dest="action", required=True)
+    ps = p.add_parser("set", parents=[common], help="turn a collection's window on (or change it)")
+    ps.add_argument("collection", type=coll_t)
+    ps.add_argument("window", help="how far back restores reach: 3d, 12h, 90m or seconds (1 minute .. 365 days)")
+    ps.set_defaults(fn=cmd_pitr_set)
+    for action, helptext in (("show", "a collection's window and what it holds"),
+                             ("clear", "turn the window off (the next GC releases what it held)")):
+        pa = p.add_parser(action, parents=[common], help=helptext)
+        pa.add_argument("collection", type=coll_t)
+        pa.set_defaults(fn=cmd_pitr_show if action == "show" else cmd_pitr_clear)
+    pl = p.add_parser("list", parents=[out], help="every window and what it holds")
+    pl.set_defaults(fn=cmd_pitr_list)
+    r = sub.add_parser("restore", parents=[common], help="restore a collection as it was at an instant into a "
+                                                         "new collection (inline)")
+    r.add_argument("collection", type=coll_t)
+    r.add_argument("target", type=coll_t, help="the new collection")
+    r.add_argument("--as-of", required=True, dest="as_of",
+                   help="ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp")
+    r.set_defaults(fn=cmd_restore_as_of)
+
+
+def cmd_pitr_set(args, s: Settings) -> int:
+    from seglake.lifecycle import pitr
+
+    meta, _ = open_meta_store(s)
+    doc = pitr.set_window(meta, args.collection, args.window, db=args.db)
+    emit(args, doc, text=f"point-in-time window of {args.db}.{args.collection}: {doc['window']}")
+    return 0
+
+
+def cmd_pitr_show(args, s: Settings) -> int:
+    from seglake.lifecycle import pitr
+
+    meta, _ = open_meta_store(s)
+    doc = pitr.get_window(meta, args.collection, db=args.db)
+    if doc is None:
+        emit(args, {"collection": args.collection, "db": args.db, "window": None},
+             text=f"{args.db}.{args.collection}: no point-in-time window (off)")
+        return 0
+    hold = [h for h in pitr.cost(meta)["windows"] if h["collection_id"] == doc["collection_id"]]
+    doc = {**doc, "holds": hold[0] if hold else None}
+    emit(args, doc, text=_text(doc))
+    return 0
+
+
+def _text(doc: dict) -> str:
+    from seglake.lifecycle.pitr import describe
+    from seglake.progress import human_bytes
+
+    h = doc.get("holds")
+    if not h:
+        return f"{doc['db']}.{doc['collection']}: window {doc['window']}"
+    return (f"{doc['db']}.{doc['collection']}: window {doc['window']}, oldest instant "
+            f"{describe(h['oldest_instant_ts'])}; restores start from "
+            + (f"snapshot {h['snapshot']!r} ({human_bytes(h['snapshot_bytes'])})" if h["snapshot"]
+               else "the collection's creation")
+            + "; log held from " + ", ".join(f"{p} #{n}" for p, n in h["fragments_from"].items()))
+
+
+def cmd_pitr_clear(args, s: Settings) -> int:
+    from seglake.lifecycle import pitr
+
+    meta, _ = open_meta_store(s)
+    was = pitr.clear_window(meta, args.collection, db=args.db)
+    emit(args, {"collection": args.collection, "db": args.db, "cleared": was},
+         text=f"{args.db}.{args.collection}: " + ("window off; the next GC releases what it held" if was
+                                                  else "had no window"))
+    return 0
+
+
+def cmd_pitr_list(args, s: Settings) -> int:
+    from seglake.lifecycle import pitr
+
+    meta, _ = open_meta_store(s)
+    ws = pitr.list_windows(meta)
+    emit(args, ws, ws, ["db", "collection", "window"])
+    return 0
+
+
+def cmd_restore_as_of(args, s: Settings) -> int:
+    from seglake.lifecycle import copyjob, pitr
+    from seglake.meta.copyjobs import JOB_COMPLETED
+
+    meta, store = open_meta_store(s)
+    job_id = pitr.restore_as_of(meta, store, args.collection, args.target, args.as_of, db=args.db, owner="cli",
+                                engine="inline", timeout=s.copy_job_timeout)
+    copyjob.plan(meta, job_id, s.max_segments_per_task)
+    copyjob.run_inline(meta, store, job_id, threads=s.copy_threads, settings=s)
+    job = copyjob.finalize(meta, job_id, settings=s)
+    if job.state != JOB_COMPLETED:
+        emit(args, {"job_id": job_id, "state": job.state, "reason": job.reason},
+             text=f"copy job {job_id} {job.state}: {job.reason}")
+        return EXIT_FAILED
+    out = pitr.replay(meta, store, s, job.target_collection_id)
+    emit(args, out, text=(f"restored {args.db}.{args.collection} as of {out['as_of_utc']} into {args.target!r} "
+                          f"from {('snapshot ' + repr(out['snapshot'])) if out['snapshot'] else 'its creation'}: "
+                          f"{out['messages']} log messages ({out['log_bytes']} bytes of log), "
+                          f"{out['rows_replayed']} rows and {out['deletes_replayed']} deletes replayed"))
+    return 0
