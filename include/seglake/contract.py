@@ -183,7 +183,13 @@ SPECS: dict[str, dict[str, Key]] = {
     },
     "snapshot_restore": {
         "collection": _name("Source collection", "The snapshot's collection"),
-        "snapshot": _name("Snapshot", "A COMMITTED snapshot of the source collection", example="nightly_1"),
+        "snapshot": Key("name", "Snapshot", nullable=True, example="nightly_1",
+                        description="A COMMITTED snapshot of the source collection; empty with as_of (the "
+                                    "latest COMMITTED snapshot at or before it is chosen)"),
+        "as_of": Key("text", "As of", nullable=True, max_length=64,
+                     description="Restore the collection as it was at this instant instead of a snapshot: "
+                                 "ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp in "
+                                 "decimal; needs the collection's point-in-time window (seglake pitr set)"),
         "target": _name("Target collection", "Must not exist yet (no default)", example="demo_restored"),
         "db": DB,
         "engine": ENGINE,
@@ -360,9 +366,25 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
             out[key] = k.check(key, conf[key]) if key in conf else k.default
         except ValidationError as e:
             problems.append(str(e))
+    if dag_id == "snapshot_restore" and not problems:
+        problems += _restore_source_problems(out)
     if problems:
         raise ValidationError(f"{dag_id}: refused conf before any change: " + "; ".join(problems))
     return out
+
+
+def _restore_source_problems(conf: Mapping[str, Any]) -> list[str]:
+    """A restore names exactly one source: a snapshot, or an instant (as_of) whose format is checked."""
+    if (conf.get("snapshot") is None) == (conf.get("as_of") is None):
+        return ["give exactly one of conf keys 'snapshot' (restore that snapshot) and 'as_of' (restore the "
+                "collection as it was at that instant)"]
+    if conf.get("as_of") is not None:
+        from seglake.lifecycle.pitr.instants import parse_as_of
+        try:
+            parse_as_of(conf["as_of"])
+        except ValidationError as e:
+            return [f"conf key 'as_of' (As of): {e}"]
+    return []
 
 
 def check_gc_floor(conf: Mapping[str, Any], floor_seconds: float) -> None:
