@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --wait: give up after this long (default 1)")
     cdr.add_argument("--yes", action="store_true", help="do not ask (required on a terminal)")
     cdr.set_defaults(fn=cmd_collections_drop)
+    from seglake.cli.pitr import add_undrop_parser
+    add_undrop_parser(colls, common, coll_t)
 
     segs = sub.add_parser("segments", help="segments").add_subparsers(dest="action", required=True)
     sl = segs.add_parser("list", parents=[common])

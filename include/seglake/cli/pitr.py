@@ -1,6 +1,6 @@
-"""Point-in-time restore: `seglake pitr set|show|clear|list` (a collection's window) and
+"""Point-in-time restore: `seglake pitr set|show|clear|list` (a collection's window),
 `seglake restore COLLECTION TARGET --as-of TIME` (inline: set up, copy, replay; the
-snapshot_restore DAG takes the same `as_of`)."""
+snapshot_restore DAG takes the same `as_of`) and `seglake collections undrop NAME --as NEW`."""
 
 from __future__ import annotations
 
@@ -29,6 +29,15 @@ def add_pitr_parsers(sub, out, common, coll_t) -> None:
     r.add_argument("--as-of", required=True, dest="as_of",
                    help="ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp")
     r.set_defaults(fn=cmd_restore_as_of)
+
+
+def add_undrop_parser(colls, common, coll_t) -> None:
+    u = colls.add_parser("undrop", parents=[common], help="bring a collection dropped inside its point-in-time "
+                                                          "window back, as a new collection, as it was just "
+                                                          "before the drop (inline)")
+    u.add_argument("name", type=coll_t)
+    u.add_argument("--as", dest="new_name", type=coll_t, required=True, help="the new collection")
+    u.set_defaults(fn=cmd_collections_undrop)
 
 
 def cmd_pitr_set(args, s: Settings) -> int:
@@ -90,12 +99,29 @@ def cmd_pitr_list(args, s: Settings) -> int:
 
 
 def cmd_restore_as_of(args, s: Settings) -> int:
-    from seglake.lifecycle import copyjob, pitr
-    from seglake.meta.copyjobs import JOB_COMPLETED
+    from seglake.lifecycle import pitr
 
     meta, store = open_meta_store(s)
     job_id = pitr.restore_as_of(meta, store, args.collection, args.target, args.as_of, db=args.db, owner="cli",
                                 engine="inline", timeout=s.copy_job_timeout)
+    return _drive(args, s, meta, store, job_id, "as of {as_of}")
+
+
+def cmd_collections_undrop(args, s: Settings) -> int:
+    from seglake.lifecycle import pitr
+
+    meta, store = open_meta_store(s)
+    job_id = pitr.undrop(meta, store, args.name, args.new_name, db=args.db, owner="cli", engine="inline",
+                         timeout=s.copy_job_timeout)
+    args.collection, args.target = args.name, args.new_name
+    return _drive(args, s, meta, store, job_id, "as it was just before its drop")
+
+
+def _drive(args, s: Settings, meta, store, job_id: int, what: str) -> int:
+    """The copy job inline, then the replay; the summary."""
+    from seglake.lifecycle import copyjob, pitr
+    from seglake.meta.copyjobs import JOB_COMPLETED
+
     copyjob.plan(meta, job_id, s.max_segments_per_task)
     copyjob.run_inline(meta, store, job_id, threads=s.copy_threads, settings=s)
     job = copyjob.finalize(meta, job_id, settings=s)
@@ -104,7 +130,8 @@ def cmd_restore_as_of(args, s: Settings) -> int:
              text=f"copy job {job_id} {job.state}: {job.reason}")
         return EXIT_FAILED
     out = pitr.replay(meta, store, s, job.target_collection_id)
-    emit(args, out, text=(f"restored {args.db}.{args.collection} as of {out['as_of_utc']} into {args.target!r} "
+    emit(args, out, text=(f"restored {args.db}.{args.collection} {what.format(as_of=out['as_of_utc'])} into "
+                          f"{args.target!r} "
                           f"from {('snapshot ' + repr(out['snapshot'])) if out['snapshot'] else 'its creation'}: "
                           f"{out['messages']} log messages ({out['log_bytes']} bytes of log), "
                           f"{out['rows_replayed']} rows and {out['deletes_replayed']} deletes replayed"))

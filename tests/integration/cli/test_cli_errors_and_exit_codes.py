@@ -43,6 +43,7 @@ CASES = {
     "seglake collections list": (["collections", "list", "--db", "x y"], 2, "--db"),
     "seglake collections describe": (["collections", "describe", "nope"], 2, "collection 'nope' not found"),
     "seglake collections drop": (["collections", "drop", "nope", "--yes"], 2, "collection 'nope' not found"),
+    "seglake collections undrop": (["collections", "undrop", "demo", "--as", "d2"], 2, "is Created, not dropped"),
     "seglake segments list": (["segments", "list", "nope"], 2, "collection 'nope' not found"),
     "seglake snapshots list": (["snapshots", "list", "--collection", "a b"], 2, "--collection"),
     "seglake snapshots describe": (["snapshots", "describe", "demo", "nope"], 2, "snapshot 'nope' not found"),

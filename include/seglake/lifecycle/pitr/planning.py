@@ -82,13 +82,17 @@ class Plan:
         return dict(self.__dict__)
 
 
-def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
-    """The restore of `collection` as of `as_of`, or the refusal (module doc). Read-only."""
+def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None,
+         dropped=None, window_instant: int | None = None) -> Plan:
+    """The restore of `collection` as of `as_of`, or the refusal (module doc). Read-only.
+    `dropped`: the Dropping/Dropped Collection an undrop restores (its replay ends at each
+    vchannel's DropCollection); `window_instant`: the instant that must lie in the window
+    (an undrop's: the drop's), default as_of."""
     validate_name("collection", collection)
     validate_name("db", db)
     ts = parse_as_of(as_of)
-    coll = meta.catalog.get_by_name(collection, db)
-    if coll.state != CREATED:
+    coll = dropped if dropped is not None else meta.catalog.get_by_name(collection, db)
+    if dropped is None and coll.state != CREATED:
         raise StateError(f"collection {collection!r} is {coll.state}; a restore to a time needs a live collection")
     tso_now = meta.tso.now()
     if ts > tso_now:
@@ -101,9 +105,11 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
         raise OutsideWindow(f"collection {collection!r} has no point-in-time window (pitr_window is off): "
                             f"set one (`seglake pitr set {collection} 3d`) to restore to a time")
     lo = oldest_instant(w, window.clock() if now is None else now)
-    if ts < lo:
-        raise OutsideWindow(f"as_of {describe(ts)} is outside the point-in-time window of {collection!r} "
-                            f"({w['window']}: the oldest instant is {describe(lo)})")
+    if (ts if window_instant is None else window_instant) < lo:
+        what = "as_of" if window_instant is None else "the drop at"
+        raise OutsideWindow(f"{what} {describe(ts if window_instant is None else window_instant)} is outside the "
+                            f"point-in-time window of {collection!r} ({w['window']}: the oldest instant is "
+                            f"{describe(lo)})")
     base = base_snapshot(meta, coll.collection_id, ts)
     p = Plan(coll.collection_id, coll.name, coll.db, ts, None if base is None else base.name,
              None if base is None else base.snapshot_id, list(coll.vchannels),

@@ -56,6 +56,48 @@ def _same_restore(meta, collection: str, db: str, target: str, ts: int) -> Plan 
     return None
 
 
+def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, timeout: float = 3600.0,
+           owner: str = "", engine: str = "auto", now: float | None = None, origin: dict | None = None) -> int:
+    """Set up (or resume) bringing a dropped collection back as `target`, as it was just
+    before the drop: a restore to now whose replay ends at each vchannel's DropCollection
+    (everything acknowledged before the drop is in the log before it). Needs the window
+    to have been on and the drop inside it; refused for a collection that never wrote
+    through the WAL. Returns the copy job id; then copyjob and replay as for restore_as_of."""
+    from seglake.errors import StateError
+    from seglake.lifecycle.drop import DROP_MODE, DROP_STARTED, find
+    from seglake.meta.alloc import compose_ts
+    from seglake.meta.catalog import DROPPED, DROPPING
+
+    timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, 0, 0, origin)
+    coll = find(meta, collection, db)
+    if coll is None:
+        raise NotFound(f"collection {collection!r} not found in db {db!r}")
+    if coll.state not in (DROPPING, DROPPED):
+        raise StateError(f"collection {collection!r} is {coll.state}, not dropped: restore it to a time instead")
+    if coll.properties.get(DROP_MODE) != "wal":
+        raise StateError(f"collection {collection!r} never wrote through the WAL: there is no log to bring it back "
+                         "from; restore one of its snapshots instead")
+    p = _same_undrop(meta, coll, db, target)
+    if p is None:
+        p = make_plan(meta, store, collection, meta.tso.now(), db=db, now=now, dropped=coll,
+                      window_instant=compose_ts(int(float(coll.properties[DROP_STARTED]) * 1000)))
+    source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
+    source.identity = {**source.identity, "undrop": True}
+    return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
+                           now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
+
+
+def _same_undrop(meta, coll, db: str, target: str) -> Plan | None:
+    try:
+        t = meta.catalog.get_by_name(target, db)
+    except NotFound:
+        return None
+    src = t.properties.get("restored_from", {})
+    if src.get("undrop") and src.get("collection_id") == coll.collection_id and isinstance(src.get("replay"), dict):
+        return Plan(**src["replay"])
+    return None
+
+
 def _identity(p: Plan) -> dict:
     return {"collection": p.collection, "collection_id": p.collection_id, "snapshot": p.snapshot,
             "snapshot_id": p.snapshot_id, "as_of": p.as_of, "replay": p.to_json()}

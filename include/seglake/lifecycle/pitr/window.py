@@ -15,6 +15,8 @@
   truncate them, even below the flushers' checkpoints). Without base(lo) (C born inside
   the window, or no snapshot yet) a restore replays from C's creation: the log is held
   from the fragment that reaches C's created_ts (less a second of clock slack).
+- A dropped collection's window holds on while the drop lies inside it: an undrop
+  (restoring.undrop) brings it back as it was just before the drop.
 - Turning a window off or shortening it releases what it held at the next GC: nothing is
   recorded but the policy, the holds are recomputed by every GC mark and sweep.
 - `cost`: the bytes held (log from the hold on, what the window alone keeps below the
@@ -123,9 +125,9 @@ def holds(meta, now: float | None = None) -> list[Hold]:
             coll = meta.catalog.get(w["collection_id"])
         except NotFound:
             continue
-        if coll.state != CREATED:
-            continue
         lo = compose_ts(int((now - float(w["window_s"])) * 1000))
+        if coll.state != CREATED and not _undroppable(coll, lo):
+            continue
         base = base_snapshot(meta, coll.collection_id, lo)
         h = Hold(coll.collection_id, coll.name, coll.db, w["window"], lo, base)
         for v in coll.vchannels:
@@ -135,6 +137,17 @@ def holds(meta, now: float | None = None) -> list[Hold]:
             h.fragments[p] = min(n, h.fragments.get(p, n))
         out.append(h)
     return out
+
+
+def _undroppable(coll, lo: int) -> bool:
+    """A Dropping/Dropped collection whose drop lies inside its window: an undrop may
+    still bring it back (seglake.lifecycle.pitr.restoring.undrop), so its window holds on."""
+    from seglake.lifecycle.drop import DROP_MODE, DROP_STARTED
+    from seglake.meta.catalog import DROPPED, DROPPING
+
+    started = coll.properties.get(DROP_STARTED)
+    return (coll.state in (DROPPING, DROPPED) and coll.properties.get(DROP_MODE) == "wal"
+            and isinstance(started, (int, float)) and compose_ts(int(started * 1000)) >= lo)
 
 
 def held_fragment(hold_list: list[Hold], pchannel: str) -> int | None:
