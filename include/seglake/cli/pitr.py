@@ -130,9 +130,16 @@ def _drive(args, s: Settings, meta, store, job_id: int, what: str) -> int:
              text=f"copy job {job_id} {job.state}: {job.reason}")
         return EXIT_FAILED
     out = pitr.replay(meta, store, s, job.target_collection_id)
+    from seglake.lifecycle import verify
+    report = verify.verify_collection(meta, store, args.target, args.db, threads=s.copy_threads)
+    out["verified"] = report["ok"]
+    if not report["ok"]:
+        emit(args, {**out, "verify": report}, text=verify.format_report(report))
+        return EXIT_FAILED
     emit(args, out, text=(f"restored {args.db}.{args.collection} {what.format(as_of=out['as_of_utc'])} into "
                           f"{args.target!r} "
                           f"from {('snapshot ' + repr(out['snapshot'])) if out['snapshot'] else 'its creation'}: "
                           f"{out['messages']} log messages ({out['log_bytes']} bytes of log), "
-                          f"{out['rows_replayed']} rows and {out['deletes_replayed']} deletes replayed"))
+                          f"{out['rows_replayed']} rows and {out['deletes_replayed']} deletes replayed; "
+                          f"verified ({report['files_checked']} files, {report['visible_rows']} visible rows)"))
     return 0
