@@ -117,6 +117,7 @@ bench: setup
 	$(PY) bench/bloom.py
 	$(PY) bench/copy_big.py
 	$(PY) bench/export.py
+	$(PY) bench/archive.py
 	$(PY) bench/scale.py
 
 clean: milvus-down down cluster-down

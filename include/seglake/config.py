@@ -178,6 +178,9 @@ class Settings:
     compaction_protection: float = _duration(3600.0, "a collection snapshotted within this long is not "
                                              "compacted (Milvus's compaction_protection_seconds)")
     wal_flush_schedule: str = _str("*/5 * * * *", "schedule of the wal_flush DAG (e.g. @continuous)")
+    wal_archive_schedule: str = _str("*/5 * * * *", "schedule of the wal_archive DAG (continuous backup of the "
+                                     "WAL of collections whose retention policy says archive; each run ships "
+                                     "for up to its `seconds`), or none")
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -473,7 +476,7 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
     if not isinstance(value, str):
         shown = "(value not shown: secret)" if f.metadata.get("secret") else repr(value)
         raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
-    if f.name in ("gc_schedule", "retention_schedule") and not _SCHEDULE_RE.fullmatch(value):
+    if f.name in ("gc_schedule", "retention_schedule", "wal_archive_schedule") and not _SCHEDULE_RE.fullmatch(value):
         raise ConfigError(f"config key {f.name!r}: {value!r} is not a cron expression, an @preset or 'none'")
     if f.name == "store_uri":
         _check_store_uri(value)

@@ -248,8 +248,9 @@ def backup(meta: Meta, now: float) -> dict:
         v = checked.get((e["db"], e["collection"], e["bundle"]))
         exports.append({**e, "verified_ok": None if v is None else v["ok"],
                         "verified_at": None if v is None else v["checked_at"]})
+    from seglake.lifecycle.backup import archive
     return {"exports": exports, "pins": snapshot.list_pins(meta, now=now),
-            "policies": retention.list_policies(meta)}
+            "policies": retention.list_policies(meta), "archive": archive.status(meta, now_ms=now * 1000)}
 
 
 # -- everything ---------------------------------------------------------------------------------

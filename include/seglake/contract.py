@@ -304,8 +304,17 @@ SPECS: dict[str, dict[str, Key]] = {
         "export": Key("boolean", "Export to the backup target", default=False,
                       description="Also keep the schedule's snapshots as bundles in the backup target "
                                   "(config key backup_uri), pruned there by the same policy"),
+        "archive": Key("boolean", "Archive the WAL (continuous backup)", default=False,
+                       description="Ship the collection's WAL to the backup target as it is written (the "
+                                   "wal_archive DAG); the WAL keeps what is not shipped yet"),
         "clear": Key("boolean", "Clear the policy", default=False,
                      description="Remove the collection's policy (the keep counts are ignored)"),
+    },
+    "wal_archive": {
+        "seconds": Key("number", "Run time (s)", default=240, limit="archive_seconds",
+                       description="Keep shipping new WAL fragments for this long (0: once)"),
+        "backup_uri": BACKUP_URI,
+        "max_mib_per_second": RATES["max_mib_per_second"],
     },
     "wal_flush": {
         "pchannel": Key("enum", "pchannel", default="all",

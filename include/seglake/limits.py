@@ -165,6 +165,7 @@ LIMITS: dict[str, Limit] = {
     "id": _count(1, ID_MAX),                           # job, collection, segment ids
     "poll_interval": _seconds(HOUR, positive=True),
     "flush_max_seconds": _seconds(DAY, positive=True),
+    "archive_seconds": _seconds(DAY),                  # a continuous archive run's length (0: once)
     "flush_wait_timeout": _seconds(DAY, positive=True),
     "drop_timeout": _seconds(7 * DAY, positive=True),   # waiting for the flushers to release a drop
     # -- demo data (Milvus limits: 1024 partitions, 16 shards, dim 32768) ------------------

@@ -187,7 +187,8 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
     """The note of a small lifecycle from its one result (None: it did not finish)."""
     what = {"snapshot_drop": f"snapshot {params.get('collection')}/{params.get('name')}",
             "snapshot_retention": f"retention policy of {params.get('collection')}",
-            "snapshot_schedule": "snapshot_schedule", "verify_collection": f"verify {params.get('collection')}"}[kind]
+            "snapshot_schedule": "snapshot_schedule", "verify_collection": f"verify {params.get('collection')}",
+            "wal_archive": "wal_archive"}[kind]
     if result is None:
         return _short(f"FAILED: {what} did not finish (see the task logs)")
     if kind == "snapshot_drop":
@@ -196,4 +197,8 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
         return _short(f"{what} " + ("cleared" if "cleared" in result else "set"))
     if kind == "snapshot_schedule":
         return _short(f"snapshot_schedule: {len(result)} retention policies run")
+    if kind == "wal_archive":
+        behind = ", ".join(f"{p} up to {d['cursor']} of {d['last']}" for p, d in result["pchannels"].items())
+        return _short(f"wal_archive: {result['fragments']} fragments ({human_bytes(result['bytes'])}) shipped to "
+                      f"{result['target']}" + (f"; {behind}" if behind else "; no collection is archived"))
     return _short(f"{what}: OK, {result.get('files_checked')} files, {result.get('rows')} rows checked")

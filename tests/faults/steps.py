@@ -120,8 +120,17 @@ def compact(meta, store, settings, a: dict) -> dict:
     return {"units": len(s.plan.units), **s.counts()}
 
 
+def wal_archive(meta, store, settings, a: dict) -> dict:
+    """One archive run of every archived pchannel into the target directory."""
+    from seglake.lifecycle.backup import archive
+    from seglake.storage.local import LocalStore
+
+    r = archive.run(meta, store, LocalStore(a["target"]))
+    return {"fragments": r["fragments"]}
+
+
 STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run, backup_export, backup_import,
-                                  backup_restore, compact, pitr_restore)}
+                                  backup_restore, compact, pitr_restore, wal_archive)}
 
 
 def main() -> int:

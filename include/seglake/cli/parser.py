@@ -201,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         rs.add_argument(f"--keep-{unit}", dest=f"keep_{unit}", type=number_arg("retention_keep"), default=None)
     rs.add_argument("--export", action=argparse.BooleanOptionalAction, default=None,
                     help="also keep the schedule's snapshots as bundles in the backup target (backup_uri)")
+    rs.add_argument("--archive", action=argparse.BooleanOptionalAction, default=None,
+                    help="continuous backup: ship the collection's WAL to the backup target as it is written "
+                         "(the wal_archive DAG, `seglake wal archive`)")
     rs.set_defaults(fn=cmd_retention_set)
     rsh = ret.add_parser("show", parents=[common])
     rsh.add_argument("collection", type=coll_t)

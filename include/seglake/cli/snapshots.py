@@ -110,7 +110,8 @@ def cmd_snapshots_pins(args, s: Settings) -> int:
 def _policy_text(d: dict) -> str:
     from seglake.lifecycle.retention import KEYS
     return (", ".join(f"{k.removeprefix('keep_')} {d[k]}" for k in KEYS if d.get(k))
-            + ("; exported to the backup target" if d.get("export") else ""))
+            + ("; exported to the backup target" if d.get("export") else "")
+            + ("; its WAL archived to the backup target" if d.get("archive") else ""))
 
 
 def cmd_retention_set(args, s: Settings) -> int:

@@ -1,4 +1,4 @@
-"""Write-ahead log commands: ingest, delete, wal status, wal pause."""
+"""Write-ahead log commands: ingest, delete, wal status, wal pause, wal archive."""
 
 from __future__ import annotations
 
@@ -100,6 +100,32 @@ def cmd_wal_status(args, s: Settings) -> int:
               f"{human_bytes(cost['snapshot_bytes'])} of base snapshots: "
               + "; ".join(f"{w['db']}.{w['collection']} {w['window']} from "
                           f"{w['snapshot'] or 'its creation'}" for w in cost["windows"]))
+    if not args.json:
+        from seglake.lifecycle.backup import archive
+        arch = archive.status(meta)
+        if arch:
+            print("\nWAL archive (continuous backup):")
+            for a in arch:
+                print(f"  {a['pchannel']} ({', '.join(a['collections'])}): fragment {a['shipped']} of {a['last']} "
+                      f"shipped to {a['target'] or '-'}"
+                      + (f"; {a['behind']} behind, the oldest {a['lag_s']:g} s old" if a["behind"] else "; up to date"))
+    return 0
+
+
+def cmd_wal_archive(args, s: Settings) -> int:
+    """Ship the archived pchannels' new fragments to the backup target (once, or for --seconds)."""
+    import sys
+
+    from seglake.lifecycle.backup import archive
+    from seglake.lifecycle.backup import bundle as bundles
+
+    meta, store = open_meta_store(s)
+    target = bundles.open_target(s, args.target)
+    r = archive.run(meta, store, target, seconds=args.seconds, max_bytes_per_second=(args.max_mib_per_second or 0) * (1 << 20),
+                    say=lambda line: print(line, file=sys.stderr, flush=True))
+    emit(args, r, text=f"archived {r['fragments']} fragment(s) ({human_bytes(r['bytes'])}) of "
+                       f"{len(r['pchannels'])} pchannel(s) to {r['target']}"
+                       + "".join(f"\n  {p}: shipped up to {d['cursor']} of {d['last']}" for p, d in r["pchannels"].items()))
     return 0
 
 
@@ -144,6 +170,14 @@ def add_wal_parsers(sub, out, common) -> None:
     ws = w.add_parser("status", parents=[out], help="per pchannel: term, writer, ticks, fragments, pause, lag")
     ws.add_argument("--pchannel", default=None)
     ws.set_defaults(fn=cmd_wal_status)
+    from seglake.cli.args import number_arg
+    wa = w.add_parser("archive", parents=[out], help="continuous backup: ship the WAL of every collection whose "
+                      "retention policy says --archive to the backup target")
+    wa.add_argument("--target", default=None, help="backup target URI (default: config key backup_uri)")
+    wa.add_argument("--seconds", type=number_arg("archive_seconds"), default=0,
+                    help="keep shipping new fragments for this long (default 0: once)")
+    wa.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=0)
+    wa.set_defaults(fn=cmd_wal_archive)
     for action in ("pause", "resume"):
         wp = w.add_parser(action, help=f"{action} consumption (recovery scanners are never paused)")
         wp.add_argument("--pchannel", default=None)

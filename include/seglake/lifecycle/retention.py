@@ -7,6 +7,9 @@ snapshots to take and which to keep (issue 19 item 5).
 - `export` (default false): each run also exports the schedule's snapshots the policy
   keeps to the backup target (config key `backup_uri`) as bundles of the same name, and
   prunes the schedule's bundles there by the same policy (seglake.lifecycle.backup.scheduled).
+- `archive` (default false): continuous backup. Every committed WAL fragment of the
+  collection's pchannels is shipped to the backup target as it is committed
+  (seglake.lifecycle.backup.archive), and the WAL keeps what is not shipped yet.
 
 - Stored in etcd at `{root}/retention/{collection_id}` (set / get / clear / list); every
   key checked (a count 0..100000, an int: NaN, 1.5, "3", true refused; unknown keys refused
@@ -52,7 +55,8 @@ from seglake.contract import closest
 
 UNITS = ("hourly", "daily", "weekly", "monthly")           # finest first
 KEYS = ("keep_last", *(f"keep_{u}" for u in UNITS))   # the counts
-POLICY_KEYS = (*KEYS, "export")
+POLICY_KEYS = (*KEYS, "export", "archive")
+FLAGS = ("export", "archive")
 SCHED_RE = re.compile(r"sched_(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})Z")
 OWNER = "retention:"   # + the snapshot's name: the owner of the schedule's snapshots
 MAX_AHEAD = 300.0      # seconds a run's time may be ahead of the wall clock
@@ -66,14 +70,15 @@ class Policy:
     keep_weekly: int = 0
     keep_monthly: int = 0
     export: bool = False
+    archive: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 def parse_policy(doc: Mapping[str, Any]) -> Policy:
-    """A checked Policy from a mapping of keep_* counts (missing keys: 0) and `export` (a
-    boolean, default false). One ValidationError naming every bad key, before any side
+    """A checked Policy from a mapping of keep_* counts (missing keys: 0), `export` and
+    `archive` (booleans, default false). One ValidationError naming every bad key, before any side
     effect."""
     if not isinstance(doc, Mapping):
         raise ValidationError(f"a retention policy is an object of {', '.join(POLICY_KEYS)}; "
@@ -83,11 +88,11 @@ def parse_policy(doc: Mapping[str, Any]) -> Policy:
         if k not in POLICY_KEYS:
             problems.append(f"unknown policy key {k!r}{closest(k, list(POLICY_KEYS))}")
             continue
-        if k == "export":
+        if k in FLAGS:
             if isinstance(v, bool):
                 out[k] = v
             else:
-                problems.append(f"export: {v!r} is not allowed; use true or false")
+                problems.append(f"{k}: {v!r} is not allowed; use true or false")
             continue
         try:
             out[k] = limits.check("retention_keep", k, v)

@@ -20,6 +20,8 @@ Layout under the configurable root (default `seglake`):
     {root}/compaction/runs/{collection_id}           the last compaction run's summary
     {root}/pitr/windows/{collection_id}              a collection's point-in-time window
     {root}/pitr/replays/{target_id}/{vchannel}       a point-in-time replay's done marker
+    {root}/site                                      this root's site id (an archive's name for it)
+    {root}/archive/{pchannel}                        the WAL archive's cursor: fragments shipped
 
 Prefix builders end with '/', so the prefix of collection 1 never matches 10.
 Ids are decimal integers; names are validated before they reach a key.
@@ -284,3 +286,19 @@ def wal_flusher(keys: Keys, pchannel: str) -> str:
 
 def wal_truncated(keys: Keys, pchannel: str) -> str:
     return f"{keys.root}/wal/{_seg(pchannel)}/truncated"
+
+
+# -- WAL archive (lifecycle/backup/archive.py; append-only section) ------------------------
+#   {root}/site                 {"site": 32 hex digits, "created_at"}: created once, never changed
+#   {root}/archive/{pchannel}   {"shipped": n, "target": uri, "at"}: fragments 1..n of the log
+#                               (from where the archive began) are in the target
+def site(keys: Keys) -> str:
+    return f"{keys.root}/site"
+
+
+def archive_cursor(keys: Keys, pchannel: str) -> str:
+    return f"{keys.root}/archive/{_seg(pchannel)}"
+
+
+def archive_prefix(keys: Keys) -> str:
+    return f"{keys.root}/archive/"

@@ -426,3 +426,54 @@ def bundle_holds_prefix(db: str, collection: str, bundle: str) -> str:
 def bundle_pruning(db: str, collection: str, bundle: str) -> str:
     """A prune's intent to drop a bundle, written before it looks for holds."""
     return f"{BUNDLE_LOCKS}/pruning/{_bundle_path(db, collection, bundle)}.json"
+
+
+# -- WAL archive in a backup target (lifecycle/backup/archive.py; append-only section) -----
+#     archive/{site}/SITE.json                           the source: its etcd root, first archived
+#     archive/{site}/{pchannel}/{n:020d}.frag            committed fragment n, as the log holds it
+#     archive/{site}/{pchannel}/{n:020d}.json            its entry (index record + SHA-256), written
+#                                                        after the fragment is durable and checked
+# `site`: the source's site id (32 hex digits, etcd `{root}/site`): two stores archiving
+# into one target never share a key.
+ARCHIVE = "archive"
+SITE_RE = re.compile(r"[0-9a-f]{32}", re.ASCII)
+_ARCHIVE_ENTRY = re.compile(r"([0-9]{20})\.(frag|json)", re.ASCII)
+
+
+def _site(site: str) -> str:
+    if not isinstance(site, str) or not SITE_RE.fullmatch(site):
+        raise ValueError(f"not a site id (32 hex digits): {site!r}")
+    return site
+
+
+def archive_site(site: str) -> str:
+    return f"{ARCHIVE}/{_site(site)}/SITE.json"
+
+
+def archive_prefix(site: str, pchannel: str) -> str:
+    return f"{ARCHIVE}/{_site(site)}/{_plain_name(pchannel)}/"
+
+
+def archive_fragment(site: str, pchannel: str, n: int) -> str:
+    return f"{archive_prefix(site, pchannel)}{_archive_n(n)}.frag"
+
+
+def archive_entry(site: str, pchannel: str, n: int) -> str:
+    return f"{archive_prefix(site, pchannel)}{_archive_n(n)}.json"
+
+
+def _archive_n(n: int) -> str:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"fragment number must be a positive int, got {n!r}")
+    return f"{n:020d}"
+
+
+def parse_archive_key(key: str) -> tuple[str, str, int, str] | None:
+    """(site, pchannel, n, 'frag'|'json') of an archive file's key, None for any other."""
+    parts = key.split("/") if isinstance(key, str) else []
+    if len(parts) != 4 or parts[0] != ARCHIVE or not SITE_RE.fullmatch(parts[1]):
+        return None
+    m = _ARCHIVE_ENTRY.fullmatch(parts[3])
+    if m is None or int(m.group(1)) < 1:
+        return None
+    return parts[1], parts[2], int(m.group(1)), m.group(2)

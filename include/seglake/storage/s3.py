@@ -381,6 +381,38 @@ class S3Store(Store):
         self._do("put", key, lambda: self.client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data))
         return self.head(key)
 
+    def put_exclusive(self, key: str, body: bytes) -> bool:
+        """One PUT with If-None-Match: * -- True when this call created `key`, False when
+        it existed before. A transient failure is retried like every request; a retry
+        that meets 412 may be meeting this call's own first PUT (it landed, its answer was
+        lost), so the object is read and compared: the same bytes are this call's write
+        (callers name keys uniquely; WAL fragment names carry 48 random bits)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        tried = False
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self._full(key), Body=body, IfNoneMatch="*")
+                return True
+            except ClientError as e:
+                code = e.response.get("Error", {}).get("Code", "")
+                if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                    return tried and self._holds(key, body)
+                if attempt == RETRY_ATTEMPTS or not transient(e):
+                    raise self._err(e, "put", key) from None
+            except BotoCoreError as e:
+                if attempt == RETRY_ATTEMPTS or not transient(e):
+                    raise self._err(e, "put", key) from None
+            tried = True
+            time.sleep(backoff(attempt))
+        raise AssertionError("unreachable")
+
+    def _holds(self, key: str, body: bytes) -> bool:
+        try:
+            return self.get(key) == body
+        except NotFound:
+            return False
+
     def put_writer(self, key: str, write) -> ObjectInfo:
         """write(file) into a spooled buffer (memory up to SPOOL_BYTES, then a temporary
         file), then one upload (multipart above the transfer threshold): the object

@@ -80,10 +80,11 @@ def truncated_before(meta, pchannel: str) -> int:
     return WalLog(meta, None, pchannel).state().first
 
 
-def truncatable_fragments(meta, pchannel: str, consumer_positions=()) -> list[str]:
+def truncatable_fragments(meta, pchannel: str, consumer_positions=(), floors=()) -> list[str]:
     """Keys of the committed WAL fragments of `pchannel` strictly below every live
-    vchannel's checkpoint and every extra consumer position (MessageIds). Fails closed:
-    no live vchannel, or one without a checkpoint, means nothing is truncatable. Pure read."""
+    vchannel's checkpoint, every extra consumer position (MessageIds) and every floor
+    (fragment numbers to keep from: the WAL archive's cursor + 1). Fails closed: no live
+    vchannel, or one without a checkpoint, means nothing is truncatable. Pure read."""
     validate_pchannel(pchannel)
     vch = live_vchannels(meta, pchannel)
     if not vch:
@@ -95,6 +96,7 @@ def truncatable_fragments(meta, pchannel: str, consumer_positions=()) -> list[st
             return []
         bounds.append(cp.message_id.fragment)
     bounds += [MessageId.parse(p).fragment for p in consumer_positions]
+    bounds += [int(f) for f in floors]
     below = min(bounds)
     log = WalLog(meta, None, pchannel)
     st = log.state()

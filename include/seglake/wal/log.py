@@ -167,8 +167,9 @@ def decode_fragment(key: str, data, expect_fragment: int | None = None, *,
 def put_exclusive(store, key: str, data) -> bool:
     """Write `key` atomically and durably iff it does not exist. False when it exists.
     `data`: bytes or a list of buffers. Local: synced temp file + link(2) (fails with
-    EEXIST) + directory fsync. S3: one PUT with If-None-Match: * (412 when it exists;
-    a server that ignores the condition is caught on read by the index's crc)."""
+    EEXIST) + directory fsync. S3: a PUT with If-None-Match: * (412 when it exists;
+    a server that ignores the condition is caught on read by the index's crc), transient
+    failures retried (S3Store.put_exclusive)."""
     from seglake.storage.local import LocalStore
     from seglake.storage.s3 import S3Store
 
@@ -178,19 +179,8 @@ def put_exclusive(store, key: str, data) -> bool:
             return store.put_exclusive(key, lambda fd: _write_all(fd, parts))
         except OSError as e:
             raise Unavailable(f"cannot write WAL fragment {key} in {store.uri}: {e.strerror or e}") from None
-    if isinstance(store, S3Store):
-        from botocore.exceptions import BotoCoreError, ClientError
-        body = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in parts)
-        try:
-            store.client.put_object(Bucket=store.bucket, Key=store._full(key), Body=body, IfNoneMatch="*")
-            return True
-        except ClientError as e:
-            code = e.response.get("Error", {}).get("Code", "")
-            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                return False
-            raise store._err(e, "put", key) from None
-        except BotoCoreError as e:
-            raise store._err(e, "put", key) from None
+    if isinstance(store, S3Store):   # retried there; a retry that meets its own write says True
+        return store.put_exclusive(key, b"".join(bytes(p) if not isinstance(p, bytes) else p for p in parts))
     raise SeglakeError(f"the WAL needs a store with exclusive create, not {type(store).__name__}")
 
 
@@ -336,31 +326,7 @@ class WalLog:
     def read_fragment(self, rec: FragRecord) -> list[Message]:
         """Every message of a committed fragment, checked against its index record; loud on
         any damage. Ticks are absolute, ids (term, n, offset)."""
-        key = rec.key
-        try:
-            data = _read_whole(self.store, key)
-        except NotFound:
-            raise CorruptFragment(f"WAL fragment {key} (#{rec.n}): committed in etcd but missing from "
-                                  f"{self.store.uri}") from None
-        if rec.fmt == 1:
-            term, payloads = decode_fragment(key, data, rec.n)
-        else:
-            if len(data) != rec.size or checksum(data) != rec.crc:
-                raise CorruptFragment(f"WAL fragment {key} (#{rec.n}): {len(data)} bytes / crc32c "
-                                      f"{checksum(data):08x} do not match the index ({rec.size} bytes / "
-                                      f"{rec.crc:08x}): overwritten, swapped or damaged")
-            term, payloads = decode_fragment(key, data, check_records=False)
-            term = rec.term
-        out = []
-        for i, p in enumerate(payloads):
-            try:
-                m = Message.decode(p, MessageId(term, rec.n, i))
-            except (ValueError, KeyError, struct.error) as e:
-                raise CorruptFragment(f"WAL fragment {key}: record {i} does not decode: {e}") from None
-            if rec.fmt != 1:
-                m = replace(m, time_tick=rec.tt0 + m.time_tick, term=term, producer=rec.producer)
-            out.append(m)
-        return out
+        return read_committed(self.store, rec)
 
     def messages(self, start: MessageId | None = None) -> Iterator[Message]:
         """Committed messages from `start` (inclusive) or the beginning, in id order."""
@@ -368,6 +334,42 @@ class WalLog:
             for m in self.read_fragment(rec):
                 if start is None or not m.id < start:
                     yield m
+
+
+def read_committed(store, rec: FragRecord) -> list[Message]:
+    """Every message of the committed fragment `rec`, read from `store` (the log's store,
+    or an archive of it: lifecycle/backup/archive.py) and checked against its index
+    record; loud on any damage. Ticks are absolute, ids (term, n, offset)."""
+    try:
+        data = _read_whole(store, rec.key)
+    except NotFound:
+        raise CorruptFragment(f"WAL fragment {rec.key} (#{rec.n}): committed in etcd but missing from "
+                              f"{store.uri}") from None
+    return decode_committed(rec, data)
+
+
+def decode_committed(rec: FragRecord, data) -> list[Message]:
+    """The messages of the bytes `data` of committed fragment `rec` (read_committed)."""
+    key = rec.key
+    if rec.fmt == 1:
+        term, payloads = decode_fragment(key, data, rec.n)
+    else:
+        if len(data) != rec.size or checksum(data) != rec.crc:
+            raise CorruptFragment(f"WAL fragment {key} (#{rec.n}): {len(data)} bytes / crc32c "
+                                  f"{checksum(data):08x} do not match the index ({rec.size} bytes / "
+                                  f"{rec.crc:08x}): overwritten, swapped or damaged")
+        term, payloads = decode_fragment(key, data, check_records=False)
+        term = rec.term
+    out = []
+    for i, p in enumerate(payloads):
+        try:
+            m = Message.decode(p, MessageId(term, rec.n, i))
+        except (ValueError, KeyError, struct.error) as e:
+            raise CorruptFragment(f"WAL fragment {key}: record {i} does not decode: {e}") from None
+        if rec.fmt != 1:
+            m = replace(m, time_tick=rec.tt0 + m.time_tick, term=term, producer=rec.producer)
+        out.append(m)
+    return out
 
 
 def _read_whole(store, key: str):

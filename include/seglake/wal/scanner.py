@@ -56,9 +56,11 @@ class ScanStats:
 class Scanner:
     def __init__(self, meta, store, pchannel: str, settings, *, start: MessageId | None = None,
                  vchannel: str = "", recovery: bool = False, follow: bool = True, max_pending: int = 16,
-                 poll_interval: float = 0.05, clock=time.monotonic, sleep=time.sleep):
+                 poll_interval: float = 0.05, clock=time.monotonic, sleep=time.sleep, log=None):
+        """`log`: where the fragments come from (default: the pchannel's log in `store`;
+        an ArchivedLog reads a WAL archive in a backup target: lifecycle/backup/archive.py)."""
         check_wal_settings(settings)
-        self.log = WalLog(meta, store, pchannel)
+        self.log = WalLog(meta, store, pchannel) if log is None else log
         self.meta, self.settings = meta, settings
         self.pchannel = pchannel
         self.start = None if start is None else MessageId.parse(start)

@@ -274,12 +274,20 @@ def _backup(b: dict) -> str:
                     escape(utc(p.get("expires_at"))), escape(p.get("by") or "-")] for p in b["pins"]],
                   empty="no pins")
     keep = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly")
-    pols = _table(["collection", "policy", "export"],
+    pols = _table(["collection", "policy", "export", "WAL archive"],
                   [[escape(f"{p.get('db')}.{p.get('collection')}"),
                     escape(", ".join(f"{k.removeprefix('keep_')} {p[k]}" for k in keep if p.get(k)) or "-"),
-                    "to the backup target" if p.get("export") is True else "no"]
+                    "to the backup target" if p.get("export") is True else "no",
+                    "on" if p.get("archive") is True else "no"]
                    for p in b["policies"]], empty="no retention policies")
-    return (exports + '<h3>Pins</h3>' + pins + '<h3>Retention schedules</h3>' + pols)
+    arch = _table(["pchannel", "collections", "shipped", "of", "behind", "oldest not shipped", "target"],
+                  [[escape(a["pchannel"]), escape(", ".join(a["collections"])), str(a["shipped"]), str(a["last"]),
+                    str(a["behind"]), human_duration(a["lag_s"]) if a["behind"] else "up to date",
+                    f'<span class="muted">{escape(a.get("target") or "-")}</span>']
+                   for a in b.get("archive", [])],
+                  numeric={2, 3, 4}, empty="no collection's WAL is archived (`seglake retention set NAME --archive`)")
+    return (exports + '<h3>Pins</h3>' + pins + '<h3>Retention schedules</h3>' + pols
+            + '<h3>WAL archive (continuous backup)</h3>' + arch)
 
 
 def render_page(data: dict) -> str:

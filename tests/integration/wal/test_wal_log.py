@@ -101,6 +101,43 @@ def test_exclusive_create_refuses_existing_fragment_s3(s3_store):
     assert s3_store.get(key) == b"first"
 
 
+def _flaky_put(monkeypatch, s3_store, fail_after_landing: bool, times: int = 1):
+    """The S3 client's put_object fails transiently `times` times: before the PUT reaches
+    the server, or after it landed (its answer lost)."""
+    from botocore.exceptions import ClientError
+
+    client = s3_store.client
+    real, left = client.put_object, [times]
+
+    def put_object(**kw):
+        if left[0]:
+            left[0] -= 1
+            if fail_after_landing:
+                real(**kw)
+            raise ClientError({"Error": {"Code": "ServiceUnavailable", "Message": "try again"},
+                               "ResponseMetadata": {"HTTPStatusCode": 503}}, "PutObject")
+        return real(**kw)
+    monkeypatch.setattr(client, "put_object", put_object)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["lost-request", "lost-answer"])
+def test_exclusive_create_retries_and_knows_its_own_write_s3(s3_store, monkeypatch, landed):
+    """A transient failure of the fragment PUT is retried; a retry meeting 412 because the
+    first PUT landed (its answer lost) is this call's own write: True, not 'taken' (the
+    writer would write the fragment again under another name and leak this one)."""
+    from seglake.wal.log import put_exclusive
+    key = layout.wal_fragment(P, 7, "abcdef012345")
+    _flaky_put(monkeypatch, s3_store, fail_after_landing=landed, times=2)
+    assert put_exclusive(s3_store, key, [b"fir", b"st"])
+    assert s3_store.get(key) == b"first"
+    assert not put_exclusive(s3_store, key, b"first")          # a fresh call: it existed before
+    other = layout.wal_fragment(P, 8, "abcdef012345")
+    s3_store.put(other, b"someone else's")
+    _flaky_put(monkeypatch, s3_store, fail_after_landing=False)
+    assert not put_exclusive(s3_store, other, b"first")       # a retry meeting other bytes: taken
+    assert s3_store.get(other) == b"someone else's"
+
+
 def test_exclusive_create_refuses_existing_fragment_local(store):
     from seglake.wal.log import put_exclusive
     key = layout.wal_fragment(P, 1)

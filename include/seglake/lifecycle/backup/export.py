@@ -40,6 +40,7 @@ from seglake import runners
 from seglake import faults, limits, manifest
 from seglake.errors import NotFound, SeglakeError, StateError, ValidationError
 from seglake.lifecycle import snapshot as snapshots
+from seglake.lifecycle.backup import archive
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB
@@ -370,7 +371,8 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
                    "snapshot": rec.name, "snapshot_id": rec.snapshot_id, "owner": rec.owner,
                    "consistent_ts": rec.consistent_ts,
                    "committed_at": rec.committed_at, "description": rec.description,
-                   "max_ts": max([e["dml_ts"] for e in entries] + [rec.consistent_ts])},
+                   "max_ts": max([e["dml_ts"] for e in entries] + [rec.consistent_ts]),
+                   "site": archive.site_id(meta)},   # whose WAL archive (if any) continues this bundle
         "snapshot": {k: doc[k] for k in ("collection", "partition_ids", "index_build_ids", "totals")},
         "segments": entries, "files": files, "totals": totals,
     }

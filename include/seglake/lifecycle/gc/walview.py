@@ -53,16 +53,20 @@ def _is_pchannel(name: str) -> bool:
 
 
 def wal_truncatable(meta: Meta, pchannel: str, holds: list | None = None) -> set[str]:
-    """Below every checkpoint AND below what every point-in-time window holds
+    """Below every checkpoint, below what every point-in-time window holds
     (seglake.lifecycle.pitr.window.holds, read by each mark and each sweep -- `holds` when
     the caller read them for several pchannels -- so a window turned off or shortened
-    releases its fragments at the next GC)."""
+    releases its fragments at the next GC), and for an archived pchannel below the
+    archive's cursor (lifecycle/backup/archive.py: what is not shipped yet stays)."""
+    from seglake.lifecycle.backup.archive import truncation_floor
     from seglake.lifecycle.pitr.window import held_fragment, holds as window_holds
     from seglake.wal.checkpoints import truncatable_fragments
     from seglake.wal.message import MessageId
 
     n = held_fragment(window_holds(meta) if holds is None else holds, pchannel)
-    return set(truncatable_fragments(meta, pchannel, [] if n is None else [MessageId(0, n, 0)]))
+    floor = truncation_floor(meta, pchannel)
+    return set(truncatable_fragments(meta, pchannel, [] if n is None else [MessageId(0, n, 0)],
+                                     floors=() if floor is None else (floor,)))
 
 
 def wal_referenced(meta: Meta, pchannel: str) -> set[str]:

@@ -14,15 +14,15 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "restore"))
 
-from seglake.lifecycle import copyjob, snapshot
+from seglake.lifecycle import snapshot
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.backup import holds
 from seglake.lifecycle.backup import bundle_restore
-from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
 
+from bundle_restore_helpers import restore_bundle
 from copy_model_helpers import Writer, other_root, quiet, rows, snap_and_restore
 
 PARTS = ["_default", "p1", "p2", "p3"]
@@ -42,11 +42,7 @@ def _writes(w: Writer, name: str, r: int):
 
 
 def _restore(meta, store, target, coll, bundle, to):
-    out = bundle_restore.restore_from_bundle(meta, store, target, coll, bundle, to, engine="inline", **quiet)
-    copyjob.plan(meta, out["job_id"], 1)
-    copyjob.run_inline(meta, store, out["job_id"])
-    job = copyjob.finalize(meta, out["job_id"])
-    assert job.state == JOB_COMPLETED, job.reason
+    out, _ = restore_bundle(meta, store, target, coll, bundle, to, tasks=1)
     cmp = bundle_restore.compare_with_bundle(meta, store, target, coll, bundle, to)
     assert cmp["visible_differing"] == (0, 0), cmp
     return out

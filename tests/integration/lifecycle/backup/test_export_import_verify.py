@@ -27,6 +27,7 @@ from seglake.storage import layout, open_store
 from seglake.storage.local import LocalStore
 from seglake.visibility import visible_rows
 
+from bundle_restore_helpers import restore_bundle
 from pacing import assert_paced, timed
 
 quiet = dict(say=lambda line: None)
@@ -67,11 +68,7 @@ def _stored_bytes(store) -> int:
 
 
 def _restore_all(meta, store, target, name, bundle, to):
-    out = bundle_restore.restore_from_bundle(meta, store, target, name, bundle, to, engine="inline", **quiet)
-    copyjob.plan(meta, out["job_id"])
-    copyjob.run_inline(meta, store, out["job_id"])
-    assert copyjob.finalize(meta, out["job_id"]).state == JOB_COMPLETED
-    return out
+    return restore_bundle(meta, store, target, name, bundle, to)[0]
 
 
 def test_export_then_disaster_restore_from_the_bundle_alone(meta, store, etcd_server, tmp_path):

@@ -23,14 +23,12 @@ from seglake.meta.copyjobs import JOB_COMPLETED, JOB_FAILED
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
 
+from bundle_restore_helpers import restore_bundle
 from test_export_import_verify import _fresh, _rows, _seed, _stored_bytes, quiet
 
 
 def _run(meta, store, target, to: str):
-    out = bundle_restore.restore_from_bundle(meta, store, target, "bk", "s1", to, engine="inline", **quiet)
-    copyjob.plan(meta, out["job_id"])
-    copyjob.run_inline(meta, store, out["job_id"])
-    return copyjob.finalize(meta, out["job_id"])
+    return restore_bundle(meta, store, target, "bk", "s1", to, completed=False)[1]
 
 
 @pytest.fixture

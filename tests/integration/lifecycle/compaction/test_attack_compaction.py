@@ -175,10 +175,9 @@ def _replay_from_scratch(meta, store, settings, w, name):
 
 def test_chain_of_compacted_restores_and_bundles(meta, store, settings, etcd_server, tmp_path):
     import copy as _copy
-    from seglake.lifecycle import copyjob
-    from seglake.lifecycle.backup import bundle_restore, export as exports
-    from seglake.meta.copyjobs import JOB_COMPLETED
+    from seglake.lifecycle.backup import export as exports
     from seglake.storage.local import LocalStore
+    from bundle_restore_helpers import restore_bundle
     from copy_model_helpers import other_root, quiet, snap_and_restore
 
     parts = ["_default", "p1", "p2", "p3"]
@@ -216,10 +215,7 @@ def test_chain_of_compacted_restores_and_bundles(meta, store, settings, etcd_ser
         backup = LocalStore(tmp_path / "backup")
         snapshot.create(meta, store, "r1", "x1")
         exports.export(meta, store, backup, "r1", "x1", **quiet)
-        out = bundle_restore.restore_from_bundle(meta2, store2, backup, "r1", "x1", "b1", engine="inline", **quiet)
-        copyjob.plan(meta2, out["job_id"])
-        copyjob.run_inline(meta2, store2, out["job_id"])
-        assert copyjob.finalize(meta2, out["job_id"]).state == JOB_COMPLETED
+        restore_bundle(meta2, store2, backup, "r1", "x1", "b1")
         w2 = Writer(meta2, store2, settings2, _copy.deepcopy(w.model))
         assert rows(meta2, store2, "b1") == w2.model.visible()
         _compact_all(meta2, store2, "b1")

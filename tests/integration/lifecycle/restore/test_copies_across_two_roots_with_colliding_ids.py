@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import copy
 
-from seglake.lifecycle import copyjob, snapshot
+from seglake.lifecycle import snapshot
 from seglake.lifecycle.backup import export as exports
-from seglake.lifecycle.backup import bundle_restore
-from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.storage.local import LocalStore
 
+from bundle_restore_helpers import restore_bundle
 from copy_model_helpers import Writer, other_root, quiet, rows, snap_and_restore
 
 PARTS = ["_default"] + [f"p{i}" for i in range(1, 8)]
@@ -39,10 +38,7 @@ def _writes(w: Writer, name: str, round_: int):
 def _bundle_to(meta, store, source: str, meta2, store2, backup, target: str, tag: str):
     snapshot.create(meta, store, source, tag)
     exports.export(meta, store, backup, source, tag, **quiet)
-    out = bundle_restore.restore_from_bundle(meta2, store2, backup, source, tag, target, engine="inline", **quiet)
-    copyjob.plan(meta2, out["job_id"])
-    copyjob.run_inline(meta2, store2, out["job_id"])
-    assert copyjob.finalize(meta2, out["job_id"]).state == JOB_COMPLETED
+    restore_bundle(meta2, store2, backup, source, tag, target)
 
 
 def test_chain_of_restores_and_bundles_across_colliding_roots(meta, store, settings, etcd_server, tmp_path):

@@ -44,10 +44,10 @@ def test_the_copy_of_a_legacy_restored_collection_is_readable(meta, store, setti
 
 
 def test_a_legacy_restored_collection_exports_and_imports(meta, store, settings, etcd_server, tmp_path):
-    from seglake.lifecycle import copyjob, snapshot
+    from seglake.lifecycle import snapshot
     from seglake.lifecycle.backup import export as exports
-    from seglake.lifecycle.backup import bundle_restore
     from seglake.storage.local import LocalStore
+    from bundle_restore_helpers import restore_bundle
     from copy_model_helpers import other_root, quiet
 
     w = _legacy_restored(meta, store, settings)
@@ -56,10 +56,7 @@ def test_a_legacy_restored_collection_exports_and_imports(meta, store, settings,
     exports.export(meta, store, backup, "old", "b", **quiet)
     meta2, store2, _ = other_root(etcd_server, tmp_path)
     try:
-        out = bundle_restore.restore_from_bundle(meta2, store2, backup, "old", "b", "back", engine="inline", **quiet)
-        copyjob.plan(meta2, out["job_id"])
-        copyjob.run_inline(meta2, store2, out["job_id"])
-        copyjob.finalize(meta2, out["job_id"])
+        restore_bundle(meta2, store2, backup, "old", "b", "back")
         assert rows(meta2, store2, "back") == w.model.visible()
     finally:
         meta2.close()

@@ -24,7 +24,6 @@ import pytest
 from seglake.config import Settings
 from seglake.lifecycle import copyjob, restore, snapshot
 from seglake.lifecycle.backup import export as exports
-from seglake.lifecycle.backup import bundle_restore
 from seglake.lifecycle.flush import flush_pchannel
 from seglake.meta import Meta
 from seglake.meta.copyjobs import JOB_COMPLETED
@@ -33,6 +32,7 @@ from seglake.storage.local import LocalStore
 from seglake.visibility import PartitionUnmapped, visible_rows
 from seglake.wal.client import WalClient
 
+from bundle_restore_helpers import restore_bundle
 from wal_helpers import pchannels
 
 CASES = json.loads((Path(__file__).resolve().parents[3] / "data" / "milvus_semantics.json").read_text())["cases"]
@@ -147,10 +147,7 @@ def test_a_bundle_round_trip_then_a_restore_of_the_import_keeps_every_row(meta, 
     meta2, store2 = Meta.from_settings(s), open_store(s)
     try:
         # partition ids of the new root collide with nothing on purpose: ids are local
-        out = bundle_restore.restore_from_bundle(meta2, store2, backup, "hop1", "b", "back", engine="inline", **quiet)
-        copyjob.plan(meta2, out["job_id"])
-        copyjob.run_inline(meta2, store2, out["job_id"])
-        assert copyjob.finalize(meta2, out["job_id"]).state == JOB_COMPLETED
+        restore_bundle(meta2, store2, backup, "hop1", "b", "back")
         assert rows_of(meta2, store2, "back") == table_rows
         _restore(meta2, store2, "back", "back_again")       # one more hop on the other side
         assert rows_of(meta2, store2, "back_again") == table_rows

@@ -1,0 +1,27 @@
+"""The one drive of a restore from a bundle that the integration tests share: set up
+(checks, hold, job), plan, copy inline, finalize."""
+
+from __future__ import annotations
+
+from seglake.lifecycle import copyjob
+from seglake.lifecycle.backup import bundle_restore
+from seglake.meta.copyjobs import JOB_COMPLETED
+
+quiet = dict(say=lambda line: None)
+
+
+def restore_bundle(meta, store, target, coll: str, bundle: str, to: str, *, tasks: int | None = None,
+                   completed: bool = True):
+    """Restore `coll`'s bundle `bundle` from the backup `target` into a new collection `to`
+    of (meta, store). Returns (set-up answer, finished job); asserts the job Completed
+    unless `completed` is False (then the caller judges the job)."""
+    out = bundle_restore.restore_from_bundle(meta, store, target, coll, bundle, to, engine="inline", **quiet)
+    if tasks is None:
+        copyjob.plan(meta, out["job_id"])
+    else:
+        copyjob.plan(meta, out["job_id"], tasks)
+    copyjob.run_inline(meta, store, out["job_id"])
+    job = copyjob.finalize(meta, out["job_id"])
+    if completed:
+        assert job.state == JOB_COMPLETED, job.reason
+    return out, job
