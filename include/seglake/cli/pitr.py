@@ -28,6 +28,11 @@ def add_pitr_parsers(sub, out, common, coll_t) -> None:
     r.add_argument("target", type=coll_t, help="the new collection")
     r.add_argument("--as-of", required=True, dest="as_of",
                    help="ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp")
+    r.add_argument("--from-target", dest="from_target", nargs="?", const="", default=None, metavar="URI",
+                   help="from the backup target alone (a bundle + the WAL archive; default target: config "
+                        "backup_uri): the source store and its etcd are not read")
+    r.add_argument("--bundle", default=None, help="with --from-target: start from this bundle (default: the "
+                                                  "latest one at or before the instant)")
     r.set_defaults(fn=cmd_restore_as_of)
 
 
@@ -102,6 +107,18 @@ def cmd_restore_as_of(args, s: Settings) -> int:
     from seglake.lifecycle import pitr
 
     meta, store = open_meta_store(s)
+    if args.from_target is not None:
+        from seglake.lifecycle.backup import bundle as bundles
+        from seglake.lifecycle.pitr.from_target import restore_as_of_from_target
+
+        target = bundles.open_target(s, args.from_target or None)
+        job_id = restore_as_of_from_target(meta, store, target, args.collection, args.target, args.as_of,
+                                           db=args.db, bundle=args.bundle, owner="cli", engine="inline",
+                                           timeout=s.copy_job_timeout)
+        return _drive(args, s, meta, store, job_id, "as of {as_of} (from " + target.uri + ")")
+    if args.bundle is not None:
+        from seglake.errors import ValidationError
+        raise ValidationError("--bundle goes with --from-target (a restore from the backup target alone)")
     job_id = pitr.restore_as_of(meta, store, args.collection, args.target, args.as_of, db=args.db, owner="cli",
                                 engine="inline", timeout=s.copy_job_timeout)
     return _drive(args, s, meta, store, job_id, "as of {as_of}")

@@ -61,6 +61,7 @@ FORMAT = "seglake-wal-archive"
 VERSION = 1
 SHIP_BATCH = 16          # fragments shipped between two cursor moves (a kill re-ships at most this many)
 POLL_S = 1.0             # a continuous run looks for new fragments this often
+COMMIT_SLACK = 60.0      # seconds: a fragment's tick may be taken this long before its commit (writer.MAX_COMMIT_DELAY)
 
 
 class ArchiveError(SeglakeError):
@@ -223,6 +224,23 @@ def ship_fragment(store: Store, target: Store, site: str, pchannel: str, rec: Fr
     return len(data)
 
 
+def write_coverage(target: Store, site: str, pchannel: str, n: int, last_tt: int, probe: int) -> None:
+    """`archive/{site}/{pchannel}/COVERED.json`: the archive holds the whole log up to
+    fragment n, read at a moment when the log's TSO had passed `probe`. A restore from the
+    target alone may replay to an instant the archive covers (ArchivedLog.covered). Never
+    moved back by a slower archiver (read, compare, write: a lost race only ever leaves a
+    smaller coverage, which is safe)."""
+    key = layout.archive_coverage(site, pchannel)
+    try:
+        old = json.loads(target.get(key))
+        if int(old.get("n", 0)) > n or int(old.get("checked_ts", 0)) >= probe:
+            return
+    except (NotFound, ValueError):
+        pass
+    target.put(key, json.dumps({"format": FORMAT, "version": VERSION, "site": site, "pchannel": pchannel, "n": n,
+                                "last_tt": last_tt, "checked_ts": probe, "at": time.time()}, sort_keys=True).encode())
+
+
 def _write_site(meta, target: Store, site: str) -> None:
     key = layout.archive_site(site)
     try:
@@ -239,6 +257,7 @@ def ship_pchannel(meta, store: Store, target: Store, site: str, pchannel: str, *
     """Ship `pchannel`'s committed fragments after its cursor (module doc). Returns
     {pchannel, shipped: fragments, bytes, cursor, last, began, gap}."""
     log = WalLog(meta, store, pchannel)
+    probe = meta.tso.now()          # before the log is read: see write_coverage
     st = log.state()
     cur = read_cursor(meta, pchannel)
     if cur.kv is not None and cur.target and cur.target != target.uri:
@@ -257,6 +276,8 @@ def ship_pchannel(meta, store: Store, target: Store, site: str, pchannel: str, *
             cur = _move_cursor(meta, pchannel, cur, shipped_to, target.uri, began)
     if shipped_to > cur.shipped:
         cur = _move_cursor(meta, pchannel, cur, shipped_to, target.uri, began)
+    if max(cur.shipped, shipped_to) >= st.last:
+        write_coverage(target, site, pchannel, st.last, st.last_tt, probe)
     return {"pchannel": pchannel, "shipped": n_done, "bytes": nbytes, "cursor": max(cur.shipped, shipped_to),
             "last": st.last, "began": began, "gap": gap}
 
@@ -338,6 +359,24 @@ class ArchivedLog:
             if parsed is not None and parsed[3] == "json" and parsed[:2] == (self.site, self.pchannel):
                 out.append(parsed[2])
         return sorted(out)
+
+    def covered(self) -> int:
+        """The latest instant (a TSO) this archive holds the whole log of the pchannel up
+        to: the last archived tick, or -- when the archiver found nothing newer -- the
+        moment it looked, less COMMIT_SLACK (a commit whose tick was taken before that
+        moment may still land after the look: writer.MAX_COMMIT_DELAY bounds it). 0 when
+        the archive has no coverage record or a gap below it."""
+        from seglake.meta.alloc import compose_ts
+
+        try:
+            d = json.loads(self.target.get(layout.archive_coverage(self.site, self.pchannel)))
+            n, last_tt, checked = int(d["n"]), int(d["last_tt"]), int(d["checked_ts"])
+        except (NotFound, ValueError, KeyError, TypeError):
+            return 0
+        ns = [x for x in self.numbers() if x <= n]
+        if not ns or ns[-1] != n or ns != list(range(ns[0], n + 1)):
+            return 0
+        return max(last_tt, checked - compose_ts(int(COMMIT_SLACK * 1000)))
 
     def gaps(self) -> list[tuple[int, int]]:
         """Ranges (first, last) of fragment numbers missing between the first and the last entry."""

@@ -77,6 +77,7 @@ class Plan:
     starts: dict[str, dict] = field(default_factory=dict)   # vchannel -> start, floor, part_hw, del_hw
     fragments: dict[str, list[int]] = field(default_factory=dict)   # pchannel -> [first, last] to read
     log_bytes: int = 0
+    archive: dict | None = None    # {uri, site}: the log is read from a WAL archive in a backup target (from_target.py)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

@@ -148,7 +148,7 @@ def _scan(meta, store, settings, coll, plan: dict, sv: str, w: "_Writer") -> dic
         return target_parts[name]
 
     sc = Scanner(meta, store, pchannel_of(sv), settings, start=MessageId(*st["start"]), vchannel=sv,
-                 recovery=True, follow=False)
+                 recovery=True, follow=False, log=_archived_log(plan, pchannel_of(sv), settings))
     sc.txn = _StampedTxns()
     out = {"messages": 0, "applied": 0, "deletes": 0, "skipped": 0, "after": 0}
 
@@ -206,6 +206,17 @@ def _scan(meta, store, settings, coll, plan: dict, sv: str, w: "_Writer") -> dic
     finally:
         sc.close()
     return out
+
+
+def _archived_log(plan: dict, pchannel: str, settings):
+    """The archive a restore from a backup target alone reads (None: this store's log)."""
+    a = plan.get("archive")
+    if not a:
+        return None
+    from seglake.lifecycle.backup.archive import ArchivedLog
+    from seglake.lifecycle.copyjob.bundled import target_of
+
+    return ArchivedLog(target_of(a["uri"], settings), a["site"], pchannel)
 
 
 class _Writer:
