@@ -244,8 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for every server to be healthy (up)")
     cu.set_defaults(fn=cmd_cluster)
     add_wal_parsers(sub, out, common)
-    from seglake.cli.pitr import add_pitr_parsers
+    from seglake.cli.pitr import add_pitr_parsers, add_restore_database_parser
     add_pitr_parsers(sub, out, common, coll_t)
+    add_restore_database_parser(sub, common)
     from seglake.cli.compaction import add_compaction_parsers
     add_compaction_parsers(sub, common, coll_t, number_arg)
     from seglake.cli.backup import add_backup_parsers

@@ -36,6 +36,53 @@ def add_pitr_parsers(sub, out, common, coll_t) -> None:
     r.set_defaults(fn=cmd_restore_as_of)
 
 
+def add_restore_database_parser(sub, common) -> None:
+    r = sub.add_parser("restore-database", parents=[common],
+                       help="every collection of a database (--db; or --collections) as of ONE instant, into "
+                            "new collections NAME+SUFFIX (inline)")
+    r.add_argument("--as-of", required=True, dest="as_of",
+                   help="ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp")
+    r.add_argument("--suffix", required=True, help="each target is the collection's name + this (e.g. _noon)")
+    r.add_argument("--collections", default=None, help="comma-separated names (default: every collection)")
+    r.add_argument("--from-target", dest="from_target", nargs="?", const="", default=None, metavar="URI",
+                   help="from the backup target alone (bundles + the WAL archive)")
+    r.set_defaults(fn=cmd_restore_database)
+
+
+def cmd_restore_database(args, s: Settings) -> int:
+    from seglake.lifecycle import copyjob, pitr, verify
+    from seglake.lifecycle.pitr.database import restore_database_as_of
+    from seglake.meta.copyjobs import JOB_COMPLETED
+    from seglake.visibility import visible_count
+
+    meta, store = open_meta_store(s)
+    target = None
+    if args.from_target is not None:
+        from seglake.lifecycle.backup import bundle as bundles
+        target = bundles.open_target(s, args.from_target or None)
+    names = [c.strip() for c in args.collections.split(",")] if args.collections else None
+    jobs = restore_database_as_of(meta, store, args.db, args.as_of, suffix=args.suffix, collections=names,
+                                  target=target, owner="cli", engine="inline", timeout=s.copy_job_timeout)
+    rows, failed = [], False
+    for j in jobs:
+        copyjob.plan(meta, j["job_id"], s.max_segments_per_task)
+        copyjob.run_inline(meta, store, j["job_id"], threads=s.copy_threads, settings=s)
+        job = copyjob.finalize(meta, j["job_id"], settings=s)
+        if job.state != JOB_COMPLETED:
+            rows.append({**j, "state": job.state, "rows": None, "reason": job.reason})
+            failed = True
+            continue
+        out = pitr.replay(meta, store, s, job.target_collection_id)
+        report = verify.verify_collection(meta, store, j["target"], args.db, threads=s.copy_threads)
+        failed |= not report["ok"]
+        rows.append({**j, "state": "Created" if report["ok"] else "verify failed", "as_of_utc": out["as_of_utc"],
+                     "rows": visible_count(meta, store, job.target_collection_id), "snapshot": out["snapshot"],
+                     "rows_replayed": out["rows_replayed"]})
+    emit(args, rows, rows, ["collection", "target", "state", "rows", "snapshot", "rows_replayed"],
+         text=None)
+    return EXIT_FAILED if failed else 0
+
+
 def add_undrop_parser(colls, common, coll_t) -> None:
     u = colls.add_parser("undrop", parents=[common], help="bring a collection dropped inside its point-in-time "
                                                           "window back, as a new collection, as it was just "

@@ -90,6 +90,7 @@ CASES = {
     "seglake backup prune": (["backup", "prune", "demo", "--target", "/tmp/seglake-no-backup-here"], 2,
                              "every count is 0"),
     "seglake backup restore": (["backup", "restore", "demo", "b"], 2, "the following arguments are required"),
+    "seglake restore-database": (["restore-database", "--as-of", "1970-01-01T00:00:00Z", "--suffix", "_x"], 2, "as_of"),
     "seglake wal archive": (["wal", "archive", "--seconds", "-1"], 2, "--seconds"),
     "seglake wal status": (["wal", "status", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
     "seglake pitr set": (["pitr", "set", "demo", "nan"], 2, "is not a duration"),
