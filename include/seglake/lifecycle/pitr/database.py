@@ -17,7 +17,7 @@ copies of two collections are of two different moments.
 from __future__ import annotations
 
 from seglake.errors import NotFound, ValidationError
-from seglake.meta.catalog import CREATED, DEFAULT_DB
+from seglake.meta.catalog import CREATED
 from seglake.names import validate_name
 from seglake.lifecycle.pitr.instants import parse_as_of
 
