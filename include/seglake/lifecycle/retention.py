@@ -193,6 +193,9 @@ def set_policy(meta, collection: str, policy: Mapping[str, Any] | Policy, *, db:
     coll = _collection(meta, collection, db)
     doc = {"collection_id": coll.collection_id, "collection": coll.name, "db": coll.db, **pol.to_json(),
            "updated_at": time.time() if now is None else now}
+    if pol.archive:   # the archive begins now: GC keeps what is not shipped from here on
+        from seglake.lifecycle.backup import archive
+        archive.begin(meta, coll)
     meta.kv.put(meta.keys.retention(coll.collection_id), json.dumps(doc))
     return doc
 

@@ -39,7 +39,7 @@ def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundl
     """The bundle document a restore to `ts` starts from (module doc), or OutsideWindow."""
     names = [bundle] if bundle is not None else \
         [b["bundle"] for b in bundles.list_bundles(target, db, collection) if b.get("state") == "committed"]
-    best = None
+    best, sites = None, {}
     for name in names:
         doc = bundles.read(target, db, collection, name)
         src = doc["source"]
@@ -54,9 +54,14 @@ def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundl
                 raise OutsideWindow(f"bundle {db}.{collection}/{bundle} was taken at {describe(src['consistent_ts'])}, "
                                     f"after as_of {describe(ts)}")
             continue
+        sites.setdefault(src["site"], []).append(name)
         if best is None or (src["consistent_ts"], doc["created_at"]) > (best["source"]["consistent_ts"],
                                                                          best["created_at"]):
             best = doc
+    if len(sites) > 1:   # two seglakes backed up a collection of this name into one target
+        raise OutsideWindow(f"bundles of {db}.{collection} in {target.uri} come from {len(sites)} sources (sites "
+                            + "; ".join(f"{site[:12]}...: {', '.join(sorted(b)[:3])}" for site, b in sorted(sites.items()))
+                            + "): ambiguous; name the bundle to start from (bundle / --bundle)")
     if best is None:
         raise OutsideWindow(f"no bundle of {db}.{collection} in {target.uri} was taken at or before "
                             f"{describe(ts)} with its log positions: nothing to start a restore to that instant from")
