@@ -61,7 +61,6 @@ FORMAT = "seglake-wal-archive"
 VERSION = 1
 SHIP_BATCH = 16          # fragments shipped between two cursor moves (a kill re-ships at most this many)
 POLL_S = 1.0             # a continuous run looks for new fragments this often
-COMMIT_SLACK = 60.0      # seconds: a fragment's tick may be taken this long before its commit (writer.MAX_COMMIT_DELAY)
 
 
 class ArchiveError(SeglakeError):
@@ -299,6 +298,24 @@ def ship_fragment(store: Store, target: Store, site: str, pchannel: str, rec: Fr
     return len(data)
 
 
+def _seal(meta, log: WalLog, st, probe: int) -> int:
+    """Everything of the log up to fragment st.last is shipped: seal the log at `probe` (a
+    TSO taken before st was read) with ONE txn guarded on the log record being st -- from
+    then on no commit carries a tick at or below it (the writer reserves above the seal,
+    and a commit that read the record before the seal fails its compare and reserves
+    again). So the archive holds the whole log up to `probe`. Returns the tick the archive
+    covers: probe, or st.last_tt when a commit came first (sealed next time)."""
+    from dataclasses import replace
+
+    if probe <= st.floor_tt or st.kv is None:
+        return st.last_tt
+    try:
+        meta.kv.txn([unchanged(st.kv)], [Put(log.log_key, replace(st, sealed_tt=probe, kv=None).encoded())])
+    except Conflict:
+        return st.last_tt
+    return probe
+
+
 def write_coverage(target: Store, site: str, pchannel: str, n: int, last_tt: int, probe: int) -> None:
     """`archive/{site}/{pchannel}/COVERED.json`: the archive holds the whole log up to
     fragment n, read at a moment when the log's TSO had passed `probe`. A restore from the
@@ -360,7 +377,7 @@ def ship_pchannel(meta, store: Store, target: Store, site: str, pchannel: str, *
     if shipped_to > cur.shipped:
         cur = _move_cursor(meta, pchannel, cur, shipped_to, target.uri, began)
     if max(cur.shipped, shipped_to) >= st.last:
-        write_coverage(target, site, pchannel, st.last, st.last_tt, probe)
+        write_coverage(target, site, pchannel, st.last, st.last_tt, _seal(meta, log, st, probe))
     return {"pchannel": pchannel, "shipped": n_done, "bytes": nbytes, "cursor": max(cur.shipped, shipped_to),
             "last": st.last, "began": began, "gap": gap}
 
@@ -450,12 +467,9 @@ class ArchivedLog:
 
     def covered(self) -> int:
         """The latest instant (a TSO) this archive holds the whole log of the pchannel up
-        to: the last archived tick, or -- when the archiver found nothing newer -- the
-        moment it looked, less COMMIT_SLACK (a commit whose tick was taken before that
-        moment may still land after the look: writer.MAX_COMMIT_DELAY bounds it). 0 when
-        the archive has no coverage record or a gap below it."""
-        from seglake.meta.alloc import compose_ts
-
+        to: the last archived tick, or -- when the archiver shipped everything and sealed
+        the log (_seal) -- the seal. 0 without a coverage record, or when its fragment is
+        not archived."""
         key = layout.archive_coverage(self.site, self.pchannel)
         try:
             d = json.loads(self.target.get(key))
@@ -466,8 +480,7 @@ class ArchivedLog:
             raise ArchiveError(f"{key} in {self.target.uri} is damaged") from None
         if d.get("digest") != _doc_digest(d) or d.get("site") != self.site or d.get("pchannel") != self.pchannel:
             raise ArchiveError(f"{key} in {self.target.uri} is damaged (its digest does not match its content)")
-        ns = [x for x in self.numbers() if x <= n]
-        if not ns or ns[-1] != n or ns != list(range(ns[0], n + 1)):
+        if n not in self.numbers():   # (a hole below it is the plan's concern: _check_archive)
             return 0
         raw = _raw_entry(self.target, self.site, self.pchannel, n)
         if raw is None or entry_digest(raw) != d.get("head"):
@@ -475,7 +488,7 @@ class ArchivedLog:
         e = read_entry(self.target, self.site, self.pchannel, n, raw)
         if last_tt != e["tt0"] + max(e["span"], 1) - 1 and e.get("fmt", 2) != 1:
             raise ArchiveError(f"{key} in {self.target.uri}: its last tick is not entry {n}'s: damaged")
-        return max(last_tt, checked - compose_ts(int(COMMIT_SLACK * 1000)))
+        return max(last_tt, checked)
 
     def gaps(self) -> list[tuple[int, int]]:
         """Ranges (first, last) of fragment numbers missing between the first and the last entry."""
