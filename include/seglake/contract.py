@@ -194,7 +194,13 @@ SPECS: dict[str, dict[str, Key]] = {
     },
     "snapshot_restore": {
         "collection": _name("Source collection", "The snapshot's collection"),
-        "snapshot": _name("Snapshot", "A COMMITTED snapshot of the source collection", example="nightly_1"),
+        "snapshot": Key("name", "Snapshot", nullable=True, example="nightly_1",
+                        description="A COMMITTED snapshot of the source collection; empty with as_of (the "
+                                    "latest COMMITTED snapshot at or before it is chosen)"),
+        "as_of": Key("text", "As of", nullable=True, max_length=64,
+                     description="Restore the collection as it was at this instant instead of a snapshot: "
+                                 "ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp in "
+                                 "decimal; needs the collection's point-in-time window (seglake pitr set)"),
         "target": _name("Target collection", "Must not exist yet (no default)", example="demo_restored"),
         "db": DB,
         "engine": ENGINE,
@@ -218,7 +224,13 @@ SPECS: dict[str, dict[str, Key]] = {
     },
     "snapshot_restore_external": {
         "collection": _name("Bundle's collection", "The collection the bundle was exported from"),
-        "bundle": _name("Bundle", "A committed bundle in the backup target", example="nightly_1"),
+        "bundle": Key("name", "Bundle", nullable=True, example="nightly_1",
+                      description="A committed bundle in the backup target; with as_of: the bundle to start "
+                                  "from (empty: the latest one at or before the instant)"),
+        "as_of": Key("text", "As of", nullable=True, max_length=64,
+                     description="Restore the collection as it was at this instant, from the backup target "
+                                 "alone (a bundle + the WAL archive: retention policy archive): ISO-8601 with a "
+                                 "time zone or a TSO timestamp in decimal"),
         "target": _name("Target collection", "The new collection (must not exist yet; no default)",
                         example="demo_restored"),
         "backup_uri": BACKUP_URI,
@@ -414,9 +426,36 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
             out[key] = k.check(key, conf[key]) if key in conf else k.default
         except ValidationError as e:
             problems.append(str(e))
+    if dag_id == "snapshot_restore" and not problems:
+        problems += _restore_source_problems(out)
+    if dag_id == "snapshot_restore_external" and not problems:
+        problems += _external_source_problems(out)
     if problems:
         raise ValidationError(f"{dag_id}: refused conf before any change: " + "; ".join(problems))
     return out
+
+
+def _restore_source_problems(conf: Mapping[str, Any]) -> list[str]:
+    """A restore names exactly one source: a snapshot, or an instant (as_of) whose format is checked."""
+    if (conf.get("snapshot") is None) == (conf.get("as_of") is None):
+        return ["give exactly one of conf keys 'snapshot' (restore that snapshot) and 'as_of' (restore the "
+                "collection as it was at that instant)"]
+    if conf.get("as_of") is not None:
+        from seglake.lifecycle.pitr.instants import parse_as_of
+        try:
+            parse_as_of(conf["as_of"])
+        except ValidationError as e:
+            return [f"conf key 'as_of' (As of): {e}"]
+    return []
+
+
+def _external_source_problems(conf: Mapping[str, Any]) -> list[str]:
+    """A restore from the backup target names a bundle, an instant (as_of), or both (the
+    instant restored from that bundle)."""
+    if conf.get("bundle") is None and conf.get("as_of") is None:
+        return ["give conf key 'bundle' (restore that bundle) or 'as_of' (restore the collection as it was at "
+                "that instant, from a bundle and the WAL archive), or both"]
+    return _restore_source_problems({"snapshot": None, **conf}) if conf.get("as_of") is not None else []
 
 
 def check_gc_floor(conf: Mapping[str, Any], floor_seconds: float) -> None:

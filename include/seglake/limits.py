@@ -166,6 +166,7 @@ LIMITS: dict[str, Limit] = {
     "copy_max_requests_per_second": Limit(0, 1e6, unit="req/s"),
     "retention_keep": _count(0, 100_000),
     "restore_timeout": _seconds(7 * DAY, positive=True),
+    "pitr_window": Limit(60.0, YEAR, unit="s"),          # a point-in-time window: a minute .. a year
     "gc_pause_ttl": _seconds(YEAR, positive=True),
     "id": _count(1, ID_MAX),                           # job, collection, segment ids
     "poll_interval": _seconds(HOUR, positive=True),

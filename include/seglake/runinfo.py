@@ -82,6 +82,13 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
         return _short(f"FAILED: {head}: copy job {job.get('job_id')} Failed: {job.get('reason')}; {facts}")
     if compared is None:
         return _short(f"FAILED: {head}: copy job {job.get('state')} but verify/compare did not pass; {facts}")
+    if "as_of_utc" in compared:   # a restore to a time (seglake.lifecycle.pitr.summary): what the replay used
+        base = f"snapshot {compared['snapshot']}" if compared.get("snapshot") else "the collection's creation"
+        return _short(f"restore {params.get('collection')} as of {compared['as_of_utc']} -> {params.get('target')}: "
+                      f"from {base}, {compared.get('messages', 0)} log messages "
+                      f"({human_bytes(compared.get('log_bytes', 0))} of log) replayed: "
+                      f"{compared.get('rows_replayed', 0)} rows, {compared.get('deletes_replayed', 0)} deletes; "
+                      f"{facts}")
     return _short(f"{head}: {facts}")
 
 

@@ -66,8 +66,9 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         if kind == "snapshot_restore_external":
             started = ti.xcom_pull(task_ids="restore")
             job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="verify.summarize")
-            params = {"collection": f"bundle {params.get('collection')}", "snapshot": params.get("bundle"),
-                      "target": params.get("target")}
+            params = {"collection": f"bundle {params.get('collection')}",
+                      "snapshot": params.get("bundle") if params.get("as_of") is None else
+                      f"as of {params.get('as_of')} (bundle + WAL archive)", "target": params.get("target")}
         elif kind == "snapshot_restore":
             started = ti.xcom_pull(task_ids="restore")
             job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="compare")

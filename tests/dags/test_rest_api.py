@@ -178,6 +178,18 @@ def test_compaction_policy_set_get_clear_and_history(client, h, world):
     ("get", "/compaction/policies/api_coll", None, 404, "no compaction policy"),
     ("post", "/compaction", {"collection": "nope"}, 404, "collection 'nope' not found"),
     ("post", "/compaction", {"collection": "api_coll", "dry_rn": True}, 400, "did you mean 'dry_run'?"),
+    ("post", "/collections/api_coll/restore", {"target": "t", "as_of": "2026-11-27T12:00:00"}, 400,
+     "a time zone is required"),
+    ("post", "/collections/api_coll/restore", {"target": "t", "as_of": "1970-01-01T00:00:00Z"}, 400, "year 1970"),
+    ("post", "/collections/api_coll/restore", {"target": "t", "as_of": 470753162035462143}, 400,
+     "before collection 'api_coll' existed"),
+    ("post", "/collections/api_coll/restore", {"target": "api_coll", "as_of": 470753162035462143}, 409,
+     "collection 'api_coll' already exists"),
+    ("post", "/collections/nope/restore", {"target": "t", "as_of": 470753162035462143}, 404,
+     "collection 'nope' not found"),
+    ("put", "/collections/api_coll/pitr", {"window": "nan"}, 400, "is not a duration"),
+    ("put", "/collections/api_coll/pitr", {"window": "3d", "windw": 1}, 400, "unknown field 'windw'"),
+    ("delete", "/collections/nope/pitr", None, 404, "collection 'nope' not found"),
 ])
 def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, method, path, body, status, words):
     meta, *_ = world
@@ -187,6 +199,17 @@ def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, met
     detail = r.json()["detail"]
     assert isinstance(detail, str) and words in detail and "\n" not in detail, detail
     assert sorted(kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True)) == before
+
+
+def test_point_in_time_window_set_show_clear(client, h, world):
+    r = client.put(f"{API}/collections/api_coll/pitr", json={"window": "3d"}, headers=h)
+    assert r.status_code == 200, r.text
+    assert r.json()["window_s"] == 3 * 86400
+    shown = client.get(f"{API}/collections/api_coll/pitr", headers=h).json()
+    assert shown["window"] == "3d" and shown["holds"]["snapshot"] is None   # s1 is inside the window
+    r = client.delete(f"{API}/collections/api_coll/pitr", headers=h)
+    assert r.status_code == 200 and r.json()["cleared"] is True
+    assert client.get(f"{API}/collections/api_coll/pitr", headers=h).json()["window"] is None
 
 
 @pytest.mark.parametrize("path", ["/collections", "/openapi.json", "/docs", "/jobs"])

@@ -18,6 +18,8 @@ Layout under the configurable root (default `seglake`):
     {root}/txn/{write_id}                            write markers (leased, see meta/kv.py)
     {root}/compaction/units/{collection_id}/{unit_id}   a compaction unit's ids and outcome
     {root}/compaction/runs/{collection_id}           the last compaction run's summary
+    {root}/pitr/windows/{collection_id}              a collection's point-in-time window
+    {root}/pitr/replays/{target_id}/{vchannel}       a point-in-time replay's done marker
     {root}/site                                      this root's site id (an archive's name for it)
     {root}/archive/{pchannel}                        the WAL archive's cursor: fragments shipped
     {root}/compaction/policies/{collection_id}       a collection's compaction policy (overrides config)
@@ -227,6 +229,19 @@ class Keys:
     def compaction_history_prefix(self, collection_id: int | None = None) -> str:
         base = f"{self.root}/compaction/history/"
         return base if collection_id is None else f"{base}{_id(collection_id)}/"
+
+    # point-in-time restore (lifecycle/pitr)
+    def pitr_window(self, collection_id: int) -> str:
+        return f"{self.root}/pitr/windows/{_id(collection_id)}"
+
+    def pitr_windows_prefix(self) -> str:
+        return f"{self.root}/pitr/windows/"
+
+    def pitr_replay(self, target_id: int, vchannel: str) -> str:
+        return f"{self.pitr_replays_prefix(target_id)}{_seg(vchannel)}"
+
+    def pitr_replays_prefix(self, target_id: int) -> str:
+        return f"{self.root}/pitr/replays/{_id(target_id)}/"
 
     def gc(self, *parts: str) -> str:
         return "/".join([f"{self.root}/gc", *(_seg(p) for p in parts)])

@@ -26,7 +26,7 @@ auth dependencies, its error handlers and `trigger`; the models above are its co
 
 
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Union
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,6 +72,15 @@ class RestoreRequest(Strict):
     timeout_hours: Optional[float] = None
     max_mib_per_second: float = 0
     max_requests_per_second: float = 0
+
+
+class RestoreAsOfRequest(RestoreRequest):
+    as_of: Union[str, int] = Field(description="ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp")
+
+
+class WindowRequest(Strict):
+    window: Union[str, float] = Field(description="how far back restores reach: 3d, 12h, 90m or seconds")
+    db: str = Field("default", pattern=NAME_PATTERN)
 
 
 class PinRequest(Strict):
@@ -495,6 +504,58 @@ def create_api():
         conf = {"collection": collection, "snapshot": name, **body.model_dump()}
         return trigger(request, "snapshot_restore", conf,
                        {"collection": collection, "snapshot": name, "target": body.target})
+
+    @api.post("/collections/{collection}/restore", response_model=Run, status_code=201,
+              dependencies=[run_rights], summary="Restore a collection as it was at an instant into a new "
+                                                  "collection (snapshot_restore with as_of)")
+    def restore_as_of(request: Request, body: RestoreAsOfRequest, collection: str = name_in("collection")) -> dict:
+        from seglake.lifecycle import pitr
+
+        as_of = str(body.as_of)   # the conf carries it as text (a TSO in decimal)
+        with _engine() as (meta, store):   # every refusal (window, instant, log gap) before any run
+            same = None
+            try:
+                taken = meta.catalog.get_by_name(body.target, body.db)
+                same = taken.properties.get("restored_from", {})
+            except NotFound:
+                taken = None
+            if taken is not None and not (same.get("collection") == collection
+                                          and same.get("as_of") == pitr.parse_as_of(as_of)):
+                raise Conflict(f"collection {body.target!r} already exists in db {body.db!r}; choose another target")
+            if taken is None:
+                pitr.plan(meta, store, collection, as_of, db=body.db)
+        conf = {"collection": collection, "as_of": as_of, **body.model_dump(exclude={"as_of"})}
+        return trigger(request, "snapshot_restore", conf, {"collection": collection, "as_of": as_of,
+                                                           "target": body.target})
+
+    @api.get("/collections/{collection}/pitr", summary="A collection's point-in-time window and what it holds")
+    def pitr_show(collection: str = name_in("collection"), db: str = db_q()) -> dict:
+        from seglake.lifecycle import pitr
+
+        with _engine() as (meta, _):
+            doc = pitr.get_window(meta, collection, db=db)
+            if doc is None:
+                return {"collection": collection, "db": db, "window": None}
+            held = [h for h in pitr.cost(meta)["windows"] if h["collection_id"] == doc["collection_id"]]
+            return {**doc, "holds": held[0] if held else None}
+
+    @api.put("/collections/{collection}/pitr", dependencies=[run_rights],
+             summary="Turn a collection's point-in-time window on (or change it)")
+    def pitr_set(request: Request, body: WindowRequest, collection: str = name_in("collection")) -> dict:
+        from seglake.lifecycle import pitr
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            return pitr.set_window(meta, collection, body.window, db=body.db)
+
+    @api.delete("/collections/{collection}/pitr", dependencies=[run_rights],
+                summary="Turn a collection's point-in-time window off (the next GC releases what it held)")
+    def pitr_clear(request: Request, collection: str = name_in("collection"), db: str = db_q()) -> dict:
+        from seglake.lifecycle import pitr
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            return {"collection": collection, "db": db, "cleared": pitr.clear_window(meta, collection, db=db)}
 
     @api.post("/snapshots/{collection}/{name}/pins", response_model=Pin, status_code=201,
               dependencies=[run_rights], summary="Pin a snapshot for a while (no drop; GC keeps its files)")
