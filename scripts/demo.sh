@@ -96,10 +96,20 @@ seglake segments list demo_wal
 seglake compaction history demo_wal
 python scripts/demo_wal.py check
 echo
+echo "== 7e. point-in-time restore: demo_wal as it was just before its deletes (base snapshot or creation + its log replayed)"
+seglake pitr show demo_wal
+seglake restore demo_wal demo_wal_before_deletes --as-of "$(python scripts/demo_wal.py before-deletes)"
+python scripts/demo_wal.py pitr-check
+seglake wal status
+echo
 echo "== 8. drop_collection: begin (Dropping + DropCollection messages), wal_flush releases the vchannels, finish"
 run_dag drop_begin drop_collection '{"collection": "demo_wal", "wait_for_flush": false}'
 run_dag wal_flush_drop wal_flush '{"pchannel": "all", "engine": "inline"}'
 run_dag drop_finish drop_collection '{"collection": "demo_wal"}'
 grep -E "Dropped|dropped" "$AIRFLOW_HOME/demo-drop_finish.log" | grep -v "^\s*$" | tail -3 | sed -E 's/ \[airflow.*$//' || true
+echo
+echo "== 9. undrop: demo_wal (dropped inside its point-in-time window) back as demo_wal_back, as it was before the drop"
+seglake collections undrop demo_wal --as demo_wal_back
+python scripts/demo_wal.py undrop-check
 echo
 echo "== done. 'make up' then 'seglake collections describe demo' / 'seglake segments list demo' to inspect."
