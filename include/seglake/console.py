@@ -262,7 +262,13 @@ def backup(meta: Meta, now: float) -> dict:
                         "verified_at": None if v is None else v["checked_at"]})
     from seglake.lifecycle.backup import archive
     return {"exports": exports, "pins": snapshot.list_pins(meta, now=now),
-            "policies": retention.list_policies(meta), "archive": archive.status(meta, now_ms=now * 1000)}
+            "policies": retention.list_policies(meta), "archive": archive.status(meta, now_ms=now * 1000),
+            "pitr": _pitr_cost(meta, now)}
+
+
+def _pitr_cost(meta: Meta, now: float) -> dict:
+    from seglake.lifecycle.pitr.window import cost
+    return cost(meta, now)
 
 
 # -- everything ---------------------------------------------------------------------------------

@@ -192,9 +192,28 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
                    [({"scheduled": "true"}, sum(1 for p in policies if p["scheduled"])),
                     ({"scheduled": "false"}, sum(1 for p in policies if not p["scheduled"]))])
 
+    def pitr() -> None:
+        from seglake.lifecycle.backup import archive
+        from seglake.lifecycle.pitr.window import cost
+
+        c = cost(meta, now)
+        out.family("seglake_pitr_window_log_bytes", "WAL bytes the point-in-time windows hold, per pchannel.",
+                   [({"pchannel": p}, d["log_bytes"]) for p, d in sorted(c["pchannels"].items())])
+        out.family("seglake_pitr_window_only_log_bytes",
+                   "WAL bytes only the point-in-time windows keep (below every flusher checkpoint), per pchannel.",
+                   [({"pchannel": p}, d["window_only_bytes"]) for p, d in sorted(c["pchannels"].items())])
+        out.family("seglake_pitr_window_snapshot_bytes", "Bytes of the base snapshot each window holds.",
+                   [({"collection": w["collection"], "db": w["db"]}, w["snapshot_bytes"]) for w in c["windows"]])
+        st = archive.status(meta, now_ms=now * 1000)
+        out.family("seglake_wal_archive_behind_fragments", "Committed WAL fragments not yet in the archive.",
+                   [({"pchannel": a["pchannel"]}, a["behind"]) for a in st])
+        out.family("seglake_wal_archive_lag_seconds",
+                   "Age of the oldest WAL fragment not yet archived (the archive's recovery point); 0: up to date.",
+                   [({"pchannel": a["pchannel"]}, a["lag_s"]) for a in st])
+
     for source, fn in (("collections", collections), ("snapshots", snapshots), ("copy_jobs", jobs),
                        ("gc", gc), ("gc_pause", gc_pause), ("wal", wal), ("backups", backups),
-                       ("compaction", compaction)):
+                       ("compaction", compaction), ("pitr", pitr)):
         read(source, fn)
     out.family("seglake_scrape_error", "1 when a source could not be read at this scrape.",
                [({"source": s}, v) for s, v in errors.items()])

@@ -293,8 +293,18 @@ def _backup(b: dict) -> str:
                     f'<span class="muted">{escape(a.get("target") or "-")}</span>']
                    for a in b.get("archive", [])],
                   numeric={2, 3, 4}, empty="no collection's WAL is archived (`seglake retention set NAME --archive`)")
+    cost = b.get("pitr") or {"windows": [], "pchannels": {}}
+    held = cost["pchannels"]
+    pitr = _table(["collection", "window", "base snapshot", "snapshot bytes", "log held", "only for the window"],
+                  [[escape(f"{w['db']}.{w['collection']}"), escape(w["window"]), escape(w["snapshot"] or "its creation"),
+                    human_bytes(w["snapshot_bytes"]),
+                    human_bytes(sum(held.get(p, {}).get("log_bytes", 0) for p in w["fragments_from"])),
+                    human_bytes(sum(held.get(p, {}).get("window_only_bytes", 0) for p in w["fragments_from"]))]
+                   for w in cost["windows"]],
+                  numeric={3, 4, 5}, empty="no point-in-time window (`seglake pitr set NAME 3d`)")
     return (exports + '<h3>Pins</h3>' + pins + '<h3>Retention schedules</h3>' + pols
-            + '<h3>WAL archive (continuous backup)</h3>' + arch)
+            + '<h3>WAL archive (continuous backup)</h3>' + arch
+            + '<h3>Point-in-time windows (what they hold)</h3>' + pitr)
 
 
 def render_page(data: dict) -> str:
