@@ -360,6 +360,14 @@ SPECS: dict[str, dict[str, Key]] = {
         "clear": Key("boolean", "Clear the policy", default=False,
                      description="Remove the collection's policy (the keep counts are ignored)"),
     },
+    "pitr_window": {
+        "collection": _name("Collection", "The collection whose point-in-time window to set (no default)"),
+        "db": DB,
+        "window": Key("text", "Window", nullable=True, max_length=32,
+                      description="How far back restores reach: 3d, 12h, 90m or seconds (1 minute .. 365 days)"),
+        "clear": Key("boolean", "Turn the window off", default=False,
+                     description="Turn the window off (what it held is released at the next GC)"),
+    },
     "wal_archive": {
         "seconds": Key("number", "Run time (s)", default=240, limit="archive_seconds",
                        description="Keep shipping new WAL fragments for this long (0: once)"),

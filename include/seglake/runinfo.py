@@ -190,7 +190,8 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
             "snapshot_retention": f"retention policy of {params.get('collection')}",
             "snapshot_schedule": "snapshot_schedule", "verify_collection": f"verify {params.get('collection')}",
             "wal_archive": "wal_archive",
-            "compaction_policy": f"compaction policy of {params.get('collection')}"}[kind]
+            "compaction_policy": f"compaction policy of {params.get('collection')}",
+            "pitr_window": f"point-in-time window of {params.get('collection')}"}[kind]
     if result is None:
         return _short(f"FAILED: {what} did not finish (see the task logs)")
     if kind == "snapshot_drop":
@@ -199,6 +200,8 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
         return _short(f"{what} " + ("cleared" if "cleared" in result else "set"))
     if kind == "snapshot_schedule":
         return _short(f"snapshot_schedule: {len(result)} retention policies run")
+    if kind == "pitr_window":
+        return _short(f"{what} " + ("cleared" if "cleared" in result else f"set to {result.get('window')}"))
     if kind == "wal_archive":
         behind = ", ".join(f"{p} up to {d['cursor']} of {d['last']}" for p, d in result["pchannels"].items())
         return _short(f"wal_archive: {result['fragments']} fragments ({human_bytes(result['bytes'])}) shipped to "
