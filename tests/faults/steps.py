@@ -51,6 +51,18 @@ def pitr_restore(meta, store, settings, a: dict) -> dict:
     return {**out, **pitr.replay(meta, store, settings, meta.catalog.get_by_name(a["target"]).collection_id)}
 
 
+def pitr_restore_from_target(meta, store, settings, a: dict) -> dict:
+    """A restore to a time from a backup target alone, the whole way (attack-archive)."""
+    from seglake.lifecycle import pitr
+    from seglake.lifecycle.pitr import from_target
+    from seglake.storage.local import LocalStore
+
+    job_id = from_target.restore_as_of_from_target(meta, store, LocalStore(a["backup"]), a["collection"],
+                                                   a["target"], a["as_of"])
+    out = _drive(meta, store, settings, job_id, a)
+    return {**out, **pitr.replay(meta, store, settings, meta.catalog.get_by_name(a["target"]).collection_id)}
+
+
 def backup_export(meta, store, settings, a: dict) -> dict:
     from seglake.lifecycle.backup import export
     from seglake.storage.local import LocalStore
@@ -130,7 +142,7 @@ def wal_archive(meta, store, settings, a: dict) -> dict:
 
 
 STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run, backup_export, backup_import,
-                                  backup_restore, compact, pitr_restore, wal_archive)}
+                                  backup_restore, compact, pitr_restore, wal_archive, pitr_restore_from_target)}
 
 
 def main() -> int:

@@ -121,7 +121,8 @@ def cmd_wal_archive(args, s: Settings) -> int:
 
     meta, store = open_meta_store(s)
     target = bundles.open_target(s, args.target)
-    r = archive.run(meta, store, target, seconds=args.seconds, max_bytes_per_second=(args.max_mib_per_second or 0) * (1 << 20),
+    r = archive.run(meta, store, target, seconds=args.seconds, move=args.move,
+                    max_bytes_per_second=(args.max_mib_per_second or 0) * (1 << 20),
                     say=lambda line: print(line, file=sys.stderr, flush=True))
     emit(args, r, text=f"archived {r['fragments']} fragment(s) ({human_bytes(r['bytes'])}) of "
                        f"{len(r['pchannels'])} pchannel(s) to {r['target']}"
@@ -177,6 +178,8 @@ def add_wal_parsers(sub, out, common) -> None:
     wa.add_argument("--seconds", type=number_arg("archive_seconds"), default=0,
                     help="keep shipping new fragments for this long (default 0: once)")
     wa.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=0)
+    wa.add_argument("--move", action="store_true", help="move the archive to --target for good (it starts again "
+                                                         "there from the log's first retained fragment)")
     wa.set_defaults(fn=cmd_wal_archive)
     for action in ("pause", "resume"):
         wp = w.add_parser(action, help=f"{action} consumption (recovery scanners are never paused)")

@@ -305,6 +305,12 @@ class KV:
                           write=False, what=f"count {prefix}")
         return resp.count
 
+    def cluster_id(self) -> int:
+        """The etcd cluster's id (every response's header carries it): a copy of a root in
+        another cluster answers with another one."""
+        resp = self._call(lambda: self._client.get_response("\0"), write=False, what="cluster id")
+        return int(resp.header.cluster_id)
+
     def revision(self) -> int:
         """The store's current revision."""
         resp = self._call(lambda: self._client.get_response("\0"), write=False, what="revision")

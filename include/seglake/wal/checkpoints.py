@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from seglake.errors import SeglakeError, ValidationError
+from seglake.errors import SeglakeError, StateError, ValidationError
 from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
 from seglake.meta.kv import Delete, Put, retry_on_conflict, unchanged
 from seglake.storage import layout
@@ -115,22 +115,27 @@ def referenced_fragments(meta, pchannel: str) -> set[str]:
     return {rec.key for rec in log.fragments()}
 
 
-def record_truncation(meta, pchannel: str, fragment_keys: list[str]) -> int:
+def record_truncation(meta, pchannel: str, fragment_keys: list[str], guards=()) -> int:
     """Persist, BEFORE deleting any of `fragment_keys`, that the log below the highest
     one's place + 1 may be gone: the log's `first` moves up (one guarded txn; producers
-    racing it retry) and the index records below it are removed. Monotonic; returns
-    the bound."""
+    racing it retry) and the index records below it are removed. `guards`: Compares on
+    mod revisions the caller judged on (a changed one: StateError, nothing recorded).
+    Monotonic; returns the bound."""
     keys = set(fragment_keys)
     log = WalLog(meta, None, pchannel)
 
     def attempt() -> int:
+        for g in guards:   # what the caller judged on (the WAL archive's cursor) still holds
+            kv = meta.kv.get(g.key)
+            if (kv.mod_revision if kv is not None else 0) != g.value:
+                raise StateError(f"{g.key} changed since the truncation of {pchannel} was judged: not truncated")
         st = log.state()
         places = [rec.n for rec in log.fragments(state=st) if rec.key in keys]
         places += [n for n in st.holes if layout.wal_fragment(pchannel, n) in keys]
         bound = max(places, default=0) + 1
         if bound <= st.first or st.kv is None:
             return st.first
-        meta.kv.txn([unchanged(st.kv)], [Put(log.log_key, replace(st, first=bound,
+        meta.kv.txn([unchanged(st.kv), *guards], [Put(log.log_key, replace(st, first=bound,
                                                                     holes=[h for h in st.holes if h >= bound]).encoded())])
         return bound
     bound = retry_on_conflict(attempt, f"record truncation of {pchannel}")

@@ -28,8 +28,10 @@ A kill anywhere re-ships at most the fragments after the cursor: an entry alread
 target with the same SHA-256 is kept (idempotent); an entry with another SHA-256 is
 refused loudly (the target holds someone else's fragment n), never overwritten.
 
-One target at a time: a run into another target than the cursor's starts that target's
-archive again from the log's first retained fragment (the old target keeps what it has).
+One target at a time: a run into another target than the cursor's is refused before it
+ships anything (alternating targets would leave holes in both); `move=True` (`seglake wal
+archive --move`) moves the archive there for good, starting again from the log's first
+retained fragment (the old target keeps what it has).
 
 The WAL keeps what is not shipped: GC's truncation of an archived pchannel stops below
 `cursor + 1` (lifecycle/gc/walview.py). A pchannel whose cursor is missing or unreadable
@@ -70,21 +72,38 @@ class ArchiveError(SeglakeError):
 
 # -- the site ---------------------------------------------------------------------------------
 def site_id(meta) -> str:
-    """This etcd root's site id, made once (a guarded create; a lost race reads the winner's)."""
+    """This etcd root's site id, made once (a guarded create; a lost race reads the
+    winner's) and bound to where it was made: the etcd cluster and the root. A copy of the
+    root -- under another root, or into another cluster (a staging copy restored from an
+    etcd backup) -- finds a site made elsewhere and takes a new one (guarded on the record
+    it read): two stores never archive into, or restore from, one site's log."""
+    import uuid
+
     key = keymod.site(meta.keys)
-    kv = meta.kv.get(key)
-    if kv is None:
-        import uuid
-        doc = json.dumps({"site": uuid.uuid4().hex, "created_at": time.time()})
-        try:
-            meta.kv.txn([absent(key)], [Put(key, doc)])
-        except Conflict:
-            pass
+    here = {"root": meta.keys.root, "cluster": str(meta.kv.cluster_id())}
+    for _ in range(8):
         kv = meta.kv.get(key)
-    site = json.loads(kv.value)["site"]
-    if not isinstance(site, str) or not layout.SITE_RE.fullmatch(site):
-        raise ArchiveError(f"etcd key {key}: {site!r} is not a site id")
-    return site
+        d = None
+        if kv is not None:
+            try:
+                d = json.loads(kv.value)
+            except ValueError:
+                raise ArchiveError(f"etcd key {key} is damaged") from None
+            site = d.get("site") if isinstance(d, dict) else None
+            if not isinstance(site, str) or not layout.SITE_RE.fullmatch(site):
+                raise ArchiveError(f"etcd key {key}: {site!r} is not a site id")
+            if {k: d.get(k) for k in here} == here:
+                return site
+        if d is not None and "root" not in d:   # made before sites were bound: bound here, same id
+            doc = json.dumps({**d, **here})
+        else:
+            doc = json.dumps({"site": uuid.uuid4().hex, **here, "created_at": time.time(),
+                              **({"copied_from": d["site"]} if d else {})})
+        try:
+            meta.kv.txn([unchanged(kv) if kv is not None else absent(key)], [Put(key, doc)])
+        except Conflict:
+            continue
+    raise ArchiveError(f"etcd key {key}: could not settle this root's site id (8 lost races)")
 
 
 # -- what is archived -------------------------------------------------------------------------
@@ -175,12 +194,31 @@ class Cursor:
     kv: object = None
 
 
+def _possible(meta, pchannel: str, cur: "Cursor", last: int) -> None:
+    """ArchiveError when the cursor (read before the log's `last`) claims more than the
+    log holds: an impossible cursor is never believed (GC would truncate what was never
+    shipped, the archive would never ship again)."""
+    if cur.shipped > last:
+        raise ArchiveError(f"the WAL archive's cursor of {pchannel} says fragment {cur.shipped} is shipped, but "
+                           f"the log ends at {last}: impossible, refused (nothing truncated or shipped)")
+
+
 def read_cursor(meta, pchannel: str) -> Cursor:
-    kv = meta.kv.get(keymod.archive_cursor(meta.keys, pchannel))
+    """The cursor; ArchiveError when it is damaged."""
+    key = keymod.archive_cursor(meta.keys, pchannel)
+    kv = meta.kv.get(key)
     if kv is None:
         return Cursor()
-    d = json.loads(kv.value)
-    return Cursor(int(d["shipped"]), str(d.get("target", "")), int(d.get("began", 0)), kv)
+    try:
+        d = json.loads(kv.value)
+        cur = Cursor(d["shipped"], d.get("target", ""), d.get("began", 0), kv)
+        ok = all(type(x) is int and x >= 0 for x in (cur.shipped, cur.began)) and isinstance(cur.target, str)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise ArchiveError(f"the WAL archive's cursor {key} is damaged: no WAL of {pchannel} is truncated and "
+                           f"nothing shipped until it is repaired")
+    return cur
 
 
 def truncation_floor(meta, pchannel: str) -> int | None:
@@ -188,7 +226,9 @@ def truncation_floor(meta, pchannel: str) -> int | None:
     None when the pchannel is not archived. Raises on any read error (fail closed)."""
     if pchannel not in archived_pchannels(meta):
         return None
-    return read_cursor(meta, pchannel).shipped + 1
+    cur = read_cursor(meta, pchannel)   # first: the log only grows after it
+    _possible(meta, pchannel, cur, WalLog(meta, None, pchannel).state().last)
+    return cur.shipped + 1
 
 
 def _move_cursor(meta, pchannel: str, cur: Cursor, shipped: int, target_uri: str, began: int) -> Cursor:
@@ -352,15 +392,24 @@ def _write_site(meta, target: Store, site: str) -> None:
                                 "first_at": time.time()}, sort_keys=True).encode())
 
 
+def _elsewhere(pchannel: str, current: str, asked: str) -> str:
+    return (f"the WAL archive of {pchannel} goes to {current}; a run into {asked} is refused (alternating targets "
+            f"leave holes in both). To move the archive there for good: `seglake wal archive --target {asked} "
+            f"--move` (it starts again from the log's first retained fragment)")
+
+
 def ship_pchannel(meta, store: Store, target: Store, site: str, pchannel: str, *,
-                  acquire=None, deadline: float | None = None) -> dict:
+                  acquire=None, deadline: float | None = None, move: bool = False) -> dict:
     """Ship `pchannel`'s committed fragments after its cursor (module doc). Returns
     {pchannel, shipped: fragments, bytes, cursor, last, began, gap}."""
     log = WalLog(meta, store, pchannel)
     probe = meta.tso.now()          # before the log is read: see write_coverage
+    cur = read_cursor(meta, pchannel)   # before the log: it only grows after
     st = log.state()
-    cur = read_cursor(meta, pchannel)
+    _possible(meta, pchannel, cur, st.last)
     if cur.kv is not None and cur.target and cur.target != target.uri:
+        if not move:
+            raise ArchiveError(_elsewhere(pchannel, cur.target, target.uri))
         cur = _restart_cursor(meta, pchannel, cur, target.uri, st.first)
     start = max(cur.shipped + 1, st.first)
     gap = [cur.shipped + 1, st.first - 1] if cur.kv is not None and cur.shipped + 1 < st.first else None
@@ -383,7 +432,7 @@ def ship_pchannel(meta, store: Store, target: Store, site: str, pchannel: str, *
 
 
 def run(meta, store: Store, target: Store, *, seconds: float = 0.0, poll: float = POLL_S,
-        max_bytes_per_second: float = 0.0, say: Callable[[str], None] | None = None) -> dict:
+        max_bytes_per_second: float = 0.0, move: bool = False, say: Callable[[str], None] | None = None) -> dict:
     """Ship every archived pchannel once (seconds=0), or again every `poll` seconds for
     `seconds` (a continuous run: the wal_archive DAG), at most `max_bytes_per_second`
     (0: unlimited) and under the store's shared copy limit. Returns the report: per
@@ -395,6 +444,11 @@ def run(meta, store: Store, target: Store, *, seconds: float = 0.0, poll: float 
     poll = float(limits.check("poll_interval", "poll", poll))
     if target.uri == store.uri or overlaps(store.uri, target.uri):
         raise ArchiveError(f"the archive target {target.uri} is the store itself; it must be another store")
+    if not move:   # one target at a time, refused before anything is shipped
+        for p in archived_pchannels(meta):
+            cur = read_cursor(meta, p)
+            if cur.target and cur.target != target.uri:
+                raise ArchiveError(_elsewhere(p, cur.target, target.uri))
     th = throttle.for_run(meta, meta.keys.backup_throttle("wal-archive"), max_bytes_per_second)
     acquire = th.acquire if th.bounded else None
     site = site_id(meta)
@@ -404,7 +458,8 @@ def run(meta, store: Store, target: Store, *, seconds: float = 0.0, poll: float 
     while True:
         wanted = wanted_pchannels(meta)
         for p, names in archived_pchannels(meta).items():
-            r = ship_pchannel(meta, store, target, site, p, acquire=acquire, deadline=end if seconds else None)
+            r = ship_pchannel(meta, store, target, site, p, acquire=acquire, deadline=end if seconds else None,
+                              move=move)
             prev = report.get(p, {"shipped": 0, "bytes": 0})
             r.update(shipped=prev["shipped"] + r["shipped"], bytes=prev["bytes"] + r["bytes"], collections=names)
             if p not in wanted and _let_go(meta, p, read_cursor(meta, p), r["last"]):

@@ -95,6 +95,18 @@ def load_wal_view(meta: Meta, store: Store, collection_id: int | None) -> WalVie
     return view
 
 
+def archive_guard(meta: Meta, pchannel: str):
+    """A Compare: the WAL archive's cursor of `pchannel` is as read now (absent: still
+    absent). An archive begun or moved between this read and the truncation's txn makes
+    the truncation refuse (lifecycle/backup/archive.py)."""
+    from seglake.meta import keys as keymod
+    from seglake.meta.kv import Compare
+
+    key = keymod.archive_cursor(meta.keys, pchannel)
+    kv = meta.kv.get(key)
+    return Compare(key, "mod", "==", kv.mod_revision if kv is not None else 0)
+
+
 def not_truncatable(meta: Meta, keys: list[str], out) -> list[str]:
     """Re-read, right before deleting, which of these WAL fragments are still below
     every checkpoint, and record the truncation of those in etcd (before any delete).
@@ -109,12 +121,13 @@ def not_truncatable(meta: Meta, keys: list[str], out) -> list[str]:
             if held is None:
                 from seglake.lifecycle.pitr.window import holds
                 held = holds(meta)   # re-read right before this sweep's deletes
+            cursor = archive_guard(meta, pch)   # read before the floor it gives: a change after refuses
             ok = wal_truncatable(meta, pch, held)
             ref = wal_referenced(meta, pch)
             faults.point("gc.sweep.wal_truncate")
             below = [k for k in ks if k in ok]
             if below:
-                record_truncation(meta, pch, below)
+                record_truncation(meta, pch, below, guards=[cursor])
             keep += [k for k in ks if k not in ok and k in ref]
         except Exception as e:
             out.error(layout.wal_prefix(pch), f"wal truncation not recorded, kept: {type(e).__name__}: {e}")

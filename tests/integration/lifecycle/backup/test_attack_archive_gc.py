@@ -134,14 +134,15 @@ def test_attack_archive_a_target_change_while_the_old_run_goes_on(meta, store, s
         return real(*a, **kw)
     monkeypatch.setattr(archive, "ship_fragment", dies_after_one)
     with pytest.raises(RuntimeError):
-        archive.run(meta, store, t2)
+        archive.run(meta, store, t2, move=True)         # (now a move must be asked for)
     monkeypatch.setattr(archive, "ship_fragment", real)
-    archive.run(meta, store, t1)                        # the old continuous run, still going
+    with pytest.raises(archive.ArchiveError, match="--move"):
+        archive.run(meta, store, t1)                    # the old continuous run, still going: refused
     for p in ps:
         _age(store, _fragments(store, p))
     gc.run(meta, store, gc.GCOptions(**OPTS))
     said = []
-    archive.run(meta, store, t2, say=said.append)      # the configured target again
+    archive.run(meta, store, t2, move=True, say=said.append)   # the interrupted move, again
     for p in ps:
         cur = archive.read_cursor(meta, p)
         assert cur.target == t2.uri
@@ -190,3 +191,128 @@ def test_attack_archive_two_archivers_one_target_while_writing(meta, store, sett
         assert archive.read_cursor(meta, p).shipped == WalLog(meta, store, p).state().last
         n = sum(1 for _ in log.messages())
         assert n > 0
+
+
+@pytest.mark.parametrize("kw", [dict(seconds=float("nan")), dict(seconds=-1), dict(seconds=1e12),
+                                dict(seconds=float("inf")), dict(poll=0), dict(poll=float("nan")), dict(poll=-1),
+                                dict(max_bytes_per_second=float("nan")), dict(max_bytes_per_second=-5)])
+def test_attack_archive_bad_run_arguments_refused_before_anything(meta, store, settings, tmp_path, kw):
+    from seglake.errors import ValidationError
+    _ingest(meta, store, settings, create=True, batches=1)
+    retention.set_policy(meta, "c1", {"keep_last": 1, "archive": True})
+    target = LocalStore(tmp_path / "backup")
+    with pytest.raises(ValidationError):
+        archive.run(meta, store, target, **kw)
+    assert not list(target.list("")), "something was written before the refusal"
+
+
+def test_attack_archive_the_store_itself_or_inside_it_as_target(meta, store, settings, tmp_path):
+    from seglake.errors import SeglakeError
+    _ingest(meta, store, settings, create=True, batches=1)
+    retention.set_policy(meta, "c1", {"keep_last": 1, "archive": True})
+    for t in (LocalStore(store.root), LocalStore(store.root / "sub"), LocalStore(store.root / ".." / store.root.name),
+              LocalStore(store.root.parent)):
+        with pytest.raises(SeglakeError):
+            archive.run(meta, store, t)
+
+
+def test_attack_archive_turned_on_while_gc_sweeps(meta, store, settings, tmp_path, monkeypatch):
+    """GC's sweep re-reads what is truncatable, then (fault point gc.sweep.wal_truncate)
+    records the truncation and deletes: nothing guards that step against the archive
+    being turned on and shipping meanwhile. The archive is turned on there and its first
+    run ships fragments 1..2 before it is interrupted (cursor 2); GC then truncates past the
+    cursor: fragments the archive was shipping are gone, the archive has a hole in its
+    middle (and, D6, no restore of the pchannel is possible afterwards)."""
+    from seglake import faults
+    target = LocalStore(tmp_path / "backup")
+    coll = _ingest(meta, store, settings, create=True, batches=4)
+    ps = pchannels(coll)
+    for p in ps:
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+        _age(store, _fragments(store, p))
+    real_point, real_ship, fired = faults.point, archive.ship_fragment, []
+
+    def interrupted_ship(store_, target_, site, pchannel, rec, acquire=None):
+        if rec.n > 2:
+            raise RuntimeError("archiver interrupted")
+        return real_ship(store_, target_, site, pchannel, rec, acquire)
+
+    def point(name, *a, **kw):
+        if name == "gc.sweep.wal_truncate" and not fired:
+            fired.append(1)
+            retention.set_policy(meta, "c1", {"keep_last": 1, "archive": True})
+            monkeypatch.setattr(archive, "ship_fragment", interrupted_ship)
+            monkeypatch.setattr(archive, "SHIP_BATCH", 1)
+            try:
+                archive.run(meta, store, target)
+            except RuntimeError:
+                pass
+            monkeypatch.setattr(archive, "ship_fragment", real_ship)
+        return real_point(name, *a, **kw)
+    monkeypatch.setattr(faults, "point", point)
+    gc.run(meta, store, gc.GCOptions(**OPTS))
+    monkeypatch.setattr(faults, "point", real_point)
+    assert fired
+    for p in ps:
+        cur = archive.read_cursor(meta, p).shipped
+        assert truncated_before(meta, p) <= cur + 1, \
+            f"{p}: GC truncated below {truncated_before(meta, p)} while the archive's cursor was {cur}"
+
+
+def test_attack_archive_alternating_targets_are_refused_and_leave_no_hole(meta, store, settings, tmp_path):
+    """No concurrency: the scheduled wal_archive run ships to the configured target T1; one
+    manual run (DAG conf backup_uri, or `seglake wal archive --target`) ships to T2; GC;
+    the next scheduled run into T1 restarts T1 from the log's first retained fragment. T1
+    then has a hole, and the run reports no gap (the restart sets the cursor to first - 1)."""
+    t1, t2 = LocalStore(tmp_path / "t1"), LocalStore(tmp_path / "t2")
+    coll = _ingest(meta, store, settings, create=True, batches=2)
+    ps = pchannels(coll)
+    retention.set_policy(meta, "c1", {"keep_last": 1, "archive": True})
+    site = archive.run(meta, store, t1)["site"]
+    _ingest(meta, store, settings, batches=3, first=1000)
+    with pytest.raises(archive.ArchiveError, match="--move"):
+        archive.run(meta, store, t2)                   # one manual run elsewhere: refused
+    assert list(t2.list("")) == []
+    for p in ps:
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+        _age(store, _fragments(store, p))
+    gc.run(meta, store, gc.GCOptions(**OPTS))
+    _ingest(meta, store, settings, batches=1, first=5000)
+    said = []
+    archive.run(meta, store, t1, say=said.append)      # the schedule again
+    for p in ps:
+        holes = archive.ArchivedLog(t1, site, p).gaps()
+        assert not holes or any("truncated before they were archived" in s for s in said), \
+            f"{p}: T1 holds {archive.ArchivedLog(t1, site, p).numbers()} (holes {holes}); said: {said}"
+
+
+def test_attack_archive_a_cursor_beyond_the_log_is_believed(meta, store, settings, tmp_path):
+    """A damaged cursor (valid JSON, `shipped` beyond the log's last fragment: impossible)
+    is believed: GC truncates fragments never shipped, the archive never ships again, and
+    `status` reports nothing behind. Fail closed would refuse a cursor past the log."""
+    import json as _json
+    from seglake.meta import keys as keymod
+    target = LocalStore(tmp_path / "backup")
+    coll = _ingest(meta, store, settings, create=True, batches=3)
+    ps = pchannels(coll)
+    retention.set_policy(meta, "c1", {"keep_last": 1, "archive": True})
+    site = archive.site_id(meta)
+    for p in ps:
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+        _age(store, _fragments(store, p))
+        meta.kv.put(keymod.archive_cursor(meta.keys, p),
+                    _json.dumps({"shipped": 10 ** 6, "target": target.uri, "began": 1, "at": time.time()}))
+    problems = []
+    try:
+        gc.run(meta, store, gc.GCOptions(**OPTS))
+        archive.run(meta, store, target)
+    except Exception as e:       # refusing the impossible cursor is the right outcome
+        assert all(truncated_before(meta, p) == 1 for p in ps), e
+        return
+    for p in ps:
+        shipped = set(archive.ArchivedLog(target, site, p).numbers())
+        gone = [n for n in range(1, truncated_before(meta, p)) if n not in shipped]
+        if gone:
+            problems.append(f"{p}: fragments {gone} truncated, never archived")
+    st = {r["pchannel"]: r["behind"] for r in archive.status(meta)}
+    assert not problems, f"{problems}; status says behind: {st}"

@@ -285,7 +285,7 @@ def test_the_cli_archives_and_status_reports_it(meta, store, settings, target, m
     assert refused.value.code == 2 and "--seconds" in capsys.readouterr().err
 
 
-def test_a_new_target_starts_its_archive_from_the_log_and_bundles_name_their_site(meta, store, settings, target,
+def test_another_target_is_refused_unless_the_archive_moves_and_bundles_name_their_site(meta, store, settings, target,
                                                                                    tmp_path):
     from seglake.lifecycle import snapshot
     from seglake.lifecycle.backup import bundle as bundles
@@ -295,7 +295,10 @@ def test_a_new_target_starts_its_archive_from_the_log_and_bundles_name_their_sit
     _archived(meta)
     site = archive.run(meta, store, target)["site"]
     other = LocalStore(tmp_path / "backup2")
-    archive.run(meta, store, other)
+    with pytest.raises(archive.ArchiveError, match="--move"):      # one target at a time
+        archive.run(meta, store, other)
+    assert list(other.list("")) == []
+    archive.run(meta, store, other, move=True)
     for p in pchannels(coll):
         last = WalLog(meta, store, p).state().last
         assert archive.ArchivedLog(other, site, p).numbers() == list(range(1, last + 1))

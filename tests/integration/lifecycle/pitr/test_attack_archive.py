@@ -478,3 +478,72 @@ def test_attack_archive_a_commit_stalled_across_the_archives_seal_takes_a_later_
     archive.run(meta, store, target)
     got = _restore(meta, store, settings, target, "r2", acked_tick)
     assert got == list(range(1, 31)) + list(range(100, 110))
+
+
+def test_attack_archive_a_cloned_etcd_root_gets_its_own_site(meta, store, settings, tmp_path):
+    """A copy of a seglake (its etcd root's keys copied under another root, its store
+    copied: a staging copy made from a backup of etcd + the store) keeps `{root}/site`, so
+    both archive into archive/{site}/ of one target. Their logs diverge after the copy;
+    whichever ships fragment k+1 first owns it; the other's archiver is refused (loud),
+    but a restore from the target of the OTHER one's collection replays the winner's
+    fragments -- the rows of another store, silently, and its own acknowledged rows lost."""
+    import shutil
+    import uuid
+    target = LocalStore(tmp_path / "backup")
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=1)
+        c.insert("src", synthetic_rows(coll, 30, 1))
+        flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        exports.export(meta, store, target, "src", "s1", **quiet)
+        retention.set_policy(meta, "src", {"keep_last": 1, "archive": True})
+    archive.run(meta, store, target)
+    # the copy
+    s2 = settings.replace(etcd_root=f"cl{uuid.uuid4().hex[:8]}", store_uri=str(tmp_path / "clone_store"))
+    shutil.copytree(store.root, tmp_path / "clone_store")
+    meta2 = Meta.from_settings(s2)
+    try:
+        for kv in meta.kv.range(meta.keys.prefix):
+            meta2.kv.put(meta2.keys.prefix + kv.key[len(meta.keys.prefix):], kv.value)
+        store2 = open_store(s2)
+        # (was: the copy kept the site id; now a site is bound to its etcd cluster and root)
+        assert archive.site_id(meta2) != archive.site_id(meta)
+        with WalClient(meta2, store2, s2) as c:         # the copy writes first and archives first
+            c.insert("src", synthetic_rows(meta2.catalog.get_by_name("src"), 10, 7000))
+        with WalClient(meta, store, settings) as c:     # the original: acknowledged rows 100..109
+            c.insert("src", synthetic_rows(coll, 10, 100))
+            time.sleep(0.01)
+            t = meta.tso.now()
+            time.sleep(0.01)
+        with WalClient(meta2, store2, s2) as c:
+            c.insert("src", synthetic_rows(meta2.catalog.get_by_name("src"), 1, 7999))
+        archive.run(meta2, store2, target)
+        refused = None
+        archive.run(meta, store, target)      # the original archives into its own site: not refused
+        got = _restore(meta, store, settings, target, "r1", t, bundle="s1")
+        assert got == list(range(1, 31)) + list(range(100, 110)), \
+            f"restore of the original from the target: {got[30:40]}... (archiver refused: {refused})"
+    finally:
+        meta2.close()
+
+
+def test_attack_archive_the_same_restore_run_twice_never_duplicates(meta, store, settings, tmp_path):
+    """Held check: the whole restore from the target re-run (same name, same instant) after
+    it finished, and the replay alone re-run: rows equal the model, none twice."""
+    from collections import Counter
+    target = LocalStore(tmp_path / "backup")
+    coll, ra, rb, t1, t2, model = _produce(meta, store, settings, target)
+    retention.set_policy(meta, "src", {"keep_last": 1, "archive": True})
+    archive.run(meta, store, target)
+    assert _restore(meta, store, settings, target, "r1", t2) == model[t2]
+    try:
+        _restore(meta, store, settings, target, "r1", t2)
+    except Exception as e:
+        print("REFUSED", type(e).__name__, str(e)[:200])
+    tid = meta.catalog.get_by_name("r1").collection_id
+    try:
+        pitr.replay(meta, store, settings, tid)
+    except Exception as e:
+        print("REPLAY REFUSED", type(e).__name__, str(e)[:200])
+    pks = visible_rows(meta, store, tid).column("pk").to_pylist()
+    assert sorted(pks) == model[t2] and not [k for k, n in Counter(pks).items() if n > 1]
