@@ -321,6 +321,15 @@ def standalone(etcd_server):
     print(f"\ne2e timings: {json.dumps(sa.timings)} (also in {ARTIFACTS / 'e2e-timings.json'})")
 
 
+@pytest.fixture
+def browser(standalone):
+    """The admin's browser (pages.logged_in)."""
+    from pages import logged_in
+
+    with logged_in(standalone) as b:
+        yield b
+
+
 def pytest_terminal_summary(terminalreporter):
     """The e2e timings and the screenshot's path, in every run's summary (prints inside
     tests are captured when they pass)."""

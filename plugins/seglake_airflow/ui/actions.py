@@ -10,6 +10,9 @@ or has been typed in, nor while a drop waits for its second click; the last acti
 result survives the reload for as long as its run lasts (its state read from Airflow's
 API with the page's own session), then two minutes more with how it ended.
 
+A user whose role may not start runs (a viewer) gets the page without any action and a
+line saying it is read-only (each action would be refused with 403 anyway).
+
 A run of a paused DAG (Airflow creates DAGs paused) says so instead of "started", with an
 *unpause* button when the user's role may edit the DAG (the API's `can_unpause`).
 Inside Airflow's frame, a link to an Airflow page (a run) opens in Airflow's own view,
@@ -20,10 +23,12 @@ handed to Airflow's router (history.pushState + popstate on the top window).
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from html import escape
 
 from seglake.names import NAME_RE
 
+CAN_ACT: ContextVar[bool] = ContextVar("seglake_can_act", default=True)   # set by render.render_page
 NAME_HTML_PATTERN = NAME_RE.pattern   # the browser's own check of a name field (full match)
 
 SCRIPT = r"""
@@ -141,7 +146,10 @@ SCRIPT = r"""
 def form(label: str, method: str, path: str, *, fields: tuple = (), body: dict | None = None,
          confirm: str = "", button: str = "") -> str:
     """One action: `fields` are (name, placeholder, kind) with kind 'name', 'number:default' (at
-    least 0) or 'number:default:min' (at least min: the browser refuses less before a request)."""
+    least 0) or 'number:default:min' (at least min: the browser refuses less before a request).
+    Nothing on a read-only page (CAN_ACT false: the user's role may not start runs)."""
+    if not CAN_ACT.get():
+        return ""
     inputs = []
     for name, placeholder, kind in fields:
         if kind == "name":
