@@ -107,7 +107,8 @@ class Standalone:
         return r.json()["access_token"]
 
     # -- REST -------------------------------------------------------------------------
-    def request(self, method: str, path: str, body=None, token: str | None = None, timeout: float = 30):
+    def request(self, method: str, path: str, body=None, token: str | None = None, timeout: float = 90):
+        """One REST call (90 s: a machine shared by several suites is slow at times, not gone)."""
         import httpx
 
         headers = {"Authorization": f"Bearer {token if token is not None else self.token}"} \
