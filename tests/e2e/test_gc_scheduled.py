@@ -66,9 +66,8 @@ def test_unpause_on_trigger_with_a_schedule_and_no_settings_stays_dry(scheduled)
         assert "Unpause Garbage collection on trigger" in form, form
         assert f"This DAG has a schedule ({SCHEDULE}): unpausing it" in form, form
         assert b.js("document.querySelector('input[name=\"element_dry_run\"]').checked") is True
-        b.click('[data-testid="trigger-dag-submit"]')
-        b.wait_text("Dag Run Triggered", timeout=60)
-    deadline = time.time() + 120
+        b.click('[data-testid="trigger-dag-submit"]')   # its runs are read through the API below
+    deadline = time.time() + 240
     while len(runs := _runs(sa)) < 2 or not all(r["state"] in ("success", "failed") for r in runs):
         assert time.time() < deadline, runs
         time.sleep(1)

@@ -35,6 +35,12 @@ def _runs(standalone, dag_id: str) -> int:
     return standalone.run_count(dag_id)
 
 
+def _manual_runs(standalone, dag_id: str) -> int:
+    r = standalone.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=1&run_type=manual")
+    r.raise_for_status()
+    return r.json()["total_entries"]
+
+
 def _bad_value(dag_id: str) -> tuple[str, str, object]:
     """(key, what is typed, what the form sends) for one bad value of the DAG's form: its
     first name field given a space, else its first number given -1."""
@@ -52,14 +58,15 @@ def test_every_lifecycle_trigger_form_refuses_a_bad_value_in_one_sentence(standa
     b = browser
     have = {d["dag_id"] for d in standalone.request("GET", "/api/v2/dags?limit=100&tags=seglake").json()["dags"]}
     assert set(SPECS) <= have, sorted(set(SPECS) - have)   # every lifecycle DAG is deployed
-    shown = {}
+    shown, unpaused = {}, []
     for dag_id in SPECS:
         key, typed, sent = _bad_value(dag_id)
         conf = {k: "form_ok" for k, spec in SPECS[dag_id].items() if spec.required and k != key}
         conf[key] = sent
         message = conf_error(dag_id, conf)
         assert message and f"'{key}'" in message and "allowed" in message, (dag_id, message)
-        before = _runs(standalone, dag_id)
+        before = _manual_runs(standalone, dag_id)
+        paused = standalone.request("GET", f"/api/v2/dags/{dag_id}").json()["is_paused"]
         open_trigger_form(b, standalone, dag_id)
         for k, v in conf.items():
             if k != key:
@@ -71,9 +78,16 @@ def test_every_lifecycle_trigger_form_refuses_a_bad_value_in_one_sentence(standa
         for dump in ("(?!", "Failed validating", "should not be valid under", "On instance", "Traceback"):
             assert dump not in text, (dag_id, text[:3000])
         assert "\n" not in message and message.count(": refused conf before any run: ") == 1, message
-        assert _runs(standalone, dag_id) == before, dag_id
+        assert _manual_runs(standalone, dag_id) == before, dag_id   # the form made no run
+        # Airflow's form unpauses the DAG (*Unpause on trigger*, checked by default) even when the
+        # trigger is refused: a DAG with a schedule then starts its scheduled runs (seen:
+        # snapshot_schedule's hourly run). Airflow's UI, not ours to change; put back as it was.
+        if standalone.request("GET", f"/api/v2/dags/{dag_id}").json()["is_paused"] != paused:
+            unpaused.append(dag_id)
+            assert standalone.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused}).status_code == 200
         shown[dag_id] = message
     assert len(shown) == len(SPECS) >= 14, shown
+    print(f"refused triggers that unpaused their DAG (Airflow's form): {unpaused}")
 
 
 def test_a_viewer_sees_the_page_but_cannot_act(standalone, engine):
