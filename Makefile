@@ -118,6 +118,7 @@ bench: setup
 	$(PY) bench/copy_big.py
 	$(PY) bench/export.py
 	$(PY) bench/archive.py
+	$(PY) bench/dag_page.py
 	$(PY) bench/scale.py
 
 clean: milvus-down down cluster-down

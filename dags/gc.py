@@ -11,7 +11,11 @@ Manual only by default. A schedule is set with `SEGLAKE_GC_SCHEDULE` (a cron exp
 or an @preset) in the dag-processor's environment (read at parse time, so not from the
 Variable); a scheduled run then does what an operator recorded with
 `seglake gc schedule set --dry-run|--execute [...]` (never the form's defaults) and is
-refused, with the reason in its note, until that is set. Every refusal of a triggered
+refused, with the reason in its note, until that is set. Unpausing a scheduled gc (also
+the form's *Unpause on trigger* box) starts the latest interval's scheduled run at once;
+the *Dry run* field's help says so when a schedule is set. A backfill of gc is refused
+(HTTP 400 when it is created through the API; a backfill run made otherwise fails in
+`check_conf`, deleting nothing): GC has no past intervals to replay. Every refusal of a triggered
 run (a bad value, a tolerance below the 1 h floor without `force`) is an HTTP 400 from
 the trigger itself, before a run exists. Fail closed, mark then sweep, never a
 referenced file, never a file that is not seglake's own:
@@ -50,6 +54,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import dag, task
 
 from seglake.config import gc_schedule
+from seglake.contract import gc_schedule_note
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import spark_submit_task
@@ -58,18 +63,21 @@ from seglake_airflow.taskgroups import engine_step
 PREP = "ti.xcom_pull(task_ids='prepare')"
 
 
+SCHEDULE = gc_schedule()
+
+
 @dag(
     dag_id="gc",
     dag_display_name="Garbage collection",
     description="Fail-closed mark-then-sweep GC of the segment store",
-    schedule=gc_schedule(),
+    schedule=SCHEDULE,
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
     tags=["seglake", "gc"],
     doc_md=__doc__,
     default_args={"owner": "seglake", "retries": 2, "retry_delay": timedelta(minutes=1)},
-    params=dag_params("gc"),
+    params=dag_params("gc", notes={"dry_run": gc_schedule_note(SCHEDULE)}),
 )
 def gc():
     @task

@@ -481,6 +481,31 @@ def check_gc_floor(conf: Mapping[str, Any], floor_seconds: float) -> None:
                 f"allowed: at least {floor_h:g}, or set force to true to go below the floor")
 
 
+GC_BACKFILL_REFUSED = (
+    "gc: a backfill is refused and nothing is deleted: garbage collection has no past intervals to replay "
+    "(every run looks at the store as it is now); trigger one run instead (a dry run unless dry_run is false)")
+
+
+def refuse_gc_backfill(run_type: str | None) -> None:
+    """A backfill of gc would replay the scheduled conf (possibly a real GC) once per
+    past interval: refused, before any change (the API refuses creating one; this is the
+    backstop for a backfill made any other way, e.g. `airflow backfill create`)."""
+    if run_type == "backfill":
+        raise ValidationError(GC_BACKFILL_REFUSED)
+
+
+def gc_schedule_note(schedule: str | None) -> str:
+    """What the gc trigger form says when the DAG has a schedule: unpausing it (Airflow's
+    *Unpause on trigger* box) also lets the scheduler start the latest interval's run at
+    once, and that run does what `seglake gc schedule set` recorded, not the form."""
+    if not schedule:
+        return ""
+    return (f"This DAG has a schedule ({schedule}): unpausing it (the *Unpause on trigger* box) also starts "
+            f"the scheduled run of the latest interval at once, which does what `seglake gc schedule set` "
+            f"recorded (a real GC if it says --execute), not what this form says; it is refused, deleting "
+            f"nothing, until that is set.")
+
+
 def scheduled_gc_conf(record: Mapping[str, Any] | None) -> dict[str, Any]:
     """The conf a scheduled gc run uses: the operator's record (`seglake gc schedule set`),
     checked like a triggered conf; ValidationError when there is none (a scheduled run

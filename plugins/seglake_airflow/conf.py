@@ -8,7 +8,8 @@ connections: unknown keys, NaN, ranges), and fails at once (AirflowFailException
 retry) before anything is written. For gc it also refuses tolerances below the floor
 (unless force), and a run that was not triggered by hand (scheduled, backfill, asset)
 takes its conf from the operator's record (`seglake gc schedule set`), never from the
-form's defaults, and is refused until there is one. It then prints the effective
+form's defaults, and is refused until there is one; a backfill of gc is refused outright
+(GC has no past intervals; the API refuses creating one, this is the backstop). It then prints the effective
 options and where each came from (seglake.runinfo.gc_options_lines): the first lines of
 every gc run. The task returns the conf the run uses; gc's tasks read it from here.
 """
@@ -18,13 +19,17 @@ from __future__ import annotations
 from airflow.sdk import Param, task
 
 
-def dag_params(dag_id: str) -> dict[str, Param]:
+def dag_params(dag_id: str, notes: dict[str, str] | None = None) -> dict[str, Param]:
+    """`notes`: text appended to a key's description (what only the DAG file knows at
+    parse time, e.g. gc's schedule)."""
     from seglake.contract import SPECS
     from seglake_airflow.params import param_schema
 
     out = {}
     for key, spec in SPECS[dag_id].items():
         schema = param_schema(spec)
+        if (notes or {}).get(key):
+            schema["description"] = f"{schema['description']} {notes[key]}".strip()
         out[key] = Param(**schema) if spec.required else Param(spec.default, **schema)
     return out
 
@@ -46,8 +51,9 @@ def check_conf(dag_id: str):
             hook = SeglakeHook()
             hook.settings  # noqa: B018 - every config layer checked; connects to nothing
             if dag_id == "gc":
-                from seglake.contract import check_gc_floor, scheduled_gc_conf
+                from seglake.contract import check_gc_floor, refuse_gc_backfill, scheduled_gc_conf
 
+                refuse_gc_backfill(run_type)   # before the record: a backfill never runs, whatever it says
                 if run_type not in (None, "manual"):   # scheduled, backfill, asset: the operator's record
                     from seglake.lifecycle import gc
 

@@ -63,3 +63,18 @@ def test_the_gc_floor_follows_the_settings_and_force(api, monkeypatch):
                  json={"logical_date": None, "conf": {"drop_tolerance_hours": 0.1, "force": True}})
     assert r.status_code == 200, r.text
     assert r.json()["conf"] == {"drop_tolerance_hours": 0.1, "force": True}
+
+
+@pytest.mark.parametrize("path", ["/api/v2/backfills/dry_run", "/api/v2/backfills"])
+def test_a_backfill_of_gc_is_a_plain_400_and_other_backfills_go_to_airflow(api, path):
+    """gc: refused with the reason before Airflow sees it (and before any run); another
+    DAG's backfill is Airflow's to answer (here: 422, it has no periodic schedule)."""
+    from seglake.contract import GC_BACKFILL_REFUSED
+
+    window = {"from_date": "2026-11-20T00:00:00Z", "to_date": "2026-11-23T00:00:00Z"}
+    before = api.get("/api/v2/dags/gc/dagRuns").json()["total_entries"]
+    r = api.post(path, json={"dag_id": "gc", **window})
+    assert r.status_code == 400 and r.json()["detail"] == GC_BACKFILL_REFUSED, r.text
+    assert api.get("/api/v2/dags/gc/dagRuns").json()["total_entries"] == before
+    r = api.post(path, json={"dag_id": "verify_collection", **window})
+    assert r.status_code != 400 and "gc" not in str(r.json().get("detail")), r.text

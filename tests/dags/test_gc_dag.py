@@ -97,20 +97,43 @@ def test_a_manual_gc_run_is_a_dry_run_unless_turned_off(airflow_env, meta, store
     assert _note_line(capfd).startswith("gc DRY RUN (nothing deleted): a real run would delete 4 files")
 
 
-@pytest.fixture
-def as_scheduled(monkeypatch):
-    """dag.test() creates a manual run; this makes it a scheduled one (run_type only:
-    what the scheduler creates for a schedule), so the real DAG runs as a scheduled run."""
+def _run_type(monkeypatch, run_type: str) -> None:
+    """dag.test() creates a manual run; this makes it another type (run_type only: what
+    the scheduler or a backfill creates), so the real DAG runs as that type."""
     from airflow.serialization.definitions.dag import SerializedDAG
     from airflow.utils.types import DagRunType
 
     real = SerializedDAG.create_dagrun
 
     def create_dagrun(self, *args, **kwargs):
-        kwargs["run_type"] = DagRunType.SCHEDULED
+        kwargs["run_type"] = DagRunType(run_type)
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(SerializedDAG, "create_dagrun", create_dagrun)
+
+
+@pytest.fixture
+def as_scheduled(monkeypatch):
+    _run_type(monkeypatch, "scheduled")
+
+
+def test_a_backfill_gc_run_is_refused_even_with_an_execute_record(airflow_env, meta, store, monkeypatch, capfd):
+    """The backstop of the API's 400 (a backfill made e.g. by `airflow backfill create`):
+    the recorded --execute settings are never replayed once per past interval."""
+    from seglake.contract import GC_BACKFILL_REFUSED
+
+    coll, orphans, young = _seed_with_orphans(meta, store)
+    gc.set_schedule(meta, {"dry_run": False, "engine": "inline"}, floor=3600, by="ops")
+    _run_type(monkeypatch, "backfill")
+    run = load_dag("gc").test()
+    states = task_states(run)
+    assert run.run_type == "backfill"
+    assert run.state == "failed" and states["check_conf"] == "failed", states
+    assert all(s in ("upstream_failed", None) for t, s in states.items() if t not in ("check_conf", "run_note"))
+    assert all(store.exists(k) for k in orphans) and list(store.list("_gc")) == []
+    note = _note_line(capfd)
+    assert note.startswith("FAILED") and GC_BACKFILL_REFUSED in note, note
+    gc.clear_schedule(meta)
 
 
 def test_a_scheduled_gc_run_is_refused_until_an_operator_sets_its_settings(airflow_env, meta, store, as_scheduled,

@@ -23,8 +23,10 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -93,9 +95,20 @@ class Standalone:
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
     ports: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
+    passwords: dict = field(default_factory=dict)
+
+    def token_of(self, user: str) -> str:
+        """A JWT of one of the users (USERS), by logging in as Airflow's UI does."""
+        import httpx
+
+        r = httpx.post(self.base + "/auth/token", json={"username": user, "password": self.passwords[user]},
+                       timeout=10)
+        r.raise_for_status()
+        return r.json()["access_token"]
 
     # -- REST -------------------------------------------------------------------------
-    def request(self, method: str, path: str, body=None, token: str | None = None, timeout: float = 30):
+    def request(self, method: str, path: str, body=None, token: str | None = None, timeout: float = 90):
+        """One REST call (90 s: a machine shared by several suites is slow at times, not gone)."""
         import httpx
 
         headers = {"Authorization": f"Bearer {token if token is not None else self.token}"} \
@@ -169,6 +182,7 @@ def _env(sa: Standalone, etcd_endpoint: str) -> dict:
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{role}" for u, role in USERS.items()),
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__API__HOST": "127.0.0.1",
@@ -210,25 +224,37 @@ def _watchdog(parent: int, pgid: int) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-@pytest.fixture(scope="session")
-def standalone(etcd_server):
-    """A running `airflow standalone`, healthy, DAGs parsed and unpaused, an admin token."""
+USERS = {"admin": "admin", "viewer": "viewer"}   # user -> simple auth manager role
+
+
+@contextmanager
+def launch(etcd_server, name: str = "airflow", extra_env: dict | None = None) -> Iterator[Standalone]:
+    """A running `airflow standalone` under E2E_HOME/name (its own AIRFLOW_HOME, etcd root
+    and store), healthy, every seglake DAG parsed (paused: DAGs are created paused), an
+    admin token; the users of USERS (the viewer's token: `sa.token_of("viewer")`).
+    `extra_env` overrides the environment (e.g. SEGLAKE_GC_SCHEDULE)."""
     import httpx
 
     t0 = time.time()
-    shutil.rmtree(E2E_HOME, ignore_errors=True)
-    home = E2E_HOME / "airflow"
+    top = E2E_HOME if name == "airflow" else E2E_HOME / name
+    if name == "airflow":
+        shutil.rmtree(E2E_HOME, ignore_errors=True)
+    else:
+        shutil.rmtree(top, ignore_errors=True)
+    home = top / "airflow"
     home.mkdir(parents=True)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     ports = {k: free_port() for k in ("api", "worker_log", "trigger_log", "scheduler_health")}
     sa = Standalone(base=f"http://127.0.0.1:{ports['api']}", home=home, root=f"e2e{uuid.uuid4().hex[:8]}",
-                    store_uri=str(E2E_HOME / "store"), ports=ports)
-    # a known admin password (simple auth manager keeps an existing one): the run_note
-    # connection logs in with it
-    (home / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": sa.password}))
+                    store_uri=str(top / "store"), ports=ports)
+    # known passwords (simple auth manager keeps existing ones): the run_note connection
+    # logs in as admin, the viewer tests as viewer
+    sa.passwords = {user: (sa.password if user == "admin" else uuid.uuid4().hex) for user in USERS}
+    (home / "simple_auth_manager_passwords.json.generated").write_text(json.dumps(sa.passwords))
     log = open(home / "standalone.log", "wb")
+    env = {**_env(sa, etcd_server.endpoint), **(extra_env or {})}
     sa.proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"],
-                               env=_env(sa, etcd_server.endpoint), cwd=str(home), stdout=log,
+                               env=env, cwd=str(home), stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
     pgid = sa.proc.pid
     dog = _watchdog(os.getpid(), pgid)
@@ -265,10 +291,8 @@ def standalone(etcd_server):
             time.sleep(1)
         sa.timings["healthy_s"] = round(time.time() - t0, 1)
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
-        assert passwords["admin"] == sa.password
-        r = httpx.post(sa.base + "/auth/token", json={"username": "admin", "password": passwords["admin"]}, timeout=10)
-        r.raise_for_status()
-        sa.token = r.json()["access_token"]
+        assert passwords == sa.passwords, sorted(passwords)
+        sa.token = sa.token_of("admin")
         r = sa.request("POST", "/api/v2/pools", {"name": "seglake_spark", "slots": 1,
                                                  "description": "seglake SparkSubmit tasks"})
         assert r.status_code in (200, 201, 409), r.text
@@ -287,8 +311,24 @@ def standalone(etcd_server):
         atexit.unregister(stop)
         assert not _marked_pids(sa.marker), "processes of the standalone session survived the stop"
         sa.timings["total_s"] = round(time.time() - t0, 1)
-        (ARTIFACTS / "e2e-timings.json").write_text(json.dumps(sa.timings, indent=2))
-        print(f"\ne2e timings: {json.dumps(sa.timings)} (also in {ARTIFACTS / 'e2e-timings.json'})")
+
+
+@pytest.fixture(scope="session")
+def standalone(etcd_server):
+    """The session's `airflow standalone` (see launch): the project's defaults (no GC schedule)."""
+    with launch(etcd_server) as sa:
+        yield sa
+    (ARTIFACTS / "e2e-timings.json").write_text(json.dumps(sa.timings, indent=2))
+    print(f"\ne2e timings: {json.dumps(sa.timings)} (also in {ARTIFACTS / 'e2e-timings.json'})")
+
+
+@pytest.fixture
+def browser(standalone):
+    """The admin's browser (pages.logged_in)."""
+    from pages import logged_in
+
+    with logged_in(standalone) as b:
+        yield b
 
 
 def pytest_terminal_summary(terminalreporter):

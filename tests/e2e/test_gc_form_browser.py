@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import pytest
 from cdp import Browser
+from pages import dialog_text, open_trigger_form
 
 from seglake.dev import demo
 
@@ -53,31 +54,10 @@ def store_with_orphans(standalone, etcd_server):
     meta.close()
 
 
-@pytest.fixture
-def browser(standalone):
-    with Browser(timeout=60) as b:
-        b.send("Network.enable")
-        b.set_cookie(standalone.base + "/", "_token", standalone.token)   # logged in as admin
-        yield b
-
-
 def _runs(standalone, dag_id: str) -> list[dict]:
     r = standalone.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")
     r.raise_for_status()
     return r.json()["dag_runs"]
-
-
-def _open_trigger_form(b: Browser, standalone, dag_id: str) -> None:
-    b.open(f"{standalone.base}/dags/{dag_id}")
-    b.click('[data-testid="trigger-dag-button"]')
-    b.wait("!!document.querySelector('[data-testid=\"trigger-dag-submit\"]')", what="the trigger form")
-    b.wait("document.querySelectorAll('[id^=\"element_\"]').length > 0", what="the form's fields")
-
-
-def _dialog_text(b: Browser) -> str:
-    """The trigger form's text (the dialog that holds the submit button)."""
-    return b.js("(document.querySelector('[data-testid=\"trigger-dag-submit\"]')?.closest('[role=\"dialog\"]')"
-                " || document.body).innerText") or ""
 
 
 def test_the_gc_form_dry_run_stays_dry_and_no_scheduled_run_appears(standalone, store_with_orphans, browser):
@@ -86,8 +66,8 @@ def test_the_gc_form_dry_run_stays_dry_and_no_scheduled_run_appears(standalone, 
     r = standalone.request("PATCH", "/api/v2/dags/gc", {"is_paused": True})
     assert r.status_code == 200, r.text
     before = {run["dag_run_id"] for run in _runs(standalone, "gc")}
-    _open_trigger_form(b, standalone, "gc")
-    form = _dialog_text(b)
+    open_trigger_form(b, standalone, "gc")
+    form = dialog_text(b)
     assert "Unpause Garbage collection on trigger" in form, form
     assert "Off: a REAL run that deletes the unreferenced files older than the orphan tolerance" in form, form
     # the switch is on as the form opens: what is sent is what is shown
@@ -156,10 +136,10 @@ def test_a_refusal_in_the_form_is_one_plain_sentence(standalone, store_with_orph
                                                     message):
     b = browser
     before = len(_runs(standalone, dag_id))
-    _open_trigger_form(b, standalone, dag_id)
+    open_trigger_form(b, standalone, dag_id)
     if dag_id == "snapshot_create":
         b.type_into('input[name="element_collection"]', COLL)
-        assert "e.g. nightly_1" in _dialog_text(b)            # the name's rule, next to the field
+        assert "e.g. nightly_1" in dialog_text(b)            # the name's rule, next to the field
     b.type_into(f'input[name="element_{field}"]', value)
     b.click('[data-testid="trigger-dag-submit"]')
     b.wait_text(message, timeout=60)
@@ -192,7 +172,7 @@ def test_deferrable_wait_shows_what_it_sends(standalone, store_with_orphans, bro
     """Issue 20: the nullable boolean showed as a switch that looked "off" and sent null.
     Now a dropdown whose label says what is sent, and the run gets exactly that."""
     b = browser
-    _open_trigger_form(b, standalone, "copy_segment_job")
+    open_trigger_form(b, standalone, "copy_segment_job")
     shown = b.text("#element_deferrable")
     assert "worker default ([operators] default_deferrable)" in shown, shown
     assert not b.js("!!document.querySelector('input[name=\"element_deferrable\"][type=\"checkbox\"]')")

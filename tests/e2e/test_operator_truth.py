@@ -19,9 +19,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from cdp import Browser
-
-from seglake.dev import demo
+from pages import logged_in, seeded
 
 pytestmark = [pytest.mark.airflow]
 COLL = "truth_demo"
@@ -31,24 +29,8 @@ DAGS = ("snapshot_create", "snapshot_restore", "copy_segment_job")
 
 @pytest.fixture(scope="module")
 def engine(standalone, etcd_server):
-    from seglake.config import Settings
-    from seglake.lifecycle import snapshot
-    from seglake.meta import Meta
-    from seglake.storage import open_store
-
-    s = Settings.from_dict({"etcd_endpoint": etcd_server.endpoint, "etcd_root": standalone.root,
-                            "store_uri": standalone.store_uri, "etcd_timeout": 5})
-    meta, store = Meta.from_settings(s), open_store(s)
-    keys_before = {kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True)}
-    files_before = {o.key for o in store.list("")}
-    coll, _ = demo.seed(meta, store, demo.SeedParams(name=COLL, partitions=1, segments=12, rows=40, dim=4))
-    snapshot.create(meta, store, COLL, "s1")
-    yield meta, store, coll
-    assert not store.delete_many([o.key for o in store.list("") if o.key not in files_before])
-    for kv in meta.kv.range(meta.keys.prefix, keys_only=True):
-        if kv.key not in keys_before:
-            meta.kv.delete(kv.key)
-    meta.close()
+    with seeded(standalone, etcd_server, COLL, segments=12, rows=40) as seed:
+        yield seed
 
 
 def _paused(standalone, dag_id: str, paused: bool) -> None:
@@ -100,8 +82,7 @@ def test_a_restore_marked_failed_mid_copy_ends_failed_stalls_and_resumes_without
     assert _job(standalone, job_id)["state"] == "Executing"
 
     # item 2: nothing copies it now: the page says "stalled", and offers resume (only now)
-    with Browser(timeout=60) as b:
-        b.set_cookie(standalone.base + "/", "_token", standalone.token)
+    with logged_in(standalone) as b:
         b.open(f"{standalone.base}/seglake/")
         row = ("Array.from(document.querySelectorAll('#copy-jobs tr'))"
                ".map(r => r.innerText).find(t => t.includes('truth_restored')) || ''")
@@ -138,8 +119,7 @@ def test_the_first_action_on_a_paused_dag_says_so_and_offers_unpause(standalone,
     assert run["dag_paused"] is True and run["can_unpause"] is True, run
     assert run["message"].startswith("queued: the DAG snapshot_create is paused"), run
 
-    with Browser(timeout=60) as b:
-        b.set_cookie(standalone.base + "/", "_token", standalone.token)
+    with logged_in(standalone) as b:
         b.open(f"{standalone.base}/seglake/")
         form = f'form[data-path="snapshots"][data-label="snapshot {COLL}"]'
         b.wait(f"!!document.querySelector('{form}')", what="the snapshot form of the collection")
@@ -159,8 +139,7 @@ def test_the_first_action_on_a_paused_dag_says_so_and_offers_unpause(standalone,
 def test_the_docs_page_renders_its_operations_with_the_network_blocked(standalone):
     schema = standalone.request("GET", f"{API}/openapi.json").json()
     ops = sum(len(o) for o in schema["paths"].values())
-    with Browser(timeout=60, offline=True) as b:
-        b.set_cookie(standalone.base + "/", "_token", standalone.token)
+    with logged_in(standalone, offline=True) as b:
         b.open(f"{standalone.base}{API}/docs")
         # the block is real: a CDN cannot be reached from this browser
         blocked = b.js("fetch('https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css')"

@@ -17,9 +17,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from cdp import Browser
+from pages import seeded
 
-from seglake.dev import demo
 from seglake.visibility import visible_count
 
 pytestmark = [pytest.mark.airflow]
@@ -30,35 +29,11 @@ DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segm
 
 @pytest.fixture(scope="module")
 def engine(standalone, etcd_server):
-    from seglake.config import Settings
-    from seglake.lifecycle import snapshot
-    from seglake.meta import Meta
-    from seglake.storage import open_store
-
-    s = Settings.from_dict({"etcd_endpoint": etcd_server.endpoint, "etcd_root": standalone.root,
-                            "store_uri": standalone.store_uri, "etcd_timeout": 5})
-    meta, store = Meta.from_settings(s), open_store(s)
-    keys_before = {kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True)}
-    files_before = {o.key for o in store.list("")}
-    coll, _ = demo.seed(meta, store, demo.SeedParams(name=COLL, partitions=1, segments=3, rows=60, dim=4))
-    snapshot.create(meta, store, COLL, "s1")
-    for dag_id in DAGS:
-        r = standalone.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-        assert r.status_code == 200, r.text
-    yield meta, store, coll
-    assert not store.delete_many([o.key for o in store.list("") if o.key not in files_before])
-    for kv in meta.kv.range(meta.keys.prefix, keys_only=True):
-        if kv.key not in keys_before:
-            meta.kv.delete(kv.key)
-    meta.close()
-
-
-@pytest.fixture
-def browser(standalone):
-    with Browser(timeout=60) as b:
-        b.send("Network.enable")
-        b.set_cookie(standalone.base + "/", "_token", standalone.token)
-        yield b
+    with seeded(standalone, etcd_server, COLL, segments=3, rows=60) as (meta, store, coll):
+        for dag_id in DAGS:
+            r = standalone.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+            assert r.status_code == 200, r.text
+        yield meta, store, coll
 
 
 def _api(standalone, method: str, path: str, body=None, token=None):
@@ -135,7 +110,7 @@ def test_page_actions_directly_and_inside_airflows_frame(standalone, engine, bro
     restored = meta.catalog.get_by_name("act_restored")
     assert visible_count(meta, store, restored.collection_id) == visible_count(meta, store, coll.collection_id) > 0
     b.click("#action-result a.action-run")   # the run's page in Airflow
-    b.wait(f"location.pathname.startsWith('/dags/snapshot_restore/runs/')", what="the run's page")
+    b.wait("location.pathname.startsWith('/dags/snapshot_restore/runs/')", what="the run's page")
 
     # inside Airflow's navigation: a GC dry run from the frame, and a refusal in one sentence
     b.open(f"{standalone.base}/plugin/seglake")

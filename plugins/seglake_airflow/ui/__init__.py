@@ -45,6 +45,18 @@ def _engine() -> Iterator[tuple[object, object]]:
         hook.close()
 
 
+def _may_run(user) -> bool:
+    """The user may start DAG runs (what every page action does: the API's run_rights)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    try:
+        return bool(get_auth_manager().is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
+                                                         user=user))
+    except Exception:  # noqa: BLE001 - unknown: offer nothing (the API would decide anyway)
+        return False
+
+
 def create_app():
     from airflow.api_fastapi.core_api.security import requires_access_dag
     from fastapi import Depends, FastAPI
@@ -73,14 +85,16 @@ def create_app():
         return await http_exception_handler(request, exc if isinstance(exc, HTTPException) else
                                             HTTPException(exc.status_code, exc.detail, getattr(exc, "headers", None)))
 
+    from airflow.api_fastapi.core_api.security import get_user
+
     @app.get("/", response_class=HTMLResponse)
-    def page() -> HTMLResponse:
+    def page(user=Depends(get_user)) -> HTMLResponse:   # noqa: B008 - FastAPI's dependency
         from seglake import console
         from seglake_airflow.ui.render import render_page
 
         with _engine() as (meta, store):
             data = console.overview(meta, store)
-        return HTMLResponse(render_page(data), headers={"Cache-Control": "no-store"})
+        return HTMLResponse(render_page(data, can_act=_may_run(user)), headers={"Cache-Control": "no-store"})
 
     @app.get("/api/overview")
     def overview() -> JSONResponse:

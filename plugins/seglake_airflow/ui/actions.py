@@ -6,9 +6,13 @@ dialogs not -- so no prompt()/confirm(): a drop asks by a second click).
 
 The page reloads itself (every 2 s while something runs, else 10 s; every 2 s while a run
 an action started lasts, before its copy job even exists), but not while a field has focus
-or has been typed in, nor while a drop waits for its second click; the last action's
+or has been typed in, nor while a drop waits for its second click, nor while an action's
+request is in flight (a reload would abort it: the run started, its answer lost); the last action's
 result survives the reload for as long as its run lasts (its state read from Airflow's
 API with the page's own session), then two minutes more with how it ended.
+
+A user whose role may not start runs (a viewer) gets the page without any action and a
+line saying it is read-only (each action would be refused with 403 anyway).
 
 A run of a paused DAG (Airflow creates DAGs paused) says so instead of "started", with an
 *unpause* button when the user's role may edit the DAG (the API's `can_unpause`).
@@ -20,15 +24,17 @@ handed to Airflow's router (history.pushState + popstate on the top window).
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from html import escape
 
 from seglake.names import NAME_RE
 
+CAN_ACT: ContextVar[bool] = ContextVar("seglake_can_act", default=True)   # set by render.render_page
 NAME_HTML_PATTERN = NAME_RE.pattern   # the browser's own check of a name field (full match)
 
 SCRIPT = r"""
 (function () {
-  var KEY = "seglake-last-action", pauseUntil = 0, KEEP = 120000, FINAL = ["success", "failed"];
+  var KEY = "seglake-last-action", pauseUntil = 0, KEEP = 120000, FINAL = ["success", "failed"], inflight = 0;
   var out = document.getElementById("action-result");
   function show(html, cls) { out.innerHTML = html; out.className = cls; }
   function esc(s) { var d = document.createElement("div"); d.textContent = String(s); return d.innerHTML; }
@@ -58,7 +64,8 @@ SCRIPT = r"""
     timer = setInterval(function () {
       var a = document.activeElement, typed = Array.prototype.some.call(
         document.querySelectorAll("form.act input"), function (i) { return i.value !== i.defaultValue; });
-      if (Date.now() < pauseUntil || typed || (a && a.tagName === "INPUT")) return;
+      // never under a request: a reload would abort it and lose its answer (the run it started)
+      if (inflight || Date.now() < pauseUntil || typed || (a && a.tagName === "INPUT")) return;
       location.reload();
     }, ms);
   }
@@ -103,7 +110,8 @@ SCRIPT = r"""
     if (method !== "DELETE") init.body = JSON.stringify(body);
     var unpause = /\/unpause$/.test(f.dataset.path), before = out.innerHTML;
     if (!unpause) show("working...", "muted");
-    fetch("api/v1/" + f.dataset.path, init).then(function (r) {
+    inflight++;
+    fetch("api/v1/" + f.dataset.path, init).finally(function () { inflight--; }).then(function (r) {
       return r.json().catch(function () { return {detail: r.status + " " + r.statusText}; })
         .then(function (d) { return {ok: r.ok, d: d}; });
     }).then(function (res) {
@@ -141,7 +149,10 @@ SCRIPT = r"""
 def form(label: str, method: str, path: str, *, fields: tuple = (), body: dict | None = None,
          confirm: str = "", button: str = "") -> str:
     """One action: `fields` are (name, placeholder, kind) with kind 'name', 'number:default' (at
-    least 0) or 'number:default:min' (at least min: the browser refuses less before a request)."""
+    least 0) or 'number:default:min' (at least min: the browser refuses less before a request).
+    Nothing on a read-only page (CAN_ACT false: the user's role may not start runs)."""
+    if not CAN_ACT.get():
+        return ""
     inputs = []
     for name, placeholder, kind in fields:
         if kind == "name":

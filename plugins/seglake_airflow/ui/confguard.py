@@ -13,7 +13,9 @@ here first against the whole contract (seglake.contract.check_conf, and for gc t
 from the settings the runs resolve: environment + the `seglake_config` Variable): an
 unknown key names the closest valid one; a bad value names the key, the value and what
 is allowed. A conf that passes goes on to Airflow's own Param validation unchanged, and
-the DAG's first task `check_conf` stays the backstop for runs made any other way. Only
+the DAG's first task `check_conf` stays the backstop for runs made any other way. A
+backfill of gc (`POST .../api/v2/backfills`, and its dry run: the UI's backfill form) is
+refused here too (GC has no past intervals to replay), before any run exists. Only
 a caller Airflow would let trigger the DAG gets our 400; anyone else gets Airflow's
 401/403. Pure ASGI: importing it costs nothing in processes that only load plugins.
 """
@@ -25,6 +27,8 @@ import json
 import re
 
 TRIGGER_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/?\Z")
+BACKFILL_PATH = re.compile(r"/api/v2/backfills(/dry_run)?/?\Z")   # the UI's backfill form posts here
+NO_BACKFILL = {"gc"}   # seglake DAGs a backfill is refused for (seglake.contract.refuse_gc_backfill)
 MAX_BODY = 4 << 20
 
 
@@ -61,8 +65,10 @@ class ConfGuard:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
-        m = TRIGGER_PATH.search(scope.get("path", "")) if scope.get("type") == "http" else None
-        if m is None or scope.get("method") != "POST":
+        path = scope.get("path", "") if scope.get("type") == "http" else ""
+        m = TRIGGER_PATH.search(path)
+        backfill = m is None and BACKFILL_PATH.search(path) is not None
+        if (m is None and not backfill) or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
         chunks, size, more = [], 0, True
@@ -83,7 +89,13 @@ class ConfGuard:
         except ValueError:
             doc = None   # Airflow answers malformed JSON itself
         error = None
-        if isinstance(doc, dict) and _seglake_dag(m.group("dag_id")) and await _may_trigger(scope, m.group("dag_id")):
+        if backfill:
+            dag_id = doc.get("dag_id") if isinstance(doc, dict) else None
+            if isinstance(dag_id, str) and dag_id in NO_BACKFILL and await _may_trigger(scope, dag_id):
+                from seglake.contract import GC_BACKFILL_REFUSED
+
+                error = GC_BACKFILL_REFUSED
+        elif isinstance(doc, dict) and _seglake_dag(m.group("dag_id")) and await _may_trigger(scope, m.group("dag_id")):
             error = await asyncio.to_thread(_check, m.group("dag_id"), doc.get("conf"))
         if error:
             await _answer(send, 400, error)

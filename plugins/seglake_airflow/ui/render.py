@@ -8,6 +8,7 @@ import time
 from html import escape
 from urllib.parse import quote
 
+from seglake_airflow.ui import actions
 from seglake_airflow.ui.actions import SCRIPT, form
 
 REFRESH_S = 10
@@ -32,7 +33,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#7b8794;fo
 .runid{font-family:ui-monospace,monospace;font-size:12px;font-weight:normal}
 form.act{display:inline-flex;gap:4px;margin:0 6px 2px 0} form.act input{font-size:12px;padding:1px 4px}
 form.act button{font-size:12px;padding:1px 6px;cursor:pointer}
-#action-result{min-height:18px;margin:6px 0} #action-result.ok{color:#0c6b58} #action-result.warn{color:#8d5b00}
+#read-only{color:#8d5b00} #action-result{min-height:18px;margin:6px 0} #action-result.ok{color:#0c6b58} #action-result.warn{color:#8d5b00}
 #action-result form.act{display:inline}
 """
 OK = {"Created", "COMMITTED", "Completed", "Flushed", "committed", "OK"}
@@ -307,7 +308,17 @@ def _backup(b: dict) -> str:
             + '<h3>Point-in-time windows (what they hold)</h3>' + pitr)
 
 
-def render_page(data: dict) -> str:
+def render_page(data: dict, can_act: bool = True) -> str:
+    """`can_act`: the user's role may start DAG runs; otherwise the page is read-only: no
+    action is offered (each would be refused with 403), and it says so."""
+    token = actions.CAN_ACT.set(can_act)
+    try:
+        return _render_page(data, can_act)
+    finally:
+        actions.CAN_ACT.reset(token)
+
+
+def _render_page(data: dict, can_act: bool) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data["now"]))
     refresh = BUSY_REFRESH_S if busy(data) else REFRESH_S
     gc_sec = {"error": data["gc"]["error"] or data["gc_pause"]["error"],
@@ -318,7 +329,10 @@ def render_page(data: dict) -> str:
         f'<body data-refresh="{refresh}">',
         f'<h1>seglake</h1><p class="muted">read at {stamp}; refreshes every {refresh}s; '
         f'<a href="metrics">metrics</a> &middot; <a href="api/overview">json</a> &middot; '
-        f'<a href="api/v1/docs">REST API</a></p><p id="action-result" role="status"></p>',
+        f'<a href="api/v1/docs">REST API</a></p>'
+        + ('' if can_act else '<p class="warn" id="read-only">read-only: your role may look but not start runs '
+                              '(snapshots, restores, pins, GC, resumes); ask an operator</p>')
+        + '<p id="action-result" role="status"></p>',
         _section("Collections", data["collections"], _collections),
         _section("Snapshots", data["snapshots"], _snapshots),
         _section("Copy jobs", data["jobs"], _jobs),

@@ -137,7 +137,9 @@ def test_gc_dag_schedule_is_read_from_the_environment_at_parse_time():
 
     tree = ast.parse((Path(__file__).resolve().parents[3] / "dags" / "gc.py").read_text())
     kw = [k for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "schedule"]
-    assert [ast.unparse(k.value) for k in kw] == ["gc_schedule()"]
+    assert [ast.unparse(k.value) for k in kw] == ["SCHEDULE"]   # the same value the form's note is made from
+    assigned = {ast.unparse(n.targets[0]): ast.unparse(n.value) for n in tree.body if isinstance(n, ast.Assign)}
+    assert assigned["SCHEDULE"] == "gc_schedule()"
 
 
 # -- names --------------------------------------------------------------------------------------

@@ -123,3 +123,16 @@ def test_the_pin_box_refuses_zero_in_the_browser():
     (box,) = re.findall(r'<input name="ttl_hours"[^>]*>', html)
     low = float(re.search(r'min="([^"]+)"', box).group(1))
     assert 0 < low and low * 3600 >= 1.0 and low * 3600 < 2.0, box   # 0 is below it; 1 s is the engine's floor
+
+
+def test_a_read_only_page_offers_no_action_and_says_why():
+    data = _empty(collections={"rows": [{"name": "c1", "db": "default", "collection_id": 1, "state": "Created",
+                                         "segments": 1, "rows": 10, "bytes": 100, "files": 2,
+                                         "partitions": 1, "channels": ["ch0"]}], "error": None},
+                  gc={"rows": _gc_run(), "error": None})
+    full, read_only = (html.split("<script>")[0] for html in (render_page(data), render_page(data, can_act=False)))
+    assert full.count('<form class="act"') >= 2 and 'id="read-only"' not in full
+    assert '<form class="act"' not in read_only and "<button" not in read_only
+    assert 'id="read-only">read-only: your role may look but not start runs' in read_only
+    assert "c1" in read_only and "DRY RUN: nothing deleted" in read_only     # it still shows everything
+    assert '<form class="act"' in render_page(data)                          # the next page is not affected
