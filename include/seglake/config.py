@@ -119,6 +119,11 @@ class Settings:
     backup_s3_region: str = _str("us-east-1", "S3 region of the backup target")
     backup_s3_access_key: str = _str("", "S3 access key id of the backup target (empty: boto3 default chain)")
     backup_s3_secret_key: str = _str("", "S3 secret access key of the backup target", secret=True)
+    # a Milvus's bucket, read (GET/LIST only) by `seglake milvus backup`: its own credentials
+    milvus_s3_endpoint: str = _str("", "S3 endpoint URL of the Milvus bucket a capture reads (empty: AWS default)")
+    milvus_s3_region: str = _str("us-east-1", "S3 region of the Milvus bucket a capture reads")
+    milvus_s3_access_key: str = _str("", "S3 access key id for the Milvus bucket (empty: boto3 default chain)")
+    milvus_s3_secret_key: str = _str("", "S3 secret access key for the Milvus bucket", secret=True)
     # etcd
     etcd_endpoint: str = _str("127.0.0.1:23790", "etcd host:port")
     etcd_root: str = _str("seglake", "root prefix of every seglake key in etcd")

@@ -1,0 +1,394 @@
+"""Capture Milvus collections into seglake bundles (issue 29 Deliver 2; format:
+docs/MILVUS_BUNDLE.md).
+
+    check names, rates, the target URI -- before anything
+    -> plan (read-only on Milvus): one etcd revision R; at R, every named collection's
+       catalog (schema, partitions, shards, indexes, Flushed segments and their logs;
+       seglake.milvus.catalog); one listing per collection prefix of Milvus's bucket
+       (size + ETag of every object a segment names: a missing one fails the plan)
+       -- an unknown collection, an unreachable etcd or an unreadable bucket fails here,
+       before the target is touched
+    -> units: every file an earlier committed bundle of the same collection does not
+       vouch for (same key, size and ETag, its data file still in the target with the
+       tag that bundle recorded) is read once from the bucket (GET), hashed, checked by
+       content (insert / delete logs: the binlog magic, the descriptor's ids against the
+       key, the Parquet payloads' rows against the log's entries) and, when the target
+       lacks that content, written to data/{sha256} (it appears only complete and with
+       that SHA-256); run inline by the project's one pool (seglake.runners), throttled
+       by seglake.throttle (per run, under the store-wide limit)
+    -> per collection: bundle.json, every data file checked present, the commit marker
+       (the bundle exists from then on): the export's commit (export._commit)
+
+Strictly read-only on Milvus: its etcd is read with range reads at one revision, its
+bucket with LIST and GET (ReadOnlyBucket has no other method). Resumable: a re-run after a
+kill reuses every data file already in the target (content-addressed, content checked)
+and commits; a committed bundle of that name and collection is reported as done.
+
+Consistency: the capture holds Milvus's flushed-only view at revision R (segments in state
+Flushed then). Flush the collection through Milvus's public API before the capture to
+include everything acknowledged until then; rows and deletes acknowledged after the
+last Flush (Growing segments, delete buffers) are not in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+from seglake import limits, manifest, runners
+from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import export as exports
+from seglake.milvus import binlog, catalog
+from seglake.milvus.etcdmeta import MilvusMeta
+from seglake.names import validate_name
+from seglake.progress import human_bytes
+from seglake.storage import layout
+from seglake import throttle as throttles
+from seglake.throttle import check_rates
+
+log = logging.getLogger("seglake.milvus")
+KIND = "milvus"
+UNIT_FILES = 32
+
+
+class CaptureError(SeglakeError):
+    """Milvus's catalog or bucket cannot be captured (missing object, unreadable, changed)."""
+
+
+class ReadOnlyBucket:
+    """Milvus's bucket, as a capture may touch it: LIST and GET only (no write method)."""
+
+    def __init__(self, store):
+        self._store = store
+        self.uri = store.uri
+
+    def list_described(self, prefix: str):
+        return self._store.list_described(prefix)
+
+    def open_read(self, key: str):
+        return self._store.open_read(key)
+
+    def head(self, key: str):
+        return self._store.head(key)
+
+
+def open_bucket(settings, bucket: str, root_path: str = "") -> ReadOnlyBucket:
+    """Milvus's bucket (s3://bucket/root_path) with the milvus_s3_* credentials (config
+    keys: environment or SEGLAKE_CONFIG), or a local directory (`bucket` an absolute path:
+    Milvus's local storage)."""
+    if bucket.startswith("/"):
+        from seglake.storage.local import LocalStore
+        import os
+        if not os.path.isdir(bucket):
+            raise ValidationError(f"Milvus local storage {bucket!r} is not a directory")
+        return ReadOnlyBucket(LocalStore(os.path.join(bucket, root_path.strip("/")) if root_path else bucket))
+    if not layout_bucket_ok(bucket):
+        raise ValidationError(f"--bucket {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, "
+                              f"'.' or '-') nor an absolute local path")
+    from seglake.storage.s3 import S3Store
+    uri = f"s3://{bucket}/{root_path.strip('/')}" if root_path.strip("/") else f"s3://{bucket}"
+    return ReadOnlyBucket(S3Store(uri, endpoint=settings.milvus_s3_endpoint, region=settings.milvus_s3_region,
+                                  access_key=settings.milvus_s3_access_key,
+                                  secret_key=settings.milvus_s3_secret_key,
+                                  max_pool=max(32, settings.copy_threads)))
+
+
+def layout_bucket_ok(bucket: str) -> bool:
+    import re
+    return bool(re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket))
+
+
+def check_root(name: str, value: str) -> str:
+    import re
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", value) \
+            or ".." in value.split("/"):
+        raise ValidationError(f"{name} {value!r}: path segments of letters, digits, '.', '_' or '-' joined by '/'")
+    return value
+
+
+# -- plan ------------------------------------------------------------------------------------
+def plan(kv, bucket: ReadOnlyBucket, etcd_root: str, collections: list[str], *, db: str = "default",
+         source: dict | None = None) -> dict:
+    """What a capture of `collections` of database `db` (all of its collections when the
+    list is empty) holds, read from Milvus at one etcd revision: {revision, version,
+    collections: [{catalog, files}]}. Read-only; raises before anything is written."""
+    check_root("etcd root", etcd_root)
+    validate_name("db", db)
+    for c in collections:
+        validate_name("collection", c)
+    revision = kv.revision()
+    meta = MilvusMeta(kv, etcd_root, revision)
+    dbs = catalog.databases(meta)
+    if db not in dbs.values():
+        raise NotFound(f"Milvus (etcd root {etcd_root!r}) has no database {db!r}; it has {sorted(dbs.values())}")
+    infos = catalog.collection_infos(meta)
+    names = list(dict.fromkeys(collections)) or sorted(
+        {c["name"] for c in infos if dbs.get(c["db_id"]) == db})
+    if not names:
+        raise NotFound(f"Milvus database {db!r} (etcd root {etcd_root!r}) has no collections")
+    cats = [catalog.read(meta, db, n, dbs, infos) for n in names]   # every name resolved before any listing
+    out = []
+    for cat in cats:
+        out.append({"catalog": cat, "files": _files(bucket, cat)})
+    return {"revision": revision, "version": catalog.milvus_version(kv, etcd_root, revision),
+            "etcd_root": etcd_root, "db": db, "collections": out, **(source or {})}
+
+
+def _files(bucket: ReadOnlyBucket, cat: dict) -> dict[str, dict]:
+    """{relative key: {size, tag, check}} of every object the catalog's segments name, from
+    one listing per collection prefix (and per index build): a named object the bucket
+    does not hold fails the plan."""
+    cid = cat["collection"]["collection_id"]
+    want: dict[str, dict | None] = {}
+    builds = set()
+    for s in cat["segments"]:
+        ids = {"collection_id": cid, "partition_id": s["partition_id"], "segment_id": s["segment_id"]}
+        for fl in s["binlogs"]:
+            for x in fl["logs"]:
+                want[x["path"]] = {"kind": "insert", "field_id": fl["field_id"], "entries": x["entries"], **ids}
+        for fl in s["deltalogs"]:
+            for x in fl["logs"]:
+                want[x["path"]] = {"kind": "delete", "field_id": None, "entries": x["entries"], **ids}
+        for fl in s["statslogs"]:
+            for x in fl["logs"]:
+                want[x["path"]] = None
+        for ix in s["indexes"]:
+            builds.add(ix["build_id"])
+            for p in ix["files"]:
+                want[p] = None
+    prefixes = [f"insert_log/{cid}/", f"delta_log/{cid}/", f"stats_log/{cid}/"]
+    prefixes += [f"index_files/{b}/" for b in sorted(builds)]
+    listed = {}
+    for prefix in prefixes:
+        try:
+            for o in bucket.list_described(prefix):
+                if o.key in want:
+                    listed[o.key] = o
+        except NotFound:
+            continue
+        except SeglakeError as e:
+            raise CaptureError(f"Milvus's bucket {bucket.uri} cannot be listed ({prefix}): {e}") from None
+    missing = sorted(set(want) - set(listed))
+    if missing:
+        raise CaptureError(f"Milvus collection {cat['collection']['db']}.{cat['collection']['name']}: "
+                           f"{len(missing)} objects its Flushed segments name are not in the bucket "
+                           f"{bucket.uri} (e.g. {missing[0]}): wrong --bucket/--milvus-root, or removed by "
+                           f"Milvus's GC; nothing captured")
+    return {k: {"size": listed[k].size, "tag": exports.source_tag(listed[k]), "check": want[k]}
+            for k in sorted(want)}
+
+
+# -- run -------------------------------------------------------------------------------------
+def capture(kv, bucket: ReadOnlyBucket, target, etcd_root: str, collections: list[str], *, bundle: str,
+            db: str = "default", threads: int = 8, max_bytes_per_second: float = 0,
+            max_requests_per_second: float = 0, meta=None, schedule: bool = False,
+            source: dict | None = None, say=log.warning) -> list[dict]:
+    """Capture `collections` (all of database `db` when empty) as bundle `bundle` of each.
+    `meta`: seglake's catalog, for the throttle's clock (required when a rate is set).
+    `source`: {"bucket", "root_path"} of Milvus's storage, recorded in the bundles.
+    Returns one report per collection."""
+    validate_name("bundle", bundle)
+    threads = int(limits.check("copy_threads", "threads", threads))
+    bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
+    if (bps or rps) and meta is None:
+        raise ValidationError("a rate limit needs seglake's etcd (the throttle's clock)")
+    started = time.time()
+    planned = plan(kv, bucket, etcd_root, collections, db=db, source=source)
+    exports._ensure_bucket(target)
+    token = uuid.uuid4().hex[:16]
+    throttle = (throttles.for_run(meta, meta.keys.backup_throttle(token), bps, rps) if meta is not None
+                else throttles.Throttle(None, "", 0, 0))
+    listed = bundles.blob_tags(target)
+    reports = []
+    try:
+        for c in planned["collections"]:
+            reports.append(_capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, started,
+                                        schedule, say))
+    finally:
+        if meta is not None:
+            meta.kv.delete(meta.keys.backup_throttle(token))
+    return reports
+
+
+def _capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, started, schedule, say) -> dict:
+    cat, files = c["catalog"], c["files"]
+    coll = cat["collection"]
+    db, name, cid = coll["db"], coll["name"], coll["collection_id"]
+    bundles.check_names(db, name, bundle)
+    done = bundles.existing(target, db, name, bundle)
+    if done is not None:
+        src = done["source"]
+        if done.get("kind") != KIND or src.get("collection_id") != cid:
+            raise Conflict(f"bundle {db}.{name}/{bundle} already exists in the backup target for "
+                           f"{'Milvus collection id ' + str(src.get('collection_id')) if done.get('kind') == KIND else 'a seglake snapshot'}; "
+                           f"choose another bundle name")
+        say(f"milvus capture {db}.{name}/{bundle}: already committed, nothing copied")
+        return {**bundles.summary(done), "state": "committed", "already": True, "copied_files": 0,
+                "copied_bytes": 0, "read_bytes": 0, "target": target.uri}
+    known = bundles.known_files(target, db, name)
+    present = {sha: size for sha, (size, _) in listed.items()}
+    out_files: dict[str, dict] = {}
+    vouched, recorded = {}, {}
+    for path, f in files.items():
+        sha, tag = known.get((path, f["size"], f["tag"]), (None, ""))
+        if sha is not None and present.get(sha) == f["size"]:
+            vouched[path] = sha
+            if tag:
+                recorded[sha] = tag
+        out_files[path] = {"size": f["size"], "tag": f["tag"]}
+    lock, good, inflight, written = threading.Lock(), {}, set(), {}
+    counts = {"read": 0, "copied": 0, "copied_files": 0, "reused": 0, "checked_bytes": 0, "repaired": 0}
+
+    def unchanged(sha: str, size: int) -> bool:
+        return recorded.get(sha) is not None and listed.get(sha) == (size, recorded[sha])
+
+    def target_holds(sha: str, size: int) -> bool:
+        with lock:
+            if sha in good:
+                return good[sha]
+            if unchanged(sha, size):
+                good[sha] = True
+                return True
+        try:
+            throttle.acquire(0, 1)
+            got, n = bundles.sha256_of(target, layout.bundle_blob(sha), on_chunk=lambda ch: throttle.acquire(ch, 0))
+        except NotFound:
+            got, n = "", -1
+        with lock:
+            counts["checked_bytes"] += max(n, 0)
+            good[sha] = ok = (got, n) == (sha, size)
+            if not ok and present.pop(sha, None) is not None:
+                counts["repaired"] += 1
+        return ok
+
+    def one(path: str) -> None:
+        f = files[path]
+        size = f["size"]
+        sha = vouched.get(path)
+        if sha is not None and target_holds(sha, size):
+            out_files[path]["sha256"] = sha
+            with lock:
+                counts["reused"] += 1
+            return
+        throttle.acquire(0, 1)
+        import io
+        if size <= bundles.SMALL:
+            with bucket.open_read(path) as fh:
+                data = fh.read(size + 1)
+            throttle.acquire(len(data), 0)
+            sha, n, spool = manifest.sha256(data), len(data), None
+            reader = io.BytesIO(data)
+        else:
+            spool, sha, n = bundles.spool_hashed(bucket, path, on_chunk=lambda ch: throttle.acquire(ch, 0))
+            data, reader = None, spool
+        try:
+            with lock:
+                counts["read"] += n
+            if n != size:
+                raise CaptureError(f"{bucket.uri}/{path}: read {n} bytes, its listing said {size}: the object "
+                                   f"changed during the capture; nothing committed, re-run")
+            if f["check"] is not None:
+                chk = f["check"]
+                bad = binlog.check(reader, n, kind=chk["kind"], collection_id=chk["collection_id"],
+                                   partition_id=chk["partition_id"], segment_id=chk["segment_id"],
+                                   field_id=chk["field_id"], entries=chk["entries"])
+                if bad:
+                    raise CaptureError(f"{bucket.uri}/{path}: {'; '.join(bad)}; nothing committed")
+            out_files[path]["sha256"] = sha
+            with lock:
+                there = sha in inflight or good.get(sha, False)
+                maybe = not there and present.get(sha) == size
+                inflight.add(sha)
+            if maybe:
+                there = target_holds(sha, size)
+            if not there:
+                throttle.acquire(len(data) if data is not None else size, 1)
+                if data is not None:
+                    info = target.put(layout.bundle_blob(sha), data)
+                else:
+                    info = bundles.copy_verified_from(spool, path, target, layout.bundle_blob(sha), sha, size)
+                with lock:
+                    present[sha], good[sha], written[sha] = size, True, info
+                    counts["copied"] += size
+                    counts["copied_files"] += 1
+        finally:
+            if spool is not None:
+                spool.close()
+
+    def run_unit(paths: list[str]) -> None:
+        for p in paths:
+            one(p)
+
+    todo = []
+    for path, f in out_files.items():
+        sha = vouched.get(path)
+        if sha is not None and unchanged(sha, f["size"]):
+            f["sha256"], good[sha] = sha, True
+            counts["reused"] += 1
+        else:
+            todo.append(path)
+    say(f"milvus capture {db}.{name}/{bundle}: {len(cat['segments'])} Flushed segments, {len(files)} files "
+        f"({human_bytes(sum(f['size'] for f in files.values()))}) at etcd revision {planned['revision']}; "
+        f"{len(files) - len(todo)} unchanged since an earlier bundle, {len(todo)} to read")
+    per_unit = max(1, min(UNIT_FILES, len(todo) // (4 * threads)))
+    units = [todo[i:i + per_unit] for i in range(0, len(todo), per_unit)]
+    with target.durable_batch():
+        for _ in runners.run_inline(run_unit, units, workers=threads):
+            pass
+    after = exports._data_tags(target, written)
+    for f in out_files.values():
+        now = (after if f["sha256"] in written else listed).get(f["sha256"])
+        if now is not None and now[0] == f["size"]:
+            f["data_tag"] = now[1]
+            listed[f["sha256"]] = now       # the next collection of this run sees it as checked
+    for sha in written:
+        if sha in after:
+            listed[sha] = after[sha]
+
+    doc = document(planned, cat, out_files, bundle, schedule)
+    raw = bundles.write_doc(target, doc)
+    exports._ensure_present(bucket, target, out_files, say)
+    doc = exports._commit(target, doc, raw)
+    finished = time.time()
+    report = {**bundles.summary(doc), "state": "committed", "already": False, "target": target.uri,
+              "etcd_revision": planned["revision"], "milvus_version": planned["version"],
+              "copied_files": counts["copied_files"], "copied_bytes": counts["copied"],
+              "read_bytes": counts["read"], "reused_files": counts["reused"],
+              "checked_bytes": counts["checked_bytes"], "repaired_files": counts["repaired"],
+              "started_at": started, "finished_at": finished, "seconds": round(finished - started, 3),
+              "throttle": throttle.report()}
+    say(f"milvus capture {db}.{name}/{bundle}: committed; {counts['copied_files']} files "
+        f"({human_bytes(counts['copied'])}) copied, {len(files) - counts['copied_files']} already in the target")
+    return report
+
+
+def document(planned: dict, cat: dict, files: dict, bundle: str, schedule: bool = False) -> dict:
+    """The bundle document (kind "milvus") of one captured collection."""
+    coll = cat["collection"]
+    segs = cat["segments"]
+    logs = [x for s in segs for fl in s["binlogs"] + s["deltalogs"] for x in fl["logs"]]
+    cps = [v for v in cat["checkpoints"].values()]
+    totals = {"segments": len(segs), "rows": sum(s["num_rows"] for s in segs),
+              "deleted_entries": sum(x["entries"] for s in segs for fl in s["deltalogs"] for x in fl["logs"]),
+              "files": len(files), "bytes": sum(f["size"] for f in files.values()),
+              "unique_blobs": len({f["sha256"] for f in files.values()})}
+    doc = {
+        "format": bundles.FORMAT, "version": bundles.VERSION, "kind": KIND, "bundle": bundle,
+        "uid": uuid.uuid4().hex, "created_at": time.time(),
+        "source": {"kind": KIND, "milvus_version": planned["version"], "etcd_root": planned["etcd_root"],
+                   "bucket": planned.get("bucket", ""), "root_path": planned.get("root_path", ""),
+                   "db": coll["db"], "db_id": coll["db_id"], "collection": coll["name"],
+                   "collection_id": coll["collection_id"], "snapshot": None, "snapshot_id": None,
+                   "etcd_revision": planned["revision"], "consistent_ts": min(cps) if cps else 0,
+                   "max_ts": max([x["ts_to"] for x in logs] + [0]), "committed_at": time.time()},
+        "snapshot": {"collection": coll, "indexes": cat["indexes"], "checkpoints": cat["checkpoints"],
+                     "totals": totals},
+        "segments": segs, "files": files, "totals": totals,
+    }
+    if schedule:
+        doc["made_by"] = exports.MADE_BY_SCHEDULE
+    from seglake.milvus import bundledoc
+    return bundledoc.check(doc, f"bundle {coll['db']}.{coll['name']}/{bundle}")
