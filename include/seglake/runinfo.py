@@ -181,7 +181,8 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
     what = {"snapshot_drop": f"snapshot {params.get('collection')}/{params.get('name')}",
             "snapshot_retention": f"retention policy of {params.get('collection')}",
             "snapshot_schedule": "snapshot_schedule", "verify_collection": f"verify {params.get('collection')}",
-            "wal_archive": "wal_archive"}[kind]
+            "wal_archive": "wal_archive",
+            "milvus_backup": f"milvus capture {params.get('bundle')}"}[kind]
     if result is None:
         return _short(f"FAILED: {what} did not finish (see the task logs)")
     if kind == "snapshot_drop":
@@ -194,4 +195,9 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
         behind = ", ".join(f"{p} up to {d['cursor']} of {d['last']}" for p, d in result["pchannels"].items())
         return _short(f"wal_archive: {result['fragments']} fragments ({human_bytes(result['bytes'])}) shipped to "
                       f"{result['target']}" + (f"; {behind}" if behind else "; no collection is archived"))
+    if kind == "milvus_backup":
+        return _short(f"{what}: {len(result)} collections captured, "
+                      f"{sum(r.get('copied_files', 0) for r in result)} files copied "
+                      f"({sum(r.get('copied_bytes', 0) for r in result)} bytes), "
+                      f"{sum(r.get('rows', 0) for r in result)} rows")
     return _short(f"{what}: OK, {result.get('files_checked')} files, {result.get('rows')} rows checked")

@@ -246,4 +246,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_compaction_parsers(sub, common, coll_t, number_arg)
     from seglake.cli.backup import add_backup_parsers
     add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg)
+    from seglake.cli.milvus import add_milvus_parsers
+    add_milvus_parsers(sub, common, coll_t, snap_t, number_arg)
     return p

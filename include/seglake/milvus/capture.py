@@ -392,3 +392,47 @@ def document(planned: dict, cat: dict, files: dict, bundle: str, schedule: bool 
         doc["made_by"] = exports.MADE_BY_SCHEDULE
     from seglake.milvus import bundledoc
     return bundledoc.check(doc, f"bundle {coll['db']}.{coll['name']}/{bundle}")
+
+
+# -- requests (CLI and DAG) ---------------------------------------------------------------------
+def check_request(milvus_etcd: str, milvus_root: str, bucket: str, bucket_root: str, collections,
+                  bundle: str, db: str = "default", all_collections: bool = False) -> dict:
+    """A capture request checked whole before anything is opened: the etcd endpoints, the
+    roots, the bucket, every collection name, the bundle and database names; `collections`
+    a list or a comma-separated string; none named only with all_collections."""
+    from seglake.names import parse_endpoints
+
+    parse_endpoints("milvus etcd", milvus_etcd)
+    check_root("Milvus etcd root", milvus_root)
+    if bucket_root:
+        check_root("Milvus bucket root", bucket_root)
+    if not (isinstance(bucket, str) and (layout_bucket_ok(bucket) or bucket.startswith("/"))):
+        raise ValidationError(f"Milvus bucket {bucket!r}: an S3 bucket name (3-63 lowercase letters, digits, '.' "
+                              f"or '-') or an absolute local path (Milvus's local storage)")
+    if isinstance(collections, str):
+        collections = [c.strip() for c in collections.split(",") if c.strip()]
+    names = [validate_name("collection", c) for c in collections]
+    if not names and not all_collections:
+        raise ValidationError("name the Milvus collections to capture, or ask for every collection of the "
+                              "database (--all / all_collections)")
+    if names and all_collections:
+        raise ValidationError("name collections or ask for all of them, not both")
+    validate_name("bundle", bundle)
+    validate_name("db", db)
+    return {"milvus_etcd": milvus_etcd, "milvus_root": milvus_root, "bucket": bucket, "bucket_root": bucket_root,
+            "collections": names, "bundle": bundle, "db": db}
+
+
+def run_request(req: dict, settings, target, *, meta=None, max_bytes_per_second: float = 0,
+                max_requests_per_second: float = 0, schedule: bool = False, say=log.warning) -> list[dict]:
+    """A checked request (check_request) run: Milvus's etcd and bucket opened read-only,
+    the capture run into `target`."""
+    from seglake.meta.kv import KV
+
+    bucket = open_bucket(settings, req["bucket"], req["bucket_root"])
+    with KV(req["milvus_etcd"], timeout=settings.etcd_timeout) as kv:
+        return capture(kv, bucket, target, req["milvus_root"], req["collections"], bundle=req["bundle"],
+                       db=req["db"], threads=settings.copy_threads, meta=meta,
+                       max_bytes_per_second=max_bytes_per_second, max_requests_per_second=max_requests_per_second,
+                       schedule=schedule, source={"bucket": req["bucket"], "root_path": req["bucket_root"]},
+                       say=say)
