@@ -311,7 +311,7 @@ SPECS: dict[str, dict[str, Key]] = {
         "max_mib_per_second": RATES["max_mib_per_second"],
     },
     "milvus_backup": {
-        "collections": Key("text", "Milvus collections", default="", max_length=65536,
+        "collections": Key("text", "Milvus collections", default="", nullable=True, max_length=65536,
                            description="Comma-separated names of collections of the database; empty: set "
                                        "all_collections"),
         "all_collections": Key("boolean", "All collections", default=False,

@@ -201,6 +201,77 @@ def test_bad_input_fails_clearly_with_nothing_written(msrv, source, s3_server, t
     assert not tdir.exists() or not any(tdir.rglob("*")), "nothing written to the target"
 
 
+def _milvus_env(monkeypatch, s3_server, backup: Path) -> None:
+    """The Milvus bucket's credentials and the target as every other S3 setting comes:
+    SEGLAKE_* environment (never argv)."""
+    monkeypatch.setenv("SEGLAKE_MILVUS_S3_ENDPOINT", s3_server.endpoint)
+    monkeypatch.setenv("SEGLAKE_MILVUS_S3_ACCESS_KEY", s3_server.access_key)
+    monkeypatch.setenv("SEGLAKE_MILVUS_S3_SECRET_KEY", s3_server.secret_key)
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(backup))
+
+
+def test_cli_milvus_backup(msrv, source, s3_server, etcd_server, tmp_path, monkeypatch, capsys):
+    from seglake.cli.entry import main
+
+    backup = tmp_path / "backup"
+    _milvus_env(monkeypatch, s3_server, backup)
+    monkeypatch.setenv("SEGLAKE_STORE_URI", str(tmp_path / "store"))
+    monkeypatch.setenv("SEGLAKE_ETCD_ENDPOINT", etcd_server.endpoint)     # seglake's own (verify records there)
+    monkeypatch.setenv("SEGLAKE_ETCD_ROOT", f"t{uuid.uuid4().hex[:10]}")
+    argv = ["milvus", "backup", "--milvus-etcd", msrv.etcd_endpoint, "--milvus-root", msrv.etcd_root,
+            "--bucket", BUCKET, "--bucket-root", msrv.s3.root_path, "--bundle", "cli", source["small"], "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["collection"] for r in out] == [source["small"]] and out[0]["state"] == "committed"
+    assert s3_server.secret_key not in " ".join(argv)
+    assert main(["backup", "verify", source["small"], "cli", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"]
+    # refused before anything is opened: a bad endpoint, no collection named, an unknown collection
+    for bad in (["--milvus-etcd", "no port"], ["--milvus-etcd", msrv.etcd_endpoint, "--all", source["small"]]):
+        rc = main(["milvus", "backup", *bad, "--bucket", BUCKET, "--bundle", "cli2"])
+        assert rc != 0
+    rc = main(["milvus", "backup", "--milvus-etcd", msrv.etcd_endpoint, "--milvus-root", msrv.etcd_root,
+               "--bucket", BUCKET, "--bucket-root", msrv.s3.root_path, "--bundle", "cli3", "nope"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "no collection 'nope'" in err and s3_server.secret_key not in err
+    assert [b["bundle"] for b in bundles.list_bundles(LocalStore(str(backup)))] == ["cli"]
+
+
+def test_milvus_backup_dag(msrv, source, s3_server, airflow_env, tmp_path, monkeypatch, capfd):
+    sys.path.insert(0, str(REPO / "tests" / "dags"))
+    from dag_helpers import load_dag, task_states
+
+    from seglake.contract import check_conf
+    from seglake.errors import ValidationError
+
+    backup = tmp_path / "backup"
+    monkeypatch.setenv("AIRFLOW_CONN_SEGLAKE_MILVUS", json.dumps(
+        {"conn_type": "aws", "login": s3_server.access_key, "password": s3_server.secret_key,
+         "extra": {"endpoint_url": s3_server.endpoint}}))
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(backup))
+    conf = {"collections": f"{source['big']},{source['small']}", "milvus_etcd": msrv.etcd_endpoint,
+            "milvus_root": msrv.etcd_root, "bucket": BUCKET, "bucket_root": msrv.s3.root_path, "bundle": "dag1"}
+    for bad, why in (({**conf, "colections": "x"}, "did you mean 'collections'"),
+                     ({**conf, "milvus_etcd": "http://x:1"}, "host:port"),
+                     ({**conf, "collections": "a b"}, "invalid collection name"),
+                     ({**conf, "collections": ""}, "every collection"),
+                     ({**conf, "max_mib_per_second": -1}, "max_mib_per_second")):
+        with pytest.raises(ValidationError, match=why):
+            check_conf("milvus_backup", bad)
+    run = load_dag("milvus_backup").test(run_conf=conf)
+    assert run.state == "success", task_states(run)
+    out, _ = capfd.readouterr()
+    assert "run note: milvus capture dag1: 2 collections captured" in out, out[-3000:]
+    assert s3_server.secret_key not in out
+    target = LocalStore(str(backup))
+    for name in (source["big"], source["small"]):
+        doc = bundles.read(target, "default", name, "dag1")
+        assert bundledoc.visible_rows(target, doc)["visible"] == source["count"][name]
+    run = load_dag("milvus_backup").test(run_conf={**conf, "collections": "nope"})
+    assert run.state == "failed"
+    assert not (backup / "bundles" / "default" / "nope").exists()
+
+
 def _snapshot(msrv, s3_server) -> tuple[dict, dict]:
     import boto3
     from botocore.config import Config
