@@ -33,7 +33,6 @@ last Flush (Growing segments, delete buffers) are not in it.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 
@@ -185,10 +184,12 @@ def _files(bucket: ReadOnlyBucket, cat: dict) -> dict[str, dict]:
 def capture(kv, bucket: ReadOnlyBucket, target, etcd_root: str, collections: list[str], *, bundle: str,
             db: str = "default", threads: int = 8, max_bytes_per_second: float = 0,
             max_requests_per_second: float = 0, meta=None, schedule: bool = False,
-            source: dict | None = None, say=log.warning) -> list[dict]:
+            source: dict | None = None, runner=None, say=log.warning) -> list[dict]:
     """Capture `collections` (all of database `db` when empty) as bundle `bundle` of each.
     `meta`: seglake's catalog, for the throttle's clock (required when a rate is set).
     `source`: {"bucket", "root_path"} of Milvus's storage, recorded in the bundles.
+    `runner(units) -> results`: where the units run (default: inline, run_inline; the
+    Spark job spark/jobs/milvus_capture.py passes its executors).
     Returns one report per collection."""
     validate_name("bundle", bundle)
     threads = int(limits.check("copy_threads", "threads", threads))
@@ -206,14 +207,91 @@ def capture(kv, bucket: ReadOnlyBucket, target, etcd_root: str, collections: lis
     try:
         for c in planned["collections"]:
             reports.append(_capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, started,
-                                        schedule, say))
+                                        schedule, say, runner))
     finally:
         if meta is not None:
             meta.kv.delete(meta.keys.backup_throttle(token))
     return reports
 
 
-def _capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, started, schedule, say) -> dict:
+def copy_file(bucket, target, item: dict, throttle=None) -> dict:
+    """One file of a capture (a unit's step, on any runner): when an earlier bundle vouches
+    for its content (`vouched`), the target's data file is checked (read, SHA-256) and the
+    source is not read; else the object is read once (GET), hashed, checked by content
+    (binlogs: magic, descriptor ids, rows == entries) and written to data/{sha256} unless
+    the target holds that content already (checked). Returns what happened."""
+    import io
+
+    acquire = throttle.acquire if throttle is not None else (lambda n, r=1: 0.0)
+    path, size = item["path"], item["size"]
+    out = {"path": path, "sha256": "", "copied": False, "read": 0, "checked": 0, "repaired": False, "info": None}
+
+    def holds(sha: str) -> bool:
+        try:
+            acquire(0, 1)
+            got, n = bundles.sha256_of(target, layout.bundle_blob(sha), on_chunk=lambda ch: acquire(ch, 0))
+        except NotFound:
+            return False
+        out["checked"] += n
+        return (got, n) == (sha, size)
+
+    if item.get("vouched"):
+        if holds(item["vouched"]):
+            out["sha256"] = item["vouched"]
+            return out
+        out["repaired"] = True          # listed by an earlier bundle, damaged or gone here: read again
+    acquire(0, 1)
+    spool = data = None
+    try:
+        if size <= bundles.SMALL:
+            with bucket.open_read(path) as fh:
+                data = fh.read(size + 1)
+            acquire(len(data), 0)
+            sha, n, reader = manifest.sha256(data), len(data), io.BytesIO(data)
+        else:
+            spool, sha, n = bundles.spool_hashed(bucket, path, on_chunk=lambda ch: acquire(ch, 0))
+            reader = spool
+        out["read"] = n
+        if n != size:
+            raise CaptureError(f"{bucket.uri}/{path}: read {n} bytes, its listing said {size}: the object "
+                               f"changed during the capture; nothing committed, re-run")
+        chk = item.get("check")
+        if chk is not None:
+            bad = binlog.check(reader, n, **chk)
+            if bad:
+                raise CaptureError(f"{bucket.uri}/{path}: {'; '.join(bad)}; nothing committed")
+        out["sha256"] = sha
+        try:
+            there = target.head(layout.bundle_blob(sha)).size == size and holds(sha)
+        except NotFound:
+            there = False
+        if not there:
+            acquire(size, 1)
+            if data is not None:
+                out["info"] = target.put(layout.bundle_blob(sha), data)
+            else:
+                out["info"] = bundles.copy_verified_from(spool, path, target, layout.bundle_blob(sha), sha, size)
+            out["copied"] = True
+    finally:
+        if spool is not None:
+            spool.close()
+    return out
+
+
+def copy_unit(bucket, target, items: list[dict], throttle=None) -> list[dict]:
+    """A unit: a few files, one after another (copy_file)."""
+    with target.durable_batch():
+        return [copy_file(bucket, target, it, throttle) for it in items]
+
+
+def run_inline(bucket, target, units: list[list[dict]], threads: int, throttle) -> list[dict]:
+    """The inline runner: the project's one bounded pool (seglake.runners)."""
+    return [r for rs in runners.run_inline(lambda u: copy_unit(bucket, target, u, throttle), units, workers=threads)
+            for r in rs]
+
+
+def _capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, started, schedule, say,
+                 runner=None) -> dict:
     cat, files = c["catalog"], c["files"]
     coll = cat["collection"]
     db, name, cid = coll["db"], coll["name"], coll["collection_id"]
@@ -229,124 +307,42 @@ def _capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, 
         return {**bundles.summary(done), "state": "committed", "already": True, "copied_files": 0,
                 "copied_bytes": 0, "read_bytes": 0, "target": target.uri}
     known = bundles.known_files(target, db, name)
-    present = {sha: size for sha, (size, _) in listed.items()}
     out_files: dict[str, dict] = {}
-    vouched, recorded = {}, {}
+    todo: list[dict] = []
+    reused = 0
     for path, f in files.items():
-        sha, tag = known.get((path, f["size"], f["tag"]), (None, ""))
-        if sha is not None and present.get(sha) == f["size"]:
-            vouched[path] = sha
-            if tag:
-                recorded[sha] = tag
         out_files[path] = {"size": f["size"], "tag": f["tag"]}
-    lock, good, inflight, written = threading.Lock(), {}, set(), {}
-    counts = {"read": 0, "copied": 0, "copied_files": 0, "reused": 0, "checked_bytes": 0, "repaired": 0}
-
-    def unchanged(sha: str, size: int) -> bool:
-        return recorded.get(sha) is not None and listed.get(sha) == (size, recorded[sha])
-
-    def target_holds(sha: str, size: int) -> bool:
-        with lock:
-            if sha in good:
-                return good[sha]
-            if unchanged(sha, size):
-                good[sha] = True
-                return True
-        try:
-            throttle.acquire(0, 1)
-            got, n = bundles.sha256_of(target, layout.bundle_blob(sha), on_chunk=lambda ch: throttle.acquire(ch, 0))
-        except NotFound:
-            got, n = "", -1
-        with lock:
-            counts["checked_bytes"] += max(n, 0)
-            good[sha] = ok = (got, n) == (sha, size)
-            if not ok and present.pop(sha, None) is not None:
-                counts["repaired"] += 1
-        return ok
-
-    def one(path: str) -> None:
-        f = files[path]
-        size = f["size"]
-        sha = vouched.get(path)
-        if sha is not None and target_holds(sha, size):
-            out_files[path]["sha256"] = sha
-            with lock:
-                counts["reused"] += 1
-            return
-        throttle.acquire(0, 1)
-        import io
-        if size <= bundles.SMALL:
-            with bucket.open_read(path) as fh:
-                data = fh.read(size + 1)
-            throttle.acquire(len(data), 0)
-            sha, n, spool = manifest.sha256(data), len(data), None
-            reader = io.BytesIO(data)
-        else:
-            spool, sha, n = bundles.spool_hashed(bucket, path, on_chunk=lambda ch: throttle.acquire(ch, 0))
-            data, reader = None, spool
-        try:
-            with lock:
-                counts["read"] += n
-            if n != size:
-                raise CaptureError(f"{bucket.uri}/{path}: read {n} bytes, its listing said {size}: the object "
-                                   f"changed during the capture; nothing committed, re-run")
-            if f["check"] is not None:
-                chk = f["check"]
-                bad = binlog.check(reader, n, kind=chk["kind"], collection_id=chk["collection_id"],
-                                   partition_id=chk["partition_id"], segment_id=chk["segment_id"],
-                                   field_id=chk["field_id"], entries=chk["entries"])
-                if bad:
-                    raise CaptureError(f"{bucket.uri}/{path}: {'; '.join(bad)}; nothing committed")
-            out_files[path]["sha256"] = sha
-            with lock:
-                there = sha in inflight or good.get(sha, False)
-                maybe = not there and present.get(sha) == size
-                inflight.add(sha)
-            if maybe:
-                there = target_holds(sha, size)
-            if not there:
-                throttle.acquire(len(data) if data is not None else size, 1)
-                if data is not None:
-                    info = target.put(layout.bundle_blob(sha), data)
-                else:
-                    info = bundles.copy_verified_from(spool, path, target, layout.bundle_blob(sha), sha, size)
-                with lock:
-                    present[sha], good[sha], written[sha] = size, True, info
-                    counts["copied"] += size
-                    counts["copied_files"] += 1
-        finally:
-            if spool is not None:
-                spool.close()
-
-    def run_unit(paths: list[str]) -> None:
-        for p in paths:
-            one(p)
-
-    todo = []
-    for path, f in out_files.items():
-        sha = vouched.get(path)
-        if sha is not None and unchanged(sha, f["size"]):
-            f["sha256"], good[sha] = sha, True
-            counts["reused"] += 1
-        else:
-            todo.append(path)
+        sha, tag = known.get((path, f["size"], f["tag"]), (None, ""))
+        if sha is not None and listed.get(sha) == (f["size"], tag) and tag:
+            out_files[path]["sha256"] = sha       # the data file unchanged since a bundle checked or wrote it
+            reused += 1
+            continue
+        todo.append({"path": path, "size": f["size"], "check": f["check"],
+                     "vouched": sha if sha is not None and listed.get(sha, (None,))[0] == f["size"] else None})
     say(f"milvus capture {db}.{name}/{bundle}: {len(cat['segments'])} Flushed segments, {len(files)} files "
         f"({human_bytes(sum(f['size'] for f in files.values()))}) at etcd revision {planned['revision']}; "
-        f"{len(files) - len(todo)} unchanged since an earlier bundle, {len(todo)} to read")
+        f"{reused} unchanged since an earlier bundle, {len(todo)} to check or read")
     per_unit = max(1, min(UNIT_FILES, len(todo) // (4 * threads)))
     units = [todo[i:i + per_unit] for i in range(0, len(todo), per_unit)]
-    with target.durable_batch():
-        for _ in runners.run_inline(run_unit, units, workers=threads):
-            pass
+    results = (runner or (lambda us: run_inline(bucket, target, us, threads, throttle)))(units)
+    if sorted(r["path"] for r in results) != sorted(it["path"] for it in todo):
+        raise CaptureError(f"milvus capture {db}.{name}/{bundle}: the runner returned {len(results)} results for "
+                           f"{len(todo)} files; nothing committed")
+    written = {}
+    for r in results:
+        out_files[r["path"]]["sha256"] = r["sha256"]
+        if r["info"] is not None:
+            written[r["sha256"]] = r["info"]
     after = exports._data_tags(target, written)
     for f in out_files.values():
         now = (after if f["sha256"] in written else listed).get(f["sha256"])
         if now is not None and now[0] == f["size"]:
             f["data_tag"] = now[1]
-            listed[f["sha256"]] = now       # the next collection of this run sees it as checked
-    for sha in written:
-        if sha in after:
-            listed[sha] = after[sha]
+    listed.update(after)          # the next collection of this run sees them as checked
+    counts = {"copied_files": sum(r["copied"] for r in results),
+              "copied": sum(out_files[r["path"]]["size"] for r in results if r["copied"]),
+              "read": sum(r["read"] for r in results), "checked": sum(r["checked"] for r in results),
+              "repaired": sum(r["repaired"] for r in results)}
 
     doc = document(planned, cat, out_files, bundle, schedule)
     raw = bundles.write_doc(target, doc)
@@ -356,10 +352,10 @@ def _capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, 
     report = {**bundles.summary(doc), "state": "committed", "already": False, "target": target.uri,
               "etcd_revision": planned["revision"], "milvus_version": planned["version"],
               "copied_files": counts["copied_files"], "copied_bytes": counts["copied"],
-              "read_bytes": counts["read"], "reused_files": counts["reused"],
-              "checked_bytes": counts["checked_bytes"], "repaired_files": counts["repaired"],
+              "read_bytes": counts["read"], "reused_files": len(files) - counts["copied_files"],
+              "checked_bytes": counts["checked"], "repaired_files": counts["repaired"],
               "started_at": started, "finished_at": finished, "seconds": round(finished - started, 3),
-              "throttle": throttle.report()}
+              "throttle": throttle.report() if throttle is not None else {}}
     say(f"milvus capture {db}.{name}/{bundle}: committed; {counts['copied_files']} files "
         f"({human_bytes(counts['copied'])}) copied, {len(files) - counts['copied_files']} already in the target")
     return report
