@@ -272,6 +272,41 @@ def test_milvus_backup_dag(msrv, source, s3_server, airflow_env, tmp_path, monke
     assert not (backup / "bundles" / "default" / "nope").exists()
 
 
+@pytest.mark.spark
+def test_spark_engine_captures_the_same_bundle(msrv, source, s3_server, tmp_path, monkeypatch):
+    """spark/jobs/milvus_capture.py's run() with a real Spark (local[2], in this process):
+    the executors read, check and copy; the bundle lists the same files with the same
+    content as an inline capture's, and verifies."""
+    import importlib.util
+
+    from pyspark.sql import SparkSession
+
+    from seglake.config import Settings as Real
+
+    backup = tmp_path / "backup"
+    _milvus_env(monkeypatch, s3_server, backup)
+    monkeypatch.setenv("SEGLAKE_STORE_URI", str(tmp_path / "store"))
+    spec = importlib.util.spec_from_file_location("milvus_capture_job", REPO / "spark" / "jobs" / "milvus_capture.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    req = capture.check_request(msrv.etcd_endpoint, msrv.etcd_root, BUCKET, msrv.s3.root_path, [source["big"]],
+                                "spark1")
+    spark = (SparkSession.builder.master("local[2]").appName("test-milvus-capture")
+             .config("spark.ui.enabled", "false").config("spark.task.maxFailures", "1").getOrCreate())
+    try:
+        (r,) = job.run(spark, Real.load(), req, None)
+    finally:
+        spark.stop()
+    assert r["state"] == "committed" and r["copied_files"] == r["unique_blobs"] > 0
+    target = LocalStore(str(backup))
+    inline = LocalStore(str(tmp_path / "inline"))
+    _capture(msrv, s3_server, inline, [source["big"]], "spark1")
+    a, b = bundles.read(target, "default", source["big"], "spark1"), bundles.read(inline, "default", source["big"],
+                                                                                   "spark1")
+    assert {k: f["sha256"] for k, f in a["files"].items()} == {k: f["sha256"] for k, f in b["files"].items()}
+    assert verifies.verify(target, source["big"], "spark1", say=print)["ok"]
+
+
 def _snapshot(msrv, s3_server) -> tuple[dict, dict]:
     import boto3
     from botocore.config import Config

@@ -432,3 +432,40 @@ def run_request(req: dict, settings, target, *, meta=None, max_bytes_per_second:
                        max_bytes_per_second=max_bytes_per_second, max_requests_per_second=max_requests_per_second,
                        schedule=schedule, source={"bucket": req["bucket"], "root_path": req["bucket_root"]},
                        say=say)
+
+
+# -- the Spark engine ---------------------------------------------------------------------------
+def capture_partition(units, settings_env: dict, bucket_name: str, bucket_root: str, backup_uri: str | None,
+                      throttle_key: str = "", bps: float = 0, rps: float = 0):
+    """Executor side (spark/jobs/milvus_capture.py): rebuild the settings the driver handed
+    over, open Milvus's bucket read-only and the target, run the partition's units under
+    the run's shared throttle (its clock in seglake's etcd, when a rate is set)."""
+    settings = runners.worker_settings(settings_env)
+    bucket = open_bucket(settings, bucket_name, bucket_root)
+    target = bundles.open_target(settings, backup_uri)
+    meta = throttle = None
+    if throttle_key and (bps or rps):
+        from seglake.meta import Meta
+        meta = Meta.from_settings(settings)
+        throttle = throttles.for_run(meta, throttle_key, bps, rps)
+    try:
+        for unit in units:
+            yield from copy_unit(bucket, target, unit, throttle)
+    finally:
+        if meta is not None:
+            meta.close()
+
+
+def spark_runner(spark, settings_env: dict, bucket_name: str, bucket_root: str, backup_uri: str | None,
+                 throttle_key: str = "", bps: float = 0, rps: float = 0):
+    """runner(units) -> results: the units spread over Spark's executors."""
+    def run(units: list[list[dict]]) -> list[dict]:
+        if not units:
+            return []
+        sc = spark.sparkContext
+        n = max(1, min(sc.defaultParallelism, len(units)))
+        return (sc.parallelize(units, n)
+                  .mapPartitions(lambda it: capture_partition(it, settings_env, bucket_name, bucket_root, backup_uri,
+                                                              throttle_key, bps, rps))
+                  .collect())
+    return run
