@@ -118,6 +118,7 @@ bench: setup
 	$(PY) bench/export.py
 	$(PY) bench/archive.py
 	$(PY) bench/scale.py
+	$(PY) bench/milvus_capture.py
 
 clean: milvus-down down cluster-down
 	rm -rf $(DEV)
