@@ -11,7 +11,7 @@ Measured in the same run, into targets on the same disk (bench_disk_dir):
   written to data/{sha256} (durable), bundle.json + commit marker;
 * a second, unchanged capture: bytes copied (must be 0) and its time.
 
-    python bench/milvus_capture.py [--rows 1000000] [--dim 8] [--threads 8] [--repeat 3]
+    python bench/milvus_capture.py [--rows 1000000] [--dim 32] [--threads 8] [--repeat 3]
 
 Prints
     BENCH milvus_capture_1M ratio=<capture / raw copy> target=1.20 ok|miss
@@ -51,8 +51,8 @@ def client(python, address: str, *ops, timeout: float = 1800) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--dim", type=int, default=8)
-    ap.add_argument("--batch", type=int, default=100_000)
+    ap.add_argument("--dim", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=50_000)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
@@ -117,6 +117,18 @@ def main() -> int:
                 os.fsync(fd)
                 os.close(fd)
 
+            if os.environ.get("SEGLAKE_BENCH_PROFILE"):   # where a capture's time goes (not a measurement)
+                import cProfile
+                import pstats
+                with bench_tmpdir("milvus-prof") as d, KV(etcd.endpoint, timeout=10) as kv:
+                    capture.capture(kv, bucket, LocalStore(Path(d) / "w"), root, [name], bundle="w", threads=args.threads,
+                                    say=lambda _: None)
+                    prof = cProfile.Profile()
+                    prof.enable()
+                    capture.capture(kv, bucket, LocalStore(Path(d) / "t"), root, [name], bundle="p", threads=args.threads,
+                                    say=lambda _: None)
+                    prof.disable()
+                    pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
             raw, cap, again_t, again_bytes = [], [], [], []
             for r in range(args.repeat):
                 with bench_tmpdir("milvus-raw") as d:

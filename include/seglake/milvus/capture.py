@@ -53,6 +53,31 @@ KIND = "milvus"
 UNIT_FILES = 32
 
 
+IN_MEMORY_MAX = 32 << 20      # a file up to this size is read into memory (hashed, parsed, written from there)
+MEMORY_BUDGET = 256 << 20     # at most this many bytes of such files in memory at once, per process
+
+
+class _Budget:
+    """Bytes held in memory by the files being captured: a reader waits while the budget is spent."""
+
+    def __init__(self, limit: int):
+        import threading
+        self.limit, self.used, self.cond = limit, 0, threading.Condition()
+
+    def take(self, n: int) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.used == 0 or self.used + n <= self.limit)
+            self.used += n
+
+    def give(self, n: int) -> None:
+        with self.cond:
+            self.used -= n
+            self.cond.notify_all()
+
+
+_BUDGET = _Budget(MEMORY_BUDGET)
+
+
 class CaptureError(SeglakeError):
     """Milvus's catalog or bucket cannot be captured (missing object, unreadable, changed)."""
 
@@ -242,8 +267,11 @@ def copy_file(bucket, target, item: dict, throttle=None) -> dict:
         out["repaired"] = True          # listed by an earlier bundle, damaged or gone here: read again
     acquire(0, 1)
     spool = data = None
+    held = size if size <= IN_MEMORY_MAX else 0
+    if held:
+        _BUDGET.take(held)
     try:
-        if size <= bundles.SMALL:
+        if held:
             with bucket.open_read(path) as fh:
                 data = fh.read(size + 1)
             acquire(len(data), 0)
@@ -275,6 +303,8 @@ def copy_file(bucket, target, item: dict, throttle=None) -> dict:
     finally:
         if spool is not None:
             spool.close()
+        if held:
+            _BUDGET.give(held)
     return out
 
 
