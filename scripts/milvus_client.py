@@ -7,6 +7,7 @@ result per op. Ops:
   {"op": "create", "name", "partitions": [..], "shards": 2, "dim": 2}
       pk INT64 primary (auto_id off), v FLOAT, vec FLOAT_VECTOR(dim)
   {"op": "insert", "name", "partition", "pks": [..]}        v = pk / 10, vec = [pk, v, ..]
+      ("random_vectors": true: vec random, seeded by the first pk)
   {"op": "delete", "name", "pks": [..]}
   {"op": "flush", "name"}
   {"op": "count", "name"}   count(*) (Strong), after building a FLAT index and loading
@@ -50,7 +51,12 @@ def main() -> int:
             coll = Collection(name)
             pks = [int(p) for p in op["pks"]]
             dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
-            rows = [pks, [p / 10 for p in pks], [[float(p)] + [p / 10] * (dim - 1) for p in pks]]
+            if op.get("random_vectors"):   # incompressible vectors (benchmarks), seeded by the first pk
+                import numpy as np
+                vecs = np.random.default_rng(pks[0] if pks else 0).random((len(pks), dim), dtype=np.float32).tolist()
+            else:
+                vecs = [[float(p)] + [p / 10] * (dim - 1) for p in pks]
+            rows = [pks, [p / 10 for p in pks], vecs]
             mr = coll.insert(rows, partition_name=op.get("partition"))
             out.append({"insert_count": int(mr.insert_count)})
         elif kind == "delete":
