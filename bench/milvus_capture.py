@@ -123,7 +123,9 @@ def main() -> int:
                 os.fsync(fd)
                 os.close(fd)
 
-            if os.environ.get("SEGLAKE_BENCH_PROFILE"):   # where a capture's time goes, one thread (cProfile sees the calling thread only; not a measurement)
+            # SEGLAKE_BENCH_PROFILE=1: where a capture's time goes, on one thread (cProfile sees only
+            # the calling thread); not a measurement
+            if os.environ.get("SEGLAKE_BENCH_PROFILE"):
                 import cProfile
                 import pstats
                 with bench_tmpdir("milvus-prof") as d, KV(etcd.endpoint, timeout=10) as kv:
