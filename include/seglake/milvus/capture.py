@@ -330,8 +330,9 @@ def _capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, 
     if done is not None:
         src = done["source"]
         if done.get("kind") != KIND or src.get("collection_id") != cid:
-            raise Conflict(f"bundle {db}.{name}/{bundle} already exists in the backup target for "
-                           f"{'Milvus collection id ' + str(src.get('collection_id')) if done.get('kind') == KIND else 'a seglake snapshot'}; "
+            what = (f"Milvus collection id {src.get('collection_id')}" if done.get("kind") == KIND
+                    else "a seglake snapshot")
+            raise Conflict(f"bundle {db}.{name}/{bundle} already exists in the backup target for {what}; "
                            f"choose another bundle name")
         say(f"milvus capture {db}.{name}/{bundle}: already committed, nothing copied")
         return {**bundles.summary(done), "state": "committed", "already": True, "copied_files": 0,
