@@ -164,7 +164,8 @@ def main() -> int:
                         again_t.append(time.perf_counter() - t)
                         again_bytes.append(rep2["copied_bytes"] + rep2["read_bytes"])
                 print(f"run {r + 1}: raw copy {raw[-1]:.2f} s, raw copy + SHA-256 {hashed[-1]:.2f} s, "
-                      f"capture {cap[-1]:.2f} s, second capture {again_t[-1]:.2f} s ({again_bytes[-1]} bytes read or copied)", flush=True)
+                      f"capture {cap[-1]:.2f} s, second capture {again_t[-1]:.2f} s "
+                      f"({again_bytes[-1]} bytes read or copied)", flush=True)
             mr, mc = statistics.median(raw), statistics.median(cap)
             print(f"median: raw copy {mr:.2f} s ({total / 2**20 / mr:.1f} MiB/s), capture {mc:.2f} s "
                   f"({total / 2**20 / mc:.1f} MiB/s), second capture {statistics.median(again_t):.2f} s")
