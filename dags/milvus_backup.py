@@ -14,6 +14,8 @@ delete logs, stats logs and index files, each checked by content.
 * **Incremental**: a file an earlier bundle of the collection holds is not copied again.
 * **Resumable**: a re-run after a kill reuses what is in the target and commits.
 * **Throttled**: `max_mib_per_second` / `max_requests_per_second`.
+* `engine`: `inline` (a thread pool in the task), `spark` (the files spread over the
+  executors: `spark/jobs/milvus_capture.py`), `auto` (Spark from `inline_threshold_bytes`).
 
 The Milvus bucket's S3 credentials come from the `seglake_milvus` connection (login,
 password, extra `endpoint_url`, `region_name`), never from the conf.
@@ -31,6 +33,10 @@ from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
+from seglake_airflow.operators.spark import spark_submit_task
+from seglake_airflow.taskgroups import engine_step
+
+RESOLVE = "ti.xcom_pull(task_ids='resolve')"
 
 
 @dag(
@@ -47,7 +53,8 @@ from seglake_airflow.notes import run_note
 )
 def milvus_backup():
     @task
-    def capture(params: dict) -> list:
+    def resolve(params: dict) -> dict:
+        """Plan (read-only on Milvus: names resolved, objects listed) and pick the engine."""
         from seglake.milvus import capture as engine
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
@@ -57,11 +64,42 @@ def milvus_backup():
             req = engine.check_request(params["milvus_etcd"], params["milvus_root"], params["bucket"],
                                        params["bucket_root"], params["collections"] or "", params["bundle"],
                                        db=params["db"], all_collections=params["all_collections"])
-            return engine.run_request(req, hook.settings, hook.backup_target(params["backup_uri"]), meta=hook.meta,
-                                      max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
+            return engine.resolve(req, hook.settings, params["engine"], say=print)
+
+    @task
+    def capture_inline(params: dict, resolved: dict) -> list:
+        from seglake.milvus import capture as engine
+        from seglake_airflow.failfast import fail_fast
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        with fail_fast():
+            return engine.run_request(resolved["request"], hook.settings, hook.backup_target(params["backup_uri"]),
+                                      meta=hook.meta, max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
                                       max_requests_per_second=params["max_requests_per_second"], say=print)
 
-    check_conf("milvus_backup") >> capture()
+    capture_spark = spark_submit_task("capture_spark", "milvus_capture", [
+        "--milvus-etcd={{ params.milvus_etcd }}", "--milvus-root={{ params.milvus_root }}",
+        "--bucket={{ params.bucket }}", "--bucket-root={{ params.bucket_root }}", "--bundle={{ params.bundle }}",
+        "--db={{ params.db }}", "--collections={{ %s['request']['collections'] | join(',') }}" % RESOLVE,
+        "--backup-uri={{ params.backup_uri or '' }}", "--max-mib-per-second={{ params.max_mib_per_second }}",
+        "--max-requests-per-second={{ params.max_requests_per_second }}",
+    ])
+
+    @task(trigger_rule="none_failed_min_one_success")
+    def summary(params: dict, resolved: dict, ti=None) -> list:
+        """Every collection's bundle, read back committed from the target (either engine)."""
+        from seglake.milvus import capture as engine
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        inline = ti.xcom_pull(task_ids="capture_inline") if ti is not None else None
+        return engine.committed(SeglakeHook().backup_target(params["backup_uri"]), resolved["request"], inline)
+
+    resolved = resolve()
+    check_conf("milvus_backup") >> resolved
+    inline = capture_inline(resolved=resolved)
+    engine_step(resolved, inline, capture_spark)
+    [inline, capture_spark] >> summary(resolved=resolved)
     run_note("milvus_backup")
 
 

@@ -326,6 +326,7 @@ SPECS: dict[str, dict[str, Key]] = {
         "bundle": _name("Bundle", "The bundle name (one bundle per collection)", example="nightly_1"),
         "backup_uri": BACKUP_URI,
         "db": DB,
+        "engine": ENGINE,
         **RATES,
     },
     "wal_flush": {

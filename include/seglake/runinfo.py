@@ -196,8 +196,9 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
         return _short(f"wal_archive: {result['fragments']} fragments ({human_bytes(result['bytes'])}) shipped to "
                       f"{result['target']}" + (f"; {behind}" if behind else "; no collection is archived"))
     if kind == "milvus_backup":
-        return _short(f"{what}: {len(result)} collections captured, "
-                      f"{sum(r.get('copied_files', 0) for r in result)} files copied "
-                      f"({sum(r.get('copied_bytes', 0) for r in result)} bytes), "
-                      f"{sum(r.get('rows', 0) for r in result)} rows")
+        copied = ([r["copied_files"] for r in result], [r["copied_bytes"] for r in result])
+        said = (f", {sum(copied[0])} files copied ({sum(copied[1])} bytes)"
+                if all(x is not None for x in copied[0] + copied[1]) else "")
+        return _short(f"{what}: {len(result)} collections captured, {sum(r.get('files', 0) for r in result)} files, "
+                      f"{sum(r.get('rows', 0) for r in result)} rows{said}")
     return _short(f"{what}: OK, {result.get('files_checked')} files, {result.get('rows')} rows checked")

@@ -500,3 +500,35 @@ def spark_runner(spark, settings_env: dict, bucket_name: str, bucket_root: str, 
                                                               throttle_key, bps, rps))
                   .collect())
     return run
+
+
+def resolve(req: dict, settings, engine: str = "auto", say=log.warning) -> dict:
+    """The DAG's first step: the request planned (read-only on Milvus: names resolved,
+    objects listed; a bad request fails here) and the engine chosen by its bytes
+    (seglake.runners.choose, kind "copy"). The collections are the resolved names."""
+    from seglake.meta.kv import KV
+
+    bucket = open_bucket(settings, req["bucket"], req["bucket_root"])
+    with KV(req["milvus_etcd"], timeout=settings.etcd_timeout) as kv:
+        planned = plan(kv, bucket, req["milvus_root"], req["collections"], db=req["db"])
+    names = [c["catalog"]["collection"]["name"] for c in planned["collections"]]
+    size = sum(f["size"] for c in planned["collections"] for f in c["files"].values())
+    chosen = runners.choose("copy", engine, size, settings)
+    say(f"milvus capture {req['db']}.{{{','.join(names)}}}/{req['bundle']}: {size} bytes at etcd revision "
+        f"{planned['revision']} -> {chosen}")
+    return {"engine": chosen, "bytes": size, "request": {**req, "collections": names}}
+
+
+def committed(target, req: dict, reports: list | None = None) -> list[dict]:
+    """The committed bundle of each collection of a request, read back (the reports of the
+    run that made them when given): fails naming a collection whose bundle is missing."""
+    done = {r["collection"]: r for r in reports or []}
+    out = []
+    for name in req["collections"]:
+        doc = bundles.read(target, req["db"], name, req["bundle"])
+        if doc.get("kind") != KIND:
+            raise CaptureError(f"bundle {req['db']}.{name}/{req['bundle']} is not a Milvus capture")
+        r = done.get(name, {})
+        out.append({**bundles.summary(doc), "state": "committed", "copied_files": r.get("copied_files"),
+                    "copied_bytes": r.get("copied_bytes"), "already": r.get("already")})
+    return out
