@@ -237,6 +237,7 @@ def test_cli_milvus_backup(msrv, source, s3_server, etcd_server, tmp_path, monke
     assert [b["bundle"] for b in bundles.list_bundles(LocalStore(str(backup)))] == ["cli"]
 
 
+@pytest.mark.spark
 def test_milvus_backup_dag(msrv, source, s3_server, airflow_env, tmp_path, monkeypatch, capfd):
     sys.path.insert(0, str(REPO / "tests" / "dags"))
     from dag_helpers import load_dag, task_states
@@ -270,6 +271,17 @@ def test_milvus_backup_dag(msrv, source, s3_server, airflow_env, tmp_path, monke
     run = load_dag("milvus_backup").test(run_conf={**conf, "collections": "nope"})
     assert run.state == "failed"
     assert not (backup / "bundles" / "default" / "nope").exists()
+    # engine=spark: spark-submit of spark/jobs/milvus_capture.py (credentials in its environment)
+    capfd.readouterr()
+    run = load_dag("milvus_backup").test(run_conf={**conf, "collections": source["small"], "bundle": "dag2",
+                                                   "engine": "spark"})
+    states = task_states(run)
+    assert run.state == "success", states
+    assert states["capture_spark"] == "success" and states["capture_inline"] == "skipped", states
+    out, err = capfd.readouterr()
+    assert s3_server.secret_key not in out + err
+    doc = bundles.read(target, "default", source["small"], "dag2")
+    assert bundledoc.visible_rows(target, doc)["visible"] == source["count"][source["small"]]
 
 
 @pytest.mark.spark
