@@ -173,6 +173,25 @@ def test_verify_finds_a_damaged_data_file(msrv, source, s3_server, tmp_path):
     assert not rep["ok"] and any(p["file"] == path for p in rep["problems"])
 
 
+def test_capture_is_throttled_by_the_run_and_the_store_limit(msrv, source, s3_server, meta, tmp_path):
+    """The run's rate limit and the store-wide one (seglake.throttle) pace every read and
+    write of a capture: each request and byte is taken from both clocks; the run's clock
+    is removed at the end."""
+    from seglake import throttle
+
+    throttle.set_store_limit(meta, 512 << 20, 5000)
+    target = LocalStore(str(tmp_path / "target"))
+    (r,) = _capture(msrv, s3_server, target, [source["small"]], "slow", meta=meta,
+                    max_bytes_per_second=256 << 20, max_requests_per_second=2000)
+    t = r["throttle"]
+    assert t["limit_bytes_per_second"] == 256 << 20 and t["store_limit_bytes_per_second"] == 512 << 20
+    # every byte read at Milvus and written to the target went through the limit
+    assert t["bytes"] >= r["read_bytes"] + r["copied_bytes"] > 0 and t["requests"] >= r["files"]
+    assert list(meta.kv.range(f"{meta.keys.root}/backup/throttle/")) == []
+    with pytest.raises(Exception, match="rate limit needs seglake's etcd"):
+        _capture(msrv, s3_server, target, [source["small"]], "slow2", max_bytes_per_second=1 << 20)
+
+
 def test_bad_input_fails_clearly_with_nothing_written(msrv, source, s3_server, tmp_path):
     tdir = tmp_path / "target"
     target = LocalStore(str(tdir))
