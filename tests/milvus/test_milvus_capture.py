@@ -148,10 +148,13 @@ def test_capture_holds_every_flushed_segment_and_counts_match(msrv, source, s3_s
     assert doc["snapshot"]["indexes"][0]["index_params"]["index_type"] == "HNSW"
 
 
-def test_second_unchanged_capture_copies_nothing(msrv, source, s3_server, tmp_path):
+def test_second_unchanged_capture_copies_nothing(msrv, source, s3_server, tmp_path, monkeypatch):
     target = LocalStore(str(tmp_path / "target"))
+    monkeypatch.setattr(capture, "IN_MEMORY_MAX", 0)     # every file through a spool (a big file's path)
     first = _capture(msrv, s3_server, target, [source["big"]], "one")[0]
     assert first["copied_bytes"] > 0
+    assert verifies.verify(target, source["big"], "one", say=print)["ok"]
+    monkeypatch.undo()
     second = _capture(msrv, s3_server, target, [source["big"]], "two")[0]
     assert second["copied_bytes"] == 0 and second["read_bytes"] == 0 and second["copied_files"] == 0
     assert second["files"] == first["files"]
