@@ -414,7 +414,12 @@ print("DONE")
 """
 
 
-def test_sigkill_mid_capture_then_rerun_converges(msrv, source, s3_server, tmp_path):
+@pytest.mark.parametrize("at", [0.1, 0.5, 0.9])
+def test_sigkill_mid_capture_then_rerun_converges(msrv, source, s3_server, tmp_path, at):
+    """SIGKILL once 10 / 50 / 90 % of the data files are in the target; the re-run commits
+    the bundle exactly, reusing what the killed run wrote."""
+    scratch = _capture(msrv, s3_server, LocalStore(str(tmp_path / "scratch")), [source["big"]], "k")[0]
+    kill_at = max(1, int(at * scratch["unique_blobs"]))
     tdir = tmp_path / "target"
     arg = {"endpoint": s3_server.endpoint, "ak": s3_server.access_key, "sk": s3_server.secret_key,
            "bucket": BUCKET, "root_path": msrv.s3.root_path, "etcd": msrv.etcd_endpoint,
@@ -426,7 +431,7 @@ def test_sigkill_mid_capture_then_rerun_converges(msrv, source, s3_server, tmp_p
     p.stdin.close()
     deadline = time.time() + 120
     while time.time() < deadline and p.poll() is None:
-        if (tdir / "data").exists() and sum(1 for _ in (tdir / "data").rglob("*") if _.is_file()) >= 8:
+        if (tdir / "data").exists() and sum(1 for _ in (tdir / "data").rglob("*") if _.is_file()) >= kill_at:
             break
         time.sleep(0.02)
     assert p.poll() is None, f"the capture ended before it could be killed: {p.stderr.read()[-2000:]}"
@@ -435,7 +440,8 @@ def test_sigkill_mid_capture_then_rerun_converges(msrv, source, s3_server, tmp_p
     target = LocalStore(str(tdir))
     with pytest.raises(NotFound):
         bundles.read(target, "default", source["big"], "k")     # not a bundle: never committed
-    killed_blobs = sum(1 for _ in (tdir / "data").rglob("*") if _.is_file())
+    killed_blobs = sum(1 for _ in (tdir / "data").rglob("*") if _.is_file() and not _.name.startswith("."))
+    assert killed_blobs >= kill_at - 1
     r = _capture(msrv, s3_server, target, [source["big"]], "k")[0]
     assert r["state"] == "committed" and not r["already"]
     assert r["copied_files"] <= r["unique_blobs"] - killed_blobs + 1    # the killed run's files reused
