@@ -53,7 +53,9 @@ def msrv(milvus_python, etcd_server, s3_server, tmp_path_factory):
     server = MilvusServer(state_dir=tmp_path_factory.mktemp("milvus-cap"), etcd_endpoint=etcd_server.endpoint,
                           etcd_root=f"milvus-{root}",
                           s3=S3Target(endpoint=s3_server.endpoint, bucket=BUCKET, root_path=f"files-{root}",
-                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key))
+                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key),
+                          # the tests compare captures taken minutes apart: no compaction in between
+                          config={"dataCoord.compaction.enableAutoCompaction": "false"})
     server.prepare()
     server.start(timeout=120)
     yield server
@@ -98,9 +100,9 @@ def _capture(msrv, s3_server, target, names, bundle, **kw):
                                **kw)
 
 
-def _flushed(msrv, name):
+def _flushed(msrv, name, revision=None):
     with KV(msrv.etcd_endpoint, timeout=10) as kv:
-        meta = MilvusMeta(kv, msrv.etcd_root)
+        meta = MilvusMeta(kv, msrv.etcd_root, revision)
         coll = meta.collection(name)
         return coll, [s for s in meta.segments(coll.id) if s.state_name == "Flushed"]
 
@@ -112,12 +114,12 @@ def test_capture_holds_every_flushed_segment_and_counts_match(msrv, source, s3_s
     assert [r["collection"] for r in reports] == [big, small] and all(r["state"] == "committed" for r in reports)
     for name in (big, small):
         doc = bundles.read(target, "default", name, "first")
-        coll, segs = _flushed(msrv, name)
+        coll, segs = _flushed(msrv, name, doc["source"]["etcd_revision"])   # Milvus's own view at that revision
         assert doc["kind"] == "milvus" and doc["source"]["milvus_version"].lstrip("v").startswith("2.3")
         mc = doc["snapshot"]["collection"]
         assert mc["collection_id"] == coll.id and mc["vchannels"] == list(coll.vchannels)
         assert mc["shards"] == (2 if name == big else 1)
-        # every Flushed segment (no compaction ran between: Milvus's etcd read again here)
+        # every Flushed segment (Milvus's etcd read again here, at the capture's revision)
         assert {s["segment_id"] for s in doc["segments"]} == {s.id for s in segs}
         by_id = {s.id: s for s in segs}
         for e in doc["segments"]:
@@ -363,6 +365,12 @@ def test_spark_engine_captures_the_same_bundle(msrv, source, s3_server, tmp_path
              .config("spark.ui.enabled", "false").config("spark.task.maxFailures", "1").getOrCreate())
     try:
         (r,) = job.run(spark, Real.load(), req, None)
+        # and the bundle verify job on the same executors (every binlog parsed there)
+        spec = importlib.util.spec_from_file_location("verify_bundle_job", REPO / "spark" / "jobs" / "verify_bundle.py")
+        vjob = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(vjob)
+        rep = vjob.run(spark, Real.load(), source["big"], "spark1", "default", None)
+        assert rep["ok"] and rep["engine"] == "spark" and rep["data_files"] == r["unique_blobs"], rep
     finally:
         spark.stop()
     assert r["state"] == "committed" and r["copied_files"] == r["unique_blobs"] > 0
