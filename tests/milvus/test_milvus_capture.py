@@ -164,6 +164,19 @@ def test_second_unchanged_capture_copies_nothing(msrv, source, s3_server, tmp_pa
     assert again["already"] and again["copied_bytes"] == 0
 
 
+def test_a_capture_is_not_imported_into_a_seglake_store(msrv, source, s3_server, meta, store, tmp_path):
+    """A Milvus capture restores into Milvus: seglake's import of it is refused, nothing written."""
+    from seglake.lifecycle.backup import imports
+
+    target = LocalStore(str(tmp_path / "target"))
+    _capture(msrv, s3_server, target, [source["small"]], "imp")
+    before = {kv.key for kv in meta.kv.range(meta.keys.root + "/")}
+    with pytest.raises(bundles.BundleError, match="is a capture of a milvus collection"):
+        imports.import_bundle(meta, store, target, source["small"], "imp", say=print)
+    assert {kv.key for kv in meta.kv.range(meta.keys.root + "/")} == before
+    assert list(store.list("")) == []
+
+
 def test_verify_finds_a_damaged_data_file(msrv, source, s3_server, tmp_path):
     target = LocalStore(str(tmp_path / "target"))
     _capture(msrv, s3_server, target, [source["small"]], "b")

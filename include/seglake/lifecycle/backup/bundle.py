@@ -461,8 +461,8 @@ def seglake_only(doc: dict, where: str) -> dict:
     """`doc`, refused when it is not a seglake export (a Milvus capture is restored into
     Milvus, not into this store)."""
     if doc.get("kind") is not None:
-        raise BundleError(f"{where} is a capture of a {doc['kind']} collection; it restores into {doc['kind']} "
-                          f"(seglake milvus restore), not into a seglake store")
+        raise BundleError(f"{where} is a capture of a {doc['kind']} collection; it restores into {doc['kind']}, "
+                          f"not into a seglake store")
     return doc
 
 
