@@ -14,8 +14,9 @@ docs/MILVUS_BUNDLE.md).
        content (insert / delete logs: the binlog magic, the descriptor's ids against the
        key, the Parquet payloads' rows against the log's entries) and, when the target
        lacks that content, written to data/{sha256} (it appears only complete and with
-       that SHA-256); run inline by the project's one pool (seglake.runners), throttled
-       by seglake.throttle (per run, under the store-wide limit)
+       that SHA-256); run inline by the project's one pool (seglake.runners) or on
+       Spark's executors (spark/jobs/milvus_capture.py), throttled by seglake.throttle
+       (per run, under the store-wide limit)
     -> per collection: bundle.json, every data file checked present, the commit marker
        (the bundle exists from then on): the export's commit (export._commit)
 
