@@ -111,6 +111,7 @@ bench: setup
 	$(PY) bench/gc.py
 	$(PY) bench/wal.py
 	$(PY) bench/flush.py
+	$(PY) bench/pitr.py
 	$(PY) bench/visibility.py
 	$(PY) bench/compaction.py
 	$(PY) bench/bloom.py

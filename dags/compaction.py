@@ -11,23 +11,30 @@ change (a drop, another compaction) is reported and re-planned by the next run. 
 reclaims the inputs after `drop_tolerance`, never while a snapshot references them. A
 collection snapshotted within `protection_seconds` is skipped.
 
-1. **plan**: the units from one etcd revision (deterministic), their expected gain, and
-   the engine: `auto` runs inline below `inline_threshold_bytes` of input, else Spark.
+1. **plan**: the units of each target collection from one etcd revision (deterministic),
+   their expected gain, and the engine: `auto` runs inline below
+   `inline_threshold_bytes` of input, else Spark.
 2. **compact**: inline in the task, or `spark/jobs/compact.py` (units on the executors).
    Both re-plan (same state, same units) and record the run at
    `{root}/compaction/runs/{collection}`.
 3. **summary**: this run's recorded summary (a dry run: the plan).
 
-Manual (no schedule yet). REST: `conf = {"collection": "demo", "dry_run": false, "engine": "auto"}`;
-empty policy keys come from config.
+Scheduled by config `compaction_schedule` (`SEGLAKE_COMPACTION_SCHEDULE` on the scheduler;
+default `none`: manual only). A run with an empty `collection` -- every scheduled run --
+compacts every collection whose compaction policy says `scheduled`, each with its own
+policy (one engine for the run, chosen by their total input); nothing scheduled, or
+nothing to compact: the run succeeds and changes nothing. REST: `conf = {"collection": "demo", "dry_run": false, "engine": "auto"}`;
+empty policy keys come from the collection's policy (`seglake compaction policy set`, the
+**Compaction: policy** DAG, `PUT /seglake/api/v1/compaction/policies/{collection}`), then config.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from airflow.sdk import dag, task
 
+from seglake.config import compaction_schedule
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
 from seglake_airflow.operators.spark import spark_submit_task
@@ -39,8 +46,10 @@ PLAN = "ti.xcom_pull(task_ids='plan')"
 @dag(
     dag_id="compaction",
     dag_display_name="Compaction",
-    description="Merge small segments and drop deleted rows (inline or Spark), one guarded commit per unit",
-    schedule=None,
+    description="Merge small segments, drop deleted rows, fold old L0 delete logs (inline or Spark), one guarded "
+                "commit per unit; scheduled runs compact every collection whose policy says scheduled",
+    schedule=compaction_schedule(),
+    start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
     tags=["seglake", "compaction"],
@@ -51,25 +60,56 @@ PLAN = "ti.xcom_pull(task_ids='plan')"
 def compaction():
     @task
     def plan(params: dict) -> dict:
-        """Check the policy (before any side effect), plan, choose the engine: a small dict."""
+        """Check the policies (before any side effect), plan every target, choose the
+        engine: a small dict (the targets' policies, counts and gains)."""
         import time
 
+        from seglake.errors import SeglakeError
         from seglake.lifecycle import compaction as engine
         from seglake.runners import choose
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        policy = engine.Policy.from_settings(hook.settings, {
-            "min_segment_rows": params["min_segment_rows"], "target_rows": params["target_rows"],
-            "delete_ratio": params["delete_ratio"], "protection": params["protection_seconds"]})
-        planned = engine.plan(hook.meta, hook.store, params["collection"], policy, db=params["db"])
-        gain = planned.gain()
-        chosen = "inline" if params["dry_run"] or not planned.units else \
-            choose("compaction", params["engine"], gain["bytes_in"], hook.settings)
-        print(f"{params['db']}.{params['collection']}: {len(planned.units)} units, {gain} -> {chosen}"
-              + (f" (skipped: {planned.skipped})" if planned.skipped else ""))
-        return {"engine": chosen, "policy": policy.to_json(), "collection_id": planned.collection_id,
-                "units": len(planned.units), "gain": gain, "skipped": planned.skipped, "at": time.time()}
+        overrides = {"min_segment_rows": params["min_segment_rows"], "target_rows": params["target_rows"],
+                     "delete_ratio": params["delete_ratio"], "protection": params["protection_seconds"],
+                     "min_segment_bytes": params["min_segment_bytes"], "target_bytes": params["target_bytes"],
+                     "l0_age": params["l0_age_seconds"]}
+        if params["collection"]:
+            trigger = "manual"
+            coll = hook.meta.catalog.get_by_name(params["collection"], params["db"])
+            targets = [{"collection": coll.name, "db": coll.db, "collection_id": coll.collection_id,
+                        "policy": engine.policy_for(hook.meta, hook.settings, coll.name, db=coll.db,
+                                                    overrides=overrides)}]
+        else:
+            trigger = "scheduled"
+            targets = engine.scheduled_targets(hook.meta, hook.settings, overrides)
+        out, failed = [], []
+        for t in targets:
+            if "error" in t:
+                failed.append(t)
+                continue
+            try:
+                planned = engine.plan(hook.meta, hook.store, t["collection"], t["policy"], db=t["db"])
+            except SeglakeError as e:
+                failed.append({**t, "policy": None, "error": f"{type(e).__name__}: {e}"})
+                continue
+            out.append({**t, "policy": t["policy"], "units": len(planned.units), "gain": planned.gain(),
+                        "skipped": planned.skipped})
+            print(f"{t['db']}.{t['collection']}: {len(planned.units)} units, {planned.gain()}"
+                  + (f" (skipped: {planned.skipped})" if planned.skipped else ""))
+        for f in failed:
+            print(f"{f.get('db')}.{f.get('collection')}: NOT PLANNED: {f['error']}")
+        busy = [t for t in out if t["units"]]
+        total = sum(t["gain"]["bytes_in"] for t in busy)
+        chosen = "inline" if params["dry_run"] or not busy else choose("compaction", params["engine"], total,
+                                                                      hook.settings)
+        if not targets:
+            print("no collection has a scheduled compaction policy: nothing to do")
+        print(f"{len(busy)} of {len(out)} collection(s) to compact, {total} bytes of input -> {chosen}")
+        return {"engine": chosen, "trigger": trigger, "targets_json": engine.targets_json(busy),
+                "targets": [{**t, "policy": t["policy"].to_json()} for t in out],
+                "failed": [{"collection": f.get("collection"), "db": f.get("db"), "error": f["error"]} for f in failed],
+                "at": time.time()}
 
     @task
     def compact_inline(params: dict, planned: dict) -> dict:
@@ -77,37 +117,57 @@ def compaction():
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        summary = engine.compact(hook.meta, hook.store, params["collection"],
-                                 engine.Policy.from_json(planned["policy"]), db=params["db"],
-                                 dry_run=params["dry_run"])
-        c = summary.counts()
-        print(f"{c['committed']} committed, {c['already_committed']} already, {c['lost']} lost")
-        return {"units": len(summary.plan.units), **c}
+        done = {}
+        for t in planned["targets"]:
+            if not t["units"] and not params["dry_run"]:
+                continue
+            summary = engine.compact(hook.meta, hook.store, t["collection"], engine.Policy.from_json(t["policy"]),
+                                     db=t["db"], dry_run=params["dry_run"], trigger=planned["trigger"])
+            c = summary.counts()
+            print(f"{t['db']}.{t['collection']}: {c['committed']} committed, {c['already_committed']} already, "
+                  f"{c['lost']} lost")
+            done[t["collection"]] = {"units": len(summary.plan.units), **c}
+        return done
 
     compact_spark = spark_submit_task("compact_spark", "compact", [
-        "--collection", "{{ params.collection }}", "--db", "{{ params.db }}",
-        "--min-segment-rows", "{{ %s['policy']['min_segment_rows'] }}" % PLAN,
-        "--target-rows", "{{ %s['policy']['target_rows'] }}" % PLAN,
-        "--delete-ratio", "{{ %s['policy']['delete_ratio'] }}" % PLAN,
-        "--protection-seconds", "{{ %s['policy']['protection'] }}" % PLAN,
-    ])
+        "--targets", "{{ %s['targets_json'] }}" % PLAN, "--trigger", "{{ %s['trigger'] }}" % PLAN])
 
     @task(trigger_rule="none_failed_min_one_success")
     def summary(params: dict, planned: dict) -> dict:
-        """This run's summary: the recorded run (not older than the plan), or the plan (dry run)."""
+        """This run's summary: each target's recorded run (not older than the plan), summed;
+        a dry run: the plan. A collection that could not be planned fails the run (after the
+        others were compacted)."""
         from airflow.sdk.exceptions import AirflowFailException
 
         from seglake.lifecycle import compaction as engine
         from seglake_airflow.hooks.engine import SeglakeHook
 
-        base = {"dry_run": params["dry_run"], "skipped": planned["skipped"], "gain": planned["gain"]}
-        if params["dry_run"] or not planned["units"]:
-            return {**base, "counts": {}, "engine": planned["engine"]}
-        last = engine.last_run(SeglakeHook().meta, planned["collection_id"])
-        if last is None or last.get("recorded_at", 0) < planned["at"] - 1:
-            raise AirflowFailException(f"the {planned['engine']} compaction recorded no summary for this run")
-        return {**base, "counts": last["counts"], "engine": last["engine"], "seconds": last["seconds"],
-                "lost": [r for r in last["results"] if r["status"] == engine.LOST][:20]}
+        busy = [t for t in planned["targets"] if t["units"]]
+        gain = {k: sum(t["gain"][k] for t in planned["targets"]) for k in
+                (planned["targets"][0]["gain"] if planned["targets"] else {})}
+        skipped = "; ".join(f"{t['collection']}: {t['skipped']}" for t in planned["targets"] if t["skipped"]) or None
+        base = {"dry_run": params["dry_run"], "skipped": skipped, "gain": gain,
+                "collections": [t["collection"] for t in planned["targets"]], "failed": planned["failed"]}
+        if params["dry_run"] or not busy:
+            out = {**base, "counts": {}, "engine": planned["engine"]}
+        else:
+            meta, counts, lost, seconds, engines = SeglakeHook().meta, {}, [], 0.0, set()
+            for t in busy:
+                last = engine.last_run(meta, t["collection_id"])
+                if last is None or last.get("recorded_at", 0) < planned["at"] - 1:
+                    raise AirflowFailException(f"the {planned['engine']} compaction recorded no summary for "
+                                               f"{t['collection']} in this run")
+                for k, v in last["counts"].items():
+                    counts[k] = counts.get(k, 0) + v
+                lost += [r for r in last["results"] if r["status"] == engine.LOST][:20]
+                seconds += last["seconds"]
+                engines.add(last["engine"])
+            out = {**base, "counts": counts, "engine": ",".join(sorted(engines)), "seconds": seconds, "lost": lost}
+        if planned["failed"]:
+            print(out)
+            raise AirflowFailException("not compacted: " + "; ".join(f"{f['collection']}: {f['error']}"
+                                                                     for f in planned["failed"]))
+        return out
 
     planned = plan()
     check_conf("compaction") >> planned

@@ -14,9 +14,17 @@
    and visible rows (seglake.visibility, the one visibility function: the rows no delete
    hides, counted like count(*)).
 
+**A restore to a time** (`as_of` instead of `snapshot`: ISO-8601 with a time zone, or a TSO
+timestamp): the latest COMMITTED snapshot at or before the instant is restored (none when the
+collection was born inside its point-in-time window), then **replay** applies the source's log
+up to the instant (committed transactions only) and only then is the target usable; the
+compare step reports what the replay used. Refused before anything is created: no window, an
+instant outside it, before the collection, in the future, or in a gap of the log.
+
 Re-running a run that died, or triggering a new run with the same collection, snapshot
-and target, resumes the same job (a finished one is left as it is). REST:
-`conf = {"collection": "demo", "snapshot": "nightly", "target": "demo_restored", "engine": "auto"}`.
+(or as_of) and target, resumes the same job (a finished one is left as it is). REST:
+`conf = {"collection": "demo", "snapshot": "nightly", "target": "demo_restored", "engine": "auto"}`,
+or `{"collection": "demo", "as_of": "2026-11-27T12:00:00Z", "target": "demo_noon"}`.
 """
 
 from __future__ import annotations
@@ -49,21 +57,44 @@ def snapshot_restore():
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
+        from seglake.lifecycle import pitr
+
         hook = SeglakeHook()
+        kw = dict(db=params["db"], owner=run_id or "", engine=params["engine"],
+                  timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
+                           else float(params["timeout_hours"]) * 3600),
+                  max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
+                  max_requests_per_second=params["max_requests_per_second"],
+                  origin={"dag_id": "snapshot_restore", "run_id": run_id} if run_id else None)
         with fail_fast():
             try:
-                job_id = engine.restore(hook.meta, hook.store, params["collection"], params["snapshot"],
-                                        params["target"], db=params["db"],
-                                        timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
-                                                 else float(params["timeout_hours"]) * 3600), owner=run_id or "",
-                                        engine=params["engine"],
-                                        max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
-                                        max_requests_per_second=params["max_requests_per_second"],
-                                        origin={"dag_id": "snapshot_restore", "run_id": run_id} if run_id else None)
+                if params.get("as_of") is not None:   # a restore to a time (lifecycle/pitr)
+                    job_id = pitr.restore_as_of(hook.meta, hook.store, params["collection"], params["target"],
+                                                params["as_of"], **kw)
+                else:
+                    job_id = engine.restore(hook.meta, hook.store, params["collection"], params["snapshot"],
+                                            params["target"], **kw)
             except engine.RestoreRaceLost as e:  # a retry converges on the winner's job
                 raise RuntimeError(f"{e}; retrying") from e
-        print(f"restore of {params['snapshot']!r} into {params['target']!r}: copy job {job_id}")
+        what = f"as of {params['as_of']}" if params.get("as_of") is not None else repr(params["snapshot"])
+        print(f"restore of {params['collection']!r} {what} into {params['target']!r}: copy job {job_id}")
         return {"job_id": job_id, "target": params["target"]}
+
+    @task
+    def replay(params: dict) -> dict | None:
+        """A restore to a time: the source's log replayed up to as_of, then the target usable."""
+        if params.get("as_of") is None:
+            return None
+        from seglake.lifecycle import pitr
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        target = hook.meta.catalog.get_by_name(params["target"], params["db"])
+        out = pitr.replay(hook.meta, hook.store, hook.settings, target.collection_id)
+        print(f"replayed {out['messages']} log messages ({out['log_bytes']} bytes) from "
+              f"{out['snapshot'] or 'the collection creation'}: {out['rows_replayed']} rows, "
+              f"{out['deletes_replayed']} deletes")
+        return out
 
     @task
     def compare(params: dict) -> dict:
@@ -73,6 +104,10 @@ def snapshot_restore():
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
+        if params.get("as_of") is not None:   # its source is an instant, not a snapshot: the replay's account
+            from seglake.lifecycle import pitr
+            target = hook.meta.catalog.get_by_name(params["target"], params["db"])
+            return pitr.summary(hook.meta, target)
         try:
             rows = check_restored(hook.meta, hook.store, params["collection"], params["snapshot"],
                                   params["target"], db=params["db"])
@@ -84,7 +119,7 @@ def snapshot_restore():
     check_conf("snapshot_restore") >> started
     copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
     verify = verify_collection_group("{{ params.target }}", "{{ params.db }}", engine="{{ params.engine }}")
-    started >> copy >> verify >> compare()
+    started >> copy >> replay() >> verify >> compare()
     run_note("snapshot_restore")
 
 

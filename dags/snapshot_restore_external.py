@@ -14,7 +14,15 @@
 3. **verify**, **compare**: the target's rows against the bundle's, row by row, each
    through its own collection's partitions; any difference fails the run.
 
-REST: `conf = {"collection": "demo", "bundle": "nightly", "target": "demo_dr", "backup_uri": null}`.
+**A restore to a time from the target alone** (`as_of`: ISO-8601 with a time zone, or a TSO
+timestamp; `bundle` optional): the latest bundle at or before the instant that recorded its
+log positions is restored as above, then **replay** applies the collection's WAL archive in
+the target (retention policy `archive`) up to the instant, and only then is the target
+usable; refused before anything is created when no bundle precedes the instant, the
+archive has a gap, or the instant is past what the archive holds (its recovery point).
+
+REST: `conf = {"collection": "demo", "bundle": "nightly", "target": "demo_dr", "backup_uri": null}`,
+or `{"collection": "demo", "as_of": "2026-11-27T12:00:00Z", "target": "demo_noon"}`.
 """
 
 from __future__ import annotations
@@ -49,6 +57,24 @@ def snapshot_restore_external():
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
+        if params.get("as_of") is not None:   # a restore to a time from the target alone
+            from seglake.lifecycle.pitr.from_target import restore_as_of_from_target
+
+            with fail_fast():
+                try:
+                    job_id = restore_as_of_from_target(
+                        hook.meta, hook.store, hook.backup_target(params["backup_uri"]), params["collection"],
+                        params["target"], params["as_of"], db=params["db"], bundle=params["bundle"],
+                        timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
+                                 else float(params["timeout_hours"]) * 3600), owner=run_id or "",
+                        engine=params["engine"], max_bytes_per_second=params["max_mib_per_second"] * (1 << 20),
+                        max_requests_per_second=params["max_requests_per_second"],
+                        origin={"dag_id": "snapshot_restore_external", "run_id": run_id} if run_id else None)
+                except restores.RestoreRaceLost as e:
+                    raise RuntimeError(f"{e}; retrying") from e
+            print(f"restore of {params['db']}.{params['collection']} as of {params['as_of']} from the backup target "
+                  f"into {params['target']!r}: copy job {job_id}")
+            return {"job_id": job_id, "target": params["target"]}
         with fail_fast():
             try:
                 out = bundle_restore.restore_from_bundle(
@@ -67,8 +93,24 @@ def snapshot_restore_external():
         return {"job_id": out["job_id"], "target": params["target"], "uid": out["uid"]}
 
     @task
+    def replay(params: dict) -> dict | None:
+        """A restore to a time: the archived log replayed up to as_of, then the target usable."""
+        if params.get("as_of") is None:
+            return None
+        from seglake.lifecycle import pitr
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        target = hook.meta.catalog.get_by_name(params["target"], params["db"])
+        out = pitr.replay(hook.meta, hook.store, hook.settings, target.collection_id)
+        print(f"replayed {out['messages']} archived log messages ({out['log_bytes']} bytes) from bundle "
+              f"{out['snapshot']}: {out['rows_replayed']} rows, {out['deletes_replayed']} deletes")
+        return out
+
+    @task
     def compare(params: dict, restored: dict) -> dict:
-        """The target's rows against the bundle's, row by row."""
+        """The target's rows against the bundle's, row by row (a restore to a time: the
+        replay's account)."""
         from airflow.sdk.exceptions import AirflowFailException
 
         from seglake.lifecycle.backup.bundle_restore import check_restored_from_bundle
@@ -76,6 +118,9 @@ def snapshot_restore_external():
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
+        if params.get("as_of") is not None:
+            from seglake.lifecycle import pitr
+            return pitr.summary(hook.meta, hook.meta.catalog.get_by_name(params["target"], params["db"]))
         try:
             rows = check_restored_from_bundle(hook.meta, hook.store, hook.backup_target(params["backup_uri"]),
                                               params["collection"], params["bundle"], params["target"],
@@ -88,7 +133,7 @@ def snapshot_restore_external():
     check_conf("snapshot_restore_external") >> started
     copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
     verify = verify_collection_group("{{ params.target }}", "{{ params.db }}", engine="{{ params.engine }}")
-    started >> copy >> verify >> compare(restored=started)
+    started >> copy >> replay() >> verify >> compare(restored=started)
     run_note("snapshot_restore_external")
 
 

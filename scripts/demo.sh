@@ -85,17 +85,31 @@ run_dag wal_flush_restored wal_flush '{"pchannel": "all", "flush_all": true, "en
 python scripts/demo_wal.py restored-check
 run_dag wal_snapshot_drop snapshot_drop '{"collection": "demo_wal", "name": "demo_wal_snap"}'
 echo
-echo "== 7d. compaction through 'airflow dags test': the WAL's small segments and delete logs merged, deleted rows dropped"
+echo "== 7d. compaction through 'airflow dags test': a policy for demo_wal (scheduled; L0 delete logs folded at once),"
+echo "       then a run without a collection (what every scheduled run is): the WAL's small segments and delete logs"
+echo "       merged or folded, deleted rows dropped; the run's history"
 seglake segments list demo_wal
-run_dag compaction compaction '{"collection": "demo_wal", "engine": "inline", "protection_seconds": 0}'
-grep -E "compaction .*: " "$AIRFLOW_HOME/demo-compaction.log" | grep -v "^\s*$" | tail -2 | sed -E 's/ \[airflow.*$//' || true
+run_dag compaction_policy compaction_policy '{"collection": "demo_wal", "scheduled": true, "protection_seconds": 0, "l0_age_seconds": 0}'
+run_dag compaction compaction '{"engine": "inline"}'
+grep -E "demo_wal: |compaction of " "$AIRFLOW_HOME/demo-compaction.log" | grep -v "^\s*$" | tail -3 | sed -E 's/ \[airflow.*$//' || true
 seglake segments list demo_wal
+seglake compaction history demo_wal
 python scripts/demo_wal.py check
+echo
+echo "== 7e. point-in-time restore: demo_wal as it was just before its deletes (base snapshot or creation + its log replayed)"
+seglake pitr show demo_wal
+seglake restore demo_wal demo_wal_before_deletes --as-of "$(python scripts/demo_wal.py before-deletes)"
+python scripts/demo_wal.py pitr-check
+seglake wal status
 echo
 echo "== 8. drop_collection: begin (Dropping + DropCollection messages), wal_flush releases the vchannels, finish"
 run_dag drop_begin drop_collection '{"collection": "demo_wal", "wait_for_flush": false}'
 run_dag wal_flush_drop wal_flush '{"pchannel": "all", "engine": "inline"}'
 run_dag drop_finish drop_collection '{"collection": "demo_wal"}'
 grep -E "Dropped|dropped" "$AIRFLOW_HOME/demo-drop_finish.log" | grep -v "^\s*$" | tail -3 | sed -E 's/ \[airflow.*$//' || true
+echo
+echo "== 9. undrop: demo_wal (dropped inside its point-in-time window) back as demo_wal_back, as it was before the drop"
+seglake collections undrop demo_wal --as demo_wal_back
+python scripts/demo_wal.py undrop-check
 echo
 echo "== done. 'make up' then 'seglake collections describe demo' / 'seglake segments list demo' to inspect."

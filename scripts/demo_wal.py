@@ -6,6 +6,9 @@ rows minus the deleted ones.
     python scripts/demo_wal.py check    # read every Flushed binlog and delta log back
     python scripts/demo_wal.py restored-write   # deletes and upserts into demo_wal_restored
     python scripts/demo_wal.py restored-check   # ... applied where the restored rows are
+    python scripts/demo_wal.py before-deletes   # the TSO just before the deletes (for --as-of)
+    python scripts/demo_wal.py pitr-check       # demo_wal_before_deletes: the rows before the deletes
+    python scripts/demo_wal.py undrop-check     # demo_wal_back: the rows demo_wal had when dropped
 """
 
 from __future__ import annotations
@@ -38,14 +41,24 @@ COMMITTED_TXN = shard_pks(2, 200, 10001).tolist()  # a committed transaction (on
 ROLLED_BACK = list(range(20001, 20201))    # a rolled-back transaction
 
 
+BEFORE_DELETES = "demo_wal_before_deletes"   # restored to the instant before the deletes
+BACK = "demo_wal_back"                        # demo_wal brought back after its drop (undrop)
+
+
+def _mark_path():
+    from seglake.config import DEFAULT_HOME
+    return DEFAULT_HOME / "demo_wal.before_deletes"
+
+
 def reset(meta, store, settings) -> None:
-    """Drop a demo_wal (and its restored copy) left by an earlier run through the real
+    """Drop a demo_wal (and its restored copies) left by an earlier run through the real
     drop (flushing inline)."""
-    try:
-        meta.catalog.get_by_name(NAME + "_restored")
-        drop.drop_collection(meta, store, settings, NAME + "_restored")  # never saw the WAL: direct
-    except NotFound:
-        pass
+    for copy in (NAME + "_restored", BEFORE_DELETES, BACK):
+        try:
+            meta.catalog.get_by_name(copy)
+            drop.drop_collection(meta, store, settings, copy)  # never saw the WAL: direct
+        except NotFound:
+            pass
     try:
         coll = meta.catalog.get_by_name(NAME)
     except NotFound:
@@ -60,8 +73,12 @@ def ingest(meta, store, settings) -> None:
     reset(meta, store, settings)
     with WalClient(meta, store, settings) as c:
         coll = c.create_collection(NAME, SCHEMA, shards=2)
+        from seglake.lifecycle import pitr
+        pitr.set_window(meta, NAME, "1d")   # restores to any instant of the last day, and an undrop
         for i in range(3):
             c.insert(NAME, synthetic_rows(coll, 1000, 1 + 1000 * i))
+        _mark_path().parent.mkdir(parents=True, exist_ok=True)
+        _mark_path().write_text(str(meta.tso.now()))   # every insert above is at or before it
         c.delete(NAME, DELETED)
         c.insert(NAME, synthetic_rows(coll, len(COMMITTED_TXN), COMMITTED_TXN[0], shard=0), txn=True)
         v = coll.vchannels[0]  # a transaction rolled back (by hand: the client only rolls back on error)
@@ -140,7 +157,27 @@ def restored_check(meta, store) -> int:
     return 0 if ok else 1
 
 
+def rows_check(meta, store, name: str, expected: list[int]) -> int:
+    coll = meta.catalog.get_by_name(name)
+    visible = sorted(visible_rows(meta, store, coll.collection_id).column("pk").to_pylist())
+    ok = visible == sorted(expected)
+    print(json.dumps({"collection": name, "visible_rows": len(visible), "expected_rows": len(expected),
+                      "spot_check": {str(pk): pk in visible for pk in (1, 150, 2999, COMMITTED_TXN[0])},
+                      "ok": ok}, indent=1))
+    return 0 if ok else 1
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["before-deletes"]:
+        print(_mark_path().read_text())
+        return 0
+    if argv in (["pitr-check"], ["undrop-check"]):
+        settings = Settings.load()
+        with Meta.from_settings(settings) as meta:
+            store = open_store(settings)
+            if argv == ["pitr-check"]:   # as of just before the deletes: every inserted row, none deleted yet
+                return rows_check(meta, store, BEFORE_DELETES, INSERTED)
+            return rows_check(meta, store, BACK, sorted(set(INSERTED + COMMITTED_TXN) - set(DELETED)))
     if argv in (["restored-write"], ["restored-check"], ["sample"]):
         settings = Settings.load()
         with Meta.from_settings(settings) as meta:

@@ -23,16 +23,183 @@ from __future__ import annotations
 import json
 import sys
 
+# -- the restore's ops (seglake.milvus.client drives them; any schema) ------------------------
+#   {"op": "has", "name"}                       {"exists": bool}
+#   {"op": "schema", "name"}                    {"id", "shards", "auto_id", "fields": [{name, field_id,
+#                                                data_type, is_primary_key, auto_id, type_params}],
+#                                                "partitions": [names], "indexes": [{field, index_name, params}]}
+#   {"op": "create_full", "name", "schema": {"fields": [...], "auto_id", "enable_dynamic_field",
+#    "description"}, "shards", "partitions": [..], "consistency_level"}   fields as in a Milvus
+#                                                capture (field_id order is the creation order)
+#   {"op": "import", "name", "partition", "files": [insert dir, delta dir], "options": {k: v}}
+#       the ImportRequest built by hand: pymilvus 2.3.5's do_bulk_insert forwards only the
+#       "bucket" option and would drop "backup"           {"task_id"}
+#   {"op": "import_state", "task_id"}           {"state", "row_count", "failed_reason", "files", ...}
+#   {"op": "list_imports", "name"}              [{"task_id", "state", "files", "partition"}]
+#   {"op": "create_index", "name", "field", "index_name", "params": {index_type, metric_type, params}}
+#   {"op": "load", "name"}  {"op": "drop", "name"}
+#   {"op": "count_loaded", "name"}              count(*) Strong (the collection must be loaded)
+#   {"op": "query", "name", "expr", "output_fields", "limit", "partitions"}   rows (vectors as lists)
+#   {"op": "search", "name", "field", "vectors", "metric", "limit", "params"}   [[ids], ...]
+#   {"op": "upsert_by", "name", "partition", "pks", "add"}   the toy schema: v = pk / 10 + add
+# Credentials: "user"/"password" of the request (stdin only). "errors_as_data": a failing op
+# (or the connection) ends the run with exit 3 and {"error", "op": index, "done": [...]} on stdout.
+RESTORE_OPS = frozenset({"has", "schema", "create_full", "import", "import_state", "list_imports", "create_index",
+                         "load", "drop", "count_loaded", "query", "search", "upsert_by"})
+STATE_NAMES = {0: "Pending", 1: "Failed", 2: "Started", 5: "Persisted", 6: "Completed",
+               7: "FailedAndCleaned", 100: "Unknown"}
+
+
+def _jsonable(v):
+    try:
+        import numpy as np
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        if isinstance(v, np.generic):
+            return v.item()
+    except ImportError:
+        pass
+    if isinstance(v, bytes):
+        return {"hex": v.hex()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    return v
+
+
+def _state(t) -> dict:
+    infos = dict(t.infos)
+    return {"task_id": int(t.task_id), "state": STATE_NAMES.get(int(t.state), str(t.state)),
+            "row_count": int(t.row_count), "failed_reason": infos.get("failed_reason", ""),
+            "files": [f for f in infos.get("files", "").split(",") if f],
+            "collection": infos.get("collection", ""), "partition": infos.get("partition", ""),
+            "progress": int(infos.get("progress_percent", "0") or 0)}
+
+
+def restore_op(op: dict):
+    from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, connections,
+                          utility)
+
+    kind = op["op"]
+    if kind == "import_state":
+        return _state(utility.get_bulk_insert_state(int(op["task_id"])))
+    name = op["name"]
+    if kind == "has":
+        return {"exists": bool(utility.has_collection(name))}
+    if kind == "upsert_by":
+        coll = Collection(name)
+        pks = [int(p) for p in op["pks"]]
+        dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
+        add = float(op.get("add", 0.0))
+        rows = [pks, [p / 10 + add for p in pks], [[float(p)] + [p / 10 + add] * (dim - 1) for p in pks]]
+        return {"upsert_count": int(coll.upsert(rows, partition_name=op.get("partition")).upsert_count)}
+    if kind == "count_loaded":
+        res = Collection(name).query(expr="", output_fields=["count(*)"], consistency_level="Strong")
+        return {"count": int(res[0]["count(*)"])}
+    if kind == "schema":
+        coll = Collection(name)
+        desc = coll.describe()
+        fields = [{"name": f["name"], "field_id": int(f["field_id"]), "data_type": int(f["type"]),
+                   "is_primary_key": bool(f.get("is_primary", False)),
+                   "auto_id": bool(f.get("auto_id", False)),
+                   "type_params": {k: str(v) for k, v in (f.get("params") or {}).items()}}
+                  for f in desc["fields"]]
+        indexes = [{"field": i.field_name, "index_name": i.index_name, "params": _jsonable(i.params)}
+                   for i in coll.indexes]
+        return {"id": int(desc["collection_id"]), "shards": int(desc["num_shards"]),
+                "auto_id": bool(desc.get("auto_id", False)), "fields": fields,
+                "partitions": [p.name for p in coll.partitions], "indexes": indexes}
+    if kind == "create_full":
+        sch = op["schema"]
+        fields = []
+        for f in sorted(sch["fields"], key=lambda f: int(f["field_id"])):
+            kw = {k: int(v) for k, v in (f.get("type_params") or {}).items()
+                  if k in ("dim", "max_length", "max_capacity")}
+            if f.get("element_type"):
+                kw["element_type"] = DataType(int(f["element_type"]))
+            fields.append(FieldSchema(f["name"], DataType(int(f["data_type"])),
+                                      description=f.get("description", ""),
+                                      is_primary=bool(f.get("is_primary_key")),
+                                      auto_id=bool(f.get("auto_id")),
+                                      is_partition_key=bool(f.get("is_partition_key")), **kw))
+        schema = CollectionSchema(fields, description=sch.get("description", ""),
+                                  auto_id=bool(sch.get("auto_id")),
+                                  enable_dynamic_field=bool(sch.get("enable_dynamic_field")))
+        coll = Collection(name, schema, shards_num=int(op["shards"]),
+                          consistency_level=int(op.get("consistency_level", 0)))
+        for p in op.get("partitions", []):
+            if not coll.has_partition(p):
+                coll.create_partition(p)
+        return {"id": int(coll.describe()["collection_id"])}
+    if kind == "import":
+        from pymilvus.grpc_gen import common_pb2, milvus_pb2
+        handler = connections._fetch_handler("default")
+        r = milvus_pb2.ImportRequest(collection_name=name, partition_name=op.get("partition") or "",
+                                     files=list(op["files"]))
+        for k, v in sorted((op.get("options") or {}).items()):
+            r.options.append(common_pb2.KeyValuePair(key=str(k), value=str(v)))
+        resp = handler._stub.Import(r, timeout=op.get("timeout", 60))
+        if resp.status.error_code != 0 or not resp.tasks:
+            raise RuntimeError(f"Import refused: {resp.status.reason or 'no task id'}")
+        return {"task_id": int(resp.tasks[0])}
+    if kind == "list_imports":
+        return [_state(t) for t in utility.list_bulk_insert_tasks(limit=0, collection_name=name)]
+    if kind == "create_index":
+        coll = Collection(name)
+        if not any(i.field_name == op["field"] for i in coll.indexes):
+            coll.create_index(op["field"], op["params"], index_name=op.get("index_name") or "")
+        utility.wait_for_index_building_complete(name, index_name=op.get("index_name") or "",
+                                                 timeout=op.get("timeout", 300))
+        return {"indexed": op["field"]}
+    if kind == "load":
+        Collection(name).load(timeout=op.get("timeout", 300))
+        return {"loaded": name}
+    if kind == "drop":
+        if utility.has_collection(name):
+            utility.drop_collection(name)
+        return {"dropped": name}
+    if kind == "query":
+        res = Collection(name).query(expr=op["expr"], output_fields=op.get("output_fields", ["*"]),
+                                     limit=op.get("limit", 16384), consistency_level="Strong",
+                                     partition_names=op.get("partitions"))
+        return [_jsonable(dict(r)) for r in res]
+    if kind == "search":
+        res = Collection(name).search(op["vectors"], op["field"],
+                                      {"metric_type": op.get("metric", "L2"), "params": op.get("params", {})},
+                                      limit=op.get("limit", 5), consistency_level="Strong")
+        return [[int(i) for i in hits.ids] for hits in res]
+    raise SystemExit(f"unknown op {kind!r}")
+
+
+
 
 def main() -> int:
     req = json.load(sys.stdin)
     from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, connections,
                           utility)
 
-    connections.connect(alias="default", uri=f"http://{req['address']}", timeout=30)
+    try:
+        connections.connect(alias="default", uri=f"http://{req['address']}", timeout=req.get("connect_timeout", 30),
+                            **({"user": req["user"], "password": req.get("password", "")} if req.get("user") else {}))
+    except Exception as e:  # noqa: BLE001 - the restore reports it as MilvusUnreachable
+        if not req.get("errors_as_data"):
+            raise
+        json.dump({"error": f"cannot connect to Milvus at {req['address']}: {type(e).__name__}: {str(e)[:500]}",
+                   "op": -1}, sys.stdout)
+        return 3
     out = []
     for op in req["ops"]:
         kind = op["op"]
+        if kind in RESTORE_OPS:
+            try:
+                out.append(restore_op(op))
+            except Exception as e:  # noqa: BLE001
+                if not req.get("errors_as_data"):
+                    raise
+                json.dump({"error": f"{type(e).__name__}: {str(e)[:1000]}", "op": len(out), "done": out}, sys.stdout)
+                return 3
+            continue
         if kind == "version":
             out.append({"version": utility.get_server_version()})
             continue

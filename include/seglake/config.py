@@ -132,6 +132,8 @@ class Settings:
     etcd_ca_cert: str = _str("", "CA certificate file for etcd TLS")
     etcd_timeout: float = _duration(10.0, "per-request etcd timeout")
     etcd_retries: int = _int(4, "retries on an unavailable etcd before giving up")
+    # the Milvus a `seglake milvus restore` writes into (its bucket: the milvus_s3_* keys)
+    milvus_password: str = _str("", "password of the target Milvus's user (milvus restore --user)", secret=True)
     # lifecycle tolerances and retention
     missing_tolerance: float = _duration(86400.0, "orphan files younger than this are kept")
     drop_tolerance: float = _duration(10800.0, "files of dropped segments are kept this long")
@@ -182,6 +184,14 @@ class Settings:
                                            "rewritten alone (0..1)")
     compaction_protection: float = _duration(3600.0, "a collection snapshotted within this long is not "
                                              "compacted (Milvus's compaction_protection_seconds)")
+    compaction_min_segment_bytes: int = _int(0, "a Flushed segment below this many stored bytes is merged "
+                                             "too (0: by rows only)")
+    compaction_target_bytes: int = _int(1 << 30, "merged segments hold about this many bytes (whichever of "
+                                        "target rows / bytes comes first)")
+    compaction_l0_age: float = _duration(3600.0, "collection-wide delete logs (L0 segments) older than this are "
+                                         "folded into the segments they hit")
+    compaction_schedule: str = _str("none", "schedule of the compaction DAG (cron or @hourly; 'none': manual only); a "
+                                    "scheduled run compacts every collection whose policy says scheduled")
     wal_flush_schedule: str = _str("*/5 * * * *", "schedule of the wal_flush DAG (e.g. @continuous)")
     wal_archive_schedule: str = _str("*/5 * * * *", "schedule of the wal_archive DAG (continuous backup of the "
                                      "WAL of collections whose retention policy says archive; each run ships "
@@ -419,6 +429,12 @@ def retention_schedule(env: Mapping[str, str] | None = None) -> str | None:
     return None if value == "none" else value
 
 
+def compaction_schedule(env: Mapping[str, str] | None = None) -> str | None:
+    """The compaction DAG's schedule, like gc_schedule."""
+    value = Settings.from_env(env).compaction_schedule
+    return None if value == "none" else value
+
+
 def gc_schedule(env: Mapping[str, str] | None = None) -> str | None:
     """The gc DAG's schedule from the environment alone (DAG parse time: no Variable,
     no network). Every SEGLAKE_* variable is checked on the way. 'none' -> None."""
@@ -481,7 +497,8 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
     if not isinstance(value, str):
         shown = "(value not shown: secret)" if f.metadata.get("secret") else repr(value)
         raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
-    if f.name in ("gc_schedule", "retention_schedule", "wal_archive_schedule") and not _SCHEDULE_RE.fullmatch(value):
+    if f.name in ("gc_schedule", "retention_schedule", "wal_archive_schedule", "compaction_schedule") \
+            and not _SCHEDULE_RE.fullmatch(value):
         raise ConfigError(f"config key {f.name!r}: {value!r} is not a cron expression, an @preset or 'none'")
     if f.name == "store_uri":
         _check_store_uri(value)

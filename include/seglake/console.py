@@ -237,6 +237,18 @@ def compaction_runs(meta: Meta) -> list[dict]:
     return sorted(rows, key=lambda r: -(r["recorded_at"] or 0))
 
 
+HISTORY_ON_PAGE = 20     # compaction runs the page lists
+
+
+def compaction_history(meta: Meta, last: int = HISTORY_ON_PAGE) -> dict:
+    """The last `last` compaction runs over every collection (newest first): segments
+    before/after, rows dropped, bytes reclaimed, time, trigger; and the policies."""
+    from seglake.lifecycle import compaction
+
+    return {"runs": compaction.history(meta, last=last),
+            "policies": [p for p in compaction.list_policies(meta) if "error" not in p]}
+
+
 # -- backup: exports, the last verification of each bundle, pins, retention policies ------------
 def backup(meta: Meta, now: float) -> dict:
     from seglake.lifecycle import retention, snapshot
@@ -250,7 +262,13 @@ def backup(meta: Meta, now: float) -> dict:
                         "verified_at": None if v is None else v["checked_at"]})
     from seglake.lifecycle.backup import archive
     return {"exports": exports, "pins": snapshot.list_pins(meta, now=now),
-            "policies": retention.list_policies(meta), "archive": archive.status(meta, now_ms=now * 1000)}
+            "policies": retention.list_policies(meta), "archive": archive.status(meta, now_ms=now * 1000),
+            "pitr": _pitr_cost(meta, now)}
+
+
+def _pitr_cost(meta: Meta, now: float) -> dict:
+    from seglake.lifecycle.pitr.window import cost
+    return cost(meta, now)
 
 
 # -- everything ---------------------------------------------------------------------------------
@@ -264,6 +282,7 @@ def overview(meta: Meta, store: Store, now: float | None = None) -> dict:
            "gc_pause": _section(lambda: gc_pause(meta)),
            "channels": _section(lambda: wal_channels(meta)),
            "compaction": _section(lambda: compaction_runs(meta)),
+           "compaction_history": _section(lambda: compaction_history(meta)),
            "backup": _section(lambda: backup(meta, now))}
     names = {c["collection_id"]: c["name"] for c in out["collections"]["rows"]}
     for r in (out["gc"]["rows"] or {}).get("rows", []):

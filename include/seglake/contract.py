@@ -138,6 +138,17 @@ _show = show
 
 ENGINE = Key("enum", "Engine", default="auto", choices=ENGINES,
              description="auto: inline below the size threshold, Spark above it")
+# the compaction keys by bytes and the L0 age (the compaction and compaction_policy forms)
+COMPACTION_BYTES_KEYS = {
+    "min_segment_bytes": Key("integer", "Min segment bytes", nullable=True, limit="compaction_min_segment_bytes",
+                             description="Merge segments below this many stored bytes too (0: by rows only); "
+                                         "empty: config"),
+    "target_bytes": Key("integer", "Target bytes", nullable=True, limit="compaction_target_bytes",
+                        description="Merged segments hold about this many bytes; empty: config"),
+    "l0_age_seconds": Key("number", "L0 age (s)", nullable=True, limit="compaction_l0_age",
+                          description="Fold delete-only L0 segments older than this into the segments they hit; "
+                                      "empty: config"),
+}
 # Not a switch: a nullable boolean shows as "off" in Airflow's form and sends null. A
 # dropdown of three labelled choices shows what is sent (the form draws a dropdown for
 # an enum whose first non-null type is "string"; the enum admits only null/true/false).
@@ -183,7 +194,13 @@ SPECS: dict[str, dict[str, Key]] = {
     },
     "snapshot_restore": {
         "collection": _name("Source collection", "The snapshot's collection"),
-        "snapshot": _name("Snapshot", "A COMMITTED snapshot of the source collection", example="nightly_1"),
+        "snapshot": Key("name", "Snapshot", nullable=True, example="nightly_1",
+                        description="A COMMITTED snapshot of the source collection; empty with as_of (the "
+                                    "latest COMMITTED snapshot at or before it is chosen)"),
+        "as_of": Key("text", "As of", nullable=True, max_length=64,
+                     description="Restore the collection as it was at this instant instead of a snapshot: "
+                                 "ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp in "
+                                 "decimal; needs the collection's point-in-time window (seglake pitr set)"),
         "target": _name("Target collection", "Must not exist yet (no default)", example="demo_restored"),
         "db": DB,
         "engine": ENGINE,
@@ -207,7 +224,13 @@ SPECS: dict[str, dict[str, Key]] = {
     },
     "snapshot_restore_external": {
         "collection": _name("Bundle's collection", "The collection the bundle was exported from"),
-        "bundle": _name("Bundle", "A committed bundle in the backup target", example="nightly_1"),
+        "bundle": Key("name", "Bundle", nullable=True, example="nightly_1",
+                      description="A committed bundle in the backup target; with as_of: the bundle to start "
+                                  "from (empty: the latest one at or before the instant)"),
+        "as_of": Key("text", "As of", nullable=True, max_length=64,
+                     description="Restore the collection as it was at this instant, from the backup target "
+                                 "alone (a bundle + the WAL archive: retention policy archive): ISO-8601 with a "
+                                 "time zone or a TSO timestamp in decimal"),
         "target": _name("Target collection", "The new collection (must not exist yet; no default)",
                         example="demo_restored"),
         "backup_uri": BACKUP_URI,
@@ -219,7 +242,9 @@ SPECS: dict[str, dict[str, Key]] = {
         **RATES,
     },
     "compaction": {
-        "collection": _name("Collection", "The collection to compact"),
+        "collection": Key("name", "Collection", nullable=True, example="demo",
+                          description="The collection to compact; empty: every collection whose compaction policy "
+                                      "says scheduled (what a scheduled run does)"),
         "db": DB,
         "dry_run": Key("boolean", "Dry run", default=False,
                        description="Plan only: the units and their expected gain, nothing changed"),
@@ -235,7 +260,25 @@ SPECS: dict[str, dict[str, Key]] = {
         "protection_seconds": Key("number", "Snapshot protection (s)", nullable=True, limit="compaction_protection",
                                   description="Skip a collection snapshotted within this long; empty: config "
                                               "compaction_protection"),
+        **COMPACTION_BYTES_KEYS,
         "engine": ENGINE,
+    },
+    "compaction_policy": {
+        "collection": _name("Collection", "The collection whose compaction policy to set (no default)"),
+        "db": DB,
+        **{k: Key(kind, title, nullable=True, limit=f"compaction_{lim}", description=d + "; empty: config")
+           for k, kind, title, lim, d in (
+            ("min_segment_rows", "integer", "Min segment rows", "min_segment_rows", "Merge segments below this many rows"),
+            ("target_rows", "integer", "Target rows", "target_rows", "Merged segments hold about this many rows"),
+            ("delete_ratio", "number", "Delete ratio", "delete_ratio", "Rewrite a segment alone above this deleted "
+                                                                      "fraction (0..1)"),
+            ("protection_seconds", "number", "Snapshot protection (s)", "protection", "Skip a collection snapshotted "
+                                                                                     "within this long"))},
+        **COMPACTION_BYTES_KEYS,
+        "scheduled": Key("boolean", "Scheduled", default=False,
+                         description="A scheduled run of the compaction DAG (config compaction_schedule) compacts this collection"),
+        "clear": Key("boolean", "Clear the policy", default=False,
+                     description="Remove the collection's policy: config applies again (the other keys are ignored)"),
     },
     "snapshot_verify": {
         "collection": _name("Bundle's collection", "The collection the bundle was exported from"),
@@ -243,6 +286,19 @@ SPECS: dict[str, dict[str, Key]] = {
         "backup_uri": BACKUP_URI,
         "db": DB,
         "engine": ENGINE,
+    },
+    "milvus_restore": {
+        "collection": _name("Captured collection", "The Milvus collection the capture (bundle) was taken of"),
+        "bundle": _name("Bundle", "The capture to restore", example="nightly_1"),
+        "name": Key("name", "New collection", required=True, example="demo_restored",
+                    description="The collection created in the target Milvus (must not exist)"),
+        "milvus_conn_id": Key("name", "Milvus connection", default="milvus_default", example="milvus_default",
+                              description="Airflow connection of the target Milvus: host, port, login/password; "
+                                          "extra: bucket, s3_endpoint, s3_region, s3_access_key, s3_secret_key"),
+        "sample": Key("integer", "Sampled pks", default=100, limit="milvus_restore_sample",
+                      description="Primary keys whose values verify compares with the bundle"),
+        "backup_uri": BACKUP_URI,
+        "db": DB,
     },
     "copy_segment_job": {
         "job_id": Key("integer", "Copy job id", required=True, limit="id",
@@ -304,6 +360,14 @@ SPECS: dict[str, dict[str, Key]] = {
         "clear": Key("boolean", "Clear the policy", default=False,
                      description="Remove the collection's policy (the keep counts are ignored)"),
     },
+    "pitr_window": {
+        "collection": _name("Collection", "The collection whose point-in-time window to set (no default)"),
+        "db": DB,
+        "window": Key("text", "Window", nullable=True, max_length=32,
+                      description="How far back restores reach: 3d, 12h, 90m or seconds (1 minute .. 365 days)"),
+        "clear": Key("boolean", "Turn the window off", default=False,
+                     description="Turn the window off (what it held is released at the next GC)"),
+    },
     "wal_archive": {
         "seconds": Key("number", "Run time (s)", default=240, limit="archive_seconds",
                        description="Keep shipping new WAL fragments for this long (0: once)"),
@@ -347,6 +411,7 @@ SPECS: dict[str, dict[str, Key]] = {
 HINTS: dict[str, dict[str, str]] = {
     "snapshot_create": {"snapshot": "name"},
     "snapshot_drop": {"snapshot": "name"},
+    "milvus_restore": {"target": "name", "target_collection": "name", "conn_id": "milvus_conn_id"},
     "snapshot_restore": {"name": "snapshot", "target_collection": "target", "timeout": "timeout_hours"},
     "copy_segment_job": {"job": "job_id", "id": "job_id"},
     "snapshot_export": {"name": "snapshot", "target": "backup_uri", "target_uri": "backup_uri", "uri": "backup_uri"},
@@ -390,6 +455,10 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
             out[key] = k.check(key, conf[key]) if key in conf else k.default
         except ValidationError as e:
             problems.append(str(e))
+    if dag_id == "snapshot_restore" and not problems:
+        problems += _restore_source_problems(out)
+    if dag_id == "snapshot_restore_external" and not problems:
+        problems += _external_source_problems(out)
     if not problems and dag_id == "milvus_backup":   # what the key kinds cannot say: endpoints, roots, names
         from seglake.milvus.capture import check_request
         try:
@@ -401,6 +470,29 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
     if problems:
         raise ValidationError(f"{dag_id}: refused conf before any change: " + "; ".join(problems))
     return out
+
+
+def _restore_source_problems(conf: Mapping[str, Any]) -> list[str]:
+    """A restore names exactly one source: a snapshot, or an instant (as_of) whose format is checked."""
+    if (conf.get("snapshot") is None) == (conf.get("as_of") is None):
+        return ["give exactly one of conf keys 'snapshot' (restore that snapshot) and 'as_of' (restore the "
+                "collection as it was at that instant)"]
+    if conf.get("as_of") is not None:
+        from seglake.lifecycle.pitr.instants import parse_as_of
+        try:
+            parse_as_of(conf["as_of"])
+        except ValidationError as e:
+            return [f"conf key 'as_of' (As of): {e}"]
+    return []
+
+
+def _external_source_problems(conf: Mapping[str, Any]) -> list[str]:
+    """A restore from the backup target names a bundle, an instant (as_of), or both (the
+    instant restored from that bundle)."""
+    if conf.get("bundle") is None and conf.get("as_of") is None:
+        return ["give conf key 'bundle' (restore that bundle) or 'as_of' (restore the collection as it was at "
+                "that instant, from a bundle and the WAL archive), or both"]
+    return _restore_source_problems({"snapshot": None, **conf}) if conf.get("as_of") is not None else []
 
 
 def check_gc_floor(conf: Mapping[str, Any], floor_seconds: float) -> None:

@@ -137,6 +137,8 @@ LIMITS: dict[str, Limit] = {
     # lets a timestamp lead its clock by more is no bound
     "max_clock_skew": Limit(1.0, DAY, unit="s"),
     "copy_threads": _count(1, 256),
+    "milvus_restore_sample": _count(0, 100_000),
+    "milvus_import_timeout": _seconds(DAY, positive=True),
     "wal_fragment_bytes": _count(1024, 1 << 30),
     "wal_fragment_records": _count(1, 1_000_000),
     "wal_batch_time": _seconds(10.0),
@@ -152,6 +154,10 @@ LIMITS: dict[str, Limit] = {
     "compaction_target_rows": _count(1, 1_000_000_000),
     "compaction_delete_ratio": Limit(0.0, 1.0),
     "compaction_protection": _seconds(30 * DAY),
+    "compaction_min_segment_bytes": _count(0, 2**50),
+    "compaction_target_bytes": _count(1, 2**50),
+    "compaction_l0_age": _seconds(365 * DAY),
+    "compaction_history": _count(1, 1000),           # runs shown (CLI --last, the page)
     # -- engine entry points and the conf / CLI keys that feed them ----------------------
     "snapshot_ttl": _seconds(10 * YEAR),               # 0: no TTL
     "pin_ttl": Limit(1.0, 365 * DAY, unit="s"),
@@ -160,6 +166,7 @@ LIMITS: dict[str, Limit] = {
     "copy_max_requests_per_second": Limit(0, 1e6, unit="req/s"),
     "retention_keep": _count(0, 100_000),
     "restore_timeout": _seconds(7 * DAY, positive=True),
+    "pitr_window": Limit(60.0, YEAR, unit="s"),          # a point-in-time window: a minute .. a year
     "gc_pause_ttl": _seconds(YEAR, positive=True),
     "id": _count(1, ID_MAX),                           # job, collection, segment ids
     "poll_interval": _seconds(HOUR, positive=True),

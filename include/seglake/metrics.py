@@ -171,8 +171,49 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
                    "Age of the newest committed export (backup bundle) of each collection that has one.",
                    [({"collection": c, "db": db}, age) for (db, c), age in sorted(newest.items())])
 
+    def compaction() -> None:
+        from seglake.lifecycle import compaction as comp
+
+        last: dict[tuple[str, str], dict] = {}
+        for r in comp.history(meta, last=10**6):        # newest first: the first seen is the last run
+            last.setdefault((str(r.get("db", "")), str(r.get("collection"))), r)
+        items = [({"collection": c, "db": db}, r) for (db, c), r in sorted(last.items())]
+        out.family("seglake_collection_last_compaction_age_seconds",
+                   "Age of the last compaction run that compacted something, per collection.",
+                   [(lab, max(0.0, now - r["recorded_at"])) for lab, r in items])
+        for key, help_ in (("segments_before", "Flushed segments before"), ("segments_after", "Flushed segments after"),
+                           ("rows_dropped", "Rows dropped (hidden by deletes)"),
+                           ("bytes_reclaimed", "Bytes reclaimable after drop_tolerance (inputs minus outputs)"),
+                           ("lost", "Units lost to a concurrent change"), ("seconds", "Seconds taken")):
+            out.family(f"seglake_compaction_last_{key}", f"{help_}: the last compaction run of each collection.",
+                       [(lab, float(r.get(key) or 0)) for lab, r in items])
+        policies = [p for p in comp.list_policies(meta) if "error" not in p]
+        out.family("seglake_compaction_policies", "Collections with a compaction policy, by scheduled or not.",
+                   [({"scheduled": "true"}, sum(1 for p in policies if p["scheduled"])),
+                    ({"scheduled": "false"}, sum(1 for p in policies if not p["scheduled"]))])
+
+    def pitr() -> None:
+        from seglake.lifecycle.backup import archive
+        from seglake.lifecycle.pitr.window import cost
+
+        c = cost(meta, now)
+        out.family("seglake_pitr_window_log_bytes", "WAL bytes the point-in-time windows hold, per pchannel.",
+                   [({"pchannel": p}, d["log_bytes"]) for p, d in sorted(c["pchannels"].items())])
+        out.family("seglake_pitr_window_only_log_bytes",
+                   "WAL bytes only the point-in-time windows keep (below every flusher checkpoint), per pchannel.",
+                   [({"pchannel": p}, d["window_only_bytes"]) for p, d in sorted(c["pchannels"].items())])
+        out.family("seglake_pitr_window_snapshot_bytes", "Bytes of the base snapshot each window holds.",
+                   [({"collection": w["collection"], "db": w["db"]}, w["snapshot_bytes"]) for w in c["windows"]])
+        st = archive.status(meta, now_ms=now * 1000)
+        out.family("seglake_wal_archive_behind_fragments", "Committed WAL fragments not yet in the archive.",
+                   [({"pchannel": a["pchannel"]}, a["behind"]) for a in st])
+        out.family("seglake_wal_archive_lag_seconds",
+                   "Age of the oldest WAL fragment not yet archived (the archive's recovery point); 0: up to date.",
+                   [({"pchannel": a["pchannel"]}, a["lag_s"]) for a in st])
+
     for source, fn in (("collections", collections), ("snapshots", snapshots), ("copy_jobs", jobs),
-                       ("gc", gc), ("gc_pause", gc_pause), ("wal", wal), ("backups", backups)):
+                       ("gc", gc), ("gc_pause", gc_pause), ("wal", wal), ("backups", backups),
+                       ("compaction", compaction), ("pitr", pitr)):
         read(source, fn)
     out.family("seglake_scrape_error", "1 when a source could not be read at this scrape.",
                [({"source": s}, v) for s, v in errors.items()])

@@ -82,6 +82,13 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
         return _short(f"FAILED: {head}: copy job {job.get('job_id')} Failed: {job.get('reason')}; {facts}")
     if compared is None:
         return _short(f"FAILED: {head}: copy job {job.get('state')} but verify/compare did not pass; {facts}")
+    if "as_of_utc" in compared:   # a restore to a time (seglake.lifecycle.pitr.summary): what the replay used
+        base = f"snapshot {compared['snapshot']}" if compared.get("snapshot") else "the collection's creation"
+        return _short(f"restore {params.get('collection')} as of {compared['as_of_utc']} -> {params.get('target')}: "
+                      f"from {base}, {compared.get('messages', 0)} log messages "
+                      f"({human_bytes(compared.get('log_bytes', 0))} of log) replayed: "
+                      f"{compared.get('rows_replayed', 0)} rows, {compared.get('deletes_replayed', 0)} deletes; "
+                      f"{facts}")
     return _short(f"{head}: {facts}")
 
 
@@ -107,7 +114,8 @@ def verify_bundle_note(params: Mapping[str, Any], report: Mapping[str, Any] | No
 
 
 def compaction_note(params: Mapping[str, Any], done: Mapping[str, Any] | None) -> str:
-    head = f"compaction of {params.get('db', 'default')}.{params.get('collection')}"
+    head = (f"compaction of {params.get('db', 'default')}.{params.get('collection')}" if params.get("collection")
+            else f"scheduled compaction of {len((done or {}).get('collections') or ())} collection(s)")
     if not done:
         return _short(f"FAILED: {head}: no summary (see the task logs)")
     if done.get("skipped"):
@@ -182,15 +190,19 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
             "snapshot_retention": f"retention policy of {params.get('collection')}",
             "snapshot_schedule": "snapshot_schedule", "verify_collection": f"verify {params.get('collection')}",
             "wal_archive": "wal_archive",
+            "compaction_policy": f"compaction policy of {params.get('collection')}",
+            "pitr_window": f"point-in-time window of {params.get('collection')}",
             "milvus_backup": f"milvus capture {params.get('bundle')}"}[kind]
     if result is None:
         return _short(f"FAILED: {what} did not finish (see the task logs)")
     if kind == "snapshot_drop":
         return _short(f"{what} dropped, {result.get('files_removed', 0)} snapshot files removed")
-    if kind == "snapshot_retention":
+    if kind in ("snapshot_retention", "compaction_policy"):
         return _short(f"{what} " + ("cleared" if "cleared" in result else "set"))
     if kind == "snapshot_schedule":
         return _short(f"snapshot_schedule: {len(result)} retention policies run")
+    if kind == "pitr_window":
+        return _short(f"{what} " + ("cleared" if "cleared" in result else f"set to {result.get('window')}"))
     if kind == "wal_archive":
         behind = ", ".join(f"{p} up to {d['cursor']} of {d['last']}" for p, d in result["pchannels"].items())
         return _short(f"wal_archive: {result['fragments']} fragments ({human_bytes(result['bytes'])}) shipped to "

@@ -32,7 +32,8 @@ NOTE_CONN_ID = "airflow_api"
 ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it failed
 # the small lifecycles: the task whose result says the work was done (no result: not done)
 RESULT_TASKS = {"snapshot_drop": "drop", "snapshot_retention": "set_policy", "snapshot_schedule": "run_policies",
-                "verify_collection": "verify.summarize", "wal_archive": "archive",
+                "verify_collection": "verify.summarize", "wal_archive": "archive", "compaction_policy": "set_policy",
+                "pitr_window": "set_window",
                 "milvus_backup": "summary"}
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection",
          "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction", *RESULT_TASKS)
@@ -53,9 +54,10 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         return runinfo.export_note(params, report), counters
     if kind == "compaction":
         done = ti.xcom_pull(task_ids="summary")
-        counters = ({"seglake.compaction.units": int(done["counts"]["committed"]),
-                     "seglake.compaction.rows_dropped": int(done["counts"]["rows_dropped"])}
-                    if done and not done.get("dry_run") else {})
+        counts = (done or {}).get("counts") or {}
+        counters = ({"seglake.compaction.units": int(counts["committed"]),
+                     "seglake.compaction.rows_dropped": int(counts["rows_dropped"])}
+                    if done and not done.get("dry_run") and counts else {})
         return runinfo.compaction_note(params, done), counters
     if kind == "snapshot_verify":
         report = ti.xcom_pull(task_ids="verify")
@@ -66,8 +68,9 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         if kind == "snapshot_restore_external":
             started = ti.xcom_pull(task_ids="restore")
             job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="verify.summarize")
-            params = {"collection": f"bundle {params.get('collection')}", "snapshot": params.get("bundle"),
-                      "target": params.get("target")}
+            params = {"collection": f"bundle {params.get('collection')}",
+                      "snapshot": params.get("bundle") if params.get("as_of") is None else
+                      f"as of {params.get('as_of')} (bundle + WAL archive)", "target": params.get("target")}
         elif kind == "snapshot_restore":
             started = ti.xcom_pull(task_ids="restore")
             job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="compare")

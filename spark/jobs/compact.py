@@ -1,7 +1,9 @@
 """PySpark job: compact one collection (big compactions; small ones run inline).
 
+    spark-submit spark/jobs/compact.py --targets JSON [--trigger manual|scheduled]
     spark-submit spark/jobs/compact.py --collection NAME [--db DB] [--min-segment-rows N]
-        [--target-rows N] [--delete-ratio X] [--protection-seconds S]
+        [--target-rows N] [--delete-ratio X] [--protection-seconds S] [--min-segment-bytes B]
+        [--target-bytes B] [--l0-age-seconds S]   (the DAG passes the policy its plan resolved)
 
 The driver plans (seglake.lifecycle.compaction.plan: deterministic units from one etcd
 revision), executors run the units (compaction.run_partition: each unit prepares, writes
@@ -25,13 +27,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     from seglake.cli.args import name_arg, number_arg
 
     p = argparse.ArgumentParser(prog="compact")
-    p.add_argument("--collection", required=True, type=name_arg("collection"))
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--collection", type=name_arg("collection"))
+    which.add_argument("--targets", type=_targets, help="JSON [{collection, db, policy}] (the compaction DAG's "
+                                                         "plan: one or every scheduled collection)")
+    p.add_argument("--trigger", choices=("manual", "scheduled"), default="manual")
     p.add_argument("--db", default="default", type=name_arg("db"))
     p.add_argument("--min-segment-rows", type=number_arg("compaction_min_segment_rows"), default=None)
     p.add_argument("--target-rows", type=number_arg("compaction_target_rows"), default=None)
     p.add_argument("--delete-ratio", type=number_arg("compaction_delete_ratio"), default=None)
     p.add_argument("--protection-seconds", type=number_arg("compaction_protection"), default=None)
+    p.add_argument("--min-segment-bytes", type=number_arg("compaction_min_segment_bytes"), default=None)
+    p.add_argument("--target-bytes", type=number_arg("compaction_target_bytes"), default=None)
+    p.add_argument("--l0-age-seconds", type=number_arg("compaction_l0_age"), default=None)
     return p.parse_args(argv)
+
+
+def _targets(text: str) -> list[dict]:
+    from seglake.errors import ValidationError
+    from seglake.lifecycle import compaction
+
+    try:
+        return compaction.parse_targets(text)
+    except ValidationError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def policy_of(args: argparse.Namespace, settings):
@@ -40,7 +59,10 @@ def policy_of(args: argparse.Namespace, settings):
     return compaction.Policy.from_settings(settings, {"min_segment_rows": args.min_segment_rows,
                                                       "target_rows": args.target_rows,
                                                       "delete_ratio": args.delete_ratio,
-                                                      "protection": args.protection_seconds})
+                                                      "protection": args.protection_seconds,
+                                                      "min_segment_bytes": args.min_segment_bytes,
+                                                      "target_bytes": args.target_bytes,
+                                                      "l0_age": args.l0_age_seconds})
 
 
 def run(spark, meta, store, collection: str, db: str, policy):
@@ -75,18 +97,26 @@ def main(argv: list[str] | None = None) -> int:
     from seglake.storage import open_store
 
     settings = Settings.load()
-    policy = policy_of(args, settings)          # checked before any side effect
-    spark = job_session(f"seglake-compact-{args.collection}")   # seglake env -> executorEnv, never argv
+    targets = args.targets if args.targets is not None else [   # checked before any side effect
+        {"collection": args.collection, "db": args.db, "policy": policy_of(args, settings)}]
+    if not targets:
+        print("compaction: nothing to compact (no target)")
+        return 0
+    name = args.collection or f"{len(targets)}-collections"
+    spark = job_session(f"seglake-compact-{name}")   # seglake env -> executorEnv, never argv
     try:
         with Meta.from_settings(settings) as meta:
-            summary = run(spark, meta, open_store(settings), args.collection, args.db, policy)
-            compaction.record(meta, summary)
+            store = open_store(settings)
+            for t in targets:
+                summary = run(spark, meta, store, t["collection"], t["db"], t["policy"])
+                compaction.record(meta, summary, args.trigger)
+                c = summary.counts()
+                print(f"compaction of {t['db']}.{t['collection']}: {len(summary.plan.units)} units, "
+                      f"{c['committed']} committed, {c['already_committed']} already, {c['lost']} lost; "
+                      f"{c['segments_in']} segments -> {c['segments_out']}, {c['rows_dropped']} rows dropped"
+                      + (f" (skipped: {summary.plan.skipped})" if summary.plan.skipped else ""))
     finally:
         spark.stop()
-    c = summary.counts()
-    print(f"compaction of {args.db}.{args.collection}: {len(summary.plan.units)} units, {c['committed']} committed, "
-          f"{c['already_committed']} already, {c['lost']} lost; {c['segments_in']} segments -> {c['segments_out']}, "
-          f"{c['rows_dropped']} rows dropped" + (f" (skipped: {summary.plan.skipped})" if summary.plan.skipped else ""))
     return 0
 
 

@@ -46,3 +46,108 @@ def test_bad_conf_is_refused_before_any_run(airflow_env):
 
     with pytest.raises(ParamValidationError, match="delete_ratio"):
         load_dag("compaction").test(run_conf={"collection": "c", "delete_ratio": 1.5})
+
+
+def test_policy_dag_then_scheduled_runs(airflow_env, meta, store, settings, monkeypatch):
+    """The policy form records a collection's policy (checked); a run of the compaction DAG
+    without a collection (what every scheduled run is) compacts only the scheduled
+    collection, with its policy, row-exactly; with nothing left it succeeds and changes
+    nothing; a manual run of one collection still works; the policy form clears. The DAG
+    carries the configured schedule."""
+    from compaction_helpers import Writer, exact, mixed_workload, rows, segments
+
+    from seglake.config import compaction_schedule
+    from seglake.lifecycle import compaction
+
+    assert compaction_schedule({}) is None and compaction_schedule({"SEGLAKE_COMPACTION_SCHEDULE": "@hourly"}) == \
+        "@hourly"
+    dag = load_dag("compaction")
+    run = dag.test(run_conf={})                        # nothing scheduled: safe, nothing to do
+    assert run.state == "success", task_states(run)
+    wa, wb = Writer(meta, store, settings), Writer(meta, store, settings)
+    for w, name in ((wa, "a"), (wb, "b")):
+        w.create(name, ["_default", "p1", "p2"], shards=1)
+        for step in range(2):
+            mixed_workload(w, name, step)
+    before_a, before_b = exact(meta, store, "a"), exact(meta, store, "b")
+    segs_b = {s.segment_id for s in segments(meta, "b")}
+    pol = load_dag("compaction_policy")
+    run = pol.test(run_conf={"collection": "a", "min_segment_rows": 1000, "target_rows": 30,
+                             "protection_seconds": 0, "scheduled": True})
+    assert run.state == "success", task_states(run)
+    doc = compaction.get_policy(meta, "a")
+    assert doc["scheduled"] is True and doc["policy"] == {"min_segment_rows": 1000, "target_rows": 30,
+                                                          "protection": 0.0}
+    n_before = len(segments(meta, "a"))
+    run = dag.test(run_conf={"engine": "inline"})
+    states = task_states(run)
+    assert run.state == "success", states
+    assert states["compact_inline"] == "success" and states["compact_spark"] == "skipped"
+    assert len(segments(meta, "a")) < n_before
+    assert exact(meta, store, "a") == before_a and rows(meta, store, "a") == wa.model.visible()
+    assert {s.segment_id for s in segments(meta, "b")} == segs_b             # not scheduled: untouched
+    hist = compaction.history(meta)
+    assert [h["trigger"] for h in hist] == ["scheduled"] and hist[0]["collection"] == "a"
+    segs_a = {s.segment_id for s in segments(meta, "a")}
+    run = dag.test(run_conf={})                        # nothing left to compact
+    assert run.state == "success" and {s.segment_id for s in segments(meta, "a")} == segs_a
+    run = dag.test(run_conf={"collection": "b", "min_segment_rows": 1000, "protection_seconds": 0})   # manual
+    assert run.state == "success", task_states(run)
+    assert len(segments(meta, "b")) < len(segs_b)
+    assert exact(meta, store, "b") == before_b and rows(meta, store, "b") == wb.model.visible()
+    assert [h["trigger"] for h in compaction.history(meta)] == ["manual", "scheduled"]
+    run = pol.test(run_conf={"collection": "a", "clear": True})
+    assert run.state == "success" and compaction.get_policy(meta, "a") is None
+
+
+def test_a_scheduled_run_with_a_spark_engine_passes_every_target(airflow_env, meta, store, settings):
+    """The Spark branch's argv: the plan's targets (names and policy numbers), checked by
+    the job's own parser; nothing else."""
+    import sys as _sys
+
+    from compaction_helpers import Writer, mixed_workload
+
+    from seglake.lifecycle import compaction
+
+    w = Writer(meta, store, settings)
+    w.create("a", ["_default", "p1", "p2"], shards=1)
+    mixed_workload(w, "a", 0)
+    compaction.set_policy(meta, settings, "a", {"min_segment_rows": 1000, "protection": 0}, scheduled=True)
+    dag = load_dag("compaction")
+    task = dag.get_task("compact_spark")
+    assert task.application_args == ["--targets", "{{ ti.xcom_pull(task_ids='plan')['targets_json'] }}",
+                                     "--trigger", "{{ ti.xcom_pull(task_ids='plan')['trigger'] }}"]
+    targets = compaction.scheduled_targets(meta, settings)
+    text = compaction.targets_json(targets)
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "spark" / "jobs"))
+    import compact as job
+
+    args = job.parse_args(["--targets", text, "--trigger", "scheduled"])
+    assert [(t["collection"], t["policy"]) for t in args.targets] == [("a", targets[0]["policy"])]
+    for bad in ('[{"collection": "a b", "db": "default", "policy": {}}]',
+                '[{"collection": "a", "db": "default", "policy": {"target_rowz": 1}}]',
+                '[{"collection": "a", "db": "default", "policy": {"delete_ratio": NaN}}]', "{}"):
+        with pytest.raises(SystemExit):
+            job.parse_args(["--targets", bad])
+
+
+def test_policy_dag_refuses_bad_values_before_any_run(airflow_env):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    for conf, word in (({"collection": "a", "target_bytes": 0}, "target_bytes"),
+                       ({"collection": "a", "l0_age_seconds": -1}, "l0_age_seconds"),
+                       ({"collection": "a", "delete_ratio": float("nan")}, "delete_ratio")):
+        with pytest.raises(ParamValidationError, match=word):
+            load_dag("compaction_policy").test(run_conf=conf)
+
+
+def test_policy_dag_unknown_key_refused_by_check_conf(airflow_env, meta, store, settings):
+    from compaction_helpers import Writer
+
+    from seglake.lifecycle import compaction
+
+    Writer(meta, store, settings).create("a", ["_default"], shards=1)
+    run = load_dag("compaction_policy").test(run_conf={"collection": "a", "target_rowz": 5})
+    states = task_states(run)
+    assert states["check_conf"] == "failed" and states.get("set_policy") != "success"
+    assert compaction.get_policy(meta, "a") is None

@@ -112,6 +112,36 @@ def test_pin_and_unpin(client, h, world):
     assert r.status_code == 404 and r.json()["detail"].startswith(f"pin {pin['pin_id']} not found")
 
 
+def test_compaction_policy_set_get_clear_and_history(client, h, world):
+    """The policy through the API: PUT records it (checked), GET shows it with the policy
+    a run uses, the plan uses it, DELETE clears it; the history route reads etcd's."""
+    from seglake.lifecycle import compaction
+
+    meta, store, _ = world
+    r = client.put(f"{API}/compaction/policies/api_coll", json={"min_segment_rows": 5000, "target_bytes": 1 << 20,
+                                                                 "protection_seconds": 0, "scheduled": True},
+                   headers=h)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["policy"] == {"min_segment_rows": 5000, "target_bytes": 1 << 20, "protection": 0.0}
+    assert doc["scheduled"] is True and doc["effective"]["min_segment_rows"] == 5000
+    assert client.get(f"{API}/compaction/policies/api_coll", headers=h).json()["policy"] == doc["policy"]
+    assert [d["collection"] for d in client.get(f"{API}/compaction/policies", headers=h).json()] == ["api_coll"]
+    from seglake.config import Settings
+    pol = compaction.policy_for(meta, Settings(), "api_coll")
+    assert pol.min_segment_rows == 5000 and pol.target_bytes == 1 << 20 and pol.protection == 0.0
+    # the scheduled run uses it: the two 25-row segments are merged
+    before = sorted(s.segment_id for s in meta.segments.list(meta.catalog.get_by_name("api_coll").collection_id)
+                    if s.state == "Flushed")
+    reports = compaction.run_scheduled(meta, store, Settings())
+    assert [r["collection"] for r in reports] == ["api_coll"]
+    hist = client.get(f"{API}/compaction/history?collection=api_coll", headers=h).json()
+    assert len(hist) == 1 and hist[0]["segments_before"] == len(before) and hist[0]["trigger"] == "scheduled"
+    r = client.delete(f"{API}/compaction/policies/api_coll", headers=h)
+    assert r.status_code == 200 and r.json()["cleared"] is True
+    assert client.get(f"{API}/compaction/policies/api_coll", headers=h).status_code == 404
+
+
 @pytest.mark.parametrize("method,path,body,status,words", [
     ("post", "/snapshots/api_coll/s1/pins", {"ttl_hours": 0}, 400, "field 'ttl_hours' (pin TTL, hours): 0.0 is not "
      "allowed; allowed: a finite number of hours from 0.000278 (1 second) to 8760 (365 days)"),
@@ -137,6 +167,29 @@ def test_pin_and_unpin(client, h, world):
     ("delete", "/snapshots/api_coll/nope", None, 404, "snapshot 'nope' not found"),
     ("get", "/jobs/abc", None, 400, "field 'job_id'"),
     ("post", "/dags/example_bash/unpause", None, 404, "dag 'example_bash' is not one this API runs"),
+    ("put", "/compaction/policies/api_coll", {"target_row": 5}, 400,
+     "unknown field 'target_row' (did you mean 'target_rows'?)"),
+    ("put", "/compaction/policies/api_coll", {"delete_ratio": 2.0}, 400, "delete_ratio: 2.0 is out of range"),
+    ("put", "/compaction/policies/api_coll", {"min_segment_rows": 0}, 400, "min_segment_rows: 0 is out of range"),
+    ("put", "/compaction/policies/api_coll", {"target_bytes": True}, 400, "field 'target_bytes'"),
+    ("put", "/compaction/policies/api_coll", {"l0_age_seconds": "1h"}, 400, "field 'l0_age_seconds'"),
+    ("put", "/compaction/policies/api_coll", {}, 400, "it sets nothing"),
+    ("put", "/compaction/policies/nope", {"target_rows": 5}, 404, "collection 'nope' not found"),
+    ("get", "/compaction/policies/api_coll", None, 404, "no compaction policy"),
+    ("post", "/compaction", {"collection": "nope"}, 404, "collection 'nope' not found"),
+    ("post", "/compaction", {"collection": "api_coll", "dry_rn": True}, 400, "did you mean 'dry_run'?"),
+    ("post", "/collections/api_coll/restore", {"target": "t", "as_of": "2026-11-27T12:00:00"}, 400,
+     "a time zone is required"),
+    ("post", "/collections/api_coll/restore", {"target": "t", "as_of": "1970-01-01T00:00:00Z"}, 400, "year 1970"),
+    ("post", "/collections/api_coll/restore", {"target": "t", "as_of": 470753162035462143}, 400,
+     "before collection 'api_coll' existed"),
+    ("post", "/collections/api_coll/restore", {"target": "api_coll", "as_of": 470753162035462143}, 409,
+     "collection 'api_coll' already exists"),
+    ("post", "/collections/nope/restore", {"target": "t", "as_of": 470753162035462143}, 404,
+     "collection 'nope' not found"),
+    ("put", "/collections/api_coll/pitr", {"window": "nan"}, 400, "is not a duration"),
+    ("put", "/collections/api_coll/pitr", {"window": "3d", "windw": 1}, 400, "unknown field 'windw'"),
+    ("delete", "/collections/nope/pitr", None, 404, "collection 'nope' not found"),
 ])
 def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, method, path, body, status, words):
     meta, *_ = world
@@ -146,6 +199,17 @@ def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, met
     detail = r.json()["detail"]
     assert isinstance(detail, str) and words in detail and "\n" not in detail, detail
     assert sorted(kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True)) == before
+
+
+def test_point_in_time_window_set_show_clear(client, h, world):
+    r = client.put(f"{API}/collections/api_coll/pitr", json={"window": "3d"}, headers=h)
+    assert r.status_code == 200, r.text
+    assert r.json()["window_s"] == 3 * 86400
+    shown = client.get(f"{API}/collections/api_coll/pitr", headers=h).json()
+    assert shown["window"] == "3d" and shown["holds"]["snapshot"] is None   # s1 is inside the window
+    r = client.delete(f"{API}/collections/api_coll/pitr", headers=h)
+    assert r.status_code == 200 and r.json()["cleared"] is True
+    assert client.get(f"{API}/collections/api_coll/pitr", headers=h).json()["window"] is None
 
 
 @pytest.mark.parametrize("path", ["/collections", "/openapi.json", "/docs", "/jobs"])

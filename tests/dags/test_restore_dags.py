@@ -160,3 +160,33 @@ def test_a_killed_restore_is_resumed_by_re_triggering_the_same_conf(airflow_env,
     again = meta.catalog.get_by_name("again")
     assert again.collection_id == target.collection_id and again.state == "Created"
     assert _target_keys(meta, store, again.collection_id) == _expected_keys(meta, again.collection_id)
+
+
+def test_restore_dag_to_a_time_replays_the_log(airflow_env, meta, store, settings):
+    """snapshot_restore with as_of: the base snapshot copied, the log replayed up to the
+    instant, the target verified and equal to the model of the acknowledged operations."""
+    sys.path.insert(0, str(REPO / "tests" / "integration" / "lifecycle" / "pitr"))
+    from pitr_model import SCHEMA, Model, flush_all, rows, visible_of
+
+    from seglake.lifecycle import pitr
+    from seglake.wal.client import WalClient
+
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2)
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 100), 1.0)), 1.0)
+        flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        model.record(c.delete("src", list(range(1, 20))), 2.0)
+        model.record(c.upsert("src", rows(range(50, 60), 3.0)), 3.0)
+        t = meta.tso.now()
+        model.record(c.delete("src", list(range(60, 70))), 4.0)
+    run = load_dag("snapshot_restore").test(run_conf={"collection": "src", "as_of": str(t), "target": "src_t",
+                                                      "engine": "inline"})
+    states = task_states(run)
+    assert run.state == "success", states
+    assert states["replay"] == "success" and states["verify.summarize"] == "success"
+    target = meta.catalog.get_by_name("src_t")
+    assert target.state == "Created"
+    assert visible_of(meta, store, target) == model.visible(t)

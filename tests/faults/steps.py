@@ -42,6 +42,15 @@ def _drive(meta, store, settings, job_id: int, a: dict) -> dict:
     return {"job_id": job_id, "state": job.state, "reason": job.reason, "total_rows": job.total_rows}
 
 
+def pitr_restore(meta, store, settings, a: dict) -> dict:
+    """A restore to a time, the whole way: set up -> copy job -> replay -> Created."""
+    from seglake.lifecycle import pitr
+
+    job_id = pitr.restore_as_of(meta, store, a["collection"], a["target"], a["as_of"])
+    out = _drive(meta, store, settings, job_id, a)
+    return {**out, **pitr.replay(meta, store, settings, meta.catalog.get_by_name(a["target"]).collection_id)}
+
+
 def backup_export(meta, store, settings, a: dict) -> dict:
     from seglake.lifecycle.backup import export
     from seglake.storage.local import LocalStore
@@ -121,7 +130,7 @@ def wal_archive(meta, store, settings, a: dict) -> dict:
 
 
 STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run, backup_export, backup_import,
-                                  backup_restore, compact, wal_archive)}
+                                  backup_restore, compact, pitr_restore, wal_archive)}
 
 
 def main() -> int:

@@ -107,6 +107,8 @@ def cmd_segments_list(args, s: Settings) -> int:
 
 def _lineage(seg) -> str:
     """Compaction lineage: '-> out' on a compacted input, '<- a,b,c' on an output."""
+    if seg.compacted_to == 0:
+        return "-> folded"          # an L0 delete segment folded into the segments it hit
     if seg.compacted_to is not None:
         return f"-> {seg.compacted_to}"
     if seg.compacted_from:

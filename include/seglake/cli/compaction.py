@@ -1,7 +1,12 @@
 """`seglake compact [--dry-run] COLLECTION`: plan (and run, inline) a collection's
-compaction; the plan's units with their expected gain, then what each unit did."""
+compaction; the plan's units with their expected gain, then what each unit did.
+`seglake compaction policy set|show|clear|list`: the per-collection policy (etcd);
+`seglake compaction scheduled [--dry-run]`: the scheduled run, now, inline;
+`seglake compaction history [COLLECTION]`: the last runs."""
 
 from __future__ import annotations
+
+import argparse
 
 from seglake.config import Settings
 from seglake.cli.output import EXIT_FAILED, emit, open_meta_store, table
@@ -22,17 +27,120 @@ def add_compaction_parsers(sub, common, coll_t, number_arg) -> None:
                    help="rewrite a segment alone above this deleted fraction (default: config)")
     c.add_argument("--protection-seconds", type=number_arg("compaction_protection"), default=None,
                    help="skip a collection snapshotted within this long (default: config compaction_protection)")
+    _byte_flags(c, number_arg)
     c.set_defaults(fn=cmd_compact)
+
+    cp = sub.add_parser("compaction", help="compaction policies, the scheduled run, history").add_subparsers(
+        dest="action", required=True)
+    pol = cp.add_parser("policy", help="a collection's compaction policy (overrides config; empty keys: config)"
+                        ).add_subparsers(dest="policy_action", required=True)
+    ps = pol.add_parser("set", parents=[common], help="record the policy (replaces the previous one)")
+    ps.add_argument("collection", type=coll_t)
+    ps.add_argument("--min-segment-rows", type=number_arg("compaction_min_segment_rows"), default=None)
+    ps.add_argument("--target-rows", type=number_arg("compaction_target_rows"), default=None)
+    ps.add_argument("--delete-ratio", type=number_arg("compaction_delete_ratio"), default=None)
+    ps.add_argument("--protection-seconds", type=number_arg("compaction_protection"), default=None)
+    _byte_flags(ps, number_arg)
+    ps.add_argument("--scheduled", action=argparse.BooleanOptionalAction, default=None,
+                    help="scheduled runs of the compaction DAG compact this collection")
+    ps.set_defaults(fn=cmd_compaction_policy)
+    for action in ("show", "clear"):
+        pa = pol.add_parser(action, parents=[common])
+        pa.add_argument("collection", type=coll_t)
+        pa.set_defaults(fn=cmd_compaction_policy)
+    pol.add_parser("list", parents=[common]).set_defaults(fn=cmd_compaction_policy)
+    sc = cp.add_parser("scheduled", parents=[common], help="the scheduled run now, inline: every collection whose "
+                                                          "policy says scheduled")
+    sc.add_argument("--dry-run", action="store_true")
+    sc.set_defaults(fn=cmd_compaction_scheduled)
+    h = cp.add_parser("history", parents=[common], help="the last compaction runs")
+    h.add_argument("collection", type=coll_t, nargs="?", default=None)
+    h.add_argument("--last", type=number_arg("compaction_history"), default=20)
+    h.set_defaults(fn=cmd_compaction_history)
+
+
+def _byte_flags(p, number_arg) -> None:
+    p.add_argument("--min-segment-bytes", type=number_arg("compaction_min_segment_bytes"), default=None,
+                   help="merge segments below this many stored bytes too (default: config)")
+    p.add_argument("--target-bytes", type=number_arg("compaction_target_bytes"), default=None,
+                   help="merged segments hold about this many bytes (default: config)")
+    p.add_argument("--l0-age-seconds", type=number_arg("compaction_l0_age"), default=None,
+                   help="fold L0 delete segments older than this into the segments they hit (default: config)")
+
+
+def _overrides(args) -> dict:
+    return {"min_segment_rows": args.min_segment_rows, "target_rows": args.target_rows,
+            "delete_ratio": args.delete_ratio, "protection": args.protection_seconds,
+            "min_segment_bytes": args.min_segment_bytes, "target_bytes": args.target_bytes,
+            "l0_age": args.l0_age_seconds}
+
+
+def _policy_text(d: dict) -> str:
+    keys = ", ".join(f"{k}={v}" for k, v in sorted(d["policy"].items())) or "config"
+    return f"{keys}; scheduled: {'yes' if d['scheduled'] else 'no'}"
+
+
+def cmd_compaction_policy(args, s: Settings) -> int:
+    import getpass
+
+    from seglake.errors import NotFound
+    from seglake.lifecycle import compaction
+
+    meta, _ = open_meta_store(s)
+    act = args.policy_action
+    if act == "set":
+        given = {k: v for k, v in _overrides(args).items() if v is not None}
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = ""
+        d = compaction.set_policy(meta, s, args.collection, given, db=args.db, scheduled=args.scheduled,
+                                  by=f"cli:{user}"[:256])
+        emit(args, d, text=f"compaction policy of {args.collection!r}: {_policy_text(d)}")
+    elif act == "show":
+        d = compaction.get_policy(meta, args.collection, db=args.db)
+        if d is None:
+            raise NotFound(f"collection {args.collection!r} has no compaction policy (config applies)")
+        eff = compaction.effective(s, d["policy"]).to_json()
+        emit(args, {**d, "effective": eff}, text=f"compaction policy of {args.collection!r}: {_policy_text(d)}\n"
+             "effective: " + ", ".join(f"{k}={v}" for k, v in eff.items()))
+    elif act == "clear":
+        gone = compaction.clear_policy(meta, args.collection, db=args.db)
+        emit(args, {"cleared": gone}, text=f"compaction policy of {args.collection!r} "
+             + ("cleared (config applies)" if gone else "was not set"))
+    else:
+        items = compaction.list_policies(meta)
+        emit(args, items, [{"collection": d.get("collection", d.get("key")), "db": d.get("db", ""),
+                            "policy": _policy_text(d) if "error" not in d else d["error"]} for d in items],
+             ["collection", "db", "policy"])
+    return 0
+
+
+def cmd_compaction_scheduled(args, s: Settings) -> int:
+    from seglake.lifecycle import compaction
+
+    meta, store = open_meta_store(s)
+    reports = compaction.run_scheduled(meta, store, s, dry_run=args.dry_run)
+    emit(args, reports, text="\n".join(map(compaction.report_line, reports))
+         or "no collection has a scheduled compaction policy")
+    return EXIT_FAILED if any("error" in r or (r.get("counts") or {}).get("lost") for r in reports) else 0
+
+
+def cmd_compaction_history(args, s: Settings) -> int:
+    from seglake.lifecycle import compaction
+
+    meta, _ = open_meta_store(s)
+    cid = None if args.collection is None else meta.catalog.get_by_name(args.collection, args.db).collection_id
+    runs = compaction.history(meta, cid, last=int(args.last))
+    emit(args, runs, [compaction.history_row(r) for r in runs], list(compaction.HISTORY_COLUMNS))
+    return 0
 
 
 def cmd_compact(args, s: Settings) -> int:
     from seglake.lifecycle import compaction
 
-    policy = compaction.Policy.from_settings(s, {"min_segment_rows": args.min_segment_rows,
-                                                 "target_rows": args.target_rows,
-                                                 "delete_ratio": args.delete_ratio,
-                                                 "protection": args.protection_seconds})
     meta, store = open_meta_store(s)
+    policy = compaction.policy_for(meta, s, args.collection, db=args.db, overrides=_overrides(args))
     summary = compaction.compact(meta, store, args.collection, policy, db=args.db, dry_run=args.dry_run)
     if args.json:
         emit(args, summary.to_json())

@@ -1,7 +1,8 @@
-"""`seglake milvus ...`: capture Milvus collections into bundles of a backup target
-(seglake.milvus.capture). Milvus is only read: its etcd (range reads at one revision) and
-its bucket (GET/LIST). The bucket's S3 credentials are the milvus_s3_* config keys
-(environment or SEGLAKE_CONFIG), the target's the backup_s3_* keys: never an argument."""
+"""`seglake milvus ...`: a real Milvus server. `backup` captures Milvus collections into
+bundles of a backup target (seglake.milvus.capture): Milvus is only read, its etcd (range
+reads at one revision) and its bucket (GET/LIST); the bucket's S3 credentials are the
+milvus_s3_* config keys (environment or SEGLAKE_CONFIG), the target's the backup_s3_* keys:
+never an argument. `restore` (cli/milvus_restore.py) restores a capture into a Milvus."""
 
 from __future__ import annotations
 
@@ -40,8 +41,11 @@ def cmd_backup(args, s: Settings) -> int:
 
 
 def add_milvus_parsers(sub, common, coll_t, snap_t, number_arg) -> None:
-    m = sub.add_parser("milvus", help="capture Milvus collections into bundles (read-only on Milvus)"
-                       ).add_subparsers(dest="action", required=True)
+    from seglake.cli.milvus_restore import add_restore_parser
+
+    m = sub.add_parser("milvus", help="a Milvus server: capture its collections into bundles (read-only on "
+                                      "Milvus), restore a capture into it").add_subparsers(dest="action",
+                                                                                            required=True)
     mb = m.add_parser("backup", parents=[common],
                       help="capture Milvus collections (their Flushed segments, at one etcd revision) as bundles "
                            "of the backup target; only files the target lacks are copied")
@@ -60,3 +64,4 @@ def add_milvus_parsers(sub, common, coll_t, snap_t, number_arg) -> None:
                     help="copy at most this many MiB/s (0: unlimited)")
     mb.add_argument("--max-requests-per-second", type=number_arg("copy_max_requests_per_second"), default=0)
     mb.set_defaults(fn=cmd_backup)
+    add_restore_parser(m, common, coll_t, snap_t, number_arg)

@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --wait: give up after this long (default 1)")
     cdr.add_argument("--yes", action="store_true", help="do not ask (required on a terminal)")
     cdr.set_defaults(fn=cmd_collections_drop)
+    from seglake.cli.pitr import add_undrop_parser
+    add_undrop_parser(colls, common, coll_t)
 
     segs = sub.add_parser("segments", help="segments").add_subparsers(dest="action", required=True)
     sl = segs.add_parser("list", parents=[common])
@@ -242,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for every server to be healthy (up)")
     cu.set_defaults(fn=cmd_cluster)
     add_wal_parsers(sub, out, common)
+    from seglake.cli.pitr import add_pitr_parsers, add_restore_database_parser
+    add_pitr_parsers(sub, out, common, coll_t)
+    add_restore_database_parser(sub, common)
     from seglake.cli.compaction import add_compaction_parsers
     add_compaction_parsers(sub, common, coll_t, number_arg)
     from seglake.cli.backup import add_backup_parsers

@@ -75,15 +75,31 @@ def cmd_wal_status(args, s: Settings) -> int:
 
     from seglake.progress import tick_time
 
+    from seglake.lifecycle import pitr
+
     meta, _ = open_meta_store(s)
     rows = wal_status(meta, args.pchannel)
+    cost = pitr.cost(meta)   # what the point-in-time windows hold
     table_rows = []
     for r in rows:
+        held = cost["pchannels"].get(r["pchannel"])
+        r["pitr"] = None if held is None else {
+            **held, "windows": [{k: w[k] for k in ("collection", "db", "window", "snapshot", "snapshot_bytes")}
+                                for w in cost["windows"] if r["pchannel"] in w["fragments_from"]]}
         table_rows.append({**r, "size": human_bytes(r["bytes"]), "last tick (UTC)": tick_time(r["last_time_tick"]),
                            "checkpoint lag": _lags(r["consumers"]),
-                           "txns": ",".join(f"{t['txn_id']}@{t['vchannel']}" for t in r["open_txns"]) or "-"})
+                           "txns": ",".join(f"{t['txn_id']}@{t['vchannel']}" for t in r["open_txns"]) or "-",
+                           "pitr hold": "-" if held is None else
+                           f"from #{held['held_from_fragment']}: {human_bytes(held['log_bytes'])} "
+                           f"({human_bytes(held['window_only_bytes'])} below the checkpoints)"})
     emit(args, rows, table_rows, ["pchannel", "term", "writer", "last tick (UTC)", "fragments", "size", "paused",
-                                  "checkpoint lag", "txns"])
+                                  "checkpoint lag", "txns", "pitr hold"])
+    if not args.json and cost["windows"]:
+        print(f"point-in-time windows hold {human_bytes(cost['log_bytes'])} of log "
+              f"({human_bytes(cost['window_only_bytes'])} only for them) and "
+              f"{human_bytes(cost['snapshot_bytes'])} of base snapshots: "
+              + "; ".join(f"{w['db']}.{w['collection']} {w['window']} from "
+                          f"{w['snapshot'] or 'its creation'}" for w in cost["windows"]))
     if not args.json:
         from seglake.lifecycle.backup import archive
         arch = archive.status(meta)

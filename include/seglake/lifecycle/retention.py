@@ -193,6 +193,9 @@ def set_policy(meta, collection: str, policy: Mapping[str, Any] | Policy, *, db:
     coll = _collection(meta, collection, db)
     doc = {"collection_id": coll.collection_id, "collection": coll.name, "db": coll.db, **pol.to_json(),
            "updated_at": time.time() if now is None else now}
+    if pol.archive:   # the archive begins now: GC keeps what is not shipped from here on
+        from seglake.lifecycle.backup import archive
+        archive.begin(meta, coll)
     meta.kv.put(meta.keys.retention(coll.collection_id), json.dumps(doc))
     return doc
 
@@ -291,6 +294,8 @@ def _run(meta, store, doc: dict, *, now: float, dry_run: bool, create=None, drop
             report["created"] = name
             times[name] = sched_time(name)
     kept = keep_set(policy, times)
+    from seglake.lifecycle.pitr.window import held_snapshots
+    windows = held_snapshots(meta)   # the base snapshot of a point-in-time window is never pruned
     left = {n for n, r in recs.items() if r.state == COMMITTED} | ({name} if report["created"] else set())
     for n in sorted(times, key=lambda x: times[x]):
         if n in kept:
@@ -298,6 +303,8 @@ def _run(meta, store, doc: dict, *, now: float, dry_run: bool, create=None, drop
             continue
         rec = recs.get(n)
         by = rec.pinned_by(time.time()) if rec is not None else []
+        if rec is not None and (why := windows.get((rec.collection_id, rec.snapshot_id))):
+            by = [*by, why]
         if by:
             report["held"][n] = by
             continue

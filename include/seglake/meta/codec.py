@@ -9,11 +9,18 @@ import msgspec
 
 from seglake.errors import SeglakeError
 
-SCHEMA_VERSION = 3      # the newest record version this seglake reads (writes: see encode_struct)
+SCHEMA_VERSION = 4      # the newest record version this seglake reads (writes: see encode_struct)
+# v4: a compaction FOLD unit's record (lifecycle/compaction/folding): a seglake before
+# L0 folding refuses it instead of treating it as a one-output unit (its GC would read
+# an output id the record does not have)
 
 
-def encode(record: dict[str, Any]) -> bytes:
-    return json.dumps({"v": 1, **record}, separators=(",", ":"), sort_keys=False).encode()
+def encode(record: dict[str, Any], version: int = 1) -> bytes:
+    """A plain record as JSON with its schema version first (`version`: a record an older
+    seglake must refuse rather than misread is written as a version it does not know)."""
+    if not 1 <= version <= SCHEMA_VERSION:
+        raise ValueError(f"record version {version} is not one this seglake writes (1..{SCHEMA_VERSION})")
+    return json.dumps({"v": version, **record}, separators=(",", ":"), sort_keys=False).encode()
 
 
 def decode(raw: bytes, key: str = "") -> dict[str, Any]:

@@ -18,8 +18,14 @@ Layout under the configurable root (default `seglake`):
     {root}/txn/{write_id}                            write markers (leased, see meta/kv.py)
     {root}/compaction/units/{collection_id}/{unit_id}   a compaction unit's ids and outcome
     {root}/compaction/runs/{collection_id}           the last compaction run's summary
+    {root}/pitr/windows/{collection_id}              a collection's point-in-time window
+    {root}/pitr/replays/{target_id}/{vchannel}       a point-in-time replay's done marker
     {root}/site                                      this root's site id (an archive's name for it)
     {root}/archive/{pchannel}                        the WAL archive's cursor: fragments shipped
+    {root}/compaction/policies/{collection_id}       a collection's compaction policy (overrides config)
+    {root}/compaction/history/{collection_id}/{t}    a finished compaction run (t: ms, zero-padded)
+    {root}/milvus/restores/{restore_id}              a restore into a Milvus server (its state)
+    {root}/milvus/restore_segments/{restore_id}/{segment_id}   one segment's import into it
 
 Prefix builders end with '/', so the prefix of collection 1 never matches 10.
 Ids are decimal integers; names are validated before they reach a key.
@@ -195,8 +201,47 @@ class Keys:
     def compaction_run(self, collection_id: int) -> str:
         return f"{self.root}/compaction/runs/{_id(collection_id)}"
 
+    # milvus (seglake.milvus.restore): a restore of a bundle into a Milvus server
+    def milvus_restore(self, restore_id: str) -> str:
+        return f"{self.root}/milvus/restores/{_seg(restore_id)}"
+
+    def milvus_restores_prefix(self) -> str:
+        return f"{self.root}/milvus/restores/"
+
+    def milvus_restore_segment(self, restore_id: str, segment_id: int) -> str:
+        return f"{self.root}/milvus/restore_segments/{_seg(restore_id)}/{_id(segment_id)}"
+
+    def milvus_restore_segments_prefix(self, restore_id: str) -> str:
+        return f"{self.root}/milvus/restore_segments/{_seg(restore_id)}/"
+
     def compaction_runs_prefix(self) -> str:
         return f"{self.root}/compaction/runs/"
+
+    def compaction_policy(self, collection_id: int) -> str:
+        return f"{self.root}/compaction/policies/{_id(collection_id)}"
+
+    def compaction_policies_prefix(self) -> str:
+        return f"{self.root}/compaction/policies/"
+
+    def compaction_history(self, collection_id: int, millis: int) -> str:
+        return f"{self.root}/compaction/history/{_id(collection_id)}/{_id(millis):0>15}"
+
+    def compaction_history_prefix(self, collection_id: int | None = None) -> str:
+        base = f"{self.root}/compaction/history/"
+        return base if collection_id is None else f"{base}{_id(collection_id)}/"
+
+    # point-in-time restore (lifecycle/pitr)
+    def pitr_window(self, collection_id: int) -> str:
+        return f"{self.root}/pitr/windows/{_id(collection_id)}"
+
+    def pitr_windows_prefix(self) -> str:
+        return f"{self.root}/pitr/windows/"
+
+    def pitr_replay(self, target_id: int, vchannel: str) -> str:
+        return f"{self.pitr_replays_prefix(target_id)}{_seg(vchannel)}"
+
+    def pitr_replays_prefix(self, target_id: int) -> str:
+        return f"{self.root}/pitr/replays/{_id(target_id)}/"
 
     def gc(self, *parts: str) -> str:
         return "/".join([f"{self.root}/gc", *(_seg(p) for p in parts)])

@@ -65,6 +65,10 @@ class SnapshotRecord(msgspec.Struct, frozen=True, kw_only=True):
     requested_revision: int = 0       # etcd revision when the snapshot was requested
     attempt: int = 0                  # the write attempt whose manifests were committed
     metadata_sha256: str | None = None  # of the committed metadata JSON
+    # each vchannel's log position at the capture and what of the log the snapshot holds
+    # (lifecycle/snapshot/collect.positions); None for a snapshot taken before positions
+    # were recorded (or imported): no point-in-time restore starts from it
+    positions: dict[str, dict] | None = None
 
     def pinned_by(self, now: float) -> list[str]:
         """What keeps this snapshot from being dropped at `now`: 'copy job N' for every copy

@@ -433,6 +433,7 @@ def bundle_pruning(db: str, collection: str, bundle: str) -> str:
 #     archive/{site}/{pchannel}/{n:020d}.frag            committed fragment n, as the log holds it
 #     archive/{site}/{pchannel}/{n:020d}.json            its entry (index record + SHA-256), written
 #                                                        after the fragment is durable and checked
+#     archive/{site}/{pchannel}/COVERED.json             the whole log is here up to: fragment, tick
 # `site`: the source's site id (32 hex digits, etcd `{root}/site`): two stores archiving
 # into one target never share a key.
 ARCHIVE = "archive"
@@ -460,6 +461,11 @@ def archive_fragment(site: str, pchannel: str, n: int) -> str:
 
 def archive_entry(site: str, pchannel: str, n: int) -> str:
     return f"{archive_prefix(site, pchannel)}{_archive_n(n)}.json"
+
+
+def archive_coverage(site: str, pchannel: str) -> str:
+    """How far the archive holds the whole log (lifecycle/backup/archive.write_coverage)."""
+    return f"{archive_prefix(site, pchannel)}COVERED.json"
 
 
 def _archive_n(n: int) -> str:

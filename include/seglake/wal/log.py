@@ -211,6 +211,7 @@ class LogState:
     records: int = 0
     term: int = 0             # the log's term: bumped only by a takeover (wal/writer.py)
     legacy_last: int = 0      # format-1 fragments end here (0: none)
+    sealed_tt: int = 0        # no commit from now on carries a tick at or below this (the WAL archive's seal)
     kv: KeyValue | None = None
 
     def legacy(self, start: int = 1) -> Iterator[int]:
@@ -222,7 +223,12 @@ class LogState:
     def to_json(self) -> dict:
         return {"format": LOG_FORMAT, "first": self.first, "last": self.last, "holes": self.holes,
                 "last_tt": self.last_tt, "bytes": self.bytes, "records": self.records, "term": self.term,
-                "legacy_last": self.legacy_last}
+                "legacy_last": self.legacy_last, "sealed_tt": self.sealed_tt}
+
+    @property
+    def floor_tt(self) -> int:
+        """A new fragment's ticks are above this: the last committed tick, or the seal."""
+        return max(self.last_tt, self.sealed_tt)
 
     @classmethod
     def from_kv(cls, kv: KeyValue | None) -> "LogState":
@@ -234,7 +240,7 @@ class LogState:
             raise ValidationError(f"WAL log record {kv.key} has format {fmt}, newer than {LOG_FORMAT}")
         legacy_last = d["last"] if fmt == 1 else d.get("legacy_last", 0)
         return cls(d["first"], d["last"], list(d.get("holes", ())), d["last_tt"], d["bytes"], d["records"],
-                   d.get("term", 0), legacy_last, kv)
+                   d.get("term", 0), legacy_last, d.get("sealed_tt", 0), kv=kv)
 
     def encoded(self) -> bytes:
         return encode(self.to_json())

@@ -440,7 +440,7 @@ class WalWriter:
             r.finish(error=error)
 
     def _est_tick(self, rel: int) -> int:
-        return max(self.tso.now(), self.state.last_tt + 1) + rel
+        return max(self.tso.now(), self.state.floor_tt + 1) + rel
 
     def _build(self, reqs: list[_Request]) -> tuple[_Fragment | None, int]:
         """Encode one fragment from the calls (relative ticks, ids unknown until commit);
@@ -628,7 +628,7 @@ class WalWriter:
                 raise Retry(f"WAL {self.pchannel}: fragment {frag.key} waited over {MAX_COMMIT_DELAY:g} s "
                             f"for its commit; not committed, retry the call")
             st = self.state
-            tt0 = self.tso.reserve(frag.span, above=st.last_tt, linearizable=True)
+            tt0 = self.tso.reserve(frag.span, above=st.floor_tt, linearizable=True)
             txns = {k: replace(v) for k, v in self._txns.items()}
             for m, rel in frag.txn_msgs:   # the exact ticks: refuse what a consumer would drop
                 _txn_step(txns, m, tt0 + rel, st.term)

@@ -26,7 +26,7 @@ auth dependencies, its error handlers and `trigger`; the models above are its co
 
 
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Union
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -74,6 +74,15 @@ class RestoreRequest(Strict):
     max_requests_per_second: float = 0
 
 
+class RestoreAsOfRequest(RestoreRequest):
+    as_of: Union[str, int] = Field(description="ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp")
+
+
+class WindowRequest(Strict):
+    window: Union[str, float] = Field(description="how far back restores reach: 3d, 12h, 90m or seconds")
+    db: str = Field("default", pattern=NAME_PATTERN)
+
+
 class PinRequest(Strict):
     ttl_hours: float = Field(description="how long the pin holds (hours; at most 8760)")
     by: str = Field("", max_length=256)
@@ -84,6 +93,27 @@ class GCDryRun(Strict):
     collection: Optional[str] = Field(None, pattern=NAME_PATTERN, description="empty: the whole store")
     db: str = Field("default", pattern=NAME_PATTERN)
     engine: str = "auto"
+
+
+class CompactionPolicyBody(Strict):
+    """A collection's compaction policy: the keys given replace the stored policy; null or
+    absent keys come from config."""
+    min_segment_rows: Optional[int] = Field(None, description="merge segments below this many rows")
+    min_segment_bytes: Optional[int] = Field(None, description="merge segments below this many stored bytes too")
+    target_rows: Optional[int] = Field(None, description="merged segments hold about this many rows")
+    target_bytes: Optional[int] = Field(None, description="merged segments hold about this many bytes")
+    delete_ratio: Optional[float] = Field(None, description="rewrite a segment alone above this deleted fraction")
+    l0_age_seconds: Optional[float] = Field(None, description="fold L0 delete segments older than this")
+    protection_seconds: Optional[float] = Field(None, description="skip a collection snapshotted within this long")
+    scheduled: Optional[bool] = Field(None, description="the scheduled compaction run compacts this collection "
+                                                        "(null: keep the recorded flag)")
+
+
+class CompactionRun(Strict):
+    collection: str = _name()
+    db: str = Field("default", pattern=NAME_PATTERN)
+    dry_run: bool = False
+    engine: str = Field("auto", description="auto | inline | spark")
 
 
 class ResumeRequest(Strict):
@@ -149,13 +179,22 @@ class Channel(Open):
     vchannel: str
 
 
+class CompactionPolicy(Open):
+    collection_id: int
+    collection: str
+    db: str
+    scheduled: bool
+    policy: dict[str, Any] = Field(description="the keys set for this collection (the others: config)")
+    effective: dict[str, Any] = Field(default_factory=dict, description="the policy a run uses (with config)")
+
+
 class DagState(BaseModel):
     dag_id: str
     is_paused: bool
 
 
 # the DAGs this API creates runs of: the only ones its unpause route acts on
-RUN_DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job")
+RUN_DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job", "compaction")
 
 
 
@@ -247,7 +286,9 @@ def create_api():
 
     def _model_for(request: Request):
         path = request.url.path
-        for suffix, model in (("/restore", RestoreRequest), ("/pins", PinRequest), ("/gc/dry-run", GCDryRun),
+        if "/compaction/policies/" in path:
+            return CompactionPolicyBody
+        for suffix, model in (("/compaction", CompactionRun), ("/restore", RestoreRequest), ("/pins", PinRequest), ("/gc/dry-run", GCDryRun),
                               ("/resume", ResumeRequest), ("/snapshots", SnapshotCreate)):
             if path.endswith(suffix):
                 return model
@@ -464,6 +505,58 @@ def create_api():
         return trigger(request, "snapshot_restore", conf,
                        {"collection": collection, "snapshot": name, "target": body.target})
 
+    @api.post("/collections/{collection}/restore", response_model=Run, status_code=201,
+              dependencies=[run_rights], summary="Restore a collection as it was at an instant into a new "
+                                                  "collection (snapshot_restore with as_of)")
+    def restore_as_of(request: Request, body: RestoreAsOfRequest, collection: str = name_in("collection")) -> dict:
+        from seglake.lifecycle import pitr
+
+        as_of = str(body.as_of)   # the conf carries it as text (a TSO in decimal)
+        with _engine() as (meta, store):   # every refusal (window, instant, log gap) before any run
+            same = None
+            try:
+                taken = meta.catalog.get_by_name(body.target, body.db)
+                same = taken.properties.get("restored_from", {})
+            except NotFound:
+                taken = None
+            if taken is not None and not (same.get("collection") == collection
+                                          and same.get("as_of") == pitr.parse_as_of(as_of)):
+                raise Conflict(f"collection {body.target!r} already exists in db {body.db!r}; choose another target")
+            if taken is None:
+                pitr.plan(meta, store, collection, as_of, db=body.db)
+        conf = {"collection": collection, "as_of": as_of, **body.model_dump(exclude={"as_of"})}
+        return trigger(request, "snapshot_restore", conf, {"collection": collection, "as_of": as_of,
+                                                           "target": body.target})
+
+    @api.get("/collections/{collection}/pitr", summary="A collection's point-in-time window and what it holds")
+    def pitr_show(collection: str = name_in("collection"), db: str = db_q()) -> dict:
+        from seglake.lifecycle import pitr
+
+        with _engine() as (meta, _):
+            doc = pitr.get_window(meta, collection, db=db)
+            if doc is None:
+                return {"collection": collection, "db": db, "window": None}
+            held = [h for h in pitr.cost(meta)["windows"] if h["collection_id"] == doc["collection_id"]]
+            return {**doc, "holds": held[0] if held else None}
+
+    @api.put("/collections/{collection}/pitr", dependencies=[run_rights],
+             summary="Turn a collection's point-in-time window on (or change it)")
+    def pitr_set(request: Request, body: WindowRequest, collection: str = name_in("collection")) -> dict:
+        from seglake.lifecycle import pitr
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            return pitr.set_window(meta, collection, body.window, db=body.db)
+
+    @api.delete("/collections/{collection}/pitr", dependencies=[run_rights],
+                summary="Turn a collection's point-in-time window off (the next GC releases what it held)")
+    def pitr_clear(request: Request, collection: str = name_in("collection"), db: str = db_q()) -> dict:
+        from seglake.lifecycle import pitr
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            return {"collection": collection, "db": db, "cleared": pitr.clear_window(meta, collection, db=db)}
+
     @api.post("/snapshots/{collection}/{name}/pins", response_model=Pin, status_code=201,
               dependencies=[run_rights], summary="Pin a snapshot for a while (no drop; GC keeps its files)")
     def snapshot_pin(request: Request, body: PinRequest, collection: str = name_in("collection"),
@@ -499,6 +592,87 @@ def create_api():
         with _engine() as (meta, _):
             meta.copyjobs.get(job_id)   # NotFound -> 404 before any run
         return trigger(request, "copy_segment_job", {"job_id": job_id, **body.model_dump()}, {"job_id": job_id})
+
+    # -- compaction: the per-collection policy (one etcd write, here), history, a run (DAG) --
+    def _with_effective(doc: dict, settings) -> dict:
+        from seglake.lifecycle import compaction
+
+        return {**doc, "effective": compaction.effective(settings, doc["policy"]).to_json()}
+
+    @api.get("/compaction/policies", response_model=list[CompactionPolicy],
+             summary="Every collection's compaction policy (the keys set, and the policy a run uses)")
+    def compaction_policies() -> list[dict]:
+        from seglake.lifecycle import compaction
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        try:
+            return [_with_effective(d, hook.settings) for d in compaction.list_policies(hook.meta) if "error" not in d]
+        finally:
+            hook.close()
+
+    @api.get("/compaction/policies/{collection}", response_model=CompactionPolicy,
+             summary="A collection's compaction policy")
+    def compaction_policy_get(collection: str = name_in("collection"), db: str = db_q()) -> dict:
+        from seglake.lifecycle import compaction
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        try:
+            doc = compaction.get_policy(hook.meta, collection, db=db)
+            if doc is None:
+                raise NotFound(f"collection {collection!r} has no compaction policy (config applies)")
+            return _with_effective(doc, hook.settings)
+        finally:
+            hook.close()
+
+    @api.put("/compaction/policies/{collection}", response_model=CompactionPolicy, dependencies=[run_rights],
+             summary="Set a collection's compaction policy (every value checked before the write)")
+    def compaction_policy_set(request: Request, body: CompactionPolicyBody, collection: str = name_in("collection"),
+                              db: str = db_q()) -> dict:
+        from seglake.lifecycle import compaction
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        _caller_token(request)
+        values = body.model_dump()
+        scheduled = values.pop("scheduled")
+        values["l0_age"] = values.pop("l0_age_seconds")
+        values["protection"] = values.pop("protection_seconds")
+        user = getattr(getattr(request.state, "seglake_user", None), "username", "") or ""
+        hook = SeglakeHook()
+        try:
+            doc = compaction.set_policy(hook.meta, hook.settings, collection,
+                                        {k: v for k, v in values.items() if v is not None}, db=db,
+                                        scheduled=scheduled, by=f"rest:{user}"[:256])
+            return _with_effective(doc, hook.settings)
+        finally:
+            hook.close()
+
+    @api.delete("/compaction/policies/{collection}", dependencies=[run_rights],
+                summary="Clear a collection's compaction policy (config applies again)")
+    def compaction_policy_clear(request: Request, collection: str = name_in("collection"), db: str = db_q()) -> dict:
+        from seglake.lifecycle import compaction
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            return {"collection": collection, "db": db, "cleared": compaction.clear_policy(meta, collection, db=db)}
+
+    @api.get("/compaction/history", summary="The last compaction runs (newest first): segments before/after, "
+                                            "rows dropped, bytes reclaimed, time")
+    def compaction_history(collection: Optional[str] = Query(None, pattern=NAME_PATTERN, max_length=255),
+                           db: str = db_q(), last: int = Query(20, ge=1, le=1000)) -> list[dict]:
+        from seglake.lifecycle import compaction
+
+        with _engine() as (meta, _):
+            cid = None if collection is None else meta.catalog.get_by_name(collection, db).collection_id
+            return compaction.history(meta, cid, last=last)
+
+    @api.post("/compaction", response_model=Run, status_code=201, dependencies=[run_rights],
+              summary="Compact a collection with its policy (a compaction DAG run)")
+    def compaction_run(request: Request, body: CompactionRun) -> dict:
+        with _engine() as (meta, _):
+            meta.catalog.get_by_name(body.collection, body.db)   # 404 before any run
+        return trigger(request, "compaction", body.model_dump(), {"collection": body.collection})
 
     @api.post("/dags/{dag_id}/unpause", response_model=DagState,
               dependencies=[Depends(requires_access_dag(method="PUT"))],
@@ -557,7 +731,7 @@ def create_api():
                 responses = op.setdefault("responses", {})
                 responses.pop("422", None)
                 codes = ["400", *(["404"] if "{" in path else []), "503"]
-                if method in ("post", "delete"):
+                if method in ("post", "put", "delete"):
                     codes = ["400", "403", "404", "409", "503"]
                 for code in codes:
                     responses.setdefault(code, {"description": words[code], "content": ref})

@@ -240,15 +240,22 @@ def _channels(rows: list[dict]) -> str:
                   numeric={4}, empty="no WAL channels")
 
 
-def _compaction(rows: list[dict]) -> str:
-    return _table(["collection", "at (UTC)", "engine", "units", "lost", "segments", "rows dropped", "bytes",
-                   "time"],
+def _compaction_history(h: dict) -> str:
+    """Compaction history (the last runs, newest first) and the per-collection policies."""
+    runs = _table(["collection", "at (UTC)", "trigger", "engine", "segments", "rows dropped", "bytes reclaimed",
+                   "units", "lost", "time"],
                   [[escape(str(r.get("collection") or r.get("collection_id"))), escape(utc(r.get("recorded_at"))),
-                    escape(str(r.get("engine", ""))), str(r.get("committed", 0)), str(r.get("lost", 0)),
-                    f"{r.get('segments_in', 0)} &rarr; {r.get('segments_out', 0)}", str(r.get("rows_dropped", 0)),
-                    f"{human_bytes(r.get('bytes_in'))} &rarr; {human_bytes(r.get('bytes_out'))}",
-                    human_duration(r.get("seconds"))] for r in rows],
-                  numeric={3, 4, 6}, empty="no compaction yet")
+                    escape(str(r.get("trigger", ""))), escape(str(r.get("engine", ""))),
+                    f"{r.get('segments_before', 0)} &rarr; {r.get('segments_after', 0)}",
+                    str(r.get("rows_dropped", 0)), human_bytes(r.get("bytes_reclaimed")), str(r.get("units", 0)),
+                    str(r.get("lost", 0)), human_duration(r.get("seconds"))] for r in h.get("runs", [])],
+                  numeric={5, 7, 8}, empty="no compaction yet")
+    policies = _table(["collection", "policy", "scheduled"],
+                      [[escape(f"{p['db']}.{p['collection']}"),
+                        escape(", ".join(f"{k}={v}" for k, v in sorted(p["policy"].items())) or "config"),
+                        "yes" if p["scheduled"] else "no"] for p in h.get("policies", [])],
+                      empty="no compaction policies (config applies)")
+    return runs + policies
 
 
 def _backup(b: dict) -> str:
@@ -286,8 +293,18 @@ def _backup(b: dict) -> str:
                     f'<span class="muted">{escape(a.get("target") or "-")}</span>']
                    for a in b.get("archive", [])],
                   numeric={2, 3, 4}, empty="no collection's WAL is archived (`seglake retention set NAME --archive`)")
+    cost = b.get("pitr") or {"windows": [], "pchannels": {}}
+    held = cost["pchannels"]
+    pitr = _table(["collection", "window", "base snapshot", "snapshot bytes", "log held", "only for the window"],
+                  [[escape(f"{w['db']}.{w['collection']}"), escape(w["window"]), escape(w["snapshot"] or "its creation"),
+                    human_bytes(w["snapshot_bytes"]),
+                    human_bytes(sum(held.get(p, {}).get("log_bytes", 0) for p in w["fragments_from"])),
+                    human_bytes(sum(held.get(p, {}).get("window_only_bytes", 0) for p in w["fragments_from"]))]
+                   for w in cost["windows"]],
+                  numeric={3, 4, 5}, empty="no point-in-time window (`seglake pitr set NAME 3d`)")
     return (exports + '<h3>Pins</h3>' + pins + '<h3>Retention schedules</h3>' + pols
-            + '<h3>WAL archive (continuous backup)</h3>' + arch)
+            + '<h3>WAL archive (continuous backup)</h3>' + arch
+            + '<h3>Point-in-time windows (what they hold)</h3>' + pitr)
 
 
 def render_page(data: dict) -> str:
@@ -309,7 +326,8 @@ def render_page(data: dict) -> str:
                  lambda r: form("GC dry run", "POST", "gc/dry-run", button="run a GC dry run (deletes nothing)")
                  + _gc(*r)),
         _section("Channels", data["channels"], _channels),
-        _section("Compaction", data.get("compaction") or {"rows": [], "error": None}, _compaction),
+        _section("Compaction", data.get("compaction_history") or {"rows": {"runs": [], "policies": []},
+                                                                   "error": None}, _compaction_history),
         _section("Backups", data.get("backup") or {"rows": {"exports": [], "pins": [], "policies": []},
                                                    "error": None}, _backup),
         f"<script>{SCRIPT}</script></body></html>"])

@@ -19,3 +19,17 @@ def test_a_wal_flush_with_no_pchannels_did_its_work():
     assert wal_flush_note(None, []) == "wal_flush: no WAL pchannels, nothing to flush"
     assert wal_flush_note(None, None).startswith("FAILED")
     assert wal_flush_note(None, ["p0"]).startswith("FAILED")   # channels listed, no summary: not finished
+
+
+def test_the_note_of_a_restore_to_a_time_says_what_the_replay_used():
+    from seglake.runinfo import restore_note
+
+    job = {"job_id": 7, "engine": "inline", "state": "Completed", "total_rows": 99, "duration_s": 2.0,
+           "progress": {"copied_segments": 2, "total_segments": 2, "copied_bytes": 4096}}
+    summary = {"as_of_utc": "2026-11-27T12:00:00.000Z (tso 1, logical 0)", "snapshot": "s1", "messages": 12,
+               "log_bytes": 2048, "rows_replayed": 40, "deletes_replayed": 3}
+    note = restore_note({"collection": "src", "as_of": "2026-11-27T12:00:00Z", "target": "t"}, summary, job)
+    assert note.startswith("restore src as of 2026-11-27T12:00:00.000Z") and "from snapshot s1" in note
+    assert "12 log messages (2.0 KiB of log) replayed: 40 rows, 3 deletes" in note and "copy job 7" in note
+    born = restore_note({"collection": "src", "target": "t"}, {**summary, "snapshot": None}, job)
+    assert "from the collection's creation" in born

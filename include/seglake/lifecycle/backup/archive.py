@@ -53,7 +53,7 @@ from seglake import faults
 from seglake.errors import Conflict, NotFound, SeglakeError
 from seglake.meta import keys as keymod
 from seglake.meta.alloc import physical_ms
-from seglake.meta.kv import Put, absent, unchanged
+from seglake.meta.kv import Delete, Put, absent, unchanged
 from seglake.storage import Store, layout
 from seglake.wal.log import FragRecord, WalLog, checksum, decode_committed, decode_fragment
 
@@ -88,24 +88,83 @@ def site_id(meta) -> str:
 
 
 # -- what is archived -------------------------------------------------------------------------
-def archived_pchannels(meta) -> dict[str, list[str]]:
+def wanted_pchannels(meta) -> dict[str, list[str]]:
     """{pchannel: [db.collection, ...]} for every collection whose retention policy says
-    archive: true (also a dropped one, until its policy is cleared). Raises on any read
-    error (GC then truncates no WAL at all)."""
-    from seglake.lifecycle.retention import list_policies
+    archive: true (also a dropped one, until its policy goes). A policy record that cannot
+    be read raises (GC then truncates no WAL at all: the record might have said archive)."""
     from seglake.meta.catalog import pchannel_of
 
     out: dict[str, list[str]] = {}
-    for d in list_policies(meta):
+    for kv in meta.kv.range(meta.keys.retention_prefix()):
+        try:
+            d = json.loads(kv.value)
+            ok = isinstance(d, dict) and isinstance(d.get("archive", False), bool) and \
+                isinstance(d.get("collection_id"), int) and not isinstance(d.get("collection_id"), bool)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ArchiveError(f"retention policy {kv.key} is unreadable: whether it archives is unknown, so "
+                               f"no WAL is truncated until it is repaired or cleared")
         if d.get("archive") is not True:
             continue
         try:
             coll = meta.catalog.get(d["collection_id"])
         except NotFound:
-            continue   # the collection's records are gone: nothing of it is in the log's future
+            continue   # the collection's records are gone (its pchannels stay archived by their cursors)
         for v in coll.vchannels:
             out.setdefault(pchannel_of(v), []).append(f"{coll.db}.{coll.name}")
     return {p: sorted(set(names)) for p, names in sorted(out.items())}
+
+
+def cursor_pchannels(meta) -> list[str]:
+    """The pchannels with an archive cursor: archived until the archiver lets go of them."""
+    pre = keymod.archive_prefix(meta.keys)
+    return sorted(kv.key[len(pre):] for kv in meta.kv.range(pre, keys_only=True))
+
+
+def archived_pchannels(meta) -> dict[str, list[str]]:
+    """{pchannel: [db.collection, ...]}: every pchannel a policy wants archived, and every
+    pchannel with a cursor (a collection turned off, dropped or gone: what it wrote before
+    is shipped, then `run` lets go of the pchannel -- never before). Raises on any read
+    error (GC then truncates no WAL at all)."""
+    out = wanted_pchannels(meta)
+    for p in cursor_pchannels(meta):
+        out.setdefault(p, [])
+    return dict(sorted(out.items()))
+
+
+def begin(meta, coll) -> list[str]:
+    """The archive of `coll`'s pchannels begins now (retention.set_policy with archive):
+    each pchannel without a cursor gets one at the log's first retained fragment (a guarded
+    create), so from this moment GC keeps everything not shipped, whatever happens to the
+    policy or the collection before the first archive run. Returns the pchannels begun."""
+    from seglake.meta.catalog import pchannel_of
+
+    out = []
+    for p in sorted({pchannel_of(v) for v in coll.vchannels}):
+        key = keymod.archive_cursor(meta.keys, p)
+        if meta.kv.get(key) is not None:
+            continue
+        first = WalLog(meta, None, p).state().first
+        doc = json.dumps({"shipped": first - 1, "target": "", "began": first, "at": time.time()})
+        try:
+            meta.kv.txn([absent(key)], [Put(key, doc)])
+            out.append(p)
+        except Conflict:
+            pass
+    return out
+
+
+def _let_go(meta, pchannel: str, cur: "Cursor", last: int) -> bool:
+    """No policy wants `pchannel` any more and everything up to `last` is shipped: its
+    cursor goes (guarded on it), so GC truncates it as any other pchannel again."""
+    if cur.kv is None or cur.shipped < last:
+        return False
+    try:
+        meta.kv.txn([unchanged(cur.kv)], [Delete(keymod.archive_cursor(meta.keys, pchannel))])
+    except Conflict:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -175,19 +234,31 @@ def _checked_bytes(store: Store, rec: FragRecord) -> bytes:
     return data
 
 
-def _entry_of(rec: FragRecord, data: bytes, sha: str, site: str, pchannel: str) -> dict:
+def _entry_of(rec: FragRecord, data: bytes, sha: str, site: str, pchannel: str, prev: str) -> dict:
     return {"format": FORMAT, "version": VERSION, "site": site, "pchannel": pchannel, "n": rec.n,
             "sha256": sha, "size": len(data), "crc": checksum(data), "fmt": rec.fmt, "tt0": rec.tt0,
             "span": rec.span, "records": rec.records, "term": rec.term, "producer": rec.producer,
-            "calls": [list(c) for c in rec.calls], "source_key": rec.key, "archived_at": time.time()}
+            "calls": [list(c) for c in rec.calls], "source_key": rec.key, "prev": prev}
 
 
-def read_entry(target: Store, site: str, pchannel: str, n: int) -> dict | None:
-    key = layout.archive_entry(site, pchannel, n)
+def entry_digest(raw: bytes) -> str:
+    """The SHA-256 of an entry as stored: the next entry's `prev`, COVERED.json's `head`."""
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _raw_entry(target: Store, site: str, pchannel: str, n: int) -> bytes | None:
     try:
-        raw = target.get(key)
+        return target.get(layout.archive_entry(site, pchannel, n))
     except NotFound:
         return None
+
+
+def read_entry(target: Store, site: str, pchannel: str, n: int, raw: bytes | None = None) -> dict | None:
+    key = layout.archive_entry(site, pchannel, n)
+    if raw is None:
+        raw = _raw_entry(target, site, pchannel, n)
+        if raw is None:
+            return None
     try:
         d = json.loads(raw)
         ok = isinstance(d, dict) and d.get("format") == FORMAT and d.get("n") == n and \
@@ -203,10 +274,14 @@ def read_entry(target: Store, site: str, pchannel: str, n: int) -> dict | None:
 
 def ship_fragment(store: Store, target: Store, site: str, pchannel: str, rec: FragRecord,
                   acquire: Callable[[int, int], object] | None = None) -> int:
-    """Fragment `rec` into the target (module doc); bytes written (0: it was there)."""
+    """Fragment `rec` into the target (module doc); bytes written (0: it was there). Its
+    entry names the previous entry's digest (`prev`; "" when there is none): the entries
+    form a chain, so an edited entry breaks the next one's link (ArchivedLog checks it)."""
     data = _checked_bytes(store, rec)
     sha = hashlib.sha256(data).hexdigest()
     have = read_entry(target, site, pchannel, rec.n)
+    before = _raw_entry(target, site, pchannel, rec.n - 1) if rec.n > 1 else None
+    prev = "" if before is None else entry_digest(before)
     if have is not None:
         if have["sha256"] != sha or have["size"] != len(data):
             raise ArchiveError(f"the archive in {target.uri} holds another fragment {rec.n} of {pchannel} "
@@ -218,9 +293,52 @@ def ship_fragment(store: Store, target: Store, site: str, pchannel: str, rec: Fr
     target.put(layout.archive_fragment(site, pchannel, rec.n), data)
     faults.point("archive.after_fragment")
     target.put(layout.archive_entry(site, pchannel, rec.n),
-               json.dumps(_entry_of(rec, data, sha, site, pchannel), sort_keys=True).encode())
+               json.dumps(_entry_of(rec, data, sha, site, pchannel, prev), sort_keys=True).encode())
     faults.point("archive.after_entry")
     return len(data)
+
+
+def _seal(meta, log: WalLog, st, probe: int) -> int:
+    """Everything of the log up to fragment st.last is shipped: seal the log at `probe` (a
+    TSO taken before st was read) with ONE txn guarded on the log record being st -- from
+    then on no commit carries a tick at or below it (the writer reserves above the seal,
+    and a commit that read the record before the seal fails its compare and reserves
+    again). So the archive holds the whole log up to `probe`. Returns the tick the archive
+    covers: probe, or st.last_tt when a commit came first (sealed next time)."""
+    from dataclasses import replace
+
+    if probe <= st.floor_tt or st.kv is None:
+        return st.last_tt
+    try:
+        meta.kv.txn([unchanged(st.kv)], [Put(log.log_key, replace(st, sealed_tt=probe, kv=None).encoded())])
+    except Conflict:
+        return st.last_tt
+    return probe
+
+
+def write_coverage(target: Store, site: str, pchannel: str, n: int, last_tt: int, probe: int) -> None:
+    """`archive/{site}/{pchannel}/COVERED.json`: the archive holds the whole log up to
+    fragment n, read at a moment when the log's TSO had passed `probe`. A restore from the
+    target alone may replay to an instant the archive covers (ArchivedLog.covered). Never
+    moved back by a slower archiver (read, compare, write: a lost race only ever leaves a
+    smaller coverage, which is safe)."""
+    key = layout.archive_coverage(site, pchannel)
+    try:
+        old = json.loads(target.get(key))
+        if int(old.get("n", 0)) > n or int(old.get("checked_ts", 0)) >= probe:
+            return
+    except (NotFound, ValueError, TypeError, AttributeError):
+        pass
+    raw = _raw_entry(target, site, pchannel, n) if n else None
+    doc = {"format": FORMAT, "version": VERSION, "site": site, "pchannel": pchannel, "n": n, "last_tt": last_tt,
+           "checked_ts": probe, "head": "" if raw is None else entry_digest(raw)}
+    doc["digest"] = _doc_digest(doc)
+    target.put(key, json.dumps(doc, sort_keys=True).encode())
+
+
+def _doc_digest(doc: dict) -> str:
+    body = {k: v for k, v in doc.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _write_site(meta, target: Store, site: str) -> None:
@@ -239,6 +357,7 @@ def ship_pchannel(meta, store: Store, target: Store, site: str, pchannel: str, *
     """Ship `pchannel`'s committed fragments after its cursor (module doc). Returns
     {pchannel, shipped: fragments, bytes, cursor, last, began, gap}."""
     log = WalLog(meta, store, pchannel)
+    probe = meta.tso.now()          # before the log is read: see write_coverage
     st = log.state()
     cur = read_cursor(meta, pchannel)
     if cur.kv is not None and cur.target and cur.target != target.uri:
@@ -257,6 +376,8 @@ def ship_pchannel(meta, store: Store, target: Store, site: str, pchannel: str, *
             cur = _move_cursor(meta, pchannel, cur, shipped_to, target.uri, began)
     if shipped_to > cur.shipped:
         cur = _move_cursor(meta, pchannel, cur, shipped_to, target.uri, began)
+    if max(cur.shipped, shipped_to) >= st.last:
+        write_coverage(target, site, pchannel, st.last, st.last_tt, _seal(meta, log, st, probe))
     return {"pchannel": pchannel, "shipped": n_done, "bytes": nbytes, "cursor": max(cur.shipped, shipped_to),
             "last": st.last, "began": began, "gap": gap}
 
@@ -281,10 +402,15 @@ def run(meta, store: Store, target: Store, *, seconds: float = 0.0, poll: float 
     end = time.monotonic() + seconds
     report: dict[str, dict] = {}
     while True:
+        wanted = wanted_pchannels(meta)
         for p, names in archived_pchannels(meta).items():
             r = ship_pchannel(meta, store, target, site, p, acquire=acquire, deadline=end if seconds else None)
             prev = report.get(p, {"shipped": 0, "bytes": 0})
             r.update(shipped=prev["shipped"] + r["shipped"], bytes=prev["bytes"] + r["bytes"], collections=names)
+            if p not in wanted and _let_go(meta, p, read_cursor(meta, p), r["last"]):
+                r["released"] = True
+                if say is not None:
+                    say(f"{p}: no collection archives it any more; everything it held is shipped: released")
             report[p] = r
             if say is not None and r["gap"]:
                 say(f"{p}: fragments {r['gap'][0]}..{r['gap'][1]} were truncated before they were archived; "
@@ -339,6 +465,31 @@ class ArchivedLog:
                 out.append(parsed[2])
         return sorted(out)
 
+    def covered(self) -> int:
+        """The latest instant (a TSO) this archive holds the whole log of the pchannel up
+        to: the last archived tick, or -- when the archiver shipped everything and sealed
+        the log (_seal) -- the seal. 0 without a coverage record, or when its fragment is
+        not archived."""
+        key = layout.archive_coverage(self.site, self.pchannel)
+        try:
+            d = json.loads(self.target.get(key))
+            n, last_tt, checked = int(d["n"]), int(d["last_tt"]), int(d["checked_ts"])
+        except NotFound:
+            return 0
+        except (ValueError, KeyError, TypeError):
+            raise ArchiveError(f"{key} in {self.target.uri} is damaged") from None
+        if d.get("digest") != _doc_digest(d) or d.get("site") != self.site or d.get("pchannel") != self.pchannel:
+            raise ArchiveError(f"{key} in {self.target.uri} is damaged (its digest does not match its content)")
+        if n not in self.numbers():   # (a hole below it is the plan's concern: _check_archive)
+            return 0
+        raw = _raw_entry(self.target, self.site, self.pchannel, n)
+        if raw is None or entry_digest(raw) != d.get("head"):
+            raise ArchiveError(f"{key} in {self.target.uri} names entry {n} with another digest: damaged")
+        e = read_entry(self.target, self.site, self.pchannel, n, raw)
+        if last_tt != e["tt0"] + max(e["span"], 1) - 1 and e.get("fmt", 2) != 1:
+            raise ArchiveError(f"{key} in {self.target.uri}: its last tick is not entry {n}'s: damaged")
+        return max(last_tt, checked)
+
     def gaps(self) -> list[tuple[int, int]]:
         """Ranges (first, last) of fragment numbers missing between the first and the last entry."""
         ns = self.numbers()
@@ -357,8 +508,11 @@ class ArchivedLog:
         `start` itself included -- raises (a restore must never replay across a hole)."""
         from seglake.wal.log import CorruptFragment
 
-        expect = start
-        for n in self.numbers():
+        expect, prev_raw, prev_end = start, None, None
+        numbers = self.numbers()
+        if start is not None and start - 1 in numbers:   # the link into the first one read
+            prev_raw = _raw_entry(self.target, self.site, self.pchannel, start - 1)
+        for n in numbers:
             if start is not None and n < start:
                 continue
             if state is not None and n > state.last:
@@ -366,7 +520,17 @@ class ArchivedLog:
             if expect is not None and n != expect:
                 raise CorruptFragment(f"WAL archive {self.pchannel} in {self.target.uri}: fragments {expect}..{n - 1} "
                                       f"are missing")
-            d = read_entry(self.target, self.site, self.pchannel, n)
+            raw = _raw_entry(self.target, self.site, self.pchannel, n)
+            if raw is None:
+                raise CorruptFragment(f"WAL archive {self.pchannel} in {self.target.uri}: entry {n} vanished")
+            d = read_entry(self.target, self.site, self.pchannel, n, raw)
+            if prev_raw is not None and d.get("prev") != entry_digest(prev_raw):
+                raise CorruptFragment(f"WAL archive {self.pchannel} in {self.target.uri}: entry {n} does not link to "
+                                      f"entry {n - 1} (one of them was edited or replaced): damaged")
+            if prev_end is not None and d.get("fmt", 2) != 1 and d["tt0"] <= prev_end:
+                raise CorruptFragment(f"WAL archive {self.pchannel} in {self.target.uri}: entry {n}'s ticks do not "
+                                      f"follow entry {n - 1}'s: damaged")
+            prev_raw, prev_end = raw, (d["tt0"] + max(d["span"], 1) - 1 if d.get("fmt", 2) != 1 else None)
             yield FragRecord(n, layout.archive_fragment(self.site, self.pchannel, n), d["size"], d["crc"],
                              d["tt0"], d["span"], d["records"], d["term"], d.get("producer", ""), d.get("fmt", 2),
                              tuple(tuple(c) for c in d.get("calls", ())))

@@ -372,7 +372,8 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
                    "consistent_ts": rec.consistent_ts,
                    "committed_at": rec.committed_at, "description": rec.description,
                    "max_ts": max([e["dml_ts"] for e in entries] + [rec.consistent_ts]),
-                   "site": archive.site_id(meta)},   # whose WAL archive (if any) continues this bundle
+                   "site": archive.site_id(meta),   # whose WAL archive (if any) continues this bundle
+                   "positions": rec.positions},     # where each vchannel's log continues it (None: not recorded)
         "snapshot": {k: doc[k] for k in ("collection", "partition_ids", "index_build_ids", "totals")},
         "segments": entries, "files": files, "totals": totals,
     }

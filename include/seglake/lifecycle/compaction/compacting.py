@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from seglake import runners
+from seglake.errors import NotFound
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.codec import decode, encode
 from seglake.lifecycle.compaction.planning import Plan, plan
@@ -27,7 +28,7 @@ class Summary:
     def counts(self) -> dict:
         by = {s: sum(1 for r in self.results if r.status == s) for s in (COMMITTED, ALREADY, LOST)}
         done = [r for r in self.results if r.status in (COMMITTED, ALREADY)]
-        return {**by, "segments_in": sum(r.inputs for r in done), "segments_out": len(done),
+        return {**by, "segments_in": sum(r.inputs for r in done), "segments_out": sum(r.outputs for r in done),
                 "rows_dropped": sum(r.rows_dropped for r in done), "bytes_in": sum(r.bytes_in for r in done),
                 "bytes_out": sum(r.bytes_out for r in done)}
 
@@ -66,7 +67,7 @@ def run_partition(units: Iterable[dict], settings_env: dict, sources_revision: i
 
 
 def compact(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, dry_run: bool = False,
-            workers: int = 1, now: float | None = None) -> Summary:
+            workers: int = 1, now: float | None = None, trigger: str = "manual") -> Summary:
     """Plan the collection's compaction and (unless dry_run) run every unit inline."""
     started = time.monotonic()
     p = plan(meta, store, collection, policy, db=db, now=now)
@@ -75,17 +76,58 @@ def compact(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_D
         out.results = run_units(meta, store, p.units, workers=workers, now=now, sources_revision=p.revision)
     out.seconds = time.monotonic() - started
     if not dry_run:
-        record(meta, out)
+        record(meta, out, trigger)
     return out
 
 
-def record(meta, summary: Summary) -> None:
-    """The run's summary as the collection's last compaction run (unit results capped)."""
+def record(meta, summary: Summary, trigger: str = "manual") -> None:
+    """The run's summary as the collection's last compaction run (unit results capped),
+    and a line of its history (`{root}/compaction/history/{collection}/{ms}`: the newest
+    HISTORY_KEEP runs that changed or tried something are kept)."""
     doc = summary.to_json()
     doc["results"] = doc["results"][:200]
     doc["plan"]["units"] = doc["plan"]["units"][:200]
     doc["recorded_at"] = time.time()
-    meta.kv.put(meta.keys.compaction_run(summary.plan.collection_id), encode(doc))
+    doc["trigger"] = trigger
+    cid = summary.plan.collection_id
+    meta.kv.put(meta.keys.compaction_run(cid), encode(doc))
+    if summary.plan.units:
+        c = summary.counts()
+        try:
+            db = meta.catalog.get(cid).db
+        except NotFound:
+            db = ""
+        line = {"collection_id": cid, "collection": summary.plan.collection, "db": db,
+                "recorded_at": doc["recorded_at"],
+                "seconds": doc["seconds"], "engine": summary.engine, "trigger": trigger,
+                "segments_before": summary.plan.segments,
+                "segments_after": summary.plan.segments - c["segments_in"] + c["segments_out"],
+                "units": len(summary.plan.units), "committed": c["committed"] + c["already_committed"],
+                "lost": c["lost"], "rows_dropped": c["rows_dropped"], "bytes_in": c["bytes_in"],
+                "bytes_out": c["bytes_out"], "bytes_reclaimed": max(0, c["bytes_in"] - c["bytes_out"])}
+        meta.kv.put(meta.keys.compaction_history(cid, int(doc["recorded_at"] * 1000)), encode(line))
+        old = list(meta.kv.range(meta.keys.compaction_history_prefix(cid), keys_only=True))
+        for kv in old[:max(0, len(old) - HISTORY_KEEP)]:
+            meta.kv.delete(kv.key)
+
+
+HISTORY_KEEP = 100          # history lines kept per collection
+HISTORY_COLUMNS = ("time", "collection", "engine", "trigger", "segments", "rows_dropped", "bytes_reclaimed",
+                   "units", "lost", "seconds")
+
+
+def history(meta, collection_id: int | None = None, last: int = 20) -> list[dict]:
+    """The last `last` runs (newest first), of one collection or of all."""
+    runs = [decode(kv.value, kv.key) for kv in meta.kv.range(meta.keys.compaction_history_prefix(collection_id))]
+    return sorted(runs, key=lambda r: r["recorded_at"], reverse=True)[:last]
+
+
+def history_row(r: dict) -> dict:
+    return {"time": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(r["recorded_at"])),
+            "collection": r["collection"], "engine": r["engine"], "trigger": r["trigger"],
+            "segments": f"{r['segments_before']} -> {r['segments_after']}", "rows_dropped": r["rows_dropped"],
+            "bytes_reclaimed": r["bytes_reclaimed"], "units": r["units"], "lost": r["lost"],
+            "seconds": r["seconds"]}
 
 
 def last_run(meta, collection_id: int) -> dict | None:

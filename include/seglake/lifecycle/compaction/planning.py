@@ -3,11 +3,16 @@
     check (collection Created, no restore importing, no snapshot PENDING or taken within
     `protection`) -> read every segment record at ONE revision -> count each Flushed
     segment's hidden rows with THE visibility rule -> per (partition, vchannel), by
-    segment id: a segment of >= min rows whose hidden fraction exceeds delete_ratio is
-    a REWRITE unit alone; segments below min rows (0-row L0 delete segments included)
-    are MERGE units of about target visible rows (at most MAX_INPUTS each and
+    segment id: a segment of >= min rows and >= min bytes whose hidden fraction exceeds
+    delete_ratio is a REWRITE unit alone; segments below min rows OR min bytes (0-row L0
+    delete segments included) are MERGE units of about target visible rows or target
+    bytes, whichever comes first (estimated: stored bytes x visible fraction; at most MAX_INPUTS each and
     MAX_RECORD_BYTES of input records: one commit rewrites them all; a lone small
     segment without hidden rows gains nothing and is left alone: plans converge).
+
+L0 delete segments older than `l0_age` whose deletes are all below every vchannel's
+checkpoint are FOLD units first (lifecycle/compaction/folding: folded into the segments
+they hit); those segments and the hit ones are in no other unit of the plan.
 
 Same state, same units (ids included: policy.unit_id). Nothing is written.
 """
@@ -25,7 +30,8 @@ from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.segments import FLUSHED, IMPORTING, Segment
 from seglake.meta.snapshots import PENDING
 from seglake.names import validate_name
-from seglake.lifecycle.compaction.policy import MAX_INPUTS, MERGE, REWRITE, Policy, Unit, make_unit
+from seglake.lifecycle.compaction.policy import FOLD, MAX_INPUTS, MERGE, REWRITE, Policy, Unit, make_unit
+from seglake.lifecycle.compaction.folding import plan_folds
 
 
 # the inputs' records a unit's commit rewrites, in bytes: with the output's record and the
@@ -43,9 +49,10 @@ class Plan:
     segments: int = 0                   # Flushed segments seen
 
     def gain(self) -> dict:
-        """Expected gain of the whole plan."""
-        return {"units": len(self.units), "segments_in": sum(len(u.inputs) for u in self.units),
-                "segments_out": len(self.units), "rows_in": sum(u.rows for u in self.units),
+        """Expected gain of the whole plan (a fold: its L0 inputs and hits in, one output per hit)."""
+        return {"units": len(self.units), "segments_in": sum(len(u.inputs) + len(u.hits) for u in self.units),
+                "segments_out": sum(len(u.hits) if u.kind == FOLD else 1 for u in self.units),
+                "rows_in": sum(u.rows for u in self.units),
                 "rows_dropped": sum(u.deleted for u in self.units),
                 "delta_logs_in": sum(u.delta_logs for u in self.units),
                 "bytes_in": sum(u.bytes for u in self.units),
@@ -79,18 +86,24 @@ def read_segments(meta, collection_id: int) -> tuple[int, list[tuple[Segment, in
 
 def hidden_counts(meta, store, coll, flushed: list[Segment]) -> dict[int, int]:
     """{segment id: rows of it hidden by a delete} over the collection's Flushed segments."""
+    return _hidden_and_rows(meta, store, coll, flushed)[0]
+
+
+def _hidden_and_rows(meta, store, coll, flushed: list[Segment]):
+    """(hidden_counts, the key columns of every row, or None when no delete exists: then
+    nothing is hidden and nothing can be folded)."""
     partitions = {p.partition_id: p.name for p in coll.partitions}
     deletes = visibility.read_deletes(store, flushed, partitions,
                                       legacy_sources=visibility.legacy_source_partitions(meta, flushed))
     if not len(deletes):
-        return {}
+        return {}, None
     rows = visibility.read_rows(store, coll.schema, flushed)
     if not rows.num_rows:
-        return {}
+        return {}, rows
     hidden = ~visibility.visible_mask(rows, deletes)
     segs = rows.column(visibility.SEGMENT_ID).to_numpy()[hidden]
     ids, counts = np.unique(segs, return_counts=True)
-    return {int(s): int(n) for s, n in zip(ids, counts)}
+    return {int(s): int(n) for s, n in zip(ids, counts)}, rows
 
 
 def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
@@ -115,10 +128,14 @@ def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, 
         return out
     flushed = sorted(((s, r) for s, r in records if s.state == FLUSHED), key=lambda x: x[0].segment_id)
     out.segments = len(flushed)
-    hidden = hidden_counts(meta, store, coll, [s for s, _ in flushed])
+    hidden, rows = _hidden_and_rows(meta, store, coll, [s for s, _ in flushed])
+    if rows is not None:            # no delete anywhere: nothing to fold
+        out.units += plan_folds(meta, store, coll, flushed, hidden, policy, now, rows=rows)
+    folded = {sid for u in out.units for sid in [*u.segment_ids, *(h[0] for h in u.hits)]}
     groups: dict[tuple[int, str], list[tuple[Segment, int]]] = {}
     for s, r in flushed:
-        groups.setdefault((s.partition_id, s.channel), []).append((s, r))
+        if s.segment_id not in folded:
+            groups.setdefault((s.partition_id, s.channel), []).append((s, r))
     for (pid, channel), segs in sorted(groups.items()):
         out.units += _plan_group(cid, pid, channel, segs, hidden, policy)
     return out
@@ -134,13 +151,13 @@ def _plan_group(cid: int, pid: int, channel: str, segs: list[tuple[Segment, int]
     units, small = [], []
     for s, r in segs:
         h = hidden.get(s.segment_id, 0)
-        if s.num_rows >= policy.min_segment_rows:
+        if s.num_rows >= policy.min_segment_rows and s.total_size() >= policy.min_segment_bytes:
             if h / s.num_rows > policy.delete_ratio:
                 units.append(make_unit(cid, pid, channel, REWRITE, [(s.segment_id, r)], **_sizes([(s, r)], hidden)))
         else:
             small.append((s, r))
     bin_: list[tuple[Segment, int]] = []
-    live = size = 0
+    live = size = live_bytes = 0
 
     def close():
         if len(bin_) > 1 or (bin_ and hidden.get(bin_[0][0].segment_id)):
@@ -152,12 +169,14 @@ def _plan_group(cid: int, pid: int, channel: str, segs: list[tuple[Segment, int]
         rec = len(encode_struct(s))
         if bin_ and size + rec > MAX_RECORD_BYTES:     # the commit rewrites every input record in one txn
             close()
-            bin_, live, size = [], 0, 0
+            bin_, live, size, live_bytes = [], 0, 0, 0
         bin_.append((s, r))
-        live += s.num_rows - hidden.get(s.segment_id, 0)
+        visible = s.num_rows - hidden.get(s.segment_id, 0)
+        live += visible
+        live_bytes += s.total_size() * visible // s.num_rows if s.num_rows else 0   # the output's size, estimated
         size += rec
-        if live >= policy.target_rows or len(bin_) >= MAX_INPUTS:
+        if live >= policy.target_rows or live_bytes >= policy.target_bytes or len(bin_) >= MAX_INPUTS:
             close()
-            bin_, live, size = [], 0, 0
+            bin_, live, size, live_bytes = [], 0, 0, 0
     close()
     return sorted(units, key=lambda u: u.inputs[0][0])

@@ -14,11 +14,18 @@ import msgspec
 from seglake import limits
 from seglake.errors import ValidationError
 
+POLICY_KEYS = ("min_segment_rows", "min_segment_bytes", "target_rows", "target_bytes", "delete_ratio", "l0_age",
+               "protection")
+
 MERGE, REWRITE = "merge", "rewrite"        # kinds of unit: small segments merged, one segment rewritten
-KINDS = (MERGE, REWRITE)
+FOLD = "fold"          # L0 delete segments folded into the segments they hit (lifecycle/compaction/folding)
+KINDS = (MERGE, REWRITE, FOLD)
 # inputs per unit: its commit compares every input, the output key, the unit record and the
 # collection record in one txn (etcd --max-txn-ops 128)
 MAX_INPUTS = 100
+# a fold's txn: every L0 input and hit compared and rewritten, one output per hit
+# (compares: inputs + 2 x hits + 2; puts: inputs + 2 x hits + 1)
+MAX_FOLD_OPS = 120
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,9 @@ class Policy:
     target_rows: int = 1_000_000
     delete_ratio: float = 0.2
     protection: float = 3600.0
+    min_segment_bytes: int = 0               # 0: small by rows only
+    target_bytes: int = 1 << 30
+    l0_age: float = 3600.0                    # L0 delete segments older than this are folded
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -72,6 +82,12 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
     channel: str
     kind: str
     inputs: tuple[tuple[int, int], ...]      # (segment id, mod revision), by segment id
+    # FOLD only: the segments the inputs' deletes hit, (segment id, partition id, mod
+    # revision) by segment id, each rewritten into its own output in the fold's txn
+    hits: tuple[tuple[int, int, int], ...] = ()
+    # FOLD only: the hits whose OWN delete entries are folded too (not carried to their
+    # output): row-bearing segments whose delta log is old enough to fold
+    folded: tuple[int, ...] = ()
     rows: int = 0
     deleted: int = 0
     bytes: int = 0
@@ -100,8 +116,9 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
             raise ValidationError(f"unit {self.unit_id}: kind {self.kind!r} is not one of {KINDS}")
         for name in ("collection_id", "partition_id"):
             limits.check("id", f"unit {name}", getattr(self, name))
-        if not 1 <= len(self.inputs) <= MAX_INPUTS:
-            raise ValidationError(f"unit {self.unit_id}: {len(self.inputs)} inputs, must be 1..{MAX_INPUTS}")
+        least = 0 if self.kind == FOLD and self.folded else 1      # a fold of row-bearing carriers only
+        if not least <= len(self.inputs) <= MAX_INPUTS:
+            raise ValidationError(f"unit {self.unit_id}: {len(self.inputs)} inputs, must be {least}..{MAX_INPUTS}")
         ids = [s for s, _ in self.inputs]
         if ids != sorted(set(ids)):
             raise ValidationError(f"unit {self.unit_id}: inputs must be distinct and sorted by segment id")
@@ -114,22 +131,45 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValidationError(f"unit {self.unit_id}: {name} {v} is out of range (0..{limits.ID_MAX})")
         if not self.channel or len(self.channel) > 255 or not self.channel.isprintable():
             raise ValidationError(f"unit {self.unit_id}: channel {self.channel!r} is not a vchannel name")
-        want = unit_id(self.collection_id, self.partition_id, self.channel, self.kind, self.inputs)
+        if (self.hits or self.folded) and self.kind != FOLD:
+            raise ValidationError(f"unit {self.unit_id}: only a {FOLD} unit has hits")
+        if list(self.folded) != sorted(set(self.folded)) or not set(self.folded) <= {h[0] for h in self.hits}:
+            raise ValidationError(f"unit {self.unit_id}: folded must be distinct, sorted hits")
+        hit_ids = [h[0] for h in self.hits]
+        if hit_ids != sorted(set(hit_ids)) or set(hit_ids) & set(ids):
+            raise ValidationError(f"unit {self.unit_id}: hits must be distinct, sorted and not inputs")
+        for sid, pid, rev in self.hits:
+            for v in (sid, pid, rev):
+                limits.check("id", "unit hit", v)
+        if self.kind == FOLD and len(self.inputs) + 2 * len(self.hits) > MAX_FOLD_OPS:
+            raise ValidationError(f"unit {self.unit_id}: {len(self.inputs)} inputs and {len(self.hits)} hits do not "
+                                  f"fit one txn (inputs + 2 x hits <= {MAX_FOLD_OPS})")
+        want = unit_id(self.collection_id, self.partition_id, self.channel, self.kind, self.inputs, self.hits,
+                       self.folded)
         if self.unit_id != want:
             raise ValidationError(f"unit id {self.unit_id!r} does not match its content (expected {want!r})")
 
 
-def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inputs) -> str:
-    """A pure function of what the unit compacts (inputs at their revisions): the same
-    state plans the same id; any change of an input plans a new one."""
-    raw = json.dumps([collection_id, partition_id, channel, kind, [list(x) for x in inputs]],
-                     separators=(",", ":"))
-    return f"{partition_id}-{inputs[0][0]}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
+def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=(), folded=()) -> str:
+    """A pure function of what the unit compacts (inputs, and a fold's hits, at their
+    revisions): the same state plans the same id; any change of one plans a new one."""
+    doc = [collection_id, partition_id, channel, kind, [list(x) for x in inputs]]
+    if hits:
+        doc.append([list(h) for h in hits])
+    if folded:
+        doc.append(list(folded))
+    raw = json.dumps(doc, separators=(",", ":"))
+    first = (list(inputs) or list(hits) or [(0,)])[0][0]
+    return f"{partition_id}-{first}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
 
 
-def make_unit(collection_id: int, partition_id: int, channel: str, kind: str, inputs, **sizes) -> Unit:
+def make_unit(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=(), folded=(),
+              **sizes) -> Unit:
     inputs = tuple(sorted((int(s), int(r)) for s, r in inputs))
-    u = Unit(unit_id=unit_id(collection_id, partition_id, channel, kind, inputs), collection_id=collection_id,
-             partition_id=partition_id, channel=channel, kind=kind, inputs=inputs, **sizes)
+    hits = tuple(sorted((int(s), int(p), int(r)) for s, p, r in hits))
+    folded = tuple(sorted(int(s) for s in folded))
+    u = Unit(unit_id=unit_id(collection_id, partition_id, channel, kind, inputs, hits, folded),
+             collection_id=collection_id, partition_id=partition_id, channel=channel, kind=kind, inputs=inputs,
+             hits=hits, folded=folded, **sizes)
     u.check()
     return u

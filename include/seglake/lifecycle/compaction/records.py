@@ -11,6 +11,8 @@ from seglake.meta.codec import decode, encode
 from seglake.meta.kv import Delete, Put, unchanged
 from seglake.storage import layout
 from seglake.lifecycle.compaction.running import COMMITTED, LOST, PREPARED
+from seglake.lifecycle.compaction.folding import remove_outputs
+from seglake.lifecycle.compaction.policy import FOLD
 
 
 def expire_unit_records(meta, store, retention: float, now: float, collection_id: int | None = None) -> dict:
@@ -25,8 +27,13 @@ def expire_unit_records(meta, store, retention: float, now: float, collection_id
         try:
             if state == PREPARED:
                 meta.kv.txn([unchanged(kv)], [Put(kv.key, encode({**rec, "state": LOST, "lost_at": now,
-                                                                  "reason": "abandoned: prepared past retention"}))])
+                                                                  "reason": "abandoned: prepared past retention"},
+                                                                 version=4 if rec["unit"].get("kind") == FOLD else 1))])
                 u = rec["unit"]
+                if u.get("kind") == FOLD:
+                    remove_outputs(meta, store, u["collection_id"], rec)
+                    out["abandoned_units_lost"] += 1
+                    continue
                 out_key = meta.keys.segment(u["collection_id"], u["partition_id"], int(rec["output"]))
                 keys = [] if meta.kv.get(out_key) is not None else [   # a segment's files are never a unit's
                     o.key for d in layout.segment_dirs(u["collection_id"], u["partition_id"], int(rec["output"]))

@@ -59,7 +59,7 @@ from seglake.storage import layout
 from seglake.wal.checkpoints import RELEASED
 from seglake.wal.message import arrow_type
 from seglake.lifecycle.flush.state import L0
-from seglake.lifecycle.compaction.policy import Unit
+from seglake.lifecycle.compaction.policy import FOLD, Unit
 
 PREPARED, COMMITTED, LOST = "prepared", "committed", "lost"
 ALREADY = "already_committed"         # a result: an earlier run of this unit committed it
@@ -83,6 +83,7 @@ class UnitResult:
     bytes_in: int = 0
     bytes_out: int = 0
     reason: str | None = None
+    outputs: int = 1                   # output segments (a fold: one per hit segment)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -97,6 +98,10 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     unit.check()
     now = time.time() if now is None else now
     hooks = hooks or {}
+    if unit.kind == FOLD:
+        from seglake.lifecycle.compaction.folding import run_fold
+        return run_fold(meta, store, unit, now=now, hooks=hooks, sources_revision=sources_revision,
+                        cache={} if cache is None else cache)
     coll = meta.catalog.get(unit.collection_id)
     _inputs(meta, unit)      # refuses a unit whose inputs are on another vchannel before any write
     rec, rkv = prepare(meta, coll, unit, now, sources_revision)
@@ -202,7 +207,7 @@ def _settled(unit: Unit, rec: dict) -> UnitResult:
 def _inputs(meta, unit: Unit) -> tuple[list[tuple[Segment, object]], str | None]:
     """The input records with their KeyValues, or why the unit cannot commit any more."""
     keys = [meta.keys.segment(unit.collection_id, unit.partition_id, s) for s in unit.segment_ids]
-    read = meta.kv.get_many(keys)
+    read = meta.kv.get_many(keys) if keys else {}
     out = []
     for (sid, rev), key in zip(unit.inputs, keys):
         kv = read[key]
@@ -219,10 +224,11 @@ def _inputs(meta, unit: Unit) -> tuple[list[tuple[Segment, object]], str | None]
 
 
 # -- write ----------------------------------------------------------------------------------
-def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, deletes: visibility.Deletes
-                 ) -> tuple[Segment, UnitResult]:
+def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, deletes: visibility.Deletes,
+                 carry: bool = True) -> tuple[Segment, UnitResult]:
     """Write the output's files (module doc): the inputs' rows minus those `deletes` (the
-    recorded delete sources') hide; (its Flushed record, the result)."""
+    recorded delete sources') hide; (its Flushed record, the result). carry=False (an L0
+    fold of the input's own delete log): its delete entries are not carried."""
     segs = [s for s, _ in inputs]
     schema = coll.schema
     partitions = {p.partition_id: p.name for p in coll.partitions}
@@ -231,7 +237,7 @@ def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, d
     rows = visibility.read_rows(store, schema, segs, columns=user)
     kept = rows.filter(pa.array(visibility.visible_mask(rows, deletes))) if len(deletes) and rows.num_rows \
         else rows
-    carried = carried_deletes(store, segs, partitions, legacy)
+    carried = carried_deletes(store, segs if carry else [], partitions, legacy)
     table = pa.table({f.name: (kept.column(visibility.PK) if f.is_primary else kept.column(f.name))
                       .cast(arrow_type(f)) for f in schema.fields})
     out_id, log0 = int(rec["output"]), int(rec["log0"])

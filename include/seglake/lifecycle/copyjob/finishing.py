@@ -100,8 +100,10 @@ def _finish(meta: Meta, job: CopyJob, now: float, settings=None) -> CopyJob:
     # every write to the target once it is usable gets a larger timestamp
     meta.tso.advance_past(newest_ts(targets))
     faults.point("copy.before_complete")
-    retry_on_conflict(lambda: meta.catalog.set_state(job.target_collection_id, CREATED, expect=COLL_IMPORTING),
-                      f"make the target of copy job {job.job_id} usable")
+    if "replay" not in meta.catalog.get(job.target_collection_id).properties.get("restored_from", {}):
+        retry_on_conflict(lambda: meta.catalog.set_state(job.target_collection_id, CREATED, expect=COLL_IMPORTING),
+                          f"make the target of copy job {job.job_id} usable")
+    # (a restore to a time: the target stays Importing until its replay (lifecycle/pitr) finishes)
     _let_go(meta, job, settings)
     return job
 
@@ -110,7 +112,8 @@ def _let_go(meta: Meta, job: CopyJob, settings) -> None:
     """The source no longer needs keeping: unpin the snapshot, or end the hold on the
     bundle (best effort: a hold not renewed expires after holds.HOLD_TTL)."""
     if job.bundle is None:
-        meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
+        if job.snapshot:   # (a restore to a time with no base snapshot pinned none)
+            meta.snapshots.unpin(job.source_collection_id, job.snapshot, job.job_id)
         return
     from seglake.lifecycle.backup import holds
     from seglake.lifecycle.copyjob.bundled import target_of

@@ -52,12 +52,13 @@ compares its collection record, re-read just before: once a drop released the vc
 
 from __future__ import annotations
 
-from seglake.lifecycle.flush.state import (L0, VchannelReleased, rev_guard, acquire_term, VState, FlushStats)
+from seglake.lifecycle.flush.state import (L0, VchannelReleased, rev_guard, acquire_term, VState, FlushStats,
+                                          fold_high_water)
 from seglake.lifecycle.flush.flusher import (RELEASE_BATCH, Flusher)
 from seglake.lifecycle.flush.run import (flush_pchannel, pchannels_with_log, flush_partition, backlog,
                                          flush_ready, format_summary)
 
-__all__ = ['L0', 'VchannelReleased', 'rev_guard', 'acquire_term', 'VState', 'FlushStats', 'RELEASE_BATCH', 'Flusher', 'flush_pchannel', 'pchannels_with_log', 'flush_partition', 'backlog', 'flush_ready', 'format_summary']
+__all__ = ['L0', 'VchannelReleased', 'rev_guard', 'acquire_term', 'VState', 'FlushStats', 'fold_high_water', 'RELEASE_BATCH', 'Flusher', 'flush_pchannel', 'pchannels_with_log', 'flush_partition', 'backlog', 'flush_ready', 'format_summary']
 
 from seglake.facade import seal  # noqa: E402
 

@@ -28,7 +28,8 @@ from seglake.wal.buffer import FLUSH, DeleteBuffer, SealPolicy, SegmentBuffer
 from seglake.wal.checkpoints import RELEASED, Checkpoint, advances, live_vchannels, read_checkpoint, truncated_before
 from seglake.wal.log import Fenced, WalLog, validate_pchannel
 from seglake.wal.message import Message, MessageId
-from seglake.lifecycle.flush.state import L0, FlushStats, VchannelReleased, VState, acquire_term, rev_guard
+from seglake.lifecycle.flush.state import (L0, FlushStats, VchannelReleased, VState, acquire_term,
+                                          fold_high_water, rev_guard)
 
 
 RELEASE_BATCH = 100               # segment records per release txn (etcd --max-txn-ops 128)
@@ -83,17 +84,8 @@ class Flusher:
                 continue
             if seg.state in (GROWING, SEALED):
                 stale.append((kv, seg))
-            elif (seg.state == FLUSHED or (seg.state == DROPPED and (seg.binlogs or seg.deltalogs))) \
-                    and seg.source is None:
-                # written by a flusher of this vchannel (not a copy: a restored segment
-                # carries `source`); a Dropped one with files was Flushed: a drop's release
-                # cut in several txns. Its rows and deletes stay skipped on replay.
-                # a compaction output (compacted_from) carries its inputs' row high-water
-                # mark in dml_ts even when every row was deleted (level L1, no binlogs)
-                if seg.binlogs or (seg.compacted_from and seg.level != L0 and seg.dml_ts):
-                    st.part_hw[seg.partition_id] = max(st.part_hw.get(seg.partition_id, 0), seg.dml_ts)
-                if seg.deltalogs:
-                    st.del_hw = max(st.del_hw, *(b.ts_to for b in seg.deltalogs))
+            else:   # its rows and deletes stay skipped on replay (state.fold_high_water)
+                st.del_hw = fold_high_water(seg, st.part_hw, st.del_hw)
         for kv, seg in stale:   # a killed run's buffers: no files, rows are replayed from the log
             self._commit([Compare(kv.key, "mod", "==", kv.mod_revision)],
                          [Put(kv.key, encode_struct(seg.replace(state=DROPPED, dropped_at=self.clock())))],

@@ -43,6 +43,26 @@ def acquire_term(meta, pchannel: str, name: str) -> tuple[int, int]:
     return retry_on_conflict(attempt, f"take the flusher term of {pchannel}")
 
 
+# -- what a replay skips ----------------------------------------------------------------------
+def fold_high_water(seg, part_hw: dict, del_hw: int) -> int:
+    """Fold one segment record of a vchannel into the replay floors: `part_hw` (partition
+    -> highest row tick written, updated in place) and the highest delete tick (returned).
+    Counts only what a flusher of this vchannel wrote: Flushed, or Dropped with files (a
+    drop's release cut in several txns); a copy (`source` set) never counts. A compaction
+    output carries its inputs' row high-water mark in dml_ts even when every row was
+    deleted (level L1, no binlogs). THE rule of the flusher's recovery and of a
+    point-in-time replay from a snapshot (seglake.lifecycle.pitr)."""
+    from seglake.meta.segments import DROPPED, FLUSHED
+
+    if seg.source is not None or not (seg.state == FLUSHED or (seg.state == DROPPED and (seg.binlogs or seg.deltalogs))):
+        return del_hw
+    if seg.binlogs or (seg.compacted_from and seg.level != L0 and seg.dml_ts):
+        part_hw[seg.partition_id] = max(part_hw.get(seg.partition_id, 0), seg.dml_ts)
+    if seg.deltalogs:
+        del_hw = max(del_hw, *(b.ts_to for b in seg.deltalogs))
+    return del_hw
+
+
 # -- per-vchannel state ------------------------------------------------------------------------
 @dataclass
 class VState:

@@ -22,6 +22,8 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
     now = time.time() if now is None else now
     out = defaultdict(int)
     out["expired_pins_removed"] = meta.snapshots.remove_expired_holds(now)
+    from seglake.lifecycle.pitr.window import held_snapshots
+    windows = held_snapshots(meta)   # the base snapshots of point-in-time windows (their own clock)
     for rec in list(meta.snapshots.list(opts.collection_id)):
         if rec.state == PENDING:  # reclaimed only when its writers stopped beating, claim first
             if snapshot.reclaim_abandoned(meta, store, rec, opts.snapshot_pending_timeout, now=now):
@@ -29,6 +31,9 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
         elif rec.state == DELETING:
             snapshot.remove_files_and_record(meta, store, rec)
             out["deleting_snapshots_finished"] += 1
+        elif rec.state == COMMITTED and rec.expires_at is not None and rec.expires_at < now \
+                and (rec.collection_id, rec.snapshot_id) in windows:
+            out["expired_snapshots_held_by_window"] += 1
         elif rec.state == COMMITTED and rec.expires_at is not None and rec.expires_at < now \
                 and not rec.pinned_by(min(now, time.time())):
             try:
@@ -48,7 +53,8 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
                 meta.kv.count(meta.keys.snapshots_prefix(coll.collection_id)):
             continue
         kv = meta.kv.get(meta.keys.collection(coll.collection_id))
-        if kv is not None:   # with its retention policy, if it had one
-            meta.kv.txn([unchanged(kv)], [Delete(kv.key), Delete(meta.keys.retention(coll.collection_id))])
+        if kv is not None:   # with its retention policy and point-in-time window, if it had them
+            meta.kv.txn([unchanged(kv)], [Delete(kv.key), Delete(meta.keys.retention(coll.collection_id)),
+                                          Delete(meta.keys.pitr_window(coll.collection_id))])
             out["dropped_collections_removed"] += 1
     return dict(out)

@@ -1,5 +1,5 @@
 """The WAL as GC sees it: which fragments of each pchannel every consumer has passed
-(seglake.wal.checkpoints), read once per mark, and re-read right before a sweep deletes
+(seglake.wal.checkpoints) and no point-in-time window holds, read once per mark, and re-read right before a sweep deletes
 (recording the truncation in etcd first)."""
 
 from __future__ import annotations
@@ -52,14 +52,21 @@ def _is_pchannel(name: str) -> bool:
     return True
 
 
-def wal_truncatable(meta: Meta, pchannel: str) -> set[str]:
-    """Below every checkpoint, and for an archived pchannel below the archive's cursor
-    (lifecycle/backup/archive.py: what is not shipped yet stays)."""
+def wal_truncatable(meta: Meta, pchannel: str, holds: list | None = None) -> set[str]:
+    """Below every checkpoint, below what every point-in-time window holds
+    (seglake.lifecycle.pitr.window.holds, read by each mark and each sweep -- `holds` when
+    the caller read them for several pchannels -- so a window turned off or shortened
+    releases its fragments at the next GC), and for an archived pchannel below the
+    archive's cursor (lifecycle/backup/archive.py: what is not shipped yet stays)."""
     from seglake.lifecycle.backup.archive import truncation_floor
+    from seglake.lifecycle.pitr.window import held_fragment, holds as window_holds
     from seglake.wal.checkpoints import truncatable_fragments
+    from seglake.wal.message import MessageId
 
+    n = held_fragment(window_holds(meta) if holds is None else holds, pchannel)
     floor = truncation_floor(meta, pchannel)
-    return set(truncatable_fragments(meta, pchannel, floors=() if floor is None else (floor,)))
+    return set(truncatable_fragments(meta, pchannel, [] if n is None else [MessageId(0, n, 0)],
+                                     floors=() if floor is None else (floor,)))
 
 
 def wal_referenced(meta: Meta, pchannel: str) -> set[str]:
@@ -75,11 +82,13 @@ def load_wal_view(meta: Meta, store: Store, collection_id: int | None) -> WalVie
         return view
     try:
         faults.point("gc.mark.wal")
+        from seglake.lifecycle.pitr.window import holds
         dirs, _ = store.list_level(f"{layout.WAL}/")
+        held = holds(meta)   # the point-in-time windows, once for every pchannel
         for d in dirs:
             name = d[len(layout.WAL) + 1:].rstrip("/")
             if _is_pchannel(name):  # (any other directory's keys stay unrecognised)
-                view.truncatable[name] = wal_truncatable(meta, name)
+                view.truncatable[name] = wal_truncatable(meta, name, held)
                 view.referenced[name] = wal_referenced(meta, name)
     except Exception as e:
         view.truncatable, view.referenced, view.error = {}, {}, f"{type(e).__name__}: {e}"
@@ -94,9 +103,13 @@ def not_truncatable(meta: Meta, keys: list[str], out) -> list[str]:
     for k in keys:
         by_pchannel[layout.parse_wal_fragment(k)[0]].append(k)
     keep = []
+    held = None
     for pch, ks in sorted(by_pchannel.items()):
         try:
-            ok = wal_truncatable(meta, pch)
+            if held is None:
+                from seglake.lifecycle.pitr.window import holds
+                held = holds(meta)   # re-read right before this sweep's deletes
+            ok = wal_truncatable(meta, pch, held)
             ref = wal_referenced(meta, pch)
             faults.point("gc.sweep.wal_truncate")
             below = [k for k in ks if k in ok]

@@ -38,7 +38,7 @@ from __future__ import annotations
 from seglake.lifecycle.snapshot.common import (SEGMENTS_PER_MANIFEST, METADATA_FORMAT, HEARTBEAT_INTERVAL,
                                                MIN_PENDING_TIMEOUT, SnapshotLost)
 from seglake.lifecycle.snapshot.alive import (KeepAlive, keep_alive_status)
-from seglake.lifecycle.snapshot.collect import (capture_raw, capture, group)
+from seglake.lifecycle.snapshot.collect import (capture_raw, capture, group, positions)
 from seglake.lifecycle.snapshot.write import (ManifestWritten, write_manifest, write_raw_group,
                                               write_manifest_groups, collection_doc, finish, record_failure,
                                               PARALLEL_MIN_SEGMENTS, GroupWriter, write_attempt, write_all)
@@ -50,7 +50,7 @@ from seglake.lifecycle.snapshot.removal import (snapshot_files, remove_files_and
 from seglake.lifecycle.snapshot.pins import (pin, unpin, list_pins)
 from seglake.lifecycle.snapshot.refs import (RefIndex, own_refs, manifest_refs)
 
-__all__ = ['SEGMENTS_PER_MANIFEST', 'METADATA_FORMAT', 'HEARTBEAT_INTERVAL', 'MIN_PENDING_TIMEOUT', 'SnapshotLost', 'KeepAlive', 'keep_alive_status', 'capture_raw', 'capture', 'group', 'ManifestWritten', 'write_manifest', 'write_raw_group', 'write_manifest_groups', 'collection_doc', 'finish', 'record_failure', 'PARALLEL_MIN_SEGMENTS', 'GroupWriter', 'write_attempt', 'write_all', 'begin', 'create', 'info', 'resolve', 'list_snapshots', 'read_metadata', 'read_entries', 'read_manifest', 'describe', 'read_segments', 'snapshot_files', 'remove_files_and_record', 'reclaim_abandoned', 'purge', 'drop', 'drop_by_id', 'pin', 'unpin', 'list_pins', 'RefIndex', 'own_refs', 'manifest_refs']
+__all__ = ['SEGMENTS_PER_MANIFEST', 'METADATA_FORMAT', 'HEARTBEAT_INTERVAL', 'MIN_PENDING_TIMEOUT', 'SnapshotLost', 'KeepAlive', 'keep_alive_status', 'capture_raw', 'capture', 'group', 'positions', 'ManifestWritten', 'write_manifest', 'write_raw_group', 'write_manifest_groups', 'collection_doc', 'finish', 'record_failure', 'PARALLEL_MIN_SEGMENTS', 'GroupWriter', 'write_attempt', 'write_all', 'begin', 'create', 'info', 'resolve', 'list_snapshots', 'read_metadata', 'read_entries', 'read_manifest', 'describe', 'read_segments', 'snapshot_files', 'remove_files_and_record', 'reclaim_abandoned', 'purge', 'drop', 'drop_by_id', 'pin', 'unpin', 'list_pins', 'RefIndex', 'own_refs', 'manifest_refs']
 
 from seglake.facade import seal  # noqa: E402
 

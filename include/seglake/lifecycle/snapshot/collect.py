@@ -9,7 +9,7 @@ import msgspec
 from seglake.errors import StateError, ValidationError
 from seglake.meta import Meta
 from seglake.meta.codec import encode_struct
-from seglake.meta.segments import FLUSHED, Segment
+from seglake.meta.segments import FLUSHED, Binlog, Segment
 from seglake.meta.snapshots import SnapshotRecord
 from seglake.lifecycle.snapshot.common import SEGMENTS_PER_MANIFEST
 
@@ -68,6 +68,58 @@ def _name_legacy_copies(meta: Meta, collection_id: int, raws: list[bytes], heads
     for i, seg in copied.items():
         if seg.delta_partitions is None and seg.deltalogs:
             out[i] = encode_struct(seg.replace(delta_partitions=dict(legacy)))
+    return out
+
+
+class _Marks(msgspec.Struct):
+    """The fields of a segment record the replay floors need (flush.fold_high_water)."""
+
+    channel: str
+    partition_id: int
+    state: str
+    level: str = "L1"
+    dml_ts: int = 0
+    source: dict | None = None
+    compacted_from: tuple[int, ...] = ()
+    binlogs: msgspec.Raw = msgspec.Raw(b"{}")
+    deltalogs: tuple[Binlog, ...] = ()
+
+
+_MARKS = msgspec.json.Decoder(_Marks)
+
+
+def positions(meta: Meta, collection_id: int, revision: int, raws: list[bytes]) -> dict[str, dict]:
+    """Where each vchannel of the collection stood in its log at `revision` (the capture's)
+    and what of it the captured segments (`raws`) hold: vchannel -> {"checkpoint": its
+    flusher checkpoint [term, fragment, offset, time_tick] or None (the log from its
+    start), "part_hw": {partition id: highest row tick written}, "del_hw": highest delete
+    tick}: exactly what a flusher recovering at that revision would skip
+    (flush.fold_high_water), so a replay of the log from there (seglake.lifecycle.pitr)
+    rebuilds everything after the snapshot, nothing twice."""
+    import json
+    from types import SimpleNamespace
+
+    from seglake.lifecycle.flush.state import fold_high_water
+
+    out: dict[str, dict] = {}
+    for v in meta.catalog.get(collection_id).vchannels:
+        key = meta.keys.channel_checkpoint(v)
+        found = [kv for kv in meta.kv.range(key, revision=revision) if kv.key == key]
+        cp = None
+        if found:
+            d = json.loads(found[0].value)
+            cp = [*(int(x) for x in d["message_id"]), int(d["time_tick"])]
+        out[v] = {"checkpoint": cp, "part_hw": {}, "del_hw": 0}
+    hws: dict[str, dict] = {v: {} for v in out}
+    for raw in raws:
+        m = _MARKS.decode(raw)
+        if m.channel not in out:
+            continue
+        seg = SimpleNamespace(**{f: getattr(m, f) for f in m.__struct_fields__ if f != "binlogs"},
+                              binlogs=bytes(m.binlogs).strip() not in (b"{}", b"", b"null"))
+        out[m.channel]["del_hw"] = fold_high_water(seg, hws[m.channel], out[m.channel]["del_hw"])
+    for v, hw in hws.items():
+        out[v]["part_hw"] = {str(p): t for p, t in sorted(hw.items())}
     return out
 
 

@@ -105,6 +105,10 @@ def drop_by_id(meta: Meta, store: Store, collection_id: int, name: str, *, now: 
         if by := rec.pinned_by(time.time() if now is None else min(now, time.time())):   # pins: wall clock
             raise Conflict(f"snapshot {name!r} is pinned ({', '.join(by)}): drop it after the jobs finish "
                            f"and the pins are removed (`seglake snapshots unpin`) or expire")
+        from seglake.lifecycle.pitr.window import held_snapshots
+        if why := held_snapshots(meta).get((rec.collection_id, rec.snapshot_id)):
+            raise Conflict(f"snapshot {name!r} is held by {why}: every restore to an instant of the window "
+                           f"starts from it; shorten or clear the window (`seglake pitr`) to drop it")
         rec = meta.snapshots.update(kv, rec.replace(state=DELETING),
                                     reason=f"snapshot {name!r} changed while dropping; retry")
     faults.point("snapshot.drop_after_deleting")

@@ -20,7 +20,7 @@ from seglake.meta.segments import Segment
 from seglake.meta.snapshots import COMMITTED, PENDING, SnapshotRecord
 from seglake.storage import Store, layout
 from seglake.lifecycle.snapshot.alive import KeepAlive
-from seglake.lifecycle.snapshot.collect import capture_raw, group
+from seglake.lifecycle.snapshot.collect import capture_raw, group, positions as log_positions
 from seglake.lifecycle.snapshot.common import METADATA_FORMAT, SEGMENTS_PER_MANIFEST, SnapshotLost
 
 
@@ -84,7 +84,8 @@ def collection_doc(meta: Meta, collection_id: int) -> dict:
 
 
 def _metadata(meta: Meta, rec: SnapshotRecord, attempt: int, written: list[ManifestWritten],
-              consistent_ts: int, revision: int, collection: dict | None = None) -> tuple[dict, dict]:
+              consistent_ts: int, revision: int, collection: dict | None = None,
+              positions: dict | None = None) -> tuple[dict, dict]:
     """(metadata JSON document, totals). Checks the attempt's manifests are complete.
     `collection`: the collection part (default: read from the catalog)."""
     written = sorted(written, key=lambda w: w.n)
@@ -106,18 +107,21 @@ def _metadata(meta: Meta, rec: SnapshotRecord, attempt: int, written: list[Manif
         "index_build_ids": sorted({i for w in written for i in w.build_ids}),
         "totals": totals,
     }
+    if positions is not None:
+        doc["positions"] = positions
     return doc, totals
 
 
 def finish(meta: Meta, store: Store, rec: SnapshotRecord, attempt: int, written: list[ManifestWritten],
            consistent_ts: int, revision: int, now: float | None = None,
-           collection: dict | None = None) -> SnapshotRecord:
+           collection: dict | None = None, positions: dict | None = None) -> SnapshotRecord:
     """Write this attempt's metadata JSON (durable first), then commit PENDING ->
     COMMITTED naming it, in one txn guarded by the record as read. Idempotent for the
     attempt that won; SnapshotLost for any other writer. `collection`: as in _metadata
-    (an imported snapshot's collection is not in the catalog)."""
+    (an imported snapshot's collection is not in the catalog). `positions`: where each
+    vchannel's log stood at the capture (collect.positions; None for an import)."""
     _ours_to_commit(meta, rec, attempt)
-    doc, totals = _metadata(meta, rec, attempt, written, consistent_ts, revision, collection)
+    doc, totals = _metadata(meta, rec, attempt, written, consistent_ts, revision, collection, positions)
     raw = json.dumps(doc, separators=(",", ":")).encode()
     location = layout.snapshot_attempt_metadata(rec.collection_id, rec.snapshot_id, attempt)
     store.put(location, raw)
@@ -131,7 +135,8 @@ def finish(meta: Meta, store: Store, rec: SnapshotRecord, attempt: int, written:
         return meta.snapshots.commit(kv, cur.replace(
             state=COMMITTED, location=location, committed_at=now, consistent_ts=consistent_ts,
             revision=revision, manifests=len(written), partitions=len(doc["collection"]["partitions"]),
-            error=None, failed=False, attempt=attempt, metadata_sha256=manifest.sha256(raw), **totals))
+            error=None, failed=False, attempt=attempt, metadata_sha256=manifest.sha256(raw), positions=positions,
+            **totals))
     return retry_on_conflict(commit, f"commit snapshot {rec.name!r}")
 
 
@@ -173,10 +178,11 @@ def write_attempt(meta: Meta, store: Store, rec: SnapshotRecord, write_groups: G
     try:
         with KeepAlive(meta, rec, f"attempt {attempt}") as alive:
             raws, ts, revision = capture_raw(meta, rec)
+            where = log_positions(meta, rec.collection_id, revision, raws)
             written = write_groups(attempt, list(enumerate(group(raws, per_file))), alive)
             faults.point("snapshot.after_manifests")
             alive.check()
-            return finish(meta, store, rec, attempt, written, ts, revision)
+            return finish(meta, store, rec, attempt, written, ts, revision, positions=where)
     except SnapshotLost:
         raise
     except Exception as e:

@@ -161,7 +161,7 @@ def test_gc_keeps_what_the_archive_has_not_shipped_and_lets_go_once_shipped_or_o
             list(range(1, WalLog(meta, store, p).state().last + 1))
 
 
-def test_gc_truncates_again_once_the_archive_is_turned_off(meta, store, settings, target):
+def test_gc_truncates_again_once_the_archive_is_turned_off_and_what_it_held_is_shipped(meta, store, settings, target):
     coll = _ingest(meta, store, settings, create=True)
     ps = pchannels(coll)
     for p in ps:
@@ -172,6 +172,10 @@ def test_gc_truncates_again_once_the_archive_is_turned_off(meta, store, settings
     gc.run(meta, store, gc.GCOptions(**OPTS))
     assert all(truncated_before(meta, p) == 1 for p in ps)
     _archived(meta, on=False)
+    gc.run(meta, store, gc.GCOptions(**OPTS))
+    assert all(truncated_before(meta, p) == 1 for p in ps)     # what was written while on is not shipped yet
+    r = archive.run(meta, store, target)                        # ships it, then lets go of the pchannels
+    assert all(d.get("released") for d in r["pchannels"].values()) and archive.archived_pchannels(meta) == {}
     gc.run(meta, store, gc.GCOptions(**OPTS))
     assert all(truncated_before(meta, p) > 1 for p in ps)
 

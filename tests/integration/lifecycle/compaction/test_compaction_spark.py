@@ -75,3 +75,51 @@ def test_spark_submit_compacts_row_exactly_and_records_the_summary(meta, store, 
     assert last["engine"] == "spark" and last["counts"]["committed"] == len(planned.units)
     assert [u["unit_id"] for u in last["plan"]["units"]] == [u.unit_id for u in planned.units]
     assert compaction.plan(meta, store, "s", policy(target_rows=10_000)).units == []
+
+
+def test_spark_job_killed_on_an_executor_then_re_run_converges(meta, store, settings):
+    """spark-submit (local[1]) of a scheduled-style run (--targets: L0 folds, then merges by
+    later runs): the executor's Python worker SIGKILLed after a unit's files, then (second job)
+    right after a unit's commit; nothing visible changes; a third job converges row-exactly
+    (no lost unit, nothing prepared, nothing left to plan)."""
+    from seglake.lifecycle.flush.state import L0
+
+    from compaction_helpers import rows, segments
+
+    w = _collection(meta, store, settings, "k")
+    w.delete("k", [3, 4, 25])           # alone in a flush: L0 delete segments, folded at once
+    w.flush("k")
+    before = exact(meta, store, "k")
+    pol = policy(target_rows=15, l0_age=0.0)
+    planned = compaction.plan(meta, store, "k", pol)
+    assert compaction.FOLD in {u.kind for u in planned.units}       # folds first (the delete logs are old enough)
+    targets = compaction.targets_json([{"collection": "k", "db": "default", "policy": pol}])
+    env = {**os.environ, **settings.to_env(), "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": str(REPO / "include"), "SPARK_LOCAL_IP": "127.0.0.1"}
+
+    def submit(faults: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]",
+             "--conf", "spark.ui.enabled=false", str(REPO / "spark" / "jobs" / "compact.py"),
+             "--targets", targets, "--trigger", "scheduled"],
+            env={**env, "SEGLAKE_FAULTS": faults}, capture_output=True, text=True, timeout=600)
+
+    for fault in ("compaction.after_files:kill@1", "compaction.after_commit:kill@1"):
+        job = submit(fault)
+        assert job.returncode != 0, job.stdout[-2000:]
+        assert exact(meta, store, "k") == before
+    job = submit()
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert exact(meta, store, "k") == before and rows(meta, store, "k") == w.model.visible()
+    assert {r["state"] for r in compaction.unit_records(meta)} == {compaction.COMMITTED}
+    assert not [s for s in segments(meta, "k") if s.level == L0]
+    last = compaction.last_run(meta, planned.collection_id)
+    assert last["engine"] == "spark" and last["trigger"] == "scheduled" and last["counts"]["lost"] == 0
+    assert last["counts"]["committed"] == len(last["plan"]["units"])
+    # a fold's outputs are merged by later runs (a plan keeps a fold's segments out of its merges)
+    for _ in range(5):
+        if not compaction.compact(meta, store, "k", pol).plan.units:
+            break
+    else:
+        pytest.fail("compaction does not converge")
+    assert exact(meta, store, "k") == before and rows(meta, store, "k") == w.model.visible()

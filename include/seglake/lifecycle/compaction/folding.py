@@ -1,0 +1,334 @@
+"""L0 folding (issue 28 item 1): collection-wide delete logs older than `l0_age` are
+folded into the segments they hit, and dropped, in ONE guarded etcd transaction. A delete
+log is collection-wide wherever it is stored: in a 0-row L0 segment (deletes flushed
+alone), or riding in the delta log of a row-bearing segment (the flusher stores deletes
+with the next segment it syncs; compaction carries them on). Both are CARRIERS.
+
+A delete may be forgotten only once no row it could hide exists anywhere but in the
+segments the fold rewrites. So a carrier's delete log is foldable (as a whole) when
+- it is older than the policy's `l0_age` (its newest delete tick, TSO physical time), and
+- its newest delete tick is at or below the checkpoint of ITS vchannel. The WAL routes a
+  delete, like the rows of its pk, to one vchannel by a hash of the pk (wal/client.py),
+  so the rows a WAL delete can hide that are not yet Flushed are on its own vchannel;
+  every message at or below that vchannel's checkpoint is durable in Flushed segments,
+  so no row with a smaller timestamp is still in the WAL or a growing segment, and every
+  row written later has a larger timestamp (the TSO): the delete can never hide it. A
+  delete copied in by a restore or an import is older than every WAL row of the copy
+  (the copy advances the TSO past what it copied). (No checkpoint yet: nothing folded.)
+Its HITS are the Flushed segments with at least one row its deletes hide (THE visibility
+rule, at the plan's revision), and a row-bearing carrier itself. A FOLD unit: one
+(partition, vchannel) group of foldable carriers -- its 0-row L0 carriers are the unit's
+inputs, its row-bearing carriers are hits marked `folded` (rewritten WITHOUT their own
+delete entries) -- + the union of their hits (a segment claimed by two groups goes to the
+first; the other group's carriers wait for the next run; every txn stays under
+MAX_FOLD_OPS).
+
+Run (same record state machine as running.py, record schema v4: a seglake before folding
+refuses it instead of misreading it): prepare (one output id + log ids per hit, the
+delete sources' revision) -> each hit rewritten into its output: its rows minus every row
+hidden by the recorded delete sources (the folded deletes among them), row ids and
+timestamps kept, its own delta-log entries carried unless it is a folded carrier
+(running.write_output) -> files
+checked -> ONE txn comparing the L0 inputs and the hits at their planned revisions, the
+record, every output key absent and the collection record: L0 inputs Dropped
+(`compacted_to` 0: folded), hits Dropped with `compacted_to` their output, outputs
+Flushed (`compacted_from` the hit), record committed. New segments between plan and
+commit cannot hold a row the folded deletes hide (they were written above the
+checkpoint); a concurrent change to an input or a hit loses the fold (reported, files
+removed), never undoing the winner.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from seglake import faults, segfiles, visibility
+from seglake.errors import Conflict, NotFound
+from seglake.meta.alloc import physical_ms
+from seglake.meta.catalog import CREATED, Collection
+from seglake.meta.codec import decode, decode_struct, encode, encode_struct
+from seglake.meta.kv import Compacted, Put, absent, unchanged
+from seglake.meta.segments import DROPPED, FLUSHED, Segment
+from seglake.storage import layout
+from seglake.wal.checkpoints import RELEASED, read_checkpoint
+from seglake.lifecycle.flush.state import L0
+from seglake.lifecycle.compaction.policy import FOLD, MAX_FOLD_OPS, REWRITE, Policy, Unit, make_unit
+
+RECORD_VERSION = 4          # a fold's unit record (older seglakes refuse it)
+FOLDED = 0                  # compacted_to of a folded L0 segment: its deletes went into the hits' rewrites
+
+
+# -- plan -------------------------------------------------------------------------------------
+def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
+    """{vchannel: its checkpoint's time tick} (a vchannel without a checkpoint is absent)."""
+    out = {}
+    for vc in coll.vchannels:
+        cp, _ = read_checkpoint(meta, vc)
+        if cp is not None:
+            out[vc] = cp.time_tick
+    return out
+
+
+def delete_tick(seg: Segment) -> int:
+    """The newest delete tick of a segment's delta log (an L0 segment's dml_ts)."""
+    ticks = [b.ts_to for b in seg.deltalogs if b.ts_to]
+    return max(ticks) if ticks else (seg.dml_ts if seg.level == L0 and not seg.num_rows else 0)
+
+
+def foldable(seg: Segment, floor: int | None, policy: Policy, now: float) -> bool:
+    """Its delta log may be folded (module doc): old enough, below its vchannel's checkpoint."""
+    tick = delete_tick(seg) if seg.deltalogs else 0
+    return (floor is not None and seg.state == FLUSHED and 0 < tick <= floor
+            and physical_ms(tick) / 1000.0 <= now - policy.l0_age)
+
+
+def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]], hidden: dict[int, int],
+               policy: Policy, now: float, rows=None) -> list[Unit]:
+    """The FOLD units of the collection now (module doc), deterministic for one state.
+    `rows`: the key columns of every Flushed segment's rows, if the caller read them."""
+    ticks = checkpoint_ticks(meta, coll)
+    carriers = [(s, r) for s, r in flushed if foldable(s, ticks.get(s.channel), policy, now)]
+    if not carriers:
+        return []
+    partitions = {p.partition_id: p.name for p in coll.partitions}
+    with_rows = [(s, r) for s, r in flushed if s.num_rows]
+    if rows is None and with_rows:
+        rows = visibility.read_rows(store, coll.schema, [s for s, _ in with_rows])
+    legacy = visibility.legacy_source_partitions(meta, [s for s, _ in carriers])
+    # each carrier's deletes, read once; only the rows whose pk one of them names can be hit
+    # (one pass over the collection's rows, then per carrier over those few)
+    dels = {s.segment_id: visibility.read_deletes(store, [s], partitions, legacy_sources=legacy)
+            for s, _ in carriers}
+    seg_col = None
+    if rows is not None and rows.num_rows:
+        named = np.unique(np.concatenate([d.pks for d in dels.values()] or [np.zeros(0, np.int64)]))
+        rows = rows.filter(np.isin(rows.column(visibility.PK).to_numpy(), named))
+        seg_col = rows.column(visibility.SEGMENT_ID).to_numpy() if rows.num_rows else None
+    by_id = {s.segment_id: (s, r) for s, r in with_rows}
+    groups: dict[tuple[int, str], list[tuple[Segment, int]]] = {}
+    for s, r in carriers:
+        groups.setdefault((s.partition_id, s.channel), []).append((s, r))
+    units, used = [], set()
+    for (pid, channel), segs in sorted(groups.items()):
+        ins, hits, folded = [], set(), set()
+        for s, r in segs:
+            mine = {s.segment_id} if s.num_rows else set()      # a row-bearing carrier is rewritten without it
+            if seg_col is not None:
+                d = dels[s.segment_id]
+                if len(d):
+                    mine |= {int(x) for x in np.unique(seg_col[~visibility.visible_mask(rows, d)])}
+            if (mine | {s.segment_id}) & used or (not s.num_rows and s.segment_id in hits):
+                continue                    # another fold of this plan rewrites one of its segments: next run
+            n_in = len(ins) + (0 if s.num_rows else 1)
+            if n_in + 2 * len(hits | mine) > MAX_FOLD_OPS:
+                continue
+            if s.num_rows:
+                folded.add(s.segment_id)
+            else:
+                ins.append((s, r))
+            hits |= mine
+        hits -= {s.segment_id for s, _ in ins}
+        if not ins and not folded:
+            continue
+        used |= hits | {s.segment_id for s, _ in ins}
+        hit_recs = [by_id[h] for h in sorted(hits)]
+        units.append(make_unit(coll.collection_id, pid, channel, FOLD, [(s.segment_id, r) for s, r in ins],
+                               hits=[(h.segment_id, h.partition_id, r) for h, r in hit_recs], folded=folded,
+                               rows=sum(h.num_rows for h, _ in hit_recs),
+                               deleted=sum(hidden.get(h.segment_id, 0) for h, _ in hit_recs),
+                               bytes=sum(x.total_size() for x, _ in [*ins, *hit_recs]),
+                               delta_logs=sum(len(s.deltalogs) for s, _ in ins)
+                               + sum(len(by_id[f][0].deltalogs) for f in folded)))
+    return units
+
+
+# -- run --------------------------------------------------------------------------------------
+def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revision: int | None, cache: dict):
+    """Run a FOLD unit to its end (module doc). Re-runnable at any point."""
+    from seglake.lifecycle.compaction import running as r
+
+    coll = meta.catalog.get(unit.collection_id)
+    r._inputs(meta, unit)           # a forged unit (inputs on another vchannel) refused before any write
+    rec, rkv = _prepare(meta, coll, unit, now, sources_revision)
+    faults.point("compaction.after_prepare")
+    if rec["state"] != r.PREPARED:
+        return r._settled(unit, rec)
+    inputs, why = r._inputs(meta, unit)
+    hits, why2 = _hits(meta, unit)
+    if why or why2:
+        return _lose(meta, store, unit, rkv, why or why2)
+    _check_outputs_free(meta, unit, rec)
+    try:
+        deletes = r._deletes_of(meta, store, coll, rec, cache)
+    except (Compacted, NotFound) as e:
+        return _lose(meta, store, unit, rkv, f"its delete sources cannot be read any more ({e}); re-plan")
+    outs, results = [], []
+    for (seg, kv), out_id, log0 in zip(hits, rec["outputs"], rec["log0s"]):
+        sub = make_unit(unit.collection_id, seg.partition_id, seg.channel, REWRITE, [(seg.segment_id,
+                                                                                     kv.mod_revision)])
+        out, res = r.write_output(meta, store, coll, sub, {"output": out_id, "log0": log0,
+                                                         "legacy_sources": rec["legacy_sources"]}, [(seg, kv)], deletes,
+                                  carry=seg.segment_id not in unit.folded)
+        outs.append(out)
+        results.append(res)
+    r._hook(hooks, "after_files", unit)
+    faults.point("compaction.after_files")
+    for out in outs:
+        r.check_files(store, out)
+    result = r.UnitResult(unit.unit_id, r.COMMITTED, outs[0].segment_id if outs else None,
+                          len(inputs) + len(hits), sum(x.rows_in for x in results), sum(x.rows_out for x in results),
+                          sum(x.rows_dropped for x in results), sum(x.deletes_carried for x in results),
+                          sum(s.total_size() for s, _ in [*inputs, *hits]), sum(x.bytes_out for x in results),
+                          outputs=len(outs))
+    return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now, hooks)
+
+
+def _hits(meta, unit: Unit):
+    keys = [meta.keys.segment(unit.collection_id, pid, sid) for sid, pid, _ in unit.hits]
+    read = meta.kv.get_many(keys) if keys else {}
+    out = []
+    for (sid, _, rev), key in zip(unit.hits, keys):
+        kv = read[key]
+        if kv is None:
+            return out, f"hit segment {sid} is gone"
+        seg = decode_struct(kv.value, Segment, key)
+        if kv.mod_revision != rev or seg.state != FLUSHED:
+            return out, f"hit segment {sid} changed since the plan (now {seg.state}, revision {kv.mod_revision})"
+        out.append((seg, kv))
+    return out, None
+
+
+def _prepare(meta, coll: Collection, unit: Unit, now: float, sources_revision: int | None):
+    from seglake.lifecycle.compaction import running as r
+
+    key = meta.keys.compaction_unit(unit.collection_id, unit.unit_id)
+    kv = meta.kv.get(key)
+    if kv is not None:
+        old = decode(kv.value, key)
+        if old.get("state") == r.LOST and not r._inputs(meta, unit)[1] and not _hits(meta, unit)[1]:
+            try:     # lost for another reason (sources gone): a fresh attempt, guarded by the lost record
+                meta.kv.txn([unchanged(kv)], [Put(key, _record(meta, coll, unit, now, int(old.get("attempt", 1)) + 1,
+                                                               None))], f"re-prepare fold {unit.unit_id}")
+            except Conflict:
+                pass
+            kv = meta.kv.get(key)
+    if kv is None:
+        try:
+            meta.kv.txn([absent(key)], [Put(key, _record(meta, coll, unit, now, 1, sources_revision))],
+                        f"prepare fold {unit.unit_id}")
+        except Conflict:
+            pass
+        kv = meta.kv.get(key)
+        if kv is None:
+            raise r.CompactionError(f"unit record {key} vanished after its prepare")
+    rec = decode(kv.value, key)
+    if Unit.from_json(rec.get("unit") or {}) != unit or len(rec.get("outputs", ())) != len(unit.hits) \
+            or len(rec.get("log0s", ())) != len(unit.hits):
+        raise r.CompactionError(f"unit record {key} holds another unit or is corrupt")
+    return rec, kv
+
+
+def _record(meta, coll: Collection, unit: Unit, now: float, attempt: int, revision: int | None) -> bytes:
+    from seglake.lifecycle.compaction import running as r
+
+    try:
+        rev = meta.kv.revision() if revision is None else revision
+        sources = r.delete_sources(meta, unit.collection_id, rev)
+    except Compacted:
+        rev = meta.kv.revision()
+        sources = r.delete_sources(meta, unit.collection_id, rev)
+    nlogs = segfiles.log_ids_needed(coll.schema, True, 1)
+    n = len(unit.hits)
+    first = meta.ids.allocate(n) if n else 0
+    logs = meta.ids.allocate(nlogs * n) if n else 0
+    return encode({"unit": unit.to_json(), "state": r.PREPARED, "prepared_at": now, "attempt": attempt,
+                   "outputs": [first + i for i in range(n)], "log0s": [logs + i * nlogs for i in range(n)],
+                   "nlogs": nlogs, "sources_revision": rev,
+                   "legacy_sources": sorted(visibility.legacy_source_partitions(meta, sources))},
+                  version=RECORD_VERSION)
+
+
+def _out_keys(meta, unit: Unit, rec: dict) -> list[tuple[int, int, str]]:
+    """(partition, output id, its segment key) per hit."""
+    return [(pid, int(o), meta.keys.segment(unit.collection_id, pid, int(o)))
+            for (_, pid, _), o in zip(unit.hits, rec["outputs"])]
+
+
+def _check_outputs_free(meta, unit: Unit, rec: dict) -> None:
+    from seglake.lifecycle.compaction import running as r
+
+    for _, o, key in _out_keys(meta, unit, rec):
+        if meta.kv.get(key) is not None:
+            raise r.CompactionError(f"fold {unit.unit_id}: its record names output segment {o}, which is a segment "
+                                    f"of the collection already: the record was edited or is corrupt; nothing written")
+
+
+def _commit(meta, store, unit: Unit, rkv, inputs, hits, outs: list[Segment], result, now: float, hooks: dict):
+    from seglake.lifecycle.compaction import running as r
+
+    rec = decode(rkv.value, rkv.key)
+    channels = {unit.channel, *(s.channel for s, _ in hits)}
+    for _ in range(r.COMMIT_ATTEMPTS):
+        ckey = meta.keys.collection(unit.collection_id)
+        ckv = meta.kv.get(ckey)
+        coll = None if ckv is None else Collection.from_json(decode(ckv.value, ckey))
+        if coll is None or coll.state != CREATED or channels & set(coll.properties.get(RELEASED, ())):
+            return _lose(meta, store, unit, rkv, f"collection is {'gone' if coll is None else coll.state} or a "
+                                                 f"vchannel was released")
+        okeys = [meta.keys.segment(o.collection_id, o.partition_id, o.segment_id) for o in outs]
+        compares = [unchanged(kv) for _, kv in [*inputs, *hits]] + [absent(k) for k in okeys] + \
+            [unchanged(rkv), unchanged(ckv)]
+        ops = [Put(kv.key, encode_struct(s.replace(state=DROPPED, dropped_at=now, compacted_to=FOLDED)))
+               for s, kv in inputs]
+        ops += [Put(kv.key, encode_struct(s.replace(state=DROPPED, dropped_at=now, compacted_to=o.segment_id)))
+                for (s, kv), o in zip(hits, outs)]
+        ops += [Put(k, encode_struct(o)) for k, o in zip(okeys, outs)]
+        ops.append(Put(rkv.key, encode({**rec, "state": r.COMMITTED, "committed_at": now,
+                                        "result": result.to_json()}, version=RECORD_VERSION)))
+        try:
+            meta.kv.txn(compares, ops, f"commit fold {unit.unit_id}")
+            faults.point("compaction.after_commit")
+            r._hook(hooks, "after_commit", unit)
+            return result
+        except Conflict:
+            cur = meta.kv.get(rkv.key)
+            if cur is None:
+                raise r.CompactionError(f"unit record {rkv.key} vanished during its commit") from None
+            if cur.mod_revision != rkv.mod_revision:
+                return r._settled(unit, decode(cur.value, rkv.key))
+            why = r._inputs(meta, unit)[1] or _hits(meta, unit)[1]
+            if why:
+                return _lose(meta, store, unit, rkv, why)
+    return _lose(meta, store, unit, rkv, "the collection record kept changing during the commit")
+
+
+def _lose(meta, store, unit: Unit, rkv, why: str):
+    """Record the fold lost (guarded) and remove its outputs' files (never a live segment's)."""
+    from seglake.lifecycle.compaction import running as r
+
+    rec = decode(rkv.value, rkv.key)
+    try:
+        meta.kv.txn([unchanged(rkv)], [Put(rkv.key, encode({**rec, "state": r.LOST, "reason": why,
+                                                             "lost_at": time.time()}, version=RECORD_VERSION))],
+                    f"lose fold {unit.unit_id}")
+    except Conflict:
+        cur = meta.kv.get(rkv.key)
+        if cur is None:
+            raise r.CompactionError(f"unit record {rkv.key} vanished") from None
+        return r._settled(unit, decode(cur.value, rkv.key))
+    remove_outputs(meta, store, unit.collection_id, rec)
+    return r.UnitResult(unit.unit_id, r.LOST, reason=why)
+
+
+def remove_outputs(meta, store, collection_id: int, rec: dict) -> None:
+    """Remove the files of a lost / abandoned fold's outputs; an output id that names an
+    existing segment (an edited record) is skipped: its files are that segment's."""
+    u = rec["unit"]
+    for (_, pid, _), o in zip(u.get("hits", ()), rec.get("outputs", ())):
+        if meta.kv.get(meta.keys.segment(collection_id, int(pid), int(o))) is not None:
+            continue
+        keys = [x.key for d in layout.segment_dirs(collection_id, int(pid), int(o)) for x in store.list(d)]
+        if keys:
+            store.delete_many(keys)

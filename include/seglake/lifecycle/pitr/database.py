@@ -1,0 +1,88 @@
+"""A whole database at one instant (issue 30 item 4): every collection of a database (or a
+named set) restored as of the SAME timestamp into new collections `{name}{suffix}`.
+
+One TSO orders every write of every collection, so "as of ts" is one cut across all of
+them: a row acknowledged before ts is in its collection's restore, one after is in none.
+Milvus and milvus-backup back up collection by collection, one after another; their
+copies of two collections are of two different moments.
+
+    plan every collection first (planning.plan / from_target.plan_from_target): any
+    refusal -- outside a window, a gap, a target name taken -- refuses the whole set
+    before anything is created
+    -> set up each restore with that same instant (restoring.restore_as_of /
+       from_target.restore_as_of_from_target); each is resumable on its own (a re-run of
+       the set resumes every one).
+"""
+
+from __future__ import annotations
+
+from seglake.errors import NotFound, ValidationError
+from seglake.meta.catalog import CREATED
+from seglake.names import validate_name
+from seglake.lifecycle.pitr.instants import parse_as_of
+
+
+def members(meta, db: str, collections: list[str] | None, target=None) -> list[str]:
+    """The collections to restore: the named ones, else every live collection of `db` (from
+    a backup target: every collection of `db` with a committed bundle there)."""
+    validate_name("db", db)
+    if collections:
+        for c in collections:
+            validate_name("collection", c)
+        if len(set(collections)) != len(collections):
+            raise ValidationError(f"collections: {collections} names one twice")
+        return list(collections)
+    if target is not None:
+        from seglake.lifecycle.backup import bundle as bundles
+        names = sorted({b["collection"] for b in bundles.list_bundles(target, db) if b.get("state") == "committed"})
+    else:
+        names = sorted(c.name for c in meta.catalog.list(db) if c.state == CREATED)
+    if not names:
+        raise NotFound(f"database {db!r} has no collection to restore" + (f" in {target.uri}" if target else ""))
+    return names
+
+
+def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collections: list[str] | None = None,
+                           target=None, owner: str = "", engine: str = "auto", timeout: float = 3600.0) -> list[dict]:
+    """Set up (or resume) the restore of each collection as of `as_of` into
+    `{name}{suffix}` (module doc); `target`: from that backup target alone. Returns
+    [{collection, target, job_id}]; then copyjob + pitr.replay for each."""
+    from seglake.lifecycle.pitr import from_target, planning, restoring
+
+    ts = parse_as_of(as_of)
+    names = members(meta, db, collections, target)
+    to = {n: f"{n}{suffix}" for n in names}
+    for n, t in to.items():
+        validate_name("target collection", t)
+    clash = sorted(set(to.values()) & set(names))
+    if clash:
+        raise ValidationError(f"suffix {suffix!r}: target {clash[0]!r} is one of the collections restored")
+    for n in names:   # every plan first: one refusal refuses the set, nothing created
+        if not _resuming(meta, db, to[n], ts):
+            try:
+                meta.catalog.get_by_name(to[n], db)
+                raise ValidationError(f"target collection {db}.{to[n]} exists already; choose another suffix")
+            except NotFound:
+                pass
+        if target is None:
+            planning.plan(meta, store, n, ts, db=db)
+        else:
+            from_target.plan_from_target(meta, target, n, ts, db=db)
+    out = []
+    for n in names:
+        if target is None:
+            job = restoring.restore_as_of(meta, store, n, to[n], ts, db=db, owner=owner, engine=engine,
+                                          timeout=timeout)
+        else:
+            job = from_target.restore_as_of_from_target(meta, store, target, n, to[n], ts, db=db, owner=owner,
+                                                        engine=engine, timeout=timeout)
+        out.append({"collection": n, "target": to[n], "job_id": job})
+    return out
+
+
+def _resuming(meta, db: str, target: str, ts: int) -> bool:
+    try:
+        coll = meta.catalog.get_by_name(target, db)
+    except NotFound:
+        return False
+    return coll.properties.get("restored_from", {}).get("as_of") == ts

@@ -1,0 +1,180 @@
+"""Restore to a time from a backup target alone (issue 30 items 2 and 3): the source store
+and its etcd may be gone; the target holds bundles (exports of snapshots, each with the
+log position of every vchannel and its source's site) and the WAL archive of that site
+(lifecycle/backup/archive.py).
+
+    as_of -> not in the future (this store's clock)
+          -> the base: the latest COMMITTED bundle of the collection whose snapshot is at or
+             before the instant and that recorded its positions and its site (or the one
+             named)
+          -> per vchannel: the replay starts at the bundle's position (as planning.py does
+             for a snapshot of this store)
+          -> the archive of the site holds every fragment from there, without a gap, and
+             covers the instant (ArchivedLog.covered: else the instant is past the
+             archive's recovery point, and that point is named)
+    -> restore.set_up with the bundle as its source (bundle_restore.BundleSource: the copy
+       job reads each file straight from the target) and the plan on the target
+    -> copy job -> replay (replaying.py, reading the ArchivedLog) -> Created.
+
+Partitions are the bundle's: a message of a partition created after the bundle is refused
+by the replay (naming the partition id). Nothing is written before every check passed.
+"""
+
+from __future__ import annotations
+
+from seglake.errors import NotFound
+from seglake.meta.catalog import DEFAULT_DB, pchannel_of
+from seglake.names import validate_name
+from seglake.lifecycle import restore as restores
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import holds
+from seglake.lifecycle.backup.archive import ArchivedLog
+from seglake.lifecycle.backup.bundle_restore import BundleSource, _check_present
+from seglake.lifecycle.backup.imports import _check_clock
+from seglake.lifecycle.pitr.instants import describe, parse_as_of
+from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan
+
+
+def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundle: str | None = None) -> dict:
+    """The bundle document a restore to `ts` starts from (module doc), or OutsideWindow."""
+    names = [bundle] if bundle is not None else \
+        [b["bundle"] for b in bundles.list_bundles(target, db, collection) if b.get("state") == "committed"]
+    best, sites = None, {}
+    for name in names:
+        doc = bundles.read(target, db, collection, name)
+        src = doc["source"]
+        if not src.get("positions") or not src.get("site"):
+            if bundle is not None:
+                raise OutsideWindow(f"bundle {db}.{collection}/{bundle} recorded no log positions (exported before "
+                                    f"point-in-time restore, or from a snapshot without them): it cannot start a "
+                                    f"restore to a time")
+            continue
+        if not 0 < src["consistent_ts"] <= ts:
+            if bundle is not None:
+                raise OutsideWindow(f"bundle {db}.{collection}/{bundle} was taken at {describe(src['consistent_ts'])}, "
+                                    f"after as_of {describe(ts)}")
+            continue
+        sites.setdefault(src["site"], []).append(name)
+        if best is None or (src["consistent_ts"], doc["created_at"]) > (best["source"]["consistent_ts"],
+                                                                         best["created_at"]):
+            best = doc
+    if len(sites) > 1:   # two seglakes backed up a collection of this name into one target
+        raise OutsideWindow(f"bundles of {db}.{collection} in {target.uri} come from {len(sites)} sources (sites "
+                            + "; ".join(f"{site[:12]}...: {', '.join(sorted(b)[:3])}" for site, b in sorted(sites.items()))
+                            + "): ambiguous; name the bundle to start from (bundle / --bundle)")
+    if best is None:
+        raise OutsideWindow(f"no bundle of {db}.{collection} in {target.uri} was taken at or before "
+                            f"{describe(ts)} with its log positions: nothing to start a restore to that instant from")
+    return best
+
+
+def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_DB,
+                     bundle: str | None = None) -> tuple[Plan, dict]:
+    """(the plan, the base bundle's document) of restoring `collection` as of `as_of` from
+    the target alone, or the refusal (module doc). Read-only."""
+    validate_name("collection", collection)
+    validate_name("db", db)
+    if bundle is not None:
+        validate_name("bundle", bundle)
+    ts = parse_as_of(as_of)
+    now = meta.tso.now()
+    if ts > now:
+        raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(now)})")
+    doc = base_bundle(target, collection, ts, db=db, bundle=bundle)
+    src, coll = doc["source"], doc["snapshot"]["collection"]
+    vchannels = list(coll["vchannels"])
+    # (collection_id 0: the source's ids belong to its own etcd root and never cross a copy)
+    p = Plan(0, collection, db, ts, doc["bundle"], None, vchannels,
+             {str(x["partition_id"]): x["name"] for x in coll["partitions"]},
+             archive={"uri": target.uri, "site": src["site"]})
+    for v in vchannels:
+        pos = src["positions"].get(v)
+        if pos is None:
+            raise LogGap(f"bundle {db}.{collection}/{doc['bundle']} recorded no position of vchannel {v}")
+        cp = pos["checkpoint"]
+        p.starts[v] = {"start": cp[:3] if cp else [0, 1, 0], "floor": cp[3] if cp else 0,
+                       "part_hw": dict(pos["part_hw"]), "del_hw": pos["del_hw"]}
+    _check_archive(target, src["site"], p)
+    return p, doc
+
+
+def _check_archive(target, site: str, p: Plan) -> None:
+    """LogGap naming what the archive lacks: fragments from each replay's start, without a
+    gap, and coverage of the instant (the archive's recovery point)."""
+    problems = []
+    for pch in sorted({pchannel_of(v) for v in p.vchannels}):
+        first = min(s["start"][1] for v, s in p.starts.items() if pchannel_of(v) == pch)
+        log = ArchivedLog(target, site, pch)
+        ns = [n for n in log.numbers() if n >= first]
+        if not ns or ns[0] != first:
+            problems.append(f"{pch}: fragment {first} is not in the archive"
+                            + (f" (it holds {ns[0]}..{ns[-1]})" if ns else " (nothing from there on)"))
+            continue
+        holes = [(a + 1, b - 1) for a, b in zip(ns, ns[1:]) if b > a + 1]
+        if holes:
+            problems.append(f"{pch}: fragments {', '.join(f'{a}..{b}' for a, b in holes[:5])} are missing")
+            continue
+        covered = log.covered()
+        if covered < p.as_of:
+            problems.append(f"{pch}: the archive holds the log up to {describe(covered) if covered else 'no recorded point'}"
+                            f", before as_of (its recovery point)")
+            continue
+        need = []
+        for rec in log.fragments(first):
+            need.append(rec)
+            if rec.fmt != 1 and rec.tt0 > p.as_of:
+                break
+        p.fragments[pch] = [need[0].n, need[-1].n]
+        p.log_bytes += sum(r.size or 0 for r in need)
+    if problems:
+        raise LogGap(f"the archive of {p.db}.{p.collection} in {target.uri} cannot give the log up to "
+                     f"{describe(p.as_of)}: {'; '.join(problems)}")
+
+
+class ArchiveBundleSource(BundleSource):
+    """The base bundle, restored as any bundle, with the instant and the plan in the
+    target's identity (so the copy job leaves it Importing for the replay)."""
+
+    def __init__(self, target, doc: dict, p: Plan):
+        super().__init__(target, doc, p.db, p.collection, doc["bundle"])
+        self.identity = {**self.identity, "as_of": p.as_of, "replay": p.to_json()}
+        self.what = f"{p.db}.{p.collection} as of {describe(p.as_of)} (bundle {doc['bundle']} + the WAL archive)"
+
+
+def restore_as_of_from_target(meta, store, target, collection: str, restore_to: str, as_of, *,
+                              db: str = DEFAULT_DB, bundle: str | None = None, timeout: float = 3600.0,
+                              owner: str = "", engine: str = "auto", max_bytes_per_second: float = 0,
+                              max_requests_per_second: float = 0, origin: dict | None = None) -> int:
+    """Set up (or resume) the restore of `collection` as of `as_of` from the backup target
+    alone into the new collection `restore_to`; returns the copy job id. Then: copyjob
+    plan/run/finalize, pitr.replay (which reads the archive)."""
+    timeout, bps, rps = restores.check_request(restore_to, db, timeout, owner, engine, max_bytes_per_second,
+                                               max_requests_per_second, origin)
+    ts = parse_as_of(as_of)
+    p, doc = _same_restore(meta, target, collection, db, restore_to, ts)
+    if p is None:
+        p, doc = plan_from_target(meta, target, collection, ts, db=db, bundle=bundle)
+    where = f"bundle {db}.{collection}/{doc['bundle']}"
+    with holds.held(target, db, collection, doc["bundle"], by=f"restore as of {ts} into {db}.{restore_to}"):
+        _check_clock(meta, doc, where)
+        _check_present(target, doc, where)
+        from seglake.lifecycle.copyjob.bundled import remember
+
+        remember(target)
+        return restores.set_up(meta, store, ArchiveBundleSource(target, doc, p), restore_to, db=db, timeout=timeout,
+                               owner=owner, engine=engine, now=None, max_bytes_per_second=bps,
+                               max_requests_per_second=rps, origin=origin)
+
+
+def _same_restore(meta, target, collection: str, db: str, restore_to: str, ts: int):
+    """A re-run of this same restore (same bundle collection and instant) whose target
+    exists resumes with the plan it began with."""
+    try:
+        coll = meta.catalog.get_by_name(restore_to, db)
+    except NotFound:
+        return None, None
+    src = coll.properties.get("restored_from", {})
+    rp = src.get("replay")
+    if src.get("as_of") == ts and src.get("collection") == collection and isinstance(rp, dict) and rp.get("archive"):
+        return Plan(**rp), bundles.read(target, db, collection, rp["snapshot"])
+    return None, None

@@ -1,0 +1,160 @@
+"""Plan a restore to an instant: every refusal, before anything is created.
+
+    as_of -> TSO (instants.py) -> the live source collection -> not in the future
+          -> not before the collection existed -> its window on and the instant in it
+          -> base: the latest COMMITTED snapshot with positions at or before the instant
+             (none: replay from the collection's creation)
+          -> per vchannel: where the replay starts and what it skips (the snapshot's
+             positions: checkpoint, row and delete high-water marks)
+          -> the log from there is whole: nothing truncated (else: which fragments are
+             gone), every committed fragment up to the instant present in the store
+             (else: which are missing)
+
+The plan is a small JSON document (`Plan.to_json`); the restore keeps it on the target
+(restored_from.replay), so the replay needs neither the snapshot nor a second plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from seglake.errors import StateError, ValidationError
+from seglake.meta.alloc import compose_ts
+from seglake.meta.catalog import CREATED, DEFAULT_DB, pchannel_of
+from seglake.meta.snapshots import COMMITTED
+from seglake.names import validate_name
+from seglake.lifecycle.pitr.instants import describe, parse_as_of
+from seglake.lifecycle.pitr import window
+from seglake.lifecycle.pitr.window import CLOCK_SLACK_MS, oldest_instant, window_of
+
+
+class OutsideWindow(ValidationError):
+    """The instant cannot be restored: outside the window, before the collection, in the future."""
+
+
+class LogGap(StateError):
+    """The log a restore to the instant needs is not whole (fragments truncated or missing)."""
+
+
+def base_snapshot(meta, collection_id: int, ts: int):
+    """The latest COMMITTED snapshot of the collection whose capture is at or before `ts`
+    and that recorded its log positions; None if there is none."""
+    best = None
+    for rec in meta.snapshots.list(collection_id):
+        if rec.state == COMMITTED and rec.positions is not None and 0 < rec.consistent_ts <= ts:
+            if best is None or (rec.consistent_ts, rec.snapshot_id) > (best.consistent_ts, best.snapshot_id):
+                best = rec
+    return best
+
+
+def fragment_at(meta, pchannel: str, ts: int) -> int:
+    """The first fragment of `pchannel` that may hold a tick >= ts (a format-1 fragment,
+    whose ticks the index does not know, counts as holding one); log.last + 1 if none.
+    When the log is truncated and its first remaining fragment starts above ts, the
+    truncated ones may have held such ticks: 1 (the caller sees them as a gap)."""
+    from seglake.wal.log import WalLog
+
+    log = WalLog(meta, None, pchannel)
+    st = log.state()
+    for i, rec in enumerate(log.fragments(state=st)):
+        if i == 0 and st.first > 1 and (rec.fmt == 1 or rec.tt0 > ts):
+            return 1
+        if rec.fmt == 1 or rec.tt0 + max(rec.span, 1) - 1 >= ts:
+            return rec.n
+    return st.last + 1
+
+
+@dataclass
+class Plan:
+    collection_id: int
+    collection: str
+    db: str
+    as_of: int
+    snapshot: str | None
+    snapshot_id: int | None
+    vchannels: list[str]
+    partitions: dict[str, str]              # source partition id -> name
+    starts: dict[str, dict] = field(default_factory=dict)   # vchannel -> start, floor, part_hw, del_hw
+    fragments: dict[str, list[int]] = field(default_factory=dict)   # pchannel -> [first, last] to read
+    log_bytes: int = 0
+    archive: dict | None = None    # {uri, site}: the log is read from a WAL archive in a backup target (from_target.py)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None,
+         dropped=None, window_instant: int | None = None) -> Plan:
+    """The restore of `collection` as of `as_of`, or the refusal (module doc). Read-only.
+    `dropped`: the Dropping/Dropped Collection an undrop restores (its replay ends at each
+    vchannel's DropCollection); `window_instant`: the instant that must lie in the window
+    (an undrop's: the drop's), default as_of."""
+    validate_name("collection", collection)
+    validate_name("db", db)
+    ts = parse_as_of(as_of)
+    coll = dropped if dropped is not None else meta.catalog.get_by_name(collection, db)
+    if dropped is None and coll.state != CREATED:
+        raise StateError(f"collection {collection!r} is {coll.state}; a restore to a time needs a live collection")
+    tso_now = meta.tso.now()
+    if ts > tso_now:
+        raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(tso_now)})")
+    if ts < coll.created_ts:
+        raise OutsideWindow(f"as_of {describe(ts)} is before collection {collection!r} existed "
+                            f"(created {describe(coll.created_ts)})")
+    w = window_of(meta, coll.collection_id)
+    if w is None:
+        raise OutsideWindow(f"collection {collection!r} has no point-in-time window (pitr_window is off): "
+                            f"set one (`seglake pitr set {collection} 3d`) to restore to a time")
+    lo = oldest_instant(w, window.clock() if now is None else now)
+    if (ts if window_instant is None else window_instant) < lo:
+        what = "as_of" if window_instant is None else "the drop at"
+        raise OutsideWindow(f"{what} {describe(ts if window_instant is None else window_instant)} is outside the "
+                            f"point-in-time window of {collection!r} ({w['window']}: the oldest instant is "
+                            f"{describe(lo)})")
+    base = base_snapshot(meta, coll.collection_id, ts)
+    p = Plan(coll.collection_id, coll.name, coll.db, ts, None if base is None else base.name,
+             None if base is None else base.snapshot_id, list(coll.vchannels),
+             {str(x.partition_id): x.name for x in coll.partitions})
+    born = coll.created_ts - compose_ts(CLOCK_SLACK_MS)
+    for v in coll.vchannels:
+        pos = None if base is None else base.positions.get(v)
+        if base is not None and pos is None:
+            raise StateError(f"snapshot {base.name!r} recorded no position of vchannel {v}: it cannot be replayed")
+        cp = None if pos is None else pos["checkpoint"]
+        start = cp[:3] if cp else [0, fragment_at(meta, pchannel_of(v), born), 0]
+        p.starts[v] = {"start": start, "floor": cp[3] if cp else 0,
+                       "part_hw": dict(pos["part_hw"]) if pos else {}, "del_hw": pos["del_hw"] if pos else 0}
+    _check_log(meta, store, p)
+    return p
+
+
+def _check_log(meta, store, p: Plan) -> None:
+    """LogGap naming the fragments a replay of `p` needs that are truncated or missing."""
+    from seglake.storage import layout
+    from seglake.wal.log import WalLog
+
+    gaps = []
+    for pch in sorted({pchannel_of(v) for v in p.vchannels}):
+        first = min(s["start"][1] for v, s in p.starts.items() if pchannel_of(v) == pch)
+        log = WalLog(meta, None, pch)
+        st = log.state()
+        if first < st.first:
+            gaps.append(f"{pch}: fragments {first}..{st.first - 1} were truncated")
+            continue
+        present = {o.key for o in store.list(layout.wal_prefix(pch))}
+        need, missing = [], []
+        for rec in log.fragments(first, st):
+            need.append(rec)
+            if rec.key not in present:
+                missing.append(f"#{rec.n} ({rec.key})")
+            if rec.fmt != 1 and rec.tt0 > p.as_of:
+                break   # every later fragment's ticks are above the instant
+        if missing:
+            gaps.append(f"{pch}: committed fragment(s) missing from the store: {', '.join(missing[:20])}"
+                        + (f" and {len(missing) - 20} more" if len(missing) > 20 else ""))
+        if need:
+            p.fragments[pch] = [need[0].n, need[-1].n]
+            p.log_bytes += sum(r.size or 0 for r in need)
+    if gaps:
+        raise LogGap(f"the log of {p.collection!r} up to {describe(p.as_of)} is not whole, so no restore to "
+                     f"that instant is possible: {'; '.join(gaps)}")

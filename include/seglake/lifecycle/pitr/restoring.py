@@ -1,0 +1,152 @@
+"""Restore a collection as it was at an instant, into a NEW collection:
+
+    plan (planning.py: every refusal, read-only)
+      -> the restore's set-up (seglake.lifecycle.restore.set_up): the Importing target
+         and a copy job of the base snapshot (no snapshot: a job with nothing to copy),
+         the plan kept on the target (restored_from.replay)
+      -> the copy job (lifecycle/copyjob: plan, run, finalize; it leaves a point-in-time
+         target Importing)
+      -> the replay (replaying.py) -> the target Created.
+
+The source is never written to. A re-run with the same source, instant and target (any
+owner) resumes the same restore without planning again; the target name taken by
+anything else is refused (restore's rules).
+"""
+
+from __future__ import annotations
+
+from seglake.errors import NotFound
+from seglake.meta.catalog import DEFAULT_DB
+from seglake.meta.copyjobs import CopyJob
+from seglake.meta.kv import KeyValue, Put, absent, unchanged
+from seglake.meta.codec import encode_struct
+from seglake.lifecycle import restore as restores
+from seglake.lifecycle.pitr.instants import parse_as_of
+from seglake.lifecycle.pitr.planning import Plan, plan as make_plan
+
+
+def restore_as_of(meta, store, collection: str, target: str, as_of, *, db: str = DEFAULT_DB,
+                  timeout: float = 3600.0, owner: str = "", engine: str = "auto", now: float | None = None,
+                  max_bytes_per_second: float = 0, max_requests_per_second: float = 0,
+                  origin: dict | None = None) -> int:
+    """Set up (or resume) the restore of `collection` as of `as_of` into `target`; returns
+    the copy job id. Then: copyjob plan/run/finalize, pitr.replay."""
+    timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, max_bytes_per_second,
+                                               max_requests_per_second, origin)
+    ts = parse_as_of(as_of)
+    p = _same_restore(meta, collection, db, target, ts)   # a re-run: the plan it began with
+    if p is None:
+        p = make_plan(meta, store, collection, ts, db=db, now=now)
+    source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
+    return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
+                           now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
+
+
+def _same_restore(meta, collection: str, db: str, target: str, ts: int) -> Plan | None:
+    """The plan of this same restore (same source collection and instant) if its target
+    exists: a re-run resumes it (restore's set_up converges on its job) without planning
+    again; None otherwise (set_up refuses a name taken by anything else, saying what)."""
+    try:
+        coll = meta.catalog.get_by_name(target, db)
+    except NotFound:
+        return None
+    src = coll.properties.get("restored_from", {})
+    if src.get("as_of") == ts and src.get("collection") == collection and isinstance(src.get("replay"), dict):
+        return Plan(**src["replay"])
+    return None
+
+
+def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, timeout: float = 3600.0,
+           owner: str = "", engine: str = "auto", now: float | None = None, origin: dict | None = None) -> int:
+    """Set up (or resume) bringing a dropped collection back as `target`, as it was just
+    before the drop: a restore to now whose replay ends at each vchannel's DropCollection
+    (everything acknowledged before the drop is in the log before it). Needs the window
+    to have been on and the drop inside it; refused for a collection that never wrote
+    through the WAL. Returns the copy job id; then copyjob and replay as for restore_as_of."""
+    from seglake.errors import StateError
+    from seglake.lifecycle.drop import DROP_MODE, DROP_STARTED, find
+    from seglake.meta.alloc import compose_ts
+    from seglake.meta.catalog import DROPPED, DROPPING
+
+    timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, 0, 0, origin)
+    coll = find(meta, collection, db)
+    if coll is None:
+        raise NotFound(f"collection {collection!r} not found in db {db!r}")
+    if coll.state not in (DROPPING, DROPPED):
+        raise StateError(f"collection {collection!r} is {coll.state}, not dropped: restore it to a time instead")
+    if coll.properties.get(DROP_MODE) != "wal":
+        raise StateError(f"collection {collection!r} never wrote through the WAL: there is no log to bring it back "
+                         "from; restore one of its snapshots instead")
+    p = _same_undrop(meta, coll, db, target)
+    if p is None:
+        p = make_plan(meta, store, collection, meta.tso.now(), db=db, now=now, dropped=coll,
+                      window_instant=compose_ts(int(float(coll.properties[DROP_STARTED]) * 1000)))
+    source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
+    source.identity = {**source.identity, "undrop": True}
+    return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
+                           now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
+
+
+def _same_undrop(meta, coll, db: str, target: str) -> Plan | None:
+    try:
+        t = meta.catalog.get_by_name(target, db)
+    except NotFound:
+        return None
+    src = t.properties.get("restored_from", {})
+    if src.get("undrop") and src.get("collection_id") == coll.collection_id and isinstance(src.get("replay"), dict):
+        return Plan(**src["replay"])
+    return None
+
+
+def _identity(p: Plan) -> dict:
+    return {"collection": p.collection, "collection_id": p.collection_id, "snapshot": p.snapshot,
+            "snapshot_id": p.snapshot_id, "as_of": p.as_of, "replay": p.to_json()}
+
+
+def _with_all_partitions(doc: dict, p: Plan) -> dict:
+    """The target gets the snapshot's partitions and any the source made since (by name)."""
+    have = {x["name"] for x in doc["collection"]["partitions"]}
+    extra = [{"partition_id": int(i), "name": n} for i, n in sorted(p.partitions.items(), key=lambda x: int(x[0]))
+             if n not in have]
+    return {**doc, "collection": {**doc["collection"], "partitions": [*doc["collection"]["partitions"], *extra]}}
+
+
+class PitrSnapshotSource(restores.SnapshotSource):
+    """The base snapshot, restored as any snapshot, with the instant and the plan in the
+    target's identity."""
+
+    def __init__(self, meta, store, p: Plan):
+        rec, _ = meta.snapshots.get(p.collection_id, p.snapshot)
+        super().__init__(meta, store, rec, p.collection, p.snapshot)
+        self.plan = p
+        self.identity = _identity(p)
+        self.what = f"{p.collection!r} as of {p.as_of} (from snapshot {p.snapshot!r})"
+
+    def read(self):
+        doc, segs, held = super().read()
+        return _with_all_partitions(doc, self.plan), segs, held
+
+
+class LogSource(restores.RestoreSource):
+    """No snapshot before the instant (the collection was born inside the window): an empty
+    target of the source's schema, a copy job with nothing to copy, everything replayed."""
+
+    def __init__(self, meta, p: Plan):
+        self.meta, self.plan = meta, p
+        self.identity = _identity(p)
+        self.job_fields = {"source_collection_id": p.collection_id, "source_collection": p.collection,
+                           "snapshot": "", "snapshot_id": 0}
+        self.what = f"{p.collection!r} as of {p.as_of} (from its creation)"
+
+    def read(self):
+        coll = self.meta.catalog.get(self.plan.collection_id)
+        doc = {"collection": {"schema": coll.schema.to_json(), "shards": coll.shards,
+                              "partitions": [{"partition_id": x.partition_id, "name": x.name}
+                                             for x in coll.partitions]}}
+        return _with_all_partitions(doc, self.plan), [], {}
+
+    def create_job(self, meta, job: CopyJob, claim: KeyValue) -> int:
+        key = meta.keys.copy_job(job.job_id)
+        meta.kv.txn([absent(key), unchanged(claim)], [Put(key, encode_struct(job))],
+                    reason=f"restore job {job.job_id} could not be created")
+        return job.job_id

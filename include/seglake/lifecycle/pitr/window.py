@@ -1,0 +1,207 @@
+"""A collection's point-in-time window (`pitr_window`, off by default) and what it holds.
+
+    {root}/pitr/windows/{collection_id} = {"collection_id", "collection", "db", "window": "3d",
+                                           "window_s": 259200.0, "updated_at"}
+
+- set / get / clear / list like the retention policies; the duration ("3d", "12h", "90m",
+  or seconds) is checked (limits "pitr_window": a minute .. a year, finite) and the
+  collection must exist and be live, before anything is written.
+- What a window on collection C holds at `now` (`holds`): let lo = now - window. A
+  restore to any instant t in [lo, now] starts from base(t), the latest COMMITTED snapshot
+  of C with recorded positions at or before t (planning.base_snapshot), and replays C's
+  vchannels from its positions; base(lo) is the oldest of them all. So the window holds
+  base(lo) (GC does not expire it, retention does not prune it, a drop is refused) and,
+  on each pchannel of C, every log fragment from base(lo)'s position on (GC does not
+  truncate them, even below the flushers' checkpoints). Without base(lo) (C born inside
+  the window, or no snapshot yet) a restore replays from C's creation: the log is held
+  from the fragment that reaches C's created_ts (less a second of clock slack).
+- A dropped collection's window holds on while the drop lies inside it: an undrop
+  (restoring.undrop) brings it back as it was just before the drop.
+- Turning a window off or shortening it releases what it held at the next GC: nothing is
+  recorded but the policy, the holds are recomputed by every GC mark and sweep.
+- `cost`: the bytes held (log from the hold on, what the window alone keeps below the
+  checkpoints, the base snapshot), shown by `seglake wal status` and the page.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from seglake import limits
+from seglake.config import parse_duration
+from seglake.errors import NotFound, StateError, ValidationError
+from seglake.meta.alloc import compose_ts, physical_ms
+from seglake.meta.catalog import CREATED, DEFAULT_DB, pchannel_of
+from seglake.names import validate_name
+
+CLOCK_SLACK_MS = 1000   # a collection's first message may carry a tick this far below its created_ts
+clock = time.time       # the wall clock the holds are judged by (tests move it)
+
+
+def parse_window(value) -> tuple[str, float]:
+    """("3d", seconds) from '3d' / '12h' / '90m' / '600' / a number of seconds."""
+    try:
+        seconds = parse_duration("pitr_window", value, limits.LIMITS["pitr_window"])
+    except ValidationError as e:
+        raise ValidationError(str(e).replace("config key ", "")) from None
+    return (value if isinstance(value, str) else f"{seconds:g}s"), float(seconds)
+
+
+def _live(meta, collection: str, db: str):
+    validate_name("collection", collection)
+    validate_name("db", db)
+    coll = meta.catalog.get_by_name(collection, db)
+    if coll.state != CREATED:
+        raise StateError(f"collection {collection!r} is {coll.state}; a point-in-time window needs a live collection")
+    return coll
+
+
+def set_window(meta, collection: str, window, *, db: str = DEFAULT_DB, now: float | None = None) -> dict:
+    text, seconds = parse_window(window)   # checked before anything is read or written
+    coll = _live(meta, collection, db)
+    doc = {"collection_id": coll.collection_id, "collection": coll.name, "db": coll.db, "window": text,
+           "window_s": seconds, "updated_at": time.time() if now is None else now}
+    meta.kv.put(meta.keys.pitr_window(coll.collection_id), json.dumps(doc))
+    return doc
+
+
+def get_window(meta, collection: str, *, db: str = DEFAULT_DB) -> dict | None:
+    validate_name("collection", collection)
+    validate_name("db", db)
+    return window_of(meta, meta.catalog.get_by_name(collection, db).collection_id)
+
+
+def window_of(meta, collection_id: int) -> dict | None:
+    kv = meta.kv.get(meta.keys.pitr_window(collection_id))
+    return None if kv is None else json.loads(kv.value)
+
+
+def clear_window(meta, collection: str, *, db: str = DEFAULT_DB) -> bool:
+    """Turn the window off; False when it was off. What it held goes at the next GC."""
+    validate_name("collection", collection)
+    validate_name("db", db)
+    key = meta.keys.pitr_window(meta.catalog.get_by_name(collection, db).collection_id)
+    if meta.kv.get(key) is None:
+        return False
+    meta.kv.delete(key)
+    return True
+
+
+def list_windows(meta) -> list[dict]:
+    out = [json.loads(kv.value) for kv in meta.kv.range(meta.keys.pitr_windows_prefix())]
+    return sorted(out, key=lambda d: (d["db"], d["collection"]))
+
+
+# -- what the windows hold ----------------------------------------------------------------------
+@dataclass
+class Hold:
+    collection_id: int
+    collection: str
+    db: str
+    window: str
+    lo_ts: int                               # the oldest instant of the window (TSO)
+    snapshot: object | None                  # base(lo): a SnapshotRecord, or None (from creation)
+    fragments: dict[str, int] = field(default_factory=dict)   # pchannel -> first fragment held
+
+    def to_json(self) -> dict:
+        s = self.snapshot
+        return {"collection_id": self.collection_id, "collection": self.collection, "db": self.db,
+                "window": self.window, "oldest_instant_ts": self.lo_ts,
+                "snapshot": None if s is None else s.name, "snapshot_id": None if s is None else s.snapshot_id,
+                "snapshot_bytes": 0 if s is None else s.bytes, "fragments_from": dict(sorted(self.fragments.items()))}
+
+
+def holds(meta, now: float | None = None) -> list[Hold]:
+    """What every window on a live collection holds at `now` (module doc). Raises on any
+    read error: GC then keeps the whole WAL (fail closed)."""
+    from seglake.lifecycle.pitr.planning import base_snapshot, fragment_at
+
+    now = clock() if now is None else now
+    out = []
+    for w in list_windows(meta):
+        try:
+            coll = meta.catalog.get(w["collection_id"])
+        except NotFound:
+            continue
+        lo = compose_ts(int((now - float(w["window_s"])) * 1000))
+        if coll.state != CREATED and not _undroppable(coll, lo):
+            continue
+        base = base_snapshot(meta, coll.collection_id, lo)
+        h = Hold(coll.collection_id, coll.name, coll.db, w["window"], lo, base)
+        for v in coll.vchannels:
+            p = pchannel_of(v)
+            cp = None if base is None else base.positions.get(v, {}).get("checkpoint")
+            n = cp[1] if cp else fragment_at(meta, p, coll.created_ts - compose_ts(CLOCK_SLACK_MS))
+            h.fragments[p] = min(n, h.fragments.get(p, n))
+        out.append(h)
+    return out
+
+
+def _undroppable(coll, lo: int) -> bool:
+    """A Dropping/Dropped collection whose drop lies inside its window: an undrop may
+    still bring it back (seglake.lifecycle.pitr.restoring.undrop), so its window holds on."""
+    from seglake.lifecycle.drop import DROP_MODE, DROP_STARTED
+    from seglake.meta.catalog import DROPPED, DROPPING
+
+    started = coll.properties.get(DROP_STARTED)
+    return (coll.state in (DROPPING, DROPPED) and coll.properties.get(DROP_MODE) == "wal"
+            and isinstance(started, (int, float)) and compose_ts(int(started * 1000)) >= lo)
+
+
+def held_fragment(hold_list: list[Hold], pchannel: str) -> int | None:
+    """The first fragment of `pchannel` any window holds (None: none held)."""
+    ns = [h.fragments[pchannel] for h in hold_list if pchannel in h.fragments]
+    return min(ns) if ns else None
+
+
+def held_positions(meta, pchannel: str, now: float | None = None) -> list:
+    """The windows' holds on `pchannel` as consumer positions for
+    seglake.wal.checkpoints.truncatable_fragments (nothing at or above them is truncated)."""
+    from seglake.wal.message import MessageId
+
+    n = held_fragment(holds(meta, now), pchannel)
+    return [] if n is None else [MessageId(0, n, 0)]
+
+
+def held_snapshots(meta, now: float | None = None) -> dict[tuple[int, int], str]:
+    """(collection id, snapshot id) -> why: the base snapshot of each window."""
+    return {(h.collection_id, h.snapshot.snapshot_id): f"the point-in-time window of {h.collection!r} ({h.window})"
+            for h in holds(meta, now) if h.snapshot is not None}
+
+
+def cost(meta, now: float | None = None) -> dict:
+    """What the windows hold, in bytes: per window its base snapshot and first fragments;
+    per pchannel the log held (fragments from the hold on) and the part of it only the
+    windows keep (below every flusher checkpoint)."""
+    from seglake.wal.checkpoints import live_vchannels, read_checkpoint
+    from seglake.wal.log import WalLog
+
+    hs = holds(meta, now)
+    per_p = {}
+    for p in sorted({p for h in hs for p in h.fragments}):
+        n = held_fragment(hs, p)
+        bounds = []
+        for v in live_vchannels(meta, p):
+            cp, _ = read_checkpoint(meta, v)
+            bounds.append(None if cp is None else cp.message_id.fragment)
+        below = n if not bounds or None in bounds else min(bounds)
+        held = only = 0
+        for rec in WalLog(meta, None, p).fragments(max(n, 1)):
+            held += rec.size or 0
+            if rec.n < below:
+                only += rec.size or 0
+        per_p[p] = {"held_from_fragment": n, "log_bytes": held, "window_only_bytes": only}
+    return {"windows": [h.to_json() for h in hs], "pchannels": per_p,
+            "log_bytes": sum(x["log_bytes"] for x in per_p.values()),
+            "window_only_bytes": sum(x["window_only_bytes"] for x in per_p.values()),
+            "snapshot_bytes": sum(h.snapshot.bytes for h in hs if h.snapshot is not None)}
+
+
+def oldest_instant(window: dict, now: float) -> int:
+    return compose_ts(int((now - float(window["window_s"])) * 1000))
+
+
+def seconds_ago(ts: int, now: float) -> float:
+    return now - physical_ms(ts) / 1000.0

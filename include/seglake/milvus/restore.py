@@ -1,0 +1,544 @@
+"""Restore a Milvus capture (a seglake bundle of kind "milvus", docs: milvus-bundle-format)
+into a Milvus server, under a new collection name, through Milvus's public API and its bulk
+insert of binlog files in backup mode (as milvus-backup does: core/restore/coll_task.go,
+one ImportRequest per segment with files [insert dir, delta dir] and option backup=true;
+Milvus 2.3 importutil/binlog_parser.go reads the field ids from the sub-directories).
+
+    check -> plan -> run (create, stage + import each segment, wait) -> index, load -> verify
+
+The restore's record ({root}/milvus/restores/{rid}, rid = hash of target address, bucket,
+db and name) and one record per segment ({root}/milvus/restore_segments/{rid}/{seg}) live
+in seglake's etcd; every transition is one compare-guarded write:
+
+    restore:  checked -> creating -> created -> imported -> indexed -> loaded -> verified
+    segment:  pending -> staged -> submitting -> importing(task id) -> imported
+                                        ^                 |
+                                        +--- failed <-----+   (Milvus failed it: resubmitted,
+                                                                at most IMPORT_ATTEMPTS times)
+
+Every step is idempotent; a killed run re-run with the same arguments resumes:
+- `creating` without the collection id: the name is adopted only if its schema is the
+  bundle's and no import ran into it (else Conflict: someone else's collection).
+- `submitting` (the import may or may not have reached Milvus): Milvus's list of import
+  tasks for the collection is searched for one whose files are this segment's staging dirs
+  (unique per restore and segment); found -> adopted, else submitted again. A segment is
+  never imported twice.
+- staging copies only what is missing, each file checked by SHA-256 as it passes.
+Nothing is written on either side before check() passes: Milvus reachable, the name free
+(or this restore's own), the bundle's document and every data file checked by content,
+the schema representable.
+
+One unit (~540 lines): the document checks, the two records' state machine, the import loop
+that resumes it and the verify that judges it share one contract (the staging layout, the
+record fields); the binlog reading is binlog.py's, the Milvus calls client.py's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import re
+import time
+from dataclasses import dataclass, field
+
+from seglake import faults, runners
+from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.meta.kv import Put, absent, unchanged
+from seglake.milvus import binlog
+from seglake.milvus.client import MilvusClient
+from seglake.names import validate_name
+from seglake.storage import layout
+
+KIND = "milvus"
+IMPORT_ATTEMPTS = 3
+STAGING_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
+# schemapb.DataType that a 2.3 bulk insert of binlogs restores (Float16/BFloat16/Sparse are 2.4+)
+TYPES = {1: "Bool", 2: "Int8", 3: "Int16", 4: "Int32", 5: "Int64", 10: "Float", 11: "Double",
+         21: "VarChar", 22: "Array", 23: "JSON", 100: "BinaryVector", 101: "FloatVector"}
+VECTOR_TYPES = (100, 101)
+TERMINAL_OK, TERMINAL_FAILED = {"Completed"}, {"Failed", "FailedAndCleaned"}
+_INSERT_RE = re.compile(r"insert_log/(\d+)/(\d+)/(\d+)/(\d+)/(\d+)")
+_DELTA_RE = re.compile(r"delta_log/(\d+)/(\d+)/(\d+)/(\d+)")
+
+
+class MilvusRestoreError(SeglakeError):
+    """The restore cannot go on (a refused bundle or schema, a failed import, a failed verify)."""
+
+
+@dataclass(frozen=True)
+class MilvusTarget:
+    """A Milvus server and its bucket (what bulk insert reads). Secrets never in repr/logs."""
+
+    address: str                                   # host:port of the proxy
+    bucket: str
+    s3_endpoint: str
+    s3_access_key: str = field(default="", repr=False)
+    s3_secret_key: str = field(default="", repr=False)
+    s3_region: str = "us-east-1"
+    user: str = ""
+    password: str = field(default="", repr=False)
+    staging: str = "seglake-restore"              # seglake's prefix in the bucket
+
+    def client(self, timeout: float = 600.0) -> MilvusClient:
+        return MilvusClient(self.address, user=self.user, password=self.password, timeout=timeout)
+
+    def store(self):
+        from seglake.storage.s3 import S3Store
+        return S3Store(f"s3://{self.bucket}/{self.staging}", endpoint=self.s3_endpoint, region=self.s3_region,
+                       access_key=self.s3_access_key, secret_key=self.s3_secret_key)
+
+    def describe(self) -> dict:
+        return {"address": self.address, "bucket": self.bucket, "staging": self.staging}
+
+
+@dataclass
+class Request:
+    db: str
+    collection: str             # the captured collection (the bundle's path)
+    bundle: str
+    name: str                   # the new collection in Milvus
+    sample: int = 100           # pks whose values verify compares
+    import_timeout: float = 1800.0
+    poll: float = 1.0
+    threads: int = 4
+
+    def check(self) -> None:
+        bundles.check_names(self.db, self.collection, self.bundle)
+        validate_name("collection", self.name)
+        for k, lo, hi in (("sample", 0, 100_000), ("threads", 1, 64)):
+            v = getattr(self, k)
+            if type(v) is not int or not lo <= v <= hi:
+                raise ValidationError(f"{k} must be an integer in {lo}..{hi}, got {v!r}")
+        for k, lo, hi in (("import_timeout", 1, 86_400), ("poll", 0.05, 60)):
+            v = getattr(self, k)
+            if not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise ValidationError(f"{k} must be a number in {lo}..{hi}, got {v!r}")
+
+
+def restore_id(target: MilvusTarget, req: Request) -> str:
+    return hashlib.sha256(f"{target.address}|{target.bucket}|{req.db}|{req.name}".encode()).hexdigest()[:24]
+
+
+# -- the bundle ---------------------------------------------------------------------------
+def read_bundle(backup, req: Request) -> dict:
+    """The capture's document: the commit marker's SHA-256, the format, the file entries
+    (bundle.read), then what a restore into Milvus relies on: kind "milvus", the schema,
+    partitions, and every segment log's path the key its ids name and listed in files."""
+    doc = bundles.read(backup, req.db, req.collection, req.bundle, segments=False)
+    where = f"bundle {req.db}.{req.collection}/{req.bundle}"
+    if doc.get("kind") != KIND:
+        raise MilvusRestoreError(f"{where} is not a Milvus capture (kind {doc.get('kind')!r}); a seglake export "
+                                 f"holds seglake's Parquet files, not Milvus binlogs: restore it with `seglake backup restore`")
+    try:
+        coll = doc["snapshot"]["collection"]
+        parts = {int(p["partition_id"]): p["name"] for p in coll["partitions"]}
+        files = doc["files"]
+        for e in doc["segments"]:
+            sid, pid = int(e["segment_id"]), int(e["partition_id"])
+            if pid not in parts:
+                raise MilvusRestoreError(f"{where}: segment {sid} names partition {pid}, not one of the collection's")
+            if sum(int(x["entries"]) for b in e["binlogs"] for x in b["logs"] if int(b["field_id"]) == 1) != int(e["num_rows"]):
+                raise MilvusRestoreError(f"{where}: segment {sid}: its timestamp logs do not hold its {e['num_rows']} rows")
+            for b in e["binlogs"]:
+                for x in b["logs"]:
+                    m = _INSERT_RE.fullmatch(x["path"])
+                    if not m or (int(m[2]), int(m[3]), int(m[4])) != (pid, sid, int(b["field_id"])) or x["path"] not in files:
+                        raise MilvusRestoreError(f"{where}: segment {sid} lists {x['path']!r}: not the key its ids name, "
+                                                 f"or not a file of the bundle")
+            for b in e.get("deltalogs", []):
+                for x in b["logs"]:
+                    m = _DELTA_RE.fullmatch(x["path"])
+                    if not m or (int(m[2]), int(m[3])) != (pid, sid) or x["path"] not in files:
+                        raise MilvusRestoreError(f"{where}: segment {sid} lists delete log {x['path']!r}: not the key "
+                                                 f"its ids name, or not a file of the bundle")
+    except (KeyError, TypeError, ValueError) as e:
+        raise MilvusRestoreError(f"{where}: the capture document is incomplete ({type(e).__name__}: {e})") from None
+    return doc
+
+
+def check_schema(doc: dict) -> dict:
+    """The schema as create_full takes it, or MilvusRestoreError naming the field that a
+    restore through the public API cannot reproduce."""
+    sch = doc["snapshot"]["collection"]["schema"]
+    fields = sorted(sch["fields"], key=lambda f: int(f["field_id"]))
+    if [int(f["field_id"]) for f in fields] != list(range(100, 100 + len(fields))):
+        raise MilvusRestoreError(f"schema: field ids {[f['field_id'] for f in fields]} are not 100.. in order: a new "
+                                 f"collection would number them otherwise, and bulk insert maps binlogs by field id")
+    pks = [f for f in fields if f.get("is_primary_key")]
+    if len(pks) != 1:
+        raise MilvusRestoreError(f"schema: {len(pks)} primary key fields (one is required)")
+    for f in fields:
+        if int(f["data_type"]) not in TYPES:
+            raise MilvusRestoreError(f"schema: field {f['name']!r} has data type {f.get('data_type_name') or f['data_type']}, "
+                                     f"which a restore into Milvus 2.3 does not support")
+        if f.get("is_partition_key"):
+            raise MilvusRestoreError(f"schema: field {f['name']!r} is a partition key: a bulk insert into a named "
+                                     f"partition is refused for such a collection")
+        if int(f["data_type"]) in VECTOR_TYPES and not str((f.get("type_params") or {}).get("dim", "")).isdigit():
+            raise MilvusRestoreError(f"schema: vector field {f['name']!r} has no dim")
+    return {"fields": fields, "auto_id": bool(sch.get("auto_id")), "description": sch.get("description", ""),
+            "enable_dynamic_field": bool(sch.get("enable_dynamic_field"))}
+
+
+def seg_files(e: dict) -> list[str]:
+    return [x["path"] for b in e["binlogs"] for x in b["logs"]] + \
+           [x["path"] for b in e.get("deltalogs", []) for x in b["logs"]]
+
+
+def check_content(backup, doc: dict, threads: int) -> None:
+    """Every data file the segments need is in the backup target with its SHA-256."""
+    need = {doc["files"][p]["sha256"]: doc["files"][p]["size"] for e in doc["segments"] for p in seg_files(e)}
+    listed = bundles.blobs(backup)
+
+    def one(item):
+        sha, size = item
+        if listed.get(sha) != size or not bundles.has_content(backup, layout.bundle_blob(sha), sha, size):
+            return sha
+        return None
+
+    bad = [s for s in runners.run_inline(one, sorted(need.items()), workers=threads) if s]
+    if bad:
+        names = sorted(p for p, f in doc["files"].items() if f["sha256"] in set(bad))
+        raise MilvusRestoreError(f"{len(bad)} data file(s) of the bundle are missing or damaged in the backup target "
+                                 f"(e.g. {names[0]}); nothing was written")
+
+
+# -- etcd records -------------------------------------------------------------------------
+class Records:
+    def __init__(self, kv, keys, rid: str):
+        self.kv, self.keys, self.rid = kv, keys, rid
+        self.key = keys.milvus_restore(rid)
+
+    def get(self):
+        kv = self.kv.get(self.key)
+        return (json.loads(kv.value), kv) if kv else (None, None)
+
+    def create(self, rec: dict) -> None:
+        try:
+            self.kv.txn([absent(self.key)], [Put(self.key, json.dumps(rec))])
+        except Conflict:
+            raise Conflict(f"restore {self.rid}: its record was created concurrently") from None
+
+    def move(self, to: str, **extra) -> dict:
+        rec, kv = self.get()
+        rec.update(state=to, **extra)
+        self.kv.txn([unchanged(kv)], [Put(self.key, json.dumps(rec))])
+        return rec
+
+    def segments(self) -> dict[int, tuple[dict, object]]:
+        out = {}
+        for item in self.kv.range(self.keys.milvus_restore_segments_prefix(self.rid)):
+            out[int(item.key.rsplit("/", 1)[1])] = (json.loads(item.value), item)
+        return out
+
+    def seg_put(self, sid: int, rec: dict, prev) -> None:
+        key = self.keys.milvus_restore_segment(self.rid, sid)
+        self.kv.txn([unchanged(prev) if prev is not None else absent(key)], [Put(key, json.dumps(rec))])
+
+
+# -- the lifecycle ------------------------------------------------------------------------
+def check(kv, keys, backup, target: MilvusTarget, req: Request) -> dict:
+    """Nothing written on either side before this passes. Returns the plan (small, serializable)."""
+    req.check()
+    doc = read_bundle(backup, req)
+    schema = check_schema(doc)
+    client = target.client(timeout=120)
+    client.one({"op": "version"})                       # MilvusUnreachable when it is not there
+    rid = restore_id(target, req)
+    rec, _ = Records(kv, keys, rid).get()
+    if rec is not None and rec["bundle_uid"] != doc["uid"]:
+        raise Conflict(f"a restore of another bundle ({rec['bundle']}) into {req.name!r} at {target.address} is "
+                       f"recorded (restore {rid})")
+    if rec is None and client.one({"op": "has", "name": req.name})["exists"]:
+        raise Conflict(f"collection {req.name!r} already exists in Milvus at {target.address}; restore under a new name")
+    check_content(backup, doc, req.threads)
+    coll = doc["snapshot"]["collection"]
+    return {"rid": rid, "uid": doc["uid"], "schema": schema, "shards": int(coll["shards"]),
+            "consistency_level": int(coll.get("consistency_level", 0)),
+            "partitions": [p["name"] for p in sorted(coll["partitions"], key=lambda p: p["partition_id"])],
+            "indexes": doc["snapshot"].get("indexes", [])}
+
+
+def units(doc: dict, plan: dict) -> list[dict]:
+    """One unit per segment: its partition (by name) and its files (relative key, sha, size)."""
+    parts = {int(p["partition_id"]): p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
+    out = []
+    for e in sorted(doc["segments"], key=lambda e: int(e["segment_id"])):
+        sid, c, p = int(e["segment_id"]), doc["source"]["collection_id"], int(e["partition_id"])
+        base = f"{plan['rid']}/{sid}"
+        out.append({"segment_id": sid, "partition": parts[p], "rows": int(e["num_rows"]),
+                    "files": [(path, doc["files"][path]["sha256"], doc["files"][path]["size"]) for path in seg_files(e)],
+                    # always both dirs: 2.3 takes a binlog import only with two paths (an empty
+                    # delta dir is fine; milvus-backup passes "" there)
+                    "dirs": [f"{base}/insert_log/{c}/{p}/{sid}/", f"{base}/delta_log/{c}/{p}/{sid}/"]})
+    return out
+
+
+def _create(recs: Records, client, target, req, plan) -> dict:
+    rec, _ = recs.get()
+    if rec is None:
+        recs.create({"v": 1, "state": "checked", "bundle_uid": plan["uid"], "bundle": f"{req.db}.{req.collection}/{req.bundle}",
+                     "name": req.name, "target": target.describe(), "created_at": time.time()})
+        rec, _ = recs.get()
+    if rec["state"] == "checked":
+        rec = recs.move("creating")
+    if rec["state"] == "creating":
+        if client.one({"op": "has", "name": req.name})["exists"]:
+            _adopt(client, req.name, plan)               # created by the killed run, or Conflict
+            if client.one({"op": "list_imports", "name": req.name}):
+                raise Conflict(f"collection {req.name!r} appeared in Milvus while restore {plan['rid']} was creating "
+                               f"it, and holds imports this restore did not make: not adopted")
+        else:
+            client.one({"op": "create_full", "name": req.name, "schema": plan["schema"], "shards": plan["shards"],
+                        "partitions": [p for p in plan["partitions"] if p != "_default"],
+                        "consistency_level": plan["consistency_level"]})
+        got = _adopt(client, req.name, plan)
+        rec = recs.move("created", collection_id=got["id"])
+    return rec
+
+
+def _adopt(client, name: str, plan: dict) -> dict:
+    got = client.one({"op": "schema", "name": name})
+    want = [(f["name"], int(f["field_id"]), int(f["data_type"]), bool(f.get("is_primary_key"))) for f in plan["schema"]["fields"]]
+    have = [(f["name"], f["field_id"], f["data_type"], f["is_primary_key"]) for f in got["fields"]]
+    if have != want or got["shards"] != plan["shards"] or set(got["partitions"]) != set(plan["partitions"]) | {"_default"}:
+        raise Conflict(f"collection {name!r} in Milvus is not the one this restore creates (fields {have}, shards "
+                       f"{got['shards']}, partitions {got['partitions']}): refusing to import into it")
+    return got
+
+
+def _stage(stage_store, backup, unit: dict) -> None:
+    """Copy the segment's files under its staging dirs, each checked by SHA-256 on the way;
+    a file already there with its content is not copied again."""
+    sid, base = unit["segment_id"], unit["dirs"][0].split("/insert_log/")[0]
+    for path, sha, size in unit["files"]:
+        m = _INSERT_RE.fullmatch(path) or _DELTA_RE.fullmatch(path)
+        key = f"{base}/{path}"
+        if m is None:
+            raise MilvusRestoreError(f"segment {sid}: {path!r} is not a Milvus log key")
+        if not bundles.has_content(stage_store, key, sha, size):
+            bundles.copy_verified(backup, layout.bundle_blob(sha), stage_store, key, sha, size)
+
+
+def _import_all(recs: Records, client, stage_store, backup, target, req, todo: list[dict]) -> None:
+    """Stage, submit and wait for every segment; each transition recorded before the next."""
+    def staged(u):
+        sid = u["segment_id"]
+        rec, prev = recs.segments().get(sid, (None, None))
+        if rec is None or rec["state"] == "pending":
+            _stage(stage_store, backup, u)
+            recs.seg_put(sid, {"v": 1, "state": "staged", "attempts": 0}, prev)
+            faults.point("milvus_restore.after_stage")
+
+    for _ in runners.run_inline(staged, todo, workers=req.threads):
+        pass
+    files_of = {u["segment_id"]: [f"{target.staging}/{d}" for d in u["dirs"]] for u in todo}
+    by_sid = {u["segment_id"]: u for u in todo}
+    deadline = time.monotonic() + req.import_timeout
+    while True:
+        segs, listed = recs.segments(), None
+        pending = []
+        for sid, u in by_sid.items():
+            rec, prev = segs[sid]
+            state = rec["state"]
+            if state == "submitting":          # killed around the Import call: did it reach Milvus?
+                if listed is None:
+                    listed = client.one({"op": "list_imports", "name": req.name})
+                found = [t for t in listed if t["files"] == files_of[sid] and t["state"] not in TERMINAL_FAILED]
+                if found:
+                    recs.seg_put(sid, dict(rec, state="importing", task_id=found[0]["task_id"]), prev)
+                    pending.append(sid)
+                    continue
+                state = "staged"
+            if state in ("staged", "failed"):
+                if rec["attempts"] >= IMPORT_ATTEMPTS:
+                    raise MilvusRestoreError(f"segment {sid}: Milvus failed its import {rec['attempts']} times "
+                                             f"(last: {rec.get('reason', '?')})")
+                rec = dict(rec, state="submitting", attempts=rec["attempts"] + 1, task_id=None)
+                recs.seg_put(sid, rec, prev)
+                rec, prev = recs.segments()[sid]
+                t = client.one({"op": "import", "name": req.name, "partition": u["partition"],
+                                "files": files_of[sid], "options": {"backup": "true"}})
+                faults.point("milvus_restore.after_submit")      # in Milvus, not yet recorded
+                recs.seg_put(sid, dict(rec, state="importing", task_id=t["task_id"]), prev)
+                pending.append(sid)
+            elif state == "importing":
+                pending.append(sid)
+        if not pending:
+            return
+        faults.point("milvus_restore.waiting")
+        segs = recs.segments()
+        states = client.call(*[{"op": "import_state", "task_id": segs[s][0]["task_id"]} for s in pending])
+        for sid, st in zip(pending, states):
+            rec, prev = segs[sid]
+            if st["state"] in TERMINAL_OK:
+                recs.seg_put(sid, dict(rec, state="imported", rows=st["row_count"]), prev)
+            elif st["state"] in TERMINAL_FAILED:
+                recs.seg_put(sid, dict(rec, state="failed", reason=st["failed_reason"][:500]), prev)
+        if all(recs.segments()[s][0]["state"] == "imported" for s in by_sid):
+            return
+        if time.monotonic() > deadline:
+            raise MilvusRestoreError(f"imports into {req.name!r} not finished within {req.import_timeout:.0f} s "
+                                     f"(re-run to keep waiting: they are recorded)")
+        time.sleep(req.poll)
+
+
+def _index_params(ix: dict) -> dict:
+    p = dict(ix.get("user_index_params") or ix.get("index_params") or {})
+    out = {"index_type": p.pop("index_type", "FLAT"), "metric_type": p.pop("metric_type", "L2")}
+    extra = p.pop("params", None)
+    params = json.loads(extra) if isinstance(extra, str) and extra else dict(extra or {})
+    params.update({k: (int(v) if str(v).isdigit() else v) for k, v in p.items() if k not in ("dim",)})
+    out["params"] = params
+    return out
+
+
+def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None = None) -> dict:
+    """The whole restore, resumable: check (unless a plan is given), create, import, index,
+    load, verify. Returns the report."""
+    t0 = time.time()
+    plan = plan or check(kv, keys, backup, target, req)
+    doc = read_bundle(backup, req)
+    client = target.client()
+    recs = Records(kv, keys, plan["rid"])
+    rec = _create(recs, client, target, req, plan)
+    todo = units(doc, plan)
+    stage_store = target.store()
+    got = client.one({"op": "schema", "name": req.name})
+    if got["id"] != rec["collection_id"]:
+        raise Conflict(f"collection {req.name!r} in Milvus is not the one restore {plan['rid']} created (id "
+                       f"{got['id']}, recorded {rec['collection_id']}): dropped and made again by someone else?")
+    if rec["state"] == "created":
+        segs = recs.segments()
+        for u in todo:
+            if u["segment_id"] not in segs:
+                recs.seg_put(u["segment_id"], {"v": 1, "state": "pending", "attempts": 0}, None)
+        _import_all(recs, client, stage_store, backup, target, req, todo)
+        rec = recs.move("imported")
+    if rec["state"] == "imported":
+        fname = {int(f["field_id"]): f["name"] for f in plan["schema"]["fields"]}
+        for ix in plan["indexes"]:
+            client.one({"op": "create_index", "name": req.name, "field": fname[int(ix["field_id"])],
+                        "index_name": ix.get("index_name", ""), "params": _index_params(ix)})
+        vec = [f for f in plan["schema"]["fields"] if int(f["data_type"]) in VECTOR_TYPES]
+        have = {int(ix["field_id"]) for ix in plan["indexes"]}
+        for f in vec:                     # Milvus 2.3 loads only a collection whose vectors are indexed
+            if int(f["field_id"]) not in have:
+                client.one({"op": "create_index", "name": req.name, "field": f["name"], "index_name": "",
+                            "params": {"index_type": "FLAT" if int(f["data_type"]) == 101 else "BIN_FLAT",
+                                       "metric_type": "L2" if int(f["data_type"]) == 101 else "HAMMING", "params": {}}})
+        rec = recs.move("indexed")
+    if rec["state"] == "indexed":
+        client.one({"op": "load", "name": req.name})
+        rec = recs.move("loaded")
+    report = rec.get("report")
+    if rec["state"] == "loaded":
+        report = verify(client, backup, doc, plan, req)
+        if not report["ok"]:
+            recs.move("loaded", report=report)
+            raise MilvusRestoreError(f"verify of {req.name!r} failed: {report['problems'][:5]}")
+        for u in todo:                    # the staged copies are Milvus's own segments now
+            stage_store.delete_many([f"{u['dirs'][0].split('/insert_log/')[0]}/{p}" for p, _, _ in u["files"]])
+        rec = recs.move("verified", report=report, verified_at=time.time())
+    return {"restore_id": plan["rid"], "name": req.name, "state": rec["state"], "segments": len(todo),
+            "seconds": round(time.time() - t0, 3), **(report or {})}
+
+
+# -- verify -------------------------------------------------------------------------------
+def bundle_rows(backup, doc: dict) -> tuple[dict, list]:
+    """(visible rows {pk: (segment entry, row index)}, problems): a row (pk, ts) is visible
+    unless a delete (pk, ts_d) with ts_d > ts is in any captured delete log."""
+    pk_f = next(int(f["field_id"]) for f in doc["snapshot"]["collection"]["schema"]["fields"] if f.get("is_primary_key"))
+    deletes: dict = {}
+    rows: list = []
+    for e in doc["segments"]:
+        logs = {int(b["field_id"]): b["logs"] for b in e["binlogs"]}
+        pks = [v for x in logs[pk_f] for v in _col(backup, doc, x["path"])]
+        tss = [v for x in logs[1] for v in _col(backup, doc, x["path"])]
+        rows.extend((pk, ts, e, i) for i, (pk, ts) in enumerate(zip(pks, tss)))
+        for b in e.get("deltalogs", []):
+            for x in b["logs"]:
+                for pk, ts in _dels(backup, doc, x["path"]):
+                    deletes[pk] = max(deletes.get(pk, 0), ts)
+    visible: dict = {}
+    problems = []
+    for pk, ts, e, i in rows:
+        if deletes.get(pk, -1) > ts:
+            continue
+        if pk in visible:
+            problems.append(f"pk {pk} is visible twice in the bundle")
+        visible[pk] = (e, i)
+    return visible, problems
+
+
+def _blob(backup, doc, path):
+    """(file object, size) of a bundle file's bytes, read once (its SHA-256 checked by check())."""
+    f = doc["files"][path]
+    raw = bundles.read_small(backup, layout.bundle_blob(f["sha256"]), f["size"])
+    return io.BytesIO(raw), len(raw)
+
+
+def _dels(backup, doc, path):
+    try:
+        return binlog.deletes(*_blob(backup, doc, path))
+    except (ValueError, KeyError, OSError) as e:     # BinlogError is a ValueError
+        raise MilvusRestoreError(f"{path}: not a readable delete log ({e})") from None
+
+
+def _col(backup, doc, path):
+    try:
+        return binlog.column(*_blob(backup, doc, path))
+    except (binlog.BinlogError, OSError) as e:
+        raise MilvusRestoreError(f"{path}: {e}") from None
+
+
+def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
+    """Milvus's count(*) == the bundle's visible rows, and a sample of pks with every
+    field's value equal."""
+    visible, problems = bundle_rows(backup, doc)
+    count = client.one({"op": "count_loaded", "name": req.name})["count"]
+    if count != len(visible):
+        problems.append(f"count(*) is {count}, the bundle has {len(visible)} visible rows")
+    fields = plan["schema"]["fields"]
+    pk = next(f for f in fields if f.get("is_primary_key"))
+    rnd = random.Random(plan["uid"])
+    sample = sorted(rnd.sample(sorted(visible, key=str), min(req.sample, len(visible))), key=str)
+    checked = 0
+    if sample:
+        cache: dict = {}
+        lit = ", ".join(json.dumps(p) for p in sample)
+        got = {r[pk["name"]]: r for r in client.one({"op": "query", "name": req.name, "expr": f"{pk['name']} in [{lit}]",
+                                                      "output_fields": [f["name"] for f in fields], "limit": len(sample) + 1})}
+        for p in sample:
+            e, i = visible[p]
+            if p not in got:
+                problems.append(f"pk {p} is missing in Milvus")
+                continue
+            for f in fields:
+                key = (int(e["segment_id"]), int(f["field_id"]))
+                if key not in cache:
+                    logs = next(b["logs"] for b in e["binlogs"] if int(b["field_id"]) == int(f["field_id"]))
+                    cache[key] = [v for x in logs for v in _col(backup, doc, x["path"])]
+                want, have = _norm(cache[key][i], f), _norm(got[p].get(f["name"]), f)
+                if want != have:
+                    problems.append(f"pk {p}: field {f['name']!r} is {have!r} in Milvus, {want!r} in the bundle")
+            checked += 1
+    return {"ok": not problems, "count": count, "visible_rows": len(visible), "sampled": checked,
+            "problems": problems[:50]}
+
+
+def _norm(v, f: dict):
+    t = int(f["data_type"])
+    if t == 23 and isinstance(v, (bytes, str)):
+        return json.loads(v)
+    if t in (10, 11, 101) and v is not None:
+        import numpy as np
+        if isinstance(v, bytes):      # a float vector as its binlog holds it: dim x float32 LE
+            return np.frombuffer(v, dtype="<f4").tolist()
+        return np.asarray(v, dtype="<f4" if t != 11 else "<f8").tolist()
+    if isinstance(v, dict) and set(v) == {"hex"}:
+        return bytes.fromhex(v["hex"])
+    return v

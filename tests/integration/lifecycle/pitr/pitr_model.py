@@ -1,0 +1,117 @@
+"""A producer of acknowledged operations and a model of what is visible at any instant,
+for the point-in-time restore tests (real etcd, real files).
+
+Every operation is recorded as the log acknowledged it: its messages (found through the
+call's acknowledged positions) with their ticks. The model is deliberately naive: a row
+(pk, v, ts, partition) is visible at instant t when it was written at or before t (a
+transaction's rows when its CommitTxn was) and no delete applied at or before t of its pk
+(in its partition, or in all) carries a timestamp above the row's."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from seglake.lifecycle import copyjob, pitr
+from seglake.lifecycle.flush import flush_pchannel
+from seglake.meta.catalog import pchannel_of
+from seglake.visibility import visible_rows
+from seglake.wal import message as M
+from seglake.wal.log import WalLog
+from seglake.wal.message import MessageId
+
+SCHEMA = [
+    {"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
+    {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": 2},
+    {"field_id": 102, "name": "price", "dtype": "Float"},
+]
+
+
+def rows(pks, v: float) -> pa.Table:
+    pks = [int(p) for p in pks]
+    return pa.table({"pk": pa.array(pks, pa.int64()),
+                     "embedding": pa.array([[float(p), float(v)] for p in pks], pa.list_(pa.float32(), 2)),
+                     "price": pa.array([float(v)] * len(pks), pa.float32())})
+
+
+@dataclass
+class Model:
+    meta: object
+    store: object
+    collection: str
+    parts: dict = field(default_factory=dict)    # partition name -> id
+    inserted: list = field(default_factory=list)   # (pk, v, row_ts, visible_from, partition_id)
+    deletes: list = field(default_factory=list)    # (pk, ts, applied_at, partition scope 0 = all)
+
+    def messages(self, res) -> list:
+        """The messages of an acknowledged call, with their ticks, from its positions."""
+        out = []
+        for p, (first, last) in res.positions.items():
+            lo, hi = MessageId.parse(first), MessageId.parse(last)
+            for m in WalLog(self.meta, self.store, p).messages(lo):
+                if hi < m.id:
+                    break
+                out.append(m)
+        return out
+
+    def record(self, res, v: float, *, txn: bool = False) -> None:
+        msgs = self.messages(res)
+        commit = {m.vchannel: m.time_tick for m in msgs if m.type == M.COMMIT_TXN}
+        for m in msgs:
+            if m.type == M.INSERT:
+                at = commit[m.vchannel] if txn else m.time_tick
+                for pk in m.body.column("pk").to_pylist():
+                    self.inserted.append((pk, v, at, at, m.partition_id))
+                if m.props.get("upsert"):
+                    for pk in m.body.column("pk").to_pylist():
+                        self.deletes.append((pk, min(m.props["upsert_ts"], m.time_tick), at, m.partition_id))
+            elif m.type == M.DELETE:
+                at = commit[m.vchannel] if txn else m.time_tick
+                for pk in m.body.column("pk").to_pylist():
+                    self.deletes.append((pk, at, at, m.partition_id))
+
+    def visible(self, t: int) -> Counter:
+        dels = {}
+        for pk, ts, at, scope in self.deletes:
+            if at <= t:
+                dels.setdefault(pk, []).append((ts, scope))
+        out = Counter()
+        for pk, v, ts, at, part in self.inserted:
+            if at > t:
+                continue
+            if any(dts > ts and scope in (0, part) for dts, scope in dels.get(pk, ())):
+                continue
+            out[(pk, round(float(v), 3))] += 1
+        return out
+
+    def pks(self, t: int) -> list[int]:
+        return sorted({pk for pk, _ in self.visible(t)})
+
+
+def flush_all(meta, store, settings, coll, *, flush_all: bool = True) -> None:
+    for p in sorted({pchannel_of(v) for v in coll.vchannels}):
+        flush_pchannel(meta, store, p, settings, flush_all=flush_all)
+
+
+def restore_to(meta, store, settings, source: str, target: str, as_of) -> object:
+    job = pitr.restore_as_of(meta, store, source, target, as_of)
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job, threads=2)
+    copyjob.finalize(meta, job)
+    tid = meta.catalog.get_by_name(target).collection_id
+    pitr.replay(meta, store, settings, tid)
+    return meta.catalog.get(tid)
+
+
+def visible_of(meta, store, coll) -> Counter:
+    t = visible_rows(meta, store, coll.collection_id, columns=["price"])
+    return Counter(zip(t.column("pk").to_pylist(), (round(x, 3) for x in t.column("price").to_pylist())))
+
+
+def route0(pks, shards: int = 2) -> np.ndarray:
+    from seglake.wal.client import route
+    pks = np.asarray(pks, dtype=np.int64)
+    return pks[route(pks, shards) == 0]

@@ -1,0 +1,123 @@
+"""The pure rules of the restore into Milvus: the binlog reader (Milvus's event format), the
+schema a restore can reproduce, and the capture document's paths (no Milvus needed)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import struct
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.milvus import binlog, restore
+from seglake.storage import layout
+from seglake.storage.local import LocalStore
+
+
+def event_file(values, arrow_type, payload_type: int, ids=(1, 2, 3, 100)) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"val": pa.array(values, type=arrow_type)}), buf)
+    payload = buf.getvalue()
+    extra = json.dumps({"original_size": "1"}).encode()
+    desc = binlog.DESCRIPTOR.pack(*ids, 1, 2, payload_type) + bytes(12) + len(extra).to_bytes(4, "little") + extra
+    d_len = binlog.HEADER.size + len(desc)
+    out = (binlog.MAGIC).to_bytes(4, "little") + binlog.HEADER.pack(0, 0, d_len, 4 + d_len) + desc
+    e_len = binlog.HEADER.size + binlog.EVENT_TS + len(payload)
+    code = 2 if payload_type == 21 else 1
+    out += binlog.HEADER.pack(0, code, e_len, len(out) + e_len) + (1).to_bytes(8, "little") + (2).to_bytes(8, "little") + payload
+    return out
+
+
+def _io(raw: bytes):
+    return io.BytesIO(raw), len(raw)
+
+
+def test_binlog_columns_vectors_and_deletes():
+    raw = event_file([5, -3, 7], pa.int64(), 5)
+    desc, _ = binlog.payloads(*_io(raw))
+    assert (desc.collection_id, desc.partition_id, desc.segment_id, desc.field_id) == (1, 2, 3, 100)
+    assert binlog.column(*_io(raw)) == [5, -3, 7]
+    vec = struct.pack("<2f", 1.5, -2.0)
+    got = binlog.column(*_io(event_file([vec], pa.binary(8), 101)))
+    assert restore._norm(got[0], {"data_type": 101}) == restore._norm([1.5, -2.0], {"data_type": 101}) == [1.5, -2.0]
+    raw = event_file([json.dumps({"pk": 9, "ts": 44, "pkType": 5}), "10,45"], pa.string(), 21)
+    assert binlog.deletes(*_io(raw)) == [(9, 44), (10, 45)]
+
+
+@pytest.mark.parametrize("damage", ["magic", "truncate", "payload"])
+def test_a_damaged_binlog_is_refused(damage):
+    raw = bytearray(event_file([1, 2, 3], pa.int64(), 5))
+    if damage == "magic":
+        raw[0] ^= 0xFF
+    elif damage == "truncate":
+        raw = raw[:-20]
+    else:
+        raw[-1] ^= 0xFF          # the Parquet payload's closing magic
+    with pytest.raises(binlog.BinlogError if damage != "payload" else Exception):
+        binlog.column(*_io(bytes(raw)))
+
+
+def schema_doc(fields):
+    return {"snapshot": {"collection": {"schema": {"fields": fields}}}}
+
+
+F = lambda i, name, t, **kw: {"field_id": i, "name": name, "data_type": t, "type_params": kw.pop("tp", {}), **kw}
+
+
+def test_schema_refusals_name_the_field():
+    ok = [F(100, "pk", 5, is_primary_key=True), F(101, "vec", 101, tp={"dim": "4"})]
+    assert [f["name"] for f in restore.check_schema(schema_doc(ok))["fields"]] == ["pk", "vec"]
+    with pytest.raises(restore.MilvusRestoreError, match="field 'sv' has data type SparseFloatVector"):
+        restore.check_schema(schema_doc(ok + [F(102, "sv", 104, data_type_name="SparseFloatVector")]))
+    with pytest.raises(restore.MilvusRestoreError, match="field 'tenant' is a partition key"):
+        restore.check_schema(schema_doc(ok + [F(102, "tenant", 21, is_partition_key=True)]))
+    with pytest.raises(restore.MilvusRestoreError, match="not 100.. in order"):
+        restore.check_schema(schema_doc([ok[0], F(105, "vec", 101, tp={"dim": "4"})]))
+    with pytest.raises(restore.MilvusRestoreError, match="2 primary key fields"):
+        restore.check_schema(schema_doc(ok + [F(102, "pk2", 5, is_primary_key=True)]))
+    with pytest.raises(restore.MilvusRestoreError, match="vector field 'vec' has no dim"):
+        restore.check_schema(schema_doc([ok[0], F(101, "vec", 101)]))
+
+
+def _bundle(tmp_path, kind="milvus", path=None):
+    backup = LocalStore(str(tmp_path))
+    raw = event_file([1], pa.int64(), 5)
+    sha = hashlib.sha256(raw).hexdigest()
+    backup.put(layout.bundle_blob(sha), raw)
+    keys = [f"insert_log/7/8/9/{f}/1" for f in (0, 1, 100)]
+    if path:
+        keys[2] = path
+    doc = {"format": bundles.FORMAT, "version": bundles.VERSION, "bundle": "b1", "uid": "a" * 32,
+           "source": {"db": "default", "collection": "c", "collection_id": 7},
+           "snapshot": {"collection": {"shards": 1, "partitions": [{"partition_id": 8, "name": "_default"}],
+                                       "schema": {"fields": [F(100, "pk", 5, is_primary_key=True)]}}},
+           "segments": [{"segment_id": 9, "partition_id": 8, "num_rows": 1, "deltalogs": [],
+                         "binlogs": [{"field_id": f, "logs": [{"entries": 1, "path": k}]}
+                                     for f, k in zip((0, 1, 100), keys)]}],
+           "files": {k: {"size": len(raw), "sha256": sha} for k in keys}}
+    if kind:
+        doc["kind"] = kind
+    bundles.write(backup, doc)
+    return backup
+
+
+def test_bundle_paths_must_be_the_keys_their_ids_name(tmp_path):
+    req = restore.Request(db="default", collection="c", bundle="b1", name="n")
+    assert restore.read_bundle(_bundle(tmp_path / "ok"), req)["segments"][0]["segment_id"] == 9
+    with pytest.raises(restore.MilvusRestoreError, match="not the key its ids name"):
+        restore.read_bundle(_bundle(tmp_path / "forged", path="insert_log/7/8/10/100/1"), req)
+    with pytest.raises(restore.MilvusRestoreError, match="not a Milvus capture"):
+        restore.read_bundle(_bundle(tmp_path / "seglake", kind=None), req)
+
+
+@pytest.mark.parametrize("field,value", [("sample", -1), ("sample", 10**6), ("threads", 0), ("poll", float("nan")),
+                                         ("import_timeout", float("inf")), ("name", "a/b"), ("name", "1x")])
+def test_request_numbers_and_names_are_checked(field, value):
+    req = restore.Request(db="default", collection="c", bundle="b1", name="n")
+    setattr(req, field, value)
+    with pytest.raises(Exception, match=field if field != "name" else "collection"):
+        req.check()
