@@ -120,6 +120,7 @@ bench: setup
 	$(PY) bench/archive.py
 	$(PY) bench/dag_page.py
 	$(PY) bench/scale.py
+	$(PY) bench/milvus_capture.py
 
 clean: milvus-down down cluster-down
 	rm -rf $(DEV)

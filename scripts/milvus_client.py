@@ -7,10 +7,15 @@ result per op. Ops:
   {"op": "create", "name", "partitions": [..], "shards": 2, "dim": 2}
       pk INT64 primary (auto_id off), v FLOAT, vec FLOAT_VECTOR(dim)
   {"op": "insert", "name", "partition", "pks": [..]}        v = pk / 10, vec = [pk, v, ..]
+      ("random_vectors": true: vec random, seeded by the first pk)
   {"op": "delete", "name", "pks": [..]}
   {"op": "flush", "name"}
   {"op": "count", "name"}   count(*) (Strong), after building a FLAT index and loading
   {"op": "describe", "name"} {"id", "partitions": {name: id}}
+  {"op": "upsert", "name", "partition", "pks": [..]}        v = pk / 10 + 1000, vec = [pk + 0.5, v, ..]
+  {"op": "index", "name", "type": "HNSW", "params": {..}}   built on vec, waited for
+  {"op": "pks", "name"}      every visible pk (Strong, after a load), sorted
+  {"op": "release", "name"}
   {"op": "version"}
 """
 from __future__ import annotations
@@ -213,7 +218,12 @@ def main() -> int:
             coll = Collection(name)
             pks = [int(p) for p in op["pks"]]
             dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
-            rows = [pks, [p / 10 for p in pks], [[float(p)] + [p / 10] * (dim - 1) for p in pks]]
+            if op.get("random_vectors"):   # incompressible vectors (benchmarks), seeded by the first pk
+                import numpy as np
+                vecs = np.random.default_rng(pks[0] if pks else 0).random((len(pks), dim), dtype=np.float32).tolist()
+            else:
+                vecs = [[float(p)] + [p / 10] * (dim - 1) for p in pks]
+            rows = [pks, [p / 10 for p in pks], vecs]
             mr = coll.insert(rows, partition_name=op.get("partition"))
             out.append({"insert_count": int(mr.insert_count)})
         elif kind == "delete":
@@ -229,6 +239,34 @@ def main() -> int:
             coll.load()
             res = coll.query(expr="", output_fields=["count(*)"], consistency_level="Strong")
             out.append({"count": int(res[0]["count(*)"])})
+        elif kind == "upsert":
+            coll = Collection(name)
+            pks = [int(p) for p in op["pks"]]
+            dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
+            rows = [pks, [p / 10 + 1000 for p in pks], [[float(p) + 0.5] + [p / 10] * (dim - 1) for p in pks]]
+            mr = coll.upsert(rows, partition_name=op.get("partition"))
+            out.append({"upsert_count": int(mr.upsert_count)})
+        elif kind == "index":
+            coll = Collection(name)
+            coll.create_index("vec", {"index_type": op.get("type", "HNSW"), "metric_type": "L2",
+                                      "params": op.get("params", {"M": 8, "efConstruction": 64})})
+            utility.wait_for_index_building_complete(name, timeout=120)
+            out.append({"indexed": name})
+        elif kind == "pks":      # every visible pk (Strong), sorted; the collection is loaded first
+            coll = Collection(name)
+            coll.load()
+            it, pks = 0, []
+            while True:
+                res = coll.query(expr=f"pk >= {it}", output_fields=["pk"], limit=16384, consistency_level="Strong")
+                if not res:
+                    break
+                got = sorted(int(r["pk"]) for r in res)
+                pks.extend(got)
+                it = got[-1] + 1
+            out.append({"pks": pks})
+        elif kind == "release":
+            Collection(name).release()
+            out.append({"released": name})
         elif kind == "describe":
             coll = Collection(name)
             desc = coll.describe()

@@ -374,6 +374,25 @@ SPECS: dict[str, dict[str, Key]] = {
         "backup_uri": BACKUP_URI,
         "max_mib_per_second": RATES["max_mib_per_second"],
     },
+    "milvus_backup": {
+        "collections": Key("text", "Milvus collections", default="", nullable=True, max_length=65536,
+                           description="Comma-separated names of collections of the database; empty: set "
+                                       "all_collections"),
+        "all_collections": Key("boolean", "All collections", default=False,
+                               description="Capture every collection of the database (then name none)"),
+        "milvus_etcd": Key("text", "Milvus etcd", required=True, max_length=4096,
+                           description="Milvus's etcd endpoints: host:port[,host:port...]"),
+        "milvus_root": Key("text", "Milvus etcd root", default="by-dev", description="Milvus's etcd.rootPath"),
+        "bucket": Key("text", "Milvus bucket", required=True,
+                      description="Milvus's bucket (S3 credentials: the seglake_milvus connection), or an "
+                                  "absolute local path (Milvus's local storage)"),
+        "bucket_root": Key("text", "Milvus bucket root", default="files", description="Milvus's minio.rootPath"),
+        "bundle": _name("Bundle", "The bundle name (one bundle per collection)", example="nightly_1"),
+        "backup_uri": BACKUP_URI,
+        "db": DB,
+        "engine": ENGINE,
+        **RATES,
+    },
     "wal_flush": {
         "pchannel": Key("enum", "pchannel", default="all",
                         choices=("all", *(pchannel_name(i) for i in range(PCHANNEL_COUNT))),
@@ -400,6 +419,8 @@ HINTS: dict[str, dict[str, str]] = {
                                   "target_collection": "target"},
     "snapshot_verify": {"name": "bundle", "target": "backup_uri", "target_uri": "backup_uri", "uri": "backup_uri"},
     "gc": {"tolerance": "missing_tolerance_hours"},
+    "milvus_backup": {"collection": "collections", "etcd": "milvus_etcd", "root": "milvus_root",
+                      "target": "backup_uri", "uri": "backup_uri", "name": "bundle"},
     "drop_collection": {"name": "collection", "wait": "wait_for_flush", "timeout": "timeout_hours"},
 }
 
@@ -438,6 +459,14 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
         problems += _restore_source_problems(out)
     if dag_id == "snapshot_restore_external" and not problems:
         problems += _external_source_problems(out)
+    if not problems and dag_id == "milvus_backup":   # what the key kinds cannot say: endpoints, roots, names
+        from seglake.milvus.capture import check_request
+        try:
+            check_request(out["milvus_etcd"], out["milvus_root"], out["bucket"], out["bucket_root"],
+                          out["collections"] or "", out["bundle"], db=out["db"],
+                          all_collections=out["all_collections"])
+        except ValidationError as e:
+            problems.append(str(e))
     if problems:
         raise ValidationError(f"{dag_id}: refused conf before any change: " + "; ".join(problems))
     return out

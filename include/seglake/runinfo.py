@@ -191,7 +191,8 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
             "snapshot_schedule": "snapshot_schedule", "verify_collection": f"verify {params.get('collection')}",
             "wal_archive": "wal_archive",
             "compaction_policy": f"compaction policy of {params.get('collection')}",
-            "pitr_window": f"point-in-time window of {params.get('collection')}"}[kind]
+            "pitr_window": f"point-in-time window of {params.get('collection')}",
+            "milvus_backup": f"milvus capture {params.get('bundle')}"}[kind]
     if result is None:
         return _short(f"FAILED: {what} did not finish (see the task logs)")
     if kind == "snapshot_drop":
@@ -206,4 +207,10 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
         behind = ", ".join(f"{p} up to {d['cursor']} of {d['last']}" for p, d in result["pchannels"].items())
         return _short(f"wal_archive: {result['fragments']} fragments ({human_bytes(result['bytes'])}) shipped to "
                       f"{result['target']}" + (f"; {behind}" if behind else "; no collection is archived"))
+    if kind == "milvus_backup":
+        copied = ([r["copied_files"] for r in result], [r["copied_bytes"] for r in result])
+        said = (f", {sum(copied[0])} files copied ({sum(copied[1])} bytes)"
+                if all(x is not None for x in copied[0] + copied[1]) else "")
+        return _short(f"{what}: {len(result)} collections captured, {sum(r.get('files', 0) for r in result)} files, "
+                      f"{sum(r.get('rows', 0) for r in result)} rows{said}")
     return _short(f"{what}: OK, {result.get('files_checked')} files, {result.get('rows')} rows checked")

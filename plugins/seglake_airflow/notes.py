@@ -33,7 +33,8 @@ ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it
 # the small lifecycles: the task whose result says the work was done (no result: not done)
 RESULT_TASKS = {"snapshot_drop": "drop", "snapshot_retention": "set_policy", "snapshot_schedule": "run_policies",
                 "verify_collection": "verify.summarize", "wal_archive": "archive", "compaction_policy": "set_policy",
-                "pitr_window": "set_window"}
+                "pitr_window": "set_window",
+                "milvus_backup": "summary"}
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection",
          "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction", *RESULT_TASKS)
 

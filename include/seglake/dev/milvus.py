@@ -133,6 +133,7 @@ class MilvusServer(Server):
     s3: S3Target | None = None
     graceful_stop: int = 5
     alias: str = ""
+    config: dict = field(default_factory=dict)   # more milvus.yaml settings ("a.b.c": "value"), e.g. for tests
     prepared: dict = field(default_factory=dict)
     _given_ports: dict = field(default_factory=dict, repr=False)
     started_at: float = 0.0
@@ -200,6 +201,7 @@ class MilvusServer(Server):
                            "minio.secretAccessKey": self.s3.secret_key, "minio.useSSL": "false"})
         else:
             extras["common.storageType"] = "local"
+        extras.update({k: str(v) for k, v in self.config.items()})
         req = {"base_dir": str(self.state_dir), "bin_cache": str(BIN_CACHE), "items": items,
                "extras": extras}
         r = subprocess.run([str(milvus_python()), str(REPO / "scripts" / "milvus_prepare.py")],

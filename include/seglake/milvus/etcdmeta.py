@@ -85,11 +85,13 @@ def _binlogs(value: bytes) -> tuple[int, list[Binlog]]:
 class MilvusMeta:
     """A read-only view of one Milvus's etcd root (`rootPath`, e.g. "by-dev")."""
 
-    def __init__(self, kv, root: str):
-        self.kv, self.meta = kv, root.rstrip("/") + "/meta/"
+    def __init__(self, kv, root: str, revision: int | None = None):
+        """`revision`: every read at that one etcd revision (a consistent view of the
+        whole catalog); None: each range at the store's revision when it starts."""
+        self.kv, self.meta, self.revision = kv, root.rstrip("/") + "/meta/", revision
 
     def _range(self, sub: str):
-        for item in self.kv.range(self.meta + sub):
+        for item in self.kv.range(self.meta + sub, revision=self.revision):
             yield item.key[len(self.meta + sub):].split("/"), item.value
 
     def collections(self) -> list[MilvusCollection]:

@@ -30,7 +30,7 @@ class SeglakeHook(BaseHook):
     hook_name = "seglake"
 
     def __init__(self, etcd_conn_id: str = "etcd_default", aws_conn_id: str = "aws_default", *,
-                 backup_conn_id: str = "seglake_backup",
+                 backup_conn_id: str = "seglake_backup", milvus_conn_id: str = "seglake_milvus",
                  overrides: dict[str, Any] | None = None, quiet: bool = False,
                  get_connection=None, get_variable=None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -42,6 +42,7 @@ class SeglakeHook(BaseHook):
         self.etcd_conn_id = etcd_conn_id
         self.aws_conn_id = aws_conn_id
         self.backup_conn_id = backup_conn_id
+        self.milvus_conn_id = milvus_conn_id   # the S3 credentials of a Milvus's bucket (milvus_backup)
         self.overrides = dict(overrides or {})
 
     def connection_layers(self, store_uri: str) -> list[tuple[str, dict[str, Any]]]:
@@ -52,7 +53,8 @@ class SeglakeHook(BaseHook):
             from seglake_airflow.hooks.etcd import EtcdHook
             layers.append((f"connection {self.etcd_conn_id}", EtcdHook(self.etcd_conn_id).settings_overrides(etcd)))
         for conn_id, prefix, wanted in ((self.aws_conn_id, "s3_", store_uri.startswith("s3://")),
-                                        (self.backup_conn_id, "backup_s3_", True)):
+                                        (self.backup_conn_id, "backup_s3_", True),
+                                        (self.milvus_conn_id, "milvus_s3_", True)):
             conn = self._get_connection(conn_id) if wanted else None
             if conn is not None:
                 extra, layer = conn.extra_dejson, {}

@@ -267,8 +267,15 @@ def read(target: Store, db: str, collection: str, bundle: str, *, segments: bool
 
 
 def check(doc, where: str) -> dict:
-    """The document's own consistency (format, version, segments <-> files)."""
+    """The document's own consistency (format, version, segments <-> files). A Milvus
+    capture (kind "milvus", docs/MILVUS_BUNDLE.md) is checked by its own rules."""
     check_files(doc, where)
+    if doc.get("kind") is not None:
+        if doc["kind"] != "milvus":
+            raise BundleError(f"{where}: bundle kind {doc['kind']!r}; this seglake reads seglake exports and "
+                              f"Milvus captures (kind 'milvus')")
+        from seglake.milvus import bundledoc
+        return bundledoc.check(doc, where)
     files, segments = doc["files"], doc["segments"]
     for i, e in enumerate(segments):
         if (bad := entries.problem(e)) is not None:
@@ -448,6 +455,15 @@ def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int,
         return {(key, f["size"], f["tag"]): (f["sha256"], f.get("data_tag", "")) for key, f in doc["files"].items()
                 if f.get("tag")}
     return {}
+
+
+def seglake_only(doc: dict, where: str) -> dict:
+    """`doc`, refused when it is not a seglake export (a Milvus capture is restored into
+    Milvus, not into this store)."""
+    if doc.get("kind") is not None:
+        raise BundleError(f"{where} is a capture of a {doc['kind']} collection; it restores into {doc['kind']}, "
+                          f"not into a seglake store")
+    return doc
 
 
 def existing(target: Store, db: str, collection: str, bundle: str) -> dict | None:

@@ -112,7 +112,7 @@ def restore_from_bundle(meta: Meta, store: Store, target: Store, collection: str
                                                max_requests_per_second, origin)
     where = f"bundle {db}.{collection}/{bundle}"
     with holds.held(target, db, collection, bundle, by=f"restore into {db}.{restore_to}", say=say):
-        doc = bundles.read(target, db, collection, bundle)
+        doc = bundles.seglake_only(bundles.read(target, db, collection, bundle), where)
         _check_clock(meta, doc, where)
         _check_present(target, doc, where)
         from seglake.lifecycle.copyjob.bundled import remember
@@ -149,7 +149,7 @@ def compare_with_bundle(meta: Meta, store: Store, target: Store, collection: str
     side through its own partitions (the bundle's ids name its partitions by name)."""
     bundles.check_names(db, collection, bundle)
     with holds.held(target, db, collection, bundle, by=f"compare with {db}.{restored}"):
-        doc = bundles.read(target, db, collection, bundle)
+        doc = bundles.seglake_only(bundles.read(target, db, collection, bundle), f"bundle {db}.{collection}/{bundle}")
         segs = [s for s in _entry_segments(doc) if s.state != "Dropped"]
         parts = {p["partition_id"]: p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
         return restores.compare_target(meta, store, restored, db, _BundleView(target, doc), segs, parts)

@@ -82,7 +82,7 @@ def import_bundle(meta: Meta, store: Store, target: Store, collection: str, bund
 
 
 def _import(meta, store, target, collection, bundle, db, name, snapshot, threads, bps, rps, say) -> dict:
-    doc = bundles.read(target, db, collection, bundle)
+    doc = bundles.seglake_only(bundles.read(target, db, collection, bundle), f"bundle {db}.{collection}/{bundle}")
     # the run's rate limit (its etcd clock exists only while the import runs, and only when limited)
     throttle = throttles.for_run(meta, meta.keys.backup_throttle(f"import-{doc['uid']}-{uuid.uuid4().hex[:8]}"),
                                  bps, rps)

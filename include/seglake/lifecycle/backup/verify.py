@@ -49,6 +49,9 @@ def units_of(doc: dict) -> list[dict]:
     """One unit per distinct data file of a (checked) bundle document: its sha256, size,
     the source keys that name it, and the rows each log should hold (an import checks
     the same units before it writes)."""
+    if doc.get("kind") == "milvus":
+        from seglake.milvus import bundledoc
+        return bundledoc.units_of(doc)
     rows: dict[str, int] = {}   # source key -> rows the segment records give it
     named: dict[str, list[int]] = {}   # delta log -> the partition ids its deletes may name
     column: dict[str, str] = {}  # insert log -> the one column its field's log holds
@@ -77,6 +80,9 @@ def units_of(doc: dict) -> list[dict]:
 def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
     """One data file: present, its size and SHA-256; for a log, its Parquet row count.
     `throttle`: the reads take their cost from that rate limit."""
+    if "milvus" in unit:   # a Milvus capture's file: its binlogs are Milvus's event files
+        from seglake.milvus import bundledoc
+        return bundledoc.check_unit(target, unit, throttle)
     sha, size, keys = unit["sha"], unit["size"], unit["keys"]
     blob = layout.bundle_blob(sha)
     try:

@@ -1,0 +1,107 @@
+"""seglake.milvus.catalog on a Milvus catalog written here as Milvus 2.3 stores it (protobuf
+values under <root>/meta/...), in an in-memory KV: what a capture refuses before it reads a
+byte of the bucket (a field type it cannot represent, named; no or two primary keys; a
+collection being dropped; an unknown collection, listing the known ones), and what it reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from seglake.errors import NotFound, ValidationError
+from seglake.milvus import catalog
+from seglake.milvus.etcdmeta import MilvusMeta
+from seglake.milvus.proto import fields as fields_of
+
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def msg(*fields) -> bytes:
+    """(number, value) pairs: int -> varint, bytes/str -> length-delimited."""
+    out = b""
+    for num, v in fields:
+        if isinstance(v, int):
+            out += _varint(num << 3) + _varint(v)
+        else:
+            v = v.encode() if isinstance(v, str) else v
+            out += _varint(num << 3 | 2) + _varint(len(v)) + v
+    return out
+
+
+@dataclass
+class Item:
+    key: str
+    value: bytes
+
+
+class FakeKV:
+    def __init__(self, items: dict[str, bytes]):
+        self.items = items
+
+    def range(self, prefix: str, *, revision=None, end=None, **_):
+        for k in sorted(self.items):
+            if (k.startswith(prefix) if end is None else prefix <= k < end):
+                yield Item(k, self.items[k])
+
+    def get(self, key: str):
+        return Item(key, self.items[key]) if key in self.items else None
+
+
+def field(fid, name, dtype, pk=False, dim=None):
+    params = [(6, msg((1, "dim"), (2, str(dim))))] if dim else []
+    return msg((1, fid), (2, name), (3, int(pk)), (5, dtype), *params)
+
+
+def milvus(fields, state=0, name="c1") -> MilvusMeta:
+    m = "r/meta/"
+    items = {
+        f"{m}root-coord/database/collection-info/1/7": msg((1, 7), (2, msg((1, name))), (7, "dml_0_7v0"),
+                                                           (8, "dml_0"), (10, 1), (13, state)),
+        f"{m}root-coord/partitions/7/8": msg((1, 8), (2, "_default"), (4, 7)),
+        f"{m}datacoord-meta/s/7/8/9": msg((1, 9), (2, 7), (3, 8), (4, "dml_0_7v0"), (5, 3), (6, 4)),
+        f"{m}datacoord-meta/binlog/7/8/9/100": msg((1, 100), (2, msg((1, 3), (6, 42)))),
+    }
+    for f in fields:
+        fid = fields_of(f)[1][0]
+        items[f"{m}root-coord/fields/7/{fid}"] = f
+    return MilvusMeta(FakeKV(items), "r", revision=5)
+
+
+def test_reads_schema_partitions_and_flushed_segments():
+    cat = catalog.read(milvus([field(100, "pk", 5, pk=True), field(101, "vec", 101, dim=4)]), "default", "c1")
+    c = cat["collection"]
+    assert c["shards"] == 1 and c["vchannels"] == ["dml_0_7v0"] and c["partitions"][0]["name"] == "_default"
+    assert [(f["name"], f["data_type_name"], f["type_params"]) for f in c["schema"]["fields"]] == [
+        ("pk", "Int64", {}), ("vec", "FloatVector", {"dim": "4"})]
+    (s,) = cat["segments"]
+    assert s["num_rows"] == 3 and s["binlogs"][0]["logs"][0]["path"] == "insert_log/7/8/9/100/42"
+
+
+def test_a_field_type_it_cannot_represent_is_refused_naming_the_field():
+    with pytest.raises(ValidationError, match="field 'weird' \\(id 101\\) has data type 999"):
+        catalog.read(milvus([field(100, "pk", 5, pk=True), field(101, "weird", 999)]), "default", "c1")
+
+
+@pytest.mark.parametrize("fields", [[field(100, "a", 5)], [field(100, "a", 5, pk=True), field(101, "b", 5, pk=True)],
+                                    [field(100, "a", 10, pk=True)]])
+def test_not_one_int64_or_varchar_primary_key_is_refused(fields):
+    with pytest.raises(ValidationError, match="one Int64 or VarChar primary key"):
+        catalog.read(milvus(fields), "default", "c1")
+
+
+def test_a_collection_being_dropped_or_unknown_is_refused():
+    with pytest.raises(NotFound, match="being created or dropped"):
+        catalog.read(milvus([field(100, "pk", 5, pk=True)], state=2), "default", "c1")
+    with pytest.raises(NotFound, match="no collection 'c2' .*its collections there: c1"):
+        catalog.read(milvus([field(100, "pk", 5, pk=True)]), "default", "c2")
