@@ -27,6 +27,7 @@ from datetime import timedelta
 from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
+from seglake_airflow.notes import run_note
 
 
 def _target(conn_id: str):
@@ -98,6 +99,7 @@ def milvus_restore():
     plan = check()
     check_conf("milvus_restore") >> plan
     restore_and_verify(plan=plan)
+    run_note("milvus_restore")
 
 
 milvus_restore()

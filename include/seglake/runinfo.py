@@ -192,7 +192,9 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
             "wal_archive": "wal_archive",
             "compaction_policy": f"compaction policy of {params.get('collection')}",
             "pitr_window": f"point-in-time window of {params.get('collection')}",
-            "milvus_backup": f"milvus capture {params.get('bundle')}"}[kind]
+            "milvus_backup": f"milvus capture {params.get('bundle')}",
+            "milvus_restore": f"milvus restore {params.get('collection')}/{params.get('bundle')} -> "
+                              f"{params.get('name')}"}[kind]
     if result is None:
         return _short(f"FAILED: {what} did not finish (see the task logs)")
     if kind == "snapshot_drop":
@@ -207,6 +209,10 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
         behind = ", ".join(f"{p} up to {d['cursor']} of {d['last']}" for p, d in result["pchannels"].items())
         return _short(f"wal_archive: {result['fragments']} fragments ({human_bytes(result['bytes'])}) shipped to "
                       f"{result['target']}" + (f"; {behind}" if behind else "; no collection is archived"))
+    if kind == "milvus_restore":
+        return _short(f"{what}: {result.get('state')}, {result.get('segments')} segments imported, count(*) "
+                      f"{result.get('count')} of {result.get('visible_rows')} visible rows, {result.get('sampled')} "
+                      f"pks sampled, " + ("verified" if result.get("ok") else "NOT verified"))
     if kind == "milvus_backup":
         copied = ([r["copied_files"] for r in result], [r["copied_bytes"] for r in result])
         said = (f", {sum(copied[0])} files copied ({sum(copied[1])} bytes)"

@@ -34,7 +34,7 @@ ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it
 RESULT_TASKS = {"snapshot_drop": "drop", "snapshot_retention": "set_policy", "snapshot_schedule": "run_policies",
                 "verify_collection": "verify.summarize", "wal_archive": "archive", "compaction_policy": "set_policy",
                 "pitr_window": "set_window",
-                "milvus_backup": "summary"}
+                "milvus_backup": "summary", "milvus_restore": "restore_and_verify"}
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection",
          "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction", *RESULT_TASKS)
 

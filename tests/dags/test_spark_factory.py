@@ -25,6 +25,7 @@ SPARK_TASKS = {
     ("copy_segment_job", "verify.check_files"): "verify_collection",
     ("snapshot_verify", "check_spark"): "verify_bundle",
     ("compaction", "compact_spark"): "compact",
+    ("milvus_backup", "capture_spark"): "milvus_capture",
 }
 
 

@@ -99,6 +99,7 @@ CASES = {
     "seglake backup restore": (["backup", "restore", "demo", "b"], 2, "the following arguments are required"),
     "seglake restore-database": (["restore-database", "--as-of", "1970-01-01T00:00:00Z", "--suffix", "_x"], 2, "as_of"),
     "seglake wal archive": (["wal", "archive", "--seconds", "-1"], 2, "--seconds"),
+    "seglake milvus backup": (["milvus", "backup", "--milvus-etcd", "127.0.0.1:1", "--bucket", "b", "--bundle", "1bad", "c"], 2, "1bad"),
     "seglake milvus restore": (["milvus", "restore", "demo", "b", "1bad", "--address", "127.0.0.1:1", "--bucket", "b",
                                 "--s3-endpoint", "http://127.0.0.1:1"], 2, "invalid collection name '1bad'"),
     "seglake wal status": (["wal", "status", "--pchannel", "nope"], 2, "unknown pchannel 'nope'"),
