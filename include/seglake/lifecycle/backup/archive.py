@@ -165,9 +165,8 @@ def begin(meta, coll) -> list[str]:
         if meta.kv.get(key) is not None:
             continue
         first = WalLog(meta, None, p).state().first
-        doc = json.dumps({"shipped": first - 1, "target": "", "began": first, "at": time.time()})
         try:
-            meta.kv.txn([absent(key)], [Put(key, doc)])
+            meta.kv.txn([absent(key)], [Put(key, _cursor_doc(first - 1, "", first))])
             out.append(p)
         except Conflict:
             pass
@@ -221,14 +220,20 @@ def read_cursor(meta, pchannel: str) -> Cursor:
     return cur
 
 
-def truncation_floor(meta, pchannel: str) -> int | None:
+def truncation_floor(meta, pchannel: str, wanted: dict | None = None) -> int | None:
     """The lowest fragment number of `pchannel` GC must keep for the archive (cursor + 1),
-    None when the pchannel is not archived. Raises on any read error (fail closed)."""
-    if pchannel not in archived_pchannels(meta):
-        return None
+    None when the pchannel is not archived (no cursor, no policy wants it). `wanted`:
+    wanted_pchannels, when the caller read it once for several pchannels. Raises on any
+    read error (fail closed)."""
     cur = read_cursor(meta, pchannel)   # first: the log only grows after it
+    if cur.kv is None and pchannel not in (wanted_pchannels(meta) if wanted is None else wanted):
+        return None
     _possible(meta, pchannel, cur, WalLog(meta, None, pchannel).state().last)
     return cur.shipped + 1
+
+
+def _cursor_doc(shipped: int, target_uri: str, began: int) -> str:
+    return json.dumps({"shipped": shipped, "target": target_uri, "began": began, "at": time.time()})
 
 
 def _move_cursor(meta, pchannel: str, cur: Cursor, shipped: int, target_uri: str, began: int) -> Cursor:
@@ -236,7 +241,7 @@ def _move_cursor(meta, pchannel: str, cur: Cursor, shipped: int, target_uri: str
     while True:
         if cur.shipped >= shipped and cur.kv is not None:
             return cur   # another archiver got as far (never moved back)
-        doc = json.dumps({"shipped": shipped, "target": target_uri, "began": cur.began or began, "at": time.time()})
+        doc = _cursor_doc(shipped, target_uri, cur.began or began)
         try:
             meta.kv.txn([unchanged(cur.kv) if cur.kv is not None else absent(key)], [Put(key, doc)])
             return read_cursor(meta, pchannel)
@@ -248,9 +253,8 @@ def _restart_cursor(meta, pchannel: str, cur: Cursor, target_uri: str, first: in
     """The archive moves to another target: it starts again there from the log's first
     retained fragment (one guarded put; a lost race reads the winner's cursor)."""
     key = keymod.archive_cursor(meta.keys, pchannel)
-    doc = json.dumps({"shipped": first - 1, "target": target_uri, "began": first, "at": time.time()})
     try:
-        meta.kv.txn([unchanged(cur.kv)], [Put(key, doc)])
+        meta.kv.txn([unchanged(cur.kv)], [Put(key, _cursor_doc(first - 1, target_uri, first))])
     except Conflict:
         pass
     return read_cursor(meta, pchannel)
@@ -510,6 +514,7 @@ class ArchivedLog:
 
     def __init__(self, target: Store, site: str, pchannel: str):
         self.target, self.site, self.pchannel = target, site, pchannel
+        self._sha: dict[int, str] = {}   # n -> SHA-256 of the entries fragments() checked
 
     def numbers(self) -> list[int]:
         """The fragment numbers with an entry, ascending."""
@@ -586,6 +591,7 @@ class ArchivedLog:
                 raise CorruptFragment(f"WAL archive {self.pchannel} in {self.target.uri}: entry {n}'s ticks do not "
                                       f"follow entry {n - 1}'s: damaged")
             prev_raw, prev_end = raw, (d["tt0"] + max(d["span"], 1) - 1 if d.get("fmt", 2) != 1 else None)
+            self._sha[n] = d["sha256"]
             yield FragRecord(n, layout.archive_fragment(self.site, self.pchannel, n), d["size"], d["crc"],
                              d["tt0"], d["span"], d["records"], d["term"], d.get("producer", ""), d.get("fmt", 2),
                              tuple(tuple(c) for c in d.get("calls", ())))
@@ -595,13 +601,13 @@ class ArchivedLog:
         """The fragment's messages (wal.log.read_committed's checks), after its SHA-256."""
         from seglake.wal.log import CorruptFragment
 
-        d = read_entry(self.target, self.site, self.pchannel, rec.n)
+        sha = self._sha.get(rec.n) or read_entry(self.target, self.site, self.pchannel, rec.n)["sha256"]
         try:
             data = self.target.get(rec.key)
         except NotFound:
             raise CorruptFragment(f"archived fragment {rec.key} (#{rec.n}): its entry is in {self.target.uri}, "
                                   f"the fragment is not") from None
-        if hashlib.sha256(data).hexdigest() != d["sha256"]:
+        if hashlib.sha256(data).hexdigest() != sha:
             raise CorruptFragment(f"archived fragment {rec.key} in {self.target.uri}: its SHA-256 is not its "
                                   f"entry's: damaged")
         return decode_committed(rec, data)

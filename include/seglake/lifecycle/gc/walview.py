@@ -52,19 +52,20 @@ def _is_pchannel(name: str) -> bool:
     return True
 
 
-def wal_truncatable(meta: Meta, pchannel: str, holds: list | None = None) -> set[str]:
+def wal_truncatable(meta: Meta, pchannel: str, holds: list | None = None, wanted: dict | None = None) -> set[str]:
     """Below every checkpoint, below what every point-in-time window holds
     (seglake.lifecycle.pitr.window.holds, read by each mark and each sweep -- `holds` when
     the caller read them for several pchannels -- so a window turned off or shortened
     releases its fragments at the next GC), and for an archived pchannel below the
-    archive's cursor (lifecycle/backup/archive.py: what is not shipped yet stays)."""
+    archive's cursor (lifecycle/backup/archive.py: what is not shipped yet stays;
+    `wanted`: the pchannels its policies want, read once like `holds`)."""
     from seglake.lifecycle.backup.archive import truncation_floor
     from seglake.lifecycle.pitr.window import held_fragment, holds as window_holds
     from seglake.wal.checkpoints import truncatable_fragments
     from seglake.wal.message import MessageId
 
     n = held_fragment(window_holds(meta) if holds is None else holds, pchannel)
-    floor = truncation_floor(meta, pchannel)
+    floor = truncation_floor(meta, pchannel, wanted)
     return set(truncatable_fragments(meta, pchannel, [] if n is None else [MessageId(0, n, 0)],
                                      floors=() if floor is None else (floor,)))
 
@@ -84,11 +85,13 @@ def load_wal_view(meta: Meta, store: Store, collection_id: int | None) -> WalVie
         faults.point("gc.mark.wal")
         from seglake.lifecycle.pitr.window import holds
         dirs, _ = store.list_level(f"{layout.WAL}/")
+        from seglake.lifecycle.backup.archive import wanted_pchannels
         held = holds(meta)   # the point-in-time windows, once for every pchannel
+        wanted = wanted_pchannels(meta)   # the archive's policies, likewise (cursors: per pchannel)
         for d in dirs:
             name = d[len(layout.WAL) + 1:].rstrip("/")
             if _is_pchannel(name):  # (any other directory's keys stay unrecognised)
-                view.truncatable[name] = wal_truncatable(meta, name, held)
+                view.truncatable[name] = wal_truncatable(meta, name, held, wanted)
                 view.referenced[name] = wal_referenced(meta, name)
     except Exception as e:
         view.truncatable, view.referenced, view.error = {}, {}, f"{type(e).__name__}: {e}"
@@ -115,14 +118,16 @@ def not_truncatable(meta: Meta, keys: list[str], out) -> list[str]:
     for k in keys:
         by_pchannel[layout.parse_wal_fragment(k)[0]].append(k)
     keep = []
-    held = None
+    held = wanted = None
     for pch, ks in sorted(by_pchannel.items()):
         try:
             if held is None:
+                from seglake.lifecycle.backup.archive import wanted_pchannels
                 from seglake.lifecycle.pitr.window import holds
                 held = holds(meta)   # re-read right before this sweep's deletes
+                wanted = wanted_pchannels(meta)   # (a policy turned on later makes a cursor first: guarded below)
             cursor = archive_guard(meta, pch)   # read before the floor it gives: a change after refuses
-            ok = wal_truncatable(meta, pch, held)
+            ok = wal_truncatable(meta, pch, held, wanted)
             ref = wal_referenced(meta, pch)
             faults.point("gc.sweep.wal_truncate")
             below = [k for k in ks if k in ok]

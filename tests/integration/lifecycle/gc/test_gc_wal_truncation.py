@@ -135,7 +135,7 @@ def test_wal_error_fails_closed_for_wal_only(meta, store, settings, monkeypatch)
     store.put(orphan, b"x")
     _age(store, [orphan])
 
-    def broken(meta, pchannel, holds=None):
+    def broken(meta, pchannel, holds=None, wanted=None):
         raise RuntimeError("etcd went away")
     monkeypatch.setattr(gcwalview, "wal_truncatable", broken)
     r = gc.run(meta, store, gc.GCOptions(**OPTS))
