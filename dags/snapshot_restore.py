@@ -35,7 +35,7 @@ from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
-from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
+from seglake_airflow.taskgroups import copy_job_group, replay_step, verify_collection_group
 
 
 @dag(
@@ -81,22 +81,6 @@ def snapshot_restore():
         return {"job_id": job_id, "target": params["target"]}
 
     @task
-    def replay(params: dict) -> dict | None:
-        """A restore to a time: the source's log replayed up to as_of, then the target usable."""
-        if params.get("as_of") is None:
-            return None
-        from seglake.lifecycle import pitr
-        from seglake_airflow.hooks.engine import SeglakeHook
-
-        hook = SeglakeHook()
-        target = hook.meta.catalog.get_by_name(params["target"], params["db"])
-        out = pitr.replay(hook.meta, hook.store, hook.settings, target.collection_id)
-        print(f"replayed {out['messages']} log messages ({out['log_bytes']} bytes) from "
-              f"{out['snapshot'] or 'the collection creation'}: {out['rows_replayed']} rows, "
-              f"{out['deletes_replayed']} deletes")
-        return out
-
-    @task
     def compare(params: dict) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
 
@@ -119,7 +103,7 @@ def snapshot_restore():
     check_conf("snapshot_restore") >> started
     copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
     verify = verify_collection_group("{{ params.target }}", "{{ params.db }}", engine="{{ params.engine }}")
-    started >> copy >> replay() >> verify >> compare()
+    started >> copy >> replay_step() >> verify >> compare()
     run_note("snapshot_restore")
 
 

@@ -33,7 +33,7 @@ from airflow.sdk import dag, task
 
 from seglake_airflow.conf import check_conf, dag_params
 from seglake_airflow.notes import run_note
-from seglake_airflow.taskgroups import copy_job_group, verify_collection_group
+from seglake_airflow.taskgroups import copy_job_group, replay_step, verify_collection_group
 
 
 @dag(
@@ -93,21 +93,6 @@ def snapshot_restore_external():
         return {"job_id": out["job_id"], "target": params["target"], "uid": out["uid"]}
 
     @task
-    def replay(params: dict) -> dict | None:
-        """A restore to a time: the archived log replayed up to as_of, then the target usable."""
-        if params.get("as_of") is None:
-            return None
-        from seglake.lifecycle import pitr
-        from seglake_airflow.hooks.engine import SeglakeHook
-
-        hook = SeglakeHook()
-        target = hook.meta.catalog.get_by_name(params["target"], params["db"])
-        out = pitr.replay(hook.meta, hook.store, hook.settings, target.collection_id)
-        print(f"replayed {out['messages']} archived log messages ({out['log_bytes']} bytes) from bundle "
-              f"{out['snapshot']}: {out['rows_replayed']} rows, {out['deletes_replayed']} deletes")
-        return out
-
-    @task
     def compare(params: dict, restored: dict) -> dict:
         """The target's rows against the bundle's, row by row (a restore to a time: the
         replay's account)."""
@@ -133,7 +118,7 @@ def snapshot_restore_external():
     check_conf("snapshot_restore_external") >> started
     copy = copy_job_group("{{ ti.xcom_pull(task_ids='restore')['job_id'] }}", "{{ params.engine }}")
     verify = verify_collection_group("{{ params.target }}", "{{ params.db }}", engine="{{ params.engine }}")
-    started >> copy >> replay() >> verify >> compare(restored=started)
+    started >> copy >> replay_step() >> verify >> compare(restored=started)
     run_note("snapshot_restore_external")
 
 

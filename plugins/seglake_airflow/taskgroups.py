@@ -200,3 +200,25 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
         engine_step(planned, inline, copy_spark, skip_when=lambda p: p["state"] != "Executing", skip_to=wait)
         [inline, copy_spark] >> wait >> finalize(planned)
     return group
+
+
+def replay_step():
+    """The `replay` task of a restore to a time (snapshot_restore, snapshot_restore_external
+    with `as_of`): the log -- this store's, or the WAL archive in the backup target --
+    replayed up to as_of into the target, which is usable only then (lifecycle/pitr).
+    Without as_of it does nothing."""
+    @task(task_id="replay")
+    def replay(params: dict) -> dict | None:
+        if params.get("as_of") is None:
+            return None
+        from seglake.lifecycle import pitr
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()
+        target = hook.meta.catalog.get_by_name(params["target"], params["db"])
+        out = pitr.replay(hook.meta, hook.store, hook.settings, target.collection_id)
+        print(f"replayed {out['messages']} log messages ({out['log_bytes']} bytes) from "
+              f"{out['snapshot'] or 'the collection creation'}: {out['rows_replayed']} rows, "
+              f"{out['deletes_replayed']} deletes")
+        return out
+    return replay()
