@@ -32,7 +32,7 @@ from seglake.lifecycle.backup.archive import ArchivedLog
 from seglake.lifecycle.backup.bundle_restore import BundleSource, _check_present
 from seglake.lifecycle.backup.imports import _check_clock
 from seglake.lifecycle.pitr.instants import describe, parse_as_of
-from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan
+from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan, needed
 
 
 def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundle: str | None = None) -> dict:
@@ -119,13 +119,7 @@ def _check_archive(target, site: str, p: Plan) -> None:
             problems.append(f"{pch}: the archive holds the log up to {describe(covered) if covered else 'no recorded point'}"
                             f", before as_of (its recovery point)")
             continue
-        need = []
-        for rec in log.fragments(first):
-            need.append(rec)
-            if rec.fmt != 1 and rec.tt0 > p.as_of:
-                break
-        p.fragments[pch] = [need[0].n, need[-1].n]
-        p.log_bytes += sum(r.size or 0 for r in need)
+        needed(p, pch, log.fragments(first))
     if problems:
         raise LogGap(f"the archive of {p.db}.{p.collection} in {target.uri} cannot give the log up to "
                      f"{describe(p.as_of)}: {'; '.join(problems)}")

@@ -128,6 +128,21 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
     return p
 
 
+def needed(p: Plan, pchannel: str, fragments) -> list:
+    """The fragments (FragRecords, in log order, from the replay's start) a replay up to
+    p.as_of reads: up to the first one whose ticks all lie above the instant. Recorded in
+    the plan (p.fragments, p.log_bytes); returned."""
+    need = []
+    for rec in fragments:
+        need.append(rec)
+        if rec.fmt != 1 and rec.tt0 > p.as_of:
+            break   # every later fragment's ticks are above the instant
+    if need:
+        p.fragments[pchannel] = [need[0].n, need[-1].n]
+        p.log_bytes += sum(r.size or 0 for r in need)
+    return need
+
+
 def _check_log(meta, store, p: Plan) -> None:
     """LogGap naming the fragments a replay of `p` needs that are truncated or missing."""
     from seglake.storage import layout
@@ -142,19 +157,11 @@ def _check_log(meta, store, p: Plan) -> None:
             gaps.append(f"{pch}: fragments {first}..{st.first - 1} were truncated")
             continue
         present = {o.key for o in store.list(layout.wal_prefix(pch))}
-        need, missing = [], []
-        for rec in log.fragments(first, st):
-            need.append(rec)
-            if rec.key not in present:
-                missing.append(f"#{rec.n} ({rec.key})")
-            if rec.fmt != 1 and rec.tt0 > p.as_of:
-                break   # every later fragment's ticks are above the instant
+        need = needed(p, pch, log.fragments(first, st))
+        missing = [f"#{rec.n} ({rec.key})" for rec in need if rec.key not in present]
         if missing:
             gaps.append(f"{pch}: committed fragment(s) missing from the store: {', '.join(missing[:20])}"
                         + (f" and {len(missing) - 20} more" if len(missing) > 20 else ""))
-        if need:
-            p.fragments[pch] = [need[0].n, need[-1].n]
-            p.log_bytes += sum(r.size or 0 for r in need)
     if gaps:
         raise LogGap(f"the log of {p.collection!r} up to {describe(p.as_of)} is not whole, so no restore to "
                      f"that instant is possible: {'; '.join(gaps)}")
