@@ -95,6 +95,21 @@ def _check_present(target: Store, doc: dict, where: str) -> None:
                                   f"{listed}{more}")
 
 
+def set_up(meta: Meta, store: Store, target: Store, doc: dict, source: "BundleSource", restore_to: str,
+           where: str, **kw) -> int:
+    """restore.set_up from a bundle read under the caller's hold, after the checks made
+    before anything is written: a seglake bundle (not a Milvus capture), every timestamp
+    against this store's clock, every data file present at its size. `kw`: restore.set_up's
+    (checked by restore.check_request)."""
+    bundles.seglake_only(doc, where)
+    _check_clock(meta, doc, where)
+    _check_present(target, doc, where)
+    from seglake.lifecycle.copyjob.bundled import remember
+
+    remember(target)   # this process's runners copy through this very target
+    return restores.set_up(meta, store, source, restore_to, now=None, **kw)
+
+
 def restore_from_bundle(meta: Meta, store: Store, target: Store, collection: str, bundle: str, restore_to: str, *,
                         db: str = DEFAULT_DB, timeout: float = 3600.0, owner: str = "", engine: str = "auto",
                         max_bytes_per_second: float = 0, max_requests_per_second: float = 0,
@@ -112,15 +127,10 @@ def restore_from_bundle(meta: Meta, store: Store, target: Store, collection: str
                                                max_requests_per_second, origin)
     where = f"bundle {db}.{collection}/{bundle}"
     with holds.held(target, db, collection, bundle, by=f"restore into {db}.{restore_to}", say=say):
-        doc = bundles.seglake_only(bundles.read(target, db, collection, bundle), where)
-        _check_clock(meta, doc, where)
-        _check_present(target, doc, where)
-        from seglake.lifecycle.copyjob.bundled import remember
-
-        remember(target)   # this process's runners copy through this very target
-        job_id = restores.set_up(meta, store, BundleSource(target, doc, db, collection, bundle), restore_to, db=db,
-                                 timeout=timeout, owner=owner, engine=engine, now=None, max_bytes_per_second=bps,
-                                 max_requests_per_second=rps, origin=origin)
+        doc = bundles.read(target, db, collection, bundle)
+        job_id = set_up(meta, store, target, doc, BundleSource(target, doc, db, collection, bundle), restore_to,
+                        where, db=db, timeout=timeout, owner=owner, engine=engine, max_bytes_per_second=bps,
+                        max_requests_per_second=rps, origin=origin)
     say(f"restore of {where} into {db}.{restore_to}: copy job {job_id} ({doc['totals']['segments']} segments, "
         f"{len(doc['files'])} files, {human_bytes(sum(f['size'] for f in doc['files'].values()))}) from "
         f"{target.uri}")

@@ -29,8 +29,8 @@ from seglake.lifecycle import restore as restores
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
 from seglake.lifecycle.backup.archive import ArchivedLog
-from seglake.lifecycle.backup.bundle_restore import BundleSource, _check_present
-from seglake.lifecycle.backup.imports import _check_clock
+from seglake.lifecycle.backup import bundle_restore
+from seglake.lifecycle.backup.bundle_restore import BundleSource
 from seglake.lifecycle.pitr.instants import describe, parse_as_of
 from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan, needed
 
@@ -150,14 +150,9 @@ def restore_as_of_from_target(meta, store, target, collection: str, restore_to: 
         p, doc = plan_from_target(meta, target, collection, ts, db=db, bundle=bundle)
     where = f"bundle {db}.{collection}/{doc['bundle']}"
     with holds.held(target, db, collection, doc["bundle"], by=f"restore as of {ts} into {db}.{restore_to}"):
-        _check_clock(meta, doc, where)
-        _check_present(target, doc, where)
-        from seglake.lifecycle.copyjob.bundled import remember
-
-        remember(target)
-        return restores.set_up(meta, store, ArchiveBundleSource(target, doc, p), restore_to, db=db, timeout=timeout,
-                               owner=owner, engine=engine, now=None, max_bytes_per_second=bps,
-                               max_requests_per_second=rps, origin=origin)
+        return bundle_restore.set_up(meta, store, target, doc, ArchiveBundleSource(target, doc, p), restore_to, where,
+                                     db=db, timeout=timeout, owner=owner, engine=engine, max_bytes_per_second=bps,
+                                     max_requests_per_second=rps, origin=origin)
 
 
 def _same_restore(meta, target, collection: str, db: str, restore_to: str, ts: int):
