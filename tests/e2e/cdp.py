@@ -128,6 +128,23 @@ class Browser:
         except RuntimeError:
             return ""
 
+    def act_until(self, action: str, condition: str, timeout: float = 180.0, every: float = 20.0,
+                  what: str = ""):
+        """Run the JavaScript `action` (a click on a link, say) until `condition` holds, again every
+        `every` s: under load a click can land while the page is reloading itself and be lost.
+        Only for actions that are harmless to repeat (navigation), never for a form's submit."""
+        deadline = time.time() + timeout
+        while True:
+            try:
+                self.js(action)
+            except RuntimeError:   # a navigation in between: the next round clicks again
+                pass
+            try:
+                return self.wait(condition, max(1.0, min(every, deadline - time.time())), what)
+            except AssertionError:
+                if time.time() >= deadline:
+                    raise
+
     def click(self, selector: str, timeout: float | None = None) -> None:
         self.wait(f"!!document.querySelector({json.dumps(selector)})", timeout, selector)
         self.js(f"document.querySelector({json.dumps(selector)}).click()")

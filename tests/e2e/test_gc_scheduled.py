@@ -67,6 +67,9 @@ def test_unpause_on_trigger_with_a_schedule_and_no_settings_stays_dry(scheduled)
         assert f"This DAG has a schedule ({SCHEDULE}): unpausing it" in form, form
         assert b.js("document.querySelector('input[name=\"element_dry_run\"]').checked") is True
         b.click('[data-testid="trigger-dag-submit"]')   # its runs are read through the API below
+        # the browser stays open until the form's request has been answered: closing it at once
+        # (as this test did) could abort the request under load, and no run appeared (seen once)
+        b.wait_text("Dag Run Triggered", timeout=120)
     deadline = time.time() + 240
     while len(runs := _runs(sa)) < 2 or not all(r["state"] in ("success", "failed") for r in runs):
         assert time.time() < deadline, runs

@@ -109,8 +109,8 @@ def test_page_actions_directly_and_inside_airflows_frame(standalone, engine, bro
     assert standalone.wait_run(dag_id, run_id, 240) == "success", standalone.task_states(dag_id, run_id)
     restored = meta.catalog.get_by_name("act_restored")
     assert visible_count(meta, store, restored.collection_id) == visible_count(meta, store, coll.collection_id) > 0
-    b.click("#action-result a.action-run")   # the run's page in Airflow
-    b.wait("location.pathname.startsWith('/dags/snapshot_restore/runs/')", what="the run's page")
+    b.act_until("document.querySelector('#action-result a.action-run').click()",   # the run's page in Airflow
+                "location.pathname.startsWith('/dags/snapshot_restore/runs/')", what="the run's page")
 
     # inside Airflow's navigation: a GC dry run from the frame, and a refusal in one sentence
     b.open(f"{standalone.base}/plugin/seglake")
@@ -130,7 +130,7 @@ def test_page_actions_directly_and_inside_airflows_frame(standalone, engine, bro
     assert text == f"restore {COLL}/s1: collection '{COLL}' already exists in db 'default'; choose another target", text
     assert standalone.run_count("snapshot_restore") == before
     # issue 27: a run link in the frame opens the run in Airflow's own view, not Airflow nested in the frame
-    b.js(f"{doc}.querySelector('#copy-jobs a[href*=\"/runs/\"]').click()")
-    b.wait("location.pathname.startsWith('/dags/snapshot_restore/runs/')", what="the run's page in Airflow's view")
+    b.act_until(f"{doc}.querySelector('#copy-jobs a[href*=\"/runs/\"]').click()",
+                "location.pathname.startsWith('/dags/snapshot_restore/runs/')", what="the run's page in Airflow's view")
     b.wait("!Array.from(document.querySelectorAll('iframe')).some(f => f.src.includes('/seglake'))",
            timeout=30, what="Airflow's router showing the run instead of the seglake frame")
