@@ -21,7 +21,7 @@ export PYSPARK_PYTHON := $(PY)
 export PATH := $(VENV)/bin:$(PATH)
 
 .PHONY: soak setup demo test test-fast bench up down status clean cluster-up cluster-down cluster-status demo-cluster \
-	milvus-venv milvus-up milvus-down milvus-status
+	milvus-venv milvus-up milvus-down milvus-status demo-milvus
 
 setup: $(STAMP) $(AIRFLOW_READY) milvus-venv
 
@@ -73,6 +73,11 @@ milvus-status:
 
 demo: setup
 	scripts/demo.sh
+
+# seglake for a real Milvus: capture a Milvus 2.3.5 collection, verify, restore it into Milvus
+# under a new name, rows compared (scripts/demo_milvus.sh; Milvus and the stack stopped after).
+demo-milvus: setup
+	scripts/demo_milvus.sh
 
 # The scale-out profile (loopback): 3 etcd members, SeaweedFS S3, Spark standalone master
 # + 2 workers, state and the connection profile in .dev/cluster (see README "Scaling out").
