@@ -94,13 +94,13 @@ demo-cluster: setup
 	scripts/demo_cluster.sh
 
 # Two pytest-xdist workers (the machine has 2 cores): one runs the heavy layers (cluster,
-# e2e) while the other runs the rest; the ten slowest tests are listed at the end.
+# e2e) while the other runs the rest; the thirty slowest tests are listed at the end.
 TEST_WORKERS ?= 2
 # The WAL kill loops run 60 s (local; S3 half) and the two-producer race 30 s here;
 # `make soak` runs them for 10 and 5 minutes.
 test: setup
 	WAL_KILL_LOOP_SECONDS=$${WAL_KILL_LOOP_SECONDS:-60} WAL_TWO_PRODUCERS_SECONDS=$${WAL_TWO_PRODUCERS_SECONDS:-30} \
-	  $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=10 tests
+	  $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=30 tests
 
 soak: setup
 	WAL_KILL_LOOP_SECONDS=600 WAL_TWO_PRODUCERS_SECONDS=300 \
