@@ -19,8 +19,19 @@ the **Snapshot: retention policy** form), at the run's time:
    of the same name (incremental), and prunes the schedule's bundles there by the same
    policy (then sweeps the data files no bundle needs).
 
+**Milvus sources** (`seglake milvus source set`: a Milvus's etcd and bucket, which
+collections, a retention policy) run here too, in their own task, at the same time
+(seglake.milvus.sources): for each collection, the capture the policy calls for
+(`sched_YYYYMMDDTHHMMZ`, incremental: files an earlier bundle holds are not copied),
+its verification, and the pruning of the schedule's captures the policy no longer keeps
+(never the newest, a pinned or held one, or one made by hand). The Milvus bucket's
+credentials come from each source's Airflow connection (`conn_id`, default
+`seglake_milvus`), never from etcd or the conf.
+
 `dry_run` lists what would be created and dropped, and changes nothing. One collection's
-failure is reported and fails the run after the others were done.
+failure is reported and fails the run after the others were done. `milvus_source`
+names one source: then only it runs (and no seglake collection unless `collection` is
+named); `collection` alone runs only that collection's policy.
 REST: `conf = {"collection": null, "dry_run": true}`.
 """
 
@@ -55,6 +66,9 @@ def snapshot_schedule():
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
+        if params["milvus_source"] and not params["collection"]:
+            print("only the Milvus source was named: no seglake collection's policy runs")
+            return []
         hook = SeglakeHook()
         at = (dag_run.run_after or dag_run.logical_date).timestamp()   # the run's time: retries agree on it
         with fail_fast():
@@ -69,7 +83,31 @@ def snapshot_schedule():
                                + "; ".join(f"{r['collection']}: {r['error']}" for r in failed))
         return reports
 
-    check_conf("snapshot_schedule") >> run_policies()
+    @task
+    def milvus_sources(params: dict, dag_run=None) -> list[dict]:
+        """Every registered Milvus source (or the one named): capture, verify, prune."""
+        from seglake.milvus import sources
+        from seglake_airflow.failfast import fail_fast
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        if params["collection"] and not params["milvus_source"]:
+            print("only a seglake collection was named: no Milvus source runs")
+            return []
+        hook = SeglakeHook()
+        at = (dag_run.run_after or dag_run.logical_date).timestamp()
+        with fail_fast():
+            reports = sources.run_all(hook.meta, hook.backup_target,
+                                      lambda conn_id: SeglakeHook(milvus_conn_id=conn_id).settings, now=at,
+                                      dry_run=params["dry_run"], source=params["milvus_source"], say=print)
+        for r in reports:
+            print(sources.report_line(r))
+        failed = [r for r in reports if "error" in r]
+        if failed:
+            raise RuntimeError(f"Milvus schedule failed for {len(failed)} collection(s): "
+                               + "; ".join(f"{r['source']} {r.get('collection')}: {r['error']}" for r in failed))
+        return reports
+
+    check_conf("snapshot_schedule") >> [run_policies(), milvus_sources()]
     run_note("snapshot_schedule")
 
 

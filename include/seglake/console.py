@@ -266,6 +266,62 @@ def backup(meta: Meta, now: float) -> dict:
             "pitr": _pitr_cost(meta, now)}
 
 
+# -- Milvus: registered sources, their captures (with the last verification), restores into Milvus --
+RESTORE_FIELDS = ("state", "bundle", "bundle_uid", "name", "created_at", "verified_at", "collection_id")
+
+
+def milvus(meta: Meta, now: float) -> dict:
+    """{sources, captures, pins, restores}: what seglake's etcd records of Milvus (no secret is
+    ever recorded there: a source names its Airflow connection, a restore its address)."""
+    from seglake.lifecycle.backup import verify
+    from seglake.milvus import capture, sources
+
+    checked = {(v["db"], v["collection"], v["bundle"]): v for v in verify.list_verifications(meta)}
+    pins = {(p["db"], p["collection"], p["bundle"]): p for p in sources.list_pins(meta, now)}
+    srcs = sources.list_sources(meta)
+    by_ident = {(d.get("milvus_root"), d.get("bucket"), d.get("bucket_root"), d.get("db")): d.get("name")
+                for d in srcs if "error" not in d}
+    caps = []
+    for c in capture.list_captures(meta):
+        key = (c.get("db"), c.get("collection"), c.get("bundle"))
+        v, pin = checked.get(key), pins.get(key)
+        caps.append({"db": c.get("db"), "collection": c.get("collection"), "bundle": c.get("bundle"),
+                     "source": by_ident.get((c.get("etcd_root"), c.get("bucket"), c.get("root_path"), c.get("db"))),
+                     "scheduled": str(c.get("bundle", "")).startswith("sched_"),
+                     "created_at": _finite(_num(c.get("created_at"))),
+                     "finished_at": _finite(_num(c.get("finished_at"))),
+                     "rows": _int(c.get("rows")), "bytes": _int(c.get("bytes")), "files": _int(c.get("files")),
+                     "segments": _int(c.get("segments")), "copied_bytes": _int(c.get("copied_bytes")),
+                     "copied_files": _int(c.get("copied_files")), "milvus_version": str(c.get("milvus_version") or ""),
+                     "etcd_revision": _int(c.get("etcd_revision")), "target": str(c.get("target") or ""),
+                     "verified_ok": None if v is None else bool(v.get("ok")),
+                     "verified_at": None if v is None else _finite(_num(v.get("checked_at"))),
+                     "pinned_until": None if pin is None else _finite(_num(pin.get("expires_at")))})
+    restores = []
+    for kv in meta.kv.range(meta.keys.milvus_restores_prefix()):
+        try:
+            rec = json.loads(kv.value)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        rep = rec.get("report") if isinstance(rec.get("report"), dict) else {}
+        tgt = rec.get("target") if isinstance(rec.get("target"), dict) else {}
+        restores.append({"restore_id": kv.key.rsplit("/", 1)[-1], **{k: rec.get(k) for k in RESTORE_FIELDS},
+                         "address": str(tgt.get("address") or ""), "count": _int(rep.get("count")),
+                         "visible_rows": _int(rep.get("visible_rows")), "ok": rep.get("ok") if rep else None})
+    restores.sort(key=lambda r: -(_num(r.get("created_at")) or 0))
+    return {"sources": [{k: v for k, v in d.items()} for d in srcs], "captures": caps, "restores": restores}
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _int(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def _pitr_cost(meta: Meta, now: float) -> dict:
     from seglake.lifecycle.pitr.window import cost
     return cost(meta, now)
@@ -283,7 +339,8 @@ def overview(meta: Meta, store: Store, now: float | None = None) -> dict:
            "channels": _section(lambda: wal_channels(meta)),
            "compaction": _section(lambda: compaction_runs(meta)),
            "compaction_history": _section(lambda: compaction_history(meta)),
-           "backup": _section(lambda: backup(meta, now))}
+           "backup": _section(lambda: backup(meta, now)),
+           "milvus": _section(lambda: milvus(meta, now))}
     names = {c["collection_id"]: c["name"] for c in out["collections"]["rows"]}
     for r in (out["gc"]["rows"] or {}).get("rows", []):
         r["collection"] = names.get(r["collection_id"])

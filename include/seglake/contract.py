@@ -340,6 +340,10 @@ SPECS: dict[str, dict[str, Key]] = {
         "db": DB,
         "dry_run": Key("boolean", "Dry run", default=False,
                        description="List what the policy would create and prune; change nothing"),
+        "milvus_source": Key("name", "Milvus source", nullable=True,
+                             description="Empty: every registered Milvus source (none when a collection is "
+                                         "named); named: that source only (and no seglake collection unless "
+                                         "one is named)"),
     },
     "snapshot_retention": {
         "collection": _name("Collection", "The collection whose retention policy to set (no default)"),

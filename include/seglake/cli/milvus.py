@@ -40,6 +40,92 @@ def cmd_backup(args, s: Settings) -> int:
     return 0
 
 
+def cmd_source_set(args, s: Settings) -> int:
+    from seglake.cli.output import emit
+    from seglake.meta import Meta
+    from seglake.milvus import sources
+
+    given = {k: getattr(args, k) for k in sources.KEYS if getattr(args, k, None) is not None}
+    with Meta.from_settings(s) as meta:
+        d = sources.set_source(meta, args.name, given)
+    emit(args, d, text=f"Milvus source {args.name!r}: {', '.join(d['collections'])} of {d['db']} at "
+                       f"{d['milvus_etcd']}; {_keep(d)}")
+    return 0
+
+
+def _keep(d: dict) -> str:
+    from seglake.lifecycle.retention import KEYS
+    return "keep " + ", ".join(f"{k.removeprefix('keep_')} {d[k]}" for k in KEYS if d.get(k))
+
+
+def cmd_source_show(args, s: Settings) -> int:
+    from seglake.cli.output import emit
+    from seglake.meta import Meta
+    from seglake.milvus import sources
+
+    with Meta.from_settings(s) as meta:
+        d = sources.get_source(meta, args.name)
+    emit(args, d, text="\n".join(f"{k}: {v}" for k, v in d.items()))
+    return 0
+
+
+def cmd_source_list(args, s: Settings) -> int:
+    from seglake.cli.output import emit
+    from seglake.meta import Meta
+    from seglake.milvus import sources
+
+    with Meta.from_settings(s) as meta:
+        rows = sources.list_sources(meta)
+    emit(args, rows, rows=[{"name": d.get("name"), "etcd": d.get("milvus_etcd"), "db": d.get("db"),
+                            "collections": ",".join(d.get("collections") or []), "policy": _keep(d)} for d in rows],
+         columns=["name", "etcd", "db", "collections", "policy"])
+    return 0
+
+
+def cmd_source_clear(args, s: Settings) -> int:
+    from seglake.cli.output import emit
+    from seglake.meta import Meta
+    from seglake.milvus import sources
+
+    with Meta.from_settings(s) as meta:
+        gone = sources.clear_source(meta, args.name)
+    emit(args, {"cleared": gone}, text=f"Milvus source {args.name!r} " + ("removed" if gone else "was not registered"))
+    return 0
+
+
+def cmd_source_run(args, s: Settings) -> int:
+    """One schedule run of the sources now, inline (the snapshot_schedule DAG runs them on its
+    schedule); the bucket's credentials: the milvus_s3_* config keys."""
+    import time
+
+    from seglake.cli.output import emit
+    from seglake.lifecycle.backup import bundle as bundles
+    from seglake.meta import Meta
+    from seglake.milvus import sources
+
+    with Meta.from_settings(s) as meta:
+        reports = sources.run_all(meta, lambda: bundles.open_target(s, args.target), lambda _conn: s, now=time.time(),
+                                  dry_run=args.dry_run, source=args.name, say=_say)
+    emit(args, reports, text="\n".join(sources.report_line(r) for r in reports))
+    return 1 if any("error" in r for r in reports) else 0
+
+
+def cmd_pin(args, s: Settings) -> int:
+    from seglake.cli.output import emit
+    from seglake.meta import Meta
+    from seglake.milvus import sources
+
+    with Meta.from_settings(s) as meta:
+        if args.unpin:
+            gone = sources.unpin(meta, args.db, args.collection, args.bundle)
+            emit(args, {"unpinned": gone}, text=f"{args.collection}/{args.bundle} " + ("unpinned" if gone else
+                                                                                     "was not pinned"))
+        else:
+            d = sources.pin(meta, args.db, args.collection, args.bundle, args.ttl_hours * 3600.0, by=args.by)
+            emit(args, d, text=f"{args.collection}/{args.bundle} pinned until {d['expires_at']:.0f}")
+    return 0
+
+
 def add_milvus_parsers(sub, common, coll_t, snap_t, number_arg) -> None:
     from seglake.cli.milvus_restore import add_restore_parser
 
@@ -65,3 +151,48 @@ def add_milvus_parsers(sub, common, coll_t, snap_t, number_arg) -> None:
     mb.add_argument("--max-requests-per-second", type=number_arg("copy_max_requests_per_second"), default=0)
     mb.set_defaults(fn=cmd_backup)
     add_restore_parser(m, common, coll_t, snap_t, number_arg)
+    add_source_parsers(m, common, coll_t, snap_t, number_arg)
+
+
+def add_source_parsers(m, common, coll_t, snap_t, number_arg) -> None:
+    import argparse
+
+    src = m.add_parser("source", help="registered Milvus sources: their collections captured on the "
+                                      "snapshot_schedule DAG's schedule, pruned by a retention policy, verified"
+                       ).add_subparsers(dest="source_action", required=True)
+    ss = src.add_parser("set", parents=[common], help="register (or replace) a Milvus source; no secret: the "
+                                                      "bucket's credentials come from the Airflow connection "
+                                                      "--conn-id (DAG) or the milvus_s3_* keys (CLI)")
+    ss.add_argument("name", type=snap_t)
+    ss.add_argument("--milvus-etcd", required=True, help="Milvus's etcd: host:port[,host:port...]")
+    ss.add_argument("--milvus-root", default=None, help="Milvus's etcd rootPath (default: by-dev)")
+    ss.add_argument("--bucket", required=True, help="Milvus's bucket, or an absolute local path")
+    ss.add_argument("--bucket-root", default=None, help="Milvus's minio.rootPath (default: files)")
+    ss.add_argument("--collections", required=True, help="comma-separated Milvus collections of --db")
+    ss.add_argument("--conn-id", default=None, help="the Airflow connection of the bucket's credentials "
+                                                    "(default: seglake_milvus)")
+    ss.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
+                    help="verify each new capture (default: yes)")
+    for unit in ("last", "hourly", "daily", "weekly", "monthly"):
+        ss.add_argument(f"--keep-{unit}", dest=f"keep_{unit}", type=number_arg("retention_keep"), default=None)
+    ss.set_defaults(fn=cmd_source_set)
+    for action, fn, what in (("show", cmd_source_show, "a source's record"),
+                             ("clear", cmd_source_clear, "forget a source (its bundles stay)")):
+        p = src.add_parser(action, parents=[common], help=what)
+        p.add_argument("name", type=snap_t)
+        p.set_defaults(fn=fn)
+    sl = src.add_parser("list", parents=[common])
+    sl.set_defaults(fn=cmd_source_list)
+    sr = src.add_parser("run", parents=[common], help="one schedule run now, inline (capture what is due, "
+                                                      "verify, prune)")
+    sr.add_argument("name", nargs="?", type=snap_t, default=None, help="only this source")
+    sr.add_argument("--dry-run", action="store_true")
+    sr.add_argument("--target", default=None, help="backup target (default: config key backup_uri)")
+    sr.set_defaults(fn=cmd_source_run)
+    mp = m.add_parser("pin", parents=[common], help="keep a capture bundle from being pruned for a while")
+    mp.add_argument("collection", type=coll_t)
+    mp.add_argument("bundle", type=snap_t)
+    mp.add_argument("--ttl-hours", type=number_arg("pin_ttl", 3600.0), default=24.0)
+    mp.add_argument("--by", default="cli")
+    mp.add_argument("--unpin", action="store_true", help="remove the pin instead")
+    mp.set_defaults(fn=cmd_pin)

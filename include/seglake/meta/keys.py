@@ -26,6 +26,9 @@ Layout under the configurable root (default `seglake`):
     {root}/compaction/history/{collection_id}/{t}    a finished compaction run (t: ms, zero-padded)
     {root}/milvus/restores/{restore_id}              a restore into a Milvus server (its state)
     {root}/milvus/restore_segments/{restore_id}/{segment_id}   one segment's import into it
+    {root}/milvus/sources/{source}                   a registered Milvus (where, which collections, retention)
+    {root}/milvus/captures/{db}/{collection}/{bundle}   what a capture of a Milvus collection committed
+    {root}/milvus/pins/{db}/{collection}/{bundle}    an operator's pin of a capture bundle (TTL)
 
 Prefix builders end with '/', so the prefix of collection 1 never matches 10.
 Ids are decimal integers; names are validated before they reach a key.
@@ -213,6 +216,25 @@ class Keys:
 
     def milvus_restore_segments_prefix(self, restore_id: str) -> str:
         return f"{self.root}/milvus/restore_segments/{_seg(restore_id)}/"
+
+    # milvus (seglake.milvus.sources): registered sources, their captures, pins of capture bundles
+    def milvus_source(self, name: str) -> str:
+        return f"{self.root}/milvus/sources/{_seg(name)}"
+
+    def milvus_sources_prefix(self) -> str:
+        return f"{self.root}/milvus/sources/"
+
+    def milvus_capture(self, db: str, collection: str, bundle: str) -> str:
+        return f"{self.root}/milvus/captures/{_seg(db)}/{_seg(collection)}/{_seg(bundle)}"
+
+    def milvus_captures_prefix(self) -> str:
+        return f"{self.root}/milvus/captures/"
+
+    def milvus_pin(self, db: str, collection: str, bundle: str) -> str:
+        return f"{self.root}/milvus/pins/{_seg(db)}/{_seg(collection)}/{_seg(bundle)}"
+
+    def milvus_pins_prefix(self) -> str:
+        return f"{self.root}/milvus/pins/"
 
     def compaction_runs_prefix(self) -> str:
         return f"{self.root}/compaction/runs/"

@@ -234,10 +234,41 @@ def capture(kv, bucket: ReadOnlyBucket, target, etcd_root: str, collections: lis
         for c in planned["collections"]:
             reports.append(_capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, started,
                                         schedule, say, runner))
+            if meta is not None:
+                record(meta, reports[-1], planned)
     finally:
         if meta is not None:
             meta.kv.delete(meta.keys.backup_throttle(token))
     return reports
+
+
+def record(meta, report: dict, planned: dict) -> None:
+    """What seglake's etcd knows of a committed capture (the operator page lists these):
+    {root}/milvus/captures/{db}/{collection}/{bundle}."""
+    import json
+
+    key = meta.keys.milvus_capture(report["db"], report["collection"], report["bundle"])
+    if report.get("already") and meta.kv.get(key) is not None:
+        return   # the run that committed it recorded what it copied
+    doc = {k: v for k, v in report.items() if k != "throttle"}
+    doc.update({"kind": KIND, "etcd_root": planned["etcd_root"], "bucket": planned.get("bucket", ""),
+                "root_path": planned.get("root_path", ""), "recorded_at": time.time()})
+    meta.kv.put(key, json.dumps(doc))
+
+
+def list_captures(meta) -> list[dict]:
+    """Every capture recorded in seglake's etcd (record), newest first."""
+    import json
+
+    out = []
+    for kv in meta.kv.range(meta.keys.milvus_captures_prefix()):
+        try:
+            d = json.loads(kv.value)
+        except ValueError:
+            continue
+        if isinstance(d, dict):
+            out.append(d)
+    return sorted(out, key=lambda d: -float(d.get("finished_at") or d.get("created_at") or 0))
 
 
 def copy_file(bucket, target, item: dict, throttle=None) -> dict:

@@ -188,6 +188,58 @@ class CompactionPolicy(Open):
     effective: dict[str, Any] = Field(default_factory=dict, description="the policy a run uses (with config)")
 
 
+class MilvusSource(Open):
+    name: str
+    milvus_etcd: str = Field(description="Milvus's etcd endpoints (host:port,...)")
+    milvus_root: str
+    bucket: str
+    bucket_root: str
+    db: str
+    collections: list[str]
+    conn_id: str = Field(description="the Airflow connection with the bucket's credentials (never stored here)")
+    verify: bool
+    keep_last: int
+    keep_hourly: int
+    keep_daily: int
+    keep_weekly: int
+    keep_monthly: int
+
+
+class MilvusCapture(Open):
+    db: str
+    collection: str
+    bundle: str
+    source: Optional[str] = Field(None, description="the registered source it came from (null: none matches)")
+    scheduled: bool
+    created_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    rows: Optional[int] = None
+    bytes: Optional[int] = None
+    files: Optional[int] = None
+    copied_bytes: Optional[int] = None
+    verified_ok: Optional[bool] = Field(None, description="the last verification (null: never verified)")
+    verified_at: Optional[float] = None
+    pinned_until: Optional[float] = None
+
+
+class MilvusRestore(Open):
+    restore_id: str
+    state: Optional[str] = None
+    bundle: Optional[str] = None
+    name: Optional[str] = Field(None, description="the collection created in Milvus")
+    address: str
+    count: Optional[int] = None
+    visible_rows: Optional[int] = None
+    created_at: Optional[float] = None
+    verified_at: Optional[float] = None
+
+
+class MilvusOverview(BaseModel):
+    sources: list[MilvusSource]
+    captures: list[MilvusCapture]
+    restores: list[MilvusRestore]
+
+
 class DagState(BaseModel):
     dag_id: str
     is_paused: bool
@@ -371,6 +423,15 @@ def create_api():
         from seglake import console
         with _engine() as (meta, _):
             return console.wal_channels(meta)
+
+    @api.get("/milvus", response_model=MilvusOverview,
+             summary="Milvus: registered sources, their captures (rows, bytes, verified) and restores into Milvus")
+    def milvus_overview() -> dict:
+        from seglake import console
+        with _engine() as (meta, _):
+            m = console.milvus(meta, time.time())
+            m["sources"] = [d for d in m["sources"] if "error" not in d]   # an unreadable record: the page says so
+            return m
 
     # -- mutations -------------------------------------------------------------------------
     def trigger(request: Request, dag_id: str, conf: dict, obj: dict) -> dict:

@@ -36,7 +36,7 @@ form.act button{font-size:12px;padding:1px 6px;cursor:pointer}
 #read-only{color:#8d5b00} #action-result{min-height:18px;margin:6px 0} #action-result.ok{color:#0c6b58} #action-result.warn{color:#8d5b00}
 #action-result form.act{display:inline}
 """
-OK = {"Created", "COMMITTED", "Completed", "Flushed", "committed", "OK"}
+OK = {"Created", "COMMITTED", "Completed", "Flushed", "committed", "OK", "verified"}
 RUN = {"Executing", "InProgress", "PENDING", "Pending", "Importing", "running"}
 BAD = {"Failed", "Dropped", "Dropping", "DELETING", "failed", "BAD"}
 
@@ -308,6 +308,46 @@ def _backup(b: dict) -> str:
             + '<h3>Point-in-time windows (what they hold)</h3>' + pitr)
 
 
+def _milvus(m: dict) -> str:
+    """Registered Milvus sources, their captures (bundles: time, rows, bytes, verified) and
+    the restores into Milvus."""
+    keep = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly")
+    srcs = _table(["source", "Milvus etcd", "bucket", "database", "collections", "retention", "verify", "connection"],
+                  [[escape(str(d.get("name"))), escape(f"{d.get('milvus_etcd')} /{d.get('milvus_root')}"),
+                    escape(f"{d.get('bucket')}/{d.get('bucket_root')}"), escape(str(d.get("db"))),
+                    escape(", ".join(map(str, d.get("collections") or []))),
+                    escape(", ".join(f"{k.removeprefix('keep_')} {d[k]}" for k in keep if d.get(k)) or "-"),
+                    "yes" if d.get("verify") else "no", escape(str(d.get("conn_id")))]
+                   if "error" not in d else [escape(str(d.get("name"))), f'<span class="err">{escape(d["error"])}</span>',
+                                             "", "", "", "", "", ""]
+                   for d in m.get("sources", [])],
+                  empty="no Milvus source registered (`seglake milvus source set NAME ...`)")
+
+    def verified(c: dict) -> str:
+        if c.get("verified_ok") is None:
+            return '<span class="muted">never</span>'
+        return (_state("OK" if c["verified_ok"] else "BAD") + " "
+                + f'<span class="muted">{escape(utc(c.get("verified_at")))}</span>')
+    caps = _table(["source", "collection", "bundle", "captured (UTC)", "rows", "size", "copied", "files",
+                   "verified", "pinned until"],
+                  [[escape(str(c.get("source") or "-")), escape(f"{c['db']}.{c['collection']}"), escape(str(c["bundle"])),
+                    escape(utc(c.get("finished_at") or c.get("created_at"))),
+                    "-" if c.get("rows") is None else f"{c['rows']:,}", human_bytes(c.get("bytes")),
+                    human_bytes(c.get("copied_bytes")), "-" if c.get("files") is None else str(c["files"]),
+                    verified(c), escape(utc(c.get("pinned_until"))) if c.get("pinned_until") else "-"]
+                   for c in m.get("captures", [])],
+                  numeric={4, 5, 6, 7}, empty="no captures recorded (milvus_backup DAG, `seglake milvus backup`, "
+                                              "or a source's schedule)")
+    rest = _table(["restore", "bundle", "into", "Milvus", "state", "count(*)", "started (UTC)", "verified (UTC)"],
+                  [[f'<span class="runid">{escape(str(r["restore_id"]))}</span>', escape(str(r.get("bundle"))),
+                    escape(str(r.get("name"))), escape(r.get("address") or "-"), _state(str(r.get("state"))),
+                    "-" if r.get("count") is None else f"{r['count']:,} of {r.get('visible_rows')}",
+                    escape(utc(r.get("created_at"))), escape(utc(r.get("verified_at")))]
+                   for r in m.get("restores", [])],
+                  numeric={5}, empty="no restores into Milvus (milvus_restore DAG, `seglake milvus restore`)")
+    return '<h3>Sources</h3>' + srcs + '<h3>Captures</h3>' + caps + '<h3>Restores into Milvus</h3>' + rest
+
+
 def render_page(data: dict, can_act: bool = True) -> str:
     """`can_act`: the user's role may start DAG runs; otherwise the page is read-only: no
     action is offered (each would be refused with 403), and it says so."""
@@ -344,4 +384,6 @@ def _render_page(data: dict, can_act: bool) -> str:
                                                                    "error": None}, _compaction_history),
         _section("Backups", data.get("backup") or {"rows": {"exports": [], "pins": [], "policies": []},
                                                    "error": None}, _backup),
+        _section("Milvus", data.get("milvus") or {"rows": {"sources": [], "captures": [], "restores": []},
+                                                  "error": None}, _milvus),
         f"<script>{SCRIPT}</script></body></html>"])

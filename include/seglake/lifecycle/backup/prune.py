@@ -30,7 +30,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Mapping
+from typing import Callable, Mapping
 
 from seglake import limits
 from seglake.errors import NotFound
@@ -54,6 +54,7 @@ class SweepRefused(bundles.BundleError):
 def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *, db: str = DEFAULT_DB,
           dry_run: bool = False, sweep: bool = True, min_age: float = 86400.0, schedule_only: bool = False,
           planned: Mapping[str, float] | None = None, collection_id: int | None = None,
+          milvus: Mapping[str, str] | None = None, pinned: Callable[[str], list[str]] | None = None,
           say=log.warning) -> dict:
     """Drop the collection's bundles `policy` does not keep (never the newest), then
     sweep unreferenced data files. Returns the report.
@@ -64,7 +65,13 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     collection_id: with schedule_only, only the bundles exported from that collection id (a
     dropped collection's name may be reused by another with a schedule of its own).
     planned: bundles a dry run would have exported first (name -> time), judged as if
-    they were there."""
+    they were there.
+    milvus: with schedule_only, judge the schedule's Milvus captures instead (kind "milvus",
+    made by the schedule, of the Milvus whose {etcd_root, bucket, root_path} this is and of
+    collection id `collection_id`); a seglake export is then never judged, nor is a Milvus
+    capture without it.
+    pinned(name) -> who pins it: asked right before a bundle is dropped; a pinned bundle is
+    kept (reported in `held`)."""
     bundles.check_names(db, collection, "x")
     policy = policy if isinstance(policy, retention.Policy) else retention.parse_policy(policy)
     min_age = _min_age(min_age)
@@ -73,7 +80,7 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
         if not committed:
             continue
         if schedule_only:
-            if retention.sched_time(b) is None or not _schedules_bundle(target, d, c, b, collection_id):
+            if retention.sched_time(b) is None or not _schedules_bundle(target, d, c, b, collection_id, milvus):
                 continue
             times[b] = retention.sched_time(b)
             continue
@@ -89,6 +96,9 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     report = {"db": db, "collection": collection, "dry_run": dry_run, "policy": policy.to_json(),
               "kept": {n: kept[n] for n in sorted(kept)}, "pruned": [], "held": {}}
     for name in sorted((n for n in times if n not in kept and n not in (planned or {})), key=lambda n: times[n]):
+        if pinned is not None and (pins := pinned(name)):
+            report["held"][name] = pins
+            continue
         who = holds.holders(target, db, collection, name) if dry_run else \
             holds.drop_unless_held(target, db, collection, name)
         if who:   # an import or verify reads it: kept this time, pruned by a later run
@@ -103,9 +113,11 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     return report
 
 
-def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, collection_id: int | None = None) -> bool:
+def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, collection_id: int | None = None,
+                      milvus: Mapping[str, str] | None = None) -> bool:
     """The bundle was exported from the retention schedule's own snapshot of its name
-    (of collection `collection_id`, when given)."""
+    (of collection `collection_id`, when given); with `milvus`: the bundle is a schedule's
+    capture of that Milvus's collection `collection_id`."""
     from seglake.lifecycle.backup.export import MADE_BY_SCHEDULE
 
     try:
@@ -115,6 +127,11 @@ def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, coll
         return False   # unreadable: not ours to judge, left alone
     if doc.get("made_by") != MADE_BY_SCHEDULE:
         return False   # exported by hand (even of a schedule's snapshot): the operator's
+    if (doc.get("kind") == "milvus") != (milvus is not None):
+        return False   # a Milvus schedule judges only its captures, a seglake one only its exports
+    if milvus is not None:
+        return (collection_id is not None and src.get("collection_id") == collection_id
+                and all(src.get(k) == milvus.get(k) for k in ("etcd_root", "bucket", "root_path")))
     return (src.get("snapshot") == bundle and src.get("owner") == retention.OWNER + bundle
             and (collection_id is None or src.get("collection_id") == collection_id))
 

@@ -1,0 +1,365 @@
+"""Registered Milvus sources and their schedule (issue 29 Deliver 4): a Milvus's
+collections captured on a schedule, pruned by a retention policy, verified.
+
+    source = {"milvus_etcd": "etcd:2379", "milvus_root": "by-dev", "bucket": "milvus-bucket",
+              "bucket_root": "files", "db": "default", "collections": ["docs", "images"],
+              "conn_id": "seglake_milvus", "keep_last": 3, "keep_daily": 7, "verify": true}
+
+- Stored in seglake's etcd at `{root}/milvus/sources/{name}` (set / get / clear / list).
+  Every key is checked before anything is written: an unknown key is refused naming the
+  closest valid one, the endpoints, roots, bucket, database and collection names as the
+  capture checks them, the keep_* counts as `seglake retention set` checks them
+  (seglake.lifecycle.retention.parse_policy: at least one positive).
+- No secret is ever stored: the Milvus bucket's S3 credentials come from the Airflow
+  connection `conn_id` (login, password, extra endpoint_url / region_name) in the
+  snapshot_schedule DAG, from the milvus_s3_* config keys (environment) on the CLI.
+- One schedule run of a source at time `now` (the snapshot_schedule DAG, after the
+  seglake collections' policies; `seglake milvus source run`), for each of its collections:
+    due      the schedule's bundle is named `sched_YYYYMMDDTHHMMZ` after the run's time;
+             one is taken unless one of the schedule's bundles of that collection falls
+             in the current bucket of the finest unit the policy keeps (as
+             retention.due); a run earlier than the newest schedule bundle takes none
+    capture  the due collections in one incremental capture (seglake.milvus.capture,
+             one etcd revision; a file an earlier bundle holds is not copied again),
+             marked as the schedule's (`made_by`)
+    verify   the run's bundle (seglake.lifecycle.backup.verify: every data file's
+             SHA-256, every binlog parsed against its key and entries), recorded
+    prune    the schedule's bundles of that Milvus collection the policy no longer keeps
+             (seglake.lifecycle.backup.prune with schedule_only: never the newest, never
+             one an import or verify holds, never a pinned one, never a bundle made by
+             hand or a seglake export of the same name)
+  then one sweep of the target's unreferenced data files (older than min_age).
+- Pins: `pin(meta, db, collection, bundle, ttl)` keeps a capture bundle from being pruned
+  until it expires (`{root}/milvus/pins/...`). The prune asks right before each drop; a pin
+  written while that very bundle is being dropped may lose (the bundle is then gone and
+  the pin names nothing): pin before the schedule's next run prunes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from typing import Any, Callable, Mapping
+
+from seglake import limits
+from seglake.contract import closest
+from seglake.errors import NotFound, SeglakeError, ValidationError
+from seglake.lifecycle import retention
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.names import validate_name
+
+log = logging.getLogger("seglake.milvus")
+DEFAULTS = {"milvus_root": "by-dev", "bucket_root": "files", "db": "default", "conn_id": "seglake_milvus",
+            "verify": True}
+REQUIRED = ("milvus_etcd", "bucket", "collections")
+KEYS = ("milvus_etcd", "milvus_root", "bucket", "bucket_root", "db", "collections", "conn_id", "verify",
+        *retention.KEYS)
+CONN_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}")
+
+
+# -- the record --------------------------------------------------------------------------------
+def parse_source(doc: Mapping[str, Any]) -> dict:
+    """A checked source from a mapping of KEYS: one ValidationError naming every bad key,
+    before any side effect."""
+    from seglake.milvus.capture import check_request
+
+    if not isinstance(doc, Mapping):
+        raise ValidationError(f"a Milvus source is an object of {', '.join(KEYS)}; got {type(doc).__name__}")
+    problems = [f"unknown key {k!r}{closest(str(k), list(KEYS))}" for k in doc if k not in KEYS]
+    problems += [f"{k} is required" for k in REQUIRED if doc.get(k) in (None, "", [])]
+    if problems:
+        raise ValidationError("Milvus source refused: " + "; ".join(problems))
+    out = {**DEFAULTS, **{k: v for k, v in doc.items() if v is not None}}
+    try:
+        policy = retention.parse_policy({k: out[k] for k in retention.KEYS if k in out})
+    except ValidationError as e:
+        problems.append(str(e))
+        policy = None
+    if not isinstance(out["verify"], bool):
+        problems.append(f"verify: {out['verify']!r} is not allowed; use true or false")
+    if not (isinstance(out["conn_id"], str) and CONN_ID_RE.fullmatch(out["conn_id"])):
+        problems.append(f"conn_id {out['conn_id']!r}: an Airflow connection id (letters, digits, '_', '.', '-')")
+    colls = out["collections"]
+    if not (isinstance(colls, str) or (isinstance(colls, list) and all(isinstance(c, str) for c in colls))):
+        problems.append(f"collections: {colls!r} is not a list of names nor a comma-separated text")
+        colls = []
+    try:
+        req = check_request(out["milvus_etcd"], out["milvus_root"], out["bucket"], out["bucket_root"], colls,
+                            "check", db=out["db"])
+    except ValidationError as e:
+        problems.append(str(e))
+        req = None
+    if problems:
+        raise ValidationError("Milvus source refused: " + "; ".join(problems))
+    return {k: req[k] for k in ("milvus_etcd", "milvus_root", "bucket", "bucket_root", "db")} | {
+        "collections": list(dict.fromkeys(req["collections"])), "conn_id": out["conn_id"], "verify": out["verify"],
+        **{k: getattr(policy, k) for k in retention.KEYS}}
+
+
+def set_source(meta, name: str, doc: Mapping[str, Any], *, now: float | None = None) -> dict:
+    validate_name("Milvus source", name)
+    src = parse_source(doc)
+    rec = {"name": name, **src, "updated_at": time.time() if now is None else now}
+    meta.kv.put(meta.keys.milvus_source(name), json.dumps(rec))
+    return rec
+
+
+def get_source(meta, name: str) -> dict:
+    validate_name("Milvus source", name)
+    kv = meta.kv.get(meta.keys.milvus_source(name))
+    if kv is None:
+        known = [d.get("name") for d in list_sources(meta)]
+        raise NotFound(f"no Milvus source {name!r}" + (f"; registered: {', '.join(map(str, known))}" if known
+                                                         else "; register one with `seglake milvus source set`"))
+    return json.loads(kv.value)
+
+
+def clear_source(meta, name: str) -> bool:
+    validate_name("Milvus source", name)
+    key = meta.keys.milvus_source(name)
+    if meta.kv.get(key) is None:
+        return False
+    meta.kv.delete(key)
+    return True
+
+
+def list_sources(meta) -> list[dict]:
+    out = []
+    for kv in meta.kv.range(meta.keys.milvus_sources_prefix()):
+        try:
+            d = json.loads(kv.value)
+        except ValueError:
+            d = None
+        out.append(d if isinstance(d, dict) else {"name": kv.key.rsplit("/", 1)[-1], "error": "unreadable record"})
+    return sorted(out, key=lambda d: str(d.get("name")))
+
+
+# -- pins of capture bundles ------------------------------------------------------------------------
+def pin(meta, db: str, collection: str, bundle: str, ttl: float, *, by: str = "", now: float | None = None) -> dict:
+    """Keep a capture bundle from being pruned for `ttl` seconds (checked: limits pin_ttl)."""
+    bundles.check_names(db, collection, bundle)
+    ttl = float(limits.check("pin_ttl", "ttl (seconds)", ttl))
+    if not isinstance(by, str) or len(by) > 256:
+        raise ValidationError("by: a text of at most 256 characters")
+    now = time.time() if now is None else now
+    doc = {"db": db, "collection": collection, "bundle": bundle, "pinned_at": now, "expires_at": now + ttl,
+           "by": by}
+    meta.kv.put(meta.keys.milvus_pin(db, collection, bundle), json.dumps(doc))
+    return doc
+
+
+def unpin(meta, db: str, collection: str, bundle: str) -> bool:
+    bundles.check_names(db, collection, bundle)
+    key = meta.keys.milvus_pin(db, collection, bundle)
+    if meta.kv.get(key) is None:
+        return False
+    meta.kv.delete(key)
+    return True
+
+
+def pinned_by(meta, db: str, collection: str, bundle: str, now: float | None = None) -> list[str]:
+    """Who pins the bundle now (an expired or unreadable pin holds nothing... an unreadable
+    one holds, fail closed)."""
+    kv = meta.kv.get(meta.keys.milvus_pin(db, collection, bundle))
+    if kv is None:
+        return []
+    try:
+        doc = json.loads(kv.value)
+        if float(doc["expires_at"]) <= (time.time() if now is None else now):
+            return []
+        return [f"pin by {doc.get('by') or 'an operator'} until {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(doc['expires_at']))}"]
+    except (ValueError, KeyError, TypeError):
+        return ["an unreadable pin record (kept)"]
+
+
+def list_pins(meta, now: float | None = None) -> list[dict]:
+    now = time.time() if now is None else now
+    out = []
+    for kv in meta.kv.range(meta.keys.milvus_pins_prefix()):
+        try:
+            d = json.loads(kv.value)
+            if float(d["expires_at"]) > now:
+                out.append(d)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+# -- one schedule run ----------------------------------------------------------------------------
+def identity(src: Mapping[str, Any]) -> dict:
+    """What a capture bundle records of the Milvus it came from (bundle source keys)."""
+    return {"etcd_root": src["milvus_root"], "bucket": src["bucket"], "root_path": src["bucket_root"]}
+
+
+def schedule_bundles(target, src: Mapping[str, Any], collection: str) -> dict[str, dict]:
+    """{bundle: its source} of the committed schedule captures of this source's collection."""
+    from seglake.lifecycle.backup.export import MADE_BY_SCHEDULE
+
+    ident = identity(src)
+    out = {}
+    for d, c, b, committed in bundles.find(target, src["db"], collection):
+        if not committed or retention.sched_time(b) is None:
+            continue
+        try:
+            doc = bundles.read(target, d, c, b)
+        except (bundles.BundleError, NotFound):
+            continue   # unreadable: not the schedule's to judge
+        s = doc.get("source") or {}
+        if doc.get("kind") == "milvus" and doc.get("made_by") == MADE_BY_SCHEDULE and all(
+                s.get(k) == v for k, v in ident.items()):
+            out[b] = s
+    return out
+
+
+def run(meta, target, settings, name: str, *, now: float, dry_run: bool = False, min_age: float = 86400.0,
+        sweep: bool = True, say=log.warning) -> list[dict]:
+    """One schedule run of the source `name` at `now` (module doc): one report per
+    collection ({source, collection, bundle, captured, verify, pruned, kept, held, note}
+    or `error`). `settings`: the milvus_s3_* credentials (the source's connection), the
+    copy threads, etcd timeout."""
+    src = get_source(meta, name)
+    try:
+        src = {"name": name, **parse_source({k: src[k] for k in KEYS if k in src})}
+    except (ValidationError, KeyError) as e:
+        raise ValidationError(f"the record of Milvus source {name!r} is malformed: {e}") from None
+    wall = time.time()
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not (0 < now < 2**33):
+        raise ValidationError(f"schedule time must be a unix time in seconds, got {now!r}")
+    if now > wall + retention.MAX_AHEAD:
+        raise ValidationError(f"schedule time {retention.sched_name(now)} is ahead of the clock")
+    policy = retention.parse_policy({k: src[k] for k in retention.KEYS})
+    bundle = retention.sched_name(now)
+    reports: dict[str, dict] = {}
+    due: list[str] = []
+    for coll in src["collections"]:
+        have = schedule_bundles(target, src, coll)
+        times = {b: retention.sched_time(b) for b in have}
+        r = {"source": name, "db": src["db"], "collection": coll, "bundle": None, "at": now, "dry_run": dry_run,
+             "policy": policy.to_json(), "captured": None, "verify": None, "pruned": [], "kept": {}, "held": {},
+             "_have": have}
+        reports[coll] = r
+        newest = max(times.values(), default=None)
+        if bundle in have:
+            r["bundle"], r["note"] = bundle, f"{bundle} already captured"
+        elif _exists(target, src["db"], coll, bundle):
+            r["note"] = f"a bundle named {bundle!r} exists and is not this schedule's: none taken this run"
+        elif newest is not None and retention.sched_time(bundle) < newest:
+            r["note"] = f"the schedule already has a newer bundle ({retention.sched_name(newest)}): none taken"
+        elif retention.due(policy, times, now):
+            r["bundle"] = bundle
+            due.append(coll)
+        else:
+            r["note"] = "not due: the current period already has a capture"
+    if due and not dry_run:
+        from seglake.milvus import capture
+
+        req = capture.check_request(src["milvus_etcd"], src["milvus_root"], src["bucket"], src["bucket_root"],
+                                    due, bundle, db=src["db"])
+        try:
+            for c in capture.run_request(req, settings, target, meta=meta, schedule=True, say=say):
+                reports[c["collection"]]["captured"] = {k: c.get(k) for k in (
+                    "uid", "rows", "bytes", "files", "copied_files", "copied_bytes", "reused_files", "already",
+                    "etcd_revision", "collection_id", "seconds")}
+        except SeglakeError as e:
+            for coll in due:
+                reports[coll]["error"] = f"capture: {type(e).__name__}: {e}"
+    for coll, r in reports.items():
+        have = r.pop("_have")
+        if "error" in r:
+            continue
+        if r["bundle"] is not None and not dry_run:
+            try:
+                src_doc = bundles.read(target, src["db"], coll, r["bundle"])["source"]
+                have[r["bundle"]] = src_doc
+            except (bundles.BundleError, NotFound) as e:
+                r["error"] = f"the run's bundle cannot be read back: {e}"
+                continue
+            if src["verify"] and (r["captured"] is not None or _unverified(meta, src["db"], coll, r["bundle"])):
+                from seglake.lifecycle.backup import verify as verifies
+
+                rep = verifies.verify(target, coll, r["bundle"], db=src["db"], threads=settings.copy_threads,
+                                      meta=meta, say=say)
+                r["verify"] = {"ok": rep["ok"], "problem_count": rep["problem_count"],
+                               "problems": rep["problems"][:5], "data_files": rep.get("data_files", 0)}
+                if not rep["ok"]:
+                    r["error"] = (f"verify: {rep['problem_count']} bad files in {src['db']}.{coll}/{r['bundle']} "
+                                  f"(e.g. {rep['problems'][0]['file']}: {rep['problems'][0]['problem']})")
+        if not have:
+            continue
+        newest = max(have, key=lambda b: (retention.sched_time(b), b))
+        cid = have[newest].get("collection_id")
+        from seglake.lifecycle.backup import prune as prunes
+
+        try:
+            p = prunes.prune(target, coll, policy, db=src["db"], dry_run=dry_run, min_age=min_age, schedule_only=True,
+                             collection_id=cid, milvus=identity(src), sweep=False, say=say,
+                             pinned=lambda b, c=coll: pinned_by(meta, src["db"], c, b),
+                             planned={r["bundle"]: retention.sched_time(r["bundle"])}
+                             if dry_run and r["bundle"] and r["bundle"] not in have else None)
+        except SeglakeError as e:
+            r["error"] = (r.get("error", "") + " | " if r.get("error") else "") + f"prune: {type(e).__name__}: {e}"
+            continue
+        r["pruned"], r["kept"], r["held"] = p["pruned"], p["kept"], p["held"]
+    out = list(reports.values())
+    if sweep and any(r["pruned"] for r in out):
+        from seglake.lifecycle.backup import prune as prunes
+
+        swept = prunes.sweep_data(target, dry_run=dry_run, min_age=min_age, say=say)
+        for r in out:
+            r["sweep"] = swept
+    return out
+
+
+def _exists(target, db: str, collection: str, bundle: str) -> bool:
+    try:
+        return bundles.existing(target, db, collection, bundle) is not None
+    except bundles.BundleError:
+        return True   # there, damaged: not the schedule's to overwrite
+
+
+def _unverified(meta, db: str, collection: str, bundle: str) -> bool:
+    from seglake.lifecycle.backup import verify as verifies
+
+    rec = verifies.recorded(meta, db, collection, bundle)
+    return rec is None or not rec.get("ok")
+
+
+def run_all(meta, open_target: Callable[[], Any], settings_for: Callable[[str], Any], *, now: float,
+            dry_run: bool = False, source: str | None = None, min_age: float = 86400.0,
+            say=log.warning) -> list[dict]:
+    """run() of every registered source (or the one named), each on its own: one source's
+    failure is reported in its entries and does not stop the others. `settings_for(conn_id)`:
+    the settings with that connection's Milvus bucket credentials."""
+    names = [source] if source is not None else [d.get("name") for d in list_sources(meta)]
+    if source is not None:
+        get_source(meta, source)   # NotFound before anything
+    out: list[dict] = []
+    target = None
+    for name in names:
+        try:
+            src = get_source(meta, name)
+            if target is None:
+                target = open_target()
+            out.extend(run(meta, target, settings_for(src.get("conn_id") or DEFAULTS["conn_id"]), name, now=now,
+                           dry_run=dry_run, min_age=min_age, say=say))
+        except (SeglakeError, KeyError, TypeError, ValueError) as e:
+            out.append({"source": name, "collection": None, "error": f"{type(e).__name__}: {e}"})
+    return out
+
+
+def report_line(r: dict) -> str:
+    where = f"milvus {r['source']}" + (f" {r['db']}.{r['collection']}" if r.get("collection") else "")
+    if "error" in r and r.get("collection") is None:
+        return f"{where}: FAILED {r['error']}"
+    verb = "would " if r.get("dry_run") else ""
+    cap = r.get("captured")
+    line = (f"{where}: {verb}capture " + (f"{r['bundle']} ({cap['copied_files']} files, {cap['copied_bytes']} bytes "
+                                           f"copied, {cap['reused_files']} reused)" if cap else
+                                           (r["bundle"] or "nothing") if verb else "nothing")
+            + (f"; verify {'OK' if r['verify']['ok'] else 'BAD'}" if r.get("verify") else "")
+            + f"; {verb}prune {', '.join(r['pruned']) or 'nothing'}; keep {len(r['kept'])}"
+            + "".join(f"; {n} held ({', '.join(w)})" for n, w in r["held"].items())
+            + (f"; {r['note']}" if r.get("note") else ""))
+    return line + (f"; FAILED {r['error']}" if "error" in r else "")
