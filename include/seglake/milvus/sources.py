@@ -302,6 +302,9 @@ def run(meta, target, settings, name: str, *, now: float, dry_run: bool = False,
             r["error"] = (r.get("error", "") + " | " if r.get("error") else "") + f"prune: {type(e).__name__}: {e}"
             continue
         r["pruned"], r["kept"], r["held"] = p["pruned"], p["kept"], p["held"]
+        if not dry_run:
+            for b in p["pruned"]:   # the page lists captures that exist
+                meta.kv.delete(meta.keys.milvus_capture(src["db"], coll, b))
     out = list(reports.values())
     if sweep and any(r["pruned"] for r in out):
         from seglake.lifecycle.backup import prune as prunes
