@@ -388,3 +388,52 @@ def test_the_docs_page_lists_every_operation_and_needs_nothing_from_the_internet
     assert len(ops) >= 15
     assert not re.search(r"<script|(?:src|href)\s*=\s*\"?(?:https?:)?//", html, re.I), "an external asset"
     assert "/snapshots/{collection}/{name}/pins" in html and "ttl_hours" in html   # bodies are described
+
+
+def test_milvus_sources_captures_and_restores_are_listed_typed_and_on_the_page(client, h, world):
+    """GET /milvus: what seglake's etcd records of Milvus, as the engine writes it (a source
+    registered, a capture recorded by the capture, a pin, a verification, a restore record
+    in the milvus_restore's format), matching the OpenAPI schema; the page shows it, escaped.
+    The capture against a real Milvus: tests/milvus/test_milvus_schedule.py."""
+    import json
+    import time
+
+    from seglake.lifecycle.backup import verify
+    from seglake.milvus import capture, sources
+
+    meta, *_ = world
+    sources.set_source(meta, "prod", {"milvus_etcd": "milvus-etcd:2379", "bucket": "milvus-bucket",
+                                      "collections": "docs", "conn_id": "milvus_prod", "keep_daily": 7})
+    now = time.time()
+    report = {"bundle": "sched_20261127T1200Z", "uid": "a" * 32, "db": "default", "collection": "docs",
+              "snapshot": None, "snapshot_id": None, "created_at": now - 60, "consistent_ts": 1, "segments": 2,
+              "rows": 1234, "files": 15, "bytes": 8192, "unique_blobs": 15, "state": "committed", "already": False,
+              "target": "/backup", "copied_files": 8, "copied_bytes": 4096, "read_bytes": 4096,
+              "finished_at": now - 50, "milvus_version": "v2.3.5", "etcd_revision": 54, "throttle": {"x": 1}}
+    capture.record(meta, report, {"etcd_root": "by-dev", "bucket": "milvus-bucket", "root_path": "files"})
+    verify.record(meta, {"db": "default", "collection": "docs", "bundle": "sched_20261127T1200Z", "ok": True,
+                         "checked_at": now - 40, "problems": [], "problem_count": 0})
+    sources.pin(meta, "default", "docs", "sched_20261127T1200Z", 3600, by="ops")
+    meta.kv.put(meta.keys.milvus_restore("r" * 24), json.dumps(
+        {"v": 1, "state": "verified", "bundle_uid": "a" * 32, "bundle": "default.docs/sched_20261127T1200Z",
+         "name": "docs_<copy>", "target": {"address": "milvus:19530", "bucket": "b", "staging": "s"},
+         "created_at": now - 30, "collection_id": 7, "verified_at": now - 10,
+         "report": {"ok": True, "count": 1234, "visible_rows": 1234, "sampled": 100}}))
+    schema = client.get(f"{API}/openapi.json", headers=h).json()
+    r = client.get(f"{API}/milvus", headers=h)
+    assert r.status_code == 200, r.text
+    _check_schema(schema, "/milvus", "get", 200, r.json())
+    body = r.json()
+    (src,) = body["sources"]
+    assert (src["name"], src["collections"], src["conn_id"], src["keep_daily"]) == ("prod", ["docs"], "milvus_prod", 7)
+    (cap,) = body["captures"]
+    assert (cap["source"], cap["bundle"], cap["rows"], cap["bytes"], cap["verified_ok"]) == \
+        ("prod", "sched_20261127T1200Z", 1234, 8192, True)
+    assert cap["pinned_until"] > now and cap["scheduled"] is True and "throttle" not in cap
+    (rest,) = body["restores"]
+    assert (rest["state"], rest["name"], rest["address"], rest["count"]) == ("verified", "docs_<copy>", "milvus:19530",
+                                                                             1234)
+    assert client.get(f"{API}/milvus?sorce=x", headers=h).status_code == 400   # an unknown query parameter
+    page = client.get("/seglake/", headers=h).text
+    assert '<section id="milvus">' in page and "sched_20261127T1200Z" in page and "docs_&lt;copy&gt;" in page
+    assert "docs_<copy>" not in page and "1,234 of 1234" in page
