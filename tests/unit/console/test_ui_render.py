@@ -136,3 +136,29 @@ def test_a_read_only_page_offers_no_action_and_says_why():
     assert 'id="read-only">read-only: your role may look but not start runs' in read_only
     assert "c1" in read_only and "DRY RUN: nothing deleted" in read_only     # it still shows everything
     assert '<form class="act"' in render_page(data)                          # the next page is not affected
+
+
+def test_the_milvus_section_lists_sources_captures_and_restores_escaped():
+    m = {"sources": [{"name": "prod", "milvus_etcd": "etcd:2379", "milvus_root": "by-dev", "bucket": "mb",
+                      "bucket_root": "files", "db": "default", "collections": ["docs<x>"], "conn_id": "milvus_prod",
+                      "verify": True, "keep_last": 2, "keep_daily": 7},
+                     {"name": "broken", "error": "unreadable record"}],
+         "captures": [{"source": "prod", "db": "default", "collection": "docs", "bundle": "sched_20261127T1200Z",
+                       "created_at": 1_700_000_000.0, "finished_at": 1_700_000_010.0, "rows": 1234, "bytes": 8192,
+                       "copied_bytes": 4096, "files": 15, "verified_ok": False, "verified_at": 1_700_000_020.0,
+                       "pinned_until": 1_700_003_600.0},
+                      {"source": None, "db": "default", "collection": "imgs", "bundle": "manual1", "rows": None,
+                       "bytes": None, "files": None, "verified_ok": None}],
+         "restores": [{"restore_id": "r1", "bundle": "default.docs/sched_20261127T1200Z", "name": "docs_copy",
+                       "address": "milvus:19530", "state": "verified", "count": 1234, "visible_rows": 1234,
+                       "created_at": 1_700_000_030.0, "verified_at": 1_700_000_040.0}]}
+    html = render_page(_empty(milvus={"rows": m, "error": None}))
+    sec = html.split('<section id="milvus">', 1)[1].split("</section>", 1)[0]
+    assert "docs&lt;x&gt;" in sec and "docs<x>" not in sec
+    assert "last 2, daily 7" in sec and "milvus_prod" in sec and "unreadable record" in sec
+    assert "1,234" in sec and "8.0 KiB" in sec and '<span class="st bad">BAD</span>' in sec
+    assert "2023-11-14 23:13:20 UTC" in sec                     # pinned until
+    assert "never" in sec                                      # the manual capture was never verified
+    assert "1,234 of 1234" in sec and '<span class="st ok">verified</span>' in sec
+    empty = render_page(_empty())
+    assert "no Milvus source registered" in empty and "no restores into Milvus" in empty
