@@ -93,7 +93,8 @@ def milvus_backup():
         from seglake_airflow.hooks.engine import SeglakeHook
 
         inline = ti.xcom_pull(task_ids="capture_inline") if ti is not None else None
-        return engine.committed(SeglakeHook().backup_target(params["backup_uri"]), resolved["request"], inline)
+        hook = SeglakeHook()   # recorded in seglake's etcd (the operator page lists them), either engine
+        return engine.committed(hook.backup_target(params["backup_uri"]), resolved["request"], inline, meta=hook.meta)
 
     resolved = resolve()
     check_conf("milvus_backup") >> resolved

@@ -184,6 +184,24 @@ def drop_note(params: Mapping[str, Any], summary: Mapping[str, Any] | None) -> s
                   "Dropped, files wait for GC's drop_tolerance")
 
 
+def schedule_note(policies: list | None, milvus: list | None) -> str:
+    """snapshot_schedule's note: the seglake policies run, the Milvus collections captured,
+    pruned and verified (None: that task did not finish)."""
+    if policies is None and milvus is None:
+        return _short("FAILED: snapshot_schedule did not finish (see the task logs)")
+    parts = ["retention policies: FAILED (see run_policies)" if policies is None
+             else f"{len(policies)} retention policies run"]
+    if milvus is None:
+        parts.append("Milvus sources: FAILED (see milvus_sources)")
+    elif milvus:
+        caught = [r for r in milvus if r.get("captured")]
+        parts.append(f"Milvus: {len(caught)} of {len(milvus)} collections captured "
+                     f"({sum(r['captured'].get('copied_bytes') or 0 for r in caught)} bytes copied), "
+                     f"{sum(len(r.get('pruned') or []) for r in milvus)} bundles pruned, "
+                     f"{sum(1 for r in milvus if (r.get('verify') or {}).get('ok'))} verified")
+    return _short("snapshot_schedule: " + "; ".join(parts))
+
+
 def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
     """The note of a small lifecycle from its one result (None: it did not finish)."""
     what = {"snapshot_drop": f"snapshot {params.get('collection')}/{params.get('name')}",

@@ -45,6 +45,8 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
     from seglake import runinfo
     from seglake_airflow.hooks.engine import SeglakeHook
 
+    if kind == "snapshot_schedule":   # seglake's policies and the Milvus sources: two tasks
+        return runinfo.schedule_note(ti.xcom_pull(task_ids="run_policies"), ti.xcom_pull(task_ids="milvus_sources")), {}
     if kind in RESULT_TASKS:
         return runinfo.result_note(kind, params, ti.xcom_pull(task_ids=RESULT_TASKS[kind])), {}
     if kind == "snapshot_export":

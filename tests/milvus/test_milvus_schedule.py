@@ -120,6 +120,8 @@ def test_scheduled_captures_verify_and_prune_through_the_dag(msrv, milvus_python
     assert verifies.recorded(meta, "default", coll, _name(t2))["ok"]
     # keep_last 1: the first bundle is pinned, so held (not pruned)
     assert f"{_name(t1)} held (pin by test" in out, out[-3000:]
+    assert ("run note: snapshot_schedule: 0 retention policies run; Milvus: 1 of 1 collections captured "
+            f"({cap2['copied_bytes']} bytes copied), 0 bundles pruned, 1 verified") in out, out[-3000:]
     assert bundles.existing(target, "default", coll, _name(t1)) is not None
 
     # run 3: keep_last 1 keeps it; the unpinned second is pruned, the pinned first kept
@@ -178,3 +180,40 @@ def test_a_source_is_checked_whole_before_anything_is_written(meta):
     assert sources.set_source(meta, "src", good)["collections"] == ["a", "b"]
     assert [d["name"] for d in sources.list_sources(meta)] == ["src"]
     assert sources.clear_source(meta, "src") and not sources.clear_source(meta, "src")
+
+
+def test_cli_source_set_and_run(msrv, milvus_python, s3_server, etcd_server, tmp_path, monkeypatch, capsys):
+    """`seglake milvus source set` then `source run`: the bucket's credentials only in the
+    environment (milvus_s3_* keys), never in argv or the source record; a second run in the
+    same minute captures nothing twice."""
+    from seglake.cli.entry import main
+    from seglake.meta import Meta
+    from seglake.config import Settings as Real
+    from tests.milvus.conftest import milvus_client
+
+    coll = f"cli_{uuid.uuid4().hex[:6]}"
+    milvus_client(milvus_python, msrv.address, {"op": "create", "name": coll, "shards": 1, "dim": 2},
+                  {"op": "insert", "name": coll, "pks": list(range(30))}, {"op": "flush", "name": coll}, timeout=300)
+    backup = tmp_path / "backup"
+    monkeypatch.setenv("SEGLAKE_MILVUS_S3_ENDPOINT", s3_server.endpoint)
+    monkeypatch.setenv("SEGLAKE_MILVUS_S3_ACCESS_KEY", s3_server.access_key)
+    monkeypatch.setenv("SEGLAKE_MILVUS_S3_SECRET_KEY", s3_server.secret_key)
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(backup))
+    monkeypatch.setenv("SEGLAKE_STORE_URI", str(tmp_path / "store"))
+    monkeypatch.setenv("SEGLAKE_ETCD_ENDPOINT", etcd_server.endpoint)
+    monkeypatch.setenv("SEGLAKE_ETCD_ROOT", f"t{uuid.uuid4().hex[:10]}")
+    argv = ["milvus", "source", "set", "local", "--milvus-etcd", msrv.etcd_endpoint, "--milvus-root", msrv.etcd_root,
+            "--bucket", BUCKET, "--bucket-root", msrv.s3.root_path, "--collections", coll, "--keep-daily", "7",
+            "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["keep_daily"] == 7
+    assert main(["milvus", "source", "run", "local", "--json"]) == 0
+    (r,) = json.loads(capsys.readouterr().out)
+    assert r["captured"]["copied_files"] > 0 and r["verify"]["ok"] and r["bundle"].startswith("sched_")
+    assert main(["milvus", "source", "run", "--json"]) == 0   # keep_daily: not due again today
+    (r2,) = json.loads(capsys.readouterr().out)
+    assert r2["captured"] is None and r2["kept"] == {r["bundle"]: ["daily", "newest"]}, r2
+    with Meta.from_settings(Real.load()) as meta:
+        raw = meta.kv.get(meta.keys.milvus_source("local")).value
+    assert s3_server.secret_key.encode() not in raw and s3_server.secret_key not in " ".join(argv)
+    assert [b for _, _, b, done in bundles.find(LocalStore(str(backup)), "default", coll) if done] == [r["bundle"]]

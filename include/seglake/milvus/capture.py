@@ -248,7 +248,7 @@ def record(meta, report: dict, planned: dict) -> None:
     import json
 
     key = meta.keys.milvus_capture(report["db"], report["collection"], report["bundle"])
-    if report.get("already") and meta.kv.get(key) is not None:
+    if (report.get("already") or planned.get("only_new")) and meta.kv.get(key) is not None:
         return   # the run that committed it recorded what it copied
     doc = {k: v for k, v in report.items() if k != "throttle"}
     doc.update({"kind": KIND, "etcd_root": planned["etcd_root"], "bucket": planned.get("bucket", ""),
@@ -551,9 +551,10 @@ def resolve(req: dict, settings, engine: str = "auto", say=log.warning) -> dict:
     return {"engine": chosen, "bytes": size, "request": {**req, "collections": names}}
 
 
-def committed(target, req: dict, reports: list | None = None) -> list[dict]:
+def committed(target, req: dict, reports: list | None = None, meta=None) -> list[dict]:
     """The committed bundle of each collection of a request, read back (the reports of the
-    run that made them when given): fails naming a collection whose bundle is missing."""
+    run that made them when given): fails naming a collection whose bundle is missing.
+    `meta`: each one not recorded yet in seglake's etcd is recorded (a capture on Spark)."""
     done = {r["collection"]: r for r in reports or []}
     out = []
     for name in req["collections"]:
@@ -563,4 +564,10 @@ def committed(target, req: dict, reports: list | None = None) -> list[dict]:
         r = done.get(name, {})
         out.append({**bundles.summary(doc), "state": "committed", "copied_files": r.get("copied_files"),
                     "copied_bytes": r.get("copied_bytes"), "already": r.get("already")})
+        if meta is not None:
+            src = doc["source"]
+            record(meta, {**out[-1], "target": target.uri, "milvus_version": src.get("milvus_version"),
+                          "etcd_revision": src.get("etcd_revision"), "finished_at": src.get("committed_at")},
+                   {"etcd_root": src.get("etcd_root"), "bucket": src.get("bucket"),
+                    "root_path": src.get("root_path"), "only_new": True})
     return out

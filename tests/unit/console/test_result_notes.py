@@ -33,3 +33,15 @@ def test_the_note_of_a_restore_to_a_time_says_what_the_replay_used():
     assert "12 log messages (2.0 KiB of log) replayed: 40 rows, 3 deletes" in note and "copy job 7" in note
     born = restore_note({"collection": "src", "target": "t"}, {**summary, "snapshot": None}, job)
     assert "from the collection's creation" in born
+
+
+def test_the_schedule_note_counts_milvus_captures_and_says_which_task_failed():
+    from seglake.runinfo import schedule_note
+
+    milvus = [{"captured": {"copied_bytes": 4096}, "pruned": ["sched_20261127T1200Z"], "verify": {"ok": True}},
+              {"captured": None, "pruned": [], "verify": None}]
+    assert schedule_note([], milvus) == ("snapshot_schedule: 0 retention policies run; Milvus: 1 of 2 collections "
+                                         "captured (4096 bytes copied), 1 bundles pruned, 1 verified")
+    assert schedule_note([{}], []) == "snapshot_schedule: 1 retention policies run"
+    assert "Milvus sources: FAILED" in schedule_note([], None)
+    assert schedule_note(None, None).startswith("FAILED")
