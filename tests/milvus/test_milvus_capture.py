@@ -353,6 +353,13 @@ def test_milvus_backup_dag(msrv, source, s3_server, airflow_env, tmp_path, monke
     assert s3_server.secret_key not in out + err
     doc = bundles.read(target, "default", source["small"], "dag2")
     assert bundledoc.visible_rows(target, doc)["visible"] == source["count"][source["small"]]
+    # both engines' captures are recorded in seglake's etcd: the operator page lists them
+    from seglake.meta import Meta
+    with Meta.from_settings(airflow_env) as meta:
+        recorded = {(c["collection"], c["bundle"]): c for c in capture.list_captures(meta)}
+    assert set(recorded) == {(source["big"], "dag1"), (source["small"], "dag1"), (source["small"], "dag2")}
+    assert recorded[(source["small"], "dag2")]["rows"] == doc["totals"]["rows"]
+    assert recorded[(source["big"], "dag1")]["copied_files"] is not None   # the inline run's own report
 
 
 @pytest.mark.spark

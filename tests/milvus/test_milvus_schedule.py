@@ -85,7 +85,8 @@ def test_scheduled_captures_verify_and_prune_through_the_dag(msrv, milvus_python
     def scheduled(dt, retry=0):
         capfd.readouterr()
         at = dt + timedelta(seconds=retry)   # a retry: the same minute, so the same bundle name
-        run = dag.test(run_after=at, logical_date=at, run_conf={"milvus_source": "prod"})
+        # every key given: a key of an earlier dag.test() conf stays in the same DAG object's params
+        run = dag.test(run_after=at, logical_date=at, run_conf={"milvus_source": "prod", "dry_run": False})
         out, err = capfd.readouterr()
         assert run.state == "success", (task_states(run), out[-4000:])
         assert s3_server.secret_key not in out + err
@@ -124,9 +125,22 @@ def test_scheduled_captures_verify_and_prune_through_the_dag(msrv, milvus_python
             f"({cap2['copied_bytes']} bytes copied), 0 bundles pruned, 1 verified") in out, out[-3000:]
     assert bundles.existing(target, "default", coll, _name(t1)) is not None
 
+    # a dry run at the third time: says what it would capture and prune, changes nothing
+    def listing():
+        return sorted((p.relative_to(backup).as_posix(), p.stat().st_mtime_ns) for p in backup.rglob("*")
+                      if p.is_file() and "_locks" not in p.parts)
+    before = listing()
+    capfd.readouterr()
+    dry = t3 - timedelta(minutes=30)
+    run = dag.test(run_after=dry, logical_date=dry, run_conf={"milvus_source": "prod", "dry_run": True})
+    out, _ = capfd.readouterr()
+    assert run.state == "success", task_states(run)
+    assert f"would capture {_name(dry)}; would prune {_name(t2)}; keep 1; {_name(t1)} held" in out, out[-3000:]
+    assert listing() == before
+
     # run 3: keep_last 1 keeps it; the unpinned second is pruned, the pinned first kept
     out = scheduled(t3)
-    assert f"prune {_name(t2)}" in out, out[-3000:]
+    assert f"; prune {_name(t2)}; keep 1" in out, out[-3000:]
     assert bundles.existing(target, "default", coll, _name(t2)) is None
     assert bundles.existing(target, "default", coll, _name(t1)) is not None
     doc3 = bundles.read(target, "default", coll, _name(t3))
