@@ -184,7 +184,10 @@ def test_a_source_is_checked_whole_before_anything_is_written(meta):
                      ({**good, "milvus_etcd": "http://h:1"}, "host:port"),
                      ({**good, "collections": "a b"}, "collection"),
                      ({**good, "conn_id": "x y"}, "conn_id"),
-                     ({**good, "verify": "yes"}, "verify")):
+                     ({**good, "verify": "yes"}, "verify"),
+                     ({**good, "max_mib_per_second": -1}, "max_mib_per_second"),
+                     ({**good, "max_mib_per_second": float("nan")}, "max_mib_per_second"),
+                     ({**good, "max_mib_per_second": True}, "max_mib_per_second")):
         with pytest.raises(ValidationError, match=why) as e:
             sources.set_source(meta, "src", bad)
         assert "s3cr3t-value" not in str(e.value)
@@ -218,12 +221,14 @@ def test_cli_source_set_and_run(msrv, milvus_python, s3_server, etcd_server, tmp
     monkeypatch.setenv("SEGLAKE_ETCD_ROOT", f"t{uuid.uuid4().hex[:10]}")
     argv = ["milvus", "source", "set", "local", "--milvus-etcd", msrv.etcd_endpoint, "--milvus-root", msrv.etcd_root,
             "--bucket", BUCKET, "--bucket-root", msrv.s3.root_path, "--collections", coll, "--keep-daily", "7",
-            "--json"]
+            "--max-mib-per-second", "64", "--json"]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["keep_daily"] == 7
     assert main(["milvus", "source", "run", "local", "--json"]) == 0
     (r,) = json.loads(capsys.readouterr().out)
     assert r["captured"]["copied_files"] > 0 and r["verify"]["ok"] and r["bundle"].startswith("sched_")
+    thr = r["captured"]["throttle"]   # every byte read and written went through the source's rate
+    assert thr["limit_bytes_per_second"] == 64 << 20 and thr["bytes"] >= r["captured"]["copied_bytes"] > 0, thr
     assert main(["milvus", "source", "run", "--json"]) == 0   # keep_daily: not due again today
     (r2,) = json.loads(capsys.readouterr().out)
     assert r2["captured"] is None and r2["kept"] == {r["bundle"]: ["daily", "newest"]}, r2

@@ -171,6 +171,8 @@ def add_source_parsers(m, common, coll_t, snap_t, number_arg) -> None:
     ss.add_argument("--collections", required=True, help="comma-separated Milvus collections of --db")
     ss.add_argument("--conn-id", default=None, help="the Airflow connection of the bucket's credentials "
                                                     "(default: seglake_milvus)")
+    ss.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=None,
+                    help="throttle each scheduled capture (0: unlimited; the store-wide limit applies too)")
     ss.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
                     help="verify each new capture (default: yes)")
     for unit in ("last", "hourly", "daily", "weekly", "monthly"):

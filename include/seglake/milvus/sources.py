@@ -52,10 +52,10 @@ from seglake.names import validate_name
 
 log = logging.getLogger("seglake.milvus")
 DEFAULTS = {"milvus_root": "by-dev", "bucket_root": "files", "db": "default", "conn_id": "seglake_milvus",
-            "verify": True}
+            "verify": True, "max_mib_per_second": 0}
 REQUIRED = ("milvus_etcd", "bucket", "collections")
 KEYS = ("milvus_etcd", "milvus_root", "bucket", "bucket_root", "db", "collections", "conn_id", "verify",
-        *retention.KEYS)
+        "max_mib_per_second", *retention.KEYS)
 CONN_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}")
 
 
@@ -81,6 +81,10 @@ def parse_source(doc: Mapping[str, Any]) -> dict:
         problems.append(f"verify: {out['verify']!r} is not allowed; use true or false")
     if not (isinstance(out["conn_id"], str) and CONN_ID_RE.fullmatch(out["conn_id"])):
         problems.append(f"conn_id {out['conn_id']!r}: an Airflow connection id (letters, digits, '_', '.', '-')")
+    try:   # the capture's rate (MiB/s; 0: unlimited), under the store-wide limit
+        limits.check("copy_max_bytes_per_second", "max_mib_per_second", out["max_mib_per_second"], scale=1 << 20)
+    except ValidationError as e:
+        problems.append(str(e))
     colls = out["collections"]
     if not (isinstance(colls, str) or (isinstance(colls, list) and all(isinstance(c, str) for c in colls))):
         problems.append(f"collections: {colls!r} is not a list of names nor a comma-separated text")
@@ -95,6 +99,7 @@ def parse_source(doc: Mapping[str, Any]) -> dict:
         raise ValidationError("Milvus source refused: " + "; ".join(problems))
     return {k: req[k] for k in ("milvus_etcd", "milvus_root", "bucket", "bucket_root", "db")} | {
         "collections": list(dict.fromkeys(req["collections"])), "conn_id": out["conn_id"], "verify": out["verify"],
+        "max_mib_per_second": out["max_mib_per_second"],
         **{k: getattr(policy, k) for k in retention.KEYS}}
 
 
@@ -258,10 +263,11 @@ def run(meta, target, settings, name: str, *, now: float, dry_run: bool = False,
         req = capture.check_request(src["milvus_etcd"], src["milvus_root"], src["bucket"], src["bucket_root"],
                                     due, bundle, db=src["db"])
         try:
-            for c in capture.run_request(req, settings, target, meta=meta, schedule=True, say=say):
+            for c in capture.run_request(req, settings, target, meta=meta, schedule=True, say=say,
+                                         max_bytes_per_second=src["max_mib_per_second"] * (1 << 20)):
                 reports[c["collection"]]["captured"] = {k: c.get(k) for k in (
                     "uid", "rows", "bytes", "files", "copied_files", "copied_bytes", "reused_files", "already",
-                    "etcd_revision", "collection_id", "seconds")}
+                    "etcd_revision", "collection_id", "seconds", "throttle")}
         except SeglakeError as e:
             for coll in due:
                 reports[coll]["error"] = f"capture: {type(e).__name__}: {e}"

@@ -198,6 +198,7 @@ class MilvusSource(Open):
     collections: list[str]
     conn_id: str = Field(description="the Airflow connection with the bucket's credentials (never stored here)")
     verify: bool
+    max_mib_per_second: Optional[float] = Field(None, description="each scheduled capture's rate (0: unlimited)")
     keep_last: int
     keep_hourly: int
     keep_daily: int
