@@ -236,3 +236,13 @@ def test_cli_source_set_and_run(msrv, milvus_python, s3_server, etcd_server, tmp
         raw = meta.kv.get(meta.keys.milvus_source("local")).value
     assert s3_server.secret_key.encode() not in raw and s3_server.secret_key not in " ".join(argv)
     assert [b for _, _, b, done in bundles.find(LocalStore(str(backup)), "default", coll) if done] == [r["bundle"]]
+    # a collection Milvus does not have: reported, the run fails, the source's other collection is captured
+    other = f"oth_{uuid.uuid4().hex[:6]}"
+    milvus_client(milvus_python, msrv.address, {"op": "create", "name": other, "shards": 1, "dim": 2},
+                  {"op": "insert", "name": other, "pks": list(range(10))}, {"op": "flush", "name": other}, timeout=300)
+    assert main([*argv[:3], "two", *argv[4:13], f"gone_x,{other}", "--keep-last", "1", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["milvus", "source", "run", "two", "--json"]) == 1
+    got = {x["collection"]: x for x in json.loads(capsys.readouterr().out)}
+    assert "no collection 'gone_x'" in got["gone_x"]["error"] and got["gone_x"]["captured"] is None
+    assert got[other]["captured"]["rows"] == 10 and got[other]["verify"]["ok"] and "error" not in got[other]

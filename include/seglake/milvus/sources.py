@@ -21,7 +21,8 @@ collections captured on a schedule, pruned by a retention policy, verified.
              retention.due); a run earlier than the newest schedule bundle takes none
     capture  the due collections in one incremental capture (seglake.milvus.capture,
              one etcd revision; a file an earlier bundle holds is not copied again),
-             marked as the schedule's (`made_by`)
+             marked as the schedule's (`made_by`); when that fails, each one alone (one
+             collection dropped in Milvus does not stop the others' captures)
     verify   the run's bundle (seglake.lifecycle.backup.verify: every data file's
              SHA-256, every binlog parsed against its key and entries), recorded
     prune    the schedule's bundles of that Milvus collection the policy no longer keeps
@@ -260,17 +261,28 @@ def run(meta, target, settings, name: str, *, now: float, dry_run: bool = False,
     if due and not dry_run:
         from seglake.milvus import capture
 
-        req = capture.check_request(src["milvus_etcd"], src["milvus_root"], src["bucket"], src["bucket_root"],
-                                    due, bundle, db=src["db"])
-        try:
+        def take(names: list[str]) -> None:
+            req = capture.check_request(src["milvus_etcd"], src["milvus_root"], src["bucket"], src["bucket_root"],
+                                        names, bundle, db=src["db"])
             for c in capture.run_request(req, settings, target, meta=meta, schedule=True, say=say,
                                          max_bytes_per_second=src["max_mib_per_second"] * (1 << 20)):
                 reports[c["collection"]]["captured"] = {k: c.get(k) for k in (
                     "uid", "rows", "bytes", "files", "copied_files", "copied_bytes", "reused_files", "already",
                     "etcd_revision", "collection_id", "seconds", "throttle")}
+
+        try:
+            take(due)   # every due collection at one etcd revision
         except SeglakeError as e:
-            for coll in due:
-                reports[coll]["error"] = f"capture: {type(e).__name__}: {e}"
+            if len(due) == 1:
+                reports[due[0]]["error"] = f"capture: {type(e).__name__}: {e}"
+            else:   # one collection's failure (dropped in Milvus, say) does not stop the others: one by one
+                say(f"milvus {name}: the capture of {len(due)} collections failed ({type(e).__name__}: {e}); "
+                    f"capturing them one by one")
+                for coll in due:
+                    try:
+                        take([coll])
+                    except SeglakeError as e1:
+                        reports[coll]["error"] = f"capture: {type(e1).__name__}: {e1}"
     for coll, r in reports.items():
         have = r.pop("_have")
         if "error" in r:
