@@ -297,6 +297,13 @@ def test_cli_milvus_backup(msrv, source, s3_server, etcd_server, tmp_path, monke
     assert s3_server.secret_key not in " ".join(argv)
     assert main(["backup", "verify", source["small"], "cli", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"]
+    # the CLI's capture is recorded in seglake's etcd like the DAGs' (the page's Milvus section),
+    # with or without a rate limit: it always runs under the store-wide limit kept there
+    from seglake.config import Settings
+    from seglake.meta import Meta
+    with Meta.from_settings(Settings.load()) as meta:
+        rec = meta.kv.get(meta.keys.milvus_capture("default", source["small"], "cli"))
+        assert rec is not None and json.loads(rec.value)["bundle"] == "cli", rec
     # refused before anything is opened: a bad endpoint, no collection named, an unknown collection
     for bad in (["--milvus-etcd", "no port"], ["--milvus-etcd", msrv.etcd_endpoint, "--all", source["small"]]):
         rc = main(["milvus", "backup", *bad, "--bucket", BUCKET, "--bundle", "cli2"])

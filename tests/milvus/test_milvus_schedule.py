@@ -103,7 +103,7 @@ def test_scheduled_captures_verify_and_prune_through_the_dag(msrv, milvus_python
     assert v1["ok"] and v1["data_files"] == doc1["totals"]["unique_blobs"]
     cap1 = json.loads(meta.kv.get(meta.keys.milvus_capture("default", coll, _name(t1))).value)
     assert cap1["copied_files"] == doc1["totals"]["unique_blobs"] > 0
-    sources.pin(meta, "default", coll, _name(t1), 3600, by="test")
+    sources.pin(meta, target, "default", coll, _name(t1), 3600, by="test")
 
     # writes and a Flush between the runs; run 2 copies only the files they made
     run_ops({"op": "insert", "name": coll, "pks": list(range(100, 160))},

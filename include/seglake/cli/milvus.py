@@ -25,12 +25,13 @@ def cmd_backup(args, s: Settings) -> int:
                                 args.collections, args.bundle, db=args.db, all_collections=args.all)
     bps = (args.max_mib_per_second or 0) * (1 << 20)
     rps = args.max_requests_per_second or 0
-    meta = None
-    if bps or rps:   # the throttle's clock lives in seglake's etcd
-        from seglake.meta import Meta
-        meta = Meta.from_settings(s)
-    reports = capture.run_request(req, s, bundles.open_target(s, args.target), meta=meta, max_bytes_per_second=bps,
-                                  max_requests_per_second=rps, say=_say)
+    from seglake.meta import Meta
+
+    # seglake's etcd, always: the throttle's clock and the store-wide limit shared by all copy
+    # work live there, and so does the capture's record (the page's Milvus section)
+    with Meta.from_settings(s) as meta:
+        reports = capture.run_request(req, s, bundles.open_target(s, args.target), meta=meta,
+                                      max_bytes_per_second=bps, max_requests_per_second=rps, say=_say)
     emit(args, reports, text="\n".join(
         f"bundle {r['db']}.{r['collection']}/{r['bundle']}: "
         + ("already captured, nothing copied" if r["already"] else
@@ -112,6 +113,7 @@ def cmd_source_run(args, s: Settings) -> int:
 
 def cmd_pin(args, s: Settings) -> int:
     from seglake.cli.output import emit
+    from seglake.lifecycle.backup import bundle as bundles
     from seglake.meta import Meta
     from seglake.milvus import sources
 
@@ -121,7 +123,8 @@ def cmd_pin(args, s: Settings) -> int:
             emit(args, {"unpinned": gone}, text=f"{args.collection}/{args.bundle} " + ("unpinned" if gone else
                                                                                      "was not pinned"))
         else:
-            d = sources.pin(meta, args.db, args.collection, args.bundle, args.ttl_hours * 3600.0, by=args.by)
+            d = sources.pin(meta, bundles.open_target(s, args.target), args.db, args.collection, args.bundle,
+                            args.ttl_hours * 3600.0, by=args.by)
             emit(args, d, text=f"{args.collection}/{args.bundle} pinned until {d['expires_at']:.0f}")
     return 0
 
@@ -197,4 +200,6 @@ def add_source_parsers(m, common, coll_t, snap_t, number_arg) -> None:
     mp.add_argument("--ttl-hours", type=number_arg("pin_ttl", 3600.0), default=24.0)
     mp.add_argument("--by", default="cli")
     mp.add_argument("--unpin", action="store_true", help="remove the pin instead")
+    mp.add_argument("--target", default=None, help="the backup target holding the bundle (default: config key "
+                                                   "backup_uri)")
     mp.set_defaults(fn=cmd_pin)

@@ -49,7 +49,9 @@ from seglake.contract import closest
 from seglake.errors import NotFound, SeglakeError, ValidationError
 from seglake.lifecycle import retention
 from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import holds
 from seglake.names import validate_name
+from seglake.storage import layout
 
 log = logging.getLogger("seglake.milvus")
 DEFAULTS = {"milvus_root": "by-dev", "bucket_root": "files", "db": "default", "conn_id": "seglake_milvus",
@@ -143,16 +145,29 @@ def list_sources(meta) -> list[dict]:
 
 
 # -- pins of capture bundles ------------------------------------------------------------------------
-def pin(meta, db: str, collection: str, bundle: str, ttl: float, *, by: str = "", now: float | None = None) -> dict:
-    """Keep a capture bundle from being pruned for `ttl` seconds (checked: limits pin_ttl)."""
+def pin(meta, target, db: str, collection: str, bundle: str, ttl: float, *, by: str = "",
+        now: float | None = None) -> dict:
+    """Keep the committed capture bundle `bundle` of backup target `target` from being
+    pruned for `ttl` seconds (checked: limits pin_ttl). Against a prune running at the same
+    time (the protocol of backup.holds): the pin is written in etcd first, then a prune of
+    the bundle is waited for, then the bundle is looked for -- a prune that wrote its intent
+    before sees this pin and keeps the bundle; one that dropped it before is found here, the
+    pin removed and the call refused (NotFound). Never both: a pin answered is a bundle kept."""
     bundles.check_names(db, collection, bundle)
     ttl = float(limits.check("pin_ttl", "ttl (seconds)", ttl))
     if not isinstance(by, str) or len(by) > 256:
         raise ValidationError("by: a text of at most 256 characters")
+    if not target.exists(layout.bundle_commit(db, collection, bundle)):
+        raise NotFound(f"no committed bundle {db}.{collection}/{bundle} in {target.uri}: nothing to pin")
     now = time.time() if now is None else now
     doc = {"db": db, "collection": collection, "bundle": bundle, "pinned_at": now, "expires_at": now + ttl,
            "by": by}
-    meta.kv.put(meta.keys.milvus_pin(db, collection, bundle), json.dumps(doc))
+    key = meta.keys.milvus_pin(db, collection, bundle)
+    meta.kv.put(key, json.dumps(doc))
+    holds.wait_for_prune(target, db, collection, bundle)
+    if not target.exists(layout.bundle_commit(db, collection, bundle)):
+        meta.kv.delete(key)
+        raise NotFound(f"bundle {db}.{collection}/{bundle} was pruned while it was being pinned: nothing pinned")
     return doc
 
 

@@ -135,6 +135,18 @@ def hold(target: Store, db: str, collection: str, bundle: str, token: str, *, by
     return key
 
 
+def wait_for_prune(target: Store, db: str, collection: str, bundle: str, wait: float = PRUNE_WAIT) -> None:
+    """Wait while a prune of the bundle runs (its intent is live): the side of a holder
+    whose record is written elsewhere (a pin in etcd) -- written first, then this, then
+    the bundle looked for (it may have been pruned meanwhile)."""
+    deadline = time.time() + wait
+    while live_record(target, layout.bundle_pruning(db, collection, bundle), HOLD_TTL) is not None:
+        if time.time() > deadline:
+            raise BundleError(f"bundle {db}.{collection}/{bundle}: a retention prune of it has been running for "
+                              f"over {wait:g} s; try again once it ends")
+        time.sleep(0.2)
+
+
 def release(target: Store, key: str) -> None:
     """End a hold (best effort: one left behind expires after HOLD_TTL)."""
     try:
@@ -143,14 +155,17 @@ def release(target: Store, key: str) -> None:
         pass
 
 
-def drop_unless_held(target: Store, db: str, collection: str, bundle: str) -> list[str]:
+def drop_unless_held(target: Store, db: str, collection: str, bundle: str,
+                     also: Callable[[], list[str]] | None = None) -> list[str]:
     """The prune's side of the protocol: write the intent, drop the bundle (marker first,
     then bundle.json) only if nobody holds it, remove the intent. Returns the holders
-    (empty: dropped)."""
+    (empty: dropped). `also()`: more holders kept elsewhere (a Milvus capture's pins in
+    etcd), asked after the intent is written, as the holds are: a pin written before that
+    is seen; one written after it sees the intent (wait_for_prune)."""
     intent = layout.bundle_pruning(db, collection, bundle)
     target.put(intent, json.dumps({"at": time.time()}).encode())
     try:
-        who = holders(target, db, collection, bundle)
+        who = holders(target, db, collection, bundle) + (list(also()) if also is not None else [])
         if not who:
             target.delete_many([layout.bundle_commit(db, collection, bundle)])   # the bundle ends here
             target.delete_many([layout.bundle_doc(db, collection, bundle)])

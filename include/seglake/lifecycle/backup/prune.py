@@ -70,8 +70,9 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     made by the schedule, of the Milvus whose {etcd_root, bucket, root_path} this is and of
     collection id `collection_id`); a seglake export is then never judged, nor is a Milvus
     capture without it.
-    pinned(name) -> who pins it: asked right before a bundle is dropped; a pinned bundle is
-    kept (reported in `held`)."""
+    pinned(name) -> who pins it: asked before a bundle is judged and again once the prune's
+    intent is written (holds.drop_unless_held: a pin racing the prune loses one way or the
+    other, never both); a pinned bundle is kept (reported in `held`)."""
     bundles.check_names(db, collection, "x")
     policy = policy if isinstance(policy, retention.Policy) else retention.parse_policy(policy)
     min_age = _min_age(min_age)
@@ -100,7 +101,8 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
             report["held"][name] = pins
             continue
         who = holds.holders(target, db, collection, name) if dry_run else \
-            holds.drop_unless_held(target, db, collection, name)
+            holds.drop_unless_held(target, db, collection, name,
+                                   also=(lambda n=name: pinned(n)) if pinned is not None else None)
         if who:   # an import or verify reads it: kept this time, pruned by a later run
             report["held"][name] = who
             continue
