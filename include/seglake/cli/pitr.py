@@ -1,6 +1,7 @@
 """Point-in-time restore: `seglake pitr set|show|clear|list` (a collection's window),
 `seglake restore COLLECTION TARGET --as-of TIME` (inline: set up, copy, replay; the
-snapshot_restore DAG takes the same `as_of`) and `seglake collections undrop NAME --as NEW`."""
+snapshot_restore DAG takes the same `as_of`) and `seglake collections undrop NAME --as NEW
+[--from-target [URI]]`."""
 
 from __future__ import annotations
 
@@ -89,6 +90,10 @@ def add_undrop_parser(colls, common, coll_t) -> None:
                                                           "before the drop (inline)")
     u.add_argument("name", type=coll_t)
     u.add_argument("--as", dest="new_name", type=coll_t, required=True, help="the new collection")
+    u.add_argument("--from-target", dest="from_target", nargs="?", const="", default=None, metavar="URI",
+                   help="when this store cannot give it (its record, log or files gone): from the backup target "
+                        "alone, its latest bundle + the WAL archive up to the drop (default target: config "
+                        "backup_uri)")
     u.set_defaults(fn=cmd_collections_undrop)
 
 
@@ -175,8 +180,12 @@ def cmd_collections_undrop(args, s: Settings) -> int:
     from seglake.lifecycle import pitr
 
     meta, store = open_meta_store(s)
+    backup = None
+    if args.from_target is not None:
+        from seglake.lifecycle.backup import bundle as bundles
+        backup = bundles.open_target(s, args.from_target or None)
     job_id = pitr.undrop(meta, store, args.name, args.new_name, db=args.db, owner="cli", engine="inline",
-                         timeout=s.copy_job_timeout)
+                         timeout=s.copy_job_timeout, backup=backup)
     args.collection, args.target = args.name, args.new_name
     return _drive(args, s, meta, store, job_id, "as it was just before its drop")
 

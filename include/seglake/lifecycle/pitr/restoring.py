@@ -15,14 +15,14 @@ anything else is refused (restore's rules).
 
 from __future__ import annotations
 
-from seglake.errors import NotFound
+from seglake.errors import NotFound, StateError
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.copyjobs import CopyJob
 from seglake.meta.kv import KeyValue, Put, absent, unchanged
 from seglake.meta.codec import encode_struct
 from seglake.lifecycle import restore as restores
 from seglake.lifecycle.pitr.instants import parse_as_of
-from seglake.lifecycle.pitr.planning import Plan, plan as make_plan
+from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan, plan as make_plan
 
 
 def restore_as_of(meta, store, collection: str, target: str, as_of, *, db: str = DEFAULT_DB,
@@ -57,18 +57,44 @@ def _same_restore(meta, collection: str, db: str, target: str, ts: int) -> Plan 
 
 
 def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, timeout: float = 3600.0,
-           owner: str = "", engine: str = "auto", now: float | None = None, origin: dict | None = None) -> int:
+           owner: str = "", engine: str = "auto", now: float | None = None, origin: dict | None = None,
+           backup=None) -> int:
     """Set up (or resume) bringing a dropped collection back as `target`, as it was just
     before the drop: a restore to now whose replay ends at each vchannel's DropCollection
     (everything acknowledged before the drop is in the log before it). Needs the window
     to have been on and the drop inside it; refused for a collection that never wrote
-    through the WAL. Returns the copy job id; then copyjob and replay as for restore_as_of."""
-    from seglake.errors import StateError
+    through the WAL. `backup` (a backup target's Store): when this store cannot give it
+    (the collection's record, log or files gone), from the target alone -- its latest
+    bundle and archived WAL up to the drop (from_target.undrop_from_target); refused,
+    saying why for both, when neither can. Returns the copy job id; then copyjob and
+    replay as for restore_as_of."""
+    timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, 0, 0, origin)
+    try:
+        p = plan_undrop(meta, store, collection, target, db=db, now=now)
+    except (NotFound, OutsideWindow, LogGap, StateError) as here:
+        if backup is None:
+            raise
+        from seglake.lifecycle.pitr import from_target
+
+        try:
+            return from_target.undrop_from_target(meta, store, backup, collection, target, db=db, timeout=timeout,
+                                                  owner=owner, engine=engine, origin=origin)
+        except (NotFound, OutsideWindow, LogGap) as there:
+            raise type(there)(f"{db}.{collection} cannot be undropped: not from this store ({here}); not from "
+                              f"the backup target ({there})") from None
+    source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
+    source.identity = {**source.identity, "undrop": True}
+    return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
+                           now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
+
+
+def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
+    """The plan of undropping `collection` into `target` from this store (that same
+    undrop's plan when `target` exists and is it), or the refusal. Read-only."""
     from seglake.lifecycle.drop import DROP_MODE, DROP_STARTED, find
     from seglake.meta.alloc import compose_ts
     from seglake.meta.catalog import DROPPED, DROPPING
 
-    timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, 0, 0, origin)
     coll = find(meta, collection, db)
     if coll is None:
         raise NotFound(f"collection {collection!r} not found in db {db!r}")
@@ -81,10 +107,7 @@ def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, t
     if p is None:
         p = make_plan(meta, store, collection, meta.tso.now(), db=db, now=now, dropped=coll,
                       window_instant=compose_ts(int(float(coll.properties[DROP_STARTED]) * 1000)))
-    source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
-    source.identity = {**source.identity, "undrop": True}
-    return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
-                           now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
+    return p
 
 
 def _same_undrop(meta, coll, db: str, target: str) -> Plan | None:
