@@ -9,9 +9,9 @@ copies of two collections are of two different moments.
     plan every collection first (planning.plan / from_target.plan_from_target): any
     refusal -- outside a window, a gap, a target name taken -- refuses the whole set
     before anything is created
-    -> set up each restore with that same instant (restoring.restore_as_of /
-       from_target.restore_as_of_from_target); each is resumable on its own (a re-run of
-       the set resumes every one).
+    -> set up each restore with that same instant and the plan made above (one planning
+       per collection: restoring.restore_as_of / from_target.restore_as_of_from_target,
+       `planned`); each is resumable on its own (a re-run of the set resumes every one).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
     clash = sorted(set(to.values()) & set(names))
     if clash:
         raise ValidationError(f"suffix {suffix!r}: target {clash[0]!r} is one of the collections restored")
+    plans = {}
     for n in names:   # every plan first: one refusal refuses the set, nothing created
         if not _resuming(meta, db, to[n], ts):
             try:
@@ -65,17 +66,17 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
             except NotFound:
                 pass
         if target is None:
-            planning.plan(meta, store, n, ts, db=db)
+            plans[n] = planning.plan(meta, store, n, ts, db=db)
         else:
-            from_target.plan_from_target(meta, target, n, ts, db=db)
+            plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db)
     out = []
-    for n in names:
+    for n in names:   # each set up with the plan made above (a resumed one: the plan it began with)
         if target is None:
             job = restoring.restore_as_of(meta, store, n, to[n], ts, db=db, owner=owner, engine=engine,
-                                          timeout=timeout)
+                                          timeout=timeout, planned=plans[n])
         else:
             job = from_target.restore_as_of_from_target(meta, store, target, n, to[n], ts, db=db, owner=owner,
-                                                        engine=engine, timeout=timeout)
+                                                        engine=engine, timeout=timeout, planned=plans[n])
         out.append({"collection": n, "target": to[n], "job_id": job})
     return out
 

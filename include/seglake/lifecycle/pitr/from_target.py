@@ -145,14 +145,21 @@ class ArchiveBundleSource(BundleSource):
 def restore_as_of_from_target(meta, store, target, collection: str, restore_to: str, as_of, *,
                               db: str = DEFAULT_DB, bundle: str | None = None, timeout: float = 3600.0,
                               owner: str = "", engine: str = "auto", max_bytes_per_second: float = 0,
-                              max_requests_per_second: float = 0, origin: dict | None = None) -> int:
+                              max_requests_per_second: float = 0, origin: dict | None = None,
+                              planned: tuple[Plan, dict] | None = None) -> int:
     """Set up (or resume) the restore of `collection` as of `as_of` from the backup target
     alone into the new collection `restore_to`; returns the copy job id. Then: copyjob
-    plan/run/finalize, pitr.replay (which reads the archive)."""
+    plan/run/finalize, pitr.replay (which reads the archive). `planned`: (plan, bundle
+    document) the caller already made of this very restore (plan_from_target)."""
     timeout, bps, rps = restores.check_request(restore_to, db, timeout, owner, engine, max_bytes_per_second,
                                                max_requests_per_second, origin)
     ts = parse_as_of(as_of)
     p, doc = _same_restore(meta, target, collection, db, restore_to, ts)
+    if p is None and planned is not None:
+        if (planned[0].collection, planned[0].db, planned[0].as_of) != (collection, db, ts):
+            raise ValueError(f"the plan given is of {planned[0].db}.{planned[0].collection} as of "
+                             f"{planned[0].as_of}, not of {db}.{collection} as of {ts}")
+        p, doc = planned
     if p is None:
         p, doc = plan_from_target(meta, target, collection, ts, db=db, bundle=bundle)
     where = f"bundle {db}.{collection}/{doc['bundle']}"

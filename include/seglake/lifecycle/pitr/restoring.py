@@ -28,13 +28,19 @@ from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan, plan as
 def restore_as_of(meta, store, collection: str, target: str, as_of, *, db: str = DEFAULT_DB,
                   timeout: float = 3600.0, owner: str = "", engine: str = "auto", now: float | None = None,
                   max_bytes_per_second: float = 0, max_requests_per_second: float = 0,
-                  origin: dict | None = None) -> int:
+                  origin: dict | None = None, planned: Plan | None = None) -> int:
     """Set up (or resume) the restore of `collection` as of `as_of` into `target`; returns
-    the copy job id. Then: copyjob plan/run/finalize, pitr.replay."""
+    the copy job id. Then: copyjob plan/run/finalize, pitr.replay. `planned`: the plan
+    the caller already made of this very restore (planning.plan; one planning each)."""
     timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, max_bytes_per_second,
                                                max_requests_per_second, origin)
     ts = parse_as_of(as_of)
     p = _same_restore(meta, collection, db, target, ts)   # a re-run: the plan it began with
+    if p is None and planned is not None:
+        if (planned.collection, planned.db, planned.as_of) != (collection, db, ts):
+            raise ValueError(f"the plan given is of {planned.db}.{planned.collection} as of {planned.as_of}, "
+                             f"not of {db}.{collection} as of {ts}")
+        p = planned
     if p is None:
         p = make_plan(meta, store, collection, ts, db=db, now=now)
     source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)

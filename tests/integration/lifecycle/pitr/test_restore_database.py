@@ -83,3 +83,27 @@ def test_the_cli_lists_each_collection_with_its_rows_at_the_instant(meta, store,
     out = json.loads(capsys.readouterr().out)
     assert [(r["target"], r["state"], r["rows"]) for r in out] == \
         [(f"{n}_t", "Created", sum(models[n].visible(cut).values())) for n in ("a", "c")]
+
+
+def test_each_collection_is_planned_once(meta, store, settings, monkeypatch):
+    from seglake.lifecycle.pitr import planning, restoring
+
+    models, cut = _write(meta, store, settings)
+    planned = []
+    real = planning.plan
+
+    def counting(meta, store, collection, *a, **kw):
+        planned.append(collection)
+        return real(meta, store, collection, *a, **kw)
+
+    monkeypatch.setattr(planning, "plan", counting)
+    monkeypatch.setattr(restoring, "make_plan", counting)
+    jobs = restore_database_as_of(meta, store, "default", cut, suffix="_once")
+    assert sorted(planned) == sorted(NAMES)    # the set-up used the plan made when checking the set
+    for j in jobs:
+        got = meta.catalog.get_by_name(j["target"]).properties["restored_from"]["replay"]
+        assert got["as_of"] == cut and got["collection"] == j["collection"]
+    with pytest.raises(ValueError, match="the plan given is of"):
+        restoring.restore_as_of(meta, store, "a", "a_other", cut, planned=real(meta, store, "b", cut))
+    with pytest.raises(Exception):
+        meta.catalog.get_by_name("a_other")
