@@ -84,7 +84,11 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
         return _short(f"FAILED: {head}: copy job {job.get('state')} but verify/compare did not pass; {facts}")
     if "as_of_utc" in compared:   # a restore to a time (seglake.lifecycle.pitr.summary): what the replay used
         base = f"snapshot {compared['snapshot']}" if compared.get("snapshot") else "the collection's creation"
-        return _short(f"restore {params.get('collection')} as of {compared['as_of_utc']} -> {params.get('target')}: "
+        if compared.get("archive"):
+            base = f"bundle {compared['snapshot']} + the WAL archive in {compared['archive']}"
+        what = (f"undrop {params.get('collection')} (as it was just before its drop, {compared['as_of_utc']})"
+                if compared.get("undrop") else f"restore {params.get('collection')} as of {compared['as_of_utc']}")
+        return _short(f"{what} -> {params.get('target')}: "
                       f"from {base}, {compared.get('messages', 0)} log messages "
                       f"({human_bytes(compared.get('log_bytes', 0))} of log) replayed: "
                       f"{compared.get('rows_replayed', 0)} rows, {compared.get('deletes_replayed', 0)} deletes; "
@@ -210,6 +214,7 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
             "wal_archive": "wal_archive",
             "compaction_policy": f"compaction policy of {params.get('collection')}",
             "pitr_window": f"point-in-time window of {params.get('collection')}",
+            "restore_database": f"restore of database {params.get('db')} as of {params.get('as_of')}",
             "milvus_backup": f"milvus capture {params.get('bundle')}",
             "milvus_restore": f"milvus restore {params.get('collection')}/{params.get('bundle')} -> "
                               f"{params.get('name')}"}[kind]
@@ -223,6 +228,10 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
         return _short(f"snapshot_schedule: {len(result)} retention policies run")
     if kind == "pitr_window":
         return _short(f"{what} " + ("cleared" if "cleared" in result else f"set to {result.get('window')}"))
+    if kind == "restore_database":
+        return _short(f"{what}: {len(result)} collections, each at that instant: "
+                      + "; ".join(f"{r['collection']} -> {r['target']} {r['rows']} rows ({r['state']})"
+                                  for r in result))
     if kind == "wal_archive":
         behind = ", ".join(f"{p} up to {d['cursor']} of {d['last']}" for p, d in result["pchannels"].items())
         return _short(f"wal_archive: {result['fragments']} fragments ({human_bytes(result['bytes'])}) shipped to "

@@ -33,10 +33,10 @@ ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it
 # the small lifecycles: the task whose result says the work was done (no result: not done)
 RESULT_TASKS = {"snapshot_drop": "drop", "snapshot_retention": "set_policy", "snapshot_schedule": "run_policies",
                 "verify_collection": "verify.summarize", "wal_archive": "archive", "compaction_policy": "set_policy",
-                "pitr_window": "set_window",
+                "pitr_window": "set_window", "restore_database": "drive",
                 "milvus_backup": "summary", "milvus_restore": "restore_and_verify"}
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection",
-         "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction", *RESULT_TASKS)
+         "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction", "collection_undrop", *RESULT_TASKS)
 
 
 def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
@@ -64,10 +64,15 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
     if kind == "snapshot_verify":
         report = ti.xcom_pull(task_ids="verify")
         return runinfo.verify_bundle_note(params, report), ({"seglake.backup.verified": 1} if report else {})
-    if kind in ("snapshot_restore", "copy_segment_job", "snapshot_restore_external"):
+    if kind in ("snapshot_restore", "copy_segment_job", "snapshot_restore_external", "collection_undrop"):
         from seglake.lifecycle import copyjob
 
-        if kind == "snapshot_restore_external":
+        if kind == "collection_undrop":
+            started = ti.xcom_pull(task_ids="undrop")
+            job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="summary")
+            params = {"collection": params.get("collection"), "snapshot": "just before its drop",
+                      "target": params.get("target")}
+        elif kind == "snapshot_restore_external":
             started = ti.xcom_pull(task_ids="restore")
             job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="verify.summarize")
             params = {"collection": f"bundle {params.get('collection')}",

@@ -51,10 +51,7 @@ def add_restore_database_parser(sub, common) -> None:
 
 
 def cmd_restore_database(args, s: Settings) -> int:
-    from seglake.lifecycle import copyjob, pitr, verify
-    from seglake.lifecycle.pitr.database import restore_database_as_of
-    from seglake.meta.copyjobs import JOB_COMPLETED
-    from seglake.visibility import visible_count
+    from seglake.lifecycle.pitr.database import drive, restore_database_as_of
 
     meta, store = open_meta_store(s)
     target = None
@@ -64,24 +61,10 @@ def cmd_restore_database(args, s: Settings) -> int:
     names = [c.strip() for c in args.collections.split(",")] if args.collections else None
     jobs = restore_database_as_of(meta, store, args.db, args.as_of, suffix=args.suffix, collections=names,
                                   target=target, owner="cli", engine="inline", timeout=s.copy_job_timeout)
-    rows, failed = [], False
-    for j in jobs:
-        copyjob.plan(meta, j["job_id"], s.max_segments_per_task)
-        copyjob.run_inline(meta, store, j["job_id"], threads=s.copy_threads, settings=s)
-        job = copyjob.finalize(meta, j["job_id"], settings=s)
-        if job.state != JOB_COMPLETED:
-            rows.append({**j, "state": job.state, "rows": None, "reason": job.reason})
-            failed = True
-            continue
-        out = pitr.replay(meta, store, s, job.target_collection_id)
-        report = verify.verify_collection(meta, store, j["target"], args.db, threads=s.copy_threads)
-        failed |= not report["ok"]
-        rows.append({**j, "state": "Created" if report["ok"] else "verify failed", "as_of_utc": out["as_of_utc"],
-                     "rows": visible_count(meta, store, job.target_collection_id), "snapshot": out["snapshot"],
-                     "rows_replayed": out["rows_replayed"]})
+    rows = drive(meta, store, s, jobs, args.db)
     emit(args, rows, rows, ["collection", "target", "state", "rows", "snapshot", "rows_replayed"],
          text=None)
-    return EXIT_FAILED if failed else 0
+    return EXIT_FAILED if any(r["state"] != "Created" for r in rows) else 0
 
 
 def add_undrop_parser(colls, common, coll_t) -> None:

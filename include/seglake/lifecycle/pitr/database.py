@@ -87,3 +87,29 @@ def _resuming(meta, db: str, target: str, ts: int) -> bool:
     except NotFound:
         return False
     return coll.properties.get("restored_from", {}).get("as_of") == ts
+
+
+def drive(meta, store, settings, jobs: list[dict], db: str) -> list[dict]:
+    """Each restore set up by restore_database_as_of, to its end: its copy job (inline,
+    resumable), the replay up to the instant, verify. Returns one row per collection:
+    {collection, target, job_id, state, rows (visible at the instant), snapshot,
+    rows_replayed, as_of_utc} -- state "Created" only when verified."""
+    from seglake.lifecycle import copyjob, verify
+    from seglake.lifecycle.pitr import replaying
+    from seglake.meta.copyjobs import JOB_COMPLETED
+    from seglake.visibility import visible_count
+
+    rows = []
+    for j in jobs:
+        copyjob.plan(meta, j["job_id"], settings.max_segments_per_task)
+        copyjob.run_inline(meta, store, j["job_id"], threads=settings.copy_threads, settings=settings)
+        job = copyjob.finalize(meta, j["job_id"], settings=settings)
+        if job.state != JOB_COMPLETED:
+            rows.append({**j, "state": job.state, "rows": None, "reason": job.reason})
+            continue
+        out = replaying.replay(meta, store, settings, job.target_collection_id)
+        report = verify.verify_collection(meta, store, j["target"], db, threads=settings.copy_threads)
+        rows.append({**j, "state": "Created" if report["ok"] else "verify failed", "as_of_utc": out["as_of_utc"],
+                     "rows": visible_count(meta, store, job.target_collection_id), "snapshot": out["snapshot"],
+                     "rows_replayed": out["rows_replayed"]})
+    return rows

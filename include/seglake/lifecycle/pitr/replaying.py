@@ -305,8 +305,10 @@ def summary(meta, coll) -> dict:
     per = {v: _done(meta, coll.collection_id, v) for v in coll.vchannels}
     from seglake.lifecycle.pitr.instants import describe
 
+    src = coll.properties.get("restored_from", {})
     return {"target": coll.name, "target_id": coll.collection_id, "state": coll.state,
             "source": plan["collection"], "as_of": plan["as_of"], "as_of_utc": describe(int(plan["as_of"])),
+            "undrop": bool(src.get("undrop")), "archive": (plan.get("archive") or {}).get("uri"),
             "snapshot": plan["snapshot"], "log_fragments": plan["fragments"], "log_bytes": plan["log_bytes"],
             "messages": sum((d or {}).get("messages", 0) for d in per.values()),
             "rows_replayed": sum((d or {}).get("rows", 0) for d in per.values()),
