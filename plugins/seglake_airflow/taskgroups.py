@@ -214,9 +214,15 @@ def replay_step(always: bool = False):
         from seglake.lifecycle import pitr
         from seglake_airflow.hooks.engine import SeglakeHook
 
-        hook = SeglakeHook()
+        from seglake.progress import watch_replay
+
+        hook, watcher = SeglakeHook(), SeglakeHook()
         target = hook.meta.catalog.get_by_name(params["target"], params["db"])
-        out = pitr.replay(hook.meta, hook.store, hook.settings, target.collection_id)
+        try:
+            with watch_replay(watcher.meta, target.collection_id):   # a progress line every 5 s
+                out = pitr.replay(hook.meta, hook.store, hook.settings, target.collection_id)
+        finally:
+            watcher.close()
         print(f"replayed {out['messages']} log messages ({out['log_bytes']} bytes) from "
               f"{out['snapshot'] or 'the collection creation'}: {out['rows_replayed']} rows, "
               f"{out['deletes_replayed']} deletes")

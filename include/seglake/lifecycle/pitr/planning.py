@@ -78,6 +78,7 @@ class Plan:
     fragments: dict[str, list[int]] = field(default_factory=dict)   # pchannel -> [first, last] to read
     log_bytes: int = 0
     archive: dict | None = None    # {uri, site}: the log is read from a WAL archive in a backup target (from_target.py)
+    vchannel_bytes: dict[str, int] = field(default_factory=dict)   # vchannel -> log bytes its replay reads
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -140,6 +141,9 @@ def needed(p: Plan, pchannel: str, fragments) -> list:
     if need:
         p.fragments[pchannel] = [need[0].n, need[-1].n]
         p.log_bytes += sum(r.size or 0 for r in need)
+    for v, s in p.starts.items():   # each vchannel's replay reads its pchannel's log from its own start
+        if pchannel_of(v) == pchannel:
+            p.vchannel_bytes[v] = sum(r.size or 0 for r in need if r.n >= s["start"][1])
     return need
 
 
