@@ -68,9 +68,11 @@ def _short(text: str) -> str:
     return text if len(text) <= NOTE_MAX else text[:NOTE_MAX - 3] + "..."
 
 
-def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, job: Mapping[str, Any] | None) -> str:
+def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, job: Mapping[str, Any] | None,
+                 replay: Mapping[str, Any] | None = None) -> str:
     """`job`: copyjob.describe_job of the run's copy job (None if the restore never made one);
-    `compared`: the compare task's result (None unless the run got that far)."""
+    `compared`: the compare task's result (None unless the run got that far); `replay`: a
+    restore to a time's replay progress (lifecycle.pitr.progress) when it did not finish."""
     head = f"restore {params.get('collection')}/{params.get('snapshot')} -> {params.get('target')}"
     if not job:
         return _short(f"FAILED: {head}: no copy job was created (see the task logs)")
@@ -80,6 +82,12 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
              f"(copy job {job.get('job_id')}, {job.get('engine')})")
     if job.get("state") == "Failed":
         return _short(f"FAILED: {head}: copy job {job.get('job_id')} Failed: {job.get('reason')}; {facts}")
+    if compared is None and replay is not None and replay.get("state") != "Created":
+        pct = f" ({replay['percent']:.1f}%)" if replay.get("percent") is not None else ""
+        return _short(f"FAILED: {head}: copy job {job.get('state')} but the replay stopped at "
+                      f"{human_bytes(replay.get('bytes', 0))} of {human_bytes(replay.get('bytes_total', 0))} of log"
+                      f"{pct}, {replay.get('messages', 0)} messages, {replay.get('vchannels_done', 0)}/"
+                      f"{replay.get('vchannels', 0)} vchannels done (a re-run resumes it); {facts}")
     if compared is None:
         return _short(f"FAILED: {head}: copy job {job.get('state')} but verify/compare did not pass; {facts}")
     if "as_of_utc" in compared:   # a restore to a time (seglake.lifecycle.pitr.summary): what the replay used

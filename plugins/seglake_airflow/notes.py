@@ -88,12 +88,15 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         if kind == "copy_segment_job" and job:
             params = {"collection": job.get("source_collection"), "snapshot": job.get("snapshot"),
                       "target": job.get("target_collection")}
+        replay = None
+        if done is None and job and job.get("state") == "Completed" and kind != "copy_segment_job":
+            replay = _replay_progress(job)
         counters = {}
         if job and job.get("state") in ("Completed", "Failed"):
             counters = {f"seglake.restore.jobs_{job['state'].lower()}": 1,
                         "seglake.restore.copied_bytes": int(job["progress"]["copied_bytes"]),
                         "seglake.restore.copied_files": int(job["progress"]["copied_files"])}
-        return runinfo.restore_note(params, done, job), counters
+        return runinfo.restore_note(params, done, job, replay), counters
     if kind == "gc":
         summary, swept = ti.xcom_pull(task_ids="summary"), ti.xcom_pull(task_ids="sweep")
         names = {}
@@ -125,6 +128,24 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         counters = {"seglake.drop.collections": 1} if summary and summary.get("state") == "Dropped" else {}
         return runinfo.drop_note(params, summary), counters
     raise ValueError(f"no run note for {kind!r}")
+
+
+def _replay_progress(job: dict) -> dict | None:
+    """The replay progress of the copy job's target when it is a restore to a time (None
+    otherwise, or when it cannot be read: the note still says the rest)."""
+    from seglake_airflow.hooks.engine import SeglakeHook
+
+    try:
+        from seglake.lifecycle import pitr
+
+        meta = SeglakeHook(quiet=True).meta
+        coll = meta.catalog.get(int(job["target_collection_id"]))
+        if not isinstance(coll.properties.get("restored_from", {}).get("replay"), dict):
+            return None
+        return pitr.progress(meta, coll.collection_id)
+    except Exception as e:  # noqa: BLE001 - a note never fails a run
+        print(f"replay progress not read: {type(e).__name__}: {e}", flush=True)
+        return None
 
 
 def failure_reason(error: BaseException | None) -> str:

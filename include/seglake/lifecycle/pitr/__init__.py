@@ -22,14 +22,14 @@ from seglake.lifecycle.pitr.window import (parse_window, set_window, get_window,
                                            list_windows, Hold, holds, held_fragment, held_positions,
                                            held_snapshots, cost)
 from seglake.lifecycle.pitr.planning import (OutsideWindow, LogGap, Plan, base_snapshot, fragment_at, plan)
-from seglake.lifecycle.pitr.restoring import (restore_as_of, undrop, plan_undrop, PitrSnapshotSource, LogSource)
+from seglake.lifecycle.pitr.restoring import (restore_as_of, undrop, plan_undrop, check_undrop, PitrSnapshotSource, LogSource)
 from seglake.lifecycle.pitr.replaying import (ReplayRaceLost, replay, replay_vchannel, finish, summary,
                                               replay_plan, progress, replays)
 
 __all__ = ['parse_as_of', 'describe', 'MIN_YEAR', 'MAX_YEAR', 'parse_window', 'set_window', 'get_window',
            'window_of', 'clear_window', 'list_windows', 'Hold', 'holds', 'held_fragment', 'held_positions',
            'held_snapshots', 'cost', 'OutsideWindow', 'LogGap', 'Plan', 'base_snapshot', 'fragment_at', 'plan',
-           'restore_as_of', 'undrop', 'plan_undrop', 'PitrSnapshotSource', 'LogSource', 'ReplayRaceLost', 'replay', 'replay_vchannel',
+           'restore_as_of', 'undrop', 'plan_undrop', 'check_undrop', 'PitrSnapshotSource', 'LogSource', 'ReplayRaceLost', 'replay', 'replay_vchannel',
            'finish', 'summary', 'replay_plan', 'progress', 'replays']
 
 from seglake.facade import seal  # noqa: E402

@@ -96,12 +96,12 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
     coll = dropped if dropped is not None else meta.catalog.get_by_name(collection, db)
     if dropped is None and coll.state != CREATED:
         raise StateError(f"collection {collection!r} is {coll.state}; a restore to a time needs a live collection")
+    if ts < coll.created_ts:   # (first: it needs no timestamp, and issuing one writes to etcd)
+        raise OutsideWindow(f"as_of {describe(ts)} is before collection {collection!r} existed "
+                            f"(created {describe(coll.created_ts)})")
     tso_now = meta.tso.now()
     if ts > tso_now:
         raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(tso_now)})")
-    if ts < coll.created_ts:
-        raise OutsideWindow(f"as_of {describe(ts)} is before collection {collection!r} existed "
-                            f"(created {describe(coll.created_ts)})")
     w = window_of(meta, coll.collection_id)
     if w is None:
         raise OutsideWindow(f"collection {collection!r} has no point-in-time window (pitr_window is off): "

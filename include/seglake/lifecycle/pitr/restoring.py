@@ -15,7 +15,7 @@ anything else is refused (restore's rules).
 
 from __future__ import annotations
 
-from seglake.errors import NotFound, StateError
+from seglake.errors import Conflict, NotFound, StateError
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.copyjobs import CopyJob
 from seglake.meta.kv import KeyValue, Put, absent, unchanged
@@ -75,23 +75,46 @@ def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, t
     saying why for both, when neither can. Returns the copy job id; then copyjob and
     replay as for restore_as_of."""
     timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, 0, 0, origin)
+    where, p = check_undrop(meta, store, collection, target, db=db, now=now, backup=backup)
+    if where == "target":
+        from seglake.lifecycle.pitr import from_target
+
+        return from_target.undrop_from_target(meta, store, backup, collection, target, db=db, timeout=timeout,
+                                              owner=owner, engine=engine, origin=origin, planned=p)
+    source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
+    source.identity = {**source.identity, "undrop": True}
+    return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
+                           now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
+
+
+def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None,
+                 backup=None):
+    """Where an undrop of `collection` into `target` comes from and its plan: ("store",
+    Plan) or, when this store cannot give it and `backup` is given, ("target", (Plan,
+    bundle document)) -- a re-run of an undrop from the target resumes with its own plan.
+    The refusal otherwise, saying why for both; `target` taken by anything but this same
+    undrop: Conflict. Read-only."""
     try:
-        p = plan_undrop(meta, store, collection, target, db=db, now=now)
+        t = meta.catalog.get_by_name(target, db)
+        src = t.properties.get("restored_from", {})
+        if not (src.get("undrop") and src.get("collection") == collection):
+            raise Conflict(f"collection {target!r} already exists in db {db!r}; choose another target")
+    except NotFound:
+        pass
+    try:
+        return "store", plan_undrop(meta, store, collection, target, db=db, now=now)
     except (NotFound, OutsideWindow, LogGap, StateError) as here:
         if backup is None:
             raise
         from seglake.lifecycle.pitr import from_target
 
         try:
-            return from_target.undrop_from_target(meta, store, backup, collection, target, db=db, timeout=timeout,
-                                                  owner=owner, engine=engine, origin=origin)
+            p, doc = from_target._same_undrop(backup, collection, db, meta, target)
+            return "target", ((p, doc) if p is not None else
+                              from_target.plan_undrop_from_target(meta, backup, collection, db=db))
         except (NotFound, OutsideWindow, LogGap) as there:
             raise type(there)(f"{db}.{collection} cannot be undropped: not from this store ({here}); not from "
                               f"the backup target ({there})") from None
-    source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
-    source.identity = {**source.identity, "undrop": True}
-    return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
-                           now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
 
 
 def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:

@@ -62,6 +62,19 @@ def test_progress_is_seen_mid_replay_and_never_goes_back_on_a_rerun(meta, store,
     assert mid, "no progress seen while replaying"
     assert all(p["state"] == "Importing" and p["rate_bps"] is not None for p in mid)
     assert meta.catalog.get(tid).state == "Importing"
+    # the page shows it where it stopped; a run note of a run that died here says how far it got
+    from seglake import console
+    from seglake.runinfo import restore_note
+    from seglake_airflow.ui.render import render_page
+
+    data = console.overview(meta, store)
+    (r,) = data["backup"]["rows"]["replays"]
+    assert r["target"] == "back" and 0 < r["percent"] < 100 and r == pitr.progress(meta, tid)
+    page = render_page(data)
+    assert "Replays (restores to a time, undrops: their progress)" in page and f"{r['percent']:.1f}%" in page
+    note = restore_note({"collection": "src", "snapshot": "as of t", "target": "back"}, None,
+                        copyjob.describe_job(meta, job), r)
+    assert note.startswith("FAILED") and f"the replay stopped at" in note and f"({r['percent']:.1f}%)" in note
     lines = []
     with watch_replay(meta, tid, interval=3600, emit=lines.append):
         out = pitr.replay(meta, store, settings, tid)
