@@ -16,7 +16,7 @@ import pytest
 
 from seglake import cli
 from seglake.errors import NotFound
-from seglake.lifecycle import drop, pitr, retention, snapshot
+from seglake.lifecycle import copyjob, drop, pitr, retention, snapshot
 from seglake.lifecycle.backup import archive
 from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.pitr import from_target
@@ -118,3 +118,24 @@ def test_undrop_is_refused_when_neither_the_store_nor_the_target_can_give_it(met
         assert sorted(o.key for o in store2.list("")) == files
     finally:
         meta2.close()
+
+
+def test_undrop_on_the_same_site_falls_back_to_the_target_when_the_store_cannot_give_it(meta, store, settings,
+                                                                                         tmp_path):
+    """The collection's record is still here (Dropped), but it had no window and its files
+    and the WAL in the store are lost: this store refuses, the target gives it."""
+    target = LocalStore(tmp_path / "backup")
+    coll, model = _archived_then_dropped(meta, store, settings, target)
+    want = model.visible(meta.tso.now())
+    shutil.rmtree(store.root)   # the store's files lost (segments, snapshots, the WAL)
+    store.root.mkdir()
+    with pytest.raises(OutsideWindow, match="no point-in-time window"):
+        pitr.undrop(meta, store, "src", "back")          # this store alone cannot
+    job = pitr.undrop(meta, store, "src", "back", backup=target)
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job, threads=2)
+    assert copyjob.finalize(meta, job).state == "Completed"
+    out = pitr.replay(meta, store, settings, meta.catalog.get_by_name("back").collection_id)
+    assert out["snapshot"] == "s1" and out["rows_replayed"] > 0
+    assert visible_of(meta, store, meta.catalog.get_by_name("back")) == want
+    assert meta.catalog.get(coll.collection_id).state == "Dropped"
