@@ -77,6 +77,8 @@ def add_undrop_parser(colls, common, coll_t) -> None:
                    help="when this store cannot give it (its record, log or files gone): from the backup target "
                         "alone, its latest bundle + the WAL archive up to the drop (default target: config "
                         "backup_uri)")
+    u.add_argument("--bundle", default=None, help="with --from-target: start from this bundle (default: the "
+                                                  "latest one of the name with log positions)")
     u.set_defaults(fn=cmd_collections_undrop)
 
 
@@ -167,8 +169,11 @@ def cmd_collections_undrop(args, s: Settings) -> int:
     if args.from_target is not None:
         from seglake.lifecycle.backup import bundle as bundles
         backup = bundles.open_target(s, args.from_target or None)
+    elif args.bundle is not None:
+        from seglake.errors import ValidationError
+        raise ValidationError("--bundle goes with --from-target (an undrop from the backup target)")
     job_id = pitr.undrop(meta, store, args.name, args.new_name, db=args.db, owner="cli", engine="inline",
-                         timeout=s.copy_job_timeout, backup=backup)
+                         timeout=s.copy_job_timeout, backup=backup, bundle=args.bundle)
     args.collection, args.target = args.name, args.new_name
     return _drive(args, s, meta, store, job_id, "as it was just before its drop")
 

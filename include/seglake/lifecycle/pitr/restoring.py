@@ -64,7 +64,7 @@ def _same_restore(meta, collection: str, db: str, target: str, ts: int) -> Plan 
 
 def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, timeout: float = 3600.0,
            owner: str = "", engine: str = "auto", now: float | None = None, origin: dict | None = None,
-           backup=None) -> int:
+           backup=None, bundle: str | None = None) -> int:
     """Set up (or resume) bringing a dropped collection back as `target`, as it was just
     before the drop: a restore to now whose replay ends at each vchannel's DropCollection
     (everything acknowledged before the drop is in the log before it). Needs the window
@@ -75,7 +75,7 @@ def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, t
     saying why for both, when neither can. Returns the copy job id; then copyjob and
     replay as for restore_as_of."""
     timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, 0, 0, origin)
-    where, p = check_undrop(meta, store, collection, target, db=db, now=now, backup=backup)
+    where, p = check_undrop(meta, store, collection, target, db=db, now=now, backup=backup, bundle=bundle)
     if where == "target":
         from seglake.lifecycle.pitr import from_target
 
@@ -88,12 +88,13 @@ def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, t
 
 
 def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None,
-                 backup=None):
+                 backup=None, bundle: str | None = None):
     """Where an undrop of `collection` into `target` comes from and its plan: ("store",
     Plan) or, when this store cannot give it and `backup` is given, ("target", (Plan,
     bundle document)) -- a re-run of an undrop from the target resumes with its own plan.
     The refusal otherwise, saying why for both; `target` taken by anything but this same
-    undrop: Conflict. Read-only."""
+    undrop: Conflict. `bundle`: from the target, start from that bundle (default: the
+    latest one with log positions). Read-only."""
     try:
         t = meta.catalog.get_by_name(target, db)
         src = t.properties.get("restored_from", {})
@@ -111,7 +112,7 @@ def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT
         try:
             p, doc = from_target._same_undrop(backup, collection, db, meta, target)
             return "target", ((p, doc) if p is not None else
-                              from_target.plan_undrop_from_target(meta, backup, collection, db=db))
+                              from_target.plan_undrop_from_target(meta, backup, collection, db=db, bundle=bundle))
         except (NotFound, OutsideWindow, LogGap) as there:
             raise type(there)(f"{db}.{collection} cannot be undropped: not from this store ({here}); not from "
                               f"the backup target ({there})") from None

@@ -74,7 +74,8 @@ def test_undrop_from_the_target_alone_equals_the_model(meta, store, settings, tm
         p, doc = from_target.plan_undrop_from_target(meta2, target, "src")
         assert doc["bundle"] == "s1" and set(p.vchannels) == set(coll.vchannels) and p.archive
         assert p.as_of > max(at for *_, at, _ in model.inserted)
-        rc = cli.main(["collections", "undrop", "src", "--as", "back", "--from-target", str(target.root), "--json"])
+        rc = cli.main(["collections", "undrop", "src", "--as", "back", "--from-target", str(target.root), "--bundle",
+                       "s1", "--json"])
         out, err = capsys.readouterr()
         assert rc == 0, err
         res = json.loads(out)
@@ -111,6 +112,11 @@ def test_undrop_is_refused_when_neither_the_store_nor_the_target_can_give_it(met
             pitr.undrop(meta2, store2, "live", "x3")
         assert cli.main(["collections", "undrop", "live", "--as", "x4", "--from-target", str(target.root)]) != 0
         assert "no drop of it" in capsys.readouterr().err
+        assert cli.main(["collections", "undrop", "live", "--as", "x5", "--bundle", "s1"]) != 0
+        assert "--bundle goes with --from-target" in capsys.readouterr().err
+        assert cli.main(["collections", "undrop", "live", "--as", "x6", "--from-target", str(target.root),
+                         "--bundle", "nope"]) != 0
+        assert "nope" in capsys.readouterr().err
         with pytest.raises(SystemExit) as bad:
             cli.main(["collections", "undrop", "live", "--as", "bad/name", "--from-target", str(target.root)])
         assert bad.value.code != 0 and "invalid collection name" in capsys.readouterr().err
