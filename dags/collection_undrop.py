@@ -8,8 +8,8 @@ Bring a collection dropped inside its point-in-time window back as a NEW collect
    before the drop (or the collection's creation) and its log up to each vchannel's
    DropCollection, from this store (its window must have been on and the drop inside it).
    With `from_target` and when this store cannot give it (its record, log or files
-   reclaimed or lost): from the backup target alone, its latest bundle and the WAL archive
-   up to the drop, the drop's instant read from the archive. Refused, saying why for both,
+   reclaimed or lost): from the backup target alone, its latest bundle (or `bundle`) and
+   the WAL archive up to the drop, the drop's instant read from the archive. Refused, saying why for both,
    when neither can. Sets up the target (Importing) and its copy job.
 2. **copy_job**: the base snapshot or bundle copied (as in `snapshot_restore`).
 3. **replay**: the log replayed into the target up to the drop; only then is it usable.
@@ -57,6 +57,7 @@ def collection_undrop():
                 job_id = pitr.undrop(
                     hook.meta, hook.store, params["collection"], params["target"], db=params["db"],
                     backup=hook.backup_target(params["backup_uri"]) if params["from_target"] else None,
+                    bundle=params["bundle"],
                     timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
                              else float(params["timeout_hours"]) * 3600), owner=run_id or "",
                     engine=params["engine"],

@@ -382,6 +382,9 @@ SPECS: dict[str, dict[str, Key]] = {
                            description="When this store cannot give it (its record, log or files gone): from "
                                        "the backup target alone, its latest bundle + the WAL archive up to the "
                                        "drop"),
+        "bundle": Key("name", "Bundle", nullable=True, example="nightly_1",
+                      description="With from_target: start from this bundle (empty: the latest one of the name "
+                                  "with log positions)"),
         "backup_uri": BACKUP_URI,
         "engine": ENGINE,
         "timeout_hours": Key("number", "Job timeout (hours)", nullable=True, limit="restore_timeout", scale=HOUR,

@@ -195,6 +195,7 @@ def test_compaction_policy_set_get_clear_and_history(client, h, world):
     ("post", "/collections/api_coll/undrop", {"target": "api_copy"}, 409, "collection 'api_copy' already exists"),
     ("post", "/collections/api_coll/undrop", {"target": "t", "from_targt": True}, 400,
      "unknown field 'from_targt' (did you mean 'from_target'?)"),
+    ("post", "/collections/api_coll/undrop", {"target": "t", "bundle": "s1"}, 400, "bundle goes with an undrop"),
     ("get", "/collections/api_coll/replay", None, 409, "is not the target of a restore to a time"),
     ("get", "/collections/nope/replay", None, 404, "not found"),
 ])

@@ -66,7 +66,8 @@ def test_the_undrop_form_brings_a_dropped_collection_back(airflow_env, meta, sto
     assert visible_of(meta, store, meta.catalog.get_by_name("back")) == want
     for bad, words in (({"collection": "src", "target": "b2", "from_targt": True}, "did you mean 'from_target'"),
                        ({"collection": "src", "target": "back"}, None),        # taken by this very undrop: resumes
-                       ({"collection": "nope", "target": "b3"}, "not found")):
+                       ({"collection": "nope", "target": "b3"}, "not found"),
+                       ({"collection": "src", "target": "b4", "bundle": "s1"}, "bundle goes with an undrop from")):
         run = load_dag("collection_undrop").test(run_conf={**bad, "engine": "inline"})
         if words is None:
             assert run.state == "success"
@@ -86,7 +87,8 @@ def test_the_undrop_form_from_the_backup_target_alone(airflow_env, meta, store, 
     meta.kv.delete_prefix(meta.keys.prefix)   # the source is gone: its etcd root and its store
     shutil.rmtree(store.root)
     run = load_dag("collection_undrop").test(run_conf={"collection": "src", "target": "back", "from_target": True,
-                                                       "backup_uri": str(target.root), "engine": "inline"})
+                                                       "bundle": "s1", "backup_uri": str(target.root),
+                                                       "engine": "inline"})
     assert run.state == "success", task_states(run)
     meta2, store2 = Meta.from_settings(settings), open_store(settings)
     try:

@@ -84,6 +84,8 @@ class UndropRequest(Strict):
     engine: str = "auto"
     timeout_hours: Optional[float] = None
     from_target: bool = Field(False, description="when this store cannot give it: from the backup target alone")
+    bundle: Optional[str] = Field(None, pattern=NAME_PATTERN, max_length=255,
+                                  description="with from_target: start from this bundle (null: the latest one)")
     backup_uri: Optional[str] = Field(None, max_length=1024, description="the backup target (null: config "
                                                                          "backup_uri)")
 
@@ -611,7 +613,8 @@ def create_api():
         hook = SeglakeHook()   # every refusal (not dropped, outside the window, the log or archive) before any run
         try:
             backup = hook.backup_target(body.backup_uri) if body.from_target else None
-            pitr.check_undrop(hook.meta, hook.store, collection, body.target, db=body.db, backup=backup)
+            pitr.check_undrop(hook.meta, hook.store, collection, body.target, db=body.db, backup=backup,
+                              bundle=body.bundle)
         finally:
             hook.close()
         return trigger(request, "collection_undrop", {"collection": collection, **body.model_dump()},

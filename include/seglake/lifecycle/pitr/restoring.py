@@ -95,6 +95,9 @@ def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT
     The refusal otherwise, saying why for both; `target` taken by anything but this same
     undrop: Conflict. `bundle`: from the target, start from that bundle (default: the
     latest one with log positions). Read-only."""
+    if bundle is not None and backup is None:
+        from seglake.errors import ValidationError
+        raise ValidationError("bundle goes with an undrop from the backup target (from_target / --from-target)")
     try:
         t = meta.catalog.get_by_name(target, db)
         src = t.properties.get("restored_from", {})
