@@ -263,7 +263,12 @@ def backup(meta: Meta, now: float) -> dict:
     from seglake.lifecycle.backup import archive
     return {"exports": exports, "pins": snapshot.list_pins(meta, now=now),
             "policies": retention.list_policies(meta), "archive": archive.status(meta, now_ms=now * 1000),
-            "pitr": _pitr_cost(meta, now)}
+            "pitr": _pitr_cost(meta, now), "replays": _replays(meta)}
+
+
+def _replays(meta: Meta) -> list[dict]:
+    from seglake.lifecycle.pitr.replaying import replays
+    return replays(meta)
 
 
 # -- Milvus: registered sources, their captures (with the last verification), restores into Milvus --

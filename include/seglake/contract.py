@@ -372,6 +372,42 @@ SPECS: dict[str, dict[str, Key]] = {
         "clear": Key("boolean", "Turn the window off", default=False,
                      description="Turn the window off (what it held is released at the next GC)"),
     },
+    "collection_undrop": {
+        "collection": _name("Dropped collection", "The collection dropped inside its point-in-time window, or "
+                                                  "whose WAL archive and a bundle are in the backup target"),
+        "target": _name("Target collection", "The new collection it comes back as (must not exist yet; no "
+                                             "default)", example="demo_back"),
+        "db": DB,
+        "from_target": Key("boolean", "From the backup target", default=False,
+                           description="When this store cannot give it (its record, log or files gone): from "
+                                       "the backup target alone, its latest bundle + the WAL archive up to the "
+                                       "drop"),
+        "bundle": Key("name", "Bundle", nullable=True, example="nightly_1",
+                      description="With from_target: start from this bundle (empty: the latest one of the name "
+                                  "with log positions)"),
+        "backup_uri": BACKUP_URI,
+        "engine": ENGINE,
+        "timeout_hours": Key("number", "Job timeout (hours)", nullable=True, limit="restore_timeout", scale=HOUR,
+                             description="Empty: copy_job_timeout from config (1 h)"),
+        "deferrable": DEFERRABLE,
+    },
+    "restore_database": {
+        "db": DB,
+        "as_of": Key("text", "As of", required=True, max_length=64,
+                     description="The one instant every collection is restored as of: ISO-8601 with a time "
+                                 "zone (2026-11-27T12:00:00Z) or a TSO timestamp in decimal"),
+        "suffix": Key("text", "Suffix", required=True, max_length=64,
+                      description="Each collection comes back as its name + this (letters, digits, '_'), "
+                                  "e.g. _noon"),
+        "collections": Key("text", "Collections", nullable=True, max_length=65536,
+                           description="Comma-separated names; empty: every collection of the database (from "
+                                       "the backup target: every one with a bundle there)"),
+        "from_target": Key("boolean", "From the backup target", default=False,
+                           description="From the backup target alone (bundles + the WAL archive)"),
+        "backup_uri": BACKUP_URI,
+        "timeout_hours": Key("number", "Job timeout (hours)", nullable=True, limit="restore_timeout", scale=HOUR,
+                             description="Empty: copy_job_timeout from config (1 h)"),
+    },
     "wal_archive": {
         "seconds": Key("number", "Run time (s)", default=240, limit="archive_seconds",
                        description="Keep shipping new WAL fragments for this long (0: once)"),
@@ -426,6 +462,10 @@ HINTS: dict[str, dict[str, str]] = {
     "milvus_backup": {"collection": "collections", "etcd": "milvus_etcd", "root": "milvus_root",
                       "target": "backup_uri", "uri": "backup_uri", "name": "bundle"},
     "drop_collection": {"name": "collection", "wait": "wait_for_flush", "timeout": "timeout_hours"},
+    "collection_undrop": {"name": "collection", "as": "target", "new_name": "target", "uri": "backup_uri",
+                          "target_uri": "backup_uri", "timeout": "timeout_hours"},
+    "restore_database": {"database": "db", "time": "as_of", "names": "collections", "uri": "backup_uri",
+                         "target_uri": "backup_uri", "timeout": "timeout_hours"},
 }
 
 
@@ -463,6 +503,8 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
         problems += _restore_source_problems(out)
     if dag_id == "snapshot_restore_external" and not problems:
         problems += _external_source_problems(out)
+    if dag_id == "restore_database" and not problems:
+        problems += _database_problems(out)
     if not problems and dag_id == "milvus_backup":   # what the key kinds cannot say: endpoints, roots, names
         from seglake.milvus.capture import check_request
         try:
@@ -497,6 +539,31 @@ def _external_source_problems(conf: Mapping[str, Any]) -> list[str]:
         return ["give conf key 'bundle' (restore that bundle) or 'as_of' (restore the collection as it was at "
                 "that instant, from a bundle and the WAL archive), or both"]
     return _restore_source_problems({"snapshot": None, **conf}) if conf.get("as_of") is not None else []
+
+
+def _database_problems(conf: Mapping[str, Any]) -> list[str]:
+    """restore_database: the instant's format, the suffix and each named collection (a
+    target name is a collection's name + the suffix)."""
+    import re
+
+    from seglake.lifecycle.pitr.instants import parse_as_of
+    from seglake.names import validate_name
+    out = []
+    try:
+        parse_as_of(conf["as_of"])
+    except ValidationError as e:
+        out.append(f"conf key 'as_of' (As of): {e}")
+    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", conf["suffix"]):
+        out.append(f"conf key 'suffix' (Suffix): {show(conf['suffix'])} is not 1..64 letters, digits or '_'")
+    names = [c.strip() for c in (conf.get("collections") or "").split(",") if c.strip()]
+    for n in names:
+        try:
+            validate_name("collection", n)
+        except ValidationError as e:
+            out.append(f"conf key 'collections' (Collections): {e}")
+    if len(set(names)) != len(names):
+        out.append("conf key 'collections' (Collections): names one collection twice")
+    return out
 
 
 def check_gc_floor(conf: Mapping[str, Any], floor_seconds: float) -> None:

@@ -14,7 +14,8 @@ printed is finite: no rate or ETA is shown until something was copied.
 `watch_copy_job` runs a ProgressLog in a daemon thread that reads the job's progress
 from etcd (`copyjob.progress`, written by the copy runners) every `interval` seconds,
 and logs a final line when the copy ends. Read-only; a failed read is logged and the
-next poll tries again: progress lines never fail a copy.
+next poll tries again: progress lines never fail a copy. `watch_replay` does the same for
+the replay of a restore to a time (lifecycle/pitr: its progress in etcd).
 """
 
 from __future__ import annotations
@@ -171,3 +172,50 @@ def watch_copy_job(meta, job_id: int, *, interval: float = DEFAULT_INTERVAL_S,
             progress.update(_job_done(meta, job_id), final=True)
         except Exception as e:  # noqa: BLE001
             log.warning("copy job %s: final progress not readable: %s: %s", job_id, type(e).__name__, e)
+
+
+def replay_line(p: Mapping) -> str:
+    """One line of a replay's progress (lifecycle.pitr.progress)."""
+    pct = f" ({p['percent']:.1f}%)" if p.get("percent") is not None else ""
+    now = (f", now {p['vchannel']}" + (f" at {human_bytes(p['rate_bps'])}/s" if p.get("rate_bps") else "")
+           if p.get("vchannel") else "")
+    return (f"replay into {p['target']}: {p['vchannels_done']}/{p['vchannels']} vchannels done, "
+            f"{p['messages']} log messages, {human_bytes(p['bytes'])}/{human_bytes(p['bytes_total'])} of log"
+            f"{pct}{now}")
+
+
+@contextmanager
+def watch_replay(meta, target_id: int, *, interval: float = DEFAULT_INTERVAL_S,
+                 emit: Callable[[str], None] | None = None) -> Iterator[list[str]]:
+    """A replay_line every `interval` seconds while the body runs (when it changed), then
+    one final line; yields the lines emitted. Read-only; a failed read is logged."""
+    from seglake.lifecycle.pitr.replaying import progress as read
+
+    emit = emit or _print
+    lines: list[str] = []
+    stop = threading.Event()
+
+    def say(final: bool = False) -> None:
+        text = replay_line(read(meta, target_id)) + (" (done)" if final else "")
+        if final or not lines or text != lines[-1]:
+            lines.append(text)
+            emit(text)
+
+    def poll() -> None:
+        while not stop.wait(interval):
+            try:
+                say()
+            except Exception as e:  # noqa: BLE001 - a progress line never fails the replay
+                log.warning("replay into %s: progress not readable: %s: %s", target_id, type(e).__name__, e)
+
+    thread = threading.Thread(target=poll, name=f"seglake-replay-progress-{target_id}", daemon=True)
+    thread.start()
+    try:
+        yield lines
+    finally:
+        stop.set()
+        thread.join(timeout=interval + 30)
+        try:
+            say(final=True)
+        except Exception as e:  # noqa: BLE001
+            log.warning("replay into %s: final progress not readable: %s: %s", target_id, type(e).__name__, e)

@@ -68,9 +68,11 @@ def _short(text: str) -> str:
     return text if len(text) <= NOTE_MAX else text[:NOTE_MAX - 3] + "..."
 
 
-def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, job: Mapping[str, Any] | None) -> str:
+def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, job: Mapping[str, Any] | None,
+                 replay: Mapping[str, Any] | None = None) -> str:
     """`job`: copyjob.describe_job of the run's copy job (None if the restore never made one);
-    `compared`: the compare task's result (None unless the run got that far)."""
+    `compared`: the compare task's result (None unless the run got that far); `replay`: a
+    restore to a time's replay progress (lifecycle.pitr.progress) when it did not finish."""
     head = f"restore {params.get('collection')}/{params.get('snapshot')} -> {params.get('target')}"
     if not job:
         return _short(f"FAILED: {head}: no copy job was created (see the task logs)")
@@ -80,11 +82,21 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
              f"(copy job {job.get('job_id')}, {job.get('engine')})")
     if job.get("state") == "Failed":
         return _short(f"FAILED: {head}: copy job {job.get('job_id')} Failed: {job.get('reason')}; {facts}")
+    if compared is None and replay is not None and replay.get("state") != "Created":
+        pct = f" ({replay['percent']:.1f}%)" if replay.get("percent") is not None else ""
+        return _short(f"FAILED: {head}: copy job {job.get('state')} but the replay stopped at "
+                      f"{human_bytes(replay.get('bytes', 0))} of {human_bytes(replay.get('bytes_total', 0))} of log"
+                      f"{pct}, {replay.get('messages', 0)} messages, {replay.get('vchannels_done', 0)}/"
+                      f"{replay.get('vchannels', 0)} vchannels done (a re-run resumes it); {facts}")
     if compared is None:
         return _short(f"FAILED: {head}: copy job {job.get('state')} but verify/compare did not pass; {facts}")
     if "as_of_utc" in compared:   # a restore to a time (seglake.lifecycle.pitr.summary): what the replay used
         base = f"snapshot {compared['snapshot']}" if compared.get("snapshot") else "the collection's creation"
-        return _short(f"restore {params.get('collection')} as of {compared['as_of_utc']} -> {params.get('target')}: "
+        if compared.get("archive"):
+            base = f"bundle {compared['snapshot']} + the WAL archive in {compared['archive']}"
+        what = (f"undrop {params.get('collection')} (as it was just before its drop, {compared['as_of_utc']})"
+                if compared.get("undrop") else f"restore {params.get('collection')} as of {compared['as_of_utc']}")
+        return _short(f"{what} -> {params.get('target')}: "
                       f"from {base}, {compared.get('messages', 0)} log messages "
                       f"({human_bytes(compared.get('log_bytes', 0))} of log) replayed: "
                       f"{compared.get('rows_replayed', 0)} rows, {compared.get('deletes_replayed', 0)} deletes; "
@@ -210,6 +222,7 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
             "wal_archive": "wal_archive",
             "compaction_policy": f"compaction policy of {params.get('collection')}",
             "pitr_window": f"point-in-time window of {params.get('collection')}",
+            "restore_database": f"restore of database {params.get('db')} as of {params.get('as_of')}",
             "milvus_backup": f"milvus capture {params.get('bundle')}",
             "milvus_restore": f"milvus restore {params.get('collection')}/{params.get('bundle')} -> "
                               f"{params.get('name')}"}[kind]
@@ -223,6 +236,10 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
         return _short(f"snapshot_schedule: {len(result)} retention policies run")
     if kind == "pitr_window":
         return _short(f"{what} " + ("cleared" if "cleared" in result else f"set to {result.get('window')}"))
+    if kind == "restore_database":
+        return _short(f"{what}: {len(result)} collections, each at that instant: "
+                      + "; ".join(f"{r['collection']} -> {r['target']} {r['rows']} rows ({r['state']})"
+                                  for r in result))
     if kind == "wal_archive":
         behind = ", ".join(f"{p} up to {d['cursor']} of {d['last']}" for p, d in result["pchannels"].items())
         return _short(f"wal_archive: {result['fragments']} fragments ({human_bytes(result['bytes'])}) shipped to "

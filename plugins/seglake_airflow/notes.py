@@ -33,10 +33,10 @@ ERROR_KEY = "seglake_failure"   # XCom a failed task leaves for the note: why it
 # the small lifecycles: the task whose result says the work was done (no result: not done)
 RESULT_TASKS = {"snapshot_drop": "drop", "snapshot_retention": "set_policy", "snapshot_schedule": "run_policies",
                 "verify_collection": "verify.summarize", "wal_archive": "archive", "compaction_policy": "set_policy",
-                "pitr_window": "set_window",
+                "pitr_window": "set_window", "restore_database": "drive",
                 "milvus_backup": "summary", "milvus_restore": "restore_and_verify"}
 KINDS = ("snapshot_restore", "copy_segment_job", "gc", "snapshot_create", "wal_flush", "drop_collection",
-         "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction", *RESULT_TASKS)
+         "snapshot_export", "snapshot_restore_external", "snapshot_verify", "compaction", "collection_undrop", *RESULT_TASKS)
 
 
 def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
@@ -64,10 +64,15 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
     if kind == "snapshot_verify":
         report = ti.xcom_pull(task_ids="verify")
         return runinfo.verify_bundle_note(params, report), ({"seglake.backup.verified": 1} if report else {})
-    if kind in ("snapshot_restore", "copy_segment_job", "snapshot_restore_external"):
+    if kind in ("snapshot_restore", "copy_segment_job", "snapshot_restore_external", "collection_undrop"):
         from seglake.lifecycle import copyjob
 
-        if kind == "snapshot_restore_external":
+        if kind == "collection_undrop":
+            started = ti.xcom_pull(task_ids="undrop")
+            job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="summary")
+            params = {"collection": params.get("collection"), "snapshot": "just before its drop",
+                      "target": params.get("target")}
+        elif kind == "snapshot_restore_external":
             started = ti.xcom_pull(task_ids="restore")
             job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="verify.summarize")
             params = {"collection": f"bundle {params.get('collection')}",
@@ -83,12 +88,15 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         if kind == "copy_segment_job" and job:
             params = {"collection": job.get("source_collection"), "snapshot": job.get("snapshot"),
                       "target": job.get("target_collection")}
+        replay = None
+        if done is None and job and job.get("state") == "Completed" and kind != "copy_segment_job":
+            replay = _replay_progress(job)
         counters = {}
         if job and job.get("state") in ("Completed", "Failed"):
             counters = {f"seglake.restore.jobs_{job['state'].lower()}": 1,
                         "seglake.restore.copied_bytes": int(job["progress"]["copied_bytes"]),
                         "seglake.restore.copied_files": int(job["progress"]["copied_files"])}
-        return runinfo.restore_note(params, done, job), counters
+        return runinfo.restore_note(params, done, job, replay), counters
     if kind == "gc":
         summary, swept = ti.xcom_pull(task_ids="summary"), ti.xcom_pull(task_ids="sweep")
         names = {}
@@ -120,6 +128,24 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         counters = {"seglake.drop.collections": 1} if summary and summary.get("state") == "Dropped" else {}
         return runinfo.drop_note(params, summary), counters
     raise ValueError(f"no run note for {kind!r}")
+
+
+def _replay_progress(job: dict) -> dict | None:
+    """The replay progress of the copy job's target when it is a restore to a time (None
+    otherwise, or when it cannot be read: the note still says the rest)."""
+    from seglake_airflow.hooks.engine import SeglakeHook
+
+    try:
+        from seglake.lifecycle import pitr
+
+        meta = SeglakeHook(quiet=True).meta
+        coll = meta.catalog.get(int(job["target_collection_id"]))
+        if not isinstance(coll.properties.get("restored_from", {}).get("replay"), dict):
+            return None
+        return pitr.progress(meta, coll.collection_id)
+    except Exception as e:  # noqa: BLE001 - a note never fails a run
+        print(f"replay progress not read: {type(e).__name__}: {e}", flush=True)
+        return None
 
 
 def failure_reason(error: BaseException | None) -> str:

@@ -202,21 +202,27 @@ def copy_job_group(job_id: str, engine: str = "auto", group_id: str = "copy_job"
     return group
 
 
-def replay_step():
+def replay_step(always: bool = False):
     """The `replay` task of a restore to a time (snapshot_restore, snapshot_restore_external
-    with `as_of`): the log -- this store's, or the WAL archive in the backup target --
-    replayed up to as_of into the target, which is usable only then (lifecycle/pitr).
-    Without as_of it does nothing."""
+    with `as_of`; collection_undrop: `always`): the log -- this store's, or the WAL archive
+    in the backup target -- replayed up to the instant into the target, which is usable
+    only then (lifecycle/pitr). Without as_of (and not `always`) it does nothing."""
     @task(task_id="replay")
     def replay(params: dict) -> dict | None:
-        if params.get("as_of") is None:
+        if params.get("as_of") is None and not always:
             return None
         from seglake.lifecycle import pitr
         from seglake_airflow.hooks.engine import SeglakeHook
 
-        hook = SeglakeHook()
+        from seglake.progress import watch_replay
+
+        hook, watcher = SeglakeHook(), SeglakeHook()
         target = hook.meta.catalog.get_by_name(params["target"], params["db"])
-        out = pitr.replay(hook.meta, hook.store, hook.settings, target.collection_id)
+        try:
+            with watch_replay(watcher.meta, target.collection_id):   # a progress line every 5 s
+                out = pitr.replay(hook.meta, hook.store, hook.settings, target.collection_id)
+        finally:
+            watcher.close()
         print(f"replayed {out['messages']} log messages ({out['log_bytes']} bytes) from "
               f"{out['snapshot'] or 'the collection creation'}: {out['rows_replayed']} rows, "
               f"{out['deletes_replayed']} deletes")

@@ -190,6 +190,14 @@ def test_compaction_policy_set_get_clear_and_history(client, h, world):
     ("put", "/collections/api_coll/pitr", {"window": "nan"}, 400, "is not a duration"),
     ("put", "/collections/api_coll/pitr", {"window": "3d", "windw": 1}, 400, "unknown field 'windw'"),
     ("delete", "/collections/nope/pitr", None, 404, "collection 'nope' not found"),
+    ("post", "/collections/api_coll/undrop", {"target": "t"}, 409, "is Created, not dropped"),
+    ("post", "/collections/nope/undrop", {"target": "t"}, 404, "collection 'nope' not found"),
+    ("post", "/collections/api_coll/undrop", {"target": "api_copy"}, 409, "collection 'api_copy' already exists"),
+    ("post", "/collections/api_coll/undrop", {"target": "t", "from_targt": True}, 400,
+     "unknown field 'from_targt' (did you mean 'from_target'?)"),
+    ("post", "/collections/api_coll/undrop", {"target": "t", "bundle": "s1"}, 400, "bundle goes with an undrop"),
+    ("get", "/collections/api_coll/replay", None, 409, "is not the target of a restore to a time"),
+    ("get", "/collections/nope/replay", None, 404, "not found"),
 ])
 def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, method, path, body, status, words):
     meta, *_ = world
@@ -210,6 +218,30 @@ def test_point_in_time_window_set_show_clear(client, h, world):
     r = client.delete(f"{API}/collections/api_coll/pitr", headers=h)
     assert r.status_code == 200 and r.json()["cleared"] is True
     assert client.get(f"{API}/collections/api_coll/pitr", headers=h).json()["window"] is None
+
+
+def test_a_replay_under_way_is_shown(client, h, airflow_env, meta, store, settings):
+    from seglake.lifecycle import pitr
+    from seglake.wal.client import WalClient, synthetic_rows
+
+    schema = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
+              {"field_id": 101, "name": "vec", "dtype": "FloatVector", "dim": 4}]
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("wal_c", schema, shards=2)
+        pitr.set_window(meta, "wal_c", "1h")
+        c.insert("wal_c", synthetic_rows(coll, 30, 1))
+    job = pitr.restore_as_of(meta, store, "wal_c", "wal_back", meta.tso.now())
+    copyjob.plan(meta, job)
+    copyjob.run_inline(meta, store, job)
+    copyjob.finalize(meta, job)
+    r = client.get(f"{API}/collections/wal_back/replay", headers=h)
+    assert r.status_code == 200, r.text
+    p = r.json()
+    assert p["state"] == "Importing" and p["vchannels"] == 2 and p["vchannels_done"] == 0
+    assert p["bytes"] == 0 and p["bytes_total"] > 0 and p["percent"] == 0.0
+    pitr.replay(meta, store, settings, meta.catalog.get_by_name("wal_back").collection_id)
+    p = client.get(f"{API}/collections/wal_back/replay", headers=h).json()
+    assert p["state"] == "Created" and p["percent"] == 100.0 and p["messages"] > 0
 
 
 @pytest.mark.parametrize("path", ["/collections", "/openapi.json", "/docs", "/jobs"])

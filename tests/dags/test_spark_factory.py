@@ -21,6 +21,8 @@ SPARK_TASKS = {
     ("snapshot_restore", "verify.check_files"): "verify_collection",
     ("snapshot_restore_external", "copy_job.copy_spark"): "copy_segments",
     ("snapshot_restore_external", "verify.check_files"): "verify_collection",
+    ("collection_undrop", "copy_job.copy_spark"): "copy_segments",
+    ("collection_undrop", "verify.check_files"): "verify_collection",
     ("copy_segment_job", "copy_job.copy_spark"): "copy_segments",
     ("copy_segment_job", "verify.check_files"): "verify_collection",
     ("snapshot_verify", "check_spark"): "verify_bundle",

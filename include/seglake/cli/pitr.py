@@ -1,6 +1,7 @@
 """Point-in-time restore: `seglake pitr set|show|clear|list` (a collection's window),
 `seglake restore COLLECTION TARGET --as-of TIME` (inline: set up, copy, replay; the
-snapshot_restore DAG takes the same `as_of`) and `seglake collections undrop NAME --as NEW`."""
+snapshot_restore DAG takes the same `as_of`) and `seglake collections undrop NAME --as NEW
+[--from-target [URI]]`."""
 
 from __future__ import annotations
 
@@ -50,10 +51,7 @@ def add_restore_database_parser(sub, common) -> None:
 
 
 def cmd_restore_database(args, s: Settings) -> int:
-    from seglake.lifecycle import copyjob, pitr, verify
-    from seglake.lifecycle.pitr.database import restore_database_as_of
-    from seglake.meta.copyjobs import JOB_COMPLETED
-    from seglake.visibility import visible_count
+    from seglake.lifecycle.pitr.database import drive, restore_database_as_of
 
     meta, store = open_meta_store(s)
     target = None
@@ -63,24 +61,10 @@ def cmd_restore_database(args, s: Settings) -> int:
     names = [c.strip() for c in args.collections.split(",")] if args.collections else None
     jobs = restore_database_as_of(meta, store, args.db, args.as_of, suffix=args.suffix, collections=names,
                                   target=target, owner="cli", engine="inline", timeout=s.copy_job_timeout)
-    rows, failed = [], False
-    for j in jobs:
-        copyjob.plan(meta, j["job_id"], s.max_segments_per_task)
-        copyjob.run_inline(meta, store, j["job_id"], threads=s.copy_threads, settings=s)
-        job = copyjob.finalize(meta, j["job_id"], settings=s)
-        if job.state != JOB_COMPLETED:
-            rows.append({**j, "state": job.state, "rows": None, "reason": job.reason})
-            failed = True
-            continue
-        out = pitr.replay(meta, store, s, job.target_collection_id)
-        report = verify.verify_collection(meta, store, j["target"], args.db, threads=s.copy_threads)
-        failed |= not report["ok"]
-        rows.append({**j, "state": "Created" if report["ok"] else "verify failed", "as_of_utc": out["as_of_utc"],
-                     "rows": visible_count(meta, store, job.target_collection_id), "snapshot": out["snapshot"],
-                     "rows_replayed": out["rows_replayed"]})
+    rows = drive(meta, store, s, jobs, args.db)
     emit(args, rows, rows, ["collection", "target", "state", "rows", "snapshot", "rows_replayed"],
          text=None)
-    return EXIT_FAILED if failed else 0
+    return EXIT_FAILED if any(r["state"] != "Created" for r in rows) else 0
 
 
 def add_undrop_parser(colls, common, coll_t) -> None:
@@ -89,6 +73,12 @@ def add_undrop_parser(colls, common, coll_t) -> None:
                                                           "before the drop (inline)")
     u.add_argument("name", type=coll_t)
     u.add_argument("--as", dest="new_name", type=coll_t, required=True, help="the new collection")
+    u.add_argument("--from-target", dest="from_target", nargs="?", const="", default=None, metavar="URI",
+                   help="when this store cannot give it (its record, log or files gone): from the backup target "
+                        "alone, its latest bundle + the WAL archive up to the drop (default target: config "
+                        "backup_uri)")
+    u.add_argument("--bundle", default=None, help="with --from-target: start from this bundle (default: the "
+                                                  "latest one of the name with log positions)")
     u.set_defaults(fn=cmd_collections_undrop)
 
 
@@ -175,8 +165,15 @@ def cmd_collections_undrop(args, s: Settings) -> int:
     from seglake.lifecycle import pitr
 
     meta, store = open_meta_store(s)
+    backup = None
+    if args.from_target is not None:
+        from seglake.lifecycle.backup import bundle as bundles
+        backup = bundles.open_target(s, args.from_target or None)
+    elif args.bundle is not None:
+        from seglake.errors import ValidationError
+        raise ValidationError("--bundle goes with --from-target (an undrop from the backup target)")
     job_id = pitr.undrop(meta, store, args.name, args.new_name, db=args.db, owner="cli", engine="inline",
-                         timeout=s.copy_job_timeout)
+                         timeout=s.copy_job_timeout, backup=backup, bundle=args.bundle)
     args.collection, args.target = args.name, args.new_name
     return _drive(args, s, meta, store, job_id, "as it was just before its drop")
 

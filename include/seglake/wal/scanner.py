@@ -50,6 +50,7 @@ class ScanStats:
     filtered: int = 0      # dropped by the vchannel filter
     delivered: int = 0
     fragments: int = 0
+    bytes: int = 0         # bytes of the fragments read (their index records' sizes)
     paused_seconds: float = 0.0
 
 
@@ -131,10 +132,11 @@ class Scanner:
                 self._fill_ahead()
                 if not self._ahead:
                     return None
-            n, fut = self._ahead.popleft()
+            n, size, fut = self._ahead.popleft()
             msgs = fut.result()
             self._fill_ahead()
             self.stats.fragments += 1
+            self.stats.bytes += size
             if self.start is not None and n == self.start.fragment:
                 msgs = [m for m in msgs if not m.id < self.start]
             self._frag.extend(msgs)
@@ -148,7 +150,7 @@ class Scanner:
             self._pool = ThreadPoolExecutor(PREFETCH, thread_name_prefix=f"wal-scan-{self.pchannel}")
         while len(self._ahead) < PREFETCH and self._recs:
             rec = self._recs.popleft()
-            self._ahead.append((rec.n, self._pool.submit(self.log.read_fragment, rec)))
+            self._ahead.append((rec.n, rec.size or 0, self._pool.submit(self.log.read_fragment, rec)))
             self._next_fragment = rec.n + 1
 
     def _pump(self) -> bool:

@@ -78,6 +78,18 @@ class RestoreAsOfRequest(RestoreRequest):
     as_of: Union[str, int] = Field(description="ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp")
 
 
+class UndropRequest(Strict):
+    target: str = Field(pattern=NAME_PATTERN, max_length=255, description="the new collection")
+    db: str = Field("default", pattern=NAME_PATTERN)
+    engine: str = "auto"
+    timeout_hours: Optional[float] = None
+    from_target: bool = Field(False, description="when this store cannot give it: from the backup target alone")
+    bundle: Optional[str] = Field(None, pattern=NAME_PATTERN, max_length=255,
+                                  description="with from_target: start from this bundle (null: the latest one)")
+    backup_uri: Optional[str] = Field(None, max_length=1024, description="the backup target (null: config "
+                                                                         "backup_uri)")
+
+
 class WindowRequest(Strict):
     window: Union[str, float] = Field(description="how far back restores reach: 3d, 12h, 90m or seconds")
     db: str = Field("default", pattern=NAME_PATTERN)
@@ -247,7 +259,8 @@ class DagState(BaseModel):
 
 
 # the DAGs this API creates runs of: the only ones its unpause route acts on
-RUN_DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job", "compaction")
+RUN_DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job", "compaction",
+            "collection_undrop")
 
 
 
@@ -341,7 +354,7 @@ def create_api():
         path = request.url.path
         if "/compaction/policies/" in path:
             return CompactionPolicyBody
-        for suffix, model in (("/compaction", CompactionRun), ("/restore", RestoreRequest), ("/pins", PinRequest), ("/gc/dry-run", GCDryRun),
+        for suffix, model in (("/compaction", CompactionRun), ("/restore", RestoreRequest), ("/undrop", UndropRequest), ("/pins", PinRequest), ("/gc/dry-run", GCDryRun),
                               ("/resume", ResumeRequest), ("/snapshots", SnapshotCreate)):
             if path.endswith(suffix):
                 return model
@@ -589,6 +602,31 @@ def create_api():
         conf = {"collection": collection, "as_of": as_of, **body.model_dump(exclude={"as_of"})}
         return trigger(request, "snapshot_restore", conf, {"collection": collection, "as_of": as_of,
                                                            "target": body.target})
+
+    @api.post("/collections/{collection}/undrop", response_model=Run, status_code=201,
+              dependencies=[run_rights], summary="Bring a dropped collection back as a new collection, as it was "
+                                                  "just before the drop (a collection_undrop run)")
+    def undrop(request: Request, body: UndropRequest, collection: str = name_in("collection")) -> dict:
+        from seglake.lifecycle import pitr
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        hook = SeglakeHook()   # every refusal (not dropped, outside the window, the log or archive) before any run
+        try:
+            backup = hook.backup_target(body.backup_uri) if body.from_target else None
+            pitr.check_undrop(hook.meta, hook.store, collection, body.target, db=body.db, backup=backup,
+                              bundle=body.bundle)
+        finally:
+            hook.close()
+        return trigger(request, "collection_undrop", {"collection": collection, **body.model_dump()},
+                       {"collection": collection, "target": body.target})
+
+    @api.get("/collections/{collection}/replay", summary="The replay of a restore to a time (or an undrop) into "
+                                                         "this collection: its progress while it runs")
+    def replay_progress(collection: str = name_in("collection"), db: str = db_q()) -> dict:
+        from seglake.lifecycle import pitr
+
+        with _engine() as (meta, _):
+            return pitr.progress(meta, meta.catalog.get_by_name(collection, db).collection_id)
 
     @api.get("/collections/{collection}/pitr", summary="A collection's point-in-time window and what it holds")
     def pitr_show(collection: str = name_in("collection"), db: str = db_q()) -> dict:

@@ -105,6 +105,11 @@ def utc(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(seconds)))
 
 
+def _tick(tick: int | None) -> str:
+    from seglake.progress import tick_time
+    return tick_time(tick)
+
+
 def _collections(rows: list[dict]) -> str:
     def actions(r: dict) -> str:
         if r["state"] != "Created":
@@ -303,9 +308,19 @@ def _backup(b: dict) -> str:
                     human_bytes(sum(held.get(p, {}).get("window_only_bytes", 0) for p in w["fragments_from"]))]
                    for w in cost["windows"]],
                   numeric={3, 4, 5}, empty="no point-in-time window (`seglake pitr set NAME 3d`)")
+    reps = _table(["target", "from", "as of", "vchannels done", "replaying now", "log messages", "log read",
+                   "of", "rate"],
+                  [[escape(r["target"]), escape(r["source"]), escape(_tick(r["as_of"])),
+                    f'{r["vchannels_done"]}/{r["vchannels"]}', escape(r["vchannel"] or "-"), str(r["messages"]),
+                    human_bytes(r["bytes"]) + (f' ({r["percent"]:.1f}%)' if r.get("percent") is not None else ""),
+                    human_bytes(r["bytes_total"]),
+                    (human_bytes(r["rate_bps"]) + "/s") if r.get("rate_bps") else "-"]
+                   for r in b.get("replays", [])],
+                  numeric={5, 6, 7}, empty="no restore to a time or undrop is replaying its log")
     return (exports + '<h3>Pins</h3>' + pins + '<h3>Retention schedules</h3>' + pols
             + '<h3>WAL archive (continuous backup)</h3>' + arch
-            + '<h3>Point-in-time windows (what they hold)</h3>' + pitr)
+            + '<h3>Point-in-time windows (what they hold)</h3>' + pitr
+            + '<h3>Replays (restores to a time, undrops: their progress)</h3>' + reps)
 
 
 def _milvus(m: dict) -> str:

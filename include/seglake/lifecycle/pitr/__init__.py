@@ -5,7 +5,9 @@ The package: instants (as_of: ISO-8601 with a zone, or a TSO), window (the per-c
 and `wal status`), planning (the base snapshot, where each vchannel's replay starts, every
 refusal), restoring (the restore's set-up through lifecycle/restore and the copy job),
 replaying (the log replayed into the target up to the instant; then the target is usable).
-An undrop (restoring.undrop) is a restore of a dropped collection to just before its drop.
+An undrop (restoring.undrop) is a restore of a dropped collection to just before its drop: from
+this store, or (from_target.undrop_from_target) from a backup target's bundle and WAL archive
+alone, the drop's instant read from the archive.
 This module is the public face.
 
     job_id = pitr.restore_as_of(meta, store, "coll", "coll_at_noon", "2026-11-27T12:00:00Z")
@@ -20,15 +22,15 @@ from seglake.lifecycle.pitr.window import (parse_window, set_window, get_window,
                                            list_windows, Hold, holds, held_fragment, held_positions,
                                            held_snapshots, cost)
 from seglake.lifecycle.pitr.planning import (OutsideWindow, LogGap, Plan, base_snapshot, fragment_at, plan)
-from seglake.lifecycle.pitr.restoring import (restore_as_of, undrop, PitrSnapshotSource, LogSource)
+from seglake.lifecycle.pitr.restoring import (restore_as_of, undrop, plan_undrop, check_undrop, PitrSnapshotSource, LogSource)
 from seglake.lifecycle.pitr.replaying import (ReplayRaceLost, replay, replay_vchannel, finish, summary,
-                                              replay_plan)
+                                              replay_plan, progress, replays)
 
 __all__ = ['parse_as_of', 'describe', 'MIN_YEAR', 'MAX_YEAR', 'parse_window', 'set_window', 'get_window',
            'window_of', 'clear_window', 'list_windows', 'Hold', 'holds', 'held_fragment', 'held_positions',
            'held_snapshots', 'cost', 'OutsideWindow', 'LogGap', 'Plan', 'base_snapshot', 'fragment_at', 'plan',
-           'restore_as_of', 'undrop', 'PitrSnapshotSource', 'LogSource', 'ReplayRaceLost', 'replay', 'replay_vchannel',
-           'finish', 'summary', 'replay_plan']
+           'restore_as_of', 'undrop', 'plan_undrop', 'check_undrop', 'PitrSnapshotSource', 'LogSource', 'ReplayRaceLost', 'replay', 'replay_vchannel',
+           'finish', 'summary', 'replay_plan', 'progress', 'replays']
 
 from seglake.facade import seal  # noqa: E402
 

@@ -9,9 +9,9 @@ copies of two collections are of two different moments.
     plan every collection first (planning.plan / from_target.plan_from_target): any
     refusal -- outside a window, a gap, a target name taken -- refuses the whole set
     before anything is created
-    -> set up each restore with that same instant (restoring.restore_as_of /
-       from_target.restore_as_of_from_target); each is resumable on its own (a re-run of
-       the set resumes every one).
+    -> set up each restore with that same instant and the plan made above (one planning
+       per collection: restoring.restore_as_of / from_target.restore_as_of_from_target,
+       `planned`); each is resumable on its own (a re-run of the set resumes every one).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
     clash = sorted(set(to.values()) & set(names))
     if clash:
         raise ValidationError(f"suffix {suffix!r}: target {clash[0]!r} is one of the collections restored")
+    plans = {}
     for n in names:   # every plan first: one refusal refuses the set, nothing created
         if not _resuming(meta, db, to[n], ts):
             try:
@@ -65,17 +66,17 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
             except NotFound:
                 pass
         if target is None:
-            planning.plan(meta, store, n, ts, db=db)
+            plans[n] = planning.plan(meta, store, n, ts, db=db)
         else:
-            from_target.plan_from_target(meta, target, n, ts, db=db)
+            plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db)
     out = []
-    for n in names:
+    for n in names:   # each set up with the plan made above (a resumed one: the plan it began with)
         if target is None:
             job = restoring.restore_as_of(meta, store, n, to[n], ts, db=db, owner=owner, engine=engine,
-                                          timeout=timeout)
+                                          timeout=timeout, planned=plans[n])
         else:
             job = from_target.restore_as_of_from_target(meta, store, target, n, to[n], ts, db=db, owner=owner,
-                                                        engine=engine, timeout=timeout)
+                                                        engine=engine, timeout=timeout, planned=plans[n])
         out.append({"collection": n, "target": to[n], "job_id": job})
     return out
 
@@ -86,3 +87,29 @@ def _resuming(meta, db: str, target: str, ts: int) -> bool:
     except NotFound:
         return False
     return coll.properties.get("restored_from", {}).get("as_of") == ts
+
+
+def drive(meta, store, settings, jobs: list[dict], db: str) -> list[dict]:
+    """Each restore set up by restore_database_as_of, to its end: its copy job (inline,
+    resumable), the replay up to the instant, verify. Returns one row per collection:
+    {collection, target, job_id, state, rows (visible at the instant), snapshot,
+    rows_replayed, as_of_utc} -- state "Created" only when verified."""
+    from seglake.lifecycle import copyjob, verify
+    from seglake.lifecycle.pitr import replaying
+    from seglake.meta.copyjobs import JOB_COMPLETED
+    from seglake.visibility import visible_count
+
+    rows = []
+    for j in jobs:
+        copyjob.plan(meta, j["job_id"], settings.max_segments_per_task)
+        copyjob.run_inline(meta, store, j["job_id"], threads=settings.copy_threads, settings=settings)
+        job = copyjob.finalize(meta, j["job_id"], settings=settings)
+        if job.state != JOB_COMPLETED:
+            rows.append({**j, "state": job.state, "rows": None, "reason": job.reason})
+            continue
+        out = replaying.replay(meta, store, settings, job.target_collection_id)
+        report = verify.verify_collection(meta, store, j["target"], db, threads=settings.copy_threads)
+        rows.append({**j, "state": "Created" if report["ok"] else "verify failed", "as_of_utc": out["as_of_utc"],
+                     "rows": visible_count(meta, store, job.target_collection_id), "snapshot": out["snapshot"],
+                     "rows_replayed": out["rows_replayed"]})
+    return rows

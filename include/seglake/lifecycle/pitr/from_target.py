@@ -81,6 +81,14 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
     if ts > now:
         raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(now)})")
     doc = base_bundle(target, collection, ts, db=db, bundle=bundle)
+    p = _bundle_plan(doc, collection, db, ts, target)
+    _check_archive(target, doc["source"]["site"], p)
+    return p, doc
+
+
+def _bundle_plan(doc: dict, collection: str, db: str, ts: int, target) -> Plan:
+    """The plan of a replay from bundle `doc`'s log positions up to `ts` (not yet checked
+    against the archive)."""
     src, coll = doc["source"], doc["snapshot"]["collection"]
     vchannels = list(coll["vchannels"])
     # (collection_id 0: the source's ids belong to its own etcd root and never cross a copy)
@@ -94,8 +102,7 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
         cp = pos["checkpoint"]
         p.starts[v] = {"start": cp[:3] if cp else [0, 1, 0], "floor": cp[3] if cp else 0,
                        "part_hw": dict(pos["part_hw"]), "del_hw": pos["del_hw"]}
-    _check_archive(target, src["site"], p)
-    return p, doc
+    return p
 
 
 def _check_archive(target, site: str, p: Plan) -> None:
@@ -138,14 +145,21 @@ class ArchiveBundleSource(BundleSource):
 def restore_as_of_from_target(meta, store, target, collection: str, restore_to: str, as_of, *,
                               db: str = DEFAULT_DB, bundle: str | None = None, timeout: float = 3600.0,
                               owner: str = "", engine: str = "auto", max_bytes_per_second: float = 0,
-                              max_requests_per_second: float = 0, origin: dict | None = None) -> int:
+                              max_requests_per_second: float = 0, origin: dict | None = None,
+                              planned: tuple[Plan, dict] | None = None) -> int:
     """Set up (or resume) the restore of `collection` as of `as_of` from the backup target
     alone into the new collection `restore_to`; returns the copy job id. Then: copyjob
-    plan/run/finalize, pitr.replay (which reads the archive)."""
+    plan/run/finalize, pitr.replay (which reads the archive). `planned`: (plan, bundle
+    document) the caller already made of this very restore (plan_from_target)."""
     timeout, bps, rps = restores.check_request(restore_to, db, timeout, owner, engine, max_bytes_per_second,
                                                max_requests_per_second, origin)
     ts = parse_as_of(as_of)
     p, doc = _same_restore(meta, target, collection, db, restore_to, ts)
+    if p is None and planned is not None:
+        if (planned[0].collection, planned[0].db, planned[0].as_of) != (collection, db, ts):
+            raise ValueError(f"the plan given is of {planned[0].db}.{planned[0].collection} as of "
+                             f"{planned[0].as_of}, not of {db}.{collection} as of {ts}")
+        p, doc = planned
     if p is None:
         p, doc = plan_from_target(meta, target, collection, ts, db=db, bundle=bundle)
     where = f"bundle {db}.{collection}/{doc['bundle']}"
@@ -165,5 +179,95 @@ def _same_restore(meta, target, collection: str, db: str, restore_to: str, ts: i
     src = coll.properties.get("restored_from", {})
     rp = src.get("replay")
     if src.get("as_of") == ts and src.get("collection") == collection and isinstance(rp, dict) and rp.get("archive"):
+        return Plan(**rp), bundles.read(target, db, collection, rp["snapshot"])
+    return None, None
+
+
+# -- undrop from the archive (issue 30 item 5: "its archive is in a target") -----------------------
+def drops_in_archive(target, site: str, p: Plan) -> dict[str, int]:
+    """vchannel -> the tick of its first DropCollection in the archive of `site`, read from
+    the replay's start of each vchannel (a vchannel whose drop the archive does not hold
+    is absent). Stops reading a pchannel once each of its vchannels has its drop."""
+    from seglake.wal import message as M
+    from seglake.wal.message import MessageId
+
+    out: dict[str, int] = {}
+    for pch in sorted({pchannel_of(v) for v in p.vchannels}):
+        mine = {v for v in p.vchannels if pchannel_of(v) == pch}
+        first = min(MessageId(*p.starts[v]["start"]) for v in mine)
+        log = ArchivedLog(target, site, pch)
+        if not log.numbers():
+            continue
+        for m in log.messages(first):
+            if m.type == M.DROP_COLLECTION and m.vchannel in mine and m.vchannel not in out \
+                    and not m.id < MessageId(*p.starts[m.vchannel]["start"]):
+                out[m.vchannel] = m.time_tick
+                if mine <= out.keys():
+                    break
+    return out
+
+
+def plan_undrop_from_target(meta, target, collection: str, *, db: str = DEFAULT_DB,
+                            bundle: str | None = None) -> tuple[Plan, dict]:
+    """(the plan, the base bundle) of bringing the dropped `collection` back from the
+    target alone, as it was just before its drop: the latest bundle of it with log
+    positions (or the one named), then its archived log from the bundle's positions up to
+    each vchannel's DropCollection -- the drop's instant is read from the archive itself
+    (the latest of the vchannels' DropCollection ticks: each vchannel's replay ends at its
+    own). Refused, naming what is missing, when the target has no such bundle, when the
+    archive holds no drop of some vchannel (not dropped, or the drop not archived yet) or
+    the log up to it is not whole. Read-only."""
+    validate_name("collection", collection)
+    validate_name("db", db)
+    if bundle is not None:
+        validate_name("bundle", bundle)
+    doc = base_bundle(target, collection, meta.tso.now(), db=db, bundle=bundle)
+    site = doc["source"]["site"]
+    p = _bundle_plan(doc, collection, db, doc["source"]["consistent_ts"], target)
+    _check_archive(target, site, p)   # the archive whole from the bundle's positions, before reading it
+    p.fragments, p.log_bytes = {}, 0
+    drops = drops_in_archive(target, site, p)
+    missing = [v for v in p.vchannels if v not in drops]
+    if missing:
+        raise LogGap(f"the archive of {db}.{collection} in {target.uri} holds no drop of it after bundle "
+                     f"{doc['bundle']} (vchannel(s) {', '.join(missing)} have no DropCollection up to the archive's "
+                     f"end): it was not dropped, or its drop is not archived yet; restore it to a time instead")
+    p.as_of = max(drops.values())
+    _check_archive(target, site, p)
+    return p, doc
+
+
+def undrop_from_target(meta, store, target, collection: str, restore_to: str, *, db: str = DEFAULT_DB,
+                       bundle: str | None = None, timeout: float = 3600.0, owner: str = "", engine: str = "auto",
+                       origin: dict | None = None, planned: tuple[Plan, dict] | None = None) -> int:
+    """Set up (or resume) the undrop of `collection` from the backup target alone into the
+    new collection `restore_to` (plan_undrop_from_target); returns the copy job id. Then:
+    copyjob plan/run/finalize, pitr.replay (which reads the archive and ends each vchannel
+    at its DropCollection). `planned`: the plan already made (one planning per undrop)."""
+    timeout, bps, rps = restores.check_request(restore_to, db, timeout, owner, engine, 0, 0, origin)
+    p, doc = _same_undrop(target, collection, db, meta, restore_to)
+    if p is None:
+        p, doc = planned if planned is not None else plan_undrop_from_target(meta, target, collection, db=db,
+                                                                            bundle=bundle)
+    where = f"bundle {db}.{collection}/{doc['bundle']}"
+    source = ArchiveBundleSource(target, doc, p)
+    source.identity = {**source.identity, "undrop": True}
+    source.what = f"{db}.{collection} as it was just before its drop (bundle {doc['bundle']} + the WAL archive)"
+    with holds.held(target, db, collection, doc["bundle"], by=f"undrop into {db}.{restore_to}"):
+        return bundle_restore.set_up(meta, store, target, doc, source, restore_to, where, db=db, timeout=timeout,
+                                     owner=owner, engine=engine, max_bytes_per_second=bps,
+                                     max_requests_per_second=rps, origin=origin)
+
+
+def _same_undrop(target, collection: str, db: str, meta, restore_to: str):
+    """A re-run of this same undrop from a target whose target collection exists resumes
+    with the plan it began with."""
+    try:
+        coll = meta.catalog.get_by_name(restore_to, db)
+    except NotFound:
+        return None, None
+    src = coll.properties.get("restored_from", {})
+    rp = src.get("replay")
+    if src.get("undrop") and src.get("collection") == collection and isinstance(rp, dict) and rp.get("archive"):
         return Plan(**rp), bundles.read(target, db, collection, rp["snapshot"])
     return None, None

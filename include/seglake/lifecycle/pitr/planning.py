@@ -78,6 +78,7 @@ class Plan:
     fragments: dict[str, list[int]] = field(default_factory=dict)   # pchannel -> [first, last] to read
     log_bytes: int = 0
     archive: dict | None = None    # {uri, site}: the log is read from a WAL archive in a backup target (from_target.py)
+    vchannel_bytes: dict[str, int] = field(default_factory=dict)   # vchannel -> log bytes its replay reads
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -95,12 +96,12 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
     coll = dropped if dropped is not None else meta.catalog.get_by_name(collection, db)
     if dropped is None and coll.state != CREATED:
         raise StateError(f"collection {collection!r} is {coll.state}; a restore to a time needs a live collection")
+    if ts < coll.created_ts:   # (first: it needs no timestamp, and issuing one writes to etcd)
+        raise OutsideWindow(f"as_of {describe(ts)} is before collection {collection!r} existed "
+                            f"(created {describe(coll.created_ts)})")
     tso_now = meta.tso.now()
     if ts > tso_now:
         raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(tso_now)})")
-    if ts < coll.created_ts:
-        raise OutsideWindow(f"as_of {describe(ts)} is before collection {collection!r} existed "
-                            f"(created {describe(coll.created_ts)})")
     w = window_of(meta, coll.collection_id)
     if w is None:
         raise OutsideWindow(f"collection {collection!r} has no point-in-time window (pitr_window is off): "
@@ -140,6 +141,9 @@ def needed(p: Plan, pchannel: str, fragments) -> list:
     if need:
         p.fragments[pchannel] = [need[0].n, need[-1].n]
         p.log_bytes += sum(r.size or 0 for r in need)
+    for v, s in p.starts.items():   # each vchannel's replay reads its pchannel's log from its own start
+        if pchannel_of(v) == pchannel:
+            p.vchannel_bytes[v] = sum(r.size or 0 for r in need if r.n >= s["start"][1])
     return need
 
 

@@ -91,21 +91,23 @@ def replay_vchannel(meta, store, settings, coll, plan: dict, sv: str, tv: str) -
     if kv is not None and json.loads(kv.value).get("state") == "done":
         return json.loads(kv.value)
     token = uuid.uuid4().hex
+    before = (json.loads(kv.value).get("progress") if kv is not None else None) or {}
     claim_rev = meta.kv.txn([absent(key) if kv is None else unchanged(kv)],
-                            [Put(key, json.dumps({"state": "replaying", "token": token}))],
+                            [Put(key, json.dumps({"state": "replaying", "token": token, "progress": before}))],
                             reason=f"replay of {tv} claimed by another driver")
     left = [s.ref for s in meta.segments.list(coll.collection_id)
             if s.channel == tv and s.source is None and s.state != DROPPED]
     meta.segments.transition(left, DROPPED)   # a killed attempt's records (invisible: Importing)
     w = _Writer(meta, store, settings, coll, tv)
-    stats = _scan(meta, store, settings, coll, plan, sv, w)
+    prog = _Progress(meta, key, claim_rev, token, before, int((plan.get("vchannel_bytes") or {}).get(sv, 0)), tv)
+    stats = _scan(meta, store, settings, coll, plan, sv, w, prog)
     records = w.close()
     faults.point("pitr.after_files")
     done = {"state": "done", "token": token, "segments": [s.segment_id for s in records],
-            "rows": sum(s.num_rows for s in records), **stats}
+            "rows": sum(s.num_rows for s in records), **stats, "progress": prog.last}
     ops = [Put(meta.keys.segment(s.collection_id, s.partition_id, s.segment_id), encode_struct(s)) for s in records]
     chunks = [ops[i:i + CHUNK] for i in range(0, len(ops), CHUNK)] or [[]]
-    guard = Compare(key, "mod", "==", claim_rev)
+    guard = Compare(key, "mod", "==", prog.rev)
     for n, chunk in enumerate(chunks):
         last = n == len(chunks) - 1
         try:
@@ -119,6 +121,91 @@ def replay_vchannel(meta, store, settings, coll, plan: dict, sv: str, tv: str) -
     return done
 
 
+PROGRESS_EVERY_S = 1.0   # a replay's progress is written to its marker at most this often
+
+
+class _Progress:
+    """The replay's progress in its vchannel's marker (state replaying), in the style of a
+    copy job's: messages and log bytes read of the bytes planned, rows and deletes applied,
+    this attempt's rate. Counts never go lower than an earlier attempt's (a re-run after a
+    kill reads the log again from the start: what it shows is the furthest any attempt
+    got). Each write is guarded by the claim (a driver that lost the vchannel stops here:
+    ReplayRaceLost) and the revision it leaves is the next guard."""
+
+    COUNTS = ("messages", "bytes", "fragments", "applied", "deletes")
+
+    def __init__(self, meta, key: str, rev: int, token: str, before: dict, bytes_total: int, vchannel: str,
+                 clock=None):
+        import time
+
+        self.meta, self.key, self.rev, self.token, self.vchannel = meta, key, rev, token, vchannel
+        self.clock = clock or time.time
+        self.started = self.clock()
+        self.written = self.started
+        self.before = {k: int(before.get(k, 0)) for k in self.COUNTS}
+        self.last = {**self.before, "bytes_total": bytes_total, "started_at": self.started,
+                     "updated_at": self.started, "rate_bps": 0.0}
+
+    def update(self, stats, out: dict, *, force: bool = False) -> None:
+        now = self.clock()
+        if not force and now - self.written < PROGRESS_EVERY_S:
+            return
+        mine = {"messages": out["messages"], "bytes": stats.bytes, "fragments": stats.fragments,
+                "applied": out["applied"], "deletes": out["deletes"]}
+        took = now - self.started
+        self.last = {**{k: max(self.before[k], int(mine[k])) for k in self.COUNTS},
+                     "bytes_total": self.last["bytes_total"], "started_at": self.started, "updated_at": now,
+                     "rate_bps": round(stats.bytes / took, 1) if took > 0 else 0.0}
+        try:
+            self.rev = self.meta.kv.txn([Compare(self.key, "mod", "==", self.rev)], [Put(self.key, json.dumps(
+                {"state": "replaying", "token": self.token, "progress": self.last}))])
+        except Conflict:
+            raise ReplayRaceLost(f"replay of {self.vchannel}: another driver took it over; this one wrote nothing "
+                                 "visible") from None
+        self.written = now
+        faults.point("pitr.progress")
+
+
+def progress(meta, target_id: int) -> dict:
+    """A restore-to-a-time (or undrop) target's replay as it runs: per vchannel its state
+    (waiting, replaying, done) and counts; in all: log bytes read of the bytes planned
+    (a done vchannel counts all of its), messages, the vchannel replaying now and its
+    rate. Read-only."""
+    coll = meta.catalog.get(target_id)
+    plan = replay_plan(coll)
+    planned = plan.get("vchannel_bytes") or {}
+    per, current = {}, None
+    for i, tv in enumerate(coll.vchannels):
+        sv = plan["vchannels"][i] if i < len(plan["vchannels"]) else tv
+        kv = meta.kv.get(meta.keys.pitr_replay(target_id, tv))
+        d = json.loads(kv.value) if kv is not None else {}
+        p = d.get("progress") or {}
+        total = int(planned.get(sv, p.get("bytes_total", 0)) or 0)
+        state = d.get("state", "waiting")
+        read = total if state == "done" else min(int(p.get("bytes", 0)), total) if total else int(p.get("bytes", 0))
+        per[tv] = {"state": state, "messages": int(d.get("messages", p.get("messages", 0))), "bytes": read,
+                   "bytes_total": total, "rate_bps": float(p.get("rate_bps", 0.0)),
+                   "updated_at": p.get("updated_at")}
+        if state == "replaying":
+            current = tv
+    done_bytes, total_bytes = sum(v["bytes"] for v in per.values()), sum(v["bytes_total"] for v in per.values())
+    return {"target": coll.name, "target_id": target_id, "state": coll.state, "source": plan["collection"],
+            "as_of": plan["as_of"], "vchannel": current,
+            "vchannels_done": sum(v["state"] == "done" for v in per.values()), "vchannels": len(per),
+            "messages": sum(v["messages"] for v in per.values()), "bytes": done_bytes, "bytes_total": total_bytes,
+            "percent": round(100.0 * done_bytes / total_bytes, 1) if total_bytes else None,
+            "rate_bps": per[current]["rate_bps"] if current else None, "per_vchannel": per}
+
+
+def replays(meta) -> list[dict]:
+    """progress() of every restore target still Importing with a replay to run (the page)."""
+    out = []
+    for c in meta.catalog.list():
+        if c.state == IMPORTING and isinstance(c.properties.get("restored_from", {}).get("replay"), dict):
+            out.append(progress(meta, c.collection_id))
+    return out
+
+
 def _importing(meta, collection_id: int) -> Compare:
     """A compare on the target record, read now; StateError unless it is still Importing."""
     from seglake.meta.catalog import Collection
@@ -130,7 +217,7 @@ def _importing(meta, collection_id: int) -> Compare:
     return Compare(k, "mod", "==", kv.mod_revision)
 
 
-def _scan(meta, store, settings, coll, plan: dict, sv: str, w: "_Writer") -> dict:
+def _scan(meta, store, settings, coll, plan: dict, sv: str, w: "_Writer", prog: "_Progress | None" = None) -> dict:
     from seglake.wal.scanner import Scanner
 
     as_of = int(plan["as_of"])
@@ -188,6 +275,8 @@ def _scan(meta, store, settings, coll, plan: dict, sv: str, w: "_Writer") -> dic
     try:
         ended = False
         for m in sc:
+            if prog is not None:
+                prog.update(sc.stats, out)
             if m.type == M.TIME_TICK:
                 if m.time_tick > as_of:
                     ended = True
@@ -203,6 +292,8 @@ def _scan(meta, store, settings, coll, plan: dict, sv: str, w: "_Writer") -> dic
                 if m.type != M.TIME_TICK and not apply(m):
                     break
         out["fragments"] = sc.stats.fragments
+        if prog is not None:
+            prog.update(sc.stats, out, force=True)
     finally:
         sc.close()
     return out
@@ -305,8 +396,10 @@ def summary(meta, coll) -> dict:
     per = {v: _done(meta, coll.collection_id, v) for v in coll.vchannels}
     from seglake.lifecycle.pitr.instants import describe
 
+    src = coll.properties.get("restored_from", {})
     return {"target": coll.name, "target_id": coll.collection_id, "state": coll.state,
             "source": plan["collection"], "as_of": plan["as_of"], "as_of_utc": describe(int(plan["as_of"])),
+            "undrop": bool(src.get("undrop")), "archive": (plan.get("archive") or {}).get("uri"),
             "snapshot": plan["snapshot"], "log_fragments": plan["fragments"], "log_bytes": plan["log_bytes"],
             "messages": sum((d or {}).get("messages", 0) for d in per.values()),
             "rows_replayed": sum((d or {}).get("rows", 0) for d in per.values()),

@@ -15,26 +15,32 @@ anything else is refused (restore's rules).
 
 from __future__ import annotations
 
-from seglake.errors import NotFound
+from seglake.errors import Conflict, NotFound, StateError
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.copyjobs import CopyJob
 from seglake.meta.kv import KeyValue, Put, absent, unchanged
 from seglake.meta.codec import encode_struct
 from seglake.lifecycle import restore as restores
 from seglake.lifecycle.pitr.instants import parse_as_of
-from seglake.lifecycle.pitr.planning import Plan, plan as make_plan
+from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan, plan as make_plan
 
 
 def restore_as_of(meta, store, collection: str, target: str, as_of, *, db: str = DEFAULT_DB,
                   timeout: float = 3600.0, owner: str = "", engine: str = "auto", now: float | None = None,
                   max_bytes_per_second: float = 0, max_requests_per_second: float = 0,
-                  origin: dict | None = None) -> int:
+                  origin: dict | None = None, planned: Plan | None = None) -> int:
     """Set up (or resume) the restore of `collection` as of `as_of` into `target`; returns
-    the copy job id. Then: copyjob plan/run/finalize, pitr.replay."""
+    the copy job id. Then: copyjob plan/run/finalize, pitr.replay. `planned`: the plan
+    the caller already made of this very restore (planning.plan; one planning each)."""
     timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, max_bytes_per_second,
                                                max_requests_per_second, origin)
     ts = parse_as_of(as_of)
     p = _same_restore(meta, collection, db, target, ts)   # a re-run: the plan it began with
+    if p is None and planned is not None:
+        if (planned.collection, planned.db, planned.as_of) != (collection, db, ts):
+            raise ValueError(f"the plan given is of {planned.db}.{planned.collection} as of {planned.as_of}, "
+                             f"not of {db}.{collection} as of {ts}")
+        p = planned
     if p is None:
         p = make_plan(meta, store, collection, ts, db=db, now=now)
     source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
@@ -57,18 +63,71 @@ def _same_restore(meta, collection: str, db: str, target: str, ts: int) -> Plan 
 
 
 def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, timeout: float = 3600.0,
-           owner: str = "", engine: str = "auto", now: float | None = None, origin: dict | None = None) -> int:
+           owner: str = "", engine: str = "auto", now: float | None = None, origin: dict | None = None,
+           backup=None, bundle: str | None = None) -> int:
     """Set up (or resume) bringing a dropped collection back as `target`, as it was just
     before the drop: a restore to now whose replay ends at each vchannel's DropCollection
     (everything acknowledged before the drop is in the log before it). Needs the window
     to have been on and the drop inside it; refused for a collection that never wrote
-    through the WAL. Returns the copy job id; then copyjob and replay as for restore_as_of."""
-    from seglake.errors import StateError
+    through the WAL. `backup` (a backup target's Store): when this store cannot give it
+    (the collection's record, log or files gone), from the target alone -- its latest
+    bundle and archived WAL up to the drop (from_target.undrop_from_target); refused,
+    saying why for both, when neither can. Returns the copy job id; then copyjob and
+    replay as for restore_as_of."""
+    timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, 0, 0, origin)
+    where, p = check_undrop(meta, store, collection, target, db=db, now=now, backup=backup, bundle=bundle)
+    if where == "target":
+        from seglake.lifecycle.pitr import from_target
+
+        return from_target.undrop_from_target(meta, store, backup, collection, target, db=db, timeout=timeout,
+                                              owner=owner, engine=engine, origin=origin, planned=p)
+    source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
+    source.identity = {**source.identity, "undrop": True}
+    return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
+                           now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
+
+
+def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None,
+                 backup=None, bundle: str | None = None):
+    """Where an undrop of `collection` into `target` comes from and its plan: ("store",
+    Plan) or, when this store cannot give it and `backup` is given, ("target", (Plan,
+    bundle document)) -- a re-run of an undrop from the target resumes with its own plan.
+    The refusal otherwise, saying why for both; `target` taken by anything but this same
+    undrop: Conflict. `bundle`: from the target, start from that bundle (default: the
+    latest one with log positions). Read-only."""
+    if bundle is not None and backup is None:
+        from seglake.errors import ValidationError
+        raise ValidationError("bundle goes with an undrop from the backup target (from_target / --from-target)")
+    try:
+        t = meta.catalog.get_by_name(target, db)
+        src = t.properties.get("restored_from", {})
+        if not (src.get("undrop") and src.get("collection") == collection):
+            raise Conflict(f"collection {target!r} already exists in db {db!r}; choose another target")
+    except NotFound:
+        pass
+    try:
+        return "store", plan_undrop(meta, store, collection, target, db=db, now=now)
+    except (NotFound, OutsideWindow, LogGap, StateError) as here:
+        if backup is None:
+            raise
+        from seglake.lifecycle.pitr import from_target
+
+        try:
+            p, doc = from_target._same_undrop(backup, collection, db, meta, target)
+            return "target", ((p, doc) if p is not None else
+                              from_target.plan_undrop_from_target(meta, backup, collection, db=db, bundle=bundle))
+        except (NotFound, OutsideWindow, LogGap) as there:
+            raise type(there)(f"{db}.{collection} cannot be undropped: not from this store ({here}); not from "
+                              f"the backup target ({there})") from None
+
+
+def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
+    """The plan of undropping `collection` into `target` from this store (that same
+    undrop's plan when `target` exists and is it), or the refusal. Read-only."""
     from seglake.lifecycle.drop import DROP_MODE, DROP_STARTED, find
     from seglake.meta.alloc import compose_ts
     from seglake.meta.catalog import DROPPED, DROPPING
 
-    timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, 0, 0, origin)
     coll = find(meta, collection, db)
     if coll is None:
         raise NotFound(f"collection {collection!r} not found in db {db!r}")
@@ -81,10 +140,7 @@ def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, t
     if p is None:
         p = make_plan(meta, store, collection, meta.tso.now(), db=db, now=now, dropped=coll,
                       window_instant=compose_ts(int(float(coll.properties[DROP_STARTED]) * 1000)))
-    source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
-    source.identity = {**source.identity, "undrop": True}
-    return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
-                           now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
+    return p
 
 
 def _same_undrop(meta, coll, db: str, target: str) -> Plan | None:

@@ -83,3 +83,87 @@ def test_the_cli_lists_each_collection_with_its_rows_at_the_instant(meta, store,
     out = json.loads(capsys.readouterr().out)
     assert [(r["target"], r["state"], r["rows"]) for r in out] == \
         [(f"{n}_t", "Created", sum(models[n].visible(cut).values())) for n in ("a", "c")]
+
+
+def test_each_collection_is_planned_once(meta, store, settings, monkeypatch):
+    from seglake.lifecycle.pitr import planning, restoring
+
+    models, cut = _write(meta, store, settings)
+    planned = []
+    real = planning.plan
+
+    def counting(meta, store, collection, *a, **kw):
+        planned.append(collection)
+        return real(meta, store, collection, *a, **kw)
+
+    monkeypatch.setattr(planning, "plan", counting)
+    monkeypatch.setattr(restoring, "make_plan", counting)
+    jobs = restore_database_as_of(meta, store, "default", cut, suffix="_once")
+    assert sorted(planned) == sorted(NAMES)    # the set-up used the plan made when checking the set
+    for j in jobs:
+        got = meta.catalog.get_by_name(j["target"]).properties["restored_from"]["replay"]
+        assert got["as_of"] == cut and got["collection"] == j["collection"]
+    with pytest.raises(ValueError, match="the plan given is of"):
+        restoring.restore_as_of(meta, store, "a", "a_other", cut, planned=real(meta, store, "b", cut))
+    with pytest.raises(Exception):
+        meta.catalog.get_by_name("a_other")
+
+
+def test_a_database_at_one_instant_from_the_backup_target_alone(meta, store, settings, tmp_path, monkeypatch):
+    """Every collection archived and exported; the source store and etcd root deleted; a new
+    seglake restores the database at one instant from the target -- each collection planned
+    once (the set-up uses the plan that checked the set) and equal to its model."""
+    import shutil
+    import uuid
+
+    from seglake.lifecycle import retention, snapshot
+    from seglake.lifecycle.backup import archive
+    from seglake.lifecycle.backup import export as exports
+    from seglake.lifecycle.pitr import from_target
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+    from seglake.storage.local import LocalStore
+
+    target = LocalStore(tmp_path / "backup")
+    models, cut = {}, None
+    with WalClient(meta, store, settings) as c:
+        for n in ("a", "b"):
+            coll = c.create_collection(n, SCHEMA, shards=2)
+            retention.set_policy(meta, n, {"keep_last": 2, "archive": True})
+            models[n] = Model(meta, store, n)
+            models[n].record(c.insert(n, rows(range(1, 30), 1.0)), 1.0)
+            flush_all(meta, store, settings, coll)
+            snapshot.create(meta, store, n, "s1")
+            exports.export(meta, store, target, n, "s1", say=lambda line: None)
+        for rnd in range(4):
+            for n in ("a", "b"):
+                v = float(10 + rnd)
+                models[n].record(c.insert(n, rows(range(100 * rnd + 100, 100 * rnd + 108), v)), v)
+                models[n].record(c.delete(n, [rnd + 1]), v)
+            if rnd == 1:
+                cut = meta.tso.now()
+    archive.run(meta, store, target)
+    wants = {n: models[n].visible(cut) for n in models}
+    meta.kv.delete_prefix(meta.keys.prefix)
+    shutil.rmtree(store.root)
+    s2 = settings.replace(etcd_root=f"dr{uuid.uuid4().hex[:8]}", store_uri=str(tmp_path / "dr_store"))
+    meta2, store2 = Meta.from_settings(s2), open_store(s2)
+    try:
+        planned = []
+        real = from_target.plan_from_target
+
+        def counting(meta, target, collection, *a, **kw):
+            planned.append(collection)
+            return real(meta, target, collection, *a, **kw)
+
+        monkeypatch.setattr(from_target, "plan_from_target", counting)
+        jobs = restore_database_as_of(meta2, store2, "default", cut, suffix="_cut", target=target)
+        assert sorted(planned) == ["a", "b"]
+        from seglake.lifecycle.pitr.database import drive
+        out = drive(meta2, store2, s2, jobs, "default")
+        assert [(r["target"], r["state"]) for r in out] == [("a_cut", "Created"), ("b_cut", "Created")]
+        for n in ("a", "b"):
+            got = visible_of(meta2, store2, meta2.catalog.get_by_name(f"{n}_cut"))
+            assert got == wants[n] and sum(got.values()) == [r["rows"] for r in out if r["collection"] == n][0], n
+    finally:
+        meta2.close()
