@@ -128,7 +128,8 @@ def main() -> int:
                                   Body=backup.get(layout.bundle_blob(f["sha256"])))
                 with ThreadPoolExecutor(args.threads) as ex:
                     list(ex.map(up, sorted(files)))
-                imports = [{"op": "import", "name": new, "files": [f"{base}/insert_log/{c}/{e['partition_id']}/{e['segment_id']}/",
+                parts = {int(p["partition_id"]): p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
+                imports = [{"op": "import", "name": new, "partition": parts[int(e["partition_id"])], "files": [f"{base}/insert_log/{c}/{e['partition_id']}/{e['segment_id']}/",
                                                                     f"{base}/delta_log/{c}/{e['partition_id']}/{e['segment_id']}/"],
                             "options": {"backup": "true"}} for e in doc["segments"]]
                 ids = [r["task_id"] for r in client(python, srv.address, *imports)]
