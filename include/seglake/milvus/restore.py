@@ -247,12 +247,12 @@ class Records:
 
 
 # -- the lifecycle ------------------------------------------------------------------------
-def check(kv, keys, backup, target: MilvusTarget, req: Request) -> dict:
+def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> dict:
     """Nothing written on either side before this passes. Returns the plan (small, serializable)."""
     req.check()
     doc = read_bundle(backup, req)
     schema = check_schema(doc)
-    client = target.client(timeout=120)
+    client = client or target.client(timeout=120)
     client.one({"op": "version"})                       # MilvusUnreachable when it is not there
     rid = restore_id(target, req)
     rec, _ = Records(kv, keys, rid).get()
@@ -422,9 +422,15 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
     """The whole restore, resumable: check (unless a plan is given), create, import, index,
     load, verify. Returns the report."""
     t0 = time.time()
-    plan = plan or check(kv, keys, backup, target, req)
-    doc = read_bundle(backup, req)
+    req.check()
     client = target.client()
+    with client.session():                # one client process for the whole restore
+        return _run(kv, keys, backup, target, req, plan, client, t0)
+
+
+def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
+    plan = plan or check(kv, keys, backup, target, req, client)
+    doc = read_bundle(backup, req)
     recs = Records(kv, keys, plan["rid"])
     rec = _create(recs, client, target, req, plan)
     todo = units(doc, plan)
