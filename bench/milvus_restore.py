@@ -129,8 +129,9 @@ def main() -> int:
                 with ThreadPoolExecutor(args.threads) as ex:
                     list(ex.map(up, sorted(files)))
                 parts = {int(p["partition_id"]): p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
-                imports = [{"op": "import", "name": new, "partition": parts[int(e["partition_id"])], "files": [f"{base}/insert_log/{c}/{e['partition_id']}/{e['segment_id']}/",
-                                                                    f"{base}/delta_log/{c}/{e['partition_id']}/{e['segment_id']}/"],
+                imports = [{"op": "import", "name": new, "partition": parts[int(e["partition_id"])],
+                            "files": [f"{base}/{kind}/{c}/{e['partition_id']}/{e['segment_id']}/"
+                                      for kind in ("insert_log", "delta_log")],
                             "options": {"backup": "true"}} for e in doc["segments"]]
                 ids = [r["task_id"] for r in client(python, srv.address, *imports)]
                 while True:
