@@ -179,3 +179,51 @@ def test_a_field_milvus_cannot_take_is_refused_naming_it(env, meta, store, milvu
     rid = restore.restore_id(target_of(milvus_server, s3_server), restore.Request("default", src, "bad", new))
     listed = s3_client(s3_server).list_objects_v2(Bucket=milvus_server.s3.bucket, Prefix=f"seglake-restore/{rid}/")
     assert listed.get("KeyCount", 0) == 0
+
+
+@pytest.mark.parametrize("fault", ["milvus_restore.after_stage:kill@2", "milvus_restore.after_submit:kill@3"])
+def test_a_killed_restore_of_a_seglake_export_rerun_converges(env, meta, store, milvus_server, s3_server,
+                                                               etcd_server, fault):
+    """SIGKILLed after the 2nd converted segment was staged, or after the 3rd import reached
+    Milvus before its id was recorded: the re-run writes the same files, adopts the import,
+    and ends with one Completed import per segment and seglake's rows."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    kv, keys, backup = env
+    src, new = f"sg_{uuid.uuid4().hex[:8]}", f"from_sg_{uuid.uuid4().hex[:8]}"
+    _seglake_collection(meta, store, src)
+    want = _seglake_rows(meta, store, src)
+    snapshot.create(meta, store, src, "s1")
+    exports.export(meta, store, backup, src, "s1", bundle="e1", say=lambda _: None)
+    req = restore.Request(db="default", collection=src, bundle="e1", name=new, sample=20, poll=0.5)
+    repo = Path(__file__).resolve().parents[2]
+    spec = {"etcd": etcd_server.endpoint, "root": keys.root, "backup": str(backup.root),
+            "address": milvus_server.address, "bucket": milvus_server.s3.bucket, "s3": s3_server.endpoint,
+            "ak": s3_server.access_key, "sk": s3_server.secret_key, "req": req.__dict__}
+    code = """
+import json, sys
+from seglake.meta.kv import KV
+from seglake.milvus import restore
+from seglake.storage.local import LocalStore
+s = json.load(sys.stdin)
+kv = KV(s["etcd"], root=s["root"])
+t = restore.MilvusTarget(address=s["address"], bucket=s["bucket"], s3_endpoint=s["s3"], s3_access_key=s["ak"], s3_secret_key=s["sk"])
+print(restore.run(kv, kv.marker_keys, LocalStore(s["backup"]), t, restore.Request(**s["req"])))
+"""
+    r = subprocess.run([sys.executable, "-c", code], input=json.dumps(spec), capture_output=True, text=True,
+                       timeout=600, env=dict(os.environ, SEGLAKE_FAULTS=fault,
+                                             PYTHONPATH=f"{repo / 'include'}:{os.environ.get('PYTHONPATH', '')}"))
+    assert r.returncode == -9, r.stderr[-2000:]
+    c = MilvusClient(milvus_server.address)
+    before = c.one({"op": "list_imports", "name": new})
+    assert len(before) == (3 if "after_submit" in fault else 0)
+    report = restore.run(kv, keys, backup, target_of(milvus_server, s3_server), req)
+    assert report["state"] == "verified" and report["ok"], report["problems"]
+    tasks = c.one({"op": "list_imports", "name": new})
+    assert len(tasks) == report["segments"] and all(t["state"] == "Completed" for t in tasks)
+    assert len({tuple(t["files"]) for t in tasks}) == report["segments"]
+    assert _milvus_rows(c, new) == want
