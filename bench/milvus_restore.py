@@ -15,7 +15,7 @@ names:
   create, stage (SHA-256 checked on the way), one import per segment with every state
   recorded in etcd, wait, index, load, verify (count(*) and a sample of rows).
 
-    python bench/milvus_restore.py [--rows 1000000] [--dim 32] [--threads 8] [--repeat 1]
+    python bench/milvus_restore.py [--rows 1000000] [--dim 32] [--threads 8] [--repeat 3]
 
 Prints
     BENCH milvus_restore_1M ratio=<seglake / by hand> target=1.50 ok|miss
@@ -59,7 +59,7 @@ def main() -> int:
     ap.add_argument("--dim", type=int, default=32)
     ap.add_argument("--batch", type=int, default=50_000)
     ap.add_argument("--threads", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
     import boto3
