@@ -126,6 +126,7 @@ bench: setup
 	$(PY) bench/dag_page.py
 	$(PY) bench/scale.py
 	$(PY) bench/milvus_capture.py
+	$(PY) bench/milvus_restore.py
 
 clean: milvus-down down cluster-down
 	rm -rf $(DEV)

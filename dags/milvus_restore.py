@@ -1,8 +1,9 @@
 """
 ### Restore a Milvus capture into a Milvus server
 
-Restores a bundle of kind `milvus` (a capture of a Milvus collection in the backup target)
-into the Milvus server of the Airflow connection `milvus_conn_id`, under the new name
+Restores a bundle of kind `milvus` (a capture of a Milvus collection in the backup target),
+or a bundle exported from a seglake collection (its Parquet segments written as Milvus binlogs
+at staging), into the Milvus server of the Airflow connection `milvus_conn_id`, under the new name
 `name`: the collection is created with the bundle's schema, shard count and partitions
 through Milvus's public API, each segment's binlogs are staged in the server's bucket
 (under `seglake-restore/`) and imported by Milvus's bulk insert in backup mode, then the

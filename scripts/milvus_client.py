@@ -3,7 +3,8 @@
 import pymilvus). The test helpers (tests/milvus) run it as a subprocess.
 
 Input: JSON on stdin {"address": "127.0.0.1:PORT", "ops": [...]}; output: JSON on stdout, one
-result per op. Ops:
+result per op. Or a session: a first line {"address", "session": true, ...}, then one line
+{"ops": [...]} per call, answered by one line each (the restore ops and `version`; serve()). Ops:
   {"op": "create", "name", "partitions": [..], "shards": 2, "dim": 2}
       pk INT64 primary (auto_id off), v FLOAT, vec FLOAT_VECTOR(dim)
   {"op": "insert", "name", "partition", "pks": [..]}        v = pk / 10, vec = [pk, v, ..]
@@ -175,7 +176,60 @@ def restore_op(op: dict):
 
 
 def main() -> int:
-    req = json.load(sys.stdin)
+    first = sys.stdin.readline()
+    try:
+        req = json.loads(first)
+    except ValueError:
+        req = None
+    if not isinstance(req, dict) or not req.get("session"):
+        req = json.loads(first + sys.stdin.read())
+    if req.get("session"):
+        return serve(req)
+    return run(req)
+
+
+def serve(req: dict) -> int:
+    """A session: connect once, then one line {"ops": [...]} in -> one JSON line out (a list
+    of results, or {"error", "op"}), until stdin closes (seglake.milvus.client's session:
+    saves pymilvus's import and the connect, ~1 s, on every call)."""
+    from pymilvus import connections
+
+    try:
+        connections.connect(alias="default", uri=f"http://{req['address']}", timeout=req.get("connect_timeout", 30),
+                            **({"user": req["user"], "password": req.get("password", "")} if req.get("user") else {}))
+    except Exception as e:  # noqa: BLE001 - reported as MilvusUnreachable
+        print(json.dumps({"error": f"cannot connect to Milvus at {req['address']}: {type(e).__name__}: "
+                                   f"{str(e)[:500]}", "op": -1}), flush=True)
+        return 3
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        ops = json.loads(line)["ops"]
+        out = []
+        try:
+            for op in ops:
+                out.append(one_op(op))
+            print(json.dumps(out), flush=True)
+        except BaseException as e:  # noqa: BLE001 - every failure is the caller's data
+            print(json.dumps({"error": f"{type(e).__name__}: {str(e)[:1000]}", "op": len(out), "done": out}),
+                  flush=True)
+    connections.disconnect("default")
+    return 0
+
+
+def one_op(op: dict):
+    """One op of RESTORE_OPS or `version` (what a session serves)."""
+    from pymilvus import utility
+
+    if op["op"] in RESTORE_OPS:
+        return restore_op(op)
+    if op["op"] == "version":
+        return {"version": utility.get_server_version()}
+    raise SystemExit(f"op {op['op']!r} is not served in a session")
+
+
+def run(req: dict) -> int:
     from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, connections,
                           utility)
 

@@ -1,8 +1,9 @@
 """Restore of a Milvus capture into a real Milvus 2.3.5 (seglake.milvus.restore): a round trip
 under a new name into the same server, a SIGKILL mid-import then a re-run, and bad input.
 
-The capture is made by tests/milvus/bundle_helper.py (format milvus-bundle-format.md v1): the
-capture helper's code was not on main when this was written."""
+Every bundle is a real capture of the test's Milvus by the project's capture
+(seglake.milvus.capture, through tests/milvus/bundle_helper.py); the bad-input cases damage
+such a capture (a flipped byte, an altered bundle.json) to craft their input."""
 
 from __future__ import annotations
 

@@ -110,8 +110,8 @@ def test_bundle_paths_must_be_the_keys_their_ids_name(tmp_path):
     assert restore.read_bundle(_bundle(tmp_path / "ok"), req)["segments"][0]["segment_id"] == 9
     with pytest.raises(restore.MilvusRestoreError, match="not the key its ids name"):
         restore.read_bundle(_bundle(tmp_path / "forged", path="insert_log/7/8/10/100/1"), req)
-    with pytest.raises(restore.MilvusRestoreError, match="not a Milvus capture"):
-        restore.read_bundle(_bundle(tmp_path / "seglake", kind=None), req)
+    with pytest.raises(restore.MilvusRestoreError, match="neither a Milvus capture nor a seglake export"):
+        restore.read_bundle(_bundle(tmp_path / "other", kind="other"), req)
 
 
 @pytest.mark.parametrize("field,value", [("sample", -1), ("sample", 10**6), ("threads", 0), ("poll", float("nan")),

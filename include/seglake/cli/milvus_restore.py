@@ -1,5 +1,5 @@
-"""`seglake milvus restore`: restore a Milvus capture (a bundle in the backup target) into a
-Milvus server under a new name (seglake.milvus.restore). The target Milvus is --address and
+"""`seglake milvus restore`: restore a Milvus capture or a seglake export (a bundle in the
+backup target) into a Milvus server under a new name (seglake.milvus.restore). The target Milvus is --address and
 its bucket --bucket; the bucket's endpoint, region and keys are the milvus_s3_* config keys
 and the Milvus user's password the config key milvus_password (environment SEGLAKE_*,
 SEGLAKE_CONFIG or SEGLAKE_SECRETS_FILE), never a command-line argument. Re-running the same
@@ -44,9 +44,9 @@ def cmd_restore(args, s: Settings) -> int:
 
 def add_restore_parser(m, common, coll_t, snap_t, number_arg) -> None:
     """`restore` under the `milvus` command group `m` (its subparsers)."""
-    r = m.add_parser("restore", parents=[common], help="restore a Milvus capture into a Milvus server under a new "
-                                                        "name (resumable: re-run the same command)")
-    r.add_argument("collection", type=coll_t, help="the captured collection (the bundle's)")
+    r = m.add_parser("restore", parents=[common], help="restore a Milvus capture or a seglake export into a Milvus "
+                                                        "server under a new name (resumable: re-run the same command)")
+    r.add_argument("collection", type=coll_t, help="the captured or exported collection (the bundle's)")
     r.add_argument("bundle", type=snap_t)
     r.add_argument("name", type=coll_t, help="the new collection's name in the target Milvus")
     r.add_argument("--address", required=True, help="the target Milvus proxy, host:port")

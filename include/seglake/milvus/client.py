@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +47,62 @@ class MilvusClient:
     timeout: float = 600.0                         # one batch of ops, bounded
     connect_timeout: float = 15.0
 
+    _proc: object = field(default=None, repr=False, compare=False)
+
+    @contextmanager
+    def session(self):
+        """One client process for every call inside (pymilvus imported and connected once,
+        not per call: ~1 s each on this machine). Nested sessions reuse the outer one."""
+        if self._proc is not None:
+            yield self
+            return
+        req = {"address": self.address, "session": True, "connect_timeout": self.connect_timeout}
+        if self.user:
+            req.update(user=self.user, password=self.password)
+        proc = subprocess.Popen([str(client_python()), str(SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            self._proc = proc
+            first = self._exchange(proc, req, ("connect",))
+            if "error" in first:
+                raise MilvusUnreachable(self._scrub(first["error"]))
+            yield self
+        finally:
+            self._proc = None
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+
+    def _exchange(self, proc, msg: dict, what) -> dict | list:
+        """One line out, one line back, within self.timeout (else the process is killed)."""
+        timer = threading.Timer(self.timeout, proc.kill)
+        timer.start()
+        try:
+            proc.stdin.write(json.dumps(msg) + "\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+        except OSError:
+            line = ""
+        finally:
+            timer.cancel()
+        if not line:
+            proc.kill()
+            err = proc.stderr.read()[-1500:]
+            raise MilvusError(f"Milvus client session at {self.address} ended ({', '.join(what)}): "
+                              f"{self._scrub(err) or 'no answer within the timeout'}")
+        return json.loads(line)
+
     def call(self, *ops: dict) -> list:
+        if self._proc is not None:
+            out = self._exchange(self._proc, {"ops": list(ops)}, [o["op"] for o in ops])
+            if isinstance(out, dict) and "error" in out:
+                raise MilvusError(f"Milvus at {self.address}, op {ops[out['op']]['op']!r}: {self._scrub(out['error'])}")
+            return out
         req = {"address": self.address, "ops": list(ops), "errors_as_data": True,
                "connect_timeout": self.connect_timeout}
         if self.user:

@@ -1,5 +1,6 @@
-"""Restore a Milvus capture (a seglake bundle of kind "milvus", docs: milvus-bundle-format)
-into a Milvus server, under a new collection name, through Milvus's public API and its bulk
+"""Restore a Milvus capture (a seglake bundle of kind "milvus", docs: milvus-bundle-format),
+or a seglake export converted to Milvus binlogs at staging (seglake.milvus.convert), into a
+Milvus server, under a new collection name, through Milvus's public API and its bulk
 insert of binlog files in backup mode (as milvus-backup does: core/restore/coll_task.go,
 one ImportRequest per segment with files [insert dir, delta dir] and option backup=true;
 Milvus 2.3 importutil/binlog_parser.go reads the field ids from the sub-directories).
@@ -47,7 +48,7 @@ from seglake import faults, runners
 from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.meta.kv import Put, absent, unchanged
-from seglake.milvus import binlog
+from seglake.milvus import binlog, convert
 from seglake.milvus.client import MilvusClient
 from seglake.names import validate_name
 from seglake.storage import layout
@@ -129,9 +130,14 @@ def read_bundle(backup, req: Request) -> dict:
     partitions, and every segment log's path the key its ids name and listed in files."""
     doc = bundles.read(backup, req.db, req.collection, req.bundle, segments=False)
     where = f"bundle {req.db}.{req.collection}/{req.bundle}"
+    if doc.get("kind") is None:      # a seglake export: converted (seglake.milvus.convert)
+        full = bundles.seglake_only(bundles.read(backup, req.db, req.collection, req.bundle), where)
+        try:
+            return convert.as_milvus(full)
+        except (KeyError, TypeError, ValueError) as e:
+            raise MilvusRestoreError(f"{where}: the export document is incomplete ({type(e).__name__}: {e})") from None
     if doc.get("kind") != KIND:
-        raise MilvusRestoreError(f"{where} is not a Milvus capture (kind {doc.get('kind')!r}); a seglake export "
-                                 f"holds seglake's Parquet files, not Milvus binlogs: restore it with `seglake backup restore`")
+        raise MilvusRestoreError(f"{where} is of kind {doc.get('kind')!r}: neither a Milvus capture nor a seglake export")
     try:
         coll = doc["snapshot"]["collection"]
         parts = {int(p["partition_id"]): p["name"] for p in coll["partitions"]}
@@ -190,7 +196,8 @@ def seg_files(e: dict) -> list[str]:
 
 def check_content(backup, doc: dict, threads: int) -> None:
     """Every data file the segments need is in the backup target with its SHA-256."""
-    need = {doc["files"][p]["sha256"]: doc["files"][p]["size"] for e in doc["segments"] for p in seg_files(e)}
+    paths = convert.data_paths(doc) if doc.get("converted") else [p for e in doc["segments"] for p in seg_files(e)]
+    need = {doc["files"][p]["sha256"]: doc["files"][p]["size"] for p in paths}
     listed = bundles.blobs(backup)
 
     def one(item):
@@ -240,12 +247,12 @@ class Records:
 
 
 # -- the lifecycle ------------------------------------------------------------------------
-def check(kv, keys, backup, target: MilvusTarget, req: Request) -> dict:
+def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> dict:
     """Nothing written on either side before this passes. Returns the plan (small, serializable)."""
     req.check()
     doc = read_bundle(backup, req)
     schema = check_schema(doc)
-    client = target.client(timeout=120)
+    client = client or target.client(timeout=120)
     client.one({"op": "version"})                       # MilvusUnreachable when it is not there
     rid = restore_id(target, req)
     rec, _ = Records(kv, keys, rid).get()
@@ -255,8 +262,10 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request) -> dict:
     if rec is None and client.one({"op": "has", "name": req.name})["exists"]:
         raise Conflict(f"collection {req.name!r} already exists in Milvus at {target.address}; restore under a new name")
     check_content(backup, doc, req.threads)
+    if doc.get("converted"):
+        convert.Converter(backup, doc).check_values()
     coll = doc["snapshot"]["collection"]
-    return {"rid": rid, "uid": doc["uid"], "schema": schema, "shards": int(coll["shards"]),
+    return {"rid": rid, "uid": doc["uid"], "schema": schema, "converted": bool(doc.get("converted")), "shards": int(coll["shards"]),
             "consistency_level": int(coll.get("consistency_level", 0)),
             "partitions": [p["name"] for p in sorted(coll["partitions"], key=lambda p: p["partition_id"])],
             "indexes": doc["snapshot"].get("indexes", [])}
@@ -269,8 +278,14 @@ def units(doc: dict, plan: dict) -> list[dict]:
     for e in sorted(doc["segments"], key=lambda e: int(e["segment_id"])):
         sid, c, p = int(e["segment_id"]), doc["source"]["collection_id"], int(e["partition_id"])
         base = f"{plan['rid']}/{sid}"
+        if doc.get("converted"):      # a seglake export: its files are written at staging
+            if int(e["num_rows"]) == 0:
+                continue              # deletes only: they reach Milvus through the rows they hide
+            c = int(e["collection_id"])
         out.append({"segment_id": sid, "partition": parts[p], "rows": int(e["num_rows"]),
-                    "files": [(path, doc["files"][path]["sha256"], doc["files"][path]["size"]) for path in seg_files(e)],
+                    "converted": bool(doc.get("converted")),
+                    "files": [] if doc.get("converted") else
+                             [(path, doc["files"][path]["sha256"], doc["files"][path]["size"]) for path in seg_files(e)],
                     # always both dirs: 2.3 takes a binlog import only with two paths (an empty
                     # delta dir is fine; milvus-backup passes "" there)
                     "dirs": [f"{base}/insert_log/{c}/{p}/{sid}/", f"{base}/delta_log/{c}/{p}/{sid}/"]})
@@ -310,10 +325,17 @@ def _adopt(client, name: str, plan: dict) -> dict:
     return got
 
 
-def _stage(stage_store, backup, unit: dict) -> None:
+def _stage(stage_store, backup, unit: dict, converter=None) -> None:
     """Copy the segment's files under its staging dirs, each checked by SHA-256 on the way;
-    a file already there with its content is not copied again."""
+    a file already there with its content is not copied again. A converted segment (a
+    seglake export): its Milvus binlogs written there (the same bytes on a re-run)."""
     sid, base = unit["segment_id"], unit["dirs"][0].split("/insert_log/")[0]
+    if unit.get("converted"):
+        for path, raw in converter.segment_files(sid).items():
+            sha = hashlib.sha256(raw).hexdigest()
+            if not bundles.has_content(stage_store, f"{base}/{path}", sha, len(raw)):
+                stage_store.put(f"{base}/{path}", raw)
+        return
     for path, sha, size in unit["files"]:
         m = _INSERT_RE.fullmatch(path) or _DELTA_RE.fullmatch(path)
         key = f"{base}/{path}"
@@ -323,13 +345,13 @@ def _stage(stage_store, backup, unit: dict) -> None:
             bundles.copy_verified(backup, layout.bundle_blob(sha), stage_store, key, sha, size)
 
 
-def _import_all(recs: Records, client, stage_store, backup, target, req, todo: list[dict]) -> None:
+def _import_all(recs: Records, client, stage_store, backup, target, req, todo: list[dict], converter=None) -> None:
     """Stage, submit and wait for every segment; each transition recorded before the next."""
     def staged(u):
         sid = u["segment_id"]
         rec, prev = recs.segments().get(sid, (None, None))
         if rec is None or rec["state"] == "pending":
-            _stage(stage_store, backup, u)
+            _stage(stage_store, backup, u, converter)
             recs.seg_put(sid, {"v": 1, "state": "staged", "attempts": 0}, prev)
             faults.point("milvus_restore.after_stage")
 
@@ -400,9 +422,15 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
     """The whole restore, resumable: check (unless a plan is given), create, import, index,
     load, verify. Returns the report."""
     t0 = time.time()
-    plan = plan or check(kv, keys, backup, target, req)
-    doc = read_bundle(backup, req)
+    req.check()
     client = target.client()
+    with client.session():                # one client process for the whole restore
+        return _run(kv, keys, backup, target, req, plan, client, t0)
+
+
+def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
+    plan = plan or check(kv, keys, backup, target, req, client)
+    doc = read_bundle(backup, req)
     recs = Records(kv, keys, plan["rid"])
     rec = _create(recs, client, target, req, plan)
     todo = units(doc, plan)
@@ -416,7 +444,8 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
         for u in todo:
             if u["segment_id"] not in segs:
                 recs.seg_put(u["segment_id"], {"v": 1, "state": "pending", "attempts": 0}, None)
-        _import_all(recs, client, stage_store, backup, target, req, todo)
+        _import_all(recs, client, stage_store, backup, target, req, todo,
+                    convert.Converter(backup, doc) if doc.get("converted") else None)
         rec = recs.move("imported")
     if rec["state"] == "imported":
         fname = {int(f["field_id"]): f["name"] for f in plan["schema"]["fields"]}
@@ -441,7 +470,9 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
             recs.move("loaded", report=report)
             raise MilvusRestoreError(f"verify of {req.name!r} failed: {report['problems'][:5]}")
         for u in todo:                    # the staged copies are Milvus's own segments now
-            stage_store.delete_many([f"{u['dirs'][0].split('/insert_log/')[0]}/{p}" for p, _, _ in u["files"]])
+            base = u["dirs"][0].split("/insert_log/")[0]
+            stage_store.delete_many([o.key for o in stage_store.list(f"{base}/")] if u.get("converted") else
+                                    [f"{base}/{p}" for p, _, _ in u["files"]])
         rec = recs.move("verified", report=report, verified_at=time.time())
     return {"restore_id": plan["rid"], "name": req.name, "state": rec["state"], "segments": len(todo),
             "seconds": round(time.time() - t0, 3), **(report or {})}
@@ -498,10 +529,15 @@ def _col(backup, doc, path):
 def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
     """Milvus's count(*) == the bundle's visible rows, and a sample of pks with every
     field's value equal."""
-    visible, problems = bundle_rows(backup, doc)
+    if doc.get("converted"):
+        got = convert.Converter(backup, doc).visible()
+        visible, problems, n_visible = got["rows"], [], got["count"]
+    else:
+        visible, problems = bundle_rows(backup, doc)
+        n_visible = len(visible)
     count = client.one({"op": "count_loaded", "name": req.name})["count"]
-    if count != len(visible):
-        problems.append(f"count(*) is {count}, the bundle has {len(visible)} visible rows")
+    if count != n_visible:
+        problems.append(f"count(*) is {count}, the bundle has {n_visible} visible rows")
     fields = plan["schema"]["fields"]
     pk = next(f for f in fields if f.get("is_primary_key"))
     rnd = random.Random(plan["uid"])
@@ -513,20 +549,24 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
         got = {r[pk["name"]]: r for r in client.one({"op": "query", "name": req.name, "expr": f"{pk['name']} in [{lit}]",
                                                       "output_fields": [f["name"] for f in fields], "limit": len(sample) + 1})}
         for p in sample:
-            e, i = visible[p]
             if p not in got:
                 problems.append(f"pk {p} is missing in Milvus")
                 continue
             for f in fields:
-                key = (int(e["segment_id"]), int(f["field_id"]))
-                if key not in cache:
-                    logs = next(b["logs"] for b in e["binlogs"] if int(b["field_id"]) == int(f["field_id"]))
-                    cache[key] = [v for x in logs for v in _col(backup, doc, x["path"])]
-                want, have = _norm(cache[key][i], f), _norm(got[p].get(f["name"]), f)
+                if doc.get("converted"):
+                    value = visible[p][f["name"]]
+                else:
+                    e, i = visible[p]
+                    key = (int(e["segment_id"]), int(f["field_id"]))
+                    if key not in cache:
+                        logs = next(b["logs"] for b in e["binlogs"] if int(b["field_id"]) == int(f["field_id"]))
+                        cache[key] = [v for x in logs for v in _col(backup, doc, x["path"])]
+                    value = cache[key][i]
+                want, have = _norm(value, f), _norm(got[p].get(f["name"]), f)
                 if want != have:
                     problems.append(f"pk {p}: field {f['name']!r} is {have!r} in Milvus, {want!r} in the bundle")
             checked += 1
-    return {"ok": not problems, "count": count, "visible_rows": len(visible), "sampled": checked,
+    return {"ok": not problems, "count": count, "visible_rows": n_visible, "sampled": checked,
             "problems": problems[:50]}
 
 
