@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 
 from seglake import faults, runners
-from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake.errors import Conflict, SeglakeError, ValidationError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.meta.kv import Put, absent, unchanged
 from seglake.milvus import binlog, convert
