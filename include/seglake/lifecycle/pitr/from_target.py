@@ -32,7 +32,7 @@ from seglake.lifecycle.backup.archive import ArchivedLog
 from seglake.lifecycle.backup import bundle_restore
 from seglake.lifecycle.backup.bundle_restore import BundleSource
 from seglake.lifecycle.pitr.instants import describe, parse_as_of
-from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan, needed
+from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan, needed, not_in_future
 
 
 def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundle: str | None = None) -> dict:
@@ -76,10 +76,7 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
     validate_name("db", db)
     if bundle is not None:
         validate_name("bundle", bundle)
-    ts = parse_as_of(as_of)
-    now = meta.tso.now()
-    if ts > now:
-        raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(now)})")
+    ts = not_in_future(meta, parse_as_of(as_of))
     doc = base_bundle(target, collection, ts, db=db, bundle=bundle)
     p = _bundle_plan(doc, collection, db, ts, target)
     _check_archive(target, doc["source"]["site"], p)

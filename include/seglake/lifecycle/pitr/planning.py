@@ -16,10 +16,11 @@ The plan is a small JSON document (`Plan.to_json`); the restore keeps it on the 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from seglake.errors import StateError, ValidationError
-from seglake.meta.alloc import compose_ts
+from seglake.meta.alloc import LOGICAL_MASK, compose_ts, decode_mark
 from seglake.meta.catalog import CREATED, DEFAULT_DB, pchannel_of
 from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
@@ -84,6 +85,23 @@ class Plan:
         return dict(self.__dict__)
 
 
+def not_in_future(meta, ts: int) -> int:
+    """`ts` if it is not in the future; refused (OutsideWindow) otherwise. An instant above
+    both the wall clock and the global mark in etcd (the mark bounds every timestamp issued
+    so far) is refused on that read alone: issuing a timestamp writes to etcd, and a
+    refusal writes nothing. Only an instant within that bound needs a timestamp issued now
+    (the exact judgement)."""
+    seen = meta.kv.get(meta.tso.key)
+    bound = max(compose_ts(int(time.time() * 1000), LOGICAL_MASK),
+                decode_mark(seen.value, meta.tso.key) if seen is not None else 0)
+    if ts > bound:
+        raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(bound)})")
+    tso_now = meta.tso.now()
+    if ts > tso_now:
+        raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(tso_now)})")
+    return ts
+
+
 def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None,
          dropped=None, window_instant: int | None = None) -> Plan:
     """The restore of `collection` as of `as_of`, or the refusal (module doc). Read-only.
@@ -99,9 +117,6 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
     if ts < coll.created_ts:   # (first: it needs no timestamp, and issuing one writes to etcd)
         raise OutsideWindow(f"as_of {describe(ts)} is before collection {collection!r} existed "
                             f"(created {describe(coll.created_ts)})")
-    tso_now = meta.tso.now()
-    if ts > tso_now:
-        raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(tso_now)})")
     w = window_of(meta, coll.collection_id)
     if w is None:
         raise OutsideWindow(f"collection {collection!r} has no point-in-time window (pitr_window is off): "
@@ -112,6 +127,7 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
         raise OutsideWindow(f"{what} {describe(ts if window_instant is None else window_instant)} is outside the "
                             f"point-in-time window of {collection!r} ({w['window']}: the oldest instant is "
                             f"{describe(lo)})")
+    not_in_future(meta, ts)   # after every refusal that needs no timestamp (issuing one writes to etcd)
     base = base_snapshot(meta, coll.collection_id, ts)
     p = Plan(coll.collection_id, coll.name, coll.db, ts, None if base is None else base.name,
              None if base is None else base.snapshot_id, list(coll.vchannels),

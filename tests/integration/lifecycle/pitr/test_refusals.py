@@ -88,3 +88,20 @@ def test_window_of_a_dropped_or_missing_collection(meta, store, source):
     meta.catalog.set_state(source.collection_id, "Dropping")
     with pytest.raises((StateError, NotFound)):
         pitr.set_window(meta, "src", "1h")
+
+
+def test_an_instant_in_the_future_is_refused_without_a_write(meta, store, source, tmp_path):
+    """Issuing a timestamp writes the global mark in etcd: an instant beyond the wall clock
+    and that mark is refused on a read alone (here and from a backup target)."""
+    from seglake.lifecycle.pitr import from_target
+    from seglake.storage.local import LocalStore
+
+    pitr.set_window(meta, "src", "1h")
+    future = [compose_ts(int((time.time() + 60) * 1000)), "2999-01-01T00:00:00Z"]
+    before = meta.kv.revision()
+    for ts in future:
+        with pytest.raises(pitr.OutsideWindow, match="in the future"):
+            pitr.restore_as_of(meta, store, "src", "r", ts)
+        with pytest.raises(pitr.OutsideWindow, match="in the future"):
+            from_target.plan_from_target(meta, LocalStore(tmp_path / "backup"), "src", ts)
+    assert meta.kv.revision() == before, "a refusal wrote to etcd"
