@@ -49,6 +49,16 @@ def test_two_sources_may_not_capture_the_same_collection(meta, etcd_server, tmp_
     assert "FAILED" in sources.report_line(got["imgs"])
 
 
+def test_a_local_bucket_path_is_checked_like_every_path():
+    """A Milvus local storage path (`bucket` absolute) full-matches the roots' pattern: '/',
+    '..' or '.' segments, empty segments and spaces were accepted."""
+    good = {"milvus_etcd": "127.0.0.1:2379", "bucket": "/var/lib/milvus", "collections": "a", "keep_last": 1}
+    assert sources.parse_source(good)["bucket"] == "/var/lib/milvus"
+    for bad in ("/", "/tmp/../etc", "/a/./b", "/a//b", "/a b", "/a/\n"):
+        with pytest.raises(ValidationError, match="Milvus bucket"):
+            sources.parse_source({**good, "bucket": bad})
+
+
 @pytest.fixture(scope="module")
 def msrv(milvus_python, etcd_server, s3_server, tmp_path_factory):
     from seglake.dev.milvus import MilvusServer, S3Target
@@ -110,3 +120,50 @@ def test_a_recreated_collection_is_captured_and_its_predecessor_kept(msrv, milvu
     done = [b for _, _, b, c in bundles.find(target, "default", coll) if c]
     assert sorted(done) == sorted([r1["bundle"], r3["bundle"]])      # the predecessor's capture kept
     assert cid(r1["bundle"]) == old
+
+
+@pytest.mark.etcd
+@pytest.mark.s3
+@pytest.mark.milvus
+def test_a_data_file_damaged_in_place_is_written_again_by_the_next_capture(msrv, milvus_python, s3_server, meta,
+                                                                          tmp_path, monkeypatch):
+    """One byte of a data file flipped in the target, its size and mtime kept (its tag
+    unchanged): the next run's capture reuses it unread and its verify fails, by content;
+    the run after that one no longer trusts the file's tag (a failed verification named it)
+    and writes it again from Milvus's bucket: that run verifies. (It was reused forever,
+    every run failing verify.)"""
+    import os
+
+    from seglake.config import Settings
+    from seglake.storage import layout
+    from tests.milvus.conftest import milvus_client
+
+    monkeypatch.setenv("SEGLAKE_MILVUS_S3_ENDPOINT", s3_server.endpoint)
+    monkeypatch.setenv("SEGLAKE_MILVUS_S3_ACCESS_KEY", s3_server.access_key)
+    monkeypatch.setenv("SEGLAKE_MILVUS_S3_SECRET_KEY", s3_server.secret_key)
+    settings = Settings.load()
+    coll = f"dmg_{uuid.uuid4().hex[:6]}"
+    milvus_client(milvus_python, msrv.address, {"op": "create", "name": coll, "shards": 1, "dim": 2},
+                  {"op": "insert", "name": coll, "pks": list(range(40))}, {"op": "flush", "name": coll}, timeout=300)
+    sources.set_source(meta, "dmg", {"milvus_etcd": msrv.etcd_endpoint, "milvus_root": msrv.etcd_root,
+                                     "bucket": BUCKET, "bucket_root": msrv.s3.root_path, "collections": coll,
+                                     "keep_last": 5})
+    target = LocalStore(tmp_path / "backup")
+    t1 = int(time.time()) // 60 * 60 - 180
+    (r1,) = sources.run(meta, target, settings, "dmg", now=t1, **quiet)
+    assert r1["verify"]["ok"] and "error" not in r1, r1
+    files = bundles.read(target, "default", coll, r1["bundle"])["files"]
+    key, f = max(((k, f) for k, f in files.items() if k.startswith("insert_log/")), key=lambda kf: kf[1]["size"])
+    blob = tmp_path / "backup" / layout.bundle_blob(f["sha256"])
+    st = blob.stat()
+    raw = bytearray(blob.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    blob.write_bytes(bytes(raw))
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))              # same size, same mtime: same tag
+
+    (r2,) = sources.run(meta, target, settings, "dmg", now=t1 + 60, **quiet)
+    assert r2["captured"]["copied_files"] == 0 and not r2["verify"]["ok"], r2     # reused unread, found by content
+    assert key in r2["error"] or f["sha256"] in str(r2["verify"]["problems"]), r2
+    (r3,) = sources.run(meta, target, settings, "dmg", now=t1 + 120, **quiet)
+    assert r3["captured"]["copied_files"] == 1 and r3["verify"]["ok"] and "error" not in r3, r3
+    assert bundles.sha256_of(target, layout.bundle_blob(f["sha256"]))[0] == f["sha256"]
