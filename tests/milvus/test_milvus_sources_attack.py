@@ -167,3 +167,28 @@ def test_a_data_file_damaged_in_place_is_written_again_by_the_next_capture(msrv,
     (r3,) = sources.run(meta, target, settings, "dmg", now=t1 + 120, **quiet)
     assert r3["captured"]["copied_files"] == 1 and r3["verify"]["ok"] and "error" not in r3, r3
     assert bundles.sha256_of(target, layout.bundle_blob(f["sha256"]))[0] == f["sha256"]
+
+
+@pytest.mark.etcd
+def test_a_hostile_pin_record_holds_its_bundle_and_stops_nothing(meta, tmp_path):
+    """A pin record written by hand or damaged: an expiry beyond time_t (1e300, inf) raised
+    OverflowError out of the prune (through run_all, which stopped every other source);
+    now it holds the bundle as unreadable. A pin's `by` text is printable (it is logged:
+    a line break forged report lines)."""
+    from seglake.storage import layout
+
+    key = meta.keys.milvus_pin("default", "docs", "sched_20261127T1200Z")
+    for exp in (1e300, float("inf"), float("nan"), "soon", [1], None):
+        meta.kv.put(key, '{"expires_at": %s, "by": "x"}' % ("1e300" if exp == 1e300 else "Infinity"
+                                                          if exp == float("inf") else "NaN" if exp != exp
+                                                          else '"soon"' if exp == "soon" else "[1]" if exp == [1]
+                                                          else "null"))
+        assert sources.pinned_by(meta, "default", "docs", "sched_20261127T1200Z") == \
+            ["an unreadable pin record (kept)"], exp
+    meta.kv.put(key, '{"expires_at": %f, "by": "ops\\nverify OK"}' % (time.time() + 60))
+    (line,) = sources.pinned_by(meta, "default", "docs", "sched_20261127T1200Z")
+    assert "\n" not in line and line.startswith("pin by ops verify OK until ")
+    target = LocalStore(tmp_path / "backup")
+    target.put(layout.bundle_commit("default", "docs", "sched_20261127T1200Z"), b"{}")
+    with pytest.raises(ValidationError, match="printable"):
+        sources.pin(meta, target, "default", "docs", "sched_20261127T1200Z", 3600, by="a\nb")

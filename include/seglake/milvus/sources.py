@@ -192,8 +192,8 @@ def pin(meta, target, db: str, collection: str, bundle: str, ttl: float, *, by: 
     pin removed and the call refused (NotFound). Never both: a pin answered is a bundle kept."""
     bundles.check_names(db, collection, bundle)
     ttl = float(limits.check("pin_ttl", "ttl (seconds)", ttl))
-    if not isinstance(by, str) or len(by) > 256:
-        raise ValidationError("by: a text of at most 256 characters")
+    if not isinstance(by, str) or len(by) > 256 or not by.isprintable():
+        raise ValidationError("by: a printable text of at most 256 characters (no line breaks: it is logged)")
     if not target.exists(layout.bundle_commit(db, collection, bundle)):
         raise NotFound(f"no committed bundle {db}.{collection}/{bundle} in {target.uri}: nothing to pin")
     now = time.time() if now is None else now
@@ -227,8 +227,9 @@ def pinned_by(meta, db: str, collection: str, bundle: str, now: float | None = N
         doc = json.loads(kv.value)
         if float(doc["expires_at"]) <= (time.time() if now is None else now):
             return []
-        return [f"pin by {doc.get('by') or 'an operator'} until {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(doc['expires_at']))}"]
-    except (ValueError, KeyError, TypeError):
+        by = "".join(ch if ch.isprintable() else " " for ch in str(doc.get("by") or "an operator")[:256])
+        return [f"pin by {by} until {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(doc['expires_at']))}"]
+    except (ValueError, KeyError, TypeError, ArithmeticError):   # a time beyond time_t: OverflowError
         return ["an unreadable pin record (kept)"]
 
 
