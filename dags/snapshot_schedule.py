@@ -64,7 +64,7 @@ def snapshot_schedule():
     def run_policies(params: dict, dag_run=None) -> list[dict]:
         from seglake.lifecycle.backup import scheduled
         from seglake_airflow.failfast import fail_fast
-        from seglake_airflow.hooks.engine import SeglakeHook
+        from seglake_airflow.hooks.engine import SeglakeHook, milvus_source_settings
 
         if params["milvus_source"] and not params["collection"]:
             print("only the Milvus source was named: no seglake collection's policy runs")
@@ -88,7 +88,7 @@ def snapshot_schedule():
         """Every registered Milvus source (or the one named): capture, verify, prune."""
         from seglake.milvus import sources
         from seglake_airflow.failfast import fail_fast
-        from seglake_airflow.hooks.engine import SeglakeHook
+        from seglake_airflow.hooks.engine import SeglakeHook, milvus_source_settings
 
         if params["collection"] and not params["milvus_source"]:
             print("only a seglake collection was named: no Milvus source runs")
@@ -97,7 +97,7 @@ def snapshot_schedule():
         at = (dag_run.run_after or dag_run.logical_date).timestamp()
         with fail_fast():
             reports = sources.run_all(hook.meta, hook.backup_target,
-                                      lambda conn_id: SeglakeHook(milvus_conn_id=conn_id).settings, now=at,
+                                      milvus_source_settings, now=at,
                                       dry_run=params["dry_run"], source=params["milvus_source"], say=print)
         for r in reports:
             print(sources.report_line(r))

@@ -284,14 +284,15 @@ def milvus(meta: Meta, now: float) -> dict:
     checked = {(v["db"], v["collection"], v["bundle"]): v for v in verify.list_verifications(meta)}
     pins = {(p["db"], p["collection"], p["bundle"]): p for p in sources.list_pins(meta, now)}
     srcs = sources.list_sources(meta)
-    by_ident = {(d.get("milvus_root"), d.get("bucket"), d.get("bucket_root"), d.get("db")): d.get("name")
-                for d in srcs if "error" not in d}
+    by_ident = {(d.get("milvus_root"), d.get("bucket"), d.get("bucket_root"), d.get("db"), c): d.get("name")
+                for d in srcs if "error" not in d for c in d.get("collections") or []}
     caps = []
     for c in capture.list_captures(meta):
         key = (c.get("db"), c.get("collection"), c.get("bundle"))
         v, pin = checked.get(key), pins.get(key)
         caps.append({"db": c.get("db"), "collection": c.get("collection"), "bundle": c.get("bundle"),
-                     "source": by_ident.get((c.get("etcd_root"), c.get("bucket"), c.get("root_path"), c.get("db"))),
+                     "source": by_ident.get((c.get("etcd_root"), c.get("bucket"), c.get("root_path"), c.get("db"),
+                                             c.get("collection"))),
                      "scheduled": str(c.get("bundle", "")).startswith("sched_"),
                      "created_at": _finite(_num(c.get("created_at"))),
                      "finished_at": _finite(_num(c.get("finished_at"))),

@@ -422,7 +422,7 @@ def test_the_docs_page_lists_every_operation_and_needs_nothing_from_the_internet
     assert "/snapshots/{collection}/{name}/pins" in html and "ttl_hours" in html   # bodies are described
 
 
-def test_milvus_sources_captures_and_restores_are_listed_typed_and_on_the_page(client, h, world):
+def test_milvus_sources_captures_and_restores_are_listed_typed_and_on_the_page(client, h, world, tmp_path):
     """GET /milvus: what seglake's etcd records of Milvus, as the engine writes it (a source
     registered, a capture recorded by the capture, a pin, a verification, a restore record
     in the milvus_restore's format), matching the OpenAPI schema; the page shows it, escaped.
@@ -436,6 +436,9 @@ def test_milvus_sources_captures_and_restores_are_listed_typed_and_on_the_page(c
     meta, *_ = world
     sources.set_source(meta, "prod", {"milvus_etcd": "milvus-etcd:2379", "bucket": "milvus-bucket",
                                       "collections": "docs", "conn_id": "milvus_prod", "keep_daily": 7})
+    # another source of the same Milvus (same roots and bucket), another collection: not docs' source
+    sources.set_source(meta, "zz", {"milvus_etcd": "milvus-etcd:2379", "bucket": "milvus-bucket",
+                                    "collections": "imgs", "keep_last": 1})
     now = time.time()
     report = {"bundle": "sched_20261127T1200Z", "uid": "a" * 32, "db": "default", "collection": "docs",
               "snapshot": None, "snapshot_id": None, "created_at": now - 60, "consistent_ts": 1, "segments": 2,
@@ -445,7 +448,12 @@ def test_milvus_sources_captures_and_restores_are_listed_typed_and_on_the_page(c
     capture.record(meta, report, {"etcd_root": "by-dev", "bucket": "milvus-bucket", "root_path": "files"})
     verify.record(meta, {"db": "default", "collection": "docs", "bundle": "sched_20261127T1200Z", "ok": True,
                          "checked_at": now - 40, "problems": [], "problem_count": 0})
-    sources.pin(meta, "default", "docs", "sched_20261127T1200Z", 3600, by="ops")
+    from seglake.storage import layout
+    from seglake.storage.local import LocalStore
+
+    target = LocalStore(tmp_path / "backup")   # a pin names a committed bundle of the target
+    target.put(layout.bundle_commit("default", "docs", "sched_20261127T1200Z"), b"{}")
+    sources.pin(meta, target, "default", "docs", "sched_20261127T1200Z", 3600, by="ops")
     meta.kv.put(meta.keys.milvus_restore("r" * 24), json.dumps(
         {"v": 1, "state": "verified", "bundle_uid": "a" * 32, "bundle": "default.docs/sched_20261127T1200Z",
          "name": "docs_<copy>", "target": {"address": "milvus:19530", "bucket": "b", "staging": "s"},
@@ -456,7 +464,7 @@ def test_milvus_sources_captures_and_restores_are_listed_typed_and_on_the_page(c
     assert r.status_code == 200, r.text
     _check_schema(schema, "/milvus", "get", 200, r.json())
     body = r.json()
-    (src,) = body["sources"]
+    src, _ = body["sources"]
     assert (src["name"], src["collections"], src["conn_id"], src["keep_daily"]) == ("prod", ["docs"], "milvus_prod", 7)
     (cap,) = body["captures"]
     assert (cap["source"], cap["bundle"], cap["rows"], cap["bytes"], cap["verified_ok"]) == \

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.airflow]
 
 
 @pytest.fixture(scope="module")
-def records(standalone, etcd_server):
+def records(standalone, etcd_server, tmp_path_factory):
     from seglake.config import Settings
     from seglake.lifecycle.backup import verify
     from seglake.meta import Meta
@@ -37,7 +37,12 @@ def records(standalone, etcd_server):
                    {"etcd_root": "by-dev", "bucket": "milvus-bucket", "root_path": "files"})
     verify.record(meta, {"db": "default", "collection": "docs_e2e", "bundle": "sched_20261127T1200Z", "ok": True,
                          "checked_at": now - 40, "problems": [], "problem_count": 0})
-    sources.pin(meta, "default", "docs_e2e", "sched_20261127T1200Z", 7200, by="ops")
+    from seglake.storage import layout
+    from seglake.storage.local import LocalStore
+
+    target = LocalStore(tmp_path_factory.mktemp("backup"))   # a pin names a committed bundle of the target
+    target.put(layout.bundle_commit("default", "docs_e2e", "sched_20261127T1200Z"), b"{}")
+    sources.pin(meta, target, "default", "docs_e2e", "sched_20261127T1200Z", 7200, by="ops")
     meta.kv.put(meta.keys.milvus_restore("e" * 24), json.dumps(
         {"v": 1, "state": "verified", "bundle": "default.docs_e2e/sched_20261127T1200Z", "name": "docs_e2e_back",
          "target": {"address": "milvus:19530"}, "created_at": now - 30, "verified_at": now - 10,

@@ -105,6 +105,9 @@ def open_bucket(settings, bucket: str, root_path: str = "") -> ReadOnlyBucket:
     keys: environment or SEGLAKE_CONFIG), or a local directory (`bucket` an absolute path:
     Milvus's local storage)."""
     if bucket.startswith("/"):
+        if not local_path_ok(bucket):
+            raise ValidationError(f"Milvus local storage {bucket!r}: an absolute path of segments of letters, "
+                                  f"digits, '.', '_' or '-' (no '.' or '..' segment)")
         from seglake.storage.local import LocalStore
         import os
         if not os.path.isdir(bucket):
@@ -124,6 +127,16 @@ def open_bucket(settings, bucket: str, root_path: str = "") -> ReadOnlyBucket:
 def layout_bucket_ok(bucket: str) -> bool:
     import re
     return bool(re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket))
+
+
+def local_path_ok(bucket: str) -> bool:
+    """An absolute local path (Milvus's local storage): segments as check_root's, no '..'
+    nor '.' (not '/' itself, nor a path that means another one)."""
+    try:
+        return bucket.startswith("/") and bool(check_root("path", bucket[1:])) and \
+            not ({".", ".."} & set(bucket[1:].split("/")))
+    except ValidationError:
+        return False
 
 
 def check_root(name: str, value: str) -> str:
@@ -232,14 +245,42 @@ def capture(kv, bucket: ReadOnlyBucket, target, etcd_root: str, collections: lis
     reports = []
     try:
         for c in planned["collections"]:
+            coll = c["catalog"]["collection"]
             reports.append(_capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, started,
-                                        schedule, say, runner))
+                                        schedule, say, runner, suspect(meta, coll["db"], coll["name"])))
             if meta is not None:
                 record(meta, reports[-1], planned)
     finally:
         if meta is not None:
             meta.kv.delete(meta.keys.backup_throttle(token))
     return reports
+
+
+ALL = "all"
+
+
+def suspect(meta, db: str, collection: str) -> set[str] | str:
+    """The data files (SHA-256) a failed verification of one of the collection's bundles
+    found bad (ALL when the record names only some of them): an incremental capture checks
+    their content instead of trusting their unchanged tag (a file damaged in place keeps its
+    size, mtime and ETag), and writes them again from Milvus's bucket."""
+    if meta is None:
+        return set()
+    from seglake.lifecycle.backup import verify as verifies
+
+    out: set[str] = set()
+    for v in verifies.list_verifications(meta):
+        if v.get("db") != db or v.get("collection") != collection or v.get("ok"):
+            continue
+        probs = v.get("problems") or []
+        if not isinstance(probs, list) or int(v.get("problem_count") or 0) > len(probs):
+            return ALL
+        for p in probs:
+            data = p.get("data") if isinstance(p, dict) else None
+            if not (isinstance(data, str) and data.startswith("data/")):
+                return ALL   # bundle.json or an unknown problem: trust no tag
+            out.add(data.rsplit("/", 1)[-1])
+    return out
 
 
 def record(meta, report: dict, planned: dict) -> None:
@@ -353,7 +394,7 @@ def run_inline(bucket, target, units: list[list[dict]], threads: int, throttle) 
 
 
 def _capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, started, schedule, say,
-                 runner=None) -> dict:
+                 runner=None, bad: set[str] | str = frozenset()) -> dict:
     cat, files = c["catalog"], c["files"]
     coll = cat["collection"]
     db, name, cid = coll["db"], coll["name"], coll["collection_id"]
@@ -376,7 +417,7 @@ def _capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, 
     for path, f in files.items():
         out_files[path] = {"size": f["size"], "tag": f["tag"]}
         sha, tag = known.get((path, f["size"], f["tag"]), (None, ""))
-        if sha is not None and listed.get(sha) == (f["size"], tag) and tag:
+        if sha is not None and listed.get(sha) == (f["size"], tag) and tag and not (bad == ALL or sha in bad):
             out_files[path]["sha256"] = sha       # the data file unchanged since a bundle checked or wrote it
             reused += 1
             continue
@@ -465,7 +506,7 @@ def check_request(milvus_etcd: str, milvus_root: str, bucket: str, bucket_root: 
     check_root("Milvus etcd root", milvus_root)
     if bucket_root:
         check_root("Milvus bucket root", bucket_root)
-    if not (isinstance(bucket, str) and (layout_bucket_ok(bucket) or bucket.startswith("/"))):
+    if not (isinstance(bucket, str) and (layout_bucket_ok(bucket) or local_path_ok(bucket))):
         raise ValidationError(f"Milvus bucket {bucket!r}: an S3 bucket name (3-63 lowercase letters, digits, '.' "
                               f"or '-') or an absolute local path (Milvus's local storage)")
     if isinstance(collections, str):

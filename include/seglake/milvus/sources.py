@@ -9,12 +9,17 @@ collections captured on a schedule, pruned by a retention policy, verified.
   Every key is checked before anything is written: an unknown key is refused naming the
   closest valid one, the endpoints, roots, bucket, database and collection names as the
   capture checks them, the keep_* counts as `seglake retention set` checks them
-  (seglake.lifecycle.retention.parse_policy: at least one positive).
+  (seglake.lifecycle.retention.parse_policy: at least one positive). One source per
+  database.collection: the schedule's bundles of a collection are named by time only, so
+  a second source naming it is refused (and a run skips, as failed, a collection another
+  record names).
 - No secret is ever stored: the Milvus bucket's S3 credentials come from the Airflow
   connection `conn_id` (login, password, extra endpoint_url / region_name) in the
   snapshot_schedule DAG, from the milvus_s3_* config keys (environment) on the CLI.
 - One schedule run of a source at time `now` (the snapshot_schedule DAG, after the
-  seglake collections' policies; `seglake milvus source run`), for each of its collections:
+  seglake collections' policies; `seglake milvus source run`), for each of its collections
+  (only the captures of the collection Milvus has under that name now count: one dropped
+  and created again has a new id, its predecessor's captures are kept, never judged):
     due      the schedule's bundle is named `sched_YYYYMMDDTHHMMZ` after the run's time;
              one is taken unless one of the schedule's bundles of that collection falls
              in the current bucket of the finest unit the policy keeps (as
@@ -107,11 +112,49 @@ def parse_source(doc: Mapping[str, Any]) -> dict:
 
 
 def set_source(meta, name: str, doc: Mapping[str, Any], *, now: float | None = None) -> dict:
+    """Register (or replace) source `name`. Refused when another registered source names one
+    of its collections in the same database: both would write the schedule's bundles of
+    that collection to the same place in the target, and one's run would judge (prune,
+    call "already captured") the other's captures. Guarded: the other records unchanged."""
+    from seglake.meta.kv import Put, absent, unchanged
+
     validate_name("Milvus source", name)
     src = parse_source(doc)
     rec = {"name": name, **src, "updated_at": time.time() if now is None else now}
-    meta.kv.put(meta.keys.milvus_source(name), json.dumps(rec))
+    key = meta.keys.milvus_source(name)
+    others = [kv for kv in meta.kv.range(meta.keys.milvus_sources_prefix()) if kv.key != key]
+    shared = _overlaps(src, [_record(kv) for kv in others])
+    if shared:
+        raise ValidationError(f"Milvus source {name!r} refused: " + "; ".join(shared))
+    own = meta.kv.get(key)
+    meta.kv.txn([*(unchanged(kv) for kv in others), unchanged(own) if own is not None else absent(key)],
+                [Put(key, json.dumps(rec))])
     return rec
+
+
+def _record(kv) -> dict:
+    try:
+        d = json.loads(kv.value)
+    except ValueError:
+        d = None
+    return d if isinstance(d, dict) else {"name": kv.key.rsplit("/", 1)[-1], "error": "unreadable record"}
+
+
+def _overlaps(src: Mapping[str, Any], others: list[dict]) -> list[str]:
+    """Why `src` cannot run beside the `others` (records): each other source naming one of
+    its collections in the same database (an unreadable record: every collection, fail closed)."""
+    out = []
+    for o in others:
+        if "error" in o:
+            out.append(f"Milvus source {o.get('name')!r} has an unreadable record (clear it first)")
+            continue
+        both = [c for c in src["collections"] if o.get("db", DEFAULTS["db"]) == src["db"]
+                and c in (o.get("collections") or [])]
+        if both:
+            out.append(f"Milvus source {o.get('name')!r} already captures {src['db']}.{', '.join(both)} "
+                       f"(one source per collection: the schedule's bundles of a collection are named by "
+                       f"time only)")
+    return out
 
 
 def get_source(meta, name: str) -> dict:
@@ -134,14 +177,8 @@ def clear_source(meta, name: str) -> bool:
 
 
 def list_sources(meta) -> list[dict]:
-    out = []
-    for kv in meta.kv.range(meta.keys.milvus_sources_prefix()):
-        try:
-            d = json.loads(kv.value)
-        except ValueError:
-            d = None
-        out.append(d if isinstance(d, dict) else {"name": kv.key.rsplit("/", 1)[-1], "error": "unreadable record"})
-    return sorted(out, key=lambda d: str(d.get("name")))
+    return sorted((_record(kv) for kv in meta.kv.range(meta.keys.milvus_sources_prefix())),
+                  key=lambda d: str(d.get("name")))
 
 
 # -- pins of capture bundles ------------------------------------------------------------------------
@@ -155,8 +192,8 @@ def pin(meta, target, db: str, collection: str, bundle: str, ttl: float, *, by: 
     pin removed and the call refused (NotFound). Never both: a pin answered is a bundle kept."""
     bundles.check_names(db, collection, bundle)
     ttl = float(limits.check("pin_ttl", "ttl (seconds)", ttl))
-    if not isinstance(by, str) or len(by) > 256:
-        raise ValidationError("by: a text of at most 256 characters")
+    if not isinstance(by, str) or len(by) > 256 or not by.isprintable():
+        raise ValidationError("by: a printable text of at most 256 characters (no line breaks: it is logged)")
     if not target.exists(layout.bundle_commit(db, collection, bundle)):
         raise NotFound(f"no committed bundle {db}.{collection}/{bundle} in {target.uri}: nothing to pin")
     now = time.time() if now is None else now
@@ -190,8 +227,9 @@ def pinned_by(meta, db: str, collection: str, bundle: str, now: float | None = N
         doc = json.loads(kv.value)
         if float(doc["expires_at"]) <= (time.time() if now is None else now):
             return []
-        return [f"pin by {doc.get('by') or 'an operator'} until {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(doc['expires_at']))}"]
-    except (ValueError, KeyError, TypeError):
+        by = "".join(ch if ch.isprintable() else " " for ch in str(doc.get("by") or "an operator")[:256])
+        return [f"pin by {by} until {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(doc['expires_at']))}"]
+    except (ValueError, KeyError, TypeError, ArithmeticError):   # a time beyond time_t: OverflowError
         return ["an unreadable pin record (kept)"]
 
 
@@ -254,13 +292,31 @@ def run(meta, target, settings, name: str, *, now: float, dry_run: bool = False,
     bundle = retention.sched_name(now)
     reports: dict[str, dict] = {}
     due: list[str] = []
+    others = [d for d in list_sources(meta) if d.get("name") != name]
+    ids = _current_ids(src, settings)
     for coll in src["collections"]:
+        shared = _overlaps({**src, "collections": [coll]}, others)
+        if shared:   # a record written beside set_source's check: neither source judges the other's bundles
+            reports[coll] = {"source": name, "db": src["db"], "collection": coll, "bundle": None, "at": now,
+                             "dry_run": dry_run, "policy": policy.to_json(), "captured": None, "verify": None,
+                             "pruned": [], "kept": {},
+                             "held": {}, "_have": {}, "error": "; ".join(shared) + ": nothing captured or pruned"}
+            continue
         have = schedule_bundles(target, src, coll)
+        earlier = {}
+        if coll in ids:   # only the captures of the collection Milvus has under that name now
+            earlier = {b: s for b, s in have.items() if s.get("collection_id") != ids[coll]}
+            have = {b: s for b, s in have.items() if b not in earlier}
         times = {b: retention.sched_time(b) for b in have}
         r = {"source": name, "db": src["db"], "collection": coll, "bundle": None, "at": now, "dry_run": dry_run,
              "policy": policy.to_json(), "captured": None, "verify": None, "pruned": [], "kept": {}, "held": {},
              "_have": have}
         reports[coll] = r
+        if earlier:
+            r["earlier"] = sorted(earlier)
+            say(f"milvus {name} {src['db']}.{coll}: {len(earlier)} schedule captures of an earlier collection of "
+                f"that name (id {', '.join(sorted({str(s.get('collection_id')) for s in earlier.values()}))}; now "
+                f"{ids[coll]}) are kept: the schedule judges only the current collection's")
         newest = max(times.values(), default=None)
         if bundle in have:
             r["bundle"], r["note"] = bundle, f"{bundle} already captured"
@@ -346,6 +402,26 @@ def run(meta, target, settings, name: str, *, now: float, dry_run: bool = False,
         for r in out:
             r["sweep"] = swept
     return out
+
+
+def _current_ids(src: Mapping[str, Any], settings) -> dict[str, int]:
+    """{collection: id} of the source's collections Milvus has now (read-only, one etcd
+    revision); {} when Milvus's etcd cannot be read (a due capture then reports it)."""
+    from seglake.meta.kv import KV
+    from seglake.milvus import catalog
+    from seglake.milvus.etcdmeta import MilvusMeta
+
+    try:
+        with KV(src["milvus_etcd"], timeout=settings.etcd_timeout) as kv:
+            m = MilvusMeta(kv, src["milvus_root"], kv.revision())
+            dbs = catalog.databases(m)
+            out: dict[str, int] = {}
+            for c in catalog.collection_infos(m):   # as catalog.read: the last one of that name
+                if dbs.get(c["db_id"]) == src["db"] and c["name"] in src["collections"]:
+                    out[c["name"]] = c["id"]
+            return out
+    except SeglakeError:
+        return {}
 
 
 def _exists(target, db: str, collection: str, bundle: str) -> bool:

@@ -26,6 +26,21 @@ def _connection(conn_id: str):
         return None
 
 
+def milvus_source_settings(conn_id: str, get_connection=None):
+    """The settings a registered Milvus source's scheduled capture runs with: its connection
+    `conn_id` gives the bucket's credentials. A connection Airflow does not have is refused
+    (ConfigError, naming it) instead of falling back to the layers below it (the worker's
+    milvus_s3_* environment: another Milvus's credentials, or none); only the default
+    `seglake_milvus` may be absent."""
+    from seglake.errors import ConfigError
+
+    lookup = get_connection or _connection
+    if conn_id != "seglake_milvus" and lookup(conn_id) is None:
+        raise ConfigError(f"the Milvus source's Airflow connection {conn_id!r} does not exist (its bucket's "
+                          f"credentials): add it, or set the source's conn_id")
+    return SeglakeHook(milvus_conn_id=conn_id, get_connection=get_connection).settings
+
+
 class SeglakeHook(BaseHook):
     hook_name = "seglake"
 
