@@ -22,7 +22,7 @@ by the replay (naming the partition id). Nothing is written before every check p
 
 from __future__ import annotations
 
-from seglake.errors import NotFound
+from seglake.errors import Conflict, NotFound
 from seglake.meta.catalog import DEFAULT_DB, pchannel_of
 from seglake.names import validate_name
 from seglake.lifecycle import restore as restores
@@ -242,7 +242,7 @@ def undrop_from_target(meta, store, target, collection: str, restore_to: str, *,
     copyjob plan/run/finalize, pitr.replay (which reads the archive and ends each vchannel
     at its DropCollection). `planned`: the plan already made (one planning per undrop)."""
     timeout, bps, rps = restores.check_request(restore_to, db, timeout, owner, engine, 0, 0, origin)
-    p, doc = _same_undrop(target, collection, db, meta, restore_to)
+    p, doc = _same_undrop(target, collection, db, meta, restore_to, bundle)
     if p is None:
         p, doc = planned if planned is not None else plan_undrop_from_target(meta, target, collection, db=db,
                                                                             bundle=bundle)
@@ -256,9 +256,10 @@ def undrop_from_target(meta, store, target, collection: str, restore_to: str, *,
                                      max_requests_per_second=rps, origin=origin)
 
 
-def _same_undrop(target, collection: str, db: str, meta, restore_to: str):
+def _same_undrop(target, collection: str, db: str, meta, restore_to: str, bundle: str | None = None):
     """A re-run of this same undrop from a target whose target collection exists resumes
-    with the plan it began with."""
+    with the plan it began with; `bundle` named and not the one it began from: another
+    undrop (of another incarnation of the name, perhaps), refused (Conflict)."""
     try:
         coll = meta.catalog.get_by_name(restore_to, db)
     except NotFound:
@@ -266,5 +267,8 @@ def _same_undrop(target, collection: str, db: str, meta, restore_to: str):
     src = coll.properties.get("restored_from", {})
     rp = src.get("replay")
     if src.get("undrop") and src.get("collection") == collection and isinstance(rp, dict) and rp.get("archive"):
+        if bundle is not None and rp["snapshot"] != bundle:
+            raise Conflict(f"collection {restore_to!r} in db {db!r} is the undrop of {db}.{collection} from bundle "
+                           f"{rp['snapshot']}, not {bundle}; choose another target")
         return Plan(**rp), bundles.read(target, db, collection, rp["snapshot"])
     return None, None

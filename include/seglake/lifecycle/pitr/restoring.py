@@ -113,7 +113,7 @@ def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT
         from seglake.lifecycle.pitr import from_target
 
         try:
-            p, doc = from_target._same_undrop(backup, collection, db, meta, target)
+            p, doc = from_target._same_undrop(backup, collection, db, meta, target, bundle)
             return "target", ((p, doc) if p is not None else
                               from_target.plan_undrop_from_target(meta, backup, collection, db=db, bundle=bundle))
         except (NotFound, OutsideWindow, LogGap) as there:

@@ -1,0 +1,89 @@
+"""Attack on undrop from a backup target (issue 30 item 5) when the collection's NAME was
+re-created and dropped again: each incarnation exported once and its WAL archived. The
+undrop brings back the incarnation asked for (the newest by default, the one of the
+named bundle otherwise), row-exact against the model of that incarnation; a re-run into
+the same target asking for another bundle is refused, never silently the first one; a
+newer incarnation that is live, or whose drop is not archived yet, is refused, never an
+older incarnation in its place."""
+
+from __future__ import annotations
+
+import pytest
+
+from seglake.errors import Conflict
+from seglake.lifecycle import copyjob, drop, pitr, retention, snapshot
+from seglake.lifecycle.backup import archive
+from seglake.lifecycle.backup import export as exports
+from seglake.lifecycle.pitr.planning import LogGap
+from seglake.storage.local import LocalStore
+from seglake.wal.client import WalClient
+
+from pitr_model import SCHEMA, Model, flush_all, rows, visible_of
+
+quiet = dict(say=lambda line: None)
+
+
+def _incarnation(meta, store, settings, target, bundle: str, base: int, v: float, *, dropped=True):
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        retention.set_policy(meta, "src", {"keep_last": 3, "archive": True})
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(base, base + 30), v)), v)
+        flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", bundle)
+        exports.export(meta, store, target, "src", bundle, **quiet)
+        model.record(c.delete("src", list(range(base, base + 4))), v + 0.5)
+        model.record(c.insert("src", rows(range(base + 100, base + 120), v + 0.5), partition="p1"), v + 0.5)
+    if dropped:
+        drop.begin_drop(meta, store, settings, "src")
+        flush_all(meta, store, settings, coll, flush_all=False)
+        assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
+    return coll, model
+
+
+def _finish(meta, store, settings, job, name):
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job, threads=2)
+    assert copyjob.finalize(meta, job).state == "Completed"
+    return pitr.replay(meta, store, settings, meta.catalog.get_by_name(name).collection_id)
+
+
+def test_undrop_of_a_reused_name_brings_back_the_incarnation_asked_for(meta, store, settings, tmp_path):
+    target = LocalStore(tmp_path / "backup")
+    _, m1 = _incarnation(meta, store, settings, target, "s1", 1, 1.0)
+    want1 = m1.visible(meta.tso.now())
+    _, m2 = _incarnation(meta, store, settings, target, "s2", 1000, 2.0)
+    want2 = m2.visible(meta.tso.now())
+    archive.run(meta, store, target)
+    assert want1 != want2 and sum(want1.values()) and sum(want2.values())
+
+    # the newest incarnation by default; the named bundle's incarnation otherwise
+    out = _finish(meta, store, settings, pitr.undrop(meta, store, "src", "back2", backup=target), "back2")
+    assert out["snapshot"] == "s2"
+    assert visible_of(meta, store, meta.catalog.get_by_name("back2")) == want2
+    out = _finish(meta, store, settings, pitr.undrop(meta, store, "src", "back1", backup=target, bundle="s1"),
+                  "back1")
+    assert out["snapshot"] == "s1"
+    assert visible_of(meta, store, meta.catalog.get_by_name("back1")) == want1
+
+    # back1 is the undrop from s1: asking for s2 into it is another undrop, refused
+    names = sorted(c.name for c in meta.catalog.list(include_dropped=True))
+    with pytest.raises(Conflict, match="back1"):
+        pitr.undrop(meta, store, "src", "back1", backup=target, bundle="s2")
+    # the same undrop again resumes it
+    assert pitr.undrop(meta, store, "src", "back1", backup=target, bundle="s1") == \
+        meta.catalog.get_by_name("back1").properties["restore_job_id"]
+
+    # a third incarnation, live: not an older one in its place
+    _incarnation(meta, store, settings, target, "s3", 5000, 3.0, dropped=False)
+    archive.run(meta, store, target)
+    with pytest.raises(LogGap, match="no drop of it"):
+        pitr.undrop(meta, store, "src", "back3", backup=target)
+    # dropped, but its drop not archived yet: refused, not incarnation 2 instead
+    coll3 = meta.catalog.get_by_name("src")
+    drop.begin_drop(meta, store, settings, "src")
+    flush_all(meta, store, settings, coll3, flush_all=False)
+    assert drop.finish_drop(meta, "src", collection_id=coll3.collection_id)["state"] == "Dropped"
+    with pytest.raises(LogGap, match="no drop of it"):
+        pitr.undrop(meta, store, "src", "back3", backup=target)
+    assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == sorted([*names, "src"])
