@@ -23,10 +23,12 @@ from pitr_model import SCHEMA, Model, flush_all, rows, visible_of
 quiet = dict(say=lambda line: None)
 
 
-def _incarnation(meta, store, settings, target, bundle: str, base: int, v: float, *, dropped=True):
+def _incarnation(meta, store, settings, target, bundle: str, base: int, v: float, *, dropped=True, window=False):
     with WalClient(meta, store, settings) as c:
         coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
         retention.set_policy(meta, "src", {"keep_last": 3, "archive": True})
+        if window:
+            pitr.set_window(meta, "src", "1h")
         model = Model(meta, store, "src")
         model.record(c.insert("src", rows(range(base, base + 30), v)), v)
         flush_all(meta, store, settings, coll)
@@ -87,3 +89,22 @@ def test_undrop_of_a_reused_name_brings_back_the_incarnation_asked_for(meta, sto
     with pytest.raises(LogGap, match="no drop of it"):
         pitr.undrop(meta, store, "src", "back3", backup=target)
     assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == sorted([*names, "src"])
+
+
+def test_a_named_bundle_is_the_incarnation_undropped_even_when_this_store_could_give_a_newer_one(meta, store,
+                                                                                                 settings, tmp_path):
+    """Both incarnations had a window: this store can undrop the newest (its newest Dropped
+    record). Naming the bundle of the older one brings back THAT one, from the target --
+    not the store's newest with the bundle ignored."""
+    target = LocalStore(tmp_path / "backup")
+    _, m1 = _incarnation(meta, store, settings, target, "s1", 1, 1.0, window=True)
+    want1 = m1.visible(meta.tso.now())
+    _, m2 = _incarnation(meta, store, settings, target, "s2", 1000, 2.0, window=True)
+    want2 = m2.visible(meta.tso.now())
+    archive.run(meta, store, target)
+    _finish(meta, store, settings, pitr.undrop(meta, store, "src", "newest", backup=target), "newest")
+    assert visible_of(meta, store, meta.catalog.get_by_name("newest")) == want2     # from this store
+    out = _finish(meta, store, settings, pitr.undrop(meta, store, "src", "older", backup=target, bundle="s1"),
+                  "older")
+    assert out["snapshot"] == "s1"
+    assert visible_of(meta, store, meta.catalog.get_by_name("older")) == want1
