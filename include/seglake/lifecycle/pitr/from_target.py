@@ -80,6 +80,11 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
     doc = base_bundle(target, collection, ts, db=db, bundle=bundle)
     p = _bundle_plan(doc, collection, db, ts, target)
     _check_archive(target, doc["source"]["site"], p)
+    gone = drops_in_archive(target, doc["source"]["site"], p, until=ts)
+    if gone:   # at as_of the bundle's collection was no more (the name free, or another collection's)
+        raise OutsideWindow(f"{db}.{collection} of bundle {doc['bundle']} was dropped at {describe(min(gone.values()))}, "
+                            f"before as_of {describe(ts)}: there is nothing of it to restore at that instant; undrop "
+                            f"it (collections undrop --from-target) or restore to an instant before its drop")
     return p, doc
 
 
@@ -181,10 +186,12 @@ def _same_restore(meta, target, collection: str, db: str, restore_to: str, ts: i
 
 
 # -- undrop from the archive (issue 30 item 5: "its archive is in a target") -----------------------
-def drops_in_archive(target, site: str, p: Plan) -> dict[str, int]:
+def drops_in_archive(target, site: str, p: Plan, *, until: int | None = None) -> dict[str, int]:
     """vchannel -> the tick of its first DropCollection in the archive of `site`, read from
     the replay's start of each vchannel (a vchannel whose drop the archive does not hold
-    is absent). Stops reading a pchannel once each of its vchannels has its drop."""
+    is absent). Stops reading a pchannel once each of its vchannels has its drop, or
+    (`until`) at its first time tick past that instant, as the replay does: only the drops
+    at or before it."""
     from seglake.wal import message as M
     from seglake.wal.message import MessageId
 
@@ -196,6 +203,10 @@ def drops_in_archive(target, site: str, p: Plan) -> dict[str, int]:
         if not log.numbers():
             continue
         for m in log.messages(first):
+            if until is not None and m.time_tick > until:
+                if m.type == M.TIME_TICK:
+                    break   # the replay's own end: no later message is at or before `until`
+                continue
             if m.type == M.DROP_COLLECTION and m.vchannel in mine and m.vchannel not in out \
                     and not m.id < MessageId(*p.starts[m.vchannel]["start"]):
                 out[m.vchannel] = m.time_tick

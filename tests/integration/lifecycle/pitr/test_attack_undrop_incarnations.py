@@ -108,3 +108,31 @@ def test_a_named_bundle_is_the_incarnation_undropped_even_when_this_store_could_
                   "older")
     assert out["snapshot"] == "s1"
     assert visible_of(meta, store, meta.catalog.get_by_name("older")) == want1
+
+
+def test_a_restore_to_a_time_after_the_drop_is_refused_not_the_dropped_incarnation(meta, store, settings,
+                                                                                    tmp_path):
+    """From the target alone, `src` as of an instant after its drop: at that instant there
+    was no `src` (or another incarnation): refused, saying when it was dropped -- never
+    the dropped incarnation's last rows labelled as that instant."""
+    from seglake.lifecycle.pitr import from_target
+    from seglake.lifecycle.pitr.planning import OutsideWindow
+    from seglake.meta.catalog import pchannel_of
+
+    target = LocalStore(tmp_path / "backup")
+    coll, _ = _incarnation(meta, store, settings, target, "s1", 1, 1.0)
+    with WalClient(meta, store, settings) as c:   # the log goes on after the drop (another collection)
+        other = c.create_collection("other", SCHEMA, shards=2, partitions=["_default", "p1"])
+        retention.set_policy(meta, "other", {"keep_last": 3, "archive": True})
+        c.insert("other", rows(range(1, 10), 1.0))
+        flush_all(meta, store, settings, other)
+    archive.run(meta, store, target)
+    site = archive.site_id(meta)
+    after = min(archive.ArchivedLog(target, site, pchannel_of(v)).covered() for v in coll.vchannels)
+    with pytest.raises((OutsideWindow, LogGap), match="dropped"):
+        from_target.plan_from_target(meta, target, "src", after)
+    # just before the drop: planned, the bundle's incarnation
+    p, doc = from_target.plan_undrop_from_target(meta, target, "src")
+    first_drop = min(from_target.drops_in_archive(target, site, p).values())
+    p, doc = from_target.plan_from_target(meta, target, "src", first_drop - 1)
+    assert doc["bundle"] == "s1" and p.as_of == first_drop - 1
