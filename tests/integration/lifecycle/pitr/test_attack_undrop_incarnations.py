@@ -23,23 +23,24 @@ from pitr_model import SCHEMA, Model, flush_all, rows, visible_of
 quiet = dict(say=lambda line: None)
 
 
-def _incarnation(meta, store, settings, target, bundle: str, base: int, v: float, *, dropped=True, window=False):
+def _incarnation(meta, store, settings, target, bundle: str, base: int, v: float, *, dropped=True, window=False,
+                 name="src"):
     with WalClient(meta, store, settings) as c:
-        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
-        retention.set_policy(meta, "src", {"keep_last": 3, "archive": True})
+        coll = c.create_collection(name, SCHEMA, shards=2, partitions=["_default", "p1"])
+        retention.set_policy(meta, name, {"keep_last": 3, "archive": True})
         if window:
-            pitr.set_window(meta, "src", "1h")
-        model = Model(meta, store, "src")
-        model.record(c.insert("src", rows(range(base, base + 30), v)), v)
+            pitr.set_window(meta, name, "1h")
+        model = Model(meta, store, name)
+        model.record(c.insert(name, rows(range(base, base + 30), v)), v)
         flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", bundle)
-        exports.export(meta, store, target, "src", bundle, **quiet)
-        model.record(c.delete("src", list(range(base, base + 4))), v + 0.5)
-        model.record(c.insert("src", rows(range(base + 100, base + 120), v + 0.5), partition="p1"), v + 0.5)
+        snapshot.create(meta, store, name, bundle)
+        exports.export(meta, store, target, name, bundle, **quiet)
+        model.record(c.delete(name, list(range(base, base + 4))), v + 0.5)
+        model.record(c.insert(name, rows(range(base + 100, base + 120), v + 0.5), partition="p1"), v + 0.5)
     if dropped:
-        drop.begin_drop(meta, store, settings, "src")
+        drop.begin_drop(meta, store, settings, name)
         flush_all(meta, store, settings, coll, flush_all=False)
-        assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
+        assert drop.finish_drop(meta, name, collection_id=coll.collection_id)["state"] == "Dropped"
     return coll, model
 
 
@@ -136,3 +137,49 @@ def test_a_restore_to_a_time_after_the_drop_is_refused_not_the_dropped_incarnati
     first_drop = min(from_target.drops_in_archive(target, site, p).values())
     p, doc = from_target.plan_from_target(meta, target, "src", first_drop - 1)
     assert doc["bundle"] == "s1" and p.as_of == first_drop - 1
+
+
+def test_two_undrops_racing_for_one_target_name_one_wins_the_other_is_refused(meta, store, settings, tmp_path):
+    """Two dropped collections undropped at once into the SAME new name: one target, one
+    identity; the loser is refused (Conflict), nothing half-made; each source undropped into
+    its own name at once: both row-exact."""
+    import threading
+
+    target = LocalStore(tmp_path / "backup")
+    _, ma = _incarnation(meta, store, settings, target, "sa", 1, 1.0, window=True, name="a")
+    _, mb = _incarnation(meta, store, settings, target, "sb", 500, 2.0, window=True, name="b")
+    want = {"a": ma.visible(meta.tso.now()), "b": mb.visible(meta.tso.now())}
+    results: dict = {}
+    barrier = threading.Barrier(2)
+
+    def go(src, to):
+        barrier.wait()
+        try:
+            results[(src, to)] = pitr.undrop(meta, store, src, to)
+        except Exception as e:   # noqa: BLE001 -- the test looks at which
+            results[(src, to)] = e
+
+    ts = [threading.Thread(target=go, args=(s, "same")) for s in ("a", "b")]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    won = [k for k, v in results.items() if isinstance(v, int)]
+    lost = [v for v in results.values() if not isinstance(v, int)]
+    assert len(won) == 1 and len(lost) == 1 and isinstance(lost[0], Conflict), results
+    src = won[0][0]
+    _finish(meta, store, settings, results[won[0]], "same")
+    assert visible_of(meta, store, meta.catalog.get_by_name("same")) == want[src]
+    assert meta.catalog.get_by_name("same").properties["restored_from"]["collection"] == src
+
+    results.clear()
+    barrier = threading.Barrier(2)
+    ts = [threading.Thread(target=go, args=(s, f"{s}_back")) for s in ("a", "b")]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for s in ("a", "b"):
+        assert isinstance(results[(s, f"{s}_back")], int), results
+        _finish(meta, store, settings, results[(s, f"{s}_back")], f"{s}_back")
+        assert visible_of(meta, store, meta.catalog.get_by_name(f"{s}_back")) == want[s]
