@@ -136,7 +136,12 @@ def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_
     if coll is None:
         raise NotFound(f"collection {collection!r} not found in db {db!r}")
     if coll.state not in (DROPPING, DROPPED):
-        raise StateError(f"collection {collection!r} is {coll.state}, not dropped: restore it to a time instead")
+        earlier = [c.collection_id for c in meta.catalog.list(db=db, include_dropped=True)
+                   if c.name == collection and c.state in (DROPPING, DROPPED)]
+        also = (f"; an earlier collection of that name (id {max(earlier)}) was dropped, but this store undrops "
+                f"the name's newest collection only: bring the earlier one back from the backup target, naming "
+                f"its bundle (--from-target --bundle)") if earlier else ""
+        raise StateError(f"collection {collection!r} is {coll.state}, not dropped: restore it to a time instead{also}")
     if coll.properties.get(DROP_MODE) != "wal":
         raise StateError(f"collection {collection!r} never wrote through the WAL: there is no log to bring it back "
                          "from; restore one of its snapshots instead")

@@ -183,3 +183,19 @@ def test_two_undrops_racing_for_one_target_name_one_wins_the_other_is_refused(me
         assert isinstance(results[(s, f"{s}_back")], int), results
         _finish(meta, store, settings, results[(s, f"{s}_back")], f"{s}_back")
         assert visible_of(meta, store, meta.catalog.get_by_name(f"{s}_back")) == want[s]
+
+
+def test_undrop_of_a_name_taken_again_says_an_earlier_one_was_dropped(meta, store, settings, tmp_path):
+    """This store undrops a name's newest collection: with the name live again, the refusal
+    says an earlier collection of it was dropped and how to get it (not just 'not dropped');
+    nothing created."""
+    from seglake.errors import StateError
+
+    target = LocalStore(tmp_path / "backup")
+    c1, _ = _incarnation(meta, store, settings, target, "s1", 1, 1.0, window=True)
+    _incarnation(meta, store, settings, target, "s2", 1000, 2.0, window=True, dropped=False)
+    before = sorted(c.name for c in meta.catalog.list(include_dropped=True))
+    with pytest.raises(StateError, match=rf"not dropped.*earlier collection of that name \(id {c1.collection_id}\) "
+                                         r"was dropped.*--bundle"):
+        pitr.undrop(meta, store, "src", "back")
+    assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == before
