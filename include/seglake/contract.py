@@ -506,7 +506,8 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
     if dag_id == "restore_database" and not problems:
         problems += _database_problems(out)
     if dag_id == "collection_undrop" and not problems and out["bundle"] is not None and not out["from_target"]:
-        problems.append("conf key 'bundle' (Bundle): a bundle goes with an undrop from the backup target (from_target: true)")
+        problems.append("conf key 'bundle' (Bundle): a bundle goes with an undrop from the backup target "
+                        "(from_target: true)")
     if not problems and dag_id == "milvus_backup":   # what the key kinds cannot say: endpoints, roots, names
         from seglake.milvus.capture import check_request
         try:

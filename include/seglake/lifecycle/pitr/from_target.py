@@ -82,9 +82,10 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
     _check_archive(target, doc["source"]["site"], p)
     gone = drops_in_archive(target, doc["source"]["site"], p, until=ts)
     if gone:   # at as_of the bundle's collection was no more (the name free, or another collection's)
-        raise OutsideWindow(f"{db}.{collection} of bundle {doc['bundle']} was dropped at {describe(min(gone.values()))}, "
-                            f"before as_of {describe(ts)}: there is nothing of it to restore at that instant; undrop "
-                            f"it (collections undrop --from-target) or restore to an instant before its drop")
+        raise OutsideWindow(f"{db}.{collection} of bundle {doc['bundle']} was dropped at "
+                            f"{describe(min(gone.values()))}, before as_of {describe(ts)}: there is nothing of it to "
+                            f"restore at that instant; undrop it (collections undrop --from-target) or restore to an "
+                            f"instant before its drop")
     return p, doc
 
 
