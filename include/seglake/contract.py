@@ -505,6 +505,9 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
         problems += _external_source_problems(out)
     if dag_id == "restore_database" and not problems:
         problems += _database_problems(out)
+    if dag_id == "collection_undrop" and not problems and out["bundle"] is not None and not out["from_target"]:
+        problems.append("conf key 'bundle' (Bundle): a bundle goes with an undrop from the backup target "
+                        "(from_target: true)")
     if not problems and dag_id == "milvus_backup":   # what the key kinds cannot say: endpoints, roots, names
         from seglake.milvus.capture import check_request
         try:
@@ -553,12 +556,22 @@ def _database_problems(conf: Mapping[str, Any]) -> list[str]:
         parse_as_of(conf["as_of"])
     except ValidationError as e:
         out.append(f"conf key 'as_of' (As of): {e}")
-    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", conf["suffix"]):
+    suffix_ok = re.fullmatch(r"[A-Za-z0-9_]{1,64}", conf["suffix"]) is not None
+    if not suffix_ok:
         out.append(f"conf key 'suffix' (Suffix): {show(conf['suffix'])} is not 1..64 letters, digits or '_'")
-    names = [c.strip() for c in (conf.get("collections") or "").split(",") if c.strip()]
+    given = conf.get("collections") or ""
+    names = [c.strip() for c in given.split(",")] if given.strip() else []
+    if names and not any(names):   # " , " is not "every collection": empty means the key left empty
+        out.append(f"conf key 'collections' (Collections): {show(given)} names no collection; leave it empty "
+                   "for every collection of the database")
+    elif "" in names:
+        out.append(f"conf key 'collections' (Collections): {show(given)} has an empty name between commas")
+    names = [n for n in names if n]
     for n in names:
         try:
             validate_name("collection", n)
+            if suffix_ok:   # each target's name: the collection's + the suffix, a name too
+                validate_name("target collection", n + conf["suffix"])
         except ValidationError as e:
             out.append(f"conf key 'collections' (Collections): {e}")
     if len(set(names)) != len(names):

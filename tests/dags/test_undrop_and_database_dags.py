@@ -135,3 +135,28 @@ def test_the_database_form_restores_every_collection_at_one_instant(airflow_env,
         out, err = capfd.readouterr()
         assert words in out + err, bad
     assert sorted(c.name for c in meta.catalog.list()) == before
+
+
+def test_an_undrop_run_whose_replay_dies_ends_failed_and_a_re_run_finishes_it(airflow_env, meta, store, settings,
+                                                                              monkeypatch, capfd):
+    """attack-pitr: the replay dies in every attempt (the task's retries too): the run ends
+    FAILED (not green), the target stays Importing (unusable), the note says how far the
+    replay got; a re-run of the same conf resumes and ends row-exact."""
+    from seglake import faults
+    from seglake.lifecycle.pitr import replaying
+
+    want = _write_and_drop(meta, store, settings)
+    monkeypatch.setattr(replaying, "PROGRESS_EVERY_S", 0.0)
+    conf = {"collection": "src", "target": "back", "engine": "inline"}
+    with faults.inject("pitr.progress"):
+        run = load_dag("collection_undrop").test(run_conf=conf)
+    states = task_states(run)
+    assert run.state == "failed" and states["replay"] == "failed", states
+    assert meta.catalog.get_by_name("back").state == "Importing"
+    out, err = capfd.readouterr()
+    assert "the replay stopped at" in out + err
+    run = load_dag("collection_undrop").test(run_conf=conf)
+    assert run.state == "success", task_states(run)
+    back = meta.catalog.get_by_name("back")
+    assert back.state == "Created" and visible_of(meta, store, back) == want
+    assert pitr.progress(meta, back.collection_id)["percent"] == 100.0

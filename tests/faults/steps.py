@@ -63,6 +63,18 @@ def pitr_restore_from_target(meta, store, settings, a: dict) -> dict:
     return {**out, **pitr.replay(meta, store, settings, meta.catalog.get_by_name(a["target"]).collection_id)}
 
 
+def pitr_undrop(meta, store, settings, a: dict) -> dict:
+    """An undrop (from this store, or with `backup`: falling back to / from the backup
+    target, `bundle` named or not), the whole way."""
+    from seglake.lifecycle import pitr
+    from seglake.storage.local import LocalStore
+
+    job_id = pitr.undrop(meta, store, a["collection"], a["target"],
+                         backup=LocalStore(a["backup"]) if a.get("backup") else None, bundle=a.get("bundle"))
+    out = _drive(meta, store, settings, job_id, a)
+    return {**out, **pitr.replay(meta, store, settings, meta.catalog.get_by_name(a["target"]).collection_id)}
+
+
 def backup_export(meta, store, settings, a: dict) -> dict:
     from seglake.lifecycle.backup import export
     from seglake.storage.local import LocalStore
@@ -142,7 +154,8 @@ def wal_archive(meta, store, settings, a: dict) -> dict:
 
 
 STEPS = {f.__name__: f for f in (restore_all, redrive, snapshot_create, gc_run, backup_export, backup_import,
-                                  backup_restore, compact, pitr_restore, wal_archive, pitr_restore_from_target)}
+                                  backup_restore, compact, pitr_restore, wal_archive, pitr_restore_from_target,
+                                  pitr_undrop)}
 
 
 def main() -> int:

@@ -59,7 +59,7 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
         raise ValidationError(f"suffix {suffix!r}: target {clash[0]!r} is one of the collections restored")
     plans = {}
     for n in names:   # every plan first: one refusal refuses the set, nothing created
-        if not _resuming(meta, db, to[n], ts):
+        if not _resuming(meta, db, n, to[n], ts, from_target=target is not None):
             try:
                 meta.catalog.get_by_name(to[n], db)
                 raise ValidationError(f"target collection {db}.{to[n]} exists already; choose another suffix")
@@ -81,12 +81,18 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
     return out
 
 
-def _resuming(meta, db: str, target: str, ts: int) -> bool:
+def _resuming(meta, db: str, collection: str, target: str, ts: int, *, from_target: bool) -> bool:
+    """`target` exists and is this very restore (the same collection, instant and kind:
+    from the backup target or from this store), the one its set-up resumes; a target of
+    anything else (even a restore of another collection at the same instant) is not."""
     try:
         coll = meta.catalog.get_by_name(target, db)
     except NotFound:
         return False
-    return coll.properties.get("restored_from", {}).get("as_of") == ts
+    src = coll.properties.get("restored_from", {})
+    rp = src.get("replay")
+    return (src.get("as_of") == ts and src.get("collection") == collection and isinstance(rp, dict)
+            and bool(rp.get("archive")) == from_target)
 
 
 def drive(meta, store, settings, jobs: list[dict], db: str) -> list[dict]:

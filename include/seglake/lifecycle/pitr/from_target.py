@@ -22,7 +22,7 @@ by the replay (naming the partition id). Nothing is written before every check p
 
 from __future__ import annotations
 
-from seglake.errors import NotFound
+from seglake.errors import Conflict, NotFound
 from seglake.meta.catalog import DEFAULT_DB, pchannel_of
 from seglake.names import validate_name
 from seglake.lifecycle import restore as restores
@@ -80,6 +80,12 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
     doc = base_bundle(target, collection, ts, db=db, bundle=bundle)
     p = _bundle_plan(doc, collection, db, ts, target)
     _check_archive(target, doc["source"]["site"], p)
+    gone = drops_in_archive(target, doc["source"]["site"], p, until=ts)
+    if gone:   # at as_of the bundle's collection was no more (the name free, or another collection's)
+        raise OutsideWindow(f"{db}.{collection} of bundle {doc['bundle']} was dropped at "
+                            f"{describe(min(gone.values()))}, before as_of {describe(ts)}: there is nothing of it to "
+                            f"restore at that instant; undrop it (collections undrop --from-target) or restore to an "
+                            f"instant before its drop")
     return p, doc
 
 
@@ -181,10 +187,12 @@ def _same_restore(meta, target, collection: str, db: str, restore_to: str, ts: i
 
 
 # -- undrop from the archive (issue 30 item 5: "its archive is in a target") -----------------------
-def drops_in_archive(target, site: str, p: Plan) -> dict[str, int]:
+def drops_in_archive(target, site: str, p: Plan, *, until: int | None = None) -> dict[str, int]:
     """vchannel -> the tick of its first DropCollection in the archive of `site`, read from
     the replay's start of each vchannel (a vchannel whose drop the archive does not hold
-    is absent). Stops reading a pchannel once each of its vchannels has its drop."""
+    is absent). Stops reading a pchannel once each of its vchannels has its drop, or
+    (`until`) at its first time tick past that instant, as the replay does: only the drops
+    at or before it."""
     from seglake.wal import message as M
     from seglake.wal.message import MessageId
 
@@ -196,6 +204,10 @@ def drops_in_archive(target, site: str, p: Plan) -> dict[str, int]:
         if not log.numbers():
             continue
         for m in log.messages(first):
+            if until is not None and m.time_tick > until:
+                if m.type == M.TIME_TICK:
+                    break   # the replay's own end: no later message is at or before `until`
+                continue
             if m.type == M.DROP_COLLECTION and m.vchannel in mine and m.vchannel not in out \
                     and not m.id < MessageId(*p.starts[m.vchannel]["start"]):
                 out[m.vchannel] = m.time_tick
@@ -242,7 +254,7 @@ def undrop_from_target(meta, store, target, collection: str, restore_to: str, *,
     copyjob plan/run/finalize, pitr.replay (which reads the archive and ends each vchannel
     at its DropCollection). `planned`: the plan already made (one planning per undrop)."""
     timeout, bps, rps = restores.check_request(restore_to, db, timeout, owner, engine, 0, 0, origin)
-    p, doc = _same_undrop(target, collection, db, meta, restore_to)
+    p, doc = _same_undrop(target, collection, db, meta, restore_to, bundle)
     if p is None:
         p, doc = planned if planned is not None else plan_undrop_from_target(meta, target, collection, db=db,
                                                                             bundle=bundle)
@@ -256,9 +268,10 @@ def undrop_from_target(meta, store, target, collection: str, restore_to: str, *,
                                      max_requests_per_second=rps, origin=origin)
 
 
-def _same_undrop(target, collection: str, db: str, meta, restore_to: str):
+def _same_undrop(target, collection: str, db: str, meta, restore_to: str, bundle: str | None = None):
     """A re-run of this same undrop from a target whose target collection exists resumes
-    with the plan it began with."""
+    with the plan it began with; `bundle` named and not the one it began from: another
+    undrop (of another incarnation of the name, perhaps), refused (Conflict)."""
     try:
         coll = meta.catalog.get_by_name(restore_to, db)
     except NotFound:
@@ -266,5 +279,8 @@ def _same_undrop(target, collection: str, db: str, meta, restore_to: str):
     src = coll.properties.get("restored_from", {})
     rp = src.get("replay")
     if src.get("undrop") and src.get("collection") == collection and isinstance(rp, dict) and rp.get("archive"):
+        if bundle is not None and rp["snapshot"] != bundle:
+            raise Conflict(f"collection {restore_to!r} in db {db!r} is the undrop of {db}.{collection} from bundle "
+                           f"{rp['snapshot']}, not {bundle}; choose another target")
         return Plan(**rp), bundles.read(target, db, collection, rp["snapshot"])
     return None, None

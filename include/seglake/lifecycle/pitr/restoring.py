@@ -94,7 +94,8 @@ def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT
     bundle document)) -- a re-run of an undrop from the target resumes with its own plan.
     The refusal otherwise, saying why for both; `target` taken by anything but this same
     undrop: Conflict. `bundle`: from the target, start from that bundle (default: the
-    latest one with log positions). Read-only."""
+    latest one with log positions) -- this store is not tried then: the bundle names the
+    incarnation of a reused name, this store would give its newest. Read-only."""
     if bundle is not None and backup is None:
         from seglake.errors import ValidationError
         raise ValidationError("bundle goes with an undrop from the backup target (from_target / --from-target)")
@@ -105,20 +106,23 @@ def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT
             raise Conflict(f"collection {target!r} already exists in db {db!r}; choose another target")
     except NotFound:
         pass
-    try:
-        return "store", plan_undrop(meta, store, collection, target, db=db, now=now)
-    except (NotFound, OutsideWindow, LogGap, StateError) as here:
-        if backup is None:
-            raise
-        from seglake.lifecycle.pitr import from_target
-
+    here = f"bundle {bundle} named"   # a named bundle is the incarnation asked for: never this store's newest
+    if bundle is None:
         try:
-            p, doc = from_target._same_undrop(backup, collection, db, meta, target)
-            return "target", ((p, doc) if p is not None else
-                              from_target.plan_undrop_from_target(meta, backup, collection, db=db, bundle=bundle))
-        except (NotFound, OutsideWindow, LogGap) as there:
-            raise type(there)(f"{db}.{collection} cannot be undropped: not from this store ({here}); not from "
-                              f"the backup target ({there})") from None
+            return "store", plan_undrop(meta, store, collection, target, db=db, now=now)
+        except (NotFound, OutsideWindow, LogGap, StateError) as e:
+            if backup is None:
+                raise
+            here = e
+    from seglake.lifecycle.pitr import from_target
+
+    try:
+        p, doc = from_target._same_undrop(backup, collection, db, meta, target, bundle)
+        return "target", ((p, doc) if p is not None else
+                          from_target.plan_undrop_from_target(meta, backup, collection, db=db, bundle=bundle))
+    except (NotFound, OutsideWindow, LogGap) as there:
+        raise type(there)(f"{db}.{collection} cannot be undropped: not from this store ({here}); not from "
+                          f"the backup target ({there})") from None
 
 
 def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
@@ -132,7 +136,12 @@ def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_
     if coll is None:
         raise NotFound(f"collection {collection!r} not found in db {db!r}")
     if coll.state not in (DROPPING, DROPPED):
-        raise StateError(f"collection {collection!r} is {coll.state}, not dropped: restore it to a time instead")
+        earlier = [c.collection_id for c in meta.catalog.list(db=db, include_dropped=True)
+                   if c.name == collection and c.state in (DROPPING, DROPPED)]
+        also = (f"; an earlier collection of that name (id {max(earlier)}) was dropped, but this store undrops "
+                f"the name's newest collection only: bring the earlier one back from the backup target, naming "
+                f"its bundle (--from-target --bundle)") if earlier else ""
+        raise StateError(f"collection {collection!r} is {coll.state}, not dropped: restore it to a time instead{also}")
     if coll.properties.get(DROP_MODE) != "wal":
         raise StateError(f"collection {collection!r} never wrote through the WAL: there is no log to bring it back "
                          "from; restore one of its snapshots instead")

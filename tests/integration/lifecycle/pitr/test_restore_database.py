@@ -167,3 +167,20 @@ def test_a_database_at_one_instant_from_the_backup_target_alone(meta, store, set
             assert got == wants[n] and sum(got.values()) == [r["rows"] for r in out if r["collection"] == n][0], n
     finally:
         meta2.close()
+
+
+def test_a_target_name_held_by_a_restore_of_another_collection_refuses_the_set_before_anything(meta, store,
+                                                                                              settings):
+    """b's target name `b_cut` is taken by a restore of `a` at the SAME instant: that is not
+    b's restore to resume, so the set is refused before a_cut is created (found by the
+    attack on issue 30: the check compared the instant only, a_cut was created, then b's
+    set-up failed)."""
+    from seglake.errors import Conflict
+    from seglake.lifecycle.pitr import restoring
+
+    models, cut = _write(meta, store, settings)
+    restoring.restore_as_of(meta, store, "a", "b_cut", cut)
+    before = sorted(c.name for c in meta.catalog.list())
+    with pytest.raises((ValidationError, Conflict), match="b_cut"):
+        restore_database_as_of(meta, store, "default", cut, suffix="_cut")
+    assert sorted(c.name for c in meta.catalog.list()) == before
