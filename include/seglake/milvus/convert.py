@@ -190,13 +190,14 @@ class Converter:
         return out
 
     def visible(self) -> dict:
-        """{pk: {field name: value}} of the bundle's visible rows (and the count, duplicates
-        counted as Milvus's count(*) does) -- what verify compares Milvus with."""
+        """{pk: [{field name: value}, ...]} of the bundle's visible rows (a pk inserted twice
+        and never deleted has two) and their count, duplicates counted as Milvus's count(*)
+        does -- what verify compares Milvus with."""
         t = visibility.visible_rows_of(self.view, self.schema, self.segments.values(), self.partitions,
                                        columns=[f.name for f in self.user])
         names = [f.name for f in self.schema.fields]
         cols = {f.name: t.column(visibility.PK if f.is_primary else f.name).to_pylist() for f in self.schema.fields}
-        rows = {}
+        rows: dict = {}
         for i in range(t.num_rows):
-            rows[cols[self.schema.primary.name][i]] = {n: cols[n][i] for n in names}
+            rows.setdefault(cols[self.schema.primary.name][i], []).append({n: cols[n][i] for n in names})
         return {"rows": rows, "count": t.num_rows}
