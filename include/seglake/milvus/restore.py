@@ -545,36 +545,41 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
     checked = 0
     if sample:
         cache: dict = {}
+
+        def value(row, f):
+            if doc.get("converted"):
+                return row[f["name"]]
+            e, i = row
+            key = (int(e["segment_id"]), int(f["field_id"]))
+            if key not in cache:
+                logs = next(b["logs"] for b in e["binlogs"] if int(b["field_id"]) == int(f["field_id"]))
+                cache[key] = [v for x in logs for v in _col(backup, doc, x["path"])]
+            return cache[key][i]
+
+        def differ(row, r) -> list[str]:
+            return [f"pk {r[pk['name']]}: field {f['name']!r} is {_norm(r.get(f['name']), f)!r} in Milvus, "
+                    f"{_norm(value(row, f), f)!r} in the bundle" for f in fields
+                    if _norm(value(row, f), f) != _norm(r.get(f["name"]), f)]
+
         lit = ", ".join(json.dumps(p) for p in sample)
-        got = {r[pk["name"]]: r for r in client.one({"op": "query", "name": req.name, "expr": f"{pk['name']} in [{lit}]",
-                                                      "output_fields": [f["name"] for f in fields], "limit": len(sample) + 1})}
+        got: dict = {}           # a pk visible twice (inserted twice, never deleted): two rows
+        for r in client.one({"op": "query", "name": req.name, "expr": f"{pk['name']} in [{lit}]",
+                             "output_fields": [f["name"] for f in fields],
+                             "limit": sum(len(visible[p]) for p in sample) + 1}):
+            got.setdefault(r[pk["name"]], []).append(r)
         for p in sample:
             if p not in got:
                 problems.append(f"pk {p} is missing in Milvus")
                 continue
-            # a pk visible more than once: Milvus's query returns one of its rows (2.3 picks
-            # none by timestamp), which must be one of the bundle's
-            wrong = []
-            for row in visible[p]:
-                wrong = []
-                for f in fields:
-                    if doc.get("converted"):
-                        value = row[f["name"]]
-                    else:
-                        e, i = row
-                        key = (int(e["segment_id"]), int(f["field_id"]))
-                        if key not in cache:
-                            logs = next(b["logs"] for b in e["binlogs"] if int(b["field_id"]) == int(f["field_id"]))
-                            cache[key] = [v for x in logs for v in _col(backup, doc, x["path"])]
-                        value = cache[key][i]
-                    want, have = _norm(value, f), _norm(got[p].get(f["name"]), f)
-                    if want != have:
-                        wrong.append(f"pk {p}: field {f['name']!r} is {have!r} in Milvus, {want!r} in the bundle")
-                if not wrong:
+            left = list(visible[p])          # each row in Milvus is a distinct one of the bundle's
+            for r in got[p]:
+                j = next((j for j, row in enumerate(left) if not differ(row, r)), None)
+                if j is None:
+                    problems.extend(differ(left[0], r) if len(visible[p]) == 1 and left else
+                                    [f"pk {p}: a row in Milvus is none of its {len(visible[p])} visible rows in the "
+                                     f"bundle, or more rows than those"])
                     break
-            problems.extend(wrong if len(visible[p]) == 1 else
-                            [f"pk {p}: Milvus's row is none of its {len(visible[p])} visible rows in the bundle "
-                             f"({wrong[0]})"] if wrong else [])
+                left.pop(j)
             checked += 1
     return {"ok": not problems, "count": count, "visible_rows": n_visible, "sampled": checked,
             "problems": problems[:50]}
