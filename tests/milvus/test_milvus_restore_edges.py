@@ -245,3 +245,30 @@ def test_a_capture_with_a_pk_inserted_twice_restores_and_verifies(env, milvus, m
     c = MilvusClient(milvus_server.address)
     got = c.one({"op": "query", "name": new, "expr": "pk >= 0", "output_fields": ["pk", "v"], "limit": 100})
     assert sorted(set(r["pk"] for r in got)) == list(range(20))
+
+
+def test_a_data_file_damaged_after_check_is_never_converted(env, meta, store):
+    """The DAG checks in one task and converts in a later one: a data file damaged in
+    between (here: replaced by another valid Parquet file of the same field, other values)
+    is refused as it is read, never converted into Milvus binlogs (nor read by verify)."""
+    from seglake.dev import demo
+    from seglake.milvus import convert
+    from seglake.storage import layout
+
+    kv, keys, backup = env
+    src = f"dm_{uuid.uuid4().hex[:8]}"
+    demo.seed(meta, store, demo.SeedParams(name=src, partitions=1, segments=2, rows=20, dim=2, shards=1))
+    snapshot.create(meta, store, src, "s1")
+    exports.export(meta, store, backup, src, "s1", bundle="e1", say=lambda _: None)
+    mdoc = restore.read_bundle(backup, restore.Request("default", src, "e1", "dm_new"))
+    conv = convert.Converter(backup, mdoc)
+    conv.check_values()
+    a, b = sorted(conv.segments)
+    price = {sid: next(k for k in mdoc["files"] if k.startswith(f"{layout.INSERT_LOG}/") and
+                       k.split("/")[-3:-1] == [str(sid), "102"]) for sid in (a, b)}
+    blob = backup.root / layout.bundle_blob(mdoc["files"][price[a]]["sha256"])
+    blob.write_bytes((backup.root / layout.bundle_blob(mdoc["files"][price[b]]["sha256"])).read_bytes())
+    with pytest.raises(convert.ConvertError, match=f"{price[a]}: its data file .* is damaged"):
+        convert.Converter(backup, mdoc).segment_files(a)
+    with pytest.raises(convert.ConvertError, match="damaged"):
+        convert.Converter(backup, mdoc).visible()

@@ -26,12 +26,16 @@ segment's staging dir (ids: the bundle's).
 
 from __future__ import annotations
 
+import hashlib
+import io
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import visibility
 from seglake.errors import NotFound, SeglakeError
+from seglake.lifecycle.backup import bundle as bundles
 from seglake.manifest import entry_to_segment
 from seglake.meta.catalog import Field, Schema
 from seglake.milvus import binlog_writer
@@ -56,10 +60,17 @@ class BundleFiles:
         self.backup, self.files = backup, doc["files"]
 
     def open_read(self, key: str):
+        """The file's bytes, checked by SHA-256 and size as they are read (check() checked
+        them before; a file damaged since -- a plan run later, as the DAG does -- is refused
+        here, never converted)."""
         f = self.files.get(key)
         if f is None:
             raise NotFound(f"{key} is not a file of the bundle")
-        return self.backup.open_read(layout.bundle_blob(f["sha256"]))
+        raw = bundles.read_small(self.backup, layout.bundle_blob(f["sha256"]), f["size"])
+        if len(raw) != f["size"] or hashlib.sha256(raw).hexdigest() != f["sha256"]:
+            raise ConvertError(f"{key}: its data file in the backup target is damaged (not the SHA-256 or size the "
+                               f"bundle records); nothing was converted from it")
+        return io.BytesIO(raw)
 
 
 def schema_of(doc: dict) -> Schema:

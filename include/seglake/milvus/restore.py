@@ -506,9 +506,13 @@ def bundle_rows(backup, doc: dict) -> tuple[dict, int]:
 
 
 def _blob(backup, doc, path):
-    """(file object, size) of a bundle file's bytes, read once (its SHA-256 checked by check())."""
+    """(file object, size) of a bundle file's bytes, read once and checked by SHA-256 and
+    size (check() checked them before; a file damaged since is refused, never read)."""
     f = doc["files"][path]
     raw = bundles.read_small(backup, layout.bundle_blob(f["sha256"]), f["size"])
+    if len(raw) != f["size"] or hashlib.sha256(raw).hexdigest() != f["sha256"]:
+        raise MilvusRestoreError(f"{path}: its data file in the backup target is damaged (not the SHA-256 or size "
+                                 f"the bundle records)")
     return io.BytesIO(raw), len(raw)
 
 
