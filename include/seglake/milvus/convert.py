@@ -46,6 +46,7 @@ MILVUS_TYPE = {"Bool": 1, "Int8": 2, "Int16": 3, "Int32": 4, "Int64": 5, "Float"
                "FloatVector": 101}
 VARCHAR_MAX = 65535
 LOG_ID = 1
+PK_UNQUERYABLE = 2**63 - 1     # imported into 2.3.5, counted by count(*), returned by no query (pk == it, pk > 0, ...)
 
 
 class ConvertError(SeglakeError):
@@ -145,11 +146,15 @@ class Converter:
         return visibility.read_rows(self.view, self.schema, [self.segments[sid]], [f.name for f in self.user])
 
     def check_values(self) -> None:
-        """Every value Milvus can hold: no nulls, VarChar within max_length (before any write)."""
+        """Every value Milvus can hold: no nulls, VarChar within max_length, no pk 2**63 - 1
+        (before any write)."""
         for sid, seg in self.segments.items():
             if not seg.binlogs:
                 continue
             t = self.rows(sid)
+            if t.num_rows and pc.max(t.column(visibility.PK)).as_py() == PK_UNQUERYABLE:
+                raise ConvertError(f"{self.schema.primary.name!r} {PK_UNQUERYABLE} in segment {sid}: Milvus 2.3 counts "
+                                   f"such a row but no query returns it; nothing was written")
             for f in self.user:
                 col = t.column(f.name)
                 if col.null_count:
