@@ -113,8 +113,8 @@ def _restore(env, milvus_server, s3_server, meta, store, src, new):
                        restore.Request(db="default", collection=src, bundle="e1", name=new, sample=100, poll=0.5))
 
 
-def test_row_model_edges_restored_exactly(env, meta, store, milvus_server, s3_server):
-    src, new = f"ed_{uuid.uuid4().hex[:8]}", f"from_ed_{uuid.uuid4().hex[:8]}"
+def row_model_collection(meta, store, src: str):
+    """The row-model edges (test_row_model_edges_restored_exactly's comments)."""
     dim = 2
     coll = meta.catalog.create(src, [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
                                      {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": dim},
@@ -151,6 +151,10 @@ def test_row_model_edges_restored_exactly(env, meta, store, milvus_server, s3_se
     add_segment(meta, store, coll, "_default", cols([5, 13, 13], add=300.0), [t[6], t[1], t[7]],
                 deletes=(np.array([13], np.int64), np.array([t[7]], np.int64), np.array([0], np.int64)))
 
+
+def test_row_model_edges_restored_exactly(env, meta, store, milvus_server, s3_server):
+    src, new = f"ed_{uuid.uuid4().hex[:8]}", f"from_ed_{uuid.uuid4().hex[:8]}"
+    row_model_collection(meta, store, src)
     fields = ["pk", "embedding", "price"]
     want = seglake_view(meta, store, src, fields)
     assert sorted(want[1]) == [1, 2, 3, 5, 6, 7, 8, 12, 13]                 # the model, in seglake
@@ -294,3 +298,35 @@ def test_the_largest_int64_pk_is_refused_before_any_write(env, meta, store):
     mdoc = restore.read_bundle(backup, restore.Request("default", src, "e1", "mx_new"))
     with pytest.raises(convert.ConvertError, match=f"9223372036854775807 in segment {sid}"):
         convert.Converter(backup, mdoc).check_values()
+
+
+def test_compacted_then_restored_in_seglake_then_restored_into_milvus(env, meta, store, milvus_server, s3_server):
+    """The row-model collection compacted by seglake (L0 deletes folded, rows dropped),
+    exported, restored into a new seglake collection (a copy: its delta logs keep the
+    partition ids of where they were written), that one exported and restored into Milvus:
+    Milvus's rows are the first collection's."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "lifecycle" / "compaction"))
+    from compaction_helpers import policy
+    from seglake.lifecycle import compaction, copyjob
+    from seglake.lifecycle.backup import bundle_restore
+
+    kv, keys, backup = env
+    src, mid, new = (f"{p}_{uuid.uuid4().hex[:8]}" for p in ("cc", "cm", "from_cc"))
+    row_model_collection(meta, store, src)
+    fields = ["pk", "embedding", "price"]
+    want = seglake_view(meta, store, src, fields)
+    s = compaction.compact(meta, store, src, policy(l0_age=0.0, delete_ratio=0.01))
+    assert s.results and seglake_view(meta, store, src, fields) == want
+    snapshot.create(meta, store, src, "s1")
+    exports.export(meta, store, backup, src, "s1", bundle="e1", say=lambda _: None)
+    r = bundle_restore.restore_from_bundle(meta, store, backup, src, "e1", mid, engine="inline", say=lambda _: None)
+    copyjob.plan(meta, r["job_id"])
+    copyjob.run_inline(meta, store, r["job_id"])
+    assert copyjob.finalize(meta, r["job_id"]).state == "Completed"
+    assert seglake_view(meta, store, mid, fields) == want
+    report = _restore(env, milvus_server, s3_server, meta, store, mid, new)
+    assert report["state"] == "verified" and report["ok"], report["problems"]
+    same_rows(milvus_view(MilvusClient(milvus_server.address), new, fields), want)
