@@ -113,8 +113,9 @@ def _restore(env, milvus_server, s3_server, meta, store, src, new):
                        restore.Request(db="default", collection=src, bundle="e1", name=new, sample=100, poll=0.5))
 
 
-def row_model_collection(meta, store, src: str):
-    """The row-model edges (test_row_model_edges_restored_exactly's comments)."""
+def row_model_collection(meta, store, src: str, ahead: bool = True):
+    """The row-model edges (test_row_model_edges_restored_exactly's comments); `ahead`: with
+    a row stamped ten years ahead (seglake's own bundle restore refuses such a bundle)."""
     dim = 2
     coll = meta.catalog.create(src, [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
                                      {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": dim},
@@ -150,6 +151,9 @@ def row_model_collection(meta, store, src: str):
     # S6: 5 inserted again (a duplicate, newer), 13 upserted inside this segment
     add_segment(meta, store, coll, "_default", cols([5, 13, 13], add=300.0), [t[6], t[1], t[7]],
                 deletes=(np.array([13], np.int64), np.array([t[7]], np.int64), np.array([0], np.int64)))
+    # S7: a row stamped ten years ahead (a TSO ahead of the target Milvus's clock)
+    if ahead:
+        add_segment(meta, store, coll, "part_1", cols([20], add=400.0), [t[9] + ((10 * 365 * 86400 * 1000) << 18)])
 
 
 def test_row_model_edges_restored_exactly(env, meta, store, milvus_server, s3_server):
@@ -157,20 +161,20 @@ def test_row_model_edges_restored_exactly(env, meta, store, milvus_server, s3_se
     row_model_collection(meta, store, src)
     fields = ["pk", "embedding", "price"]
     want = seglake_view(meta, store, src, fields)
-    assert sorted(want[1]) == [1, 2, 3, 5, 6, 7, 8, 12, 13]                 # the model, in seglake
-    assert want[0] == 11 and len(want[1][2]) == len(want[1][5]) == 2         # 2 and 5 twice
+    assert sorted(want[1]) == [1, 2, 3, 5, 6, 7, 8, 12, 13, 20]             # the model, in seglake
+    assert want[0] == 12 and len(want[1][2]) == len(want[1][5]) == 2         # 2 and 5 twice
     assert want[1][8] == [(8, (208.0, 208.0), 208.25)] and want[1][13] == [(13, (313.0, 313.0), 313.25)]
     report = _restore(env, milvus_server, s3_server, meta, store, src, new)
     assert report["state"] == "verified" and report["ok"], report["problems"]
-    assert report["count"] == report["visible_rows"] == 11
+    assert report["count"] == report["visible_rows"] == 12
     c = MilvusClient(milvus_server.address)
     same_rows(milvus_view(c, new, fields), want)
 
-    # a delete issued in Milvus after the restore hides the restored rows (their
-    # timestamps are not ahead of Milvus's clock)
-    c.one({"op": "delete", "name": new, "pks": [3, 5, 12]})
+    # a delete issued in Milvus after the restore hides the restored rows: Milvus stamps
+    # them itself, even the one seglake stamped ten years ahead (20)
+    c.one({"op": "delete", "name": new, "pks": [3, 5, 12, 20]})
     n_after, rows_after = milvus_view(c, new, fields)
-    assert sorted(rows_after) == [1, 2, 6, 7, 8, 13] and n_after == 11 - 4
+    assert sorted(rows_after) == [1, 2, 6, 7, 8, 13] and n_after == 12 - 5
 
 
 def test_schema_edges_restored_exactly(env, meta, store, milvus_server, s3_server):
@@ -315,7 +319,7 @@ def test_compacted_then_restored_in_seglake_then_restored_into_milvus(env, meta,
 
     kv, keys, backup = env
     src, mid, new = (f"{p}_{uuid.uuid4().hex[:8]}" for p in ("cc", "cm", "from_cc"))
-    row_model_collection(meta, store, src)
+    row_model_collection(meta, store, src, ahead=False)
     fields = ["pk", "embedding", "price"]
     want = seglake_view(meta, store, src, fields)
     s = compaction.compact(meta, store, src, policy(l0_age=0.0, delete_ratio=0.01))
@@ -330,3 +334,25 @@ def test_compacted_then_restored_in_seglake_then_restored_into_milvus(env, meta,
     report = _restore(env, milvus_server, s3_server, meta, store, mid, new)
     assert report["state"] == "verified" and report["ok"], report["problems"]
     same_rows(milvus_view(MilvusClient(milvus_server.address), new, fields), want)
+
+
+@pytest.mark.parametrize("bad", [{"bucket": ""}, {"bucket": "Bad_Bucket"}, {"staging": "a/../b"}, {"staging": ""},
+                                 {"staging": "x y"}])
+def test_a_bad_bucket_or_staging_prefix_is_refused_before_any_write(env, meta, store, milvus_server, s3_server, bad):
+    """The bucket and the staging prefix are checked with the request, before the
+    collection is created in Milvus (the staging store was opened only after it)."""
+    import dataclasses
+
+    from seglake.errors import ValidationError
+
+    kv, keys, backup = env
+    src, new = f"bb_{uuid.uuid4().hex[:8]}", f"from_bb_{uuid.uuid4().hex[:8]}"
+    meta.catalog.create(src, [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
+                              {"field_id": 101, "name": "embedding", "dtype": "FloatVector", "dim": 2}], shards=1)
+    snapshot.create(meta, store, src, "s1")
+    exports.export(meta, store, backup, src, "s1", bundle="e1", say=lambda _: None)
+    target = dataclasses.replace(target_of(milvus_server, s3_server), **bad)
+    with pytest.raises(ValidationError, match="bucket|staging"):
+        restore.run(kv, keys, backup, target, restore.Request(db="default", collection=src, bundle="e1", name=new))
+    assert not MilvusClient(milvus_server.address).one({"op": "has", "name": new})["exists"]
+    assert list(kv.range(keys.prefix)) == []

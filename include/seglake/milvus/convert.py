@@ -7,7 +7,8 @@ Supported field types (every type a seglake collection has): Bool, Int8, Int16, 
 Int64, Float, Double, VarChar (created with max_length 65535, Milvus's largest; a longer
 value is refused) and FloatVector (dim kept). Any other type in a bundle is refused naming
 the field; so is a null value (Milvus 2.3 has no nullable fields), naming the field and the
-segment -- all before anything is written on either side.
+segment, and pk 2**63 - 1 (Milvus 2.3.5 counts its row, no query returns it) -- all before
+anything is written on either side. Every file read after that is checked by SHA-256 again.
 
 Visibility. seglake's deletes are collection-wide or scoped to a partition ("L0" style,
 seglake.visibility); Milvus 2.3's bulk insert applies a segment's delta logs to that

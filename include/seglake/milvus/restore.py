@@ -25,7 +25,8 @@ Every step is idempotent; a killed run re-run with the same arguments resumes:
   (unique per restore and segment); found -> adopted, else submitted again. A segment is
   never imported twice.
 - staging copies only what is missing, each file checked by SHA-256 as it passes.
-Nothing is written on either side before check() passes: Milvus reachable, the name free
+Nothing is written on either side before check() passes: the bucket and staging prefix
+well-formed, Milvus reachable, the name free
 (or this restore's own), the bundle's document and every data file checked by content,
 the schema representable.
 
@@ -93,6 +94,23 @@ class MilvusTarget:
 
     def describe(self) -> dict:
         return {"address": self.address, "bucket": self.bucket, "staging": self.staging}
+
+    def check(self) -> None:
+        """The bucket and the staging prefix as S3 names them, the prefix one segment
+        (STAGING_RE), an address and an endpoint given: before anything is written on either
+        side (the staging store is opened only after the collection is created)."""
+        from seglake.storage.s3 import parse_s3_uri
+
+        if not isinstance(self.staging, str) or not STAGING_RE.fullmatch(self.staging):
+            raise ValidationError(f"staging prefix {self.staging!r}: one path segment of letters, digits, '_' and '-' "
+                                  f"(at most 63, starting with a letter or digit), e.g. 'seglake-restore'")
+        try:
+            parse_s3_uri(f"s3://{self.bucket}/{self.staging}")
+        except ValueError as e:
+            raise ValidationError(f"the target Milvus's bucket: {e}") from None
+        for k in ("address", "s3_endpoint"):
+            if not isinstance(getattr(self, k), str) or not getattr(self, k).strip():
+                raise ValidationError(f"the target Milvus's {k} is empty")
 
 
 @dataclass
@@ -250,6 +268,7 @@ class Records:
 def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> dict:
     """Nothing written on either side before this passes. Returns the plan (small, serializable)."""
     req.check()
+    target.check()
     doc = read_bundle(backup, req)
     schema = check_schema(doc)
     client = client or target.client(timeout=120)
@@ -423,6 +442,7 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
     load, verify. Returns the report."""
     t0 = time.time()
     req.check()
+    target.check()
     client = target.client()
     with client.session():                # one client process for the whole restore
         return _run(kv, keys, backup, target, req, plan, client, t0)
