@@ -7,7 +7,8 @@ Supported field types (every type a seglake collection has): Bool, Int8, Int16, 
 Int64, Float, Double, VarChar (created with max_length 65535, Milvus's largest; a longer
 value is refused) and FloatVector (dim kept). Any other type in a bundle is refused naming
 the field; so is a null value (Milvus 2.3 has no nullable fields), naming the field and the
-segment, and pk 2**63 - 1 (Milvus 2.3.5 counts its row, no query returns it) -- all before
+segment, and pk 2**63 - 1 or -2**63 (Milvus 2.3.5 holds the row, no query or delete by pk
+reaches it) -- all before
 anything is written on either side. Every file read after that is checked by SHA-256 again.
 
 Visibility. seglake's deletes are collection-wide or scoped to a partition ("L0" style,
@@ -47,7 +48,10 @@ MILVUS_TYPE = {"Bool": 1, "Int8": 2, "Int16": 3, "Int32": 4, "Int64": 5, "Float"
                "FloatVector": 101}
 VARCHAR_MAX = 65535
 LOG_ID = 1
-PK_UNQUERYABLE = 2**63 - 1     # imported into 2.3.5, counted by count(*), returned by no query (pk == it, pk > 0, ...)
+# pks Milvus 2.3.5 holds but cannot reach: 2**63 - 1 is counted by count(*) and returned by
+# no query (pk == it, pk > 0, ...); -2**63 cannot be written in an expression (ParseInt of
+# 9223372036854775808 fails), so no query or delete by pk names it
+PK_UNQUERYABLE = (2**63 - 1, -2**63)
 
 
 class ConvertError(SeglakeError):
@@ -153,9 +157,12 @@ class Converter:
             if not seg.binlogs:
                 continue
             t = self.rows(sid)
-            if t.num_rows and pc.max(t.column(visibility.PK)).as_py() == PK_UNQUERYABLE:
-                raise ConvertError(f"{self.schema.primary.name!r} {PK_UNQUERYABLE} in segment {sid}: Milvus 2.3 counts "
-                                   f"such a row but no query returns it; nothing was written")
+            if t.num_rows:
+                ends = pc.min_max(t.column(visibility.PK)).as_py()
+                bad = [pk for pk in PK_UNQUERYABLE if pk in (ends["min"], ends["max"])]
+                if bad:
+                    raise ConvertError(f"{self.schema.primary.name!r} {bad[0]} in segment {sid}: Milvus 2.3 holds such "
+                                       f"a row but no query or delete by pk reaches it; nothing was written")
             for f in self.user:
                 col = t.column(f.name)
                 if col.null_count:
