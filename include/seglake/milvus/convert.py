@@ -7,7 +7,9 @@ Supported field types (every type a seglake collection has): Bool, Int8, Int16, 
 Int64, Float, Double, VarChar (created with max_length 65535, Milvus's largest; a longer
 value is refused) and FloatVector (dim kept). Any other type in a bundle is refused naming
 the field; so is a null value (Milvus 2.3 has no nullable fields), naming the field and the
-segment -- all before anything is written on either side.
+segment, and pk 2**63 - 1 or -2**63 (Milvus 2.3.5 holds the row, no query or delete by pk
+reaches it) -- all before
+anything is written on either side. Every file read after that is checked by SHA-256 again.
 
 Visibility. seglake's deletes are collection-wide or scoped to a partition ("L0" style,
 seglake.visibility); Milvus 2.3's bulk insert applies a segment's delta logs to that
@@ -26,12 +28,16 @@ segment's staging dir (ids: the bundle's).
 
 from __future__ import annotations
 
+import hashlib
+import io
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from seglake import visibility
 from seglake.errors import NotFound, SeglakeError
+from seglake.lifecycle.backup import bundle as bundles
 from seglake.manifest import entry_to_segment
 from seglake.meta.catalog import Field, Schema
 from seglake.milvus import binlog_writer
@@ -42,6 +48,10 @@ MILVUS_TYPE = {"Bool": 1, "Int8": 2, "Int16": 3, "Int32": 4, "Int64": 5, "Float"
                "FloatVector": 101}
 VARCHAR_MAX = 65535
 LOG_ID = 1
+# pks Milvus 2.3.5 holds but cannot reach: 2**63 - 1 is counted by count(*) and returned by
+# no query (pk == it, pk > 0, ...); -2**63 cannot be written in an expression (ParseInt of
+# 9223372036854775808 fails), so no query or delete by pk names it
+PK_UNQUERYABLE = (2**63 - 1, -2**63)
 
 
 class ConvertError(SeglakeError):
@@ -56,10 +66,17 @@ class BundleFiles:
         self.backup, self.files = backup, doc["files"]
 
     def open_read(self, key: str):
+        """The file's bytes, checked by SHA-256 and size as they are read (check() checked
+        them before; a file damaged since -- a plan run later, as the DAG does -- is refused
+        here, never converted)."""
         f = self.files.get(key)
         if f is None:
             raise NotFound(f"{key} is not a file of the bundle")
-        return self.backup.open_read(layout.bundle_blob(f["sha256"]))
+        raw = bundles.read_small(self.backup, layout.bundle_blob(f["sha256"]), f["size"])
+        if len(raw) != f["size"] or hashlib.sha256(raw).hexdigest() != f["sha256"]:
+            raise ConvertError(f"{key}: its data file in the backup target is damaged (not the SHA-256 or size the "
+                               f"bundle records); nothing was converted from it")
+        return io.BytesIO(raw)
 
 
 def schema_of(doc: dict) -> Schema:
@@ -134,11 +151,18 @@ class Converter:
         return visibility.read_rows(self.view, self.schema, [self.segments[sid]], [f.name for f in self.user])
 
     def check_values(self) -> None:
-        """Every value Milvus can hold: no nulls, VarChar within max_length (before any write)."""
+        """Every value Milvus can hold: no nulls, VarChar within max_length, no pk 2**63 - 1
+        (before any write)."""
         for sid, seg in self.segments.items():
             if not seg.binlogs:
                 continue
             t = self.rows(sid)
+            if t.num_rows:
+                ends = pc.min_max(t.column(visibility.PK)).as_py()
+                bad = [pk for pk in PK_UNQUERYABLE if pk in (ends["min"], ends["max"])]
+                if bad:
+                    raise ConvertError(f"{self.schema.primary.name!r} {bad[0]} in segment {sid}: Milvus 2.3 holds such "
+                                       f"a row but no query or delete by pk reaches it; nothing was written")
             for f in self.user:
                 col = t.column(f.name)
                 if col.null_count:
@@ -190,13 +214,14 @@ class Converter:
         return out
 
     def visible(self) -> dict:
-        """{pk: {field name: value}} of the bundle's visible rows (and the count, duplicates
-        counted as Milvus's count(*) does) -- what verify compares Milvus with."""
+        """{pk: [{field name: value}, ...]} of the bundle's visible rows (a pk inserted twice
+        and never deleted has two) and their count, duplicates counted as Milvus's count(*)
+        does -- what verify compares Milvus with."""
         t = visibility.visible_rows_of(self.view, self.schema, self.segments.values(), self.partitions,
                                        columns=[f.name for f in self.user])
         names = [f.name for f in self.schema.fields]
         cols = {f.name: t.column(visibility.PK if f.is_primary else f.name).to_pylist() for f in self.schema.fields}
-        rows = {}
+        rows: dict = {}
         for i in range(t.num_rows):
-            rows[cols[self.schema.primary.name][i]] = {n: cols[n][i] for n in names}
+            rows.setdefault(cols[self.schema.primary.name][i], []).append({n: cols[n][i] for n in names})
         return {"rows": rows, "count": t.num_rows}

@@ -25,7 +25,8 @@ Every step is idempotent; a killed run re-run with the same arguments resumes:
   (unique per restore and segment); found -> adopted, else submitted again. A segment is
   never imported twice.
 - staging copies only what is missing, each file checked by SHA-256 as it passes.
-Nothing is written on either side before check() passes: Milvus reachable, the name free
+Nothing is written on either side before check() passes: the bucket and staging prefix
+well-formed, Milvus reachable, the name free
 (or this restore's own), the bundle's document and every data file checked by content,
 the schema representable.
 
@@ -93,6 +94,23 @@ class MilvusTarget:
 
     def describe(self) -> dict:
         return {"address": self.address, "bucket": self.bucket, "staging": self.staging}
+
+    def check(self) -> None:
+        """The bucket and the staging prefix as S3 names them, the prefix one segment
+        (STAGING_RE), an address and an endpoint given: before anything is written on either
+        side (the staging store is opened only after the collection is created)."""
+        from seglake.storage.s3 import parse_s3_uri
+
+        if not isinstance(self.staging, str) or not STAGING_RE.fullmatch(self.staging):
+            raise ValidationError(f"staging prefix {self.staging!r}: one path segment of letters, digits, '_' and '-' "
+                                  f"(at most 63, starting with a letter or digit), e.g. 'seglake-restore'")
+        try:
+            parse_s3_uri(f"s3://{self.bucket}/{self.staging}")
+        except ValueError as e:
+            raise ValidationError(f"the target Milvus's bucket: {e}") from None
+        for k in ("address", "s3_endpoint"):
+            if not isinstance(getattr(self, k), str) or not getattr(self, k).strip():
+                raise ValidationError(f"the target Milvus's {k} is empty")
 
 
 @dataclass
@@ -250,6 +268,7 @@ class Records:
 def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> dict:
     """Nothing written on either side before this passes. Returns the plan (small, serializable)."""
     req.check()
+    target.check()
     doc = read_bundle(backup, req)
     schema = check_schema(doc)
     client = client or target.client(timeout=120)
@@ -423,6 +442,7 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
     load, verify. Returns the report."""
     t0 = time.time()
     req.check()
+    target.check()
     client = target.client()
     with client.session():                # one client process for the whole restore
         return _run(kv, keys, backup, target, req, plan, client, t0)
@@ -479,9 +499,10 @@ def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
 
 
 # -- verify -------------------------------------------------------------------------------
-def bundle_rows(backup, doc: dict) -> tuple[dict, list]:
-    """(visible rows {pk: (segment entry, row index)}, problems): a row (pk, ts) is visible
-    unless a delete (pk, ts_d) with ts_d > ts is in any captured delete log."""
+def bundle_rows(backup, doc: dict) -> tuple[dict, int]:
+    """(visible rows {pk: [(segment entry, row index), ...]}, their count): a row (pk, ts)
+    is visible unless a delete (pk, ts_d) with ts_d > ts is in any captured delete log; a pk
+    inserted twice and never deleted is visible twice (Milvus's count(*) counts both)."""
     pk_f = next(int(f["field_id"]) for f in doc["snapshot"]["collection"]["schema"]["fields"] if f.get("is_primary_key"))
     deletes: dict = {}
     rows: list = []
@@ -495,20 +516,23 @@ def bundle_rows(backup, doc: dict) -> tuple[dict, list]:
                 for pk, ts in _dels(backup, doc, x["path"]):
                     deletes[pk] = max(deletes.get(pk, 0), ts)
     visible: dict = {}
-    problems = []
+    n = 0
     for pk, ts, e, i in rows:
         if deletes.get(pk, -1) > ts:
             continue
-        if pk in visible:
-            problems.append(f"pk {pk} is visible twice in the bundle")
-        visible[pk] = (e, i)
-    return visible, problems
+        visible.setdefault(pk, []).append((e, i))
+        n += 1
+    return visible, n
 
 
 def _blob(backup, doc, path):
-    """(file object, size) of a bundle file's bytes, read once (its SHA-256 checked by check())."""
+    """(file object, size) of a bundle file's bytes, read once and checked by SHA-256 and
+    size (check() checked them before; a file damaged since is refused, never read)."""
     f = doc["files"][path]
     raw = bundles.read_small(backup, layout.bundle_blob(f["sha256"]), f["size"])
+    if len(raw) != f["size"] or hashlib.sha256(raw).hexdigest() != f["sha256"]:
+        raise MilvusRestoreError(f"{path}: its data file in the backup target is damaged (not the SHA-256 or size "
+                                 f"the bundle records)")
     return io.BytesIO(raw), len(raw)
 
 
@@ -527,14 +551,14 @@ def _col(backup, doc, path):
 
 
 def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
-    """Milvus's count(*) == the bundle's visible rows, and a sample of pks with every
-    field's value equal."""
+    """Milvus's count(*) == the bundle's visible rows (duplicates counted), and a sample of
+    pks with every field's value equal (for a pk visible more than once: to one of its rows)."""
     if doc.get("converted"):
         got = convert.Converter(backup, doc).visible()
-        visible, problems, n_visible = got["rows"], [], got["count"]
+        visible, n_visible = got["rows"], got["count"]
     else:
-        visible, problems = bundle_rows(backup, doc)
-        n_visible = len(visible)
+        visible, n_visible = bundle_rows(backup, doc)
+    problems = []
     count = client.one({"op": "count_loaded", "name": req.name})["count"]
     if count != n_visible:
         problems.append(f"count(*) is {count}, the bundle has {n_visible} visible rows")
@@ -545,26 +569,41 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
     checked = 0
     if sample:
         cache: dict = {}
+
+        def value(row, f):
+            if doc.get("converted"):
+                return row[f["name"]]
+            e, i = row
+            key = (int(e["segment_id"]), int(f["field_id"]))
+            if key not in cache:
+                logs = next(b["logs"] for b in e["binlogs"] if int(b["field_id"]) == int(f["field_id"]))
+                cache[key] = [v for x in logs for v in _col(backup, doc, x["path"])]
+            return cache[key][i]
+
+        def differ(row, r) -> list[str]:
+            return [f"pk {r[pk['name']]}: field {f['name']!r} is {_norm(r.get(f['name']), f)!r} in Milvus, "
+                    f"{_norm(value(row, f), f)!r} in the bundle" for f in fields
+                    if _norm(value(row, f), f) != _norm(r.get(f["name"]), f)]
+
         lit = ", ".join(json.dumps(p) for p in sample)
-        got = {r[pk["name"]]: r for r in client.one({"op": "query", "name": req.name, "expr": f"{pk['name']} in [{lit}]",
-                                                      "output_fields": [f["name"] for f in fields], "limit": len(sample) + 1})}
+        got: dict = {}           # a pk visible twice (inserted twice, never deleted): two rows
+        for r in client.one({"op": "query", "name": req.name, "expr": f"{pk['name']} in [{lit}]",
+                             "output_fields": [f["name"] for f in fields],
+                             "limit": sum(len(visible[p]) for p in sample) + 1}):
+            got.setdefault(r[pk["name"]], []).append(r)
         for p in sample:
             if p not in got:
                 problems.append(f"pk {p} is missing in Milvus")
                 continue
-            for f in fields:
-                if doc.get("converted"):
-                    value = visible[p][f["name"]]
-                else:
-                    e, i = visible[p]
-                    key = (int(e["segment_id"]), int(f["field_id"]))
-                    if key not in cache:
-                        logs = next(b["logs"] for b in e["binlogs"] if int(b["field_id"]) == int(f["field_id"]))
-                        cache[key] = [v for x in logs for v in _col(backup, doc, x["path"])]
-                    value = cache[key][i]
-                want, have = _norm(value, f), _norm(got[p].get(f["name"]), f)
-                if want != have:
-                    problems.append(f"pk {p}: field {f['name']!r} is {have!r} in Milvus, {want!r} in the bundle")
+            left = list(visible[p])          # each row in Milvus is a distinct one of the bundle's
+            for r in got[p]:
+                j = next((j for j, row in enumerate(left) if not differ(row, r)), None)
+                if j is None:
+                    problems.extend(differ(left[0], r) if len(visible[p]) == 1 and left else
+                                    [f"pk {p}: a row in Milvus is none of its {len(visible[p])} visible rows in the "
+                                     f"bundle, or more rows than those"])
+                    break
+                left.pop(j)
             checked += 1
     return {"ok": not problems, "count": count, "visible_rows": n_visible, "sampled": checked,
             "problems": problems[:50]}
