@@ -59,6 +59,26 @@ def milvus_server(milvus_python, etcd_server, s3_server, tmp_path_factory):
           f"{server.graceful_stop}s)")
 
 
+def own_milvus(etcd_server, s3_server, tmp_path_factory, bucket: str, tag: str):
+    """A module's own Milvus (a generator for a module-scoped fixture: `yield from
+    own_milvus(...)`), in `bucket` under a fresh root, with auto-compaction off: its tests
+    compare captures taken minutes apart, and a compaction in between would change files."""
+    from seglake.dev.milvus import MilvusServer, S3Target
+
+    root = f"{tag}-{uuid.uuid4().hex[:8]}"
+    server = MilvusServer(state_dir=tmp_path_factory.mktemp(f"milvus-{tag}"), etcd_endpoint=etcd_server.endpoint,
+                          etcd_root=f"milvus-{root}",
+                          s3=S3Target(endpoint=s3_server.endpoint, bucket=bucket, root_path=f"files-{root}",
+                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key),
+                          config={"dataCoord.compaction.enableAutoCompaction": "false"})
+    server.prepare()
+    server.start(timeout=120)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def milvus_client(python, address: str, *ops: dict, timeout: float = 120) -> list:
     """Run ops (scripts/milvus_client.py) through pymilvus in the Milvus venv."""
     r = subprocess.run([str(python), str(REPO / "scripts" / "milvus_client.py")],

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.milvus.conftest import own_milvus
+
 from seglake.errors import NotFound, SeglakeError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import verify as verifies
@@ -47,19 +49,7 @@ class Settings:
 
 @pytest.fixture(scope="module")
 def msrv(milvus_python, etcd_server, s3_server, tmp_path_factory):
-    from seglake.dev.milvus import MilvusServer, S3Target
-
-    root = f"cap-{uuid.uuid4().hex[:8]}"
-    server = MilvusServer(state_dir=tmp_path_factory.mktemp("milvus-cap"), etcd_endpoint=etcd_server.endpoint,
-                          etcd_root=f"milvus-{root}",
-                          s3=S3Target(endpoint=s3_server.endpoint, bucket=BUCKET, root_path=f"files-{root}",
-                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key),
-                          # the tests compare captures taken minutes apart: no compaction in between
-                          config={"dataCoord.compaction.enableAutoCompaction": "false"})
-    server.prepare()
-    server.start(timeout=120)
-    yield server
-    server.stop()
+    yield from own_milvus(etcd_server, s3_server, tmp_path_factory, BUCKET, "cap")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import pytest
 
 from bundle_helper import capture, s3_client
 from seglake.errors import Conflict
-from seglake.meta.keys import Keys
 from seglake.meta.kv import KV
 from seglake.milvus import restore
 from seglake.milvus.client import MilvusClient, MilvusUnreachable

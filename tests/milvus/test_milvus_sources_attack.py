@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.milvus.conftest import own_milvus
+
 from seglake.errors import ValidationError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.milvus import sources
@@ -61,18 +63,7 @@ def test_a_local_bucket_path_is_checked_like_every_path():
 
 @pytest.fixture(scope="module")
 def msrv(milvus_python, etcd_server, s3_server, tmp_path_factory):
-    from seglake.dev.milvus import MilvusServer, S3Target
-
-    root = f"att-{uuid.uuid4().hex[:8]}"
-    server = MilvusServer(state_dir=tmp_path_factory.mktemp("milvus-attack"), etcd_endpoint=etcd_server.endpoint,
-                          etcd_root=f"milvus-{root}",
-                          s3=S3Target(endpoint=s3_server.endpoint, bucket=BUCKET, root_path=f"files-{root}",
-                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key),
-                          config={"dataCoord.compaction.enableAutoCompaction": "false"})
-    server.prepare()
-    server.start(timeout=120)
-    yield server
-    server.stop()
+    yield from own_milvus(etcd_server, s3_server, tmp_path_factory, BUCKET, "att")
 
 
 @pytest.mark.etcd

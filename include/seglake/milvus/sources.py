@@ -456,7 +456,7 @@ def run_all(meta, open_target: Callable[[], Any], settings_for: Callable[[str], 
                 target = open_target()
             out.extend(run(meta, target, settings_for(src.get("conn_id") or DEFAULTS["conn_id"]), name, now=now,
                            dry_run=dry_run, min_age=min_age, say=say))
-        except (SeglakeError, KeyError, TypeError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - one source's failure, whatever it is, stops no other
             out.append({"source": name, "collection": None, "error": f"{type(e).__name__}: {e}"})
     return out
 
