@@ -152,26 +152,36 @@ def watch_copy_job(meta, job_id: int, *, interval: float = DEFAULT_INTERVAL_S,
     progress = ProgressLog(f"copy job {job_id}", {"segments": job.total_segments, "files": job.total_files,
                                                   "bytes": job.total_bytes},
                            interval=interval, emit=emit, start=_job_done(meta, job_id))
+    with _polling(interval, f"copy job {job_id}", f"seglake-progress-{job_id}",
+                  lambda final: progress.update(_job_done(meta, job_id), final=final)):
+        yield progress
+
+
+@contextmanager
+def _polling(interval: float, what: str, thread_name: str, tick: Callable[[bool], object]) -> Iterator[None]:
+    """tick(False) every `interval` seconds on a daemon thread while the body runs, then
+    tick(True) once after it. A failed tick is logged and tried again at the next one:
+    progress lines never fail the work they watch."""
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(interval):
             try:
-                progress.update(_job_done(meta, job_id))
-            except Exception as e:  # noqa: BLE001 - a progress line never fails the copy
-                log.warning("copy job %s: progress not readable: %s: %s", job_id, type(e).__name__, e)
+                tick(False)
+            except Exception as e:  # noqa: BLE001 - a progress line never fails the work
+                log.warning("%s: progress not readable: %s: %s", what, type(e).__name__, e)
 
-    thread = threading.Thread(target=poll, name=f"seglake-progress-{job_id}", daemon=True)
+    thread = threading.Thread(target=poll, name=thread_name, daemon=True)
     thread.start()
     try:
-        yield progress
+        yield
     finally:
         stop.set()
         thread.join(timeout=interval + 30)
         try:
-            progress.update(_job_done(meta, job_id), final=True)
+            tick(True)
         except Exception as e:  # noqa: BLE001
-            log.warning("copy job %s: final progress not readable: %s: %s", job_id, type(e).__name__, e)
+            log.warning("%s: final progress not readable: %s: %s", what, type(e).__name__, e)
 
 
 def replay_line(p: Mapping) -> str:
@@ -193,29 +203,12 @@ def watch_replay(meta, target_id: int, *, interval: float = DEFAULT_INTERVAL_S,
 
     emit = emit or _print
     lines: list[str] = []
-    stop = threading.Event()
 
-    def say(final: bool = False) -> None:
+    def say(final: bool) -> None:
         text = replay_line(read(meta, target_id)) + (" (done)" if final else "")
         if final or not lines or text != lines[-1]:
             lines.append(text)
             emit(text)
 
-    def poll() -> None:
-        while not stop.wait(interval):
-            try:
-                say()
-            except Exception as e:  # noqa: BLE001 - a progress line never fails the replay
-                log.warning("replay into %s: progress not readable: %s: %s", target_id, type(e).__name__, e)
-
-    thread = threading.Thread(target=poll, name=f"seglake-replay-progress-{target_id}", daemon=True)
-    thread.start()
-    try:
+    with _polling(interval, f"replay into {target_id}", f"seglake-replay-progress-{target_id}", say):
         yield lines
-    finally:
-        stop.set()
-        thread.join(timeout=interval + 30)
-        try:
-            say(final=True)
-        except Exception as e:  # noqa: BLE001
-            log.warning("replay into %s: final progress not readable: %s: %s", target_id, type(e).__name__, e)
