@@ -64,7 +64,7 @@ def snapshot_schedule():
     def run_policies(params: dict, dag_run=None) -> list[dict]:
         from seglake.lifecycle.backup import scheduled
         from seglake_airflow.failfast import fail_fast
-        from seglake_airflow.hooks.engine import SeglakeHook, milvus_source_settings
+        from seglake_airflow.hooks.engine import SeglakeHook
 
         if params["milvus_source"] and not params["collection"]:
             print("only the Milvus source was named: no seglake collection's policy runs")

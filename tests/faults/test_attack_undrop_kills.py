@@ -13,14 +13,13 @@ import pytest
 from fault_harness import assert_nothing_committed_twice
 
 from seglake import cli
-from seglake.lifecycle import drop, pitr, retention, snapshot
+from seglake.lifecycle import drop, pitr
 from seglake.lifecycle.backup import archive
-from seglake.lifecycle.backup import export as exports
 from seglake.storage.local import LocalStore
 from seglake.wal.client import WalClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "lifecycle" / "pitr"))
-from pitr_model import SCHEMA, Model, flush_all, rows, visible_of  # noqa: E402
+from pitr_model import SCHEMA, Model, export_and_archive, flush_all, rows, visible_of  # noqa: E402
 
 
 def _dropped(meta, store, settings, backup) -> Model:
@@ -28,10 +27,7 @@ def _dropped(meta, store, settings, backup) -> Model:
         coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
         model = Model(meta, store, "src")
         model.record(c.insert("src", rows(range(1, 200), 1.0)), 1.0)
-        flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", "s1")
-        exports.export(meta, store, backup, "src", "s1", say=lambda line: None)
-        retention.set_policy(meta, "src", {"keep_last": 1, "archive": True})
+        export_and_archive(meta, store, settings, backup, coll)
         model.record(c.insert("src", rows(range(1000, 9000), 2.0)), 2.0)
         model.record(c.insert("src", rows(range(7000, 8000), 3.0), partition="p1"), 3.0)
         model.record(c.delete("src", list(range(1, 50)) + list(range(1000, 1100))), 4.0)

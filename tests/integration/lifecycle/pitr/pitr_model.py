@@ -96,6 +96,18 @@ def flush_all(meta, store, settings, coll, *, flush_all: bool = True) -> None:
         flush_pchannel(meta, store, p, settings, flush_all=flush_all)
 
 
+def export_and_archive(meta, store, settings, target, coll, snap: str = "s1") -> None:
+    """The start of an archive test: `coll` flushed, its snapshot `snap` exported to the backup
+    target `target`, then its archive turned on (a retention policy keep_last 1 + archive)."""
+    from seglake.lifecycle import retention, snapshot
+    from seglake.lifecycle.backup import export as exports
+
+    flush_all(meta, store, settings, coll)
+    snapshot.create(meta, store, coll.name, snap)
+    exports.export(meta, store, target, coll.name, snap, say=lambda line: None)
+    retention.set_policy(meta, coll.name, {"keep_last": 1, "archive": True})
+
+
 def restore_to(meta, store, settings, source: str, target: str, as_of) -> object:
     job = pitr.restore_as_of(meta, store, source, target, as_of)
     copyjob.plan(meta, job, 3)

@@ -22,7 +22,7 @@ from seglake.visibility import visible_rows
 from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.message import MessageId
 
-from pitr_model import flush_all
+from pitr_model import export_and_archive, flush_all
 
 quiet = dict(say=lambda line: None)
 SCHEMA = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
@@ -134,10 +134,7 @@ def test_attack_archive_a_forged_covered_json_gives_silently_fewer_rows(meta, st
     with WalClient(meta, store, settings) as c:
         coll = c.create_collection("src", SCHEMA, shards=1)
         c.insert("src", synthetic_rows(coll, 30, 1))
-        flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", "s1")
-        exports.export(meta, store, target, "src", "s1", **quiet)
-        retention.set_policy(meta, "src", {"keep_last": 1, "archive": True})
+        export_and_archive(meta, store, settings, target, coll)
         site = archive.run(meta, store, target)["site"]
         c.insert("src", synthetic_rows(coll, 20, 100))        # acknowledged, not archived yet
     t = meta.tso.now()
@@ -209,10 +206,7 @@ def test_attack_archive_a_dropped_collection_restored_from_the_target(meta, stor
     with WalClient(meta, store, settings) as c:
         coll = c.create_collection("src", SCHEMA, shards=1)
         c.insert("src", synthetic_rows(coll, 30, 1))
-        flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", "s1")
-        exports.export(meta, store, target, "src", "s1", **quiet)
-        retention.set_policy(meta, "src", {"keep_last": 1, "archive": True})
+        export_and_archive(meta, store, settings, target, coll)
         c.insert("src", synthetic_rows(coll, 10, 100))
         c.delete("src", [1, 2])
         time.sleep(0.01)
@@ -424,10 +418,7 @@ def test_attack_archive_a_commit_stalled_across_the_archives_seal_takes_a_later_
     with WalClient(meta, store, settings) as c:
         coll = c.create_collection("src", SCHEMA, shards=1)
         c.insert("src", synthetic_rows(coll, 30, 1))
-        flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", "s1")
-        exports.export(meta, store, target, "src", "s1", **quiet)
-        retention.set_policy(meta, "src", {"keep_last": 1, "archive": True})
+        export_and_archive(meta, store, settings, target, coll)
         site = archive.run(meta, store, target)["site"]
         real, reserved, go, ticks = alloc.TSO.reserve, threading.Event(), threading.Event(), []
 
@@ -493,10 +484,7 @@ def test_attack_archive_a_cloned_etcd_root_gets_its_own_site(meta, store, settin
     with WalClient(meta, store, settings) as c:
         coll = c.create_collection("src", SCHEMA, shards=1)
         c.insert("src", synthetic_rows(coll, 30, 1))
-        flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", "s1")
-        exports.export(meta, store, target, "src", "s1", **quiet)
-        retention.set_policy(meta, "src", {"keep_last": 1, "archive": True})
+        export_and_archive(meta, store, settings, target, coll)
     archive.run(meta, store, target)
     # the copy
     s2 = settings.replace(etcd_root=f"cl{uuid.uuid4().hex[:8]}", store_uri=str(tmp_path / "clone_store"))
