@@ -102,6 +102,22 @@ def not_in_future(meta, ts: int) -> int:
     return ts
 
 
+def not_from_log(coll, ts: int) -> None:
+    """A restore to `ts` without a base snapshot replays the collection's log from its
+    creation; refused (OutsideWindow) when the collection's rows did not all come through
+    its log: a restore's target (of a snapshot, a bundle, a time, an undrop) was filled by
+    copies and replays its own log never held, so that replay would give only what was
+    written into it since (its copied rows silently missing)."""
+    src = coll.properties.get("restored_from")
+    if not src:
+        return
+    what = src.get("collection") or "another collection"
+    raise OutsideWindow(f"as_of {describe(ts)}: collection {coll.name!r} is a restore of {what!r} and has no "
+                        f"COMMITTED snapshot at or before that instant; its restored rows are not in its own log, "
+                        f"so a restore to a time starts from one of its snapshots (take one: `seglake snapshots "
+                        f"create {coll.name} NAME`; instants from then on can be restored)")
+
+
 def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None,
          dropped=None, window_instant: int | None = None) -> Plan:
     """The restore of `collection` as of `as_of`, or the refusal (module doc). Read-only.
@@ -129,6 +145,8 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
                             f"{describe(lo)})")
     not_in_future(meta, ts)   # after every refusal that needs no timestamp (issuing one writes to etcd)
     base = base_snapshot(meta, coll.collection_id, ts)
+    if base is None:
+        not_from_log(coll, ts)
     p = Plan(coll.collection_id, coll.name, coll.db, ts, None if base is None else base.name,
              None if base is None else base.snapshot_id, list(coll.vchannels),
              {str(x.partition_id): x.name for x in coll.partitions})
