@@ -236,3 +236,179 @@ def test_int64_extremes_an_empty_and_an_all_deleted_partition_through_every_copy
     finally:
         meta2.close()
     print("compared rows", compared)
+
+
+def test_archive_compaction_gc_then_as_of_from_the_target_alone(meta, store, settings, tmp_path):
+    """Archive on, a bundle before and one after compactions, GC (zero tolerances) on the
+    source between; the source's store and etcd root deleted; restores to instants before,
+    between and after the compactions from the target alone equal the model."""
+    import shutil
+    import uuid
+    from seglake.lifecycle import retention
+    from seglake.lifecycle.backup import archive
+    from seglake.lifecycle.backup import export as exports
+    from seglake.lifecycle.pitr import from_target
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+    from seglake.storage.local import LocalStore
+
+    target = LocalStore(tmp_path / "backup")
+    instants = []
+    with WalClient(meta, store, settings, batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        for step in range(2):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        exports.export(meta, store, target, "src", "s1", say=lambda line: None)
+        retention.set_policy(meta, "src", {"keep_last": 5, "archive": True})
+        _step(c, model, "src", 2)
+        flush_all(meta, store, settings, coll)
+        instants.append(("before the compaction", meta.tso.now()))
+        assert compaction.compact(meta, store, "src", _policy()).counts()["committed"] > 0
+        _step(c, model, "src", 3)
+        flush_all(meta, store, settings, coll, flush_all=False)
+        instants.append(("after the compaction, partly flushed", meta.tso.now()))
+        archive.run(meta, store, target)
+        _gc(meta, store, settings)
+        snapshot.create(meta, store, "src", "s2")
+        exports.export(meta, store, target, "src", "s2", say=lambda line: None)
+        _step(c, model, "src", 4)
+        flush_all(meta, store, settings, coll)
+        assert compaction.compact(meta, store, "src", _policy(target_rows=1000)).counts()["committed"] > 0
+        _gc(meta, store, settings)
+        _step(c, model, "src", 5)
+        flush_all(meta, store, settings, coll)
+        instants.append(("after the second compaction", meta.tso.now()))
+        c.flush("src")
+        flush_all(meta, store, settings, coll)
+    site = archive.run(meta, store, target)["site"]
+    covered = min(archive.ArchivedLog(target, site, p).covered() for p in archive.archived_pchannels(meta))
+    assert all(t <= covered for _, t in instants), (instants, covered)
+    wants = {t: model.visible(t) for _, t in instants}
+    meta.kv.delete_prefix(meta.keys.prefix)
+    shutil.rmtree(store.root)
+    s2 = settings.replace(etcd_root=f"dr{uuid.uuid4().hex[:8]}", store_uri=str(tmp_path / "dr_store"))
+    meta2, store2 = Meta.from_settings(s2), open_store(s2)
+    compared = 0
+    try:
+        for i, (label, t) in enumerate(instants):
+            job = from_target.restore_as_of_from_target(meta2, store2, target, "src", f"r{i}", t)
+            copyjob.plan(meta2, job, 3)
+            copyjob.run_inline(meta2, store2, job, threads=2)
+            assert copyjob.finalize(meta2, job).state == "Completed"
+            tid = meta2.catalog.get_by_name(f"r{i}").collection_id
+            pitr.replay(meta2, store2, s2, tid)
+            got = visible_of(meta2, store2, meta2.catalog.get(tid))
+            assert got == wants[t], (label, sorted((got - wants[t]).items())[:5],
+                                     sorted((wants[t] - got).items())[:5])
+            compared += sum(got.values())
+    finally:
+        meta2.close()
+    print("compared rows", compared)
+
+
+def test_producer_retries_across_compaction_gc_and_restores(meta, store, settings):
+    """A named producer's calls (inserts, scoped deletes, upserts) each retried with its seq
+    after a compaction, a GC with zero tolerances, a restore to a time and a snapshot
+    restore, from a new client of the same producer id: answered, nothing written twice;
+    the source and an as-of restore equal the model."""
+    with WalClient(meta, store, settings, batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+    model = Model(meta, store, "src")
+    calls = []
+    with WalClient(meta, store, settings, batch_rows=8, producer_id="prod-1") as c:
+        for step in range(4):
+            base = step * 20
+            for kind, kw, data in (("insert", {"partition": "p1"}, rows(range(base, base + 12), step + 0.5)),
+                                   ("delete", {"partition": "p1"}, [base + 1, base - 19]),
+                                   ("upsert", {"partition": "_default"}, rows([base + 2, base - 18], step + 0.25)),
+                                   ("delete", {}, [base + 3])):
+                res = getattr(c, kind)("src", data, **kw)
+                model.record(res, step + (0.5 if kind == "insert" else 0.25))
+                calls.append((kind, kw, data, res.seq))
+            flush_all(meta, store, settings, coll)
+            if step == 1:
+                snapshot.create(meta, store, "src", "s1")
+    assert compaction.compact(meta, store, "src", _policy()).counts()["committed"] > 0
+    _gc(meta, store, settings)
+    t = meta.tso.now()
+    restore_to(meta, store, settings, "src", "at1", t)
+    _restore_snapshot(meta, store, "src", "s1", "r1")
+    with WalClient(meta, store, settings, batch_rows=8, producer_id="prod-1") as c:
+        for kind, kw, data, seq in calls:
+            getattr(c, kind)("src", data, seq=seq, **kw)
+    flush_all(meta, store, settings, coll)
+    compaction.compact(meta, store, "src", _policy(target_rows=1000))
+    want = model.visible(meta.tso.now())
+    assert visible_of(meta, store, coll) == want
+    got = visible_of(meta, store, restore_to(meta, store, settings, "src", "at2", meta.tso.now()))
+    assert got == want, (sorted((got - want).items())[:5], sorted((want - got).items())[:5])
+    assert visible_of(meta, store, meta.catalog.get_by_name("at1")) == model.visible(t)
+    print("compared rows", 3 * sum(want.values()))
+
+
+def test_incremental_export_after_a_rewrite_only_compaction_then_the_old_bundle_pruned(meta, store, settings,
+                                                                                    etcd_server, tmp_path):
+    """Bundle s1; a compaction that rewrites only the segments with deletes (the others'
+    files are reused by the next bundle); bundle s2; s1 pruned and the target swept; s2
+    verified and restored on another root, then its copy restored again: equal to the
+    model at s2."""
+    import sys
+    from pathlib import Path
+    from seglake.lifecycle.backup import export as exports
+    from seglake.lifecycle.backup import prune as prunes
+    from seglake.lifecycle.backup import verify as verifies
+    from seglake.storage.local import LocalStore
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "restore"))
+    from bundle_restore_helpers import restore_bundle
+    from copy_model_helpers import other_root
+
+    backup = LocalStore(tmp_path / "backup")
+    with WalClient(meta, store, settings, batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        model = Model(meta, store, "src")
+        for step in range(3):
+            for i, p in enumerate(("_default", "p1")):
+                model.record(c.insert("src", rows(range(step * 20, step * 20 + 10), step * 10 + i), partition=p),
+                             step * 10 + i)
+            flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        r1 = exports.export(meta, store, backup, "src", "s1", say=lambda line: None)
+        model.record(c.delete("src", [1, 2, 3], partition="p1"), 0)
+        model.record(c.upsert("src", rows([21, 22], 99.0), partition="_default"), 99.0)
+        model.record(c.delete("src", [44]), 0)
+        flush_all(meta, store, settings, coll)
+        before = {s.segment_id for s in meta.segments.list(coll.collection_id) if s.state == "Flushed"}
+        s = compaction.compact(meta, store, "src", _policy(min_segment_rows=1, delete_ratio=0.01))
+        assert s.counts()["committed"] > 0, s.to_json()
+        after = {s.segment_id for s in meta.segments.list(coll.collection_id) if s.state == "Flushed"}
+        assert before & after and after - before, (before, after)   # some rewritten, some kept
+        _gc(meta, store, settings)
+        t2 = meta.tso.now()
+        snapshot.create(meta, store, "src", "s2")
+        r2 = exports.export(meta, store, backup, "src", "s2", say=lambda line: None)
+    assert r2["reused_files"] > 0, r2    # the second bundle reuses the first one's files of the kept segments
+    want = model.visible(t2)
+    prunes.prune(backup, "src", {"keep_last": 1})
+    import time
+    swept = prunes.sweep_data(backup, min_age=3600.0, now=time.time() + 7200)
+    print("swept", swept)
+    rep = verifies.verify(backup, "src", "s2")
+    assert rep.get("ok", not rep.get("problems")), rep
+    meta2, store2, _ = other_root(etcd_server, tmp_path, "y")
+    try:
+        restore_bundle(meta2, store2, backup, "src", "s2", "b2")
+        got = visible_of(meta2, store2, meta2.catalog.get_by_name("b2"))
+        assert got == want, (sorted((got - want).items())[:5], sorted((want - got).items())[:5])
+        snapshot.create(meta2, store2, "b2", "x")
+        _restore_snapshot(meta2, store2, "b2", "x", "c2")
+        assert visible_of(meta2, store2, meta2.catalog.get_by_name("c2")) == want
+    finally:
+        meta2.close()
+    print("compared rows", 2 * sum(want.values()))
