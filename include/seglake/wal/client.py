@@ -58,6 +58,8 @@ APPENDS_PER_CALL = 1 << CALL_BITS   # a call's appends are numbered call * APPEN
 ROLLBACK_APPEND = APPENDS_PER_CALL - 1   # a txn call's RollbackTxn: its own number, never a CommitTxn's
 RETRIES = 6                   # a retriable append is retried this often (same seq)
 ANNOUNCED = "wal_announced"
+ROWS_BEFORE_LOG = "rows_before_log"   # set with ANNOUNCED when the collection already had segments (written
+                                      # directly: `demo seed`, a pre-WAL store): rows its log does not hold
 
 
 @dataclass
@@ -199,7 +201,9 @@ class WalClient:
         res = IngestResult(coll.name)
         self._finish(res, self._submit(res, [m for _, msgs in sorted(by_p.items()) for m in msgs],
                                        self._call_seq(None), [0], _digest("announce", coll.collection_id)))
-        return self.meta.catalog.set_properties(coll.collection_id, **{ANNOUNCED: True})
+        before = any(True for _ in self.meta.segments.list(coll.collection_id))
+        return self.meta.catalog.set_properties(coll.collection_id,
+                                                **{ANNOUNCED: True, **({ROWS_BEFORE_LOG: True} if before else {})})
 
     def _collection(self, name: str, db: str):
         return self.announce(self.meta.catalog.get_by_name(name, db))

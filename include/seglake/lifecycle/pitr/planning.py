@@ -105,17 +105,23 @@ def not_in_future(meta, ts: int) -> int:
 def not_from_log(coll, ts: int) -> None:
     """A restore to `ts` without a base snapshot replays the collection's log from its
     creation; refused (OutsideWindow) when the collection's rows did not all come through
-    its log: a restore's target (of a snapshot, a bundle, a time, an undrop) was filled by
-    copies and replays its own log never held, so that replay would give only what was
-    written into it since (its copied rows silently missing)."""
+    its log, which would give only what was written through it (the rest silently
+    missing): a restore's target (of a snapshot, a bundle, a time, an undrop) was filled by
+    copies and replays its own log never held; a collection that had segments before it
+    was first written through the WAL (`demo seed`, a store from before the WAL) holds
+    rows no log message carries."""
+    from seglake.wal.client import ROWS_BEFORE_LOG
+
     src = coll.properties.get("restored_from")
-    if not src:
+    if src:
+        why = f"is a restore of {src.get('collection') or 'another collection'!r}: its restored rows"
+    elif coll.properties.get(ROWS_BEFORE_LOG):
+        why = "had segments before it was first written through the WAL: those rows"
+    else:
         return
-    what = src.get("collection") or "another collection"
-    raise OutsideWindow(f"as_of {describe(ts)}: collection {coll.name!r} is a restore of {what!r} and has no "
-                        f"COMMITTED snapshot at or before that instant; its restored rows are not in its own log, "
-                        f"so a restore to a time starts from one of its snapshots (take one: `seglake snapshots "
-                        f"create {coll.name} NAME`; instants from then on can be restored)")
+    raise OutsideWindow(f"as_of {describe(ts)}: collection {coll.name!r} {why} are not in its own log, and it has "
+                        f"no COMMITTED snapshot at or before that instant to start from; take one (`seglake "
+                        f"snapshots create {coll.name} NAME`): instants from then on can be restored")
 
 
 def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None,
