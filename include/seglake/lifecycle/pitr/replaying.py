@@ -80,6 +80,9 @@ def replay(meta, store, settings, target_id: int) -> dict:
     if job.state != JOB_COMPLETED:
         raise StateError(f"restore target {coll.name!r}: copy job {job.job_id} is {job.state}; the replay "
                          "runs once it is Completed")
+    if not plan.get("archive"):   # the log the plan named is still whole (else: which fragments are gone)
+        from seglake.lifecycle.pitr.planning import Plan, _check_log
+        _check_log(meta, store, Plan(**plan))
     for i, sv in enumerate(plan["vchannels"]):
         replay_vchannel(meta, store, settings, coll, plan, sv, coll.vchannels[i])
     return finish(meta, target_id)

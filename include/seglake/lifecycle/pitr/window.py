@@ -136,6 +136,28 @@ def holds(meta, now: float | None = None) -> list[Hold]:
             n = cp[1] if cp else fragment_at(meta, p, coll.created_ts - compose_ts(CLOCK_SLACK_MS))
             h.fragments[p] = min(n, h.fragments.get(p, n))
         out.append(h)
+    return out + replay_holds(meta)
+
+
+def replay_holds(meta) -> list[Hold]:
+    """What the restores to a time still in flight hold: a target Importing with a replay
+    plan of this store's log (not a WAL archive's) holds each source pchannel's log from
+    its replay's start until it is Created, whatever became of the source's window since
+    the plan (turned off, shortened, the source dropped). Without it GC could truncate
+    the fragments the plan named before the replay read them."""
+    from seglake.meta.catalog import IMPORTING
+
+    out = []
+    for c in meta.catalog.list():
+        plan = c.properties.get("restored_from", {}).get("replay") if c.state == IMPORTING else None
+        if not isinstance(plan, dict) or plan.get("archive"):
+            continue
+        h = Hold(int(plan["collection_id"]), plan["collection"], plan["db"],
+                 f"restore to a time into {c.name!r} in flight", int(plan["as_of"]), None)
+        for v, st in plan["starts"].items():
+            p, n = pchannel_of(v), int(st["start"][1])
+            h.fragments[p] = min(n, h.fragments.get(p, n))
+        out.append(h)
     return out
 
 

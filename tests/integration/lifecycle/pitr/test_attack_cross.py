@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from seglake.errors import NotFound
+from seglake.errors import Conflict, NotFound
 from seglake.lifecycle import compaction, copyjob, gc, pitr, restore, snapshot
 from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.wal.client import WalClient
@@ -441,3 +441,68 @@ def test_as_of_restore_of_a_collection_with_rows_written_before_its_log(meta, st
     assert sum(want.values()) == 40 + 9
     got = visible_of(meta, store, restore_to(meta, store, settings, "seeded", "at1", t1))
     assert got == want, (sorted((got - want).items())[:5], sorted((want - got).items())[:5])
+
+
+def _age_wal(store) -> None:
+    import os
+    import time
+    from seglake.storage import layout
+
+    t = time.time() - 3 * 86400
+    for o in store.list(f"{layout.WAL}/"):
+        if layout.parse_wal_fragment(o.key):
+            os.utime(store.root / o.key, (t, t))
+
+
+@pytest.mark.parametrize("how", ["window_off", "compaction_and_snapshot_drop", "truncated_anyway"])
+def test_an_in_flight_restore_to_a_time_keeps_the_log_and_snapshot_it_planned(meta, store, settings, how,
+                                                                          monkeypatch):
+    """A restore to a time set up (its plan names the base snapshot and the log fragments),
+    then before its copy job and replay: the window turned off (or the source compacted and
+    the base snapshot dropped), the log aged and GC run with zero tolerances. The restore
+    finishes equal to the model: the in-flight restore holds the log it planned (before,
+    with the window off, GC truncated it and the replay gave 53 of 78 rows, Created). A
+    log truncated anyway (GC of a seglake without that hold): the replay refuses, naming the
+    fragments, nothing visible (before: it replayed what was left, Created, rows missing)."""
+    with WalClient(meta, store, settings.replace(flush_seal_rows=25), batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        for step in range(2):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        for step in range(2, 5):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+        t = meta.tso.now()
+        for step in range(5, 7):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+    job = pitr.restore_as_of(meta, store, "src", "r", t)
+    if how in ("window_off", "truncated_anyway"):
+        assert pitr.clear_window(meta, "src")
+    if how == "truncated_anyway":
+        from seglake.lifecycle.pitr import window as pwindow
+        monkeypatch.setattr(pwindow, "replay_holds", lambda meta: [])
+    elif how == "compaction_and_snapshot_drop":
+        assert compaction.compact(meta, store, "src", _policy()).counts()["committed"] > 0
+        with pytest.raises(Conflict, match="pinned"):     # the restore's copy job holds it
+            snapshot.drop_by_id(meta, store, coll.collection_id, "s1")
+    _age_wal(store)
+    _gc(meta, store, settings)
+    _gc(meta, store, settings)
+    want = model.visible(t)
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job)
+    copyjob.finalize(meta, job)
+    tid = meta.catalog.get_by_name("r").collection_id
+    if how == "truncated_anyway":
+        with pytest.raises(pitr.LogGap, match=r"fragments \d+\.\.\d+ were truncated"):
+            pitr.replay(meta, store, settings, tid)
+        assert meta.catalog.get(tid).state == "Importing"
+        return
+    pitr.replay(meta, store, settings, tid)
+    got = visible_of(meta, store, meta.catalog.get_by_name("r"))
+    assert got == want, (sum(got.values()), sum(want.values()), sorted((want - got).items())[:5])
+    print("compared rows", sum(want.values()))
