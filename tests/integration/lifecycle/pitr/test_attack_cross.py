@@ -506,3 +506,70 @@ def test_an_in_flight_restore_to_a_time_keeps_the_log_and_snapshot_it_planned(me
     got = visible_of(meta, store, meta.catalog.get_by_name("r"))
     assert got == want, (sum(got.values()), sum(want.values()), sorted((want - got).items())[:5])
     print("compared rows", sum(want.values()))
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_random_workload_with_compactions_folds_partial_flushes_and_gc_restored_at_many_instants(meta, store,
+                                                                                                settings, seed):
+    """Random inserts, scoped and collection-wide deletes, upserts, transactions, partial
+    (by size) and full flushes, snapshots, compactions with random policies (merges,
+    rewrites, L0 folds) and GC with zero tolerances, the window on; restores at 12 random
+    instants (and just after each compaction) equal the model."""
+    import random
+
+    from pitr_model import route0
+
+    rng = random.Random(seed)
+    settings = settings.replace(flush_seal_rows=25)
+    instants = []
+    with WalClient(meta, store, settings, batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1", "p2"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        nxt, live, v = 1, [], 0.0
+        for step in range(45):
+            v += 1
+            kind = rng.choice(["insert", "insert", "delete", "partdel", "upsert", "txn", "flush", "seal",
+                               "compact", "compact", "snapshot", "gc"])
+            part = rng.choice(["_default", "p1", "p2"])
+            if kind == "insert":
+                pks = list(range(nxt, nxt + rng.randint(3, 12))) + rng.sample(live, min(3, len(live)))
+                nxt += 12
+                model.record(c.insert("src", rows(pks, v), partition=part), v)
+                live += pks
+            elif kind in ("delete", "partdel") and live:
+                gone = rng.sample(live, min(len(live), rng.randint(1, 6)))
+                model.record(c.delete("src", gone, **({"partition": part} if kind == "partdel" else {})), v)
+            elif kind == "upsert" and live:
+                pks = rng.sample(live, min(len(live), 4)) + [nxt]
+                nxt += 1
+                model.record(c.upsert("src", rows(pks, v), partition=part), v)
+                live.append(pks[-1])
+            elif kind == "txn":
+                pks = [int(x) for x in route0(range(nxt, nxt + 40))][:12]
+                nxt += 40
+                model.record(c.insert("src", rows(pks, v), partition=part, txn=True), v, txn=True)
+                live += pks
+            elif kind == "flush":
+                flush_all(meta, store, settings, coll)
+            elif kind == "seal":
+                flush_all(meta, store, settings, coll, flush_all=False)
+            elif kind == "compact":
+                pol = rng.choice([_policy(), _policy(target_rows=1000), _policy(min_segment_rows=1, delete_ratio=0.01),
+                                  _policy(target_rows=5), _policy(min_segment_rows=1, delete_ratio=0.9)])
+                compaction.compact(meta, store, "src", pol)
+                instants.append(meta.tso.now())
+            elif kind == "snapshot":
+                snapshot.create(meta, store, "src", f"s{step}")
+            elif kind == "gc":
+                _gc(meta, store, settings)
+            instants.append(meta.tso.now())
+    chosen = sorted(set(rng.sample(instants, 12)))
+    compared = 0
+    for i, t in enumerate(chosen):
+        got, want = visible_of(meta, store, restore_to(meta, store, settings, "src", f"r{i}", t)), model.visible(t)
+        assert got == want, (i, sorted((got - want).items())[:5], sorted((want - got).items())[:5])
+        compared += sum(want.values())
+    flush_all(meta, store, settings, coll)
+    assert visible_of(meta, store, coll) == model.visible(meta.tso.now())
+    print("compared rows", compared)
