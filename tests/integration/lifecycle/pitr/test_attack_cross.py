@@ -573,3 +573,56 @@ def test_random_workload_with_compactions_folds_partial_flushes_and_gc_restored_
     flush_all(meta, store, settings, coll)
     assert visible_of(meta, store, coll) == model.visible(meta.tso.now())
     print("compared rows", compared)
+
+
+def test_writes_retries_and_a_snapshot_between_a_units_files_and_its_commit(meta, store, settings):
+    """Between a compaction unit's files and its commit: a producer's scoped delete, upsert
+    and collection-wide delete of the unit's input rows (flushed), a snapshot; then the
+    commit; the producer retries each call with its seq (answered, not re-applied). The
+    source, the snapshot's restore, restores to the instant inside the unit and after the
+    commit all equal the model."""
+    with WalClient(meta, store, settings, batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=1, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+    model = Model(meta, store, "src")
+    marks, calls = {}, []
+    with WalClient(meta, store, settings, batch_rows=8, producer_id="prod-2") as c:
+        for step in range(3):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+        units = compaction.plan(meta, store, "src", _policy(target_rows=1000)).units
+        assert units
+
+        def mid(_unit):
+            if "mid" in marks:
+                return
+            for kind, kw, data, v in (("delete", {"partition": "p1"}, [21, 22, 23], 0),
+                                      ("upsert", {"partition": "_default"}, rows([24, 25, 1000], 55.0), 55.0),
+                                      ("delete", {}, [26, 27], 0)):
+                res = getattr(c, kind)("src", data, **kw)
+                model.record(res, v)
+                calls.append((kind, kw, data, res.seq))
+            flush_all(meta, store, settings, coll)
+            snapshot.create(meta, store, "src", "mid")
+            marks["mid"] = meta.tso.now()
+
+        results = [compaction.run_unit(meta, store, u, hooks={"after_files": mid}) for u in units]
+        assert {r.status for r in results} <= {compaction.COMMITTED, compaction.LOST}, results
+        assert compaction.COMMITTED in {r.status for r in results}
+        for kind, kw, data, seq in calls:
+            getattr(c, kind)("src", data, seq=seq, **kw)
+        flush_all(meta, store, settings, coll)
+        marks["after"] = meta.tso.now()
+    compaction.compact(meta, store, "src", _policy(target_rows=1000))
+    _gc(meta, store, settings)
+    now = meta.tso.now()
+    assert visible_of(meta, store, coll) == model.visible(now)
+    _restore_snapshot(meta, store, "src", "mid", "from_mid")
+    assert visible_of(meta, store, meta.catalog.get_by_name("from_mid")) == model.visible(marks["mid"])
+    compared = sum(model.visible(marks["mid"]).values())
+    for k, t in marks.items():
+        got = visible_of(meta, store, restore_to(meta, store, settings, "src", f"at_{k}", t))
+        assert got == model.visible(t), (k, sorted((got - model.visible(t)).items()),
+                                         sorted((model.visible(t) - got).items()))
+        compared += sum(got.values())
+    print("compared rows", compared)
