@@ -626,3 +626,65 @@ def test_writes_retries_and_a_snapshot_between_a_units_files_and_its_commit(meta
                                          sorted((model.visible(t) - got).items()))
         compared += sum(got.values())
     print("compared rows", compared)
+
+
+def test_a_restore_to_a_time_copied_onwards_compacted_exported_and_restored_on_another_root(meta, store, settings,
+                                                                                        etcd_server, tmp_path):
+    """The target of a restore to a time (copied base + replayed rows and scoped deletes) is
+    written to, compacted (folds included), snapshotted, exported, restored from the bundle
+    on another root, compacted and restored again there: every hop equals the model, its
+    rows read through its own partition ids."""
+    import sys
+    from pathlib import Path
+    from seglake.lifecycle.backup import export as exports
+    from seglake.storage.local import LocalStore
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "restore"))
+    from bundle_restore_helpers import restore_bundle
+    from copy_model_helpers import other_root
+
+    with WalClient(meta, store, settings.replace(flush_seal_rows=25), batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1", "p2"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        for step in range(2):
+            _step(c, model, "src", step, parts=("_default", "p1", "p2"))
+            flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        for step in range(2, 4):
+            _step(c, model, "src", step, parts=("p2", "_default", "p1"))
+            flush_all(meta, store, settings, coll, flush_all=False)
+        t = meta.tso.now()
+        want = model.visible(t)
+        r = restore_to(meta, store, settings, "src", "r", t)
+        assert visible_of(meta, store, r) == want
+        # the target is written to: its own model continues from the source's, by partition name
+        names = {p.partition_id: p.name for p in coll.partitions}
+        rids = {p.name: p.partition_id for p in r.partitions}
+        mr = Model(meta, store, "r")
+        mr.inserted = [(pk, v, ts, at, rids[names[p]]) for pk, v, ts, at, p in model.inserted if at <= t]
+        mr.deletes = [(pk, ts, at, 0 if s == 0 else rids[names[s]]) for pk, ts, at, s in model.deletes if at <= t]
+        _step(c, mr, "r", 7, parts=("p1", "p2"))
+        _step(c, mr, "r", 1, parts=("p2", "_default"))
+        flush_all(meta, store, settings, r)
+    want = mr.visible(meta.tso.now())
+    assert visible_of(meta, store, r) == want
+    compaction.compact(meta, store, "r", _policy())
+    assert visible_of(meta, store, r) == want
+    snapshot.create(meta, store, "r", "x")
+    backup = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, backup, "r", "x", say=lambda line: None)
+    meta2, store2, _ = other_root(etcd_server, tmp_path, "z")
+    try:
+        restore_bundle(meta2, store2, backup, "r", "x", "b")
+        b = meta2.catalog.get_by_name("b")
+        assert visible_of(meta2, store2, b) == want
+        compaction.compact(meta2, store2, "b", _policy(target_rows=1000))
+        assert visible_of(meta2, store2, b) == want
+        snapshot.create(meta2, store2, "b", "y")
+        _restore_snapshot(meta2, store2, "b", "y", "c")
+        assert visible_of(meta2, store2, meta2.catalog.get_by_name("c")) == want
+    finally:
+        meta2.close()
+    print("compared rows", 4 * sum(want.values()))
