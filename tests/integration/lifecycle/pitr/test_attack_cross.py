@@ -688,3 +688,38 @@ def test_a_restore_to_a_time_copied_onwards_compacted_exported_and_restored_on_a
     finally:
         meta2.close()
     print("compared rows", 4 * sum(want.values()))
+
+
+def test_an_upsert_split_over_appends_compacted_and_restored_between_its_appends(meta, store, settings):
+    """One upsert call of 30 rows (a pk twice) carried by many appends of 4 rows (one
+    timestamp for the call's delete), over rows of the same pks in two partitions; then
+    compactions (merge, then rewrite), GC; restores at every append's tick of the call and
+    after it equal the model (the call's own copies never hide each other)."""
+    from seglake.wal import message as M
+
+    with WalClient(meta, store, settings, batch_rows=4) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        for step in range(2):
+            _step(c, model, "src", step)
+        flush_all(meta, store, settings, coll)
+        pks = list(range(1, 30)) + [7]
+        res = c.upsert("src", rows(pks, 77.0), partition="p1")
+        model.record(res, 77.0)
+        ticks = sorted({m.time_tick for m in model.messages(res) if m.type == M.INSERT})
+        assert len(ticks) >= 6
+        flush_all(meta, store, settings, coll)
+        compaction.compact(meta, store, "src", _policy())
+        compaction.compact(meta, store, "src", _policy(min_segment_rows=1, delete_ratio=0.01))
+        _gc(meta, store, settings)
+    end = meta.tso.now()
+    assert visible_of(meta, store, coll) == model.visible(end)
+    assert model.visible(end)[(7, 77.0)] == 2
+    compared = 0
+    for i, t in enumerate([ticks[0] - 1, *ticks[::2], end]):
+        got = visible_of(meta, store, restore_to(meta, store, settings, "src", f"r{i}", t))
+        assert got == model.visible(t), (i, sorted((got - model.visible(t)).items())[:5],
+                                         sorted((model.visible(t) - got).items())[:5])
+        compared += sum(got.values())
+    print("compared rows", compared)
