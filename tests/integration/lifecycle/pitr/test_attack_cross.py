@@ -670,7 +670,8 @@ def test_a_restore_to_a_time_copied_onwards_compacted_exported_and_restored_on_a
         flush_all(meta, store, settings, r)
     want = mr.visible(meta.tso.now())
     assert visible_of(meta, store, r) == want
-    compaction.compact(meta, store, "r", _policy())
+    kinds = [u.kind for u in compaction.compact(meta, store, "r", _policy()).plan.units]
+    assert "fold" in kinds, kinds     # the copied and replayed delete logs folded too
     assert visible_of(meta, store, r) == want
     snapshot.create(meta, store, "r", "x")
     backup = LocalStore(tmp_path / "backup")
