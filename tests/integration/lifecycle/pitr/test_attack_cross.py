@@ -724,3 +724,48 @@ def test_an_upsert_split_over_appends_compacted_and_restored_between_its_appends
                                          sorted((model.visible(t) - got).items())[:5])
         compared += sum(got.values())
     print("compared rows", compared)
+
+
+@pytest.mark.parametrize("point", ["snapshot.after_manifests", "snapshot.before_commit"])
+def test_compaction_and_gc_between_a_snapshots_capture_and_its_commit(meta, store, settings, monkeypatch, point):
+    """A snapshot captures the segments, then (before it commits) a compaction planned
+    before the snapshot began commits (a new one is refused while a snapshot is PENDING)
+    and GC runs with zero tolerances. The committed snapshot restores to the rows
+    at its capture, and restores to a time that start from it equal the model."""
+    from seglake import faults
+
+    with WalClient(meta, store, settings, batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        for step in range(4):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+        t_cap = meta.tso.now()
+        real, fired = faults.point, []
+        planned = compaction.plan(meta, store, "src", _policy(target_rows=1000))
+        assert planned.units
+
+        def point_hook(name):
+            if name == point and not fired:
+                again = compaction.compact(meta, store, "src", _policy(target_rows=1000))
+                assert not again.plan.units and "PENDING" in again.plan.skipped
+                res = compaction.run_units(meta, store, planned.units, sources_revision=planned.revision)
+                fired.append({"committed": sum(r.status == compaction.COMMITTED for r in res)})
+                _gc(meta, store, settings)
+            return real(name)
+
+        monkeypatch.setattr(faults, "point", point_hook)
+        snapshot.create(meta, store, "src", "s1")
+        monkeypatch.setattr(faults, "point", real)
+        assert fired and fired[0]["committed"] > 0, str(fired)
+        _step(c, model, "src", 4)
+        flush_all(meta, store, settings, coll)
+        t_after = meta.tso.now()
+        _gc(meta, store, settings)
+    _restore_snapshot(meta, store, "src", "s1", "from_s1")
+    got = visible_of(meta, store, meta.catalog.get_by_name("from_s1"))
+    assert got == model.visible(t_cap), (sorted((model.visible(t_cap) - got).items())[:5])
+    got = visible_of(meta, store, restore_to(meta, store, settings, "src", "at", t_after))
+    assert got == model.visible(t_after)
+    print("compared rows", sum(got.values()) + sum(model.visible(t_cap).values()))
