@@ -769,3 +769,36 @@ def test_compaction_and_gc_between_a_snapshots_capture_and_its_commit(meta, stor
     got = visible_of(meta, store, restore_to(meta, store, settings, "src", "at", t_after))
     assert got == model.visible(t_after)
     print("compared rows", sum(got.values()) + sum(model.visible(t_cap).values()))
+
+
+def test_a_restore_to_a_time_of_a_restore_to_a_time(meta, store, settings):
+    """src restored to a time as r; r gets a window and a snapshot, writes (scoped deletes,
+    upserts), partial flushes and a compaction; r restored to two instants: equal to r's
+    rows then. Before r's snapshot: refused (its rows came from a replay, not its log)."""
+    with WalClient(meta, store, settings.replace(flush_seal_rows=25), batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        for step in range(3):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll, flush_all=step != 1)
+        r = restore_to(meta, store, settings, "src", "r", meta.tso.now())
+        pitr.set_window(meta, "r", "1h")
+        _step(c, Model(meta, store, "r"), "r", 5)
+        with pytest.raises(pitr.OutsideWindow, match="not in its own log"):
+            pitr.restore_as_of(meta, store, "r", "rr0", meta.tso.now())
+        snapshot.create(meta, store, "r", "a")
+        marks = []
+        for step in (6, 7):
+            _step(c, Model(meta, store, "r"), "r", step)
+            flush_all(meta, store, settings, r, flush_all=False)
+            compaction.compact(meta, store, "r", _policy())
+            t = meta.tso.now()
+            flush_all(meta, store, settings, r)
+            marks.append((t, visible_of(meta, store, r)))
+    compared = 0
+    for i, (t, want) in enumerate(marks):
+        got = visible_of(meta, store, restore_to(meta, store, settings, "r", f"rr{i}", t))
+        assert got == want, (i, sorted((got - want).items())[:5], sorted((want - got).items())[:5])
+        compared += sum(want.values())
+    print("compared rows", compared)
