@@ -110,15 +110,13 @@ def not_from_log(coll, ts: int) -> None:
     copies and replays its own log never held; a collection that had segments before it
     was first written through the WAL (`demo seed`, a store from before the WAL) holds
     rows no log message carries."""
-    from seglake.wal.client import ROWS_BEFORE_LOG
+    from seglake.lifecycle.pitr.window import not_all_in_log
 
-    src = coll.properties.get("restored_from")
-    if src:
-        why = f"is a restore of {src.get('collection') or 'another collection'!r}: its restored rows"
-    elif coll.properties.get(ROWS_BEFORE_LOG):
-        why = "had segments before it was first written through the WAL: those rows"
-    else:
+    if not not_all_in_log(coll):
         return
+    src = coll.properties.get("restored_from")
+    why = (f"is a restore of {src.get('collection') or 'another collection'!r}: its restored rows" if src else
+           "had segments before it was first written through the WAL: those rows")
     raise OutsideWindow(f"as_of {describe(ts)}: collection {coll.name!r} {why} are not in its own log, and it has "
                         f"no COMMITTED snapshot at or before that instant to start from; take one (`seglake "
                         f"snapshots create {coll.name} NAME`): instants from then on can be restored")

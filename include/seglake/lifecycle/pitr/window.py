@@ -129,6 +129,8 @@ def holds(meta, now: float | None = None) -> list[Hold]:
         if coll.state != CREATED and not _undroppable(coll, lo):
             continue
         base = base_snapshot(meta, coll.collection_id, lo)
+        if base is None and not_all_in_log(coll):
+            base = first_snapshot(meta, coll.collection_id)
         h = Hold(coll.collection_id, coll.name, coll.db, w["window"], lo, base)
         for v in coll.vchannels:
             p = pchannel_of(v)
@@ -159,6 +161,26 @@ def replay_holds(meta) -> list[Hold]:
             h.fragments[p] = min(n, h.fragments.get(p, n))
         out.append(h)
     return out
+
+
+def not_all_in_log(coll) -> bool:
+    """The collection holds rows its own log does not (a restore's target, or segments
+    from before its first WAL use): a restore to a time of it must start from one of its
+    snapshots (planning.not_from_log)."""
+    from seglake.wal.client import ROWS_BEFORE_LOG
+
+    return bool(coll.properties.get("restored_from") or coll.properties.get(ROWS_BEFORE_LOG))
+
+
+def first_snapshot(meta, collection_id: int):
+    """The oldest COMMITTED snapshot with log positions: what a window holds of a collection
+    not all in its log when no snapshot is at or before the window's oldest instant (every
+    restore inside the window starts from it or a later one); None if there is none."""
+    from seglake.meta.snapshots import COMMITTED
+
+    found = [r for r in meta.snapshots.list(collection_id)
+             if r.state == COMMITTED and r.positions is not None and r.consistent_ts > 0]
+    return min(found, key=lambda r: (r.consistent_ts, r.snapshot_id), default=None)
 
 
 def _undroppable(coll, lo: int) -> bool:

@@ -87,8 +87,9 @@ def test_as_of_before_between_and_after_compactions_with_gc(meta, store, setting
 def test_as_of_restore_of_a_restored_collection(meta, store, settings):
     """src -> snapshot -> r1 (a restore); r1 gets a window and writes of its own. Its copied
     rows are not in its log: a restore of r1 to a time before r1's first snapshot was a
-    replay of r1's log alone (45 of 78 rows missing, silently); now refused. After a
-    snapshot of r1, compacted, restores to instants after it equal r1's rows then."""
+    replay of r1's log alone (45 of 78 rows missing, silently); now refused. r1's window
+    holds its first snapshot (past its TTL, GC keeps it). After it, compacted, restores to
+    instants after it equal r1's rows then."""
     with WalClient(meta, store, settings, batch_rows=8) as c:
         coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
         model = Model(meta, store, "src")
@@ -109,7 +110,7 @@ def test_as_of_restore_of_a_restored_collection(meta, store, settings):
             pitr.restore_as_of(meta, store, "r1", "r1_at0", t0)
         with pytest.raises(NotFound):
             meta.catalog.get_by_name("r1_at0")    # refused before anything was created
-        snapshot.create(meta, store, "r1", "a")
+        a = snapshot.create(meta, store, "r1", "a", ttl=1)   # r1's first snapshot: the window holds it
         at = []
         for step in range(5, 7):
             _step(c, m1, "r1", step)
@@ -117,7 +118,13 @@ def test_as_of_restore_of_a_restored_collection(meta, store, settings):
             at.append((meta.tso.now(), visible_of(meta, store, r1)))
             compaction.compact(meta, store, "r1", _policy())
             assert visible_of(meta, store, r1) == at[-1][1]
+        import time
+        while time.time() <= a.expires_at:    # its TTL has passed
+            time.sleep(0.1)
+        (h,) = pitr.holds(meta)
+        assert h.collection == "r1" and h.snapshot.name == "a"
         _gc(meta, store, settings)
+        assert meta.snapshots.get(r1.collection_id, "a")[0].state == "COMMITTED"
     for i, (t, want) in enumerate(at):
         got = visible_of(meta, store, restore_to(meta, store, settings, "r1", f"r1_at{i}", t))
         assert got == want, (sorted((got - want).items())[:5], sorted((want - got).items())[:5])
