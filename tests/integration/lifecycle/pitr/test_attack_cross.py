@@ -809,3 +809,46 @@ def test_a_restore_to_a_time_of_a_restore_to_a_time(meta, store, settings):
         assert got == want, (i, sorted((got - want).items())[:5], sorted((want - got).items())[:5])
         compared += sum(want.values())
     print("compared rows", compared)
+
+
+def test_the_windows_base_snapshot_past_its_ttl_keeps_the_compacted_inputs(meta, store, settings, monkeypatch):
+    """The window's base snapshot (the only snapshot, past its TTL) captured segments a
+    compaction then replaced; GC with zero tolerances: the snapshot and its (compacted,
+    Dropped) input segments stay, and restores inside the window, which copy them, equal the
+    model. With the window off, the next GC releases them."""
+    import time
+    from seglake.lifecycle.pitr import window as pwindow
+
+    with WalClient(meta, store, settings, batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        for step in range(3):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+        s1 = snapshot.create(meta, store, "src", "s1", ttl=1)
+        time.sleep(0.2)
+        lo = time.time()
+        monkeypatch.setattr(pwindow, "clock", lambda: lo + 3600)     # the window's oldest instant: just after s1
+        instants = []
+        for step in range(3, 5):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+            instants.append(meta.tso.now())
+            assert compaction.compact(meta, store, "src", _policy(target_rows=1000)).counts()["committed"] > 0
+        while time.time() <= s1.expires_at:
+            time.sleep(0.1)
+        (h,) = pitr.holds(meta)
+        assert h.snapshot.name == "s1"
+        _gc(meta, store, settings)
+    assert meta.snapshots.get(coll.collection_id, "s1")[0].state == "COMMITTED"
+    compared = 0
+    for i, t in enumerate(instants):
+        got = visible_of(meta, store, restore_to(meta, store, settings, "src", f"r{i}", t))
+        assert got == model.visible(t), (i, sorted((model.visible(t) - got).items())[:5])
+        assert pitr.summary(meta, meta.catalog.get_by_name(f"r{i}"))["snapshot"] == "s1"
+        compared += sum(got.values())
+    assert pitr.clear_window(meta, "src")
+    _gc(meta, store, settings)
+    assert meta.snapshots.find(coll.collection_id, "s1") is None
+    print("compared rows", compared)
