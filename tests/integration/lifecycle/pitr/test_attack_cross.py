@@ -858,3 +858,63 @@ def test_the_windows_base_snapshot_past_its_ttl_keeps_the_compacted_inputs(meta,
     _gc(meta, store, settings)
     assert meta.snapshots.find(coll.collection_id, "s1") is None
     print("compared rows", compared)
+
+
+def test_a_database_at_one_instant_with_a_compacted_and_a_restored_collection(meta, store, settings):
+    """One database: a (written, compacted, GC'd), r (a restore of a's snapshot, a window,
+    a snapshot, its own writes, compacted). Before r's first snapshot the set is refused
+    naming r, nothing created; after it, every collection at one instant equals its rows
+    then."""
+    from seglake.lifecycle.pitr.database import restore_database_as_of
+
+    with WalClient(meta, store, settings, batch_rows=8) as c:
+        coll = c.create_collection("a", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "a", "1h")
+        ma = Model(meta, store, "a")
+        for step in range(3):
+            _step(c, ma, "a", step)
+        flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "a", "s1")
+        t1 = meta.tso.now()
+        _restore_snapshot(meta, store, "a", "s1", "r")
+        r = meta.catalog.get_by_name("r")
+        names = {p.partition_id: p.name for p in coll.partitions}
+        rids = {p.name: p.partition_id for p in r.partitions}
+        mr = Model(meta, store, "r")     # r's model: a's at s1 by partition name, then r's own calls
+        mr.inserted = [(pk, v, ts, 0, rids[names[p]]) for pk, v, ts, at, p in ma.inserted if at <= t1]
+        mr.deletes = [(pk, ts, 0, 0 if sc == 0 else rids[names[sc]]) for pk, ts, at, sc in ma.deletes if at <= t1]
+        pitr.set_window(meta, "r", "1h")
+        _step(c, mr, "r", 4)
+        flush_all(meta, store, settings, r)
+        early = meta.tso.now()
+        with pytest.raises(pitr.OutsideWindow, match="'r' is a restore of 'a'"):
+            restore_database_as_of(meta, store, "default", early, suffix="_e")
+        assert not [x for x in meta.catalog.list() if x.name.endswith("_e")]
+        snapshot.create(meta, store, "r", "x")
+        _step(c, ma, "a", 5)
+        _step(c, mr, "r", 6)
+        flush_all(meta, store, settings, coll, flush_all=False)
+        flush_all(meta, store, settings, r, flush_all=False)
+        cut = meta.tso.now()
+        _step(c, ma, "a", 7)
+        _step(c, mr, "r", 8)
+    flush_all(meta, store, settings, coll)
+    flush_all(meta, store, settings, r)
+    compaction.compact(meta, store, "a", _policy())
+    compaction.compact(meta, store, "r", _policy())
+    _gc(meta, store, settings)
+    wants = {"a_cut": ma.visible(cut), "r_cut": mr.visible(cut)}
+    jobs = restore_database_as_of(meta, store, "default", cut, suffix="_cut")
+    assert sorted(j["target"] for j in jobs) == ["a_cut", "r_cut"]
+    for j in jobs:
+        copyjob.plan(meta, j["job_id"], 3)
+        copyjob.run_inline(meta, store, j["job_id"])
+        assert copyjob.finalize(meta, j["job_id"]).state == "Completed"
+        pitr.replay(meta, store, settings, meta.catalog.get_by_name(j["target"]).collection_id)
+    compared = 0
+    for name, want in wants.items():
+        got = visible_of(meta, store, meta.catalog.get_by_name(name))
+        assert got == want, (name, sorted((got - want).items())[:5], sorted((want - got).items())[:5])
+        compared += sum(want.values())
+    assert visible_of(meta, store, r) == mr.visible(meta.tso.now())
+    print("compared rows", compared)
