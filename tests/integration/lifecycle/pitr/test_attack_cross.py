@@ -918,3 +918,65 @@ def test_a_database_at_one_instant_with_a_compacted_and_a_restored_collection(me
         compared += sum(want.values())
     assert visible_of(meta, store, r) == mr.visible(meta.tso.now())
     print("compared rows", compared)
+
+
+def test_a_restored_collection_archived_and_restored_to_a_time_from_the_target_alone(meta, store, settings,
+                                                                                   tmp_path):
+    """r: a restore of src's snapshot; snapshotted before any write of its own (no flusher
+    checkpoint yet: its bundle's log positions are 'from creation'), exported, archived;
+    written to (scoped deletes, upserts), compacted; the source store and etcd deleted:
+    restores of r to instants after its bundle from the target alone equal r's rows then."""
+    import shutil
+    import uuid
+    from seglake.lifecycle import retention
+    from seglake.lifecycle.backup import archive
+    from seglake.lifecycle.backup import export as exports
+    from seglake.lifecycle.pitr import from_target
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+    from seglake.storage.local import LocalStore
+
+    target = LocalStore(tmp_path / "backup")
+    marks = []
+    with WalClient(meta, store, settings, batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        model = Model(meta, store, "src")
+        for step in range(3):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        _restore_snapshot(meta, store, "src", "s1", "r")
+        r = meta.catalog.get_by_name("r")
+        pitr.set_window(meta, "r", "1h")
+        snapshot.create(meta, store, "r", "x1")
+        exports.export(meta, store, target, "r", "x1", say=lambda line: None)
+        retention.set_policy(meta, "r", {"keep_last": 5, "archive": True})
+        for step in (4, 5):
+            _step(c, Model(meta, store, "r"), "r", step)
+            flush_all(meta, store, settings, r, flush_all=False)
+            t = meta.tso.now()
+            flush_all(meta, store, settings, r)
+            marks.append((t, visible_of(meta, store, r)))
+            compaction.compact(meta, store, "r", _policy())
+        c.flush("r")
+        flush_all(meta, store, settings, r)
+    archive.run(meta, store, target)
+    meta.kv.delete_prefix(meta.keys.prefix)
+    shutil.rmtree(store.root)
+    s2 = settings.replace(etcd_root=f"dr{uuid.uuid4().hex[:8]}", store_uri=str(tmp_path / "dr_store"))
+    meta2, store2 = Meta.from_settings(s2), open_store(s2)
+    compared = 0
+    try:
+        for i, (t, want) in enumerate(marks):
+            job = from_target.restore_as_of_from_target(meta2, store2, target, "r", f"rr{i}", t)
+            copyjob.plan(meta2, job, 3)
+            copyjob.run_inline(meta2, store2, job)
+            assert copyjob.finalize(meta2, job).state == "Completed"
+            tid = meta2.catalog.get_by_name(f"rr{i}").collection_id
+            pitr.replay(meta2, store2, s2, tid)
+            got = visible_of(meta2, store2, meta2.catalog.get(tid))
+            assert got == want, (i, sorted((got - want).items())[:5], sorted((want - got).items())[:5])
+            compared += sum(want.values())
+    finally:
+        meta2.close()
+    print("compared rows", compared)
