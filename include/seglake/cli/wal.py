@@ -100,6 +100,10 @@ def cmd_wal_status(args, s: Settings) -> int:
               f"{human_bytes(cost['snapshot_bytes'])} of base snapshots: "
               + "; ".join(f"{w['db']}.{w['collection']} {w['window']} from "
                           f"{w['snapshot'] or 'its creation'}" for w in cost["windows"]))
+    if not args.json and cost.get("restores"):
+        print("restores to a time in flight hold their log: " + "; ".join(
+            f"{w['db']}.{w['collection']} into {w['restore']} from fragment(s) "
+            + ", ".join(f"{p} #{n}" for p, n in w["fragments_from"].items()) for w in cost["restores"]))
     if not args.json:
         from seglake.lifecycle.backup import archive
         arch = archive.status(meta)

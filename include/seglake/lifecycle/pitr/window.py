@@ -104,11 +104,12 @@ class Hold:
     lo_ts: int                               # the oldest instant of the window (TSO)
     snapshot: object | None                  # base(lo): a SnapshotRecord, or None (from creation)
     fragments: dict[str, int] = field(default_factory=dict)   # pchannel -> first fragment held
+    restore: str | None = None               # a restore to a time in flight (its target), not a window
 
     def to_json(self) -> dict:
         s = self.snapshot
         return {"collection_id": self.collection_id, "collection": self.collection, "db": self.db,
-                "window": self.window, "oldest_instant_ts": self.lo_ts,
+                "window": self.window, "oldest_instant_ts": self.lo_ts, "restore": self.restore,
                 "snapshot": None if s is None else s.name, "snapshot_id": None if s is None else s.snapshot_id,
                 "snapshot_bytes": 0 if s is None else s.bytes, "fragments_from": dict(sorted(self.fragments.items()))}
 
@@ -155,7 +156,7 @@ def replay_holds(meta) -> list[Hold]:
         if not isinstance(plan, dict) or plan.get("archive"):
             continue
         h = Hold(int(plan["collection_id"]), plan["collection"], plan["db"],
-                 f"restore to a time into {c.name!r} in flight", int(plan["as_of"]), None)
+                 f"restore to a time into {c.name!r} in flight", int(plan["as_of"]), None, restore=c.name)
         for v, st in plan["starts"].items():
             p, n = pchannel_of(v), int(st["start"][1])
             h.fragments[p] = min(n, h.fragments.get(p, n))
@@ -218,7 +219,8 @@ def held_snapshots(meta, now: float | None = None) -> dict[tuple[int, int], str]
 def cost(meta, now: float | None = None) -> dict:
     """What the windows hold, in bytes: per window its base snapshot and first fragments;
     per pchannel the log held (fragments from the hold on) and the part of it only the
-    windows keep (below every flusher checkpoint)."""
+    windows keep (below every flusher checkpoint); `restores`: the restores to a time in
+    flight, which hold their log too (replay_holds)."""
     from seglake.wal.checkpoints import live_vchannels, read_checkpoint
     from seglake.wal.log import WalLog
 
@@ -237,7 +239,8 @@ def cost(meta, now: float | None = None) -> dict:
             if rec.n < below:
                 only += rec.size or 0
         per_p[p] = {"held_from_fragment": n, "log_bytes": held, "window_only_bytes": only}
-    return {"windows": [h.to_json() for h in hs], "pchannels": per_p,
+    return {"windows": [h.to_json() for h in hs if h.restore is None], "pchannels": per_p,
+            "restores": [h.to_json() for h in hs if h.restore is not None],
             "log_bytes": sum(x["log_bytes"] for x in per_p.values()),
             "window_only_bytes": sum(x["window_only_bytes"] for x in per_p.values()),
             "snapshot_bytes": sum(h.snapshot.bytes for h in hs if h.snapshot is not None)}

@@ -392,7 +392,7 @@ def test_incremental_export_after_a_rewrite_only_compaction_then_the_old_bundle_
                              step * 10 + i)
             flush_all(meta, store, settings, coll)
         snapshot.create(meta, store, "src", "s1")
-        r1 = exports.export(meta, store, backup, "src", "s1", say=lambda line: None)
+        exports.export(meta, store, backup, "src", "s1", say=lambda line: None)
         model.record(c.delete("src", [1, 2, 3], partition="p1"), 0)
         model.record(c.upsert("src", rows([21, 22], 99.0), partition="_default"), 99.0)
         model.record(c.delete("src", [44]), 0)
@@ -502,6 +502,15 @@ def test_an_in_flight_restore_to_a_time_keeps_the_log_and_snapshot_it_planned(me
         assert compaction.compact(meta, store, "src", _policy()).counts()["committed"] > 0
         with pytest.raises(Conflict, match="pinned"):     # the restore's copy job holds it
             snapshot.drop_by_id(meta, store, coll.collection_id, "s1")
+    if how != "truncated_anyway":
+        from seglake import metrics
+
+        cost = pitr.cost(meta)   # the in-flight restore's hold is shown apart from the windows
+        assert [h["restore"] for h in cost["restores"]] == ["r"]
+        assert [w["collection"] for w in cost["windows"]] == ([] if how == "window_off" else ["src"])
+        samples = [ln.rsplit(" ", 1)[0] for ln in metrics.render(meta, store).splitlines()
+                   if ln and not ln.startswith("#")]
+        assert len(samples) == len(set(samples)), "a metric sample repeated"
     _age_wal(store)
     _gc(meta, store, settings)
     _gc(meta, store, settings)
