@@ -469,7 +469,7 @@ def _age_wal(store) -> None:
 
 @pytest.mark.parametrize("how", ["window_off", "compaction_and_snapshot_drop", "truncated_anyway"])
 def test_an_in_flight_restore_to_a_time_keeps_the_log_and_snapshot_it_planned(meta, store, settings, how,
-                                                                          monkeypatch):
+                                                                          monkeypatch, capsys):
     """A restore to a time set up (its plan names the base snapshot and the log fragments),
     then before its copy job and replay: the window turned off (or the source compacted and
     the base snapshot dropped), the log aged and GC run with zero tolerances. The restore
@@ -511,6 +511,11 @@ def test_an_in_flight_restore_to_a_time_keeps_the_log_and_snapshot_it_planned(me
         samples = [ln.rsplit(" ", 1)[0] for ln in metrics.render(meta, store).splitlines()
                    if ln and not ln.startswith("#")]
         assert len(samples) == len(set(samples)), "a metric sample repeated"
+        from seglake import cli
+        for k, v in settings.to_env().items():
+            monkeypatch.setenv(k, v)
+        assert cli.main(["wal", "status"]) == 0
+        assert "restores to a time in flight hold their log: default.src into r" in capsys.readouterr().out
     _age_wal(store)
     _gc(meta, store, settings)
     _gc(meta, store, settings)
