@@ -994,3 +994,45 @@ def test_a_restored_collection_archived_and_restored_to_a_time_from_the_target_a
     finally:
         meta2.close()
     print("compared rows", compared)
+
+
+def test_an_undrop_in_flight_when_the_drop_leaves_the_window(meta, store, settings, monkeypatch):
+    """An undrop set up; before its copy job and replay the drop leaves the window (the
+    clock moves on two hours: the window no longer holds the log), the WAL is aged and GC
+    runs with zero tolerances: the undrop in flight holds the log it planned (the only
+    hold left); the result equals the model just before the drop. (Without that hold this
+    case held too: GC did not truncate the released pchannel's tail here.)"""
+    from seglake.lifecycle import drop
+    from seglake.lifecycle.pitr import window as pwindow
+
+    with WalClient(meta, store, settings.replace(flush_seal_rows=25), batch_rows=8) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        for step in range(2):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        for step in range(2, 5):
+            _step(c, model, "src", step)
+            flush_all(meta, store, settings, coll)
+        compaction.compact(meta, store, "src", _policy())
+        _step(c, model, "src", 5)
+        want = model.visible(meta.tso.now())
+    drop.begin_drop(meta, store, settings, "src")
+    flush_all(meta, store, settings, coll, flush_all=False)
+    drop.finish_drop(meta, "src", collection_id=coll.collection_id)
+    job = pitr.undrop(meta, store, "src", "back")
+    import time
+    later = time.time() + 7200
+    monkeypatch.setattr(pwindow, "clock", lambda: later)
+    assert [h.restore for h in pitr.holds(meta)] == ["back"]     # only the undrop in flight holds now
+    _age_wal(store)
+    _gc(meta, store, settings)
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job)
+    copyjob.finalize(meta, job)
+    pitr.replay(meta, store, settings, meta.catalog.get_by_name("back").collection_id)
+    got = visible_of(meta, store, meta.catalog.get_by_name("back"))
+    assert got == want, (sum(got.values()), sum(want.values()), sorted((want - got).items())[:5])
+    print("compared rows", sum(want.values()))
