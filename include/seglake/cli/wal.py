@@ -154,22 +154,23 @@ def cmd_wal_pause(args, s: Settings) -> int:
 
 def add_wal_parsers(sub, out, common) -> None:
     ing = sub.add_parser("ingest", parents=[common], help="append rows through the write-ahead log")
-    ing.add_argument("collection")
+    ing.add_argument("collection", help="the collection (fed through its vchannels' pchannels)")
     ing.add_argument("--file", default=None, help="Parquet or Arrow IPC file whose columns match the schema")
     ing.add_argument("--rows", type=int, default=None, help="append N synthetic rows")
-    ing.add_argument("--partition", default="_default")
-    ing.add_argument("--batch-rows", type=int, default=10000)
-    ing.add_argument("--seed", type=int, default=0)
+    ing.add_argument("--partition", default="_default", help="the partition the rows go to (default _default)")
+    ing.add_argument("--batch-rows", type=int, default=10000,
+                     help="rows per WAL insert message (default 10000, at most 1000000)")
+    ing.add_argument("--seed", type=int, default=0, help="with --rows: the random seed of the synthetic rows")
     ing.add_argument("--txn", action="store_true", help="one transaction per vchannel")
     ing.set_defaults(fn=cmd_ingest)
     de = sub.add_parser("delete", parents=[common], help="append deletes by primary key through the WAL")
-    de.add_argument("collection")
+    de.add_argument("collection", help="the collection")
     de.add_argument("--pks", required=True, help="comma-separated primary keys")
-    de.add_argument("--txn", action="store_true")
+    de.add_argument("--txn", action="store_true", help="one transaction per vchannel")
     de.set_defaults(fn=cmd_delete)
     w = sub.add_parser("wal", help="write-ahead log").add_subparsers(dest="action", required=True)
     ws = w.add_parser("status", parents=[out], help="per pchannel: term, writer, ticks, fragments, pause, lag")
-    ws.add_argument("--pchannel", default=None)
+    ws.add_argument("--pchannel", default=None, help="only this pchannel (e.g. seglake-dml_3)")
     ws.set_defaults(fn=cmd_wal_status)
     from seglake.cli.args import number_arg
     wa = w.add_parser("archive", parents=[out], help="continuous backup: ship the WAL of every collection whose "
@@ -177,14 +178,15 @@ def add_wal_parsers(sub, out, common) -> None:
     wa.add_argument("--target", default=None, help="backup target URI (default: config key backup_uri)")
     wa.add_argument("--seconds", type=number_arg("archive_seconds"), default=0,
                     help="keep shipping new fragments for this long (default 0: once)")
-    wa.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=0)
+    wa.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=0,
+                    help="ship at most this many MiB/s (default 0: unlimited)")
     wa.add_argument("--move", action="store_true", help="move the archive to --target for good (it starts again "
                                                          "there from the log's first retained fragment)")
     wa.set_defaults(fn=cmd_wal_archive)
     for action in ("pause", "resume"):
         wp = w.add_parser(action, help=f"{action} consumption (recovery scanners are never paused)")
-        wp.add_argument("--pchannel", default=None)
+        wp.add_argument("--pchannel", default=None, help="this pchannel (e.g. seglake-dml_3); or --all")
         wp.add_argument("--all", action="store_true", help="the global flag")
         if action == "pause":
-            wp.add_argument("--reason", default="")
+            wp.add_argument("--reason", default="", help="free text shown by `seglake wal status`")
         wp.set_defaults(fn=cmd_wal_pause, json=False)
