@@ -27,11 +27,53 @@ def cmd_ingest(args, s: Settings) -> int:
     else:
         data = _read_table(args.file)
     with WalClient(meta, store, s, batch_rows=batch_rows) as client:
-        res = client.insert(args.collection, data, partition=args.partition, db=args.db, txn=args.txn)
+        if not args.txn:
+            res = client.insert(args.collection, data, partition=args.partition, db=args.db)
+        else:   # a transaction spans one vchannel (as in Milvus): one per vchannel the rows route to
+            pk = coll.schema.primary.name
+            res = _per_vchannel(coll, data.column(pk).to_numpy(zero_copy_only=False),
+                                lambda idx: client.insert(args.collection, data.take(idx), partition=args.partition,
+                                                          db=args.db, txn=True))
     emit(args, res.to_json(), text=(f"appended {res.rows} rows to {res.collection!r} in {res.batches} batches"
-                                    f"{' (transactional)' if args.txn else ''}: "
+                                    + (f" ({res.txns} transaction(s), one per vchannel)" if args.txn else "") + ": "
                                     + "; ".join(f"{p} {a} .. {b}" for p, (a, b) in sorted(res.positions.items()))))
     return 0
+
+
+def _per_vchannel(coll, pks, call):
+    """`call(indices)` once per vchannel the primary keys `pks` route to, each call one
+    transaction; the results summed. When one fails after others committed, the error
+    names the vchannels whose transactions committed (they stay: each is atomic alone)."""
+    import numpy as np
+
+    from seglake.errors import SeglakeError
+    from seglake.wal.client import IngestResult, route
+
+    shards = route(np.asarray(pks, dtype=np.int64), coll.shards)
+    total, done = IngestResult(coll.name), []
+    for j, v in enumerate(coll.vchannels):
+        idx = np.nonzero(shards == j)[0]
+        if not len(idx):
+            continue
+        try:
+            r = call(idx)
+        except SeglakeError as e:
+            if not done:
+                raise
+            from seglake.cli.output import REFUSED
+            kind = next((k for k in REFUSED if isinstance(e, k)), SeglakeError)   # keeps the exit code
+            raise kind(f"{e} (the transactions on {', '.join(done)} committed before it)") from None
+        done.append(v)
+        total.rows += r.rows
+        total.deletes += r.deletes
+        total.batches += r.batches
+        total.txns += r.txns
+        total.pchannels = sorted(set(total.pchannels) | set(r.pchannels))
+        for p, (first, last) in r.positions.items():
+            total.positions[p] = [total.positions.get(p, [first])[0], last]
+        for p, n in r.committed.items():
+            total.committed[p] = total.committed.get(p, 0) + n
+    return total
 
 
 def _read_table(path: str):
@@ -65,8 +107,14 @@ def cmd_delete(args, s: Settings) -> int:
         pks.append(int(part))
     meta, store = open_meta_store(s)
     with WalClient(meta, store, s) as client:
-        res = client.delete(args.collection, pks, db=args.db, txn=args.txn)
-    emit(args, res.to_json(), text=f"appended deletes of {res.deletes} primary keys to {res.collection!r}")
+        if not args.txn:
+            res = client.delete(args.collection, pks, db=args.db)
+        else:   # one transaction per vchannel the keys route to
+            coll = meta.catalog.get_by_name(args.collection, args.db)
+            res = _per_vchannel(coll, pks, lambda idx: client.delete(args.collection, [pks[i] for i in idx],
+                                                                      db=args.db, txn=True))
+    emit(args, res.to_json(), text=f"appended deletes of {res.deletes} primary keys to {res.collection!r}"
+                                   + (f" ({res.txns} transaction(s), one per vchannel)" if args.txn else ""))
     return 0
 
 
