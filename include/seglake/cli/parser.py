@@ -35,21 +35,38 @@ class Parser(argparse.ArgumentParser):
     subcommand it was given to ("--tll-hours ... did you mean --ttl-hours?"), and every
     usage error leaves through `fail()` (exit 2, secrets masked)."""
 
+    _argv: list[str] = []   # the command line being parsed (a subcommand's error() reads it)
+
     def error(self, message: str):
+        if not message.startswith("unrecognized arguments"):
+            # argparse stops at a missing required argument before it looks at unknown flags:
+            # a misspelt required flag (--as-off) is then said as missing; name the typo too
+            hints = self.hints([a for a in Parser._argv if a.startswith("--")])
+            if hints:
+                message += "; " + "; ".join(hints)
         self.print_usage(sys.stderr)
         raise SystemExit(fail(self.prog, message, EXIT_REFUSED))
 
+    def hints(self, args: list[str]) -> list[str]:
+        """'--flag: did you mean --known?' for each of `args` that is not an option of this
+        parser but close to one."""
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        hints = []
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if flag in known:
+                continue
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6) if flag.startswith("-") else []
+            if close:
+                hints.append(f"{flag}: did you mean {close[0]}?")
+        return hints
+
     def parse_args(self, args=None, namespace=None):
+        Parser._argv = list(sys.argv[1:] if args is None else args)
         ns, extras = self.parse_known_args(args, namespace)
         if extras:
             parser = self.chosen(ns)
-            known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
-            hints = []
-            for arg in extras:
-                flag = arg.split("=", 1)[0]
-                close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6) if flag.startswith("-") else []
-                if close:
-                    hints.append(f"{flag}: did you mean {close[0]}?")
+            hints = parser.hints(extras)
             parser.error(f"unrecognized arguments: {' '.join(extras)}" + ("; " + "; ".join(hints) if hints else ""))
         return ns
 
