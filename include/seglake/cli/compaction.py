@@ -157,9 +157,9 @@ def cmd_compact(args, s: Settings) -> int:
 
 def _text(summary) -> str:
     p, g = summary.plan, summary.plan.gain()
+    if p.skipped:   # skipped before its segments were read: no count to give
+        return f"collection {p.collection!r} (id {p.collection_id}): not compacted: {p.skipped}"
     head = f"collection {p.collection!r} (id {p.collection_id}): {p.segments} Flushed segments"
-    if p.skipped:
-        return f"{head}; not compacted: {p.skipped}"
     if not p.units:
         return f"{head}; nothing to compact"
     results = {r.unit_id: r for r in summary.results}
