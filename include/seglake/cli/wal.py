@@ -201,14 +201,18 @@ def cmd_wal_pause(args, s: Settings) -> int:
 
 
 def add_wal_parsers(sub, out, common) -> None:
+    from seglake.cli.args import number_arg
+
     ing = sub.add_parser("ingest", parents=[common], help="append rows through the write-ahead log")
     ing.add_argument("collection", help="the collection (fed through its vchannels' pchannels)")
     ing.add_argument("--file", default=None, help="Parquet or Arrow IPC file whose columns match the schema")
-    ing.add_argument("--rows", type=int, default=None, help="append N synthetic rows")
+    ing.add_argument("--rows", type=number_arg("ingest_rows"), default=None,
+                     help="append N synthetic rows (at most 100000000)")
     ing.add_argument("--partition", default="_default", help="the partition the rows go to (default _default)")
-    ing.add_argument("--batch-rows", type=int, default=10000,
+    ing.add_argument("--batch-rows", type=number_arg("ingest_batch_rows"), default=10000,
                      help="rows per WAL insert message (default 10000, at most 1000000)")
-    ing.add_argument("--seed", type=int, default=0, help="with --rows: the random seed of the synthetic rows")
+    ing.add_argument("--seed", type=number_arg("ingest_seed"), default=0,
+                     help="with --rows: the random seed of the synthetic rows (0 .. 4294967295)")
     ing.add_argument("--txn", action="store_true", help="one transaction per vchannel")
     ing.set_defaults(fn=cmd_ingest)
     de = sub.add_parser("delete", parents=[common], help="append deletes by primary key through the WAL")
@@ -220,7 +224,6 @@ def add_wal_parsers(sub, out, common) -> None:
     ws = w.add_parser("status", parents=[out], help="per pchannel: term, writer, ticks, fragments, pause, lag")
     ws.add_argument("--pchannel", default=None, help="only this pchannel (e.g. seglake-dml_3)")
     ws.set_defaults(fn=cmd_wal_status)
-    from seglake.cli.args import number_arg
     wa = w.add_parser("archive", parents=[out], help="continuous backup: ship the WAL of every collection whose "
                       "retention policy says --archive to the backup target")
     wa.add_argument("--target", default=None, help="backup target URI (default: config key backup_uri)")

@@ -28,7 +28,10 @@ def coll(meta, store, env):
 
 
 def _run(capsys, *argv):
-    rc = cli.main(list(argv))
+    try:
+        rc = cli.main(list(argv))
+    except SystemExit as e:        # refused by the parser (a flag's type)
+        rc = e.code
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -109,8 +112,12 @@ def test_delete_txn_one_transaction_per_vchannel(meta, store, env, coll, capsys)
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["ingest", "c1", "--rows", "-5"], "--rows must be an integer in 1"),
-    (["ingest", "c1", "--rows", "0"], "--rows must be an integer in 1"),
+    (["ingest", "c1", "--rows", "-5"], "argument --rows: '-5' is not an integer written in plain decimal"),
+    (["ingest", "c1", "--rows", "0"], "argument --rows: 0 is out of range, must be >= 1"),
+    (["ingest", "c1", "--rows", "007"], "argument --rows: '007' is not an integer written in plain decimal"),
+    (["ingest", "c1", "--rows", "3", "--seed", "-5"], "argument --seed: '-5'"),     # was a numpy traceback
+    (["ingest", "c1", "--rows", "3", "--seed", "4294967296"], "argument --seed: 4294967296 is out of range"),
+    (["ingest", "c1", "--rows", "3", "--batch-rows", "+5"], "argument --batch-rows: '+5'"),
     (["ingest", "c1"], "exactly one of --file PATH or --rows N"),
     (["ingest", "c1", "--rows", "3", "--batch-rows", "0"], "--batch-rows"),
     (["ingest", "nope", "--rows", "3"], "collection 'nope' not found"),
