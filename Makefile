@@ -17,6 +17,13 @@ export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION := True
 # INFO: the progress lines of copy jobs, exports and Spark jobs are INFO in task logs
 export AIRFLOW__LOGGING__LOGGING_LEVEL := INFO
 export SPARK_LOCAL_IP := 127.0.0.1
+# A second copy side by side (another checkout or worktree: its own .dev) needs its own etcd
+# port: SEGLAKE_ETCD_ENDPOINT=127.0.0.1:PORT make up|demo|status|down. DAG runs take etcd
+# from the etcd_default connection, which beats the environment (README "Configuration"):
+# point it at the same etcd, or this copy's runs would use the other copy's etcd on 23790.
+ifneq ($(strip $(SEGLAKE_ETCD_ENDPOINT)),)
+export AIRFLOW_CONN_ETCD_DEFAULT := {"conn_type": "etcd", "host": "$(firstword $(subst :, ,$(SEGLAKE_ETCD_ENDPOINT)))", "port": $(lastword $(subst :, ,$(SEGLAKE_ETCD_ENDPOINT))), "extra": {"root": "$(or $(SEGLAKE_ETCD_ROOT),seglake)"}}
+endif
 export PYSPARK_PYTHON := $(PY)
 export PATH := $(VENV)/bin:$(PATH)
 

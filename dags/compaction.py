@@ -88,6 +88,9 @@ def compaction():
             if "error" in t:
                 failed.append(t)
                 continue
+            if "skipped" in t:   # a dropped collection's policy: nothing to compact, not a failure
+                print(f"{t['db']}.{t['collection']}: not compacted: {t['skipped']}")
+                continue
             try:
                 planned = engine.plan(hook.meta, hook.store, t["collection"], t["policy"], db=t["db"])
             except SeglakeError as e:

@@ -181,6 +181,10 @@ LIMITS: dict[str, Limit] = {
     "demo_rows": _count(1, 10_000_000),
     "demo_dim": _count(1, 32_768),
     "demo_shards": _count(1, 16),
+    # -- seglake ingest (synthetic rows through the WAL) -----------------------------------
+    "ingest_rows": _count(1, 100_000_000),
+    "ingest_batch_rows": _count(1, 1_000_000),
+    "ingest_seed": _count(0, 2**32 - 1),              # numpy's default_rng takes any non-negative int
 }
 
 

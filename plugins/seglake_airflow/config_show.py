@@ -30,6 +30,25 @@ def _stdout_to_stderr():
         os.close(saved)
 
 
+def _no_metadata_db() -> str:
+    """Why the Variable and the connections cannot be read from Airflow's metadata DB ('' when
+    they can): a shell without the workers' AIRFLOW_HOME gets Airflow's default home, whose
+    DB has no tables (Airflow then logged a traceback per lookup)."""
+    from airflow import settings
+    from sqlalchemy import inspect
+
+    home = os.environ.get("AIRFLOW_HOME", "~/airflow (AIRFLOW_HOME is not set)")
+    try:
+        if inspect(settings.engine).has_table("variable"):
+            return ""
+        found = "has no Airflow tables"
+    except Exception as e:  # noqa: BLE001 - any failure to reach the DB is said, in one line
+        found = f"cannot be read ({type(e).__name__})"
+    return (f"Airflow's metadata DB {settings.engine.url.render_as_string(hide_password=True)} {found}; "
+            f"AIRFLOW_HOME is {home}: run it with the workers' AIRFLOW_HOME (this project's: "
+            f"export AIRFLOW_HOME=$PWD/.dev/airflow after `make setup`)")
+
+
 def main(argv: list[str] | None = None) -> int:
     from seglake.cli import emit
     from seglake.settings_sources import table as source_table
@@ -38,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     with _stdout_to_stderr():
+        if why := _no_metadata_db():
+            print(f"seglake config show: error: {why}", file=sys.stderr)
+            return 1
         from airflow.models.connection import Connection
         from airflow.models.variable import Variable
 

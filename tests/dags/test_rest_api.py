@@ -188,7 +188,11 @@ def test_compaction_policy_set_get_clear_and_history(client, h, world):
     ("post", "/collections/nope/restore", {"target": "t", "as_of": 470753162035462143}, 404,
      "collection 'nope' not found"),
     ("put", "/collections/api_coll/pitr", {"window": "nan"}, 400, "is not a duration"),
-    ("put", "/collections/api_coll/pitr", {"window": "3d", "windw": 1}, 400, "unknown field 'windw'"),
+    ("put", "/collections/api_coll/pitr", {"window": "3d", "windw": 1}, 400,
+     "unknown field 'windw' (did you mean 'window'?)"),       # every body's model, not a path-suffix table
+    ("put", "/collections/api_coll/pitr", {"windw": "3d"}, 400, "unknown field 'windw' (did you mean 'window'?)"),
+    ("post", "/collections/api_coll/restore", {"target": "t", "as_of": 470753162035462143, "as_off": 1}, 400,
+     "unknown field 'as_off' (did you mean 'as_of'?)"),
     ("delete", "/collections/nope/pitr", None, 404, "collection 'nope' not found"),
     ("post", "/collections/api_coll/undrop", {"target": "t"}, 409, "is Created, not dropped"),
     ("post", "/collections/nope/undrop", {"target": "t"}, 404, "collection 'nope' not found"),

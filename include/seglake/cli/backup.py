@@ -140,31 +140,32 @@ def add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg) -> None:
     def rates(p) -> None:
         p.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=0,
                        help="copy at most this many MiB/s (0: unlimited)")
-        p.add_argument("--max-requests-per-second", type=number_arg("copy_max_requests_per_second"), default=0)
+        p.add_argument("--max-requests-per-second", type=number_arg("copy_max_requests_per_second"), default=0,
+                       help="at most this many copy requests per second (0: unlimited)")
 
     for group in (b, snaps):   # `seglake backup export` = `seglake snapshots export`
         be = group.add_parser("export", parents=[common], help="copy a COMMITTED snapshot to the backup target as "
                                                                "a bundle (only files the target lacks are copied)")
-        be.add_argument("collection", type=coll_t)
-        be.add_argument("snapshot", type=snap_t)
+        be.add_argument("collection", type=coll_t, help="the snapshot's collection")
+        be.add_argument("snapshot", type=snap_t, help="the COMMITTED snapshot to export")
         be.add_argument("--bundle", type=snap_t, default=None, help="bundle name (default: the snapshot's)")
         be.add_argument("--target", **tgt)
         rates(be)
         be.set_defaults(fn=cmd_export)
     bl = b.add_parser("list", parents=[common], help="the bundles in the target")
-    bl.add_argument("--collection", type=coll_t, default=None)
+    bl.add_argument("--collection", type=coll_t, default=None, help="only this collection's bundles")
     bl.add_argument("--target", **tgt)
     bl.set_defaults(fn=cmd_list)
     for name, fn, hlp in (("show", cmd_show, "one bundle's summary"),
                           ("verify", cmd_verify, "read every file of a bundle and check it (exit 1 when bad)")):
         p = b.add_parser(name, parents=[common], help=hlp)
-        p.add_argument("collection", type=coll_t)
-        p.add_argument("bundle", type=snap_t)
+        p.add_argument("collection", type=coll_t, help="the bundle's collection")
+        p.add_argument("bundle", type=snap_t, help="the bundle")
         p.add_argument("--target", **tgt)
         p.set_defaults(fn=fn)
     bi = b.add_parser("import", parents=[common], help="import a bundle as a COMMITTED snapshot of this store")
-    bi.add_argument("collection", type=coll_t)
-    bi.add_argument("bundle", type=snap_t)
+    bi.add_argument("collection", type=coll_t, help="the bundle's collection")
+    bi.add_argument("bundle", type=snap_t, help="the bundle")
     bi.add_argument("--as-collection", type=coll_t, default=None, help="the collection name it is filed under")
     bi.add_argument("--as-snapshot", type=snap_t, default=None, help="the snapshot name (default: the bundle's)")
     bi.add_argument("--target", **tgt)
@@ -172,9 +173,11 @@ def add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg) -> None:
     bi.set_defaults(fn=cmd_import)
     bp = b.add_parser("prune", parents=[common], help="drop a collection's bundles a retention policy does not keep "
                                                       "(never the newest), then the data files no bundle lists")
-    bp.add_argument("collection", type=coll_t)
+    bp.add_argument("collection", type=coll_t, help="the collection whose bundles are pruned")
+    from seglake.cli.parser import KEEP_HELP
     for k in ("last", "hourly", "daily", "weekly", "monthly"):
-        bp.add_argument(f"--keep-{k}", dest=f"keep_{k}", type=number_arg("retention_keep"), default=0)
+        bp.add_argument(f"--keep-{k}", dest=f"keep_{k}", type=number_arg("retention_keep"), default=0,
+                        help=KEEP_HELP[k])
     bp.add_argument("--min-age-hours", type=number_arg("missing_tolerance", 3600), default=24,
                     help="data files younger than this are kept (at least 1; default 24)")
     bp.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
@@ -183,8 +186,8 @@ def add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg) -> None:
     br = b.add_parser("restore", parents=[common], help="restore a bundle into a new collection, each byte copied "
                                                         "once straight from the target (inline; the "
                                                         "snapshot_restore_external DAG runs it on Airflow)")
-    br.add_argument("collection", type=coll_t)
-    br.add_argument("bundle", type=snap_t)
+    br.add_argument("collection", type=coll_t, help="the bundle's collection")
+    br.add_argument("bundle", type=snap_t, help="the bundle")
     br.add_argument("restore_to", type=coll_t, help="the new collection")
     br.add_argument("--target", **tgt)
     rates(br)

@@ -17,7 +17,7 @@ def add_compaction_parsers(sub, common, coll_t, number_arg) -> None:
     c = sub.add_parser("compact", parents=[common],
                        help="compact a collection inline: merge small segments, drop deleted rows "
                             "(a dry run shows the units and their expected gain)")
-    c.add_argument("collection", type=coll_t)
+    c.add_argument("collection", type=coll_t, help="the collection")
     c.add_argument("--dry-run", action="store_true", help="plan only: show the units, change nothing")
     c.add_argument("--min-segment-rows", type=number_arg("compaction_min_segment_rows"), default=None,
                    help="merge segments below this many rows (default: config compaction_min_segment_rows)")
@@ -35,27 +35,32 @@ def add_compaction_parsers(sub, common, coll_t, number_arg) -> None:
     pol = cp.add_parser("policy", help="a collection's compaction policy (overrides config; empty keys: config)"
                         ).add_subparsers(dest="policy_action", required=True)
     ps = pol.add_parser("set", parents=[common], help="record the policy (replaces the previous one)")
-    ps.add_argument("collection", type=coll_t)
-    ps.add_argument("--min-segment-rows", type=number_arg("compaction_min_segment_rows"), default=None)
-    ps.add_argument("--target-rows", type=number_arg("compaction_target_rows"), default=None)
-    ps.add_argument("--delete-ratio", type=number_arg("compaction_delete_ratio"), default=None)
-    ps.add_argument("--protection-seconds", type=number_arg("compaction_protection"), default=None)
+    ps.add_argument("collection", type=coll_t, help="the collection")
+    ps.add_argument("--min-segment-rows", type=number_arg("compaction_min_segment_rows"), default=None,
+                    help="merge segments below this many rows (unset: config compaction_min_segment_rows)")
+    ps.add_argument("--target-rows", type=number_arg("compaction_target_rows"), default=None,
+                    help="merged segments hold about this many rows (unset: config compaction_target_rows)")
+    ps.add_argument("--delete-ratio", type=number_arg("compaction_delete_ratio"), default=None,
+                    help="rewrite a segment alone above this deleted fraction (unset: config)")
+    ps.add_argument("--protection-seconds", type=number_arg("compaction_protection"), default=None,
+                    help="skip the collection when snapshotted within this long (unset: config)")
     _byte_flags(ps, number_arg)
     ps.add_argument("--scheduled", action=argparse.BooleanOptionalAction, default=None,
                     help="scheduled runs of the compaction DAG compact this collection")
     ps.set_defaults(fn=cmd_compaction_policy)
-    for action in ("show", "clear"):
-        pa = pol.add_parser(action, parents=[common])
-        pa.add_argument("collection", type=coll_t)
+    for action, text in (("show", "a collection's stored policy"), ("clear", "remove a collection's policy")):
+        pa = pol.add_parser(action, parents=[common], help=text)
+        pa.add_argument("collection", type=coll_t, help="the collection")
         pa.set_defaults(fn=cmd_compaction_policy)
-    pol.add_parser("list", parents=[common]).set_defaults(fn=cmd_compaction_policy)
+    pol.add_parser("list", parents=[common], help="every stored policy").set_defaults(fn=cmd_compaction_policy)
     sc = cp.add_parser("scheduled", parents=[common], help="the scheduled run now, inline: every collection whose "
                                                           "policy says scheduled")
-    sc.add_argument("--dry-run", action="store_true")
+    sc.add_argument("--dry-run", action="store_true", help="plan only: show the units, change nothing")
     sc.set_defaults(fn=cmd_compaction_scheduled)
     h = cp.add_parser("history", parents=[common], help="the last compaction runs")
-    h.add_argument("collection", type=coll_t, nargs="?", default=None)
-    h.add_argument("--last", type=number_arg("compaction_history"), default=20)
+    h.add_argument("collection", type=coll_t, nargs="?", default=None, help="only this collection (default: all)")
+    h.add_argument("--last", type=number_arg("compaction_history"), default=20,
+                   help="the newest N runs (default 20)")
     h.set_defaults(fn=cmd_compaction_history)
 
 
@@ -152,9 +157,9 @@ def cmd_compact(args, s: Settings) -> int:
 
 def _text(summary) -> str:
     p, g = summary.plan, summary.plan.gain()
+    if p.skipped:   # skipped before its segments were read: no count to give
+        return f"collection {p.collection!r} (id {p.collection_id}): not compacted: {p.skipped}"
     head = f"collection {p.collection!r} (id {p.collection_id}): {p.segments} Flushed segments"
-    if p.skipped:
-        return f"{head}; not compacted: {p.skipped}"
     if not p.units:
         return f"{head}; nothing to compact"
     results = {r.unit_id: r for r in summary.results}

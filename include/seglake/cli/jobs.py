@@ -13,9 +13,18 @@ def _bar(fraction: float, width: int = 30) -> str:
     return "[" + "#" * n + "." * (width - n) + f"] {fraction * 100:5.1f}%"
 
 
+def _source(j: dict) -> str:
+    """Where a job copies from: a snapshot, a bundle of the backup target, or nothing (a
+    restore to a time of a collection born inside its window starts empty)."""
+    if j.get("bundle"):
+        return f"bundle {j['bundle']['collection']}/{j['bundle']['bundle']}"
+    return f"{j['source_collection']}/{j['snapshot']}" if j["snapshot"] else \
+        f"{j['source_collection']} (from its creation)"
+
+
 def _job_row(j: dict) -> dict:
     p = j["progress"]
-    return {"job": j["job_id"], "state": j["state"], "source": f"{j['source_collection']}/{j['snapshot']}",
+    return {"job": j["job_id"], "state": j["state"], "source": _source(j),
             "target": j["target_collection"], "segments": f"{p['copied_segments']}/{p['total_segments']}",
             "size": human_bytes(j["total_bytes"]), "duration": f"{j['duration_s']:.1f}s",
             "reason": j["reason"] or None}

@@ -151,7 +151,8 @@ def add_milvus_parsers(sub, common, coll_t, snap_t, number_arg) -> None:
                                                    "(default: config key backup_uri; S3: the backup_s3_* keys)")
     mb.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=0,
                     help="copy at most this many MiB/s (0: unlimited)")
-    mb.add_argument("--max-requests-per-second", type=number_arg("copy_max_requests_per_second"), default=0)
+    mb.add_argument("--max-requests-per-second", type=number_arg("copy_max_requests_per_second"), default=0,
+                    help="at most this many requests per second (0: unlimited)")
     mb.set_defaults(fn=cmd_backup)
     add_restore_parser(m, common, coll_t, snap_t, number_arg)
     add_source_parsers(m, common, coll_t, snap_t, number_arg)
@@ -166,7 +167,7 @@ def add_source_parsers(m, common, coll_t, snap_t, number_arg) -> None:
     ss = src.add_parser("set", parents=[common], help="register (or replace) a Milvus source; no secret: the "
                                                       "bucket's credentials come from the Airflow connection "
                                                       "--conn-id (DAG) or the milvus_s3_* keys (CLI)")
-    ss.add_argument("name", type=snap_t)
+    ss.add_argument("name", type=snap_t, help="the source's name")
     ss.add_argument("--milvus-etcd", required=True, help="Milvus's etcd: host:port[,host:port...]")
     ss.add_argument("--milvus-root", default=None, help="Milvus's etcd rootPath (default: by-dev)")
     ss.add_argument("--bucket", required=True, help="Milvus's bucket, or an absolute local path")
@@ -178,27 +179,30 @@ def add_source_parsers(m, common, coll_t, snap_t, number_arg) -> None:
                     help="throttle each scheduled capture (0: unlimited; the store-wide limit applies too)")
     ss.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
                     help="verify each new capture (default: yes)")
+    from seglake.cli.parser import KEEP_HELP
     for unit in ("last", "hourly", "daily", "weekly", "monthly"):
-        ss.add_argument(f"--keep-{unit}", dest=f"keep_{unit}", type=number_arg("retention_keep"), default=None)
+        ss.add_argument(f"--keep-{unit}", dest=f"keep_{unit}", type=number_arg("retention_keep"), default=None,
+                        help=KEEP_HELP[unit])
     ss.set_defaults(fn=cmd_source_set)
     for action, fn, what in (("show", cmd_source_show, "a source's record"),
                              ("clear", cmd_source_clear, "forget a source (its bundles stay)")):
         p = src.add_parser(action, parents=[common], help=what)
-        p.add_argument("name", type=snap_t)
+        p.add_argument("name", type=snap_t, help="the source")
         p.set_defaults(fn=fn)
-    sl = src.add_parser("list", parents=[common])
+    sl = src.add_parser("list", parents=[common], help="every registered source")
     sl.set_defaults(fn=cmd_source_list)
     sr = src.add_parser("run", parents=[common], help="one schedule run now, inline (capture what is due, "
                                                       "verify, prune)")
     sr.add_argument("name", nargs="?", type=snap_t, default=None, help="only this source")
-    sr.add_argument("--dry-run", action="store_true")
+    sr.add_argument("--dry-run", action="store_true", help="list what would be captured and pruned; change nothing")
     sr.add_argument("--target", default=None, help="backup target (default: config key backup_uri)")
     sr.set_defaults(fn=cmd_source_run)
     mp = m.add_parser("pin", parents=[common], help="keep a capture bundle from being pruned for a while")
-    mp.add_argument("collection", type=coll_t)
-    mp.add_argument("bundle", type=snap_t)
-    mp.add_argument("--ttl-hours", type=number_arg("pin_ttl", 3600.0), default=24.0)
-    mp.add_argument("--by", default="cli")
+    mp.add_argument("collection", type=coll_t, help="the Milvus collection")
+    mp.add_argument("bundle", type=snap_t, help="the capture bundle")
+    mp.add_argument("--ttl-hours", type=number_arg("pin_ttl", 3600.0), default=24.0,
+                    help="how long the pin holds (hours; default 24)")
+    mp.add_argument("--by", default="cli", help="who or what pinned it (default cli)")
     mp.add_argument("--unpin", action="store_true", help="remove the pin instead")
     mp.add_argument("--target", default=None, help="the backup target holding the bundle (default: config key "
                                                    "backup_uri)")

@@ -47,7 +47,7 @@ def add_restore_parser(m, common, coll_t, snap_t, number_arg) -> None:
     r = m.add_parser("restore", parents=[common], help="restore a Milvus capture or a seglake export into a Milvus "
                                                         "server under a new name (resumable: re-run the same command)")
     r.add_argument("collection", type=coll_t, help="the captured or exported collection (the bundle's)")
-    r.add_argument("bundle", type=snap_t)
+    r.add_argument("bundle", type=snap_t, help="the bundle (capture or export) in the backup target")
     r.add_argument("name", type=coll_t, help="the new collection's name in the target Milvus")
     r.add_argument("--address", required=True, help="the target Milvus proxy, host:port")
     r.add_argument("--bucket", required=True, help="the target Milvus's bucket (its minio.bucketName)")

@@ -13,19 +13,19 @@ def add_pitr_parsers(sub, out, common, coll_t) -> None:
     p = sub.add_parser("pitr", help="point-in-time windows: restore a collection to any instant of the "
                                     "window (off by default)").add_subparsers(dest="action", required=True)
     ps = p.add_parser("set", parents=[common], help="turn a collection's window on (or change it)")
-    ps.add_argument("collection", type=coll_t)
+    ps.add_argument("collection", type=coll_t, help="the collection")
     ps.add_argument("window", help="how far back restores reach: 3d, 12h, 90m or seconds (1 minute .. 365 days)")
     ps.set_defaults(fn=cmd_pitr_set)
     for action, helptext in (("show", "a collection's window and what it holds"),
                              ("clear", "turn the window off (the next GC releases what it held)")):
         pa = p.add_parser(action, parents=[common], help=helptext)
-        pa.add_argument("collection", type=coll_t)
+        pa.add_argument("collection", type=coll_t, help="the collection")
         pa.set_defaults(fn=cmd_pitr_show if action == "show" else cmd_pitr_clear)
     pl = p.add_parser("list", parents=[out], help="every window and what it holds")
     pl.set_defaults(fn=cmd_pitr_list)
     r = sub.add_parser("restore", parents=[common], help="restore a collection as it was at an instant into a "
                                                          "new collection (inline)")
-    r.add_argument("collection", type=coll_t)
+    r.add_argument("collection", type=coll_t, help="the collection to restore (its window must hold the instant)")
     r.add_argument("target", type=coll_t, help="the new collection")
     r.add_argument("--as-of", required=True, dest="as_of",
                    help="ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp")
@@ -71,7 +71,7 @@ def add_undrop_parser(colls, common, coll_t) -> None:
     u = colls.add_parser("undrop", parents=[common], help="bring a collection dropped inside its point-in-time "
                                                           "window back, as a new collection, as it was just "
                                                           "before the drop (inline)")
-    u.add_argument("name", type=coll_t)
+    u.add_argument("name", type=coll_t, help="the dropped collection")
     u.add_argument("--as", dest="new_name", type=coll_t, required=True, help="the new collection")
     u.add_argument("--from-target", dest="from_target", nargs="?", const="", default=None, metavar="URI",
                    help="when this store cannot give it (its record, log or files gone): from the backup target "

@@ -37,8 +37,9 @@ def cmd_snapshots_describe(args, s: Settings) -> int:
     meta, store = open_meta_store(s)
     d = snapshot.describe(meta, store, args.collection, args.name, db=args.db)
     row = _snapshot_rows([d])[0]
-    lines = [f"snapshot {d['name']!r} of collection {d['collection']!r} (id {d['snapshot_id']}): {d['state']}",
-             f"created {row['created']} UTC, expires {row['expires'] or 'never'}",
+    lines = [f"snapshot {d['name']!r} (id {d['snapshot_id']}) of collection {d['collection']!r} "
+             f"(id {d['collection_id']}): {d['state']}",
+             f"created {row['created']} UTC, expires " + (f"{row['expires']} UTC" if row["expires"] else "never"),
              f"{d['segments']} segments, {d['rows']} rows, {d['files']} files, {row['size']}, "
              f"{d['partitions']} partitions" + (f" ({', '.join(d['partition_names'])})" if d.get("partition_names") else ""),
              f"consistent at ts {d['consistent_ts']}; location {d['location'] or '-'}"]

@@ -27,11 +27,53 @@ def cmd_ingest(args, s: Settings) -> int:
     else:
         data = _read_table(args.file)
     with WalClient(meta, store, s, batch_rows=batch_rows) as client:
-        res = client.insert(args.collection, data, partition=args.partition, db=args.db, txn=args.txn)
+        if not args.txn:
+            res = client.insert(args.collection, data, partition=args.partition, db=args.db)
+        else:   # a transaction spans one vchannel (as in Milvus): one per vchannel the rows route to
+            pk = coll.schema.primary.name
+            res = _per_vchannel(coll, data.column(pk).to_numpy(zero_copy_only=False),
+                                lambda idx: client.insert(args.collection, data.take(idx), partition=args.partition,
+                                                          db=args.db, txn=True))
     emit(args, res.to_json(), text=(f"appended {res.rows} rows to {res.collection!r} in {res.batches} batches"
-                                    f"{' (transactional)' if args.txn else ''}: "
+                                    + (f" ({res.txns} transaction(s), one per vchannel)" if args.txn else "") + ": "
                                     + "; ".join(f"{p} {a} .. {b}" for p, (a, b) in sorted(res.positions.items()))))
     return 0
+
+
+def _per_vchannel(coll, pks, call):
+    """`call(indices)` once per vchannel the primary keys `pks` route to, each call one
+    transaction; the results summed. When one fails after others committed, the error
+    names the vchannels whose transactions committed (they stay: each is atomic alone)."""
+    import numpy as np
+
+    from seglake.errors import SeglakeError
+    from seglake.wal.client import IngestResult, route
+
+    shards = route(np.asarray(pks, dtype=np.int64), coll.shards)
+    total, done = IngestResult(coll.name), []
+    for j, v in enumerate(coll.vchannels):
+        idx = np.nonzero(shards == j)[0]
+        if not len(idx):
+            continue
+        try:
+            r = call(idx)
+        except SeglakeError as e:
+            if not done:
+                raise
+            from seglake.cli.output import REFUSED
+            kind = next((k for k in REFUSED if isinstance(e, k)), SeglakeError)   # keeps the exit code
+            raise kind(f"{e} (the transactions on {', '.join(done)} committed before it)") from None
+        done.append(v)
+        total.rows += r.rows
+        total.deletes += r.deletes
+        total.batches += r.batches
+        total.txns += r.txns
+        total.pchannels = sorted(set(total.pchannels) | set(r.pchannels))
+        for p, (first, last) in r.positions.items():
+            total.positions[p] = [total.positions.get(p, [first])[0], last]
+        for p, n in r.committed.items():
+            total.committed[p] = total.committed.get(p, 0) + n
+    return total
 
 
 def _read_table(path: str):
@@ -65,8 +107,14 @@ def cmd_delete(args, s: Settings) -> int:
         pks.append(int(part))
     meta, store = open_meta_store(s)
     with WalClient(meta, store, s) as client:
-        res = client.delete(args.collection, pks, db=args.db, txn=args.txn)
-    emit(args, res.to_json(), text=f"appended deletes of {res.deletes} primary keys to {res.collection!r}")
+        if not args.txn:
+            res = client.delete(args.collection, pks, db=args.db)
+        else:   # one transaction per vchannel the keys route to
+            coll = meta.catalog.get_by_name(args.collection, args.db)
+            res = _per_vchannel(coll, pks, lambda idx: client.delete(args.collection, [pks[i] for i in idx],
+                                                                      db=args.db, txn=True))
+    emit(args, res.to_json(), text=f"appended deletes of {res.deletes} primary keys to {res.collection!r}"
+                                   + (f" ({res.txns} transaction(s), one per vchannel)" if args.txn else ""))
     return 0
 
 
@@ -157,38 +205,43 @@ def cmd_wal_pause(args, s: Settings) -> int:
 
 
 def add_wal_parsers(sub, out, common) -> None:
+    from seglake.cli.args import number_arg
+
     ing = sub.add_parser("ingest", parents=[common], help="append rows through the write-ahead log")
-    ing.add_argument("collection")
+    ing.add_argument("collection", help="the collection (fed through its vchannels' pchannels)")
     ing.add_argument("--file", default=None, help="Parquet or Arrow IPC file whose columns match the schema")
-    ing.add_argument("--rows", type=int, default=None, help="append N synthetic rows")
-    ing.add_argument("--partition", default="_default")
-    ing.add_argument("--batch-rows", type=int, default=10000)
-    ing.add_argument("--seed", type=int, default=0)
+    ing.add_argument("--rows", type=number_arg("ingest_rows"), default=None,
+                     help="append N synthetic rows (at most 100000000)")
+    ing.add_argument("--partition", default="_default", help="the partition the rows go to (default _default)")
+    ing.add_argument("--batch-rows", type=number_arg("ingest_batch_rows"), default=10000,
+                     help="rows per WAL insert message (default 10000, at most 1000000)")
+    ing.add_argument("--seed", type=number_arg("ingest_seed"), default=0,
+                     help="with --rows: the random seed of the synthetic rows (0 .. 4294967295)")
     ing.add_argument("--txn", action="store_true", help="one transaction per vchannel")
     ing.set_defaults(fn=cmd_ingest)
     de = sub.add_parser("delete", parents=[common], help="append deletes by primary key through the WAL")
-    de.add_argument("collection")
+    de.add_argument("collection", help="the collection")
     de.add_argument("--pks", required=True, help="comma-separated primary keys")
-    de.add_argument("--txn", action="store_true")
+    de.add_argument("--txn", action="store_true", help="one transaction per vchannel")
     de.set_defaults(fn=cmd_delete)
     w = sub.add_parser("wal", help="write-ahead log").add_subparsers(dest="action", required=True)
     ws = w.add_parser("status", parents=[out], help="per pchannel: term, writer, ticks, fragments, pause, lag")
-    ws.add_argument("--pchannel", default=None)
+    ws.add_argument("--pchannel", default=None, help="only this pchannel (e.g. seglake-dml_3)")
     ws.set_defaults(fn=cmd_wal_status)
-    from seglake.cli.args import number_arg
     wa = w.add_parser("archive", parents=[out], help="continuous backup: ship the WAL of every collection whose "
                       "retention policy says --archive to the backup target")
     wa.add_argument("--target", default=None, help="backup target URI (default: config key backup_uri)")
     wa.add_argument("--seconds", type=number_arg("archive_seconds"), default=0,
                     help="keep shipping new fragments for this long (default 0: once)")
-    wa.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=0)
+    wa.add_argument("--max-mib-per-second", type=number_arg("copy_max_bytes_per_second", 1 << 20), default=0,
+                    help="ship at most this many MiB/s (default 0: unlimited)")
     wa.add_argument("--move", action="store_true", help="move the archive to --target for good (it starts again "
                                                          "there from the log's first retained fragment)")
     wa.set_defaults(fn=cmd_wal_archive)
     for action in ("pause", "resume"):
         wp = w.add_parser(action, help=f"{action} consumption (recovery scanners are never paused)")
-        wp.add_argument("--pchannel", default=None)
+        wp.add_argument("--pchannel", default=None, help="this pchannel (e.g. seglake-dml_3); or --all")
         wp.add_argument("--all", action="store_true", help="the global flag")
         if action == "pause":
-            wp.add_argument("--reason", default="")
+            wp.add_argument("--reason", default="", help="free text shown by `seglake wal status`")
         wp.set_defaults(fn=cmd_wal_pause, json=False)

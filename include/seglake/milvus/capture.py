@@ -38,7 +38,7 @@ import time
 import uuid
 
 from seglake import limits, manifest, runners
-from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
+from seglake.errors import Conflict, NotFound, SeglakeError, Unavailable, ValidationError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import export as exports
 from seglake.milvus import binlog, catalog
@@ -157,7 +157,10 @@ def plan(kv, bucket: ReadOnlyBucket, etcd_root: str, collections: list[str], *, 
     validate_name("db", db)
     for c in collections:
         validate_name("collection", c)
-    revision = kv.revision()
+    try:
+        revision = kv.revision()
+    except Unavailable as e:   # say whose etcd: seglake's own is a different one
+        raise Unavailable(f"Milvus's etcd is unreachable ({e})") from None
     meta = MilvusMeta(kv, etcd_root, revision)
     dbs = catalog.databases(meta)
     if db not in dbs.values():

@@ -351,12 +351,10 @@ def create_api():
         return text if len(text) <= 40 else text[:37] + "..."
 
     def _model_for(request: Request):
-        path = request.url.path
-        if "/compaction/policies/" in path:
-            return CompactionPolicyBody
-        for suffix, model in (("/compaction", CompactionRun), ("/restore", RestoreRequest), ("/undrop", UndropRequest), ("/pins", PinRequest), ("/gc/dry-run", GCDryRun),
-                              ("/resume", ResumeRequest), ("/snapshots", SnapshotCreate)):
-            if path.endswith(suffix):
+        route = request.scope.get("route")   # the matched operation: its body's model
+        for param in getattr(getattr(route, "dependant", None), "body_params", None) or ():
+            model = getattr(param.field_info, "annotation", None) or getattr(param, "type_", None)
+            if isinstance(model, type) and issubclass(model, BaseModel):
                 return model
         return None
 

@@ -75,3 +75,19 @@ def test_config_show_airflow_resolves_connections_from_the_metadata_db(tmp_path,
     assert "a DAG run uses etcd 10.9.8.7:2379 root 'prodroot' and store s3://bucket/prefix" in text
     plain = json.loads(_run(["-m", "seglake.cli", "config", "show", "--json"], env))
     assert plain["etcd_endpoint"] != "10.9.8.7:2379"      # without --airflow: no connections
+
+
+def test_config_show_airflow_without_the_workers_airflow_home_is_one_line(tmp_path, airflow_home):
+    """A shell without the workers' AIRFLOW_HOME (a newcomer's first try) gets an empty
+    metadata DB: one line saying so and what to set, exit 1 -- Airflow logged a traceback
+    for each lookup before."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SEGLAKE_"))}
+    env.update({"AIRFLOW_HOME": str(tmp_path / "elsewhere"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "PYTHONPATH": f"{REPO / 'include'}"})
+    out = subprocess.run([sys.executable, "-m", "seglake.cli", "config", "show", "--airflow"], capture_output=True,
+                         text=True, env=env, timeout=180)
+    assert out.returncode == 1 and out.stdout == "", out.stdout
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("seglake config show: error: Airflow's metadata DB sqlite:///") and \
+        "has no Airflow tables; AIRFLOW_HOME is " in lines[-1] and "export AIRFLOW_HOME=$PWD/.dev/airflow" in lines[-1]

@@ -28,7 +28,10 @@ def coll(meta, store, env):
 
 
 def _run(capsys, *argv):
-    rc = cli.main(list(argv))
+    try:
+        rc = cli.main(list(argv))
+    except SystemExit as e:        # refused by the parser (a flag's type)
+        rc = e.code
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -62,18 +65,59 @@ def test_ingest_parquet_file_txn_and_delete(meta, store, env, coll, tmp_path, ca
     assert _run(capsys, "ingest", "c1", "--file", str(f), "--txn")[0] == 0
     pks = rows.column("pk").to_pylist()
     assert _all_pks(meta, store, env, coll) == pks
-    pq.write_table(synthetic_rows(coll, 7, 900), f)   # rows of both shards: refused whole
-    rc, _, err = _run(capsys, "ingest", "c1", "--file", str(f), "--txn")
-    assert rc != 0 and "spans one vchannel" in err and _all_pks(meta, store, env, coll) == pks
+    both = synthetic_rows(coll, 7, 900)               # rows of both shards: one transaction per vchannel
+    pq.write_table(both, f)
+    rc, out, _ = _run(capsys, "ingest", "c1", "--file", str(f), "--txn")
+    assert rc == 0 and "(2 transaction(s), one per vchannel)" in out, out
+    assert sorted(_all_pks(meta, store, env, coll)) == sorted(pks + both.column("pk").to_pylist())
+    _assert_one_txn_per_vchannel(meta, store, env, coll, set(both.column("pk").to_pylist()))
     assert _run(capsys, "delete", "c1", "--pks", f"{pks[0]},{pks[1]}")[0] == 0
     deletes = [pk for p in pchannels(coll) for m in all_messages(meta, store, p, env) if m.type == "Delete"
                for pk in m.body.column("pk").to_pylist()]
     assert sorted(deletes) == sorted(pks[:2])
 
 
+def _assert_one_txn_per_vchannel(meta, store, env, coll, pks: set) -> None:
+    """The inserts of `pks` went in one committed transaction per vchannel, each holding
+    only rows that route to its vchannel (as in Milvus: a transaction spans one vchannel)."""
+    from seglake.wal import message as M
+    from seglake.wal.client import route
+    import numpy as np
+
+    seen, seen_txns = set(), set()
+    for p in pchannels(coll):
+        msgs = all_messages(meta, store, p, env)
+        for j, v in enumerate(coll.vchannels):
+            ins = [m for m in msgs if m.type == M.INSERT and m.vchannel == v
+                   and set(m.body.column("pk").to_pylist()) & pks]
+            if not ins:
+                continue
+            txn_ids = {m.txn_id for m in ins}
+            assert len(txn_ids) == 1 and 0 not in txn_ids, txn_ids
+            assert txn_ids.isdisjoint(seen_txns)       # the scanner delivers committed transactions only
+            seen_txns |= txn_ids
+            got = np.array([pk for m in ins for pk in m.body.column("pk").to_pylist()], dtype=np.int64)
+            assert (route(got, coll.shards) == j).all()
+            seen |= set(got.tolist())
+    assert seen == pks
+
+
+def test_delete_txn_one_transaction_per_vchannel(meta, store, env, coll, capsys):
+    from seglake.wal import message as M
+    rc, out, _ = _run(capsys, "delete", "c1", "--pks", "1,2,3,4,5,6", "--txn")
+    assert rc == 0 and "(2 transaction(s), one per vchannel)" in out, out
+    dels = [m for p in pchannels(coll) for m in all_messages(meta, store, p, env) if m.type == M.DELETE]
+    assert sorted(pk for m in dels for pk in m.body.column("pk").to_pylist()) == [1, 2, 3, 4, 5, 6]
+    assert len({m.txn_id for m in dels}) == 2 and all(m.txn_id for m in dels)
+
+
 @pytest.mark.parametrize("argv, match", [
-    (["ingest", "c1", "--rows", "-5"], "--rows must be an integer in 1"),
-    (["ingest", "c1", "--rows", "0"], "--rows must be an integer in 1"),
+    (["ingest", "c1", "--rows", "-5"], "argument --rows: '-5' is not an integer written in plain decimal"),
+    (["ingest", "c1", "--rows", "0"], "argument --rows: 0 is out of range, must be >= 1"),
+    (["ingest", "c1", "--rows", "007"], "argument --rows: '007' is not an integer written in plain decimal"),
+    (["ingest", "c1", "--rows", "3", "--seed", "-5"], "argument --seed: '-5'"),     # was a numpy traceback
+    (["ingest", "c1", "--rows", "3", "--seed", "4294967296"], "argument --seed: 4294967296 is out of range"),
+    (["ingest", "c1", "--rows", "3", "--batch-rows", "+5"], "argument --batch-rows: '+5'"),
     (["ingest", "c1"], "exactly one of --file PATH or --rows N"),
     (["ingest", "c1", "--rows", "3", "--batch-rows", "0"], "--batch-rows"),
     (["ingest", "nope", "--rows", "3"], "collection 'nope' not found"),

@@ -392,7 +392,7 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
               "finished_at": finished, "seconds": round(finished - started, 3),
               "copy_rate_bytes_per_second": round(prog.copied / el, 1), "throttle": throttle.report()}
     say(f"export {db}.{collection}/{bundle}: committed; {prog.copied_files} files ({human_bytes(prog.copied)}) "
-        f"copied, {reused + prog.deduped} already in the target, {report['seconds']} s")
+        f"copied, {prog.deduped} already in the target, {report['seconds']} s")
     return report
 
 

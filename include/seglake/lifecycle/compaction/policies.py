@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 from seglake import limits
 from seglake.contract import closest
 from seglake.errors import SeglakeError, ValidationError
-from seglake.meta.catalog import DEFAULT_DB
+from seglake.meta.catalog import DEFAULT_DB, DROPPED, DROPPING
 from seglake.meta.codec import decode, encode
 from seglake.names import validate_name
 from seglake.lifecycle.compaction.policy import POLICY_KEYS, Policy
@@ -146,7 +146,9 @@ def policy_for(meta, settings, collection: str, *, db: str = DEFAULT_DB,
 def scheduled_targets(meta, settings, overrides: Mapping[str, Any] | None = None) -> list[dict]:
     """The collections a scheduled run compacts: [{collection, db, collection_id, policy}]
     (config < stored policy < `overrides`), or [{collection, db, error}] for a policy
-    that cannot be used (corrupt, its collection gone); by collection id."""
+    that cannot be used (corrupt, its collection gone), or [{collection, db, collection_id,
+    skipped}] for a Dropping / Dropped collection's (GC removes it with the collection);
+    by collection id."""
     over = parse_overrides(overrides)
     out = []
     for doc in list_policies(meta):
@@ -157,6 +159,10 @@ def scheduled_targets(meta, settings, overrides: Mapping[str, Any] | None = None
             continue
         try:
             coll = meta.catalog.get(doc["collection_id"])
+            if coll.state in (DROPPING, DROPPED):   # nothing to compact, not a failure; GC removes the
+                out.append({"collection": coll.name, "db": coll.db, "collection_id": coll.collection_id,  # policy
+                            "skipped": f"collection is {coll.state} (GC removes its policy with it)"})
+                continue
             out.append({"collection": coll.name, "db": coll.db, "collection_id": coll.collection_id,
                         "policy": effective(settings, doc["policy"], over)})
         except SeglakeError as e:
@@ -206,7 +212,7 @@ def run_scheduled(meta, store, settings, *, dry_run: bool = False, now: float | 
     compact = compact or compact_one
     out = []
     for t in scheduled_targets(meta, settings, overrides):
-        if "error" in t:
+        if "error" in t or "skipped" in t:
             say(report_line(t))
             out.append(t)
             continue

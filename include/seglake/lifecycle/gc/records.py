@@ -53,8 +53,9 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
                 meta.kv.count(meta.keys.snapshots_prefix(coll.collection_id)):
             continue
         kv = meta.kv.get(meta.keys.collection(coll.collection_id))
-        if kv is not None:   # with its retention policy and point-in-time window, if it had them
+        if kv is not None:   # with its retention and compaction policies and point-in-time window, if any
             meta.kv.txn([unchanged(kv)], [Delete(kv.key), Delete(meta.keys.retention(coll.collection_id)),
-                                          Delete(meta.keys.pitr_window(coll.collection_id))])
+                                          Delete(meta.keys.pitr_window(coll.collection_id)),
+                                          Delete(meta.keys.compaction_policy(coll.collection_id))])
             out["dropped_collections_removed"] += 1
     return dict(out)

@@ -43,9 +43,12 @@ clock = time.time       # the wall clock the holds are judged by (tests move it)
 def parse_window(value) -> tuple[str, float]:
     """("3d", seconds) from '3d' / '12h' / '90m' / '600' / a number of seconds."""
     try:
-        seconds = parse_duration("pitr_window", value, limits.LIMITS["pitr_window"])
+        seconds = parse_duration("window", value, limits.LIMITS["pitr_window"])
     except ValidationError as e:
-        raise ValidationError(str(e).replace("config key ", "")) from None
+        why = str(e).replace("config key ", "")
+        if "out of range" in why:   # the rule in the units the window is written in
+            why = f"window {value!r} is out of range: 1 minute (60, 1m) to 365 days (365d)"
+        raise ValidationError(why) from None
     return (value if isinstance(value, str) else f"{seconds:g}s"), float(seconds)
 
 

@@ -103,8 +103,10 @@ def drop_by_id(meta: Meta, store: Store, collection_id: int, name: str, *, now: 
                          "to commit, or for GC to reclaim it once its writer stopped (snapshot_pending_timeout)")
     if rec.state == COMMITTED:
         if by := rec.pinned_by(time.time() if now is None else min(now, time.time())):   # pins: wall clock
-            raise Conflict(f"snapshot {name!r} is pinned ({', '.join(by)}): drop it after the jobs finish "
-                           f"and the pins are removed (`seglake snapshots unpin`) or expire")
+            until = (["the copy jobs finish"] if any(b.startswith("copy job") for b in by) else []) + \
+                (["the pins are removed (`seglake snapshots unpin ID`) or expire"]
+                 if any(b.startswith("pin ") for b in by) else [])
+            raise Conflict(f"snapshot {name!r} is pinned ({', '.join(by)}): drop it after {' and '.join(until)}")
         from seglake.lifecycle.pitr.window import held_snapshots
         if why := held_snapshots(meta).get((rec.collection_id, rec.snapshot_id)):
             raise Conflict(f"snapshot {name!r} is held by {why}: every restore to an instant of the window "

@@ -106,9 +106,12 @@ def test_second_export_of_an_unchanged_collection_copies_nothing_and_a_change_co
     target = LocalStore(tmp_path / "backup")
     first = exports.export(meta, store, target, "bk", "s1", **quiet)
     snapshot.create(meta, store, "bk", "s2")          # same segments, a new snapshot
-    second = exports.export(meta, store, target, "bk", "s2", **quiet)
+    said = []
+    second = exports.export(meta, store, target, "bk", "s2", say=said.append)
     assert (second["copied_files"], second["copied_bytes"], second["read_bytes"]) == (0, 0, 0)
     assert second["reused_files"] == second["files"] == first["files"]
+    # the last line counts each file once (it said twice the files it had: reused + deduped)
+    assert f"0 files (0 B) copied, {second['files']} already in the target" in said[-1], said[-1]
     _add_segment(meta, store, coll)
     snapshot.create(meta, store, "bk", "s3")
     third = exports.export(meta, store, target, "bk", "s3", **quiet)

@@ -103,3 +103,17 @@ def test_the_page_shows_the_last_compaction_of_each_collection(env, meta, store,
     assert row["segments_in"] == s.counts()["segments_in"] and row["rows_dropped"] == s.counts()["rows_dropped"]
     page = render_page(o)
     assert '<section id="compaction">' in page and ">pg<" in page
+
+
+def test_protected_collection_dry_run_says_why_without_a_false_count(env, meta, store, settings, capsys):
+    """A collection skipped for a fresh snapshot is not read: the line says why, and no
+    '0 Flushed segments' for a collection that holds some."""
+    from seglake.lifecycle import snapshot
+    w = Writer(meta, store, settings)
+    w.create("c", ["_default", "p1", "p2"], shards=1)
+    mixed_workload(w, "c", 0)
+    assert segments(meta, "c")
+    snapshot.create(meta, store, "c", "fresh")
+    rc, out, err = _run(capsys, ["compact", "--dry-run", "--protection-seconds", "3600", "c"])
+    assert rc == 0, err
+    assert "not compacted: snapshot 'fresh' was taken" in out and "Flushed segments" not in out, out

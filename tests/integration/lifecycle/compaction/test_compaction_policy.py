@@ -192,8 +192,27 @@ def test_scheduled_run_reports_a_dropped_collection_and_goes_on(env, meta, store
     from seglake.lifecycle import drop
     drop.begin_drop(meta, store, settings, "a")
     out = {r["collection"]: r for r in compaction.run_scheduled(meta, store, settings)}
-    assert out["a"].get("skipped") or "error" in out["a"]
+    assert out["a"]["skipped"] == "collection is Dropping (GC removes its policy with it)" and "error" not in out["a"]
     assert out["b"]["counts"]["committed"] > 0 and exact(meta, store, "b") == before
+
+
+def test_a_dropped_collection_s_policy_is_no_failure_and_goes_with_it(env, meta, store, settings, capsys):
+    """`make demo` drops demo_wal, whose policy is scheduled: every scheduled compaction
+    after it failed (NotFound: the name is free) until GC purged the collection, and the
+    purge left the policy, so they failed for good. Now it is skipped, then removed."""
+    from seglake.lifecycle import drop
+    from seglake.lifecycle.gc.options import GCOptions
+    from seglake.lifecycle.gc.records import clean_records
+    from wal_helpers import schema
+    gone = meta.catalog.create("gone", schema(), shards=1)         # never saw the WAL: dropped directly
+    compaction.set_policy(meta, settings, "gone", {"min_segment_rows": 1000}, scheduled=True)
+    assert drop.drop_collection(meta, store, settings, "gone")["state"] == "Dropped"
+    rc, out, err = _run(capsys, ["compaction", "scheduled", "--dry-run"])
+    assert rc == 0 and "gone: not compacted: collection is Dropped" in out and "FAILED" not in out, (out, err)
+    clean_records(meta, store, GCOptions())                          # the empty Dropped collection purged
+    assert meta.kv.get(meta.keys.collection(gone.collection_id)) is None
+    assert meta.kv.get(meta.keys.compaction_policy(gone.collection_id)) is None
+    assert compaction.scheduled_targets(meta, settings) == []
 
 
 def test_history_keeps_the_newest(env, meta, store, settings, monkeypatch):

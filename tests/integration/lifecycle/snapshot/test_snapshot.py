@@ -2,6 +2,7 @@
 reference index, crash safety and concurrency."""
 
 import json
+import re
 import threading
 import time
 
@@ -245,6 +246,17 @@ def test_cli_snapshots(meta, store, coll, settings, monkeypatch, capsys):
     assert cli.main(["snapshots", "describe", "demo", "cli_snap"]) == 0
     out = capsys.readouterr().out
     assert "6 segments, 1200 rows" in out and "_default, part_1" in out
+    rec = meta.snapshots.get(coll.collection_id, "cli_snap")[0]    # each id next to what it names
+    assert out.startswith(f"snapshot 'cli_snap' (id {rec.snapshot_id}) of collection 'demo' "
+                          f"(id {coll.collection_id}): COMMITTED\n"), out
+    assert re.search(r"expires \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\n", out), out
+    assert cli.main(["snapshots", "pin", "demo", "cli_snap", "--ttl-hours", "1", "--json"]) == 0
+    pin = json.loads(capsys.readouterr().out)["pin_id"]
+    assert cli.main(["snapshots", "drop", "demo", "cli_snap"]) == 2    # the refusal says what a pin needs
+    err = capsys.readouterr().err
+    assert f"is pinned (pin {pin}): drop it after the pins are removed (`seglake snapshots unpin ID`) or " \
+           "expire" in err and "copy job" not in err, err
+    assert cli.main(["snapshots", "unpin", str(pin)]) == 0
     assert cli.main(["snapshots", "drop", "demo", "cli_snap"]) == 0
     capsys.readouterr()
     assert cli.main(["snapshots", "describe", "demo", "cli_snap"]) == 2
