@@ -198,6 +198,13 @@ def test_compaction_policy_set_get_clear_and_history(client, h, world):
     ("post", "/collections/api_coll/undrop", {"target": "t", "bundle": "s1"}, 400, "bundle goes with an undrop"),
     ("get", "/collections/api_coll/replay", None, 409, "is not the target of a restore to a time"),
     ("get", "/collections/nope/replay", None, 404, "not found"),
+    ("post", "/runs/snapshot_export", {"colection": "api_coll", "snapshot": "s1"}, 400,
+     "unknown conf key 'colection' (did you mean 'collection'?)"),
+    ("post", "/runs/snapshot_export", {"collection": "api_coll"}, 400, "missing conf key 'snapshot'"),
+    ("post", "/runs/milvus_backup", {"max_mib_per_second": -1}, 400, "max_mib_per_second"),
+    ("post", "/runs/verify_collection", [1], 400, "must be a JSON object"),
+    ("post", "/runs/gc", {"dry_run": False}, 404, "POST /gc/dry-run"),
+    ("post", "/runs/snapshot_exprt", {}, 404, "did you mean 'snapshot_export'?"),
 ])
 def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, method, path, body, status, words):
     meta, *_ = world
