@@ -533,8 +533,8 @@ def create_api():
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
         if request.headers.get(CSRF_HEADER) != "1":
-            raise StarletteHTTPException(403, f"a change made with a browser session needs the header "
-                                              f"'X-Seglake-Request: 1' (a cross-site request cannot set it)")
+            raise StarletteHTTPException(403, "a change made with a browser session needs the header "
+                                              "'X-Seglake-Request: 1' (a cross-site request cannot set it)")
         token = request.cookies.get(COOKIE_NAME_JWT_TOKEN, "")
         if not token:
             raise StarletteHTTPException(401, "not authenticated")
