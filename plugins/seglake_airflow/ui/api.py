@@ -680,6 +680,30 @@ def create_api():
         with _engine() as (meta, _):
             return snapshot.unpin(meta, pin_id)
 
+    @api.put("/milvus/sources/{name}", response_model=MilvusSource, dependencies=[run_rights],
+             summary="Register (or replace) a Milvus source: its collections captured on the snapshot_schedule")
+    def milvus_source_set(request: Request, name: str = name_in("Milvus source"),
+                          source: dict[str, Any] = Body(description="milvus_etcd, bucket, collections (required); "
+                                                                    "milvus_root, bucket_root, db, conn_id, verify, "
+                                                                    "max_mib_per_second, keep_last/hourly/daily/"
+                                                                    "weekly/monthly")) -> dict:
+        from seglake.milvus import sources
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            return sources.set_source(meta, name, source)
+
+    @api.delete("/milvus/sources/{name}", dependencies=[run_rights], summary="Forget a Milvus source (its "
+                "captures stay in the target)")
+    def milvus_source_clear(request: Request, name: str = name_in("Milvus source")) -> dict:
+        from seglake.milvus import sources
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            if not sources.clear_source(meta, name):
+                sources.get_source(meta, name)     # NotFound naming the registered ones
+            return {"name": name, "cleared": True}
+
     @api.post("/gc/dry-run", response_model=Run, status_code=201, dependencies=[run_rights],
               summary="A GC dry run (a gc DAG run that deletes nothing)")
     def gc_dry_run(request: Request, body: GCDryRun = Body(default_factory=GCDryRun)) -> dict:
