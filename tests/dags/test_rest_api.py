@@ -202,6 +202,13 @@ def test_compaction_policy_set_get_clear_and_history(client, h, world):
     ("post", "/collections/api_coll/undrop", {"target": "t", "bundle": "s1"}, 400, "bundle goes with an undrop"),
     ("get", "/collections/api_coll/replay", None, 409, "is not the target of a restore to a time"),
     ("get", "/collections/nope/replay", None, 404, "not found"),
+    ("post", "/runs/snapshot_export", {"colection": "api_coll", "snapshot": "s1"}, 400,
+     "unknown conf key 'colection' (did you mean 'collection'?)"),
+    ("post", "/runs/snapshot_export", {"collection": "api_coll"}, 400, "missing conf key 'snapshot'"),
+    ("post", "/runs/milvus_backup", {"max_mib_per_second": -1}, 400, "max_mib_per_second"),
+    ("post", "/runs/verify_collection", [1], 400, "must be a JSON object"),
+    ("post", "/runs/gc", {"dry_run": False}, 404, "POST /gc/dry-run"),
+    ("post", "/runs/snapshot_exprt", {}, 404, "did you mean 'snapshot_export'?"),
 ])
 def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, method, path, body, status, words):
     meta, *_ = world
@@ -481,3 +488,38 @@ def test_milvus_sources_captures_and_restores_are_listed_typed_and_on_the_page(c
     page = client.get("/seglake/", headers=h).text
     assert '<section id="milvus">' in page and "sched_20261127T1200Z" in page and "docs_&lt;copy&gt;" in page
     assert "docs_<copy>" not in page and "1,234 of 1234" in page
+
+
+def test_milvus_sources_are_set_and_cleared_through_the_api(client, h, world):
+    """PUT /milvus/sources/{name} registers a source exactly as `seglake milvus source set`
+    (the same checks: a misspelt key named with the closest valid one, every bad key at once,
+    nothing written); DELETE forgets it; both need run rights and the anti-CSRF header."""
+    meta, *_ = world
+    good = {"milvus_etcd": "milvus-etcd:2379", "bucket": "milvus-bucket", "collections": ["docs", "imgs"],
+            "keep_daily": 7, "conn_id": "milvus_prod"}
+    before = sorted(kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True))
+    for body, words in [({**good, "keep_dayly": 7}, "unknown key 'keep_dayly' (did you mean 'keep_daily'?)"),
+                        ({**good, "max_mib_per_second": -1}, "max_mib_per_second"),
+                        ({**good, "collections": [f"c{i}" for i in range(1025)]}, "at most 1024 per source"),
+                        ({**good, "milvus_etcd": "not an endpoint"}, "milvus"),
+                        ([1], "must be a JSON object")]:
+        r = client.put(f"{API}/milvus/sources/prod", json=body, headers=h)
+        assert r.status_code == 400 and words in r.json()["detail"], (body, r.text)
+    r = client.put(f"{API}/milvus/sources/bad name", json=good, headers=h)
+    assert r.status_code == 400, r.text
+    assert sorted(kv.key for kv in meta.kv.range(meta.keys.prefix, keys_only=True)) == before
+
+    r = client.put(f"{API}/milvus/sources/prod", json=good, headers=h)
+    assert r.status_code == 200, r.text
+    assert r.json()["collections"] == ["docs", "imgs"] and r.json()["keep_daily"] == 7
+    listed = client.get(f"{API}/milvus", headers=h).json()["sources"]
+    assert [(s["name"], s["collections"], s["conn_id"]) for s in listed] == [("prod", ["docs", "imgs"], "milvus_prod")]
+    r = client.put(f"{API}/milvus/sources/other", json={**good, "collections": ["imgs"]}, headers=h)
+    assert r.status_code == 400 and "imgs" in r.json()["detail"], r.text      # one source per collection
+
+    r = client.delete(f"{API}/milvus/sources/prod", headers={"Cookie": f"_token={h['Authorization'].split()[1]}"})
+    assert r.status_code == 403, r.text                                          # a browser session, no header
+    assert client.delete(f"{API}/milvus/sources/prod", headers=h).json() == {"name": "prod", "cleared": True}
+    r = client.delete(f"{API}/milvus/sources/prod", headers=h)
+    assert r.status_code == 404 and "no Milvus source 'prod'" in r.json()["detail"], r.text
+    assert client.get(f"{API}/milvus", headers=h).json()["sources"] == []

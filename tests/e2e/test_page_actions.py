@@ -1,7 +1,8 @@
 """Issue 20 items 2 and 5 end to end against `airflow standalone`:
 
 * the typed REST API over real HTTP (httpx, a bearer token): create a snapshot, pin and
-  unpin it, drop it, a GC dry run, resume a copy job -- each change a DAG run that
+  unpin it, drop it, a GC dry run, resume a copy job, a verify through the generic
+  POST /runs/{dag_id} -- each change a DAG run that
   finishes; bad input is one sentence (HTTP 400) and no run; no token is 401;
 * the page's actions in headless Chromium, opened directly and inside Airflow's
   navigation (a sandboxed iframe): restore a snapshot from its row (the run link
@@ -24,7 +25,7 @@ from seglake.visibility import visible_count
 pytestmark = [pytest.mark.airflow]
 COLL = "act_demo"
 API = "/seglake/api/v1"
-DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job")
+DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job", "verify_collection")
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +78,19 @@ def test_the_rest_api_changes_things_through_dag_runs(standalone, engine):
     assert r.status_code == 400 and "max_mib_per_second" in r.json()["detail"], r.text
     assert standalone.run_count("snapshot_restore") == before
     assert _api(standalone, "GET", "/collections", token="").status_code == 401
+
+    # any other seglake DAG: POST /runs/{dag_id} with its conf, checked before the run exists
+    before = standalone.run_count("verify_collection")
+    r = _api(standalone, "POST", "/runs/verify_collection", {"colection": COLL})
+    assert r.status_code == 400 and "did you mean 'collection'?" in r.json()["detail"], r.text
+    assert standalone.run_count("verify_collection") == before
+    r = _api(standalone, "POST", "/runs/verify_collection", {"collection": COLL, "engine": "inline"})
+    assert r.status_code == 201, r.text
+    run = r.json()
+    assert run["dag_id"] == "verify_collection" and run["object"] == {"collection": COLL}
+    assert run["conf"] == {"collection": COLL, "db": "default", "engine": "inline"} and run["dag_paused"] is False
+    _finished(standalone, run)
+    assert standalone.run_count("verify_collection") == before + 1
 
 
 def test_page_actions_directly_and_inside_airflows_frame(standalone, engine, browser):

@@ -64,6 +64,7 @@ DEFAULTS = {"milvus_root": "by-dev", "bucket_root": "files", "db": "default", "c
 REQUIRED = ("milvus_etcd", "bucket", "collections")
 KEYS = ("milvus_etcd", "milvus_root", "bucket", "bucket_root", "db", "collections", "conn_id", "verify",
         "max_mib_per_second", *retention.KEYS)
+MAX_COLLECTIONS = 1024    # a source's collections (its etcd record stays well under etcd's request limit)
 CONN_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}")
 
 
@@ -96,6 +97,10 @@ def parse_source(doc: Mapping[str, Any]) -> dict:
     colls = out["collections"]
     if not (isinstance(colls, str) or (isinstance(colls, list) and all(isinstance(c, str) for c in colls))):
         problems.append(f"collections: {colls!r} is not a list of names nor a comma-separated text")
+        colls = []
+    elif len(colls.split(",") if isinstance(colls, str) else colls) > MAX_COLLECTIONS:
+        problems.append(f"collections: {len(colls.split(',') if isinstance(colls, str) else colls)} names; at most "
+                        f"{MAX_COLLECTIONS} per source (register several sources)")
         colls = []
     try:
         req = check_request(out["milvus_etcd"], out["milvus_root"], out["bucket"], out["bucket_root"], colls,

@@ -39,6 +39,8 @@ MAX_PARTS = 10_000              # S3's limit on the parts of one upload
 PARTS_IN_FLIGHT = 8             # UploadPartCopy requests in flight for one object
 DESCRIBE_PAGE = 1000            # ListObjectsV2's largest page
 STREAM_CHUNK = 8 << 20          # bounded read size where a check must stream (see _verify_parts)
+READ_WHOLE = 8 << 20            # open_read: an object up to this size is read at once, a larger one streamed
+STREAM_BUFFER = 1 << 20         # the buffer of a streamed read
 SPOOL_BYTES = 8 << 20           # put_writer keeps up to this much in memory, the rest in a temporary file
 _MD5 = re.compile(r"[0-9a-f]{32}")
 _CLIENT_LOCK = threading.Lock()  # S3Store.client: one client per store, built once
@@ -82,6 +84,92 @@ def backoff(attempt: int) -> float:
     RETRY_CAP, full jitter on its upper half (threads hitting one restart spread out)."""
     step = min(RETRY_CAP, RETRY_BASE * 2 ** (attempt - 1))
     return step / 2 + random.random() * step / 2
+
+
+class _Reader(io.RawIOBase):
+    """One object version (its ETag, as the first GET answered), read from any position:
+    a read continues the open response while it is where the reader is, else a ranged GET
+    with If-Match from there; a body cut mid-read (a transient failure) is resumed with a
+    ranged GET from the byte it stopped at, RETRY_ATTEMPTS times at most per read; an
+    object replaced meanwhile is an error, never a mix of two versions."""
+
+    def __init__(self, store: "S3Store", key: str, first: dict):
+        super().__init__()
+        self._store, self._key, self._full = store, key, store._full(key)
+        self._etag, self._size = first["ETag"], first["ContentLength"]
+        self._body, self._body_at, self._pos = first["Body"], 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+    def _drop_body(self) -> None:
+        if self._body is not None:
+            self._body.close()
+            self._body = None
+
+    def _open_at(self, pos: int) -> None:
+        from botocore.exceptions import ClientError
+
+        self._drop_body()
+
+        def get():
+            try:
+                return self._store.client.get_object(Bucket=self._store.bucket, Key=self._full,
+                                                     Range=f"bytes={pos}-", IfMatch=self._etag)
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+                    return None
+                raise
+        r = self._store._do("get", self._key, get)
+        if r is None:
+            raise SeglakeError(f"object {self._key!r} in {self._store.uri} was replaced or deleted while it was "
+                               f"read; read it again")
+        self._body, self._body_at = r["Body"], pos
+
+    def readinto(self, b) -> int:
+        from botocore.exceptions import BotoCoreError
+
+        want = min(len(b), self._size - self._pos)
+        if want <= 0:
+            return 0
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            if self._body is None or self._body_at != self._pos:
+                self._open_at(self._pos)
+            try:
+                data = self._body.read(want)
+            except BotoCoreError as e:
+                if attempt == RETRY_ATTEMPTS or not transient(e):
+                    raise self._store._err(e, "get", self._key) from None
+                self._drop_body()
+                time.sleep(backoff(attempt))
+                continue
+            if not data:        # the body ended before the object did: resume from here
+                self._drop_body()
+                continue
+            n = len(data)
+            b[:n] = data
+            self._pos += n
+            self._body_at += n
+            return n
+        raise Unavailable(f"S3 get {self._key!r}: the body ended at byte {self._pos} of {self._size}, "
+                          f"{RETRY_ATTEMPTS} times")
+
+    def close(self) -> None:
+        self._drop_body()
+        super().close()
 
 
 def _etag(answer: dict) -> str:
@@ -375,7 +463,22 @@ class S3Store(Store):
         return self._do("get", key, lambda: self.client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"].read())
 
     def open_read(self, key: str) -> BinaryIO:
-        return io.BytesIO(self.get(key))
+        """A seekable reader. An object up to READ_WHOLE bytes is read at once (a Parquet
+        reader seeks around it); a larger one is streamed (_Reader: at most one buffer of
+        it in memory, the same version throughout, a cut body resumed where it stopped)."""
+        full = self._full(key)
+        first = self._do("get", key, lambda: self.client.get_object(Bucket=self.bucket, Key=full))
+        if first["ContentLength"] <= READ_WHOLE:
+            from botocore.exceptions import BotoCoreError
+            try:
+                return io.BytesIO(first["Body"].read())
+            except BotoCoreError as e:   # cut mid-body: the whole request again, retried like any
+                if not transient(e):
+                    raise self._err(e, "get", key) from None
+                return io.BytesIO(self.get(key))
+            finally:
+                first["Body"].close()
+        return io.BufferedReader(_Reader(self, key, first), buffer_size=STREAM_BUFFER)
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
         self._do("put", key, lambda: self.client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data))

@@ -5,7 +5,8 @@ that document, no asset from the internet).
 
 Reads come from etcd and the store through the engine (seglake.console, lifecycle).
 Mutations that are lifecycles (create / drop / restore a snapshot, a GC dry run, resume
-a copy job) create an Airflow DAG run -- so history, retries and logs stay in Airflow --
+a copy job; any other seglake DAG through `POST /runs/{dag_id}` with its conf as the body)
+create an Airflow DAG run -- so history, retries and logs stay in Airflow --
 through Airflow's own `POST /api/v2/dags/{dag_id}/dagRuns` with the caller's own
 credentials (Airflow checks the caller may trigger that DAG; the conf guard and the DAG's
 Params check the conf), after checking the conf against the DAG's contract here
@@ -31,6 +32,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from seglake.contract import SPECS
 from seglake.names import NAME_PATTERN as JSON_SCHEMA_PATTERN
 from seglake.names import NAME_RULE
 
@@ -259,8 +261,10 @@ class DagState(BaseModel):
 
 
 # the DAGs this API creates runs of: the only ones its unpause route acts on
-RUN_DAGS = ("snapshot_create", "snapshot_drop", "snapshot_restore", "gc", "copy_segment_job", "compaction",
-            "collection_undrop")
+# every seglake DAG may be run through POST /runs/{dag_id} (its conf checked first), except
+# gc, whose door here is POST /gc/dry-run (always a dry run); all of them may be unpaused
+GENERIC_RUN_DAGS = tuple(d for d in sorted(SPECS) if d != "gc")
+RUN_DAGS = tuple(sorted(SPECS))
 
 
 
@@ -527,8 +531,8 @@ def create_api():
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
         if request.headers.get(CSRF_HEADER) != "1":
-            raise StarletteHTTPException(403, f"a change made with a browser session needs the header "
-                                              f"'X-Seglake-Request: 1' (a cross-site request cannot set it)")
+            raise StarletteHTTPException(403, "a change made with a browser session needs the header "
+                                              "'X-Seglake-Request: 1' (a cross-site request cannot set it)")
         token = request.cookies.get(COOKIE_NAME_JWT_TOKEN, "")
         if not token:
             raise StarletteHTTPException(401, "not authenticated")
@@ -674,6 +678,30 @@ def create_api():
         with _engine() as (meta, _):
             return snapshot.unpin(meta, pin_id)
 
+    @api.put("/milvus/sources/{name}", response_model=MilvusSource, dependencies=[run_rights],
+             summary="Register (or replace) a Milvus source: its collections captured on the snapshot_schedule")
+    def milvus_source_set(request: Request, name: str = name_in("Milvus source"),
+                          source: dict[str, Any] = Body(description="milvus_etcd, bucket, collections (required); "
+                                                                    "milvus_root, bucket_root, db, conn_id, verify, "
+                                                                    "max_mib_per_second, keep_last/hourly/daily/"
+                                                                    "weekly/monthly")) -> dict:
+        from seglake.milvus import sources
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            return sources.set_source(meta, name, source)
+
+    @api.delete("/milvus/sources/{name}", dependencies=[run_rights], summary="Forget a Milvus source (its "
+                "captures stay in the target)")
+    def milvus_source_clear(request: Request, name: str = name_in("Milvus source")) -> dict:
+        from seglake.milvus import sources
+
+        _caller_token(request)
+        with _engine() as (meta, _):
+            if not sources.clear_source(meta, name):
+                sources.get_source(meta, name)     # NotFound naming the registered ones
+            return {"name": name, "cleared": True}
+
     @api.post("/gc/dry-run", response_model=Run, status_code=201, dependencies=[run_rights],
               summary="A GC dry run (a gc DAG run that deletes nothing)")
     def gc_dry_run(request: Request, body: GCDryRun = Body(default_factory=GCDryRun)) -> dict:
@@ -771,6 +799,22 @@ def create_api():
         with _engine() as (meta, _):
             meta.catalog.get_by_name(body.collection, body.db)   # 404 before any run
         return trigger(request, "compaction", body.model_dump(), {"collection": body.collection})
+
+    @api.post("/runs/{dag_id}", response_model=Run, status_code=201, dependencies=[run_rights],
+              summary="Run any seglake DAG (but gc: POST /gc/dry-run) with a conf checked first: exports, "
+                      "verifies, restores from a backup target, Milvus captures and restores, WAL flushes, drops")
+    def dag_run(request: Request, dag_id: str = Path(description="one of " + ", ".join(GENERIC_RUN_DAGS)),
+                conf: dict[str, Any] = Body(default_factory=dict, description="the DAG's conf (its form's keys)")
+                ) -> dict:
+        from seglake.contract import closest
+
+        if dag_id not in GENERIC_RUN_DAGS:
+            why = ("a manual gc run through this API is a dry run: POST /gc/dry-run" if dag_id == "gc" else
+                   f"allowed: {', '.join(GENERIC_RUN_DAGS)}{closest(dag_id, list(GENERIC_RUN_DAGS))}")
+            raise NotFound(f"dag {dag_id!r} is not one this API runs; {why}")
+        obj = {k: conf[k] for k in ("collection", "db", "snapshot", "name", "bundle", "target") if
+               isinstance(conf, dict) and isinstance(conf.get(k), (str, int))}
+        return trigger(request, dag_id, conf, obj)
 
     @api.post("/dags/{dag_id}/unpause", response_model=DagState,
               dependencies=[Depends(requires_access_dag(method="PUT"))],
