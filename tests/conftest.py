@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 # own Airflow SQLite, migrated once per worker) and its own session servers.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 TEST_HOME = REPO / ".dev" / "test" / WORKER if WORKER else REPO / ".dev" / "test"
-HEAVY_LAYERS = ("cluster", "e2e")   # one worker runs them, one after another
+HEAVY_LAYERS = ("cluster", "e2e")   # each a unit: one worker runs its files one after another
 sys.path.insert(0, str(REPO / "plugins"))
 # helpers shared by the tests of a layer (wal_helpers, ...), for tests in its subfolders too
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -88,21 +88,45 @@ def _layer(nodeid: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
 
 
+# Scopes that run one after another on one worker, because their tests share a costly
+# per-worker server: the 3-member cluster, the `airflow standalone` (+ Chromium), and the
+# session Milvus (~200 MiB; its layer split in two halves, each one Milvus).
+MILVUS_FIRST_HALF = ("test_milvus_restore.py", "test_milvus_server.py", "test_milvus_meta.py")
+# The longest units first (measured with `make test`'s --durations; only the order of the
+# work depends on it, never a result): a long unit started last would run alone at the end.
+LONG_FIRST = ("e2e", "milvus-1", "cluster", "milvus-2", "tests/integration/lifecycle/gc/test_gc_distributed_mark.py",
+              "tests/faults/test_wal_kill_loop.py", "tests/dags/test_gc_dag.py", "tests/dags/test_restore_dags.py",
+              "tests/integration/lifecycle/flush/test_flush_drop_meets_open_txn.py", "tests/dags/test_backup_dags.py")
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit of work a test belongs to under xdist (see pytest_xdist_make_scheduler)."""
+    layer = _layer(nodeid)
+    if layer in HEAVY_LAYERS:
+        return layer
+    if layer == "milvus":
+        return "milvus-1" if nodeid.split("::")[0].rsplit("/", 1)[-1] in MILVUS_FIRST_HALF else "milvus-2"
+    return nodeid.split("::")[0]
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Scheduling under pytest-xdist (`make test`): a test file's tests stay on one worker
-    (its module fixtures are built once), and the heavy layers (a 3-member cluster, an
-    `airflow standalone`) are ONE unit, so one worker runs them one after another while
-    the other runs the rest. (xdist's own --dist loadgroup cannot do this on pytest 9.)"""
+    (its module fixtures are built once); the layers whose tests share a costly server
+    (a 3-member cluster, an `airflow standalone`, a Milvus) are a unit each, run on one
+    worker; the longest units start first (LONG_FIRST), the rest as xdist orders them.
+    (xdist's own --dist loadgroup cannot do this on pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling
+
+    rank = {s: i for i, s in enumerate(LONG_FIRST)}
 
     class LayerScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            layer = _layer(nodeid)
-            if layer in HEAVY_LAYERS:
-                return "heavy"
-            # the Milvus layer's files share one worker, so one session Milvus (~200 MiB)
-            # serves them all instead of one per worker
-            return "milvus" if layer == "milvus" else nodeid.split("::")[0]
+            return scope_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            first = min(self.workqueue, key=lambda s: rank.get(s, len(rank)))   # ties: xdist's order
+            self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
 
     return LayerScheduling(config, log)
 
