@@ -100,9 +100,11 @@ cluster-status:
 demo-cluster: setup
 	scripts/demo_cluster.sh
 
-# Two pytest-xdist workers (the machine has 2 cores): one runs the heavy layers (cluster,
-# e2e) while the other runs the rest; the thirty slowest tests are listed at the end.
-TEST_WORKERS ?= 2
+# Three pytest-xdist workers on 2 cores (tests wait on servers, sensors and Spark as much as
+# they compute): the cluster layer, the e2e layer and each half of the Milvus layer are one
+# unit each, the longest units start first (tests/conftest.py); the thirty slowest tests
+# are listed at the end.
+TEST_WORKERS ?= 3
 # The WAL kill loops run 60 s (local; S3 half) and the two-producer race 30 s here;
 # `make soak` runs them for 10 and 5 minutes.
 test: setup
