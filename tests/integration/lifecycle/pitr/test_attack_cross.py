@@ -456,6 +456,16 @@ def test_as_of_restore_of_a_collection_with_rows_written_before_its_log(meta, st
     assert got == want, (sorted((got - want).items())[:5], sorted((want - got).items())[:5])
 
 
+def _flushed_steps_around_s1(c, model, meta, store, settings, coll) -> None:
+    """Steps 0-1 of "src", each flushed; snapshot s1; steps 2-4, each flushed (the in-flight
+    restore and undrop tests' common start)."""
+    for step in range(5):
+        if step == 2:
+            snapshot.create(meta, store, "src", "s1")
+        _step(c, model, "src", step)
+        flush_all(meta, store, settings, coll)
+
+
 def _age_wal(store) -> None:
     import os
     import time
@@ -481,13 +491,7 @@ def test_an_in_flight_restore_to_a_time_keeps_the_log_and_snapshot_it_planned(me
         coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
         pitr.set_window(meta, "src", "1h")
         model = Model(meta, store, "src")
-        for step in range(2):
-            _step(c, model, "src", step)
-            flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", "s1")
-        for step in range(2, 5):
-            _step(c, model, "src", step)
-            flush_all(meta, store, settings, coll)
+        _flushed_steps_around_s1(c, model, meta, store, settings, coll)
         t = meta.tso.now()
         for step in range(5, 7):
             _step(c, model, "src", step)
@@ -1009,13 +1013,7 @@ def test_an_undrop_in_flight_when_the_drop_leaves_the_window(meta, store, settin
         coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
         pitr.set_window(meta, "src", "1h")
         model = Model(meta, store, "src")
-        for step in range(2):
-            _step(c, model, "src", step)
-            flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", "s1")
-        for step in range(2, 5):
-            _step(c, model, "src", step)
-            flush_all(meta, store, settings, coll)
+        _flushed_steps_around_s1(c, model, meta, store, settings, coll)
         compaction.compact(meta, store, "src", _policy())
         _step(c, model, "src", 5)
         want = model.visible(meta.tso.now())
