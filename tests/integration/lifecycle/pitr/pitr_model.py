@@ -96,6 +96,20 @@ def flush_all(meta, store, settings, coll, *, flush_all: bool = True) -> None:
         flush_pchannel(meta, store, p, settings, flush_all=flush_all)
 
 
+def source_with_s1(c, meta, store, settings):
+    """The start of a replay test, inside WalClient `c`: collection "src" (2 shards, a 1 h
+    window), pks 1..39 inserted at v=1.0 and flushed, snapshot s1. Returns (coll, model)."""
+    from seglake.lifecycle import snapshot
+
+    coll = c.create_collection("src", SCHEMA, shards=2)
+    pitr.set_window(meta, "src", "1h")
+    model = Model(meta, store, "src")
+    model.record(c.insert("src", rows(range(1, 40), 1.0)), 1.0)
+    flush_all(meta, store, settings, coll)
+    snapshot.create(meta, store, "src", "s1")
+    return coll, model
+
+
 def export_and_archive(meta, store, settings, target, coll, snap: str = "s1") -> None:
     """The start of an archive test: `coll` flushed, its snapshot `snap` exported to the backup
     target `target`, then its archive turned on (a retention policy keep_last 1 + archive)."""

@@ -5,21 +5,16 @@ by the page / REST stays within 0..100, never goes down, ends at 100, rows exact
 
 from __future__ import annotations
 
-from seglake.lifecycle import copyjob, pitr, snapshot
+from seglake.lifecycle import copyjob, pitr
 from seglake.lifecycle.pitr import replaying
 from seglake.wal.client import WalClient
 
-from pitr_model import SCHEMA, Model, flush_all, route0, rows, visible_of
+from pitr_model import flush_all, route0, rows, source_with_s1, visible_of
 
 
 def test_progress_stays_within_100_when_the_log_grew_after_planning(meta, store, settings, monkeypatch):
     with WalClient(meta, store, settings) as c:
-        coll = c.create_collection("src", SCHEMA, shards=2)
-        pitr.set_window(meta, "src", "1h")
-        model = Model(meta, store, "src")
-        model.record(c.insert("src", rows(range(1, 40), 1.0)), 1.0)
-        flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", "s1")
+        coll, model = source_with_s1(c, meta, store, settings)
         model.record(c.insert("src", rows(route0(range(1000, 1200)), 2.0)), 2.0)   # vchannel 0 only
         t = meta.tso.now()
         job = pitr.restore_as_of(meta, store, "src", "back", t)

@@ -9,22 +9,17 @@ from __future__ import annotations
 import pytest
 
 from seglake import faults
-from seglake.lifecycle import copyjob, pitr, snapshot
+from seglake.lifecycle import copyjob, pitr
 from seglake.lifecycle.pitr import replaying
 from seglake.progress import watch_replay
 from seglake.wal.client import WalClient
 
-from pitr_model import SCHEMA, Model, flush_all, rows, visible_of
+from pitr_model import rows, source_with_s1, visible_of
 
 
 def _source(meta, store, settings):
     with WalClient(meta, store, settings) as c:
-        coll = c.create_collection("src", SCHEMA, shards=2)
-        pitr.set_window(meta, "src", "1h")
-        model = Model(meta, store, "src")
-        model.record(c.insert("src", rows(range(1, 40), 1.0)), 1.0)
-        flush_all(meta, store, settings, coll)
-        snapshot.create(meta, store, "src", "s1")
+        coll, model = source_with_s1(c, meta, store, settings)
         for i in range(25):   # many appends: many fragments to read after the snapshot
             base = 1000 + 20 * i
             model.record(c.insert("src", rows(range(base, base + 20), 2.0 + i)), 2.0 + i)
