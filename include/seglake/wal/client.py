@@ -50,7 +50,8 @@ from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
-from seglake.wal.producers import CALL_BITS, MAX_CALL, Holder, ProducerFenced, call_at, clock_call
+from seglake.wal.producers import (CALL_BITS, MAX_CALL, Holder, ProducerFenced, call_at, clock_call, future_call,
+                                   now_ms)
 from seglake.wal.writer import Retry, WalWriter, _valid_pid
 
 MAX_BATCH_ROWS = 1_000_000
@@ -221,9 +222,12 @@ class WalClient:
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         if table.num_rows == 0:
             raise ValidationError(f"{what}: no rows")
-        # validate every batch before anything is appended
-        batches = [M.conform_batch(b, coll.schema, what) for b in table.to_batches(max_chunksize=self.batch_rows)
-                   if b.num_rows]
+        # validate every batch before anything is appended. The batches are cut by row
+        # offset (never at the table's chunk bounds) and copied compact: the same rows in
+        # other Arrow chunks or buffers make the same appends and the same digest, so a
+        # retry of them completes the call instead of being refused as another payload
+        batches = [_compact(M.conform_batch(table.slice(i, self.batch_rows), coll.schema, what))
+                   for i in range(0, table.num_rows, self.batch_rows)]
         pk = coll.schema.primary.name
         shards = [route(b.column(pk).to_numpy(zero_copy_only=False), coll.shards) for b in batches]
         if txn:
@@ -297,6 +301,8 @@ class WalClient:
         coll = self._collection(collection, db)
         res = IngestResult(coll.name)
         call = self._call_seq(seq)
+        if seq is not None:
+            self._check_reuse(coll, call, _digest("flush", coll.collection_id))
         self._finish(res, self._submit(res, [Message(M.FLUSH, v, collection_id=coll.collection_id)
                                              for v in coll.vchannels], call, [0],
                                        _digest("flush", coll.collection_id)))
@@ -320,6 +326,9 @@ class WalClient:
         if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < MAX_CALL):
             raise ValidationError(f"seq must be an int in 1..{MAX_CALL - 1}, got {seq!r}")
         if seq is not None:
+            ahead = future_call(seq, now_ms(self.tso, self.clock), self.settings.max_clock_skew)
+            if ahead:
+                raise ValidationError(ahead + "; nothing appended")
             return seq
         self.holder()   # claimed before the number is drawn
         with self._seq_lock:
@@ -334,6 +343,8 @@ class WalClient:
     def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None, digest: str) -> None:
         """Append each chunk's messages (one append per pchannel); in a txn on one vchannel."""
         call = self._call_seq(seq)
+        if seq is not None:
+            self._check_reuse(coll, call, digest)
         res.seq = call
         holder = self.holder()
         holder.running(call, True)   # never evicted from the producer record while it runs
@@ -341,6 +352,21 @@ class WalClient:
             self._run_call(coll, chunks, messages, txn, res, call, digest)
         finally:
             holder.running(call, False)
+
+    def _check_reuse(self, coll, call: int, digest: str) -> None:
+        """A given seq (a retry, or the caller's own number) that a producer record of ANY
+        pchannel of the collection remembers with another payload is refused here, before
+        anything is queued: each pchannel judges only its own appends, so one that
+        remembers the call would refuse it while another, which never saw it, appended
+        its part -- a refused call that wrote. (This client's producers hold what their
+        records hold: the newest holder of the id is the only one that commits.)"""
+        for p in sorted({pchannel_of(v) for v in coll.vchannels}):
+            entry = self.writer(p).remembered(call)
+            if entry is not None and entry["d"] != digest:
+                raise ValidationError(
+                    f"producer {self.producer_id} on {p}: seq {call} was committed with payload digest "
+                    f"{entry['d']}, this call's digest is {digest}: another payload under a used sequence "
+                    f"number is refused (nothing appended, on any pchannel); give a new call a new seq")
 
     def _run_call(self, coll, chunks: int, messages, txn: bool, res: IngestResult, call: int, digest: str) -> None:
         counter = [0]
@@ -424,6 +450,13 @@ class WalClient:
         if failed:
             raise AppendIncomplete(res, failed)
         return out
+
+
+def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch in fresh buffers of exactly its rows: its serialized bytes (the call's
+    digest, the append's body) depend on its values only, never on the slice or the
+    chunks it came from."""
+    return batch.take(pa.array(np.arange(batch.num_rows, dtype=np.int64)))
 
 
 def _digest(*parts) -> str:

@@ -82,6 +82,26 @@ def clock_call(tso, last: int = 0, clock=time.time) -> int:
         time.sleep(0.001)
 
 
+def future_call(call: int, now: int, max_clock_skew: float) -> str:
+    """Why `call` cannot be a call numbered by its time ('' if it can): a number at or
+    above CLOCK_BASE reads as the time it was made, and one made ahead of `now` (unix
+    ms) by more than a client's lead (MAX_CALL_LEAD_MS) and the clocks' bound
+    (max_clock_skew) was never numbered by a client: it is a caller's own number (a
+    unix time in ms, an op id) in the clock's range. Such a number would never grow
+    older than the retry window, so once its record expired a retry of it would be
+    appended again: it is refused at its first use."""
+    made = call_ms(call)
+    if made is None or made <= now + MAX_CALL_LEAD_MS + int(max_clock_skew * 1000):
+        return ""
+    import datetime as _dt
+
+    at = _dt.datetime.fromtimestamp(made / 1000, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") \
+        if made < 253402300800000 else f"{made} ms after 1970"
+    return (f"seq {call} reads as a call numbered at {at}, ahead of now: numbers from {CLOCK_BASE} (2**40) "
+            f"on carry the time the client made them; choose your own below 2**40 (or let the client number "
+            f"the call)")
+
+
 def call_at(ms: int) -> int:
     """The clock-numbered call made at unix time `ms` (call_ms's inverse)."""
     return CLOCK_BASE + ms - CLOCK_EPOCH_MS

@@ -76,7 +76,8 @@ from seglake.wal.log import (FragRecord, LogState, TermRecord, WalLog, check_wal
                              encode_fragment_parts, parts_checksum, put_exclusive)
 from seglake.wal.message import Message, MessageId
 from seglake.wal.producers import (CALL_BITS, INDEX_MASK, MAX_CALL, MAX_CALLS, Holder, ProducerFenced, _in_ranges,
-                                   _record, _remember, call_ms, clock_call, now_ms, payload_digest)
+                                   _record, _remember, call_ms, clock_call, future_call, now_ms,
+                                   payload_digest)
 
 MAX_INFLIGHT = 4
 PIPELINE_DEPTH = 2        # fragments written ahead of their commit
@@ -511,6 +512,11 @@ class WalWriter:
         return taken, offsets, txn_msgs, records, rel
 
     # -- the producer record: which calls committed -------------------------------------------
+    def remembered(self, call: int) -> dict | None:
+        """The producer record's entry of `call` ({"d": digest, "done": ..., "n": ...}), or
+        None when it remembers no such call (as this producer last read or wrote it)."""
+        return self._prod["calls"].get(str(call))
+
     def _is_new(self, r: _Request) -> bool:
         """Whether `r` is to be appended: not a committed append, not refused."""
         call, idx = r.seq >> CALL_BITS, r.seq & INDEX_MASK
@@ -528,6 +534,9 @@ class WalWriter:
                     f"(its floor is call {self._prod['floor']})")
         made = call_ms(call)
         if made is not None:
+            ahead = future_call(call, now_ms(self.tso, self.clock), self.settings.max_clock_skew)
+            if ahead:
+                return ahead
             age = (now_ms(self.tso, self.clock) - made) / 1000.0
             if age > self.holder.window:
                 return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of "

@@ -1,0 +1,248 @@
+"""Adversarial review of issue 26 items 2, 3, 4, 7 (attack-producer): an acknowledgement
+means written, a retry is always safe. Each test models every acknowledged call and
+compares the visible rows after a flush (visibility.visible_rows) with the model, row by
+row. Tests that reproduced a defect say so in their docstring (seen failing first)."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from seglake.errors import SeglakeError, ValidationError
+from seglake.lifecycle.flush import flush_pchannel
+from seglake.meta import keys as keymod
+from seglake.visibility import visible_rows
+from seglake.wal.client import WalClient, route, synthetic_rows
+
+from wal_helpers import make_collection, pchannels, schema
+
+
+def _flush(meta, store, settings, coll):
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+
+
+def _rows(meta, store, coll) -> list[tuple]:
+    t = visible_rows(meta, store, coll.collection_id, columns=["price"])
+    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist()))
+
+
+def _model(*tables) -> list[tuple]:
+    return sorted((pk, price) for t in tables
+                  for pk, price in zip(t.column("pk").to_pylist(), t.column("price").to_pylist()))
+
+
+def _shards(coll, t) -> set[int]:
+    return {int(x) for x in route(np.asarray(t.column("pk").to_pylist(), np.int64), coll.shards)}
+
+
+@pytest.mark.parametrize("second", ["both_shards", "other_shard"])
+def test_another_payload_under_a_used_seq_is_refused_on_every_pchannel_before_anything(meta, store, settings,
+                                                                                       second):
+    """DEFECT (reproduced): call X (seq s) wrote to pchannel A only; another payload Y
+    under s whose rows route to A and B was refused by A ('another payload under a used
+    sequence number is refused (nothing appended)') while B appended Y's rows: a refused
+    call that wrote (a user who then re-sends Y under a new seq has those rows twice).
+    With rows on B only, Y was not refused at all."""
+    with WalClient(meta, store, settings, producer_id="diff-pchannels") as c:
+        coll = make_collection(c, shards=2)
+        assert len(pchannels(coll)) == 2
+        x = synthetic_rows(coll, 3, 1, shard=0)
+        res = c.insert("c1", x)
+        assert len(res.committed) == 1
+        y = synthetic_rows(coll, 6, 100) if second == "both_shards" else synthetic_rows(coll, 4, 100, shard=1)
+        assert _shards(coll, y) == ({0, 1} if second == "both_shards" else {1})
+        with pytest.raises(ValidationError) as e:
+            c.insert("c1", y, seq=res.seq)
+        assert "digest" in str(e.value)
+        # the call that was refused appended nothing, and the first one is still answered
+        assert c.insert("c1", x, seq=res.seq).positions == res.positions
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(x)
+
+
+@pytest.mark.parametrize("change", ["row_order", "upsert", "delete", "partition", "one_value", "batch_rows"])
+def test_a_retry_that_changes_any_part_of_the_payload_is_refused(meta, store, settings, change):
+    """Held: a seq reused with the rows in another order, as an upsert, as a delete of
+    the same pks, into another partition, with one value changed, or cut into other
+    batches is refused; nothing of it is appended."""
+    with WalClient(meta, store, settings, producer_id="diff", batch_rows=4) as c:
+        coll = c.create_collection("c1", schema(), shards=1, partitions=["_default", "p1"])
+        x = synthetic_rows(coll, 6, 1)
+        res = c.insert("c1", x)
+        call = {
+            "row_order": lambda: c.insert("c1", x.take(pa.array([5, 4, 3, 2, 1, 0])), seq=res.seq),
+            "upsert": lambda: c.upsert("c1", x, seq=res.seq),
+            "delete": lambda: c.delete("c1", x.column("pk").to_pylist(), seq=res.seq),
+            "partition": lambda: c.insert("c1", x, partition="p1", seq=res.seq),
+            "one_value": lambda: c.insert("c1", x.set_column(2, "price", pa.array(
+                [1.0, 2, 3, 4, 5, 6.5], pa.float32())), seq=res.seq),
+            "batch_rows": None,
+        }[change]
+        if call is None:
+            with WalClient(meta, store, settings, producer_id="diff", batch_rows=3) as c2:
+                with pytest.raises(ValidationError):
+                    c2.insert("c1", x, seq=res.seq)
+        else:
+            with pytest.raises(ValidationError):
+                call()
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(x)
+
+
+def test_a_retry_of_the_same_rows_in_other_arrow_chunks_completes_the_call(meta, store, settings, monkeypatch):
+    """DEFECT (reproduced): the batches of a call were cut at the table's chunk bounds,
+    and the digest covered the batches: the same rows read back in other chunks (a
+    concat, another reader) were 'another payload', so a call whose first try committed
+    on one pchannel only could never be completed (refused), and re-sending it under a
+    new seq duplicated what had committed."""
+    from seglake.wal import writer as W
+    from seglake.wal.client import AppendIncomplete
+
+    real = W.WalWriter._commit
+    with WalClient(meta, store, settings, producer_id="chunks", batch_rows=4) as c:
+        coll = make_collection(c, shards=2)
+        (pa_, pb) = pchannels(coll)
+        rows = synthetic_rows(coll, 10, 1)
+        assert _shards(coll, rows) == {0, 1}
+
+        def b_fails(self, frag):
+            if self.pchannel == pb:
+                raise SeglakeError("etcd refused the write")
+            return real(self, frag)
+        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
+        with pytest.raises(AppendIncomplete) as e:
+            c.insert("c1", rows)
+        monkeypatch.undo()
+        assert list(e.value.result.committed) == [pa_]
+    again = pa.concat_tables([rows.slice(0, 3), rows.slice(3, 5), rows.slice(8)])   # the same rows, 3 chunks
+    with WalClient(meta, store, settings, producer_id="chunks", batch_rows=4) as c2:
+        c2.insert("c1", again, seq=e.value.result.seq)
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(rows)
+
+
+def test_a_seq_that_reads_as_a_future_time_is_refused_not_appended_twice_after_expiry(meta, store, settings):
+    """DEFECT (reproduced): a caller's own op id at or above 2**40 (here a unix time in
+    ms, a natural choice) reads as a call the client numbered at a time decades ahead:
+    it never becomes 'older than the retry window', so once its record expired its
+    retry was appended again (rows twice). A seq that reads as a time ahead of now is
+    refused at its first use."""
+    import time
+
+    from seglake.meta import Meta
+
+    s = settings.replace(wal_producer_expiry=600.0, max_clock_skew=3600.0)
+    meta = Meta.from_settings(s)
+    op_id = 1_764_000_000_000          # 2025-11-24 in unix ms
+    acked = []
+    with WalClient(meta, store, s, producer_id="opids") as c:
+        coll = make_collection(c, shards=1)
+        rows = synthetic_rows(coll, 2, 1)
+        try:
+            c.insert("c1", rows, seq=op_id)
+            acked.append(rows)
+        except ValidationError as e:
+            assert "ahead of now" in str(e)
+        (p,) = pchannels(coll)
+        kv = meta.kv.get(keymod.wal_producer(meta.keys, p, "opids"))
+        if kv is not None:
+            meta.kv.revoke_lease(kv.lease)          # the record expired
+    # ten minutes and a second later (a clock ahead stands in for waiting)
+    with WalClient(meta, store, s, producer_id="opids", clock=lambda: time.time() + 601) as c2:
+        try:
+            c2.insert("c1", rows, seq=op_id)
+            acked.append(rows)
+        except ValidationError:
+            pass
+    _flush(meta, store, s, coll)
+    assert _rows(meta, store, coll) == _model(*acked[:1])
+    meta.close()
+
+
+@pytest.mark.parametrize("seq", [0, -1, True, 1.0, math.nan, math.inf, 2**42, 2**64, "5", np.int64(5), [5]])
+def test_a_seq_outside_its_range_or_type_is_refused_before_anything(meta, store, settings, seq):
+    """Held: seq 0, negative, bool, float, NaN, inf, 2**42 and above, a string, a numpy
+    int, a list: ValidationError, nothing appended (nor at the writer's own API)."""
+    from seglake.wal.message import Message
+
+    with WalClient(meta, store, settings, producer_id="edges") as c:
+        coll = make_collection(c, shards=1)
+        rows = synthetic_rows(coll, 2, 1)
+        for call in (lambda: c.insert("c1", rows, seq=seq), lambda: c.delete("c1", [1], seq=seq),
+                     lambda: c.flush("c1", seq=seq)):
+            with pytest.raises(ValidationError):
+                call()
+        (p,) = pchannels(coll)
+        m = Message.insert(coll.vchannels[0], coll.collection_id, coll.partitions[0].partition_id,
+                           rows.to_batches()[0])
+        if not (isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq < 2**62):
+            with pytest.raises(ValidationError):
+                c.writer(p).append([m], seq=seq)
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == []
+
+
+@pytest.mark.parametrize("pid", ["", "a" * 65, "a/b", "é", "a b", "a\n", "..\x00", 5, None])
+def test_producer_ids_at_the_edges_of_the_pattern(meta, store, settings, pid):
+    """Held: an id outside 1..64 of [A-Za-z0-9._-] is refused by the client (None: a
+    fresh id); 64 characters and '..' are taken and work."""
+    if pid is None:
+        with WalClient(meta, store, settings, producer_id=pid) as c:
+            coll = make_collection(c, shards=1)
+            c.insert("c1", synthetic_rows(coll, 2, 1))
+        return
+    with pytest.raises(ValidationError):
+        WalClient(meta, store, settings, producer_id=pid)
+
+
+@pytest.mark.parametrize("pid", ["a" * 64, "..", "-", "."])
+def test_producer_ids_at_the_edge_that_are_valid_retry_like_any(meta, store, settings, pid):
+    with WalClient(meta, store, settings, producer_id=pid) as c:
+        coll = make_collection(c, shards=2)
+        rows = synthetic_rows(coll, 8, 1)
+        res = c.insert("c1", rows)
+    with WalClient(meta, store, settings, producer_id=pid) as c2:
+        assert c2.insert("c1", rows, seq=res.seq).positions == res.positions
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(rows)
+
+
+def test_a_client_used_from_many_threads_with_calls_on_two_pchannels_never_duplicates(meta, store, settings):
+    """Held (counted in the report): six threads share one client; each call has 3
+    batches on 2 pchannels (6 appends); every acknowledged call is then retried with its
+    seq from the same client and from a new one with the producer id: each answered
+    with its first positions, nothing appended twice; the rows equal the model."""
+    results, errors, lock = [], [], threading.Lock()
+    with WalClient(meta, store, settings, producer_id="many-threads", batch_rows=3) as c:
+        coll = make_collection(c, shards=2)
+
+        def run(t: int) -> None:
+            for i in range(8):
+                rows = synthetic_rows(coll, 9, 10_000 * (t + 1) + 100 * i, seed=t * 100 + i)
+                try:
+                    res = c.insert("c1", rows)
+                except Exception as e:  # noqa: BLE001 - judged below
+                    with lock:
+                        errors.append(e)
+                    continue
+                with lock:
+                    results.append((rows, res))
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        for rows, res in results:
+            assert c.insert("c1", rows, seq=res.seq).positions == res.positions
+    with WalClient(meta, store, settings, producer_id="many-threads", batch_rows=3) as c2:
+        for rows, res in results:
+            assert c2.insert("c1", rows, seq=res.seq).positions == res.positions
+    assert len(results) == 48
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(*(r for r, _ in results))
