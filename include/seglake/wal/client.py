@@ -236,7 +236,7 @@ class WalClient:
         res = IngestResult(coll.name)
         # an upsert's delete: ONE timestamp per call (as Milvus: one per request), taken
         # before any of its appends commits; a retry keeps the first attempt's (writer)
-        props = {"upsert": True, "upsert_ts": self.tso.reserve(1, linearizable=True)} if upsert else {}
+        props = {"upsert": True, "upsert_ts": self._upsert_ts(coll, seq)} if upsert else {}
 
         def messages(i: int, txn_ids: dict[str, int]):
             batch, shard = batches[i], shards[i]
@@ -353,6 +353,19 @@ class WalClient:
         finally:
             holder.running(call, False)
 
+    def _upsert_ts(self, coll, seq: int | None) -> int:
+        """An upsert call's one timestamp: a retry (seq given) keeps the one its first try
+        committed with on ANY pchannel of the collection (each record keeps it for its own
+        pchannel only: a part retried on a pchannel that never saw the call took a new,
+        later one, so the call hid rows acknowledged after its first try on one pchannel
+        and not on another); a new call takes a new one."""
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            for p in sorted({pchannel_of(v) for v in coll.vchannels}):
+                t0 = (self.writer(p).remembered(seq) or {}).get("t0")
+                if t0:
+                    return t0
+        return self.tso.reserve(1, linearizable=True)
+
     def _check_reuse(self, coll, call: int, digest: str) -> None:
         """A given seq (a retry, or the caller's own number) that a producer record of ANY
         pchannel of the collection remembers with another payload is refused here, before
@@ -420,7 +433,7 @@ class WalClient:
     def _finish(self, res: IngestResult, pending: list) -> list[MessageId]:
         """Wait for each append; a retriable failure is retried with the same sequence
         number (safe: idempotent). What still fails is reported with what committed."""
-        out, failed = [], {}
+        out, failed, refused = [], {}, None
         for p, group, seq, digest, req in pending:
             ids = None
             for attempt in range(RETRIES + 1):
@@ -428,13 +441,18 @@ class WalClient:
                     ids = req.result()
                     break
                 except Retry as e:
-                    if attempt == RETRIES:
+                    if attempt == RETRIES or refused is not None:
                         failed[p] = e
                         break
                     time.sleep(min(1.0, 0.02 * 2 ** attempt))
                     req = self.writer(p).append_async(group, seq=seq, digest=digest)
-                except (ValidationError, ProducerFenced):
-                    raise
+                except (ValidationError, ProducerFenced) as e:
+                    # the call is refused or fenced; the appends queued beside this one
+                    # are still waited for, so the error says what committed and the
+                    # call's seq (its retry completes it, from a new client when fenced)
+                    refused = refused or e
+                    failed[p] = e
+                    break
                 except Exception as e:  # noqa: BLE001 - reported with what committed
                     failed[p] = e
                     break
@@ -447,6 +465,15 @@ class WalClient:
                 pos = res.positions.setdefault(p, [str(min(ids)), str(max(ids))])
                 if MessageId.parse(pos[1]) < max(ids):
                     pos[1] = str(max(ids))
+        if refused is not None:
+            msg = (f"{refused} [this call: seq={res.seq}; appends committed: "
+                   f"{', '.join(f'{p}: {n}' for p, n in sorted(res.committed.items())) or 'none'}]")
+            try:   # a new error per call (a fenced holder raises one shared instance)
+                err = type(refused)(msg)
+            except Exception:  # noqa: BLE001 - a subclass with another constructor
+                err = (ProducerFenced if isinstance(refused, ProducerFenced) else ValidationError)(msg)
+            err.result = res
+            raise err from refused
         if failed:
             raise AppendIncomplete(res, failed)
         return out

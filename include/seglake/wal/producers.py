@@ -203,7 +203,8 @@ class Holder:
             self.fenced = ProducerFenced(
                 f"producer id {self.producer_id!r} was claimed by {other.get('name', '?')} after this client "
                 f"({self.name}): this client is fenced and appends nothing more (a lost race is never "
-                f"answered with another holder's commit); retry the call from a new client")
+                f"answered with another holder's commit); retry the call from a new client with "
+                f"seq=err.result.seq (the error of a client call carries it)")
             raise self.fenced
 
 

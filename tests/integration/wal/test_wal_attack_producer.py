@@ -246,3 +246,85 @@ def test_a_client_used_from_many_threads_with_calls_on_two_pchannels_never_dupli
     assert len(results) == 48
     _flush(meta, store, settings, coll)
     assert _rows(meta, store, coll) == _model(*(r for r, _ in results))
+
+
+def test_a_call_fenced_halfway_tells_its_seq_and_a_new_holder_completes_it_exactly(meta, store, settings,
+                                                                                   monkeypatch):
+    """DEFECT (reproduced): a call of 40 appends on 2 pchannels whose producer id was
+    claimed by a new client after 10 of them committed raised ProducerFenced ('retry the
+    call from a new client') with no seq: the new holder could only send it again under
+    a new seq, and the 10 committed appends were then visible twice. The error now
+    carries .result (seq, committed) like AppendIncomplete, and the new holder's retry
+    with that seq appends the rest, nothing twice."""
+    from seglake.wal import writer as W
+    from seglake.wal.producers import ProducerFenced
+
+    real = W.WalWriter._commit
+    state = {"commits": 0, "new": None}
+
+    def claim_after_ten(self, frag):
+        state["commits"] += 1
+        if state["commits"] == 11 and state["new"] is None:   # a new process takes the id over
+            state["new"] = WalClient(meta, store, settings, producer_id="zombie", batch_rows=1)
+            state["new"].holder()
+        return real(self, frag)
+    s = settings.replace(wal_fragment_records=2)     # one append per fragment
+    with WalClient(meta, store, s, producer_id="zombie", batch_rows=1) as old:
+        coll = make_collection(old, shards=2)
+        rows = synthetic_rows(coll, 20, 1)
+        assert _shards(coll, rows) == {0, 1}
+        state["commits"] = 0
+        monkeypatch.setattr(W.WalWriter, "_commit", claim_after_ten)
+        with pytest.raises(ProducerFenced) as e:
+            old.insert("c1", rows)
+        monkeypatch.undo()
+        result = getattr(e.value, "result", None)
+        assert result is not None, "ProducerFenced carries no result: the call's seq is unknown to its retry"
+        assert 0 < sum(result.committed.values()) < 20
+    with state["new"] as new:
+        new.insert("c1", rows, seq=result.seq)
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(rows)
+
+
+def test_an_upsert_retried_on_its_missing_pchannel_keeps_the_call_s_one_timestamp(meta, store, settings,
+                                                                                  monkeypatch):
+    """DEFECT (reproduced): an upsert's one timestamp (t0) was remembered per pchannel:
+    its first try committed on A (pk a) and not on B (pk b); then x1 = insert of pk a and
+    x2 = insert of pk b were acknowledged, in this order; the retry of the upsert took a
+    new timestamp on B, so it hid x2 but not x1 -- no order of the three calls gives
+    that (x1 after the upsert, x2 before it, x1 before x2). With one t0 per call both
+    survive, as in Milvus."""
+    from seglake.wal import writer as W
+    from seglake.wal.client import AppendIncomplete
+
+    real = W.WalWriter._commit
+    with WalClient(meta, store, settings, producer_id="ups-pch") as c:
+        coll = make_collection(c, shards=2)
+        (pa_, pb) = pchannels(coll)
+        a = int(synthetic_rows(coll, 1, 1, shard=0).column("pk")[0].as_py())
+        b = int(synthetic_rows(coll, 1, 1, shard=1).column("pk")[0].as_py())
+
+        def rows_of(pks, price):
+            t = synthetic_rows(coll, len(pks), 1)
+            return t.set_column(0, "pk", pa.array(pks, pa.int64())).set_column(
+                2, "price", pa.array([price] * len(pks), pa.float32()))
+        old = rows_of([a, b], 1.0)
+        c.insert("c1", old)
+        ups = rows_of([a, b], 2.0)
+
+        def b_fails(self, frag):
+            if self.pchannel == pb:
+                raise SeglakeError("etcd refused the write")
+            return real(self, frag)
+        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
+        with pytest.raises(AppendIncomplete) as e:
+            c.upsert("c1", ups)
+        monkeypatch.undo()
+        x1, x2 = rows_of([a], 3.0), rows_of([b], 4.0)
+        c.insert("c1", x1)
+        c.insert("c1", x2)
+    with WalClient(meta, store, settings, producer_id="ups-pch") as c2:
+        c2.upsert("c1", ups, seq=e.value.result.seq)
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(ups, x1, x2)
