@@ -367,18 +367,36 @@ class WalClient:
         return self.tso.reserve(1, linearizable=True)
 
     def _check_reuse(self, coll, call: int, digest: str) -> None:
-        """A given seq (a retry, or the caller's own number) that a producer record of ANY
-        pchannel of the collection remembers with another payload is refused here, before
-        anything is queued: each pchannel judges only its own appends, so one that
-        remembers the call would refuse it while another, which never saw it, appended
-        its part -- a refused call that wrote. (This client's producers hold what their
-        records hold: the newest holder of the id is the only one that commits.)"""
-        for p in sorted({pchannel_of(v) for v in coll.vchannels}):
-            entry = self.writer(p).remembered(call)
+        """A given seq (a retry, or the caller's own number) that this producer's record on
+        ANY pchannel remembers with another payload is refused here, before anything is
+        queued. Each pchannel judges only its own appends: one that remembers the call
+        would refuse it while another, which never saw it, appended its part (a refused
+        call that wrote); and a call retried after its collection was dropped and brought
+        back under its name (a new id, other pchannels) was appended again beside the
+        rows the undrop restored. The collection's pchannels are read from this client's
+        producers (they hold what their records hold: the newest holder of the id is the
+        only one that commits), the others from etcd (one read)."""
+        from seglake.meta import keys as keymod
+        from seglake.wal.log import all_pchannels
+        from seglake.wal.producers import _record
+
+        mine = {pchannel_of(v) for v in coll.vchannels}
+        with self._lock:
+            opened = dict(self._writers)
+        entries = {p: self.writer(p).remembered(call) for p in mine}
+        entries.update({p: w.remembered(call) for p, w in opened.items() if p not in mine})
+        keys = {keymod.wal_producer(self.meta.keys, p, self.producer_id): p
+                for p in all_pchannels() if p not in entries}
+        for key, kv in self.meta.kv.get_many(list(keys)).items():
+            if kv is not None:
+                entries[keys[key]] = _record(kv)["calls"].get(str(call))
+        for p, entry in sorted(entries.items()):
             if entry is not None and entry["d"] != digest:
+                where = "" if p in mine else (" (a pchannel this collection does not use: the seq went to another "
+                                              "collection, or to an earlier collection of this name)")
                 raise ValidationError(
                     f"producer {self.producer_id} on {p}: seq {call} was committed with payload digest "
-                    f"{entry['d']}, this call's digest is {digest}: another payload under a used sequence "
+                    f"{entry['d']}{where}, this call's digest is {digest}: another payload under a used sequence "
                     f"number is refused (nothing appended, on any pchannel); give a new call a new seq")
 
     def _run_call(self, coll, chunks: int, messages, txn: bool, res: IngestResult, call: int, digest: str) -> None:
