@@ -274,7 +274,8 @@ def committed_log(meta, store, coll):
                     "upsert_ts": m.props.get("upsert_ts")})
             if m.type == M.DELETE:
                 return ("dels", m.vchannel, m.id, tick, {"pks": m.body.column("pk").to_pylist(),
-                                                        "partition": m.partition_id})
+                                                        "partition": m.partition_id,
+                                                        "upsert_ts": m.props.get("upsert_ts")})
             return None
         for m in raw:
             if m.type == M.BEGIN_TXN:
@@ -346,7 +347,8 @@ def audit(meta, store, coll, d: Path, producers: int) -> dict:
                 ms = [x for x in body["pks"] if x >= MARKER_BASE]
                 owners = {op_of_marker(x) for x in ms}
                 seen_markers.update(ms)
-                dels += [(pk, tick, body["partition"]) for pk in body["pks"]]
+                dts = min(tick, body["upsert_ts"]) if body.get("upsert_ts") else tick   # the call's one ts
+                dels += [(pk, dts, body["partition"]) for pk in body["pks"]]
             if len(owners) != 1:
                 problems.append(f"{p} message {mid}: belongs to {len(owners)} ops {sorted(owners)[:4]}")
                 continue

@@ -40,6 +40,7 @@ import math
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -50,13 +51,14 @@ from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
-from seglake.wal.producers import (CALL_BITS, MAX_CALL, Holder, ProducerFenced, call_at, clock_call, future_call,
+from seglake.wal.producers import (CALL_BITS, CLOCK_BASE, MAX_CALL, Holder, ProducerFenced, call_at, clock_call, future_call,
                                    now_ms)
 from seglake.wal.writer import Retry, WalWriter, _valid_pid
 
 MAX_BATCH_ROWS = 1_000_000
 APPENDS_PER_CALL = 1 << CALL_BITS   # a call's appends are numbered call * APPENDS_PER_CALL + i
 ROLLBACK_APPEND = APPENDS_PER_CALL - 1   # a txn call's RollbackTxn: its own number, never a CommitTxn's
+ISSUED_KEPT = 4096            # a client with a fresh producer id recognises this many of its own calls
 RETRIES = 6                   # a retriable append is retried this often (same seq)
 ANNOUNCED = "wal_announced"
 ROWS_BEFORE_LOG = "rows_before_log"   # set with ANNOUNCED when the collection already had segments (written
@@ -151,6 +153,8 @@ class WalClient:
         self._writers: dict[str, WalWriter] = {}
         self._last_call = 0
         self._floored = False   # (a named id: the first number is drawn above the TSO at the claim)
+        self._issued: set[int] = set()            # a fresh id: the calls this client numbered (its
+        self._issued_order: deque[int] = deque()  # retries are its own), the last ISSUED_KEPT
         self._lock = threading.Lock()
         self._seq_lock = threading.Lock()
 
@@ -236,7 +240,7 @@ class WalClient:
         res = IngestResult(coll.name)
         # an upsert's delete: ONE timestamp per call (as Milvus: one per request), taken
         # before any of its appends commits; a retry keeps the first attempt's (writer)
-        props = {"upsert": True, "upsert_ts": self._upsert_ts(coll, seq)} if upsert else {}
+        props = {"upsert": True, M.CALL_TS: self._call_ts(coll, seq)} if upsert else {}
 
         def messages(i: int, txn_ids: dict[str, int]):
             batch, shard = batches[i], shards[i]
@@ -264,7 +268,8 @@ class WalClient:
     def delete(self, collection: str, pks, *, db: str = DEFAULT_DB, partition: str | None = None,
                txn: bool = False, seq: int | None = None) -> IngestResult:
         """Delete every row of these primary keys older than this call (in `partition`
-        only when given). The delete's timestamp is its message's tick."""
+        only when given). The delete's timestamp is the call's one timestamp (M.CALL_TS),
+        taken before its first append, kept by its retries; in a txn, its commit's tick."""
         coll = self.meta.catalog.get_by_name(collection, db)
         try:
             arr = pa.array(pks, pa.int64())
@@ -279,6 +284,11 @@ class WalClient:
             self._one_vchannel(coll, np.concatenate(shards), "delete")
         coll = self.announce(coll)
         res = IngestResult(coll.name)
+        # ONE timestamp per call (as Milvus: one per request), taken before any of its
+        # appends commits and kept by its retries on every pchannel: a part retried later
+        # never hides rows acknowledged after the call's first try (a txn's deletes take
+        # their commit's ticks)
+        props = {} if txn else {M.CALL_TS: self._call_ts(coll, seq)}
 
         def messages(i: int, txn_ids: dict[str, int]):
             chunk, shard = chunks[i], shards[i]
@@ -286,8 +296,9 @@ class WalClient:
             for j, v in enumerate(coll.vchannels):
                 sel = chunk[shard == j]
                 if len(sel):
-                    out.append(Message.delete(v, coll.collection_id, sel, np.zeros(len(sel), np.uint64),
-                                              txn_id=txn_ids.get(v, 0), partition_id=part_id))
+                    m = Message.delete(v, coll.collection_id, sel, np.zeros(len(sel), np.uint64),
+                                       txn_id=txn_ids.get(v, 0), partition_id=part_id)
+                    out.append(replace(m, props=props) if props else m)
             return out
 
         digest = _digest("delete", coll.collection_id, part_id, txn, self.batch_rows, *chunks)
@@ -329,6 +340,13 @@ class WalClient:
             ahead = future_call(seq, now_ms(self.tso, self.clock), self.settings.max_clock_skew)
             if ahead:
                 raise ValidationError(ahead + "; nothing appended")
+            if not self._named and seq >= CLOCK_BASE and seq not in self._issued:
+                # a fresh id is known to this client only: another client's call under the
+                # same number cannot be recognised here, it would be appended again
+                raise ValidationError(
+                    f"seq {seq} was not issued by this client, whose producer id is fresh (known to no other "
+                    f"client): it cannot tell what another client's call committed. Retry from the client that "
+                    f"made the call, or give both the same producer_id=...; nothing appended")
             return seq
         self.holder()   # claimed before the number is drawn
         with self._seq_lock:
@@ -338,6 +356,11 @@ class WalClient:
                 self._last_call = max(self._last_call, call_at(now))
                 self._floored = True
             self._last_call = clock_call(self.tso, self._last_call, self.clock)
+            if not self._named:
+                self._issued.add(self._last_call)
+                self._issued_order.append(self._last_call)
+                while len(self._issued_order) > ISSUED_KEPT:
+                    self._issued.discard(self._issued_order.popleft())
             return self._last_call
 
     def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None, digest: str) -> None:
@@ -353,8 +376,8 @@ class WalClient:
         finally:
             holder.running(call, False)
 
-    def _upsert_ts(self, coll, seq: int | None) -> int:
-        """An upsert call's one timestamp: a retry (seq given) keeps the one its first try
+    def _call_ts(self, coll, seq: int | None) -> int:
+        """An upsert's or a delete's one timestamp: a retry (seq given) keeps the one its first try
         committed with on ANY pchannel of the collection (each record keeps it for its own
         pchannel only: a part retried on a pchannel that never saw the call took a new,
         later one, so the call hid rows acknowledged after its first try on one pchannel
@@ -531,7 +554,8 @@ class AppendIncomplete(SeglakeError):
         super().__init__(f"{result.collection}: appends to {', '.join(sorted(failed))} did not commit "
                          f"({'; '.join(f'{p}: {e}' for p, e in sorted(failed.items()))}); committed: "
                          f"{', '.join(sorted(result.committed)) or 'none'}. Retry with seq={result.seq} "
-                         f"to append the rest without duplicates")
+                         f"to append the rest without duplicates (from this client, or one with the same "
+                         f"producer_id)")
 
 
 # -- status --------------------------------------------------------------------------------

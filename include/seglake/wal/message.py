@@ -207,6 +207,20 @@ def arrow_schema(schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, arrow_type(f), nullable=not f.is_primary) for f in schema.fields])
 
 
+# An upsert's or a delete's one timestamp (its call's, taken before any of its appends
+# committed; at or below every tick of its messages): the delete (the upsert's implied
+# one) is stamped with it, so a call carried by several appends, or retried later on a
+# pchannel its first try missed, has one time. (The prop's name is the one upserts first
+# carried it under.)
+CALL_TS = "upsert_ts"
+
+
+def call_ts(m) -> int | None:
+    """A message's call timestamp capped at its tick, or None (then its tick is its time)."""
+    ts = m.props.get(CALL_TS)
+    return min(ts, m.time_tick) if isinstance(ts, int) and not isinstance(ts, bool) and ts > 0 else None
+
+
 def conform_batch(batch: pa.RecordBatch | pa.Table, schema, what: str = "insert") -> pa.RecordBatch:
     """The batch in exactly the collection's Arrow schema, or ValidationError naming the
     first problem: missing or unknown column, wrong type, vector dim, null primary key."""

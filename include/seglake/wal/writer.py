@@ -362,6 +362,9 @@ class WalWriter:
             b = m.body
             if b is None or b.schema != M.DELETE_SCHEMA or b.num_rows == 0 or b.column(0).null_count:
                 raise ValidationError("Delete needs primary keys (int64, no nulls)")
+            ts = m.props.get(M.CALL_TS)
+            if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or not 0 < ts < 2**63):
+                raise ValidationError(f"Delete {M.CALL_TS} must be a timestamp (a positive int), got {ts!r}")
         return m
 
     # -- group commit ------------------------------------------------------------------------

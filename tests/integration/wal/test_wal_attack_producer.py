@@ -388,3 +388,76 @@ def test_inserts_racing_a_drop_from_four_threads_are_all_before_its_drop_message
             mine = [(q, i) for q, i in inserts if q == p and lo <= i <= hi]
             assert mine and all(i < drops[inserts[(q, i)]] for q, i in mine), (p, first, last)
     print(f"drop race: {len(acked)} calls acknowledged before the drop, {len(refused)} refused after it")
+
+
+def test_a_delete_retried_on_its_missing_pchannel_keeps_the_call_s_one_timestamp(meta, store, settings,
+                                                                                 monkeypatch):
+    """DEFECT (reproduced), the class of the upsert case for deletes: a delete of pks a
+    (pchannel A) and b (B) committed on A only; then x1 = insert of a and x2 = insert of
+    b were acknowledged, in this order; the retry of the delete was stamped with its new
+    tick on B, so it hid x2 but not x1: no order of the three calls gives that. A delete
+    call now has one timestamp, taken before any of its appends and kept by its retries."""
+    from seglake.wal import writer as W
+    from seglake.wal.client import AppendIncomplete
+
+    real = W.WalWriter._commit
+    with WalClient(meta, store, settings, producer_id="del-pch") as c:
+        coll = make_collection(c, shards=2)
+        (pa_, pb) = pchannels(coll)
+        a = int(synthetic_rows(coll, 1, 1, shard=0).column("pk")[0].as_py())
+        b = int(synthetic_rows(coll, 1, 1, shard=1).column("pk")[0].as_py())
+
+        def rows_of(pks, price):
+            t = synthetic_rows(coll, len(pks), 1)
+            return t.set_column(0, "pk", pa.array(pks, pa.int64())).set_column(
+                2, "price", pa.array([price] * len(pks), pa.float32()))
+        c.insert("c1", rows_of([a, b], 1.0))
+
+        def b_fails(self, frag):
+            if self.pchannel == pb:
+                raise SeglakeError("etcd refused the write")
+            return real(self, frag)
+        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
+        with pytest.raises(AppendIncomplete) as e:
+            c.delete("c1", [a, b])
+        monkeypatch.undo()
+        x1, x2 = rows_of([a], 3.0), rows_of([b], 4.0)
+        c.insert("c1", x1)
+        c.insert("c1", x2)
+    with WalClient(meta, store, settings, producer_id="del-pch") as c2:
+        c2.delete("c1", [a, b], seq=e.value.result.seq)
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(x1, x2)
+
+
+def test_a_retry_from_another_client_without_the_producer_id_is_refused_not_appended_twice(meta, store, settings,
+                                                                                           monkeypatch):
+    """DEFECT (reproduced): AppendIncomplete says 'Retry with seq=N to append the rest
+    without duplicates'; done from a new client without a producer id (a fresh id that
+    knows nothing of the first), the retry appended the whole call again: the part
+    that had committed was visible twice. A client with a fresh id refuses a clock
+    numbered seq it never issued (nothing appended), naming the producer id to use."""
+    from seglake.wal import writer as W
+    from seglake.wal.client import AppendIncomplete
+
+    real = W.WalWriter._commit
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, shards=2)
+        (pa_, pb) = pchannels(coll)
+        rows = synthetic_rows(coll, 10, 1)
+
+        def b_fails(self, frag):
+            if self.pchannel == pb:
+                raise SeglakeError("etcd refused the write")
+            return real(self, frag)
+        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
+        with pytest.raises(AppendIncomplete) as e:
+            c.insert("c1", rows)
+        monkeypatch.undo()
+        committed = rows.filter(pa.array(route(np.asarray(rows.column("pk").to_pylist()), 2) == 0))
+    with WalClient(meta, store, settings) as other:
+        with pytest.raises(ValidationError) as refused:
+            other.insert("c1", rows, seq=e.value.result.seq)
+        assert "producer" in str(refused.value)
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(committed)

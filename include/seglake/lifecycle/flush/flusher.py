@@ -331,7 +331,9 @@ class Flusher:
         if m.time_tick <= st.del_hw:
             self.stats.skipped += 1
             return
-        self._add_deletes(st, m.body.column("pk").to_numpy(zero_copy_only=False), m.time_tick, m.partition_id)
+        # stamped with its call's one timestamp (M.CALL_TS, at or below its tick) when it has one
+        self._add_deletes(st, m.body.column("pk").to_numpy(zero_copy_only=False), m.time_tick, m.partition_id,
+                          M.call_ts(m))
 
     def _add_deletes(self, st: VState, pks: np.ndarray, tt: int, partition_id: int, ts: int | None = None) -> None:
         if st.dels is None:

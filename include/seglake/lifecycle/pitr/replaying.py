@@ -259,7 +259,8 @@ def _scan(meta, store, settings, coll, plan: dict, sv: str, w: "_Writer", prog: 
             if m.time_tick <= del_hw:
                 out["skipped"] += 1
                 return True
-            w.delete(m.body.column("pk").to_numpy(zero_copy_only=False), m.time_tick, tpid(m.partition_id))
+            w.delete(m.body.column("pk").to_numpy(zero_copy_only=False), m.time_tick, tpid(m.partition_id),
+                     M.call_ts(m))
             out["deletes"] += m.rows
         else:
             if m.time_tick <= part_hw.get(m.partition_id, 0):

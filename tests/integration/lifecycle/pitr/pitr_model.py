@@ -70,8 +70,9 @@ class Model:
                         self.deletes.append((pk, min(m.props["upsert_ts"], m.time_tick), at, m.partition_id))
             elif m.type == M.DELETE:
                 at = commit[m.vchannel] if txn else m.time_tick
+                ts = min(m.props["upsert_ts"], at) if m.props.get("upsert_ts") else at   # the call's one ts
                 for pk in m.body.column("pk").to_pylist():
-                    self.deletes.append((pk, at, at, m.partition_id))
+                    self.deletes.append((pk, ts, at, m.partition_id))
 
     def visible(self, t: int) -> Counter:
         dels = {}
