@@ -253,6 +253,7 @@ class WalClient:
                     out.append(replace(m, props=props) if props else m)
             return out
 
+        _check_appends(coll, shards, txn, what)
         digest = _digest(what, coll.collection_id, part.partition_id, txn, self.batch_rows,
                          *(b.serialize() for b in batches))
         self._run(coll, len(batches), messages, txn, res, seq, digest)
@@ -301,6 +302,7 @@ class WalClient:
                     out.append(replace(m, props=props) if props else m)
             return out
 
+        _check_appends(coll, shards, txn, "delete")
         digest = _digest("delete", coll.collection_id, part_id, txn, self.batch_rows, *chunks)
         self._run(coll, len(chunks), messages, txn, res, seq, digest)
         res.deletes = len(arr)
@@ -453,10 +455,11 @@ class WalClient:
             self._finish(res, self._submit(res, commits, call, counter, digest))
 
     def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int], digest: str,
-                limit: int = ROLLBACK_APPEND) -> list:
+                limit: int | None = None) -> list:
         """Queue one append per pchannel (each lands whole in one fragment), numbered
         call * 2**20 + i: the same call retried numbers its appends the same way; each
         carries the call's payload digest (a used seq with another payload is refused)."""
+        limit = ROLLBACK_APPEND if limit is None else limit
         by_p: dict[str, list[Message]] = {}
         for m in msgs:
             by_p.setdefault(pchannel_of(m.vchannel), []).append(m)
@@ -518,6 +521,19 @@ class WalClient:
         if failed:
             raise AppendIncomplete(res, failed)
         return out
+
+
+def _check_appends(coll, shards: list, txn: bool, what: str) -> None:
+    """A call numbers at most ROLLBACK_APPEND appends (one per batch and pchannel, and a
+    txn's BeginTxn and CommitTxn): more is refused here, before anything is queued (it
+    was refused when the first append past the limit was queued, after the others had
+    been sent: a refused call that wrote)."""
+    pch = [pchannel_of(v) for v in coll.vchannels]
+    n = sum(len({pch[int(j)] for j in np.unique(s)}) for s in shards) + (2 if txn else 0)
+    if n > ROLLBACK_APPEND:
+        raise ValidationError(f"{what}: a call may make at most {ROLLBACK_APPEND} appends, this one makes {n} "
+                              f"(one per batch and pchannel); use fewer, larger batches or several calls. "
+                              f"Nothing was appended")
 
 
 def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -461,3 +461,98 @@ def test_a_retry_from_another_client_without_the_producer_id_is_refused_not_appe
         assert "producer" in str(refused.value)
     _flush(meta, store, settings, coll)
     assert _rows(meta, store, coll) == _model(committed)
+
+
+def test_one_call_retried_from_four_threads_at_once_commits_once(meta, store, settings):
+    """Held: four threads send the same call (same seq, same rows: 4 appends on each of
+    2 pchannels) at the same moment through one client, three times over; each is
+    answered with the same positions, the rows are written once."""
+    with WalClient(meta, store, settings, producer_id="same-seq", batch_rows=3) as c:
+        coll = make_collection(c, shards=2)
+        written = []
+        for k in range(3):
+            rows = synthetic_rows(coll, 12, 1000 * (k + 1))
+            seq = 500 + k
+            out, errs, go = [], [], threading.Barrier(4)
+
+            def run():
+                go.wait()
+                try:
+                    out.append(c.insert("c1", rows, seq=seq).positions)
+                except Exception as e:  # noqa: BLE001 - judged below
+                    errs.append(e)
+            threads = [threading.Thread(target=run) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errs, errs
+            assert len(out) == 4 and all(o == out[0] for o in out), out
+            written.append(rows)
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(*written)
+
+
+@pytest.mark.parametrize("case", ["committed", "expired"])
+def test_a_txn_call_retried_after_its_commit_or_its_expiry(meta, store, settings, monkeypatch, case):
+    """Held: a txn call committed, retried with its seq from a new client: answered with
+    its positions, rows once. A txn call whose keepalive passed before its CommitTxn:
+    refused (nothing of it visible); its retry with its seq is refused too or commits
+    exactly once."""
+    import time as _time
+
+    from seglake.wal import message as M
+    from seglake.wal import writer as W
+
+    s = settings.replace(wal_txn_keepalive=1.0) if case == "expired" else settings
+    with WalClient(meta, store, s, producer_id="txn-retry") as c:
+        coll = make_collection(c, shards=1)
+        rows = synthetic_rows(coll, 5, 1)
+        if case == "committed":
+            res = c.insert("c1", rows, txn=True)
+            seq, acked = res.seq, [rows]
+        else:
+            real = W.WalWriter.append_async
+
+            def slow_commit(self, messages, **kw):
+                msgs = [messages] if isinstance(messages, M.Message) else list(messages)
+                if any(m.type == M.COMMIT_TXN for m in msgs):
+                    _time.sleep(1.6)       # the keepalive passes before the CommitTxn
+                return real(self, messages, **kw)
+            monkeypatch.setattr(W.WalWriter, "append_async", slow_commit)
+            with pytest.raises(ValidationError) as e:
+                c.insert("c1", rows, txn=True)
+            monkeypatch.undo()
+            assert "expired" in str(e.value)
+            seq, acked = e.value.result.seq, []
+    with WalClient(meta, store, s, producer_id="txn-retry") as c2:
+        try:
+            again = c2.insert("c1", rows, txn=True, seq=seq)
+            if case == "committed":
+                assert again.positions == res.positions
+            else:
+                acked = [rows]
+        except ValidationError:
+            assert case == "expired"
+    _flush(meta, store, s, coll)
+    assert _rows(meta, store, coll) == _model(*acked)
+
+
+def test_a_call_over_the_append_limit_is_refused_before_anything(meta, store, settings, monkeypatch):
+    """DEFECT (reproduced): a call of more appends than a call may number (2**20 - 1;
+    5 here, the limit made small) was refused ('a call may make at most N appends') only
+    when its N+1-th append was queued: its first N appends committed under a refusal.
+    It is refused before anything is queued now."""
+    from seglake.wal import client as C
+
+    monkeypatch.setattr(C, "ROLLBACK_APPEND", 5)
+    with WalClient(meta, store, settings, producer_id="huge", batch_rows=1) as c:
+        coll = make_collection(c, shards=2)
+        with pytest.raises(ValidationError) as e:
+            c.insert("c1", synthetic_rows(coll, 8, 1))
+        assert "at most 5 appends" in str(e.value)
+        with pytest.raises(ValidationError):
+            c.delete("c1", list(range(1, 9)))
+        c.insert("c1", synthetic_rows(coll, 4, 100))            # 4 appends: taken
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(synthetic_rows(coll, 4, 100))
