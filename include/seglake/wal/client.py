@@ -205,7 +205,7 @@ class WalClient:
                        "partitions": [[p.partition_id, p.name] for p in coll.partitions]}))
         res = IngestResult(coll.name)
         self._finish(res, self._submit(res, [m for _, msgs in sorted(by_p.items()) for m in msgs],
-                                       self._call_seq(None), [0], _digest("announce", coll.collection_id)))
+                                       self._call_seq(None), {}, _digest("announce", coll.collection_id)))
         before = any(True for _ in self.meta.segments.list(coll.collection_id))
         return self.meta.catalog.set_properties(coll.collection_id,
                                                 **{ANNOUNCED: True, **({ROWS_BEFORE_LOG: True} if before else {})})
@@ -317,7 +317,7 @@ class WalClient:
         if seq is not None:
             self._check_reuse(coll, call, _digest("flush", coll.collection_id))
         self._finish(res, self._submit(res, [Message(M.FLUSH, v, collection_id=coll.collection_id)
-                                             for v in coll.vchannels], call, [0],
+                                             for v in coll.vchannels], call, {},
                                        _digest("flush", coll.collection_id)))
         return res
 
@@ -425,7 +425,7 @@ class WalClient:
                     f"number is refused (nothing appended, on any pchannel); give a new call a new seq")
 
     def _run_call(self, coll, chunks: int, messages, txn: bool, res: IngestResult, call: int, digest: str) -> None:
-        counter = [0]
+        counter: dict[str, int] = {}   # per pchannel: the next index of this call's appends there
         txn_ids: dict[str, int] = {}
         if txn:
             v = next(m.vchannel for m in messages(0, {}))
@@ -445,7 +445,7 @@ class WalClient:
                     # under the call's reserved last number, never one its CommitTxn uses: a
                     # retry with this seq must not be answered with the rollback's ids
                     self._finish(res, self._submit(res, [Message.rollback_txn(v, t) for v, t in txn_ids.items()],
-                                                   call, [ROLLBACK_APPEND], digest, limit=APPENDS_PER_CALL))
+                                                   call, {}, digest, index=ROLLBACK_APPEND))
                 except Exception:  # noqa: BLE001 - the transaction expires anyway
                     pass
             raise
@@ -454,21 +454,27 @@ class WalClient:
             commits = [replace(Message.commit_txn(v, t), collection_id=coll.collection_id) for v, t in txn_ids.items()]
             self._finish(res, self._submit(res, commits, call, counter, digest))
 
-    def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: list[int], digest: str,
-                limit: int | None = None) -> list:
+    def _submit(self, res: IngestResult, msgs: list[Message], call: int, counter: dict[str, int], digest: str,
+                index: int | None = None) -> list:
         """Queue one append per pchannel (each lands whole in one fragment), numbered
-        call * 2**20 + i: the same call retried numbers its appends the same way; each
-        carries the call's payload digest (a used seq with another payload is refused)."""
-        limit = ROLLBACK_APPEND if limit is None else limit
+        call * 2**20 + i, i counting the call's appends ON THAT PCHANNEL (or `index`: a
+        txn's RollbackTxn): the same call retried numbers its appends the same way, and a
+        pchannel's record keeps a call's appends as one range of indexes whatever the
+        number of pchannels (numbered across them, each record saw every other index: one
+        range per append, a record growing with the call and rewritten at every commit).
+        Each carries the call's payload digest (a used seq with another payload is refused)."""
         by_p: dict[str, list[Message]] = {}
         for m in msgs:
             by_p.setdefault(pchannel_of(m.vchannel), []).append(m)
         out = []
         for p, group in sorted(by_p.items()):
-            if counter[0] >= limit:
-                raise ValidationError(f"a call may make at most {limit} appends; use fewer, larger batches")
-            seq = call * APPENDS_PER_CALL + counter[0]
-            counter[0] += 1
+            i = counter.get(p, 0) if index is None else index
+            if index is None:
+                if i >= ROLLBACK_APPEND:
+                    raise ValidationError(f"a call may make at most {ROLLBACK_APPEND} appends; use fewer, larger "
+                                          f"batches")
+                counter[p] = i + 1
+            seq = call * APPENDS_PER_CALL + i
             out.append((p, group, seq, digest, self.writer(p).append_async(group, seq=seq, digest=digest)))
             if p not in res.pchannels:
                 res.pchannels.append(p)
@@ -549,6 +555,9 @@ def _digest(*parts) -> str:
     import hashlib
 
     h = hashlib.blake2b(digest_size=16)
+    # the numbering of a call's appends is part of what a digest vouches for: a call of the
+    # older numbering (one counter across pchannels) retried now is another payload, refused
+    h.update(b"appends numbered per pchannel\0")
     for p in parts:
         if isinstance(p, (bytes, bytearray, memoryview, pa.Buffer)):
             h.update(p)

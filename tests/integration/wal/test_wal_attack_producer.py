@@ -556,3 +556,30 @@ def test_a_call_over_the_append_limit_is_refused_before_anything(meta, store, se
         c.insert("c1", synthetic_rows(coll, 4, 100))            # 4 appends: taken
     _flush(meta, store, settings, coll)
     assert _rows(meta, store, coll) == _model(synthetic_rows(coll, 4, 100))
+
+
+def test_a_producer_record_stays_small_for_a_call_of_many_appends_on_several_pchannels(meta, store, settings):
+    """DEFECT (reproduced): a call's appends were numbered across its pchannels (batch
+    i: 2i on A, 2i+1 on B), so each pchannel's record saw every other index and kept
+    one range per append: a 400-append call left 200 ranges (~3 KB) in each record,
+    rewritten at every commit (quadratic), and a call of ~200k appends would pass
+    etcd's request limit (1.5 MiB): no longer committable, let alone retryable. Each
+    pchannel numbers a call's appends on it consecutively now: one range."""
+    from seglake.meta.codec import decode
+
+    with WalClient(meta, store, settings, producer_id="ranges", batch_rows=1) as c:
+        coll = make_collection(c, shards=2)
+        rows = synthetic_rows(coll, 400, 1)
+        res = c.insert("c1", rows)
+        sizes = {}
+        for p in pchannels(coll):
+            kv = meta.kv.get(keymod.wal_producer(meta.keys, p, "ranges"))
+            entry = decode(kv.value, kv.key)["calls"][str(res.seq)]
+            sizes[p] = (len(entry["done"]), len(kv.value))
+        assert all(n == 1 for n, _ in sizes.values()), sizes
+        assert all(b < 2048 for _, b in sizes.values()), sizes
+        assert c.insert("c1", rows, seq=res.seq).positions == res.positions
+    with WalClient(meta, store, settings, producer_id="ranges", batch_rows=1) as c2:
+        assert c2.insert("c1", rows, seq=res.seq).positions == res.positions
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(rows)
