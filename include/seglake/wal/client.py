@@ -349,6 +349,8 @@ class WalClient:
                     f"seq {seq} was not issued by this client, whose producer id is fresh (known to no other "
                     f"client): it cannot tell what another client's call committed. Retry from the client that "
                     f"made the call, or give both the same producer_id=...; nothing appended")
+            with self._seq_lock:   # the client's own numbers go above every number it was given
+                self._last_call = max(self._last_call, seq)
             return seq
         self.holder()   # claimed before the number is drawn
         with self._seq_lock:

@@ -583,3 +583,28 @@ def test_a_producer_record_stays_small_for_a_call_of_many_appends_on_several_pch
         assert c2.insert("c1", rows, seq=res.seq).positions == res.positions
     _flush(meta, store, settings, coll)
     assert _rows(meta, store, coll) == _model(rows)
+
+
+def test_a_caller_s_own_seq_in_the_clock_range_never_collides_with_the_client_s_next_numbers(meta, store, settings):
+    """DEFECT (reproduced): a caller's own seq a few numbers ahead of the client's clock
+    (allowed: within the lead a client may run ahead) was not taken into account by the
+    client's own numbering: its next calls drew that number again and were refused as
+    'another payload under a used sequence number' (with the same rows, a new call would
+    have been answered with the old one's commit: acknowledged, not written). The
+    client's numbers now go above every number it was given. (A frozen clock makes the
+    numbers deterministic: one per call from the clock's ms.)"""
+    import time as _time
+
+    from seglake.wal.producers import call_at
+
+    frozen = _time.time() + 1.0
+    with WalClient(meta, store, settings, producer_id="own-seq", clock=lambda: frozen) as c:
+        coll = make_collection(c, shards=1)
+        mine = call_at(int(frozen * 1000)) + 3
+        first = synthetic_rows(coll, 2, 1)
+        c.insert("c1", first, seq=mine)
+        later = [synthetic_rows(coll, 2, 100 + 10 * i) for i in range(6)]
+        for t in later:
+            assert c.insert("c1", t).seq != mine
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(first, *later)
