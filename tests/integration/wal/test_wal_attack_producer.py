@@ -608,3 +608,38 @@ def test_a_caller_s_own_seq_in_the_clock_range_never_collides_with_the_client_s_
             assert c.insert("c1", t).seq != mine
     _flush(meta, store, settings, coll)
     assert _rows(meta, store, coll) == _model(first, *later)
+
+
+def test_a_call_retried_after_a_takeover_flush_and_truncation_is_answered_not_appended(meta, store, settings,
+                                                                                       monkeypatch):
+    """Held: a call of 12 appends on 2 pchannels committed on A only; B's pchannel taken
+    over (term + 1) and A's log flushed; the retry from a new client appends B's part at
+    the new term and answers A's; retried again after a flush of everything, it appends
+    nothing. Rows exact."""
+    from seglake.wal import writer as W
+    from seglake.wal.client import AppendIncomplete
+
+    real = W.WalWriter._commit
+    with WalClient(meta, store, settings, producer_id="takeover", batch_rows=2) as c:
+        coll = make_collection(c, shards=2)
+        (pa_, pb) = pchannels(coll)
+        rows = synthetic_rows(coll, 12, 1)
+
+        def b_fails(self, frag):
+            if self.pchannel == pb:
+                raise SeglakeError("etcd refused the write")
+            return real(self, frag)
+        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
+        with pytest.raises(AppendIncomplete) as e:
+            c.insert("c1", rows)
+        monkeypatch.undo()
+    W.takeover(meta, pb)
+    flush_pchannel(meta, store, pa_, settings, flush_all=True)
+    with WalClient(meta, store, settings, producer_id="takeover", batch_rows=2) as c2:
+        res = c2.insert("c1", rows, seq=e.value.result.seq)
+        assert set(res.committed) == {pa_, pb}
+    _flush(meta, store, settings, coll)
+    with WalClient(meta, store, settings, producer_id="takeover", batch_rows=2) as c3:
+        c3.insert("c1", rows, seq=e.value.result.seq)
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(rows)
