@@ -36,6 +36,7 @@ multi-pchannel append and its AppendIncomplete) and the status read it is used w
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -153,6 +154,7 @@ class WalClient:
         self._writers: dict[str, WalWriter] = {}
         self._last_call = 0
         self._floored = False   # (a named id: the first number is drawn above the TSO at the claim)
+        self._calls_running: dict[int, tuple[str, int]] = {}   # call -> (digest, threads running it)
         self._issued: set[int] = set()            # a fresh id: the calls this client numbered (its
         self._issued_order: deque[int] = deque()  # retries are its own), the last ISSUED_KEPT
         self._lock = threading.Lock()
@@ -314,11 +316,13 @@ class WalClient:
         coll = self._collection(collection, db)
         res = IngestResult(coll.name)
         call = self._call_seq(seq)
-        if seq is not None:
-            self._check_reuse(coll, call, _digest("flush", coll.collection_id))
-        self._finish(res, self._submit(res, [Message(M.FLUSH, v, collection_id=coll.collection_id)
-                                             for v in coll.vchannels], call, {},
-                                       _digest("flush", coll.collection_id)))
+        res.seq = call
+        digest = _digest("flush", coll.collection_id)
+        with self._running_call(call, digest):
+            if seq is not None:
+                self._check_reuse(coll, call, digest)
+            self._finish(res, self._submit(res, [Message(M.FLUSH, v, collection_id=coll.collection_id)
+                                                 for v in coll.vchannels], call, {}, digest))
         return res
 
     @staticmethod
@@ -370,15 +374,41 @@ class WalClient:
     def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None, digest: str) -> None:
         """Append each chunk's messages (one append per pchannel); in a txn on one vchannel."""
         call = self._call_seq(seq)
-        if seq is not None:
-            self._check_reuse(coll, call, digest)
         res.seq = call
-        holder = self.holder()
-        holder.running(call, True)   # never evicted from the producer record while it runs
+        with self._running_call(call, digest):
+            if seq is not None:
+                self._check_reuse(coll, call, digest)
+            holder = self.holder()
+            holder.running(call, True)   # never evicted from the producer record while it runs
+            try:
+                self._run_call(coll, chunks, messages, txn, res, call, digest)
+            finally:
+                holder.running(call, False)
+
+    @contextlib.contextmanager
+    def _running_call(self, call: int, digest: str):
+        """While a call runs in this client, another payload under its seq (another
+        thread) is refused before anything is queued: each pchannel keeps the first payload
+        it commits, so two payloads racing under one new seq could each win a pchannel,
+        both refused and both partly written. The same payload (a retry from another
+        thread) goes on beside it."""
+        with self._seq_lock:
+            cur = self._calls_running.get(call)
+            if cur is not None and cur[0] != digest:
+                raise ValidationError(f"producer {self.producer_id}: seq {call} is running in this client with "
+                                      f"payload digest {cur[0]}, this call's digest is {digest}: another payload "
+                                      f"under a used sequence number is refused (nothing appended); give a new "
+                                      f"call a new seq")
+            self._calls_running[call] = (digest, 1 + (cur[1] if cur else 0))
         try:
-            self._run_call(coll, chunks, messages, txn, res, call, digest)
+            yield
         finally:
-            holder.running(call, False)
+            with self._seq_lock:
+                d, n = self._calls_running[call]
+                if n > 1:
+                    self._calls_running[call] = (d, n - 1)
+                else:
+                    del self._calls_running[call]
 
     def _call_ts(self, coll, seq: int | None) -> int:
         """An upsert's or a delete's one timestamp: a retry (seq given) keeps the one its first try

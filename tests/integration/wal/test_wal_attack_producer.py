@@ -643,3 +643,36 @@ def test_a_call_retried_after_a_takeover_flush_and_truncation_is_answered_not_ap
         c3.insert("c1", rows, seq=e.value.result.seq)
     _flush(meta, store, settings, coll)
     assert _rows(meta, store, coll) == _model(rows)
+
+
+def test_two_threads_sending_two_payloads_under_one_new_seq_at_once_write_one_or_none(meta, store, settings):
+    """DEFECT (reproduced, 0 to several of 25 rounds): two threads of one client send two
+    different payloads under the same new seq at the same moment (a caller's numbering
+    bug). Each pchannel keeps the first payload it commits and refuses the other, so
+    when the two pchannels picked different winners both calls were refused and both
+    were partly written. Now the client refuses a seq already running with another
+    payload before anything is queued: one call is written whole (or refused whole)."""
+    outcomes = []
+    with WalClient(meta, store, settings, producer_id="two-payloads", batch_rows=2) as c:
+        coll = make_collection(c, shards=2)
+        written = []
+        for k in range(25):
+            xs = [synthetic_rows(coll, 8, 10_000 * (k + 1) + 1000 * j, seed=k * 2 + j) for j in range(2)]
+            go, acked = threading.Barrier(2), {}
+
+            def run(j):
+                go.wait()
+                try:
+                    c.insert("c1", xs[j], seq=900 + k)
+                    acked[j] = True
+                except SeglakeError:
+                    acked[j] = False
+            ts = [threading.Thread(target=run, args=(j,)) for j in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            outcomes.append(sorted(acked.items()))
+            written += [xs[j] for j, ok in acked.items() if ok]
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(*written), outcomes
