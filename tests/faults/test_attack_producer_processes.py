@@ -115,3 +115,44 @@ def test_a_call_of_hundreds_of_appends_killed_between_append_and_ack_is_retried_
     got = _visible(meta, store, coll)
     print(f"big calls: {len(calls)} calls x {rows} appends, {kills} SIGKILLs, {len(got)} rows visible")
     assert got == _model(coll, calls)
+
+
+def test_a_zombie_holder_resumed_after_a_new_process_completed_its_call_appends_nothing(
+        meta, store, settings, spawn):
+    """A process is SIGSTOPped in the middle of a call of 240 appends on 2 pchannels
+    (the zombie of a task that timed out); a new process with the same producer id runs
+    the call again with its seq and completes it; the zombie is resumed (SIGCONT): it
+    must append nothing more (fenced, or answered), and the rows are exact."""
+    import os
+    import signal
+    import time
+
+    s = settings.replace(wal_fragment_records=8)
+    with WalClient(meta, store, s) as c:
+        coll = c.create_collection("zombie", SCHEMA, shards=2)
+    pchannels = sorted({pchannel_of(v) for v in coll.vchannels})
+    args = {"collection": "zombie", "pid": "zombie-id", "seq": 77, "rows": 240, "first_pk": 1}
+
+    def committed() -> float:
+        n = 0
+        for p in pchannels:
+            kv = meta.kv.get(keymod.wal_producer(meta.keys, p, "zombie-id"))
+            e = decode(kv.value, kv.key)["calls"].get("77") if kv is not None else None
+            n += sum(hi - lo + 1 for lo, hi in e["done"]) if e else 0
+        return n / 240
+
+    zombie = _start(spawn, s, "call", args)
+    deadline = time.time() + 120
+    while committed() < 0.3 and time.time() < deadline and zombie.alive():
+        time.sleep(0.002)
+    os.killpg(zombie.pid, signal.SIGSTOP)
+    at = committed()
+    assert 0 < at < 1, at
+    out = _start(spawn, s, "call", args).wait(180)
+    assert out.rc == 0, out.err[-3000:]
+    os.killpg(zombie.pid, signal.SIGCONT)
+    z = zombie.wait(180)
+    print(f"zombie stopped at {at:.0%}; resumed: rc {z.rc}; {z.err.strip().splitlines()[-1] if z.err.strip() else ''}")
+    assert z.rc == 0 or "ProducerFenced" in z.err or "fenced" in z.err, z.err[-3000:]
+    _flush(meta, store, s, coll)
+    assert _visible(meta, store, coll) == _model(coll, [(1, 240, 1)])
