@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -19,6 +20,7 @@ def cmd_ingest(args, s: Settings) -> int:
     if (args.file is None) == (args.rows is None):
         raise ValidationError("give exactly one of --file PATH or --rows N")
     batch_rows = check_count("--batch-rows", args.batch_rows, maximum=1_000_000)
+    seq = _retry_args(args)
     meta, store = open_meta_store(s)
     coll = meta.catalog.get_by_name(args.collection, args.db)
     if args.rows is not None:
@@ -26,9 +28,10 @@ def cmd_ingest(args, s: Settings) -> int:
         data = synthetic_rows(coll, n, meta.ids.allocate(n), seed=args.seed)
     else:
         data = _read_table(args.file)
-    with WalClient(meta, store, s, batch_rows=batch_rows) as client:
+    with WalClient(meta, store, s, batch_rows=batch_rows, producer_id=args.producer_id) as client, \
+            _unnamed_hint(args):
         if not args.txn:
-            res = client.insert(args.collection, data, partition=args.partition, db=args.db)
+            res = client.insert(args.collection, data, partition=args.partition, db=args.db, seq=seq)
         else:   # a transaction spans one vchannel (as in Milvus): one per vchannel the rows route to
             pk = coll.schema.primary.name
             res = _per_vchannel(coll, data.column(pk).to_numpy(zero_copy_only=False),
@@ -38,6 +41,42 @@ def cmd_ingest(args, s: Settings) -> int:
                                     + (f" ({res.txns} transaction(s), one per vchannel)" if args.txn else "") + ": "
                                     + "; ".join(f"{p} {a} .. {b}" for p, (a, b) in sorted(res.positions.items()))))
     return 0
+
+
+@contextlib.contextmanager
+def _unnamed_hint(args):
+    """A call of a run without --producer-id that failed halfway cannot be retried by
+    another run: its error says so instead of only 'retry with seq=N'."""
+    from seglake.wal.client import AppendIncomplete
+
+    try:
+        yield
+    except AppendIncomplete as e:
+        if args.producer_id is not None:
+            raise
+        err = AppendIncomplete(e.result, e.failed)
+        err.args = (f"{e} -- this run had no --producer-id, so another run cannot retry it: what committed "
+                    f"stays and a rerun appends it again; give --producer-id to runs you may have to retry",)
+        raise err from None
+
+
+def _retry_args(args) -> int | None:
+    """--seq (a retry of a call, `seq=N` of its AppendIncomplete) needs --producer-id, the
+    id of the run it retries (a run without one has a fresh id no other run knows), and
+    is one call: not with --txn (one call per vchannel). Refused before anything."""
+    if args.seq is None:
+        return None
+    if not re.fullmatch(r"[0-9]{1,19}", args.seq, re.ASCII):
+        raise ValidationError(f"--seq must be a plain decimal integer (the seq=N of the error to retry), got "
+                              f"{args.seq!r}")
+    if args.producer_id is None:
+        raise ValidationError("--seq retries a call of an earlier run: give that run's --producer-id too (a run "
+                              "without one had a fresh id no other run knows: its calls cannot be told apart "
+                              "from new ones). Nothing was appended")
+    if args.txn:
+        raise ValidationError("--seq cannot be used with --txn (one call per vchannel): retry a failed --txn "
+                              "ingest as a new call. Nothing was appended")
+    return int(args.seq)
 
 
 def _per_vchannel(coll, pks, call):
@@ -105,10 +144,11 @@ def cmd_delete(args, s: Settings) -> int:
         if not re.fullmatch(r"-?[0-9]+", part, re.ASCII):  # ASCII only: int() also takes other digits
             raise ValidationError(f"--pks must be comma-separated integers, got {part!r}")
         pks.append(int(part))
+    seq = _retry_args(args)
     meta, store = open_meta_store(s)
-    with WalClient(meta, store, s) as client:
+    with WalClient(meta, store, s, producer_id=args.producer_id) as client, _unnamed_hint(args):
         if not args.txn:
-            res = client.delete(args.collection, pks, db=args.db)
+            res = client.delete(args.collection, pks, db=args.db, seq=seq)
         else:   # one transaction per vchannel the keys route to
             coll = meta.catalog.get_by_name(args.collection, args.db)
             res = _per_vchannel(coll, pks, lambda idx: client.delete(args.collection, [pks[i] for i in idx],
@@ -204,6 +244,15 @@ def cmd_wal_pause(args, s: Settings) -> int:
     return 0
 
 
+def _retry_parsers(p) -> None:
+    p.add_argument("--producer-id", default=None,
+                   help="name this run's producer (1..64 of A-Za-z0-9._-), so that a later run can retry its "
+                        "call: a failed run's error says seq=N; rerun the same command with --seq N")
+    p.add_argument("--seq", default=None,
+                   help="retry the call seq=N of an earlier run with the same --producer-id and the same "
+                        "rows: only what did not commit is appended")
+
+
 def add_wal_parsers(sub, out, common) -> None:
     from seglake.cli.args import number_arg
 
@@ -218,11 +267,13 @@ def add_wal_parsers(sub, out, common) -> None:
     ing.add_argument("--seed", type=number_arg("ingest_seed"), default=0,
                      help="with --rows: the random seed of the synthetic rows (0 .. 4294967295)")
     ing.add_argument("--txn", action="store_true", help="one transaction per vchannel")
+    _retry_parsers(ing)
     ing.set_defaults(fn=cmd_ingest)
     de = sub.add_parser("delete", parents=[common], help="append deletes by primary key through the WAL")
     de.add_argument("collection", help="the collection")
     de.add_argument("--pks", required=True, help="comma-separated primary keys")
     de.add_argument("--txn", action="store_true", help="one transaction per vchannel")
+    _retry_parsers(de)
     de.set_defaults(fn=cmd_delete)
     w = sub.add_parser("wal", help="write-ahead log").add_subparsers(dest="action", required=True)
     ws = w.add_parser("status", parents=[out], help="per pchannel: term, writer, ticks, fragments, pause, lag")

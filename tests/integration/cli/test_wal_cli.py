@@ -178,3 +178,63 @@ def test_status_reports_consumer_checkpoint_lag(meta, store, env, coll, capsys):
     rc, out, _ = _run(capsys, "wal", "status", "--pchannel", p, "--json")
     consumer = json.loads(out)[0]["consumers"][0]
     assert consumer == {"vchannel": v, "checkpoint": [1, 1, 0], "lag_ms": 1500}
+
+
+def test_an_ingest_that_failed_halfway_is_completed_by_a_rerun_with_its_producer_id_and_seq(
+        meta, store, env, coll, tmp_path, capsys, monkeypatch):
+    """Issue 26 (attack-producer): `seglake ingest` failing with AppendIncomplete said
+    'Retry with seq=N' but the CLI had no way to give a seq or a producer id: a rerun
+    appended everything again (the committed part twice). --producer-id names the run's
+    producer, --seq retries a call: the rerun appends only what did not commit."""
+    import pyarrow as pa
+
+    from seglake.errors import SeglakeError
+    from seglake.wal import writer as W
+
+    path = tmp_path / "rows.parquet"
+    rows = synthetic_rows(coll, 40, 1)
+    pq.write_table(rows, path)
+    (pa_, pb) = pchannels(coll)
+    real = W.WalWriter._commit
+
+    def b_fails(self, frag):
+        if self.pchannel == pb:
+            raise SeglakeError("etcd refused the write")
+        return real(self, frag)
+    monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
+    rc, out, err = _run(capsys, "ingest", "c1", "--file", str(path), "--batch-rows", "8",
+                        "--producer-id", "nightly-load")
+    monkeypatch.setattr(W.WalWriter, "_commit", real)
+    assert rc != 0 and "seq=" in err, (rc, out, err)
+    seq = int(err.split("seq=")[1].split()[0].rstrip(".,;)"))
+    rc, out, err = _run(capsys, "ingest", "c1", "--file", str(path), "--batch-rows", "8",
+                        "--producer-id", "nightly-load", "--seq", str(seq))
+    assert rc == 0, err
+    assert _all_pks(meta, store, env, coll) == sorted(rows.column("pk").to_pylist())
+    # a --seq without the producer id it belongs to, or with --txn, is refused before anything
+    for argv in (["--seq", str(seq)], ["--producer-id", "nightly-load", "--seq", str(seq), "--txn"],
+                 ["--producer-id", "nightly-load", "--seq", "x"]):
+        rc, out, err = _run(capsys, "ingest", "c1", "--file", str(path), *argv)
+        assert rc != 0, argv
+    rc, out, err = _run(capsys, "delete", "c1", "--pks", "1,2", "--producer-id", "nightly-load")
+    assert rc == 0, err
+    assert pa is not None
+
+
+def test_an_ingest_without_a_producer_id_that_failed_halfway_says_a_rerun_appends_again(
+        meta, store, env, coll, tmp_path, capsys, monkeypatch):
+    from seglake.errors import SeglakeError
+    from seglake.wal import writer as W
+
+    path = tmp_path / "rows.parquet"
+    pq.write_table(synthetic_rows(coll, 40, 1), path)
+    (pa_, pb) = pchannels(coll)
+    real = W.WalWriter._commit
+
+    def b_fails(self, frag):
+        if self.pchannel == pb:
+            raise SeglakeError("etcd refused the write")
+        return real(self, frag)
+    monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
+    rc, out, err = _run(capsys, "ingest", "c1", "--file", str(path), "--batch-rows", "8")
+    assert rc != 0 and "no --producer-id" in err and "appends it again" in err, err
