@@ -537,10 +537,11 @@ class WalWriter:
                     f"(its floor is call {self._prod['floor']})")
         made = call_ms(call)
         if made is not None:
-            ahead = future_call(call, now_ms(self.tso, self.clock), self.settings.max_clock_skew)
+            now = now_ms(self.tso, self.clock)
+            ahead = future_call(call, now, self.settings.max_clock_skew)
             if ahead:
                 return ahead
-            age = (now_ms(self.tso, self.clock) - made) / 1000.0
+            age = (now - made) / 1000.0
             if age > self.holder.window:
                 return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of "
                         f"{self.holder.window:g} s (its record may have expired)")

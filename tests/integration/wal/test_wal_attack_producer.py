@@ -676,3 +676,19 @@ def test_two_threads_sending_two_payloads_under_one_new_seq_at_once_write_one_or
             written += [xs[j] for j, ok in acked.items() if ok]
     _flush(meta, store, settings, coll)
     assert _rows(meta, store, coll) == _model(*written), outcomes
+
+
+def test_the_same_rows_spelt_otherwise_are_the_same_payload(meta, store, settings):
+    """Held: a retry whose table has its columns in another order, the pk as int32, the
+    price as float64 and schema metadata is the same payload (conformed to the schema
+    before the digest): answered, nothing appended twice."""
+    with WalClient(meta, store, settings, producer_id="spelling", batch_rows=4) as c:
+        coll = make_collection(c, shards=2)
+        rows = synthetic_rows(coll, 10, 1)
+        res = c.insert("c1", rows)
+        other = pa.table({"price": rows.column("price").cast(pa.float64()),
+                          "embedding": rows.column("embedding"),
+                          "pk": rows.column("pk").cast(pa.int32())}).replace_schema_metadata({"a": "b"})
+        assert c.insert("c1", other, seq=res.seq).positions == res.positions
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(rows)
