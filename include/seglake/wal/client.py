@@ -382,6 +382,12 @@ class WalClient:
             holder.running(call, True)   # never evicted from the producer record while it runs
             try:
                 self._run_call(coll, chunks, messages, txn, res, call, digest)
+            except AppendIncomplete as e:
+                if txn:   # a retry draws new txn ids: it completes only a txn whose appends all committed
+                    e.args = (f"{e.args[0]} (a transaction: that retry completes it only if all of it committed; "
+                              f"refused as 'not open', nothing of it is visible: retry it as a new call, "
+                              f"without seq)",)
+                raise
             finally:
                 holder.running(call, False)
 

@@ -692,3 +692,34 @@ def test_the_same_rows_spelt_otherwise_are_the_same_payload(meta, store, setting
         assert c.insert("c1", other, seq=res.seq).positions == res.positions
     _flush(meta, store, settings, coll)
     assert _rows(meta, store, coll) == _model(rows)
+
+
+def test_a_txn_call_whose_body_failed_follows_its_error_s_guidance_to_exact_rows(meta, store, settings,
+                                                                               monkeypatch):
+    """Held, and the wording checked: a txn call whose body append fails is rolled back;
+    its AppendIncomplete says a retry with seq completes it only if all of it committed,
+    else (refused as 'not open') retry it as a new call. Following that: rows once."""
+    from seglake.wal import message as M
+    from seglake.wal import writer as W
+    from seglake.wal.client import AppendIncomplete
+
+    real = W.WalWriter._commit
+
+    def body_fails(self, frag):
+        if any(m.type == M.INSERT and m.txn_id for r in frag.reqs for m in r.messages):
+            raise SeglakeError("etcd refused the write")
+        return real(self, frag)
+    with WalClient(meta, store, settings, producer_id="txn-guide") as c:
+        coll = make_collection(c, shards=1)
+        rows = synthetic_rows(coll, 5, 1)
+        monkeypatch.setattr(W.WalWriter, "_commit", body_fails)
+        with pytest.raises(AppendIncomplete) as e:
+            c.insert("c1", rows, txn=True)
+        monkeypatch.undo()
+        assert "as a new call" in str(e.value)
+        with pytest.raises(ValidationError) as refused:
+            c.insert("c1", rows, txn=True, seq=e.value.result.seq)
+        assert "not open" in str(refused.value)
+        c.insert("c1", rows, txn=True)
+    _flush(meta, store, settings, coll)
+    assert _rows(meta, store, coll) == _model(rows)
