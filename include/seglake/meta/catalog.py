@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
+from seglake import limits
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
 from seglake.meta.codec import decode, encode
 from seglake.meta.kv import Delete, Put, absent, retry_on_conflict, unchanged
@@ -28,6 +29,7 @@ COLLECTION_TRANSITIONS = {CREATED: {DROPPING}, DROPPING: {DROPPED}, DROPPED: set
 SCALAR_TYPES = {"Bool", "Int8", "Int16", "Int32", "Int64", "Float", "Double", "VarChar"}
 VECTOR_TYPES = {"FloatVector"}
 MAX_DIM = 32768
+FIELD_ID_MIN = 100      # Milvus's first user field id; 0 and 1 are RowID and Timestamp
 PCHANNEL_COUNT = 16
 PCHANNEL_PREFIX = "seglake-dml_"   # pchannel names: pchannel_name(i)
 DEFAULT_PARTITION = "_default"
@@ -62,18 +64,29 @@ class Schema:
         return schema
 
     def validate(self) -> None:
+        """Names full-match the field pattern; ids are integers in FIELD_ID_MIN..ID_MAX
+        (0 and 1 are the row id and timestamp columns), unique; is_primary a bool; a
+        vector's dim an integer in 1..MAX_DIM, a scalar's None; one Int64 primary key; a
+        vector field."""
         names, ids = set(), set()
         for f in self.fields:
             validate_name("field", f.name)
+            if type(f.field_id) is not int or not FIELD_ID_MIN <= f.field_id <= limits.ID_MAX:
+                raise ValidationError(f"field {f.name!r}: field_id {f.field_id!r} is not an integer in "
+                                      f"{FIELD_ID_MIN}..{limits.ID_MAX}")
+            if type(f.is_primary) is not bool:
+                raise ValidationError(f"field {f.name!r}: is_primary {f.is_primary!r} is not true or false")
             if f.name in names or f.field_id in ids:
                 raise ValidationError(f"duplicate field {f.name!r} / id {f.field_id}")
             names.add(f.name)
             ids.add(f.field_id)
             if f.dtype in VECTOR_TYPES:
-                if not isinstance(f.dim, int) or not 1 <= f.dim <= MAX_DIM:
+                if type(f.dim) is not int or not 1 <= f.dim <= MAX_DIM:
                     raise ValidationError(f"vector field {f.name!r} needs dim in 1..{MAX_DIM}, got {f.dim!r}")
             elif f.dtype not in SCALAR_TYPES:
                 raise ValidationError(f"field {f.name!r}: unknown type {f.dtype!r}")
+            elif f.dim is not None:
+                raise ValidationError(f"field {f.name!r}: a {f.dtype} field has no dim (got {f.dim!r})")
         primaries = [f for f in self.fields if f.is_primary]
         if len(primaries) != 1 or primaries[0].dtype != "Int64":
             raise ValidationError("schema needs exactly one Int64 primary key field")

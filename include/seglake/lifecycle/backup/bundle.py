@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 
 import msgspec
 from typing import Callable, Iterator
 
-from seglake import manifest
+from seglake import limits, manifest
 from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, ValidationError
 from seglake.lifecycle.backup import entries
+from seglake.meta.catalog import PCHANNEL_PREFIX
 from seglake.names import validate_name
 from seglake.storage import Store, layout
 
@@ -281,6 +283,7 @@ def check(doc, where: str) -> dict:
         if (bad := entries.problem(e)) is not None:
             raise BundleError(f"{where}: segment entry {i}: {bad}")
     _check_identity(doc, where)
+    _check_sections(doc, where)
     _check_delta_partitions(doc, where)
     for e in segments:
         for fl in e["binlogs"]:   # each field's logs hold the segment's rows: no more, no less
@@ -288,7 +291,10 @@ def check(doc, where: str) -> dict:
                 raise BundleError(f"{where}: segment {e['segment_id']} has {e['num_rows']} rows, but the logs of its "
                                   f"field {fl['field_id']} give {sum(x['entries'] for x in fl['logs'])}")
         seg = manifest.entry_to_segment(e)
-        built = {f.key for f in layout.segment_files(seg)}
+        try:
+            built = {f.key for f in layout.segment_files(seg)}
+        except ValueError as x:   # a name that makes no key of the layout (an index file's '../x')
+            raise BundleError(f"{where}: segment {seg.segment_id}: {x}") from None
         for path, size in manifest.entry_files(e):
             f = files.get(path)
             if f is None or f["size"] != size:
@@ -305,7 +311,7 @@ def check_files(doc, where: str) -> dict:
     size per SHA-256); the sections present. Not the segment entries (see check)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise BundleError(f"{where}: not a {FORMAT} document")
-    if doc.get("version") != VERSION:
+    if type(doc.get("version")) is not int or doc["version"] != VERSION:
         raise BundleError(f"{where}: format version {doc.get('version')!r}; this seglake reads version {VERSION}")
     files, segments = doc.get("files"), doc.get("segments")
     if not isinstance(files, dict) or not isinstance(segments, list) or not isinstance(doc.get("snapshot"), dict):
@@ -326,8 +332,6 @@ def _check_identity(doc: dict, where: str) -> None:
     """What an import builds ids, keys and the TSO from, checked before it writes anything:
     the uid, the timestamps, the collection's shards and partitions, and every segment
     entry (decodable, ids unique, its partition listed, its channel a shard of it)."""
-    import re
-
     from seglake.meta.catalog import shard_of
 
     def bad(why: str):
@@ -368,6 +372,131 @@ def _check_identity(doc: dict, where: str) -> None:
             raise bad(f"segment {seg.segment_id}: repeated, in an unlisted partition, or on a shard the "
                       f"collection does not have")
         seen.add(seg.segment_id)
+
+
+TIME_MAX = 1e11        # seconds since the epoch (year 5138): a later time is forged
+TEXT_MAX = 64 << 10    # characters of a free-text field (description, owner)
+LEVELS = ("L0", "L1", "L2")
+ENTRY_STATES = ("Flushed", "Dropped")
+VCHANNEL_RE = re.compile(rf"{re.escape(PCHANNEL_PREFIX)}[0-9]{{1,6}}_[0-9]{{1,19}}v[0-9]{{1,2}}", re.ASCII)
+
+
+def _check_sections(doc: dict, where: str) -> None:
+    """Every other value of the document has its type and range (an import copies them
+    into records and reports, a restore to a time starts its replay from `positions`):
+    names full-match their patterns, ids and timestamps are integers in 0..ID_MAX (never
+    a bool), times finite, text a string; each segment's state and level is one seglake
+    writes, its insert logs are exactly the schema's fields plus the row id and timestamp
+    columns (none for an L0 delete segment), its stats logs of schema fields."""
+    import math
+
+    from seglake.meta.catalog import shard_of
+
+    def bad(at: str, v, want: str):
+        return BundleError(f"{where}: {at} is {v!r:.80}, not {want}")
+
+    def need_int(at: str, v, lo: int = 0, hi: int = limits.ID_MAX):
+        if type(v) is not int or not lo <= v <= hi:
+            raise bad(at, v, f"an integer in {lo}..{hi}")
+
+    def need_time(at: str, v, optional: bool = False):
+        if v is None and optional:
+            return
+        if type(v) not in (int, float) or not math.isfinite(v) or not 0 <= v <= TIME_MAX:
+            raise bad(at, v, f"a time in seconds in 0..{TIME_MAX:g}")
+
+    def need_text(at: str, v, optional: bool = False):
+        if v is None and optional:
+            return
+        if not isinstance(v, str) or len(v) > TEXT_MAX:
+            raise bad(at, v, f"a string of at most {TEXT_MAX} characters")
+
+    def need_name(kind: str, at: str, v):
+        try:
+            validate_name(kind, v)
+        except ValidationError as e:
+            raise BundleError(f"{where}: {at}: {e}") from None
+
+    def need_counts(at: str, d):
+        if not isinstance(d, dict) or not all(isinstance(k, str) for k in d):
+            raise bad(at, d, "a map of counts")
+        for k, v in d.items():
+            need_int(f"{at}.{k}", v)
+
+    need_name("bundle", "bundle", doc.get("bundle"))
+    need_time("created_at", doc.get("created_at"))
+    need_text("made_by", doc.get("made_by"), optional=True)
+    need_counts("totals", doc.get("totals", {}))
+    src = doc["source"]
+    need_name("db", "source.db", src.get("db"))
+    need_name("collection", "source.collection", src.get("collection"))
+    need_name("snapshot", "source.snapshot", src.get("snapshot"))
+    for k in ("collection_id", "snapshot_id"):
+        need_int(f"source.{k}", src.get(k))
+    need_time("source.committed_at", src.get("committed_at"), optional=True)
+    need_text("source.description", src.get("description", ""))
+    need_text("source.owner", src.get("owner", ""))
+    site = src.get("site")
+    if site is not None and not (isinstance(site, str) and re.fullmatch(r"[0-9a-f]{32}", site)):
+        raise bad("source.site", site, "32 lowercase hex digits")
+    snap, coll = doc["snapshot"], doc["snapshot"]["collection"]
+    need_name("db", "snapshot.collection.db", coll.get("db"))
+    need_name("collection", "snapshot.collection.name", coll.get("name"))
+    need_int("snapshot.collection.collection_id", coll.get("collection_id"))
+    vchannels = coll.get("vchannels")
+    if not isinstance(vchannels, list) or len(vchannels) != coll["shards"] or len(set(map(str, vchannels))) != len(vchannels):
+        raise bad("snapshot.collection.vchannels", vchannels, f"{coll['shards']} distinct vchannel names")
+    for i, v in enumerate(vchannels):
+        try:
+            ok = isinstance(v, str) and VCHANNEL_RE.fullmatch(v) and shard_of(v) == i
+        except ValueError:
+            ok = False
+        if not ok:
+            raise bad(f"snapshot.collection.vchannels[{i}]", v, f"the name of shard {i}")
+    for k in ("partition_ids", "index_build_ids"):
+        ids = snap.get(k, [])
+        if not isinstance(ids, list):
+            raise bad(f"snapshot.{k}", ids, "a list of ids")
+        for i, v in enumerate(ids):
+            need_int(f"snapshot.{k}[{i}]", v)
+    need_counts("snapshot.totals", snap.get("totals", {}))
+    positions = src.get("positions")
+    if positions is not None:
+        if not isinstance(positions, dict) or set(positions) - set(vchannels):
+            raise bad("source.positions", positions, "a map of the collection's vchannels")
+        for v, pos in positions.items():
+            at = f"source.positions[{v!r}]"
+            if not isinstance(pos, dict):
+                raise bad(at, pos, "a position")
+            cp = pos.get("checkpoint")
+            if cp is not None:
+                if not isinstance(cp, list) or len(cp) != 4:
+                    raise bad(f"{at}.checkpoint", cp, "null or [term, fragment, offset, time tick]")
+                for i, x in enumerate(cp):
+                    need_int(f"{at}.checkpoint[{i}]", x)
+            need_int(f"{at}.del_hw", pos.get("del_hw"))
+            need_counts(f"{at}.part_hw", pos.get("part_hw"))
+            for k in pos["part_hw"]:
+                if not (k.isascii() and k.isdigit()):
+                    raise bad(f"{at}.part_hw", k, "a partition id")
+    for key, f in doc["files"].items():
+        for k in ("tag", "data_tag"):
+            need_text(f"files[{key!r}].{k}", f.get(k, ""))
+    fields = {f["field_id"] for f in coll["schema"]}          # checked by Schema.validate (_check_identity)
+    stored = fields | {0, 1}                                  # + the row id and timestamp columns
+    for e in doc["segments"]:
+        at = f"segment {e['segment_id']}"
+        if e["state"] not in ENTRY_STATES:
+            raise bad(f"{at}: state", e["state"], f"one of {', '.join(ENTRY_STATES)}")
+        if e["level"] not in LEVELS:
+            raise bad(f"{at}: level", e["level"], f"one of {', '.join(LEVELS)}")
+        logged = [fl["field_id"] for fl in e["binlogs"]]
+        if len(set(logged)) != len(logged) or (logged and set(logged) != stored) or (not logged and e["num_rows"]):
+            raise BundleError(f"{where}: {at} has insert logs of fields {sorted(logged)}; the schema stores "
+                              f"{sorted(stored)} (every field, the row id 0 and the timestamp 1)")
+        stats = {fl["field_id"] for fl in e["statslogs"]}
+        if stats - fields:
+            raise BundleError(f"{where}: {at} has stats logs of fields {sorted(stats - fields)} the schema lacks")
 
 
 def _check_delta_partitions(doc: dict, where: str) -> None:
