@@ -296,8 +296,22 @@ _ENV_ONLY = frozenset(f.name for f in fields(Settings) if f.metadata.get("env_on
 # etcd_root: every seglake key is f"{root}/..."; one clean path, no empty or dot-only segment
 _ROOT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)*")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")  # in no path, URI, endpoint or name a setting holds
-_SCHEDULE_RE = re.compile(r"@(once|hourly|daily|weekly|monthly|quarterly|yearly)|none|"
+_SCHEDULE_RE = re.compile(r"@(once|continuous|hourly|daily|weekly|monthly|quarterly|yearly|annually)|none|"
                           r"[0-9*/,\-A-Za-z?#LW]+( [0-9*/,\-A-Za-z?#LW]+){4,5}")
+
+
+def _is_schedule(value: str) -> bool:
+    """'none', an Airflow @preset, or a cron expression Airflow's parser (croniter) takes:
+    a DAG file whose schedule Airflow cannot parse is an import error, its DAG gone."""
+    if not _SCHEDULE_RE.fullmatch(value):
+        return False
+    if value.startswith("@") or value == "none":
+        return True
+    try:
+        from croniter import croniter
+    except ImportError:          # an engine without Airflow: the pattern is all it can check
+        return True
+    return bool(croniter.is_valid(value))
 
 
 def _check_env_names(env: Mapping[str, str], valid: list[str]) -> None:
@@ -497,8 +511,7 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
     if not isinstance(value, str):
         shown = "(value not shown: secret)" if f.metadata.get("secret") else repr(value)
         raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
-    if f.name in ("gc_schedule", "retention_schedule", "wal_archive_schedule", "compaction_schedule") \
-            and not _SCHEDULE_RE.fullmatch(value):
+    if f.name.endswith("_schedule") and not _is_schedule(value):   # every DAG schedule key, one rule
         raise ConfigError(f"config key {f.name!r}: {value!r} is not a cron expression, an @preset or 'none'")
     if f.name == "store_uri":
         _check_store_uri(value)

@@ -365,3 +365,14 @@ def test_env_durations_are_plain_ascii(raw):
 
     with pytest.raises(ConfigError, match="missing_tolerance"):
         Settings.from_env({"SEGLAKE_MISSING_TOLERANCE": raw})
+
+
+@pytest.mark.parametrize("key", sorted(k for k in Settings.__dataclass_fields__ if k.endswith("_schedule")))
+def test_every_schedule_key_takes_only_what_airflow_can_parse(key):
+    """wal_flush_schedule took 'x' (the wal_flush DAG file then failed to import: its DAG
+    was gone from Airflow); the other schedule keys took cron-shaped text croniter refuses."""
+    for bad in ("x", "every day", "x x x x x", "61 * * * *", "* * 32 * *"):
+        with pytest.raises(ConfigError, match=f"{key}.*not a cron expression"):
+            Settings.from_dict({key: bad})
+    for good in ("none", "@hourly", "@continuous", "*/5 * * * *", "30 2 * * 1-5"):
+        Settings.from_dict({key: good})
