@@ -300,6 +300,19 @@ _SCHEDULE_RE = re.compile(r"@(once|continuous|hourly|daily|weekly|monthly|quarte
                           r"[0-9*/,\-A-Za-z?#LW]+( [0-9*/,\-A-Za-z?#LW]+){4,5}")
 
 
+def _is_endpoint(value: str) -> bool:
+    """An S3 endpoint botocore takes: http(s)://host[:port][/path], no credentials in it."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(value)
+        port = u.port
+    except ValueError:
+        return False
+    return (u.scheme in ("http", "https") and bool(u.hostname) and "@" not in u.netloc and not u.query
+            and not u.fragment and (port is None or 0 < port < 65536) and value == value.strip())
+
+
 def _is_schedule(value: str) -> bool:
     """'none', an Airflow @preset, or a cron expression Airflow's parser (croniter) takes:
     a DAG file whose schedule Airflow cannot parse is an import error, its DAG gone."""
@@ -513,6 +526,10 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
         raise ConfigError(f"config key {f.name!r}: expected a string, got {type(value).__name__} {shown}")
     if f.name.endswith("_schedule") and not _is_schedule(value):   # every DAG schedule key, one rule
         raise ConfigError(f"config key {f.name!r}: {value!r} is not a cron expression, an @preset or 'none'")
+    if f.name.endswith("s3_endpoint") and value and not _is_endpoint(value):   # every S3 endpoint key
+        shown = "(value not shown: it holds credentials)" if "@" in value else repr(value)
+        raise ConfigError(f"config key {f.name!r}: {shown} is not an http:// or https:// URL with a host and no "
+                          f"credentials (e.g. http://127.0.0.1:8333), or empty for AWS")
     if f.name == "store_uri":
         _check_store_uri(value)
     if f.name == "backup_uri" and value:

@@ -376,3 +376,17 @@ def test_every_schedule_key_takes_only_what_airflow_can_parse(key):
             Settings.from_dict({key: bad})
     for good in ("none", "@hourly", "@continuous", "*/5 * * * *", "30 2 * * 1-5"):
         Settings.from_dict({key: good})
+
+
+@pytest.mark.parametrize("key", sorted(k for k in Settings.__dataclass_fields__ if k.endswith("s3_endpoint")))
+def test_every_s3_endpoint_key_is_a_url_with_a_host(key):
+    """s3_endpoint 'x' or 'localhost:9000' was taken and failed at the first request with a
+    bare ValueError from botocore (a traceback, not a sentence naming the key)."""
+    for bad in ("x", "localhost:9000", "http://", "ftp://a", "http://h:99999", "http://u:p@h:1", " http://h"):
+        with pytest.raises(ConfigError, match=f"{key}.*not an http"):
+            Settings.from_dict({key: bad})
+    for good in ("", "http://127.0.0.1:8333", "https://s3.example.com", "http://[::1]:9000"):
+        Settings.from_dict({key: good})
+    with pytest.raises(ConfigError) as e:
+        Settings.from_dict({key: "http://user:hunter2@h:1"})
+    assert "hunter2" not in str(e.value)
