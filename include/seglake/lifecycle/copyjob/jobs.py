@@ -59,7 +59,7 @@ def list_jobs(meta: Meta, collection: str | None = None) -> list[dict]:
     for job in meta.copyjobs.list():
         if collection is None or collection in (job.source_collection, job.target_collection):
             out.append(describe_job(meta, job.job_id))
-    return out
+    return sorted(out, key=lambda j: j["job_id"])   # by id, oldest first (etcd lists keys as text: 10 < 9)
 
 
 def cleanup_expired(meta: Meta, retention: float, now: float | None = None) -> list[int]:

@@ -309,3 +309,13 @@ def test_the_job_keeps_the_dag_run_that_made_it_and_a_bad_origin_is_refused(meta
             restore.restore(meta, store, "demo", "s1", "demo_origin2", origin=bad)
     with pytest.raises(NotFound):
         meta.catalog.get_by_name("demo_origin2")
+
+
+def test_jobs_are_listed_by_id_not_as_text(meta, store, snap):
+    """etcd lists job keys as text (.../jobs/100 before .../jobs/99): `jobs list` showed a
+    newer job above an older one once ids crossed a power of ten."""
+    first = restore.restore(meta, store, "demo", "s1", "copy_a")
+    meta.ids.allocate(10 ** len(str(first)) - first)        # the next ids have one more digit
+    second = restore.restore(meta, store, "demo", "s1", "copy_b")
+    assert len(str(second)) > len(str(first))
+    assert [j["job_id"] for j in copyjob.list_jobs(meta)] == [first, second]
