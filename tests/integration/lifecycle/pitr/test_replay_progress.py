@@ -93,3 +93,29 @@ def test_the_replays_under_way_are_listed(meta, store, settings):
     copyjob.finalize(meta, job)
     (r,) = pitr.replays(meta)
     assert r["target"] == "back" and r["source"] == "src" and r["percent"] == 0.0 and r["vchannels_done"] == 0
+
+
+def test_a_dropped_restore_target_s_replay_markers_go_with_it(meta, store, settings):
+    """A restore to a time leaves a replay marker per vchannel under pitr/replays/{target}/
+    (exactly-once while the target exists); they stayed in etcd for good after the target
+    was dropped and GC purged it."""
+    import time
+
+    from seglake.lifecycle import drop, gc
+
+    model, t = _source(meta, store, settings)
+    job = pitr.restore_as_of(meta, store, "src", "back", t)
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job, threads=2)
+    assert copyjob.finalize(meta, job).state == "Completed"
+    tid = meta.catalog.get_by_name("back").collection_id
+    pitr.replay(meta, store, settings, tid)
+    markers = meta.keys.pitr_replays_prefix(tid)
+    assert meta.kv.count(markers) == 2
+    drop.drop_collection(meta, store, settings, "back")
+    time.sleep(0.05)
+    gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, missing_tolerance=0.0, force=True,
+                                                   copy_job_retention=0.0))
+    assert meta.kv.get(meta.keys.collection(tid)) is None
+    assert meta.kv.count(markers) == 0
+    assert meta.kv.count(meta.keys.pitr_replays_prefix(meta.catalog.get_by_name("src").collection_id)) == 0
