@@ -165,3 +165,32 @@ def human_rate(value: float, unit: str) -> str:
         from seglake.progress import human_bytes
         return f"{human_bytes(value)}/s"
     return f"{value:g} {unit}"
+
+
+STALE_CLOCK = 3600.0   # a run's clock not advanced past now - this is no live run's (GC removes it)
+
+
+def remove_stale_clocks(meta, now: float | None = None) -> int:
+    """Delete the run clocks (copy jobs', exports', imports', captures') whose budget ran out
+    over STALE_CLOCK seconds ago: their runs ended without deleting them (a SIGKILL). A run
+    still using one meets the delete as a lost compare-and-swap and starts a fresh clock (at
+    most one BURST more), so removing it is always safe. Each delete is guarded by the
+    value read. The store-wide clock stays. Returns how many were removed."""
+    from seglake.meta.kv import Delete, unchanged
+
+    now = time.time() if now is None else now
+    removed = 0
+    for prefix in meta.keys.run_throttle_prefixes():
+        for kv in list(meta.kv.range(prefix)):
+            try:
+                spent = float(kv.value)
+            except ValueError:
+                spent = 0.0          # not a clock this module wrote: no run can be using it
+            if spent < now - STALE_CLOCK:
+                try:
+                    meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
+                    removed += 1
+                except Conflict:     # a run advanced it meanwhile: live
+                    pass
+    return removed
+

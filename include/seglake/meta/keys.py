@@ -150,6 +150,10 @@ class Keys:
     def copy_jobs_prefix(self) -> str:
         return f"{self.root}/copy/jobs/"
 
+    def run_throttle_prefixes(self) -> tuple[str, str]:
+        """Where the runs' rate-limit clocks are (copy jobs; exports, imports, captures)."""
+        return f"{self.root}/copy/throttle/", f"{self.root}/backup/throttle/"
+
     def copy_throttle(self, job_id: int) -> str:
         """The job's shared rate-limit clock (seglake.throttle)."""
         return f"{self.root}/copy/throttle/{_id(job_id)}"

@@ -43,6 +43,8 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
                 continue
             out["expired_snapshots"] += 1
     out["copy_jobs_removed"] = len(copyjob.cleanup_expired(meta, opts.copy_job_retention, now=now))
+    from seglake import throttle    # rate-limit clocks of runs that were killed (a finished run deletes its own)
+    out["stale_throttle_clocks_removed"] = throttle.remove_stale_clocks(meta, now=now)
     from seglake.lifecycle import compaction     # compaction unit records: the same retention
     out.update(compaction.expire_unit_records(meta, store, opts.copy_job_retention, now, opts.collection_id))
 

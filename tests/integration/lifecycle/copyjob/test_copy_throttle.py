@@ -110,3 +110,27 @@ def test_bad_limits_are_refused_before_any_change(meta, store, kw, words):
 def test_an_unlimited_throttle_touches_nothing(meta):
     th = Throttle(meta.kv, meta.keys.copy_throttle(1))
     assert th.acquire(10 * MiB) == 0.0 and meta.kv.get(meta.keys.copy_throttle(1)) is None
+
+
+def test_gc_removes_the_clocks_of_killed_runs_and_a_live_run_goes_on(meta, store):
+    """A SIGKILLed copy job, export or import leaves its rate-limit clock in etcd (a finished
+    run deletes its own): GC's record cleaning removes clocks whose budget ran out over an
+    hour ago; a run still holding one starts a fresh clock at its next request."""
+    import time
+
+    from seglake.lifecycle.gc.options import GCOptions
+    from seglake.lifecycle.gc.records import clean_records
+
+    now = time.time()
+    copy_key, backup_key = meta.keys.copy_throttle(77), meta.keys.backup_throttle("killed-export")
+    live = Throttle(meta.kv, meta.keys.copy_throttle(78), bytes_per_second=1 << 30)
+    live.acquire(1 << 20)
+    meta.kv.put(copy_key, f"{now - 7200:.6f}")
+    meta.kv.put(backup_key, f"{now - 3700:.6f}")
+    out = clean_records(meta, store, GCOptions())
+    assert out["stale_throttle_clocks_removed"] == 2
+    assert meta.kv.get(copy_key) is None and meta.kv.get(backup_key) is None
+    assert meta.kv.get(live.key) is not None                       # a live run's clock stays
+    meta.kv.delete(live.key)                                       # as if removed under it: it goes on
+    live.acquire(1 << 20)
+    assert float(meta.kv.get(live.key).value) >= now
