@@ -128,12 +128,13 @@ print(restore.run(kv, kv.marker_keys, LocalStore(s["backup"]), t, restore.Reques
                           text=True, timeout=600)
 
 
-@pytest.mark.parametrize("point,frac", [("after_submit", 0.1), ("after_submit", 0.5), ("after_submit", 0.9),
-                                        ("after_stage", 0.5), ("waiting", None)])
+# each kill point once (after_submit at 10 % and 90 % as well took the same adoption path
+# with more or fewer imports before it: two more Milvus restores for no new path)
+@pytest.mark.parametrize("point,frac", [("after_submit", 0.5), ("after_stage", 0.5), ("waiting", None)])
 def test_sigkill_mid_import_then_rerun_converges(env, milvus, milvus_server, s3_server, etcd_server, point, frac):
     """Killed after the k-th import reached Milvus but before its task id was recorded (the
-    worst moment: k = 10/50/90 % of the segments), after the k-th segment was staged, or
-    while waiting for the imports."""
+    worst moment: k = half the segments), after the k-th segment was staged, or while
+    waiting for the imports."""
     kv, keys, backup = env
     src, new = f"src_{uuid.uuid4().hex[:8]}", f"dst_{uuid.uuid4().hex[:8]}"
     make_source(milvus, src)
