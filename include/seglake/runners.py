@@ -14,7 +14,8 @@ A kind's work size and its threshold (config keys):
     compaction     bytes of the units' inputs       inline_threshold_bytes
 
 How inline work runs: `run_inline(fn, units, workers=, pool="thread"|"process")`, the
-one bounded pool every lifecycle's inline engine uses; `split(units, parts)` is the one
+one bounded pool every lifecycle's inline engine uses; `io_threads(threads, *stores)` how
+many threads a copy between stores gets; `split(units, parts)` is the one
 way units are dealt to workers (inline processes and Spark partitions alike);
 `worker_settings(env)` is how a worker rebuilds its settings.
 """
@@ -100,6 +101,20 @@ def run_inline(fn: Callable, units: Sequence, *, workers: int, pool: str = "thre
             yield result
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
+
+
+def io_threads(threads: int, *stores) -> int:
+    """Threads for copying or hashing between these stores: `threads` when one of them is
+    remote (S3: each request waits on the network); on local files only at most one per
+    core (the work is Python, hashing and the kernel's: more threads than cores contend in
+    the kernel -- exporting 20,000 files on 2 cores, 8 threads took 5.6-6.7 s and 4.5-5.9 s
+    of system time, 2 threads 3.9-4.6 s and 1.8-2.9 s; the copy job's worker processes
+    use no threads on local files for the same reason)."""
+    from seglake.storage.local import LocalStore
+
+    if stores and all(type(s) is LocalStore for s in stores):
+        return max(1, min(int(threads), os.cpu_count() or 1))
+    return int(threads)
 
 
 def split(items: Sequence, parts: int) -> list[list]:

@@ -348,6 +348,7 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         else:
             todo.append(path)
     prog.unchanged(len(files) - len(todo))
+    threads = runners.io_threads(threads, store, target)
     per_unit = max(1, min(UNIT_FILES, len(todo) // (4 * threads)))   # >= 4 units per thread to balance
     units = [todo[i:i + per_unit] for i in range(0, len(todo), per_unit)]
     with target.durable_batch():

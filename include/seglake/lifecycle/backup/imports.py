@@ -147,7 +147,7 @@ def _check_and_import(meta, store, target, doc, collection, bundle, db, name, sn
                 faults.point("import.after_file")
 
             with store.durable_batch():
-                for _ in runners.run_inline(one, copies, workers=threads):
+                for _ in runners.run_inline(one, copies, workers=runners.io_threads(threads, target, store)):
                     pass
             meta.tso.advance_past(newest)
             written = [snapshots.write_manifest(store, rec, attempt, n, g)

@@ -143,7 +143,8 @@ def log_problems_of(fh, rows: int, allowed: list[int] | None, column: str | None
 def check_units(target: Store, units: list[dict], threads: int, throttle=None) -> list[dict]:
     """Every unit by a bounded thread pool; the problems found."""
     problems: list[dict] = []
-    for found in runners.run_inline(lambda u: check_unit(target, u, throttle), units, workers=threads):
+    for found in runners.run_inline(lambda u: check_unit(target, u, throttle), units,
+                                    workers=runners.io_threads(threads, target)):
         problems.extend(found)
     return problems
 
