@@ -386,8 +386,9 @@ def _check_sections(doc: dict, where: str) -> None:
     into records and reports, a restore to a time starts its replay from `positions`):
     names full-match their patterns, ids and timestamps are integers in 0..ID_MAX (never
     a bool), times finite, text a string; each segment's state and level is one seglake
-    writes, its insert logs are exactly the schema's fields plus the row id and timestamp
-    columns (none for an L0 delete segment), its stats logs of schema fields."""
+    writes, its insert logs are the schema's fields plus the row id and timestamp columns
+    (legacy segments: without them; an L0 delete segment: none), its stats logs of schema
+    fields."""
     import math
 
     from seglake.meta.catalog import shard_of
@@ -491,9 +492,11 @@ def _check_sections(doc: dict, where: str) -> None:
         if e["level"] not in LEVELS:
             raise bad(f"{at}: level", e["level"], f"one of {', '.join(LEVELS)}")
         logged = [fl["field_id"] for fl in e["binlogs"]]
-        if len(set(logged)) != len(logged) or (logged and set(logged) != stored) or (not logged and e["num_rows"]):
+        if len(set(logged)) != len(logged) or (logged and not fields <= set(logged) <= stored) \
+                or (not logged and e["num_rows"]):
             raise BundleError(f"{where}: {at} has insert logs of fields {sorted(logged)}; the schema stores "
-                              f"{sorted(stored)} (every field, the row id 0 and the timestamp 1)")
+                              f"{sorted(fields)} (each once, with the row id 0 and the timestamp 1 but in "
+                              f"segments written before the row model)")
         stats = {fl["field_id"] for fl in e["statslogs"]}
         if stats - fields:
             raise BundleError(f"{where}: {at} has stats logs of fields {sorted(stats - fields)} the schema lacks")

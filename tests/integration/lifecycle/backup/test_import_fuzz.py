@@ -198,3 +198,22 @@ def test_an_edited_bundle_restores_the_same_rows_or_leaves_no_collection(source,
             meta2.close()
     print(f"\nrestore: {refused} refused, {restored} restored, {len(problems)} problems")
     assert refused and not problems, "\n".join(problems)
+
+
+def test_a_legacy_bundle_without_row_id_and_timestamp_logs_still_restores(source, etcd_server, tmp_path):
+    """Segments written before the row model have no insert logs of fields 0 and 1 (their
+    rows read at the segment's start_ts): such a bundle is not refused as forged."""
+    where, doc, rows = source
+    legacy = copy.deepcopy(doc)
+    for e in legacy["segments"]:
+        e["binlogs"] = [fl for fl in e["binlogs"] if fl["field_id"] not in (0, 1)]
+    target = LocalStore(tmp_path / "legacy")
+    for o in LocalStore(where).list("data/"):
+        target.put(o.key, LocalStore(where).get(o.key))
+    bundles.write(target, legacy)
+    meta2, store2 = _fresh(etcd_server, tmp_path)
+    try:
+        out, job = restore_bundle(meta2, store2, target, "bk", "s1", "back")
+        assert sorted(r[0] for r in _rows(meta2, store2, "back")) == sorted(r[0] for r in rows)
+    finally:
+        meta2.close()
