@@ -110,11 +110,14 @@ def restore_op(op: dict):
                    for i in coll.indexes]
         return {"id": int(desc["collection_id"]), "shards": int(desc["num_shards"]),
                 "auto_id": bool(desc.get("auto_id", False)), "fields": fields,
+                "enable_dynamic_field": bool(coll.schema.enable_dynamic_field),
                 "partitions": [p.name for p in coll.partitions], "indexes": indexes}
     if kind == "create_full":
         sch = op["schema"]
         fields = []
         for f in sorted(sch["fields"], key=lambda f: int(f["field_id"])):
+            if f.get("is_dynamic"):       # $meta: Milvus adds it itself (enable_dynamic_field)
+                continue
             kw = {k: int(v) for k, v in (f.get("type_params") or {}).items()
                   if k in ("dim", "max_length", "max_capacity")}
             if f.get("element_type"):

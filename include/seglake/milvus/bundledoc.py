@@ -169,8 +169,10 @@ def check_unit(target, unit: dict, throttle=None) -> list[dict]:
 def visible_rows(target, doc: dict) -> dict:
     """The bundle's rows as Milvus shows them: {"rows": inserted, "deleted": hidden by a
     delete, "visible": rows - deleted, "pks": sorted visible pks}. A row (pk, ts) is hidden
-    by a delete (pk, ts_d) with ts_d > ts in any captured delete log (deletes are routed to
-    every segment that may hold the pk; upserts are a delete and an insert)."""
+    by a delete (pk, ts_d) with ts_d > ts in its own segment's delete logs (Milvus 2.3 routes
+    a delete to every segment of its partition(s) that may hold the pk and applies a sealed
+    segment's delta logs to it alone; an upsert without a partition deletes in `_default`
+    only: a row of that pk in another partition stays visible, and count(*) counts it)."""
     import io
 
     pk_field = next(f["field_id"] for f in doc["snapshot"]["collection"]["schema"]["fields"] if f["is_primary_key"])
@@ -187,8 +189,8 @@ def visible_rows(target, doc: dict) -> dict:
             data = fh.read()
         return binlog.deletes(io.BytesIO(data), len(data))
 
-    newest_delete: dict = {}
     rows = []
+    visible = []
     for s in doc["segments"]:
         by_field = {fl["field_id"]: fl["logs"] for fl in s["binlogs"]}
         pks = [v for x in by_field[pk_field] for v in values(x["path"])]
@@ -197,10 +199,11 @@ def visible_rows(target, doc: dict) -> dict:
             raise bundles.BundleError(f"segment {s['segment_id']}: {len(pks)} pks, {len(tss)} timestamps, "
                                       f"{s['num_rows']} rows")
         rows.extend(zip(pks, tss))
+        newest_delete: dict = {}
         for fl in s["deltalogs"]:
             for x in fl["logs"]:
                 for pk, ts in dels(x["path"]):
                     newest_delete[pk] = max(ts, newest_delete.get(pk, 0))
-    visible = [pk for pk, ts in rows if newest_delete.get(pk, -1) <= ts]
+        visible.extend(pk for pk, ts in zip(pks, tss) if newest_delete.get(pk, -1) <= ts)
     return {"rows": len(rows), "deleted": len(rows) - len(visible), "visible": len(visible),
             "pks": sorted(visible)}

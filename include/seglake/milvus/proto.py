@@ -69,3 +69,31 @@ def one(f: dict, num: int, default=None):
 def signed(v: int) -> int:
     """int64 fields travel as two's-complement varints."""
     return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def scalar_field(buf: bytes) -> list:
+    """The values of a schemapb.ScalarField (an Array field's element, as its binlog holds
+    it): oneof 1 bool, 2 int32, 3 int64, 4 float, 5 double, 6 string (each a message whose
+    field 1 is the repeated data, packed or not)."""
+    import struct
+
+    f = fields(buf)
+    kinds = [k for k in f if k in (1, 2, 3, 4, 5, 6)]
+    if len(kinds) > 1 or any(k not in (1, 2, 3, 4, 5, 6) for k in f):
+        raise ProtoError(f"not an array of scalars (fields {sorted(f)})")
+    if not kinds:
+        return []
+    kind = kinds[0]
+    data = fields(f[kind][-1]).get(1, [])
+    if kind == 6:
+        return [v.decode() for v in data]
+    if kind in (4, 5):
+        raw = b"".join(data)
+        w, c = (4, "f") if kind == 4 else (8, "d")
+        if len(raw) % w:
+            raise ProtoError("truncated float array")
+        return list(struct.unpack(f"<{len(raw) // w}{c}", raw))
+    vals = [x for v in data for x in (packed(v) if isinstance(v, bytes) else [v])]
+    if kind == 1:
+        return [bool(v) for v in vals]
+    return [signed(v) if kind == 3 else (v - (1 << 64) if v >= 1 << 63 else v) for v in vals]

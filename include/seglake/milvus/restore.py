@@ -49,7 +49,7 @@ from seglake import faults, runners
 from seglake.errors import Conflict, SeglakeError, ValidationError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.meta.kv import Put, absent, unchanged
-from seglake.milvus import binlog, convert
+from seglake.milvus import binlog, convert, proto
 from seglake.milvus.client import MilvusClient
 from seglake.names import validate_name
 from seglake.storage import layout
@@ -191,6 +191,15 @@ def check_schema(doc: dict) -> dict:
     if [int(f["field_id"]) for f in fields] != list(range(100, 100 + len(fields))):
         raise MilvusRestoreError(f"schema: field ids {[f['field_id'] for f in fields]} are not 100.. in order: a new "
                                  f"collection would number them otherwise, and bulk insert maps binlogs by field id")
+    dyn = [f for f in fields if f.get("is_dynamic")]
+    if dyn or sch.get("enable_dynamic_field"):
+        # Milvus makes the dynamic field itself ($meta, JSON, the last field id) when a
+        # collection enables it: it is never in the create call, but its binlogs map to it
+        if len(dyn) != 1 or not sch.get("enable_dynamic_field") or dyn[0] is not fields[-1] \
+                or int(dyn[0]["data_type"]) != 23:
+            raise MilvusRestoreError(f"schema: dynamic field(s) {[f['name'] for f in dyn]} with "
+                                     f"enable_dynamic_field={bool(sch.get('enable_dynamic_field'))}: not the one JSON "
+                                     f"field, last, that Milvus makes for a collection with dynamic fields")
     pks = [f for f in fields if f.get("is_primary_key")]
     if len(pks) != 1:
         raise MilvusRestoreError(f"schema: {len(pks)} primary key fields (one is required)")
@@ -336,8 +345,11 @@ def _create(recs: Records, client, target, req, plan) -> dict:
 
 def _adopt(client, name: str, plan: dict) -> dict:
     got = client.one({"op": "schema", "name": name})
-    want = [(f["name"], int(f["field_id"]), int(f["data_type"]), bool(f.get("is_primary_key"))) for f in plan["schema"]["fields"]]
+    want = [(f["name"], int(f["field_id"]), int(f["data_type"]), bool(f.get("is_primary_key")))
+            for f in plan["schema"]["fields"] if not f.get("is_dynamic")]      # describe omits $meta
     have = [(f["name"], f["field_id"], f["data_type"], f["is_primary_key"]) for f in got["fields"]]
+    if got.get("enable_dynamic_field", False) != plan["schema"]["enable_dynamic_field"]:
+        have.append(("enable_dynamic_field", got.get("enable_dynamic_field")))
     if have != want or got["shards"] != plan["shards"] or set(got["partitions"]) != set(plan["partitions"]) | {"_default"}:
         raise Conflict(f"collection {name!r} in Milvus is not the one this restore creates (fields {have}, shards "
                        f"{got['shards']}, partitions {got['partitions']}): refusing to import into it")
@@ -501,27 +513,29 @@ def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
 # -- verify -------------------------------------------------------------------------------
 def bundle_rows(backup, doc: dict) -> tuple[dict, int]:
     """(visible rows {pk: [(segment entry, row index), ...]}, their count): a row (pk, ts)
-    is visible unless a delete (pk, ts_d) with ts_d > ts is in any captured delete log; a pk
-    inserted twice and never deleted is visible twice (Milvus's count(*) counts both)."""
+    of a Flushed segment is visible unless a delete (pk, ts_d) with ts_d > ts is in THAT
+    segment's delete logs (Milvus 2.3: a data node writes a delete into the delta log of each
+    segment of the delete's partition(s) that may hold the pk, and a query node applies a
+    sealed segment's delta logs to that segment only; an upsert without a partition deletes
+    in `_default` only, so a row of the pk in another partition stays and count(*) counts
+    it). A pk visible twice is counted twice, as Milvus's count(*) does."""
     pk_f = next(int(f["field_id"]) for f in doc["snapshot"]["collection"]["schema"]["fields"] if f.get("is_primary_key"))
-    deletes: dict = {}
-    rows: list = []
+    visible: dict = {}
+    n = 0
     for e in doc["segments"]:
         logs = {int(b["field_id"]): b["logs"] for b in e["binlogs"]}
         pks = [v for x in logs[pk_f] for v in _col(backup, doc, x["path"])]
         tss = [v for x in logs[1] for v in _col(backup, doc, x["path"])]
-        rows.extend((pk, ts, e, i) for i, (pk, ts) in enumerate(zip(pks, tss)))
+        deletes: dict = {}
         for b in e.get("deltalogs", []):
             for x in b["logs"]:
                 for pk, ts in _dels(backup, doc, x["path"]):
                     deletes[pk] = max(deletes.get(pk, 0), ts)
-    visible: dict = {}
-    n = 0
-    for pk, ts, e, i in rows:
-        if deletes.get(pk, -1) > ts:
-            continue
-        visible.setdefault(pk, []).append((e, i))
-        n += 1
+        for i, (pk, ts) in enumerate(zip(pks, tss)):
+            if deletes.get(pk, -1) > ts:
+                continue
+            visible.setdefault(pk, []).append((e, i))
+            n += 1
     return visible, n
 
 
@@ -580,10 +594,17 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
                 cache[key] = [v for x in logs for v in _col(backup, doc, x["path"])]
             return cache[key][i]
 
+        static = {f["name"] for f in fields if not f.get("is_dynamic")}
+
+        def got_value(r, f):
+            if f.get("is_dynamic"):       # Milvus returns the dynamic keys beside the fields
+                return {k: v for k, v in r.items() if k not in static}
+            return r.get(f["name"])
+
         def differ(row, r) -> list[str]:
-            return [f"pk {r[pk['name']]}: field {f['name']!r} is {_norm(r.get(f['name']), f)!r} in Milvus, "
+            return [f"pk {r[pk['name']]}: field {f['name']!r} is {_norm(got_value(r, f), f)!r} in Milvus, "
                     f"{_norm(value(row, f), f)!r} in the bundle" for f in fields
-                    if _norm(value(row, f), f) != _norm(r.get(f["name"]), f)]
+                    if _norm(value(row, f), f) != _norm(got_value(r, f), f)]
 
         lit = ", ".join(json.dumps(p) for p in sample)
         got: dict = {}           # a pk visible twice (inserted twice, never deleted): two rows
@@ -613,11 +634,19 @@ def _norm(v, f: dict):
     t = int(f["data_type"])
     if t == 23 and isinstance(v, (bytes, str)):
         return json.loads(v)
+    if t == 23 and v is None and f.get("is_dynamic"):
+        return {}
+    if t == 22 and v is not None:     # an Array: its binlog holds a schemapb.ScalarField
+        import numpy as np
+        vals = proto.scalar_field(v) if isinstance(v, bytes) else list(v)
+        return [np.float32(x).item() if int(f.get("element_type") or 0) == 10 else x for x in vals]
     if t in (10, 11, 101) and v is not None:
         import numpy as np
         if isinstance(v, bytes):      # a float vector as its binlog holds it: dim x float32 LE
             return np.frombuffer(v, dtype="<f4").tolist()
         return np.asarray(v, dtype="<f4" if t != 11 else "<f8").tolist()
+    if t == 100 and isinstance(v, list) and len(v) == 1:   # pymilvus: a binary vector as [bytes]
+        v = v[0]
     if isinstance(v, dict) and set(v) == {"hex"}:
         return bytes.fromhex(v["hex"])
     return v
