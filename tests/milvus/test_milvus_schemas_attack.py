@@ -30,6 +30,10 @@ connections.connect(alias="default", uri="http://" + sys.argv[1], timeout=30)
 OUT = {}
 def rows_of(name, expr, fields, using_db=None):
     c = Collection(name)
+    for f in c.schema.fields:
+        if f.dtype in (DataType.FLOAT_VECTOR, DataType.BINARY_VECTOR) and not any(i.field_name == f.name for i in c.indexes):
+            c.create_index(f.name, {"index_type": "FLAT", "metric_type": "L2", "params": {}} if f.dtype == DataType.FLOAT_VECTOR
+                           else {"index_type": "BIN_FLAT", "metric_type": "HAMMING", "params": {}})
     c.load()
     res = c.query(expr=expr, output_fields=fields, limit=16384, consistency_level="Strong")
     out = []
@@ -185,3 +189,110 @@ def test_auto_id_binary_vector_bin_ivf_flat(env, pm, milvus_server, s3_server):
     """)
     restore_and_compare(env, pm, milvus_server, s3_server, src, pk="pk", expr="pk > 0", fields=["pk", "tag", "bv"],
                         expect_rows=195)
+
+
+def _nothing_written(env, milvus_server, s3_server, name):
+    from seglake.milvus.client import MilvusClient
+
+    kv, keys, _ = env
+    assert not MilvusClient(milvus_server.address).one({"op": "has", "name": name})["exists"]
+    assert list(kv.range(keys.prefix)) == []
+    rid = restore.restore_id(target_of(milvus_server, s3_server), restore.Request("default", "x", "b1", name))
+    left = s3_client(s3_server).list_objects_v2(Bucket=milvus_server.s3.bucket, Prefix=f"seglake-restore/{rid}/")
+    assert left.get("KeyCount", 0) == 0
+
+
+def test_partition_key_collection_refused_before_any_write(env, pm, milvus_server, s3_server):
+    kv, keys, backup = env
+    src, new = f"pkey_{uuid.uuid4().hex[:8]}", f"r_{uuid.uuid4().hex[:10]}"
+    pm(f"""
+    fields = [FieldSchema("pk", DataType.INT64, is_primary=True),
+              FieldSchema("tenant", DataType.VARCHAR, max_length=16, is_partition_key=True),
+              FieldSchema("vec", DataType.FLOAT_VECTOR, dim=4)]
+    c = Collection({src!r}, CollectionSchema(fields), shards_num=1, num_partitions=4)
+    c.insert([list(range(40)), [f"t{{i % 3}}" for i in range(40)], [[float(i), 0.0, 1.0, 2.0] for i in range(40)]])
+    c.flush()
+    """)
+    doc = capture(milvus_server, s3_server, backup, src)
+    assert len(doc["snapshot"]["collection"]["partitions"]) == 4
+    with pytest.raises(restore.MilvusRestoreError, match=r"field 'tenant'.*partition key") as e:
+        restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                    restore.Request("default", src, "b1", new, poll=0.5))
+    print("\nREFUSED:", e.value)
+    assert "\n" not in str(e.value) and "VarChar" in str(e.value)
+    _nothing_written(env, milvus_server, s3_server, new)
+
+
+def test_many_partitions_int64_ivf_flat(env, pm, milvus_server, s3_server):
+    src = f"mp_{uuid.uuid4().hex[:8]}"
+    pm(f"""
+    fields = [FieldSchema("pk", DataType.INT64, is_primary=True), FieldSchema("d", DataType.DOUBLE),
+              FieldSchema("b", DataType.BOOL), FieldSchema("i8", DataType.INT8),
+              FieldSchema("vec", DataType.FLOAT_VECTOR, dim=3)]
+    c = Collection({src!r}, CollectionSchema(fields), shards_num=2)
+    for p in range(24):
+        c.create_partition(f"part_{{p}}")
+        pks = list(range(p * 10, p * 10 + 10))
+        c.insert([pks, [x / 3 for x in pks], [x % 2 == 0 for x in pks], [x % 100 - 50 for x in pks],
+                  [[float(x), float(p), -1.0] for x in pks]], partition_name=f"part_{{p}}")
+    c.flush()
+    c.delete("pk in [0, 11, 229]")
+    c.create_index("vec", {{"index_type": "IVF_FLAT", "metric_type": "L2", "params": {{"nlist": 8}}}})
+    c.flush()
+    """)
+    doc, report, new = restore_and_compare(env, pm, milvus_server, s3_server, src, pk="pk", expr="pk >= 0",
+                                           fields=["pk", "d", "b", "i8", "vec"], vec="vec",
+                                           sparams={"nprobe": 8}, expect_rows=237)
+    assert len(doc["snapshot"]["collection"]["partitions"]) == 25
+
+
+def test_every_row_deleted_and_an_empty_collection(env, pm, milvus_server, s3_server):
+    gone, empty = f"gone_{uuid.uuid4().hex[:8]}", f"empty_{uuid.uuid4().hex[:8]}"
+    pm(f"""
+    def schema():
+        return CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
+                                 FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)])
+    c = Collection({gone!r}, schema(), shards_num=2)
+    c.insert([list(range(50)), [[float(i), 1.0] for i in range(50)]])
+    c.flush()
+    c.delete("pk in [%s]" % ", ".join(map(str, range(50))))
+    c.flush()
+    e = Collection({empty!r}, schema(), shards_num=1)
+    e.create_index("vec", {{"index_type": "HNSW", "metric_type": "IP", "params": {{"M": 4, "efConstruction": 8}}}})
+    """)
+    restore_and_compare(env, pm, milvus_server, s3_server, gone, pk="pk", expr="pk >= 0", fields=["pk", "vec"],
+                        expect_rows=0)
+    doc, report, new = restore_and_compare(env, pm, milvus_server, s3_server, empty, pk="pk", expr="pk >= 0",
+                                           fields=["pk", "vec"], expect_rows=0)
+    assert doc["segments"] == [] and report["count"] == 0
+
+
+def test_a_collection_in_another_database(env, pm, milvus_server, s3_server):
+    src = f"odb_{uuid.uuid4().hex[:8]}"
+    pm(f"""
+    if "otherdb" not in db.list_database():
+        db.create_database("otherdb")
+    db.using_database("otherdb")
+    c = Collection({src!r}, CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
+                                              FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]), shards_num=1)
+    c.insert([list(range(30)), [[float(i), 2.0] for i in range(30)]])
+    c.flush()
+    """)
+    doc, report, new = restore_and_compare(env, pm, milvus_server, s3_server, src, pk="pk", expr="pk >= 0",
+                                           fields=["pk", "vec"], vec="vec", db="otherdb", expect_rows=30)
+    assert doc["source"]["db"] == "otherdb" and doc["source"]["db_id"] != 1
+
+
+def test_names_at_the_edge_of_the_patterns(env, pm, milvus_server, s3_server):
+    src = "_" + "N" * 200 + uuid.uuid4().hex[:8] + "_" * 46       # 255 characters, leading '_'
+    assert len(src) == 255
+    part = "P" * 255
+    pm(f"""
+    c = Collection({src!r}, CollectionSchema([FieldSchema("_pk", DataType.INT64, is_primary=True),
+                                              FieldSchema("V" * 255, DataType.FLOAT_VECTOR, dim=2)]), shards_num=1)
+    c.create_partition({part!r})
+    c.insert([list(range(20)), [[float(i), 3.0] for i in range(20)]], partition_name={part!r})
+    c.flush()
+    """)
+    restore_and_compare(env, pm, milvus_server, s3_server, src, pk="_pk", expr="_pk >= 0",
+                        fields=["_pk", "V" * 255], vec="V" * 255, expect_rows=20)

@@ -73,7 +73,7 @@ def test_schema_refusals_name_the_field():
     assert [f["name"] for f in restore.check_schema(schema_doc(ok))["fields"]] == ["pk", "vec"]
     with pytest.raises(restore.MilvusRestoreError, match="field 'sv' has data type SparseFloatVector"):
         restore.check_schema(schema_doc(ok + [F(102, "sv", 104, data_type_name="SparseFloatVector")]))
-    with pytest.raises(restore.MilvusRestoreError, match="field 'tenant' is a partition key"):
+    with pytest.raises(restore.MilvusRestoreError, match=r"field 'tenant' \(.*\) is a partition key"):
         restore.check_schema(schema_doc(ok + [F(102, "tenant", 21, is_partition_key=True)]))
     with pytest.raises(restore.MilvusRestoreError, match="not 100.. in order"):
         restore.check_schema(schema_doc([ok[0], F(105, "vec", 101, tp={"dim": "4"})]))
@@ -121,3 +121,37 @@ def test_request_numbers_and_names_are_checked(field, value):
     setattr(req, field, value)
     with pytest.raises(Exception, match=field if field != "name" else "collection"):
         req.check()
+
+
+def test_the_dynamic_field_is_milvuss_own_last_json_field():
+    ok = [F(100, "pk", 5, is_primary_key=True), F(101, "vec", 101, tp={"dim": "4"})]
+    meta = F(102, "$meta", 23, is_dynamic=True)
+    doc = schema_doc(ok + [meta])
+    doc["snapshot"]["collection"]["schema"]["enable_dynamic_field"] = True
+    got = restore.check_schema(doc)
+    assert got["enable_dynamic_field"] and got["fields"][-1]["name"] == "$meta"
+    with pytest.raises(restore.MilvusRestoreError, match=r"dynamic field\(s\) \['\$meta'\] with enable_dynamic_field=False"):
+        restore.check_schema(schema_doc(ok + [meta]))             # $meta without the flag
+    doc = schema_doc(ok)
+    doc["snapshot"]["collection"]["schema"]["enable_dynamic_field"] = True
+    with pytest.raises(restore.MilvusRestoreError, match=r"dynamic field\(s\) \[\]"):
+        restore.check_schema(doc)                                  # the flag without $meta
+    doc = schema_doc([ok[0], F(101, "$meta", 23, is_dynamic=True), F(102, "vec", 101, tp={"dim": "4"})])
+    doc["snapshot"]["collection"]["schema"]["enable_dynamic_field"] = True
+    with pytest.raises(restore.MilvusRestoreError, match="last"):
+        restore.check_schema(doc)                                  # not the last field
+
+
+def test_verify_compares_arrays_binary_vectors_and_dynamic_keys_as_milvus_returns_them():
+    arr = {"data_type": 22, "element_type": 5}
+    assert restore._norm(b"\x1a\x03\n\x01\x05", arr) == restore._norm([5], arr) == [5]
+    farr = {"data_type": 22, "element_type": 10}
+    import struct
+    raw = b"\x22" + bytes([6]) + b"\x0a\x04" + struct.pack("<f", 0.1)   # FloatArray{data: [0.1]}
+    assert restore._norm(raw, farr) == restore._norm([0.1], farr)
+    sarr = {"data_type": 22, "element_type": 21}
+    assert restore._norm(b"\x32\x06\x0a\x01a\x0a\x01b", sarr) == ["a", "b"]
+    bv = {"data_type": 100}
+    assert restore._norm([{"hex": "dd06"}], bv) == restore._norm(b"\xdd\x06", bv)
+    dyn = {"data_type": 23, "is_dynamic": True}
+    assert restore._norm(None, dyn) == {} and restore._norm(b'{"a": 1}', dyn) == {"a": 1}

@@ -208,8 +208,9 @@ def check_schema(doc: dict) -> dict:
             raise MilvusRestoreError(f"schema: field {f['name']!r} has data type {f.get('data_type_name') or f['data_type']}, "
                                      f"which a restore into Milvus 2.3 does not support")
         if f.get("is_partition_key"):
-            raise MilvusRestoreError(f"schema: field {f['name']!r} is a partition key: a bulk insert into a named "
-                                     f"partition is refused for such a collection")
+            raise MilvusRestoreError(f"schema: field {f['name']!r} ({f.get('data_type_name') or TYPES.get(int(f['data_type']))}) "
+                                     f"is a partition key, which a restore into Milvus does not support (Milvus refuses "
+                                     f"a bulk insert into a named partition of such a collection); nothing was written")
         if int(f["data_type"]) in VECTOR_TYPES and not str((f.get("type_params") or {}).get("dim", "")).isdigit():
             raise MilvusRestoreError(f"schema: vector field {f['name']!r} has no dim")
     return {"fields": fields, "auto_id": bool(sch.get("auto_id")), "description": sch.get("description", ""),
