@@ -296,3 +296,99 @@ def test_names_at_the_edge_of_the_patterns(env, pm, milvus_server, s3_server):
     """)
     restore_and_compare(env, pm, milvus_server, s3_server, src, pk="_pk", expr="_pk >= 0",
                         fields=["_pk", "V" * 255], vec="V" * 255, expect_rows=20)
+
+
+def _restore_bundle(env, pm, milvus_server, s3_server, src, bundle, *, pk="pk", fields=("pk", "v", "vec")):
+    """Restore `bundle` of `src` under a new name; (report, source rows, restored rows, counts)."""
+    kv, keys, backup = env
+    new = f"r_{uuid.uuid4().hex[:10]}"
+    report = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                         restore.Request("default", src, bundle, new, sample=100, poll=0.5))
+    assert report["state"] == "verified" and report["ok"], report["problems"]
+    got = pm(f"""
+    OUT["src"] = rows_of({src!r}, "{pk} >= 0", {list(fields)!r})
+    OUT["new"] = rows_of({new!r}, "{pk} >= 0", {list(fields)!r})
+    OUT["n_src"] = Collection({src!r}).query(expr="", output_fields=["count(*)"], consistency_level="Strong")[0]["count(*)"]
+    OUT["n_new"] = Collection({new!r}).query(expr="", output_fields=["count(*)"], consistency_level="Strong")[0]["count(*)"]
+    """)
+    return report, sorted(got["src"], key=lambda r: r[pk]), sorted(got["new"], key=lambda r: r[pk]), \
+        (got["n_src"], got["n_new"])
+
+
+TOY = """
+def toy(name, parts=()):
+    c = Collection(name, CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
+                                           FieldSchema("v", DataType.VARCHAR, max_length=32),
+                                           FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]), shards_num=1)
+    for p in parts:
+        c.create_partition(p)
+    return c
+def put(c, pks, tag, partition=None):
+    c.insert([list(pks), [f"{tag}-{p}" for p in pks], [[float(p), float(len(tag))] for p in pks]], partition_name=partition)
+"""
+
+
+def test_incremental_capture_after_a_compaction(env, pm, milvus_server, s3_server):
+    """b1 of three small segments; Milvus compacts them (with their deletes) into one; b2 is
+    an incremental capture into the same target: it holds only the compacted segment's view,
+    restores to the source's rows, and b1 still restores to the rows it held."""
+    kv, keys, backup = env
+    src = f"cmp_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({src!r})
+    for k in range(3):
+        put(c, range(k * 40, k * 40 + 40), "a")
+        c.flush()
+    c.delete("pk in [1, 41, 81, 119]")
+    c.flush()
+    """))
+    doc1 = capture(milvus_server, s3_server, backup, src, bundle="b1")
+    pm(TOY + textwrap.dedent(f"""
+    import time
+    c = Collection({src!r})
+    c.create_index("vec", {{"index_type": "FLAT", "metric_type": "L2", "params": {{}}}})
+    utility.wait_for_index_building_complete({src!r})   # 2.3 compacts indexed segments only
+    c.compact()
+    c.wait_for_compaction_completed(timeout=120)
+    c.flush()
+    put(c, range(500, 510), "late")
+    c.flush()
+    """))
+    doc2 = capture(milvus_server, s3_server, backup, src, bundle="b2")
+    s1 = {e["segment_id"] for e in doc1["segments"]}
+    s2 = {e["segment_id"] for e in doc2["segments"]}
+    print(f"\nSEGMENTS b1 {sorted(s1)} b2 {sorted(s2)}")
+    assert s1 - s2, "Milvus did not compact: the test proves nothing"
+    report, a, b, (n_src, n_new) = _restore_bundle(env, pm, milvus_server, s3_server, src, "b2")
+    assert len(a) == 126 and a == b and n_src == n_new == report["count"] == 126
+    r1 = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                     restore.Request("default", src, "b1", f"r_{uuid.uuid4().hex[:10]}", poll=0.5))
+    assert r1["ok"] and r1["count"] == 116
+
+
+def test_renamed_and_recreated_between_captures_are_not_mixed(env, pm, milvus_server, s3_server):
+    """A is captured (b1), renamed to B, and a new A made with the same name: the next
+    capture of A (b2, same target) holds the new A only; B is captured under its own name;
+    each restores to its own rows."""
+    kv, keys, backup = env
+    a_name, b_name = f"ren_{uuid.uuid4().hex[:8]}", f"moved_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({a_name!r}, ["p1"])
+    put(c, range(0, 30), "old", "p1")
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, a_name, bundle="b1")
+    pm(TOY + textwrap.dedent(f"""
+    utility.rename_collection({a_name!r}, {b_name!r})
+    c = toy({a_name!r}, ["p1"])
+    put(c, range(100, 115), "new", "p1")
+    c.flush()
+    """))
+    doc2 = capture(milvus_server, s3_server, backup, a_name, bundle="b2")
+    doc3 = capture(milvus_server, s3_server, backup, b_name, bundle="b1")
+    assert doc2["source"]["collection_id"] != doc3["source"]["collection_id"]
+    assert all(p.split("/")[1] == str(doc2["source"]["collection_id"]) for p in doc2["files"] if "_log/" in p)
+    report, a, b, counts = _restore_bundle(env, pm, milvus_server, s3_server, a_name, "b2")
+    assert [r["pk"] for r in b] == list(range(100, 115)) and a == b and counts == (15, 15)
+    report, a, b, counts = _restore_bundle(env, pm, milvus_server, s3_server, b_name, "b1")
+    assert [r["pk"] for r in b] == list(range(0, 30)) and a == b and counts == (30, 30)
