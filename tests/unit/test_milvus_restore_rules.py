@@ -155,3 +155,11 @@ def test_verify_compares_arrays_binary_vectors_and_dynamic_keys_as_milvus_return
     assert restore._norm([{"hex": "dd06"}], bv) == restore._norm(b"\xdd\x06", bv)
     dyn = {"data_type": 23, "is_dynamic": True}
     assert restore._norm(None, dyn) == {} and restore._norm(b'{"a": 1}', dyn) == {"a": 1}
+
+
+def test_collection_properties_are_a_map_of_strings_or_refused():
+    assert restore._properties({"collection.ttl.seconds": "60"}) == {"collection.ttl.seconds": "60"}
+    assert restore._properties(None) == {}
+    for bad in ({"ttl": 60}, ["a"], {"k": "v" * 70000}):
+        with pytest.raises(restore.MilvusRestoreError, match="properties"):
+            restore._properties(bad)

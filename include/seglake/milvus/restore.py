@@ -296,8 +296,19 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     coll = doc["snapshot"]["collection"]
     return {"rid": rid, "uid": doc["uid"], "schema": schema, "converted": bool(doc.get("converted")), "shards": int(coll["shards"]),
             "consistency_level": int(coll.get("consistency_level", 0)),
+            "properties": _properties(coll.get("properties")),
             "partitions": [p["name"] for p in sorted(coll["partitions"], key=lambda p: p["partition_id"])],
             "indexes": doc["snapshot"].get("indexes", [])}
+
+
+def _properties(props) -> dict:
+    """The collection's properties (e.g. collection.ttl.seconds), given to the create call
+    itself (never altered afterwards: a refused property leaves no collection behind)."""
+    props = props or {}
+    if not isinstance(props, dict) or not all(isinstance(k, str) and isinstance(v, str) and len(k) <= 256
+                                               and len(v) <= 65536 for k, v in props.items()):
+        raise MilvusRestoreError(f"the collection's properties are not a map of strings: {str(props)[:200]}")
+    return dict(sorted(props.items()))
 
 
 def units(doc: dict, plan: dict) -> list[dict]:
@@ -338,7 +349,7 @@ def _create(recs: Records, client, target, req, plan) -> dict:
         else:
             client.one({"op": "create_full", "name": req.name, "schema": plan["schema"], "shards": plan["shards"],
                         "partitions": [p for p in plan["partitions"] if p != "_default"],
-                        "consistency_level": plan["consistency_level"]})
+                        "consistency_level": plan["consistency_level"], "properties": plan.get("properties", {})})
         got = _adopt(client, req.name, plan)
         rec = recs.move("created", collection_id=got["id"])
     return rec
