@@ -30,7 +30,7 @@ import sys
 #                                                data_type, is_primary_key, auto_id, type_params}],
 #                                                "partitions": [names], "indexes": [{field, index_name, params}]}
 #   {"op": "create_full", "name", "schema": {"fields": [...], "auto_id", "enable_dynamic_field",
-#    "description"}, "shards", "partitions": [..], "consistency_level", "properties"}   fields as in a Milvus
+#    "description"}, "shards", "partitions": [..], "consistency_level", "properties", "num_partitions" (a partition key)}   fields as in a Milvus
 #                                                capture (field_id order is the creation order)
 #   {"op": "import", "name", "partition", "files": [insert dir, delta dir], "options": {k: v}}
 #       the ImportRequest built by hand: pymilvus 2.3.5's do_bulk_insert forwards only the
@@ -132,7 +132,8 @@ def restore_op(op: dict):
                                   enable_dynamic_field=bool(sch.get("enable_dynamic_field")))
         coll = Collection(name, schema, shards_num=int(op["shards"]),
                           consistency_level=int(op.get("consistency_level", 0)),
-                          **({"properties": dict(op["properties"])} if op.get("properties") else {}))
+                          **({"properties": dict(op["properties"])} if op.get("properties") else {}),
+                          **({"num_partitions": int(op["num_partitions"])} if op.get("num_partitions") else {}))
         for p in op.get("partitions", []):
             if not coll.has_partition(p):
                 coll.create_partition(p)

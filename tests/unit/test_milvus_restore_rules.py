@@ -73,8 +73,15 @@ def test_schema_refusals_name_the_field():
     assert [f["name"] for f in restore.check_schema(schema_doc(ok))["fields"]] == ["pk", "vec"]
     with pytest.raises(restore.MilvusRestoreError, match="field 'sv' has data type SparseFloatVector"):
         restore.check_schema(schema_doc(ok + [F(102, "sv", 104, data_type_name="SparseFloatVector")]))
-    with pytest.raises(restore.MilvusRestoreError, match=r"field 'tenant' \(.*\) is a partition key"):
-        restore.check_schema(schema_doc(ok + [F(102, "tenant", 21, is_partition_key=True)]))
+    keyed = restore.check_schema(schema_doc(ok + [F(102, "tenant", 21, is_partition_key=True)]))
+    assert keyed["fields"][-1]["is_partition_key"]
+    with pytest.raises(restore.MilvusRestoreError, match=r"partition key field\(s\) \[\('t', 'Float'\)\]"):
+        restore.check_schema(schema_doc(ok + [F(102, "t", 10, is_partition_key=True, data_type_name="Float")]))
+    coll = {"partitions": [{"partition_id": 7, "name": "_default_1"}, {"partition_id": 6, "name": "_default_0"}]}
+    assert restore._partitions(coll, keyed) == ["_default_0", "_default_1"]
+    coll["partitions"].append({"partition_id": 9, "name": "p9"})
+    with pytest.raises(restore.MilvusRestoreError, match="not Milvus's _default_0"):
+        restore._partitions(coll, keyed)
     with pytest.raises(restore.MilvusRestoreError, match="not 100.. in order"):
         restore.check_schema(schema_doc([ok[0], F(105, "vec", 101, tp={"dim": "4"})]))
     with pytest.raises(restore.MilvusRestoreError, match="2 primary key fields"):

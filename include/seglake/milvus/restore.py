@@ -207,12 +207,12 @@ def check_schema(doc: dict) -> dict:
         if int(f["data_type"]) not in TYPES:
             raise MilvusRestoreError(f"schema: field {f['name']!r} has data type {f.get('data_type_name') or f['data_type']}, "
                                      f"which a restore into Milvus 2.3 does not support")
-        if f.get("is_partition_key"):
-            raise MilvusRestoreError(f"schema: field {f['name']!r} ({f.get('data_type_name') or TYPES.get(int(f['data_type']))}) "
-                                     f"is a partition key, which a restore into Milvus does not support (Milvus refuses "
-                                     f"a bulk insert into a named partition of such a collection); nothing was written")
         if int(f["data_type"]) in VECTOR_TYPES and not str((f.get("type_params") or {}).get("dim", "")).isdigit():
             raise MilvusRestoreError(f"schema: vector field {f['name']!r} has no dim")
+    keyed = [f for f in fields if f.get("is_partition_key")]
+    if len(keyed) > 1 or (keyed and int(keyed[0]["data_type"]) not in (5, 21)):
+        raise MilvusRestoreError(f"schema: partition key field(s) {[(f['name'], f.get('data_type_name')) for f in keyed]}: "
+                                 f"Milvus takes one, Int64 or VarChar")
     return {"fields": fields, "auto_id": bool(sch.get("auto_id")), "description": sch.get("description", ""),
             "enable_dynamic_field": bool(sch.get("enable_dynamic_field"))}
 
@@ -297,8 +297,27 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     return {"rid": rid, "uid": doc["uid"], "schema": schema, "converted": bool(doc.get("converted")), "shards": int(coll["shards"]),
             "consistency_level": int(coll.get("consistency_level", 0)),
             "properties": _properties(coll.get("properties")),
-            "partitions": [p["name"] for p in sorted(coll["partitions"], key=lambda p: p["partition_id"])],
+            "partitions": _partitions(coll, schema),
             "indexes": doc["snapshot"].get("indexes", [])}
+
+
+def _partitions(coll: dict, schema: dict) -> list[str]:
+    """The partitions by id. A partition-key collection's are Milvus's own, `_default_0` ..
+    `_default_{n-1}` (made by the create call with num_partitions=n, the key hashed over
+    them): the restore makes the same n, so each segment imports into the partition of its
+    name and every row lands where the key's hash puts it (2.3.5 takes a backup import into
+    a named partition of such a collection)."""
+    names = [p["name"] for p in sorted(coll["partitions"], key=lambda p: int(p["partition_id"]))]
+    if any(f.get("is_partition_key") for f in schema["fields"]):
+        want = [f"_default_{i}" for i in range(len(names))]
+        if sorted(names) != sorted(want) or not 1 <= len(names) <= 4096:
+            raise MilvusRestoreError(f"schema: a partition-key collection whose partitions {names[:8]} are not "
+                                     f"Milvus's _default_0.._default_{{n-1}}: a restore cannot remake them")
+    return names
+
+
+def partition_key(plan: dict) -> bool:
+    return any(f.get("is_partition_key") for f in plan["schema"]["fields"])
 
 
 def _properties(props) -> dict:
@@ -348,7 +367,8 @@ def _create(recs: Records, client, target, req, plan) -> dict:
                                f"it, and holds imports this restore did not make: not adopted")
         else:
             client.one({"op": "create_full", "name": req.name, "schema": plan["schema"], "shards": plan["shards"],
-                        "partitions": [p for p in plan["partitions"] if p != "_default"],
+                        "partitions": [] if partition_key(plan) else [p for p in plan["partitions"] if p != "_default"],
+                        **({"num_partitions": len(plan["partitions"])} if partition_key(plan) else {}),
                         "consistency_level": plan["consistency_level"], "properties": plan.get("properties", {})})
         got = _adopt(client, req.name, plan)
         rec = recs.move("created", collection_id=got["id"])
@@ -362,7 +382,8 @@ def _adopt(client, name: str, plan: dict) -> dict:
     have = [(f["name"], f["field_id"], f["data_type"], f["is_primary_key"]) for f in got["fields"]]
     if got.get("enable_dynamic_field", False) != plan["schema"]["enable_dynamic_field"]:
         have.append(("enable_dynamic_field", got.get("enable_dynamic_field")))
-    if have != want or got["shards"] != plan["shards"] or set(got["partitions"]) != set(plan["partitions"]) | {"_default"}:
+    parts = set(plan["partitions"]) | (set() if partition_key(plan) else {"_default"})
+    if have != want or got["shards"] != plan["shards"] or set(got["partitions"]) != parts:
         raise Conflict(f"collection {name!r} in Milvus is not the one this restore creates (fields {have}, shards "
                        f"{got['shards']}, partitions {got['partitions']}): refusing to import into it")
     return got
