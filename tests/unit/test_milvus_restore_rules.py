@@ -170,3 +170,10 @@ def test_collection_properties_are_a_map_of_strings_or_refused():
     for bad in ({"ttl": 60}, ["a"], {"k": "v" * 70000}):
         with pytest.raises(restore.MilvusRestoreError, match="properties"):
             restore._properties(bad)
+
+
+def test_the_smallest_int64_pk_is_asked_for_as_milvus_parses_it():
+    assert restore.pk_expr("pk", [1, -2]) == "pk in [1, -2]"
+    assert restore.pk_expr("pk", [-(2 ** 63), 5]) == "(pk in [5]) or (pk < -9223372036854775807)"
+    assert restore.pk_expr("pk", [-(2 ** 63)]) == "pk < -9223372036854775807"
+    assert restore.pk_expr("id", ['a"b']) == 'id in ["a\\"b"]'

@@ -612,7 +612,10 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
     fields = plan["schema"]["fields"]
     pk = next(f for f in fields if f.get("is_primary_key"))
     rnd = random.Random(plan["uid"])
-    sample = sorted(rnd.sample(sorted(visible, key=str), min(req.sample, len(visible))), key=str)
+    # Milvus 2.3.5 holds a row of pk 2**63-1 but no query by pk reaches it (`in`, `==`, ranges):
+    # count(*) judges it, the sample does not ask for it
+    askable = sorted((p for p in visible if p != INT64_MAX or isinstance(p, str)), key=str)
+    sample = sorted(rnd.sample(askable, min(req.sample, len(askable))), key=str)
     checked = 0
     if sample:
         cache: dict = {}
@@ -639,9 +642,8 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
                     f"{_norm(value(row, f), f)!r} in the bundle" for f in fields
                     if _norm(value(row, f), f) != _norm(got_value(r, f), f)]
 
-        lit = ", ".join(json.dumps(p) for p in sample)
         got: dict = {}           # a pk visible twice (inserted twice, never deleted): two rows
-        for r in client.one({"op": "query", "name": req.name, "expr": f"{pk['name']} in [{lit}]",
+        for r in client.one({"op": "query", "name": req.name, "expr": pk_expr(pk["name"], sample),
                              "output_fields": [f["name"] for f in fields],
                              "limit": sum(len(visible[p]) for p in sample) + 1}):
             got.setdefault(r[pk["name"]], []).append(r)
@@ -661,6 +663,20 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
             checked += 1
     return {"ok": not problems, "count": count, "visible_rows": n_visible, "sampled": checked,
             "problems": problems[:50]}
+
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def pk_expr(name: str, pks: list) -> str:
+    """`name in [...]` as Milvus's parser reads it. Its lexer reads "-9223372036854775808" as
+    minus 9223372036854775808, which is out of range: -2**63, the smallest Int64 (a pk Milvus
+    takes), is asked for as `name < -9223372036854775807` instead."""
+    rest = [p for p in pks if p != INT64_MIN or isinstance(p, str)]
+    parts = [f"{name} in [{', '.join(json.dumps(p) for p in rest)}]"] if rest else []
+    if len(rest) != len(pks):
+        parts.append(f"{name} < {INT64_MIN + 1}")
+    return " or ".join(f"({x})" for x in parts) if len(parts) > 1 else parts[0]
 
 
 def _norm(v, f: dict):
