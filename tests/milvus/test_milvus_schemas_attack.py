@@ -469,3 +469,23 @@ def test_int64_pks_at_both_ends_captured_from_milvus(env, pm, milvus_server, s3_
     """)
     restore_and_compare(env, pm, milvus_server, s3_server, src, pk="pk", expr=restore.pk_expr("pk", [-(2 ** 63), -(2 ** 63) + 1, -1, 0, 1, 2 ** 63 - 2, 2 ** 63 - 1]),
                         fields=["pk", "vec"], vec="vec", expect_rows=6)   # count(*) 7
+
+
+def test_scalar_indexes_and_a_cosine_index_with_their_names(env, pm, milvus_server, s3_server):
+    src = f"six_{uuid.uuid4().hex[:8]}"
+    pm(f"""
+    c = Collection({src!r}, CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
+                                              FieldSchema("n", DataType.INT64),
+                                              FieldSchema("s", DataType.VARCHAR, max_length=20),
+                                              FieldSchema("vec", DataType.FLOAT_VECTOR, dim=3)]), shards_num=1)
+    c.insert([list(range(80)), [i * 3 for i in range(80)], [f"s{{i}}" for i in range(80)],
+              [[float(i + 1), 1.0, float(i % 7)] for i in range(80)]])
+    c.flush()
+    c.create_index("vec", {{"index_type": "HNSW", "metric_type": "COSINE", "params": {{"M": 16, "efConstruction": 32}}}},
+                   index_name="my_vec_ix")
+    c.create_index("n", {{"index_type": "STL_SORT"}}, index_name="n_sorted")
+    c.create_index("s", {{"index_type": "Trie"}}, index_name="s_trie")
+    """)
+    restore_and_compare(env, pm, milvus_server, s3_server, src, pk="pk", expr="pk >= 0",
+                        fields=["pk", "n", "s", "vec"], vec="vec", metric="COSINE", sparams={"ef": 32},
+                        expect_rows=80, pk_matches=False)

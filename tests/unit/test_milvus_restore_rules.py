@@ -177,3 +177,11 @@ def test_the_smallest_int64_pk_is_asked_for_as_milvus_parses_it():
     assert restore.pk_expr("pk", [-(2 ** 63), 5]) == "(pk in [5]) or (pk < -9223372036854775807)"
     assert restore.pk_expr("pk", [-(2 ** 63)]) == "pk < -9223372036854775807"
     assert restore.pk_expr("id", ['a"b']) == 'id in ["a\\"b"]'
+
+
+def test_index_params_are_the_users_own_no_metric_invented_for_a_scalar_index():
+    assert restore._index_params({"index_params": {"index_type": "STL_SORT"}}) == {"index_type": "STL_SORT"}
+    assert restore._index_params({"user_index_params": {"index_type": "Trie"}}) == {"index_type": "Trie"}
+    got = restore._index_params({"index_params": {"index_type": "HNSW", "metric_type": "COSINE", "M": "16",
+                                                  "efConstruction": "32"}})
+    assert got == {"index_type": "HNSW", "metric_type": "COSINE", "params": {"M": 16, "efConstruction": 32}}

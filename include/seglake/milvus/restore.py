@@ -473,12 +473,18 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
 
 
 def _index_params(ix: dict) -> dict:
+    """The create_index params of a captured index, as the user gave them: a scalar index
+    (STL_SORT, Trie, ...) has no metric and no params, and gets none (an invented metric_type
+    L2 would differ from the source's index)."""
     p = dict(ix.get("user_index_params") or ix.get("index_params") or {})
-    out = {"index_type": p.pop("index_type", "FLAT"), "metric_type": p.pop("metric_type", "L2")}
+    out = {"index_type": p.pop("index_type", "FLAT")}
+    if "metric_type" in p:
+        out["metric_type"] = p.pop("metric_type")
     extra = p.pop("params", None)
     params = json.loads(extra) if isinstance(extra, str) and extra else dict(extra or {})
     params.update({k: (int(v) if str(v).isdigit() else v) for k, v in p.items() if k not in ("dim",)})
-    out["params"] = params
+    if params or "metric_type" in out:
+        out["params"] = params
     return out
 
 
