@@ -489,3 +489,44 @@ def test_scalar_indexes_and_a_cosine_index_with_their_names(env, pm, milvus_serv
     restore_and_compare(env, pm, milvus_server, s3_server, src, pk="pk", expr="pk >= 0",
                         fields=["pk", "n", "s", "vec"], vec="vec", metric="COSINE", sparams={"ef": 32},
                         expect_rows=80, pk_matches=False)
+
+
+def test_a_rerun_adopts_a_dynamic_partition_key_collection_it_made(env, pm, milvus_server, s3_server):
+    """The resume path of the new create call: a run killed after Milvus made the collection
+    re-reads it (`_adopt`: fields without `$meta`, the dynamic flag, the `_default_i`
+    partitions) and takes it as its own; a re-run of a verified restore imports nothing."""
+    from seglake.milvus.client import MilvusClient
+
+    kv, keys, backup = env
+    src, new = f"dk_{uuid.uuid4().hex[:8]}", f"r_{uuid.uuid4().hex[:10]}"
+    pm(f"""
+    fields = [FieldSchema("pk", DataType.INT64, is_primary=True),
+              FieldSchema("k", DataType.INT64, is_partition_key=True),
+              FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]
+    c = Collection({src!r}, CollectionSchema(fields, enable_dynamic_field=True), shards_num=2, num_partitions=3,
+                   properties={{"collection.ttl.seconds": "999999"}})
+    c.insert([{{"pk": i, "k": i % 4, "vec": [float(i), 0.5], "extra": {{"i": i}}}} for i in range(45)])
+    c.flush()
+    """)
+    capture(milvus_server, s3_server, backup, src)
+    target = target_of(milvus_server, s3_server)
+    req = restore.Request("default", src, "b1", new, poll=0.5)
+    plan = restore.check(kv, keys, backup, target, req)
+    rec = restore.Records(kv, keys, plan["rid"])
+    rec.create({"v": 1, "state": "creating", "bundle_uid": plan["uid"], "bundle": f"default.{src}/b1",
+                "name": new, "target": target.describe(), "created_at": 0})
+    c = MilvusClient(milvus_server.address)
+    c.one({"op": "create_full", "name": new, "schema": plan["schema"], "shards": plan["shards"], "partitions": [],
+           "num_partitions": len(plan["partitions"]), "consistency_level": plan["consistency_level"],
+           "properties": plan["properties"]})               # what the killed run had done
+    report = restore.run(kv, keys, backup, target, req)
+    assert report["state"] == "verified" and report["ok"] and report["count"] == 45, report
+    n = len(c.one({"op": "list_imports", "name": new}))
+    again = restore.run(kv, keys, backup, target, req)
+    assert again["state"] == "verified" and len(c.one({"op": "list_imports", "name": new})) == n
+    got = pm(f"""
+    for n in ({src!r}, {new!r}):
+        OUT[n] = rows_of(n, "pk >= 0", ["*"])
+    """)
+    assert sorted(got[src], key=lambda r: r["pk"]) == sorted(got[new], key=lambda r: r["pk"])
+    assert {r["pk"]: r["extra"] for r in got[new]}[44] == {"i": 44}
