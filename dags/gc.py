@@ -181,7 +181,8 @@ def gc():
         if doc.get("swept"):
             result["sweep"] = doc["swept"]
         print(engine.format_summary(result))
-        return {"run_id": prep["run_id"], "dry_run": prep["dry_run"], "candidates": doc["candidates"],
+        return {"run_id": prep["run_id"], "dry_run": prep["dry_run"], "swept": bool(doc.get("swept")),
+                "candidates": doc["candidates"],
                 "candidate_bytes": doc["candidate_bytes"], "by_collection_reason": doc["by_collection_reason"],
                 "unrecognised": doc["unrecognised"]["files"], "dropped": doc["dropped"],
                 **{k: (doc.get("swept") or {}).get(k, 0) for k in ("deleted", "deleted_bytes", "error_count")}}

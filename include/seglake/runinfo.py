@@ -143,9 +143,19 @@ def compaction_note(params: Mapping[str, Any], done: Mapping[str, Any] | None) -
 
 
 def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None = None,
-            names: Mapping[int, str] | None = None) -> str:
+            names: Mapping[int, str] | None = None, cleaned: bool = True) -> str:
+    """`summary`: the summary task's XCom (its `swept`: whether the report was swept, by either
+    engine); `swept`: the inline sweep's XCom; `cleaned`: whether the records step returned.
+    A real run whose sweep or records step did not run (marked success, skipped by hand) did
+    not do its work: FAILED, whatever the counts say."""
     if not summary:
         return "FAILED: gc did not finish, nothing was deleted unless the sweep ran (see the task logs)"
+    if not summary.get("dry_run") and swept is None and not summary.get("swept", True):
+        return _short(f"FAILED: gc: the sweep did not run, nothing was deleted of {summary.get('candidates', 0)} "
+                      f"candidates ({human_bytes(summary.get('candidate_bytes', 0))}); run gc again")
+    if not summary.get("dry_run") and not cleaned:
+        return _short("FAILED: gc: the records step did not run (stale snapshot and segment records not "
+                      "cleaned); " + gc_note(summary, swept, names))
     names = names or {}
     dry = bool(summary.get("dry_run"))
     per: dict[str, list[int]] = {}

@@ -111,7 +111,8 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
         if done:
             counters.update({"seglake.gc.deleted_files": int(done.get("deleted", 0)),
                              "seglake.gc.deleted_bytes": int(done.get("deleted_bytes", 0))})
-        return runinfo.gc_note(summary, swept, names), counters
+        cleaned = bool(summary) and (summary.get("dry_run") or ti.xcom_pull(task_ids="records") is not None)
+        return runinfo.gc_note(summary, swept, names, cleaned=cleaned), counters
     if kind == "snapshot_create":
         report = ti.xcom_pull(task_ids="report")
         counters = {"seglake.snapshot.created": 1, "seglake.snapshot.bytes": int(report["bytes"])} if report else {}

@@ -73,3 +73,30 @@ def test_a_snapshot_drop_marked_instead_of_run_ends_failed_and_a_real_one_green(
     assert meta.snapshots.find(meta.catalog.get_by_name("demo").collection_id, "gone") is not None   # not dropped
     run = load_dag("snapshot_drop").test(run_conf={"collection": "demo", "name": "gone"})
     assert run.state == "success", task_states(run)
+
+
+def _gc_orphans(meta, store):
+    import os
+    import time
+
+    coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=2, rows=40, dim=4))
+    snapshot.create(meta, store, "demo", "s")
+    orphans = [f"insert_log/{coll.collection_id}/9/{i}/100/1" for i in range(3)]
+    for k in orphans:
+        store.put(k, b"orphan")
+        t = time.time() - 3 * 86400
+        os.utime(os.path.join(store.uri, k), (t, t))
+    return orphans
+
+
+@pytest.mark.parametrize("pattern", [r"^sweep$", r"^(sweep|records)$", r"^records$"])
+def test_a_real_gc_whose_sweep_or_records_were_marked_instead_of_run_ends_failed(airflow_env, meta, store, pattern):
+    """A real GC (dry_run false) whose sweep was marked success by hand deleted nothing: its
+    summary said "deleted 0 files of 3 candidates" and the run was green."""
+    orphans = _gc_orphans(meta, store)
+    run = load_dag("gc").test(run_conf={"dry_run": False, "engine": "inline"}, mark_success_pattern=pattern)
+    states = task_states(run)
+    assert states["summary"] == "success", states
+    assert states["run_note"] == "failed" and run.state == "failed", states
+    if "sweep" in pattern:
+        assert all(store.exists(k) for k in orphans)

@@ -18,3 +18,13 @@ def test_the_inline_sweeps_xcom_still_wins_and_no_errors_says_nothing():
     swept = {"deleted": 5, "deleted_bytes": 5000, "error_count": 0}
     note = gc_note({**SPARK_SWEPT, "error_count": 0}, swept, {7: "c"})
     assert note.startswith("gc: deleted 5 files (4.9 KiB) of 5 candidates -- c:") and "could not" not in note, note
+
+
+def test_a_real_run_whose_sweep_or_records_did_not_run_is_failed():
+    """Marked success by hand: the counts say 0 deleted, the note must say the sweep did not run."""
+    note = gc_note({**SPARK_SWEPT, "swept": False, "deleted": 0, "deleted_bytes": 0}, None, {7: "c"})
+    assert note.startswith("FAILED: gc: the sweep did not run, nothing was deleted of 5 candidates"), note
+    note = gc_note({**SPARK_SWEPT, "swept": True}, None, {7: "c"}, cleaned=False)
+    assert note.startswith("FAILED: gc: the records step did not run"), note
+    dry = {**SPARK_SWEPT, "dry_run": True, "swept": False}
+    assert gc_note(dry, None, {7: "c"}, cleaned=False).startswith("gc DRY RUN")
