@@ -132,7 +132,7 @@ def wal_flush():
             pulled = ti.xcom_pull(task_ids="flush_inline")   # one mapped instance: its dict
             results = [pulled] if isinstance(pulled, dict) else [r for r in (pulled or []) if r]
         print(format_summary(results))
-        return {"pchannels": len(results), "segments": sum(r["segments"] for r in results),
+        return {"pchannels": len(results), "expected": len(prep["pchannels"]), "segments": sum(r["segments"] for r in results),
                 "rows": sum(r["rows"] for r in results), "bytes": sum(r["bytes"] for r in results),
                 "delta_logs": sum(r["delta_logs"] for r in results),
                 "checkpoints": {v: cp for r in results for v, cp in r["checkpoints"].items()}}

@@ -193,6 +193,10 @@ def wal_flush_note(summary: Mapping[str, Any] | None, pchannels: list | None = N
         return "wal_flush: no WAL pchannels, nothing to flush"
     if not summary:
         return "FAILED: wal_flush did not finish (see the task logs)"
+    if int(summary.get("pchannels", 0)) < int(summary.get("expected", 0)):   # a flush marked instead of run
+        return _short(f"FAILED: wal_flush flushed {summary.get('pchannels', 0)} of {summary['expected']} pchannels "
+                      f"(the others' flush did not run; run wal_flush again): {summary.get('segments', 0)} segments, "
+                      f"{summary.get('rows', 0)} rows")
     return _short(f"wal_flush: {summary.get('segments', 0)} segments flushed, {summary.get('rows', 0)} rows, "
                   f"{summary.get('delta_logs', 0)} delta logs, {human_bytes(summary.get('bytes', 0))} "
                   f"over {summary.get('pchannels', 0)} pchannels")
@@ -201,9 +205,15 @@ def wal_flush_note(summary: Mapping[str, Any] | None, pchannels: list | None = N
 def drop_note(params: Mapping[str, Any], summary: Mapping[str, Any] | None) -> str:
     if not summary:
         return _short(f"FAILED: drop_collection {params.get('collection')} did not finish (see the task logs)")
-    return _short(f"drop_collection {summary['collection']}: {summary['state']}, {summary['segments_dropped']} "
-                  f"segments ({summary['rows_dropped']} rows, {human_bytes(summary['bytes_awaiting_gc'])}) "
-                  "Dropped, files wait for GC's drop_tolerance")
+    facts = (f"{summary['segments_dropped']} segments ({summary['rows_dropped']} rows, "
+             f"{human_bytes(summary['bytes_awaiting_gc'])}) Dropped")
+    if summary["state"] != "Dropped":
+        if params.get("wait_for_flush", True):   # the wait or the finish was marked instead of run
+            return _short(f"FAILED: drop_collection {summary['collection']} is still {summary['state']} "
+                          f"(the drop did not finish; run drop_collection again): {facts}")
+        return _short(f"drop_collection {summary['collection']}: {summary['state']} (wait_for_flush is false: "
+                      f"a run after wal_flush releases its vchannels finishes the drop), {facts}")
+    return _short(f"drop_collection {summary['collection']}: Dropped, {facts}, files wait for GC's drop_tolerance")
 
 
 def schedule_note(policies: list | None, milvus: list | None) -> str:
@@ -221,7 +231,8 @@ def schedule_note(policies: list | None, milvus: list | None) -> str:
                      f"({sum(r['captured'].get('copied_bytes') or 0 for r in caught)} bytes copied), "
                      f"{sum(len(r.get('pruned') or []) for r in milvus)} bundles pruned, "
                      f"{sum(1 for r in milvus if (r.get('verify') or {}).get('ok'))} verified")
-    return _short("snapshot_schedule: " + "; ".join(parts))
+    # one half did not run (failed, or marked success instead of run): the run did not do its work
+    return _short(("FAILED: " if policies is None or milvus is None else "") + "snapshot_schedule: " + "; ".join(parts))
 
 
 def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:

@@ -100,3 +100,39 @@ def test_a_real_gc_whose_sweep_or_records_were_marked_instead_of_run_ends_failed
     assert states["run_note"] == "failed" and run.state == "failed", states
     if "sweep" in pattern:
         assert all(store.exists(k) for k in orphans)
+
+
+def test_a_wal_flush_whose_flush_was_marked_instead_of_run_ends_failed(airflow_env, meta, store):
+    """The flush marked success by hand: the summary counted 0 of 0 pchannels and the run was green."""
+    from dag_helpers import wal_ingest
+
+    wal_ingest(meta, store, airflow_env, "w1", 50)
+    run = load_dag("wal_flush").test(run_conf={"engine": "inline", "flush_all": True},
+                                     mark_success_pattern=r"^flush_inline$")
+    states = task_states(run)
+    assert states["summary"] == "success", states
+    assert states["run_note"] == "failed" and run.state == "failed", states
+    assert list(meta.segments.list(meta.catalog.get_by_name("w1").collection_id)) == []   # nothing flushed
+
+
+def test_a_drop_whose_finish_was_marked_instead_of_run_ends_failed(airflow_env, meta, store):
+    """wait_for_flush (the default) and the wait and finish marked success: the collection is still
+    Dropping, the note said "... Dropped, files wait for GC" and the run was green."""
+    from dag_helpers import wal_ingest
+
+    coll = wal_ingest(meta, store, airflow_env, "d1", 20, shards=1)
+    run = load_dag("drop_collection").test(run_conf={"collection": "d1"},
+                                           mark_success_pattern=r"^(wait_released|finish)$")
+    states = task_states(run)
+    assert states["summary"] == "success", states
+    assert meta.catalog.get(coll.collection_id).state == "Dropping"
+    assert states["run_note"] == "failed" and run.state == "failed", states
+
+
+def test_a_snapshot_schedule_whose_milvus_sources_were_marked_instead_of_run_ends_failed(airflow_env, meta, store):
+    run = load_dag("snapshot_schedule").test(run_conf={}, mark_success_pattern=r"^milvus_sources$")
+    states = task_states(run)
+    assert states["run_policies"] == "success", states
+    assert states["run_note"] == "failed" and run.state == "failed", states
+    run = load_dag("snapshot_schedule").test(run_conf={})
+    assert run.state == "success", task_states(run)

@@ -19,6 +19,21 @@ def test_a_wal_flush_with_no_pchannels_did_its_work():
     assert wal_flush_note(None, []) == "wal_flush: no WAL pchannels, nothing to flush"
     assert wal_flush_note(None, None).startswith("FAILED")
     assert wal_flush_note(None, ["p0"]).startswith("FAILED")   # channels listed, no summary: not finished
+    # a flush marked success instead of run: fewer pchannels flushed than prepared
+    assert wal_flush_note({"pchannels": 1, "expected": 2, "segments": 3, "rows": 9}).startswith(
+        "FAILED: wal_flush flushed 1 of 2 pchannels")
+    assert wal_flush_note({"pchannels": 2, "expected": 2}).startswith("wal_flush: 0 segments flushed")
+
+
+def test_the_drop_note_says_dropping_when_the_drop_did_not_finish():
+    from seglake.runinfo import drop_note
+
+    s = {"collection": "d1", "state": "Dropping", "segments_dropped": 0, "rows_dropped": 0, "bytes_awaiting_gc": 0}
+    assert drop_note({"collection": "d1"}, s).startswith("FAILED: drop_collection d1 is still Dropping")
+    waived = drop_note({"collection": "d1", "wait_for_flush": False}, s)
+    assert waived.startswith("drop_collection d1: Dropping (wait_for_flush is false") and "Dropped, files" not in waived
+    done = drop_note({"collection": "d1"}, {**s, "state": "Dropped", "segments_dropped": 2})
+    assert done.startswith("drop_collection d1: Dropped, 2 segments") and "wait for GC" in done
 
 
 def test_the_note_of_a_restore_to_a_time_says_what_the_replay_used():
@@ -44,4 +59,7 @@ def test_the_schedule_note_counts_milvus_captures_and_says_which_task_failed():
                                          "captured (4096 bytes copied), 1 bundles pruned, 1 verified")
     assert schedule_note([{}], []) == "snapshot_schedule: 1 retention policies run"
     assert "Milvus sources: FAILED" in schedule_note([], None)
+    # one half did not run (failed or marked success by hand): the note, hence the run, is FAILED
+    assert schedule_note([], None).startswith("FAILED: snapshot_schedule: 0 retention policies run")
+    assert schedule_note(None, []).startswith("FAILED: snapshot_schedule: retention policies: FAILED")
     assert schedule_note(None, None).startswith("FAILED")
