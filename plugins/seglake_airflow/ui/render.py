@@ -24,7 +24,8 @@ CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;color:#1f2933;background:#fff}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #d9e2ec}
 table{border-collapse:collapse;font-size:13px;width:100%} th,td{padding:4px 8px;text-align:left;
-border-bottom:1px solid #eef2f6;vertical-align:top} th{background:#f5f7fa;font-weight:600}
+border-bottom:1px solid #eef2f6;vertical-align:top;overflow-wrap:anywhere} th{background:#f5f7fa;font-weight:600}
+body,h2,#action-result{overflow-wrap:anywhere} th,td.n,.st,button{white-space:nowrap;overflow-wrap:normal}
 td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#7b8794;font-size:12px}
 .st{display:inline-block;padding:1px 6px;border-radius:8px;font-size:12px;background:#e4e7eb}
 .st.ok{background:#c6f7e2}.st.run{background:#bae3ff}.st.bad{background:#ffd0d0}.st.warn{background:#fff3c4}
