@@ -78,3 +78,34 @@ def test_a_backfill_of_gc_is_a_plain_400_and_other_backfills_go_to_airflow(api, 
     assert api.get("/api/v2/dags/gc/dagRuns").json()["total_entries"] == before
     r = api.post(path, json={"dag_id": "verify_collection", **window})
     assert r.status_code != 400 and "gc" not in str(r.json().get("detail")), r.text
+
+
+def test_a_seglake_run_is_not_marked_success_by_hand(api):
+    """Issue 27: the run's state is the lifecycle's outcome, decided by its run_note task.
+    Marking the whole run success by hand (Airflow marks every unfinished task success, the
+    run_note included, so it never runs) made a run green whose work never ran; so did
+    marking a failed run_note success. Both are refused with a plain 400 before any change;
+    marking it failed, setting its note and other DAGs stay Airflow's."""
+    r = api.post("/api/v2/dags/snapshot_drop/dagRuns",
+                 json={"logical_date": None, "conf": {"collection": "demo", "name": "s"}})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["dag_run_id"]
+    run = f"/api/v2/dags/snapshot_drop/dagRuns/{run_id}"
+    r = api.patch(run, json={"state": "success"})
+    assert r.status_code == 400, r.text
+    detail = r.json()["detail"]
+    assert detail.startswith("snapshot_drop: a run is not marked success by hand"), detail
+    assert api.get(run).json()["state"] == "queued"
+    r = api.patch(run, params={"update_mask": "state"}, json={"state": "success", "note": "x"})
+    assert r.status_code == 400, r.text
+    for mark in ("", "/dry_run"):   # the task's mark and its preview (what the UI's dialog asks first)
+        r = api.patch(f"{run}/taskInstances/run_note{mark}", json={"new_state": "success"})
+        assert r.status_code == 400 and "run_note" in r.json()["detail"], r.text
+    r = api.patch(run, params={"update_mask": "note"}, json={"note": "looked at it"})   # the note is free
+    assert r.status_code == 200 and r.json()["note"] == "looked at it", r.text
+    r = api.patch(run, json={"state": "failed"})   # stopping a run is Airflow's to do (here: 200)
+    assert r.status_code == 200, r.text
+    r = api.patch(f"{run}/taskInstances/drop/dry_run", json={"new_state": "success"})   # another task alone
+    assert r.status_code != 400, r.text
+    r = api.patch(f"{run}/taskInstances/drop/dry_run", json={"new_state": "success", "include_downstream": True})
+    assert r.status_code == 400 and "with its downstream" in r.json()["detail"], r.text

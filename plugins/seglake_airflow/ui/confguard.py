@@ -29,7 +29,37 @@ import re
 TRIGGER_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/?\Z")
 BACKFILL_PATH = re.compile(r"/api/v2/backfills(/dry_run)?/?\Z")   # the UI's backfill form posts here
 NO_BACKFILL = {"gc"}   # seglake DAGs a backfill is refused for (seglake.contract.refuse_gc_backfill)
+# marking a run, or its deciding task, success by hand (the run_note decides the state: issue 27)
+RUN_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/?\Z")
+TASK_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/taskInstances/(?P<task_id>[^/]+)"
+                       r"(?:/-?\d+)?(?:/dry_run)?/?\Z")
+NOTE_TASK = "run_note"
 MAX_BODY = 4 << 20
+
+
+def marked_success_error(dag_id: str, doc, query: str, task_id: str | None = None) -> str | None:
+    """The 400 for marking a seglake run success by hand: the whole run (every unfinished
+    task becomes success, the run_note included, so the outcome is never read), the
+    run_note itself, or any task with its downstream (the run_note is downstream of every
+    task). None for anything else (marking failed, a note, another DAG, another task)."""
+    from urllib.parse import parse_qs
+
+    if not _seglake_dag(dag_id) or not isinstance(doc, dict):
+        return None
+    why = ("its state is the lifecycle's outcome, which its run_note task reads from what the run did "
+           "(a run marked success skips that, and would show green work that never ran); to stop it mark it "
+           "failed; to decide again clear the tasks that did not run")
+    if task_id is None:
+        mask = [m for v in parse_qs(query).get("update_mask", []) for m in v.split(",")]
+        if str(doc.get("state", "")).lower() == "success" and (not mask or "state" in mask):
+            return f"{dag_id}: a run is not marked success by hand: {why}"
+        return None
+    if str(doc.get("new_state", "")).lower() != "success":
+        return None
+    if task_id == NOTE_TASK or doc.get("include_downstream"):
+        what = "its run_note task" if task_id == NOTE_TASK else f"task {task_id} with its downstream (the run_note)"
+        return f"{dag_id}: {what} is not marked success by hand: the run_note decides the run's state: {why}"
+    return None
 
 
 def conf_error(dag_id: str, conf, gc_floor=None) -> str | None:
@@ -68,7 +98,11 @@ class ConfGuard:
         path = scope.get("path", "") if scope.get("type") == "http" else ""
         m = TRIGGER_PATH.search(path)
         backfill = m is None and BACKFILL_PATH.search(path) is not None
-        if (m is None and not backfill) or scope.get("method") != "POST":
+        marked = None
+        if scope.get("method") == "PATCH":
+            marked = TASK_PATH.search(path) or RUN_PATH.search(path)
+            m = backfill = None
+        if marked is None and ((m is None and not backfill) or scope.get("method") != "POST"):
             await self.app(scope, receive, send)
             return
         chunks, size, more = [], 0, True
@@ -89,7 +123,13 @@ class ConfGuard:
         except ValueError:
             doc = None   # Airflow answers malformed JSON itself
         error = None
-        if backfill:
+        if marked is not None:
+            dag_id = marked.group("dag_id")
+            task_id = marked.groupdict().get("task_id")
+            query = scope.get("query_string", b"").decode("latin-1")
+            if marked_success_error(dag_id, doc, query, task_id) and await _may_trigger(scope, dag_id, "PUT"):
+                error = marked_success_error(dag_id, doc, query, task_id)
+        elif backfill:
             dag_id = doc.get("dag_id") if isinstance(doc, dict) else None
             if isinstance(dag_id, str) and dag_id in NO_BACKFILL and await _may_trigger(scope, dag_id):
                 from seglake.contract import GC_BACKFILL_REFUSED
@@ -127,7 +167,7 @@ def _check(dag_id: str, conf) -> str | None:
         return f"{dag_id}: refused before any run: the settings are invalid: {e}"
 
 
-async def _may_trigger(scope, dag_id: str) -> bool:
+async def _may_trigger(scope, dag_id: str, method: str = "POST") -> bool:
     """True only for a caller Airflow would let trigger this DAG (bearer token, else the
     session cookie). Anyone else goes on to Airflow unchanged and gets its 401/403: an
     anonymous caller learns nothing about the DAG's keys from us."""
@@ -156,7 +196,7 @@ async def _may_trigger(scope, dag_id: str) -> bool:
         return False
     try:
         user = await manager.get_user_from_token(token.strip())
-        return bool(manager.is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
+        return bool(manager.is_authorized_dag(method=method, access_entity=DagAccessEntity.RUN,
                                               details=DagDetails(id=dag_id), user=user))
     except Exception:  # noqa: BLE001 - expired, forged, unknown: Airflow answers it
         return False
