@@ -109,3 +109,6 @@ def test_a_seglake_run_is_not_marked_success_by_hand(api):
     assert r.status_code != 400, r.text
     r = api.patch(f"{run}/taskInstances/drop/dry_run", json={"new_state": "success", "include_downstream": True})
     assert r.status_code == 400 and "with its downstream" in r.json()["detail"], r.text
+    r = api.patch(f"{run}/taskInstances", json={"actions": [{"action": "update", "entities": [
+        {"task_id": "run_note", "new_state": "success"}]}]})   # the bulk door (the grid's multi-select)
+    assert r.status_code == 400 and "run_note" in r.json()["detail"], r.text

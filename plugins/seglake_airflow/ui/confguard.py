@@ -33,6 +33,9 @@ NO_BACKFILL = {"gc"}   # seglake DAGs a backfill is refused for (seglake.contrac
 RUN_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/?\Z")
 TASK_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/taskInstances/(?P<task_id>[^/]+)"
                        r"(?:/-?\d+)?(?:/dry_run)?/?\Z")
+GROUP_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/taskGroupInstances/"
+                        r"(?P<task_id>[^/]+)(?:/dry_run)?/?\Z")   # a group marked: only its downstream matters here
+BULK_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/taskInstances/?\Z")
 NOTE_TASK = "run_note"
 MAX_BODY = 4 << 20
 
@@ -45,6 +48,15 @@ def marked_success_error(dag_id: str, doc, query: str, task_id: str | None = Non
     from urllib.parse import parse_qs
 
     if not _seglake_dag(dag_id) or not isinstance(doc, dict):
+        return None
+    if task_id == "*bulk*":   # PATCH .../taskInstances: {"actions": [{"action": "update", "entities": [...]}]}
+        for action in doc.get("actions") or []:
+            if isinstance(action, dict) and action.get("action") == "update":
+                for entity in action.get("entities") or []:
+                    if isinstance(entity, dict) and isinstance(entity.get("task_id"), str):
+                        said = marked_success_error(dag_id, entity, "", entity["task_id"])
+                        if said:
+                            return said
         return None
     why = ("its state is the lifecycle's outcome, which its run_note task reads from what the run did "
            "(a run marked success skips that, and would show green work that never ran); to stop it mark it "
@@ -100,7 +112,9 @@ class ConfGuard:
         backfill = m is None and BACKFILL_PATH.search(path) is not None
         marked = None
         if scope.get("method") == "PATCH":
-            marked = TASK_PATH.search(path) or RUN_PATH.search(path)
+            marked = TASK_PATH.search(path) or GROUP_PATH.search(path) or RUN_PATH.search(path)
+            if marked is None and BULK_PATH.search(path):
+                marked = BULK_PATH.search(path)
             m = backfill = None
         if marked is None and ((m is None and not backfill) or scope.get("method") != "POST"):
             await self.app(scope, receive, send)
@@ -125,7 +139,7 @@ class ConfGuard:
         error = None
         if marked is not None:
             dag_id = marked.group("dag_id")
-            task_id = marked.groupdict().get("task_id")
+            task_id = marked.groupdict().get("task_id") or ("*bulk*" if marked.re is BULK_PATH else None)
             query = scope.get("query_string", b"").decode("latin-1")
             if marked_success_error(dag_id, doc, query, task_id) and await _may_trigger(scope, dag_id, "PUT"):
                 error = marked_success_error(dag_id, doc, query, task_id)
