@@ -183,6 +183,9 @@ def snapshot_note(params: Mapping[str, Any], report: Mapping[str, Any] | None) -
     if not report:
         return _short(f"FAILED: snapshot {params.get('collection')}/{params.get('name')} was not committed "
                       "(see the task logs)")
+    if report.get("state") != "COMMITTED":   # the write or the wait was marked instead of run
+        return _short(f"FAILED: snapshot {report['collection']}/{report['name']} is {report.get('state')}, not "
+                      f"COMMITTED (its manifests were not written by this run; run snapshot_create again)")
     return _short(f"snapshot {report['collection']}/{report['name']}: {report['state']}, {report['segments']} "
                   f"segments, {report['rows']} rows, {human_bytes(report['bytes'])}")
 

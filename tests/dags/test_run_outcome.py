@@ -136,3 +136,14 @@ def test_a_snapshot_schedule_whose_milvus_sources_were_marked_instead_of_run_end
     assert states["run_note"] == "failed" and run.state == "failed", states
     run = load_dag("snapshot_schedule").test(run_conf={})
     assert run.state == "success", task_states(run)
+
+
+def test_a_snapshot_create_whose_write_and_wait_were_marked_instead_of_run_ends_failed(airflow_env, meta, store):
+    """The manifests never written, the snapshot still PENDING: the report read it from etcd and
+    the note said "snapshot demo/s: PENDING, ..." on a green run."""
+    demo.seed(meta, store, demo.SeedParams(partitions=1, segments=2, rows=40, dim=4))
+    run = load_dag("snapshot_create").test(run_conf={"collection": "demo", "name": "s", "engine": "inline"},
+                                           mark_success_pattern=r"^(write_inline|wait_committed)$")
+    states = task_states(run)
+    assert states["report"] == "success", states
+    assert states["run_note"] == "failed" and run.state == "failed", states
