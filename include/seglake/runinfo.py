@@ -90,6 +90,9 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
                       f"{replay.get('vchannels', 0)} vchannels done (a re-run resumes it); {facts}")
     if compared is None:
         return _short(f"FAILED: {head}: copy job {job.get('state')} but verify/compare did not pass; {facts}")
+    if job.get("state") != "Completed":   # a check passed on a partly copied target (copy steps marked)
+        return _short(f"FAILED: {head}: copy job {job.get('job_id')} is {job.get('state')}, not Completed "
+                      f"(its copy did not finish; resume it); {facts}")
     if "as_of_utc" in compared:   # a restore to a time (seglake.lifecycle.pitr.summary): what the replay used
         base = f"snapshot {compared['snapshot']}" if compared.get("snapshot") else "the collection's creation"
         if compared.get("archive"):

@@ -147,3 +147,19 @@ def test_a_snapshot_create_whose_write_and_wait_were_marked_instead_of_run_ends_
     states = task_states(run)
     assert states["report"] == "success", states
     assert states["run_note"] == "failed" and run.state == "failed", states
+
+
+
+def test_a_restore_note_with_a_result_but_an_unfinished_job_is_failed():
+    """copy_segment_job has no compare: a verify that passed on a partly copied target (its copy
+    steps marked success by hand) left a result beside a job still Executing; the note read
+    as a finished restore. (Driven through dag.test() the verify group completed the job:
+    the rule is checked here on the note.)"""
+    from seglake.runinfo import restore_note
+
+    job = {"job_id": 7, "state": "Executing", "engine": "inline", "total_rows": 80,
+           "progress": {"copied_segments": 1, "total_segments": 2, "copied_bytes": 10}}
+    note = restore_note({"collection": "demo", "snapshot": "s1", "target": "t1"}, {"files_checked": 1}, job)
+    assert note.startswith("FAILED: restore demo/s1 -> t1: copy job 7 is Executing, not Completed"), note
+    assert not restore_note({"collection": "demo", "snapshot": "s1", "target": "t1"}, {"files_checked": 1},
+                            {**job, "state": "Completed"}).startswith("FAILED")
