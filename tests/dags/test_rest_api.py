@@ -523,3 +523,23 @@ def test_milvus_sources_are_set_and_cleared_through_the_api(client, h, world):
     r = client.delete(f"{API}/milvus/sources/prod", headers=h)
     assert r.status_code == 404 and "no Milvus source 'prod'" in r.json()["detail"], r.text
     assert client.get(f"{API}/milvus", headers=h).json()["sources"] == []
+
+
+@pytest.mark.parametrize("paused,expected", [
+    (None, "created: run manual__x of gc is queued; whether the DAG gc is paused is unknown"),
+    (True, "queued: the DAG gc is paused"),
+    (False, "started: run manual__x of gc is queued"),
+])
+def test_the_answer_never_says_started_when_airflow_did_not_say_the_dag_runs(client, h, world, monkeypatch,
+                                                                              paused, expected):
+    """When Airflow does not answer whether the DAG is paused, the answer said "started"
+    (a run of a paused DAG sits queued): it says it does not know instead."""
+    import httpx
+
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    monkeypatch.setattr(httpx, "get", lambda url, **kw: httpx.Response(
+        500, text="no") if paused is None else httpx.Response(200, json={"is_paused": paused}))
+    r = client.post(f"{API}/gc/dry-run", json={"collection": "api_coll"}, headers=h)
+    assert r.status_code == 201, r.text
+    assert r.json()["dag_paused"] is paused and r.json()["message"].startswith(expected), r.json()

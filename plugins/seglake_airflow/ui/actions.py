@@ -128,7 +128,10 @@ SCRIPT = r"""
       }
       if (d.run_url) {
         var link = "<a class=\"action-run\" href=\".." + esc(d.run_url) + "\">" + esc(d.dag_id + " " + d.dag_run_id) + "</a>";
-        var html = esc(f.dataset.label) + ": " + (d.dag_paused ? "queued " : "started ") + link;
+        var html = esc(f.dataset.label) + ": " + (d.dag_paused === false ? "started " : d.dag_paused ? "queued " : "created ") + link;
+        if (d.dag_paused !== true && d.dag_paused !== false) {   // Airflow did not say: never claim it runs
+          html += ' <span class="paused">&mdash; whether the DAG ' + esc(d.dag_id) + " is paused is unknown: check its page</span>";
+        }
         if (d.dag_paused) {
           html += ' <span class="paused">&mdash; the DAG ' + esc(d.dag_id) + " is paused: the run waits until it is unpaused" +
             (d.can_unpause ? ' <form class="act" data-method="POST" data-path="dags/' + esc(encodeURIComponent(d.dag_id)) +

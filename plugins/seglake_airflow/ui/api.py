@@ -482,6 +482,9 @@ def create_api():
             message = (f"queued: the DAG {dag_id} is paused, so the run waits until it is unpaused"
                        + (" (POST /dags/%s/unpause, or the toggle on the DAG's page)" % dag_id if may
                           else "; ask an operator who may edit the DAG to unpause it"))
+        elif paused is None:   # Airflow did not say: never claim the run is under way
+            message = (f"created: run {run_id} of {dag_id} is {run.get('state') or 'created'}; whether the DAG "
+                       f"{dag_id} is paused is unknown (Airflow did not answer): check its page")
         else:
             message = f"started: run {run_id} of {dag_id} is {run.get('state') or 'created'}"
         return {"dag_id": dag_id, "dag_run_id": run_id, "state": run.get("state"), "conf": checked,
