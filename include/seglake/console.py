@@ -250,18 +250,33 @@ def compaction_history(meta: Meta, last: int = HISTORY_ON_PAGE) -> dict:
 
 
 # -- backup: exports, the last verification of each bundle, pins, retention policies ------------
+def export_health(e: dict, live_pins: set) -> dict:
+    """A "running" export is alive while its pin is (the export renews it every lease / 4;
+    a killed export renews nothing and its record stays "running" for ever): health
+    running | stopped (with a note saying what to do) | finished."""
+    if e.get("state") != "running":
+        return {"health": "finished", "stopped_note": None}
+    if e.get("pin_id") in live_pins:
+        return {"health": "running", "stopped_note": None}
+    return {"health": "stopped",
+            "stopped_note": "no export is running: its worker stopped renewing its pin (killed or lost); "
+                            "run snapshot_export again (files already in the target are not copied again)"}
+
+
 def backup(meta: Meta, now: float) -> dict:
     from seglake.lifecycle import retention, snapshot
     from seglake.lifecycle.backup import export, verify
 
     checked = {(v["db"], v["collection"], v["bundle"]): v for v in verify.list_verifications(meta)}
+    pins = snapshot.list_pins(meta, now=now)
+    live = {p["pin_id"] for p in pins}
     exports = []
     for e in sorted(export.list_exports(meta), key=lambda e: -(e.get("finished_at") or e.get("started_at") or 0)):
         v = checked.get((e["db"], e["collection"], e["bundle"]))
-        exports.append({**e, "verified_ok": None if v is None else v["ok"],
+        exports.append({**e, **export_health(e, live), "verified_ok": None if v is None else v["ok"],
                         "verified_at": None if v is None else v["checked_at"]})
     from seglake.lifecycle.backup import archive
-    return {"exports": exports, "pins": snapshot.list_pins(meta, now=now),
+    return {"exports": exports, "pins": pins,
             "policies": retention.list_policies(meta), "archive": archive.status(meta, now_ms=now * 1000),
             "pitr": _pitr_cost(meta, now), "replays": _replays(meta)}
 

@@ -19,7 +19,8 @@ def busy(data: dict) -> bool:
     """Something runs: a copy job not finished, or an export in progress."""
     jobs = (data.get("jobs") or {}).get("rows") or []
     exports = (((data.get("backup") or {}).get("rows")) or {}).get("exports") or []
-    return any(not j.get("terminal", True) for j in jobs) or any(e.get("state") == "running" for e in exports)
+    return any(not j.get("terminal", True) for j in jobs) or any(e.get("state") == "running" and e.get("health", "running") == "running"
+                                                                     for e in exports)
 CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;color:#1f2933;background:#fff}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #d9e2ec}
@@ -39,7 +40,7 @@ form.act button{font-size:12px;padding:1px 6px;cursor:pointer}
 """
 OK = {"Created", "COMMITTED", "Completed", "Flushed", "committed", "OK", "verified"}
 RUN = {"Executing", "InProgress", "PENDING", "Pending", "Importing", "running"}
-BAD = {"Failed", "Dropped", "Dropping", "DELETING", "failed", "BAD"}
+BAD = {"Failed", "Dropped", "Dropping", "DELETING", "failed", "BAD", "stopped"}
 
 
 def human_bytes(n: float | None) -> str:
@@ -276,7 +277,9 @@ def _backup(b: dict) -> str:
         ["collection", "bundle", "snapshot", "state", "files", "size", "copied", "finished (UTC)", "target",
          "last verification"],
         [[escape(f"{e['db']}.{e['collection']}"), escape(e["bundle"]), escape(str(e.get("snapshot", ""))),
-          _state(e["state"]), str(e.get("files", "-")), human_bytes(e["bytes"]) if "bytes" in e else "-",
+          (_state("stopped") + f' <span class="muted">{escape(e["stopped_note"])}</span>'
+           if e.get("health") == "stopped" else _state(e["state"])),
+          str(e.get("files", "-")), human_bytes(e["bytes"]) if "bytes" in e else "-",
           human_bytes(e["copied_bytes"]) if "copied_bytes" in e else "-",
           escape(utc(e.get("finished_at"))), f'<span class="muted">{escape(str(e.get("target", "")))}</span>',
           verified(e)] for e in b["exports"]],
