@@ -328,11 +328,31 @@ def milvus(meta: Meta, now: float) -> dict:
             continue
         rep = rec.get("report") if isinstance(rec.get("report"), dict) else {}
         tgt = rec.get("target") if isinstance(rec.get("target"), dict) else {}
-        restores.append({"restore_id": kv.key.rsplit("/", 1)[-1], **{k: rec.get(k) for k in RESTORE_FIELDS},
+        rid = kv.key.rsplit("/", 1)[-1]
+        restores.append({"restore_id": rid, **{k: rec.get(k) for k in RESTORE_FIELDS},
                          "address": str(tgt.get("address") or ""), "count": _int(rep.get("count")),
-                         "visible_rows": _int(rep.get("visible_rows")), "ok": rep.get("ok") if rep else None})
+                         "visible_rows": _int(rep.get("visible_rows")), "ok": rep.get("ok") if rep else None,
+                         **_restore_segments(meta, rid)})
     restores.sort(key=lambda r: -(_num(r.get("created_at")) or 0))
     return {"sources": [{k: v for k, v in d.items()} for d in srcs], "captures": caps, "restores": restores}
+
+
+def _restore_segments(meta: Meta, rid: str) -> dict:
+    """How far a restore into Milvus is: its segment records (staged, importing, imported,
+    failed) counted. Unreadable records count in the total only."""
+    states: Counter = Counter()
+    try:
+        items = list(meta.kv.range(meta.keys.milvus_restore_segments_prefix(rid)))
+    except ValueError:   # a restore id the key layout refuses: no segment records to count
+        items = []
+    for item in items:
+        try:
+            rec = json.loads(item.value)
+        except ValueError:
+            rec = None
+        states[rec.get("state") if isinstance(rec, dict) else None] += 1
+    return {"segments_total": sum(states.values()), "segments_imported": states["imported"],
+            "segments_failed": states["failed"]}
 
 
 def _num(v) -> float | None:

@@ -247,6 +247,9 @@ class MilvusRestore(Open):
     visible_rows: Optional[int] = None
     created_at: Optional[float] = None
     verified_at: Optional[float] = None
+    segments_total: int = Field(0, description="segments of the bundle this restore imports (0: not planned yet)")
+    segments_imported: int = Field(0, description="of those, imported into Milvus so far")
+    segments_failed: int = Field(0, description="of those, failed (a re-run retries them)")
 
 
 class MilvusOverview(BaseModel):

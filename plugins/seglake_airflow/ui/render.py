@@ -357,13 +357,20 @@ def _milvus(m: dict) -> str:
                    for c in m.get("captures", [])],
                   numeric={4, 5, 6, 7}, empty="no captures recorded (milvus_backup DAG, `seglake milvus backup`, "
                                               "or a source's schedule)")
-    rest = _table(["restore", "bundle", "into", "Milvus", "state", "count(*)", "started (UTC)", "verified (UTC)"],
+    def segs(r: dict) -> str:
+        if not r.get("segments_total"):
+            return "-"
+        failed = f", {r['segments_failed']} failed" if r.get("segments_failed") else ""
+        return f"{r.get('segments_imported', 0)} of {r['segments_total']} imported{failed}"
+    rest = _table(["restore", "bundle", "into", "Milvus", "state", "segments", "count(*)", "started (UTC)",
+                   "verified (UTC)"],
                   [[f'<span class="runid">{escape(str(r["restore_id"]))}</span>', escape(str(r.get("bundle"))),
                     escape(str(r.get("name"))), escape(r.get("address") or "-"), _state(str(r.get("state"))),
+                    segs(r),
                     "-" if r.get("count") is None else f"{r['count']:,} of {r.get('visible_rows')}",
                     escape(utc(r.get("created_at"))), escape(utc(r.get("verified_at")))]
                    for r in m.get("restores", [])],
-                  numeric={5}, empty="no restores into Milvus (milvus_restore DAG, `seglake milvus restore`)")
+                  numeric={6}, empty="no restores into Milvus (milvus_restore DAG, `seglake milvus restore`)")
     return '<h3>Sources</h3>' + srcs + '<h3>Captures</h3>' + caps + '<h3>Restores into Milvus</h3>' + rest
 
 
