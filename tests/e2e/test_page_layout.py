@@ -31,3 +31,30 @@ def test_the_longest_names_do_not_push_the_page_wider_than_the_window(meta, stor
         # every action button of the snapshot's row is inside the window
         right = b.js("Math.max(...[...document.querySelectorAll('button')].map(e => e.getBoundingClientRect().right))")
         assert right <= wide[1], right
+
+
+def test_the_result_line_says_when_its_run_was_deleted_from_airflow(meta, store, tmp_path):
+    """The last action's line follows its run through Airflow's API while it lasts. A run
+    deleted from Airflow answered 404, which the page took as "not finished yet": the line
+    kept saying "started <run>" and the page kept reloading every 2 s, for ever."""
+    import json
+
+    from cdp import Browser
+    from seglake_airflow.ui.render import render_page
+
+    page = tmp_path / "page.html"
+    page.write_text(render_page(console.overview(meta, store)), encoding="utf-8")
+    last = {"html": "snapshot: started <a class=\"action-run\" href=\"#\">snapshot_create manual__1</a>", "cls": "ok",
+            "at": 0, "run": {"dag_id": "snapshot_create", "run_id": "manual__1"}}
+    setup = (f"sessionStorage.getItem('seglake-last-action') || sessionStorage.setItem('seglake-last-action', "
+             f"JSON.stringify({json.dumps(last)}));"
+             "window.fetch = function (url) { window.asked = String(url);"
+             " return Promise.resolve(new Response('{\"detail\": \"Not Found\"}', {status: 404})); };")
+    with Browser(timeout=20) as b:
+        b.send("Page.addScriptToEvaluateOnNewDocument", {"source": setup})
+        b.open(page.as_uri())
+        b.wait_text("snapshot_create manual__1")
+        b.wait_text("no longer exists in Airflow")
+        assert "dagRuns/manual__1" in b.js("window.asked")
+        line = b.text("#action-result")
+        assert "deleted" in line and "started" not in line.split("snapshot_create manual__1")[1], line

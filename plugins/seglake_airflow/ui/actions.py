@@ -47,10 +47,15 @@ SCRIPT = r"""
       if (l.cls === "warn") pauseUntil = Date.now() + 60000;   // a paused DAG: time to unpause
       follow = true;
       fetch("../api/v2/dags/" + encodeURIComponent(l.run.dag_id) + "/dagRuns/" + encodeURIComponent(l.run.run_id),
-            {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; }).then(function (run) {
-        if (!run || FINAL.indexOf(run.state) < 0) return;
+            {credentials: "same-origin"}).then(function (r) {
+        // 404: the run was deleted from Airflow (not "still running": that would follow it for ever)
+        return r.status === 404 ? {state: "deleted"} : r.ok ? r.json() : null;
+      }).then(function (run) {
+        if (!run || (FINAL.indexOf(run.state) < 0 && run.state !== "deleted")) return;
         l.endedAt = Date.now();
-        l.html += ' <span class="run-ended">(ended ' + esc(run.state) + ")</span>";
+        l.html += run.state === "deleted" ? ' <span class="run-ended">(the run no longer exists in Airflow: ' +
+          "it was deleted; what it did so far stays, see the tables below)</span>"
+          : ' <span class="run-ended">(ended ' + esc(run.state) + ")</span>";
         l.cls = run.state === "success" ? "ok" : "err";
         save(l); show(l.html, l.cls);
       }).catch(function () {});
