@@ -4,6 +4,8 @@ tokens are refused; bad input is one plain sentence (HTTP 400) before any change
 work; a browser session cannot change anything without the anti-CSRF header. Mutations
 that create DAG runs are driven over real HTTP in tests/e2e/test_page_actions.py."""
 
+import json
+
 import pytest
 
 from seglake.dev import demo
@@ -543,3 +545,16 @@ def test_the_answer_never_says_started_when_airflow_did_not_say_the_dag_runs(cli
     r = client.post(f"{API}/gc/dry-run", json={"collection": "api_coll"}, headers=h)
     assert r.status_code == 201, r.text
     assert r.json()["dag_paused"] is paused and r.json()["message"].startswith(expected), r.json()
+
+
+def test_a_json_body_sent_without_its_content_type_is_told_so(client, h, world):
+    """`curl -d '{...}'` sends Content-Type application/x-www-form-urlencoded: the answer was
+    "the body must be a JSON object, got b'{\"collection\": ...'" about a body that is one."""
+    for headers in ({}, {"Content-Type": "application/x-www-form-urlencoded"}, {"Content-Type": "text/plain"}):
+        r = client.post(f"{API}/snapshots", headers={**h, **headers},
+                        content=json.dumps({"collection": "api_coll", "name": "n1"}))
+        assert r.status_code == 400, r.text
+        detail = r.json()["detail"]
+        assert "Content-Type: application/json" in detail and "must be a JSON object" not in detail, detail
+    r = client.post(f"{API}/snapshots", headers={**h, "Content-Type": "application/json"}, content="[1]")
+    assert r.status_code == 400 and "the body must be a JSON object, got [1]" in r.json()["detail"], r.text

@@ -335,7 +335,13 @@ def create_api():
             elif err.get("type") == "json_invalid":
                 problems.append(f"the body is not valid JSON ({(err.get('ctx') or {}).get('error', 'decode error')})")
             elif field == "body" and err.get("type") in ("model_type", "model_attributes_type", "dict_type"):
-                problems.append(f"the body must be a JSON object, got {_short(err.get('input'))}")
+                ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+                if isinstance(err.get("input"), (bytes, str)) and not ctype.endswith("json"):
+                    # FastAPI reads a body as JSON only under a JSON content type (curl -d sends a form's)
+                    problems.append("send the body as JSON with the header Content-Type: application/json "
+                                    f"(got {ctype or 'no Content-Type'})")
+                else:
+                    problems.append(f"the body must be a JSON object, got {_short(err.get('input'))}")
             else:
                 why = (f"allowed: {NAME_RULE}" if err.get("type") == "string_pattern_mismatch"
                        else "allowed: a JSON number" if err.get("type") in ("float_type", "int_type")
