@@ -35,7 +35,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#7b8794;fo
 .runid{font-family:ui-monospace,monospace;font-size:12px;font-weight:normal}
 form.act{display:inline-flex;gap:4px;margin:0 6px 2px 0} form.act input{font-size:12px;padding:1px 4px}
 form.act button{font-size:12px;padding:1px 6px;cursor:pointer}
-#read-only{color:#8d5b00} #action-result{min-height:18px;margin:6px 0} #action-result.ok{color:#0c6b58} #action-result.warn{color:#8d5b00}
+#read-only,#paused-schedules{color:#8d5b00} #action-result{min-height:18px;margin:6px 0} #action-result.ok{color:#0c6b58} #action-result.warn{color:#8d5b00}
 #action-result form.act{display:inline}
 """
 OK = {"Created", "COMMITTED", "Completed", "Flushed", "committed", "OK", "verified"}
@@ -374,17 +374,27 @@ def _milvus(m: dict) -> str:
     return '<h3>Sources</h3>' + srcs + '<h3>Captures</h3>' + caps + '<h3>Restores into Milvus</h3>' + rest
 
 
-def render_page(data: dict, can_act: bool = True) -> str:
+def render_page(data: dict, can_act: bool = True, paused: list | None = None) -> str:
     """`can_act`: the user's role may start DAG runs; otherwise the page is read-only: no
     action is offered (each would be refused with 403), and it says so."""
     token = actions.CAN_ACT.set(can_act)
     try:
-        return _render_page(data, can_act)
+        return _render_page(data, can_act, paused)
     finally:
         actions.CAN_ACT.reset(token)
 
 
-def _render_page(data: dict, can_act: bool) -> str:
+def _paused_line(paused: list | None) -> str:
+    """The seglake DAGs with a schedule that are paused: nothing runs them (WAL not flushed,
+    no scheduled snapshot, ...) until they are unpaused."""
+    if not paused:
+        return ""
+    names = ", ".join(f"{escape(d)} ({escape(t)})" for d, t in paused)
+    return (f'<p class="warn" id="paused-schedules">paused, so not run on their schedule: {names}; '
+            "Airflow creates DAGs paused: unpause those you want (the toggle on the DAG's page)</p>")
+
+
+def _render_page(data: dict, can_act: bool, paused: list | None = None) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data["now"]))
     refresh = BUSY_REFRESH_S if busy(data) else REFRESH_S
     gc_sec = {"error": data["gc"]["error"] or data["gc_pause"]["error"],
@@ -398,6 +408,7 @@ def _render_page(data: dict, can_act: bool) -> str:
         f'<a href="api/v1/docs">REST API</a></p>'
         + ('' if can_act else '<p class="warn" id="read-only">read-only: your role may look but not start runs '
                               '(snapshots, restores, pins, GC, resumes); ask an operator</p>')
+        + _paused_line(paused)
         + '<p id="action-result" role="status"></p>',
         _section("Collections", data["collections"], _collections),
         _section("Snapshots", data["snapshots"], _snapshots),
