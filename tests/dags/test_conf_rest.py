@@ -133,3 +133,31 @@ def test_the_page_says_which_scheduled_dags_are_paused(api, airflow_env):
         assert line and "wal_flush" not in line.group(1) and "snapshot_schedule" in line.group(1)
     finally:
         api.patch("/api/v2/dags/wal_flush", params={"update_mask": "is_paused"}, json={"is_paused": True})
+
+
+def test_clearing_a_failed_task_clears_the_run_note_that_decides_the_run(api):
+    """Clearing only the failed task of a seglake run (Airflow's default: no downstream)
+    left the failed run_note as it was: the task re-ran and did the work, and the run
+    still ended failed under the old FAILED note. The run_note is cleared with any task
+    cleared, so it decides again from what the run did."""
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    r = api.post("/api/v2/dags/snapshot_drop/dagRuns",
+                 json={"logical_date": None, "conf": {"collection": "demo", "name": "s"}})
+    run_id = r.json()["dag_run_id"]
+    with create_session() as s:   # what a run whose drop failed leaves: drop and run_note failed
+        dr = s.query(DagRun).filter_by(dag_id="snapshot_drop", run_id=run_id).one()
+        dr.dag = DBDagBag().get_dag_for_run(dr, session=s)
+        dr.verify_integrity(session=s, dag_version_id=dr.created_dag_version_id)
+        s.flush()
+        for ti in s.query(TaskInstance).filter_by(dag_id="snapshot_drop", run_id=run_id):
+            ti.state = "failed" if ti.task_id in ("drop", "run_note") else "success"
+        dr.state = "failed"
+    for extra in ({}, {"include_downstream": False}, {"task_ids": [["drop", -1]]}):
+        body = {"dag_run_id": run_id, "task_ids": ["drop"], "dry_run": True, "only_failed": True, **extra}
+        r = api.post("/api/v2/dags/snapshot_drop/clearTaskInstances", json=body)
+        assert r.status_code == 200, r.text
+        assert sorted(t["task_id"] for t in r.json()["task_instances"]) == ["drop", "run_note"], r.text
