@@ -18,6 +18,12 @@ backfill of gc (`POST .../api/v2/backfills`, and its dry run: the UI's backfill 
 refused here too (GC has no past intervals to replay), before any run exists. Only
 a caller Airflow would let trigger the DAG gets our 400; anyone else gets Airflow's
 401/403. Pure ASGI: importing it costs nothing in processes that only load plugins.
+
+Issue 27 (the run's state is the lifecycle's outcome, decided by its run_note teardown):
+marking a seglake run success by hand, or its run_note, or any task with its downstream
+(PATCH on the run, a task, a task group, the bulk task door) is refused with a 400 before
+any change; a clear of some of a seglake run's tasks gets its run_note added, so it
+decides again.
 """
 
 from __future__ import annotations
