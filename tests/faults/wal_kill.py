@@ -303,7 +303,6 @@ def audit(meta, store, coll, d: Path, producers: int) -> dict:
     every problem found."""
     import numpy as np
 
-    from seglake.meta.catalog import pchannel_of
     from seglake.visibility import visible_rows
     from seglake.wal.message import MessageId
 

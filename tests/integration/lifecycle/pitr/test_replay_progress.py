@@ -69,7 +69,7 @@ def test_progress_is_seen_mid_replay_and_never_goes_back_on_a_rerun(meta, store,
     assert "Replays (restores to a time, undrops: their progress)" in page and f"{r['percent']:.1f}%" in page
     note = restore_note({"collection": "src", "snapshot": "as of t", "target": "back"}, None,
                         copyjob.describe_job(meta, job), r)
-    assert note.startswith("FAILED") and f"the replay stopped at" in note and f"({r['percent']:.1f}%)" in note
+    assert note.startswith("FAILED") and "the replay stopped at" in note and f"({r['percent']:.1f}%)" in note
     lines = []
     with watch_replay(meta, tid, interval=3600, emit=lines.append):
         out = pitr.replay(meta, store, settings, tid)
