@@ -72,7 +72,9 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
 
 
 def delete_tick(seg: Segment) -> int:
-    """The newest delete tick of a segment's delta log (an L0 segment's dml_ts)."""
+    """The newest delete timestamp of a segment's delta log (an L0 segment's dml_ts). A
+    delete call's timestamp is at or below its tick, and a row's timestamp is its tick, so
+    at or below the vchannel's checkpoint every row the delete hides is flushed."""
     ticks = [b.ts_to for b in seg.deltalogs if b.ts_to]
     return max(ticks) if ticks else (seg.dml_ts if seg.level == L0 and not seg.num_rows else 0)
 

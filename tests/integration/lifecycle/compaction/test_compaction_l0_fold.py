@@ -126,11 +126,13 @@ def test_the_age_bound_and_the_checkpoint_keep_young_l0_segments(meta, store, se
     assert folds(compaction.plan(meta, store, "a", fold_policy(l0_age=3600.0), now=later))
     # a delete above its vchannel's checkpoint (rows older than it may still be in the WAL): not folded
     coll = meta.catalog.get_by_name("a")
-    newest = max(s.dml_ts for s in _l0(meta, "a"))
+    # (the delete's timestamp: its call's one timestamp, at or below its tick; every row it hides
+    # is older, and a row's timestamp is its tick, so all of them are at or below the checkpoint)
+    newest = max(folding.delete_tick(s) for s in _l0(meta, "a"))
     monkeypatch.setattr(folding, "checkpoint_ticks", lambda meta, c: {v: newest - 1 for v in c.vchannels})
     p = compaction.plan(meta, store, "a", fold_policy())
     assert [u for u in folds(p) if any(s.segment_id in u.segment_ids for s in _l0(meta, "a")
-                                       if s.dml_ts == newest)] == []
+                                       if folding.delete_tick(s) == newest)] == []
     assert folds(p)          # the older ones still are
     # a vchannel without a checkpoint: nothing folded
     monkeypatch.undo()
