@@ -88,6 +88,7 @@ for k in list(os.environ):  # the developer's own seglake settings must not leak
 
 
 _LAYER_S: dict[str, float] = {}
+_UNIT_S: dict[str, float] = {}     # per xdist unit (scope_of): what LONG_FIRST and the Milvus halves balance
 
 
 def spark_cds_archive() -> Path | None:
@@ -175,12 +176,17 @@ def pytest_runtest_logreport(report):
     over workers under xdist: it is test time, not wall time)."""
     layer = _layer(report.nodeid)
     _LAYER_S[layer] = _LAYER_S.get(layer, 0.0) + report.duration
+    unit = scope_of(report.nodeid)
+    _UNIT_S[unit] = _UNIT_S.get(unit, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
     if _LAYER_S:
         terminalreporter.write_line("seglake time per layer (s, setup+call+teardown): " + ", ".join(
             f"{k} {v:.1f}" for k, v in sorted(_LAYER_S.items())) + f"; total {sum(_LAYER_S.values()):.1f}")
+        longest = sorted(_UNIT_S.items(), key=lambda kv: -kv[1])[:8]
+        terminalreporter.write_line("seglake longest units (s; a unit runs on one worker): " + ", ".join(
+            f"{k.rsplit('/', 1)[-1]} {v:.0f}" for k, v in longest))
 
 
 @pytest.fixture(scope="session")
