@@ -161,7 +161,8 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
     hits, why2 = _hits(meta, unit)
     if why or why2:
         return _lose(meta, store, unit, rkv, why or why2)
-    _check_outputs_free(meta, unit, rec)
+    if (settled := _check_outputs_free(meta, unit, rec, rkv)) is not None:
+        return settled
     try:
         deletes = r._deletes_of(meta, store, coll, rec, cache)
     except (Compacted, NotFound) as e:
@@ -258,13 +259,19 @@ def _out_keys(meta, unit: Unit, rec: dict) -> list[tuple[int, int, str]]:
             for (_, pid, _), o in zip(unit.hits, rec["outputs"])]
 
 
-def _check_outputs_free(meta, unit: Unit, rec: dict) -> None:
+def _check_outputs_free(meta, unit: Unit, rec: dict, rkv):
+    """None when every output id is free; the unit's result when another run of it committed
+    them since this run read the record (running._check_output_free); else CompactionError."""
     from seglake.lifecycle.compaction import running as r
 
     for _, o, key in _out_keys(meta, unit, rec):
         if meta.kv.get(key) is not None:
+            cur = meta.kv.get(rkv.key)
+            if cur is not None and (now := decode(cur.value, rkv.key))["state"] != r.PREPARED:
+                return r._settled(unit, now)
             raise r.CompactionError(f"fold {unit.unit_id}: its record names output segment {o}, which is a segment "
                                     f"of the collection already: the record was edited or is corrupt; nothing written")
+    return None
 
 
 def _commit(meta, store, unit: Unit, rkv, inputs, hits, outs: list[Segment], result, now: float, hooks: dict):

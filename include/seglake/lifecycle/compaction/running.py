@@ -111,7 +111,8 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     inputs, why = _inputs(meta, unit)
     if why:
         return _lose(meta, store, unit, rkv, why)
-    _check_output_free(meta, unit, rec)   # never write into another segment's files
+    if (settled := _check_output_free(meta, unit, rec, rkv)) is not None:   # never write into another
+        return settled                                                     # segment's files
     try:
         deletes = _deletes_of(meta, store, coll, rec, {} if cache is None else cache)
     except (Compacted, NotFound) as e:
@@ -331,11 +332,19 @@ def _output_taken(meta, unit: Unit, rec: dict) -> bool:
     return meta.kv.get(meta.keys.segment(unit.collection_id, unit.partition_id, int(rec["output"]))) is not None
 
 
-def _check_output_free(meta, unit: Unit, rec: dict) -> None:
-    if _output_taken(meta, unit, rec):
-        raise CompactionError(f"compaction unit {unit.unit_id}: its record names output segment {rec['output']}, "
-                              f"which is a segment of the collection already: the record was edited or is corrupt; "
-                              f"nothing written")
+def _check_output_free(meta, unit: Unit, rec: dict, rkv) -> UnitResult | None:
+    """None when the unit's output id is free. Taken by another run of this unit that
+    committed it since this run read the record (two compactions whose plans share a unit:
+    the commit makes the output and settles the record in one transaction), the unit is
+    settled: its result. Else the record was edited or is corrupt: CompactionError."""
+    if not _output_taken(meta, unit, rec):
+        return None
+    cur = meta.kv.get(rkv.key)
+    if cur is not None and (now := decode(cur.value, rkv.key))["state"] != PREPARED:
+        return _settled(unit, now)
+    raise CompactionError(f"compaction unit {unit.unit_id}: its record names output segment {rec['output']}, "
+                          f"which is a segment of the collection already: the record was edited or is corrupt; "
+                          f"nothing written")
 
 
 def _lose(meta, store, unit: Unit, rkv, why: str) -> UnitResult:

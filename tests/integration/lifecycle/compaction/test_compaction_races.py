@@ -293,3 +293,30 @@ def test_two_compactions_at_once_in_threads_never_duplicate_or_lose_a_row(meta, 
         assert len(committed) == len(set(committed))                   # a unit commits once
         committed_inputs = [i for uid in committed for i in units[uid].segment_ids]
         assert len(committed_inputs) == len(set(committed_inputs))     # no input compacted twice
+
+
+def test_a_unit_committed_by_another_run_after_this_one_read_its_record_is_settled(meta, store, settings,
+                                                                                   monkeypatch):
+    """Two compactions whose plans share a unit (make test caught it in the two-threads race
+    above): run B read the unit's record PREPARED and its inputs Flushed, then run A
+    committed the unit (its output made, in the same transaction as the record's commit).
+    B met the output and raised 'the record was edited or is corrupt' instead of settling."""
+    from seglake.lifecycle.compaction import running
+
+    w = _workload(meta, store, settings, "sh", steps=3)
+    before = exact(meta, store, "sh")
+    unit = compaction.plan(meta, store, "sh", policy(target_rows=10_000)).units[0]
+    real, calls = running._inputs, []
+
+    def inputs_then_run_a_commits(m, u):
+        got = real(m, u)
+        calls.append(u.unit_id)
+        if len(calls) == 2:        # run B, right after its prepare: run A commits the unit now
+            monkeypatch.setattr(running, "_inputs", real)
+            assert running.run_unit(meta, store, u).status == compaction.COMMITTED
+        return got
+
+    monkeypatch.setattr(running, "_inputs", inputs_then_run_a_commits)
+    b = running.run_unit(meta, store, unit)
+    assert b.status == running.ALREADY and len(calls) == 2
+    assert exact(meta, store, "sh") == before and rows(meta, store, "sh") == w.model.visible()
