@@ -134,16 +134,23 @@ def test_s3_gc_never_deletes_keys_outside_its_layout(meta, s3_store):
         s3_store.client.put_object(Bucket=s3_store.bucket, Key=raw(k), Body=b"o")
     orphan = f"insert_log/{cid}/9/9/100/2"
     s3_store.put(orphan, b"o")
-    time.sleep(1.2)
+    time.sleep(5.2)
     young = f"insert_log/{cid}/9/9/100/1"  # the key several odd ones "normalise" to
+    put_at = time.time()
     s3_store.put(young, b"young")
     before = {o.key for o in s3_store.list("")}
     stored_odd = [k for k in odd if k in before]  # SeaweedFS itself folds '//', a leading '/' and '\\'
     assert len(stored_odd) >= 12
-    res = gc.run(meta, s3_store, gc.GCOptions(missing_tolerance=1, force=True))
+    started = time.time()
+    res = gc.run(meta, s3_store, gc.GCOptions(missing_tolerance=5, force=True))
     after = {o.key for o in s3_store.list("")}
-    assert before - after == {orphan} and s3_store.get(young) == b"young"
-    assert res["sweep"]["deleted"] == 1 and res["mark"]["unrecognised"]["files"] == len(stored_odd)
+    # young is kept when the mark started within the tolerance of its write (a loaded machine may
+    # start it later: then young is an orphan old enough, judged by this run's own clock)
+    if started - put_at < 5:
+        assert before - after == {orphan} and s3_store.get(young) == b"young"
+    else:
+        assert orphan in before - after <= {orphan, young}
+    assert res["sweep"]["deleted"] == len(before - after) and res["mark"]["unrecognised"]["files"] == len(stored_odd)
     assert _referenced_exist(meta, s3_store)
     out = s3_store.delete_checked(["a//b", "/README", "README/"])
     assert len(out.errors) == 3 and not out.deleted
