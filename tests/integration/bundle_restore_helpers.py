@@ -6,6 +6,7 @@ from __future__ import annotations
 from seglake.lifecycle import copyjob
 from seglake.lifecycle.backup import bundle_restore
 from seglake.meta.copyjobs import JOB_COMPLETED
+from seglake.visibility import visible_rows
 
 quiet = dict(say=lambda line: None)
 
@@ -25,3 +26,15 @@ def restore_bundle(meta, store, target, coll: str, bundle: str, to: str, *, task
     if completed:
         assert job.state == JOB_COMPLETED, job.reason
     return out, job
+
+
+def collection_rows(meta, store, name: str) -> list[tuple]:
+    """A demo-schema collection's visible rows, sorted: (pk, embedding, price, timestamp,
+    partition name)."""
+    coll = meta.catalog.get_by_name(name)
+    t = visible_rows(meta, store, coll.collection_id, columns=["embedding", "price"])
+    part = {p.partition_id: p.name for p in coll.partitions}
+    return sorted(zip(t.column("pk").to_pylist(), [tuple(v) for v in t.column("embedding").to_pylist()],
+                      t.column("price").to_pylist(), t.column("Timestamp").to_pylist(),
+                      [part[p] for p in t.column("partition_id").to_pylist()]))
+

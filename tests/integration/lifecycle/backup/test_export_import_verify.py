@@ -25,21 +25,11 @@ from seglake.meta import Meta
 from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.storage import layout, open_store
 from seglake.storage.local import LocalStore
-from seglake.visibility import visible_rows
 
-from bundle_restore_helpers import restore_bundle
+from bundle_restore_helpers import collection_rows as _rows, restore_bundle
 from pacing import assert_paced, timed
 
 quiet = dict(say=lambda line: None)
-
-
-def _rows(meta, store, name: str) -> list[tuple]:
-    coll = meta.catalog.get_by_name(name)
-    t = visible_rows(meta, store, coll.collection_id, columns=["embedding", "price"])
-    part = {p.partition_id: p.name for p in coll.partitions}
-    return sorted(zip(t.column("pk").to_pylist(), [tuple(v) for v in t.column("embedding").to_pylist()],
-                      t.column("price").to_pylist(), t.column("Timestamp").to_pylist(),
-                      [part[p] for p in t.column("partition_id").to_pylist()]))
 
 
 def _seed(meta, store, name="bk", segments=3):

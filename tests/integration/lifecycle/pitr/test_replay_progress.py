@@ -29,13 +29,19 @@ def _source(meta, store, settings):
     return model, t
 
 
-def test_progress_is_seen_mid_replay_and_never_goes_back_on_a_rerun(meta, store, settings, monkeypatch):
-    model, t = _source(meta, store, settings)
+def _copied_target(meta, store, t: int) -> tuple[int, int]:
+    """A restore of src to `t` into "back", its copy job run to Completed (the replay not yet
+    run): (the job's id, the target's id)."""
     job = pitr.restore_as_of(meta, store, "src", "back", t)
     copyjob.plan(meta, job, 3)
     copyjob.run_inline(meta, store, job, threads=2)
     assert copyjob.finalize(meta, job).state == "Completed"
-    tid = meta.catalog.get_by_name("back").collection_id
+    return job, meta.catalog.get_by_name("back").collection_id
+
+
+def test_progress_is_seen_mid_replay_and_never_goes_back_on_a_rerun(meta, store, settings, monkeypatch):
+    model, t = _source(meta, store, settings)
+    job, tid = _copied_target(meta, store, t)
     before = pitr.progress(meta, tid)
     assert before["bytes"] == 0 and before["bytes_total"] > 0 and before["vchannel"] is None
     assert before["bytes_total"] == sum(meta.catalog.get(tid).properties["restored_from"]["replay"]
@@ -104,11 +110,7 @@ def test_a_dropped_restore_target_s_replay_markers_go_with_it(meta, store, setti
     from seglake.lifecycle import drop, gc
 
     model, t = _source(meta, store, settings)
-    job = pitr.restore_as_of(meta, store, "src", "back", t)
-    copyjob.plan(meta, job, 3)
-    copyjob.run_inline(meta, store, job, threads=2)
-    assert copyjob.finalize(meta, job).state == "Completed"
-    tid = meta.catalog.get_by_name("back").collection_id
+    job, tid = _copied_target(meta, store, t)
     pitr.replay(meta, store, settings, tid)
     markers = meta.keys.pitr_replays_prefix(tid)
     assert meta.kv.count(markers) == 2
