@@ -40,6 +40,25 @@ def _shards(coll, t) -> set[int]:
     return {int(x) for x in route(np.asarray(t.column("pk").to_pylist(), np.int64), coll.shards)}
 
 
+def _incomplete(monkeypatch, pchannel: str, call):
+    """`call()` with every commit on `pchannel` refused ("etcd refused the write"): its
+    AppendIncomplete (the pytest.raises info). Every monkeypatch of the test is undone after."""
+    from seglake.wal import writer as W
+    from seglake.wal.client import AppendIncomplete
+
+    real = W.WalWriter._commit
+
+    def fails(self, frag):
+        if self.pchannel == pchannel:
+            raise SeglakeError("etcd refused the write")
+        return real(self, frag)
+    monkeypatch.setattr(W.WalWriter, "_commit", fails)
+    with pytest.raises(AppendIncomplete) as e:
+        call()
+    monkeypatch.undo()
+    return e
+
+
 @pytest.mark.parametrize("second", ["both_shards", "other_shard"])
 def test_another_payload_under_a_used_seq_is_refused_on_every_pchannel_before_anything(meta, store, settings,
                                                                                        second):
@@ -100,24 +119,13 @@ def test_a_retry_of_the_same_rows_in_other_arrow_chunks_completes_the_call(meta,
     concat, another reader) were 'another payload', so a call whose first try committed
     on one pchannel only could never be completed (refused), and re-sending it under a
     new seq duplicated what had committed."""
-    from seglake.wal import writer as W
-    from seglake.wal.client import AppendIncomplete
-
-    real = W.WalWriter._commit
     with WalClient(meta, store, settings, producer_id="chunks", batch_rows=4) as c:
         coll = make_collection(c, shards=2)
         (pa_, pb) = pchannels(coll)
         rows = synthetic_rows(coll, 10, 1)
         assert _shards(coll, rows) == {0, 1}
 
-        def b_fails(self, frag):
-            if self.pchannel == pb:
-                raise SeglakeError("etcd refused the write")
-            return real(self, frag)
-        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
-        with pytest.raises(AppendIncomplete) as e:
-            c.insert("c1", rows)
-        monkeypatch.undo()
+        e = _incomplete(monkeypatch, pb, lambda: c.insert("c1", rows))
         assert list(e.value.result.committed) == [pa_]
     again = pa.concat_tables([rows.slice(0, 3), rows.slice(3, 5), rows.slice(8)])   # the same rows, 3 chunks
     with WalClient(meta, store, settings, producer_id="chunks", batch_rows=4) as c2:
@@ -295,10 +303,6 @@ def test_an_upsert_retried_on_its_missing_pchannel_keeps_the_call_s_one_timestam
     new timestamp on B, so it hid x2 but not x1 -- no order of the three calls gives
     that (x1 after the upsert, x2 before it, x1 before x2). With one t0 per call both
     survive, as in Milvus."""
-    from seglake.wal import writer as W
-    from seglake.wal.client import AppendIncomplete
-
-    real = W.WalWriter._commit
     with WalClient(meta, store, settings, producer_id="ups-pch") as c:
         coll = make_collection(c, shards=2)
         (pa_, pb) = pchannels(coll)
@@ -313,14 +317,7 @@ def test_an_upsert_retried_on_its_missing_pchannel_keeps_the_call_s_one_timestam
         c.insert("c1", old)
         ups = rows_of([a, b], 2.0)
 
-        def b_fails(self, frag):
-            if self.pchannel == pb:
-                raise SeglakeError("etcd refused the write")
-            return real(self, frag)
-        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
-        with pytest.raises(AppendIncomplete) as e:
-            c.upsert("c1", ups)
-        monkeypatch.undo()
+        e = _incomplete(monkeypatch, pb, lambda: c.upsert("c1", ups))
         x1, x2 = rows_of([a], 3.0), rows_of([b], 4.0)
         c.insert("c1", x1)
         c.insert("c1", x2)
@@ -397,10 +394,6 @@ def test_a_delete_retried_on_its_missing_pchannel_keeps_the_call_s_one_timestamp
     b were acknowledged, in this order; the retry of the delete was stamped with its new
     tick on B, so it hid x2 but not x1: no order of the three calls gives that. A delete
     call now has one timestamp, taken before any of its appends and kept by its retries."""
-    from seglake.wal import writer as W
-    from seglake.wal.client import AppendIncomplete
-
-    real = W.WalWriter._commit
     with WalClient(meta, store, settings, producer_id="del-pch") as c:
         coll = make_collection(c, shards=2)
         (pa_, pb) = pchannels(coll)
@@ -413,14 +406,7 @@ def test_a_delete_retried_on_its_missing_pchannel_keeps_the_call_s_one_timestamp
                 2, "price", pa.array([price] * len(pks), pa.float32()))
         c.insert("c1", rows_of([a, b], 1.0))
 
-        def b_fails(self, frag):
-            if self.pchannel == pb:
-                raise SeglakeError("etcd refused the write")
-            return real(self, frag)
-        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
-        with pytest.raises(AppendIncomplete) as e:
-            c.delete("c1", [a, b])
-        monkeypatch.undo()
+        e = _incomplete(monkeypatch, pb, lambda: c.delete("c1", [a, b]))
         x1, x2 = rows_of([a], 3.0), rows_of([b], 4.0)
         c.insert("c1", x1)
         c.insert("c1", x2)
@@ -437,23 +423,12 @@ def test_a_retry_from_another_client_without_the_producer_id_is_refused_not_appe
     knows nothing of the first), the retry appended the whole call again: the part
     that had committed was visible twice. A client with a fresh id refuses a clock
     numbered seq it never issued (nothing appended), naming the producer id to use."""
-    from seglake.wal import writer as W
-    from seglake.wal.client import AppendIncomplete
-
-    real = W.WalWriter._commit
     with WalClient(meta, store, settings) as c:
         coll = make_collection(c, shards=2)
         (pa_, pb) = pchannels(coll)
         rows = synthetic_rows(coll, 10, 1)
 
-        def b_fails(self, frag):
-            if self.pchannel == pb:
-                raise SeglakeError("etcd refused the write")
-            return real(self, frag)
-        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
-        with pytest.raises(AppendIncomplete) as e:
-            c.insert("c1", rows)
-        monkeypatch.undo()
+        e = _incomplete(monkeypatch, pb, lambda: c.insert("c1", rows))
         committed = rows.filter(pa.array(route(np.asarray(rows.column("pk").to_pylist()), 2) == 0))
     with WalClient(meta, store, settings) as other:
         with pytest.raises(ValidationError) as refused:
@@ -617,22 +592,13 @@ def test_a_call_retried_after_a_takeover_flush_and_truncation_is_answered_not_ap
     the new term and answers A's; retried again after a flush of everything, it appends
     nothing. Rows exact."""
     from seglake.wal import writer as W
-    from seglake.wal.client import AppendIncomplete
 
-    real = W.WalWriter._commit
     with WalClient(meta, store, settings, producer_id="takeover", batch_rows=2) as c:
         coll = make_collection(c, shards=2)
         (pa_, pb) = pchannels(coll)
         rows = synthetic_rows(coll, 12, 1)
 
-        def b_fails(self, frag):
-            if self.pchannel == pb:
-                raise SeglakeError("etcd refused the write")
-            return real(self, frag)
-        monkeypatch.setattr(W.WalWriter, "_commit", b_fails)
-        with pytest.raises(AppendIncomplete) as e:
-            c.insert("c1", rows)
-        monkeypatch.undo()
+        e = _incomplete(monkeypatch, pb, lambda: c.insert("c1", rows))
     W.takeover(meta, pb)
     flush_pchannel(meta, store, pa_, settings, flush_all=True)
     with WalClient(meta, store, settings, producer_id="takeover", batch_rows=2) as c2:
