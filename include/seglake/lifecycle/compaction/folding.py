@@ -266,9 +266,8 @@ def _check_outputs_free(meta, unit: Unit, rec: dict, rkv):
 
     for _, o, key in _out_keys(meta, unit, rec):
         if meta.kv.get(key) is not None:
-            cur = meta.kv.get(rkv.key)
-            if cur is not None and (now := decode(cur.value, rkv.key))["state"] != r.PREPARED:
-                return r._settled(unit, now)
+            if (settled := r._settled_elsewhere(unit, rkv, meta)) is not None:
+                return settled
             raise r.CompactionError(f"fold {unit.unit_id}: its record names output segment {o}, which is a segment "
                                     f"of the collection already: the record was edited or is corrupt; nothing written")
     return None

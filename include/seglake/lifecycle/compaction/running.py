@@ -332,6 +332,15 @@ def _output_taken(meta, unit: Unit, rec: dict) -> bool:
     return meta.kv.get(meta.keys.segment(unit.collection_id, unit.partition_id, int(rec["output"]))) is not None
 
 
+def _settled_elsewhere(unit: Unit, rkv, meta) -> UnitResult | None:
+    """The unit's result when its record, read again, is no longer PREPARED (another run
+    committed or lost it since `rkv` was read); else None."""
+    cur = meta.kv.get(rkv.key)
+    if cur is not None and (now := decode(cur.value, rkv.key))["state"] != PREPARED:
+        return _settled(unit, now)
+    return None
+
+
 def _check_output_free(meta, unit: Unit, rec: dict, rkv) -> UnitResult | None:
     """None when the unit's output id is free. Taken by another run of this unit that
     committed it since this run read the record (two compactions whose plans share a unit:
@@ -339,9 +348,8 @@ def _check_output_free(meta, unit: Unit, rec: dict, rkv) -> UnitResult | None:
     settled: its result. Else the record was edited or is corrupt: CompactionError."""
     if not _output_taken(meta, unit, rec):
         return None
-    cur = meta.kv.get(rkv.key)
-    if cur is not None and (now := decode(cur.value, rkv.key))["state"] != PREPARED:
-        return _settled(unit, now)
+    if (settled := _settled_elsewhere(unit, rkv, meta)) is not None:
+        return settled
     raise CompactionError(f"compaction unit {unit.unit_id}: its record names output segment {rec['output']}, "
                           f"which is a segment of the collection already: the record was edited or is corrupt; "
                           f"nothing written")
