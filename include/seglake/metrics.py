@@ -174,9 +174,13 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
     def compaction() -> None:
         from seglake.lifecycle import compaction as comp
 
+        # per LIVE collection, by id: a dropped collection's runs (until GC purges them
+        # with it) are never reported under the name a new collection took since
+        live = {c.collection_id: (c.db, c.name) for c in meta.catalog.list()}
         last: dict[tuple[str, str], dict] = {}
         for r in comp.history(meta, last=10**6):        # newest first: the first seen is the last run
-            last.setdefault((str(r.get("db", "")), str(r.get("collection"))), r)
+            if r.get("collection_id") in live:
+                last.setdefault(live[r["collection_id"]], r)
         items = [({"collection": c, "db": db}, r) for (db, c), r in sorted(last.items())]
         out.family("seglake_collection_last_compaction_age_seconds",
                    "Age of the last compaction run that compacted something, per collection.",

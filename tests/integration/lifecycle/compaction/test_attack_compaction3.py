@@ -1,0 +1,121 @@
+"""Adversarial tests of compaction, third round: lineage across copies (restore, bundle
+import, restore to a time), and the Model held row-exact across them."""
+
+from __future__ import annotations
+
+import pytest
+
+from seglake.lifecycle import compaction, snapshot
+from seglake.meta.segments import DROPPED
+
+from compaction_helpers import Writer, policy, rows
+
+pytestmark = pytest.mark.etcd
+
+
+def _closed_lineage(meta, name: str) -> list[str]:
+    """Problems with the collection's compaction lineage: every id an output names in
+    `compacted_from` must be a segment OF THIS COLLECTION, Dropped, compacted into it
+    (ids are local to one etcd root and one collection; no GC ran in these tests)."""
+    coll = meta.catalog.get_by_name(name)
+    segs = {s.segment_id: s for s in meta.segments.list(coll.collection_id)}
+    bad = []
+    for s in segs.values():
+        for f in s.compacted_from:
+            src = segs.get(f)
+            if src is None or src.state != DROPPED or src.compacted_to != s.segment_id:
+                bad.append(f"segment {s.segment_id} names {f} as an input, which is "
+                           f"{'no segment of ' + name if src is None else f'{src.state} -> {src.compacted_to}'}")
+    return bad
+
+
+def _compacted_src(meta, store, settings, name: str = "src") -> Writer:
+    w = Writer(meta, store, settings)
+    w.create(name, ["_default", "p1"], shards=1)
+    for i in range(4):
+        w.insert(name, range(10 * i, 10 * i + 6), "p1", float(i))
+        w.flush(name)
+    w.delete(name, [1, 11], partition="p1")
+    w.flush(name)
+    s = compaction.compact(meta, store, name, policy())
+    assert s.results and all(r.status == compaction.COMMITTED for r in s.results), s.to_json()
+    assert not _closed_lineage(meta, name)
+    assert rows(meta, store, name) == w.model.visible()
+    return w
+
+
+def test_a_restored_copy_of_a_compaction_output_names_no_source_ids_as_its_inputs(meta, store, settings):
+    from copy_model_helpers import snap_and_restore
+    w = _compacted_src(meta, store, settings)
+    snap_and_restore(meta, store, "src", "r1")
+    assert rows(meta, store, "r1") == w.model.visible()
+    assert _closed_lineage(meta, "r1") == []
+    # the copy compacted again: its own lineage, closed
+    w.insert("r1", [100, 101], "p1", 9.0)
+    w.flush("r1")
+    w.delete("r1", [2])
+    w.flush("r1")
+    compaction.compact(meta, store, "r1", policy())
+    assert _closed_lineage(meta, "r1") == []
+    assert rows(meta, store, "r1") == w.model.visible()
+
+
+def test_a_bundle_imported_on_another_root_names_no_source_ids_as_inputs(meta, store, settings, etcd_server,
+                                                                          tmp_path):
+    from seglake.lifecycle.backup import export as exports
+    from seglake.storage.local import LocalStore
+    from bundle_restore_helpers import restore_bundle
+    from copy_model_helpers import other_root, quiet
+
+    w = _compacted_src(meta, store, settings)
+    backup = LocalStore(tmp_path / "backup")
+    snapshot.create(meta, store, "src", "x1")
+    exports.export(meta, store, backup, "src", "x1", **quiet)
+    meta2, store2, _ = other_root(etcd_server, tmp_path, "b")
+    try:
+        restore_bundle(meta2, store2, backup, "src", "x1", "b1")
+        assert rows(meta2, store2, "b1") == w.model.visible()
+        assert _closed_lineage(meta2, "b1") == []
+    finally:
+        meta2.close()
+
+
+def test_a_purged_collections_compaction_history_goes_with_it_and_never_reports_for_a_namesake(
+        meta, store, settings):
+    """A dropped collection's compaction records (last run, history lines) go with its
+    record, like its policy; a new collection of the same name is never reported
+    (metrics, history) with the old one's compactions."""
+    import sys
+    from pathlib import Path
+
+    from seglake import metrics
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "console"))
+    from test_console_and_metrics import parse
+
+    w = _compacted_src(meta, store, settings, "hx")
+    old = meta.catalog.get_by_name("hx").collection_id
+    assert compaction.history(meta, old)
+    lab = '{collection="hx",db="default"}'
+    assert lab in parse(metrics.render(meta, store))["seglake_collection_last_compaction_age_seconds"]
+    # dropped (not purged yet) and made again under the same name: the new one was never compacted
+    from seglake.lifecycle import drop, gc
+    from seglake.lifecycle.flush import flush_pchannel
+    from wal_helpers import pchannels
+    coll = meta.catalog.get_by_name("hx")
+    drop.begin_drop(meta, store, settings, "hx")
+    for pch in pchannels(coll):
+        flush_pchannel(meta, store, pch, settings, flush_all=True)
+    drop.finish_drop(meta, "hx")
+    w.create("hx", ["_default"], shards=1)
+    m = parse(metrics.render(meta, store))
+    for fam in ("seglake_collection_last_compaction_age_seconds", "seglake_compaction_last_rows_dropped",
+                "seglake_compaction_last_segments_after"):
+        assert lab not in m.get(fam, {}), (fam, m.get(fam))
+    # purged: its compaction records are gone with it
+    for _ in range(2):
+        gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, missing_tolerance=0.0,
+                                                       force=True, copy_job_retention=0.0,
+                                                       collection_id=old))
+    assert meta.kv.get(meta.keys.collection(old)) is None, "GC did not purge the collection"
+    assert compaction.history(meta, old) == []
+    assert compaction.last_run(meta, old) is None
