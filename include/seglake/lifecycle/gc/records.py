@@ -56,7 +56,8 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
             continue
         kv = meta.kv.get(meta.keys.collection(coll.collection_id))
         if kv is not None:   # with its retention and compaction policies, its compaction runs and history,
-            # point-in-time window and the replay markers of a restore to a time into it (they keep a replay exactly-once while it exists)
+            # point-in-time window and the replay markers of a restore to a time into it (they keep a
+            # replay exactly-once while it exists)
             meta.kv.txn([unchanged(kv)], [Delete(kv.key), Delete(meta.keys.retention(coll.collection_id)),
                                           Delete(meta.keys.pitr_window(coll.collection_id)),
                                           Delete(meta.keys.compaction_policy(coll.collection_id)),
