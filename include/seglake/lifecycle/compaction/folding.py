@@ -21,7 +21,9 @@ rule, at the plan's revision), and a row-bearing carrier itself. A FOLD unit: on
 inputs, its row-bearing carriers are hits marked `folded` (rewritten WITHOUT their own
 delete entries) -- + the union of their hits (a segment claimed by two groups goes to the
 first; the other group's carriers wait for the next run; every txn stays under
-MAX_FOLD_OPS).
+MAX_FOLD_OPS). A carrier that hits more segments than one txn takes (a delete of scattered
+pks) has its hits REWRITTEN alone instead (the rows its deletes hide dropped); a later run
+folds it with the few hits left -- without this its delete log was never folded.
 
 Run (same record state machine as running.py, record schema v4: a seglake before folding
 refuses it instead of misreading it): prepare (one output id + log ids per hit, the
@@ -124,6 +126,18 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
             if (mine | {s.segment_id}) & used or (not s.num_rows and s.segment_id in hits):
                 continue                    # another fold of this plan rewrites one of its segments: next run
             n_in = len(ins) + (0 if s.num_rows else 1)
+            if (0 if s.num_rows else 1) + 2 * len(mine) > MAX_FOLD_OPS:
+                # more hits than one txn takes, even alone: its hits are rewritten alone (the
+                # rows its deletes hide dropped, like any rewrite), so a later run folds it
+                # with the few left (none: new rows are newer than its deletes)
+                group = hits | folded | {x.segment_id for x, _ in ins}
+                for h in sorted(mine - used - group - {s.segment_id}):
+                    hs, hr = by_id[h]
+                    units.append(make_unit(coll.collection_id, hs.partition_id, hs.channel, REWRITE, [(h, hr)],
+                                           rows=hs.num_rows, deleted=hidden.get(h, 0), bytes=hs.total_size(),
+                                           delta_logs=len(hs.deltalogs)))
+                    used.add(h)
+                continue
             if n_in + 2 * len(hits | mine) > MAX_FOLD_OPS:
                 continue
             if s.num_rows:

@@ -119,3 +119,31 @@ def test_a_purged_collections_compaction_history_goes_with_it_and_never_reports_
     assert meta.kv.get(meta.keys.collection(old)) is None, "GC did not purge the collection"
     assert compaction.history(meta, old) == []
     assert compaction.last_run(meta, old) is None
+
+
+def test_a_delete_log_that_hits_more_segments_than_one_fold_txn_holds_is_still_folded(meta, store, settings):
+    """A collection-wide delete of scattered pks hits every segment; more hits than one
+    fold's txn holds (MAX_FOLD_OPS) must not leave the delete log unfoldable for ever:
+    the runs converge to no delete log, row-exact, the hidden rows physically gone."""
+    n = compaction.MAX_FOLD_OPS // 2 + 5          # hits: more than one fold txn takes
+    w = Writer(meta, store, settings)
+    w.create("wide", ["_default"], shards=1)
+    for i in range(n):
+        w.insert("wide", [10 * i + 1, 10 * i + 2], "_default", float(i))
+        w.flush("wide")
+    w.delete("wide", [10 * i + 1 for i in range(n)])          # one row of every segment
+    w.flush("wide")
+    assert rows(meta, store, "wide") == w.model.visible()
+    # segments of >= 1 row are big; no deleted fraction rewrites them (only folding can act)
+    pol = compaction.Policy(min_segment_rows=1, target_rows=10**6, delete_ratio=1.0, protection=0.0, l0_age=0.0)
+    for _ in range(6):
+        s = compaction.compact(meta, store, "wide", pol)
+        assert s.counts()["lost"] == 0, s.to_json()
+        assert rows(meta, store, "wide") == w.model.visible()
+        if not s.plan.units:
+            break
+    coll = meta.catalog.get_by_name("wide")
+    left = [x.segment_id for x in meta.segments.list(coll.collection_id, states=["Flushed"]) if x.deltalogs]
+    assert not left, f"delete logs never folded: segments {left}"
+    stored = sum(x.num_rows for x in meta.segments.list(coll.collection_id, states=["Flushed"]))
+    assert stored == sum(w.model.visible().values())
