@@ -21,8 +21,8 @@ rule, at the plan's revision), and a row-bearing carrier itself. A FOLD unit: on
 inputs, its row-bearing carriers are hits marked `folded` (rewritten WITHOUT their own
 delete entries) -- + the union of their hits (a segment claimed by two groups goes to the
 first; the other group's carriers wait for the next run; every txn stays under
-MAX_FOLD_OPS). A carrier that hits more segments than one txn takes (a delete of scattered
-pks) has its hits REWRITTEN alone instead (the rows its deletes hide dropped); a later run
+MAX_FOLD_OPS and MAX_FOLD_BYTES of records). A carrier that hits more segments than one txn
+takes (a delete of scattered pks) has its hits REWRITTEN alone instead (the rows its deletes hide dropped); a later run
 folds it with the few hits left -- without this its delete log was never folded.
 
 Run (same record state machine as running.py, record schema v4: a seglake before folding
@@ -60,6 +60,9 @@ from seglake.lifecycle.compaction.policy import FOLD, MAX_FOLD_OPS, REWRITE, Pol
 
 RECORD_VERSION = 4          # a fold's unit record (older seglakes refuse it)
 FOLDED = 0                  # compacted_to of a folded L0 segment: its deletes went into the hits' rewrites
+# the records a fold's txn writes, in bytes (L0 inputs + 2 x hits, each at its record's size):
+# with the unit record and the compares well under etcd's request limit (1.5 MiB; kv.MAX_TXN_BYTES)
+MAX_FOLD_BYTES = 1_100_000
 
 
 # -- plan -------------------------------------------------------------------------------------
@@ -111,6 +114,16 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
         rows = rows.filter(np.isin(rows.column(visibility.PK).to_numpy(), named))
         seg_col = rows.column(visibility.SEGMENT_ID).to_numpy() if rows.num_rows else None
     by_id = {s.segment_id: (s, r) for s, r in with_rows}
+    sizes: dict[int, int] = {}
+
+    def size(seg: Segment) -> int:      # its record's bytes: the fold's txn rewrites it
+        if seg.segment_id not in sizes:
+            sizes[seg.segment_id] = len(encode_struct(seg)) + 64    # + dropped_at, compacted_to
+        return sizes[seg.segment_id]
+
+    def txn_bytes(l0s, hit_ids) -> int:  # L0 inputs Dropped; each hit Dropped + its output (no bigger)
+        return sum(size(x) for x in l0s) + 2 * sum(size(by_id[h][0]) for h in hit_ids)
+
     groups: dict[tuple[int, str], list[tuple[Segment, int]]] = {}
     for s, r in carriers:
         groups.setdefault((s.partition_id, s.channel), []).append((s, r))
@@ -126,7 +139,8 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
             if (mine | {s.segment_id}) & used or (not s.num_rows and s.segment_id in hits):
                 continue                    # another fold of this plan rewrites one of its segments: next run
             n_in = len(ins) + (0 if s.num_rows else 1)
-            if (0 if s.num_rows else 1) + 2 * len(mine) > MAX_FOLD_OPS:
+            l0 = [] if s.num_rows else [s]
+            if len(l0) + 2 * len(mine) > MAX_FOLD_OPS or txn_bytes(l0, mine) > MAX_FOLD_BYTES:
                 # more hits than one txn takes, even alone: its hits are rewritten alone (the
                 # rows its deletes hide dropped, like any rewrite), so a later run folds it
                 # with the few left (none: new rows are newer than its deletes)
@@ -138,8 +152,9 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
                                            delta_logs=len(hs.deltalogs)))
                     used.add(h)
                 continue
-            if n_in + 2 * len(hits | mine) > MAX_FOLD_OPS:
-                continue
+            if n_in + 2 * len(hits | mine) > MAX_FOLD_OPS or \
+                    txn_bytes([x for x, _ in ins] + l0, hits | mine) > MAX_FOLD_BYTES:
+                continue                    # the txn is full: next run
             if s.num_rows:
                 folded.add(s.segment_id)
             else:

@@ -147,3 +147,39 @@ def test_a_delete_log_that_hits_more_segments_than_one_fold_txn_holds_is_still_f
     assert not left, f"delete logs never folded: segments {left}"
     stored = sum(x.num_rows for x in meta.segments.list(coll.collection_id, states=["Flushed"]))
     assert stored == sum(w.model.visible().values())
+
+
+def test_a_fold_of_delete_logs_with_big_records_fits_one_etcd_request(meta, store, settings):
+    """Delete logs scoped to many long-named partitions make big segment records (their
+    delta_partitions maps): a fold's ONE txn rewrites every input's record, so the planner
+    must keep it under etcd's request limit (else the commit fails, the same plan every
+    run: the collection's folding wedged)."""
+    from seglake.wal.client import WalClient
+    from copy_model_helpers import table
+
+    parts = ["_default"] + [f"p{i:04d}_" + "x" * 248 for i in range(1023)]
+    w = Writer(meta, store, settings)
+    w.create("big", parts, shards=1)
+    w.insert("big", [1, 2, 3], parts[5], 1.0)
+    w.flush("big")
+    cycles = 6
+    with WalClient(meta, store, settings) as c:
+        for k in range(cycles):
+            for i, p in enumerate(parts):
+                pk = 1 if (k, i) == (0, 5) else 100_000 + k * 10_000 + i       # one hides a row
+                c.delete("big", [pk], partition=p)
+                w.model.delete([pk], p)
+            w.flush("big")
+    assert rows(meta, store, "big") == w.model.visible()
+    coll = meta.catalog.get_by_name("big")
+    carriers = [s for s in meta.segments.list(coll.collection_id, states=["Flushed"]) if s.deltalogs]
+    assert len(carriers) >= cycles
+    pol = compaction.Policy(min_segment_rows=1, target_rows=10**6, delete_ratio=1.0, protection=0.0, l0_age=0.0)
+    for _ in range(cycles + 2):
+        s = compaction.compact(meta, store, "big", pol)
+        assert s.counts()["lost"] == 0, s.to_json()
+        assert rows(meta, store, "big") == w.model.visible()
+        if not s.plan.units:
+            break
+    left = [x.segment_id for x in meta.segments.list(coll.collection_id, states=["Flushed"]) if x.deltalogs]
+    assert not left, f"delete logs never folded: segments {left}"
