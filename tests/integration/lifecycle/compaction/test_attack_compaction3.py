@@ -136,8 +136,14 @@ def test_a_delete_log_that_hits_more_segments_than_one_fold_txn_holds_is_still_f
     assert rows(meta, store, "wide") == w.model.visible()
     # segments of >= 1 row are big; no deleted fraction rewrites them (only folding can act)
     pol = compaction.Policy(min_segment_rows=1, target_rows=10**6, delete_ratio=1.0, protection=0.0, l0_age=0.0)
-    for _ in range(6):
+    cid = meta.catalog.get_by_name("wide").collection_id
+    dry = compaction.compact(meta, store, "wide", pol, dry_run=True)       # shows what the run does
+    assert dry.plan.units and not compaction.history(meta, cid) and not compaction.unit_records(meta, cid)
+    for i in range(6):
         s = compaction.compact(meta, store, "wide", pol)
+        if i == 0:
+            assert [u.unit_id for u in s.plan.units] == [u.unit_id for u in dry.plan.units]
+            assert s.plan.gain() == dry.plan.gain()
         assert s.counts()["lost"] == 0, s.to_json()
         assert rows(meta, store, "wide") == w.model.visible()
         if not s.plan.units:
