@@ -189,3 +189,56 @@ def test_a_fold_of_delete_logs_with_big_records_fits_one_etcd_request(meta, stor
             break
     left = [x.segment_id for x in meta.segments.list(coll.collection_id, states=["Flushed"]) if x.deltalogs]
     assert not left, f"delete logs never folded: segments {left}"
+
+
+def test_a_fold_interrupted_after_its_files_then_runs_with_another_policy_then_gc(meta, store, settings):
+    """A fold stopped after writing its outputs' files; the next runs use another policy
+    (no folding: merges take its L0 input and hits), then the first policy again; GC's
+    expiry of the abandoned fold record removes exactly its outputs' files: rows exact,
+    no segment compacted twice, no file of the collection unreferenced at the end."""
+    from seglake.lifecycle import gc
+    from seglake.storage import layout
+
+    w = Writer(meta, store, settings)
+    w.create("ki", ["_default", "p1"], shards=1)
+    for i in range(4):
+        w.insert("ki", range(10 * i, 10 * i + 5), "p1" if i % 2 else "_default", float(i))
+        w.flush("ki")
+    w.delete("ki", [0, 11, 22])
+    w.flush("ki")
+    coll = meta.catalog.get_by_name("ki")
+    fold = compaction.Policy(min_segment_rows=1, target_rows=10**6, delete_ratio=1.0, protection=0.0, l0_age=0.0)
+    p = compaction.plan(meta, store, "ki", fold)
+    units = [u for u in p.units if u.kind == compaction.FOLD]
+    assert units, p.to_json()
+
+    class Stop(Exception):
+        pass
+
+    def stop(_u):
+        raise Stop()
+    with pytest.raises(Stop):
+        compaction.run_unit(meta, store, units[0], hooks={"after_files": stop}, sources_revision=p.revision)
+    rec = [r for r in compaction.unit_records(meta, coll.collection_id) if r["state"] == compaction.PREPARED]
+    assert len(rec) == 1 and rec[0]["outputs"]
+    outs = [(pid, o) for (_, pid, _), o in zip(rec[0]["unit"]["hits"], rec[0]["outputs"])]
+    assert all(list(store.list(layout.segment_dirs(coll.collection_id, pid, o)[0])) for pid, o in outs)
+    assert rows(meta, store, "ki") == w.model.visible()
+    merge = compaction.Policy(min_segment_rows=1000, target_rows=10**6, protection=0.0, l0_age=3600.0)
+    s = compaction.compact(meta, store, "ki", merge)
+    assert s.results and s.counts()["lost"] == 0, s.to_json()
+    assert rows(meta, store, "ki") == w.model.visible()
+    for _ in range(3):
+        compaction.compact(meta, store, "ki", fold)
+        assert rows(meta, store, "ki") == w.model.visible()
+    gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, force=True, copy_job_retention=0.0,
+                                                   collection_id=coll.collection_id))
+    for pid, o in outs:             # the abandoned fold's files are gone, and no record names them
+        assert not [x for d in layout.segment_dirs(coll.collection_id, pid, o) for x in store.list(d)]
+        assert meta.kv.get(meta.keys.segment(coll.collection_id, pid, o)) is None
+    segs = list(meta.segments.list(coll.collection_id))
+    assert all(s.state != DROPPED for s in segs), "GC at zero tolerance left Dropped records"
+    referenced = {f.key for s in segs for f in layout.segment_files(s)}
+    stored = {o.key for o in store.list("") if f"/{coll.collection_id}/" in o.key and layout.parse_key(o.key)}
+    assert referenced and stored == referenced, sorted(stored ^ referenced)[:10]
+    assert rows(meta, store, "ki") == w.model.visible()
