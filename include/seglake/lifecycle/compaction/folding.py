@@ -93,7 +93,8 @@ def foldable(seg: Segment, floor: int | None, policy: Policy, now: float) -> boo
 
 def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]], hidden: dict[int, int],
                policy: Policy, now: float, rows=None) -> list[Unit]:
-    """The FOLD units of the collection now (module doc), deterministic for one state.
+    """The FOLD units of the collection now (module doc), and REWRITE units of the hits of a
+    carrier too wide for one fold's txn; deterministic for one state.
     `rows`: the key columns of every Flushed segment's rows, if the caller read them."""
     ticks = checkpoint_ticks(meta, coll)
     carriers = [(s, r) for s, r in flushed if foldable(s, ticks.get(s.channel), policy, now)]
