@@ -21,9 +21,10 @@ rule, at the plan's revision), and a row-bearing carrier itself. A FOLD unit: on
 inputs, its row-bearing carriers are hits marked `folded` (rewritten WITHOUT their own
 delete entries) -- + the union of their hits (a segment claimed by two groups goes to the
 first; the other group's carriers wait for the next run; every txn stays under
-MAX_FOLD_OPS and MAX_FOLD_BYTES of records). A carrier that hits more segments than one txn
-takes (a delete of scattered pks) has its hits REWRITTEN alone instead (the rows its deletes hide dropped); a later run
-folds it with the few hits left -- without this its delete log was never folded.
+MAX_FOLD_OPS and MAX_FOLD_BYTES of records). A carrier that hits more segments than one
+txn takes (a delete of scattered pks) has its hits REWRITTEN alone instead (the rows its
+deletes hide dropped); a later run folds it with the few hits left -- without this its
+delete log was never folded.
 
 Run (same record state machine as running.py, record schema v4: a seglake before folding
 refuses it instead of misreading it): prepare (one output id + log ids per hit, the
