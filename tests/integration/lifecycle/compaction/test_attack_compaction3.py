@@ -161,7 +161,6 @@ def test_a_fold_of_delete_logs_with_big_records_fits_one_etcd_request(meta, stor
     must keep it under etcd's request limit (else the commit fails, the same plan every
     run: the collection's folding wedged)."""
     from seglake.wal.client import WalClient
-    from copy_model_helpers import table
 
     parts = ["_default"] + [f"p{i:04d}_" + "x" * 248 for i in range(1023)]
     w = Writer(meta, store, settings)
