@@ -241,3 +241,33 @@ def test_a_fold_interrupted_after_its_files_then_runs_with_another_policy_then_g
     stored = {o.key for o in store.list("") if f"/{coll.collection_id}/" in o.key and layout.parse_key(o.key)}
     assert referenced and stored == referenced, sorted(stored ^ referenced)[:10]
     assert rows(meta, store, "ki") == w.model.visible()
+
+
+@pytest.mark.parametrize("edit", [{"state": "committed"}, {"state": "done"},
+                                  {"result": {"bogus": 1}, "state": "committed"}, {"output": "12"},
+                                  {"sources_revision": None}])
+def test_a_corrupt_unit_record_is_refused_naming_it(meta, store, settings, edit):
+    """A unit record edited by hand (or corrupt) is refused with an error that names it,
+    before anything is written: not a KeyError/TypeError from deep inside the run."""
+    from seglake.meta.codec import decode, encode
+
+    w = Writer(meta, store, settings)
+    w.create("ed", ["_default"], shards=1)
+    for i in range(3):
+        w.insert("ed", range(10 * i, 10 * i + 3), "_default", float(i))
+        w.flush("ed")
+    p = compaction.plan(meta, store, "ed", policy())
+    assert len(p.units) == 1
+    u = p.units[0]
+    coll = meta.catalog.get_by_name("ed")
+    compaction.prepare(meta, coll, u, 1.0, p.revision)
+    key = meta.keys.compaction_unit(u.collection_id, u.unit_id)
+    rec = decode(meta.kv.get(key).value, key)
+    if edit.get("state") == "committed" and "result" not in edit:
+        rec.pop("result", None)
+    meta.kv.put(key, encode({**rec, **edit}))
+    rev = meta.kv.revision()
+    with pytest.raises(compaction.CompactionError, match="corrupt|edited"):
+        compaction.run_unit(meta, store, u, sources_revision=p.revision)
+    assert meta.kv.revision() == rev                       # nothing written
+    assert rows(meta, store, "ed") == w.model.visible()
