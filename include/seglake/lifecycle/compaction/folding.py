@@ -261,7 +261,8 @@ def _prepare(meta, coll: Collection, unit: Unit, now: float, sources_revision: i
     if Unit.from_json(rec.get("unit") or {}) != unit or len(rec.get("outputs", ())) != len(unit.hits) \
             or len(rec.get("log0s", ())) != len(unit.hits):
         raise r.CompactionError(f"unit record {key} holds another unit or is corrupt")
-    r.check_record(rec, key)
+    from seglake.lifecycle.compaction.records import check_record
+    check_record(rec, key)
     return rec, kv
 
 

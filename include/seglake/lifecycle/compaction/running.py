@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 
-from seglake import faults, limits, segfiles, visibility
+from seglake import faults, segfiles, visibility
 from seglake.errors import Conflict, NotFound, SeglakeError
 from seglake.meta.catalog import CREATED, Collection
 from seglake.meta.codec import decode, decode_struct, encode, encode_struct
@@ -161,26 +161,9 @@ def prepare(meta, coll: Collection, unit: Unit, now: float, sources_revision: in
     rec = decode(kv.value, key)
     if Unit.from_json(rec.get("unit") or {}) != unit:
         raise CompactionError(f"unit record {key} holds another unit: {rec.get('unit')}")
+    from seglake.lifecycle.compaction.records import check_record
     check_record(rec, key)
     return rec, kv
-
-
-def check_record(rec: dict, key: str) -> None:
-    """A unit record's fields as a run writes them (a merge's or a fold's), or CompactionError
-    naming it (edited or corrupt): never a KeyError/TypeError from inside the run, nor an id as text."""
-    fold, res = rec["unit"].get("kind") == FOLD, rec.get("result")
-    ids = {n: (rec.get(n) if fold else [rec.get(n)]) for n in (("outputs", "log0s") if fold else ("output", "log0"))}
-    ids.update(nlogs=[rec.get("nlogs")], sources_revision=[rec.get("sources_revision")])
-    bad = [n for n, v in {**ids, "legacy_sources": rec.get("legacy_sources")}.items() if not isinstance(v, list)
-           or not all(type(x) is int and (0 if n == "legacy_sources" else 1) <= x <= limits.ID_MAX for x in v)]
-    if rec.get("state") not in (PREPARED, COMMITTED, LOST):
-        bad.insert(0, "state")
-    elif rec["state"] == COMMITTED and not (isinstance(res, dict) and set(res) <= set(UnitResult.__annotations__)
-                                            and {"unit_id", "status"} <= set(res)):
-        bad.insert(0, "result")
-    if bad:
-        raise CompactionError(f"unit record {key} is corrupt (edited?): {', '.join(f'{n}={rec.get(n)!r}' for n in bad)}"
-                              f" is not what a run writes; nothing written")
 
 
 def _fresh_attempt(meta, coll: Collection, unit: Unit, key: str, kv, now: float):

@@ -271,3 +271,38 @@ def test_a_corrupt_unit_record_is_refused_naming_it(meta, store, settings, edit)
         compaction.run_unit(meta, store, u, sources_revision=p.revision)
     assert meta.kv.revision() == rev                       # nothing written
     assert rows(meta, store, "ed") == w.model.visible()
+
+
+def test_gc_skips_a_corrupt_abandoned_unit_record_and_goes_on(meta, store, settings):
+    """GC's expiry of unit records meets a corrupt PREPARED record (past retention): it is
+    left alone (nothing deleted for it: fail closed) and the rest of GC's records step
+    still runs -- a crash there stopped every GC run for good."""
+    from seglake.lifecycle import gc
+    from seglake.meta.codec import decode, encode
+
+    w = Writer(meta, store, settings)
+    w.create("gx", ["_default"], shards=1)
+    for i in range(3):
+        w.insert("gx", range(10 * i, 10 * i + 3), "_default", float(i))
+        w.flush("gx")
+    coll = meta.catalog.get_by_name("gx")
+    p = compaction.plan(meta, store, "gx", policy())
+    u = p.units[0]
+    compaction.prepare(meta, coll, u, 1.0, p.revision)
+    key = meta.keys.compaction_unit(u.collection_id, u.unit_id)
+    rec = decode(meta.kv.get(key).value, key)
+    meta.kv.put(key, encode({**rec, "output": None, "prepared_at": 1.0}))
+    # a second, healthy abandoned record, expired by the same GC run
+    w.insert("gx", [100, 101], "_default", 5.0)
+    w.flush("gx")
+    w.insert("gx", [102], "_default", 5.0)
+    w.flush("gx")
+    p2 = compaction.plan(meta, store, "gx", policy())
+    u2 = [x for x in p2.units if x.unit_id != u.unit_id][0]
+    compaction.prepare(meta, coll, u2, 1.0, p2.revision)
+    gc.run(meta, store, gc.GCOptions.from_settings(settings, copy_job_retention=0.0, force=True,
+                                                   collection_id=coll.collection_id))
+    states = {r["unit"]["unit_id"]: r["state"] for r in compaction.unit_records(meta, coll.collection_id)}
+    assert states[u2.unit_id] == compaction.LOST          # GC went on past the corrupt one
+    assert states[u.unit_id] == compaction.PREPARED       # left alone
+    assert rows(meta, store, "gx") == w.model.visible()

@@ -180,11 +180,11 @@ def test_unit_records_expire_and_an_abandoned_unit_is_lost_with_its_files(meta, 
     assert _files_under(store, abandoned, out)
     # within retention: nothing happens
     assert compaction.expire_unit_records(meta, store, 3600.0, time.time()) == \
-        {"unit_records_removed": 0, "abandoned_units_lost": 0}
+        {"unit_records_removed": 0, "abandoned_units_lost": 0, "corrupt_unit_records_kept": 0}
     # past it: the abandoned unit is lost (files removed), the committed record removed
     later = time.time() + 7200
     assert compaction.expire_unit_records(meta, store, 3600.0, later) == \
-        {"unit_records_removed": 1, "abandoned_units_lost": 1}
+        {"unit_records_removed": 1, "abandoned_units_lost": 1, "corrupt_unit_records_kept": 0}
     assert _files_under(store, abandoned, out) == []
     assert exact(meta, store, "k") == before
     assert compaction.expire_unit_records(meta, store, 3600.0, time.time() + 3 * 7200)["unit_records_removed"] == 1
