@@ -1,5 +1,10 @@
-"""Adversarial tests of compaction, third round: lineage across copies (restore, bundle
-import, restore to a time), and the Model held row-exact across them."""
+"""Adversarial tests of compaction, third round (row-exact against the Model): lineage
+across copies (restore, bundle import on another root: held); a fold stopped after its
+files then runs with another policy and GC (held); and five defects, fixed: a delete log
+hitting more segments than one fold's txn holds was never folded; a fold's txn over etcd's
+request limit (big records) wedged folding; a dropped collection's compaction history
+outlived it and was reported for a namesake; a corrupt unit record crashed the run, and
+one stopped every GC run."""
 
 from __future__ import annotations
 
