@@ -43,10 +43,10 @@ from typing import Iterator
 
 import crc32c
 
-from seglake.errors import NotFound, SeglakeError, Unavailable, ValidationError
+from seglake.errors import Conflict, NotFound, SeglakeError, Unavailable, ValidationError
 from seglake.meta import keys as keymod
 from seglake.meta.codec import decode, encode
-from seglake.meta.kv import KeyValue
+from seglake.meta.kv import KeyValue, Put, absent, unchanged
 from seglake.storage import layout
 from seglake.wal.message import Message, MessageId
 
@@ -432,9 +432,8 @@ def expire_producers(meta, pchannel: str, now_tt: int, idle_seconds: float) -> i
     this is the one-off sweep of records written before leases. Returns how many were
     removed."""
     from seglake import limits
-    from seglake.errors import Conflict
     from seglake.meta.alloc import physical_ms
-    from seglake.meta.kv import Delete, Put, unchanged
+    from seglake.meta.kv import Delete
 
     idle_seconds = limits.check("wal_producer_expiry", "producer expiry (seconds)", idle_seconds)
     removed = 0
@@ -449,3 +448,27 @@ def expire_producers(meta, pchannel: str, now_tt: int, idle_seconds: float) -> i
         except Conflict:   # the producer committed meanwhile: it is alive
             pass
     return removed
+
+
+def seal_up_to(meta, pchannel: str, ts: int) -> int:
+    """Make the log of `pchannel` whole up to `ts`: from now on no commit carries a tick at
+    or below it. A commit's ticks are reserved before its etcd txn, so one on its way (tick
+    reserved, txn not yet sent) may still land BELOW the log's last tick as read now; a
+    reader that takes the log as all there is up to `ts` (a restore to a time of this
+    store's log, past its last tick) seals it first: ONE txn guarded on the log record,
+    sealed_tt = ts (the writer reserves above floor_tt, and a commit that read the record
+    before fails its compare and reserves again). No write when the log's last tick or
+    an earlier seal is already at or past `ts` (ticks rise in log order). Returns the
+    record's floor tick after it."""
+    log = WalLog(meta, None, pchannel)
+    for _ in range(100):
+        st = log.state()
+        if st.floor_tt >= ts:
+            return st.floor_tt
+        try:
+            meta.kv.txn([unchanged(st.kv) if st.kv is not None else absent(log.log_key)],
+                        [Put(log.log_key, replace(st, sealed_tt=ts, kv=None).encoded())])
+            return ts
+        except Conflict:   # a commit came first: read again (its ticks may still lie below ts)
+            continue
+    raise Conflict(f"WAL {pchannel}: could not seal the log at tick {ts} after 100 attempts (commits racing)")

@@ -12,6 +12,10 @@ Per target vchannel i (source vchannel i of the plan), marker {root}/pitr/replay
   Before replaying, the new owner marks Dropped every segment of the vchannel that is not
   a copy (`source` unset) and not yet Dropped: the leftovers of a killed attempt.
   Nothing is visible meanwhile: the target stays Importing until `finish`.
+- the source log is sealed at the instant before it is read (wal.log.seal_up_to): a
+  commit whose tick was reserved at or below it but whose txn had not landed yet fails
+  its compare and takes a tick above it, so the log read is ALL the log up to the
+  instant (an instant past the log's last tick, `--as-of` now, would else miss it).
 - what is applied (the flusher's own rules, seglake.lifecycle.flush): messages of the
   source vchannel from the plan's start, in tick order, up to the instant: a message at
   or below the snapshot's checkpoint tick, an insert at or below its partition's row
@@ -101,6 +105,9 @@ def replay_vchannel(meta, store, settings, coll, plan: dict, sv: str, tv: str) -
     left = [s.ref for s in meta.segments.list(coll.collection_id)
             if s.channel == tv and s.source is None and s.state != DROPPED]
     meta.segments.transition(left, DROPPED)   # a killed attempt's records (invisible: Importing)
+    if not plan.get("archive"):   # this store's log: whole up to the instant before it is read
+        from seglake.wal.log import seal_up_to
+        seal_up_to(meta, pchannel_of(sv), int(plan["as_of"]))
     w = _Writer(meta, store, settings, coll, tv)
     prog = _Progress(meta, key, claim_rev, token, before, int((plan.get("vchannel_bytes") or {}).get(sv, 0)), tv)
     stats = _scan(meta, store, settings, coll, plan, sv, w, prog)
