@@ -6,7 +6,9 @@ them: a row acknowledged before ts is in its collection's restore, one after is 
 Milvus and milvus-backup back up collection by collection, one after another; their
 copies of two collections are of two different moments.
 
-    plan every collection first (planning.plan / from_target.plan_from_target): any
+    the collections the database held at the instant (at_instant: not one created later;
+    one dropped since, inside its window, is restored from its Dropped record) or a named set
+    -> plan every collection first (planning.plan / from_target.plan_from_target): any
     refusal -- outside a window, a gap, a target name taken -- refuses the whole set
     before anything is created
     -> set up each restore with that same instant and the plan made above (one planning
@@ -19,11 +21,13 @@ from __future__ import annotations
 from seglake.errors import NotFound, ValidationError
 from seglake.meta.catalog import CREATED
 from seglake.names import validate_name
-from seglake.lifecycle.pitr.instants import parse_as_of
+from seglake.lifecycle.pitr.instants import describe, parse_as_of
+from seglake.lifecycle.pitr.planning import OutsideWindow
 
 
-def members(meta, db: str, collections: list[str] | None, target=None) -> list[str]:
-    """The collections to restore: the named ones, else every live collection of `db` (from
+def members(meta, db: str, collections: list[str] | None, target=None, ts: int | None = None) -> list[str]:
+    """The collections to restore: the named ones, else every collection `db` held at the
+    instant `ts` (at_instant: created at or before it, and live or dropped after it; from
     a backup target: every collection of `db` with a committed bundle there)."""
     validate_name("db", db)
     if collections:
@@ -35,11 +39,50 @@ def members(meta, db: str, collections: list[str] | None, target=None) -> list[s
     if target is not None:
         from seglake.lifecycle.backup import bundle as bundles
         names = sorted({b["collection"] for b in bundles.list_bundles(target, db) if b.get("state") == "committed"})
+    elif ts is not None:
+        names = sorted(at_instant(meta, db, ts))
     else:
         names = sorted(c.name for c in meta.catalog.list(db) if c.state == CREATED)
     if not names:
-        raise NotFound(f"database {db!r} has no collection to restore" + (f" in {target.uri}" if target else ""))
+        raise NotFound(f"database {db!r} has no collection to restore" + (f" in {target.uri}" if target else
+                                                                            "" if ts is None else
+                                                                            f" at {describe(ts)}"))
     return names
+
+
+def at_instant(meta, db: str, ts: int, only=None) -> dict:
+    """name -> the Collection that held the name in `db` at the instant `ts`: created at or
+    before it, and live now or dropped after it (a collection created later was not in the
+    database then; one dropped after it was -- its window holds its log and snapshot, as for
+    an undrop, and its restore to `ts` reads it up to the instant). A drop begun within a
+    second of `ts` (its start is the wall clock, its writes' ticks may lie a little above
+    it) is refused: whether it was still live then is not known to the ms; name the set.
+    `only`: just these names."""
+    from seglake.lifecycle.drop import DROP_STARTED
+    from seglake.lifecycle.pitr.window import CLOCK_SLACK_MS
+    from seglake.meta.alloc import compose_ts
+    from seglake.meta.catalog import DROPPED, DROPPING
+
+    out = {}
+    for c in meta.catalog.list(db=db, include_dropped=True):
+        if c.created_ts > ts or c.state not in (CREATED, DROPPING, DROPPED) or (only is not None
+                                                                                 and c.name not in only):
+            continue
+        if c.state != CREATED:
+            started = c.properties.get(DROP_STARTED)
+            if not isinstance(started, (int, float)) or isinstance(started, bool):
+                continue   # (no record of when: the drop of a store before the drop's mode)
+            began = compose_ts(int(float(started) * 1000))
+            if ts >= began + compose_ts(CLOCK_SLACK_MS):
+                continue   # dropped before the instant
+            if ts >= began:
+                raise OutsideWindow(f"collection {c.name!r} was being dropped at {describe(ts)} (its drop began "
+                                    f"{describe(began)}): whether it was still live then is not known to the "
+                                    f"millisecond; name the collections to restore (collections)")
+        if c.name in out and out[c.name].state == CREATED:
+            continue
+        out[c.name] = c
+    return out
 
 
 def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collections: list[str] | None = None,
@@ -50,7 +93,8 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
     from seglake.lifecycle.pitr import from_target, planning, restoring
 
     ts = parse_as_of(as_of)
-    names = members(meta, db, collections, target)
+    names = members(meta, db, collections, target, ts)
+    held = at_instant(meta, db, ts, only=set(names)) if target is None else {}
     to = {n: f"{n}{suffix}" for n in names}
     for n, t in to.items():
         validate_name("target collection", t)
@@ -65,8 +109,10 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
                 raise ValidationError(f"target collection {db}.{to[n]} exists already; choose another suffix")
             except NotFound:
                 pass
-        if target is None:
-            plans[n] = planning.plan(meta, store, n, ts, db=db)
+        if target is None:   # a collection dropped after the instant: planned from its Dropped record
+            c = held.get(n)
+            plans[n] = planning.plan(meta, store, n, ts, db=db,
+                                     dropped=c if c is not None and c.state != CREATED else None)
         else:
             plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db)
     out = []
