@@ -22,7 +22,7 @@ from seglake.errors import NotFound, ValidationError
 from seglake.meta.catalog import CREATED
 from seglake.names import validate_name
 from seglake.lifecycle.pitr.instants import describe, parse_as_of
-from seglake.lifecycle.pitr.planning import OutsideWindow
+from seglake.lifecycle.pitr.planning import at_instant
 
 
 def members(meta, db: str, collections: list[str] | None, target=None, ts: int | None = None) -> list[str]:
@@ -48,41 +48,6 @@ def members(meta, db: str, collections: list[str] | None, target=None, ts: int |
                                                                             "" if ts is None else
                                                                             f" at {describe(ts)}"))
     return names
-
-
-def at_instant(meta, db: str, ts: int, only=None) -> dict:
-    """name -> the Collection that held the name in `db` at the instant `ts`: created at or
-    before it, and live now or dropped after it (a collection created later was not in the
-    database then; one dropped after it was -- its window holds its log and snapshot, as for
-    an undrop, and its restore to `ts` reads it up to the instant). A drop begun within a
-    second of `ts` (its start is the wall clock, its writes' ticks may lie a little above
-    it) is refused: whether it was still live then is not known to the ms; name the set.
-    `only`: just these names."""
-    from seglake.lifecycle.drop import DROP_STARTED
-    from seglake.lifecycle.pitr.window import CLOCK_SLACK_MS
-    from seglake.meta.alloc import compose_ts
-    from seglake.meta.catalog import DROPPED, DROPPING
-
-    out = {}
-    for c in meta.catalog.list(db=db, include_dropped=True):
-        if c.created_ts > ts or c.state not in (CREATED, DROPPING, DROPPED) or (only is not None
-                                                                                 and c.name not in only):
-            continue
-        if c.state != CREATED:
-            started = c.properties.get(DROP_STARTED)
-            if not isinstance(started, (int, float)) or isinstance(started, bool):
-                continue   # (no record of when: the drop of a store before the drop's mode)
-            began = compose_ts(int(float(started) * 1000))
-            if ts >= began + compose_ts(CLOCK_SLACK_MS):
-                continue   # dropped before the instant
-            if ts >= began:
-                raise OutsideWindow(f"collection {c.name!r} was being dropped at {describe(ts)} (its drop began "
-                                    f"{describe(began)}): whether it was still live then is not known to the "
-                                    f"millisecond; name the collections to restore (collections)")
-        if c.name in out and out[c.name].state == CREATED:
-            continue
-        out[c.name] = c
-    return out
 
 
 def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collections: list[str] | None = None,

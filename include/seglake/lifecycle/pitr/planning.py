@@ -1,6 +1,8 @@
 """Plan a restore to an instant: every refusal, before anything is created.
 
-    as_of -> TSO (instants.py) -> the live source collection -> not in the future
+    as_of -> TSO (instants.py) -> the source collection: the live one, or the one that
+             held the name at the instant and was dropped since (at_instant)
+          -> not in the future
           -> not before the collection existed -> its window on and the instant in it
           -> base: the latest COMMITTED snapshot with positions at or before the instant
              (none: replay from the collection's creation)
@@ -19,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from seglake.errors import StateError, ValidationError
+from seglake.errors import NotFound, StateError, ValidationError
 from seglake.meta.alloc import LOGICAL_MASK, compose_ts, decode_mark
 from seglake.meta.catalog import CREATED, DEFAULT_DB, pchannel_of
 from seglake.meta.snapshots import COMMITTED
@@ -122,6 +124,39 @@ def not_from_log(coll, ts: int) -> None:
                         f"snapshots create {coll.name} NAME`): instants from then on can be restored")
 
 
+def at_instant(meta, db: str, ts: int, only=None) -> dict:
+    """name -> the Collection that held the name in `db` at the instant `ts`: created at or
+    before it, and live now or dropped after it (a collection created later was not in the
+    database then; one dropped after it was -- its window holds its log and snapshot, as for
+    an undrop, and its restore to `ts` reads it up to the instant). A drop begun within a
+    second of `ts` (its start is the wall clock, its writes' ticks may lie a little above
+    it) is refused: whether it was still live then is not known to the ms; name the set.
+    `only`: just these names."""
+    from seglake.lifecycle.drop import DROP_STARTED
+    from seglake.meta.catalog import DROPPED, DROPPING
+
+    out = {}
+    for c in meta.catalog.list(db=db, include_dropped=True):
+        if c.created_ts > ts or c.state not in (CREATED, DROPPING, DROPPED) or (only is not None
+                                                                                 and c.name not in only):
+            continue
+        if c.state != CREATED:
+            started = c.properties.get(DROP_STARTED)
+            if not isinstance(started, (int, float)) or isinstance(started, bool):
+                continue   # (no record of when: the drop of a store before the drop's mode)
+            began = compose_ts(int(float(started) * 1000))
+            if ts >= began + compose_ts(CLOCK_SLACK_MS):
+                continue   # dropped before the instant
+            if ts >= began:
+                raise OutsideWindow(f"collection {c.name!r} was being dropped at {describe(ts)} (its drop began "
+                                    f"{describe(began)}): whether it was still live then is not known to the "
+                                    f"millisecond; name the collections to restore (collections)")
+        if c.name in out and out[c.name].state == CREATED:
+            continue
+        out[c.name] = c
+    return out
+
+
 def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None,
          dropped=None, window_instant: int | None = None) -> Plan:
     """The restore of `collection` as of `as_of`, or the refusal (module doc). Read-only.
@@ -131,7 +166,19 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
     validate_name("collection", collection)
     validate_name("db", db)
     ts = parse_as_of(as_of)
-    coll = dropped if dropped is not None else meta.catalog.get_by_name(collection, db)
+    if dropped is None:   # the collection that held the name at the instant (dropped since, inside its window)
+        coll, missing = None, None
+        try:
+            coll = meta.catalog.get_by_name(collection, db)
+        except NotFound as e:
+            missing = e
+        if coll is None or coll.created_ts > ts:
+            then = at_instant(meta, db, ts, only={collection}).get(collection)
+            if then is not None and then.state != CREATED:
+                dropped = then
+            elif missing is not None:
+                raise missing
+    coll = dropped if dropped is not None else coll
     if dropped is None and coll.state != CREATED:
         raise StateError(f"collection {collection!r} is {coll.state}; a restore to a time needs a live collection")
     if ts < coll.created_ts:   # (first: it needs no timestamp, and issuing one writes to etcd)

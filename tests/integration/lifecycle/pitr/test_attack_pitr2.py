@@ -143,3 +143,40 @@ def test_a_database_at_an_instant_has_a_collection_dropped_after_it(meta, store,
     _drive(meta, store, settings, jobs)
     for n in ("a", "b"):
         assert visible_of(meta, store, meta.catalog.get_by_name(f"{n}_cut")) == models[n].visible(cut), n
+
+
+def test_a_name_dropped_inside_its_window_is_restored_to_an_instant_before_the_drop(meta, store, settings):
+    """src written, t1, more writes, src dropped inside its window. 'seglake restore src
+    --as-of t1' was refused ('collection src not found'), and once the name was created
+    again ('before collection src existed (created ...)': a collection of that name did
+    exist at t1): the window held src's log and snapshot for exactly that, and an undrop
+    gives only the instant of the drop. The restore is of the collection that held the
+    name at the instant, row-exact; the new one of the name is untouched."""
+    from seglake.lifecycle import drop
+
+    from pitr_model import flush_all
+    with WalClient(meta, store, settings) as c:
+        old = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 21), 1.0)), 1.0)
+        model.record(c.delete("src", [3, 4]), 1.0)
+        t1 = meta.tso.now()
+        model.record(c.upsert("src", rows([5, 6], 2.0), partition="p1"), 2.0)
+        model.record(c.insert("src", rows(range(40, 50), 2.0)), 2.0)
+    flush_all(meta, store, settings, old)
+    drop.begin_drop(meta, store, settings, "src")
+    flush_all(meta, store, settings, old, flush_all=False)
+    assert drop.finish_drop(meta, "src", collection_id=old.collection_id)["state"] == "Dropped"
+    got = visible_of(meta, store, restore_to(meta, store, settings, "src", "src_t1", t1))
+    assert got == model.visible(t1)
+    with WalClient(meta, store, settings) as c:    # the name taken again by another collection
+        c.create_collection("src", SCHEMA, shards=1)
+        pitr.set_window(meta, "src", "1h")
+        c.insert("src", rows(range(900, 905), 9.0))
+    got = visible_of(meta, store, restore_to(meta, store, settings, "src", "src_t1b", t1))
+    assert got == model.visible(t1)
+    assert meta.catalog.get_by_name("src_t1b").properties["restored_from"]["collection_id"] == old.collection_id
+    now = meta.tso.now()    # an instant of the new one: the new one
+    assert sorted(visible_of(meta, store, restore_to(meta, store, settings, "src", "src_now", now))) == \
+        [(pk, 9.0) for pk in range(900, 905)]
