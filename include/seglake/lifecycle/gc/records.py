@@ -48,8 +48,12 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
     from seglake.lifecycle import compaction     # compaction unit records: the same retention
     out.update(compaction.expire_unit_records(meta, store, opts.copy_job_retention, now, opts.collection_id))
 
+    from seglake.lifecycle.pitr.window import undroppable
     for coll in list(meta.catalog.list(include_dropped=True)):
         if coll.state != "Dropped" or (opts.collection_id is not None and coll.collection_id != opts.collection_id):
+            continue
+        if undroppable(meta, coll):   # its drop inside its window: an undrop needs the record (schema, vchannels)
+            out["dropped_collections_held_by_window"] += 1
             continue
         if meta.kv.count(meta.keys.segments_prefix(coll.collection_id)) or \
                 meta.kv.count(meta.keys.snapshots_prefix(coll.collection_id)):

@@ -198,6 +198,23 @@ def _undroppable(coll, lo: int) -> bool:
             and isinstance(started, (int, float)) and compose_ts(int(started * 1000)) >= lo)
 
 
+def undroppable(meta, coll, now: float | None = None) -> bool:
+    """`coll` (Dropping/Dropped) has a window whose oldest instant is at or before its drop:
+    an undrop may still bring it back, so GC keeps its record (and the window with it) even
+    when nothing is left under it (born inside the window, no snapshot: the undrop replays
+    its log from its creation, the log the window holds). Fail closed: an unreadable window
+    holds."""
+    kv = meta.kv.get(meta.keys.pitr_window(coll.collection_id))
+    if kv is None:
+        return False
+    try:
+        w = json.loads(kv.value)
+        lo = oldest_instant(w, clock() if now is None else now)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        return True
+    return _undroppable(coll, lo)
+
+
 def held_fragment(hold_list: list[Hold], pchannel: str) -> int | None:
     """The first fragment of `pchannel` any window holds (None: none held)."""
     ns = [h.fragments[pchannel] for h in hold_list if pchannel in h.fragments]

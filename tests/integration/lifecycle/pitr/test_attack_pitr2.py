@@ -180,3 +180,44 @@ def test_a_name_dropped_inside_its_window_is_restored_to_an_instant_before_the_d
     now = meta.tso.now()    # an instant of the new one: the new one
     assert sorted(visible_of(meta, store, restore_to(meta, store, settings, "src", "src_now", now))) == \
         [(pk, 9.0) for pk in range(900, 905)]
+
+
+def test_undrop_after_gc_of_a_collection_without_snapshots_inside_its_window(meta, store, settings):
+    """A collection with a window and no snapshot (born inside the window: an undrop replays
+    it from its creation, the window holds its whole log) dropped; GC with zero tolerances
+    reclaimed its Dropped segments, then -- nothing left under it -- removed its record
+    together with its window, although the drop lay inside the window ('the window of a
+    dropped collection keeps holding while the drop lies inside it'): the undrop was then
+    'not found' and the log the window held was released. The record (and the window) are
+    kept while the window holds the drop; the undrop is row-exact; clearing the window lets
+    the next GC remove them."""
+    from seglake.lifecycle import copyjob, drop, gc
+
+    from pitr_model import flush_all
+
+    def run_gc():
+        return gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, missing_tolerance=0.0,
+                                                              force=True, copy_job_retention=0.0))
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 31), 1.0)), 1.0)
+        model.record(c.delete("src", [7, 8]), 1.0)
+        model.record(c.upsert("src", rows([9], 2.0), partition="p1"), 2.0)
+        want = model.visible(meta.tso.now())
+    flush_all(meta, store, settings, coll)
+    drop.begin_drop(meta, store, settings, "src")
+    flush_all(meta, store, settings, coll, flush_all=False)
+    assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
+    run_gc()
+    run_gc()
+    job = pitr.undrop(meta, store, "src", "back")
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job)
+    copyjob.finalize(meta, job)
+    pitr.replay(meta, store, settings, meta.catalog.get_by_name("back").collection_id)
+    assert visible_of(meta, store, meta.catalog.get_by_name("back")) == want
+    meta.kv.delete(meta.keys.pitr_window(coll.collection_id))    # the window off (the name is free: by id)
+    run_gc()
+    assert meta.kv.get(meta.keys.collection(coll.collection_id)) is None
