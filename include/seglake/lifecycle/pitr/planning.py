@@ -148,9 +148,10 @@ def at_instant(meta, db: str, ts: int, only=None) -> dict:
             if ts >= began + compose_ts(CLOCK_SLACK_MS):
                 continue   # dropped before the instant
             if ts >= began:
-                raise OutsideWindow(f"collection {c.name!r} was being dropped at {describe(ts)} (its drop began "
-                                    f"{describe(began)}): whether it was still live then is not known to the "
-                                    f"millisecond; name the collections to restore (collections)")
+                raise OutsideWindow(
+                    f"collection {c.name!r} was being dropped at {describe(ts)} (its drop began {describe(began)}): "
+                    f"whether it was still live then is not known to the millisecond: restore an instant before its "
+                    f"drop began, undrop it for its state at the drop, or (a whole database) name the collections")
         if c.name in out and out[c.name].state == CREATED:
             continue
         out[c.name] = c

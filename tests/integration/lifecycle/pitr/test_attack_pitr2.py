@@ -221,3 +221,40 @@ def test_undrop_after_gc_of_a_collection_without_snapshots_inside_its_window(met
     meta.kv.delete(meta.keys.pitr_window(coll.collection_id))    # the window off (the name is free: by id)
     run_gc()
     assert meta.kv.get(meta.keys.collection(coll.collection_id)) is None
+
+
+def test_an_instant_within_a_second_after_a_drop_began_is_refused_not_guessed(meta, store, settings):
+    """The drop's start is the wall clock (DROP_STARTED), the ticks of its last writes may lie
+    a little above it: an instant in that second is refused (for one collection and for a
+    database), naming the collection, nothing created; an instant before it restores."""
+    import time
+
+    from seglake.lifecycle import drop
+    from seglake.lifecycle.pitr.database import restore_database_as_of
+    from seglake.meta.alloc import physical_ms
+
+    from pitr_model import flush_all
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=1)
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 11), 1.0)), 1.0)
+        before = meta.tso.now()
+        time.sleep(0.8)
+        ts = meta.tso.now()
+    flush_all(meta, store, settings, coll)
+    began = physical_ms(ts) / 1000 - 0.5    # the drop began half a second before the instant
+    drop.begin_drop(meta, store, settings, "src", clock=lambda: began)
+    flush_all(meta, store, settings, coll, flush_all=False)
+    assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
+    names = sorted(c.name for c in meta.catalog.list(include_dropped=True))
+    for call in (lambda: pitr.restore_as_of(meta, store, "src", "r_band", ts),
+                 lambda: restore_database_as_of(meta, store, "default", ts, suffix="_band")):
+        try:
+            call()
+            raise AssertionError("an instant inside the drop's second was restored")
+        except pitr.OutsideWindow as e:
+            assert "'src' was being dropped" in str(e), e
+    assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == names
+    assert visible_of(meta, store, restore_to(meta, store, settings, "src", "r_before", before)) == \
+        model.visible(before)
