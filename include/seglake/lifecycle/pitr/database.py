@@ -28,7 +28,8 @@ from seglake.lifecycle.pitr.planning import at_instant
 def members(meta, db: str, collections: list[str] | None, target=None, ts: int | None = None) -> list[str]:
     """The collections to restore: the named ones, else every collection `db` held at the
     instant `ts` (at_instant: created at or before it, and live or dropped after it; from
-    a backup target: every collection of `db` with a committed bundle there)."""
+    a backup target: every collection of `db` with a committed bundle there, less those the
+    archive says were dropped before the instant -- restore_database_as_of)."""
     validate_name("db", db)
     if collections:
         for c in collections:
@@ -79,7 +80,14 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
             plans[n] = planning.plan(meta, store, n, ts, db=db,
                                      dropped=c if c is not None and c.state != CREATED else None)
         else:
-            plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db)
+            try:
+                plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db)
+            except from_target.DroppedBefore as e:
+                if collections or _bundled_since(target, db, n, e.dropped_at):
+                    raise   # asked for by name; or the name's later collection (bundled since) may have lived then
+    names = [n for n in names if n in plans]   # (from the target: not one dropped before the instant)
+    if not names:
+        raise NotFound(f"database {db!r} had no collection at {describe(ts)} in {target.uri}")
     out = []
     for n in names:   # each set up with the plan made above (a resumed one: the plan it began with)
         if target is None:
@@ -90,6 +98,17 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
                                                         engine=engine, timeout=timeout, planned=plans[n])
         out.append({"collection": n, "target": to[n], "job_id": job})
     return out
+
+
+def _bundled_since(target, db: str, collection: str, ts: int) -> bool:
+    """A committed bundle of the name was taken after `ts` (a later collection of the name)."""
+    from seglake.lifecycle.backup import bundle as bundles
+
+    for b in bundles.list_bundles(target, db, collection):
+        if b.get("state") == "committed" and \
+                bundles.read(target, db, collection, b["bundle"])["source"].get("consistent_ts", 0) > ts:
+            return True
+    return False
 
 
 def _resuming(meta, db: str, collection: str, target: str, ts: int, *, from_target: bool) -> bool:

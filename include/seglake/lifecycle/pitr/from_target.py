@@ -35,6 +35,11 @@ from seglake.lifecycle.pitr.instants import describe, parse_as_of
 from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan, needed, not_in_future
 
 
+class DroppedBefore(OutsideWindow):
+    """The bundle's collection was dropped before the instant (per the archive): it was not
+    in its database then (a whole database at that instant leaves it out)."""
+
+
 def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundle: str | None = None) -> dict:
     """The bundle document a restore to `ts` starts from (module doc), or OutsideWindow."""
     names = [bundle] if bundle is not None else \
@@ -82,10 +87,12 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
     _check_archive(target, doc["source"]["site"], p)
     gone = drops_in_archive(target, doc["source"]["site"], p, until=ts)
     if gone:   # at as_of the bundle's collection was no more (the name free, or another collection's)
-        raise OutsideWindow(f"{db}.{collection} of bundle {doc['bundle']} was dropped at "
-                            f"{describe(min(gone.values()))}, before as_of {describe(ts)}: there is nothing of it to "
-                            f"restore at that instant; undrop it (collections undrop --from-target) or restore to an "
-                            f"instant before its drop")
+        e = DroppedBefore(f"{db}.{collection} of bundle {doc['bundle']} was dropped at "
+                          f"{describe(min(gone.values()))}, before as_of {describe(ts)}: there is nothing of it to "
+                          f"restore at that instant; undrop it (collections undrop --from-target) or restore to an "
+                          f"instant before its drop")
+        e.dropped_at = min(gone.values())
+        raise e
     return p, doc
 
 

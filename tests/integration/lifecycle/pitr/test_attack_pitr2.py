@@ -258,3 +258,62 @@ def test_an_instant_within_a_second_after_a_drop_began_is_refused_not_guessed(me
     assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == names
     assert visible_of(meta, store, restore_to(meta, store, settings, "src", "r_before", before)) == \
         model.visible(before)
+
+
+def test_a_database_at_an_instant_from_the_target_leaves_out_a_collection_dropped_before_it(meta, store, settings,
+                                                                                         tmp_path):
+    """From the backup target alone: x (exported, archived) was dropped BEFORE the instant;
+    a and b were live then. restore_database --from-target (every collection with a bundle)
+    refused the whole set naming x ('was dropped ... before as_of'): x was not in the database
+    at that instant. It is left out; a and b equal their models."""
+    import shutil
+    import uuid
+
+    from seglake.lifecycle import drop
+    from seglake.lifecycle.backup import archive
+    from seglake.lifecycle.pitr.database import drive, restore_database_as_of
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+    from seglake.storage.local import LocalStore
+
+    from pitr_model import export_and_archive, flush_all
+    target = LocalStore(tmp_path / "backup")
+    models = {}
+    with WalClient(meta, store, settings) as c:
+        for n in ("a", "b", "x"):
+            coll = c.create_collection(n, SCHEMA, shards=2)
+            models[n] = Model(meta, store, n)
+            models[n].record(c.insert(n, rows(range(1, 21), 1.0)), 1.0)
+            export_and_archive(meta, store, settings, target, coll)
+        models["x"].record(c.insert("x", rows(range(50, 55), 2.0)), 2.0)
+    x = meta.catalog.get_by_name("x")
+    drop.begin_drop(meta, store, settings, "x")
+    flush_all(meta, store, settings, x, flush_all=False)
+    assert drop.finish_drop(meta, "x", collection_id=x.collection_id)["state"] == "Dropped"
+    with WalClient(meta, store, settings) as c:
+        for n in ("a", "b"):
+            models[n].record(c.insert(n, rows(range(100, 110), 3.0)), 3.0)
+            models[n].record(c.delete(n, [2]), 3.0)
+        cut = meta.tso.now()
+        for n in ("a", "b"):
+            models[n].record(c.insert(n, rows(range(200, 205), 4.0)), 4.0)
+    archive.run(meta, store, target)
+    wants = {n: models[n].visible(cut) for n in ("a", "b")}
+    meta.kv.delete_prefix(meta.keys.prefix)
+    shutil.rmtree(store.root)
+    s2 = settings.replace(etcd_root=f"dr{uuid.uuid4().hex[:8]}", store_uri=str(tmp_path / "dr_store"))
+    meta2, store2 = Meta.from_settings(s2), open_store(s2)
+    try:
+        jobs = restore_database_as_of(meta2, store2, "default", cut, suffix="_cut", target=target)
+        assert sorted(j["target"] for j in jobs) == ["a_cut", "b_cut"]
+        out = drive(meta2, store2, s2, jobs, "default")
+        assert [r["state"] for r in out] == ["Created", "Created"]
+        for n in ("a", "b"):
+            assert visible_of(meta2, store2, meta2.catalog.get_by_name(f"{n}_cut")) == wants[n], n
+        try:   # named, x is still refused (it is asked for)
+            restore_database_as_of(meta2, store2, "default", cut, suffix="_n", target=target, collections=["x"])
+            raise AssertionError("x restored at an instant after its drop")
+        except pitr.OutsideWindow as e:
+            assert "dropped" in str(e)
+    finally:
+        meta2.close()
