@@ -317,3 +317,27 @@ def test_a_database_at_an_instant_from_the_target_leaves_out_a_collection_droppe
             assert "dropped" in str(e)
     finally:
         meta2.close()
+
+
+def test_a_restore_to_now_of_a_collection_never_written_seals_a_log_not_yet_begun(meta, store, settings):
+    """Held check: a collection created and never written, restored to now: empty; the seal
+    leaves its log sealed at the instant (a log record not begun yet is created sealed: not
+    reached here, create_collection already writes to the log), and the first write after it
+    commits above the instant and is visible."""
+    from seglake.meta.catalog import pchannel_of
+    from seglake.wal.log import WalLog
+
+    from pitr_model import flush_all
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=1)
+        pitr.set_window(meta, "src", "1h")
+        p = pchannel_of(coll.vchannels[0])
+        as_of = meta.tso.now()
+        target = restore_to(meta, store, settings, "src", "r0", as_of)
+        assert sum(visible_of(meta, store, target).values()) == 0
+        assert WalLog(meta, None, p).state().floor_tt >= as_of
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 6), 1.0)), 1.0)
+    flush_all(meta, store, settings, coll)
+    assert min(ts for _, _, ts, _, _ in model.inserted) > as_of
+    assert visible_of(meta, store, meta.catalog.get_by_name("src")) == model.visible(meta.tso.now())
