@@ -341,3 +341,56 @@ def test_a_restore_to_now_of_a_collection_never_written_seals_a_log_not_yet_begu
     flush_all(meta, store, settings, coll)
     assert min(ts for _, _, ts, _, _ in model.inserted) > as_of
     assert visible_of(meta, store, meta.catalog.get_by_name("src")) == model.visible(meta.tso.now())
+
+
+def _finish(meta, store, settings, job):
+    from seglake.lifecycle import copyjob
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job)
+    copyjob.finalize(meta, job)
+    tid = meta.copyjobs.get(job)[0].target_collection_id
+    pitr.replay(meta, store, settings, tid)
+    return meta.catalog.get(tid)
+
+
+def test_undrop_twice_and_an_undropped_copy_dropped_and_undropped_again(meta, store, settings):
+    """Held check: one drop undropped twice into two names (both row-exact, the same rows);
+    the first copy (a window and a snapshot of its own, then its own writes) dropped and
+    undropped again: row-exact against the copy's model (src's rows at the drop + its own)."""
+    from seglake.lifecycle import drop, snapshot
+
+    from pitr_model import flush_all
+
+    def drop_it(name):
+        coll = meta.catalog.get_by_name(name)
+        drop.begin_drop(meta, store, settings, name)
+        flush_all(meta, store, settings, coll, flush_all=False)
+        assert drop.finish_drop(meta, name, collection_id=coll.collection_id)["state"] == "Dropped"
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 26), 1.0)), 1.0)
+        model.record(c.delete("src", [2, 3], partition="p1"), 1.0)
+        model.record(c.upsert("src", rows([4, 5], 2.0), partition="p1"), 2.0)
+        flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        model.record(c.insert("src", rows(range(30, 40), 3.0)), 3.0)
+        model.record(c.delete("src", [6]), 3.0)
+        want = model.visible(meta.tso.now())
+    drop_it("src")
+    b1 = _finish(meta, store, settings, pitr.undrop(meta, store, "src", "b1"))
+    b2 = _finish(meta, store, settings, pitr.undrop(meta, store, "src", "b2"))
+    assert visible_of(meta, store, b1) == want and visible_of(meta, store, b2) == want
+    pitr.set_window(meta, "b1", "1h")
+    snapshot.create(meta, store, "b1", "x1")
+    with WalClient(meta, store, settings) as c:
+        r1 = c.insert("b1", rows(range(100, 105), 5.0))
+        c.delete("b1", [30, 31])
+        assert r1.positions
+    flush_all(meta, store, settings, b1)
+    want_b1 = visible_of(meta, store, meta.catalog.get_by_name("b1"))
+    assert sum(want_b1.values()) == sum(want.values()) + 5 - 2
+    drop_it("b1")
+    back = _finish(meta, store, settings, pitr.undrop(meta, store, "b1", "b1_back"))
+    assert visible_of(meta, store, back) == want_b1
