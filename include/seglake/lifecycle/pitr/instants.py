@@ -32,7 +32,7 @@ def parse_as_of(value) -> int:
     if not isinstance(value, str) or len(value) > 64:
         raise ValidationError(f"as_of must be an ISO-8601 time with a time zone or a TSO integer, "
                               f"got {type(value).__name__}")
-    text = value.strip()
+    text = value.strip().upper()   # RFC 3339 allows a lowercase t and z
     if _TSO_RE.fullmatch(text):
         return _check_tso(int(text), repr(value))
     if not _ISO_RE.fullmatch(text):

@@ -1,0 +1,31 @@
+"""as_of at the edges of ISO-8601 / RFC 3339 and the TSO (issue 30 item 6, attack-pitr2):
+each accepted form gives the last TSO of its millisecond in UTC; each refused one is a
+ValidationError before anything is read."""
+
+from __future__ import annotations
+
+import pytest
+
+from seglake.errors import ValidationError
+from seglake.lifecycle.pitr.instants import parse_as_of
+from seglake.meta.alloc import LOGICAL_MASK, compose_ts
+
+MS = 1764290400123   # 2025-11-28T00:40:00.123Z
+
+
+@pytest.mark.parametrize("text", ["2025-11-28T00:40:00.123Z", "2025-11-28T06:10:00.123+05:30",
+                                  "2025-11-27T23:40:00.123-01:00", "2025-11-28T00:40:00.123-00:00",
+                                  "2025-11-28T00:40:00.123456789Z", "2025-11-28T00:40:00.1239999Z",
+                                  "2025-11-28 00:40:00.123Z", "2025-11-28t00:40:00.123z",
+                                  "2025-11-28T00:40:00.123+0000", str(compose_ts(MS, LOGICAL_MASK))])
+def test_the_same_millisecond_in_every_form(text):
+    assert parse_as_of(text) == compose_ts(MS, LOGICAL_MASK)
+
+
+@pytest.mark.parametrize("text", ["2025-11-28T24:00:00Z", "2025-11-28T00:40:60Z", "2025-02-29T00:00:00Z",
+                                  "2025-11-28T00:40:00+24:00", "2025-11-28T00:40:00,5Z", "2025-11-28T00:40:00",
+                                  "2000-01-01T00:00:00+01:00", "2999-12-31T23:30:00-01:00", "0470765050533511180",
+                                  "nan", "NaN", "inf", "1970-01-01T00:00:00Z", "3000-01-01T00:00:00Z"])
+def test_refused(text):
+    with pytest.raises(ValidationError):
+        parse_as_of(text)
