@@ -127,13 +127,51 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
                 continue
             out["copied_bytes"] += rep.get("copied_bytes", 0)
         out["exported"].append(n)
+    held = window_bundle(meta, target, db, name, coll.collection_id)
     pruned = prunes.prune(target, name, policy, db=db, dry_run=dry_run, min_age=min_age, schedule_only=True,
                           collection_id=coll.collection_id, sweep=False, say=say,
-                          planned={n: times[n] for n in want} if dry_run else None)
+                          planned={n: times[n] for n in want} if dry_run else None,
+                          pinned=lambda n: [held[1]] if held is not None and n == held[0] else [])
     out["pruned"] = pruned["pruned"]
     out["held"] = pruned.get("held", {})   # kept this run: an import or verify reads them
     out["sweep"] = None   # run() sweeps the target once, after every collection
     return out
+
+
+def window_bundle(meta, target: Store, db: str, name: str, collection_id: int) -> tuple[str, str] | None:
+    """(bundle, why) the point-in-time window of collection `collection_id` needs in the
+    target, or None: a restore from the target alone to any instant of the window starts
+    from the latest bundle at or before it, so the window keeps base(lo) -- the latest
+    committed bundle of this collection (and site) with log positions taken at or before
+    the window's oldest instant -- or, when none is that old, the oldest one (every later
+    instant starts from it or a newer one). The prune never drops it (like the window's
+    base snapshot in this store)."""
+    from seglake.lifecycle.backup.archive import site_id
+    from seglake.lifecycle.pitr import window
+
+    w = window.window_of(meta, collection_id)
+    if w is None:
+        return None
+    lo = window.oldest_instant(w, window.clock())
+    site, found = None, []
+    for _, _, b, done in bundles.find(target, db, name):
+        if not done:
+            continue
+        try:
+            src = bundles.read(target, db, name, b)["source"]
+        except (bundles.BundleError, NotFound, KeyError, TypeError):
+            continue
+        if src.get("collection_id") != collection_id or not src.get("positions") \
+                or not isinstance(src.get("consistent_ts"), int) or src["consistent_ts"] <= 0:
+            continue
+        site = site or site_id(meta)   # (read only when a bundle of the collection is there: its export made it)
+        if src.get("site") == site:
+            found.append((src["consistent_ts"], b))
+    if not found:
+        return None
+    older = [f for f in found if f[0] <= lo]
+    base = max(older) if older else min(found)
+    return base[1], f"the point-in-time window of {db}.{name} ({w['window']})"
 
 
 def report_line(r: dict) -> str:
