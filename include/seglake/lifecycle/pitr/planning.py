@@ -135,11 +135,10 @@ def at_instant(meta, db: str, ts: int, only=None) -> dict:
     from seglake.lifecycle.drop import DROP_STARTED
     from seglake.meta.catalog import DROPPED, DROPPING
 
+    found = [c for c in meta.catalog.list(db=db, include_dropped=True)
+             if c.created_ts <= ts and c.state in (CREATED, DROPPING, DROPPED) and (only is None or c.name in only)]
     out = {}
-    for c in meta.catalog.list(db=db, include_dropped=True):
-        if c.created_ts > ts or c.state not in (CREATED, DROPPING, DROPPED) or (only is not None
-                                                                                 and c.name not in only):
-            continue
+    for c in found:
         if c.state != CREATED:
             started = c.properties.get(DROP_STARTED)
             if not isinstance(started, (int, float)) or isinstance(started, bool):
@@ -148,6 +147,8 @@ def at_instant(meta, db: str, ts: int, only=None) -> dict:
             if ts >= began + compose_ts(CLOCK_SLACK_MS):
                 continue   # dropped before the instant
             if ts >= began:
+                if any(d.name == c.name and began < d.created_ts for d in found):
+                    continue   # the name was another collection's by the instant: this one was gone
                 raise OutsideWindow(
                     f"collection {c.name!r} was being dropped at {describe(ts)} (its drop began {describe(began)}): "
                     f"whether it was still live then is not known to the millisecond: restore an instant before its "

@@ -8,6 +8,7 @@ import threading
 
 from seglake.lifecycle import pitr
 from seglake.meta import alloc
+from seglake.meta.alloc import compose_ts
 from seglake.wal.client import WalClient
 
 from pitr_model import SCHEMA, Model, restore_to, rows, visible_of
@@ -512,3 +513,39 @@ def restore_from_target(meta, store, settings, target, source, name, as_of):
     tid = meta.catalog.get_by_name(name).collection_id
     pitr.replay(meta, store, settings, tid)
     return meta.catalog.get(tid)
+
+
+def test_an_instant_in_a_drops_first_second_with_the_name_taken_again_is_the_new_collection(meta, store, settings):
+    """The drop's first second is refused only while it is unknown whether the dropped
+    collection still lived: once another collection of the name was created before the
+    instant (after the drop began), the instant is the new collection's."""
+    import time
+
+    from seglake.lifecycle import drop
+
+    from pitr_model import flush_all
+    with WalClient(meta, store, settings) as c:
+        old = c.create_collection("src", SCHEMA, shards=1)
+        pitr.set_window(meta, "src", "1h")
+        c.insert("src", rows(range(1, 11), 1.0))
+    flush_all(meta, store, settings, old)
+    began = time.time() - 0.2
+    drop.begin_drop(meta, store, settings, "src", clock=lambda: began)
+    flush_all(meta, store, settings, old, flush_all=False)
+    assert drop.finish_drop(meta, "src", collection_id=old.collection_id)["state"] == "Dropped"
+    with WalClient(meta, store, settings) as c:
+        c.create_collection("src", SCHEMA, shards=1)
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(500, 505), 5.0)), 5.0)
+        ts = meta.tso.now()
+    assert ts < compose_ts(int(began * 1000) + 1000), "the instant must lie in the drop's first second"
+    target = restore_to(meta, store, settings, "src", "r_new", ts)
+    assert target.properties["restored_from"]["collection_id"] != old.collection_id
+    assert visible_of(meta, store, target) == model.visible(ts)
+    from seglake.lifecycle.pitr.database import restore_database_as_of   # the database at ts: the new one
+    (job,) = restore_database_as_of(meta, store, "default", ts, suffix="_db")
+    _drive(meta, store, settings, [job])
+    t2 = meta.catalog.get_by_name("src_db")
+    assert t2.properties["restored_from"]["collection_id"] != old.collection_id
+    assert visible_of(meta, store, t2) == model.visible(ts)
