@@ -77,8 +77,14 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
                 pass
         if target is None:   # a collection dropped after the instant: planned from its Dropped record
             c = held.get(n)
-            plans[n] = planning.plan(meta, store, n, ts, db=db,
-                                     dropped=c if c is not None and c.state != CREATED else None)
+            gone = c if c is not None and c.state != CREATED else None
+            try:
+                plans[n] = planning.plan(meta, store, n, ts, db=db, dropped=gone)
+            except (planning.OutsideWindow, planning.LogGap) as e:
+                if gone is None:
+                    raise
+                raise type(e)(f"{e} (collection {n!r} was in the database at that instant and was dropped since; "
+                              f"name the collections to restore to leave it out)") from None
         else:
             try:
                 plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db)

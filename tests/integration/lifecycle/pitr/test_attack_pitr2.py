@@ -549,3 +549,33 @@ def test_an_instant_in_a_drops_first_second_with_the_name_taken_again_is_the_new
     t2 = meta.catalog.get_by_name("src_db")
     assert t2.properties["restored_from"]["collection_id"] != old.collection_id
     assert visible_of(meta, store, t2) == model.visible(ts)
+
+
+def test_a_database_at_an_instant_with_a_windowless_collection_dropped_since_is_refused_naming_it(meta, store,
+                                                                                                 settings):
+    """w (no window) was in the database at the cut and was dropped since: it cannot be
+    restored, so the whole set is refused naming it and saying it was dropped since (one
+    refusal refuses the set, as for a live collection without a window), nothing created;
+    the named set without it restores."""
+    from seglake.lifecycle import drop
+    from seglake.lifecycle.pitr.database import restore_database_as_of
+
+    from pitr_model import flush_all
+    with WalClient(meta, store, settings) as c:
+        w = c.create_collection("w", SCHEMA, shards=1)
+        c.insert("w", rows(range(1, 4), 1.0))
+    models, cut = _db_at(meta, store, settings, ("a",))
+    flush_all(meta, store, settings, w)
+    drop.begin_drop(meta, store, settings, "w")
+    flush_all(meta, store, settings, w, flush_all=False)
+    assert drop.finish_drop(meta, "w", collection_id=w.collection_id)["state"] == "Dropped"
+    names = sorted(x.name for x in meta.catalog.list(include_dropped=True))
+    try:
+        restore_database_as_of(meta, store, "default", cut, suffix="_cut")
+        raise AssertionError("a set missing w was restored silently")
+    except pitr.OutsideWindow as e:
+        assert "'w'" in str(e) and "dropped since" in str(e), e
+    assert sorted(x.name for x in meta.catalog.list(include_dropped=True)) == names
+    jobs = restore_database_as_of(meta, store, "default", cut, suffix="_cut", collections=["a"])
+    _drive(meta, store, settings, jobs)
+    assert visible_of(meta, store, meta.catalog.get_by_name("a_cut")) == models["a"].visible(cut)
