@@ -82,10 +82,17 @@ def window_of(meta, collection_id: int) -> dict | None:
 
 
 def clear_window(meta, collection: str, *, db: str = DEFAULT_DB) -> bool:
-    """Turn the window off; False when it was off. What it held goes at the next GC."""
+    """Turn the window off; False when it was off. What it held goes at the next GC. A
+    name no live collection holds: the window of its newest dropped collection (GC keeps
+    a dropped collection's record while its window holds the drop; this releases it)."""
+    from seglake.lifecycle.drop import find
+
     validate_name("collection", collection)
     validate_name("db", db)
-    key = meta.keys.pitr_window(meta.catalog.get_by_name(collection, db).collection_id)
+    coll = find(meta, collection, db)
+    if coll is None:
+        raise NotFound(f"collection {collection!r} not found in db {db!r}")
+    key = meta.keys.pitr_window(coll.collection_id)
     if meta.kv.get(key) is None:
         return False
     meta.kv.delete(key)

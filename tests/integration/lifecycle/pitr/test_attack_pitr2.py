@@ -219,7 +219,7 @@ def test_undrop_after_gc_of_a_collection_without_snapshots_inside_its_window(met
     copyjob.finalize(meta, job)
     pitr.replay(meta, store, settings, meta.catalog.get_by_name("back").collection_id)
     assert visible_of(meta, store, meta.catalog.get_by_name("back")) == want
-    meta.kv.delete(meta.keys.pitr_window(coll.collection_id))    # the window off (the name is free: by id)
+    assert pitr.clear_window(meta, "src")     # the window of the dropped collection off (by its name)
     run_gc()
     assert meta.kv.get(meta.keys.collection(coll.collection_id)) is None
 
