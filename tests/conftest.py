@@ -89,6 +89,9 @@ for k in list(os.environ):  # the developer's own seglake settings must not leak
 
 _LAYER_S: dict[str, float] = {}
 _UNIT_S: dict[str, float] = {}     # per xdist unit (scope_of): what LONG_FIRST and the Milvus halves balance
+_LAYER_CPU: dict[str, float] = {}
+_TEST_CPU: dict[str, float] = {}   # per test: CPU of the worker and of the children it reaped (Spark, CLIs)
+_CPU_MARK = [0.0]
 
 
 def spark_cds_archive() -> Path | None:
@@ -171,6 +174,24 @@ def pytest_xdist_make_scheduler(config, log):
     return LayerScheduling(config, log)
 
 
+def _cpu_now() -> float:
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """CPU seconds per phase (the suite is CPU-bound on 2 cores: this, not wall time, says
+    where a minute of `make test` goes). A server a worker keeps for the session is counted
+    when it is reaped, at the end, in no test."""
+    outcome = yield
+    now = _cpu_now()
+    cpu, _CPU_MARK[0] = now - _CPU_MARK[0] if _CPU_MARK[0] else 0.0, now
+    outcome.get_result().user_properties.append(("cpu_s", cpu))
+
+
 def pytest_runtest_logreport(report):
     """Time per layer (tests/<layer>/), setup + call + teardown, for the summary (summed
     over workers under xdist: it is test time, not wall time)."""
@@ -178,6 +199,9 @@ def pytest_runtest_logreport(report):
     _LAYER_S[layer] = _LAYER_S.get(layer, 0.0) + report.duration
     unit = scope_of(report.nodeid)
     _UNIT_S[unit] = _UNIT_S.get(unit, 0.0) + report.duration
+    cpu = sum(v for k, v in report.user_properties if k == "cpu_s")
+    _LAYER_CPU[layer] = _LAYER_CPU.get(layer, 0.0) + cpu
+    _TEST_CPU[report.nodeid] = _TEST_CPU.get(report.nodeid, 0.0) + cpu
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -187,6 +211,14 @@ def pytest_terminal_summary(terminalreporter):
         longest = sorted(_UNIT_S.items(), key=lambda kv: -kv[1])[:8]
         terminalreporter.write_line("seglake longest units (s; a unit runs on one worker): " + ", ".join(
             f"{k.rsplit('/', 1)[-1]} {v:.0f}" for k, v in longest))
+        terminalreporter.write_line("seglake CPU per layer (s, worker + reaped children): " + ", ".join(
+            f"{k} {v:.0f}" for k, v in sorted(_LAYER_CPU.items())) + f"; total {sum(_LAYER_CPU.values()):.0f}")
+        files: dict[str, float] = {}
+        for k, v in _TEST_CPU.items():
+            files[k.split("::")[0]] = files.get(k.split("::")[0], 0.0) + v
+        for what, table in (("files", files), ("tests", _TEST_CPU)):
+            terminalreporter.write_line(f"seglake most CPU {what} (s): " + ", ".join(
+                f"{k} {v:.0f}" for k, v in sorted(table.items(), key=lambda kv: -kv[1])[:25]))
 
 
 @pytest.fixture(scope="session")
