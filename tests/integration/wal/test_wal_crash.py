@@ -32,7 +32,7 @@ with WalClient(meta, store, s) as c:
 """
 
 
-@pytest.mark.parametrize("backend, batches", [("local", 2000), ("s3", 300)])
+@pytest.mark.parametrize("backend, batches", [("local", 1000), ("s3", 300)])
 def test_sigkill_mid_append_keeps_every_acknowledged_batch(backend, batches, meta, store, settings, request):
     if backend == "s3":
         server = request.getfixturevalue("s3_server")
@@ -44,7 +44,7 @@ def test_sigkill_mid_append_keeps_every_acknowledged_batch(backend, batches, met
     env = {**os.environ, **settings.to_env(), "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen([sys.executable, "-c", WRITER], env=env, stdout=subprocess.PIPE, text=True)
     acked = 0
-    deadline = time.time() + 120
+    deadline = time.time() + 900   # a hang guard, not a speed bound: the kill comes after `batches` acks
     try:
         while acked < batches and time.time() < deadline:
             line = proc.stdout.readline()

@@ -135,7 +135,7 @@ def test_a_writer_learns_at_its_next_beat_that_gc_reclaimed_it(meta, store, coll
     with snapshot.KeepAlive(meta, rec, "zombie") as alive:
         # a beat landing between the claim's read and its txn makes the claim lose: retry
         assert any(meta.snapshots.claim_abandoned(rec, 600, time.time() + HOUR) is not None for _ in range(100))
-        deadline = time.time() + 10
+        deadline = time.time() + 60   # a hang guard: the beat comes every 0.05 s
         while alive.lost is None and time.time() < deadline:
             time.sleep(0.05)
         with pytest.raises(snapshot.SnapshotLost, match="DELETING"):
