@@ -166,16 +166,21 @@ def plan(kv, bucket: ReadOnlyBucket, etcd_root: str, collections: list[str], *, 
     if db not in dbs.values():
         raise NotFound(f"Milvus (etcd root {etcd_root!r}) has no database {db!r}; it has {sorted(dbs.values())}")
     infos = catalog.collection_infos(meta)
-    names = list(dict.fromkeys(collections)) or sorted(
-        {c["name"] for c in infos if dbs.get(c["db_id"]) == db})
+    in_db = [c for c in infos if dbs.get(c["db_id"]) == db]
+    # the whole database: the collections it has, not one Milvus is still creating or is
+    # dropping (a dropped collection stays Dropping until its data is collected: hours)
+    live = {c["name"] for c in in_db if catalog.created(c)}
+    names = list(dict.fromkeys(collections)) or sorted(live)
+    skipped = [] if collections else sorted({c["name"] for c in in_db} - live)
     if not names:
-        raise NotFound(f"Milvus database {db!r} (etcd root {etcd_root!r}) has no collections")
+        raise NotFound(f"Milvus database {db!r} (etcd root {etcd_root!r}) has no collections"
+                       + (f" (being created or dropped: {', '.join(skipped)})" if skipped else ""))
     cats = [catalog.read(meta, db, n, dbs, infos) for n in names]   # every name resolved before any listing
     out = []
     for cat in cats:
         out.append({"catalog": cat, "files": _files(bucket, cat)})
     return {"revision": revision, "version": catalog.milvus_version(kv, etcd_root, revision),
-            "etcd_root": etcd_root, "db": db, "collections": out, **(source or {})}
+            "etcd_root": etcd_root, "db": db, "collections": out, "skipped": skipped, **(source or {})}
 
 
 def _files(bucket: ReadOnlyBucket, cat: dict) -> dict[str, dict]:
@@ -240,6 +245,9 @@ def capture(kv, bucket: ReadOnlyBucket, target, etcd_root: str, collections: lis
         raise ValidationError("a rate limit needs seglake's etcd (the throttle's clock)")
     started = time.time()
     planned = plan(kv, bucket, etcd_root, collections, db=db, source=source)
+    if planned["skipped"]:
+        say(f"milvus capture {db}: left out, being created or dropped in Milvus at etcd revision "
+            f"{planned['revision']}: {', '.join(planned['skipped'])}")
     exports._ensure_bucket(target)
     token = uuid.uuid4().hex[:16]
     throttle = (throttles.for_run(meta, meta.keys.backup_throttle(token), bps, rps) if meta is not None

@@ -67,6 +67,12 @@ def collection_infos(meta: MilvusMeta) -> list[dict]:
     return sorted(out, key=lambda c: c["id"])
 
 
+def created(info: dict) -> bool:
+    """A collection (collection_infos) in state Created: not being created nor dropped
+    (etcdpb.CollectionState: 0 Created, 1 Creating, 2 Dropping, 3 Dropped)."""
+    return one(info["raw"], 13, 0) == 0
+
+
 def field_schema(f: dict) -> dict:
     dt = one(f, 5, 0)
     return {"field_id": signed(one(f, 1, 0)), "name": one(f, 2, b"").decode(), "data_type": dt,
@@ -89,9 +95,9 @@ def read(meta: MilvusMeta, db: str, name: str, dbs: dict[int, str] | None = None
         known = sorted(c["name"] for c in infos if dbs.get(c["db_id"]) == db)
         raise NotFound(f"Milvus has no collection {name!r} in database {db!r} (its collections there: "
                        f"{', '.join(known) or 'none'})")
-    c = found[-1]
+    c = ([x for x in found if created(x)] or found)[-1]    # a name dropped and made again: the one made
     f = c["raw"]
-    if one(f, 13, 0) != 0:   # etcdpb.CollectionState: 0 Created, 1 Creating, 2 Dropping, 3 Dropped
+    if not created(c):   # etcdpb.CollectionState: 0 Created, 1 Creating, 2 Dropping, 3 Dropped
         raise NotFound(f"Milvus collection {db}.{name} is being created or dropped (state {one(f, 13, 0)})")
     schema = fields(one(f, 2, b""))
     cid = c["id"]
@@ -117,6 +123,10 @@ def read(meta: MilvusMeta, db: str, name: str, dbs: dict[int, str] | None = None
         parts.append({"partition_id": signed(one(p, 1, 0)), "name": one(p, 2, b"").decode(),
                       "created_ts": one(p, 3, 0), "state": one(p, 5, 0)})
     parts.sort(key=lambda p: p["partition_id"])
+    # a partition Milvus is dropping (etcdpb.PartitionState 2; until its data is collected)
+    # or creating is not the collection's: neither it nor its segments are captured
+    leaving = {p["partition_id"] for p in parts if p["state"] != 0}
+    parts = [p for p in parts if p["state"] == 0]
     collection = {
         "collection_id": cid, "name": name, "db": db, "db_id": c["db_id"],
         "description": one(schema, 2, b"").decode(), "shards": one(f, 10, 0) or len(vch),
@@ -159,7 +169,7 @@ def read(meta: MilvusMeta, db: str, name: str, dbs: dict[int, str] | None = None
     part_names = {p["partition_id"]: p["name"] for p in parts}
     segments = []
     for s in meta.segments(cid):
-        if s.state != FLUSHED:
+        if s.state != FLUSHED or s.partition_id in leaving:
             continue
         if s.partition_id not in part_names:
             raise ValidationError(f"Milvus collection {db}.{name}: Flushed segment {s.id} is in partition "

@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 
 from seglake.milvus.proto import fields, one, signed
 
+# Milvus 2.3's root coordinator keeps its keys in a SuffixSnapshot: a removed key (a dropped
+# collection, partition, field, alias or database) is overwritten with this tombstone, kept
+# until the snapshot's GC (a day by default); Milvus's own reads skip it
+TOMBSTONE = b"\xe2\x9b\xbc"
+
 SEGMENT_STATES = {0: "None", 1: "NotExist", 2: "Growing", 3: "Sealed", 4: "Flushed",
                   5: "Flushing", 6: "Dropped", 7: "Importing"}
 
@@ -91,7 +96,10 @@ class MilvusMeta:
         self.kv, self.meta, self.revision = kv, root.rstrip("/") + "/meta/", revision
 
     def _range(self, sub: str):
+        """(key parts under `sub`, value) of every live key (a tombstone is a removed key)."""
         for item in self.kv.range(self.meta + sub, revision=self.revision):
+            if bytes(item.value) == TOMBSTONE:
+                continue
             yield item.key[len(self.meta + sub):].split("/"), item.value
 
     def collections(self) -> list[MilvusCollection]:

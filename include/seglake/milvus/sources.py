@@ -421,7 +421,8 @@ def _current_ids(src: Mapping[str, Any], settings) -> dict[str, int]:
             m = MilvusMeta(kv, src["milvus_root"], kv.revision())
             dbs = catalog.databases(m)
             out: dict[str, int] = {}
-            for c in catalog.collection_infos(m):   # as catalog.read: the last one of that name
+            # as catalog.read: the newest one of that name Milvus is not dropping
+            for c in sorted(catalog.collection_infos(m), key=lambda c: (catalog.created(c), c["id"])):
                 if dbs.get(c["db_id"]) == src["db"] and c["name"] in src["collections"]:
                     out[c["name"]] = c["id"]
             return out
