@@ -64,3 +64,18 @@ def test_a_delete_log_holds_its_deletes():
 def test_a_wrong_log_is_named(raw, kw, found):
     problems = check(raw, **kw)
     assert problems and any(found in p for p in problems), problems
+
+
+def test_a_delete_log_carried_over_from_a_compacted_segment_passes():
+    """Milvus 2.3.5 (auto-compaction on, deletes while segments are compacted) lists under
+    segment S a delete log whose descriptor names the segment it was buffered for (seen on a
+    real 2.3.5: key .../470765587470945763/..., descriptor 470765587471147132; collection and
+    partition equal): Milvus applies it to S. A capture takes it; another collection or
+    partition, or an insert log naming another segment, is still refused."""
+    recs = ['{"pk":5,"ts":100,"pkType":5}']
+    raw = make(ids=(1, 2, 7, 0), events=((2, recs),), typ=pa.string())
+    assert check(raw, kind="delete", field_id=None, entries=1) == []
+    for ids in ((9, 2, 7, 0), (1, 8, 7, 0)):
+        bad = make(ids=ids, events=((2, recs),), typ=pa.string())
+        assert any("descriptor names" in p for p in check(bad, kind="delete", field_id=None, entries=1))
+    assert any("descriptor names" in p for p in check(make(ids=(1, 2, 7, 100))))
