@@ -39,7 +39,8 @@ import sys
 #   {"op": "list_imports", "name"}              [{"task_id", "state", "files", "partition"}]
 #   {"op": "create_index", "name", "field", "index_name", "params": {index_type, metric_type, params}}
 #   {"op": "load", "name"}  {"op": "drop", "name"}
-#   {"op": "count_loaded", "name"}              count(*) Strong (the collection must be loaded)
+#   {"op": "count_loaded", "name", "partitions"}  count(*) Strong (the collection must be loaded),
+#                                               of the named partitions only when given
 #   {"op": "query", "name", "expr", "output_fields", "limit", "partitions"}   rows (vectors as lists)
 #   {"op": "search", "name", "field", "vectors", "metric", "limit", "params"}   [[ids], ...]
 #   {"op": "upsert_by", "name", "partition", "pks", "add"}   the toy schema: v = pk / 10 + add
@@ -96,7 +97,8 @@ def restore_op(op: dict):
         rows = [pks, [p / 10 + add for p in pks], [[float(p)] + [p / 10 + add] * (dim - 1) for p in pks]]
         return {"upsert_count": int(coll.upsert(rows, partition_name=op.get("partition")).upsert_count)}
     if kind == "count_loaded":
-        res = Collection(name).query(expr="", output_fields=["count(*)"], consistency_level="Strong")
+        res = Collection(name).query(expr="", output_fields=["count(*)"], consistency_level="Strong",
+                                     partition_names=op.get("partitions"))
         return {"count": int(res[0]["count(*)"])}
     if kind == "schema":
         coll = Collection(name)

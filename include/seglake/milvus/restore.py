@@ -288,6 +288,8 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     if rec is not None and rec["bundle_uid"] != doc["uid"]:
         raise Conflict(f"a restore of another bundle ({rec['bundle']}) into {req.name!r} at {target.address} is "
                        f"recorded (restore {rid})")
+    same_staging(rec, target, rid)
+    readable(target)
     if rec is None and client.one({"op": "has", "name": req.name})["exists"]:
         raise Conflict(f"collection {req.name!r} already exists in Milvus at {target.address}; restore under a new name")
     check_content(backup, doc, req.threads)
@@ -299,6 +301,27 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
             "properties": _properties(coll.get("properties")),
             "partitions": _partitions(coll, schema),
             "indexes": doc["snapshot"].get("indexes", [])}
+
+
+def same_staging(rec: dict | None, target: MilvusTarget, rid: str) -> None:
+    """A restore resumes under the staging prefix it began with: its segments were staged
+    and its imports submitted (and are found again on a re-run) by their files there."""
+    was = ((rec or {}).get("target") or {}).get("staging", target.staging)
+    if was != target.staging:
+        raise Conflict(f"restore {rid} of {rec.get('name')!r} began with staging prefix {was!r}: its files are "
+                       f"staged and its imports submitted under it; re-run with staging {was!r}, not "
+                       f"{target.staging!r}")
+
+
+def readable(target: MilvusTarget) -> None:
+    """The target's bucket lists with the given credentials (one LIST of the staging
+    prefix): a wrong key, a missing bucket or no permission is said before anything is
+    written on either side, not after the collection is created."""
+    try:
+        next(iter(target.store().list("")), None)
+    except SeglakeError as e:
+        raise MilvusRestoreError(f"the target Milvus's bucket {target.bucket!r} at {target.s3_endpoint} cannot be "
+                                 f"listed under {target.staging}/ ({e}); nothing was written") from None
 
 
 def _partitions(coll: dict, schema: dict) -> list[str]:
@@ -503,6 +526,7 @@ def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
     plan = plan or check(kv, keys, backup, target, req, client)
     doc = read_bundle(backup, req)
     recs = Records(kv, keys, plan["rid"])
+    same_staging(recs.get()[0], target, plan["rid"])
     rec = _create(recs, client, target, req, plan)
     todo = units(doc, plan)
     stage_store = target.store()
@@ -550,14 +574,15 @@ def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
 
 
 # -- verify -------------------------------------------------------------------------------
-def bundle_rows(backup, doc: dict) -> tuple[dict, int]:
+def bundle_rows(backup, doc: dict, hidden: set | None = None) -> tuple[dict, int]:
     """(visible rows {pk: [(segment entry, row index), ...]}, their count): a row (pk, ts)
     of a Flushed segment is visible unless a delete (pk, ts_d) with ts_d > ts is in THAT
     segment's delete logs (Milvus 2.3: a data node writes a delete into the delta log of each
     segment of the delete's partition(s) that may hold the pk, and a query node applies a
     sealed segment's delta logs to that segment only; an upsert without a partition deletes
     in `_default` only, so a row of the pk in another partition stays and count(*) counts
-    it). A pk visible twice is counted twice, as Milvus's count(*) does."""
+    it). A pk visible twice is counted twice, as Milvus's count(*) does. `hidden`, when
+    given, gets the pk of every row a delete hides."""
     pk_f = next(int(f["field_id"]) for f in doc["snapshot"]["collection"]["schema"]["fields"] if f.get("is_primary_key"))
     visible: dict = {}
     n = 0
@@ -572,6 +597,8 @@ def bundle_rows(backup, doc: dict) -> tuple[dict, int]:
                     deletes[pk] = max(deletes.get(pk, 0), ts)
         for i, (pk, ts) in enumerate(zip(pks, tss)):
             if deletes.get(pk, -1) > ts:
+                if hidden is not None:
+                    hidden.add(pk)
                 continue
             visible.setdefault(pk, []).append((e, i))
             n += 1
@@ -606,15 +633,27 @@ def _col(backup, doc, path):
 def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
     """Milvus's count(*) == the bundle's visible rows (duplicates counted), and a sample of
     pks with every field's value equal (for a pk visible more than once: to one of its rows)."""
+    hidden: set = set()
     if doc.get("converted"):
         got = convert.Converter(backup, doc).visible()
         visible, n_visible = got["rows"], got["count"]
     else:
-        visible, n_visible = bundle_rows(backup, doc)
+        visible, n_visible = bundle_rows(backup, doc, hidden)
     problems = []
     count = client.one({"op": "count_loaded", "name": req.name})["count"]
     if count != n_visible:
         problems.append(f"count(*) is {count}, the bundle has {n_visible} visible rows")
+    elif not doc.get("converted") and not partition_key(plan) and len(plan["partitions"]) > 1:
+        # every row in its own partition: count(*) of each (a partition-key collection's are
+        # Milvus's to choose, and it refuses partition names in its queries)
+        names = {int(p["partition_id"]): p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
+        per: dict = {p: 0 for p in plan["partitions"]}
+        for rows in visible.values():
+            for e, _ in rows:
+                per[names[int(e["partition_id"])]] += 1
+        got_per = client.call(*[{"op": "count_loaded", "name": req.name, "partitions": [p]} for p in per])
+        problems.extend(f"partition {p!r}: count(*) is {g['count']}, the bundle has {per[p]} visible rows"
+                        for p, g in zip(per, got_per) if g["count"] != per[p])
     fields = plan["schema"]["fields"]
     pk = next(f for f in fields if f.get("is_primary_key"))
     rnd = random.Random(plan["uid"])
@@ -667,6 +706,16 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
                     break
                 left.pop(j)
             checked += 1
+    # a pk every row of which the bundle's deletes hide is not in Milvus: a restore that lost
+    # a delete passes count(*) when it lost a row too, and the sample never asks for that pk
+    gone = sorted((p for p in hidden - set(visible) if p != INT64_MAX or isinstance(p, str)), key=str)
+    gone = sorted(rnd.sample(gone, min(req.sample, len(gone))), key=str)
+    if gone:
+        seen = sorted({r[pk["name"]] for r in client.one({"op": "query", "name": req.name,
+                                                           "expr": pk_expr(pk["name"], gone),
+                                                           "output_fields": [pk["name"]], "limit": len(gone) + 1})},
+                      key=str)
+        problems.extend(f"pk {p} is visible in Milvus; the bundle's deletes hide every row of it" for p in seen)
     return {"ok": not problems, "count": count, "visible_rows": n_visible, "sampled": checked,
             "problems": problems[:50]}
 
