@@ -134,7 +134,8 @@ def _layer(nodeid: str) -> str:
 # Scopes that run one after another on one worker, because their tests share a costly
 # per-worker server: the 3-member cluster, the `airflow standalone` (+ Chromium), and the
 # session Milvus (~200 MiB; its layer split in two halves, each one Milvus).
-MILVUS_FIRST_HALF = ("test_milvus_restore.py", "test_milvus_server.py", "test_milvus_meta.py")
+MILVUS_FIRST_HALF = ("test_milvus_restore.py", "test_milvus_server.py", "test_milvus_meta.py",
+                     "test_milvus_schemas_attack.py")
 # The longest units first (measured with `make test`'s --durations; only the order of the
 # work depends on it, never a result): a long unit started last would run alone at the end.
 LONG_FIRST = ("e2e", "milvus-1", "cluster", "milvus-2", "tests/integration/lifecycle/gc/test_gc_distributed_mark.py",
