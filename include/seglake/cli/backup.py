@@ -118,12 +118,16 @@ def cmd_restore(args, s: Settings) -> int:
 
 def cmd_prune(args, s: Settings) -> int:
     from seglake.cli import emit
+    from seglake.cli.output import open_meta_store
     from seglake.lifecycle.backup import prune
     from seglake.lifecycle.retention import KEYS
 
     policy = {k: getattr(args, k) for k in KEYS if getattr(args, k)}
-    r = prune.prune(_target(args, s), args.collection, policy, db=args.db, dry_run=args.dry_run,
-                    min_age=args.min_age_hours * 3600, say=_say)
+    target = _target(args, s)
+    meta, _ = open_meta_store(s)   # the pins and windows that hold bundles live in etcd
+    r = prune.prune(target, args.collection, policy, db=args.db, dry_run=args.dry_run,
+                    min_age=args.min_age_hours * 3600, pinned=prune.held_in(meta, target, args.db, args.collection),
+                    say=_say)
     sw = r.get("sweep") or {}
     emit(args, r, text=f"{'would drop' if args.dry_run else 'dropped'} {len(r['pruned'])} bundles "
                        f"({', '.join(r['pruned']) or 'none'}), kept {len(r['kept'])}; data files: "

@@ -115,6 +115,24 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     return report
 
 
+def held_in(meta, target: Store, db: str, collection: str) -> Callable[[str], list[str]]:
+    """pinned(bundle) -> who, recorded in this seglake's etcd, holds a bundle of db.collection
+    in `target`: a capture pin (`seglake milvus pin`) and the point-in-time window of a
+    collection of that name -- live, or dropped inside its window -- whose restore from the
+    target alone starts from it (backup.scheduled.window_bundle). What a prune by hand asks,
+    as the schedules' prunes do; an etcd that cannot be read refuses the prune (fail closed)."""
+    from seglake.lifecycle.backup.scheduled import window_bundle
+    from seglake.milvus import sources
+
+    held: dict[str, list[str]] = {}
+    for coll in meta.catalog.list(db, include_dropped=True):
+        if coll.name == collection:
+            wb = window_bundle(meta, target, db, collection, coll.collection_id)
+            if wb is not None:
+                held.setdefault(wb[0], []).append(wb[1])
+    return lambda bundle: held.get(bundle, []) + sources.pinned_by(meta, db, collection, bundle)
+
+
 def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, collection_id: int | None = None,
                       milvus: Mapping[str, str] | None = None) -> bool:
     """The bundle was exported from the retention schedule's own snapshot of its name

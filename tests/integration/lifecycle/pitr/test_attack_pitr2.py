@@ -4,9 +4,10 @@ is row-exact against pitr_model.Model (every acknowledged operation with its tic
 
 from __future__ import annotations
 
+import json
 import threading
 
-from seglake.lifecycle import pitr
+from seglake.lifecycle import pitr, snapshot
 from seglake.meta import alloc
 from seglake.meta.alloc import compose_ts
 from seglake.wal.client import WalClient
@@ -579,3 +580,46 @@ def test_a_database_at_an_instant_with_a_windowless_collection_dropped_since_is_
     jobs = restore_database_as_of(meta, store, "default", cut, suffix="_cut", collections=["a"])
     _drive(meta, store, settings, jobs)
     assert visible_of(meta, store, meta.catalog.get_by_name("a_cut")) == models["a"].visible(cut)
+
+
+def test_a_prune_by_hand_keeps_the_bundle_the_window_needs_and_a_pinned_capture(meta, store, settings, tmp_path,
+                                                                               monkeypatch, capsys):
+    """`seglake backup prune` (by hand) dropped the bundle a restore from the target to the
+    window's oldest instants starts from, and a bundle `seglake milvus pin` pinned: it asked
+    neither. It now asks what the schedules' prunes ask (prune.held_in); with the window off
+    and the pin gone, the same prune drops it."""
+    from seglake import cli
+    from seglake.lifecycle.backup import bundle as bundles
+    from seglake.lifecycle.backup import export
+    from seglake.milvus import sources
+    from seglake.storage.local import LocalStore
+
+    from pitr_model import flush_all
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    target = LocalStore(tmp_path / "backup")
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=1)
+        pitr.set_window(meta, "src", "1h")
+        for i, name in enumerate(("b1", "b2", "b3")):
+            c.insert("src", rows(range(10 * i, 10 * i + 5), 1.0))
+            flush_all(meta, store, settings, coll)
+            snapshot.create(meta, store, "src", name)
+            export.export(meta, store, target, "src", name, threads=2)
+    sources.pin(meta, target, "default", "src", "b2", 3600, by="op")
+
+    def prune() -> dict:
+        capsys.readouterr()
+        rc = cli.main(["backup", "prune", "src", "--keep-last", "1", "--target", target.uri, "--json"])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        return json.loads(out)
+
+    r = prune()
+    assert r["pruned"] == [] and set(r["held"]) == {"b1", "b2"}, r
+    assert r["held"]["b1"] == ["the point-in-time window of default.src (1h)"] and "pin by op" in r["held"]["b2"][0]
+    pitr.clear_window(meta, "src")
+    sources.unpin(meta, "default", "src", "b2")
+    r = prune()
+    assert r["pruned"] == ["b1", "b2"] and not r["held"], r
+    assert sorted(b for _, _, b, done in bundles.find(target, "default", "src") if done) == ["b3"]
