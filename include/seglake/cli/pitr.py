@@ -111,9 +111,11 @@ def _text(doc: dict) -> str:
     from seglake.progress import human_bytes
 
     h = doc.get("holds")
+    gone = "" if doc.get("state", "Created") == "Created" else \
+        f" ({doc['state']}: `seglake collections undrop {doc['collection']} --as NEW` while the window holds the drop)"
     if not h:
-        return f"{doc['db']}.{doc['collection']}: window {doc['window']}"
-    return (f"{doc['db']}.{doc['collection']}: window {doc['window']}, oldest instant "
+        return f"{doc['db']}.{doc['collection']}: window {doc['window']}{gone}"
+    return (f"{doc['db']}.{doc['collection']}{gone}: window {doc['window']}, oldest instant "
             f"{describe(h['oldest_instant_ts'])}; restores start from "
             + (f"snapshot {h['snapshot']!r} ({human_bytes(h['snapshot_bytes'])})" if h["snapshot"]
                else "the collection's creation")

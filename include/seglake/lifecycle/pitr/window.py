@@ -71,9 +71,17 @@ def set_window(meta, collection: str, window, *, db: str = DEFAULT_DB, now: floa
 
 
 def get_window(meta, collection: str, *, db: str = DEFAULT_DB) -> dict | None:
+    """The window of the collection holding the name, else of its newest dropped one (whose
+    window may still hold its drop: what an undrop reads; `state` says which)."""
+    from seglake.lifecycle.drop import find
+
     validate_name("collection", collection)
     validate_name("db", db)
-    return window_of(meta, meta.catalog.get_by_name(collection, db).collection_id)
+    coll = find(meta, collection, db)
+    if coll is None:
+        raise NotFound(f"collection {collection!r} not found in db {db!r}")
+    doc = window_of(meta, coll.collection_id)
+    return None if doc is None else {**doc, "state": coll.state}
 
 
 def window_of(meta, collection_id: int) -> dict | None:

@@ -220,7 +220,10 @@ def test_undrop_after_gc_of_a_collection_without_snapshots_inside_its_window(met
     copyjob.finalize(meta, job)
     pitr.replay(meta, store, settings, meta.catalog.get_by_name("back").collection_id)
     assert visible_of(meta, store, meta.catalog.get_by_name("back")) == want
+    shown = pitr.get_window(meta, "src")      # shown by the name too (it said 'not found')
+    assert shown["window"] == "1h" and shown["state"] == "Dropped" and shown["collection_id"] == coll.collection_id
     assert pitr.clear_window(meta, "src")     # the window of the dropped collection off (by its name)
+    assert pitr.get_window(meta, "src") is None
     run_gc()
     assert meta.kv.get(meta.keys.collection(coll.collection_id)) is None
 
