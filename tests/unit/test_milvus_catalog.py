@@ -167,3 +167,33 @@ def test_a_partition_being_dropped_and_its_segments_are_not_captured():
     cat = catalog.read(m, "default", "c1")
     assert [p["name"] for p in cat["collection"]["partitions"]] == ["_default"]
     assert [s["segment_id"] for s in cat["segments"]] == [9]
+
+
+@pytest.mark.parametrize("version, ok", [("2.3.5", True), ("v2.3.5", True), ("v2.3.9-dev", True), ("", True),
+                                         ("2.4.1", False), ("v2.2.16", False), ("3.0.0", False), ("v2.3", False),
+                                         ("2.3.5\n", False), ("2.30.1", False)])
+def test_a_capture_of_a_milvus_other_than_2_3_is_refused_naming_its_version(version, ok):
+    """Milvus 2.4 changed what a capture reads (L0 delete segments) and a restore writes (its
+    import API): a version seglake was never run against is refused by name before the
+    bucket is listed ('' -- no component registered one: a stopped Milvus -- is read as 2.3)."""
+    import json
+
+    from seglake.milvus import capture
+
+    m = milvus([field(100, "pk", 5, pk=True)])
+    m.kv.items["r/meta/session/datacoord"] = json.dumps({"ServerID": 1, "Version": version}).encode()
+    m.kv.revision = lambda: 5
+    if ok:
+        assert capture.plan(m.kv, _Bucket(), "r", ["c1"])["version"] == version
+    else:
+        with pytest.raises(ValidationError, match=r"is version .*; seglake supports Milvus 2\.3\.x .*nothing captured"):
+            capture.plan(m.kv, _Bucket(), "r", ["c1"])
+
+
+def test_a_restore_into_a_milvus_other_than_2_3_is_refused_before_anything_is_written():
+    """restore.check asks the server's version first (after reading the bundle): the same rule."""
+    from seglake.milvus import check_version
+
+    assert check_version("v2.3.5", "127.0.0.1:19530", "written") == "v2.3.5"
+    with pytest.raises(ValidationError, match=r"Milvus at 127\.0\.0\.1:19530 is version 'v2\.4\.13'.*nothing written"):
+        check_version("v2.4.13", "127.0.0.1:19530", "written")

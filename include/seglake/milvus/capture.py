@@ -161,6 +161,8 @@ def plan(kv, bucket: ReadOnlyBucket, etcd_root: str, collections: list[str], *, 
         revision = kv.revision()
     except Unavailable as e:   # say whose etcd: seglake's own is a different one
         raise Unavailable(f"Milvus's etcd is unreachable ({e})") from None
+    from seglake.milvus import check_version
+    version = check_version(catalog.milvus_version(kv, etcd_root, revision), f"etcd root {etcd_root!r}", "captured")
     meta = MilvusMeta(kv, etcd_root, revision)
     dbs = catalog.databases(meta)
     if db not in dbs.values():
@@ -179,7 +181,7 @@ def plan(kv, bucket: ReadOnlyBucket, etcd_root: str, collections: list[str], *, 
     out = []
     for cat in cats:
         out.append({"catalog": cat, "files": _files(bucket, cat)})
-    return {"revision": revision, "version": catalog.milvus_version(kv, etcd_root, revision),
+    return {"revision": revision, "version": version,
             "etcd_root": etcd_root, "db": db, "collections": out, "skipped": skipped, **(source or {})}
 
 

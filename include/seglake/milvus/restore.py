@@ -282,7 +282,8 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     doc = read_bundle(backup, req)
     schema = check_schema(doc)
     client = client or target.client(timeout=120)
-    client.one({"op": "version"})                       # MilvusUnreachable when it is not there
+    from seglake.milvus import check_version          # MilvusUnreachable when it is not there
+    check_version(client.one({"op": "version"}).get("version", ""), target.address, "written")
     rid = restore_id(target, req)
     rec, _ = Records(kv, keys, rid).get()
     if rec is not None and rec["bundle_uid"] != doc["uid"]:
