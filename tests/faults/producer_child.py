@@ -6,7 +6,9 @@
   `pid`; after each acknowledgement one JSON line {"i", "seq", "pks", "positions"} is
   appended to `log` (fsynced). ProducerFenced (another process claimed the id): the call
   is retried with seq=err.result.seq from a new client, which claims the id again (so two
-  such processes fence each other back and forth), until acknowledged.
+  such processes fence each other back and forth), after a random back-off that grows with
+  the fences met (without it two such processes can fence each other for ever), until
+  acknowledged.
 - call:   ONE call of rows first_pk .. first_pk + rows - 1 (batch_rows 1: one append per
   row) under `pid` with `seq`; prints {"positions"} when acknowledged. The test SIGKILLs
   it at random points and runs it again with the same seq.
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
+import time
 
 
 def main() -> int:
@@ -53,6 +57,10 @@ def main() -> int:
                         fenced += 1
                         seq = e.result.seq
                         c.close()
+                        # back off before claiming the id again, as a client should: two processes
+                        # re-claiming at once can fence each other for ever (on a loaded machine one
+                        # call was still fencing and fenced after 300 s)
+                        time.sleep(random.uniform(0, min(0.5, 0.01 * 2 ** min(fenced, 6))))
                         c = WalClient(meta, store, settings, producer_id=a["pid"])
                     except SeglakeError as e:   # AppendIncomplete and the like: retry with the call's seq
                         seq = getattr(getattr(e, "result", None), "seq", None) or seq
