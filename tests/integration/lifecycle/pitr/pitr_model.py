@@ -124,10 +124,23 @@ def export_and_archive(meta, store, settings, target, coll, snap: str = "s1") ->
 
 
 def restore_to(meta, store, settings, source: str, target: str, as_of) -> object:
-    job = pitr.restore_as_of(meta, store, source, target, as_of)
+    return copy_and_replay(meta, store, settings, pitr.restore_as_of(meta, store, source, target, as_of), target)
+
+
+def restore_from_target(meta, store, settings, backup, source: str, target: str, as_of, **kw) -> object:
+    """The same from a backup target alone (its bundle and WAL archive)."""
+    from seglake.lifecycle.pitr import from_target
+
+    job = from_target.restore_as_of_from_target(meta, store, backup, source, target, as_of, **kw)
+    return copy_and_replay(meta, store, settings, job, target)
+
+
+def copy_and_replay(meta, store, settings, job, target: str) -> object:
+    """A restore to a time set up as copy job `job` into `target`: copied inline, then its log
+    replayed. Returns the target collection."""
     copyjob.plan(meta, job, 3)
     copyjob.run_inline(meta, store, job, threads=2)
-    copyjob.finalize(meta, job)
+    assert copyjob.finalize(meta, job).state == "Completed"
     tid = meta.catalog.get_by_name(target).collection_id
     pitr.replay(meta, store, settings, tid)
     return meta.catalog.get(tid)

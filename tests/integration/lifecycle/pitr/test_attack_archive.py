@@ -22,7 +22,7 @@ from seglake.visibility import visible_rows
 from seglake.wal.client import WalClient, synthetic_rows
 from seglake.wal.message import MessageId
 
-from pitr_model import export_and_archive, flush_all
+from pitr_model import export_and_archive, flush_all, restore_from_target
 
 quiet = dict(say=lambda line: None)
 SCHEMA = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
@@ -34,12 +34,7 @@ def _pks(meta, store, name):
 
 
 def _restore(meta, store, settings, target, name, as_of, src="src", **kw):
-    job = from_target.restore_as_of_from_target(meta, store, target, src, name, as_of, **kw)
-    copyjob.plan(meta, job, 3)
-    copyjob.run_inline(meta, store, job, threads=2)
-    assert copyjob.finalize(meta, job).state == "Completed"
-    tid = meta.catalog.get_by_name(name).collection_id
-    pitr.replay(meta, store, settings, tid)
+    restore_from_target(meta, store, settings, target, src, name, as_of, **kw)
     return _pks(meta, store, name)
 
 
@@ -301,7 +296,7 @@ def test_attack_archive_tampering_is_refused_or_harmless(meta, store, settings, 
                                    "2026-11-27T24:00:00Z", -1, 0, 2**63, True, "", " 1 ", "+1", "1e18",
                                    "2026-11-27T12:00:00.1234567890Z", "２０２６-11-27T12:00:00Z"])
 def test_attack_archive_bad_as_of_refused_before_anything(meta, store, settings, tmp_path, as_of):
-    from seglake.errors import SeglakeError, ValidationError
+    from seglake.errors import SeglakeError
     target = LocalStore(tmp_path / "backup")
     _produce(meta, store, settings, target)
     retention.set_policy(meta, "src", {"keep_last": 1, "archive": True})
@@ -371,7 +366,6 @@ def test_attack_archive_bundle_of_an_unflushed_or_half_flushed_collection(meta, 
     """Rows only in the WAL when the snapshot is taken (no checkpoint: the replay starts at
     fragment 1), or half flushed (flush_all=False), with deletes and an upsert crossing the
     bundle: every acknowledged row exactly once (no duplicate, no loss)."""
-    from collections import Counter
     from pitr_model import Model, rows, visible_of, SCHEMA as MSCHEMA
     target = LocalStore(tmp_path / "backup")
     with WalClient(meta, store, settings) as c:

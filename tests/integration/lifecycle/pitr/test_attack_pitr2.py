@@ -12,7 +12,7 @@ from seglake.meta import alloc
 from seglake.meta.alloc import compose_ts
 from seglake.wal.client import WalClient
 
-from pitr_model import SCHEMA, Model, restore_to, rows, visible_of
+from pitr_model import SCHEMA, Model, restore_from_target, restore_to, rows, visible_of
 
 
 def _stall_next_commit(monkeypatch):
@@ -504,19 +504,6 @@ def test_scheduled_backups_keep_the_bundle_a_restore_from_the_target_to_the_wind
     (r3,) = scheduled.run(meta, store, lambda: target, now=t0 + 2 * hour, collection="src", threads=2,
                           say=lambda x: None)
     assert first in r3["export"]["pruned"] and not r3["export"]["held"], r3["export"]
-
-
-def restore_from_target(meta, store, settings, target, source, name, as_of):
-    from seglake.lifecycle import copyjob
-    from seglake.lifecycle.pitr import from_target
-
-    job = from_target.restore_as_of_from_target(meta, store, target, source, name, as_of)
-    copyjob.plan(meta, job, 3)
-    copyjob.run_inline(meta, store, job, threads=2)
-    copyjob.finalize(meta, job)
-    tid = meta.catalog.get_by_name(name).collection_id
-    pitr.replay(meta, store, settings, tid)
-    return meta.catalog.get(tid)
 
 
 def test_an_instant_in_a_drops_first_second_with_the_name_taken_again_is_the_new_collection(meta, store, settings):

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from seglake.lifecycle import copyjob, pitr, retention
+from seglake.lifecycle import pitr, retention
 from seglake.lifecycle.backup import archive
 from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.pitr import from_target
@@ -22,7 +22,7 @@ from seglake.meta import Meta
 from seglake.storage import open_store
 from seglake.storage.local import LocalStore
 
-from pitr_model import flush_all, visible_of
+from pitr_model import flush_all, restore_from_target, visible_of
 from test_restore_as_of import _produce
 
 quiet = dict(say=lambda line: None)
@@ -34,13 +34,7 @@ def small_seals(settings):
 
 
 def _restore(meta, store, settings, target, name, as_of, **kw):
-    job = from_target.restore_as_of_from_target(meta, store, target, "src", name, as_of, **kw)
-    copyjob.plan(meta, job, 3)
-    copyjob.run_inline(meta, store, job, threads=2)
-    assert copyjob.finalize(meta, job).state == "Completed"
-    tid = meta.catalog.get_by_name(name).collection_id
-    pitr.replay(meta, store, settings, tid)
-    return meta.catalog.get(tid)
+    return restore_from_target(meta, store, settings, target, "src", name, as_of, **kw)
 
 
 def test_restores_from_the_target_alone_equal_the_model(meta, store, small_seals, tmp_path, etcd_server):
