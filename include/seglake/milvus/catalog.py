@@ -73,6 +73,14 @@ def created(info: dict) -> bool:
     return one(info["raw"], 13, 0) == 0
 
 
+def holder(infos: list[dict], db_of: dict[int, str], db: str, name: str) -> dict | None:
+    """The collection (collection_infos) holding `db`.`name`: of those of that name, the
+    newest in state Created, else the newest (a name dropped and made again: the one made;
+    one being dropped only: that one, which read refuses). None when there is none."""
+    found = [c for c in infos if c["name"] == name and db_of.get(c["db_id"]) == db]
+    return max(found, key=lambda c: (created(c), c["id"]), default=None)
+
+
 def field_schema(f: dict) -> dict:
     dt = one(f, 5, 0)
     return {"field_id": signed(one(f, 1, 0)), "name": one(f, 2, b"").decode(), "data_type": dt,
@@ -90,12 +98,11 @@ def read(meta: MilvusMeta, db: str, name: str, dbs: dict[int, str] | None = None
     capture cannot represent, naming the field)."""
     dbs = databases(meta) if dbs is None else dbs
     infos = collection_infos(meta) if infos is None else infos
-    found = [c for c in infos if c["name"] == name and dbs.get(c["db_id"]) == db]
-    if not found:
+    c = holder(infos, dbs, db, name)
+    if c is None:
         known = sorted(c["name"] for c in infos if dbs.get(c["db_id"]) == db)
         raise NotFound(f"Milvus has no collection {name!r} in database {db!r} (its collections there: "
                        f"{', '.join(known) or 'none'})")
-    c = ([x for x in found if created(x)] or found)[-1]    # a name dropped and made again: the one made
     f = c["raw"]
     if not created(c):   # etcdpb.CollectionState: 0 Created, 1 Creating, 2 Dropping, 3 Dropped
         raise NotFound(f"Milvus collection {db}.{name} is being created or dropped (state {one(f, 13, 0)})")

@@ -419,13 +419,9 @@ def _current_ids(src: Mapping[str, Any], settings) -> dict[str, int]:
     try:
         with KV(src["milvus_etcd"], timeout=settings.etcd_timeout) as kv:
             m = MilvusMeta(kv, src["milvus_root"], kv.revision())
-            dbs = catalog.databases(m)
-            out: dict[str, int] = {}
-            # as catalog.read: the newest one of that name Milvus is not dropping
-            for c in sorted(catalog.collection_infos(m), key=lambda c: (catalog.created(c), c["id"])):
-                if dbs.get(c["db_id"]) == src["db"] and c["name"] in src["collections"]:
-                    out[c["name"]] = c["id"]
-            return out
+            dbs, infos = catalog.databases(m), catalog.collection_infos(m)
+            held = {n: catalog.holder(infos, dbs, src["db"], n) for n in src["collections"]}   # as catalog.read
+            return {n: c["id"] for n, c in held.items() if c is not None}
     except SeglakeError:
         return {}
 
