@@ -72,7 +72,8 @@ def test_unpause_on_trigger_with_a_schedule_and_no_settings_stays_dry(scheduled)
         b.wait_text("Dag Run Triggered", timeout=120)
     deadline = time.time() + 240
     while len(runs := _runs(sa)) < 2 or not all(r["state"] in ("success", "failed") for r in runs):
-        assert time.time() < deadline, runs
+        assert time.time() < deadline, ([(r["run_type"], r["state"], r["dag_run_id"]) for r in runs], {k: v for k, v in sa.request("GET", "/api/v2/dags/gc").json().items()
+                                               if k.startswith(("next_dagrun", "is_paused", "max_active"))})
         time.sleep(1)
     by_type = {r["run_type"]: r for r in runs}
     assert sorted(by_type) == ["manual", "scheduled"] and len(runs) == 2, runs
