@@ -444,6 +444,8 @@ def _check_sections(doc: dict, where: str) -> None:
     need_name("db", "snapshot.collection.db", coll.get("db"))
     need_name("collection", "snapshot.collection.name", coll.get("name"))
     need_int("snapshot.collection.collection_id", coll.get("collection_id"))
+    if "created_ts" in coll:   # (bundles exported before it was recorded have none)
+        need_int("snapshot.collection.created_ts", coll["created_ts"])
     vchannels = coll.get("vchannels")
     if not isinstance(vchannels, list) or len(vchannels) != coll["shards"] or len(set(map(str, vchannels))) != len(vchannels):
         raise bad("snapshot.collection.vchannels", vchannels, f"{coll['shards']} distinct vchannel names")

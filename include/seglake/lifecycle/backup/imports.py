@@ -178,7 +178,8 @@ def _check_clock(meta: Meta, doc: dict, where: str) -> int:
     process's clock by more than max_clock_skew -- the bound every timestamp of this
     store keeps (seglake.meta.alloc): an import moves the TSO past it, so a bundle from
     the future would stop every writer of the store (and one near 2**63, forever)."""
-    stamps = [("max_ts", doc["source"]["max_ts"]), ("consistent_ts", doc["source"]["consistent_ts"])]
+    stamps = [("max_ts", doc["source"]["max_ts"]), ("consistent_ts", doc["source"]["consistent_ts"]),
+              ("snapshot.collection.created_ts", doc["snapshot"]["collection"].get("created_ts", 0))]
     for e in doc["segments"]:
         sid = e["segment_id"]
         stamps += [(f"segment {sid} {k}", e.get(k, 0)) for k in ("start_ts", "dml_ts", "created_ts")]

@@ -7,7 +7,9 @@ Milvus and milvus-backup back up collection by collection, one after another; th
 copies of two collections are of two different moments.
 
     the collections the database held at the instant (at_instant: not one created later;
-    one dropped since, inside its window, is restored from its Dropped record) or a named set
+    one dropped since, inside its window, is restored from its Dropped record; from a
+    backup target: by its bundles and archive, from_target.NotBornYet / DroppedBefore) or
+    a named set
     -> plan every collection first (planning.plan / from_target.plan_from_target): any
     refusal -- outside a window, a gap, a target name taken -- refuses the whole set
     before anything is created
@@ -29,7 +31,8 @@ def members(meta, db: str, collections: list[str] | None, target=None, ts: int |
     """The collections to restore: the named ones, else every collection `db` held at the
     instant `ts` (at_instant: created at or before it, and live or dropped after it; from
     a backup target: every collection of `db` with a committed bundle there, less those the
-    archive says were dropped before the instant -- restore_database_as_of)."""
+    archive says were dropped before the instant and those whose bundles say they were
+    created after it -- restore_database_as_of)."""
     validate_name("db", db)
     if collections:
         for c in collections:
@@ -91,6 +94,9 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
             except from_target.DroppedBefore as e:
                 if collections or _bundled_since(target, db, n, e.dropped_at):
                     raise   # asked for by name; or the name's later collection (bundled since) may have lived then
+            except from_target.NotBornYet:
+                if collections:
+                    raise   # asked for by name
     names = [n for n in names if n in plans]   # (from the target: not one dropped before the instant)
     if not names:
         raise NotFound(f"database {db!r} had no collection at {describe(ts)} in {target.uri}")

@@ -35,6 +35,12 @@ from seglake.lifecycle.pitr.instants import describe, parse_as_of
 from seglake.lifecycle.pitr.planning import LogGap, OutsideWindow, Plan, needed, not_in_future
 
 
+class NotBornYet(OutsideWindow):
+    """Every bundle of the name in the target is of a collection created after the instant
+    (their `created_ts`): it was not in its database then (a whole database at that
+    instant leaves it out)."""
+
+
 class DroppedBefore(OutsideWindow):
     """The bundle's collection was dropped before the instant (per the archive): it was not
     in its database then (a whole database at that instant leaves it out)."""
@@ -44,10 +50,11 @@ def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundl
     """The bundle document a restore to `ts` starts from (module doc), or OutsideWindow."""
     names = [bundle] if bundle is not None else \
         [b["bundle"] for b in bundles.list_bundles(target, db, collection) if b.get("state") == "committed"]
-    best, sites = None, {}
+    best, sites, born = None, {}, []
     for name in names:
         doc = bundles.read(target, db, collection, name)
         src = doc["source"]
+        born.append(doc["snapshot"]["collection"].get("created_ts", 0))
         if not src.get("positions") or not src.get("site"):
             if bundle is not None:
                 raise OutsideWindow(f"bundle {db}.{collection}/{bundle} recorded no log positions (exported before "
@@ -67,6 +74,9 @@ def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundl
         raise OutsideWindow(f"bundles of {db}.{collection} in {target.uri} come from {len(sites)} sources (sites "
                             + "; ".join(f"{site[:12]}...: {', '.join(sorted(b)[:3])}" for site, b in sorted(sites.items()))
                             + "): ambiguous; name the bundle to start from (bundle / --bundle)")
+    if best is None and born and min(born) > ts:   # (0: a bundle that did not record it)
+        raise NotBornYet(f"{db}.{collection} was created at {describe(min(born))} (its first bundle in {target.uri} "
+                         f"says so), after as_of {describe(ts)}: there is nothing of it to restore at that instant")
     if best is None:
         raise OutsideWindow(f"no bundle of {db}.{collection} in {target.uri} was taken at or before "
                             f"{describe(ts)} with its log positions: nothing to start a restore to that instant from")

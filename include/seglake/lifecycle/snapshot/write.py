@@ -76,9 +76,11 @@ def write_manifest_groups(groups: Iterable[tuple[int, list[bytes]]], rec_json: d
 
 
 def collection_doc(meta: Meta, collection_id: int) -> dict:
-    """The collection as a snapshot's metadata describes it."""
+    """The collection as a snapshot's metadata describes it (`created_ts`: when it was
+    created, so that a restore of its database to an earlier instant from a backup target
+    alone knows it did not exist then)."""
     coll = meta.catalog.get(collection_id)
-    return {"collection_id": coll.collection_id, "name": coll.name, "db": coll.db,
+    return {"collection_id": coll.collection_id, "name": coll.name, "db": coll.db, "created_ts": coll.created_ts,
             "schema": coll.schema.to_json(), "shards": coll.shards, "vchannels": list(coll.vchannels),
             "partitions": [{"partition_id": p.partition_id, "name": p.name} for p in coll.partitions]}
 

@@ -324,6 +324,71 @@ def test_a_database_at_an_instant_from_the_target_leaves_out_a_collection_droppe
         meta2.close()
 
 
+def test_a_database_at_an_instant_from_the_target_leaves_out_a_collection_created_after_it(meta, store, settings,
+                                                                                          tmp_path):
+    """From the backup target alone: `late` was created (and exported, archived) AFTER the
+    instant; a was live then. restore_database --from-target (every collection with a
+    bundle) refused the whole set ("no bundle of default.late ... at or before"): the
+    bundles did not say when their collection was created. They do (snapshot.collection.
+    created_ts): late is left out, a equals its model; named, late is refused saying it was
+    created after the instant; a bundle whose created_ts is not an id is refused."""
+    import shutil
+    import uuid
+
+    from seglake.lifecycle.backup import archive
+    from seglake.lifecycle.backup import bundle as bundles
+    from seglake.lifecycle.pitr.database import drive, restore_database_as_of
+    from seglake.lifecycle.pitr.from_target import NotBornYet
+    from seglake.meta import Meta
+    from seglake.storage import open_store
+    from seglake.storage.local import LocalStore
+
+    from pitr_model import export_and_archive
+    target = LocalStore(tmp_path / "backup")
+    with WalClient(meta, store, settings) as c:
+        a = c.create_collection("a", SCHEMA, shards=2)
+        model = Model(meta, store, "a")
+        model.record(c.insert("a", rows(range(1, 21), 1.0)), 1.0)
+        export_and_archive(meta, store, settings, target, a)
+        model.record(c.insert("a", rows(range(30, 40), 2.0)), 2.0)
+        model.record(c.delete("a", [3]), 2.0)
+        cut = meta.tso.now()
+        late = c.create_collection("late", SCHEMA, shards=1)
+        c.insert("late", rows(range(1, 6), 3.0))
+        model.record(c.insert("a", rows(range(50, 55), 3.0)), 3.0)
+        export_and_archive(meta, store, settings, target, late)
+    doc = bundles.read(target, "default", "late", "s1")
+    assert doc["snapshot"]["collection"]["created_ts"] == late.created_ts > cut
+    archive.run(meta, store, target)
+    want = model.visible(cut)
+    meta.kv.delete_prefix(meta.keys.prefix)
+    shutil.rmtree(store.root)
+    s2 = settings.replace(etcd_root=f"dr{uuid.uuid4().hex[:8]}", store_uri=str(tmp_path / "dr_store"))
+    meta2, store2 = Meta.from_settings(s2), open_store(s2)
+    try:
+        try:   # named, late is refused before anything is created
+            restore_database_as_of(meta2, store2, "default", cut, suffix="_n", target=target, collections=["a", "late"])
+            raise AssertionError("late restored at an instant before it was created")
+        except NotBornYet as e:
+            assert "default.late was created at" in str(e) and "after as_of" in str(e), e
+        assert list(meta2.catalog.list("default")) == []
+        jobs = restore_database_as_of(meta2, store2, "default", cut, suffix="_cut", target=target)
+        assert [j["target"] for j in jobs] == ["a_cut"]
+        out = drive(meta2, store2, s2, jobs, "default")
+        assert [r["state"] for r in out] == ["Created"]
+        assert visible_of(meta2, store2, meta2.catalog.get_by_name("a_cut")) == want
+    finally:
+        meta2.close()
+    bad = json.loads(json.dumps(doc))
+    for v in (-1, "1", True, 2**64, 1.5):
+        bad["snapshot"]["collection"]["created_ts"] = v
+        try:
+            bundles._check_sections(bad, "bundle default.late/s1")
+            raise AssertionError(f"created_ts {v!r} accepted")
+        except bundles.BundleError as e:
+            assert "snapshot.collection.created_ts" in str(e), e
+
+
 def test_a_restore_to_now_of_a_collection_never_written_seals_a_log_not_yet_begun(meta, store, settings):
     """Held check: a collection created and never written, restored to now: empty; the seal
     leaves its log sealed at the instant (a log record not begun yet is created sealed: not
