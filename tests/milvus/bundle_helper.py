@@ -4,6 +4,10 @@ bundle reader that `seglake backup verify` uses (every segment <-> file checked)
 
 from __future__ import annotations
 
+import json
+import subprocess
+import textwrap
+
 import boto3
 from botocore.config import Config
 
@@ -37,3 +41,48 @@ def capture(milvus_server, s3_server, backup, name: str, bundle: str = "b1", db:
                                                       "root_path": milvus_server.s3.root_path})
     assert len(reports) == 1, reports
     return bundles.read(backup, db, name, bundle)
+
+
+# pymilvus code run in the Milvus venv (the tests' own client: building and reading Milvus
+# collections as a user would)
+PRELUDE = """
+import json, sys
+import numpy as np
+from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, connections, utility, db,
+                      Partition)
+connections.connect(alias="default", uri="http://" + sys.argv[1], timeout=30)
+OUT = {}
+def rows_of(name, expr, fields, using_db=None):
+    c = Collection(name)
+    for f in c.schema.fields:
+        if f.dtype in (DataType.FLOAT_VECTOR, DataType.BINARY_VECTOR) and not any(i.field_name == f.name for i in c.indexes):
+            c.create_index(f.name, {"index_type": "FLAT", "metric_type": "L2", "params": {}} if f.dtype == DataType.FLOAT_VECTOR
+                           else {"index_type": "BIN_FLAT", "metric_type": "HAMMING", "params": {}})
+    c.load()
+    # per partition: a pk may be visible in two partitions (an upsert without a partition
+    # deletes in _default only), and which of the two a collection-wide query shows is Milvus's pick
+    keyed = any(f.is_partition_key for f in c.schema.fields)     # Milvus refuses partition names there
+    res = [dict(r, _partition=p.name if not keyed else "") for p in (c.partitions if not keyed else [None])
+           for r in c.query(expr=expr, output_fields=fields, limit=16384, consistency_level="Strong",
+                            partition_names=[p.name] if not keyed else None)]
+    out = []
+    for r in res:
+        d = {}
+        for k, v in dict(r).items():
+            if isinstance(v, np.ndarray): v = v.tolist()
+            elif isinstance(v, np.generic): v = v.item()
+            elif isinstance(v, bytes): v = v.hex()
+            elif isinstance(v, list): v = [x.hex() if isinstance(x, bytes) else (x.tolist() if hasattr(x, "tolist") else x) for x in v]
+            d[k] = v
+        out.append(d)
+    return out
+"""
+
+
+def pyrun(python, address: str, code: str, timeout: float = 300):
+    """Run pymilvus code in the Milvus venv; the code fills the dict OUT, returned."""
+    src = PRELUDE + textwrap.dedent(code) + "\nprint('@@OUT@@' + json.dumps(OUT))\n"
+    r = subprocess.run([str(python), "-c", src, address], capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise AssertionError(f"pymilvus code failed: {r.stderr[-3000:]}")
+    return json.loads(r.stdout.rsplit("@@OUT@@", 1)[1])

@@ -13,8 +13,7 @@ import uuid
 
 import pytest
 
-from bundle_helper import capture, s3_client
-from test_milvus_schemas_attack import pyrun
+from bundle_helper import capture, pyrun, s3_client
 from seglake import faults
 from seglake.errors import SeglakeError
 from seglake.lifecycle.backup import bundle as bundles

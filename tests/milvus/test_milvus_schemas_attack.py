@@ -7,62 +7,17 @@ anything is written, naming the field."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import textwrap
 import uuid
 
 import pytest
 
-from bundle_helper import capture, s3_client
+from bundle_helper import capture, pyrun, s3_client
 from seglake.meta.kv import KV
 from seglake.milvus import restore
 from seglake.storage.local import LocalStore
 
 pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
-
-PRELUDE = """
-import json, sys
-import numpy as np
-from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, connections, utility, db,
-                      Partition)
-connections.connect(alias="default", uri="http://" + sys.argv[1], timeout=30)
-OUT = {}
-def rows_of(name, expr, fields, using_db=None):
-    c = Collection(name)
-    for f in c.schema.fields:
-        if f.dtype in (DataType.FLOAT_VECTOR, DataType.BINARY_VECTOR) and not any(i.field_name == f.name for i in c.indexes):
-            c.create_index(f.name, {"index_type": "FLAT", "metric_type": "L2", "params": {}} if f.dtype == DataType.FLOAT_VECTOR
-                           else {"index_type": "BIN_FLAT", "metric_type": "HAMMING", "params": {}})
-    c.load()
-    # per partition: a pk may be visible in two partitions (an upsert without a partition
-    # deletes in _default only), and which of the two a collection-wide query shows is Milvus's pick
-    keyed = any(f.is_partition_key for f in c.schema.fields)     # Milvus refuses partition names there
-    res = [dict(r, _partition=p.name if not keyed else "") for p in (c.partitions if not keyed else [None])
-           for r in c.query(expr=expr, output_fields=fields, limit=16384, consistency_level="Strong",
-                            partition_names=[p.name] if not keyed else None)]
-    out = []
-    for r in res:
-        d = {}
-        for k, v in dict(r).items():
-            if isinstance(v, np.ndarray): v = v.tolist()
-            elif isinstance(v, np.generic): v = v.item()
-            elif isinstance(v, bytes): v = v.hex()
-            elif isinstance(v, list): v = [x.hex() if isinstance(x, bytes) else (x.tolist() if hasattr(x, "tolist") else x) for x in v]
-            d[k] = v
-        out.append(d)
-    return out
-"""
-
-
-def pyrun(python, address: str, code: str, timeout: float = 300):
-    """Run pymilvus code in the Milvus venv; the code fills the dict OUT, returned."""
-    src = PRELUDE + textwrap.dedent(code) + "\nprint('@@OUT@@' + json.dumps(OUT))\n"
-    r = subprocess.run([str(python), "-c", src, address], capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise AssertionError(f"pymilvus code failed: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.rsplit("@@OUT@@", 1)[1])
-
 
 def target_of(milvus_server, s3_server) -> restore.MilvusTarget:
     return restore.MilvusTarget(address=milvus_server.address, bucket=milvus_server.s3.bucket,

@@ -214,9 +214,10 @@ class Converter:
         return out
 
     def visible(self) -> dict:
-        """{pk: [{field name: value}, ...]} of the bundle's visible rows (a pk inserted twice
-        and never deleted has two) and their count, duplicates counted as Milvus's count(*)
-        does -- what verify compares Milvus with."""
+        """What verify compares Milvus with: {pk: [{field name: value}, ...]} of the bundle's
+        visible rows (a pk inserted twice and never deleted has two), their count (duplicates
+        counted, as Milvus's count(*) does), the count per partition name, and `hidden`: the
+        pks every row of which a delete hides (Milvus must not return them)."""
         t = visibility.visible_rows_of(self.view, self.schema, self.segments.values(), self.partitions,
                                        columns=[f.name for f in self.user])
         names = [f.name for f in self.schema.fields]
@@ -224,4 +225,9 @@ class Converter:
         rows: dict = {}
         for i in range(t.num_rows):
             rows.setdefault(cols[self.schema.primary.name][i], []).append({n: cols[n][i] for n in names})
-        return {"rows": rows, "count": t.num_rows}
+        per = {name: 0 for name in self.partitions.values()}
+        for pid, n in zip(*np.unique(t.column(visibility.PARTITION_ID).to_numpy(), return_counts=True)):
+            per[self.partitions[int(pid)]] += int(n)
+        every = visibility.read_rows(self.view, self.schema, list(self.segments.values()), [])
+        hidden = set(every.column(visibility.PK).to_pylist()) - set(rows)
+        return {"rows": rows, "count": t.num_rows, "per_partition": per, "hidden": hidden}

@@ -637,21 +637,22 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
     hidden: set = set()
     if doc.get("converted"):
         got = convert.Converter(backup, doc).visible()
-        visible, n_visible = got["rows"], got["count"]
+        visible, n_visible, hidden, per = got["rows"], got["count"], got["hidden"], got["per_partition"]
     else:
         visible, n_visible = bundle_rows(backup, doc, hidden)
+        names = {int(p["partition_id"]): p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
+        per = {p: 0 for p in names.values()}
+        for rows in visible.values():
+            for e, _ in rows:
+                per[names[int(e["partition_id"])]] += 1
     problems = []
     count = client.one({"op": "count_loaded", "name": req.name})["count"]
     if count != n_visible:
         problems.append(f"count(*) is {count}, the bundle has {n_visible} visible rows")
-    elif not doc.get("converted") and not partition_key(plan) and len(plan["partitions"]) > 1:
+    elif not partition_key(plan) and len(plan["partitions"]) > 1:
         # every row in its own partition: count(*) of each (a partition-key collection's are
         # Milvus's to choose, and it refuses partition names in its queries)
-        names = {int(p["partition_id"]): p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
-        per: dict = {p: 0 for p in plan["partitions"]}
-        for rows in visible.values():
-            for e, _ in rows:
-                per[names[int(e["partition_id"])]] += 1
+        per = {p: per.get(p, 0) for p in plan["partitions"]}
         got_per = client.call(*[{"op": "count_loaded", "name": req.name, "partitions": [p]} for p in per])
         problems.extend(f"partition {p!r}: count(*) is {g['count']}, the bundle has {per[p]} visible rows"
                         for p, g in zip(per, got_per) if g["count"] != per[p])
