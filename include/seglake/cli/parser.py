@@ -31,11 +31,17 @@ KEEP_HELP = {"last": "keep the newest N", "hourly": "keep the newest of each of 
 
 # -- parser ----------------------------------------------------------------------------
 class Parser(argparse.ArgumentParser):
-    """argparse, but an unrecognised flag is refused naming the closest option of the
-    subcommand it was given to ("--tll-hours ... did you mean --ttl-hours?"), and every
-    usage error leaves through `fail()` (exit 2, secrets masked)."""
+    """argparse, but an unrecognised flag -- an abbreviation too -- is refused naming the
+    closest option of the subcommand it was given to ("--tll-hours ... did you mean
+    --ttl-hours?"), and every usage error leaves through `fail()` (exit 2, secrets masked)."""
 
     _argv: list[str] = []   # the command line being parsed (a subcommand's error() reads it)
+
+    def __init__(self, *args, **kw):
+        # no abbreviations: `--min-segment-row 5` was taken as --min-segment-rows, silently (a
+        # prefix of two flags is refused, of one accepted: a typo then depends on the others)
+        kw.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kw)
 
     def error(self, message: str):
         if not message.startswith("unrecognized arguments"):

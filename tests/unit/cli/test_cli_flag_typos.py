@@ -16,6 +16,11 @@ from seglake.cli import main
      "one of the arguments --dry-run --execute is required; --dryrun: did you mean --dry-run?"),
     (["snapshots", "create", "demo", "s", "--tll-hours", "2"],
      "unrecognized arguments: --tll-hours 2; --tll-hours: did you mean --ttl-hours?"),
+    # an abbreviation is a typo too (argparse took --min-segment-row as --min-segment-rows)
+    (["compaction", "policy", "set", "demo", "--min-segment-row", "5"],
+     "unrecognized arguments: --min-segment-row 5; --min-segment-row: did you mean --min-segment-rows?"),
+    (["snapshots", "pin", "demo", "s", "--ttl", "2"],
+     "required: --ttl-hours; --ttl: did you mean --ttl-hours?"),
 ])
 def test_misspelt_flag_named_with_the_closest(argv, said, capsys):
     with pytest.raises(SystemExit) as e:
