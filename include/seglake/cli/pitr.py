@@ -115,11 +115,21 @@ def _text(doc: dict) -> str:
         f" ({doc['state']}: `seglake collections undrop {doc['collection']} --as NEW` while the window holds the drop)"
     if not h:
         return f"{doc['db']}.{doc['collection']}: window {doc['window']}{gone}"
-    return (f"{doc['db']}.{doc['collection']}{gone}: window {doc['window']}, oldest instant "
-            f"{describe(h['oldest_instant_ts'])}; restores start from "
+    log = "; log held from " + ", ".join(f"{p} #{n}" for p, n in h["fragments_from"].items())
+    head = f"{doc['db']}.{doc['collection']}{gone}: window {doc['window']}"
+    if h.get("restorable_from_ts") is None:   # its rows are not all in its log, and no snapshot yet
+        return (f"{head}; no instant can be restored yet: its rows are not all in its own log and it has no "
+                f"COMMITTED snapshot to start from; take one (`seglake snapshots create {doc['collection']} NAME`): "
+                f"instants from then on can be restored" + log)
+    return (f"{head}, oldest instant {describe(h['restorable_from_ts'])}"
+            + ("" if h["restorable_from_ts"] == h["oldest_instant_ts"] else
+               f" (the window reaches {describe(h['oldest_instant_ts'])}, before "
+               + (f"snapshot {h['snapshot']!r}, the first a restore can start from)" if h["snapshot"]
+                  else "the collection existed)"))
+            + "; restores start from "
             + (f"snapshot {h['snapshot']!r} ({human_bytes(h['snapshot_bytes'])})" if h["snapshot"]
                else "the collection's creation")
-            + "; log held from " + ", ".join(f"{p} #{n}" for p, n in h["fragments_from"].items()))
+            + log)
 
 
 def cmd_pitr_clear(args, s: Settings) -> int:

@@ -187,7 +187,9 @@ def cmd_wal_status(args, s: Settings) -> int:
               f"({human_bytes(cost['window_only_bytes'])} only for them) and "
               f"{human_bytes(cost['snapshot_bytes'])} of base snapshots: "
               + "; ".join(f"{w['db']}.{w['collection']} {w['window']} from "
-                          f"{w['snapshot'] or 'its creation'}" for w in cost["windows"]))
+                          + (w["snapshot"] or ("its creation" if w.get("restorable_from_ts") is not None else
+                                               "its creation (nothing restorable yet: it needs a snapshot)"))
+                          for w in cost["windows"]))
     if not args.json and cost.get("restores"):
         print("restores to a time in flight hold their log: " + "; ".join(
             f"{w['db']}.{w['collection']} into {w['restore']} from fragment(s) "

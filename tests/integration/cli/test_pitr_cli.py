@@ -70,3 +70,35 @@ def test_window_restore_and_cost_from_the_cli(meta, store, env, capsys):
     assert rc == 0 and "window off" in out
     rc, out, _ = _run(capsys, "pitr", "show", "src")
     assert "no point-in-time window" in out
+
+
+def test_show_gives_the_oldest_instant_a_restore_accepts(meta, store, env, capsys):
+    """`pitr show` once said 'oldest instant' = now - window for a collection made a minute
+    ago (a restore there is refused: before it existed), and 'restores start from the
+    collection's creation' for a seeded one (refused: its rows are not in its log)."""
+    with WalClient(meta, store, env) as c:
+        coll = c.create_collection("young", SCHEMA, shards=2)
+        c.insert("young", rows(range(1, 10), 1.0))
+    assert _run(capsys, "pitr", "set", "young", "1d")[0] == 0
+    rc, out, _ = _run(capsys, "pitr", "show", "young", "--json")
+    h = json.loads(out)["holds"]
+    assert rc == 0 and h["restorable_from_ts"] == coll.created_ts > h["oldest_instant_ts"]
+    rc, out, _ = _run(capsys, "pitr", "show", "young")
+    from seglake.lifecycle.pitr import describe
+    assert f"oldest instant {describe(coll.created_ts)}" in out and "before the collection existed" in out
+    rc, _, err = _run(capsys, "restore", "young", "young_0", "--as-of", str(h["restorable_from_ts"]))
+    assert rc == 0, err
+
+    assert _run(capsys, "demo", "seed", "--name", "seeded", "--partitions", "1", "--segments", "1",
+                "--rows", "10", "--dim", "4")[0] == 0
+    assert _run(capsys, "pitr", "set", "seeded", "1d")[0] == 0
+    rc, out, _ = _run(capsys, "pitr", "show", "seeded", "--json")
+    assert rc == 0 and json.loads(out)["holds"]["restorable_from_ts"] is None
+    rc, out, _ = _run(capsys, "pitr", "show", "seeded")
+    assert "no instant can be restored yet" in out and "creation" not in out
+    rc, out, _ = _run(capsys, "wal", "status")
+    assert "seeded 1d from its creation (nothing restorable yet: it needs a snapshot)" in out
+    snap = snapshot.create(meta, store, "seeded", "s1")
+    rc, out, _ = _run(capsys, "pitr", "show", "seeded", "--json")
+    rec, _ = meta.snapshots.get(meta.catalog.get_by_name("seeded").collection_id, "s1")
+    assert json.loads(out)["holds"]["restorable_from_ts"] == rec.consistent_ts, snap

@@ -117,8 +117,12 @@ def not_from_log(coll, ts: int) -> None:
     if not not_all_in_log(coll):
         return
     src = coll.properties.get("restored_from")
+    from seglake.wal.client import ROWS_BEFORE_LOG
+
     why = (f"is a restore of {src.get('collection') or 'another collection'!r}: its restored rows" if src else
-           "had segments before it was first written through the WAL: those rows")
+           "had segments before it was first written through the WAL: those rows"
+           if coll.properties.get(ROWS_BEFORE_LOG) else
+           "was never written through the WAL (seeded, or made without the WAL client): its rows")
     raise OutsideWindow(f"as_of {describe(ts)}: collection {coll.name!r} {why} are not in its own log, and it has "
                         f"no COMMITTED snapshot at or before that instant to start from; take one (`seglake "
                         f"snapshots create {coll.name} NAME`): instants from then on can be restored")

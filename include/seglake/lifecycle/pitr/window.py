@@ -123,11 +123,15 @@ class Hold:
     snapshot: object | None                  # base(lo): a SnapshotRecord, or None (from creation)
     fragments: dict[str, int] = field(default_factory=dict)   # pchannel -> first fragment held
     restore: str | None = None               # a restore to a time in flight (its target), not a window
+    # the oldest instant a restore accepts now: the window's, or later when the collection was
+    # created after it or (its rows not all in its log) has no snapshot before it; None: none yet
+    restorable_ts: int | None = None
 
     def to_json(self) -> dict:
         s = self.snapshot
         return {"collection_id": self.collection_id, "collection": self.collection, "db": self.db,
-                "window": self.window, "oldest_instant_ts": self.lo_ts, "restore": self.restore,
+                "window": self.window, "oldest_instant_ts": self.lo_ts, "restorable_from_ts": self.restorable_ts,
+                "restore": self.restore,
                 "snapshot": None if s is None else s.name, "snapshot_id": None if s is None else s.snapshot_id,
                 "snapshot_bytes": 0 if s is None else s.bytes, "fragments_from": dict(sorted(self.fragments.items()))}
 
@@ -148,9 +152,11 @@ def holds(meta, now: float | None = None) -> list[Hold]:
         if coll.state != CREATED and not _undroppable(coll, lo):
             continue
         base = base_snapshot(meta, coll.collection_id, lo)
+        restorable = max(lo, coll.created_ts)
         if base is None and not_all_in_log(coll):
-            base = first_snapshot(meta, coll.collection_id)
-        h = Hold(coll.collection_id, coll.name, coll.db, w["window"], lo, base)
+            base = first_snapshot(meta, coll.collection_id)   # restores start from it or a later one
+            restorable = None if base is None else max(restorable, base.consistent_ts)
+        h = Hold(coll.collection_id, coll.name, coll.db, w["window"], lo, base, restorable_ts=restorable)
         for v in coll.vchannels:
             p = pchannel_of(v)
             cp = None if base is None else base.positions.get(v, {}).get("checkpoint")
@@ -183,12 +189,15 @@ def replay_holds(meta) -> list[Hold]:
 
 
 def not_all_in_log(coll) -> bool:
-    """The collection holds rows its own log does not (a restore's target, or segments
-    from before its first WAL use): a restore to a time of it must start from one of its
+    """The collection holds rows its own log does not (a restore's target, segments from
+    before its first WAL use, or a collection never written through the WAL): a restore to a time of it must start from one of its
     snapshots (planning.not_from_log)."""
-    from seglake.wal.client import ROWS_BEFORE_LOG
+    from seglake.wal.client import ANNOUNCED, ROWS_BEFORE_LOG
 
-    return bool(coll.properties.get("restored_from") or coll.properties.get(ROWS_BEFORE_LOG))
+    # never written through the WAL (`demo seed`, made without the WAL client): whatever rows
+    # it has are not in its log (ROWS_BEFORE_LOG is only set by its first WAL write)
+    return bool(coll.properties.get("restored_from") or coll.properties.get(ROWS_BEFORE_LOG)
+                or not coll.properties.get(ANNOUNCED))
 
 
 def first_snapshot(meta, collection_id: int):

@@ -105,3 +105,21 @@ def test_an_instant_in_the_future_is_refused_without_a_write(meta, store, source
         with pytest.raises(pitr.OutsideWindow, match="in the future"):
             from_target.plan_from_target(meta, LocalStore(tmp_path / "backup"), "src", ts)
     assert meta.kv.revision() == before, "a refusal wrote to etcd"
+
+
+def test_a_seeded_collection_never_written_through_the_wal_is_not_restored_empty(meta, store, settings):
+    """`seglake demo seed` then `pitr set` then `restore --as-of`: the rows were never in the
+    log, so a replay from the creation gave an EMPTY collection, 'verified' (the guard only
+    knew collections whose first WAL write saw earlier segments). Refused now, naming the
+    snapshot to take; with one, the restore starts from it and keeps every row."""
+    from seglake.dev.demo import SeedParams, seed
+    from seglake.lifecycle import snapshot
+
+    coll, _ = seed(meta, store, SeedParams(name="seeded", partitions=1, segments=1, rows=10, dim=4))
+    pitr.set_window(meta, "seeded", "1h")
+    time.sleep(0.01)
+    with pytest.raises(pitr.OutsideWindow, match=r"never written through the WAL.*seglake snapshots create seeded"):
+        pitr.restore_as_of(meta, store, "seeded", "seeded_t", meta.tso.now())
+    assert [c.name for c in meta.catalog.list(include_dropped=True)] == ["seeded"]
+    snapshot.create(meta, store, "seeded", "s1")
+    assert pitr.plan(meta, store, "seeded", meta.tso.now()).snapshot == "s1"
