@@ -208,11 +208,32 @@ def _existing_target(meta: Meta, target: str, db: str, identity: dict) -> Collec
     if job_id is None:
         raise Conflict(f"collection {target!r} already exists in db {db!r}")
     src = props.get("restored_from", {})
-    how = (f"re-trigger snapshot_restore with collection={src.get('collection')!r}, "
-           f"snapshot={src.get('snapshot')!r}, target={target!r} or run copy_segment_job with "
+    what, again = _restored_from(src)
+    how = (f"re-trigger {again}, target={target!r} or run copy_segment_job with "
            f"job_id={job_id}" if coll.state == IMPORTING else "choose another target name")
     raise Conflict(f"collection {target!r} already exists in db {db!r}: it is the {coll.state} target of "
-                   f"restore job {job_id} (snapshot {src.get('snapshot')!r} of {src.get('collection')!r}); {how}")
+                   f"restore job {job_id} ({what}); {how}")
+
+
+def _restored_from(src: dict) -> tuple[str, str]:
+    """(what a target was restored from, the run that continues it), from its
+    `restored_from`: a snapshot, an instant (a restore to a time, from a snapshot or the
+    collection's creation), an undrop, or a bundle."""
+    coll, snap = src.get("collection"), src.get("snapshot")
+    if src.get("as_of") is not None:
+        from seglake.lifecycle.pitr.instants import describe
+
+        start = (f"from snapshot {snap!r}" if snap else f"from bundle {src['bundle']!r}" if src.get("bundle")
+                 else "from its creation")
+        if src.get("undrop"):
+            return (f"the undrop of {coll!r}, {start}", f"collection_undrop with collection={coll!r}")
+        at = describe(int(src["as_of"]))
+        return (f"a restore of {coll!r} as of {at}, {start}",
+                f"snapshot_restore with collection={coll!r}, as_of={at.split(' ')[0]!r}")
+    if snap is None and src.get("bundle"):
+        return (f"bundle {src.get('bundle')!r} of {coll!r}", f"snapshot_restore_external with collection={coll!r}, "
+                f"bundle={src.get('bundle')!r}")
+    return (f"snapshot {snap!r} of {coll!r}", f"snapshot_restore with collection={coll!r}, snapshot={snap!r}")
 
 
 def _create_target(meta: Meta, target: str, db: str, doc: dict, n_ids: int, identity: dict,

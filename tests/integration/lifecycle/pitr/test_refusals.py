@@ -123,3 +123,16 @@ def test_a_seeded_collection_never_written_through_the_wal_is_not_restored_empty
     assert [c.name for c in meta.catalog.list(include_dropped=True)] == ["seeded"]
     snapshot.create(meta, store, "seeded", "s1")
     assert pitr.plan(meta, store, "seeded", meta.tso.now()).snapshot == "s1"
+
+
+def test_a_target_taken_by_a_restore_to_a_time_is_named_as_one(meta, store, source):
+    """A second restore into the target of a restore to a time said '(snapshot None of
+    'src')'; it names the restore: its source, instant and where it started."""
+    pitr.set_window(meta, "src", "1h")
+    first = meta.tso.now()
+    pitr.restore_as_of(meta, store, "src", "back", first)
+    with pytest.raises(Exception) as e:
+        pitr.restore_as_of(meta, store, "src", "back", meta.tso.now())
+    msg = str(e.value)
+    assert "None" not in msg and "a restore of 'src' as of " in msg and "from its creation" in msg, msg
+    assert "re-trigger snapshot_restore with collection='src', as_of=" in msg, msg
