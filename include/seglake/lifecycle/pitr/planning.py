@@ -178,7 +178,7 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
             coll = meta.catalog.get_by_name(collection, db)
         except NotFound as e:
             missing = e
-        if coll is None or coll.created_ts > ts:
+        if coll is None or coll.created_ts > ts or coll.state != CREATED:   # (Dropping: the name still held)
             then = at_instant(meta, db, ts, only={collection}).get(collection)
             if then is not None and then.state != CREATED:
                 dropped = then

@@ -76,3 +76,25 @@ def test_undrop_from_the_cli_and_refusals(meta, store, settings, monkeypatch, ca
     with pytest.raises(pitr.OutsideWindow, match="the drop at .* is outside the point-in-time window"):
         pitr.undrop(meta, store, "src", "x")
     assert not [c for c in meta.catalog.list(include_dropped=True) if c.name == "x"]
+
+
+def test_an_instant_before_a_drop_still_in_progress_is_restored(meta, store, settings):
+    """README: `seglake restore demo demo_noon --as-of T` restores the collection that held
+    the name at T, dropped since. While the drop waits for wal_flush (Dropping: on a fresh
+    install wal_flush is paused), the restore was refused ('is Dropping; a restore to a
+    time needs a live collection') though the undrop of the same collection was accepted."""
+    with WalClient(meta, store, settings) as c:
+        c.create_collection("src", SCHEMA, shards=2)
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 30), 1.0)), 1.0)
+        t = meta.tso.now()
+        time.sleep(0.002)
+        model.record(c.delete("src", [1, 2]), 2.0)
+    drop.begin_drop(meta, store, settings, "src")
+    assert meta.catalog.get_by_name("src").state == "Dropping"
+    out = _drive(meta, store, settings, pitr.restore_as_of(meta, store, "src", "at_t", t), "at_t")
+    assert out is not None
+    assert visible_of(meta, store, meta.catalog.get_by_name("at_t")) == model.visible(t)
+    with pytest.raises(StateError, match="Dropping"):   # an instant after the drop began: undrop it instead
+        pitr.plan(meta, store, "src", meta.tso.now() + (5 << 18) * 1000)
