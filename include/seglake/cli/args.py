@@ -21,6 +21,28 @@ def name_arg(kind: str):
     return parse
 
 
+def names_arg(kind: str):
+    """argparse type: comma-separated names, each a valid name, none twice, at least one
+    (an empty value is refused: it does not mean 'all')."""
+    one = name_arg(kind)
+
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",")]
+        if names == [""]:
+            raise argparse.ArgumentTypeError(f"{text!r} names no {kind}: give comma-separated names "
+                                             f"(e.g. demo,events), or leave the flag out for every {kind}")
+        for i, n in enumerate(names):
+            if not n:
+                raise argparse.ArgumentTypeError(f"{text!r}: {kind} name {i + 1} is empty (a stray comma?)")
+            one(n)
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise argparse.ArgumentTypeError(f"{text!r} names {', '.join(map(repr, twice))} twice")
+        return names
+    parse.__name__ = f"{kind} names"
+    return parse
+
+
 def number_arg(limit: str, scale: float = 1.0):
     """argparse type: a number checked against seglake.limits LIMITS[limit] (finite, in
     range, an integer where the limit says so), given in units of `scale` (HOUR: hours).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from seglake.config import Settings
 from seglake.cli.output import EXIT_FAILED, emit, open_meta_store
+from seglake.cli.args import names_arg
 
 
 def add_pitr_parsers(sub, out, common, coll_t) -> None:
@@ -44,7 +45,8 @@ def add_restore_database_parser(sub, common) -> None:
     r.add_argument("--as-of", required=True, dest="as_of",
                    help="ISO-8601 with a time zone (2026-11-27T12:00:00Z) or a TSO timestamp")
     r.add_argument("--suffix", required=True, help="each target is the collection's name + this (e.g. _noon)")
-    r.add_argument("--collections", default=None, help="comma-separated names (default: every collection)")
+    r.add_argument("--collections", default=None, type=names_arg("collection"),
+                   help="comma-separated names (default: every collection)")
     r.add_argument("--from-target", dest="from_target", nargs="?", const="", default=None, metavar="URI",
                    help="from the backup target alone (bundles + the WAL archive)")
     r.set_defaults(fn=cmd_restore_database)
@@ -58,7 +60,7 @@ def cmd_restore_database(args, s: Settings) -> int:
     if args.from_target is not None:
         from seglake.lifecycle.backup import bundle as bundles
         target = bundles.open_target(s, args.from_target or None)
-    names = [c.strip() for c in args.collections.split(",")] if args.collections else None
+    names = args.collections   # None: every collection (an empty value is refused by names_arg)
     jobs = restore_database_as_of(meta, store, args.db, args.as_of, suffix=args.suffix, collections=names,
                                   target=target, owner="cli", engine="inline", timeout=s.copy_job_timeout)
     rows = drive(meta, store, s, jobs, args.db)
