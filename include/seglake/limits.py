@@ -81,7 +81,16 @@ class Limit:
 
     def describe(self, scale: float = 1.0) -> str:
         lo, hi = self.bounds(scale)
-        return f"{'>' if self.exclusive_minimum else '>='} {lo} and <= {hi}"
+        return (f"{'>' if self.exclusive_minimum else '>='} {self._bound(lo, self.minimum, scale)} and "
+                f"<= {self._bound(hi, self.maximum, scale)}")
+
+    def _bound(self, shown: int | float, base: int | float, scale: float) -> str:
+        """A bound as typed in the key's units; one whose scaled value is no short decimal
+        (1 s in hours: 0.0002777777777777778) rounded, with its exact value in base units."""
+        text = str(shown)
+        if scale == 1.0 or len(text) <= 10:
+            return text
+        return f"{shown:.3g} ({_num(base)} {self.unit or 'base units'})"
 
     def schema(self, scale: float = 1.0) -> dict[str, Any]:
         """JSON-schema bounds for a Param. The `not` clause refuses NaN up front (before
