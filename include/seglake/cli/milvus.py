@@ -116,6 +116,7 @@ def cmd_pin(args, s: Settings) -> int:
     from seglake.lifecycle.backup import bundle as bundles
     from seglake.meta import Meta
     from seglake.milvus import sources
+    from seglake.progress import utc_time
 
     with Meta.from_settings(s) as meta:
         if args.unpin:
@@ -125,7 +126,7 @@ def cmd_pin(args, s: Settings) -> int:
         else:
             d = sources.pin(meta, bundles.open_target(s, args.target), args.db, args.collection, args.bundle,
                             args.ttl_hours * 3600.0, by=args.by)
-            emit(args, d, text=f"{args.collection}/{args.bundle} pinned until {d['expires_at']:.0f}")
+            emit(args, d, text=f"{args.collection}/{args.bundle} pinned until {utc_time(d['expires_at'])}")
     return 0
 
 
