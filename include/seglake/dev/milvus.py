@@ -332,7 +332,33 @@ class MilvusStack:
             milvus.start(timeout=timeout, detach=True)
             self._save(weed, milvus)
             print(f"milvus started in {milvus.healthy_after:.1f}s")
+        self.write_env(weed, milvus)
         return self.status()
+
+    @property
+    def env_file(self) -> Path:
+        return self.base / "env"
+
+    def write_env(self, weed, milvus) -> Path:
+        """`source .dev/milvus/env`: the bucket's endpoint and keys as the CLI reads them
+        (SEGLAKE_MILVUS_S3_*; never on a command line), and, as comments, the flags that
+        name this Milvus in `seglake milvus backup|restore`. 0600: it holds the secret."""
+        import shlex
+
+        lines = ["# make milvus-up: source this file, then `seglake milvus backup|restore` read this Milvus's bucket",
+                 f"#   seglake milvus backup --milvus-etcd {milvus.etcd_endpoint} --milvus-root {milvus.etcd_root} "
+                 f"--bucket milvus --bucket-root files ...",
+                 f"#   seglake milvus restore ... --address {milvus.address} --bucket milvus ..."]
+        for k, v in (("SEGLAKE_MILVUS_S3_ENDPOINT", weed.endpoint), ("SEGLAKE_MILVUS_S3_ACCESS_KEY", weed.access_key),
+                     ("SEGLAKE_MILVUS_S3_SECRET_KEY", weed.secret_key)):
+            lines.append(f"export {k}={shlex.quote(str(v))}")
+        self.base.mkdir(parents=True, exist_ok=True)
+        tmp = self.env_file.with_name(".env.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(tmp, self.env_file)
+        return self.env_file
 
     def down(self) -> list[str]:
         if not self.state_file.exists():
@@ -356,7 +382,8 @@ class MilvusStack:
                 "etcd_root": milvus.etcd_root, "alias": milvus.alias,
                 "s3": "up" if wp and weed.healthy() else "down", "s3_pid": wp, "s3_endpoint": weed.endpoint,
                 "bucket": "milvus", "root_path": "files", "rss_mib": round(milvus.rss_bytes() / 2**20),
-                "dir": str(self.base)}
+                "dir": str(self.base),
+                "env": f"source {self.env_file}  (the bucket's keys for seglake milvus backup/restore)"}
 
 
 def main(argv: list[str] | None = None) -> int:
