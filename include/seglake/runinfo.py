@@ -136,6 +136,8 @@ def compaction_note(params: Mapping[str, Any], done: Mapping[str, Any] | None) -
     if done.get("skipped"):
         return _short(f"{head}: not compacted: {done['skipped']}")
     g, c = done.get("gain") or {}, done.get("counts") or {}
+    if not g.get("units") and not c.get("committed") and not c.get("lost"):   # (not '0 segments -> 0')
+        return _short(f"{head}: nothing to compact" + (" (dry run)" if done.get("dry_run") else ""))
     if done.get("dry_run"):
         return _short(f"{head} (dry run): {g.get('units', 0)} units, {g.get('segments_in', 0)} segments -> "
                       f"{g.get('segments_out', 0)}, {g.get('rows_dropped', 0)} deleted rows to drop")
