@@ -93,7 +93,8 @@ def cmd_segments_list(args, s: Settings) -> int:
     meta, _ = open_meta_store(s)
     c = meta.catalog.get_by_name(args.collection, args.db)
     states = [args.state] if args.state else None
-    segs = list(meta.segments.list(c.collection_id, states=states))
+    # by partition, then segment id as a number (etcd's key order is textual: 1577, 20001, 4, 40001)
+    segs = sorted(meta.segments.list(c.collection_id, states=states), key=lambda x: (x.partition_id, x.segment_id))
     if args.json:
         emit(args, [x.to_json() for x in segs])
         return 0
