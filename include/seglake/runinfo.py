@@ -103,7 +103,7 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
                       f"from {base}, {compared.get('messages', 0)} log messages "
                       f"({human_bytes(compared.get('log_bytes', 0))} of log) replayed: "
                       f"{compared.get('rows_replayed', 0)} rows, {compared.get('deletes_replayed', 0)} deletes; "
-                      f"{facts}")
+                      f"base copied: {facts}")
     return _short(f"{head}: {facts}")
 
 

@@ -46,6 +46,9 @@ def test_the_note_of_a_restore_to_a_time_says_what_the_replay_used():
     note = restore_note({"collection": "src", "as_of": "2026-11-27T12:00:00Z", "target": "t"}, summary, job)
     assert note.startswith("restore src as of 2026-11-27T12:00:00.000Z") and "from snapshot s1" in note
     assert "12 log messages (2.0 KiB of log) replayed: 40 rows, 3 deletes" in note and "copy job 7" in note
+    # the copy job's facts are the base's copy, said so ('replayed: 40 rows, 3 deletes; 99 rows, 2/2
+    # segments' read as two counts of one thing)
+    assert "3 deletes; base copied: 99 rows, 2/2 segments, 4.0 KiB" in note, note
     born = restore_note({"collection": "src", "target": "t"}, {**summary, "snapshot": None}, job)
     assert "from the collection's creation" in born
 
