@@ -29,3 +29,18 @@ def test_the_same_millisecond_in_every_form(text):
 def test_refused(text):
     with pytest.raises(ValidationError):
         parse_as_of(text)
+
+
+@pytest.mark.parametrize("bad", ["2026-11-28T03:30:41+24:00", "2026-11-28T03:30:41-25:00", "2026-11-28T03:30:41+05:60",
+                                 "2026-11-28T03:30:41+9959"])
+def test_an_offset_out_of_range_is_named_without_python_internals(bad):
+    """'+24:00' said: offset must be a timedelta strictly between -timedelta(hours=24) and
+    timedelta(hours=24), not datetime.timedelta(days=1)."""
+    with pytest.raises(ValidationError) as e:
+        parse_as_of(bad)
+    msg = str(e.value)
+    assert "timedelta" not in msg and "time zone offset" in msg and "-23:59 .. +23:59" in msg and repr(bad) in msg
+
+
+def test_the_largest_offsets_are_taken():
+    assert parse_as_of("2026-11-28T03:30:41+23:59") < parse_as_of("2026-11-28T03:30:41-23:59")

@@ -40,6 +40,10 @@ def parse_as_of(value) -> int:
         raise ValidationError(f"as_of {value!r} is neither an ISO-8601 time with a time zone nor a TSO "
                               f"integer{zone}, e.g. 2026-11-27T12:00:00Z")
     iso = re.sub(r"(\.\d{6})\d+", r"\1", text.replace(" ", "T", 1))   # fromisoformat: at most 6 digits
+    off = re.search(r"([+-])(\d{2}):?(\d{2})$", iso)
+    if off and (int(off.group(2)) > 23 or int(off.group(3)) > 59):   # (Python's own words name timedelta)
+        raise ValidationError(f"as_of {value!r}: the time zone offset {off.group(0)} is out of range: "
+                              f"allowed: -23:59 .. +23:59, e.g. 2026-11-27T12:00:00+02:00")
     try:
         t = datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except ValueError as e:
