@@ -44,3 +44,19 @@ def test_an_offset_out_of_range_is_named_without_python_internals(bad):
 
 def test_the_largest_offsets_are_taken():
     assert parse_as_of("2026-11-28T03:30:41+23:59") < parse_as_of("2026-11-28T03:30:41-23:59")
+
+
+@pytest.mark.parametrize("text, unit", [("1795836482", "unix seconds (2026-11-28T03:28:02Z)"),
+                                        ("1795836482123", "unix milliseconds (2026-11-28T03:28:02Z)")])
+def test_a_unix_time_is_said_to_be_one(text, unit):
+    """`--as-of $(date +%s)` said only 'is in the year 1970': it reads as a TSO."""
+    with pytest.raises(ValidationError) as e:
+        parse_as_of(text)
+    assert f"not {unit}" in str(e.value) and "ISO-8601" in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["5", "123456789012345", "99999999999999999"])
+def test_other_small_integers_are_refused_as_before(text):
+    with pytest.raises(ValidationError, match=r"is in the year 19\d\d: not an instant") as e:
+        parse_as_of(text)
+    assert "unix" not in str(e.value)

@@ -61,7 +61,16 @@ _MS = datetime.resolution * 1000   # one millisecond (timedelta)
 def _check_tso(ts: int, shown: str) -> int:
     if not 0 < ts < TS_LIMIT:
         raise ValidationError(f"as_of {shown} is not a TSO timestamp (0 < ts < 2**63)")
-    _check_year(datetime.fromtimestamp(physical_ms(ts) / 1000, timezone.utc).year, shown)
+    try:
+        _check_year(datetime.fromtimestamp(physical_ms(ts) / 1000, timezone.utc).year, shown)
+    except ValidationError as e:
+        lo, hi = (datetime(y, 1, 1, tzinfo=timezone.utc).timestamp() for y in (MIN_YEAR, MAX_YEAR + 1))
+        unix = next((f"unix {unit} ({datetime.fromtimestamp(ts / per, timezone.utc):%Y-%m-%dT%H:%M:%SZ})"
+                     for unit, per in (("seconds", 1), ("milliseconds", 1000)) if lo <= ts / per < hi), None)
+        if unix is None:
+            raise
+        raise ValidationError(f"{e}; an integer as_of is a TSO timestamp, not {unix}: write the time in ISO-8601 "
+                              f"with a time zone, e.g. 2026-11-27T12:00:00Z") from None
     return ts
 
 
