@@ -55,9 +55,18 @@ def parse_window(value) -> tuple[str, float]:
 def _live(meta, collection: str, db: str):
     validate_name("collection", collection)
     validate_name("db", db)
-    coll = meta.catalog.get_by_name(collection, db)
+    try:
+        coll = meta.catalog.get_by_name(collection, db)
+    except NotFound:
+        from seglake.lifecycle.drop import find
+
+        coll = find(meta, collection, db)   # its newest dropped one (pitr show names it)
+        if coll is None:
+            raise
     if coll.state != CREATED:
-        raise StateError(f"collection {collection!r} is {coll.state}; a point-in-time window needs a live collection")
+        raise StateError(f"collection {collection!r} is {coll.state}; a point-in-time window needs a live collection"
+                         + (f" (bring it back as a new one: `seglake collections undrop {collection} --as NEW`)"
+                            if coll.state != "Importing" else ""))
     return coll
 
 

@@ -98,3 +98,11 @@ def test_an_instant_before_a_drop_still_in_progress_is_restored(meta, store, set
     assert visible_of(meta, store, meta.catalog.get_by_name("at_t")) == model.visible(t)
     with pytest.raises(StateError, match="Dropping"):   # an instant after the drop began: undrop it instead
         pitr.plan(meta, store, "src", meta.tso.now() + (5 << 18) * 1000)
+
+
+def test_a_window_on_a_dropped_name_says_it_is_dropped(meta, store, settings):
+    """`pitr show src` says 'Dropped: undrop ...' but `pitr set src 2d` said "collection 'src'
+    not found"; it says the collection is Dropped and how to bring it back."""
+    _dropped_source(meta, store, settings)
+    with pytest.raises(StateError, match=r"'src' is Dropped.*seglake collections undrop src --as NEW"):
+        pitr.set_window(meta, "src", "2d")
