@@ -83,10 +83,16 @@ def set_policy(meta, settings, collection: str, values: Mapping[str, Any], *, db
     if not isinstance(by, str) or len(by) > 256 or not by.isprintable():
         raise ValidationError("compaction policy refused: 'by' must be printable text of at most 256 characters")
     coll = _collection(meta, collection, db)
+    unscheduled = scheduled is False   # asked for: `--no-scheduled`, "scheduled": false
     if scheduled is None:
         old = get_policy(meta, collection, db=db)
         scheduled = bool(old and old.get("scheduled"))
     if not over and not scheduled:
+        if unscheduled:   # (it did set something: the flag, to what no policy means anyway)
+            raise ValidationError(f"compaction policy refused: it sets nothing but scheduled=false, which is no "
+                                  f"policy at all (config's values, not scheduled): to stop scheduling "
+                                  f"{coll.name!r}, clear its policy (`seglake compaction policy clear {coll.name}`, "
+                                  f"DELETE /compaction/policies/{coll.name}), or set a key with it")
         raise ValidationError(f"compaction policy refused: it sets nothing; set at least one of "
                               f"{', '.join(POLICY_KEYS)} or scheduled, or clear the policy")
     doc = {"collection_id": coll.collection_id, "collection": coll.name, "db": coll.db, "scheduled": scheduled,

@@ -276,3 +276,16 @@ def test_the_page_and_the_metrics_show_the_history(env, meta, store, settings):
     assert '{collection="hb",db="default"}' in m["seglake_compaction_last_bytes_reclaimed"]
     assert m["seglake_compaction_policies"] == {'{scheduled="true"}': 1, '{scheduled="false"}': 0}
     assert m["seglake_scrape_error"]['{source="compaction"}'] == 0
+
+
+def test_no_scheduled_alone_says_how_to_stop_scheduling(env, meta, store, settings, capsys):
+    """`policy set c --no-scheduled` (to stop a scheduled policy) was refused with 'set at
+    least one of ... or scheduled' -- the user had set scheduled. It says that scheduled=false
+    alone is no policy and that clearing the policy is how; the stored policy is unchanged."""
+    w = Writer(meta, store, settings)
+    w.create("c", ["_default"], shards=1)
+    assert _run(capsys, ["compaction", "policy", "set", "c", "--min-segment-rows", "5", "--scheduled"])[0] == 0
+    rc, out, err = _run(capsys, ["compaction", "policy", "set", "c", "--no-scheduled"])
+    assert rc == 2 and "scheduled=false" in err and "seglake compaction policy clear c" in err, err
+    assert "or scheduled," not in err
+    assert compaction.get_policy(meta, "c")["scheduled"] is True
