@@ -197,3 +197,26 @@ def test_a_restore_into_a_milvus_other_than_2_3_is_refused_before_anything_is_wr
     assert check_version("v2.3.5", "127.0.0.1:19530", "written") == "v2.3.5"
     with pytest.raises(ValidationError, match=r"Milvus at 127\.0\.0\.1:19530 is version 'v2\.4\.13'.*nothing written"):
         check_version("v2.4.13", "127.0.0.1:19530", "written")
+
+
+def test_an_empty_root_is_said_to_be_one():
+    """`seglake milvus backup --milvus-root by-dev` against a Milvus whose root is another
+    said only "no collection 'mv1' ... (its collections there: none)"."""
+    with pytest.raises(NotFound, match=r"no Milvus collection at all under etcd root 'by-dev': is --milvus-root"):
+        catalog.read(MilvusMeta(FakeKV({}), "by-dev", revision=5), "default", "mv1")
+    with pytest.raises(NotFound) as e:   # a root with collections: no such hint
+        catalog.read(milvus([field(100, "pk", 5, pk=True)]), "default", "c2")
+    assert "--milvus-root" not in str(e.value)
+
+
+@pytest.mark.parametrize("error, hinted", [("S3 list 'x' failed: Unable to locate credentials", True),
+                                           ("SignatureDoesNotMatch The request signature ...", True),
+                                           ("S3 list 'x' failed: connection refused", False)])
+def test_a_bucket_key_error_names_the_settings(error, hinted):
+    """'Unable to locate credentials' named no setting a user could set."""
+    from seglake.milvus.capture import _keys_hint
+
+    hint = _keys_hint(error)
+    assert bool(hint) is hinted
+    if hinted:
+        assert "milvus_s3_access_key" in hint and "SEGLAKE_MILVUS_S3_ENDPOINT" in hint and "seglake_milvus" in hint

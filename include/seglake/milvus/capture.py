@@ -218,7 +218,8 @@ def _files(bucket: ReadOnlyBucket, cat: dict) -> dict[str, dict]:
         except NotFound:
             continue
         except SeglakeError as e:
-            raise CaptureError(f"Milvus's bucket {bucket.uri} cannot be listed ({prefix}): {e}") from None
+            raise CaptureError(f"Milvus's bucket {bucket.uri} cannot be listed ({prefix}): {e}"
+                               + _keys_hint(str(e))) from None
     missing = sorted(set(want) - set(listed))
     if missing:
         raise CaptureError(f"Milvus collection {cat['collection']['db']}.{cat['collection']['name']}: "
@@ -625,3 +626,14 @@ def committed(target, req: dict, reports: list | None = None, meta=None) -> list
                    {"etcd_root": src.get("etcd_root"), "bucket": src.get("bucket"),
                     "root_path": src.get("root_path"), "only_new": True})
     return out
+
+
+def _keys_hint(error: str) -> str:
+    """Where the Milvus bucket's endpoint and keys come from, when the error is about them
+    (boto's 'Unable to locate credentials' names no setting)."""
+    words = ("credentials", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403")
+    if not any(w in error for w in words):
+        return ""
+    return ("; the Milvus bucket's endpoint and keys are the config keys milvus_s3_endpoint, milvus_s3_access_key "
+            "and milvus_s3_secret_key (SEGLAKE_MILVUS_S3_ENDPOINT / _ACCESS_KEY / _SECRET_KEY; in Airflow the "
+            "connection seglake_milvus; for make milvus-up: source .dev/milvus/env)")

@@ -101,8 +101,11 @@ def read(meta: MilvusMeta, db: str, name: str, dbs: dict[int, str] | None = None
     c = holder(infos, dbs, db, name)
     if c is None:
         known = sorted(c["name"] for c in infos if dbs.get(c["db_id"]) == db)
+        root = meta.meta.removesuffix("/meta/")
+        empty = "" if infos else (f"; no Milvus collection at all under etcd root {root!r}: is --milvus-root "
+                                  f"Milvus's etcd.rootPath? (make milvus-up's Milvus: seglake-dev-milvus)")
         raise NotFound(f"Milvus has no collection {name!r} in database {db!r} (its collections there: "
-                       f"{', '.join(known) or 'none'})")
+                       f"{', '.join(known) or 'none'}){empty}")
     f = c["raw"]
     if not created(c):   # etcdpb.CollectionState: 0 Created, 1 Creating, 2 Dropping, 3 Dropped
         raise NotFound(f"Milvus collection {db}.{name} is being created or dropped (state {one(f, 13, 0)})")
