@@ -192,6 +192,12 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
                             f"(created {describe(coll.created_ts)})")
     w = window_of(meta, coll.collection_id)
     if w is None:
+        if coll.state != CREATED:   # a window cannot be set on it now: say what is left
+            raise OutsideWindow(f"collection {collection!r} is {coll.state} and has no point-in-time window (off "
+                                f"when it was dropped, or cleared since), so this store cannot bring it back; from "
+                                f"the backup target it can when its WAL was archived and a bundle exported "
+                                f"(--from-target), else restore one of its snapshots, if it has any "
+                                f"(`seglake snapshots list --collection {collection}`)")
         raise OutsideWindow(f"collection {collection!r} has no point-in-time window (pitr_window is off): "
                             f"set one (`seglake pitr set {collection} 3d`) to restore to a time")
     lo = oldest_instant(w, window.clock() if now is None else now)

@@ -106,3 +106,15 @@ def test_a_window_on_a_dropped_name_says_it_is_dropped(meta, store, settings):
     _dropped_source(meta, store, settings)
     with pytest.raises(StateError, match=r"'src' is Dropped.*seglake collections undrop src --as NEW"):
         pitr.set_window(meta, "src", "2d")
+
+
+def test_an_undrop_without_a_window_does_not_advise_setting_one(meta, store, settings):
+    """The window cleared after the drop: the undrop said 'set one (`seglake pitr set src 3d`)',
+    which is refused for a dropped collection. It says what can still bring it back."""
+    _dropped_source(meta, store, settings)
+    pitr.clear_window(meta, "src")
+    with pytest.raises(pitr.OutsideWindow) as e:
+        pitr.undrop(meta, store, "src", "back")
+    msg = str(e.value)
+    assert "pitr set" not in msg and "'src' is Dropped" in msg and "--from-target" in msg, msg
+    assert "seglake snapshots list --collection src" in msg
