@@ -265,7 +265,23 @@ def read(target: Store, db: str, collection: str, bundle: str, *, segments: bool
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError as e:
         raise BundleError(f"{where}: bundle.json is unreadable: {e}") from None
-    return check(doc, where) if segments else check_files(doc, where)
+    doc = check(doc, where) if segments else check_files(doc, where)
+    _check_place(doc, db, collection, bundle, where)
+    return doc
+
+
+def _check_place(doc: dict, db: str, collection: str, bundle: str, where: str) -> None:
+    """The document names the place it was read from: an export (and a capture) writes
+    bundle.json and its marker under the (db, collection, bundle) the document names
+    (write_doc), so a document that names another place was copied there -- another
+    bundle's (swapped between two bundles) or another collection's -- and reading it
+    would import, restore or verify that bundle's rows under this one's name."""
+    src = doc.get("source")
+    named = (src.get("db"), src.get("collection"), doc.get("bundle")) if isinstance(src, dict) else None
+    if named != (db, collection, bundle):
+        shown = "no place" if named is None else f"{named[0]}.{named[1]}/{named[2]}"
+        raise BundleError(f"{where}: its bundle.json names {shown}, not the place it was read from: a document "
+                          f"copied from another bundle (or collection); refused before anything is read or written")
 
 
 def check(doc, where: str) -> dict:
