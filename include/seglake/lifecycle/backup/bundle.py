@@ -397,6 +397,16 @@ ENTRY_STATES = ("Flushed", "Dropped")
 VCHANNEL_RE = re.compile(rf"{re.escape(PCHANNEL_PREFIX)}[0-9]{{1,6}}_[0-9]{{1,19}}v[0-9]{{1,2}}", re.ASCII)
 
 
+# the keys of a seglake export's sections (export.py writes them; older exports a subset):
+# any other key is refused naming the closest (segment entries: entries.problem)
+DOC_KEYS = ("format", "version", "bundle", "uid", "created_at", "made_by", "source", "snapshot", "segments",
+            "files", "totals")
+SOURCE_KEYS = ("db", "collection", "collection_id", "snapshot", "snapshot_id", "owner", "consistent_ts",
+               "committed_at", "description", "max_ts", "site", "positions")
+SNAPSHOT_KEYS = ("collection", "partition_ids", "index_build_ids", "totals")
+FILE_KEYS = ("size", "sha256", "tag", "data_tag")
+
+
 def _check_sections(doc: dict, where: str) -> None:
     """Every other value of the document has its type and range (an import copies them
     into records and reports, a restore to a time starts its replay from `positions`):
@@ -440,6 +450,16 @@ def _check_sections(doc: dict, where: str) -> None:
         for k, v in d.items():
             need_int(f"{at}.{k}", v)
 
+    def known_keys(at: str, d, valid):
+        for k in d:
+            if k not in valid:
+                raise BundleError(f"{where}: {at} has an unknown key {k!r}{entries.closest(k, valid)}")
+
+    known_keys("the document", doc, DOC_KEYS)
+    known_keys("source", doc["source"], SOURCE_KEYS)
+    known_keys("snapshot", doc["snapshot"], SNAPSHOT_KEYS)
+    for key, f in doc["files"].items():
+        known_keys(f"files[{key!r}]", f, FILE_KEYS)
     need_name("bundle", "bundle", doc.get("bundle"))
     need_time("created_at", doc.get("created_at"))
     need_text("made_by", doc.get("made_by"), optional=True)

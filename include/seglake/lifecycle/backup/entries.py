@@ -1,7 +1,8 @@
 """A bundle's segment entries checked against the manifest's Avro schema before anything
 is built from them (bundle.check): every long an integer in 0..2**63-1 (ids, counts,
 sizes, timestamps: none is negative), every string a string, every array a list, a
-field missing only where the schema has a default. The schema is compiled once into
+field missing only where the schema has a default, no key the schema does not have
+(refused naming the closest valid one: a misspelt key would be ignored, its default used). The schema is compiled once into
 checkers; a field a later schema adds is checked by its own type."""
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def _compile(schema, named: dict):
         def record(v):
             if not isinstance(v, dict):
                 raise _Bad([], "is not a record")
+            for k in v:
+                if k not in known:
+                    raise _Bad([], f"has an unknown key {k!r}{closest(k, known)}")
             for name, check, required in fields:
                 if name in v:
                     try:
@@ -68,8 +72,18 @@ def _compile(schema, named: dict):
                     raise _Bad([], f"has no {name!r}")
         named[schema["name"]] = record    # before its fields: a field may name it
         fields.extend((f["name"], _compile(f["type"], named), "default" not in f) for f in schema["fields"])
+        known = [f["name"] for f in schema["fields"]]
         return record
     return lambda v: None                 # any other kind (a later schema's) is left to the decoder
+
+
+def closest(key, valid) -> str:
+    """' (did you mean ...?)', or the valid keys: for an unknown key's error (a key
+    misspelt would otherwise be ignored and its default used)."""
+    import difflib
+
+    near = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.5)
+    return f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(sorted(valid))})"
 
 
 _checker = None
