@@ -53,6 +53,7 @@ def units_of(doc: dict) -> list[dict]:
         from seglake.milvus import bundledoc
         return bundledoc.units_of(doc)
     rows: dict[str, int] = {}   # source key -> rows the segment records give it
+    stamps: dict[str, list[int]] = {}   # Timestamp / delta log -> the [ts_from, ts_to] its entry lists
     named: dict[str, list[int]] = {}   # delta log -> the partition ids its deletes may name
     column: dict[str, str] = {}  # insert log -> the one column its field's log holds
     bundle_parts = sorted(p["partition_id"] for p in doc["snapshot"]["collection"]["partitions"])
@@ -64,17 +65,21 @@ def units_of(doc: dict) -> list[dict]:
                 rows[x["path"]] = x["entries"]
                 if fl["field_id"] in names:
                     column[x["path"]] = names[fl["field_id"]]
+                if fl["field_id"] == TS_FIELD:
+                    stamps[x["path"]] = [x["ts_from"], x["ts_to"]]
         dp = manifest.delta_partitions(e)
         for x in e["deltalogs"]:
             rows[x["path"]] = x["entries"]
             named[x["path"]] = bundle_parts if dp is None else sorted(dp)
+            stamps[x["path"]] = [x["ts_from"], x["ts_to"]]
     by_sha: dict[str, list[str]] = {}
     for key, f in doc["files"].items():
         by_sha.setdefault(f["sha256"], []).append(key)
     return [{"sha": sha, "size": doc["files"][keys[0]]["size"], "keys": sorted(keys),
              "rows": {k: rows[k] for k in keys if k in rows},
              "partitions": {k: named[k] for k in keys if k in named},
-             "columns": {k: column[k] for k in keys if k in column}} for sha, keys in sorted(by_sha.items())]
+             "columns": {k: column[k] for k in keys if k in column},
+             "stamps": {k: stamps[k] for k in keys if k in stamps}} for sha, keys in sorted(by_sha.items())]
 
 
 def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
@@ -95,41 +100,54 @@ def check_unit(target: Store, unit: dict, throttle=None) -> list[dict]:
     if n != size or got != sha:
         return [{"file": k, "data": blob, "problem": f"content differs: {n} bytes with SHA-256 {got[:16]}..., "
                                                       f"the bundle lists {size} bytes"} for k in keys]
-    named, columns = unit.get("partitions", {}), unit.get("columns", {})
+    named, columns, stamps = unit.get("partitions", {}), unit.get("columns", {}), unit.get("stamps", {})
     return [{"file": k, "data": blob, "problem": p} for k, want in unit["rows"].items()
-            for p in log_problems(target, blob, want, named.get(k), columns.get(k))]
+            for p in log_problems(target, blob, want, named.get(k), columns.get(k), stamps.get(k))]
 
 
-def log_problems(store: Store, key: str, rows: int, allowed: list[int] | None, column: str | None = None
-                 ) -> list[str]:
+def log_problems(store: Store, key: str, rows: int, allowed: list[int] | None, column: str | None = None,
+                 stamps: list[int] | None = None) -> list[str]:
     """What is wrong with the log at `key` (in any store) against what its segment's
     records give it (log_problems_of). A store that cannot be read raises (a transient
     failure is no finding about the file)."""
     with store.open_read(key) as fh:
-        return log_problems_of(fh, rows, allowed, column)
+        return log_problems_of(fh, rows, allowed, column, stamps)
 
 
-def log_problems_of(fh, rows: int, allowed: list[int] | None, column: str | None = None) -> list[str]:
+def log_problems_of(fh, rows: int, allowed: list[int] | None, column: str | None = None,
+                    stamps: list[int] | None = None) -> list[str]:
     """What is wrong with a log (a seekable file object) against what its segment's
     records give it: its row count; for an insert log (`column`: its field's name) that
     it holds that one column (the log of another field with the same row count passes
     every other check); for a delta log (`allowed`: the partition ids its segment's
-    delta_partitions names) deletes scoped to an id not named. [] when nothing is (a
-    restore from a bundle checks each log it copies the same way, before it writes it)."""
+    delta_partitions names) deletes scoped to an id not named; for a Timestamp log or a
+    delta log (`stamps`: the [ts_from, ts_to] its log entry lists, which an import and a
+    restore check against this store's clock) a timestamp outside that range -- rows or
+    deletes stamped above every timestamp the store issues later would never be hidden
+    by a later delete, or would hide every later insert. [] when nothing is (a restore
+    from a bundle checks each log it copies the same way, before it writes it)."""
     import numpy as np
     import pyarrow.parquet as pq
 
     try:   # one open per log: its row count and, for a delta log, its deletes' partitions
         f = pq.ParquetFile(fh)
         cols = list(f.schema_arrow.names)
-        have, stray = f.metadata.num_rows, []
+        have, stray, outside = f.metadata.num_rows, [], []
         if allowed is not None and "partition" in cols:
             ids = np.unique(f.read(columns=["partition"]).column(0).to_numpy())
             ok = set(allowed)
             stray = sorted(int(x) for x in ids if x != 0 and int(x) not in ok)
+        ts_col = next((c for c in (TIMESTAMP, "ts") if c in cols), None)
+        if stamps is not None and ts_col is not None and have:
+            ts = f.read(columns=[ts_col]).column(0).to_numpy().astype(np.int64)
+            lo, hi = int(ts.min()), int(ts.max())
+            outside = sorted({x for x in (lo, hi) if not stamps[0] <= x <= stamps[1]})
     except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
         return [f"not a readable Parquet file: {e}"]
     out = []
+    if outside:
+        out.append(f"holds timestamps {', '.join(map(str, outside))} outside the range its log entry lists "
+                   f"[{stamps[0]}, {stamps[1]}] (the range checked against this store's clock)")
     if column is not None and cols != [column]:
         out.append(f"holds columns {cols}; the log of field {column!r} holds that one column")
     if have != rows:

@@ -64,6 +64,7 @@ class BundleFiles:
         self.rows: dict[str, int] = {}
         self.parts: dict[str, list[int]] = {}
         self.columns: dict[str, str] = {}
+        self.stamps: dict[str, list[int]] = {}
         self.target = target_of(b["uri"], settings)
         self.key = holds.hold(self.target, b["db"], b["collection"], b["bundle"], b["hold"],
                               by=f"restore copy job {job.job_id}", say=log.warning)
@@ -89,6 +90,7 @@ class BundleFiles:
             self.rows.update(u["rows"])
             self.parts.update(u["partitions"])
             self.columns.update(u["columns"])
+            self.stamps.update(u["stamps"])
 
     def describe(self, keys) -> dict:
         """The copy task's start: a bundle that could not be opened fails the task here."""
@@ -127,7 +129,7 @@ class BundleFiles:
                                                   f"{size} bytes with {sha[:16]}...: the file changed or is damaged")
                     spool.seek(0)
                     problems = verify.log_problems_of(spool, self.rows[src], self.parts.get(src),
-                                                      self.columns.get(src))
+                                                      self.columns.get(src), self.stamps.get(src))
                     if problems:
                         raise self.missing(f"{self.where}: {src} ({blob}): {'; '.join(problems)}")
                     bundles.copy_verified_from(spool, blob, store, dst, sha, size)
