@@ -503,6 +503,16 @@ def _check_sections(doc: dict, where: str) -> None:
     if positions is not None:
         if not isinstance(positions, dict) or set(positions) - set(vchannels):
             raise bad("source.positions", positions, "a map of the collection's vchannels")
+        # a mark is what the bundle's own segments give (flush.state.fold_high_water takes it
+        # from segment records): a replay from these positions skips every insert of a
+        # partition at or below its mark and every delete at or below del_hw, so a mark
+        # above them would drop rows of the log silently
+        row_hw: dict[tuple[str, int], int] = {}
+        del_top: dict[str, int] = {}
+        for e in doc["segments"]:
+            key = (e["channel"], e["partition_id"])
+            row_hw[key] = max(row_hw.get(key, 0), e["dml_ts"])
+            del_top[e["channel"]] = max([del_top.get(e["channel"], 0)] + [x["ts_to"] for x in e["deltalogs"]])
         for v, pos in positions.items():
             at = f"source.positions[{v!r}]"
             if not isinstance(pos, dict):
@@ -518,6 +528,15 @@ def _check_sections(doc: dict, where: str) -> None:
             for k in pos["part_hw"]:
                 if not (k.isascii() and k.isdigit()):
                     raise bad(f"{at}.part_hw", k, "a partition id")
+                top = row_hw.get((v, int(k)), 0)
+                if pos["part_hw"][k] > top:
+                    raise BundleError(f"{where}: {at}.part_hw[{k!r}] is {pos['part_hw'][k]}, above the newest row "
+                                      f"tick ({top}) of the bundle's segments of that vchannel and partition: a "
+                                      f"replay from it would skip the log's rows up to it")
+            if pos["del_hw"] > del_top.get(v, 0):
+                raise BundleError(f"{where}: {at}.del_hw is {pos['del_hw']}, above the newest delete tick "
+                                  f"({del_top.get(v, 0)}) of the bundle's delta logs on that vchannel: a replay "
+                                  f"from it would skip the log's deletes up to it")
     for key, f in doc["files"].items():
         for k in ("tag", "data_tag"):
             need_text(f"files[{key!r}].{k}", f.get(k, ""))
