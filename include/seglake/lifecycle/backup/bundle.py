@@ -523,6 +523,10 @@ def _check_sections(doc: dict, where: str) -> None:
                     raise bad(f"{at}.checkpoint", cp, "null or [term, fragment, offset, time tick]")
                 for i, x in enumerate(cp):
                     need_int(f"{at}.checkpoint[{i}]", x)
+                if cp[3] > src["consistent_ts"]:   # the checkpoint was read before consistent_ts was drawn
+                    raise BundleError(f"{where}: {at}.checkpoint's time tick {cp[3]} is above the bundle's "
+                                      f"consistent_ts {src['consistent_ts']}: a replay from it would skip the log "
+                                      f"up to it")
             need_int(f"{at}.del_hw", pos.get("del_hw"))
             need_counts(f"{at}.part_hw", pos.get("part_hw"))
             for k in pos["part_hw"]:
