@@ -405,6 +405,9 @@ SOURCE_KEYS = ("db", "collection", "collection_id", "snapshot", "snapshot_id", "
                "committed_at", "description", "max_ts", "site", "positions")
 SNAPSHOT_KEYS = ("collection", "partition_ids", "index_build_ids", "totals")
 FILE_KEYS = ("size", "sha256", "tag", "data_tag")
+# snapshot.write.collection_doc's keys, and Collection.to_json's (state, properties)
+COLLECTION_KEYS = ("collection_id", "name", "db", "created_ts", "schema", "shards", "vchannels", "partitions",
+                   "state", "properties")
 
 
 def _check_sections(doc: dict, where: str) -> None:
@@ -458,6 +461,12 @@ def _check_sections(doc: dict, where: str) -> None:
     known_keys("the document", doc, DOC_KEYS)
     known_keys("source", doc["source"], SOURCE_KEYS)
     known_keys("snapshot", doc["snapshot"], SNAPSHOT_KEYS)
+    known_keys("snapshot.collection", doc["snapshot"]["collection"], COLLECTION_KEYS)
+    for i, part in enumerate(doc["snapshot"]["collection"]["partitions"]):
+        known_keys(f"snapshot.collection.partitions[{i}]", part, ("partition_id", "name"))
+    for v, pos in (doc["source"].get("positions") or {}).items():
+        if isinstance(pos, dict):
+            known_keys(f"source.positions[{v!r}]", pos, ("checkpoint", "part_hw", "del_hw"))
     for key, f in doc["files"].items():
         known_keys(f"files[{key!r}]", f, FILE_KEYS)
     need_name("bundle", "bundle", doc.get("bundle"))

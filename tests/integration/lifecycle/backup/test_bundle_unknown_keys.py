@@ -4,8 +4,8 @@ know (a misspelt "delta_partition" beside or instead of "delta_partitions", "max
 "sha265", ...) was imported with the key silently ignored: an entry whose
 delta_partitions was misspelt was read as a segment without the map (a legacy one), its
 delete scopes then read through the bundle's own partition ids. Every section of a
-seglake bundle (the document, source, snapshot, file entries, segment entries and their
-logs) refuses an unknown key naming the closest valid one, before the import writes; the
+seglake bundle (the document, source, its positions, snapshot, its collection, file
+entries, segment entries and their logs) refuses an unknown key naming the closest valid one, before the import writes; the
 bundle put right is then imported (a refusal blocks no retry). Real etcd, local files."""
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def _first_file(d):
     (("segments", 0), "delta_partition", "delta_partitions"),
     (("segments", 0, "binlogs", 0, "logs", 0), "entriez", "entries"),
     (("segments", 0, "binlogs", 0), "field", "field_id"),
-], ids=["document", "source", "snapshot", "file", "segment", "log", "field_logs"])
+    (("snapshot", "collection"), "shard", "shards"),
+    (("source", "positions", lambda d: d[sorted(d)[0]]), "del_hws", "del_hw"),
+], ids=["document", "source", "snapshot", "file", "segment", "log", "field_logs", "collection", "position"])
 def test_an_unknown_key_is_refused_naming_the_closest_valid_one_before_any_write(exported, other, path, key, valid):
     target, doc = exported
     meta2, store2 = other
