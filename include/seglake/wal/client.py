@@ -346,13 +346,15 @@ class WalClient:
             ahead = future_call(seq, now_ms(self.tso, self.clock), self.settings.max_clock_skew)
             if ahead:
                 raise ValidationError(ahead + "; nothing appended")
-            if not self._named and seq >= CLOCK_BASE and seq not in self._issued:
+            if not self._named and seq not in self._issued:
                 # a fresh id is known to this client only: another client's call under the
-                # same number cannot be recognised here, it would be appended again
+                # same number -- its res.seq, or a number of the caller's own retried from a
+                # new process -- cannot be recognised here, it would be appended again
                 raise ValidationError(
                     f"seq {seq} was not issued by this client, whose producer id is fresh (known to no other "
                     f"client): it cannot tell what another client's call committed. Retry from the client that "
-                    f"made the call, or give both the same producer_id=...; nothing appended")
+                    f"made the call (seq=err.result.seq), or, to number calls yourself or retry them from "
+                    f"another process, give every such client the same producer_id=...; nothing appended")
             with self._seq_lock:   # the client's own numbers go above every number it was given
                 self._last_call = max(self._last_call, seq)
             return seq

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from seglake.errors import ValidationError
 from seglake.lifecycle.flush import flush_pchannel
 from seglake.visibility import visible_rows
 from seglake.wal.client import AppendIncomplete, WalClient, synthetic_rows
@@ -28,6 +29,27 @@ def test_a_new_client_reusing_a_producer_id_never_answers_a_new_call_from_an_old
         c.insert("c1", synthetic_rows(coll, 10, 11))
     _flush(meta, store, settings, coll)
     assert _pks(meta, store, coll) == list(range(1, 21))
+
+
+def test_a_client_without_a_producer_id_takes_only_the_numbers_it_issued(meta, store, settings):
+    """A client without a producer_id has a fresh id no other client knows. A number of the
+    caller's own (seq=7) was taken as a new call, so the same call retried from a new
+    process (a new fresh id) was appended twice. Any number it did not issue is now refused
+    before anything is appended -- the caller's own, another client's res.seq -- and its own
+    res.seq is still a retry answered from the first commit."""
+    with WalClient(meta, store, settings) as a:
+        coll = make_collection(a, shards=1)
+        r = a.insert("c1", synthetic_rows(coll, 3, 1))
+        assert a.insert("c1", synthetic_rows(coll, 3, 1), seq=r.seq).positions == r.positions
+        for seq in (7, r.seq + 1):
+            with pytest.raises(ValidationError, match=f"seq {seq} was not issued by this client.*producer_id"):
+                a.insert("c1", synthetic_rows(coll, 3, 100), seq=seq)
+    with WalClient(meta, store, settings) as b:   # another process, retrying either way
+        for seq in (7, r.seq):
+            with pytest.raises(ValidationError, match=f"seq {seq} was not issued by this client"):
+                b.insert("c1", synthetic_rows(coll, 3, 1), seq=seq)
+    _flush(meta, store, settings, coll)
+    assert _pks(meta, store, coll) == [1, 2, 3]
 
 
 def test_a_txn_call_retried_with_its_seq_is_never_acknowledged_when_it_was_rolled_back(meta, store, settings,
