@@ -138,6 +138,26 @@ def test_capture_holds_every_flushed_segment_and_counts_match(msrv, source, s3_s
     assert bundledoc.visible_rows(target, doc)["deleted"] == 11
     assert any(e["indexes"] for e in doc["segments"]), "the HNSW index's files are in the bundle"
     assert doc["snapshot"]["indexes"][0]["index_params"]["index_type"] == "HNSW"
+    # a misspelt key in any section was read as absent (a capture's document accepted
+    # 'num_row', 'is_primary', 'delta_logs' ...); each is refused naming the closest key
+    seg = next(i for i, e in enumerate(doc["segments"]) if e["indexes"] and e["deltalogs"])
+    for path, bad, near in [([], "uuid", "uid"), (["source"], "etcd_revison", "etcd_revision"),
+                            (["snapshot", "collection"], "shard", "shards"),
+                            (["snapshot", "collection", "schema"], "auto_ids", "auto_id"),
+                            (["snapshot", "collection", "schema", "fields", 0], "is_primary", "is_primary_key"),
+                            (["snapshot", "collection", "partitions", 0], "names", "name"),
+                            (["snapshot", "indexes", 0], "index_nme", "index_name"),
+                            (["segments", seg], "num_row", "num_rows"), (["segments", seg], "delta_logs", "deltalogs"),
+                            (["segments", seg, "deltalogs", 0, "logs", 0], "ts_too", "ts_to"),
+                            (["segments", seg, "indexes", 0], "file", "files")]:
+        forged = json.loads(json.dumps(doc))
+        at = forged
+        for k in path:
+            at = at[k]
+        at[bad] = 1
+        with pytest.raises(bundles.BundleError, match=f"unknown key {bad!r} \\(did you mean {near!r}"):
+            bundledoc.check(forged, "bundle under test")
+    assert bundledoc.check(json.loads(json.dumps(doc)), "bundle under test")["uid"] == doc["uid"]
 
 
 def test_second_unchanged_capture_copies_nothing(msrv, source, s3_server, tmp_path, monkeypatch):

@@ -21,9 +21,70 @@ def _int(v, lo=I64[0], hi=I64[1]) -> bool:
     return type(v) is int and lo <= v <= hi
 
 
+# the keys capture.document and catalog.read write (docs/MILVUS_BUNDLE.md); any other is
+# refused naming the closest (a misspelt key would be read as absent). Maps of Milvus's own
+# (type_params, index_params, user_index_params, properties, checkpoints, totals) are free.
+DOC_KEYS = ("format", "version", "kind", "bundle", "uid", "created_at", "made_by", "source", "snapshot",
+            "segments", "files", "totals")
+SOURCE_KEYS = ("kind", "milvus_version", "etcd_root", "bucket", "root_path", "db", "db_id", "collection",
+               "collection_id", "snapshot", "snapshot_id", "etcd_revision", "consistent_ts", "max_ts", "committed_at")
+SNAPSHOT_KEYS = ("collection", "indexes", "checkpoints", "totals")
+COLLECTION_KEYS = ("collection_id", "name", "db", "db_id", "description", "shards", "vchannels", "pchannels",
+                   "consistency_level", "properties", "created_ts", "schema", "partitions")
+SCHEMA_KEYS = ("name", "description", "auto_id", "enable_dynamic_field", "fields")
+FIELD_KEYS = ("field_id", "name", "data_type", "data_type_name", "is_primary_key", "auto_id", "description",
+              "type_params", "index_params", "element_type", "is_dynamic", "is_partition_key")
+PARTITION_KEYS = ("partition_id", "name", "created_ts", "state")
+INDEX_KEYS = ("index_id", "field_id", "index_name", "type_params", "index_params", "user_index_params",
+              "is_auto_index", "create_time")
+SEGMENT_KEYS = ("segment_id", "partition_id", "partition", "channel", "shard", "state", "num_rows", "start_ts",
+                "dml_ts", "binlogs", "deltalogs", "statslogs", "indexes")
+FIELD_LOGS_KEYS = ("field_id", "logs")
+LOG_KEYS = ("log_id", "entries", "ts_from", "ts_to", "log_size", "path")
+SEGMENT_INDEX_KEYS = ("build_id", "index_id", "field_id", "index_version", "num_rows", "serialized_size", "files")
+FILE_KEYS = ("size", "sha256", "tag", "data_tag")
+
+
+def _known_keys(doc: dict, where: str) -> None:
+    """Every section of the document holds only its own keys (module constants)."""
+    from seglake.lifecycle.backup.entries import closest
+
+    def known(at: str, d, valid) -> None:
+        if isinstance(d, dict):
+            for k in d:
+                if k not in valid:
+                    raise bundles.BundleError(f"{where}: {at} has an unknown key {k!r}{closest(k, valid)}")
+
+    def each(at: str, items, valid) -> list:
+        items = items if isinstance(items, list) else []
+        for i, d in enumerate(items):
+            known(f"{at}[{i}]", d, valid)
+        return [d for d in items if isinstance(d, dict)]
+
+    known("the document", doc, DOC_KEYS)
+    known("source", doc.get("source"), SOURCE_KEYS)
+    snap = doc.get("snapshot") if isinstance(doc.get("snapshot"), dict) else {}
+    known("snapshot", snap, SNAPSHOT_KEYS)
+    coll = snap.get("collection") if isinstance(snap.get("collection"), dict) else {}
+    known("snapshot.collection", coll, COLLECTION_KEYS)
+    schema = coll.get("schema") if isinstance(coll.get("schema"), dict) else {}
+    known("snapshot.collection.schema", schema, SCHEMA_KEYS)
+    each("snapshot.collection.schema.fields", schema.get("fields"), FIELD_KEYS)
+    each("snapshot.collection.partitions", coll.get("partitions"), PARTITION_KEYS)
+    each("snapshot.indexes", snap.get("indexes"), INDEX_KEYS)
+    for key, f in (doc.get("files") or {}).items() if isinstance(doc.get("files"), dict) else ():
+        known(f"files[{key!r}]", f, FILE_KEYS)
+    for i, s in enumerate(each("segments", doc.get("segments"), SEGMENT_KEYS)):
+        for part in ("binlogs", "deltalogs", "statslogs"):
+            for j, fl in enumerate(each(f"segments[{i}].{part}", s.get(part), FIELD_LOGS_KEYS)):
+                each(f"segments[{i}].{part}[{j}].logs", fl.get("logs"), LOG_KEYS)
+        each(f"segments[{i}].indexes", s.get("indexes"), SEGMENT_INDEX_KEYS)
+
+
 def check(doc, where: str) -> dict:
     """A Milvus capture document, checked whole: format, version and files
-    (bundle.check_files), uid, source, collection (shards, vchannels, partitions, schema),
+    (bundle.check_files), no unknown key in any section, uid, source, collection (shards,
+    vchannels, partitions, schema),
     and every segment: ids unique, its partition and channel the collection's, per field
     the logs' entries == num_rows (fields 0, 1 and every user field), every path the key
     its ids name and listed in `files`."""
@@ -34,6 +95,7 @@ def check(doc, where: str) -> dict:
 
     if doc.get("kind") != "milvus":
         raise bad("not a Milvus capture")
+    _known_keys(doc, where)
     if not (isinstance(doc.get("uid"), str) and re.fullmatch(r"[0-9a-f]{32}", doc["uid"])):
         raise bad("its uid is not 32 lowercase hex digits")
     src = doc.get("source")
