@@ -406,7 +406,7 @@ class WalClient:
                 raise ValidationError(f"producer {self.producer_id}: seq {call} is running in this client with "
                                       f"payload digest {cur[0]}, this call's digest is {digest}: another payload "
                                       f"under a used sequence number is refused (nothing appended); give a new "
-                                      f"call a new seq")
+                                      f"call a new seq{PAYLOAD_IS}")
             self._calls_running[call] = (digest, 1 + (cur[1] if cur else 0))
         try:
             yield
@@ -462,7 +462,7 @@ class WalClient:
                 raise ValidationError(
                     f"producer {self.producer_id} on {p}: seq {call} was committed with payload digest "
                     f"{entry['d']}{where}, this call's digest is {digest}: another payload under a used sequence "
-                    f"number is refused (nothing appended, on any pchannel); give a new call a new seq")
+                    f"number is refused (nothing appended, on any pchannel); give a new call a new seq{PAYLOAD_IS}")
 
     def _run_call(self, coll, chunks: int, messages, txn: bool, res: IngestResult, call: int, digest: str) -> None:
         counter: dict[str, int] = {}   # per pchannel: the next index of this call's appends there
@@ -587,6 +587,11 @@ def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:
     digest, the append's body) depend on its values only, never on the slice or the
     chunks it came from."""
     return batch.take(pa.array(np.arange(batch.num_rows, dtype=np.int64)))
+
+
+# what a refusal of "another payload" says it is (a retry with another batch_rows differs)
+PAYLOAD_IS = (" (a payload is the kind of call, collection, partition, txn, the client's batch_rows and the rows "
+              "or keys: a retry must send the same rows with the same batch_rows)")
 
 
 def _digest(*parts) -> str:

@@ -52,6 +52,20 @@ def test_a_client_without_a_producer_id_takes_only_the_numbers_it_issued(meta, s
     assert _pks(meta, store, coll) == [1, 2, 3]
 
 
+def test_a_retry_with_another_batch_rows_is_refused_saying_what_a_payload_is(meta, store, settings):
+    """The same rows retried by a client with another batch_rows are cut into other appends:
+    another payload, refused -- but the refusal said only "another payload", and the caller
+    had sent the very same rows. It now says what a payload is."""
+    with WalClient(meta, store, settings, producer_id="bs", batch_rows=2) as c:
+        coll = make_collection(c, shards=1)
+        r = c.insert("c1", synthetic_rows(coll, 4, 1))
+    with WalClient(meta, store, settings, producer_id="bs", batch_rows=3) as c:
+        with pytest.raises(ValidationError, match="the same rows with the same batch_rows"):
+            c.insert("c1", synthetic_rows(coll, 4, 1), seq=r.seq)
+    _flush(meta, store, settings, coll)
+    assert _pks(meta, store, coll) == [1, 2, 3, 4]
+
+
 def test_a_txn_call_retried_with_its_seq_is_never_acknowledged_when_it_was_rolled_back(meta, store, settings,
                                                                                        monkeypatch):
     """A txn call whose body append was not acknowledged in time (a slow etcd commit that
