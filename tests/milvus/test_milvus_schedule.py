@@ -84,6 +84,14 @@ def test_scheduled_captures_verify_and_prune_through_the_dag(msrv, milvus_python
 
     # run 1: the first capture of the collection copies everything, is verified
     t1, t2, t3 = _at(3 * 3600), _at(2 * 3600), _at(3600)
+    # (a dry run first says what run 1 will do: capture, and keep it -- it said "keep 0")
+    first = t1 - timedelta(minutes=30)
+    capfd.readouterr()
+    run = dag.test(run_after=first, logical_date=first, run_conf={"milvus_source": "prod", "dry_run": True})
+    out, _ = capfd.readouterr()
+    assert run.state == "success", task_states(run)
+    assert f"would capture {_name(first)}; would prune nothing; keep 1" in out, out[-3000:]
+    assert not backup.exists() or not any(p.is_file() and "_locks" not in p.parts for p in backup.rglob("*"))
     out = scheduled(t1)
     assert f"milvus prod default.{coll}: capture {_name(t1)}" in out, out[-3000:]
     doc1 = bundles.read(target, "default", coll, _name(t1))

@@ -380,18 +380,18 @@ def run(meta, target, settings, name: str, *, now: float, dry_run: bool = False,
                 if not rep["ok"]:
                     r["error"] = (f"verify: {rep['problem_count']} bad files in {src['db']}.{coll}/{r['bundle']} "
                                   f"(e.g. {rep['problems'][0]['file']}: {rep['problems'][0]['problem']})")
-        if not have:
-            continue
-        newest = max(have, key=lambda b: (retention.sched_time(b), b))
-        cid = have[newest].get("collection_id")
+        planned_first = dry_run and r["bundle"] is not None and r["bundle"] not in have
+        if not have and not planned_first:
+            continue   # (a dry run's first capture is judged below as the real run would keep it)
+        cid = have[max(have, key=lambda b: (retention.sched_time(b), b))].get("collection_id") if have \
+            else ids.get(coll)
         from seglake.lifecycle.backup import prune as prunes
 
         try:
             p = prunes.prune(target, coll, policy, db=src["db"], dry_run=dry_run, min_age=min_age, schedule_only=True,
                              collection_id=cid, milvus=identity(src), sweep=False, say=say,
                              pinned=lambda b, c=coll: pinned_by(meta, src["db"], c, b),
-                             planned={r["bundle"]: retention.sched_time(r["bundle"])}
-                             if dry_run and r["bundle"] and r["bundle"] not in have else None)
+                             planned={r["bundle"]: retention.sched_time(r["bundle"])} if planned_first else None)
         except SeglakeError as e:
             r["error"] = (r.get("error", "") + " | " if r.get("error") else "") + f"prune: {type(e).__name__}: {e}"
             continue
