@@ -82,7 +82,10 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
              f"(copy job {job.get('job_id')}, {job.get('engine')})")
     if job.get("state") == "Failed":
         return _short(f"FAILED: {head}: copy job {job.get('job_id')} Failed: {job.get('reason')}; {facts}")
-    if compared is None and replay is not None and replay.get("state") != "Created":
+    # a restore to a time's account (pitr.summary) is read from etcd whatever ran: its target
+    # usable (Created) is what says the replay finished (the replay marked success by hand: Importing)
+    unreplayed = (compared is not None and "as_of_utc" in compared and compared.get("state") != "Created")
+    if (compared is None or unreplayed) and replay is not None and replay.get("state") != "Created":
         pct = f" ({replay['percent']:.1f}%)" if replay.get("percent") is not None else ""
         return _short(f"FAILED: {head}: copy job {job.get('state')} but the replay stopped at "
                       f"{human_bytes(replay.get('bytes', 0))} of {human_bytes(replay.get('bytes_total', 0))} of log"
@@ -90,6 +93,9 @@ def restore_note(params: Mapping[str, Any], compared: Mapping[str, Any] | None, 
                       f"{replay.get('vchannels', 0)} vchannels done (a re-run resumes it); {facts}")
     if compared is None:
         return _short(f"FAILED: {head}: copy job {job.get('state')} but verify/compare did not pass; {facts}")
+    if unreplayed:
+        return _short(f"FAILED: {head}: copy job {job.get('state')} but the target is {compared.get('state')}, not "
+                      f"Created: its replay did not finish (a re-run resumes it); {facts}")
     if job.get("state") != "Completed":   # a check passed on a partly copied target (copy steps marked)
         return _short(f"FAILED: {head}: copy job {job.get('job_id')} is {job.get('state')}, not Completed "
                       f"(its copy did not finish; resume it); {facts}")

@@ -89,7 +89,8 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
             params = {"collection": job.get("source_collection"), "snapshot": job.get("snapshot"),
                       "target": job.get("target_collection")}
         replay = None
-        if done is None and job and job.get("state") == "Completed" and kind != "copy_segment_job":
+        unreplayed = isinstance(done, dict) and "as_of_utc" in done and done.get("state") != "Created"
+        if (done is None or unreplayed) and job and job.get("state") == "Completed" and kind != "copy_segment_job":
             replay = _replay_progress(job)
         counters = {}
         if job and job.get("state") in ("Completed", "Failed"):

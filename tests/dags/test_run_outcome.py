@@ -163,3 +163,56 @@ def test_a_restore_note_with_a_result_but_an_unfinished_job_is_failed():
     assert note.startswith("FAILED: restore demo/s1 -> t1: copy job 7 is Executing, not Completed"), note
     assert not restore_note({"collection": "demo", "snapshot": "s1", "target": "t1"}, {"files_checked": 1},
                             {**job, "state": "Completed"}).startswith("FAILED")
+
+
+def _pitr_source(meta, store, settings):
+    """A WAL collection with its window on, a snapshot, then changes after it: an instant t
+    whose restore needs the log replayed."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "lifecycle" / "pitr"))
+    from pitr_model import SCHEMA, flush_all, rows
+
+    from seglake.lifecycle import pitr
+    from seglake.wal.client import WalClient
+
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2)
+        pitr.set_window(meta, "src", "1h")
+        c.insert("src", rows(range(1, 50), 1.0))
+        flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        c.delete("src", list(range(1, 10)))
+        t = meta.tso.now()
+        c.delete("src", list(range(10, 20)))
+    return t
+
+
+@pytest.mark.parametrize("pattern", [r"^replay$", r"^(replay|verify\..*)$"])
+def test_a_restore_to_a_time_whose_replay_was_marked_instead_of_run_ends_failed(airflow_env, meta, store, settings,
+                                                                              pattern, capfd):
+    """The replay marked success by hand: the target stays Importing (unusable), but the
+    compare task read the replay's account from etcd and the note said "... replayed: 0 rows"
+    on a green run."""
+    t = _pitr_source(meta, store, settings)
+    run = load_dag("snapshot_restore").test(run_conf={"collection": "src", "as_of": str(t), "target": "src_t",
+                                                      "engine": "inline"}, mark_success_pattern=pattern)
+    states = task_states(run)
+    assert states["compare"] == "success" and meta.catalog.get_by_name("src_t").state == "Importing", states
+    assert states["run_note"] == "failed" and run.state == "failed", states
+    out, err = capfd.readouterr()
+    assert "FAILED: restore src/None -> src_t: copy job Completed but the replay stopped at" in out + err
+
+
+def test_an_undrop_whose_replay_was_marked_instead_of_run_ends_failed(airflow_env, meta, store, settings, capfd):
+    from test_undrop_and_database_dags import _write_and_drop
+
+    _write_and_drop(meta, store, settings)
+    run = load_dag("collection_undrop").test(run_conf={"collection": "src", "target": "back", "engine": "inline"},
+                                             mark_success_pattern=r"^replay$")
+    states = task_states(run)
+    assert states["summary"] == "success" and meta.catalog.get_by_name("back").state == "Importing", states
+    assert states["run_note"] == "failed" and run.state == "failed", states
+    out, err = capfd.readouterr()
+    assert "copy job Completed but the replay stopped at" in out + err
