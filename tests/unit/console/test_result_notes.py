@@ -42,7 +42,10 @@ def test_the_note_of_a_restore_to_a_time_says_what_the_replay_used():
     job = {"job_id": 7, "engine": "inline", "state": "Completed", "total_rows": 99, "duration_s": 2.0,
            "progress": {"copied_segments": 2, "total_segments": 2, "copied_bytes": 4096}}
     summary = {"as_of_utc": "2026-11-27T12:00:00.000Z (tso 1, logical 0)", "snapshot": "s1", "messages": 12,
-               "log_bytes": 2048, "rows_replayed": 40, "deletes_replayed": 3}
+               "log_bytes": 2048, "rows_replayed": 40, "deletes_replayed": 3, "state": "Created"}
+    importing = restore_note({"collection": "src", "target": "t"}, {**summary, "state": "Importing"}, job)
+    assert importing.startswith("FAILED: restore src/None -> t: copy job Completed but the target is Importing, "
+                                "not Created: its replay did not finish"), importing
     note = restore_note({"collection": "src", "as_of": "2026-11-27T12:00:00Z", "target": "t"}, summary, job)
     assert note.startswith("restore src as of 2026-11-27T12:00:00.000Z") and "from snapshot s1" in note
     assert "12 log messages (2.0 KiB of log) replayed: 40 rows, 3 deletes" in note and "copy job 7" in note
