@@ -562,3 +562,62 @@ def test_a_json_body_sent_without_its_content_type_is_told_so(client, h, world):
         assert "Content-Type: application/json" in detail and "must be a JSON object" not in detail, detail
     r = client.post(f"{API}/snapshots", headers={**h, "Content-Type": "application/json"}, content="[1]")
     assert r.status_code == 400 and "the body must be a JSON object, got [1]" in r.json()["detail"], r.text
+
+
+@pytest.mark.parametrize("dag_id,conf,words", [
+    ("snapshot_export", {"collection": "nope", "snapshot": "s1", "bundle": "b"}, "'nope'"),
+    ("snapshot_export", {"collection": "api_coll", "snapshot": "nope", "bundle": "b"}, "snapshot 'nope'"),
+    ("snapshot_verify", {"collection": "api_coll", "bundle": "nope"}, "bundle default.api_coll/nope not found"),
+    ("snapshot_restore_external", {"collection": "api_coll", "bundle": "nope", "target": "t"},
+     "bundle default.api_coll/nope not found"),
+    ("milvus_restore", {"collection": "api_coll", "bundle": "nope", "name": "x"},
+     "bundle default.api_coll/nope not found"),
+    ("snapshot_retention", {"collection": "nope", "keep_last": 2}, "collection 'nope' not found"),
+    ("compaction_policy", {"collection": "nope", "target_rows": 100}, "collection 'nope' not found"),
+    ("pitr_window", {"collection": "nope", "window": "3d"}, "collection 'nope' not found"),
+    ("drop_collection", {"collection": "nope"}, "collection 'nope' not found"),
+    ("verify_collection", {"collection": "nope"}, "collection 'nope' not found"),
+    ("snapshot_schedule", {"collection": "nope"}, "collection 'nope' not found"),
+    ("snapshot_schedule", {"milvus_source": "nope"}, "no Milvus source 'nope'"),
+    ("snapshot_create", {"collection": "nope", "name": "s"}, "collection 'nope' not found"),
+    ("snapshot_restore", {"collection": "nope", "snapshot": "s1", "target": "t"}, "'nope'"),
+    ("snapshot_restore", {"collection": "api_coll", "snapshot": "nope", "target": "t"}, "snapshot 'nope'"),
+    ("copy_segment_job", {"job_id": 99999}, "99999"),
+    ("collection_undrop", {"collection": "nope", "target": "t"}, "collection 'nope' not found"),
+    ("snapshot_drop", {"collection": "api_coll", "name": "nope"}, "snapshot 'nope'"),
+    ("compaction", {"collection": "nope"}, "collection 'nope' not found"),
+])
+def test_the_generic_run_door_answers_404_for_an_unknown_name_before_any_run(client, h, world, tmp_path,
+                                                                            monkeypatch, dag_id, conf, words):
+    """POST /runs/{dag_id} (exports, verifies, restores from a bundle, Milvus restores, drops,
+    policies...) checked only the conf's shape: an unknown collection, snapshot, bundle, job
+    or Milvus source was accepted (201, a run created) and failed later in the run. Now 404
+    naming it, as the typed endpoints answer, and no run is created."""
+    import httpx
+
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(tmp_path / "backup"))
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    r = client.post(f"{API}/runs/{dag_id}", json=conf, headers=h)
+    assert r.status_code == 404, r.text
+    detail = r.json()["detail"]
+    assert words in detail and "\n" not in detail, detail
+    assert created == []
+
+
+def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h, world, monkeypatch):
+    import httpx
+
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"is_paused": False}))
+    meta, _, job_id = world
+    for dag_id, conf in (("snapshot_export", {"collection": "api_coll", "snapshot": "s1", "bundle": "b"}),
+                         ("copy_segment_job", {"job_id": job_id}),
+                         ("snapshot_retention", {"collection": "nope", "clear": True}),   # a clear needs nothing
+                         ("verify_collection", {"collection": "api_coll"})):
+        r = client.post(f"{API}/runs/{dag_id}", json=conf, headers=h)
+        assert r.status_code == 201, (dag_id, r.text)
+    assert len(created) == 4

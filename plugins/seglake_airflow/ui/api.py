@@ -824,6 +824,17 @@ def create_api():
             why = ("a manual gc run through this API is a dry run: POST /gc/dry-run" if dag_id == "gc" else
                    f"allowed: {', '.join(GENERIC_RUN_DAGS)}{closest(dag_id, list(GENERIC_RUN_DAGS))}")
             raise NotFound(f"dag {dag_id!r} is not one this API runs; {why}")
+        from seglake.contract import check_conf
+        from seglake.lifecycle import preflight
+        from seglake_airflow.hooks.engine import SeglakeHook
+
+        _caller_token(request)
+        checked = check_conf(dag_id, conf)   # 400, then what the run would not find: 404, before any run
+        hook = SeglakeHook()
+        try:
+            preflight.missing(hook.meta, dag_id, checked, store=hook.store, backup=hook.backup_target)
+        finally:
+            hook.close()
         obj = {k: conf[k] for k in ("collection", "db", "snapshot", "name", "bundle", "target") if
                isinstance(conf, dict) and isinstance(conf.get(k), (str, int))}
         return trigger(request, dag_id, conf, obj)

@@ -1,0 +1,77 @@
+"""What a run would not find, refused before the run exists (issue 27: unknown names are a
+404 before any run is created, through every door -- the REST API's typed endpoints and
+its generic `POST /runs/{dag_id}`).
+
+`missing(meta, dag_id, conf, ...)` raises NotFound naming the first object the run's
+first step would look up and not find: the collection, the snapshot, the copy job, the
+bundle in the backup target, the Milvus source. It asks the same lookups the lifecycles
+ask (a dropped collection's snapshot is still found; a Dropped collection is still a
+drop's to report; a clear of a policy or window never needs the collection). Anything
+else -- a state conflict, a damaged bundle, a target that does not answer -- is left to
+the run, which says it. Read-only; `conf` is the checked conf (contract.check_conf).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from seglake.errors import NotFound
+
+# the DAGs whose conf names a live collection its first step reads (None: not named, nothing to check)
+_COLLECTION = ("snapshot_create", "verify_collection", "compaction", "snapshot_schedule")
+_POLICY = ("snapshot_retention", "compaction_policy", "pitr_window")   # set: the collection; clear: none needed
+
+
+def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
+            backup: Callable[[Any], Any] | None = None) -> None:
+    """NotFound for what a run of `dag_id` with `conf` would not find; None otherwise.
+    `backup(uri)`: the backup target store (asked only when a bundle or an undrop from the
+    target is named). An undrop is checked as its run's first step checks it
+    (pitr.check_undrop: also 409 when the collection is not dropped or the target taken)."""
+    from seglake.lifecycle import snapshot
+
+    db = conf.get("db") or "default"
+    coll = conf.get("collection")
+    if dag_id in _COLLECTION and coll:
+        meta.catalog.get_by_name(coll, db)
+    elif dag_id in _POLICY and coll and not conf.get("clear"):
+        meta.catalog.get_by_name(coll, db)
+    elif dag_id == "drop_collection":
+        from seglake.lifecycle import drop
+
+        if drop.find(meta, coll, db) is None:
+            raise NotFound(f"collection {coll!r} not found in db {db!r}")
+    elif dag_id in ("snapshot_export", "snapshot_restore") and conf.get("snapshot") is not None:
+        snapshot.resolve(meta, coll, conf["snapshot"], db=db)
+    elif dag_id == "snapshot_restore":   # to a time: the source collection
+        meta.catalog.get_by_name(coll, db)
+    elif dag_id == "snapshot_drop":
+        snapshot.resolve(meta, coll, conf["name"], db=db)
+    elif dag_id == "copy_segment_job":
+        meta.copyjobs.get(int(conf["job_id"]))
+    elif dag_id == "collection_undrop" and store is not None:
+        from seglake.lifecycle import pitr
+
+        target = backup(conf.get("backup_uri")) if conf.get("from_target") and backup is not None else None
+        pitr.check_undrop(meta, store, coll, conf["target"], db=db, backup=target, bundle=conf.get("bundle"))
+    if dag_id == "snapshot_schedule" and conf.get("milvus_source"):
+        from seglake.milvus import sources
+
+        sources.get_source(meta, conf["milvus_source"])
+    if dag_id in ("snapshot_verify", "snapshot_restore_external", "milvus_restore") and conf.get("bundle") \
+            and backup is not None:
+        _bundle(backup, conf.get("backup_uri"), db, coll, conf["bundle"])
+
+
+def _bundle(backup, uri, db: str, collection: str, bundle: str) -> None:
+    """NotFound when the backup target has no committed bundle of that name; a target that
+    cannot be read (or a damaged bundle: a finding of the run's own) is the run's to say."""
+    from seglake.lifecycle.backup import bundle as bundles
+
+    try:
+        bundles.read(backup(uri), db, collection, bundle, segments=False)
+    except NotFound:
+        raise
+    except Exception:  # noqa: BLE001 - not a missing name: the run reports it
+        return
