@@ -505,6 +505,8 @@ def check_conf(dag_id: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
         problems += _external_source_problems(out)
     if dag_id == "restore_database" and not problems:
         problems += _database_problems(out)
+    if dag_id == "pitr_window" and not problems and out["window"] is not None:
+        problems += _window_problems(out["window"])
     if dag_id == "collection_undrop" and not problems and out["bundle"] is not None and not out["from_target"]:
         problems.append("conf key 'bundle' (Bundle): a bundle goes with an undrop from the backup target "
                         "(from_target: true)")
@@ -542,6 +544,18 @@ def _external_source_problems(conf: Mapping[str, Any]) -> list[str]:
         return ["give conf key 'bundle' (restore that bundle) or 'as_of' (restore the collection as it was at "
                 "that instant, from a bundle and the WAL archive), or both"]
     return _restore_source_problems({"snapshot": None, **conf}) if conf.get("as_of") is not None else []
+
+
+def _window_problems(window: Any) -> list[str]:
+    """pitr_window: the window is a duration in range (the form's text: '3d', '12h', '90m',
+    seconds), checked as set_window checks it, so a bad one is refused before a run exists."""
+    from seglake.lifecycle.pitr.window import parse_window
+
+    try:
+        parse_window(window)
+    except ValidationError as e:
+        return [f"conf key 'window' (Window): {e}"]
+    return []
 
 
 def _database_problems(conf: Mapping[str, Any]) -> list[str]:

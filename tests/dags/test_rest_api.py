@@ -211,6 +211,11 @@ def test_compaction_policy_set_get_clear_and_history(client, h, world):
     ("post", "/runs/verify_collection", [1], 400, "must be a JSON object"),
     ("post", "/runs/gc", {"dry_run": False}, 404, "POST /gc/dry-run"),
     ("post", "/runs/snapshot_exprt", {}, 404, "did you mean 'snapshot_export'?"),
+    # the window through the generic door: checked as PUT /collections/{c}/pitr checks it (was 201, a run)
+    ("post", "/runs/pitr_window", {"collection": "api_coll", "window": "nan"}, 400, "conf key 'window'"),
+    ("post", "/runs/pitr_window", {"collection": "api_coll", "window": "-3d"}, 400, "is not a duration"),
+    ("post", "/runs/pitr_window", {"collection": "api_coll", "window": "5"}, 400, "out of range: 1 minute"),
+    ("post", "/runs/pitr_window", {"collection": "api_coll", "window": "9999d"}, 400, "to 365 days"),
 ])
 def test_bad_input_is_one_plain_sentence_before_any_change(client, h, world, method, path, body, status, words):
     meta, *_ = world
