@@ -114,6 +114,35 @@ def test_a_seglake_run_is_not_marked_success_by_hand(api):
     assert r.status_code == 400 and "run_note" in r.json()["detail"], r.text
 
 
+def test_the_bulk_doors_do_not_mark_a_seglake_run_or_its_run_note_success(api):
+    """Two more doors around the rule: the bulk dag-run update (PATCH .../dags/{id}/dagRuns,
+    entities with their own dag_id, the path's id "~" or another DAG's) and the bulk task
+    update with a wildcard or another DAG in the path (each entity names its dag_id and
+    dag_run_id, which override the path's). Both marked a queued snapshot_drop run, or its
+    run_note, success (200) with the drop never run. Refused with the same 400."""
+    r = api.post("/api/v2/dags/snapshot_drop/dagRuns",
+                 json={"logical_date": None, "conf": {"collection": "demo", "name": "s"}})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["dag_run_id"]
+    run = f"/api/v2/dags/snapshot_drop/dagRuns/{run_id}"
+    for path_dag in ("snapshot_drop", "~", "example_bash"):
+        r = api.patch(f"/api/v2/dags/{path_dag}/dagRuns", json={"actions": [{"action": "update", "entities": [
+            {"dag_run_id": run_id, "dag_id": "snapshot_drop", "state": "success"}]}]})
+        assert r.status_code == 400, (path_dag, r.text)
+        assert r.json()["detail"].startswith("snapshot_drop: a run is not marked success by hand"), r.text
+    r = api.patch("/api/v2/dags/snapshot_drop/dagRuns", json={"actions": [{"action": "update", "entities": [
+        {"dag_run_id": run_id, "state": "success"}]}]})   # the path's dag_id
+    assert r.status_code == 400, r.text
+    for path in ("/api/v2/dags/~/dagRuns/~/taskInstances", "/api/v2/dags/example_bash/dagRuns/x/taskInstances"):
+        r = api.patch(path, json={"actions": [{"action": "update", "entities": [
+            {"task_id": "run_note", "dag_id": "snapshot_drop", "dag_run_id": run_id, "new_state": "success"}]}]})
+        assert r.status_code == 400 and "run_note" in r.json()["detail"], (path, r.text)
+    assert api.get(run).json()["state"] == "queued"
+    r = api.patch("/api/v2/dags/snapshot_drop/dagRuns", json={"actions": [{"action": "update", "entities": [
+        {"dag_run_id": run_id, "state": "failed"}]}]})   # stopping it stays free
+    assert r.status_code == 200 and not r.json()["update"]["errors"], r.text   # passed on to Airflow
+
+
 def test_the_page_says_which_scheduled_dags_are_paused(api, airflow_env):
     """Airflow creates DAGs paused: on a fresh install wal_flush, snapshot_schedule,
     compaction ... never run on their schedule, and the page (WAL lag growing, no

@@ -42,6 +42,7 @@ TASK_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+
 GROUP_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/taskGroupInstances/"
                         r"(?P<task_id>[^/]+)(?:/dry_run)?/?\Z")   # a group marked: only its downstream matters here
 BULK_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/(?P<run_id>[^/]+)/taskInstances/?\Z")
+RUNS_BULK_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/?\Z")   # PATCH: the bulk run update
 NOTE_TASK = "run_note"
 CLEAR_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/clearTaskInstances/?\Z")
 
@@ -66,18 +67,39 @@ def marked_success_error(dag_id: str, doc, query: str, task_id: str | None = Non
     task becomes success, the run_note included, so the outcome is never read), the
     run_note itself, or any task with its downstream (the run_note is downstream of every
     task). None for anything else (marking failed, a note, another DAG, another task)."""
+    found = marked_success(dag_id, doc, query, task_id)
+    return found[1] if found else None
+
+
+def marked_success(dag_id: str, doc, query: str, task_id: str | None = None) -> tuple[str, str] | None:
+    """(the seglake DAG whose run would be marked, the 400) or None. `task_id` "*bulk*":
+    the bulk task door (PATCH .../dagRuns/{run}/taskInstances), "*runs*": the bulk run door
+    (PATCH .../dags/{id}/dagRuns); each entity of those may name its own dag_id (and
+    dag_run_id), which Airflow takes over the path's (a wildcard "~" or another DAG's)."""
     from urllib.parse import parse_qs
 
-    if not _seglake_dag(dag_id) or not isinstance(doc, dict):
+    if not isinstance(doc, dict):
         return None
-    if task_id == "*bulk*":   # PATCH .../taskInstances: {"actions": [{"action": "update", "entities": [...]}]}
+    if task_id in ("*bulk*", "*runs*"):   # {"actions": [{"action": "update", "entities": [...]}]}
         for action in doc.get("actions") or []:
-            if isinstance(action, dict) and action.get("action") == "update":
-                for entity in action.get("entities") or []:
-                    if isinstance(entity, dict) and isinstance(entity.get("task_id"), str):
-                        said = marked_success_error(dag_id, entity, "", entity["task_id"])
-                        if said:
-                            return said
+            if not isinstance(action, dict) or action.get("action") != "update":
+                continue
+            mask = action.get("update_mask")
+            mask = "update_mask=" + ",".join(map(str, mask)) if isinstance(mask, list) and mask else ""
+            for entity in action.get("entities") or []:
+                if not isinstance(entity, dict):
+                    continue
+                owner = entity.get("dag_id") if isinstance(entity.get("dag_id"), str) and entity["dag_id"] else dag_id
+                if task_id == "*runs*":
+                    said = marked_success(owner, entity, mask, None)
+                elif isinstance(entity.get("task_id"), str):
+                    said = marked_success(owner, entity, mask, entity["task_id"])
+                else:
+                    said = None
+                if said:
+                    return said
+        return None
+    if not _seglake_dag(dag_id):
         return None
     why = ("its state is the lifecycle's outcome, which its run_note task reads from what the run did "
            "(a run marked success skips that, and would show green work that never ran); to stop it mark it "
@@ -85,13 +107,13 @@ def marked_success_error(dag_id: str, doc, query: str, task_id: str | None = Non
     if task_id is None:
         mask = [m for v in parse_qs(query).get("update_mask", []) for m in v.split(",")]
         if str(doc.get("state", "")).lower() == "success" and (not mask or "state" in mask):
-            return f"{dag_id}: a run is not marked success by hand: {why}"
+            return dag_id, f"{dag_id}: a run is not marked success by hand: {why}"
         return None
     if str(doc.get("new_state", "")).lower() != "success":
         return None
     if task_id == NOTE_TASK or doc.get("include_downstream"):
         what = "its run_note task" if task_id == NOTE_TASK else f"task {task_id} with its downstream (the run_note)"
-        return f"{dag_id}: {what} is not marked success by hand: the run_note decides the run's state: {why}"
+        return dag_id, f"{dag_id}: {what} is not marked success by hand: the run_note decides the run's state: {why}"
     return None
 
 
@@ -139,8 +161,8 @@ class ConfGuard:
                 return
         if scope.get("method") == "PATCH":
             marked = TASK_PATH.search(path) or GROUP_PATH.search(path) or RUN_PATH.search(path)
-            if marked is None and BULK_PATH.search(path):
-                marked = BULK_PATH.search(path)
+            if marked is None:
+                marked = BULK_PATH.search(path) or RUNS_BULK_PATH.search(path)
             m = backfill = None
         if marked is None and clear is None and ((m is None and not backfill) or scope.get("method") != "POST"):
             await self.app(scope, receive, send)
@@ -171,10 +193,11 @@ class ConfGuard:
                                               for k, v in scope.get("headers", [])]}
         elif marked is not None:
             dag_id = marked.group("dag_id")
-            task_id = marked.groupdict().get("task_id") or ("*bulk*" if marked.re is BULK_PATH else None)
+            task_id = marked.groupdict().get("task_id") or {BULK_PATH: "*bulk*", RUNS_BULK_PATH: "*runs*"}.get(marked.re)
             query = scope.get("query_string", b"").decode("latin-1")
-            if marked_success_error(dag_id, doc, query, task_id) and await _may_trigger(scope, dag_id, "PUT"):
-                error = marked_success_error(dag_id, doc, query, task_id)
+            found = marked_success(dag_id, doc, query, task_id)
+            if found and await _may_trigger(scope, found[0], "PUT"):   # the DAG whose run it is (a bulk entity's)
+                error = found[1]
         elif backfill:
             dag_id = doc.get("dag_id") if isinstance(doc, dict) else None
             if isinstance(dag_id, str) and dag_id in NO_BACKFILL and await _may_trigger(scope, dag_id):
