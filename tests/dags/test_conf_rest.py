@@ -190,3 +190,45 @@ def test_clearing_a_failed_task_clears_the_run_note_that_decides_the_run(api):
         r = api.post("/api/v2/dags/snapshot_drop/clearTaskInstances", json=body)
         assert r.status_code == 200, r.text
         assert sorted(t["task_id"] for t in r.json()["task_instances"]) == ["drop", "run_note"], r.text
+
+
+def test_a_seglake_run_note_is_not_marked_skipped_by_hand(api):
+    """Marking run_note *skipped* (new_state "skipped" is one of Airflow's three) made the
+    run green as surely as marking it success: its only leaf skipped, Airflow's next look
+    at the run counts it a success, while the work (here a drop that failed) never got
+    done. Shown on the run's task states as a scheduler pass sees them (update_state);
+    then refused with the 400 through the single, dry-run and bulk doors, and with
+    include_downstream from any task. Skipping a task alone stays free (the run_note
+    then decides)."""
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    r = api.post("/api/v2/dags/snapshot_drop/dagRuns",
+                 json={"logical_date": None, "conf": {"collection": "demo", "name": "s"}})
+    run_id = r.json()["dag_run_id"]
+    with create_session() as s:   # what Airflow makes of it: drop failed, the run_note skipped
+        dr = s.query(DagRun).filter_by(dag_id="snapshot_drop", run_id=run_id).one()
+        dr.dag = DBDagBag().get_dag_for_run(dr, session=s)
+        dr.verify_integrity(session=s, dag_version_id=dr.created_dag_version_id)
+        s.flush()
+        for ti in s.query(TaskInstance).filter_by(dag_id="snapshot_drop", run_id=run_id):
+            ti.state = {"drop": "skipped", "run_note": "skipped"}.get(ti.task_id, "success")
+        dr.state = "running"
+        s.flush()
+        dr.update_state(session=s)
+        assert dr.state == "success"   # green: why the mark is refused
+        s.rollback()
+    run = f"/api/v2/dags/snapshot_drop/dagRuns/{run_id}"
+    for mark in ("", "/dry_run"):
+        r = api.patch(f"{run}/taskInstances/run_note{mark}", json={"new_state": "skipped"})
+        assert r.status_code == 400 and "run_note" in r.json()["detail"], r.text
+        assert "skipped" in r.json()["detail"], r.text
+    r = api.patch(f"{run}/taskInstances/drop/dry_run", json={"new_state": "skipped", "include_downstream": True})
+    assert r.status_code == 400 and "with its downstream" in r.json()["detail"], r.text
+    r = api.patch("/api/v2/dags/~/dagRuns/~/taskInstances", json={"actions": [{"action": "update", "entities": [
+        {"task_id": "run_note", "dag_id": "snapshot_drop", "dag_run_id": run_id, "new_state": "skipped"}]}]})
+    assert r.status_code == 400, r.text
+    r = api.patch(f"{run}/taskInstances/drop/dry_run", json={"new_state": "skipped"})   # a task alone
+    assert r.status_code != 400, r.text

@@ -20,8 +20,8 @@ a caller Airflow would let trigger the DAG gets our 400; anyone else gets Airflo
 401/403. Pure ASGI: importing it costs nothing in processes that only load plugins.
 
 Issue 27 (the run's state is the lifecycle's outcome, decided by its run_note teardown):
-marking a seglake run success by hand, or its run_note, or any task with its downstream
-(PATCH on the run, a task, a task group, the bulk task door) is refused with a 400 before
+marking a seglake run success by hand, or its run_note success or skipped, or any task with
+its downstream (PATCH on the run, a task, a task group, the bulk task and run doors) is refused with a 400 before
 any change; a clear of some of a seglake run's tasks gets its run_note added, so it
 decides again.
 """
@@ -109,11 +109,12 @@ def marked_success(dag_id: str, doc, query: str, task_id: str | None = None) -> 
         if str(doc.get("state", "")).lower() == "success" and (not mask or "state" in mask):
             return dag_id, f"{dag_id}: a run is not marked success by hand: {why}"
         return None
-    if str(doc.get("new_state", "")).lower() != "success":
+    state = str(doc.get("new_state", "")).lower()
+    if state not in ("success", "skipped"):   # a run whose only leaf is success or skipped is green
         return None
     if task_id == NOTE_TASK or doc.get("include_downstream"):
         what = "its run_note task" if task_id == NOTE_TASK else f"task {task_id} with its downstream (the run_note)"
-        return dag_id, f"{dag_id}: {what} is not marked success by hand: the run_note decides the run's state: {why}"
+        return dag_id, f"{dag_id}: {what} is not marked {state} by hand: the run_note decides the run's state: {why}"
     return None
 
 
