@@ -16,11 +16,13 @@ BUSY_REFRESH_S = 2     # while a copy job or an export runs
 
 
 def busy(data: dict) -> bool:
-    """Something runs: a copy job not finished, or an export in progress."""
+    """Something runs: a copy job not finished, an export in progress, or a replay moving."""
     jobs = (data.get("jobs") or {}).get("rows") or []
     exports = (((data.get("backup") or {}).get("rows")) or {}).get("exports") or []
-    return any(not j.get("terminal", True) for j in jobs) or any(e.get("state") == "running" and e.get("health", "running") == "running"
-                                                                     for e in exports)
+    replays = (((data.get("backup") or {}).get("rows")) or {}).get("replays") or []
+    return (any(not j.get("terminal", True) for j in jobs)
+            or any(e.get("state") == "running" and e.get("health", "running") == "running" for e in exports)
+            or any(r.get("health") == "replaying" for r in replays))   # a stalled one does not keep the fast refresh
 CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;color:#1f2933;background:#fff}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #d9e2ec}
@@ -318,7 +320,9 @@ def _backup(b: dict) -> str:
                     f'{r["vchannels_done"]}/{r["vchannels"]}', escape(r["vchannel"] or "-"), str(r["messages"]),
                     human_bytes(r["bytes"]) + (f' ({r["percent"]:.1f}%)' if r.get("percent") is not None else ""),
                     human_bytes(r["bytes_total"]),
-                    (human_bytes(r["rate_bps"]) + "/s") if r.get("rate_bps") else "-"]
+                    (f'<span class="st warn stalled">stalled for {escape(human_duration(r["stalled_s"]))}</span>'
+                     if r.get("stalled_s") is not None else
+                     (human_bytes(r["rate_bps"]) + "/s") if r.get("rate_bps") else "-")]
                    for r in b.get("replays", [])],
                   numeric={5, 6, 7}, empty="no restore to a time or undrop is replaying its log")
     return (exports + '<h3>Pins</h3>' + pins + '<h3>Retention schedules</h3>' + pols

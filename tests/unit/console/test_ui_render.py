@@ -162,3 +162,22 @@ def test_the_milvus_section_lists_sources_captures_and_restores_escaped():
     assert "1,234 of 1234" in sec and '<span class="st ok">verified</span>' in sec
     empty = render_page(_empty())
     assert "no Milvus source registered" in empty and "no restores into Milvus" in empty
+
+
+def test_a_stalled_replay_says_so_and_a_moving_one_keeps_the_fast_refresh():
+    """Issue 27 for restores to a time and undrops: a replay whose driver died kept showing
+    "replaying now" at its last rate (and the page refreshed every 10 s as if idle while
+    a live replay ran)."""
+    def replay(**over):
+        return {"target": "back", "source": "src", "as_of": 470767722859331584, "vchannels_done": 0,
+                "vchannels": 2, "vchannel": "v0", "messages": 10, "bytes": 1 << 20, "bytes_total": 4 << 20,
+                "percent": 25.0, "rate_bps": 2 << 20, "health": "replaying", "stalled_s": None, **over}
+
+    def page(r):
+        return render_page(_empty(backup={"rows": {"exports": [], "pins": [], "policies": [], "replays": [r]},
+                                          "error": None}))
+
+    moving = page(replay())
+    assert "2.0 MiB/s" in moving and "stalled" not in moving.split("Replays")[1] and 'data-refresh="2"' in moving
+    stuck = page(replay(health="stalled", stalled_s=95.0, rate_bps=None))
+    assert "stalled for 1m 35s" in stuck.split("Replays")[1] and 'data-refresh="10"' in stuck

@@ -176,11 +176,20 @@ class _Progress:
         faults.point("pitr.progress")
 
 
-def progress(meta, target_id: int) -> dict:
+STALL_AFTER_S = 30.0   # a replaying vchannel whose progress has not moved this long: "stalled" (as a copy job)
+
+
+def progress(meta, target_id: int, now: float | None = None) -> dict:
     """A restore-to-a-time (or undrop) target's replay as it runs: per vchannel its state
     (waiting, replaying, done) and counts; in all: log bytes read of the bytes planned
     (a done vchannel counts all of its), messages, the vchannel replaying now and its
-    rate. Read-only."""
+    rate. `health`: done, waiting (no vchannel claimed yet), replaying, or stalled -- the
+    vchannel replaying now has not written progress for STALL_AFTER_S (its driver died,
+    or its run was stopped): `stalled_s` says how long, and no rate is given (its last
+    one is not the present's). Read-only."""
+    import time
+
+    now = time.time() if now is None else now
     coll = meta.catalog.get(target_id)
     plan = replay_plan(coll)
     planned = plan.get("vchannel_bytes") or {}
@@ -195,16 +204,25 @@ def progress(meta, target_id: int) -> dict:
         read = total if state == "done" else min(int(p.get("bytes", 0)), total) if total else int(p.get("bytes", 0))
         per[tv] = {"state": state, "messages": int(d.get("messages", p.get("messages", 0))), "bytes": read,
                    "bytes_total": total, "rate_bps": float(p.get("rate_bps", 0.0)),
-                   "updated_at": p.get("updated_at")}
+                   "updated_at": p.get("updated_at"), "started_at": p.get("started_at")}
         if state == "replaying":
             current = tv
     done_bytes, total_bytes = sum(v["bytes"] for v in per.values()), sum(v["bytes_total"] for v in per.values())
+    stalled = None
+    if current is not None and coll.state == IMPORTING:
+        since = per[current]["updated_at"] or per[current].get("started_at")
+        if isinstance(since, (int, float)) and now - since >= STALL_AFTER_S:
+            stalled = round(now - since, 1)
+    finished = coll.state != IMPORTING or all(v["state"] == "done" for v in per.values())
+    health = ("done" if finished else "stalled" if stalled is not None else
+              "replaying" if current is not None else "waiting")
     return {"target": coll.name, "target_id": target_id, "state": coll.state, "source": plan["collection"],
             "as_of": plan["as_of"], "vchannel": current,
             "vchannels_done": sum(v["state"] == "done" for v in per.values()), "vchannels": len(per),
             "messages": sum(v["messages"] for v in per.values()), "bytes": done_bytes, "bytes_total": total_bytes,
             "percent": round(100.0 * done_bytes / total_bytes, 1) if total_bytes else None,
-            "rate_bps": per[current]["rate_bps"] if current else None, "per_vchannel": per}
+            "rate_bps": per[current]["rate_bps"] if current and stalled is None else None,
+            "health": health, "stalled_s": stalled, "per_vchannel": per}
 
 
 def replays(meta) -> list[dict]:

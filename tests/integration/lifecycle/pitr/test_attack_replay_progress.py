@@ -45,3 +45,42 @@ def test_progress_stays_within_100_when_the_log_grew_after_planning(meta, store,
     assert [s["bytes"] for s in seen] == sorted(s["bytes"] for s in seen)
     assert seen[-1]["percent"] == 100.0
     assert visible_of(meta, store, meta.catalog.get(tid)) == model.visible(t)
+
+
+def test_a_replay_whose_driver_died_is_said_stalled_not_replaying_at_its_last_rate(meta, store, settings,
+                                                                                  monkeypatch):
+    """Issue 27 ("a stall is a stall") for the replay of a restore to a time / undrop: its
+    driver killed mid-vchannel (the task's worker lost, the run marked failed), the marker
+    stays `replaying` with the last rate, and the page's replays table and
+    GET /collections/{c}/replay kept showing "replaying now v, rate X/s" for ever. Once the
+    bytes have not moved for STALL_AFTER_S it is `stalled` with the seconds, no rate; a live
+    replay is not."""
+    import pytest
+
+    from seglake import faults
+
+    with WalClient(meta, store, settings) as c:
+        coll, model = source_with_s1(c, meta, store, settings)
+        model.record(c.insert("src", rows(range(1000, 1400), 2.0)), 2.0)
+        t = meta.tso.now()
+    flush_all(meta, store, settings, coll)
+    job = pitr.restore_as_of(meta, store, "src", "back", t)
+    tid = meta.catalog.get_by_name("back").collection_id
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job, threads=2)
+    assert copyjob.finalize(meta, job).state == "Completed"
+    monkeypatch.setattr(replaying, "PROGRESS_EVERY_S", 0.0)
+    with faults.inject("pitr.progress"), pytest.raises(Exception):
+        pitr.replay(meta, store, settings, tid)   # dies right after its first progress write
+    live = pitr.progress(meta, tid)
+    current = live["vchannel"]
+    assert current is not None and live["state"] == "Importing"
+    at = live["per_vchannel"][current]["updated_at"]
+    fresh = pitr.progress(meta, tid, now=at + 1.0)
+    assert fresh["health"] == "replaying" and fresh["stalled_s"] is None
+    later = pitr.progress(meta, tid, now=at + replaying.STALL_AFTER_S + 5)
+    assert later["health"] == "stalled" and later["stalled_s"] == pytest.approx(replaying.STALL_AFTER_S + 5)
+    assert later["rate_bps"] is None and later["bytes"] == fresh["bytes"]   # no rate, nothing lowered
+    pitr.replay(meta, store, settings, tid)   # a re-run finishes it: done, not stalled
+    done = pitr.progress(meta, tid, now=at + 10 * replaying.STALL_AFTER_S)
+    assert done["state"] == "Created" and done["health"] == "done" and done["stalled_s"] is None
