@@ -230,13 +230,14 @@ def drop_note(params: Mapping[str, Any], summary: Mapping[str, Any] | None) -> s
     return _short(f"drop_collection {summary['collection']}: Dropped, {facts}, files wait for GC's drop_tolerance")
 
 
-def schedule_note(policies: list | None, milvus: list | None) -> str:
-    """snapshot_schedule's note: the seglake policies run, the Milvus collections captured,
-    pruned and verified (None: that task did not finish)."""
+def schedule_note(policies: list | None, milvus: list | None, dry_run: bool = False) -> str:
+    """snapshot_schedule's note: the seglake policies run and what they created, pruned and
+    exported; the Milvus collections captured, pruned and verified (None: that task did
+    not finish). A dry run says so and what it would have done (it changed nothing)."""
     if policies is None and milvus is None:
         return _short("FAILED: snapshot_schedule did not finish (see the task logs)")
     parts = ["retention policies: FAILED (see run_policies)" if policies is None
-             else f"{len(policies)} retention policies run"]
+             else f"{len(policies)} retention policies run" + _policies_did(policies, dry_run)]
     if milvus is None:
         parts.append("Milvus sources: FAILED (see milvus_sources)")
     elif milvus:
@@ -246,7 +247,25 @@ def schedule_note(policies: list | None, milvus: list | None) -> str:
                      f"{sum(len(r.get('pruned') or []) for r in milvus)} bundles pruned, "
                      f"{sum(1 for r in milvus if (r.get('verify') or {}).get('ok'))} verified")
     # one half did not run (failed, or marked success instead of run): the run did not do its work
-    return _short(("FAILED: " if policies is None or milvus is None else "") + "snapshot_schedule: " + "; ".join(parts))
+    return _short(("FAILED: " if policies is None or milvus is None else "") + "snapshot_schedule"
+                  + (" DRY RUN (nothing created, pruned or exported)" if dry_run else "") + ": " + "; ".join(parts))
+
+
+def _policies_did(policies: list, dry_run: bool) -> str:
+    """': 2 snapshots created, 3 pruned, 1 bundle exported' (': would create ...' on a dry run)."""
+    reports = [r for r in policies if isinstance(r, dict)]
+    if not reports:
+        return ""
+    created = sum(1 for r in reports if r.get("created"))
+    pruned = sum(len(r.get("pruned") or []) for r in reports)
+    exports = [r["export"] for r in reports if isinstance(r.get("export"), dict)]
+    exported = sum(len(e.get("exported") or []) for e in exports)
+    pruned_there = sum(len(e.get("pruned") or []) for e in exports)
+    if dry_run:
+        said = f": would create {created} snapshots, would prune {pruned}"
+        return said + (f", would export {exported} bundles and prune {pruned_there} in the target" if exports else "")
+    said = f": {created} snapshots created, {pruned} pruned"
+    return said + (f", {exported} bundles exported, {pruned_there} pruned in the target" if exports else "")
 
 
 def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:

@@ -46,7 +46,8 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
     from seglake_airflow.hooks.engine import SeglakeHook
 
     if kind == "snapshot_schedule":   # seglake's policies and the Milvus sources: two tasks
-        return runinfo.schedule_note(ti.xcom_pull(task_ids="run_policies"), ti.xcom_pull(task_ids="milvus_sources")), {}
+        return runinfo.schedule_note(ti.xcom_pull(task_ids="run_policies"), ti.xcom_pull(task_ids="milvus_sources"),
+                                     dry_run=bool(params.get("dry_run"))), {}
     if kind in RESULT_TASKS:
         return runinfo.result_note(kind, params, ti.xcom_pull(task_ids=RESULT_TASKS[kind])), {}
     if kind == "snapshot_export":

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.airflow
 SMALL = demo.SeedParams(partitions=1, segments=2, rows=40, dim=4)
 
 
-def test_set_policy_then_scheduled_runs_take_and_keep_snapshots(airflow_env, meta, store):
+def test_set_policy_then_scheduled_runs_take_and_keep_snapshots(airflow_env, meta, store, capfd):
     coll, _ = demo.seed(meta, store, SMALL)
     run = load_dag("snapshot_retention").test(run_conf={"collection": coll.name, "keep_last": 1,
                                                         "keep_daily": 2})
@@ -21,12 +21,18 @@ def test_set_policy_then_scheduled_runs_take_and_keep_snapshots(airflow_env, met
     pol = retention.get_policy(meta, coll.name)
     assert (pol["keep_last"], pol["keep_daily"], pol["keep_hourly"]) == (1, 2, 0)
 
+    capfd.readouterr()
     run = load_dag("snapshot_schedule").test(run_conf={"dry_run": True})
     assert run.state == "success", task_states(run)
     assert list(meta.snapshots.list(coll.collection_id)) == []
+    out, err = capfd.readouterr()   # the note says it was a dry run and what it would do (not "policies run")
+    assert "run note: snapshot_schedule DRY RUN (nothing created, pruned or exported): 1 retention policies run: " \
+           "would create 1 snapshots" in out + err, out + err
 
     run = load_dag("snapshot_schedule").test(run_conf={"collection": coll.name})
     assert run.state == "success", task_states(run)
+    out, err = capfd.readouterr()
+    assert "run note: snapshot_schedule: 1 retention policies run: 1 snapshots created, 0 pruned" in out + err
     (rec,) = meta.snapshots.list(coll.collection_id)
     assert rec.state == "COMMITTED" and retention.sched_time(rec.name) is not None
     # a second run the same day: the policy's finest unit is the day -> nothing new, nothing dropped

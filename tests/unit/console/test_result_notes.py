@@ -63,7 +63,17 @@ def test_the_schedule_note_counts_milvus_captures_and_says_which_task_failed():
               {"captured": None, "pruned": [], "verify": None}]
     assert schedule_note([], milvus) == ("snapshot_schedule: 0 retention policies run; Milvus: 1 of 2 collections "
                                          "captured (4096 bytes copied), 1 bundles pruned, 1 verified")
-    assert schedule_note([{}], []) == "snapshot_schedule: 1 retention policies run"
+    assert schedule_note([], []) == "snapshot_schedule: 0 retention policies run"
+    ran = [{"created": "sched_20261128T0300Z", "pruned": ["sched_a", "sched_b"], "dry_run": False,
+            "export": {"exported": ["sched_20261128T0300Z"], "pruned": [], "dry_run": False}},
+           {"created": None, "pruned": [], "dry_run": False}]
+    assert schedule_note(ran, []) == ("snapshot_schedule: 2 retention policies run: 1 snapshots created, 2 pruned, "
+                                      "1 bundles exported, 0 pruned in the target")
+    # a dry run changed nothing: it read like a real run ("2 retention policies run")
+    dry = [{**r, "dry_run": True} for r in ran]
+    assert schedule_note(dry, [], dry_run=True) == (
+        "snapshot_schedule DRY RUN (nothing created, pruned or exported): 2 retention policies run: would create "
+        "1 snapshots, would prune 2, would export 1 bundles and prune 0 in the target")
     assert "Milvus sources: FAILED" in schedule_note([], None)
     # one half did not run (failed or marked success by hand): the note, hence the run, is FAILED
     assert schedule_note([], None).startswith("FAILED: snapshot_schedule: 0 retention policies run")
