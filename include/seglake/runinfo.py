@@ -139,18 +139,20 @@ def compaction_note(params: Mapping[str, Any], done: Mapping[str, Any] | None) -
             else f"scheduled compaction of {len((done or {}).get('collections') or ())} collection(s)")
     if not done:
         return _short(f"FAILED: {head}: no summary (see the task logs)")
-    if done.get("skipped"):
-        return _short(f"{head}: not compacted: {done['skipped']}")
     g, c = done.get("gain") or {}, done.get("counts") or {}
+    # a collection skipped (Dropping, a restore importing into it) beside others that were compacted: both said
+    skipped = f"; not compacted: {done['skipped']}" if done.get("skipped") else ""
+    if skipped and not (c or (done.get("dry_run") and g.get("units"))):
+        return _short(f"{head}: not compacted: {done['skipped']}")
     if not g.get("units") and not c.get("committed") and not c.get("lost"):   # (not '0 segments -> 0')
-        return _short(f"{head}: nothing to compact" + (" (dry run)" if done.get("dry_run") else ""))
+        return _short(f"{head}: nothing to compact" + (" (dry run)" if done.get("dry_run") else "") + skipped)
     if done.get("dry_run"):
         return _short(f"{head} (dry run): {g.get('units', 0)} units, {g.get('segments_in', 0)} segments -> "
-                      f"{g.get('segments_out', 0)}, {g.get('rows_dropped', 0)} deleted rows to drop")
+                      f"{g.get('segments_out', 0)}, {g.get('rows_dropped', 0)} deleted rows to drop{skipped}")
     return _short(f"{head} ({done.get('engine')}): {c.get('committed', 0)} units committed, "
                   f"{c.get('lost', 0)} lost; {c.get('segments_in', 0)} segments -> {c.get('segments_out', 0)}, "
                   f"{c.get('rows_dropped', 0)} rows dropped, {human_bytes(c.get('bytes_in', 0))} -> "
-                  f"{human_bytes(c.get('bytes_out', 0))} in {human_seconds(done.get('seconds') or 0)}")
+                  f"{human_bytes(c.get('bytes_out', 0))} in {human_seconds(done.get('seconds') or 0)}{skipped}")
 
 
 def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None = None,

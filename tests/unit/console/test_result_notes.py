@@ -79,3 +79,24 @@ def test_the_schedule_note_counts_milvus_captures_and_says_which_task_failed():
     assert schedule_note([], None).startswith("FAILED: snapshot_schedule: 0 retention policies run")
     assert schedule_note(None, []).startswith("FAILED: snapshot_schedule: retention policies: FAILED")
     assert schedule_note(None, None).startswith("FAILED")
+
+
+def test_a_scheduled_compaction_note_says_what_was_compacted_beside_what_was_skipped():
+    """One collection skipped (a restore importing into it) and another compacted: the note
+    said only "scheduled compaction of 2 collection(s): not compacted: b: ...", as if the run
+    had compacted nothing."""
+    from seglake.runinfo import compaction_note
+
+    done = {"dry_run": False, "skipped": "b: a restore is importing into it (segments [7])", "engine": "inline",
+            "collections": ["a", "b"], "gain": {"units": 2}, "seconds": 3.0,
+            "counts": {"committed": 2, "lost": 0, "segments_in": 6, "segments_out": 2, "rows_dropped": 10,
+                       "bytes_in": 6144, "bytes_out": 2048}}
+    note = compaction_note({}, done)
+    assert note.startswith("scheduled compaction of 2 collection(s) (inline): 2 units committed, 0 lost; 6 segments "
+                           "-> 2"), note
+    assert note.endswith("; not compacted: b: a restore is importing into it (segments [7])"), note
+    alone = compaction_note({"collection": "b"}, {**done, "collections": ["b"], "counts": {}, "gain": {"units": 0}})
+    assert alone == "compaction of default.b: not compacted: b: a restore is importing into it (segments [7])"
+    dry = compaction_note({}, {**done, "dry_run": True, "counts": {}, "gain": {"units": 2, "segments_in": 6,
+                                                                               "segments_out": 2}})
+    assert dry.startswith("scheduled compaction of 2 collection(s) (dry run): 2 units") and "not compacted: b" in dry
