@@ -169,6 +169,7 @@ def test_compaction_policy_set_get_clear_and_history(client, h, world):
     ("delete", "/snapshots/api_coll/nope", None, 404, "snapshot 'nope' not found"),
     ("get", "/jobs/abc", None, 400, "field 'job_id'"),
     ("post", "/dags/example_bash/unpause", None, 404, "dag 'example_bash' is not one this API runs"),
+    ("post", "/dags/snapshot_schedul/unpause", None, 404, "did you mean 'snapshot_schedule'?"),
     ("put", "/compaction/policies/api_coll", {"target_row": 5}, 400,
      "unknown field 'target_row' (did you mean 'target_rows'?)"),
     ("put", "/compaction/policies/api_coll", {"delete_ratio": 2.0}, 400, "delete_ratio: 2.0 is out of range"),

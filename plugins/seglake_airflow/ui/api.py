@@ -848,7 +848,10 @@ def create_api():
         from airflow.configuration import conf as airflow_conf
 
         if dag_id not in RUN_DAGS:
-            raise NotFound(f"dag {dag_id!r} is not one this API runs; allowed: {', '.join(RUN_DAGS)}")
+            from seglake.contract import closest
+
+            raise NotFound(f"dag {dag_id!r} is not one this API runs; allowed: {', '.join(RUN_DAGS)}"
+                           f"{closest(dag_id, list(RUN_DAGS))}")
         token = _caller_token(request)
         base = (airflow_conf.get("api", "base_url", fallback="") or _own_address(request)).rstrip("/")
         try:
