@@ -65,6 +65,8 @@ class Key:
             ok = isinstance(value, bool)
         elif self.kind == "enum":
             ok = value in self.choices
+        elif self.kind == "integer" and isinstance(value, float):
+            ok = False   # 391.0: the run's templates would pass "391.0" on, which no step reads as an integer
         else:
             try:
                 LIMITS[self.limit].check(key, value, self.scale)

@@ -32,6 +32,9 @@ def api(dagbag):
     ("snapshot_restore", '{"collection": "demo", "snapshot": "s"}', "missing conf key 'target' (Target collection)"),
     ("snapshot_drop", '{"collection": "demo", "snapshot": "s"}', "did you mean 'name'?"),
     ("copy_segment_job", '{}', "missing conf key 'job_id' (Copy job id)"),
+    # an integral float for an integer key: accepted, then the run failed in copy_job.plan on int('391.0')
+    ("copy_segment_job", '{"job_id": 391.0}', "conf key 'job_id' (Copy job id): 391.0 is not allowed; allowed: an integer"),
+    ("compaction", '{"collection": "demo", "target_rows": 1e6}', "conf key 'target_rows'"),
     ("gc", '{"missing_tolerance_hours": NaN}',
      "conf key 'missing_tolerance_hours' (Orphan tolerance (hours)): NaN is not allowed"),
     ("gc", '{"drop_tolerance_hours": -Infinity}', "conf key 'drop_tolerance_hours'"),
