@@ -213,6 +213,8 @@ def test_compaction_policy_set_get_clear_and_history(client, h, world):
     ("post", "/runs/gc", {"dry_run": False}, 404, "POST /gc/dry-run"),
     ("post", "/runs/snapshot_exprt", {}, 404, "did you mean 'snapshot_export'?"),
     # the window through the generic door: checked as PUT /collections/{c}/pitr checks it (was 201, a run)
+    ("post", "/runs/snapshot_restore", {"collection": "api_coll", "as_of": "470753162035462143", "target": "t"}, 400,
+     "before collection 'api_coll' existed"),    # as the typed door answers it (was 201, a run)
     ("post", "/runs/pitr_window", {"collection": "api_coll", "window": "nan"}, 400, "conf key 'window'"),
     ("post", "/runs/pitr_window", {"collection": "api_coll", "window": "-3d"}, 400, "is not a duration"),
     ("post", "/runs/pitr_window", {"collection": "api_coll", "window": "5"}, 400, "out of range: 1 minute"),
@@ -592,6 +594,8 @@ def test_a_json_body_sent_without_its_content_type_is_told_so(client, h, world):
     ("collection_undrop", {"collection": "nope", "target": "t"}, "collection 'nope' not found"),
     ("snapshot_drop", {"collection": "api_coll", "name": "nope"}, "snapshot 'nope'"),
     ("compaction", {"collection": "nope"}, "collection 'nope' not found"),
+    ("restore_database", {"as_of": "2026-11-28T00:00:00Z", "suffix": "_x", "collections": "api_coll,nope"},
+     "collection 'nope' not found"),
 ])
 def test_the_generic_run_door_answers_404_for_an_unknown_name_before_any_run(client, h, world, tmp_path,
                                                                             monkeypatch, dag_id, conf, words):

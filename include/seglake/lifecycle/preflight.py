@@ -44,8 +44,15 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
             raise NotFound(f"collection {coll!r} not found in db {db!r}")
     elif dag_id in ("snapshot_export", "snapshot_restore") and conf.get("snapshot") is not None:
         snapshot.resolve(meta, coll, conf["snapshot"], db=db)
-    elif dag_id == "snapshot_restore":   # to a time: the source collection
+    elif dag_id == "snapshot_restore":   # to a time: the source collection, and its window, log and instant
         meta.catalog.get_by_name(coll, db)
+        if store is not None and conf.get("as_of") is not None and _absent(meta, conf.get("target"), db):
+            from seglake.lifecycle import pitr
+
+            pitr.plan(meta, store, coll, str(conf["as_of"]), db=db)   # as POST /collections/{c}/restore checks it
+    elif dag_id == "restore_database" and not conf.get("from_target"):
+        for name in [c.strip() for c in (conf.get("collections") or "").split(",") if c.strip()]:
+            meta.catalog.get_by_name(name, db)
     elif dag_id == "snapshot_drop":
         snapshot.resolve(meta, coll, conf["name"], db=db)
     elif dag_id == "copy_segment_job":
@@ -62,6 +69,17 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
     if dag_id in ("snapshot_verify", "snapshot_restore_external", "milvus_restore") and conf.get("bundle") \
             and backup is not None:
         _bundle(backup, conf.get("backup_uri"), db, coll, conf["bundle"])
+
+
+def _absent(meta, name, db: str) -> bool:
+    """No collection `name` yet (a taken target is a re-run that resumes: its run decides)."""
+    if not name:
+        return False
+    try:
+        meta.catalog.get_by_name(name, db)
+    except NotFound:
+        return True
+    return False
 
 
 def _bundle(backup, uri, db: str, collection: str, bundle: str) -> None:
