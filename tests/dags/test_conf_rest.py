@@ -235,3 +235,24 @@ def test_a_seglake_run_note_is_not_marked_skipped_by_hand(api):
     assert r.status_code == 400, r.text
     r = api.patch(f"{run}/taskInstances/drop/dry_run", json={"new_state": "skipped"})   # a task alone
     assert r.status_code != 400, r.text
+
+
+@pytest.mark.parametrize("dag_id,conf,status,words", [
+    ("snapshot_export", {"collection": "nope", "snapshot": "s1", "bundle": "b"}, 404, "'nope'"),
+    ("snapshot_drop", {"collection": "nope", "name": "s"}, 404, "'nope'"),
+    ("copy_segment_job", {"job_id": 987654}, 404, "987654"),
+    ("gc", {"collection": "nope"}, 404, "collection 'nope' not found"),
+    ("collection_undrop", {"collection": "nope", "target": "t"}, 404, "collection 'nope' not found"),
+    ("verify_collection", {"collection": "nope"}, 404, "collection 'nope' not found"),
+])
+def test_airflow_s_own_trigger_answers_an_unknown_name_before_a_run_exists(api, airflow_env, dag_id, conf, status,
+                                                                          words):
+    """The trigger form and POST /api/v2/dags/{id}/dagRuns (Airflow's own door) checked the
+    conf's shape only: an unknown collection, snapshot, job ... made a run that failed in
+    its first step. Now the same answer as the seglake API (404 naming it), no run."""
+    before = api.get(f"/api/v2/dags/{dag_id}/dagRuns").json()["total_entries"]
+    r = api.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+    assert r.status_code == status, r.text
+    detail = r.json()["detail"]
+    assert detail.startswith(f"{dag_id}: refused before any run: ") and words in detail, detail
+    assert api.get(f"/api/v2/dags/{dag_id}/dagRuns").json()["total_entries"] == before

@@ -97,13 +97,16 @@ def test_bad_conf_and_unknown_keys_are_refused_before_any_run(standalone, engine
 
 def test_snapshot_gc_and_verify_runs(standalone, engine):
     """In parallel: snapshot_create without a description, a GC dry run without a
-    collection (whole store), verify_collection of a missing collection (fails before Spark)."""
+    collection (whole store); verify_collection of a missing collection is refused at the trigger (404, no run)."""
     meta, store, coll = engine
     t0 = time.time()
     files_before = sorted(o.key for o in store.list(""))
     snap_run = _started(standalone, "snapshot_create", {"collection": COLL, "name": SNAP, "engine": "inline"})
     gc_run = _started(standalone, "gc", {"dry_run": True, "engine": "inline"})
-    missing_run = _started(standalone, "verify_collection", {"collection": "no_such_collection"})
+    before = standalone.run_count("verify_collection")   # a missing collection: 404 at the trigger, no run
+    r = standalone.trigger("verify_collection", {"collection": "no_such_collection"})
+    assert r.status_code == 404 and "collection 'no_such_collection' not found" in r.text, r.text
+    assert standalone.run_count("verify_collection") == before
     note = _succeeded(standalone, "snapshot_create", snap_run)
     rec = meta.snapshots.find(coll.collection_id, SNAP)
     assert rec is not None and rec.state == COMMITTED and rec.description == "" and rec.segments == 3
@@ -112,9 +115,6 @@ def test_snapshot_gc_and_verify_runs(standalone, engine):
     assert note.startswith("gc DRY RUN (nothing deleted): a real run would delete 0 files"), note   # nothing old
     opts = standalone.task_log("gc", gc_run, "check_conf")
     assert "gc options (manual run" in opts and "scope = whole store" in opts, opts[-3000:]
-    assert standalone.wait_run("verify_collection", missing_run) == "failed"
-    states = standalone.task_states("verify_collection", missing_run)
-    assert states["verify.check_files"] in ("upstream_failed", None), states   # Spark never started
     from seglake.lifecycle import gc
 
     assert gc.latest_summary(store)["run_id"]

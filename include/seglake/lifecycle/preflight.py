@@ -19,7 +19,7 @@ from typing import Any
 from seglake.errors import NotFound
 
 # the DAGs whose conf names a live collection its first step reads (None: not named, nothing to check)
-_COLLECTION = ("snapshot_create", "verify_collection", "compaction", "snapshot_schedule")
+_COLLECTION = ("snapshot_create", "verify_collection", "compaction", "snapshot_schedule", "gc")
 _POLICY = ("snapshot_retention", "compaction_policy", "pitr_window")   # set: the collection; clear: none needed
 
 

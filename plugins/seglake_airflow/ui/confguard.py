@@ -185,7 +185,7 @@ class ConfGuard:
             doc = json.loads(body)
         except ValueError:
             doc = None   # Airflow answers malformed JSON itself
-        error = None
+        error, status = None, 400
         if clear is not None:
             rewritten = with_run_note(clear.group("dag_id"), doc)
             if rewritten is not None:
@@ -207,8 +207,10 @@ class ConfGuard:
                 error = GC_BACKFILL_REFUSED
         elif isinstance(doc, dict) and _seglake_dag(m.group("dag_id")) and await _may_trigger(scope, m.group("dag_id")):
             error = await asyncio.to_thread(_check, m.group("dag_id"), doc.get("conf"))
+            if not error:   # what the run's first step would not find: 404 (409/400) here, before the run
+                status, error = await asyncio.to_thread(_preflight, m.group("dag_id"), doc.get("conf")) or (400, None)
         if error:
-            await _answer(send, 400, error)
+            await _answer(send, status, error)
             return
         replayed = False
 
@@ -235,6 +237,36 @@ def _check(dag_id: str, conf) -> str | None:
         return conf_error(dag_id, conf, gc_floor)
     except ValidationError as e:   # the settings themselves (a bad Variable): what the run would fail on
         return f"{dag_id}: refused before any run: the settings are invalid: {e}"
+
+
+def _preflight(dag_id: str, conf) -> tuple[int, str] | None:
+    """(HTTP status, one sentence) when the run would not find what its conf names (an
+    unknown collection, snapshot, job, bundle, Milvus source: 404; an undrop or a restore
+    to a time its first step would refuse: 409/400), as the seglake REST API answers it;
+    None otherwise, and when the store cannot be asked (etcd down: the run says it)."""
+    from seglake.contract import check_conf
+    from seglake.errors import Conflict, NotFound, StateError, ValidationError
+    from seglake.lifecycle import preflight
+    from seglake_airflow.hooks.engine import SeglakeHook
+
+    try:
+        checked = check_conf(dag_id, conf)
+        hook = SeglakeHook(quiet=True)
+    except Exception:  # noqa: BLE001 - the conf check above already answered; settings: the run says
+        return None
+    try:
+        preflight.missing(hook.meta, dag_id, checked, store=hook.store, backup=hook.backup_target)
+    except NotFound as e:
+        return 404, f"{dag_id}: refused before any run: {e}"
+    except (Conflict, StateError) as e:
+        return 409, f"{dag_id}: refused before any run: {e}"
+    except ValidationError as e:
+        return 400, f"{dag_id}: refused before any run: {e}"
+    except Exception:  # noqa: BLE001 - etcd or the target did not answer: not a refusal
+        return None
+    finally:
+        hook.close()
+    return None
 
 
 async def _may_trigger(scope, dag_id: str, method: str = "POST") -> bool:
