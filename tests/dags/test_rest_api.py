@@ -616,6 +616,23 @@ def test_the_generic_run_door_answers_404_for_an_unknown_name_before_any_run(cli
     assert created == []
 
 
+def test_the_generic_run_door_answers_409_where_the_typed_doors_do(client, h, world, monkeypatch):
+    """A snapshot that exists (snapshot_create) or is pinned (snapshot_drop): the typed doors answer
+    409 before any run; POST /runs/{dag_id} made a run that failed in its first step."""
+    import httpx
+
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    r = client.post(f"{API}/runs/snapshot_create", json={"collection": "api_coll", "name": "s1"}, headers=h)
+    assert r.status_code == 409 and "snapshot 's1' already exists" in r.json()["detail"], r.text
+    pin = client.post(f"{API}/snapshots/api_coll/s1/pins", json={"ttl_hours": 1, "by": "ops"}, headers=h).json()
+    r = client.post(f"{API}/runs/snapshot_drop", json={"collection": "api_coll", "name": "s1"}, headers=h)
+    assert r.status_code == 409 and "is held by" in r.json()["detail"], r.text
+    assert created == []
+    client.delete(f"{API}/pins/{pin['pin_id']}", headers=h)
+
+
 def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h, world, monkeypatch):
     import httpx
 

@@ -34,7 +34,11 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
     db = conf.get("db") or "default"
     coll = conf.get("collection")
     if dag_id in _COLLECTION and coll:
-        meta.catalog.get_by_name(coll, db)
+        live = meta.catalog.get_by_name(coll, db)
+        if dag_id == "snapshot_create" and meta.snapshots.find(live.collection_id, conf["name"]) is not None:
+            from seglake.errors import Conflict   # a new run is a new owner: its create would refuse the name
+
+            raise Conflict(f"snapshot {conf['name']!r} already exists for collection {coll!r}")
     elif dag_id in _POLICY and coll and not conf.get("clear"):
         meta.catalog.get_by_name(coll, db)
     elif dag_id == "drop_collection":
@@ -53,8 +57,15 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
     elif dag_id == "restore_database" and not conf.get("from_target"):
         for name in [c.strip() for c in (conf.get("collections") or "").split(",") if c.strip()]:
             meta.catalog.get_by_name(name, db)
-    elif dag_id == "snapshot_drop":
-        snapshot.resolve(meta, coll, conf["name"], db=db)
+    elif dag_id == "snapshot_drop":   # as DELETE /snapshots/{c}/{name} answers: a held snapshot is a 409
+        import time
+
+        from seglake.errors import Conflict
+
+        rec, _ = snapshot.resolve(meta, coll, conf["name"], db=db)
+        held = rec.pinned_by(time.time())
+        if held:
+            raise Conflict(f"snapshot {conf['name']!r} is held by {', '.join(held)}; unpin it or wait for the copy")
     elif dag_id == "copy_segment_job":
         meta.copyjobs.get(int(conf["job_id"]))
     elif dag_id == "collection_undrop" and store is not None:
