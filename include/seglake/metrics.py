@@ -208,6 +208,15 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
                    [({"pchannel": p}, d["window_only_bytes"]) for p, d in sorted(c["pchannels"].items())])
         out.family("seglake_pitr_window_snapshot_bytes", "Bytes of the base snapshot each window holds.",
                    [({"collection": w["collection"], "db": w["db"]}, w["snapshot_bytes"]) for w in c["windows"]])
+        from seglake.lifecycle.pitr.replaying import replays
+
+        reps = [(({"collection": r["target"], "db": r["db"]}), r) for r in replays(meta, now)]
+        out.family("seglake_replay_fraction", "Fraction of the planned log bytes each restore to a time (or undrop) "
+                   "still replaying has read (its copy job's series end before the replay does).",
+                   [(lb, (r["bytes"] / r["bytes_total"]) if r["bytes_total"] else 0.0) for lb, r in reps])
+        out.family("seglake_replay_stalled_seconds", "Seconds a replay's vchannel has written no progress, once "
+                   "stalled (>= 30: its driver died or its run was stopped); else 0.",
+                   [(lb, r["stalled_s"] or 0.0) for lb, r in reps])
         st = archive.status(meta, now_ms=now * 1000)
         out.family("seglake_wal_archive_behind_fragments", "Committed WAL fragments not yet in the archive.",
                    [({"pchannel": a["pchannel"]}, a["behind"]) for a in st])

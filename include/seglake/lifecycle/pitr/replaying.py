@@ -216,7 +216,7 @@ def progress(meta, target_id: int, now: float | None = None) -> dict:
     finished = coll.state != IMPORTING or all(v["state"] == "done" for v in per.values())
     health = ("done" if finished else "stalled" if stalled is not None else
               "replaying" if current is not None else "waiting")
-    return {"target": coll.name, "target_id": target_id, "state": coll.state, "source": plan["collection"],
+    return {"target": coll.name, "target_id": target_id, "db": coll.db, "state": coll.state, "source": plan["collection"],
             "as_of": plan["as_of"], "vchannel": current,
             "vchannels_done": sum(v["state"] == "done" for v in per.values()), "vchannels": len(per),
             "messages": sum(v["messages"] for v in per.values()), "bytes": done_bytes, "bytes_total": total_bytes,
@@ -225,12 +225,12 @@ def progress(meta, target_id: int, now: float | None = None) -> dict:
             "health": health, "stalled_s": stalled, "per_vchannel": per}
 
 
-def replays(meta) -> list[dict]:
-    """progress() of every restore target still Importing with a replay to run (the page)."""
+def replays(meta, now: float | None = None) -> list[dict]:
+    """progress() of every restore target still Importing with a replay to run (the page, metrics)."""
     out = []
     for c in meta.catalog.list():
         if c.state == IMPORTING and isinstance(c.properties.get("restored_from", {}).get("replay"), dict):
-            out.append(progress(meta, c.collection_id))
+            out.append(progress(meta, c.collection_id, now))
     return out
 
 

@@ -81,6 +81,10 @@ def test_a_replay_whose_driver_died_is_said_stalled_not_replaying_at_its_last_ra
     later = pitr.progress(meta, tid, now=at + replaying.STALL_AFTER_S + 5)
     assert later["health"] == "stalled" and later["stalled_s"] == pytest.approx(replaying.STALL_AFTER_S + 5)
     assert later["rate_bps"] is None and later["bytes"] == fresh["bytes"]   # no rate, nothing lowered
+    from seglake.metrics import render   # /metrics says it too (the copy job's series ended with its copy)
+    text = render(meta, store, now=at + replaying.STALL_AFTER_S + 5)
+    assert f'seglake_replay_stalled_seconds{{collection="back",db="default"}} {replaying.STALL_AFTER_S + 5:g}' in text
+    assert 'seglake_replay_fraction{collection="back",db="default"} ' in text
     pitr.replay(meta, store, settings, tid)   # a re-run finishes it: done, not stalled
     done = pitr.progress(meta, tid, now=at + 10 * replaying.STALL_AFTER_S)
     assert done["state"] == "Created" and done["health"] == "done" and done["stalled_s"] is None
