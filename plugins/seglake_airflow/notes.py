@@ -75,7 +75,9 @@ def summarize(kind: str, params: dict, ti) -> tuple[str, dict[str, int]]:
                       "target": params.get("target")}
         elif kind == "snapshot_restore_external":
             started = ti.xcom_pull(task_ids="restore")
-            job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="verify.summarize")
+            # its last check, as snapshot_restore's: the rows against the bundle's, or (as_of) the replay's
+            # account; verify.summarize passed with the compare, or the replay, marked instead of run
+            job_id, done = (started or {}).get("job_id"), ti.xcom_pull(task_ids="compare")
             params = {"collection": f"bundle {params.get('collection')}",
                       "snapshot": params.get("bundle") if params.get("as_of") is None else
                       f"as of {params.get('as_of')} (bundle + WAL archive)", "target": params.get("target")}
