@@ -130,3 +130,69 @@ def test_from_the_target_alone_at_ticks_and_archive_fragment_boundaries(meta, st
         meta2.close()
     print("instants", len(wants), "rows compared", compared)
     assert not bad, bad
+
+
+def test_one_drop_undropped_here_under_its_own_name_and_from_the_target_and_restored_to_before(
+        meta, store, settings, tmp_path):
+    """src dropped inside its window (archived, bundle s1); undropped on this store under its
+    own name (the name live again, a new id); then undropped from the target naming s1 into
+    another name; then the name restored to an instant before the drop (the old collection
+    held it then) and to one after the undrop (the new one). Each row-exact."""
+    from seglake.lifecycle import drop, retention
+    from seglake.lifecycle.backup import archive
+    from seglake.lifecycle.backup import export as exports
+    from seglake.storage.local import LocalStore
+
+    from pitr_model import copy_and_replay, route0
+    target = LocalStore(tmp_path / "backup")
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        retention.set_policy(meta, "src", {"keep_last": 3, "archive": True})
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 40), 1.0)), 1.0)
+        flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        exports.export(meta, store, target, "src", "s1", say=lambda line: None)
+        model.record(c.delete("src", list(range(1, 6))), 2.0)
+        before = meta.tso.now()
+        model.record(c.insert("src", rows(range(20, 30), 3.0), partition="p1", upsert=True), 3.0)
+        model.record(c.insert("src", rows(route0(range(200, 220)), 4.0), txn=True), 4.0, txn=True)
+        model.record(c.delete("src", [21, 22], partition="p1"), 5.0)
+        flush_all(meta, store, settings, coll, flush_all=False)
+    at_drop = model.visible(meta.tso.now())
+    drop.begin_drop(meta, store, settings, "src")
+    flush_all(meta, store, settings, coll, flush_all=False)
+    assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
+    archive.run(meta, store, target)
+    back = copy_and_replay(meta, store, settings, pitr.undrop(meta, store, "src", "src"), "src")
+    assert back.collection_id != coll.collection_id
+    assert visible_of(meta, store, back) == at_drop
+    pitr.set_window(meta, "src", "1h")
+    m2 = Model(meta, store, "src")
+    with WalClient(meta, store, settings) as c:
+        m2.record(c.insert("src", rows(range(500, 505), 6.0)), 6.0)
+        m2.record(c.delete("src", [30, 31]), 6.0)
+        after = meta.tso.now()
+    old = copy_and_replay(meta, store, settings, pitr.undrop(meta, store, "src", "old", backup=target, bundle="s1"),
+                          "old")
+    assert visible_of(meta, store, old) == at_drop
+    got = visible_of(meta, store, restore_to(meta, store, settings, "src", "src_before", before))
+    assert got == model.visible(before), (sorted((got - model.visible(before)).items())[:4],)
+    # the undropped collection at `after`: its copied rows (at the drop) less m2's deletes, plus m2's rows
+    want = at_drop.copy()
+    for pk in (30, 31):
+        for k in [k for k in want if k[0] == pk]:
+            del want[k]
+    want.update(m2.visible(after))
+    try:
+        got = visible_of(meta, store, restore_to(meta, store, settings, "src", "src_after", after))
+    except pitr.OutsideWindow as e:   # its restored rows are not in its own log, no snapshot of it yet
+        print("refused as expected:", e)
+        snapshot.create(meta, store, "src", "b1")
+        with WalClient(meta, store, settings) as c:
+            m2.record(c.insert("src", rows(range(600, 603), 7.0)), 7.0)
+        after2 = meta.tso.now()
+        want.update(m2.visible(after2) - m2.visible(after))
+        got = visible_of(meta, store, restore_to(meta, store, settings, "src", "src_after", after2))
+    assert got == want, (sorted((got - want).items())[:4], sorted((want - got).items())[:4])
