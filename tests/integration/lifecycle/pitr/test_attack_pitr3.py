@@ -196,3 +196,47 @@ def test_one_drop_undropped_here_under_its_own_name_and_from_the_target_and_rest
         want.update(m2.visible(after2) - m2.visible(after))
         got = visible_of(meta, store, restore_to(meta, store, settings, "src", "src_after", after2))
     assert got == want, (sorted((got - want).items())[:4], sorted((want - got).items())[:4])
+
+
+def test_a_restore_in_flight_while_the_window_is_cleared_and_gc_runs_with_zero_tolerances(
+        meta, store, settings, monkeypatch):
+    """A restore to a time is set up (target Importing, copy job not yet run) from a base
+    snapshot whose TTL has passed; the window is cleared, compaction-free GC runs with every
+    tolerance zero and the WAL aged three days; then the copy job and the replay run. The
+    result must be row-exact (or a loud refusal), never fewer rows."""
+    import os
+    import time
+
+    from seglake.lifecycle import copyjob, gc
+    from seglake.storage import layout
+
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2, partitions=["_default", "p1"])
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 50), 1.0)), 1.0)
+        flush_all(meta, store, settings, coll)
+        base = snapshot.create(meta, store, "src", "base", ttl=1)
+        model.record(c.delete("src", list(range(1, 6))), 2.0)
+        model.record(c.insert("src", rows(range(10, 20), 3.0), partition="p1", upsert=True), 3.0)
+        t = meta.tso.now()
+        model.record(c.insert("src", rows(range(100, 130), 4.0)), 4.0)
+        flush_all(meta, store, settings, coll)
+    job = pitr.restore_as_of(meta, store, "src", "r", t)
+    assert pitr.clear_window(meta, "src")
+    while time.time() <= base.expires_at:
+        time.sleep(0.1)
+    old = time.time() - 3 * 86400
+    for o in store.list(f"{layout.WAL}/"):
+        os.utime(store.root / o.key, (old, old))
+    for _ in range(2):
+        r = gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, missing_tolerance=0.0,
+                                                       force=True, copy_job_retention=0.0))
+        print("gc", r["sweep"].get("by_reason"), meta.snapshots.get(coll.collection_id, "base")[0].state)
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job, threads=2)
+    assert copyjob.finalize(meta, job).state == "Completed"
+    tid = meta.catalog.get_by_name("r").collection_id
+    pitr.replay(meta, store, settings, tid)
+    got, want = visible_of(meta, store, meta.catalog.get(tid)), model.visible(t)
+    assert got == want, (sorted((got - want).items())[:4], sorted((want - got).items())[:4])
