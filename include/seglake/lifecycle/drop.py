@@ -34,6 +34,25 @@ from seglake.wal.checkpoints import RELEASED
 
 DROP_MODE = "drop_mode"             # "wal" (a flusher releases) or "direct" (never saw the WAL)
 DROP_STARTED = "drop_started_at"
+# a TSO timestamp issued when the drop began, before any DropCollection was appended (their
+# ticks lie above it): the drop's instant in the clock the rows' ticks are on. The wall clock
+# of DROP_STARTED is the dropper's; a writer's clock may run up to max_clock_skew ahead of it,
+# and so may the ticks of writes acknowledged before the drop began.
+DROP_STARTED_TS = "drop_started_ts"
+
+
+def drop_began_ts(coll: Collection) -> int | None:
+    """The instant (TSO) `coll`'s drop began: DROP_STARTED_TS, else (a drop begun before it
+    was recorded) DROP_STARTED's wall clock; None when neither is recorded."""
+    from seglake.meta.alloc import compose_ts
+
+    ts = coll.properties.get(DROP_STARTED_TS)
+    if isinstance(ts, int) and not isinstance(ts, bool) and ts > 0:
+        return ts
+    started = coll.properties.get(DROP_STARTED)
+    if isinstance(started, (int, float)) and not isinstance(started, bool) and started == started:
+        return compose_ts(int(float(started) * 1000))
+    return None
 
 
 def find(meta, name: str, db: str = DEFAULT_DB, collection_id: int | None = None) -> Collection | None:
@@ -83,7 +102,7 @@ def _to_dropping(meta, coll: Collection, clock) -> Collection:
         if cur.state != CREATED:
             return cur
         props = {**cur.properties, DROP_MODE: "wal" if cur.properties.get(ANNOUNCED) else "direct",
-                 DROP_STARTED: clock()}
+                 DROP_STARTED: clock(), DROP_STARTED_TS: meta.tso.now()}
         new = Collection(**{**cur.__dict__, "state": DROPPING, "properties": props})
         meta.kv.txn([unchanged(kv)], [Put(key, encode(new.to_json()))])
         return new

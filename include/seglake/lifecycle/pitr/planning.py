@@ -132,11 +132,13 @@ def at_instant(meta, db: str, ts: int, only=None) -> dict:
     """name -> the Collection that held the name in `db` at the instant `ts`: created at or
     before it, and live now or dropped after it (a collection created later was not in the
     database then; one dropped after it was -- its window holds its log and snapshot, as for
-    an undrop, and its restore to `ts` reads it up to the instant). A drop begun within a
-    second of `ts` (its start is the wall clock, its writes' ticks may lie a little above
-    it) is refused: whether it was still live then is not known to the ms; name the set.
+    an undrop, and its restore to `ts` reads it up to the instant). When the drop began is
+    the TSO its drop took before any DropCollection (drop.drop_began_ts; the dropper's wall
+    clock may lie up to max_clock_skew below the rows' ticks). An instant within a second
+    after it (writes in flight, the DropCollections on their way) is refused: whether it
+    was still live then is not known to the ms; name the set.
     `only`: just these names."""
-    from seglake.lifecycle.drop import DROP_STARTED
+    from seglake.lifecycle.drop import drop_began_ts
     from seglake.meta.catalog import DROPPED, DROPPING
 
     found = [c for c in meta.catalog.list(db=db, include_dropped=True)
@@ -144,10 +146,9 @@ def at_instant(meta, db: str, ts: int, only=None) -> dict:
     out = {}
     for c in found:
         if c.state != CREATED:
-            started = c.properties.get(DROP_STARTED)
-            if not isinstance(started, (int, float)) or isinstance(started, bool):
+            began = drop_began_ts(c)   # (the TSO when it began: rows' ticks are on that clock, not the dropper's)
+            if began is None:
                 continue   # (no record of when: the drop of a store before the drop's mode)
-            began = compose_ts(int(float(started) * 1000))
             if ts >= began + compose_ts(CLOCK_SLACK_MS):
                 continue   # dropped before the instant
             if ts >= began:

@@ -128,8 +128,7 @@ def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT
 def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
     """The plan of undropping `collection` into `target` from this store (that same
     undrop's plan when `target` exists and is it), or the refusal. Read-only."""
-    from seglake.lifecycle.drop import DROP_MODE, DROP_STARTED, find
-    from seglake.meta.alloc import compose_ts
+    from seglake.lifecycle.drop import DROP_MODE, drop_began_ts, find
     from seglake.meta.catalog import DROPPED, DROPPING
 
     coll = find(meta, collection, db)
@@ -148,7 +147,7 @@ def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_
     p = _same_undrop(meta, coll, db, target)
     if p is None:
         p = make_plan(meta, store, collection, meta.tso.now(), db=db, now=now, dropped=coll,
-                      window_instant=compose_ts(int(float(coll.properties[DROP_STARTED]) * 1000)))
+                      window_instant=drop_began_ts(coll))
     return p
 
 

@@ -223,12 +223,12 @@ def first_snapshot(meta, collection_id: int):
 def _undroppable(coll, lo: int) -> bool:
     """A Dropping/Dropped collection whose drop lies inside its window: an undrop may
     still bring it back (seglake.lifecycle.pitr.restoring.undrop), so its window holds on."""
-    from seglake.lifecycle.drop import DROP_MODE, DROP_STARTED
+    from seglake.lifecycle.drop import DROP_MODE, drop_began_ts
     from seglake.meta.catalog import DROPPED, DROPPING
 
-    started = coll.properties.get(DROP_STARTED)
+    began = drop_began_ts(coll)
     return (coll.state in (DROPPING, DROPPED) and coll.properties.get(DROP_MODE) == "wal"
-            and isinstance(started, (int, float)) and compose_ts(int(started * 1000)) >= lo)
+            and began is not None and began >= lo)
 
 
 def undroppable(meta, coll, now: float | None = None) -> bool:

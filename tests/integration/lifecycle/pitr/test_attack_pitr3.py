@@ -240,3 +240,45 @@ def test_a_restore_in_flight_while_the_window_is_cleared_and_gc_runs_with_zero_t
     pitr.replay(meta, store, settings, tid)
     got, want = visible_of(meta, store, meta.catalog.get(tid)), model.visible(t)
     assert got == want, (sorted((got - want).items())[:4], sorted((want - got).items())[:4])
+
+
+def test_a_writer_clock_ahead_within_max_clock_skew_and_a_drop_right_after_its_writes(meta, store, settings):
+    """A writer whose clock runs 3 s ahead (inside max_clock_skew, 5 s) writes x; x is then
+    dropped at once (inside its window). The drop's start is the dropper's wall clock, the
+    writes' ticks lie up to 3 s above it. An instant at x's last acknowledged write (x was
+    live then: its DropCollection's tick is above it) must restore x's rows, by name and in
+    the whole database; before, x was judged 'dropped before the instant' (1 s slack only):
+    the database restore silently left it out."""
+    import time
+
+    from seglake.lifecycle import drop
+    from seglake.lifecycle.pitr.database import drive, restore_database_as_of
+
+    assert settings.max_clock_skew >= 3.5
+    models = {}
+    with WalClient(meta, store, settings) as c:
+        for n in ("a", "x"):
+            c.create_collection(n, SCHEMA, shards=2)
+            pitr.set_window(meta, n, "1h")
+            models[n] = Model(meta, store, n)
+            models[n].record(c.insert(n, rows(range(1, 21), 1.0)), 1.0)
+    with WalClient(meta, store, settings, clock=lambda: time.time() + 3.0) as c:   # a skewed writer
+        models["a"].record(c.insert("a", rows(range(50, 55), 2.0)), 2.0)
+        models["x"].record(c.insert("x", rows(range(50, 60), 2.0)), 2.0)
+        models["x"].record(c.delete("x", [1, 2]), 2.0)
+    cut = max(max(at for *_, at, _p in models["x"].inserted), max(at for _pk, _ts, at, _s in models["x"].deletes))
+    x = meta.catalog.get_by_name("x")
+    drop.begin_drop(meta, store, settings, "x")
+    flush_all(meta, store, settings, x, flush_all=False)
+    assert drop.finish_drop(meta, "x", collection_id=x.collection_id)["state"] == "Dropped"
+    while meta.tso.now() >> 18 <= (cut >> 18) + 100:   # (past the instant's millisecond; no write needed)
+        time.sleep(0.05)
+    wants = {n: models[n].visible(cut) for n in ("a", "x")}
+    assert sum(wants["x"].values()) == 28
+    jobs = restore_database_as_of(meta, store, "default", cut, suffix="_db")
+    assert sorted(j["collection"] for j in jobs) == ["a", "x"], jobs
+    drive(meta, store, settings, jobs, "default")
+    for n in ("a", "x"):
+        assert visible_of(meta, store, meta.catalog.get_by_name(f"{n}_db")) == wants[n], n
+    got = visible_of(meta, store, restore_to(meta, store, settings, "x", "x_cut", cut))
+    assert got == wants["x"], (sorted((got - wants["x"]).items())[:4], sorted((wants["x"] - got).items())[:4])
