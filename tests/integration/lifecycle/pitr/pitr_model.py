@@ -59,6 +59,9 @@ class Model:
 
     def record(self, res, v: float, *, txn: bool = False) -> None:
         msgs = self.messages(res)
+        if txn:   # the call's own transaction only: another writer's messages may lie between its appends
+            ids = {(m.producer, m.txn_id) for m in msgs if m.type == M.COMMIT_TXN}
+            msgs = [m for m in msgs if (m.producer, m.txn_id) in ids]
         commit = {m.vchannel: m.time_tick for m in msgs if m.type == M.COMMIT_TXN}
         for m in msgs:
             if m.type == M.INSERT:

@@ -282,3 +282,68 @@ def test_a_writer_clock_ahead_within_max_clock_skew_and_a_drop_right_after_its_w
         assert visible_of(meta, store, meta.catalog.get_by_name(f"{n}_db")) == wants[n], n
     got = visible_of(meta, store, restore_to(meta, store, settings, "x", "x_cut", cut))
     assert got == wants["x"], (sorted((got - wants["x"]).items())[:4], sorted((wants["x"] - got).items())[:4])
+
+
+def test_a_transaction_open_across_a_flush_and_a_snapshot(meta, store, settings, monkeypatch):
+    """A transaction's BeginTxn and bodies are in the log, its CommitTxn held back (stalled
+    before its commit) while another writer writes, a flush runs and snapshot s1 is taken;
+    a delete of one of the transaction's pks lands before its commit; then it commits.
+    Restores at s1's consistent_ts, just before and at the commit's tick, and after, each
+    row-exact (base s1 for those after it: the replay must still find the bodies, which
+    lie before s1's positions in the log)."""
+    import threading
+
+    from seglake.wal import message as M
+    from seglake.wal.writer import WalWriter
+
+    real, reached, go = WalWriter._commit, threading.Event(), threading.Event()
+
+    def stalled(self, frag):
+        if any(m.type == M.COMMIT_TXN for m, _rel in frag.txn_msgs) and not reached.is_set():
+            reached.set()
+            go.wait(120)
+        return real(self, frag)
+    monkeypatch.setattr(WalWriter, "_commit", stalled)
+    marks = []
+    with WalClient(meta, store, settings) as c, WalClient(meta, store, settings) as other:
+        coll = c.create_collection("src", SCHEMA, shards=1)
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 21), 1.0)), 1.0)
+        flush_all(meta, store, settings, coll)
+        done, errs = [], []
+
+        def call():
+            try:
+                done.append(c.insert("src", rows(range(100, 105), 2.0), txn=True))
+            except Exception as e:   # noqa: BLE001
+                errs.append(e)
+        th = threading.Thread(target=call)
+        th.start()
+        try:
+            assert reached.wait(60)
+            model.record(other.insert("src", rows(range(200, 205), 3.0)), 3.0)
+            model.record(other.delete("src", [1, 100]), 3.0)
+            flush_all(meta, store, settings, coll)
+            s1 = snapshot.create(meta, store, "src", "s1")
+            marks += [("s1", s1.consistent_ts), ("after s1", meta.tso.now())]
+        finally:
+            go.set()
+            th.join(60)
+        monkeypatch.undo()
+        assert done and not errs, errs
+        model.record(done[0], 2.0, txn=True)
+        commit = max(at for pk, _v, _ts, at, _p in model.inserted if pk == 100)
+        marks += [("commit-1", commit - 1), ("commit", commit)]
+        model.record(other.insert("src", rows(range(300, 303), 4.0)), 4.0)
+        flush_all(meta, store, settings, coll)
+        marks.append(("end", meta.tso.now()))
+    assert set(model.pks(commit)) >= {100, 101, 102} and 1 not in model.pks(commit)
+    bad = []
+    for i, (label, t) in enumerate(marks):
+        target = restore_to(meta, store, settings, "src", f"r{i}", t)
+        got, want = visible_of(meta, store, target), model.visible(t)
+        if got != want:
+            bad.append((label, pitr.summary(meta, target)["snapshot"], sorted((got - want).items())[:4],
+                        sorted((want - got).items())[:4]))
+    assert not bad, bad
