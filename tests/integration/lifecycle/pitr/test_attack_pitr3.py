@@ -347,3 +347,36 @@ def test_a_transaction_open_across_a_flush_and_a_snapshot(meta, store, settings,
             bad.append((label, pitr.summary(meta, target)["snapshot"], sorted((got - want).items())[:4],
                         sorted((want - got).items())[:4]))
     assert not bad, bad
+
+
+def test_an_undrop_from_the_target_into_the_name_of_a_local_undrop_of_another_incarnation(meta, store, settings,
+                                                                                          tmp_path):
+    """Two incarnations of `src`, both windowed, exported (s1, s2), archived and dropped. A
+    local undrop (the newest, incarnation 2) is set up into `back` (and again, finished);
+    then an undrop from the target naming s1 (incarnation 1) into the same `back`: it must
+    be refused (another undrop), never answer with the local undrop's job as if it were
+    incarnation 1's."""
+    from seglake.errors import Conflict
+    from seglake.lifecycle.backup import archive
+    from seglake.storage.local import LocalStore
+
+    from test_attack_undrop_incarnations import _finish, _incarnation
+    target = LocalStore(tmp_path / "backup")
+    _incarnation(meta, store, settings, target, "s1", 1, 1.0, window=True)
+    _, m2 = _incarnation(meta, store, settings, target, "s2", 1000, 2.0, window=True)
+    want2 = m2.visible(meta.tso.now())
+    archive.run(meta, store, target)
+    job = pitr.undrop(meta, store, "src", "back")            # this store: incarnation 2, set up only
+    names = sorted(c.name for c in meta.catalog.list(include_dropped=True))
+    for state in ("set up", "finished"):
+        try:
+            got = pitr.undrop(meta, store, "src", "back", backup=target, bundle="s1")
+        except Conflict as e:
+            assert "back" in str(e), e
+        else:
+            raise AssertionError(f"undrop of bundle s1 into 'back' ({state}, the local undrop of incarnation 2) "
+                                 f"answered job {got} (the local undrop's is {job})")
+        assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == names
+        if state == "set up":
+            _finish(meta, store, settings, job, "back")
+    assert visible_of(meta, store, meta.catalog.get_by_name("back")) == want2
