@@ -380,3 +380,37 @@ def test_an_undrop_from_the_target_into_the_name_of_a_local_undrop_of_another_in
         if state == "set up":
             _finish(meta, store, settings, job, "back")
     assert visible_of(meta, store, meta.catalog.get_by_name("back")) == want2
+
+
+def test_a_database_at_a_collections_created_ts_and_one_tick_before(meta, store, settings):
+    """Collection n is created (and written at once) while a is written: the database at
+    n's created_ts has n (its state then: nothing, or what was already written) and at
+    created_ts - 1 has not; n by name at created_ts - 1 is refused as before it existed,
+    nothing created. Row-exact."""
+    from seglake.lifecycle.pitr.database import drive, restore_database_as_of
+
+    with WalClient(meta, store, settings) as c:
+        c.create_collection("a", SCHEMA, shards=2)
+        pitr.set_window(meta, "a", "1h")
+        ma = Model(meta, store, "a")
+        ma.record(c.insert("a", rows(range(1, 11), 1.0)), 1.0)
+        n = c.create_collection("n", SCHEMA, shards=2)
+        pitr.set_window(meta, "n", "1h")
+        mn = Model(meta, store, "n")
+        mn.record(c.insert("n", rows(range(1, 6), 2.0)), 2.0)
+        ma.record(c.insert("a", rows(range(20, 25), 3.0)), 3.0)
+    born = n.created_ts
+    for ts, suffix, names in ((born, "_at", ["a", "n"]), (born - 1, "_before", ["a"])):
+        jobs = restore_database_as_of(meta, store, "default", ts, suffix=suffix)
+        assert sorted(j["collection"] for j in jobs) == names, (suffix, jobs)
+        drive(meta, store, settings, jobs, "default")
+        assert visible_of(meta, store, meta.catalog.get_by_name(f"a{suffix}")) == ma.visible(ts)
+        if "n" in names:
+            assert visible_of(meta, store, meta.catalog.get_by_name(f"n{suffix}")) == mn.visible(ts)
+    before = sorted(c.name for c in meta.catalog.list(include_dropped=True))
+    try:
+        pitr.restore_as_of(meta, store, "n", "n_early", born - 1)
+        raise AssertionError("n restored before it existed")
+    except pitr.OutsideWindow as e:
+        assert "before collection 'n' existed" in str(e), e
+    assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == before
