@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from seglake.errors import NotFound as NotFoundError
 from seglake.lifecycle import pitr, snapshot
 from seglake.wal.client import WalClient
 
@@ -414,3 +415,37 @@ def test_a_database_at_a_collections_created_ts_and_one_tick_before(meta, store,
     except pitr.OutsideWindow as e:
         assert "before collection 'n' existed" in str(e), e
     assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == before
+
+
+def test_a_dropper_clock_ahead_within_max_clock_skew_does_not_keep_a_dropped_collection_alive(meta, store,
+                                                                                              settings):
+    """The other side of the skew: y is dropped by a process whose clock runs 3 s ahead
+    (its wall-clock drop start 3 s late). An instant 1.5 s after the drop really began (its
+    DropCollections are below it: y was gone) was judged before the drop: y was restored
+    with its rows at the drop, labelled as that instant, and a whole database at it had y."""
+    import time
+
+    from seglake.lifecycle import drop
+    from seglake.lifecycle.pitr.database import restore_database_as_of
+
+    with WalClient(meta, store, settings) as c:
+        for n in ("a", "y"):
+            c.create_collection(n, SCHEMA, shards=1)
+            pitr.set_window(meta, n, "1h")
+            c.insert(n, rows(range(1, 11), 1.0))
+    y = meta.catalog.get_by_name("y")
+    drop.begin_drop(meta, store, settings, "y", clock=lambda: time.time() + 3.0)
+    flush_all(meta, store, settings, y, flush_all=False)
+    assert drop.finish_drop(meta, "y", collection_id=y.collection_id, clock=lambda: time.time() + 3.0)["state"] \
+        == "Dropped"
+    time.sleep(1.5)
+    ts = meta.tso.now()
+    before = sorted(c.name for c in meta.catalog.list(include_dropped=True))
+    try:
+        pitr.restore_as_of(meta, store, "y", "y_gone", ts)
+        raise AssertionError("y restored at an instant after its drop")
+    except (pitr.OutsideWindow, NotFoundError) as e:
+        print("refused:", e)
+    jobs = restore_database_as_of(meta, store, "default", ts, suffix="_db")
+    assert sorted(j["collection"] for j in jobs) == ["a"], jobs
+    assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == sorted([*before, "a_db"])
