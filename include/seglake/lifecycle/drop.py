@@ -102,7 +102,7 @@ def _to_dropping(meta, coll: Collection, clock) -> Collection:
         if cur.state != CREATED:
             return cur
         props = {**cur.properties, DROP_MODE: "wal" if cur.properties.get(ANNOUNCED) else "direct",
-                 DROP_STARTED: clock(), DROP_STARTED_TS: meta.tso.now()}
+                 DROP_STARTED: clock(), DROP_STARTED_TS: meta.tso.reserve(1, linearizable=True)}
         new = Collection(**{**cur.__dict__, "state": DROPPING, "properties": props})
         meta.kv.txn([unchanged(kv)], [Put(key, encode(new.to_json()))])
         return new

@@ -98,7 +98,7 @@ def not_in_future(meta, ts: int) -> int:
                 decode_mark(seen.value, meta.tso.key) if seen is not None else 0)
     if ts > bound:
         raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(bound)})")
-    tso_now = meta.tso.now()
+    tso_now = meta.tso.reserve(1, linearizable=True)   # (a batched now() may lag another process's)
     if ts > tso_now:
         raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(tso_now)})")
     return ts

@@ -146,7 +146,9 @@ def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_
                          "from; restore one of its snapshots instead")
     p = _same_undrop(meta, coll, db, target)
     if p is None:
-        p = make_plan(meta, store, collection, meta.tso.now(), db=db, now=now, dropped=coll,
+        # its instant: above every timestamp any process issued before (a batched now() may lag
+        # another process's last writes by up to BATCH_MAX_AGE: the replay would end below them)
+        p = make_plan(meta, store, collection, meta.tso.reserve(1, linearizable=True), db=db, now=now, dropped=coll,
                       window_instant=drop_began_ts(coll))
     return p
 

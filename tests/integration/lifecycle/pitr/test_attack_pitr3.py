@@ -449,3 +449,66 @@ def test_a_dropper_clock_ahead_within_max_clock_skew_does_not_keep_a_dropped_col
     jobs = restore_database_as_of(meta, store, "default", ts, suffix="_db")
     assert sorted(j["collection"] for j in jobs) == ["a"], jobs
     assert sorted(c.name for c in meta.catalog.list(include_dropped=True)) == sorted([*before, "a_db"])
+
+
+
+def _undrop_elsewhere(settings, ready, go, out):
+    """Another process: takes a timestamp (its TSO batch, kept a minute instead of 50 ms),
+    waits, then plans and sets up the undrop of src into back."""
+    from seglake.meta import Meta, alloc
+    from seglake.storage import open_store
+
+    alloc.BATCH_MAX_AGE = 60.0
+    meta, store = Meta.from_settings(settings), open_store(settings)
+    try:
+        meta.tso.now()
+        ready.set()
+        go.wait(120)
+        out.put(("job", pitr.undrop(meta, store, "src", "back")))
+    except Exception as e:   # noqa: BLE001
+        out.put(("error", repr(e)))
+    finally:
+        meta.close()
+
+
+def test_an_undrop_planned_in_another_process_with_a_batch_reserved_before_the_last_writes(meta, store, settings):
+    """The undrop's instant ("now") was the planning process's TSO now(), which serves a
+    batch reserved up to BATCH_MAX_AGE (50 ms) earlier: not above timestamps ANOTHER process
+    issued since. An undrop planned in a process that took a timestamp just before the last
+    writes and the drop landed had an instant below their ticks: the replay stopped there and
+    the acknowledged writes were missing, silently. (The child keeps its batch a minute
+    instead of 50 ms, so the interleaving is not left to timing.)"""
+    import multiprocessing as mp
+
+    from seglake.lifecycle import drop
+
+    from pitr_model import copy_and_replay
+    ctx = mp.get_context("spawn")
+    ready, go, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=1)
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 11), 1.0)), 1.0)
+        child = ctx.Process(target=_undrop_elsewhere, args=(settings, ready, go, out))
+        child.start()
+        try:
+            assert ready.wait(120)                   # it took a timestamp ...
+            model.record(c.insert("src", rows(range(100, 110), 2.0)), 2.0)     # ... then these were acknowledged
+            model.record(c.delete("src", [1, 2]), 2.0)
+            drop.begin_drop(meta, store, settings, "src")
+            flush_all(meta, store, settings, coll, flush_all=False)
+            assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
+            go.set()
+            kind, res = out.get(timeout=120)
+        finally:
+            go.set()
+            child.join(60)
+            if child.is_alive():
+                child.kill()
+    assert kind == "job", res
+    want = model.visible(meta.tso.reserve(1, linearizable=True))
+    back = copy_and_replay(meta, store, settings, res, "back")
+    got = visible_of(meta, store, back)
+    assert got == want, (f"undrop as of {back.properties['restored_from']['as_of']}: missing "
+                         f"{sorted((want - got).items())[:4]}, extra {sorted((got - want).items())[:4]}")
