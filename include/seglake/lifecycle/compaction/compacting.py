@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from seglake import runners
-from seglake.errors import NotFound
+from seglake.errors import Conflict, NotFound
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.codec import decode, encode
+from seglake.meta.kv import Put, exists
 from seglake.lifecycle.compaction.planning import Plan, plan
 from seglake.lifecycle.compaction.policy import Policy, Unit
 from seglake.lifecycle.compaction.running import ALREADY, COMMITTED, LOST, UnitResult, run_unit
@@ -90,13 +91,13 @@ def record(meta, summary: Summary, trigger: str = "manual") -> None:
     doc["recorded_at"] = time.time()
     doc["trigger"] = trigger
     cid = summary.plan.collection_id
-    meta.kv.put(meta.keys.compaction_run(cid), encode(doc))
+    ops = [Put(meta.keys.compaction_run(cid), encode(doc))]
     if summary.plan.units:
         c = summary.counts()
         try:
             db = meta.catalog.get(cid).db
         except NotFound:
-            db = ""
+            return          # purged while it ran: nothing would ever remove its records
         line = {"collection_id": cid, "collection": summary.plan.collection, "db": db,
                 "recorded_at": doc["recorded_at"],
                 "seconds": doc["seconds"], "engine": summary.engine, "trigger": trigger,
@@ -105,7 +106,12 @@ def record(meta, summary: Summary, trigger: str = "manual") -> None:
                 "units": len(summary.plan.units), "committed": c["committed"] + c["already_committed"],
                 "lost": c["lost"], "rows_dropped": c["rows_dropped"], "bytes_in": c["bytes_in"],
                 "bytes_out": c["bytes_out"], "bytes_reclaimed": max(0, c["bytes_in"] - c["bytes_out"])}
-        meta.kv.put(meta.keys.compaction_history(cid, int(doc["recorded_at"] * 1000)), encode(line))
+        ops.append(Put(meta.keys.compaction_history(cid, int(doc["recorded_at"] * 1000)), encode(line)))
+    try:    # only while the collection's record exists: GC's purge removes these with it, in one txn
+        meta.kv.txn([exists(meta.keys.collection(cid))], ops, f"record the compaction run of collection {cid}")
+    except Conflict:
+        return              # purged meanwhile: a record written now would outlive it for ever
+    if summary.plan.units:
         old = list(meta.kv.range(meta.keys.compaction_history_prefix(cid), keys_only=True))
         for kv in old[:max(0, len(old) - HISTORY_KEEP)]:
             meta.kv.delete(kv.key)

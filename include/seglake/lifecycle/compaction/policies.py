@@ -24,9 +24,10 @@ from typing import Any, Callable, Mapping
 
 from seglake import limits
 from seglake.contract import closest
-from seglake.errors import SeglakeError, ValidationError
+from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
 from seglake.meta.catalog import DEFAULT_DB, DROPPED, DROPPING
 from seglake.meta.codec import decode, encode
+from seglake.meta.kv import Put, exists
 from seglake.names import validate_name
 from seglake.lifecycle.compaction.policy import POLICY_KEYS, Policy
 
@@ -97,7 +98,13 @@ def set_policy(meta, settings, collection: str, values: Mapping[str, Any], *, db
                               f"{', '.join(POLICY_KEYS)} or scheduled, or clear the policy")
     doc = {"collection_id": coll.collection_id, "collection": coll.name, "db": coll.db, "scheduled": scheduled,
            "policy": over, "updated_at": time.time() if now is None else now, "by": by}
-    meta.kv.put(meta.keys.compaction_policy(coll.collection_id), encode(doc))
+    try:    # only while the collection's record exists: GC's purge removes the policy with it, in one txn
+        meta.kv.txn([exists(meta.keys.collection(coll.collection_id))],
+                    [Put(meta.keys.compaction_policy(coll.collection_id), encode(doc))],
+                    f"set the compaction policy of {coll.name!r}")
+    except Conflict:
+        raise NotFound(f"collection {coll.name!r} (id {coll.collection_id}) was removed while its compaction "
+                       f"policy was being set; nothing recorded") from None
     return doc
 
 

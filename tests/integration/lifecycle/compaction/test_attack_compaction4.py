@@ -1,0 +1,99 @@
+"""Adversarial tests of compaction, fourth round: records written for a collection that GC
+purged while they were being made (a compaction run's last-run + history lines, a policy
+set while its collection went away) outlived it for ever -- and an orphan scheduled policy
+made every scheduled compaction run report a failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from seglake.lifecycle import compaction, drop, gc
+from seglake.lifecycle.compaction import compacting, policies
+from seglake.lifecycle.flush import flush_pchannel
+
+from compaction_helpers import Writer, policy, rows
+
+pytestmark = pytest.mark.etcd
+
+
+def _drop_and_purge(meta, store, settings, name: str) -> int:
+    """The whole drop of `name` and GC's purge of its record (zero tolerances)."""
+    from wal_helpers import pchannels
+    coll = meta.catalog.get_by_name(name)
+    drop.begin_drop(meta, store, settings, name)
+    for pch in pchannels(coll):
+        flush_pchannel(meta, store, pch, settings, flush_all=True)
+    drop.finish_drop(meta, name)
+    for _ in range(2):
+        gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, missing_tolerance=0.0,
+                                                       force=True, copy_job_retention=0.0,
+                                                       collection_id=coll.collection_id))
+    assert meta.kv.get(meta.keys.collection(coll.collection_id)) is None, "GC did not purge the collection"
+    return coll.collection_id
+
+
+def _small(meta, store, settings, name: str) -> Writer:
+    w = Writer(meta, store, settings)
+    w.create(name, ["_default", "p1"], shards=1)
+    for i in range(3):
+        w.insert(name, range(10 * i, 10 * i + 5), "p1", float(i))
+        w.flush(name)
+    return w
+
+
+def _orphans(meta, cid: int) -> list[str]:
+    keys = [meta.keys.compaction_run(cid), meta.keys.compaction_policy(cid)]
+    out = [k for k in keys if meta.kv.get(k) is not None]
+    out += [kv.key for kv in meta.kv.range(meta.keys.compaction_history_prefix(cid), keys_only=True)]
+    return out
+
+
+def test_a_compaction_run_whose_collection_is_purged_meanwhile_leaves_no_record(meta, store, settings,
+                                                                                monkeypatch):
+    """A compaction whose units committed, then its collection dropped and purged by GC
+    before the run's summary is recorded (a Spark driver records after its executors are
+    done): the summary must not be recorded for a collection id that no longer exists
+    (nothing would ever remove it; the page's history of every collection showed it)."""
+    w = _small(meta, store, settings, "gone")
+    real = compacting.run_units
+    seen = {}
+
+    def purge_then_run(meta_, store_, units, **kw):
+        out = real(meta_, store_, units, **kw)
+        seen["cid"] = _drop_and_purge(meta, store, settings, "gone")
+        return out
+
+    monkeypatch.setattr(compacting, "run_units", purge_then_run)
+    s = compaction.compact(meta, store, "gone", policy())
+    assert s.plan.units and "cid" in seen
+    assert all(r.status == compaction.COMMITTED for r in s.results), s.to_json()
+    assert _orphans(meta, seen["cid"]) == []
+    assert compaction.history(meta) == []       # the page's history of every collection
+    # a new namesake has no compaction record of the old one
+    w.create("gone", ["_default"], shards=1)
+    new = meta.catalog.get_by_name("gone").collection_id
+    assert compaction.last_run(meta, new) is None and compaction.history(meta, new) == []
+
+
+def test_a_policy_set_while_its_collection_is_purged_is_not_left_behind(meta, store, settings, monkeypatch):
+    """set_policy reads the collection, then writes; GC purging the collection in between
+    left a scheduled policy for an id that no longer exists: no GC removes it (GC deletes a
+    policy with the collection's record) and every scheduled run reported it FAILED."""
+    _small(meta, store, settings, "pp")
+    real = policies._collection
+    seen = {}
+
+    def read_then_purge(meta_, collection, db):
+        coll = real(meta_, collection, db)
+        if not seen:
+            seen["cid"] = _drop_and_purge(meta, store, settings, "pp")
+        return coll
+
+    monkeypatch.setattr(policies, "_collection", read_then_purge)
+    with pytest.raises(Exception) as e:
+        policies.set_policy(meta, settings, "pp", {"min_segment_rows": 7}, scheduled=True)
+    assert "pp" in str(e.value)
+    monkeypatch.setattr(policies, "_collection", real)
+    assert _orphans(meta, seen["cid"]) == []
+    report = policies.run_scheduled(meta, store, settings)
+    assert [r for r in report if "error" in r] == [], report
