@@ -125,7 +125,8 @@ def compaction():
             if not t["units"] and not params["dry_run"]:
                 continue
             summary = engine.compact(hook.meta, hook.store, t["collection"], engine.Policy.from_json(t["policy"]),
-                                     db=t["db"], dry_run=params["dry_run"], trigger=planned["trigger"])
+                                     db=t["db"], dry_run=params["dry_run"], trigger=planned["trigger"],
+                                     collection_id=t["collection_id"])
             c = summary.counts()
             print(f"{t['db']}.{t['collection']}: {c['committed']} committed, {c['already_committed']} already, "
                   f"{c['lost']} lost")

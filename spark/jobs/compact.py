@@ -65,14 +65,15 @@ def policy_of(args: argparse.Namespace, settings):
                                                       "l0_age": args.l0_age_seconds})
 
 
-def run(spark, meta, store, collection: str, db: str, policy):
-    """Plan on the driver, run the units on executors, summarize: the job minus its I/O setup."""
+def run(spark, meta, store, collection: str, db: str, policy, collection_id: int | None = None):
+    """Plan on the driver, run the units on executors, summarize: the job minus its I/O setup.
+    `collection_id`: the collection the target was chosen for (a namesake made since is skipped)."""
     from seglake.config import spark_env
     from seglake.lifecycle import compaction
     from seglake.lifecycle.compaction.running import UnitResult
 
     started = time.monotonic()
-    planned = compaction.plan(meta, store, collection, policy, db=db)
+    planned = compaction.plan(meta, store, collection, policy, db=db, collection_id=collection_id)
     summary = compaction.Summary(planned, engine="spark")
     if planned.units:
         sc = spark.sparkContext
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         with Meta.from_settings(settings) as meta:
             store = open_store(settings)
             for t in targets:
-                summary = run(spark, meta, store, t["collection"], t["db"], t["policy"])
+                summary = run(spark, meta, store, t["collection"], t["db"], t["policy"], t.get("collection_id"))
                 compaction.record(meta, summary, args.trigger)
                 c = summary.counts()
                 print(f"compaction of {t['db']}.{t['collection']}: {len(summary.plan.units)} units, "

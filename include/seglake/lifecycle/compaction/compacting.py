@@ -68,10 +68,12 @@ def run_partition(units: Iterable[dict], settings_env: dict, sources_revision: i
 
 
 def compact(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, dry_run: bool = False,
-            workers: int = 1, now: float | None = None, trigger: str = "manual") -> Summary:
-    """Plan the collection's compaction and (unless dry_run) run every unit inline."""
+            workers: int = 1, now: float | None = None, trigger: str = "manual",
+            collection_id: int | None = None) -> Summary:
+    """Plan the collection's compaction and (unless dry_run) run every unit inline.
+    `collection_id`: the collection a target was chosen for (planning.plan)."""
     started = time.monotonic()
-    p = plan(meta, store, collection, policy, db=db, now=now)
+    p = plan(meta, store, collection, policy, db=db, now=now, collection_id=collection_id)
     out = Summary(p, dry_run=dry_run)
     if not dry_run and p.units:
         out.results = run_units(meta, store, p.units, workers=workers, now=now, sources_revision=p.revision)

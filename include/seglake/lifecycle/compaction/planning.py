@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seglake import visibility
+from seglake import limits, visibility
+from seglake.errors import NotFound
 from seglake.meta.catalog import CREATED, DEFAULT_DB
 from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.segments import FLUSHED, IMPORTING, Segment
@@ -106,12 +107,29 @@ def _hidden_and_rows(meta, store, coll, flushed: list[Segment]):
     return {int(s): int(n) for s, n in zip(ids, counts)}, rows
 
 
-def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
-    """The units that compact `collection` now (module doc). Deterministic for one state."""
+def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, now: float | None = None,
+         collection_id: int | None = None) -> Plan:
+    """The units that compact `collection` now (module doc). Deterministic for one state.
+    `collection_id`: the collection a target was chosen for (a DAG's plan task, a Spark
+    job's --targets): when the name is gone or now names ANOTHER collection (dropped and
+    made again since), nothing is planned, said why -- never a namesake compacted with the
+    dropped one's policy."""
     validate_name("collection", collection)
     validate_name("db", db)
+    if collection_id is not None:
+        limits.check("id", "collection_id", collection_id)
     now = time.time() if now is None else now
-    coll = meta.catalog.get_by_name(collection, db)
+    try:
+        coll = meta.catalog.get_by_name(collection, db)
+    except NotFound:
+        if collection_id is None:
+            raise
+        return Plan(collection_id, collection, meta.kv.revision(),
+                    skipped=f"{db}.{collection} (id {collection_id}) was dropped since it was chosen")
+    if collection_id is not None and coll.collection_id != collection_id:
+        return Plan(collection_id, collection, meta.kv.revision(),
+                    skipped=f"{db}.{collection} (id {collection_id}) was dropped since it was chosen; the name "
+                            f"is collection id {coll.collection_id} now, which this target is not")
     cid = coll.collection_id
     rev, records = read_segments(meta, cid)
     out = Plan(cid, coll.name, rev)

@@ -188,10 +188,11 @@ TRIGGERS = ("manual", "scheduled")
 
 
 def targets_json(targets: list[dict]) -> str:
-    """The targets a Spark job compacts, as its argv takes them (names and policy numbers:
-    no secret): [{"collection", "db", "policy"}]."""
-    return json.dumps([{"collection": t["collection"], "db": t["db"], "policy": t["policy"].to_json()}
-                       for t in targets], separators=(",", ":"))
+    """The targets a Spark job compacts, as its argv takes them (names, ids and policy
+    numbers: no secret): [{"collection", "db", "collection_id", "policy"}]. The id: a
+    collection dropped and made again under its name before the job runs is not it."""
+    return json.dumps([{"collection": t["collection"], "db": t["db"], "collection_id": t["collection_id"],
+                        "policy": t["policy"].to_json()} for t in targets], separators=(",", ":"))
 
 
 def parse_targets(text: str) -> list[dict]:
@@ -204,13 +205,16 @@ def parse_targets(text: str) -> list[dict]:
         raise ValidationError(f"--targets: a list of at most {MAX_TARGETS} {{collection, db, policy}} objects")
     out = []
     for t in doc:
-        if not isinstance(t, dict) or set(t) != {"collection", "db", "policy"}:
-            raise ValidationError("--targets: each entry is an object of exactly collection, db, policy")
+        if not isinstance(t, dict) or set(t) != {"collection", "db", "collection_id", "policy"}:
+            raise ValidationError("--targets: each entry is an object of exactly collection, db, collection_id, "
+                                  "policy")
         validate_name("collection", t["collection"])
         validate_name("db", t["db"])
+        limits.check("id", "--targets: collection_id", t["collection_id"])
         if not isinstance(t["policy"], dict):
             raise ValidationError("--targets: a policy is an object")
-        out.append({"collection": t["collection"], "db": t["db"], "policy": Policy.from_json(t["policy"])})
+        out.append({"collection": t["collection"], "db": t["db"], "collection_id": t["collection_id"],
+                    "policy": Policy.from_json(t["policy"])})
     return out
 
 
@@ -232,7 +236,7 @@ def run_scheduled(meta, store, settings, *, dry_run: bool = False, now: float | 
         entry = {"collection": t["collection"], "db": t["db"], "collection_id": t["collection_id"]}
         try:
             s = compact(meta, store, t["collection"], t["policy"], db=t["db"], dry_run=dry_run, now=now,
-                        trigger="scheduled")
+                        trigger="scheduled", collection_id=t["collection_id"])
             entry.update(skipped=s.plan.skipped, units=len(s.plan.units), dry_run=dry_run,
                          counts=s.counts() if not dry_run else {}, gain=s.plan.gain())
         except SeglakeError as e:

@@ -159,3 +159,52 @@ def test_fuzz_partial_flushes_scoped_and_wide_deletes_upserts_compactions_row_ex
         compaction.compact(meta, store, "fz", _fuzz_policy(rng))
         assert exact(meta, store, "fz") == before
         assert rows(meta, store, "fz") == w.model.visible()
+
+
+def test_a_target_planned_for_one_collection_never_compacts_a_namesake_made_since(meta, store, settings):
+    """The compaction DAG plans its targets (names + policies) in one task and compacts them
+    in the next (inline, or a Spark job given --targets). A scheduled collection dropped and
+    made again under its name in between: the run compacted the NEW collection (which has no
+    policy: "only compacted when asked") with the old one's policy, and a target dropped for
+    good made the whole task fail (NotFound), so the later targets were never compacted.
+    A target names its collection id: another collection under the name is skipped, said why."""
+    from wal_helpers import pchannels
+
+    _small(meta, store, settings, "ns")
+    _small(meta, store, settings, "other")
+    policies.set_policy(meta, settings, "ns", {"min_segment_rows": 1000, "target_rows": 40}, scheduled=True)
+    policies.set_policy(meta, settings, "other", {"min_segment_rows": 1000, "target_rows": 40}, scheduled=True)
+    planned = [t for t in policies.scheduled_targets(meta, settings, {"protection": 0.0})]
+    text = policies.targets_json(planned)
+    # (the next task starts:) ns dropped and made again, with rows of its own
+    old = meta.catalog.get_by_name("ns")
+    drop.begin_drop(meta, store, settings, "ns")
+    for pch in pchannels(old):
+        flush_pchannel(meta, store, pch, settings, flush_all=True)
+    drop.finish_drop(meta, "ns")
+    w = _small(meta, store, settings, "ns")
+    new = meta.catalog.get_by_name("ns")
+    before = exact(meta, store, "ns")
+    segs = sorted(s.segment_id for s in meta.segments.list(new.collection_id))
+    done = {}
+    for t in policies.parse_targets(text):
+        s = compaction.compact(meta, store, t["collection"], t["policy"], db=t["db"],
+                               collection_id=t.get("collection_id"), trigger="scheduled")
+        done[t["collection"]] = s
+    assert not done["ns"].plan.units and "ns" in (done["ns"].plan.skipped or ""), done["ns"].to_json()
+    assert sorted(s.segment_id for s in meta.segments.list(new.collection_id)) == segs   # untouched
+    assert exact(meta, store, "ns") == before and rows(meta, store, "ns") == w.model.visible()
+    assert compaction.history(meta, new.collection_id) == []
+    assert done["other"].results and all(r.status == compaction.COMMITTED for r in done["other"].results)
+    # dropped for good (name free): skipped too, the next target still compacted
+    _small(meta, store, settings, "third")
+    policies.set_policy(meta, settings, "third", {"target_rows": 40}, scheduled=True)
+    policies.set_policy(meta, settings, "ns", {"target_rows": 40}, scheduled=True)     # the new ns, chosen
+    text = policies.targets_json([t for t in policies.scheduled_targets(meta, settings, {"protection": 0.0})
+                                  if "policy" in t])
+    _drop_and_purge(meta, store, settings, "ns")
+    out = [compaction.compact(meta, store, t["collection"], t["policy"], db=t["db"],
+                              collection_id=t.get("collection_id")) for t in policies.parse_targets(text)]
+    assert sorted(s.plan.collection for s in out) == ["ns", "other", "third"]
+    assert any(s.plan.skipped and "ns" in s.plan.skipped for s in out)
+    assert any(s.plan.collection == "third" and s.results for s in out)

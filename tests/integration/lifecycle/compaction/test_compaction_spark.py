@@ -93,7 +93,8 @@ def test_spark_job_killed_on_an_executor_then_re_run_converges(meta, store, sett
     pol = policy(target_rows=15, l0_age=0.0)
     planned = compaction.plan(meta, store, "k", pol)
     assert compaction.FOLD in {u.kind for u in planned.units}       # folds first (the delete logs are old enough)
-    targets = compaction.targets_json([{"collection": "k", "db": "default", "policy": pol}])
+    targets = compaction.targets_json([{"collection": "k", "db": "default", "policy": pol,
+                                        "collection_id": meta.catalog.get_by_name("k").collection_id}])
     env = {**os.environ, **settings.to_env(), "PYSPARK_PYTHON": sys.executable,
            "PYTHONPATH": str(REPO / "include"), "SPARK_LOCAL_IP": "127.0.0.1"}
 
