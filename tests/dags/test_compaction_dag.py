@@ -151,3 +151,47 @@ def test_policy_dag_unknown_key_refused_by_check_conf(airflow_env, meta, store, 
     states = task_states(run)
     assert states["check_conf"] == "failed" and states.get("set_policy") != "success"
     assert compaction.get_policy(meta, "a") is None
+
+
+def test_a_target_dropped_between_plan_and_compact_is_skipped_and_the_others_compacted(
+        airflow_env, meta, store, settings, monkeypatch):
+    """Two scheduled collections; the first is dropped and purged by GC after the plan task
+    chose it, before the compact task reaches it (attack-compaction4): the run compacts the
+    other one row-exactly and succeeds, saying the dropped one was skipped -- before, the
+    compact task failed on NotFound and never compacted the second."""
+    from compaction_helpers import Writer, exact, mixed_workload, rows, segments
+
+    from seglake.lifecycle import compaction, drop, gc
+    from seglake.lifecycle.flush import flush_pchannel
+    from wal_helpers import pchannels
+
+    ws = {}
+    for name in ("a", "b"):
+        ws[name] = Writer(meta, store, settings)
+        ws[name].create(name, ["_default", "p1", "p2"], shards=1)
+        mixed_workload(ws[name], name, 0)
+        compaction.set_policy(meta, settings, name, {"min_segment_rows": 1000, "target_rows": 30,
+                                                     "protection": 0}, scheduled=True)
+    before_b, n_b = exact(meta, store, "b"), len(segments(meta, "b"))
+    from seglake.lifecycle.compaction import compacting
+    real = compacting.plan
+
+    def drop_a_first(meta_, store_, collection, *a, **kw):
+        if collection == "a" and meta.kv.get(meta.keys.collection(kw["collection_id"])) is not None:
+            coll = meta.catalog.get_by_name("a")
+            drop.begin_drop(meta, store, settings, "a")
+            for pch in pchannels(coll):
+                flush_pchannel(meta, store, pch, settings, flush_all=True)
+            drop.finish_drop(meta, "a")
+            for _ in range(2):
+                gc.run(meta, store, gc.GCOptions.from_settings(
+                    settings, drop_tolerance=0.0, missing_tolerance=0.0, force=True, copy_job_retention=0.0,
+                    collection_id=coll.collection_id))
+        return real(meta_, store_, collection, *a, **kw)
+
+    monkeypatch.setattr(compacting, "plan", drop_a_first)    # the compact task's plan: after the plan task
+    run = load_dag("compaction").test(run_conf={"engine": "inline"})
+    states = task_states(run)
+    assert run.state == "success", states
+    assert len(segments(meta, "b")) < n_b
+    assert exact(meta, store, "b") == before_b and rows(meta, store, "b") == ws["b"].model.visible()

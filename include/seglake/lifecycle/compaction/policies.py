@@ -183,6 +183,17 @@ def scheduled_targets(meta, settings, overrides: Mapping[str, Any] | None = None
     return sorted(out, key=lambda t: t.get("collection_id") or 0)
 
 
+def target_gone(meta, collection_id: int) -> str | None:
+    """Why a chosen target's collection is no longer one to compact (dropped, purged), or
+    None while it is: a run that finds its target gone skips it (never a failure, never a
+    namesake compacted instead)."""
+    kv = meta.kv.get(meta.keys.collection(collection_id))
+    if kv is None:
+        return f"collection id {collection_id} was dropped and purged since it was chosen"
+    state = decode(kv.value, kv.key).get("state")
+    return f"collection id {collection_id} is {state} since it was chosen" if state in (DROPPING, DROPPED) else None
+
+
 MAX_TARGETS = 1000          # collections one run (one Spark job's argv) compacts
 TRIGGERS = ("manual", "scheduled")
 
