@@ -116,22 +116,22 @@ def compaction():
 
     @task
     def compact_inline(params: dict, planned: dict) -> dict:
+        """Each target on its own (engine.compact_targets): one failing does not stop the
+        others; the task fails after them, naming it."""
+        from airflow.sdk.exceptions import AirflowFailException
+
         from seglake.lifecycle import compaction as engine
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        done = {}
-        for t in planned["targets"]:
-            if not t["units"] and not params["dry_run"]:
-                continue
-            summary = engine.compact(hook.meta, hook.store, t["collection"], engine.Policy.from_json(t["policy"]),
-                                     db=t["db"], dry_run=params["dry_run"], trigger=planned["trigger"],
-                                     collection_id=t["collection_id"])
-            c = summary.counts()
-            print(f"{t['db']}.{t['collection']}: {c['committed']} committed, {c['already_committed']} already, "
-                  f"{c['lost']} lost")
-            done[t["collection"]] = {"units": len(summary.plan.units), **c}
-        return done
+        targets = [{**t, "policy": engine.Policy.from_json(t["policy"])} for t in planned["targets"]
+                   if t["units"] or params["dry_run"]]
+        done, failed = engine.compact_targets(hook.meta, hook.store, targets, dry_run=params["dry_run"],
+                                              trigger=planned["trigger"], say=print)
+        if failed:
+            raise AirflowFailException("not compacted: " + "; ".join(f"{f['db']}.{f['collection']}: {f['error']}"
+                                                                     for f in failed))
+        return {f"{d['db']}.{d['collection']}": {"units": d["units"], **d["counts"]} for d in done}
 
     compact_spark = spark_submit_task("compact_spark", "compact", [
         "--targets", "{{ %s['targets_json'] }}" % PLAN, "--trigger", "{{ %s['trigger'] }}" % PLAN])

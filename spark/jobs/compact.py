@@ -92,6 +92,7 @@ def run(spark, meta, store, collection: str, db: str, policy, collection_id: int
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from seglake.config import Settings
+    from seglake.errors import SeglakeError
     from seglake.lifecycle import compaction
     from seglake.meta import Meta
     from seglake.sparksession import job_session
@@ -104,12 +105,18 @@ def main(argv: list[str] | None = None) -> int:
         print("compaction: nothing to compact (no target)")
         return 0
     name = args.collection or f"{len(targets)}-collections"
+    failed: list[str] = []
     spark = job_session(f"seglake-compact-{name}")   # seglake env -> executorEnv, never argv
     try:
         with Meta.from_settings(settings) as meta:
             store = open_store(settings)
-            for t in targets:
-                summary = run(spark, meta, store, t["collection"], t["db"], t["policy"], t.get("collection_id"))
+            for t in targets:       # each on its own: one failing does not stop the others (exit 1 after them)
+                try:
+                    summary = run(spark, meta, store, t["collection"], t["db"], t["policy"], t.get("collection_id"))
+                except SeglakeError as e:
+                    failed.append(f"{t['db']}.{t['collection']}: {type(e).__name__}: {e}")
+                    print(f"compaction of {failed[-1]} FAILED")
+                    continue
                 compaction.record(meta, summary, args.trigger)
                 c = summary.counts()
                 print(f"compaction of {t['db']}.{t['collection']}: {len(summary.plan.units)} units, "
@@ -118,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                       + (f" (skipped: {summary.plan.skipped})" if summary.plan.skipped else ""))
     finally:
         spark.stop()
+    if failed:
+        print("not compacted: " + "; ".join(failed), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -195,3 +195,34 @@ def test_a_target_dropped_between_plan_and_compact_is_skipped_and_the_others_com
     assert run.state == "success", states
     assert len(segments(meta, "b")) < n_b
     assert exact(meta, store, "b") == before_b and rows(meta, store, "b") == ws["b"].model.visible()
+
+
+def test_one_target_failing_in_the_compact_task_does_not_stop_the_others(airflow_env, meta, store, settings):
+    """Two scheduled collections; the first one's unit record is corrupt (its run refuses it,
+    naming it: CompactionError). The compact task went no further: the second collection was
+    never compacted (the plan task's failures are reported after the others ran, the compact
+    task's were not). Now each target on its own: the second is compacted row-exactly, the
+    run still fails, naming the first (attack-compaction4)."""
+    from compaction_helpers import Writer, exact, mixed_workload, rows, segments
+
+    from seglake.lifecycle import compaction
+    from seglake.meta.codec import decode, encode
+
+    ws = {}
+    for name in ("a", "b"):
+        ws[name] = Writer(meta, store, settings)
+        ws[name].create(name, ["_default", "p1", "p2"], shards=1)
+        mixed_workload(ws[name], name, 0)
+        compaction.set_policy(meta, settings, name, {"min_segment_rows": 1000, "target_rows": 30,
+                                                     "protection": 0, "l0_age": 3600}, scheduled=True)
+    p = compaction.plan(meta, store, "a", compaction.policy_for(meta, settings, "a"))
+    u = p.units[0]
+    compaction.prepare(meta, meta.catalog.get_by_name("a"), u, 1.0, p.revision)
+    key = meta.keys.compaction_unit(u.collection_id, u.unit_id)
+    meta.kv.put(key, encode({**decode(meta.kv.get(key).value, key), "sources_revision": None}))
+    before_b, n_b = exact(meta, store, "b"), len(segments(meta, "b"))
+    run = load_dag("compaction").test(run_conf={"engine": "inline"})
+    assert run.state == "failed", task_states(run)
+    assert len(segments(meta, "b")) < n_b, "the second target was not compacted"
+    assert exact(meta, store, "b") == before_b and rows(meta, store, "b") == ws["b"].model.visible()
+    assert rows(meta, store, "a") == ws["a"].model.visible()

@@ -37,7 +37,7 @@ from seglake.lifecycle.compaction.compacting import (Summary, run_units, run_par
 from seglake.lifecycle.compaction.policies import (parse_overrides, effective, set_policy, get_policy,
                                                    stored_overrides, clear_policy, list_policies, policy_for,
                                                    run_scheduled, report_line, scheduled_targets,
-                                                   targets_json, parse_targets, target_gone, TRIGGERS)
+                                                   targets_json, parse_targets, target_gone, compact_targets, TRIGGERS)
 from seglake.lifecycle.compaction.records import (expire_unit_records)
 
 __all__ = ['MERGE', 'REWRITE', 'KINDS', 'MAX_INPUTS', 'Policy', 'Unit', 'unit_id', 'make_unit', 'Plan', 'protected',
@@ -47,7 +47,7 @@ __all__ = ['MERGE', 'REWRITE', 'KINDS', 'MAX_INPUTS', 'Policy', 'Unit', 'unit_id
            'plan_folds', 'run_fold', 'POLICY_KEYS', 'HISTORY_KEEP', 'HISTORY_COLUMNS', 'history',
            'history_row', 'parse_overrides', 'effective', 'set_policy', 'get_policy', 'stored_overrides',
            'clear_policy', 'list_policies', 'policy_for', 'run_scheduled', 'report_line', 'scheduled_targets',
-           'targets_json', 'parse_targets', 'target_gone', 'TRIGGERS']
+           'targets_json', 'parse_targets', 'target_gone', 'compact_targets', 'TRIGGERS']
 
 from seglake.facade import seal  # noqa: E402
 

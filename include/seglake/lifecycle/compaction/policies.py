@@ -257,6 +257,31 @@ def run_scheduled(meta, store, settings, *, dry_run: bool = False, now: float | 
     return out
 
 
+def compact_targets(meta, store, targets: list[dict], *, dry_run: bool = False, trigger: str = "manual",
+                    compact: Callable | None = None, say: Callable[[str], None] = lambda _: None
+                    ) -> tuple[list[dict], list[dict]]:
+    """Compact each chosen target ({collection, db, collection_id, policy}) inline, each on
+    its own: one target's failure (a refused unit record, the store unreachable for it) is
+    reported and the next is still compacted. (done entries, failed entries)."""
+    from seglake.lifecycle.compaction.compacting import compact as compact_one
+
+    compact = compact or compact_one
+    done, failed = [], []
+    for t in targets:
+        entry = {"collection": t["collection"], "db": t["db"], "collection_id": t["collection_id"]}
+        try:
+            s = compact(meta, store, t["collection"], t["policy"], db=t["db"], dry_run=dry_run, trigger=trigger,
+                        collection_id=t["collection_id"])
+        except SeglakeError as e:
+            failed.append({**entry, "error": f"{type(e).__name__}: {e}"})
+            say(report_line(failed[-1]))
+            continue
+        done.append({**entry, "skipped": s.plan.skipped, "units": len(s.plan.units), "dry_run": dry_run,
+                     "counts": s.counts() if not dry_run else {}, "gain": s.plan.gain()})
+        say(report_line(done[-1]))
+    return done, failed
+
+
 def report_line(r: dict) -> str:
     if "error" in r:
         return f"{r.get('collection')}: FAILED {r['error']}"

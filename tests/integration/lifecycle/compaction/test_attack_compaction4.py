@@ -208,3 +208,82 @@ def test_a_target_planned_for_one_collection_never_compacts_a_namesake_made_sinc
     assert sorted(s.plan.collection for s in out) == ["ns", "other", "third"]
     assert any(s.plan.skipped and "ns" in s.plan.skipped for s in out)
     assert any(s.plan.collection == "third" and s.results for s in out)
+
+
+@pytest.mark.parametrize("seed", [int(x) for x in os.environ.get("ATTACK_FUZZ_SEEDS2", "7,8").split(",")])
+def test_fuzz_snapshots_pins_drops_restores_of_a_collection_compacted_and_gc_d_between(meta, store, settings,
+                                                                                       seed):
+    """Random writes (partial flushes), compactions (random policies, folds on), snapshots,
+    pins and unpins, snapshot drops, GC with zero tolerances, and restores of a random live
+    snapshot (each copy compacted again): every restore equals the rows its snapshot saw,
+    and the copy's rows survive its own compaction (row-exact); at the end rows == Model."""
+    import numpy as np
+    from copy_model_helpers import run_restore
+    from seglake.lifecycle import snapshot
+    from wal_helpers import pchannels
+
+    rng = np.random.default_rng(seed)
+    w = Writer(meta, store, settings)
+    parts = ["_default", "p1", "p2"]
+    w.create("fz", parts, shards=2)
+    coll = meta.catalog.get_by_name("fz")
+    pchs = sorted(pchannels(coll))
+    snaps, pins, restores = {}, {}, 0
+
+    def gc_all():
+        gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, missing_tolerance=0.0,
+                                                       force=True, copy_job_retention=0.0))
+
+    for step in range(int(os.environ.get("ATTACK_FUZZ_STEPS2", "60"))):
+        op = rng.choice(["ins", "ins", "ups", "del", "wide", "flush1", "flush1", "compact", "compact", "gc",
+                         "snap", "pin", "unpin", "dropsnap", "restore"])
+        pks = sorted({int(x) for x in rng.integers(0, 24, size=int(rng.integers(1, 6)))})
+        part, v = str(rng.choice(parts)), float(step)
+        if op in ("ins", "ups"):
+            w.insert("fz", pks, part, v, upsert=op == "ups")
+        elif op == "del":
+            w.delete("fz", pks, partition=part)
+        elif op == "wide":
+            w.delete("fz", pks)
+        elif op == "flush1":
+            flush_pchannel(meta, store, pchs[int(rng.integers(0, len(pchs)))], settings, flush_all=True)
+        elif op == "compact":
+            before = exact(meta, store, "fz")
+            s = compaction.compact(meta, store, "fz", _fuzz_policy(rng))
+            assert exact(meta, store, "fz") == before, (seed, step, s.to_json())
+        elif op == "gc":
+            gc_all()
+        elif op == "snap":
+            name = f"s{step}"
+            snapshot.create(meta, store, "fz", name)
+            snaps[name] = None
+            snaps[name] = rows(meta, store, "fz")      # (a snapshot of the Flushed segments)
+        elif op == "pin" and snaps:
+            name = sorted(snaps)[int(rng.integers(0, len(snaps)))]
+            pins[snapshot.pin(meta, "fz", name, 3600.0)["pin_id"]] = name
+        elif op == "unpin" and pins:
+            pid = sorted(pins)[0]
+            del pins[pid]
+            snapshot.unpin(meta, pid)
+        elif op == "dropsnap" and snaps:
+            name = sorted(snaps)[int(rng.integers(0, len(snaps)))]
+            if name not in pins.values():
+                snapshot.drop(meta, store, "fz", name)
+                del snaps[name]
+        elif op == "restore" and snaps:
+            name = sorted(snaps)[int(rng.integers(0, len(snaps)))]
+            restores += 1
+            target = f"r{step}"
+            run_restore(meta, store, "fz", name, target, compare=False)
+            assert rows(meta, store, target) == snaps[name], (seed, step, name)
+            before = exact(meta, store, target)
+            compaction.compact(meta, store, target, _fuzz_policy(rng))
+            gc_all()
+            assert exact(meta, store, target) == before, (seed, step, name)
+            assert rows(meta, store, target) == snaps[name], (seed, step, name)
+    w.flush("fz")
+    gc_all()
+    assert rows(meta, store, "fz") == w.model.visible()
+    for name, seen in snaps.items():
+        run_restore(meta, store, "fz", name, f"end_{name}", compare=False)
+        assert rows(meta, store, f"end_{name}") == seen, (seed, name)
