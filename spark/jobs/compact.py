@@ -65,6 +65,13 @@ def policy_of(args: argparse.Namespace, settings):
                                                       "l0_age": args.l0_age_seconds})
 
 
+def executor_error(e: Exception) -> str:
+    """The seglake error an executor raised, from the Java error the driver sees (its
+    Python traceback's last `seglake...: message` line), else the error's type."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip().startswith("seglake.") and ": " in ln]
+    return lines[-1][:1000] if lines else type(e).__name__
+
+
 def run(spark, meta, store, collection: str, db: str, policy, collection_id: int | None = None):
     """Plan on the driver, run the units on executors, summarize: the job minus its I/O setup.
     `collection_id`: the collection the target was chosen for (a namesake made since is skipped)."""
@@ -81,9 +88,13 @@ def run(spark, meta, store, collection: str, db: str, policy, collection_id: int
         units = [u.to_json() for u in planned.units]
         n = max(1, min(sc.defaultParallelism, len(units)))
         rev = planned.revision      # every unit's delete sources at the plan's revision: read once per partition
-        results = (sc.parallelize(units, n)
-                     .mapPartitions(lambda it: compaction.run_partition(it, env, rev))
-                     .collect())
+        try:
+            results = (sc.parallelize(units, n)
+                         .mapPartitions(lambda it: compaction.run_partition(it, env, rev))
+                         .collect())
+        except Exception as e:      # a unit refused/failed on an executor: reaches the driver as a Java error
+            raise compaction.CompactionError(f"the units of {db}.{collection} failed on the executors: "
+                                             f"{executor_error(e)}") from None
         summary.results = [UnitResult(**r) for r in results]
     summary.seconds = time.monotonic() - started
     return summary

@@ -124,3 +124,37 @@ def test_spark_job_killed_on_an_executor_then_re_run_converges(meta, store, sett
     else:
         pytest.fail("compaction does not converge")
     assert exact(meta, store, "k") == before and rows(meta, store, "k") == w.model.visible()
+
+
+def test_spark_job_one_target_refused_on_its_executors_the_next_still_compacted(meta, store, settings):
+    """--targets a, b; a's unit record is corrupt, so its executor refuses it (CompactionError
+    inside a Spark task, seen on the driver as a Java error): the job went no further and b
+    was never compacted. Now a fails alone (the job exits 1 naming it) and b is compacted
+    row-exactly (attack-compaction4)."""
+    from seglake.meta.codec import decode, encode
+    from compaction_helpers import rows, segments
+
+    ws = {n: _collection(meta, store, settings, n) for n in ("a", "b")}
+    pol = policy(target_rows=30)
+    p = compaction.plan(meta, store, "a", pol)
+    u = p.units[0]
+    compaction.prepare(meta, meta.catalog.get_by_name("a"), u, 1.0, p.revision)
+    key = meta.keys.compaction_unit(u.collection_id, u.unit_id)
+    meta.kv.put(key, encode({**decode(meta.kv.get(key).value, key), "sources_revision": None}))
+    before_b, n_b = exact(meta, store, "b"), len(segments(meta, "b"))
+    targets = compaction.targets_json([{"collection": n, "db": "default", "policy": pol,
+                                        "collection_id": meta.catalog.get_by_name(n).collection_id}
+                                       for n in ("a", "b")])
+    env = {**os.environ, **settings.to_env(), "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": str(REPO / "include"), "SPARK_LOCAL_IP": "127.0.0.1"}
+    job = subprocess.run(
+        [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]",
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.task.maxFailures=1",
+         str(REPO / "spark" / "jobs" / "compact.py"), "--targets", targets, "--trigger", "scheduled"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert job.returncode == 1, (job.returncode, job.stdout[-2000:], job.stderr[-2000:])
+    said = [ln for ln in (job.stdout + job.stderr).splitlines() if "default.a" in ln and "corrupt" in ln]
+    assert said, (job.stdout[-3000:], job.stderr[-800:])
+    assert len(segments(meta, "b")) < n_b, job.stdout[-2000:]
+    assert exact(meta, store, "b") == before_b and rows(meta, store, "b") == ws["b"].model.visible()
+    assert rows(meta, store, "a") == ws["a"].model.visible()
