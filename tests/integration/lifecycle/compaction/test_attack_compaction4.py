@@ -153,7 +153,6 @@ def test_fuzz_partial_flushes_scoped_and_wide_deletes_upserts_compactions_row_ex
                                                            collection_id=coll.collection_id))
     w.flush("fz")
     assert rows(meta, store, "fz") == w.model.visible(), dict(kinds)
-    print("KINDS", seed, dict(kinds))
     for _ in range(3):
         before = exact(meta, store, "fz")
         compaction.compact(meta, store, "fz", _fuzz_policy(rng))
