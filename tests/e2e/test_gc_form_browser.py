@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import pytest
 from cdp import Browser
-from pages import dialog_text, open_trigger_form
+from pages import dialog_text, open_trigger_form, seeded
 
 from seglake.dev import demo
 
@@ -168,22 +168,31 @@ def test_rest_refusals_over_real_http_are_plain_400s(standalone, store_with_orph
     assert len(_runs(standalone, "gc")) == before
 
 
-def test_deferrable_wait_shows_what_it_sends(standalone, store_with_orphans, browser):
+def test_deferrable_wait_shows_what_it_sends(standalone, etcd_server, browser):
     """Issue 20: the nullable boolean showed as a switch that looked "off" and sent null.
     Now a dropdown whose label says what is sent, and the run gets exactly that."""
+    from seglake.lifecycle import restore
+
     b = browser
     open_trigger_form(b, standalone, "copy_segment_job")
     shown = b.text("#element_deferrable")
     assert "worker default ([operators] default_deferrable)" in shown, shown
     assert not b.js("!!document.querySelector('input[name=\"element_deferrable\"][type=\"checkbox\"]')")
-    # what it sends: null (the worker's default), as the label says -- a run of a job that does not
-    # exist (it fails in its first steps, changing nothing) carries the form's conf
-    before = {r["dag_run_id"] for r in _runs(standalone, "copy_segment_job")}
-    b.type_into('input[name="element_job_id"]', "424242")
-    b.click('[data-testid="trigger-dag-submit"]')
-    b.wait_text("Dag Run Triggered", timeout=60)
-    (run,) = [r for r in _runs(standalone, "copy_segment_job") if r["dag_run_id"] not in before]
-    assert "deferrable" in run["conf"] and run["conf"]["deferrable"] is None, run["conf"]
+    # what it sends: null (the worker's default), as the label says; the run of a real copy job
+    # (of an unknown one, none is created: refused at the trigger) carries the form's conf
+    with seeded(standalone, etcd_server, "defer_src", segments=1, rows=10) as (meta, store, _):
+        job = restore.restore(meta, store, "defer_src", "s1", "defer_dst", owner="e2e")
+        before = {r["dag_run_id"] for r in _runs(standalone, "copy_segment_job")}
+        b.type_into('input[name="element_job_id"]', str(job))
+        b.click('[data-testid="trigger-dag-submit"]')
+        b.wait_text("Dag Run Triggered", timeout=60)
+        (run,) = [r for r in _runs(standalone, "copy_segment_job") if r["dag_run_id"] not in before]
+        assert "deferrable" in run["conf"] and run["conf"]["deferrable"] is None, run["conf"]
+        deadline = time.time() + 300   # the run ends before its collection's keys and files are removed
+        while (state := standalone.run("copy_segment_job", run["dag_run_id"]).get("state")) not in ("success",
+                                                                                                   "failed"):
+            assert time.time() < deadline, state
+            time.sleep(1)
 
 
 def test_the_seglake_page_without_a_login_goes_to_the_login_page(standalone):

@@ -48,19 +48,21 @@ def main() -> int:
             for i in range(a["calls"]):
                 first = a["base"] + 10 * i
                 rows = synthetic_rows(coll, 2, first, seed=first)
-                seq = None
+                seq, streak = None, 0
                 while True:
                     try:
                         res = c.insert(a["collection"], rows, seq=seq)
                         break
                     except ProducerFenced as e:
                         fenced += 1
+                        streak += 1
                         seq = e.result.seq
                         c.close()
                         # back off before claiming the id again, as a client should: two processes
-                        # re-claiming at once can fence each other for ever (on a loaded machine one
-                        # call was still fencing and fenced after 300 s)
-                        time.sleep(random.uniform(0, min(0.5, 0.01 * 2 ** min(fenced, 6))))
+                        # re-claiming at once can fence each other for ever. The wait grows with
+                        # this call's fences until it is longer than a call takes (on a loaded
+                        # machine a cap of 0.5 s still fenced for 300 s: calls took longer)
+                        time.sleep(random.uniform(0, min(8.0, 0.01 * 2 ** min(streak, 10))))
                         c = WalClient(meta, store, settings, producer_id=a["pid"])
                     except SeglakeError as e:   # AppendIncomplete and the like: retry with the call's seq
                         seq = getattr(getattr(e, "result", None), "seq", None) or seq
