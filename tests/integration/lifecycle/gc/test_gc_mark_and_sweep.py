@@ -364,7 +364,9 @@ def test_the_parallel_inline_listing_marks_exactly_what_the_serial_one_marks(met
     par = gc.mark(meta, store, _opts(dry_run=True, list_threads=4), run_id="par")
     assert serial.counts.candidates == 3 * 12 * 20 and serial.counts.unrecognised.files == 2
     s, p = serial.summary(), par.summary()
-    for k in ("run_id", "started_at", "cutoff", "report", "report_parts"):
+    # (refs_revision: the etcd revision each read its references at -- another writer of the
+    # worker's etcd between the two marks moves it, seen once on a loaded make test)
+    for k in ("run_id", "started_at", "cutoff", "report", "report_parts", "refs_revision"):
         s.pop(k), p.pop(k)
     for d in (s, p):   # (the second mark also lists the first one's report under _gc/)
         d["listed"] -= d.pop("internal")
