@@ -47,13 +47,9 @@ FILE_KEYS = ("size", "sha256", "tag", "data_tag")
 
 def _known_keys(doc: dict, where: str) -> None:
     """Every section of the document holds only its own keys (module constants)."""
-    from seglake.lifecycle.backup.entries import closest
-
     def known(at: str, d, valid) -> None:
-        if isinstance(d, dict):
-            for k in d:
-                if k not in valid:
-                    raise bundles.BundleError(f"{where}: {at} has an unknown key {k!r}{closest(k, valid)}")
+        if isinstance(d, dict):   # (a section of another type is refused by check's own rules)
+            bundles.refuse_unknown_keys(where, at, d, valid)
 
     def each(at: str, items, valid) -> list:
         items = items if isinstance(items, list) else []

@@ -410,6 +410,15 @@ COLLECTION_KEYS = ("collection_id", "name", "db", "created_ts", "schema", "shard
                    "state", "properties")
 
 
+def refuse_unknown_keys(where: str, at: str, d, valid) -> None:
+    """BundleError naming the first key of section `d` (at `at`) that is not in `valid`,
+    with the closest valid one (a misspelt key would be read as absent): seglake exports
+    and Milvus captures (seglake.milvus.bundledoc)."""
+    for k in d:
+        if k not in valid:
+            raise BundleError(f"{where}: {at} has an unknown key {k!r}{entries.closest(k, valid)}")
+
+
 def _check_sections(doc: dict, where: str) -> None:
     """Every other value of the document has its type and range (an import copies them
     into records and reports, a restore to a time starts its replay from `positions`):
@@ -454,9 +463,7 @@ def _check_sections(doc: dict, where: str) -> None:
             need_int(f"{at}.{k}", v)
 
     def known_keys(at: str, d, valid):
-        for k in d:
-            if k not in valid:
-                raise BundleError(f"{where}: {at} has an unknown key {k!r}{entries.closest(k, valid)}")
+        refuse_unknown_keys(where, at, d, valid)
 
     known_keys("the document", doc, DOC_KEYS)
     known_keys("source", doc["source"], SOURCE_KEYS)
