@@ -153,17 +153,12 @@ def test_policy_dag_unknown_key_refused_by_check_conf(airflow_env, meta, store, 
     assert compaction.get_policy(meta, "a") is None
 
 
-def test_a_target_dropped_between_plan_and_compact_is_skipped_and_the_others_compacted(
-        airflow_env, meta, store, settings, monkeypatch):
-    """Two scheduled collections; the first is dropped and purged by GC after the plan task
-    chose it, before the compact task reaches it (attack-compaction4): the run compacts the
-    other one row-exactly and succeeds, saying the dropped one was skipped -- before, the
-    compact task failed on NotFound and never compacted the second."""
-    from compaction_helpers import Writer, exact, mixed_workload, rows, segments
+def _two_scheduled(meta, store, settings, **policy) -> dict:
+    """Collections a and b (3 partitions, one shard), each with a mixed workload and a
+    scheduled policy that merges them: {name: its Writer}."""
+    from compaction_helpers import Writer, mixed_workload
 
-    from seglake.lifecycle import compaction, drop, gc
-    from seglake.lifecycle.flush import flush_pchannel
-    from wal_helpers import pchannels
+    from seglake.lifecycle import compaction
 
     ws = {}
     for name in ("a", "b"):
@@ -171,7 +166,23 @@ def test_a_target_dropped_between_plan_and_compact_is_skipped_and_the_others_com
         ws[name].create(name, ["_default", "p1", "p2"], shards=1)
         mixed_workload(ws[name], name, 0)
         compaction.set_policy(meta, settings, name, {"min_segment_rows": 1000, "target_rows": 30,
-                                                     "protection": 0}, scheduled=True)
+                                                     "protection": 0, **policy}, scheduled=True)
+    return ws
+
+
+def test_a_target_dropped_between_plan_and_compact_is_skipped_and_the_others_compacted(
+        airflow_env, meta, store, settings, monkeypatch):
+    """Two scheduled collections; the first is dropped and purged by GC after the plan task
+    chose it, before the compact task reaches it (attack-compaction4): the run compacts the
+    other one row-exactly and succeeds, saying the dropped one was skipped -- before, the
+    compact task failed on NotFound and never compacted the second."""
+    from compaction_helpers import exact, rows, segments
+
+    from seglake.lifecycle import drop, gc
+    from seglake.lifecycle.flush import flush_pchannel
+    from wal_helpers import pchannels
+
+    ws = _two_scheduled(meta, store, settings)
     before_b, n_b = exact(meta, store, "b"), len(segments(meta, "b"))
     from seglake.lifecycle.compaction import compacting
     real = compacting.plan
@@ -203,18 +214,12 @@ def test_one_target_failing_in_the_compact_task_does_not_stop_the_others(airflow
     never compacted (the plan task's failures are reported after the others ran, the compact
     task's were not). Now each target on its own: the second is compacted row-exactly, the
     run still fails, naming the first (attack-compaction4)."""
-    from compaction_helpers import Writer, exact, mixed_workload, rows, segments
+    from compaction_helpers import exact, rows, segments
 
     from seglake.lifecycle import compaction
     from seglake.meta.codec import decode, encode
 
-    ws = {}
-    for name in ("a", "b"):
-        ws[name] = Writer(meta, store, settings)
-        ws[name].create(name, ["_default", "p1", "p2"], shards=1)
-        mixed_workload(ws[name], name, 0)
-        compaction.set_policy(meta, settings, name, {"min_segment_rows": 1000, "target_rows": 30,
-                                                     "protection": 0, "l0_age": 3600}, scheduled=True)
+    ws = _two_scheduled(meta, store, settings, l0_age=3600)
     p = compaction.plan(meta, store, "a", compaction.policy_for(meta, settings, "a"))
     u = p.units[0]
     compaction.prepare(meta, meta.catalog.get_by_name("a"), u, 1.0, p.revision)
