@@ -108,6 +108,22 @@ def _fuzz_policy(rng) -> "compaction.Policy":
                   min_segment_bytes=int(rng.choice([0, 0, 10_000])), target_bytes=int(rng.choice([1, 1 << 30])))
 
 
+def _write_step(w, meta, store, settings, pchs, rng, op: str, pks, part: str, v: float) -> bool:
+    """One write step of the fuzzes (insert, upsert, delete in a partition or wide, flush one
+    pchannel): True when `op` is one of them."""
+    if op in ("ins", "ups"):
+        w.insert("fz", pks, part, v, upsert=op == "ups")
+    elif op == "del":
+        w.delete("fz", pks, partition=part)
+    elif op == "wide":
+        w.delete("fz", pks)
+    elif op == "flush1":
+        flush_pchannel(meta, store, pchs[int(rng.integers(0, len(pchs)))], settings, flush_all=True)
+    else:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("seed", [int(x) for x in os.environ.get("ATTACK_FUZZ_SEEDS", "1,2,3,4").split(",")])
 def test_fuzz_partial_flushes_scoped_and_wide_deletes_upserts_compactions_row_exact(meta, store, settings, seed):
     """Random acknowledged writes (inserts, upserts, scoped and collection-wide deletes of a
@@ -131,16 +147,8 @@ def test_fuzz_partial_flushes_scoped_and_wide_deletes_upserts_compactions_row_ex
         pks = sorted({int(x) for x in rng.integers(0, 24, size=int(rng.integers(1, 6)))})
         part = str(rng.choice(parts))
         v = float(step)
-        if op == "ins":
-            w.insert("fz", pks, part, v)
-        elif op == "ups":
-            w.insert("fz", pks, part, v, upsert=True)
-        elif op == "del":
-            w.delete("fz", pks, partition=part)
-        elif op == "wide":
-            w.delete("fz", pks)
-        elif op == "flush1":
-            flush_pchannel(meta, store, pchs[int(rng.integers(0, len(pchs)))], settings, flush_all=True)
+        if _write_step(w, meta, store, settings, pchs, rng, op, pks, part, v):
+            pass
         elif op == "compact":
             before = exact(meta, store, "fz")     # what the Flushed segments show (the WAL's tail is not read)
             s = compaction.compact(meta, store, "fz", _fuzz_policy(rng))
@@ -238,14 +246,8 @@ def test_fuzz_snapshots_pins_drops_restores_of_a_collection_compacted_and_gc_d_b
                          "snap", "pin", "unpin", "dropsnap", "restore"])
         pks = sorted({int(x) for x in rng.integers(0, 24, size=int(rng.integers(1, 6)))})
         part, v = str(rng.choice(parts)), float(step)
-        if op in ("ins", "ups"):
-            w.insert("fz", pks, part, v, upsert=op == "ups")
-        elif op == "del":
-            w.delete("fz", pks, partition=part)
-        elif op == "wide":
-            w.delete("fz", pks)
-        elif op == "flush1":
-            flush_pchannel(meta, store, pchs[int(rng.integers(0, len(pchs)))], settings, flush_all=True)
+        if _write_step(w, meta, store, settings, pchs, rng, op, pks, part, v):
+            pass
         elif op == "compact":
             before = exact(meta, store, "fz")
             s = compaction.compact(meta, store, "fz", _fuzz_policy(rng))
