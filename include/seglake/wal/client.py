@@ -52,7 +52,7 @@ from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
-from seglake.wal.producers import (CALL_BITS, CLOCK_BASE, MAX_CALL, Holder, ProducerFenced, call_at, clock_call, future_call,
+from seglake.wal.producers import (CALL_BITS, MAX_CALL, Holder, ProducerFenced, call_at, clock_call, future_call,
                                    now_ms)
 from seglake.wal.writer import Retry, WalWriter, _valid_pid
 
