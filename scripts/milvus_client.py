@@ -4,7 +4,7 @@ import pymilvus). The test helpers (tests/milvus) run it as a subprocess.
 
 Input: JSON on stdin {"address": "127.0.0.1:PORT", "ops": [...]}; output: JSON on stdout, one
 result per op. Or a session: a first line {"address", "session": true, ...}, then one line
-{"ops": [...]} per call, answered by one line each (the restore ops and `version`; serve()). Ops:
+{"ops": [...]} per call, answered by one line each (every op below; serve()). Ops:
   {"op": "create", "name", "partitions": [..], "shards": 2, "dim": 2}
       pk INT64 primary (auto_id off), v FLOAT, vec FLOAT_VECTOR(dim)
   {"op": "insert", "name", "partition", "pks": [..]}        v = pk / 10, vec = [pk, v, ..]
@@ -226,19 +226,95 @@ def serve(req: dict) -> int:
 
 
 def one_op(op: dict):
-    """One op of RESTORE_OPS or `version` (what a session serves)."""
+    """One op: a restore op, `version`, or one of the test helpers' toy-schema ops (all are
+    served in a session and in a one-shot run alike)."""
     from pymilvus import utility
 
     if op["op"] in RESTORE_OPS:
         return restore_op(op)
     if op["op"] == "version":
         return {"version": utility.get_server_version()}
-    raise SystemExit(f"op {op['op']!r} is not served in a session")
+    return toy_op(op)
+
+
+def toy_op(op: dict):
+    """The toy schema's ops of the module docstring (test helpers and benchmarks)."""
+    from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, utility
+
+    kind = op["op"]
+    name = op["name"]
+    if kind == "create":
+        dim = op.get("dim", 2)
+        schema = CollectionSchema([
+            FieldSchema("pk", DataType.INT64, is_primary=True, auto_id=False),
+            FieldSchema("v", DataType.FLOAT),
+            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=dim)])
+        coll = Collection(name, schema, shards_num=op.get("shards", 2))
+        for p in op.get("partitions", []):
+            coll.create_partition(p)
+        return {"created": name}
+    if kind == "insert":
+        coll = Collection(name)
+        pks = [int(p) for p in op["pks"]]
+        dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
+        if op.get("random_vectors"):   # incompressible vectors (benchmarks), seeded by the first pk
+            import numpy as np
+            vecs = np.random.default_rng(pks[0] if pks else 0).random((len(pks), dim), dtype=np.float32).tolist()
+        else:
+            vecs = [[float(p)] + [p / 10] * (dim - 1) for p in pks]
+        rows = [pks, [p / 10 for p in pks], vecs]
+        mr = coll.insert(rows, partition_name=op.get("partition"))
+        return {"insert_count": int(mr.insert_count)}
+    if kind == "delete":
+        mr = Collection(name).delete(f"pk in [{', '.join(str(int(p)) for p in op['pks'])}]")
+        return {"delete_count": int(mr.delete_count)}
+    if kind == "flush":
+        Collection(name).flush()
+        return {"flushed": name}
+    if kind == "count":
+        coll = Collection(name)
+        if not coll.has_index():
+            coll.create_index("vec", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
+        coll.load()
+        res = coll.query(expr="", output_fields=["count(*)"], consistency_level="Strong")
+        return {"count": int(res[0]["count(*)"])}
+    if kind == "upsert":
+        coll = Collection(name)
+        pks = [int(p) for p in op["pks"]]
+        dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
+        rows = [pks, [p / 10 + 1000 for p in pks], [[float(p) + 0.5] + [p / 10] * (dim - 1) for p in pks]]
+        mr = coll.upsert(rows, partition_name=op.get("partition"))
+        return {"upsert_count": int(mr.upsert_count)}
+    if kind == "index":
+        coll = Collection(name)
+        coll.create_index("vec", {"index_type": op.get("type", "HNSW"), "metric_type": "L2",
+                                  "params": op.get("params", {"M": 8, "efConstruction": 64})})
+        utility.wait_for_index_building_complete(name, timeout=120)
+        return {"indexed": name}
+    if kind == "pks":      # every visible pk (Strong), sorted; the collection is loaded first
+        coll = Collection(name)
+        coll.load()
+        it, pks = 0, []
+        while True:
+            res = coll.query(expr=f"pk >= {it}", output_fields=["pk"], limit=16384, consistency_level="Strong")
+            if not res:
+                break
+            got = sorted(int(r["pk"]) for r in res)
+            pks.extend(got)
+            it = got[-1] + 1
+        return {"pks": pks}
+    if kind == "release":
+        Collection(name).release()
+        return {"released": name}
+    if kind == "describe":
+        coll = Collection(name)
+        desc = coll.describe()
+        return {"id": int(desc["collection_id"]), "partitions": [p.name for p in coll.partitions]}
+    raise SystemExit(f"unknown op {kind!r}")
 
 
 def run(req: dict) -> int:
-    from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, connections,
-                          utility)
+    from pymilvus import connections
 
     try:
         connections.connect(alias="default", uri=f"http://{req['address']}", timeout=req.get("connect_timeout", 30),
@@ -251,90 +327,13 @@ def run(req: dict) -> int:
         return 3
     out = []
     for op in req["ops"]:
-        kind = op["op"]
-        if kind in RESTORE_OPS:
-            try:
-                out.append(restore_op(op))
-            except Exception as e:  # noqa: BLE001
-                if not req.get("errors_as_data"):
-                    raise
-                json.dump({"error": f"{type(e).__name__}: {str(e)[:1000]}", "op": len(out), "done": out}, sys.stdout)
-                return 3
-            continue
-        if kind == "version":
-            out.append({"version": utility.get_server_version()})
-            continue
-        name = op["name"]
-        if kind == "create":
-            dim = op.get("dim", 2)
-            schema = CollectionSchema([
-                FieldSchema("pk", DataType.INT64, is_primary=True, auto_id=False),
-                FieldSchema("v", DataType.FLOAT),
-                FieldSchema("vec", DataType.FLOAT_VECTOR, dim=dim)])
-            coll = Collection(name, schema, shards_num=op.get("shards", 2))
-            for p in op.get("partitions", []):
-                coll.create_partition(p)
-            out.append({"created": name})
-        elif kind == "insert":
-            coll = Collection(name)
-            pks = [int(p) for p in op["pks"]]
-            dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
-            if op.get("random_vectors"):   # incompressible vectors (benchmarks), seeded by the first pk
-                import numpy as np
-                vecs = np.random.default_rng(pks[0] if pks else 0).random((len(pks), dim), dtype=np.float32).tolist()
-            else:
-                vecs = [[float(p)] + [p / 10] * (dim - 1) for p in pks]
-            rows = [pks, [p / 10 for p in pks], vecs]
-            mr = coll.insert(rows, partition_name=op.get("partition"))
-            out.append({"insert_count": int(mr.insert_count)})
-        elif kind == "delete":
-            mr = Collection(name).delete(f"pk in [{', '.join(str(int(p)) for p in op['pks'])}]")
-            out.append({"delete_count": int(mr.delete_count)})
-        elif kind == "flush":
-            Collection(name).flush()
-            out.append({"flushed": name})
-        elif kind == "count":
-            coll = Collection(name)
-            if not coll.has_index():
-                coll.create_index("vec", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
-            coll.load()
-            res = coll.query(expr="", output_fields=["count(*)"], consistency_level="Strong")
-            out.append({"count": int(res[0]["count(*)"])})
-        elif kind == "upsert":
-            coll = Collection(name)
-            pks = [int(p) for p in op["pks"]]
-            dim = next(f.params["dim"] for f in coll.schema.fields if f.name == "vec")
-            rows = [pks, [p / 10 + 1000 for p in pks], [[float(p) + 0.5] + [p / 10] * (dim - 1) for p in pks]]
-            mr = coll.upsert(rows, partition_name=op.get("partition"))
-            out.append({"upsert_count": int(mr.upsert_count)})
-        elif kind == "index":
-            coll = Collection(name)
-            coll.create_index("vec", {"index_type": op.get("type", "HNSW"), "metric_type": "L2",
-                                      "params": op.get("params", {"M": 8, "efConstruction": 64})})
-            utility.wait_for_index_building_complete(name, timeout=120)
-            out.append({"indexed": name})
-        elif kind == "pks":      # every visible pk (Strong), sorted; the collection is loaded first
-            coll = Collection(name)
-            coll.load()
-            it, pks = 0, []
-            while True:
-                res = coll.query(expr=f"pk >= {it}", output_fields=["pk"], limit=16384, consistency_level="Strong")
-                if not res:
-                    break
-                got = sorted(int(r["pk"]) for r in res)
-                pks.extend(got)
-                it = got[-1] + 1
-            out.append({"pks": pks})
-        elif kind == "release":
-            Collection(name).release()
-            out.append({"released": name})
-        elif kind == "describe":
-            coll = Collection(name)
-            desc = coll.describe()
-            out.append({"id": int(desc["collection_id"]),
-                         "partitions": [p.name for p in coll.partitions]})
-        else:
-            raise SystemExit(f"unknown op {kind!r}")
+        try:
+            out.append(one_op(op))
+        except Exception as e:  # noqa: BLE001
+            if not req.get("errors_as_data"):
+                raise
+            json.dump({"error": f"{type(e).__name__}: {str(e)[:1000]}", "op": len(out), "done": out}, sys.stdout)
+            return 3
     json.dump(out, sys.stdout)
     connections.disconnect("default")
     return 0

@@ -8,16 +8,20 @@ scripts/milvus_venv.sh cannot make one).
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
+from bundle_helper import milvus_client  # noqa: F401 - the tests' Milvus ops (one session per address)
 
-REPO = Path(__file__).resolve().parents[2]
 MILVUS_BUCKET = "milvus-test"
+# The test servers' settings: the query coordinator's loops run 5x as often as by default
+# (a load, a handoff after a flush: seconds of waiting each); nothing that decides which rows
+# are visible. Their stop gives up its graceful part after 1 s (GRACEFUL_S: throwaway servers;
+# tests/milvus/test_milvus_server.py stops its own with the default).
+TEST_CONFIG = {"queryCoord.checkInterval": "200", "queryCoord.distPullInterval": "100",
+               "queryCoord.checkHandoffInterval": "1000"}
+GRACEFUL_S = 1
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +49,8 @@ def milvus_server(milvus_python, etcd_server, s3_server, tmp_path_factory):
     server = MilvusServer(state_dir=tmp_path_factory.mktemp("milvus"),
                           etcd_endpoint=etcd_server.endpoint,
                           etcd_root=f"milvus-{uuid.uuid4().hex[:8]}",
-                          s3=s3_target(s3_server, f"files-{uuid.uuid4().hex[:8]}"))
+                          s3=s3_target(s3_server, f"files-{uuid.uuid4().hex[:8]}"), config=TEST_CONFIG,
+                          graceful_stop=GRACEFUL_S)
     t0 = time.time()
     server.prepare()
     prepare_s = time.time() - t0
@@ -70,23 +75,14 @@ def own_milvus(etcd_server, s3_server, tmp_path_factory, bucket: str, tag: str):
                           etcd_root=f"milvus-{root}",
                           s3=S3Target(endpoint=s3_server.endpoint, bucket=bucket, root_path=f"files-{root}",
                                       access_key=s3_server.access_key, secret_key=s3_server.secret_key),
-                          config={"dataCoord.compaction.enableAutoCompaction": "false"})
+                          config={**TEST_CONFIG, "dataCoord.compaction.enableAutoCompaction": "false"},
+                          graceful_stop=GRACEFUL_S)
     server.prepare()
     server.start(timeout=120)
     try:
         yield server
     finally:
         server.stop()
-
-
-def milvus_client(python, address: str, *ops: dict, timeout: float = 120) -> list:
-    """Run ops (scripts/milvus_client.py) through pymilvus in the Milvus venv."""
-    r = subprocess.run([str(python), str(REPO / "scripts" / "milvus_client.py")],
-                       input=json.dumps({"address": address, "ops": list(ops)}),
-                       capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise AssertionError(f"milvus_client failed ({r.returncode}): {r.stderr[-3000:]}")
-    return json.loads(r.stdout)
 
 
 @pytest.fixture

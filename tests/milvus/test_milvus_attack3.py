@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from bundle_helper import capture, pyrun, s3_client
+from bundle_helper import SessionClient, capture, pyrun, s3_client
 from seglake import faults
 from seglake.errors import SeglakeError
 from seglake.lifecycle.backup import bundle as bundles
@@ -21,7 +21,6 @@ from seglake.lifecycle.backup import verify as verifies
 from seglake.meta.kv import KV
 from seglake.milvus import bundledoc, restore
 from seglake.milvus import capture as captures
-from seglake.milvus.client import MilvusClient
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
 
@@ -143,7 +142,7 @@ def test_a_target_bucket_that_cannot_be_read_writes_nothing_on_either_side(env, 
     src = f"src_{uuid.uuid4().hex[:8]}"
     _small(pm, src, n=30)
     capture(milvus_server, s3_server, backup, src)
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     s3 = s3_client(s3_server)
     before = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=milvus_server.s3.bucket)
               for o in page.get("Contents", []) if "seglake-restore" in o["Key"]}
@@ -181,7 +180,7 @@ def test_a_killed_restore_rerun_with_another_staging_prefix(env, pm, milvus_serv
     with faults.inject("milvus_restore.after_submit", at=1):
         with pytest.raises(faults.InjectedFault):
             restore.run(kv, keys, backup, target_of(milvus_server, s3_server), req)
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     assert len(c.one({"op": "list_imports", "name": new})) == 1
     with pytest.raises(SeglakeError, match="staging") as e:
         restore.run(kv, keys, backup, target_of(milvus_server, s3_server, staging="other-stage"), req)
@@ -230,7 +229,7 @@ def test_verify_finds_a_restore_made_wrong_with_its_count_right(env, pm, milvus_
     c.delete("pk in [{moved}]", partition_name="p1")
     c.insert([[{moved}], [{moved} / 4], [[{moved}.0, 1.0]]])
     """)
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     assert c.one({"op": "count_loaded", "name": new})["count"] == 57
     got = restore.verify(c, backup, restore.read_bundle(backup, req), plan, req)
     print(f"\nVERIFY of the tampered restore: {got}")

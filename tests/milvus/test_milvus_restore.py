@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from bundle_helper import capture, s3_client
+from bundle_helper import SessionClient, capture, s3_client
 from seglake.errors import Conflict
 from seglake.meta.kv import KV
 from seglake.milvus import restore
-from seglake.milvus.client import MilvusClient, MilvusUnreachable
+from seglake.milvus.client import MilvusUnreachable
 from seglake.storage.local import LocalStore
 
 pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
@@ -81,7 +81,7 @@ def test_round_trip_same_server(env, milvus, milvus_server, s3_server):
     # 230 inserted - 5 deleted; upserts replace
     assert report["count"] == report["visible_rows"] == 225 and report["sampled"] == 50
 
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     c.one({"op": "load", "name": src})
     a, b = all_rows(c, src), all_rows(c, new)
     assert len(a) == 225 and a == b                       # row by row, every field
@@ -144,7 +144,7 @@ def test_sigkill_mid_import_then_rerun_converges(env, milvus, milvus_server, s3_
     req = restore.Request(db="default", collection=src, bundle="b1", name=new, sample=20, poll=0.5)
     r = _run_killed(milvus_server, s3_server, etcd_server, kv, backup, req, fault)
     assert r.returncode == -9, r.stderr[-2000:]
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     before = c.one({"op": "list_imports", "name": new})
     print(f"\nKILLED at {fault}: {len(before)} import task(s) in Milvus of {len(doc['segments'])} segments")
     if point == "after_submit":   # the k-th import is in Milvus, its id not in etcd
@@ -171,7 +171,7 @@ def test_bad_input_refused_before_anything_is_created(env, milvus, milvus_server
            {"op": "insert", "name": src, "partition": "p1", "pks": list(range(0, 30))},
            {"op": "flush", "name": src})
     doc = capture(milvus_server, s3_server, backup, src)
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     target = target_of(milvus_server, s3_server)
 
     def nothing_created(name):
@@ -243,7 +243,7 @@ def test_round_trip_into_a_second_fresh_server(env, milvus, milvus_server, s3_se
                              restore.Request(db="default", collection=src, bundle="b1", name=new, sample=50, poll=0.5))
         print("\nRESTORE second server", {k: v for k, v in report.items() if k != "problems"})
         assert report["state"] == "verified" and report["ok"] and report["count"] == 225
-        c1, c2 = MilvusClient(milvus_server.address), MilvusClient(other.address)
+        c1, c2 = SessionClient(milvus_server.address), SessionClient(other.address)
         c1.one({"op": "load", "name": src})
         a, b = all_rows(c1, src), all_rows(c2, new)
         assert len(a) == 225 and a == b

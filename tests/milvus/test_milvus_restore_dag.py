@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bundle_helper import capture
-from seglake.milvus.client import MilvusClient
+from bundle_helper import SessionClient, capture
 from seglake.storage.local import LocalStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +45,7 @@ def test_dag_restores_from_a_connection(airflow_env, milvus, milvus_server, s3_s
     run = load_dag("milvus_restore").test(run_conf={"collection": src, "bundle": "b1", "name": new,
                                                      "milvus_conn_id": "milvus_target", "sample": 10})
     assert run.state == "success", task_states(run)
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     assert c.one({"op": "count_loaded", "name": new})["count"] == 68
     out, err = capfd.readouterr()
     assert s3_server.secret_key not in out + err
@@ -76,7 +75,7 @@ def test_cli_restores_with_secrets_from_the_environment(settings, milvus, milvus
     # the same command again: resumes to the same verified state, nothing imported again
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and json.loads(r.stdout)["state"] == "verified"
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     assert len(c.one({"op": "list_imports", "name": new})) == rep["segments"]
     # the name is taken now: a clear error, exit 2
     r = subprocess.run(argv[:7] + [src] + argv[8:], env=env, capture_output=True, text=True, timeout=600)

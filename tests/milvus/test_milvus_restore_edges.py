@@ -15,13 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from bundle_helper import SessionClient
 from seglake import visibility
 from seglake.lifecycle import snapshot
 from seglake.lifecycle.backup import export as exports
 from seglake.meta.kv import KV
 from seglake.meta.segments import FLUSHED, Segment
 from seglake.milvus import restore
-from seglake.milvus.client import MilvusClient
 from seglake.segfiles import log_ids_needed, write_segment_files
 from seglake.storage.local import LocalStore
 from seglake.wal.message import arrow_schema
@@ -167,7 +167,7 @@ def test_row_model_edges_restored_exactly(env, meta, store, milvus_server, s3_se
     report = _restore(env, milvus_server, s3_server, meta, store, src, new)
     assert report["state"] == "verified" and report["ok"], report["problems"]
     assert report["count"] == report["visible_rows"] == 12
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     same_rows(milvus_view(c, new, fields), want)
 
     # a delete issued in Milvus after the restore hides the restored rows: Milvus stamps
@@ -208,7 +208,7 @@ def test_schema_edges_restored_exactly(env, meta, store, milvus_server, s3_serve
     report = _restore(env, milvus_server, s3_server, meta, store, src, new)
     assert report["state"] == "verified" and report["ok"], report["problems"]
     fields = ["pk", "v", "b", "i8", "i16", "i32", "i64", "f", "d", "s"]
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     got = c.one({"op": "query", "name": new, "expr": "pk < 0 || pk >= 0", "output_fields": fields, "limit": 100})
     got = {r["pk"]: r for r in got}
     assert sorted(got) == sorted(pks)
@@ -229,7 +229,7 @@ def test_an_empty_collection_and_an_empty_partition(env, meta, store, milvus_ser
                         partitions=["_default", "p_empty"], shards=1)
     report = _restore(env, milvus_server, s3_server, meta, store, src, new)
     assert report["state"] == "verified" and report["ok"] and report["count"] == 0, report
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     assert set(c.one({"op": "schema", "name": new})["partitions"]) == {"_default", "p_empty"}
 
 
@@ -250,7 +250,7 @@ def test_a_capture_with_a_pk_inserted_twice_restores_and_verifies(env, milvus, m
                          restore.Request(db="default", collection=src, bundle="b1", name=new, sample=20, poll=0.5))
     assert report["state"] == "verified" and report["ok"], report["problems"]
     assert report["count"] == report["visible_rows"] == 22 and report["sampled"] == 20
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     got = c.one({"op": "query", "name": new, "expr": "pk >= 0", "output_fields": ["pk", "v"], "limit": 100})
     assert sorted(set(r["pk"] for r in got)) == list(range(20))
 
@@ -335,7 +335,7 @@ def test_compacted_then_restored_in_seglake_then_restored_into_milvus(env, meta,
     assert seglake_view(meta, store, mid, fields) == want
     report = _restore(env, milvus_server, s3_server, meta, store, mid, new)
     assert report["state"] == "verified" and report["ok"], report["problems"]
-    same_rows(milvus_view(MilvusClient(milvus_server.address), new, fields), want)
+    same_rows(milvus_view(SessionClient(milvus_server.address), new, fields), want)
 
 
 @pytest.mark.parametrize("bad", [{"bucket": ""}, {"bucket": "Bad_Bucket"}, {"staging": "a/../b"}, {"staging": ""},
@@ -356,5 +356,5 @@ def test_a_bad_bucket_or_staging_prefix_is_refused_before_any_write(env, meta, s
     target = dataclasses.replace(target_of(milvus_server, s3_server), **bad)
     with pytest.raises(ValidationError, match="bucket|staging"):
         restore.run(kv, keys, backup, target, restore.Request(db="default", collection=src, bundle="e1", name=new))
-    assert not MilvusClient(milvus_server.address).one({"op": "has", "name": new})["exists"]
+    assert not SessionClient(milvus_server.address).one({"op": "has", "name": new})["exists"]
     assert list(kv.range(keys.prefix)) == []

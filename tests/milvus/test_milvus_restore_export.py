@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from bundle_helper import pyrun, s3_client
+from bundle_helper import SessionClient, pyrun, s3_client
 from seglake import visibility
 from seglake.dev import demo
 from seglake.lifecycle import snapshot
@@ -23,7 +23,6 @@ from seglake.lifecycle.backup import export as exports
 from seglake.meta.kv import KV
 from seglake.meta.segments import FLUSHED, Segment
 from seglake.milvus import binlog, convert, restore
-from seglake.milvus.client import MilvusClient
 from seglake.segfiles import log_ids_needed, write_segment_files
 from seglake.storage.local import LocalStore
 from seglake.wal.message import arrow_schema
@@ -134,7 +133,7 @@ def test_a_seglake_export_restored_into_milvus_has_seglakes_visible_rows(env, me
     assert report["state"] == "verified" and report["ok"], report["problems"]
     assert report["count"] == report["visible_rows"] == len(want) and report["sampled"] == 40
 
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     got = _milvus_rows(c, new)
     assert got == want                                        # row by row: pk, vector, price
     u_row = next(r for r in got if r[0] == case["u"])
@@ -200,7 +199,7 @@ def test_a_field_milvus_cannot_take_is_refused_naming_it(env, meta, store, milvu
     with pytest.raises(Exception, match="field 'price'.*'Float16Vector'"):
         restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
                     restore.Request(db="default", collection=src, bundle="bad", name=new))
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     assert not c.one({"op": "has", "name": new})["exists"]
     assert list(kv.range(keys.prefix)) == []
     rid = restore.restore_id(target_of(milvus_server, s3_server), restore.Request("default", src, "bad", new))
@@ -245,7 +244,7 @@ print(restore.run(kv, kv.marker_keys, LocalStore(s["backup"]), t, restore.Reques
                        timeout=600, env=dict(os.environ, SEGLAKE_FAULTS=fault,
                                              PYTHONPATH=f"{repo / 'include'}:{os.environ.get('PYTHONPATH', '')}"))
     assert r.returncode == -9, r.stderr[-2000:]
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     before = c.one({"op": "list_imports", "name": new})
     assert len(before) == (3 if "after_submit" in fault else 0)
     report = restore.run(kv, keys, backup, target_of(milvus_server, s3_server), req)

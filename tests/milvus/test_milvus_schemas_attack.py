@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from bundle_helper import capture, pyrun, s3_client
+from bundle_helper import SessionClient, capture, pyrun, s3_client
 from seglake.meta.kv import KV
 from seglake.milvus import restore
 from seglake.storage.local import LocalStore
@@ -171,10 +171,9 @@ def test_auto_id_binary_vector_bin_ivf_flat(env, pm, milvus_server, s3_server):
 
 
 def _nothing_written(env, milvus_server, s3_server, name):
-    from seglake.milvus.client import MilvusClient
-
+    
     kv, keys, _ = env
-    assert not MilvusClient(milvus_server.address).one({"op": "has", "name": name})["exists"]
+    assert not SessionClient(milvus_server.address).one({"op": "has", "name": name})["exists"]
     assert list(kv.range(keys.prefix)) == []
     rid = restore.restore_id(target_of(milvus_server, s3_server), restore.Request("default", "x", "b1", name))
     left = s3_client(s3_server).list_objects_v2(Bucket=milvus_server.s3.bucket, Prefix=f"seglake-restore/{rid}/")
@@ -450,8 +449,7 @@ def test_a_rerun_adopts_a_dynamic_partition_key_collection_it_made(env, pm, milv
     """The resume path of the new create call: a run killed after Milvus made the collection
     re-reads it (`_adopt`: fields without `$meta`, the dynamic flag, the `_default_i`
     partitions) and takes it as its own; a re-run of a verified restore imports nothing."""
-    from seglake.milvus.client import MilvusClient
-
+    
     kv, keys, backup = env
     src, new = f"dk_{uuid.uuid4().hex[:8]}", f"r_{uuid.uuid4().hex[:10]}"
     pm(f"""
@@ -470,7 +468,7 @@ def test_a_rerun_adopts_a_dynamic_partition_key_collection_it_made(env, pm, milv
     rec = restore.Records(kv, keys, plan["rid"])
     rec.create({"v": 1, "state": "creating", "bundle_uid": plan["uid"], "bundle": f"default.{src}/b1",
                 "name": new, "target": target.describe(), "created_at": 0})
-    c = MilvusClient(milvus_server.address)
+    c = SessionClient(milvus_server.address)
     c.one({"op": "create_full", "name": new, "schema": plan["schema"], "shards": plan["shards"], "partitions": [],
            "num_partitions": len(plan["partitions"]), "consistency_level": plan["consistency_level"],
            "properties": plan["properties"]})               # what the killed run had done
