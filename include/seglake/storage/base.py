@@ -127,6 +127,11 @@ class Store(abc.ABC):
     def open_read(self, key: str) -> BinaryIO:
         """A seekable binary reader (for Parquet footers)."""
 
+    def read_upto(self, key: str, n: int) -> bytes:
+        """The object's first `n` bytes (all of it when it is shorter)."""
+        with self.open_read(key) as f:
+            return f.read(n)
+
     @abc.abstractmethod
     def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         """One level under `prefix`: (child prefixes ending in '/', objects directly there).

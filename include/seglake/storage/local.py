@@ -28,6 +28,7 @@ import errno
 import itertools
 import os
 import stat
+import sys
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -94,6 +95,11 @@ class LocalStore(Store):
             if e.errno == errno.ENOTDIR and os.path.islink(self.uri):
                 e = OSError(errno.ELOOP, "symlink")
             raise _path_error(e, key, op, [], self.uri) from None
+        if parts and _OPENAT2 is not None:  # the whole walk in one call, same refusals
+            nfd = _openat2(fd, "/".join(parts), _DIR_FLAGS)
+            if nfd >= 0:
+                os.close(fd)
+                return nfd
         i = 0
         try:
             for i, name in enumerate(parts):
@@ -120,14 +126,26 @@ class LocalStore(Store):
 
     def _open_file(self, key: str, op: str = "read") -> int:
         """A read-only descriptor of the regular file `key` (no symlink at any level)."""
-        parts, name = self._split(key)
-        dfd = self._open_dir(parts, key, op)
-        try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
-        except OSError as e:
-            raise _path_error(e, key, op, [*parts, name], self.uri) from None
-        finally:
-            os.close(dfd)
+        fd = -1
+        if _OPENAT2 is not None:  # root, then the whole path in one call; any failure: the walk says why
+            try:
+                rfd = os.open(self.uri, _DIR_FLAGS)
+            except OSError:
+                pass
+            else:
+                try:
+                    fd = _openat2(rfd, normalize_key(key), _READ_FLAGS)
+                finally:
+                    os.close(rfd)
+        if fd < 0:
+            parts, name = self._split(key)
+            dfd = self._open_dir(parts, key, op)
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
+            except OSError as e:
+                raise _path_error(e, key, op, [*parts, name], self.uri) from None
+            finally:
+                os.close(dfd)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise NotFound(f"object {key!r} not found in {self.uri}")
@@ -221,6 +239,19 @@ class LocalStore(Store):
     def open_read(self, key: str, buffering: int = -1) -> BinaryIO:
         """A reader of the regular file `key` (buffering=0: unbuffered, as open())."""
         return open(self._open_file(key, "read"), "rb", buffering=buffering)
+
+    def read_upto(self, key: str, n: int) -> bytes:
+        """The file's first `n` bytes, read from its descriptor (no buffered reader per
+        file: a small file's read costs less than setting one up)."""
+        fd = self._open_file(key, "read")
+        try:
+            parts = []
+            while n > 0 and (chunk := os.read(fd, n)):
+                parts.append(chunk)
+                n -= len(chunk)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        finally:
+            os.close(fd)
 
     # -- durable writes ------------------------------------------------------------------
     def _sync_dir(self, dfd: int, parts: list[str]) -> None:
@@ -663,6 +694,54 @@ def _sendfile_all(src: int, dst: int, size: int) -> None:
         off += n
 
 
+def _openat2_call():
+    """openat2(2) with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_BENEATH, where the
+    kernel has it (Linux >= 5.6): the no-follow walk of a key in one system call, refusing
+    exactly what the walk refuses (a symlink at any level, the last one included, with
+    O_NOFOLLOW) -- the walk opens and closes a descriptor per directory level, ~20 us for a
+    segment file's 6 levels against ~4 us. None where it is missing (or filtered: ENOSYS,
+    EPERM): the walk alone then."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        class How(ctypes.Structure):
+            _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.syscall
+        call.restype = ctypes.c_long
+        call.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+    except (OSError, AttributeError, ImportError):
+        return None
+    hows = {flags: How(flags, 0, 0x02 | 0x04 | 0x08) for flags in (_DIR_FLAGS, _READ_FLAGS)}
+
+    def openat2(dir_fd: int, path: str, flags: int) -> int:
+        """A descriptor, or -1 when the call failed for any reason (the caller walks)."""
+        how = hows[flags]
+        fd = call(437, dir_fd, os.fsencode(path), ctypes.addressof(how), 24)   # SYS_openat2, every arch
+        if fd < 0 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG):
+            global _OPENAT2
+            _OPENAT2 = None   # not available here (old kernel, seccomp): the walk from now on
+        return int(fd)
+    try:
+        fd = os.open("/", _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        probe = call(437, fd, b".", ctypes.addressof(hows[_DIR_FLAGS]), 24)
+    finally:
+        os.close(fd)
+    if probe < 0:
+        return None
+    os.close(probe)
+    return openat2
+
+
+def _openat2(dir_fd: int, path: str, flags: int) -> int:
+    return _OPENAT2(dir_fd, path, flags) if _OPENAT2 is not None else -1
+
+
 def _is_symlink(name: str, dir_fd: int) -> bool:
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
@@ -683,3 +762,6 @@ def _path_error(e: OSError, key: str, op: str, parts: list[str], root: str) -> E
     if e.errno == errno.EISDIR or (e.errno == errno.ENOTDIR and op == "write"):
         return SeglakeError(f"cannot {op} {key!r} in {root}: {where!r} is in the way ({e.strerror})")
     return e
+
+
+_OPENAT2 = _openat2_call()

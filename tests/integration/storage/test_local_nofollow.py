@@ -15,6 +15,19 @@ from seglake.wal.log import put_exclusive
 SECRET = b"outside the store"
 
 
+@pytest.fixture(autouse=True, params=["openat2", "walk"])
+def resolver(request, monkeypatch):
+    """Every case twice: through openat2 (one call for the whole path, where the kernel has
+    it) and through the component-by-component walk alone (older kernels, seccomp)."""
+    from seglake.storage import local
+
+    if request.param == "walk":
+        monkeypatch.setattr(local, "_OPENAT2", None)
+    elif local._OPENAT2 is None:
+        pytest.skip("openat2 is not available on this kernel")
+    return request.param
+
+
 @pytest.fixture
 def swapped(tmp_path):
     """(store, outside dir): `a/b` was a real directory of the store, now a symlink to

@@ -118,6 +118,9 @@ def has_content(store: Store, key: str, sha256_hex: str, size: int, listed=None)
 
 def read_small(store: Store, key: str, size: int) -> bytes:
     """A small object's bytes, read once (at most size + 1: a file that grew is noticed)."""
+    read_upto = getattr(store, "read_upto", None)   # a Store's; a reader with open_read alone reads through it
+    if read_upto is not None:
+        return read_upto(key, size + 1)
     with store.open_read(key) as f:
         return f.read(size + 1)
 

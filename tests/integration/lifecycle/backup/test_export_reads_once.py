@@ -22,12 +22,17 @@ def test_every_source_file_is_read_once_small_or_big(meta, store, tmp_path, monk
     snapshot.create(meta, store, "once", "s1")
     monkeypatch.setattr(bundles, "SMALL", 256)      # most files take the big-file path
     reads = collections.Counter()
-    real_open = type(store).open_read
+    real_open, real_upto = type(store).open_read, type(store).read_upto
 
     def counting_open(self, key, *a, **kw):
         reads[key] += 1
         return real_open(self, key, *a, **kw)
+
+    def counting_upto(self, key, *a, **kw):
+        reads[key] += 1
+        return real_upto(self, key, *a, **kw)
     monkeypatch.setattr(type(store), "open_read", counting_open)
+    monkeypatch.setattr(type(store), "read_upto", counting_upto)
     target = LocalStore(tmp_path / "backup")
     rep = exports.export(meta, store, target, "once", "s1", **quiet)
     monkeypatch.undo()
