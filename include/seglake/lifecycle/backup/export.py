@@ -228,6 +228,9 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
         files[path] = {"size": size, "tag": source_tag(info)}
 
     known = bundles.known_files(target, db, collection)
+    from seglake.lifecycle.backup import prune
+    mark = prune.sweep_mark(target)                         # read before the running check, both before the listing
+    quiet = None if prune.sweep_running(target) else mark   # not None: no sweep ran during the listing below
     listed = bundles.blob_tags(target)                       # sha -> (size, data tag) as listed now
     present = {sha: size for sha, (size, _) in listed.items()}
     vouched = {}                  # path -> sha256 an earlier bundle lists for this key, size and tag
@@ -381,7 +384,7 @@ def _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps,
     if schedule:
         out_doc["made_by"] = MADE_BY_SCHEDULE
     raw = bundles.write_doc(target, out_doc)
-    restored = _ensure_present(store, target, files, say)
+    restored = _ensure_present(store, target, files, say, quiet)
     out_doc = _commit(target, out_doc, raw)
     finished = time.time()
     el = max(1e-9, finished - (prog.first or finished))
@@ -415,18 +418,25 @@ def _data_tags(target: Store, written: dict) -> dict[str, tuple[int, str]]:
     return out
 
 
-def _ensure_present(store: Store, target: Store, files: dict[str, dict], say) -> int:
+def _ensure_present(store: Store, target: Store, files: dict[str, dict], say, quiet: bytes | None = None) -> int:
     """Right before the commit marker (bundle.json already written): wait while a sweep of
     the target runs, then check every data file the bundle lists is there and copy back
-    any that is not (a sweep that ran before our bundle.json existed). Returns how many."""
+    any that is not (a sweep that ran before our bundle.json existed). Returns how many.
+    `quiet`: the sweep mark read before the export listed the target, when no sweep was
+    running then; if it is still the mark now (no sweep started since, none runs), every
+    data file the export found listed or wrote is there -- only a sweep deletes data
+    files -- and the target is not listed again."""
     from seglake.lifecycle.backup import prune
 
     deadline = time.time() + SWEEP_WAIT
     while prune.sweep_running(target):
+        quiet = None      # a sweep ran after the listing: list again
         if time.time() > deadline:
             raise SeglakeError(f"a sweep of the backup target has held its lock for over {SWEEP_WAIT:g} s; "
                                f"the bundle is not committed (re-run the export once it ends)")
         time.sleep(1.0)
+    if quiet is not None and prune.sweep_mark(target) == quiet:
+        return 0
     have = bundles.blobs(target)
     missing = {f["sha256"]: path for path, f in files.items() if have.get(f["sha256"]) != f["size"]}
     for sha, path in missing.items():

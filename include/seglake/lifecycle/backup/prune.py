@@ -8,7 +8,8 @@ sweep the data files no bundle references.
            the prune writes _locks/pruning/... before it looks for holds, a reader
            writes _locks/holds/... before it looks for a prune: one sees the other)
     sweep: fail closed, with a lock object other exports respect:
-           write _locks/sweep/{token}.json (renewed every LOCK_TTL / 10 while the sweep runs)
+           write _locks/sweep/{token}.json (renewed every LOCK_TTL / 10 while the sweep runs),
+           then _locks/sweep-started.json naming the sweep (kept: the last sweep to start)
            -> read EVERY bundle.json in the target (committed or not: an export writes
               its bundle.json before its marker); one unreadable -> nothing is deleted
            -> the data files no bundle lists and older than min_age (a running export's
@@ -21,7 +22,10 @@ An export, after writing its bundle.json and before its marker, waits while a sw
 younger than LOCK_TTL exists, then checks that every data file it lists is present and
 copies back any that is not (export.py). So a sweep either saw the export's bundle.json
 (and kept its files), or finished before the export's check (which then sees what was
-deleted), or started after that check (and sees the bundle.json).
+deleted), or started after that check (and sees the bundle.json). The check lists the data
+files only when a sweep may have deleted one since the export listed them: when a sweep
+ran then, or _locks/sweep-started.json changed since (sweep_mark: read before the
+export's listing, again at the check); only a sweep deletes data files.
 """
 
 from __future__ import annotations
@@ -198,6 +202,9 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
     if not dry_run:
         target.put(lock, json.dumps({"at": time.time()}).encode())
         beat = _Heartbeat(target, lock)   # the lock stays younger than LOCK_TTL however long the sweep takes
+        # after the lock, before anything is read: an export that saw no lock at its listing
+        # and the same mark at its check knows no sweep deleted anything in between
+        target.put(layout.sweep_started(), json.dumps({"token": token, "at": time.time()}).encode())
     try:
         refs = referenced(target)
         now = time.time() if now is None else now
@@ -242,6 +249,15 @@ class _Heartbeat(holds.KeepAlive):
     def check(self) -> None:
         if time.time() - self.ok_at > LOCK_TTL / 2:
             raise SweepRefused(f"the sweep's lock {self.key} could not be renewed: nothing swept")
+
+
+def sweep_mark(target: Store) -> bytes:
+    """_locks/sweep-started.json as it is now (b"" when no sweep ever started): it names
+    the last sweep to start, so it changes whenever one starts."""
+    try:
+        return target.get(layout.sweep_started())
+    except NotFound:
+        return b""
 
 
 def sweep_running(target: Store, now: float | None = None) -> bool:

@@ -317,12 +317,21 @@ def test_an_export_copies_back_what_a_sweep_took_and_waits_for_a_running_sweep(m
     taken = sorted(bundles.blobs(target))[:3]
 
     def sweep_first(t, doc):   # a sweep that ran before s2's bundle.json existed took 3 reused files
+        t.put(layout.sweep_started(), json.dumps({"token": "sweep-1", "at": time.time()}).encode())  # as it starts
         t.delete_many([layout.bundle_blob(sha) for sha in taken])
         return real(t, doc)
     monkeypatch.setattr(bundles, "write_doc", sweep_first)
     rep = exports.export(meta, store, target, "bk", "s2", **quiet)
     assert rep["copied_again"] == 3 and verify.verify(target, "bk", "s2", **quiet)["ok"]
     monkeypatch.setattr(bundles, "write_doc", real)
+    # no sweep started since the export listed the target: it is not listed again before the commit
+    real_blobs, listings = bundles.blobs, []
+    monkeypatch.setattr(bundles, "blobs", lambda t: listings.append(1) or real_blobs(t))
+    _add_segment(meta, store, coll)
+    snapshot.create(meta, store, "bk", "s2b")
+    assert exports.export(meta, store, target, "bk", "s2b", **quiet)["copied_again"] == 0 and listings == []
+    assert verify.verify(target, "bk", "s2b", **quiet)["ok"]
+    monkeypatch.setattr(bundles, "blobs", real_blobs)
     # a live sweep lock: the export waits for it (here: gives up) and commits nothing
     target.put(layout.sweep_lock("other"), json.dumps({"at": time.time()}).encode())
     snapshot.create(meta, store, "bk", "s3")
@@ -530,6 +539,7 @@ def test_a_sweep_longer_than_the_lock_ttl_keeps_its_lock_alive_until_it_deleted(
     rep = prune.sweep_data(target, now=time.time() + 2 * 86400, **quiet)
     assert rep["deleted"] == 1 and seen and all(seen), seen
     assert list(target.list(layout.sweep_locks_prefix())) == []
+    assert json.loads(prune.sweep_mark(target))["token"]   # the mark an export compares stays, naming this sweep
 
 
 def test_a_bundle_being_restored_or_verified_is_not_pruned(meta, store, etcd_server, tmp_path, monkeypatch):
