@@ -718,6 +718,8 @@ def _openat2_call():
 
     def openat2(dir_fd: int, path: str, flags: int) -> int:
         """A descriptor, or -1 when the call failed for any reason (the caller walks)."""
+        if "\0" in path:   # a C string would end there: never opened short, the walk refuses it
+            return -1
         how = hows[flags]
         fd = call(437, dir_fd, os.fsencode(path), ctypes.addressof(how), 24)   # SYS_openat2, every arch
         if fd < 0 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG):
