@@ -85,34 +85,63 @@ def rows_of(name, expr, fields, using_db=None):
 """
 
 
+# A pyrun session: PRELUDE run once (pymilvus imported, connected), then one line
+# {"code"} in -> one line {"out"} or {"error"} back; each code runs in a fresh copy of the
+# prelude's namespace, its prints go to stderr, and the database is "default" again after it.
+PYRUN_SERVER = PRELUDE + """
+import contextlib, traceback
+BASE = dict(globals())
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    ns = dict(BASE, OUT={})
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            exec(json.loads(line)["code"], ns)
+        reply = {"out": ns["OUT"]}
+    except BaseException:
+        reply = {"error": traceback.format_exc()[-3000:]}
+    finally:
+        db.using_database("default")
+    print(json.dumps(reply), flush=True)
+"""
+
+
 def pyrun(python, address: str, code: str, timeout: float = 300):
-    """Run pymilvus code in the Milvus venv; the code fills the dict OUT, returned."""
-    src = PRELUDE + textwrap.dedent(code) + "\nprint('@@OUT@@' + json.dumps(OUT))\n"
-    r = subprocess.run([str(python), "-c", src, address], capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise AssertionError(f"pymilvus code failed: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.rsplit("@@OUT@@", 1)[1])
+    """Run pymilvus code in the Milvus venv (the worker's pyrun session for the address); the
+    code fills the dict OUT, returned."""
+    key = (str(python), address, "pyrun")
+    if key not in _SESSIONS or not _SESSIONS[key].alive():
+        _SESSIONS[key] = _Session([str(python), "-c", PYRUN_SERVER, address], None)
+    out = _SESSIONS[key].exchange({"code": textwrap.dedent(code)}, timeout)
+    if "error" in out:
+        raise AssertionError(f"pymilvus code failed: {out['error']}")
+    return out["out"]
 
 
 # The tests' Milvus ops (scripts/milvus_client.py), one session per (venv, address) and worker
 class _Session:
-    """One scripts/milvus_client.py session: pymilvus imported and connected once (~1 s and
-    ~0.9 CPU-s a call saved over a process per call)."""
+    """One client process kept for the worker: pymilvus imported and connected once (~1 s and
+    ~0.9 CPU-s a call saved over a process per call). `hello`: the first line it is sent."""
 
-    def __init__(self, python, address: str):
+    def __init__(self, argv: list[str], hello: dict | None):
         self.log = tempfile.TemporaryFile(mode="w+")   # a pipe nobody reads could fill and block it
-        self.proc = subprocess.Popen([str(python), str(REPO / "scripts" / "milvus_client.py")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
-        first = self.exchange({"address": address, "session": True, "connect_timeout": 30}, 60)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        first = self.exchange(hello, 60) if hello else self.read(60)
         if "error" in first:
-            raise AssertionError(f"milvus_client failed: {first['error']}")
+            raise AssertionError(f"Milvus client session failed to start: {first['error']}")
 
     def exchange(self, msg: dict, timeout: float):
-        timer = threading.Timer(timeout, self.proc.kill)
-        timer.start()
         try:
             self.proc.stdin.write(json.dumps(msg) + "\n")
             self.proc.stdin.flush()
+        except OSError:
+            pass            # read() reports the ended process
+        return self.read(timeout)
+
+    def read(self, timeout: float):
+        timer = threading.Timer(timeout, self.proc.kill)
+        timer.start()
+        try:
             line = self.proc.stdout.readline()
         except OSError:
             line = ""
@@ -137,7 +166,7 @@ class _Session:
             self.proc.wait()
 
 
-_SESSIONS: dict[tuple[str, str], _Session] = {}
+_SESSIONS: dict[tuple, _Session] = {}
 
 
 @atexit.register
@@ -152,7 +181,8 @@ def milvus_client(python, address: str, *ops: dict, timeout: float = 120) -> lis
     the session goes on)."""
     key = (str(python), address)
     if key not in _SESSIONS or not _SESSIONS[key].alive():
-        _SESSIONS[key] = _Session(python, address)
+        _SESSIONS[key] = _Session([str(python), str(REPO / "scripts" / "milvus_client.py")],
+                                  {"address": address, "session": True, "connect_timeout": 30})
     out = _SESSIONS[key].exchange({"ops": list(ops)}, timeout)
     if isinstance(out, dict) and "error" in out:
         raise AssertionError(f"milvus_client failed at op {out['op']} ({ops[out['op']]['op']}): {out['error']}")
