@@ -363,7 +363,7 @@ class WalClient:
             if self._named and not self._floored:   # above every call an earlier holder numbered
                 from seglake.meta.alloc import physical_ms
                 now = physical_ms(self.tso.reserve(1, linearizable=True))
-                self._last_call = max(self._last_call, call_at(now))
+                self._last_call = max(self._last_call, call_at(now), self._recorded_calls())
                 self._floored = True
             self._last_call = clock_call(self.tso, self._last_call, self.clock)
             if not self._named:
@@ -372,6 +372,25 @@ class WalClient:
                 while len(self._issued_order) > ISSUED_KEPT:
                     self._issued.discard(self._issued_order.popleft())
             return self._last_call
+
+    def _recorded_calls(self) -> int:
+        """The highest call this named producer id's records remember on any pchannel (their
+        floor included): read after this client's claim, so no earlier holder commits another.
+        An earlier holder's numbers may run ahead of the TSO's time (clock_call: calls faster
+        than its physical clock moves, up to MAX_CALL_LEAD_MS), so the TSO alone does not
+        put a new holder's first number above them: a number it reused was answered from the
+        earlier call's record (the same rows: acknowledged, not appended) or refused."""
+        from seglake.meta import keys as keymod
+        from seglake.wal.log import all_pchannels
+        from seglake.wal.producers import _record
+
+        keys = [keymod.wal_producer(self.meta.keys, p, self.producer_id) for p in all_pchannels()]
+        top = 0
+        for kv in self.meta.kv.get_many(keys).values():
+            if kv is not None:
+                rec = _record(kv)
+                top = max(top, rec["floor"], rec.get("seq", 0) >> CALL_BITS, *(int(c) for c in rec["calls"]))
+        return top
 
     def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None, digest: str) -> None:
         """Append each chunk's messages (one append per pchannel); in a txn on one vchannel."""

@@ -1,0 +1,64 @@
+"""Adversary rows5 (issue 26 item 2: an acknowledgement means written): the first call a
+new holder of a named producer id numbers must lie above every call the earlier holder
+committed, also when the earlier holder's numbers ran ahead of the TSO's time (calls
+faster than the TSO's physical clock moves -- here because another writer's clock 4 s
+ahead, inside max_clock_skew, holds the TSO's physical time while the wall clock catches
+up; a busy client does the same, up to MAX_CALL_LEAD_MS ahead). Rows compared with the
+model of every acknowledged call after a flush."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from seglake.lifecycle.flush import flush_pchannel
+from seglake.meta.alloc import TSO
+from seglake.visibility import visible_rows
+from seglake.wal.client import WalClient, synthetic_rows
+
+from wal_helpers import make_collection, pchannels
+
+
+def _rows(meta, store, coll) -> list[tuple]:
+    t = visible_rows(meta, store, coll.collection_id, columns=["price"])
+    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist()))
+
+
+def _push_tso_ahead(meta, settings, seconds: float) -> None:
+    """Another process whose clock runs `seconds` ahead takes a timestamp: the TSO's
+    physical time stays there until the wall clock catches up."""
+    assert seconds < settings.max_clock_skew
+    TSO(meta.kv, meta.keys.alloc_tso(), clock=lambda: time.time() + seconds,
+        max_clock_skew=settings.max_clock_skew).reserve(1, linearizable=True)
+
+
+@pytest.mark.parametrize("second", ["same rows", "other rows"])
+def test_a_new_holder_numbers_its_first_call_above_the_earlier_holder_s_calls(meta, store, settings, second):
+    """DEFECT (seen failing first): holder A made three calls while the TSO's physical time
+    stood still (consecutive numbers N, N+1, N+2); holder B claimed the id and numbered its
+    first call from the TSO's time: N+1, a number A had committed. With the same rows as
+    A's call N+1 (a legitimate duplicate insert) B's call was answered from A's record and
+    appended nothing -- acknowledged, lost; with other rows it was refused as "another
+    payload" although the caller gave no seq."""
+    with WalClient(meta, store, settings) as c0:
+        coll = make_collection(c0, shards=2)
+    rows = synthetic_rows(coll, 6, 1)
+    other = synthetic_rows(coll, 6, 100, seed=3)
+    _push_tso_ahead(meta, settings, 4.0)
+    want = []
+    a = WalClient(meta, store, settings, producer_id="takeover-numbers")
+    seqs = []
+    for t in (rows, rows, rows):
+        seqs.append(a.insert("c1", t).seq)
+        want += list(zip(t.column("pk").to_pylist(), t.column("price").to_pylist()))
+    assert seqs[2] - seqs[0] <= 2 + 1000, seqs   # (the numbers ran ahead of the TSO's time)
+    with WalClient(meta, store, settings, producer_id="takeover-numbers") as b:
+        t = rows if second == "same rows" else other
+        res = b.insert("c1", t)
+        want += list(zip(t.column("pk").to_pylist(), t.column("price").to_pylist()))
+        assert res.seq > max(seqs), (res.seq, seqs)
+    a.close()
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+    assert _rows(meta, store, coll) == sorted(want)
