@@ -304,6 +304,7 @@ def wal_prefix(keys: Keys) -> str:
 #                                                   first tick, tick span, records, term, producer
 #   {root}/wal_index/{pchannel}/producers/{id}      an idempotent producer's remembered calls (leased)
 #   {root}/wal_producer_owners/{id}                 the newest holder of a named producer id (leased)
+#   {root}/wal_producer_numbers/{id}                the call numbers its holder may hand out (leased)
 def wal_frags_prefix(keys: Keys, pchannel: str) -> str:
     return f"{keys.root}/wal_index/{_seg(pchannel)}/frags/"
 
@@ -327,6 +328,10 @@ def wal_producer(keys: Keys, pchannel: str, producer_id: str) -> str:
 
 def wal_producer_owner(keys: Keys, producer_id: str) -> str:
     return f"{keys.root}/wal_producer_owners/{_seg(producer_id)}"
+
+
+def wal_producer_numbers(keys: Keys, producer_id: str) -> str:
+    return f"{keys.root}/wal_producer_numbers/{_seg(producer_id)}"
 
 
 def channels_prefix(keys: Keys) -> str:

@@ -59,6 +59,7 @@ from seglake.wal.writer import Retry, WalWriter, _valid_pid
 MAX_BATCH_ROWS = 1_000_000
 APPENDS_PER_CALL = 1 << CALL_BITS   # a call's appends are numbered call * APPENDS_PER_CALL + i
 ROLLBACK_APPEND = APPENDS_PER_CALL - 1   # a txn call's RollbackTxn: its own number, never a CommitTxn's
+NUMBERS_AHEAD = 200           # a named client reserves its call numbers this many (~0.2 s) at a time
 ISSUED_KEPT = 4096            # a client with a fresh producer id recognises this many of its own calls
 RETRIES = 6                   # a retriable append is retried this often (same seq)
 ANNOUNCED = "wal_announced"
@@ -77,7 +78,8 @@ class IngestResult:
     # per pchannel: [first, last] message id written by this call (ids order one pchannel only)
     positions: dict[str, list[str]] = field(default_factory=dict)
     committed: dict[str, int] = field(default_factory=dict)   # pchannel -> appends committed
-    seq: int = 0              # the call's sequence number (a retry passes it again)
+    seq: int | None = 0       # the call's sequence number (a retry passes it again; None: the call was
+                              # fenced before it was numbered, nothing appended: its retry is a new call)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -154,6 +156,7 @@ class WalClient:
         self._writers: dict[str, WalWriter] = {}
         self._last_call = 0
         self._floored = False   # (a named id: the first number is drawn above the TSO at the claim)
+        self._numbered_to = 0   # (a named id: the numbers up to this one are reserved under the claim)
         self._calls_running: dict[int, tuple[str, int]] = {}   # call -> (digest, threads running it)
         self._issued: set[int] = set()            # a fresh id: the calls this client numbered (its
         self._issued_order: deque[int] = deque()  # retries are its own), the last ISSUED_KEPT
@@ -315,8 +318,7 @@ class WalClient:
         this message's time tick."""
         coll = self._collection(collection, db)
         res = IngestResult(coll.name)
-        call = self._call_seq(seq)
-        res.seq = call
+        call = self._numbered(res, seq)
         digest = _digest("flush", coll.collection_id)
         with self._running_call(call, digest):
             if seq is not None:
@@ -366,12 +368,53 @@ class WalClient:
                 self._last_call = max(self._last_call, call_at(now), self._recorded_calls())
                 self._floored = True
             self._last_call = clock_call(self.tso, self._last_call, self.clock)
+            if self._named and self._last_call > self._numbered_to:
+                self._reserve_numbers(self._last_call)
             if not self._named:
                 self._issued.add(self._last_call)
                 self._issued_order.append(self._last_call)
                 while len(self._issued_order) > ISSUED_KEPT:
                     self._issued.discard(self._issued_order.popleft())
             return self._last_call
+
+    def _numbered(self, res: IngestResult, seq: int | None) -> int:
+        """The call's number (_call_seq) set in `res`. A named client fenced before it could
+        number a new call raises ProducerFenced carrying `res` with seq None: nothing of the
+        call was numbered or appended, so its retry (seq=err.result.seq) is a new call."""
+        try:
+            res.seq = self._call_seq(seq)
+        except ProducerFenced as e:
+            err = ProducerFenced(f"{e} [this call: not numbered, nothing appended; its retry is a new call "
+                                 f"(seq=None)]")
+            res.seq = None
+            err.result = res
+            raise err from e
+        return res.seq
+
+    def _reserve_numbers(self, call: int) -> None:
+        """Before a named client hands out `call`: the numbers up to call + NUMBERS_AHEAD
+        reserved under its claim (one guarded put per block). A holder fenced since is refused
+        here, before the number is handed out; a new holder numbers above every reserved one
+        (_recorded_calls). Without it a call the earlier holder numbered and never committed
+        (fenced first) could be numbered again by the new holder for other rows, and the
+        fenced call's retry (seq=err.result.seq, as its error says) was answered from them."""
+        from seglake.meta import keys as keymod
+        from seglake.meta.codec import encode
+        from seglake.meta.kv import Put
+        from seglake.errors import Conflict
+
+        holder = self._holder   # claimed before the number was drawn (under _seq_lock: not holder())
+        to = call + NUMBERS_AHEAD
+        key = keymod.wal_producer_numbers(self.meta.keys, self.producer_id)
+        for _ in range(2):
+            try:
+                self.meta.kv.txn(holder.guards(), [Put(key, encode({"to": to, "token": holder.token}),
+                                                       lease=holder.lease())])
+                self._numbered_to = to
+                return
+            except Conflict:
+                holder.check()   # fenced: raised; the claim's lease had run out: claimed again
+        raise Conflict(f"producer {self.producer_id}: could not reserve call numbers under its claim")
 
     def _recorded_calls(self) -> int:
         """The highest call this named producer id's records remember on any pchannel (their
@@ -384,18 +427,24 @@ class WalClient:
         from seglake.wal.log import all_pchannels
         from seglake.wal.producers import _record
 
+        from seglake.meta.codec import decode
+
+        numbers = keymod.wal_producer_numbers(self.meta.keys, self.producer_id)
         keys = [keymod.wal_producer(self.meta.keys, p, self.producer_id) for p in all_pchannels()]
         top = 0
-        for kv in self.meta.kv.get_many(keys).values():
-            if kv is not None:
-                rec = _record(kv)
-                top = max(top, rec["floor"], rec.get("seq", 0) >> CALL_BITS, *(int(c) for c in rec["calls"]))
+        for key, kv in self.meta.kv.get_many([numbers, *keys]).items():
+            if kv is None:
+                continue
+            if key == numbers:   # what the earlier holder reserved (handed out, committed or not)
+                top = max(top, int(decode(kv.value, kv.key)["to"]))
+                continue
+            rec = _record(kv)
+            top = max(top, rec["floor"], rec.get("seq", 0) >> CALL_BITS, *(int(c) for c in rec["calls"]))
         return top
 
     def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None, digest: str) -> None:
         """Append each chunk's messages (one append per pchannel); in a txn on one vchannel."""
-        call = self._call_seq(seq)
-        res.seq = call
+        call = self._numbered(res, seq)
         with self._running_call(call, digest):
             if seq is not None:
                 self._check_reuse(coll, call, digest)
