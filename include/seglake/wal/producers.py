@@ -6,6 +6,8 @@
                        n: [first, last] log places, t0: an upsert call's one timestamp}}
         floor: calls at or below it are no longer remembered (refused)
     claim   {root}/wal_producer_owners/{id}              a named id's newest holder, leased
+    numbers {root}/wal_producer_numbers/{id}             the call numbers its holder may hand out (reserved
+                                                         under the claim; a new holder numbers above them)
 
 Rules (wal/writer.py enforces them in its commit transaction):
 - an append is committed at most once: a retry is answered from the record, only when
