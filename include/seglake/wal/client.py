@@ -47,8 +47,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
-from seglake.errors import SeglakeError, ValidationError
+from seglake.errors import Conflict, SeglakeError, ValidationError
+from seglake.meta import keys as keymod
 from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
+from seglake.meta.codec import decode, encode
+from seglake.meta.kv import Put
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
@@ -398,11 +401,6 @@ class WalClient:
         (_recorded_calls). Without it a call the earlier holder numbered and never committed
         (fenced first) could be numbered again by the new holder for other rows, and the
         fenced call's retry (seq=err.result.seq, as its error says) was answered from them."""
-        from seglake.meta import keys as keymod
-        from seglake.meta.codec import encode
-        from seglake.meta.kv import Put
-        from seglake.errors import Conflict
-
         holder = self._holder   # claimed before the number was drawn (under _seq_lock: not holder())
         to = call + NUMBERS_AHEAD
         key = keymod.wal_producer_numbers(self.meta.keys, self.producer_id)
@@ -423,11 +421,8 @@ class WalClient:
         than its physical clock moves, up to MAX_CALL_LEAD_MS), so the TSO alone does not
         put a new holder's first number above them: a number it reused was answered from the
         earlier call's record (the same rows: acknowledged, not appended) or refused."""
-        from seglake.meta import keys as keymod
         from seglake.wal.log import all_pchannels
         from seglake.wal.producers import _record
-
-        from seglake.meta.codec import decode
 
         numbers = keymod.wal_producer_numbers(self.meta.keys, self.producer_id)
         keys = [keymod.wal_producer(self.meta.keys, p, self.producer_id) for p in all_pchannels()]
@@ -509,7 +504,6 @@ class WalClient:
         rows the undrop restored. The collection's pchannels are read from this client's
         producers (they hold what their records hold: the newest holder of the id is the
         only one that commits), the others from etcd (one read)."""
-        from seglake.meta import keys as keymod
         from seglake.wal.log import all_pchannels
         from seglake.wal.producers import _record
 
@@ -701,7 +695,6 @@ def wal_status(meta, pchannel: str | None = None) -> list[dict]:
     """Per pchannel: term, writer, last time tick, fragments, bytes, paused, consumer lag."""
     import json
 
-    from seglake.meta import keys as keymod
     from seglake.meta.alloc import physical_ms
     from seglake.wal.checkpoints import read_checkpoint
     from seglake.wal.log import TermRecord, WalLog, all_pchannels, pause_state, validate_pchannel
