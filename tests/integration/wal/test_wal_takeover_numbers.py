@@ -95,3 +95,33 @@ def test_a_call_fenced_before_it_committed_anything_is_retried_exactly_after_the
         flush_pchannel(meta, store, p, settings, flush_all=True)
     one = list(zip(rows.column("pk").to_pylist(), rows.column("price").to_pylist()))
     assert _rows(meta, store, coll) == sorted(one * 3)
+
+
+def test_a_call_fenced_before_it_was_numbered_carries_no_seq_and_its_retry_is_a_new_call(meta, store, settings,
+                                                                                          monkeypatch):
+    """A's numbers reserved one at a time (NUMBERS_AHEAD 1): once B claimed the id, A's next
+    call is refused at its reservation, before it has a number: ProducerFenced whose
+    `.result.seq` is None, nothing appended; the retry as its error says (seq=None, from a
+    new client) appends it once. Rows exact."""
+    from seglake.wal import client as C
+    from seglake.wal.producers import ProducerFenced
+
+    monkeypatch.setattr(C, "NUMBERS_AHEAD", 1)
+    with WalClient(meta, store, settings) as c0:
+        coll = make_collection(c0, shards=2)
+    rows = synthetic_rows(coll, 6, 1)
+    a = WalClient(meta, store, settings, producer_id="fenced-unnumbered")
+    a.insert("c1", rows)
+    b = WalClient(meta, store, settings, producer_id="fenced-unnumbered")
+    b.holder()
+    with pytest.raises(ProducerFenced, match="not numbered") as e:
+        a.insert("c1", rows)
+    assert e.value.result.seq is None and not e.value.result.committed
+    b.close()
+    with WalClient(meta, store, settings, producer_id="fenced-unnumbered") as c:
+        c.insert("c1", rows, seq=e.value.result.seq)
+    a.close()
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+    one = list(zip(rows.column("pk").to_pylist(), rows.column("price").to_pylist()))
+    assert _rows(meta, store, coll) == sorted(one * 2)
