@@ -169,10 +169,14 @@ class _Session:
 _SESSIONS: dict[tuple, _Session] = {}
 
 
-@atexit.register
-def _close_sessions() -> None:
-    for s in _SESSIONS.values():
-        s.close()
+def close_sessions(address: str | None = None) -> None:
+    """End the sessions with the Milvus at `address` (every one when None): a server stopped,
+    another may come up on its port later and must get sessions of its own."""
+    for key in [k for k in _SESSIONS if address is None or k[1] == address]:
+        _SESSIONS.pop(key).close()
+
+
+atexit.register(close_sessions)
 
 
 def milvus_client(python, address: str, *ops: dict, timeout: float = 120) -> list:

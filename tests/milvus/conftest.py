@@ -12,7 +12,7 @@ import time
 import uuid
 
 import pytest
-from bundle_helper import milvus_client  # noqa: F401 - the tests' Milvus ops (one session per address)
+from bundle_helper import close_sessions, milvus_client  # the tests' Milvus ops (one session per address)
 
 MILVUS_BUCKET = "milvus-test"
 # The test servers' settings: the query coordinator's loops run 5x as often as by default
@@ -58,6 +58,7 @@ def milvus_server(milvus_python, etcd_server, s3_server, tmp_path_factory):
     print(f"\nMILVUS prepare {prepare_s:.1f}s, start-to-healthy {server.healthy_after:.1f}s, "
           f"rss {server.rss_bytes() / 2**20:.0f} MiB")
     yield server
+    close_sessions(server.address)
     t0 = time.time()
     server.stop()
     print(f"\nMILVUS stop {time.time() - t0:.2f}s (rc via SIGTERM, gracefulStopTimeout "
@@ -82,6 +83,7 @@ def own_milvus(etcd_server, s3_server, tmp_path_factory, bucket: str, tag: str):
     try:
         yield server
     finally:
+        close_sessions(server.address)
         server.stop()
 
 

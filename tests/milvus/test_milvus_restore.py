@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bundle_helper import SessionClient, capture, s3_client
+from bundle_helper import SessionClient, capture, close_sessions, s3_client
 from seglake.errors import Conflict
 from seglake.meta.kv import KV
 from seglake.milvus import restore
@@ -252,4 +252,5 @@ def test_round_trip_into_a_second_fresh_server(env, milvus, milvus_server, s3_se
         assert c1.one(dict(search, name=src)) == c2.one(dict(search, name=new))
         assert not c1.one({"op": "has", "name": new})["exists"]    # nothing written to the source server
     finally:
+        close_sessions(other.address)
         other.stop()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from bundle_helper import close_sessions
+
 from seglake.dev.devstack import pid_alive
 
 pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
@@ -112,6 +114,7 @@ def test_two_servers_at_once_do_not_clash(milvus_server, milvus_at, etcd_server,
         print(f"\nMILVUS second server: start-to-healthy {other.healthy_after:.1f}s, "
               f"rss {other.rss_bytes() / 2**20:.0f} MiB")
     finally:
+        close_sessions(other.address)
         t0 = time.time()
         pid = other.proc.pid
         other.stop()
