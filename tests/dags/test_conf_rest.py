@@ -244,6 +244,9 @@ def test_a_seglake_run_note_is_not_marked_skipped_by_hand(api):
     ("gc", {"collection": "nope"}, 404, "collection 'nope' not found"),
     ("collection_undrop", {"collection": "nope", "target": "t"}, 404, "collection 'nope' not found"),
     ("verify_collection", {"collection": "nope"}, 404, "collection 'nope' not found"),
+    # a backup target that holds the store: every run's open_target refuses it (was a run that failed)
+    ("snapshot_export", {"collection": "nope", "snapshot": "s1", "backup_uri": "/"}, 400,
+     "conf key 'backup_uri' (Backup target): '/' is (or is inside, or holds) the store"),
 ])
 def test_airflow_s_own_trigger_answers_an_unknown_name_before_a_run_exists(api, airflow_env, dag_id, conf, status,
                                                                           words):

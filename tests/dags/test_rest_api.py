@@ -633,6 +633,47 @@ def test_the_generic_run_door_answers_409_where_the_typed_doors_do(client, h, wo
     client.delete(f"{API}/pins/{pin['pin_id']}", headers=h)
 
 
+@pytest.mark.parametrize("conf,status,words", [
+    # a target name that is taken by another collection (here the source itself): the typed door
+    # (POST /snapshots/{c}/{s}/restore) answers 409; the generic door made a run that failed in `restore`
+    ({"collection": "api_coll", "snapshot": "s1", "target": "api_coll"}, 409, "collection 'api_coll' already exists"),
+])
+def test_the_generic_restore_door_refuses_a_taken_target_before_any_run(client, h, world, monkeypatch, conf,
+                                                                        status, words):
+    import httpx
+
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    r = client.post(f"{API}/runs/snapshot_restore", json=conf, headers=h)
+    assert r.status_code == status, r.text
+    assert words in r.json()["detail"], r.text
+    assert created == []
+
+
+@pytest.mark.parametrize("dag_id,conf", [
+    ("snapshot_export", {"collection": "api_coll", "snapshot": "s1", "backup_uri": "{store}/inside"}),
+    ("snapshot_export", {"collection": "api_coll", "snapshot": "s1", "backup_uri": "/"}),
+    ("snapshot_verify", {"collection": "api_coll", "bundle": "b", "backup_uri": "{store}"}),
+    ("wal_archive", {"backup_uri": "{store}/x"}),
+])
+def test_a_backup_target_inside_the_store_is_refused_before_any_run(client, h, world, monkeypatch, dag_id, conf):
+    """backup_uri in the store (or holding it): every run's open_target refuses it, so the run
+    was created (201) and failed in its first step; now 400 naming the conf key, no run."""
+    import httpx
+
+    meta, store, _ = world
+    conf = {k: (v.replace("{store}", store.uri) if isinstance(v, str) else v) for k, v in conf.items()}
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    r = client.post(f"{API}/runs/{dag_id}", json=conf, headers=h)
+    assert r.status_code == 400, r.text
+    detail = r.json()["detail"]
+    assert "conf key 'backup_uri'" in detail and "a backup must live in another store" in detail, detail
+    assert created == []
+
+
 def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h, world, monkeypatch):
     import httpx
 
@@ -644,7 +685,9 @@ def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h
     for dag_id, conf in (("snapshot_export", {"collection": "api_coll", "snapshot": "s1", "bundle": "b"}),
                          ("copy_segment_job", {"job_id": job_id}),
                          ("snapshot_retention", {"collection": "nope", "clear": True}),   # a clear needs nothing
-                         ("verify_collection", {"collection": "api_coll"})):
+                         ("verify_collection", {"collection": "api_coll"}),
+                         # the target of this same restore: a re-run resumes it
+                         ("snapshot_restore", {"collection": "api_coll", "snapshot": "s1", "target": "api_copy"})):
         r = client.post(f"{API}/runs/{dag_id}", json=conf, headers=h)
         assert r.status_code == 201, (dag_id, r.text)
-    assert len(created) == 4
+    assert len(created) == 5

@@ -24,13 +24,15 @@ _POLICY = ("snapshot_retention", "compaction_policy", "pitr_window")   # set: th
 
 
 def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
-            backup: Callable[[Any], Any] | None = None) -> None:
+            backup: Callable[[Any], Any] | None = None, settings=None) -> None:
     """NotFound for what a run of `dag_id` with `conf` would not find; None otherwise.
     `backup(uri)`: the backup target store (asked only when a bundle or an undrop from the
     target is named). An undrop is checked as its run's first step checks it
     (pitr.check_undrop: also 409 when the collection is not dropped or the target taken)."""
     from seglake.lifecycle import snapshot
 
+    if settings is not None and conf.get("backup_uri"):
+        _target_uri(settings, conf["backup_uri"])
     db = conf.get("db") or "default"
     coll = conf.get("collection")
     if dag_id in _COLLECTION and coll:
@@ -47,7 +49,13 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
         if drop.find(meta, coll, db) is None:
             raise NotFound(f"collection {coll!r} not found in db {db!r}")
     elif dag_id in ("snapshot_export", "snapshot_restore") and conf.get("snapshot") is not None:
-        snapshot.resolve(meta, coll, conf["snapshot"], db=db)
+        rec, _ = snapshot.resolve(meta, coll, conf["snapshot"], db=db)
+        if dag_id == "snapshot_restore" and conf.get("target"):   # taken by another: 409, as the typed door
+            from seglake.lifecycle import restore
+
+            restore.check_target(meta, conf["target"], db, {"collection": coll, "collection_id": rec.collection_id,
+                                                            "snapshot": conf["snapshot"],
+                                                            "snapshot_id": rec.snapshot_id})
     elif dag_id == "snapshot_restore":   # to a time: the source collection, and its window, log and instant
         meta.catalog.get_by_name(coll, db)
         if store is not None and conf.get("as_of") is not None and _absent(meta, conf.get("target"), db):
@@ -80,6 +88,18 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
     if dag_id in ("snapshot_verify", "snapshot_restore_external", "milvus_restore") and conf.get("bundle") \
             and backup is not None:
         _bundle(backup, conf.get("backup_uri"), db, coll, conf["bundle"])
+
+
+def _target_uri(settings, uri: str) -> None:
+    """A backup_uri given in the conf that every run would refuse (in the store, or holding
+    it): ValidationError naming the conf key, before any run."""
+    from seglake.errors import ConfigError, ValidationError
+    from seglake.lifecycle.backup.bundle import target_uri
+
+    try:
+        target_uri(settings, uri, key="conf key 'backup_uri' (Backup target)")
+    except ConfigError as e:
+        raise ValidationError(str(e)) from None
 
 
 def _absent(meta, name, db: str) -> bool:

@@ -189,6 +189,12 @@ def set_up(meta: Meta, store: Store, source: RestoreSource, target: str, *, db: 
         return _after_failure(meta, source, coll, claim, target, e)
 
 
+def check_target(meta: Meta, target: str, db: str, identity: dict) -> None:
+    """Conflict when `target` is taken by anything but this same restore (identity: its
+    `restored_from`, or a part of it): what the restore's first step would refuse."""
+    _existing_target(meta, target, db, identity)
+
+
 def _existing_target(meta: Meta, target: str, db: str, identity: dict) -> Collection | None:
     """The target of this same restore (resume), None if the name is free; else Conflict
     naming what holds the name and how to continue it."""

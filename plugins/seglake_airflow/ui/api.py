@@ -832,7 +832,8 @@ def create_api():
         checked = check_conf(dag_id, conf)   # 400, then what the run would not find: 404, before any run
         hook = SeglakeHook()
         try:
-            preflight.missing(hook.meta, dag_id, checked, store=hook.store, backup=hook.backup_target)
+            preflight.missing(hook.meta, dag_id, checked, store=hook.store, backup=hook.backup_target,
+                              settings=hook.settings)
         finally:
             hook.close()
         obj = {k: conf[k] for k in ("collection", "db", "snapshot", "name", "bundle", "target") if

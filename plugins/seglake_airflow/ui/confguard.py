@@ -255,7 +255,8 @@ def _preflight(dag_id: str, conf) -> tuple[int, str] | None:
     except Exception:  # noqa: BLE001 - the conf check above already answered; settings: the run says
         return None
     try:
-        preflight.missing(hook.meta, dag_id, checked, store=hook.store, backup=hook.backup_target)
+        preflight.missing(hook.meta, dag_id, checked, store=hook.store, backup=hook.backup_target,
+                          settings=hook.settings)
     except NotFound as e:
         return 404, f"{dag_id}: refused before any run: {e}"
     except (Conflict, StateError) as e:

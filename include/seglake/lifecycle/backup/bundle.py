@@ -51,6 +51,20 @@ class BundleError(SeglakeError):
 def open_target(settings, uri: str | None = None) -> Store:
     """The backup target store: `uri` (default: config key backup_uri) with the
     backup_s3_* credentials. Refused when it is (or overlaps) the store itself."""
+    uri = target_uri(settings, uri)
+    if uri.startswith("s3://"):
+        from seglake.storage.s3 import S3Store
+        return S3Store(uri, endpoint=settings.backup_s3_endpoint, region=settings.backup_s3_region,
+                       access_key=settings.backup_s3_access_key, secret_key=settings.backup_s3_secret_key,
+                       max_pool=max(32, settings.copy_threads))
+    from seglake.storage.local import LocalStore
+    return LocalStore(uri[len("file://"):] if uri.startswith("file://") else uri)
+
+
+def target_uri(settings, uri: str | None = None, key: str = "config key 'backup_uri'") -> str:
+    """The backup target's location (`uri`, default: config key backup_uri), checked
+    without opening it: ConfigError when there is none, it is not a location, or it is
+    (or overlaps) the store itself. `key` names where `uri` came from in the refusal."""
     from seglake.config import _check_store_uri
 
     uri = settings.backup_uri if uri is None else uri
@@ -59,15 +73,9 @@ def open_target(settings, uri: str | None = None) -> Store:
                           "s3://bucket/prefix) or pass one")
     _check_store_uri(uri, "backup_uri")
     if overlaps(settings.store_uri, uri, settings.s3_endpoint, settings.backup_s3_endpoint):
-        raise ConfigError(f"config key 'backup_uri': {uri!r} is (or is inside, or holds) the store "
+        raise ConfigError(f"{key}: {uri!r} is (or is inside, or holds) the store "
                           f"{settings.store_uri!r}; a backup must live in another store")
-    if uri.startswith("s3://"):
-        from seglake.storage.s3 import S3Store
-        return S3Store(uri, endpoint=settings.backup_s3_endpoint, region=settings.backup_s3_region,
-                       access_key=settings.backup_s3_access_key, secret_key=settings.backup_s3_secret_key,
-                       max_pool=max(32, settings.copy_threads))
-    from seglake.storage.local import LocalStore
-    return LocalStore(uri[len("file://"):] if uri.startswith("file://") else uri)
+    return uri
 
 
 def overlaps(store_uri: str, target_uri: str, store_endpoint: str = "", target_endpoint: str = "") -> bool:
