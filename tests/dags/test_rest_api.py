@@ -651,6 +651,33 @@ def test_the_generic_restore_door_refuses_a_taken_target_before_any_run(client, 
     assert created == []
 
 
+@pytest.mark.parametrize("conf,status,words", [
+    # no window on api_coll: the run's `restore` step refused the whole set (a failed run)
+    ({"as_of": "{now}", "suffix": "_x"}, 400, "point-in-time window"),
+    ({"as_of": "{now}", "suffix": "_x", "collections": "api_coll"}, 400, "point-in-time window"),
+    ({"db": "nodb", "as_of": "{now}", "suffix": "_x"}, 404, "database 'nodb' has no collection to restore"),
+    ({"as_of": "2020-01-01T00:00:00Z", "suffix": "_x"}, 404, "database 'default' has no collection to restore"),
+    ({"as_of": "{now}", "suffix": "_copy", "collections": "api"}, 404, "collection 'api' not found"),
+])
+def test_a_database_restore_the_run_would_refuse_is_refused_before_any_run(client, h, world, monkeypatch, conf,
+                                                                           status, words):
+    """restore_database plans every collection before it creates anything; the generic door
+    checked only the names, so a set its first step refuses (no window, no collection at the
+    instant, an unknown database) was a run that failed. Now the same plan answers first."""
+    import httpx
+
+    meta, *_ = world
+    now = str(meta.catalog.get_by_name("api_coll").created_ts + 1)   # an instant the collection existed at
+    conf = {k: (v.replace("{now}", now) if isinstance(v, str) else v) for k, v in conf.items()}
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    r = client.post(f"{API}/runs/restore_database", json=conf, headers=h)
+    assert r.status_code == status, r.text
+    assert words in r.json()["detail"], r.text
+    assert created == []
+
+
 @pytest.mark.parametrize("dag_id,conf", [
     ("snapshot_export", {"collection": "api_coll", "snapshot": "s1", "backup_uri": "{store}/inside"}),
     ("snapshot_export", {"collection": "api_coll", "snapshot": "s1", "backup_uri": "/"}),

@@ -62,9 +62,16 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
             from seglake.lifecycle import pitr
 
             pitr.plan(meta, store, coll, str(conf["as_of"]), db=db)   # as POST /collections/{c}/restore checks it
-    elif dag_id == "restore_database" and not conf.get("from_target"):
-        for name in [c.strip() for c in (conf.get("collections") or "").split(",") if c.strip()]:
-            meta.catalog.get_by_name(name, db)
+    elif dag_id == "restore_database":
+        names = [c.strip() for c in (conf.get("collections") or "").split(",") if c.strip()]
+        if not conf.get("from_target"):
+            for name in names:
+                meta.catalog.get_by_name(name, db)
+        if store is not None and (not conf.get("from_target") or backup is not None):
+            from seglake.lifecycle.pitr.database import plan_database   # as the run's first step plans the set
+
+            plan_database(meta, store, db, str(conf["as_of"]), suffix=conf["suffix"], collections=names or None,
+                          target=backup(conf.get("backup_uri")) if conf.get("from_target") else None)
     elif dag_id == "snapshot_drop":   # as DELETE /snapshots/{c}/{name} answers: a held snapshot is a 409
         import time
 

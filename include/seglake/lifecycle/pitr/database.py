@@ -59,7 +59,27 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
     """Set up (or resume) the restore of each collection as of `as_of` into
     `{name}{suffix}` (module doc); `target`: from that backup target alone. Returns
     [{collection, target, job_id}]; then copyjob + pitr.replay for each."""
-    from seglake.lifecycle.pitr import from_target, planning, restoring
+    from seglake.lifecycle.pitr import from_target, restoring
+
+    ts, to, plans = plan_database(meta, store, db, as_of, suffix=suffix, collections=collections, target=target)
+    out = []
+    for n in plans:   # each set up with the plan made above (a resumed one: the plan it began with)
+        if target is None:
+            job = restoring.restore_as_of(meta, store, n, to[n], ts, db=db, owner=owner, engine=engine,
+                                          timeout=timeout, planned=plans[n])
+        else:
+            job = from_target.restore_as_of_from_target(meta, store, target, n, to[n], ts, db=db, owner=owner,
+                                                        engine=engine, timeout=timeout, planned=plans[n])
+        out.append({"collection": n, "target": to[n], "job_id": job})
+    return out
+
+
+def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list[str] | None = None,
+                  target=None) -> tuple[int, dict, dict]:
+    """(ts, {collection: target name}, {collection: plan}) of restore_database_as_of, read
+    only: every refusal of the set (a window, a gap, a target name taken, no collection at
+    the instant) before anything is created -- and before a run is (lifecycle/preflight)."""
+    from seglake.lifecycle.pitr import from_target, planning
 
     ts = parse_as_of(as_of)
     names = members(meta, db, collections, target, ts)
@@ -97,19 +117,10 @@ def restore_database_as_of(meta, store, db: str, as_of, *, suffix: str, collecti
             except from_target.NotBornYet:
                 if collections:
                     raise   # asked for by name
-    names = [n for n in names if n in plans]   # (from the target: not one dropped before the instant)
-    if not names:
+    plans = {n: plans[n] for n in names if n in plans}   # (from the target: not one dropped before the instant)
+    if not plans:
         raise NotFound(f"database {db!r} had no collection at {describe(ts)} in {target.uri}")
-    out = []
-    for n in names:   # each set up with the plan made above (a resumed one: the plan it began with)
-        if target is None:
-            job = restoring.restore_as_of(meta, store, n, to[n], ts, db=db, owner=owner, engine=engine,
-                                          timeout=timeout, planned=plans[n])
-        else:
-            job = from_target.restore_as_of_from_target(meta, store, target, n, to[n], ts, db=db, owner=owner,
-                                                        engine=engine, timeout=timeout, planned=plans[n])
-        out.append({"collection": n, "target": to[n], "job_id": job})
-    return out
+    return ts, to, plans
 
 
 def _bundled_since(target, db: str, collection: str, ts: int) -> bool:
