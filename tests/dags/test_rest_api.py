@@ -651,6 +651,32 @@ def test_the_generic_restore_door_refuses_a_taken_target_before_any_run(client, 
     assert created == []
 
 
+def test_a_bundle_restore_into_a_taken_target_is_refused_before_any_run(client, h, world, tmp_path, monkeypatch):
+    """snapshot_restore_external into a name another collection holds (here the source):
+    its `restore` step refuses it, so the run was created and failed; now 409 first. The
+    target of this same bundle restore stays allowed (a re-run resumes it)."""
+    import httpx
+
+    from seglake.lifecycle.backup import export
+    from seglake.storage.local import LocalStore
+
+    meta, store, _ = world
+    backup = tmp_path / "backup"
+    export.export(meta, store, LocalStore(str(backup)), "api_coll", "s1", bundle="b1")
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"is_paused": False}))
+    conf = {"collection": "api_coll", "bundle": "b1", "backup_uri": str(backup)}
+    for target in ("api_coll", "api_copy"):
+        r = client.post(f"{API}/runs/snapshot_restore_external", json={**conf, "target": target}, headers=h)
+        assert r.status_code == 409, r.text
+        assert f"collection {target!r} already exists" in r.json()["detail"], r.text
+    assert created == []
+    r = client.post(f"{API}/runs/snapshot_restore_external", json={**conf, "target": "from_b1"}, headers=h)
+    assert r.status_code == 201 and len(created) == 1, r.text
+
+
 @pytest.mark.parametrize("conf,status,words", [
     # no window on api_coll: the run's `restore` step refused the whole set (a failed run)
     ({"as_of": "{now}", "suffix": "_x"}, 400, "point-in-time window"),

@@ -95,6 +95,12 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
     if dag_id in ("snapshot_verify", "snapshot_restore_external", "milvus_restore") and conf.get("bundle") \
             and backup is not None:
         _bundle(backup, conf.get("backup_uri"), db, coll, conf["bundle"])
+    if dag_id == "snapshot_restore_external" and conf.get("target"):   # taken by another collection: 409
+        from seglake.lifecycle import restore
+
+        same = {"collection": coll, "db": db}   # what every restore from a bundle records (a part: the run decides)
+        restore.check_target(meta, conf["target"], db, same if conf.get("as_of") else {**same,
+                                                                                      "bundle": conf.get("bundle")})
 
 
 def _target_uri(settings, uri: str) -> None:
