@@ -677,6 +677,32 @@ def test_a_bundle_restore_into_a_taken_target_is_refused_before_any_run(client, 
     assert r.status_code == 201 and len(created) == 1, r.text
 
 
+def test_an_export_to_a_bundle_name_another_snapshot_holds_is_refused_before_any_run(client, h, world, tmp_path,
+                                                                                     monkeypatch):
+    """snapshot_export of s2 as bundle b1 when b1 is s1's in the target: the run's export
+    refused it (a failed run); now 409 first. s1 as b1 again (already there) still runs."""
+    import httpx
+
+    from seglake.lifecycle.backup import export
+    from seglake.storage.local import LocalStore
+
+    meta, store, _ = world
+    backup = tmp_path / "backup"
+    export.export(meta, store, LocalStore(str(backup)), "api_coll", "s1", bundle="b1")
+    snapshot.create(meta, store, "api_coll", "s2")
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"is_paused": False}))
+    conf = {"collection": "api_coll", "bundle": "b1", "backup_uri": str(backup)}
+    r = client.post(f"{API}/runs/snapshot_export", json={**conf, "snapshot": "s2"}, headers=h)
+    assert r.status_code == 409, r.text
+    assert "bundle default.api_coll/b1 already exists in the backup target" in r.json()["detail"], r.text
+    assert created == []
+    r = client.post(f"{API}/runs/snapshot_export", json={**conf, "snapshot": "s1"}, headers=h)
+    assert r.status_code == 201 and len(created) == 1, r.text
+
+
 @pytest.mark.parametrize("conf,status,words", [
     # no window on api_coll: the run's `restore` step refused the whole set (a failed run)
     ({"as_of": "{now}", "suffix": "_x"}, 400, "point-in-time window"),

@@ -50,6 +50,8 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
             raise NotFound(f"collection {coll!r} not found in db {db!r}")
     elif dag_id in ("snapshot_export", "snapshot_restore") and conf.get("snapshot") is not None:
         rec, _ = snapshot.resolve(meta, coll, conf["snapshot"], db=db)
+        if dag_id == "snapshot_export" and backup is not None:   # the bundle name held by another snapshot: 409
+            _bundle_name_free(backup, conf.get("backup_uri"), db, coll, conf.get("bundle") or conf["snapshot"], rec)
         if dag_id == "snapshot_restore" and conf.get("target"):   # taken by another: 409, as the typed door
             from seglake.lifecycle import restore
 
@@ -113,6 +115,25 @@ def _target_uri(settings, uri: str) -> None:
         target_uri(settings, uri, key="conf key 'backup_uri' (Backup target)")
     except ConfigError as e:
         raise ValidationError(str(e)) from None
+
+
+def _bundle_name_free(backup, uri, db: str, collection: str, bundle: str, rec) -> None:
+    """Conflict when the target holds bundle `bundle` of another snapshot (export.export
+    refuses it); a target that cannot be read is the run's to say."""
+    from seglake.errors import Conflict
+    from seglake.lifecycle.backup import bundle as bundles
+
+    try:
+        done = bundles.existing(backup(uri), db, collection, bundle)
+    except Exception:  # noqa: BLE001 - unreadable or damaged: the run reports it
+        return
+    if done is not None and not bundles.same_snapshot(done, rec.snapshot_id, rec.collection_id):
+        try:
+            bundles.refuse_other(done, db, collection, bundle)
+        except Conflict:
+            raise
+        except Exception:  # noqa: BLE001 - a document without its source: the run reports it
+            return
 
 
 def _absent(meta, name, db: str) -> bool:
