@@ -214,6 +214,10 @@ def progress(meta, target_id: int, now: float | None = None) -> dict:
         if isinstance(since, (int, float)) and now - since >= STALL_AFTER_S:
             stalled = round(now - since, 1)
     finished = coll.state != IMPORTING or all(v["state"] == "done" for v in per.values())
+    if current is None and not finished:   # no vchannel claimed: waiting for the copy, or no replay is coming
+        since = _idle_since(meta, coll, per)
+        if since is not None and now - since >= STALL_AFTER_S:
+            stalled = round(now - since, 1)
     health = ("done" if finished else "stalled" if stalled is not None else
               "replaying" if current is not None else "waiting")
     return {"target": coll.name, "target_id": target_id, "db": coll.db, "state": coll.state, "source": plan["collection"],
@@ -223,6 +227,25 @@ def progress(meta, target_id: int, now: float | None = None) -> dict:
             "percent": round(100.0 * done_bytes / total_bytes, 1) if total_bytes else None,
             "rate_bps": per[current]["rate_bps"] if current and stalled is None else None,
             "health": health, "stalled_s": stalled, "per_vchannel": per}
+
+
+def _idle_since(meta, coll, per: dict) -> float | None:
+    """When the replay could have gone on and nothing moved since: the copy job's end (it
+    Completed or Failed), or a later vchannel's last write; None while the copy is under way
+    (its own progress says how it goes) or its job is not found."""
+    from seglake.errors import NotFound
+
+    job_id = coll.properties.get("restore_job_id")
+    if job_id is None:
+        return None
+    try:
+        job, _ = meta.copyjobs.get(int(job_id))
+    except (NotFound, TypeError, ValueError):
+        return None
+    if job.state not in ("Completed", "Failed") or not job.finished_at:
+        return None
+    marks = [v["updated_at"] for v in per.values() if isinstance(v.get("updated_at"), (int, float))]
+    return max([float(job.finished_at), *marks])
 
 
 def replays(meta, now: float | None = None) -> list[dict]:

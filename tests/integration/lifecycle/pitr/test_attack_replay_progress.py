@@ -88,3 +88,36 @@ def test_a_replay_whose_driver_died_is_said_stalled_not_replaying_at_its_last_ra
     pitr.replay(meta, store, settings, tid)   # a re-run finishes it: done, not stalled
     done = pitr.progress(meta, tid, now=at + 10 * replaying.STALL_AFTER_S)
     assert done["state"] == "Created" and done["health"] == "done" and done["stalled_s"] is None
+
+
+def test_a_replay_that_never_started_after_its_copy_is_said_stalled_not_waiting_for_ever(meta, store, settings):
+    """The run stopped between the copy and the replay (marked failed, its worker lost):
+    no vchannel was ever claimed, and the page / GET /collections/{c}/replay said `waiting`
+    for ever. Waiting is true while the copy runs; once the copy is Completed and no replay
+    has moved for STALL_AFTER_S, it is `stalled` (seconds since the copy ended, or since the
+    last vchannel finished). A re-run's replay ends it: done."""
+    import pytest
+
+    with WalClient(meta, store, settings) as c:
+        coll, model = source_with_s1(c, meta, store, settings)
+        model.record(c.insert("src", rows(range(1000, 1400), 2.0)), 2.0)
+        t = meta.tso.now()
+    flush_all(meta, store, settings, coll)
+    job = pitr.restore_as_of(meta, store, "src", "back", t)
+    tid = meta.catalog.get_by_name("back").collection_id
+    before = pitr.progress(meta, tid, now=meta.copyjobs.get(job)[0].created_at + 10 * replaying.STALL_AFTER_S)
+    assert before["health"] == "waiting" and before["stalled_s"] is None   # the copy has not run: waiting is true
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job, threads=2)
+    done = copyjob.finalize(meta, job)
+    assert done.state == "Completed"
+    fresh = pitr.progress(meta, tid, now=done.finished_at + 1.0)
+    assert fresh["health"] == "waiting" and fresh["stalled_s"] is None
+    later = pitr.progress(meta, tid, now=done.finished_at + replaying.STALL_AFTER_S + 5)
+    assert later["health"] == "stalled" and later["stalled_s"] == pytest.approx(replaying.STALL_AFTER_S + 5)
+    assert later["rate_bps"] is None
+    from seglake.metrics import render
+    text = render(meta, store, now=done.finished_at + replaying.STALL_AFTER_S + 5)
+    assert f'seglake_replay_stalled_seconds{{collection="back",db="default"}} {replaying.STALL_AFTER_S + 5:g}' in text
+    pitr.replay(meta, store, settings, tid)
+    assert pitr.progress(meta, tid, now=done.finished_at + 100 * replaying.STALL_AFTER_S)["health"] == "done"
