@@ -57,8 +57,8 @@ class Key:
         ok = True
         if self.kind == "name":
             ok = isinstance(value, str) and NAME_RE.fullmatch(value) is not None
-        elif self.kind == "text":
-            ok = isinstance(value, str) and len(value) <= self.max_length
+        elif self.kind == "text":   # no NUL, line break or escape: it goes to etcd, logs and the page
+            ok = isinstance(value, str) and len(value) <= self.max_length and value.isprintable()
         elif self.kind == "location":
             ok = isinstance(value, str) and len(value) <= self.max_length and _is_location(value)
         elif self.kind in ("boolean", "tristate"):
@@ -82,7 +82,7 @@ class Key:
         if self.kind == "name":
             return f"{NAME_RULE}, e.g. {self.example or 'demo'}"
         if self.kind == "text":
-            return f"text of at most {self.max_length} characters"
+            return f"printable text of at most {self.max_length} characters (no line breaks)"
         if self.kind == "location":
             return "an absolute local path or s3://bucket/prefix" + (" (or null: the default)" if self.nullable else "")
         if self.kind in ("boolean", "tristate"):

@@ -188,6 +188,22 @@ def test_check_conf_refuses_and_names_the_key(dag_id, conf, message):
     assert message in str(err.value)
 
 
+TEXT_KEYS = sorted((d, k) for d, spec in params.SPECS.items() for k, key in spec.items() if key.kind == "text")
+
+
+@pytest.mark.parametrize("dag_id,key", TEXT_KEYS)
+@pytest.mark.parametrize("bad", ["a\x00b", "a\nb", "a\rb", "a\x1bb"])
+def test_text_conf_keys_refuse_control_characters_naming_the_key(dag_id, key, bad):
+    """A free-text conf key (a snapshot's description, Milvus's bucket and etcd, a suffix...)
+    took any character: a NUL or a line break went into etcd, the run's log and the page
+    (`{"description": "x\u0000y"}` made snapshot s2 with that description). Refused as the
+    settings refuse them, naming the key."""
+    with pytest.raises(ValidationError) as err:
+        params.SPECS[dag_id][key].check(key, bad)
+    assert f"conf key {key!r}" in str(err.value) and "printable" in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
 def test_check_conf_fills_defaults_and_keeps_nullables():
     assert params.check_conf("gc", None) == {
         "dry_run": True, "collection": None, "db": "default", "missing_tolerance_hours": None,

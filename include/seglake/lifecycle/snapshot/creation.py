@@ -33,8 +33,9 @@ def begin(meta: Meta, collection: str, name: str, description: str = "", *, db: 
     validate_name("snapshot", name)
     validate_name("db", db)
     ttl = _validate_ttl(ttl)
-    if not isinstance(description, str) or len(description) > 1024:
-        raise ValidationError("snapshot description must be a string of at most 1024 characters")
+    if not isinstance(description, str) or len(description) > 1024 or not description.isprintable():
+        raise ValidationError("snapshot description must be printable text of at most 1024 characters "
+                              "(no line breaks)")
     coll = meta.catalog.get_by_name(collection, db)
     if coll.state != CREATED:
         raise StateError(f"collection {collection!r} is {coll.state}; snapshots need a live collection")
