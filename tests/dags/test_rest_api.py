@@ -326,6 +326,23 @@ def test_numbers_are_json_numbers_not_bools_or_strings(client, h, world, path, b
     assert _keys(meta) == before
 
 
+@pytest.mark.parametrize("body,words", [
+    ('{"target_rows": 5.0}', "field 'target_rows': 5.0 is not allowed; allowed: a JSON integer"),
+    ('{"target_rows": 1e30}', "allowed: a JSON integer"),
+    ('{"target_rows": "5"}', "allowed: a JSON integer"),
+    ('{"delete_ratio": "0.5"}', "field 'delete_ratio': '0.5' is not allowed; allowed: a JSON number"),
+])
+def test_an_integer_field_says_integer_not_number(client, h, world, body, words):
+    """`{"target_rows": 5.0}` was refused with "allowed: a JSON number" -- 5.0 is one: the
+    refusal contradicted itself. An integer field says integer."""
+    meta, *_ = world
+    before = _keys(meta)
+    r = client.put(API + "/compaction/policies/api_coll", content=body,
+                   headers={**h, "Content-Type": "application/json"})
+    assert r.status_code == 400 and words in r.json()["detail"], r.text
+    assert _keys(meta) == before
+
+
 @pytest.mark.parametrize("method,path,words", [
     ("post", "/jobs/-1/resume", "field 'job_id'"),                          # was a 500 (ValueError)
     ("get", "/jobs/-1", "field 'job_id'"),

@@ -344,7 +344,9 @@ def create_api():
                     problems.append(f"the body must be a JSON object, got {_short(err.get('input'))}")
             else:
                 why = (f"allowed: {NAME_RULE}" if err.get("type") == "string_pattern_mismatch"
-                       else "allowed: a JSON number" if err.get("type") in ("float_type", "int_type")
+                       else "allowed: a JSON integer (no fraction, no exponent)"
+                       if err.get("type") in ("int_type", "int_from_float", "int_parsing")
+                       else "allowed: a JSON number" if err.get("type") == "float_type"
                        else str(err.get("msg")))
                 problems.append(f"field {field!r}: {_short(err.get('input'))} is not allowed; {why}")
         return JSONResponse({"detail": "; ".join(problems) or "invalid request"}, status_code=400)
