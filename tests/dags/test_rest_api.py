@@ -770,6 +770,32 @@ def test_a_backup_target_inside_the_store_is_refused_before_any_run(client, h, w
     assert created == []
 
 
+def test_resuming_a_copy_job_whose_target_was_dropped_is_refused_before_any_run(client, h, world, settings,
+                                                                                monkeypatch):
+    """A copy job whose target collection was dropped since (a finished restore, its target
+    dropped later): POST /jobs/{id}/resume and POST /runs/copy_segment_job made a run whose
+    finalize failed three times ("collection 'x' is Dropped, expected Importing"). Now 409
+    naming the job and its target, no run."""
+    import httpx
+
+    from seglake.lifecycle import drop
+
+    meta, store, job_id = world
+    copyjob.run_inline(meta, store, job_id, threads=1)
+    copyjob.finalize(meta, job_id)
+    drop.begin_drop(meta, store, settings, "api_copy")
+    drop.finish_drop(meta, "api_copy")
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    for r in (client.post(f"{API}/jobs/{job_id}/resume", json={}, headers=h),
+              client.post(f"{API}/runs/copy_segment_job", json={"job_id": job_id}, headers=h)):
+        assert r.status_code == 409, r.text
+        assert f"copy job {job_id}" in r.json()["detail"] and "'api_copy'" in r.json()["detail"], r.text
+        assert "Dropp" in r.json()["detail"], r.text
+    assert created == []
+
+
 def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h, world, monkeypatch):
     import httpx
 

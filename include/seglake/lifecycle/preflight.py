@@ -84,7 +84,7 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
         if held:
             raise Conflict(f"snapshot {conf['name']!r} is held by {', '.join(held)}; unpin it or wait for the copy")
     elif dag_id == "copy_segment_job":
-        meta.copyjobs.get(int(conf["job_id"]))
+        _job_target_alive(meta, int(conf["job_id"]))
     elif dag_id == "collection_undrop" and store is not None:
         from seglake.lifecycle import pitr
 
@@ -103,6 +103,23 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
         same = {"collection": coll, "db": db}   # what every restore from a bundle records (a part: the run decides)
         restore.check_target(meta, conf["target"], db, same if conf.get("as_of") else {**same,
                                                                                       "bundle": conf.get("bundle")})
+
+
+def _job_target_alive(meta, job_id: int) -> None:
+    """NotFound for an unknown job; Conflict when its target collection is gone or dropped
+    (its finalize would fail: nothing left to copy into)."""
+    from seglake.errors import Conflict
+    from seglake.meta.catalog import DROPPED, DROPPING
+
+    job, _ = meta.copyjobs.get(job_id)
+    try:
+        target = meta.catalog.get(job.target_collection_id)
+    except NotFound:
+        target = None
+    if target is None or target.state in (DROPPED, DROPPING):
+        raise Conflict(f"copy job {job_id} ({job.state}) copies into collection {job.target_collection!r}, which is "
+                       f"{target.state if target is not None else 'gone'}: nothing to resume; restore again into "
+                       "a new target")
 
 
 def _target_uri(settings, uri: str) -> None:

@@ -729,8 +729,10 @@ def create_api():
               summary="Resume (or re-drive) a copy job (a copy_segment_job DAG run)")
     def job_resume(request: Request, job_id: int = id_in("copy job"),
                    body: ResumeRequest = Body(default_factory=ResumeRequest)) -> dict:
-        with _engine() as (meta, _):
-            meta.copyjobs.get(job_id)   # NotFound -> 404 before any run
+        from seglake.lifecycle import preflight
+
+        with _engine() as (meta, _):   # NotFound -> 404, a dropped target -> 409, before any run
+            preflight.missing(meta, "copy_segment_job", {"job_id": job_id})
         return trigger(request, "copy_segment_job", {"job_id": job_id, **body.model_dump()}, {"job_id": job_id})
 
     # -- compaction: the per-collection policy (one etcd write, here), history, a run (DAG) --
