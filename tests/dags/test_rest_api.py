@@ -796,6 +796,21 @@ def test_resuming_a_copy_job_whose_target_was_dropped_is_refused_before_any_run(
     assert created == []
 
 
+def test_a_snapshot_of_a_collection_that_is_not_live_is_refused_before_any_run(client, h, world, monkeypatch):
+    """api_copy is Importing (a restore under way): snapshot_create's begin refuses it, but
+    POST /snapshots and POST /runs/snapshot_create answered 201 and the run failed. Now 409."""
+    import httpx
+
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    for r in (client.post(f"{API}/snapshots", json={"collection": "api_copy", "name": "half"}, headers=h),
+              client.post(f"{API}/runs/snapshot_create", json={"collection": "api_copy", "name": "half"}, headers=h)):
+        assert r.status_code == 409, r.text
+        assert "collection 'api_copy' is Importing" in r.json()["detail"], r.text
+    assert created == []
+
+
 def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h, world, monkeypatch):
     import httpx
 

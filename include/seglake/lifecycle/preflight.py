@@ -41,6 +41,10 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
             from seglake.errors import Conflict   # a new run is a new owner: its create would refuse the name
 
             raise Conflict(f"snapshot {conf['name']!r} already exists for collection {coll!r}")
+        if dag_id == "snapshot_create" and live.state != "Created":
+            from seglake.errors import StateError   # as snapshot.begin refuses it
+
+            raise StateError(f"collection {coll!r} is {live.state}; snapshots need a live collection")
     elif dag_id in _POLICY and coll and not conf.get("clear"):
         meta.catalog.get_by_name(coll, db)
     elif dag_id == "drop_collection":

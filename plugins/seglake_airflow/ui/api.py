@@ -555,11 +555,11 @@ def create_api():
     @api.post("/snapshots", response_model=Run, status_code=201, dependencies=[run_rights],
               summary="Create a snapshot (a snapshot_create DAG run)")
     def snapshot_create(request: Request, body: SnapshotCreate) -> dict:
-        with _engine() as (meta, _):   # what the run would fail on, refused now (404 / 409), before any run
-            coll = meta.catalog.get_by_name(body.collection, body.db)
-            if meta.snapshots.find(coll.collection_id, body.name) is not None:
-                raise Conflict(f"snapshot {body.name!r} already exists for collection {body.collection!r}")
+        from seglake.lifecycle import preflight
+
         conf = body.model_dump()
+        with _engine() as (meta, _):   # what the run would fail on, refused now (404 / 409), before any run
+            preflight.missing(meta, "snapshot_create", conf)
         return trigger(request, "snapshot_create", conf, {"collection": body.collection, "snapshot": body.name})
 
     @api.delete("/snapshots/{collection}/{name}", response_model=Run, status_code=202, dependencies=[run_rights],
