@@ -50,8 +50,16 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
     elif dag_id == "drop_collection":
         from seglake.lifecycle import drop
 
-        if drop.find(meta, coll, db) is None:
+        found = drop.find(meta, coll, db)
+        if found is None:
             raise NotFound(f"collection {coll!r} not found in db {db!r}")
+        job = drop.running_restore(meta, found.collection_id)   # as begin_drop refuses it: 409
+        if job is not None or found.state == "Importing":
+            from seglake.errors import StateError
+
+            raise StateError(f"collection {coll!r} is the target of a restore under way"
+                             + (f" (copy job {job.job_id}, {job.state})" if job is not None else " (Importing)")
+                             + "; wait for it or roll it back before dropping")
     elif dag_id in ("snapshot_export", "snapshot_restore") and conf.get("snapshot") is not None:
         rec, _ = snapshot.resolve(meta, coll, conf["snapshot"], db=db)
         if dag_id == "snapshot_export" and backup is not None:   # the bundle name held by another snapshot: 409
