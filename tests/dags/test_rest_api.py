@@ -808,6 +808,10 @@ def test_a_snapshot_of_a_collection_that_is_not_live_is_refused_before_any_run(c
               client.post(f"{API}/runs/snapshot_create", json={"collection": "api_copy", "name": "half"}, headers=h)):
         assert r.status_code == 409, r.text
         assert "collection 'api_copy' is Importing" in r.json()["detail"], r.text
+    # a verify of it: its files are still being copied, so the run failed with "PROBLEMS ... 36 missing" as
+    # if the data were damaged (seen on a real standalone: r2 restored at 0.01 MiB/s, verified mid-copy)
+    r = client.post(f"{API}/runs/verify_collection", json={"collection": "api_copy"}, headers=h)
+    assert r.status_code == 409 and "collection 'api_copy' is Importing" in r.json()["detail"], r.text
     # a drop of it: begin_drop refuses a restore target under way (was 201 and a failed run too)
     r = client.post(f"{API}/runs/drop_collection", json={"collection": "api_copy"}, headers=h)
     assert r.status_code == 409 and "api_copy" in r.json()["detail"], r.text

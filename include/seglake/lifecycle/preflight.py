@@ -45,6 +45,11 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
             from seglake.errors import StateError   # as snapshot.begin refuses it
 
             raise StateError(f"collection {coll!r} is {live.state}; snapshots need a live collection")
+        if dag_id == "verify_collection" and live.state == "Importing":
+            from seglake.errors import StateError   # its files are still being copied: "missing" is not damage
+
+            raise StateError(f"collection {coll!r} is Importing (a restore into it is under way, its files are "
+                             "still being copied); verify it once the restore has finished")
     elif dag_id in _POLICY and coll and not conf.get("clear"):
         meta.catalog.get_by_name(coll, db)
     elif dag_id == "drop_collection":
