@@ -613,6 +613,10 @@ def test_a_json_body_sent_without_its_content_type_is_told_so(client, h, world):
     ("compaction", {"collection": "nope"}, "collection 'nope' not found"),
     ("restore_database", {"as_of": "2026-11-28T00:00:00Z", "suffix": "_x", "collections": "api_coll,nope"},
      "collection 'nope' not found"),
+    # a clear of an unknown name: each run's set step looks the collection up and failed (was 201, a failed run)
+    ("snapshot_retention", {"collection": "nope", "clear": True}, "collection 'nope' not found"),
+    ("compaction_policy", {"collection": "nope", "clear": True}, "collection 'nope' not found"),
+    ("pitr_window", {"collection": "nope", "clear": True}, "collection 'nope' not found"),
 ])
 def test_the_generic_run_door_answers_404_for_an_unknown_name_before_any_run(client, h, world, tmp_path,
                                                                             monkeypatch, dag_id, conf, words):
@@ -829,7 +833,7 @@ def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h
     meta, _, job_id = world
     for dag_id, conf in (("snapshot_export", {"collection": "api_coll", "snapshot": "s1", "bundle": "b"}),
                          ("copy_segment_job", {"job_id": job_id}),
-                         ("snapshot_retention", {"collection": "nope", "clear": True}),   # a clear needs nothing
+                         ("snapshot_retention", {"collection": "api_coll", "clear": True}),   # none set: cleared=false
                          ("verify_collection", {"collection": "api_coll"}),
                          # the target of this same restore: a re-run resumes it
                          ("snapshot_restore", {"collection": "api_coll", "snapshot": "s1", "target": "api_copy"})):

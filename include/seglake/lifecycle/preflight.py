@@ -6,7 +6,7 @@ its generic `POST /runs/{dag_id}`).
 first step would look up and not find: the collection, the snapshot, the copy job, the
 bundle in the backup target, the Milvus source. It asks the same lookups the lifecycles
 ask (a dropped collection's snapshot is still found; a Dropped collection is still a
-drop's to report; a clear of a policy or window never needs the collection). Anything
+drop's to report; a clear of a policy or window finds it as that clear does). Anything
 else -- a state conflict, a damaged bundle, a target that does not answer -- is left to
 the run, which says it. Read-only; `conf` is the checked conf (contract.check_conf).
 """
@@ -20,7 +20,7 @@ from seglake.errors import NotFound
 
 # the DAGs whose conf names a live collection its first step reads (None: not named, nothing to check)
 _COLLECTION = ("snapshot_create", "verify_collection", "compaction", "snapshot_schedule", "gc")
-_POLICY = ("snapshot_retention", "compaction_policy", "pitr_window")   # set: the collection; clear: none needed
+_POLICY = ("snapshot_retention", "compaction_policy", "pitr_window")   # set: the collection; clear: as each clears
 
 
 def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
@@ -52,6 +52,8 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
                              "still being copied); verify it once the restore has finished")
     elif dag_id in _POLICY and coll and not conf.get("clear"):
         meta.catalog.get_by_name(coll, db)
+    elif dag_id in _POLICY and coll:   # a clear: the name as each clear looks it up (a dropped one too, where it may)
+        _clear_target(meta, dag_id, coll, db)
     elif dag_id == "drop_collection":
         from seglake.lifecycle import drop
 
@@ -120,6 +122,24 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
         same = {"collection": coll, "db": db}   # what every restore from a bundle records (a part: the run decides)
         restore.check_target(meta, conf["target"], db, same if conf.get("as_of") else {**same,
                                                                                       "bundle": conf.get("bundle")})
+
+
+def _clear_target(meta, dag_id: str, collection: str, db: str) -> None:
+    """NotFound when the clear's run would not find the collection: a retention policy by
+    the live collection or the one policy recorded under the name (a dropped one); a
+    point-in-time window by the live or newest dropped collection; a compaction policy by
+    the live collection."""
+    if dag_id == "snapshot_retention":
+        from seglake.lifecycle import retention
+
+        retention._policy_key(meta, collection, db)
+    elif dag_id == "pitr_window":
+        from seglake.lifecycle import drop
+
+        if drop.find(meta, collection, db) is None:
+            raise NotFound(f"collection {collection!r} not found in db {db!r}")
+    else:
+        meta.catalog.get_by_name(collection, db)
 
 
 def _job_target_alive(meta, job_id: int) -> None:
