@@ -823,8 +823,34 @@ def test_a_snapshot_of_a_collection_that_is_not_live_is_refused_before_any_run(c
     assert created == []
 
 
-def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h, world, monkeypatch):
+@pytest.mark.parametrize("dag_id,conf", [
+    ("snapshot_export", {"collection": "api_coll", "snapshot": "s1", "bundle": "zz"}),
+    ("snapshot_verify", {"collection": "api_coll", "bundle": "s1"}),
+    ("snapshot_restore_external", {"collection": "api_coll", "bundle": "s1", "target": "t"}),
+    ("wal_archive", {}),
+    ("collection_undrop", {"collection": "api_coll", "target": "t", "from_target": True}),
+])
+def test_a_run_that_needs_a_backup_target_when_none_is_set_is_refused_before_any_run(client, h, world, monkeypatch,
+                                                                                      dag_id, conf):
+    """A fresh install has no config backup_uri: an export (or a verify, a restore from the
+    target, the WAL archive...) with no conf backup_uri was a run that failed in its first
+    step ("no backup target"). Now 400 saying to pass conf key 'backup_uri' or set it."""
     import httpx
+
+    monkeypatch.delenv("SEGLAKE_BACKUP_URI", raising=False)
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    r = client.post(f"{API}/runs/{dag_id}", json=conf, headers=h)
+    assert r.status_code == 400, r.text
+    assert "no backup target" in r.json()["detail"] and "conf key 'backup_uri'" in r.json()["detail"], r.text
+    assert created == []
+
+
+def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h, world, tmp_path, monkeypatch):
+    import httpx
+
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(tmp_path / "backup"))
 
     created = []
     monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(

@@ -20,6 +20,10 @@ from seglake.errors import NotFound
 
 # the DAGs whose conf names a live collection its first step reads (None: not named, nothing to check)
 _COLLECTION = ("snapshot_create", "verify_collection", "compaction", "snapshot_schedule", "gc")
+# the DAGs that always read or write the backup target; and those that do with from_target
+_TARGET = ("snapshot_export", "snapshot_verify", "snapshot_restore_external", "wal_archive", "milvus_backup",
+           "milvus_restore")
+_FROM_TARGET = ("collection_undrop", "restore_database")
 _POLICY = ("snapshot_retention", "compaction_policy", "pitr_window")   # set: the collection; clear: as each clears
 
 
@@ -33,6 +37,10 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
 
     if settings is not None and conf.get("backup_uri"):
         _target_uri(settings, conf["backup_uri"])
+    no_target = (settings is not None and not conf.get("backup_uri") and not settings.backup_uri
+                 and (dag_id in _TARGET or (dag_id in _FROM_TARGET and conf.get("from_target"))))
+    if no_target and dag_id in _FROM_TARGET:   # these look their names up in the target: said first
+        _no_target()
     db = conf.get("db") or "default"
     coll = conf.get("collection")
     if dag_id in _COLLECTION and coll:
@@ -113,6 +121,8 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
         from seglake.milvus import sources
 
         sources.get_source(meta, conf["milvus_source"])
+    if no_target:   # a fresh install: the run's first step would say it (an unknown name was said above)
+        _no_target()
     if dag_id in ("snapshot_verify", "snapshot_restore_external", "milvus_restore") and conf.get("bundle") \
             and backup is not None:
         _bundle(backup, conf.get("backup_uri"), db, coll, conf["bundle"])
@@ -122,6 +132,14 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
         same = {"collection": coll, "db": db}   # what every restore from a bundle records (a part: the run decides)
         restore.check_target(meta, conf["target"], db, same if conf.get("as_of") else {**same,
                                                                                       "bundle": conf.get("bundle")})
+
+
+def _no_target() -> None:
+    from seglake.errors import ValidationError
+
+    raise ValidationError("no backup target: conf key 'backup_uri' is empty and config key 'backup_uri' is not set; "
+                          "pass conf key 'backup_uri' (an absolute local path or s3://bucket/prefix) or set config "
+                          "key 'backup_uri'")
 
 
 def _clear_target(meta, dag_id: str, collection: str, db: str) -> None:

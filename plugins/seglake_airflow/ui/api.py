@@ -623,14 +623,13 @@ def create_api():
               dependencies=[run_rights], summary="Bring a dropped collection back as a new collection, as it was "
                                                   "just before the drop (a collection_undrop run)")
     def undrop(request: Request, body: UndropRequest, collection: str = name_in("collection")) -> dict:
-        from seglake.lifecycle import pitr
+        from seglake.lifecycle import preflight
         from seglake_airflow.hooks.engine import SeglakeHook
 
-        hook = SeglakeHook()   # every refusal (not dropped, outside the window, the log or archive) before any run
-        try:
-            backup = hook.backup_target(body.backup_uri) if body.from_target else None
-            pitr.check_undrop(hook.meta, hook.store, collection, body.target, db=body.db, backup=backup,
-                              bundle=body.bundle)
+        hook = SeglakeHook()   # every refusal (no backup target, not dropped, outside the window, the log or
+        try:                   # archive) before any run: pitr.check_undrop, as the generic door asks it
+            preflight.missing(hook.meta, "collection_undrop", {"collection": collection, **body.model_dump()},
+                              store=hook.store, backup=hook.backup_target, settings=hook.settings)
         finally:
             hook.close()
         return trigger(request, "collection_undrop", {"collection": collection, **body.model_dump()},
