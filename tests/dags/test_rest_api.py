@@ -847,6 +847,29 @@ def test_a_run_that_needs_a_backup_target_when_none_is_set_is_refused_before_any
     assert created == []
 
 
+@pytest.mark.parametrize("flag", ["export", "archive"])
+def test_a_retention_policy_that_exports_without_a_backup_target_is_refused(client, h, world, tmp_path, monkeypatch,
+                                                                            flag):
+    """`export: true` (or `archive: true`) on an install with no config backup_uri: the
+    policy was set (a green run) and every scheduled snapshot_schedule run then failed
+    ("no backup target") until someone noticed. Refused when set; with a target it runs."""
+    import httpx
+
+    monkeypatch.delenv("SEGLAKE_BACKUP_URI", raising=False)
+    created = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"is_paused": False}))
+    conf = {"collection": "api_coll", "keep_last": 2, flag: True}
+    r = client.post(f"{API}/runs/snapshot_retention", json=conf, headers=h)
+    assert r.status_code == 400, r.text
+    assert f"conf key {flag!r}" in r.json()["detail"] and "backup_uri" in r.json()["detail"], r.text
+    assert created == []
+    monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(tmp_path / "backup"))
+    r = client.post(f"{API}/runs/snapshot_retention", json=conf, headers=h)
+    assert r.status_code == 201 and len(created) == 1, r.text
+
+
 def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h, world, tmp_path, monkeypatch):
     import httpx
 

@@ -37,6 +37,14 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
 
     if settings is not None and conf.get("backup_uri"):
         _target_uri(settings, conf["backup_uri"])
+    if dag_id == "snapshot_retention" and not conf.get("clear") and settings is not None \
+            and not settings.backup_uri:
+        for flag in ("export", "archive"):   # every scheduled run would fail on it, after a green set
+            if conf.get(flag):
+                from seglake.errors import ValidationError
+
+                raise ValidationError(f"conf key {flag!r}: true needs a backup target and config key 'backup_uri' "
+                                      "is not set; set it first (the schedule's exports and the WAL archive use it)")
     no_target = (settings is not None and not conf.get("backup_uri") and not settings.backup_uri
                  and (dag_id in _TARGET or (dag_id in _FROM_TARGET and conf.get("from_target"))))
     if no_target and dag_id in _FROM_TARGET:   # these look their names up in the target: said first
