@@ -101,3 +101,30 @@ def test_convert_maps_every_seglake_type_and_refuses_another_naming_the_field():
     fields[6]["dtype"] = "SparseFloatVector"
     with pytest.raises(convert.ConvertError, match="field 'f6' has type 'SparseFloatVector'"):
         convert.schema_of(doc)
+
+
+def test_a_log_less_some_rows_or_deletes_keeps_its_descriptor_and_the_rest():
+    """What a restore into Milvus < 2.3.4 stages (restore.pk_filter_fixes): an insert log
+    less the rows a delete hides, a delete log less the records of some pks."""
+    raw = w.insert_log(*IDS, 101, 101, [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], 5, 9, dim=2)
+    out = w.without_rows(raw, [True, False, True])
+    assert binlog.payloads(io.BytesIO(out), len(out))[0] == binlog.payloads(io.BytesIO(raw), len(raw))[0]
+    assert _read(out, 101, 2) == [_read(raw, 101, 3)[i] for i in (0, 2)]
+    with pytest.raises(ValueError):
+        w.without_rows(raw, [False, False, False])      # a log with no row is never staged
+    with pytest.raises(ValueError):
+        w.without_rows(raw, [True, True])
+    dl = w.delete_log(*IDS, [7, 8, 7], [10, 11, 12])
+    kept = w.without_deletes(dl, {7})
+    assert binlog.deletes(io.BytesIO(kept), len(kept)) == [(8, 11)]
+    assert binlog.check(io.BytesIO(kept), len(kept), kind="delete", collection_id=11, partition_id=22,
+                        segment_id=33, field_id=None, entries=1) == []
+    assert w.without_deletes(dl, {7, 8}) is None
+
+
+@pytest.mark.parametrize("version, legacy", [("v2.3.3-lite", True), ("v2.3.0", True), ("2.3.4", False),
+                                             ("v2.3.5-lite", False), ("v2.3.12", False), ("", True)])
+def test_which_targets_filter_an_import_by_pk_alone(version, legacy):
+    from seglake.milvus import restore
+
+    assert restore.filters_by_pk(version) is legacy

@@ -134,6 +134,8 @@ class MilvusServer(Server):
     graceful_stop: int = 5
     alias: str = ""
     config: dict = field(default_factory=dict)   # more milvus.yaml settings ("a.b.c": "value"), e.g. for tests
+    venv: Path | None = None        # another Milvus wheel's venv (another 2.3.x); default MILVUS_VENV
+    bin_cache: Path | None = None   # where that wheel's binaries are unpacked; default BIN_CACHE
     prepared: dict = field(default_factory=dict)
     _given_ports: dict = field(default_factory=dict, repr=False)
     started_at: float = 0.0
@@ -202,9 +204,10 @@ class MilvusServer(Server):
         else:
             extras["common.storageType"] = "local"
         extras.update({k: str(v) for k, v in self.config.items()})
-        req = {"base_dir": str(self.state_dir), "bin_cache": str(BIN_CACHE), "items": items,
+        req = {"base_dir": str(self.state_dir), "bin_cache": str(self.bin_cache or BIN_CACHE), "items": items,
                "extras": extras}
-        r = subprocess.run([str(milvus_python()), str(REPO / "scripts" / "milvus_prepare.py")],
+        python = self.venv / "bin" / "python" if self.venv else milvus_python()
+        r = subprocess.run([str(python), str(REPO / "scripts" / "milvus_prepare.py")],
                            input=json.dumps(req), capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"milvus_prepare.py failed: {r.stderr[-1500:]}")

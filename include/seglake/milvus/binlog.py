@@ -147,13 +147,14 @@ def column(fh, size: int) -> list:
 def deletes(fh, size: int) -> list[tuple[object, int]]:
     """(pk, ts) of every delete in a delete log (2.3: JSON strings {"pk", "ts", "pkType"};
     older: "pk,ts")."""
-    out = []
-    for v in column(fh, size):
-        v = v.decode() if isinstance(v, bytes) else v
-        if v.startswith("{"):
-            d = json.loads(v)
-            out.append((d["pk"], int(d["ts"])))
-        else:
-            pk, ts = v.rsplit(",", 1)
-            out.append((int(pk) if pk.lstrip("-").isdigit() else pk, int(ts)))
-    return out
+    return [delete_record(v) for v in column(fh, size)]
+
+
+def delete_record(v) -> tuple[object, int]:
+    """(pk, ts) of one delete record of a delete log (a JSON string or "pk,ts")."""
+    v = v.decode() if isinstance(v, bytes) else v
+    if v.startswith("{"):
+        d = json.loads(v)
+        return d["pk"], int(d["ts"])
+    pk, ts = v.rsplit(",", 1)
+    return (int(pk) if pk.lstrip("-").isdigit() else pk), int(ts)

@@ -98,3 +98,38 @@ def delete_log(collection_id: int, partition_id: int, segment_id: int, pks, tss)
     recs = pa.array([f'{{"pk":{p},"ts":{t},"pkType":{PK_INT64}}}' for p, t in zip(pks, tss)], pa.string())
     return _file((collection_id, partition_id, segment_id, -1), min(tss), max(tss), STRING, DELETE_EVENT,
                  _parquet(recs), sum(len(r) for r in recs.to_pylist()))
+
+
+def without_deletes(raw: bytes, drop: set) -> bytes | None:
+    """The delete log `raw` less its records of the pks in `drop`: the same descriptor ids and
+    payload type, the kept records' strings unchanged; None when no record is left."""
+    from seglake.milvus import binlog
+
+    desc, _ = binlog.payloads(io.BytesIO(raw), len(raw))
+    keep, tss = [], []
+    for v in binlog.column(io.BytesIO(raw), len(raw)):
+        v = v.decode() if isinstance(v, bytes) else v
+        pk, ts = binlog.delete_record(v)
+        if pk not in drop:
+            keep.append(v)
+            tss.append(ts)
+    if not keep:
+        return None
+    return _file((desc.collection_id, desc.partition_id, desc.segment_id, desc.field_id), min(tss), max(tss),
+                 desc.payload_type, DELETE_EVENT, _parquet(pa.array(keep, pa.string())), sum(len(v) for v in keep))
+
+
+def without_rows(raw: bytes, keep: list[bool]) -> bytes:
+    """The insert log `raw` with only the rows `keep` marks (one flag per row, in order): the
+    same descriptor ids, timestamps and payload type, its events' payloads as one."""
+    from seglake.milvus import binlog
+
+    desc, events = binlog.payloads(io.BytesIO(raw), len(raw))
+    t = pa.concat_tables([pq.read_table(io.BytesIO(raw[a:b])) for _, a, b in events])
+    if t.num_rows != len(keep) or not any(keep):
+        raise ValueError(f"an insert log of {t.num_rows} rows, {len(keep)} row flags, {sum(keep)} kept")
+    t = t.filter(pa.array(keep))
+    sink = io.BytesIO()
+    pq.write_table(t, sink, compression="zstd")
+    return _file((desc.collection_id, desc.partition_id, desc.segment_id, desc.field_id), desc.start_ts, desc.end_ts,
+                 desc.payload_type, INSERT_EVENT, sink.getvalue(), t.nbytes)

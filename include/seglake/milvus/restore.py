@@ -49,7 +49,7 @@ from seglake import faults, runners
 from seglake.errors import Conflict, SeglakeError, ValidationError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.meta.kv import Put, absent, unchanged
-from seglake.milvus import binlog, convert, proto
+from seglake.milvus import binlog, binlog_writer, convert, proto
 from seglake.milvus.client import MilvusClient
 from seglake.names import validate_name
 from seglake.storage import layout
@@ -283,7 +283,7 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     schema = check_schema(doc)
     client = client or target.client(timeout=120)
     from seglake.milvus import check_version          # MilvusUnreachable when it is not there
-    check_version(client.one({"op": "version"}).get("version", ""), target.address, "written")
+    version = check_version(client.one({"op": "version"}).get("version", ""), target.address, "written")
     rid = restore_id(target, req)
     rec, _ = Records(kv, keys, rid).get()
     if rec is not None and rec["bundle_uid"] != doc["uid"]:
@@ -296,12 +296,69 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     check_content(backup, doc, req.threads)
     if doc.get("converted"):
         convert.Converter(backup, doc).check_values()
+    fixes = {} if doc.get("converted") or not filters_by_pk(version) else \
+        pk_filter_fixes(backup, doc, f"Milvus {version} at {target.address}")
     coll = doc["snapshot"]["collection"]
-    return {"rid": rid, "uid": doc["uid"], "schema": schema, "converted": bool(doc.get("converted")), "shards": int(coll["shards"]),
+    return {"rid": rid, "delete_fixes": fixes, "uid": doc["uid"], "schema": schema, "converted": bool(doc.get("converted")), "shards": int(coll["shards"]),
             "consistency_level": int(coll.get("consistency_level", 0)),
             "properties": _properties(coll.get("properties")),
             "partitions": _partitions(coll, schema),
             "indexes": doc["snapshot"].get("indexes", [])}
+
+
+def filters_by_pk(version: str) -> bool:
+    """Milvus before 2.3.4 (and a Milvus that reports no version): its bulk insert of binlogs
+    leaves out every row of a pk its segment's delete logs name, whatever the timestamps
+    (milvus #29162, fixed in 2.3.4): an upsert's new row (its delete has the row's own
+    timestamp, in the same segment) or a row inserted again after a delete would be lost."""
+    m = re.match(r"v?2\.3\.(\d+)", version or "")
+    return m is None or int(m.group(1)) < 4
+
+
+def pk_filter_fixes(backup, doc: dict, where: str) -> dict[str, list]:
+    """For a target that filters by pk alone (filters_by_pk): {segment id: {"drop_deletes":
+    pks whose delete records are left out of its staged delete logs, "skip_rows": row indexes
+    left out of its staged insert logs}} for each segment with a visible row of a pk its
+    delete logs name (an upsert, a pk inserted again after a delete). Staged that way, the
+    pk-only filter keeps exactly the visible rows: the hidden rows of those pks are not
+    staged, and their deletes, hiding nothing else of the segment, are left out (a segment's
+    delete logs reach no other segment through an import). Refused before anything is
+    written if an insert log would be left with no row."""
+    pk_f = next(int(f["field_id"]) for f in doc["snapshot"]["collection"]["schema"]["fields"] if f.get("is_primary_key"))
+    out, empty = {}, []
+    for e in doc["segments"]:
+        deletes: dict = {}
+        for b in e.get("deltalogs", []):
+            for x in b["logs"]:
+                for pk, ts in _dels(backup, doc, x["path"]):
+                    deletes[pk] = max(deletes.get(pk, 0), ts)
+        if not deletes:
+            continue
+        logs = {int(b["field_id"]): b["logs"] for b in e["binlogs"]}
+        pks = [v for x in logs[pk_f] for v in _col(backup, doc, x["path"])]
+        tss = [v for x in logs[1] for v in _col(backup, doc, x["path"])]
+        shown, hidden = set(), set()
+        for pk, ts in zip(pks, tss):
+            if pk in deletes:
+                (hidden if deletes[pk] > ts else shown).add(pk)
+        if shown:
+            both = shown & hidden
+            skip = [i for i, (pk, ts) in enumerate(zip(pks, tss)) if pk in both and deletes[pk] > ts]
+            offsets = [0]
+            for x in logs[pk_f]:
+                offsets.append(offsets[-1] + int(x["entries"]))
+            for a, b in zip(offsets, offsets[1:]):
+                if b > a and sum(1 for i in skip if a <= i < b) == b - a:
+                    empty.append(f"segment {e['segment_id']}")     # a log would be left with no row
+                    break
+            out[str(e["segment_id"])] = {"drop_deletes": sorted(shown, key=str), "skip_rows": skip}
+    if empty:
+        raise MilvusRestoreError(
+            f"{where} imports binlogs leaving out every row of a pk its segment's delete logs name (milvus #29162, "
+            f"fixed in 2.3.4); seglake stages such a segment without the rows its deletes hide, but in "
+            f"{', '.join(empty[:3])} an insert log would be left with no row: restore into Milvus 2.3.4 or later; "
+            f"nothing written")
+    return out
 
 
 def same_staging(rec: dict | None, target: MilvusTarget, rid: str) -> None:
@@ -367,12 +424,27 @@ def units(doc: dict, plan: dict) -> list[dict]:
             c = int(e["collection_id"])
         out.append({"segment_id": sid, "partition": parts[p], "rows": int(e["num_rows"]),
                     "converted": bool(doc.get("converted")),
+                    **_fix_of(e, plan.get("delete_fixes", {}).get(str(sid))),
                     "files": [] if doc.get("converted") else
                              [(path, doc["files"][path]["sha256"], doc["files"][path]["size"]) for path in seg_files(e)],
                     # always both dirs: 2.3 takes a binlog import only with two paths (an empty
                     # delta dir is fine; milvus-backup passes "" there)
                     "dirs": [f"{base}/insert_log/{c}/{p}/{sid}/", f"{base}/delta_log/{c}/{p}/{sid}/"]})
     return out
+
+
+def _fix_of(e: dict, fix: dict | None) -> dict:
+    """A unit's part of pk_filter_fixes: the pks and rows left out, and each insert log's
+    first row index and row count (a field's logs in order; every field's logs align)."""
+    if not fix:
+        return {}
+    spans = {}
+    for b in e["binlogs"]:
+        at = 0
+        for x in b["logs"]:
+            spans[x["path"]] = (at, int(x["entries"]))
+            at += int(x["entries"])
+    return {"drop_deletes": fix["drop_deletes"], "skip_rows": fix["skip_rows"], "spans": spans}
 
 
 def _create(recs: Records, client, target, req, plan) -> dict:
@@ -424,11 +496,24 @@ def _stage(stage_store, backup, unit: dict, converter=None) -> None:
             if not bundles.has_content(stage_store, f"{base}/{path}", sha, len(raw)):
                 stage_store.put(f"{base}/{path}", raw)
         return
+    drop, skip = set(unit.get("drop_deletes", ())), set(unit.get("skip_rows", ()))
     for path, sha, size in unit["files"]:
         m = _INSERT_RE.fullmatch(path) or _DELTA_RE.fullmatch(path)
         key = f"{base}/{path}"
         if m is None:
             raise MilvusRestoreError(f"segment {sid}: {path!r} is not a Milvus log key")
+        if drop and (m.re is _DELTA_RE or skip):   # a target filtering by pk alone: see pk_filter_fixes
+            raw = bundles.read_small(backup, layout.bundle_blob(sha), size)
+            if len(raw) != size or hashlib.sha256(raw).hexdigest() != sha:
+                raise MilvusRestoreError(f"segment {sid}: {path}: its data file in the backup target is damaged")
+            if m.re is _DELTA_RE:
+                raw = binlog_writer.without_deletes(raw, drop)
+            else:
+                at, n = unit["spans"][path]
+                raw = binlog_writer.without_rows(raw, [at + i not in skip for i in range(n)])
+            if raw is not None and not bundles.has_content(stage_store, key, hashlib.sha256(raw).hexdigest(), len(raw)):
+                stage_store.put(key, raw)
+            continue
         if not bundles.has_content(stage_store, key, sha, size):
             bundles.copy_verified(backup, layout.bundle_blob(sha), stage_store, key, sha, size)
 

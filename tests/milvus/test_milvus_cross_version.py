@@ -1,0 +1,109 @@
+"""Restore across Milvus versions: a capture of the worker's Milvus 2.3.5 restored into another
+2.3.x server, and a capture of that server restored into 2.3.5; rows compared row by row per
+partition, count(*), and a search of known vectors returns the same ids.
+
+The other server is the PyPI `milvus` wheel in .dev/milvus-other-venv (`make milvus-other-venv`:
+2.3.3, the oldest 2.3 server that takes `<role>.ip`, so every address it registers is loopback;
+the registry has Linux wheels of 2.3.0-2.3.5 and its 2.3.8 and 2.3.9 are macOS arm64 wheels
+only, so no newer 2.3 server runs here), or the venv $SEGLAKE_MILVUS_OTHER_VENV names. Skipped,
+with the reason, when that venv is absent (making it downloads a 56 MB wheel)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bundle_helper import capture
+from conftest import milvus_client
+from test_milvus_restore import all_rows, make_source, part_pks, target_of
+from seglake.meta.kv import KV
+from seglake.milvus import restore
+from seglake.milvus.client import MilvusClient
+from seglake.storage.local import LocalStore
+
+pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
+REPO = Path(__file__).resolve().parents[2]
+OTHER_VENV = Path(os.environ.get("SEGLAKE_MILVUS_OTHER_VENV", REPO / ".dev" / "milvus-other-venv"))
+
+
+def _wheel_version(venv: Path) -> str:
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", "import milvus; print(milvus.__version__)"],
+                       capture_output=True, text=True, timeout=60)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+@pytest.fixture(scope="module")
+def other(etcd_server, s3_server, tmp_path_factory):
+    from seglake.dev.milvus import BIN_CACHE, MilvusServer, S3Target
+
+    version = _wheel_version(OTHER_VENV) if (OTHER_VENV / "bin" / "python").exists() else ""
+    if not version:
+        pytest.skip(f"no other Milvus 2.3.x server here: no importable `milvus` wheel in {OTHER_VENV} "
+                    f"(`make milvus-other-venv` makes one)")
+    if version == "2.3.5":
+        pytest.skip(f"{OTHER_VENV} holds Milvus 2.3.5, the version of the worker's server")
+    root = f"xv-{uuid.uuid4().hex[:8]}"
+    server = MilvusServer(state_dir=tmp_path_factory.mktemp("milvus-other"), etcd_endpoint=etcd_server.endpoint,
+                          etcd_root=f"milvus-{root}", venv=OTHER_VENV,
+                          bin_cache=BIN_CACHE.with_name(f"{BIN_CACHE.name}-{version}"),
+                          s3=S3Target(endpoint=s3_server.endpoint, bucket="milvus-xv", root_path=f"files-{root}",
+                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key))
+    server.prepare()
+    assert server.prepared["version"] == version
+    server.start(timeout=180)
+    print(f"\nOTHER MILVUS {version} healthy in {server.healthy_after:.1f}s")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def env(etcd_server, tmp_path):
+    kv = KV(etcd_server.endpoint, timeout=10, root=f"xv{uuid.uuid4().hex[:8]}")
+    yield kv, kv.marker_keys, LocalStore(str(tmp_path / "backup"))
+    kv.close()
+
+
+def _server_version(address: str) -> str:
+    return MilvusClient(address).one({"op": "version"})["version"]
+
+
+def _compare(src_addr: str, dst_addr: str, src: str, new: str) -> int:
+    a_c, b_c = MilvusClient(src_addr), MilvusClient(dst_addr)
+    a_c.one({"op": "load", "name": src})
+    a, b = all_rows(a_c, src), all_rows(b_c, new)
+    assert len(a) == 225 and a == b                       # row by row, every field
+    assert b_c.one({"op": "count_loaded", "name": new})["count"] == 225
+    for part in ("p1", "p2"):                               # rows stay in their partition
+        assert part_pks(a_c, src, part) == part_pks(b_c, new, part) != []
+    sch = b_c.one({"op": "schema", "name": new})
+    assert sch["shards"] == 2 and set(sch["partitions"]) == {"_default", "p1", "p2"}
+    assert [(i["field"], i["params"]["index_type"]) for i in sch["indexes"]] == [("vec", "IVF_FLAT")]
+    known = [r["vec"] for r in a[::23]]
+    q = {"field": "vec", "vectors": known, "limit": 5, "params": {"nprobe": 4}}
+    s_src, s_new = a_c.one({"op": "search", "name": src, **q}), b_c.one({"op": "search", "name": new, **q})
+    assert s_src == s_new and [ids[0] for ids in s_new] == [r["pk"] for r in a[::23]]
+    return len(a)
+
+
+@pytest.mark.parametrize("direction", ["2.3.5->other", "other->2.3.5"])
+def test_restore_across_versions(direction, env, other, milvus_server, milvus_python, s3_server):
+    kv, keys, backup = env
+    src_srv, dst_srv = (milvus_server, other) if direction == "2.3.5->other" else (other, milvus_server)
+    versions = _server_version(src_srv.address), _server_version(dst_srv.address)
+    assert versions[0] != versions[1], versions
+    src, new = f"src_{uuid.uuid4().hex[:8]}", f"dst_{uuid.uuid4().hex[:8]}"
+    make_source(lambda *ops, **kw: milvus_client(milvus_python, src_srv.address, *ops, **kw), src)
+    doc = capture(src_srv, s3_server, backup, src)
+    assert doc["source"]["milvus_version"].lstrip("v").startswith(versions[0].lstrip("v")[:5])
+    req = restore.Request(db="default", collection=src, bundle="b1", name=new, sample=50, poll=0.5)
+    report = restore.run(kv, keys, backup, target_of(dst_srv, s3_server), req)
+    print(f"\nRESTORE {versions[0]} -> {versions[1]}:", {k: v for k, v in report.items() if k != "problems"})
+    assert report["state"] == "verified" and report["ok"], report["problems"]
+    assert report["count"] == report["visible_rows"] == 225
+    assert _compare(src_srv.address, dst_srv.address, src, new) == 225
