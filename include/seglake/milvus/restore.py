@@ -551,7 +551,7 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             if state in ("staged", "failed"):
                 if rec["attempts"] >= IMPORT_ATTEMPTS:
                     raise MilvusRestoreError(f"segment {sid}: Milvus failed its import {rec['attempts']} times "
-                                             f"(last: {rec.get('reason', '?')})")
+                                             f"(last: {rec.get('reason', '?')}){_import_hint(client)}")
                 rec = dict(rec, state="submitting", attempts=rec["attempts"] + 1, task_id=None)
                 recs.seg_put(sid, rec, prev)
                 rec, prev = recs.segments()[sid]
@@ -579,6 +579,20 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             raise MilvusRestoreError(f"imports into {req.name!r} not finished within {req.import_timeout:.0f} s "
                                      f"(re-run to keep waiting: they are recorded)")
         time.sleep(req.poll)
+
+
+def _import_hint(client) -> str:
+    """What to say of a target before 2.3.4 whose imports failed: its bulk insert fails some
+    schemas seglake's captures hold (seen on 2.3.3: "fail to initialize in-memory segment
+    data", its import util meeting an "InvalidType" field, for VarChar pk + JSON + Array or
+    dynamic-field collections, in most runs; 2.3.4 and 2.3.5 import the same files)."""
+    try:
+        version = client.one({"op": "version"}).get("version", "")
+    except Exception:   # noqa: BLE001 - only a hint
+        return ""
+    return (f"; Milvus {version} is older than 2.3.4, whose bulk insert of binlogs fails some schemas (VarChar pk "
+            f"with JSON, Array or dynamic fields, seen on 2.3.3): restore into Milvus 2.3.4 or later"
+            if version and filters_by_pk(version) else "")
 
 
 def _index_params(ix: dict) -> dict:

@@ -1,0 +1,121 @@
+"""Adversarial round 5 on issue 29: the Milvus side fails while seglake works. A target
+Milvus SIGKILLed while its bulk inserts run (after every segment's import was submitted,
+seglake's restore killed too), restarted, the restore re-run: it converges to exactly the
+bundle's rows (nothing imported twice, nothing lost); a source Milvus SIGKILLed during a
+capture: the capture (etcd + bucket only) is exact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from bundle_helper import capture
+from conftest import milvus_client, own_milvus
+from test_milvus_restore import _run_killed, all_rows, make_source, part_pks, target_of
+from seglake.meta.kv import KV
+from seglake.milvus import restore
+from seglake.milvus.client import MilvusClient
+from seglake.storage.local import LocalStore
+
+pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
+
+
+@pytest.fixture(scope="module")
+def msrv(milvus_python, etcd_server, s3_server, tmp_path_factory):
+    yield from own_milvus(etcd_server, s3_server, tmp_path_factory, "milvus-atk5", "atk5")
+
+
+@pytest.fixture
+def env(etcd_server, tmp_path):
+    kv = KV(etcd_server.endpoint, timeout=10, root=f"a5{uuid.uuid4().hex[:8]}")
+    yield kv, kv.marker_keys, LocalStore(str(tmp_path / "backup"))
+    kv.close()
+
+
+def _sigkill_and_restart(srv) -> float:
+    """SIGKILL the server (no graceful stop), then start it again on its ports."""
+    pid = srv.proc.pid
+    os.kill(pid, signal.SIGKILL)
+    srv.proc.wait(timeout=30)
+    srv.stop()                      # its pid file and watchdog
+    t0 = time.time()
+    srv.start(timeout=180)
+    return time.time() - t0
+
+
+def test_target_milvus_killed_while_importing_then_restore_rerun(env, msrv, milvus_python, s3_server, etcd_server):
+    kv, keys, backup = env
+    src, new = f"src_{uuid.uuid4().hex[:8]}", f"dst_{uuid.uuid4().hex[:8]}"
+    make_source(lambda *ops, **kw: milvus_client(milvus_python, msrv.address, *ops, **kw), src)
+    doc = capture(msrv, s3_server, backup, src)
+    req = restore.Request(db="default", collection=src, bundle="b1", name=new, sample=50, poll=0.5,
+                          import_timeout=600)
+    r = _run_killed(msrv, s3_server, etcd_server, kv, backup, req, "milvus_restore.waiting:kill@1")
+    assert r.returncode == -9, r.stderr[-2000:]
+    c = MilvusClient(msrv.address)
+    at_kill = c.one({"op": "list_imports", "name": new})
+    took = _sigkill_and_restart(msrv)
+    after = c.one({"op": "list_imports", "name": new})
+    print(f"\nMILVUS SIGKILLED with imports {sorted(t['state'] for t in at_kill)}; restarted in {took:.1f}s; "
+          f"then {sorted(t['state'] for t in after)}")
+    t0 = time.time()
+    report = restore.run(kv, keys, backup, target_of(msrv, s3_server), req)
+    print("RERUN", round(time.time() - t0, 1), "s", {k: v for k, v in report.items() if k != "problems"})
+    assert report["state"] == "verified" and report["ok"], report["problems"]
+    assert report["count"] == report["visible_rows"] == 225
+    c.one({"op": "load", "name": src})
+    a, b = all_rows(c, src), all_rows(c, new)
+    assert len(a) == 225 and a == b
+    for part in ("p1", "p2"):
+        assert part_pks(c, src, part) == part_pks(c, new, part) != []
+    tasks = c.one({"op": "list_imports", "name": new})
+    done = [t for t in tasks if t["state"] == "Completed"]
+    assert len({tuple(t["files"]) for t in done}) == len(done) == len(doc["segments"]), tasks
+
+
+def test_source_milvus_killed_during_a_capture(env, msrv, milvus_python, s3_server):
+    """The capture reads etcd and the bucket only: Milvus SIGKILLed (and restarted) between
+    a capture's plan and its copy changes nothing it reads; the bundle's visible rows are
+    Milvus's."""
+    import threading
+
+    from seglake.milvus import bundledoc, capture as captures
+    from bundle_helper import MilvusS3Settings
+
+    kv, keys, backup = env
+    src = f"src_{uuid.uuid4().hex[:8]}"
+    make_source(lambda *ops, **kw: milvus_client(milvus_python, msrv.address, *ops, **kw), src)
+    killed = threading.Event()
+    real_plan = captures.plan
+
+    def plan_then_kill(*a, **kw):
+        out = real_plan(*a, **kw)
+        pid = msrv.proc.pid
+        os.kill(pid, signal.SIGKILL)        # Milvus dies after the plan, before the files are read
+        msrv.proc.wait(timeout=30)
+        killed.set()
+        return out
+
+    captures.plan = plan_then_kill
+    try:
+        bucket = captures.open_bucket(MilvusS3Settings(s3_server), msrv.s3.bucket, msrv.s3.root_path)
+        with KV(msrv.etcd_endpoint, timeout=10) as mkv:
+            captures.capture(mkv, bucket, backup, msrv.etcd_root, [src], bundle="b1", db="default", threads=4,
+                             source={"bucket": msrv.s3.bucket, "root_path": msrv.s3.root_path})
+    finally:
+        captures.plan = real_plan
+        if killed.is_set():
+            msrv.stop()
+            msrv.start(timeout=180)
+    assert killed.is_set()
+    from seglake.lifecycle.backup import bundle as bundles
+
+    doc = bundles.read(backup, "default", src, "b1")
+    vis = bundledoc.visible_rows(backup, doc)
+    c = MilvusClient(msrv.address)
+    c.one({"op": "load", "name": src})
+    assert vis["visible"] == 225 and vis["pks"] == sorted(r["pk"] for r in all_rows(c, src))
