@@ -140,3 +140,35 @@ def test_source_milvus_killed_during_a_capture(env, msrv, milvus_python, s3_serv
     # make_source: pks 0..229, 5 deleted, upserts replace (a load right after the restart
     # may answer "unrecoverable error" while Milvus recovers: the source's rows are known)
     assert vis["visible"] == 225 and vis["pks"] == sorted(set(range(230)) - {3, 4, 50, 125, 210})
+
+
+def test_varchar_pks_outside_the_basic_plane_and_with_control_characters(env, msrv, milvus_python, s3_server):
+    """verify asks Milvus for sampled pks by an expression: an emoji (a character past
+    U+FFFF), a newline, a DEL, leading/trailing blanks, a literal backslash-u must each be
+    written as Milvus's parser reads them, and the restored rows equal the source's."""
+    from bundle_helper import pyrun
+
+    kv, keys, backup = env
+    src, new = f"emo_{uuid.uuid4().hex[:8]}", f"emr_{uuid.uuid4().hex[:8]}"
+    ids = ["😀", "a😀b", "line\nbreak", " lead", "trail ", "\\u0041", "del\x7f", "𝔘𝔫𝔦", "日本😀"] + \
+        [f"n{i}" for i in range(12)]
+    pyrun(milvus_python, msrv.address, f"""
+fields = [FieldSchema("id", DataType.VARCHAR, is_primary=True, max_length=64),
+          FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]
+c = Collection({src!r}, CollectionSchema(fields), shards_num=1)
+ids = {ids!r}
+c.insert([ids, [[float(i), 1.0] for i in range(len(ids))]])
+c.flush()
+c.delete('id in ["n3"]')
+c.create_index("vec", {{"index_type": "FLAT", "metric_type": "L2", "params": {{}}}})
+c.flush()
+""")
+    capture(msrv, s3_server, backup, src)
+    req = restore.Request(db="default", collection=src, bundle="b1", name=new, sample=100, poll=0.5)
+    report = restore.run(kv, keys, backup, target_of(msrv, s3_server), req)
+    assert report["state"] == "verified" and report["ok"] and report["count"] == len(ids) - 1, report
+    got = pyrun(milvus_python, msrv.address, f"""
+OUT["a"] = sorted(rows_of({src!r}, 'id != "~"', ["id", "vec"]), key=lambda r: r["id"])
+OUT["b"] = sorted(rows_of({new!r}, 'id != "~"', ["id", "vec"]), key=lambda r: r["id"])
+""")
+    assert got["a"] == got["b"] and {r["id"] for r in got["b"]} == set(ids) - {"n3"}

@@ -827,9 +827,13 @@ INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 def pk_expr(name: str, pks: list) -> str:
     """`name in [...]` as Milvus's parser reads it. Its lexer reads "-9223372036854775808" as
     minus 9223372036854775808, which is out of range: -2**63, the smallest Int64 (a pk Milvus
-    takes), is asked for as `name < -9223372036854775807` instead."""
+    takes), is asked for as `name < -9223372036854775807` instead. A VarChar pk is written
+    with its characters as they are (JSON's escapes only for a quote, a backslash and control
+    characters): Milvus unquotes a literal as Go does, which refuses the surrogate-pair
+    escapes json.dumps writes for a character past U+FFFF ("invalid syntax": an emoji pk made
+    every verify of its restore fail)."""
     rest = [p for p in pks if p != INT64_MIN or isinstance(p, str)]
-    parts = [f"{name} in [{', '.join(json.dumps(p) for p in rest)}]"] if rest else []
+    parts = [f"{name} in [{', '.join(json.dumps(p, ensure_ascii=False) for p in rest)}]"] if rest else []
     if len(rest) != len(pks):
         parts.append(f"{name} < {INT64_MIN + 1}")
     return " or ".join(f"({x})" for x in parts) if len(parts) > 1 else parts[0]
