@@ -172,3 +172,38 @@ OUT["a"] = sorted(rows_of({src!r}, 'id != "~"', ["id", "vec"]), key=lambda r: r[
 OUT["b"] = sorted(rows_of({new!r}, 'id != "~"', ["id", "vec"]), key=lambda r: r["id"])
 """)
     assert got["a"] == got["b"] and {r["id"] for r in got["b"]} == set(ids) - {"n3"}
+
+
+def test_sixteen_shards_three_partitions_deletes_and_upserts(env, msrv, milvus_python, s3_server):
+    """The most shards Milvus 2.3 takes by default (16 vchannels, a segment per shard and
+    partition): same shard count, every row back in its partition, search ids equal."""
+    kv, keys, backup = env
+    src, new = f"sh_{uuid.uuid4().hex[:8]}", f"shr_{uuid.uuid4().hex[:8]}"
+    run = lambda *ops: milvus_client(milvus_python, msrv.address, *ops, timeout=300)   # noqa: E731
+    run({"op": "create", "name": src, "partitions": ["p1", "p2"], "shards": 16, "dim": 4},
+        {"op": "insert", "name": src, "partition": "p1", "pks": list(range(0, 300))},
+        {"op": "insert", "name": src, "partition": "p2", "pks": list(range(300, 500))},
+        {"op": "insert", "name": src, "pks": list(range(500, 560))},
+        {"op": "flush", "name": src},
+        {"op": "delete", "name": src, "pks": [1, 2, 299, 300, 555]},
+        {"op": "upsert_by", "name": src, "partition": "p2", "pks": [301, 302], "add": 0.5},
+        {"op": "upsert_by", "name": src, "partition": "p1", "pks": [10, 11], "add": 0.5},
+        {"op": "create_index", "name": src, "field": "vec", "index_name": "ix", "params": {
+            "index_type": "IVF_FLAT", "metric_type": "L2", "params": {"nlist": 4}}},
+        {"op": "flush", "name": src})
+    doc = capture(msrv, s3_server, backup, src)
+    req = restore.Request(db="default", collection=src, bundle="b1", name=new, sample=100, poll=0.5)
+    t0 = time.time()
+    report = restore.run(kv, keys, backup, target_of(msrv, s3_server), req)
+    print(f"\n16 SHARDS: {len(doc['segments'])} segments restored in {time.time() - t0:.1f}s", report["count"])
+    assert report["state"] == "verified" and report["ok"] and report["count"] == 555, report
+    c = MilvusClient(msrv.address)
+    c.one({"op": "load", "name": src})
+    a, b = all_rows(c, src), all_rows(c, new)
+    assert len(a) == 555 and a == b
+    for part in ("_default", "p1", "p2"):
+        assert part_pks(c, src, part) == part_pks(c, new, part) != []
+    assert c.one({"op": "schema", "name": new})["shards"] == 16
+    known = [r["vec"] for r in a[::61]]
+    q = {"field": "vec", "vectors": known, "limit": 3, "params": {"nprobe": 4}}
+    assert c.one({"op": "search", "name": src, **q}) == c.one({"op": "search", "name": new, **q})
