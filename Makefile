@@ -114,7 +114,7 @@ demo-cluster: setup
 TEST_WORKERS ?= 3
 # The WAL kill loops run 60 s (local; S3 half) and the two-producer race 30 s here;
 # `make soak` runs them for 10 and 5 minutes.
-test: setup
+test: setup milvus-other-venv
 	WAL_KILL_LOOP_SECONDS=$${WAL_KILL_LOOP_SECONDS:-60} WAL_TWO_PRODUCERS_SECONDS=$${WAL_TWO_PRODUCERS_SECONDS:-30} \
 	  $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=30 tests
 

@@ -136,6 +136,8 @@ def _layer(nodeid: str) -> str:
 # session Milvus (~200 MiB; its layer split in two halves, each one Milvus).
 MILVUS_FIRST_HALF = ("test_milvus_restore.py", "test_milvus_server.py", "test_milvus_meta.py",
                      "test_milvus_schemas_attack.py")
+# Milvus test files whose tests use only a Milvus of their own (not the worker's): a unit each
+MILVUS_OWN_SERVER = ("test_milvus_attack5.py",)
 # The longest units first (measured with `make test`'s --durations; only the order of the
 # work depends on it, never a result): a long unit started last would run alone at the end.
 LONG_FIRST = ("e2e", "milvus-1", "cluster", "milvus-2", "tests/integration/lifecycle/gc/test_gc_distributed_mark.py",
@@ -149,7 +151,10 @@ def scope_of(nodeid: str) -> str:
     if layer in HEAVY_LAYERS:
         return layer
     if layer == "milvus":
-        return "milvus-1" if nodeid.split("::")[0].rsplit("/", 1)[-1] in MILVUS_FIRST_HALF else "milvus-2"
+        name = nodeid.split("::")[0].rsplit("/", 1)[-1]
+        if name in MILVUS_OWN_SERVER:
+            return nodeid.split("::")[0]
+        return "milvus-1" if name in MILVUS_FIRST_HALF else "milvus-2"
     return nodeid.split("::")[0]
 
 

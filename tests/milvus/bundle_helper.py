@@ -22,6 +22,15 @@ from seglake.milvus import capture as captures
 REPO = Path(__file__).resolve().parents[2]
 
 
+# The test servers' settings: the query coordinator's loops run 5x as often as by default
+# (a load, a handoff after a flush: seconds of waiting each); nothing that decides which rows
+# are visible. Their stop gives up its graceful part after 1 s (GRACEFUL_S: throwaway servers;
+# tests/milvus/test_milvus_server.py stops its own with the default).
+TEST_CONFIG = {"queryCoord.checkInterval": "200", "queryCoord.distPullInterval": "100",
+               "queryCoord.checkHandoffInterval": "1000"}
+GRACEFUL_S = 1
+
+
 class MilvusS3Settings:
     """The milvus_s3_* keys a capture reads (as Settings has them)."""
 

@@ -12,16 +12,9 @@ import time
 import uuid
 
 import pytest
-from bundle_helper import close_sessions, milvus_client  # the tests' Milvus ops (one session per address)
+from bundle_helper import GRACEFUL_S, TEST_CONFIG, close_sessions, milvus_client  # noqa: F401
 
 MILVUS_BUCKET = "milvus-test"
-# The test servers' settings: the query coordinator's loops run 5x as often as by default
-# (a load, a handoff after a flush: seconds of waiting each); nothing that decides which rows
-# are visible. Their stop gives up its graceful part after 1 s (GRACEFUL_S: throwaway servers;
-# tests/milvus/test_milvus_server.py stops its own with the default).
-TEST_CONFIG = {"queryCoord.checkInterval": "200", "queryCoord.distPullInterval": "100",
-               "queryCoord.checkHandoffInterval": "1000"}
-GRACEFUL_S = 1
 
 
 @pytest.fixture(scope="session")

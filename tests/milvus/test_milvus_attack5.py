@@ -13,12 +13,10 @@ import uuid
 
 import pytest
 
-from bundle_helper import capture
-from conftest import milvus_client
+from bundle_helper import GRACEFUL_S, TEST_CONFIG, SessionClient, capture, close_sessions, milvus_client
 from test_milvus_restore import _run_killed, all_rows, make_source, part_pks, target_of
 from seglake.meta.kv import KV
 from seglake.milvus import restore
-from seglake.milvus.client import MilvusClient
 from seglake.storage.local import LocalStore
 
 pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
@@ -40,13 +38,14 @@ def msrv(milvus_python, etcd_server, s3_server, tmp_path_factory):
                           etcd_root=f"milvus-{root}",
                           s3=S3Target(endpoint=s3_server.endpoint, bucket="milvus-atk5", root_path=f"files-{root}",
                                       access_key=s3_server.access_key, secret_key=s3_server.secret_key),
-                          config={"dataCoord.compaction.enableAutoCompaction": "false",
-                                  "rootCoord.importTaskExpiration": str(EXPIRE)})
+                          config={**TEST_CONFIG, "dataCoord.compaction.enableAutoCompaction": "false",
+                                  "rootCoord.importTaskExpiration": str(EXPIRE)}, graceful_stop=GRACEFUL_S)
     server.prepare()
     server.start(timeout=120)
     try:
         yield server
     finally:
+        close_sessions(server.address)
         server.stop()
 
 
@@ -59,6 +58,7 @@ def env(etcd_server, tmp_path):
 
 def _sigkill_and_restart(srv) -> float:
     """SIGKILL the server (no graceful stop), then start it again on its ports."""
+    close_sessions(srv.address)
     pid = srv.proc.pid
     os.kill(pid, signal.SIGKILL)
     srv.proc.wait(timeout=30)
@@ -77,7 +77,7 @@ def test_target_milvus_killed_while_importing_then_restore_rerun(env, msrv, milv
                           import_timeout=4 * EXPIRE + 120)
     r = _run_killed(msrv, s3_server, etcd_server, kv, backup, req, "milvus_restore.waiting:kill@1")
     assert r.returncode == -9, r.stderr[-2000:]
-    c = MilvusClient(msrv.address)
+    c = SessionClient(msrv.address)
     at_kill = c.one({"op": "list_imports", "name": new})
     took = _sigkill_and_restart(msrv)
     after = c.one({"op": "list_imports", "name": new})
@@ -197,7 +197,7 @@ def test_sixteen_shards_three_partitions_deletes_and_upserts(env, msrv, milvus_p
     report = restore.run(kv, keys, backup, target_of(msrv, s3_server), req)
     print(f"\n16 SHARDS: {len(doc['segments'])} segments restored in {time.time() - t0:.1f}s", report["count"])
     assert report["state"] == "verified" and report["ok"] and report["count"] == 555, report
-    c = MilvusClient(msrv.address)
+    c = SessionClient(msrv.address)
     c.one({"op": "load", "name": src})
     a, b = all_rows(c, src), all_rows(c, new)
     assert len(a) == 555 and a == b

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from bundle_helper import capture, pyrun
-from conftest import milvus_client
+from bundle_helper import (GRACEFUL_S, TEST_CONFIG, SessionClient, capture, close_sessions, milvus_client,
+                           pyrun)
 from test_milvus_restore import all_rows, make_source, part_pks, target_of
 from seglake.meta.kv import KV
 from seglake.milvus import restore
-from seglake.milvus.client import MilvusClient
 from seglake.storage.local import LocalStore
 
 pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
@@ -52,7 +51,8 @@ def other(etcd_server, s3_server, tmp_path_factory):
                           etcd_root=f"milvus-{root}", venv=OTHER_VENV,
                           bin_cache=BIN_CACHE.with_name(f"{BIN_CACHE.name}-{version}"),
                           s3=S3Target(endpoint=s3_server.endpoint, bucket="milvus-xv", root_path=f"files-{root}",
-                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key))
+                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key),
+                          config=TEST_CONFIG, graceful_stop=GRACEFUL_S)
     server.prepare()
     assert server.prepared["version"] == version
     server.start(timeout=180)
@@ -60,6 +60,7 @@ def other(etcd_server, s3_server, tmp_path_factory):
     try:
         yield server
     finally:
+        close_sessions(server.address)
         server.stop()
 
 
@@ -71,11 +72,11 @@ def env(etcd_server, tmp_path):
 
 
 def _server_version(address: str) -> str:
-    return MilvusClient(address).one({"op": "version"})["version"]
+    return SessionClient(address).one({"op": "version"})["version"]
 
 
 def _compare(src_addr: str, dst_addr: str, src: str, new: str) -> int:
-    a_c, b_c = MilvusClient(src_addr), MilvusClient(dst_addr)
+    a_c, b_c = SessionClient(src_addr), SessionClient(dst_addr)
     a_c.one({"op": "load", "name": src})
     a, b = all_rows(a_c, src), all_rows(b_c, new)
     assert len(a) == 225 and a == b                       # row by row, every field
