@@ -167,9 +167,9 @@ class _Session:
         return self.proc.poll() is None
 
     def close(self) -> None:
-        try:
+        try:   # a client of ours: 2 s to end by itself (pymilvus's threads can hold its exit), then killed
             self.proc.stdin.close()
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=2)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
