@@ -448,11 +448,12 @@ class S:
     milvus_s3_access_key, milvus_s3_secret_key = a["ak"], a["sk"]
     copy_threads = 1
 bucket = capture.open_bucket(S, a["bucket"], a["root_path"])
-orig = bucket.open_read
-def slow(key):
-    time.sleep(0.05)
-    return orig(key)
-bucket.open_read = slow
+def slowed(orig):
+    def slow(*args):
+        time.sleep(0.05)
+        return orig(*args)
+    return slow
+bucket.open_read, bucket.read_upto = slowed(bucket.open_read), slowed(bucket.read_upto)
 with KV(a["etcd"], timeout=10) as kv:
     capture.capture(kv, bucket, LocalStore(a["target"]), a["etcd_root"], a["names"], bundle="k", threads=1)
 print("DONE")

@@ -98,16 +98,21 @@ def payloads(fh, size: int) -> tuple[Descriptor, list[tuple[int, int, int]]]:
 
 
 def check(fh, size: int, *, kind: str, collection_id: int, partition_id: int, segment_id: int,
-          field_id: int | None, entries: int) -> list[str]:
+          field_id: int | None, entries: int, buf: bytes | None = None) -> list[str]:
     """What is wrong with a captured log against what its key and its segment's records
-    give it: the descriptor's ids, the events' kind, the rows of the payloads. [] if nothing."""
+    give it: the descriptor's ids, the events' kind, the rows of the payloads. [] if nothing.
+    `buf`: the log's bytes when in memory (`fh` reads the same bytes): the Parquet payloads
+    are read from it in place, not through Python file calls."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         desc, events = payloads(fh, size)
         rows = 0
         for code, start, end in events:
-            rows += pq.ParquetFile(_Window(fh, start, end)).metadata.num_rows
+            src = (pa.BufferReader(pa.py_buffer(memoryview(buf)[start:end])) if buf is not None
+                   else _Window(fh, start, end))
+            rows += pq.ParquetFile(src).metadata.num_rows
     except BinlogError as e:
         return [f"not a Milvus {kind} log: {e}"]
     except Exception as e:   # noqa: BLE001 - an unreadable payload is a finding

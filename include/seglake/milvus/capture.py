@@ -96,6 +96,9 @@ class ReadOnlyBucket:
     def open_read(self, key: str):
         return self._store.open_read(key)
 
+    def read_upto(self, key: str, n: int) -> bytes:
+        return self._store.read_upto(key, n)
+
     def head(self, key: str):
         return self._store.head(key)
 
@@ -359,8 +362,7 @@ def copy_file(bucket, target, item: dict, throttle=None) -> dict:
         _BUDGET.take(held)
     try:
         if held:
-            with bucket.open_read(path) as fh:
-                data = fh.read(size + 1)
+            data = bucket.read_upto(path, size + 1)   # one GET, at most one byte more than listed
             acquire(len(data), 0)
             sha, n, reader = manifest.sha256(data), len(data), io.BytesIO(data)
         else:
@@ -372,7 +374,7 @@ def copy_file(bucket, target, item: dict, throttle=None) -> dict:
                                f"changed during the capture; nothing committed, re-run")
         chk = item.get("check")
         if chk is not None:
-            bad = binlog.check(reader, n, **chk)
+            bad = binlog.check(reader, n, buf=data, **chk)
             if bad:
                 raise CaptureError(f"{bucket.uri}/{path}: {'; '.join(bad)}; nothing committed")
         out["sha256"] = sha
@@ -395,16 +397,23 @@ def copy_file(bucket, target, item: dict, throttle=None) -> dict:
     return out
 
 
-def copy_unit(bucket, target, items: list[dict], throttle=None) -> list[dict]:
-    """A unit: a few files, one after another (copy_file)."""
-    with target.durable_batch():
+def copy_unit(bucket, target, items: list[dict], throttle=None, batch=None) -> list[dict]:
+    """A unit: a few files, one after another (copy_file), durable when it returns, or
+    (`batch`: the caller's open durable batch, target.current_batch()) when that batch ends."""
+    with target.joined_batch(batch):
         return [copy_file(bucket, target, it, throttle) for it in items]
 
 
 def run_inline(bucket, target, units: list[list[dict]], threads: int, throttle) -> list[dict]:
-    """The inline runner: the project's one bounded pool (seglake.runners)."""
-    return [r for rs in runners.run_inline(lambda u: copy_unit(bucket, target, u, throttle), units, workers=threads)
-            for r in rs]
+    """The inline runner: the project's one bounded pool (seglake.runners). Every unit
+    joins one durable batch of the run: each directory the run wrote into (data/ and its
+    fan-out directories) is fsynced once, in parallel, when every unit is done and before
+    anything names the files (each file's data is fsynced before its rename, as always)."""
+    with target.durable_batch():
+        batch = target.current_batch()
+        return [r for rs in runners.run_inline(lambda u: copy_unit(bucket, target, u, throttle, batch), units,
+                                               workers=threads)
+                for r in rs]
 
 
 def _capture_one(planned, c, bucket, target, bundle, threads, throttle, listed, started, schedule, say,

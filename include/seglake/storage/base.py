@@ -198,6 +198,15 @@ class Store(abc.ABC):
     def close(self) -> None:  # pragma: no cover - backends with resources override
         pass
 
+    def current_batch(self):
+        """The handle of this thread's open durable batch (see LocalStore), or None."""
+        return None
+
+    def joined_batch(self, handle):
+        """A block whose durability work joins another thread's batch `handle` (see
+        LocalStore); here as durable_batch."""
+        return self.durable_batch()
+
     def durable_batch(self):
         """A context in which a backend may defer durability work (the local store's
         directory fsyncs) to the block's end; everything written in it is durable when

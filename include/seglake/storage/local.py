@@ -292,6 +292,28 @@ class LocalStore(Store):
         for paths in (files, sorted(dirs)):  # data first, then the entries naming it
             list(pool.map(_fsync_all, [paths[i::threads] for i in range(threads)]))
 
+    def current_batch(self):
+        """This thread's open durable batch (a handle for joined_batch), or None."""
+        dirs = getattr(self._batch, "dirs", None)
+        return None if dirs is None else (dirs, self._batch.files)
+
+    @contextmanager
+    def joined_batch(self, handle):
+        """This thread's directory fsyncs and in-place file fsyncs deferred into `handle`
+        (current_batch() of a durable batch another thread holds open until this block
+        and every other joined one has ended: a pool's workers joining their caller's
+        batch, so each directory is fsynced once for the whole run, at its end). A
+        thread already in a batch keeps its own; None: a batch of this block's own."""
+        if handle is None or getattr(self._batch, "dirs", None) is not None:
+            with self.durable_batch():
+                yield self
+            return
+        self._batch.dirs, self._batch.files = handle
+        try:
+            yield self
+        finally:
+            self._batch.dirs = self._batch.files = None
+
     def _write(self, key: str, write, atomic: bool = True, defer_data: bool = False) -> ObjectInfo:
         """write(fd) into a file under `key`'s directory, reached by the no-follow walk.
         atomic: a temp file of this call, its data fsynced (unless defer_data inside a

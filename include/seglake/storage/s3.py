@@ -462,6 +462,19 @@ class S3Store(Store):
         # the body's read inside the retried request: a connection cut mid-body is retried too
         return self._do("get", key, lambda: self.client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"].read())
 
+    def read_upto(self, key: str, n: int) -> bytes:
+        """The object's first `n` bytes (all of it when shorter): one GET, read inside the
+        retried request (a body cut mid-way is read again whole), no stream reader."""
+        full = self._full(key)
+
+        def get() -> bytes:
+            body = self.client.get_object(Bucket=self.bucket, Key=full)["Body"]
+            try:
+                return body.read(n)
+            finally:
+                body.close()
+        return self._do("get", key, get)
+
     def open_read(self, key: str) -> BinaryIO:
         """A seekable reader. An object up to READ_WHOLE bytes is read at once (a Parquet
         reader seeks around it); a larger one is streamed (_Reader: at most one buffer of

@@ -102,6 +102,37 @@ def test_batches_are_per_thread(tmp_path, events):
         assert ("fsync", ino(tmp_path / "s/other"), True) in events
 
 
+def test_workers_joining_a_batch_sync_each_directory_once_at_its_end(tmp_path, events):
+    """A pool's workers joined to their caller's batch: each file's data before its rename
+    (as always), every directory once, after all of it, when the caller's batch ends."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = LocalStore(tmp_path / "s")
+    keys = [f"data/{d:02x}/{i}" for d in range(6) for i in range(4)]
+    with store.durable_batch():
+        batch = store.current_batch()
+
+        def one(k):
+            with store.joined_batch(batch):
+                store.put(k, k.encode())
+        with ThreadPoolExecutor(4) as ex:
+            list(ex.map(one, keys))
+        inside = list(events)
+        assert store.current_batch() == batch   # the same sets, still open
+    assert not [e for e in inside if e[0] == "fsync" and e[2]]   # no directory synced inside
+    for k in keys:   # each file's data synced before its rename
+        i = ino(tmp_path / "s" / k)
+        assert inside.index(("fsync", i, False)) < inside.index(("rename", i, False))
+    dir_syncs = [e[1] for e in events if e[2]]
+    want = {ino(tmp_path / f"s/data/{d:02x}") for d in range(6)} | {ino(tmp_path / "s/data"), ino(tmp_path / "s")}
+    assert set(dir_syncs) == want and len(dir_syncs) == len(want)
+    # no batch (None): a block of its own, synced when it ends
+    events.clear()
+    with store.joined_batch(None):
+        store.put("data/ff/x", b"x")
+    assert ("fsync", ino(tmp_path / "s/data/ff"), True) in events
+
+
 def test_a_failed_batch_does_not_hide_the_error(tmp_path):
     store = LocalStore(tmp_path / "s")
     with pytest.raises(RuntimeError):
