@@ -52,6 +52,7 @@ from seglake.throttle import check_rates
 log = logging.getLogger("seglake.milvus")
 KIND = "milvus"
 UNIT_FILES = 32
+LIST_THREADS = 4              # a plan lists the prefixes of a collection (and of its index builds) this many at once
 
 
 IN_MEMORY_MAX = 32 << 20      # a file up to this size is read into memory (hashed, parsed, written from there)
@@ -212,17 +213,19 @@ def _files(bucket: ReadOnlyBucket, cat: dict) -> dict[str, dict]:
                 want[p] = None
     prefixes = [f"insert_log/{cid}/", f"delta_log/{cid}/", f"stats_log/{cid}/"]
     prefixes += [f"index_files/{b}/" for b in sorted(builds)]
-    listed = {}
-    for prefix in prefixes:
+
+    def list_one(prefix: str) -> list:
         try:
-            for o in bucket.list_described(prefix):
-                if o.key in want:
-                    listed[o.key] = o
+            return [o for o in bucket.list_described(prefix) if o.key in want]
         except NotFound:
-            continue
+            return []
         except SeglakeError as e:
             raise CaptureError(f"Milvus's bucket {bucket.uri} cannot be listed ({prefix}): {e}"
                                + _keys_hint(str(e))) from None
+
+    # the prefixes listed at once by the project's pool (a LIST is a round trip; each
+    # prefix's pages in order); the first failing prefix, in this order, is the error
+    listed = {o.key: o for objs in runners.run_inline(list_one, prefixes, workers=LIST_THREADS) for o in objs}
     missing = sorted(set(want) - set(listed))
     if missing:
         raise CaptureError(f"Milvus collection {cat['collection']['db']}.{cat['collection']['name']}: "

@@ -26,6 +26,15 @@ def test_put_get_head(any_store):
     assert not any_store.exists("a/b/missing") and any_store.exists("a/b/c.bin")
 
 
+def test_read_upto_reads_at_most_n_bytes(any_store):
+    data = os.urandom(70_000)
+    any_store.put("r/obj", data)
+    assert any_store.read_upto("r/obj", len(data) + 1) == data      # all of it, when shorter
+    assert any_store.read_upto("r/obj", 1000) == data[:1000]         # never more than n
+    with pytest.raises(NotFound):
+        any_store.read_upto("r/missing", 10)
+
+
 def test_list_under_a_prefix_never_crosses_into_a_longer_name(any_store):
     for k in ["c1/x", "c1/sub/y", "c10/z", "c1x", "c2/w"]:
         any_store.put(k, b"12345")
