@@ -190,14 +190,26 @@ def _fast_timestamps(client):
     return client
 
 
+_WEEKDAYS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"))
+
+
 def _timestamp(value):
     """botocore's timestamp parser, with the ISO-8601 form of S3's XML answers (one per
     listed key: LastModified) parsed by datetime.fromisoformat: ~0.1 us instead of
-    dateutil's ~90 us, which was most of a listed key's client CPU."""
+    dateutil's ~90 us, which was most of a listed key's client CPU; and the HTTP-date of
+    every GET's and HEAD's Last-Modified header ("Sun, 22 Nov 2026 12:08:31 GMT") by
+    email.utils: ~12 us instead of ~175 us per request."""
     if isinstance(value, str) and len(value) > 19 and value[10] == "T" and value[-1] == "Z":
         try:
             return datetime.datetime.fromisoformat(value)
         except ValueError:
+            pass
+    if isinstance(value, str) and len(value) == 29 and value[3] == "," and value.endswith(" GMT") \
+            and value[:3] in _WEEKDAYS:   # (email.utils would take any three letters there)
+        from email.utils import parsedate_to_datetime
+        try:
+            return parsedate_to_datetime(value)   # GMT: an aware datetime in UTC
+        except (ValueError, TypeError):
             pass
     from botocore.utils import parse_timestamp
     return parse_timestamp(value)

@@ -513,19 +513,23 @@ def test_describe_of_scattered_keys_reads_a_bounded_number_of_keys(s3_store):
 
 def test_the_store_client_parses_listing_timestamps_fast_and_alone(s3_store):
     """S3's XML timestamps (one per listed key) are parsed by fromisoformat in the
-    store's client, to the same instants botocore's parser gives; other clients in the
-    process keep botocore's parser; HTTP-date headers still take botocore's."""
+    store's client, and so are HTTP-date headers (every GET's and HEAD's Last-Modified),
+    to the same instants botocore's parser gives; other clients in the process keep
+    botocore's parser."""
     import boto3
     from botocore.utils import parse_timestamp
 
-    for v in ("2026-11-22T12:08:31.640Z", "2026-11-22T12:08:31Z", "Sun, 22 Nov 2026 12:08:31 GMT", "nonsense"):
+    for v in ("2026-11-22T12:08:31.640Z", "2026-11-22T12:08:31Z", "Sun, 22 Nov 2026 12:08:31 GMT",
+              "Sun, 22 Nov 2026 12:08:31 +0000", "Xyz, 22 Nov 2026 12:08:31 GMT", "Sun, 99 Nov 2026 12:08:31 GMT",
+              "nonsense"):
         try:
             want = parse_timestamp(v)
         except ValueError:
             with pytest.raises(ValueError):
                 s3mod._timestamp(v)
             continue
-        assert s3mod._timestamp(v) == want
+        got = s3mod._timestamp(v)
+        assert got == want and got.utcoffset() == want.utcoffset()
     s3_store.put("ts/a", b"x")
     (listed,) = s3_store.list_described("ts/")
     assert abs(listed.mtime - s3_store.head("ts/a").mtime) < 1.0  # HEAD: second precision
