@@ -42,6 +42,19 @@ def world(airflow_env, meta, store):
     return meta, store, job_id
 
 
+@pytest.fixture
+def triggered(monkeypatch) -> list:
+    """The Airflow triggers the API sends (httpx.post stubbed to answer "queued"): a refusal
+    before any run leaves it empty."""
+    import httpx
+
+    sent = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: sent.append(url) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    return sent
+
+
+
 def _check_schema(schema: dict, path: str, method: str, status: int, body) -> None:
     """The response body has every property its documented schema requires, with the
     documented JSON types (a light structural check of the API against its own OpenAPI)."""
@@ -618,39 +631,29 @@ def test_a_json_body_sent_without_its_content_type_is_told_so(client, h, world):
     ("compaction_policy", {"collection": "nope", "clear": True}, "collection 'nope' not found"),
     ("pitr_window", {"collection": "nope", "clear": True}, "collection 'nope' not found"),
 ])
-def test_the_generic_run_door_answers_404_for_an_unknown_name_before_any_run(client, h, world, tmp_path,
-                                                                            monkeypatch, dag_id, conf, words):
+def test_the_generic_run_door_answers_404_for_an_unknown_name_before_any_run(triggered, client, h, world, tmp_path,
+                                                                             monkeypatch, dag_id, conf, words):
     """POST /runs/{dag_id} (exports, verifies, restores from a bundle, Milvus restores, drops,
     policies...) checked only the conf's shape: an unknown collection, snapshot, bundle, job
-    or Milvus source was accepted (201, a run created) and failed later in the run. Now 404
-    naming it, as the typed endpoints answer, and no run is created."""
-    import httpx
-
+    or Milvus source was accepted (201, a run triggered) and failed later in the run. Now 404
+    naming it, as the typed endpoints answer, and no run is triggered."""
     monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(tmp_path / "backup"))
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     r = client.post(f"{API}/runs/{dag_id}", json=conf, headers=h)
     assert r.status_code == 404, r.text
     detail = r.json()["detail"]
     assert words in detail and "\n" not in detail, detail
-    assert created == []
+    assert triggered == []
 
 
-def test_the_generic_run_door_answers_409_where_the_typed_doors_do(client, h, world, monkeypatch):
+def test_the_generic_run_door_answers_409_where_the_typed_doors_do(triggered, client, h, world, monkeypatch):
     """A snapshot that exists (snapshot_create) or is pinned (snapshot_drop): the typed doors answer
     409 before any run; POST /runs/{dag_id} made a run that failed in its first step."""
-    import httpx
-
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     r = client.post(f"{API}/runs/snapshot_create", json={"collection": "api_coll", "name": "s1"}, headers=h)
     assert r.status_code == 409 and "snapshot 's1' already exists" in r.json()["detail"], r.text
     pin = client.post(f"{API}/snapshots/api_coll/s1/pins", json={"ttl_hours": 1, "by": "ops"}, headers=h).json()
     r = client.post(f"{API}/runs/snapshot_drop", json={"collection": "api_coll", "name": "s1"}, headers=h)
     assert r.status_code == 409 and "is held by" in r.json()["detail"], r.text
-    assert created == []
+    assert triggered == []
     client.delete(f"{API}/pins/{pin['pin_id']}", headers=h)
 
 
@@ -659,22 +662,18 @@ def test_the_generic_run_door_answers_409_where_the_typed_doors_do(client, h, wo
     # (POST /snapshots/{c}/{s}/restore) answers 409; the generic door made a run that failed in `restore`
     ({"collection": "api_coll", "snapshot": "s1", "target": "api_coll"}, 409, "collection 'api_coll' already exists"),
 ])
-def test_the_generic_restore_door_refuses_a_taken_target_before_any_run(client, h, world, monkeypatch, conf,
+def test_the_generic_restore_door_refuses_a_taken_target_before_any_run(triggered, client, h, world, monkeypatch, conf,
                                                                         status, words):
-    import httpx
-
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     r = client.post(f"{API}/runs/snapshot_restore", json=conf, headers=h)
     assert r.status_code == status, r.text
     assert words in r.json()["detail"], r.text
-    assert created == []
+    assert triggered == []
 
 
-def test_a_bundle_restore_into_a_taken_target_is_refused_before_any_run(client, h, world, tmp_path, monkeypatch):
+def test_a_bundle_restore_into_a_taken_target_is_refused_before_any_run(triggered, client, h, world, tmp_path,
+                                                                        monkeypatch):
     """snapshot_restore_external into a name another collection holds (here the source):
-    its `restore` step refuses it, so the run was created and failed; now 409 first. The
+    its `restore` step refuses it, so the run was triggered and failed; now 409 first. The
     target of this same bundle restore stays allowed (a re-run resumes it)."""
     import httpx
 
@@ -684,22 +683,19 @@ def test_a_bundle_restore_into_a_taken_target_is_refused_before_any_run(client, 
     meta, store, _ = world
     backup = tmp_path / "backup"
     export.export(meta, store, LocalStore(str(backup)), "api_coll", "s1", bundle="b1")
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"is_paused": False}))
     conf = {"collection": "api_coll", "bundle": "b1", "backup_uri": str(backup)}
     for target in ("api_coll", "api_copy"):
         r = client.post(f"{API}/runs/snapshot_restore_external", json={**conf, "target": target}, headers=h)
         assert r.status_code == 409, r.text
         assert f"collection {target!r} already exists" in r.json()["detail"], r.text
-    assert created == []
+    assert triggered == []
     r = client.post(f"{API}/runs/snapshot_restore_external", json={**conf, "target": "from_b1"}, headers=h)
-    assert r.status_code == 201 and len(created) == 1, r.text
+    assert r.status_code == 201 and len(triggered) == 1, r.text
 
 
-def test_an_export_to_a_bundle_name_another_snapshot_holds_is_refused_before_any_run(client, h, world, tmp_path,
-                                                                                     monkeypatch):
+def test_an_export_to_a_bundle_name_another_snapshot_holds_is_refused_before_any_run(triggered, client, h, world,
+                                                                                     tmp_path, monkeypatch):
     """snapshot_export of s2 as bundle b1 when b1 is s1's in the target: the run's export
     refused it (a failed run); now 409 first. s1 as b1 again (already there) still runs."""
     import httpx
@@ -711,17 +707,14 @@ def test_an_export_to_a_bundle_name_another_snapshot_holds_is_refused_before_any
     backup = tmp_path / "backup"
     export.export(meta, store, LocalStore(str(backup)), "api_coll", "s1", bundle="b1")
     snapshot.create(meta, store, "api_coll", "s2")
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"is_paused": False}))
     conf = {"collection": "api_coll", "bundle": "b1", "backup_uri": str(backup)}
     r = client.post(f"{API}/runs/snapshot_export", json={**conf, "snapshot": "s2"}, headers=h)
     assert r.status_code == 409, r.text
     assert "bundle default.api_coll/b1 already exists in the backup target" in r.json()["detail"], r.text
-    assert created == []
+    assert triggered == []
     r = client.post(f"{API}/runs/snapshot_export", json={**conf, "snapshot": "s1"}, headers=h)
-    assert r.status_code == 201 and len(created) == 1, r.text
+    assert r.status_code == 201 and len(triggered) == 1, r.text
 
 
 @pytest.mark.parametrize("conf,status,words", [
@@ -732,23 +725,18 @@ def test_an_export_to_a_bundle_name_another_snapshot_holds_is_refused_before_any
     ({"as_of": "2020-01-01T00:00:00Z", "suffix": "_x"}, 404, "database 'default' has no collection to restore"),
     ({"as_of": "{now}", "suffix": "_copy", "collections": "api"}, 404, "collection 'api' not found"),
 ])
-def test_a_database_restore_the_run_would_refuse_is_refused_before_any_run(client, h, world, monkeypatch, conf,
-                                                                           status, words):
+def test_a_database_restore_the_run_would_refuse_is_refused_before_any_run(triggered, client, h, world, monkeypatch,
+                                                                           conf, status, words):
     """restore_database plans every collection before it creates anything; the generic door
     checked only the names, so a set its first step refuses (no window, no collection at the
     instant, an unknown database) was a run that failed. Now the same plan answers first."""
-    import httpx
-
     meta, *_ = world
     now = str(meta.catalog.get_by_name("api_coll").created_ts + 1)   # an instant the collection existed at
     conf = {k: (v.replace("{now}", now) if isinstance(v, str) else v) for k, v in conf.items()}
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     r = client.post(f"{API}/runs/restore_database", json=conf, headers=h)
     assert r.status_code == status, r.text
     assert words in r.json()["detail"], r.text
-    assert created == []
+    assert triggered == []
 
 
 @pytest.mark.parametrize("dag_id,conf", [
@@ -757,31 +745,25 @@ def test_a_database_restore_the_run_would_refuse_is_refused_before_any_run(clien
     ("snapshot_verify", {"collection": "api_coll", "bundle": "b", "backup_uri": "{store}"}),
     ("wal_archive", {"backup_uri": "{store}/x"}),
 ])
-def test_a_backup_target_inside_the_store_is_refused_before_any_run(client, h, world, monkeypatch, dag_id, conf):
+def test_a_backup_target_inside_the_store_is_refused_before_any_run(triggered, client, h, world, monkeypatch, dag_id,
+                                                                    conf):
     """backup_uri in the store (or holding it): every run's open_target refuses it, so the run
-    was created (201) and failed in its first step; now 400 naming the conf key, no run."""
-    import httpx
-
+    was triggered (201) and failed in its first step; now 400 naming the conf key, no run."""
     meta, store, _ = world
     conf = {k: (v.replace("{store}", store.uri) if isinstance(v, str) else v) for k, v in conf.items()}
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     r = client.post(f"{API}/runs/{dag_id}", json=conf, headers=h)
     assert r.status_code == 400, r.text
     detail = r.json()["detail"]
     assert "conf key 'backup_uri'" in detail and "a backup must live in another store" in detail, detail
-    assert created == []
+    assert triggered == []
 
 
-def test_resuming_a_copy_job_whose_target_was_dropped_is_refused_before_any_run(client, h, world, settings,
+def test_resuming_a_copy_job_whose_target_was_dropped_is_refused_before_any_run(triggered, client, h, world, settings,
                                                                                 monkeypatch):
     """A copy job whose target collection was dropped since (a finished restore, its target
     dropped later): POST /jobs/{id}/resume and POST /runs/copy_segment_job made a run whose
     finalize failed three times ("collection 'x' is Dropped, expected Importing"). Now 409
     naming the job and its target, no run."""
-    import httpx
-
     from seglake.lifecycle import drop
 
     meta, store, job_id = world
@@ -789,25 +771,18 @@ def test_resuming_a_copy_job_whose_target_was_dropped_is_refused_before_any_run(
     copyjob.finalize(meta, job_id)
     drop.begin_drop(meta, store, settings, "api_copy")
     drop.finish_drop(meta, "api_copy")
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     for r in (client.post(f"{API}/jobs/{job_id}/resume", json={}, headers=h),
               client.post(f"{API}/runs/copy_segment_job", json={"job_id": job_id}, headers=h)):
         assert r.status_code == 409, r.text
         assert f"copy job {job_id}" in r.json()["detail"] and "'api_copy'" in r.json()["detail"], r.text
         assert "Dropp" in r.json()["detail"], r.text
-    assert created == []
+    assert triggered == []
 
 
-def test_a_snapshot_of_a_collection_that_is_not_live_is_refused_before_any_run(client, h, world, monkeypatch):
+def test_a_snapshot_of_a_collection_that_is_not_live_is_refused_before_any_run(triggered, client, h, world,
+                                                                               monkeypatch):
     """api_copy is Importing (a restore under way): snapshot_create's begin refuses it, but
     POST /snapshots and POST /runs/snapshot_create answered 201 and the run failed. Now 409."""
-    import httpx
-
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     for r in (client.post(f"{API}/snapshots", json={"collection": "api_copy", "name": "half"}, headers=h),
               client.post(f"{API}/runs/snapshot_create", json={"collection": "api_copy", "name": "half"}, headers=h)):
         assert r.status_code == 409, r.text
@@ -820,7 +795,7 @@ def test_a_snapshot_of_a_collection_that_is_not_live_is_refused_before_any_run(c
     r = client.post(f"{API}/runs/drop_collection", json={"collection": "api_copy"}, headers=h)
     assert r.status_code == 409 and "api_copy" in r.json()["detail"], r.text
     assert "restore" in r.json()["detail"], r.text
-    assert created == []
+    assert triggered == []
 
 
 @pytest.mark.parametrize("dag_id,conf", [
@@ -830,54 +805,44 @@ def test_a_snapshot_of_a_collection_that_is_not_live_is_refused_before_any_run(c
     ("wal_archive", {}),
     ("collection_undrop", {"collection": "api_coll", "target": "t", "from_target": True}),
 ])
-def test_a_run_that_needs_a_backup_target_when_none_is_set_is_refused_before_any_run(client, h, world, monkeypatch,
-                                                                                      dag_id, conf):
+def test_a_run_that_needs_a_backup_target_when_none_is_set_is_refused_before_any_run(triggered, client, h, world,
+                                                                                     monkeypatch, dag_id, conf):
     """A fresh install has no config backup_uri: an export (or a verify, a restore from the
     target, the WAL archive...) with no conf backup_uri was a run that failed in its first
     step ("no backup target"). Now 400 saying to pass conf key 'backup_uri' or set it."""
-    import httpx
-
     monkeypatch.delenv("SEGLAKE_BACKUP_URI", raising=False)
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     r = client.post(f"{API}/runs/{dag_id}", json=conf, headers=h)
     assert r.status_code == 400, r.text
     assert "no backup target" in r.json()["detail"] and "conf key 'backup_uri'" in r.json()["detail"], r.text
-    assert created == []
+    assert triggered == []
 
 
 @pytest.mark.parametrize("flag", ["export", "archive"])
-def test_a_retention_policy_that_exports_without_a_backup_target_is_refused(client, h, world, tmp_path, monkeypatch,
-                                                                            flag):
+def test_a_retention_policy_that_exports_without_a_backup_target_is_refused(triggered, client, h, world, tmp_path,
+                                                                            monkeypatch, flag):
     """`export: true` (or `archive: true`) on an install with no config backup_uri: the
     policy was set (a green run) and every scheduled snapshot_schedule run then failed
     ("no backup target") until someone noticed. Refused when set; with a target it runs."""
     import httpx
 
     monkeypatch.delenv("SEGLAKE_BACKUP_URI", raising=False)
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"is_paused": False}))
     conf = {"collection": "api_coll", "keep_last": 2, flag: True}
     r = client.post(f"{API}/runs/snapshot_retention", json=conf, headers=h)
     assert r.status_code == 400, r.text
     assert f"conf key {flag!r}" in r.json()["detail"] and "backup_uri" in r.json()["detail"], r.text
-    assert created == []
+    assert triggered == []
     monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(tmp_path / "backup"))
     r = client.post(f"{API}/runs/snapshot_retention", json=conf, headers=h)
-    assert r.status_code == 201 and len(created) == 1, r.text
+    assert r.status_code == 201 and len(triggered) == 1, r.text
 
 
-def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h, world, tmp_path, monkeypatch):
+def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(triggered, client, h, world, tmp_path,
+                                                                       monkeypatch):
     import httpx
 
     monkeypatch.setenv("SEGLAKE_BACKUP_URI", str(tmp_path / "backup"))
 
-    created = []
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: created.append(url) or httpx.Response(
-        200, json={"dag_run_id": "manual__x", "state": "queued"}))
     monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"is_paused": False}))
     meta, _, job_id = world
     for dag_id, conf in (("snapshot_export", {"collection": "api_coll", "snapshot": "s1", "bundle": "b"}),
@@ -888,4 +853,4 @@ def test_the_generic_run_door_still_creates_a_run_for_names_that_exist(client, h
                          ("snapshot_restore", {"collection": "api_coll", "snapshot": "s1", "target": "api_copy"})):
         r = client.post(f"{API}/runs/{dag_id}", json=conf, headers=h)
         assert r.status_code == 201, (dag_id, r.text)
-    assert len(created) == 5
+    assert len(triggered) == 5
