@@ -42,10 +42,13 @@ $(MILVUS_READY): scripts/milvus_venv.sh
 	scripts/milvus_venv.sh $(MILVUS_VENV) >/dev/null
 	touch $@
 
-# Another 2.3.x server (2.3.3: the oldest that takes <role>.ip, i.e. stays on loopback) for tests/milvus/test_milvus_cross_version.py: capture on one
-# version, restore into the other (~21 s, a 56 MB wheel, 496 MB venv + 246 MB binaries).
+# Another 2.3.x server (2.3.3: the oldest that takes <role>.ip, i.e. stays on loopback) for
+# tests/milvus/test_milvus_cross_version.py: capture on one version, restore into the other
+# (~21-41 s, a 56 MB wheel, 496 MB venv + 246 MB binaries). Not fatal: without it those tests
+# skip, saying why.
 milvus-other-venv:
-	scripts/milvus_venv.sh $(DEV)/milvus-other-venv 2.3.3 >/dev/null
+	scripts/milvus_venv.sh $(DEV)/milvus-other-venv 2.3.3 >/dev/null || \
+	  echo "milvus-other-venv: Milvus 2.3.3 could not be installed; tests/milvus/test_milvus_cross_version.py will skip" >&2
 
 $(STAMP): requirements.txt pyproject.toml scripts/install_system.sh
 	test -x $(PY) || python3 -m venv $(VENV)
