@@ -58,21 +58,25 @@ def milvus_server(milvus_python, etcd_server, s3_server, tmp_path_factory):
           f"{server.graceful_stop}s)")
 
 
-def own_milvus(etcd_server, s3_server, tmp_path_factory, bucket: str, tag: str):
+def own_milvus(etcd_server, s3_server, tmp_path_factory, bucket: str, tag: str, *, auto_compaction: bool = False,
+               config: dict | None = None, start_timeout: float = 120, **server_kw):
     """A module's own Milvus (a generator for a module-scoped fixture: `yield from
-    own_milvus(...)`), in `bucket` under a fresh root, with auto-compaction off: its tests
-    compare captures taken minutes apart, and a compaction in between would change files."""
+    own_milvus(...)`), in `bucket` under a fresh root, with the test settings (TEST_CONFIG,
+    then `config`) and auto-compaction off unless asked: its tests compare captures taken
+    minutes apart, and a compaction in between would change files. `server_kw`: more
+    MilvusServer fields (another version's venv and binaries)."""
     from seglake.dev.milvus import MilvusServer, S3Target
 
     root = f"{tag}-{uuid.uuid4().hex[:8]}"
+    settings = {**TEST_CONFIG, **({} if auto_compaction else {"dataCoord.compaction.enableAutoCompaction": "false"}),
+                **(config or {})}
     server = MilvusServer(state_dir=tmp_path_factory.mktemp(f"milvus-{tag}"), etcd_endpoint=etcd_server.endpoint,
                           etcd_root=f"milvus-{root}",
                           s3=S3Target(endpoint=s3_server.endpoint, bucket=bucket, root_path=f"files-{root}",
                                       access_key=s3_server.access_key, secret_key=s3_server.secret_key),
-                          config={**TEST_CONFIG, "dataCoord.compaction.enableAutoCompaction": "false"},
-                          graceful_stop=GRACEFUL_S)
+                          config=settings, graceful_stop=GRACEFUL_S, **server_kw)
     server.prepare()
-    server.start(timeout=120)
+    server.start(timeout=start_timeout)
     try:
         yield server
     finally:

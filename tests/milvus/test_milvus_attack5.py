@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from bundle_helper import GRACEFUL_S, TEST_CONFIG, SessionClient, capture, close_sessions, milvus_client
+from bundle_helper import SessionClient, capture, close_sessions, milvus_client
+from tests.milvus.conftest import own_milvus
 from test_milvus_restore import _run_killed, all_rows, make_source, part_pks, target_of
 from seglake.meta.kv import KV
 from seglake.milvus import restore
@@ -31,22 +32,8 @@ EXPIRE = 60
 
 @pytest.fixture(scope="module")
 def msrv(milvus_python, etcd_server, s3_server, tmp_path_factory):
-    from seglake.dev.milvus import MilvusServer, S3Target
-
-    root = f"atk5-{uuid.uuid4().hex[:8]}"
-    server = MilvusServer(state_dir=tmp_path_factory.mktemp("milvus-atk5"), etcd_endpoint=etcd_server.endpoint,
-                          etcd_root=f"milvus-{root}",
-                          s3=S3Target(endpoint=s3_server.endpoint, bucket="milvus-atk5", root_path=f"files-{root}",
-                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key),
-                          config={**TEST_CONFIG, "dataCoord.compaction.enableAutoCompaction": "false",
-                                  "rootCoord.importTaskExpiration": str(EXPIRE)}, graceful_stop=GRACEFUL_S)
-    server.prepare()
-    server.start(timeout=120)
-    try:
-        yield server
-    finally:
-        close_sessions(server.address)
-        server.stop()
+    yield from own_milvus(etcd_server, s3_server, tmp_path_factory, "milvus-atk5", "atk5",
+                          config={"rootCoord.importTaskExpiration": str(EXPIRE)})
 
 
 @pytest.fixture

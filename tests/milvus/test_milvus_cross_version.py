@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bundle_helper import (GRACEFUL_S, TEST_CONFIG, SessionClient, capture, close_sessions, milvus_client,
-                           pyrun)
+from bundle_helper import SessionClient, capture, milvus_client, pyrun
+from tests.milvus.conftest import own_milvus
 from test_milvus_restore import all_rows, make_source, part_pks, target_of
 from seglake.meta.kv import KV
 from seglake.milvus import restore
@@ -38,7 +38,7 @@ def _wheel_version(venv: Path) -> str:
 
 @pytest.fixture(scope="module")
 def other(etcd_server, s3_server, tmp_path_factory):
-    from seglake.dev.milvus import BIN_CACHE, MilvusServer, S3Target
+    from seglake.dev.milvus import BIN_CACHE
 
     version = _wheel_version(OTHER_VENV) if (OTHER_VENV / "bin" / "python").exists() else ""
     if not version:
@@ -46,22 +46,12 @@ def other(etcd_server, s3_server, tmp_path_factory):
                     f"(`make milvus-other-venv` makes one)")
     if version == "2.3.5":
         pytest.skip(f"{OTHER_VENV} holds Milvus 2.3.5, the version of the worker's server")
-    root = f"xv-{uuid.uuid4().hex[:8]}"
-    server = MilvusServer(state_dir=tmp_path_factory.mktemp("milvus-other"), etcd_endpoint=etcd_server.endpoint,
-                          etcd_root=f"milvus-{root}", venv=OTHER_VENV,
-                          bin_cache=BIN_CACHE.with_name(f"{BIN_CACHE.name}-{version}"),
-                          s3=S3Target(endpoint=s3_server.endpoint, bucket="milvus-xv", root_path=f"files-{root}",
-                                      access_key=s3_server.access_key, secret_key=s3_server.secret_key),
-                          config=TEST_CONFIG, graceful_stop=GRACEFUL_S)
-    server.prepare()
-    assert server.prepared["version"] == version
-    server.start(timeout=180)
-    print(f"\nOTHER MILVUS {version} healthy in {server.healthy_after:.1f}s")
-    try:
+    for server in own_milvus(etcd_server, s3_server, tmp_path_factory, "milvus-xv", "xv", auto_compaction=True,
+                             start_timeout=180, venv=OTHER_VENV,
+                             bin_cache=BIN_CACHE.with_name(f"{BIN_CACHE.name}-{version}")):
+        assert server.prepared["version"] == version
+        print(f"\nOTHER MILVUS {version} healthy in {server.healthy_after:.1f}s")
         yield server
-    finally:
-        close_sessions(server.address)
-        server.stop()
 
 
 @pytest.fixture
