@@ -9,10 +9,11 @@ names:
 
 * anchor (by hand, what milvus-backup's restore does): create the collection through the
   public API, upload every captured insert/delta log of each segment to the bucket (boto3,
-  `threads` threads), one backup-mode bulk insert per segment, poll until all are
+  `threads` threads), one backup-mode bulk insert per partition (milvus-backup's grouping; a
+  partition's folder holds its segments' folders), poll until all are
   Completed, build a FLAT index, load;
 * seglake: `seglake.milvus.restore.run` -- check (every data file's SHA-256, the schema),
-  create, stage (SHA-256 checked on the way), one import per segment with every state
+  create, stage (SHA-256 checked on the way), one import per partition with every state
   recorded in etcd, wait, index, load, verify (count(*) and a sample of rows).
 
     python bench/milvus_restore.py [--rows 1000000] [--dim 32] [--threads 8] [--repeat 3]
@@ -117,7 +118,7 @@ def main() -> int:
             c = doc["source"]["collection_id"]
 
             def by_hand(new: str) -> float:
-                """Create, upload, one backup-mode import per segment, wait, index, load."""
+                """Create, upload, one backup-mode import per partition, wait, index, load."""
                 t0 = time.perf_counter()
                 client(python, srv.address, {"op": "create", "name": new, "shards": 2, "dim": args.dim})
                 base = f"by-hand/{new}"
@@ -129,10 +130,10 @@ def main() -> int:
                 with ThreadPoolExecutor(args.threads) as ex:
                     list(ex.map(up, sorted(files)))
                 parts = {int(p["partition_id"]): p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
-                imports = [{"op": "import", "name": new, "partition": parts[int(e["partition_id"])],
-                            "files": [f"{base}/{kind}/{c}/{e['partition_id']}/{e['segment_id']}/"
-                                      for kind in ("insert_log", "delta_log")],
-                            "options": {"backup": "true"}} for e in doc["segments"]]
+                imports = [{"op": "import", "name": new, "partition": parts[pid],
+                            "files": [f"{base}/{kind}/{c}/{pid}/" for kind in ("insert_log", "delta_log")],
+                            "options": {"backup": "true"}}
+                           for pid in sorted({int(e["partition_id"]) for e in doc["segments"]})]
                 ids = [r["task_id"] for r in client(python, srv.address, *imports)]
                 while True:
                     states = client(python, srv.address, *[{"op": "import_state", "task_id": i} for i in ids])

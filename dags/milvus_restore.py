@@ -94,7 +94,7 @@ def milvus_restore():
             report = restore.run(meta.kv, meta.keys, hook.backup_target(params["backup_uri"]),
                                  _target(params["milvus_conn_id"]), _request(params), plan=plan)
         print({k: v for k, v in report.items() if k != "problems"})
-        return {k: report.get(k) for k in ("restore_id", "name", "state", "segments", "count", "visible_rows",
+        return {k: report.get(k) for k in ("restore_id", "name", "state", "segments", "imports", "count", "visible_rows",
                                            "sampled", "ok", "seconds")}
 
     plan = check()

@@ -338,8 +338,9 @@ def milvus(meta: Meta, now: float) -> dict:
 
 
 def _restore_segments(meta: Meta, rid: str) -> dict:
-    """How far a restore into Milvus is: its segment records (staged, importing, imported,
-    failed) counted. Unreadable records count in the total only."""
+    """How far a restore into Milvus is: the segments of its import units (a unit's record
+    says how many it imports; one where it does not) counted by the unit's state (staged,
+    importing, imported, failed). An unreadable record counts one, in the total only."""
     states: Counter = Counter()
     try:
         items = list(meta.kv.range(meta.keys.milvus_restore_segments_prefix(rid)))
@@ -350,7 +351,9 @@ def _restore_segments(meta: Meta, rid: str) -> dict:
             rec = json.loads(item.value)
         except ValueError:
             rec = None
-        states[rec.get("state") if isinstance(rec, dict) else None] += 1
+        n = rec.get("segments") if isinstance(rec, dict) else None
+        n = n if type(n) is int and 1 <= n <= 1_000_000 else 1
+        states[rec.get("state") if isinstance(rec, dict) else None] += n
     return {"segments_total": sum(states.values()), "segments_imported": states["imported"],
             "segments_failed": states["failed"]}
 

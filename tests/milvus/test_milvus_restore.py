@@ -133,20 +133,21 @@ print(restore.run(kv, kv.marker_keys, LocalStore(s["backup"]), t, restore.Reques
 @pytest.mark.parametrize("point,frac", [("after_submit", 0.5), ("after_stage", 0.5), ("waiting", None)])
 def test_sigkill_mid_import_then_rerun_converges(env, milvus, milvus_server, s3_server, etcd_server, point, frac):
     """Killed after the k-th import reached Milvus but before its task id was recorded (the
-    worst moment: k = half the segments), after the k-th segment was staged, or while
-    waiting for the imports."""
+    worst moment: k = half the imports, each a partition's segments), after the k-th unit
+    was staged, or while waiting for the imports."""
     kv, keys, backup = env
     src, new = f"src_{uuid.uuid4().hex[:8]}", f"dst_{uuid.uuid4().hex[:8]}"
     make_source(milvus, src)
     doc = capture(milvus_server, s3_server, backup, src)
-    n = len(doc["segments"])
+    n = len(restore.units(doc, {"rid": "r"}))        # one import per partition here
+    assert 2 <= n < len(doc["segments"])
     fault = f"milvus_restore.{point}:kill@{max(1, min(n - 1, round(n * frac))) if frac else 1}"
     req = restore.Request(db="default", collection=src, bundle="b1", name=new, sample=20, poll=0.5)
     r = _run_killed(milvus_server, s3_server, etcd_server, kv, backup, req, fault)
     assert r.returncode == -9, r.stderr[-2000:]
     c = SessionClient(milvus_server.address)
     before = c.one({"op": "list_imports", "name": new})
-    print(f"\nKILLED at {fault}: {len(before)} import task(s) in Milvus of {len(doc['segments'])} segments")
+    print(f"\nKILLED at {fault}: {len(before)} import task(s) in Milvus of {n} ({len(doc['segments'])} segments)")
     if point == "after_submit":   # the k-th import is in Milvus, its id not in etcd
         assert len(before) == int(fault.rsplit("@", 1)[1]) < n
     elif point == "after_stage":
@@ -156,9 +157,9 @@ def test_sigkill_mid_import_then_rerun_converges(env, milvus, milvus_server, s3_
     report = restore.run(kv, keys, backup, target_of(milvus_server, s3_server), req)
     assert report["state"] == "verified" and report["ok"], report["problems"]
     tasks = c.one({"op": "list_imports", "name": new})
-    # one import per segment, none twice (the one killed before its id was recorded was adopted)
-    assert len(tasks) == len(doc["segments"]) and all(t["state"] == "Completed" for t in tasks)
-    assert len({tuple(t["files"]) for t in tasks}) == len(doc["segments"])
+    # one import per unit, none twice (the one killed before its id was recorded was adopted)
+    assert len(tasks) == n == report["imports"] and all(t["state"] == "Completed" for t in tasks)
+    assert len({tuple(t["files"]) for t in tasks}) == n
     assert report["count"] == 225
     c.one({"op": "load", "name": src})
     assert all_rows(c, src) == all_rows(c, new)

@@ -76,7 +76,7 @@ def test_cli_restores_with_secrets_from_the_environment(settings, milvus, milvus
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and json.loads(r.stdout)["state"] == "verified"
     c = SessionClient(milvus_server.address)
-    assert len(c.one({"op": "list_imports", "name": new})) == rep["segments"]
+    assert len(c.one({"op": "list_imports", "name": new})) == rep["imports"]
     # the name is taken now: a clear error, exit 2
     r = subprocess.run(argv[:7] + [src] + argv[8:], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "already exists" in r.stderr, r.stderr[-2000:]

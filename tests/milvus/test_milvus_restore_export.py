@@ -209,10 +209,11 @@ def test_a_field_milvus_cannot_take_is_refused_naming_it(env, meta, store, milvu
 
 @pytest.mark.parametrize("fault", ["milvus_restore.after_stage:kill@2", "milvus_restore.after_submit:kill@3"])
 def test_a_killed_restore_of_a_seglake_export_rerun_converges(env, meta, store, milvus_server, s3_server,
-                                                               etcd_server, fault):
+                                                               etcd_server, fault, monkeypatch):
     """SIGKILLed after the 2nd converted segment was staged, or after the 3rd import reached
     Milvus before its id was recorded: the re-run writes the same files, adopts the import,
-    and ends with one Completed import per segment and seglake's rows."""
+    and ends with one Completed import per segment and seglake's rows. Groups of one segment
+    (GROUP_BYTES 1, in the killed process and here): the kill points fall between segments."""
     import json
     import os
     import subprocess
@@ -238,6 +239,7 @@ from seglake.storage.local import LocalStore
 s = json.load(sys.stdin)
 kv = KV(s["etcd"], root=s["root"])
 t = restore.MilvusTarget(address=s["address"], bucket=s["bucket"], s3_endpoint=s["s3"], s3_access_key=s["ak"], s3_secret_key=s["sk"])
+restore.GROUP_BYTES = 1
 print(restore.run(kv, kv.marker_keys, LocalStore(s["backup"]), t, restore.Request(**s["req"])))
 """
     r = subprocess.run([sys.executable, "-c", code], input=json.dumps(spec), capture_output=True, text=True,
@@ -247,6 +249,7 @@ print(restore.run(kv, kv.marker_keys, LocalStore(s["backup"]), t, restore.Reques
     c = SessionClient(milvus_server.address)
     before = c.one({"op": "list_imports", "name": new})
     assert len(before) == (3 if "after_submit" in fault else 0)
+    monkeypatch.setattr(restore, "GROUP_BYTES", 1)
     report = restore.run(kv, keys, backup, target_of(milvus_server, s3_server), req)
     assert report["state"] == "verified" and report["ok"], report["problems"]
     tasks = c.one({"op": "list_imports", "name": new})

@@ -2,17 +2,19 @@
 or a seglake export converted to Milvus binlogs at staging (seglake.milvus.convert), into a
 Milvus server, under a new collection name, through Milvus's public API and its bulk
 insert of binlog files in backup mode (as milvus-backup does: core/restore/coll_task.go,
-one ImportRequest per segment with files [insert dir, delta dir] and option backup=true;
-Milvus 2.3 importutil/binlog_parser.go reads the field ids from the sub-directories).
+one ImportRequest per group of a partition's segments with files [insert dir, delta dir] of
+the partition and option backup=true; Milvus 2.3 importutil/binlog_parser.go reads the
+segment and field ids from the sub-directories).
 
-    check -> plan -> run (create, stage + import each segment, wait) -> index, load -> verify
+    check -> plan -> run (create, stage + import each unit, wait) -> index, load -> verify
 
 The restore's record ({root}/milvus/restores/{rid}, rid = hash of target address, bucket,
-db and name) and one record per segment ({root}/milvus/restore_segments/{rid}/{seg}) live
-in seglake's etcd; every transition is one compare-guarded write:
+db and name) and one record per import unit ({root}/milvus/restore_segments/{rid}/{unit},
+unit = its first segment id; see units()) live in seglake's etcd; every transition is one
+compare-guarded write:
 
     restore:  checked -> creating -> created -> imported -> indexed -> loaded -> verified
-    segment:  pending -> staged -> submitting -> importing(task id) -> imported
+    unit:     pending -> staged -> submitting -> importing(task id) -> imported
                                         ^                 |
                                         +--- failed <-----+   (Milvus failed it: resubmitted,
                                                                 at most IMPORT_ATTEMPTS times)
@@ -21,8 +23,8 @@ Every step is idempotent; a killed run re-run with the same arguments resumes:
 - `creating` without the collection id: the name is adopted only if its schema is the
   bundle's and no import ran into it (else Conflict: someone else's collection).
 - `submitting` (the import may or may not have reached Milvus): Milvus's list of import
-  tasks for the collection is searched for one whose files are this segment's staging dirs
-  (unique per restore and segment); found -> adopted, else submitted again. A segment is
+  tasks for the collection is searched for one whose files are this unit's staging dirs
+  (unique per restore and unit); found -> adopted, else submitted again. A segment is
   never imported twice.
 - staging copies only what is missing, each file checked by SHA-256 as it passes.
 Nothing is written on either side before check() passes: the bucket and staging prefix
@@ -56,6 +58,11 @@ from seglake.storage import layout
 
 KIND = "milvus"
 IMPORT_ATTEMPTS = 3
+# One import task per partition's segments up to this many bytes of files (milvus-backup groups
+# a partition's segments the same way). Milvus 2.3 runs one import task at a time per data
+# node and frees it only once the task's segments are flushed (checked every 2 s): one task
+# per segment cost a standalone ~2-4 s per segment; a smaller group only means more tasks.
+GROUP_BYTES = 1 << 30
 STAGING_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 # schemapb.DataType that a 2.3 bulk insert of binlogs restores (Float16/BFloat16/Sparse are 2.4+)
 TYPES = {1: "Bool", 2: "Int8", 3: "Int16", 4: "Int32", 5: "Int64", 10: "Float", 11: "Double",
@@ -411,25 +418,48 @@ def _properties(props) -> dict:
     return dict(sorted(props.items()))
 
 
-def units(doc: dict, plan: dict) -> list[dict]:
-    """One unit per segment: its partition (by name) and its files (relative key, sha, size)."""
+def _seg_bytes(doc: dict, e: dict) -> int:
+    paths = convert.data_paths({"segments": [e]}) if doc.get("converted") else seg_files(e)
+    return sum(int(doc["files"][p]["size"]) for p in paths if p in doc["files"])
+
+
+def units(doc: dict, plan: dict, group_bytes: int | None = None) -> list[dict]:
+    """One unit per import task: a partition's segments in segment-id order, taken while
+    their files add up to at most `group_bytes` (GROUP_BYTES; a larger segment alone), staged
+    under {rid}/{first segment id}/ and imported with that partition's two dirs (Milvus 2.3's
+    binlog import reads every segment folder under them, each segment's delete logs applied to
+    its own rows). A pure function of the bundle: a re-run plans the same units. group_bytes 0:
+    one unit per segment, with the segment's own dirs (a restore recorded before groups, v1)."""
+    group_bytes = GROUP_BYTES if group_bytes is None else group_bytes
     parts = {int(p["partition_id"]): p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
-    out = []
+    groups: list[list[tuple[dict, int]]] = []
+    open_: dict[int, list] = {}                       # partition id -> its group being filled
     for e in sorted(doc["segments"], key=lambda e: int(e["segment_id"])):
-        sid, c, p = int(e["segment_id"]), doc["source"]["collection_id"], int(e["partition_id"])
-        base = f"{plan['rid']}/{sid}"
-        if doc.get("converted"):      # a seglake export: its files are written at staging
-            if int(e["num_rows"]) == 0:
-                continue              # deletes only: they reach Milvus through the rows they hide
-            c = int(e["collection_id"])
-        out.append({"segment_id": sid, "partition": parts[p], "rows": int(e["num_rows"]),
-                    "converted": bool(doc.get("converted")),
-                    **_fix_of(e, plan.get("delete_fixes", {}).get(str(sid))),
-                    "files": [] if doc.get("converted") else
-                             [(path, doc["files"][path]["sha256"], doc["files"][path]["size"]) for path in seg_files(e)],
-                    # always both dirs: 2.3 takes a binlog import only with two paths (an empty
-                    # delta dir is fine; milvus-backup passes "" there)
-                    "dirs": [f"{base}/insert_log/{c}/{p}/{sid}/", f"{base}/delta_log/{c}/{p}/{sid}/"]})
+        if doc.get("converted") and int(e["num_rows"]) == 0:
+            continue                  # deletes only: they reach Milvus through the rows they hide
+        p, size = int(e["partition_id"]), _seg_bytes(doc, e)
+        g = open_.get(p)
+        if g is None or not group_bytes or sum(n for _, n in g) + size > group_bytes:
+            g = open_[p] = []
+            groups.append(g)
+        g.append((e, size))
+    out = []
+    for g in groups:
+        first = g[0][0]
+        uid, p = int(first["segment_id"]), int(first["partition_id"])
+        c = int(first["collection_id"]) if doc.get("converted") else doc["source"]["collection_id"]
+        base = f"{plan['rid']}/{uid}"
+        segs = [{"segment_id": int(e["segment_id"]), "rows": int(e["num_rows"]),
+                 **_fix_of(e, plan.get("delete_fixes", {}).get(str(e["segment_id"]))),
+                 "files": [] if doc.get("converted") else
+                          [(path, doc["files"][path]["sha256"], doc["files"][path]["size"]) for path in seg_files(e)]}
+                for e, _ in g]
+        # always both dirs: 2.3 takes a binlog import only with two paths (an empty delta dir
+        # is fine; milvus-backup passes "" there)
+        tail = f"{c}/{p}/{uid}/" if not group_bytes else f"{c}/{p}/"
+        out.append({"unit_id": uid, "partition": parts[p], "rows": sum(s["rows"] for s in segs),
+                    "converted": bool(doc.get("converted")), "base": base, "segments": segs,
+                    "dirs": [f"{base}/insert_log/{tail}", f"{base}/delta_log/{tail}"]})
     return out
 
 
@@ -450,7 +480,7 @@ def _fix_of(e: dict, fix: dict | None) -> dict:
 def _create(recs: Records, client, target, req, plan) -> dict:
     rec, _ = recs.get()
     if rec is None:
-        recs.create({"v": 1, "state": "checked", "bundle_uid": plan["uid"], "bundle": f"{req.db}.{req.collection}/{req.bundle}",
+        recs.create({"v": 2, "state": "checked", "bundle_uid": plan["uid"], "bundle": f"{req.db}.{req.collection}/{req.bundle}",
                      "name": req.name, "target": target.describe(), "created_at": time.time()})
         rec, _ = recs.get()
     if rec["state"] == "checked":
@@ -486,99 +516,107 @@ def _adopt(client, name: str, plan: dict) -> dict:
 
 
 def _stage(stage_store, backup, unit: dict, converter=None) -> None:
-    """Copy the segment's files under its staging dirs, each checked by SHA-256 on the way;
-    a file already there with its content is not copied again. A converted segment (a
-    seglake export): its Milvus binlogs written there (the same bytes on a re-run)."""
-    sid, base = unit["segment_id"], unit["dirs"][0].split("/insert_log/")[0]
-    if unit.get("converted"):
-        for path, raw in converter.segment_files(sid).items():
-            sha = hashlib.sha256(raw).hexdigest()
-            if not bundles.has_content(stage_store, f"{base}/{path}", sha, len(raw)):
-                stage_store.put(f"{base}/{path}", raw)
-        return
-    drop, skip = set(unit.get("drop_deletes", ())), set(unit.get("skip_rows", ()))
-    for path, sha, size in unit["files"]:
-        m = _INSERT_RE.fullmatch(path) or _DELTA_RE.fullmatch(path)
-        key = f"{base}/{path}"
-        if m is None:
-            raise MilvusRestoreError(f"segment {sid}: {path!r} is not a Milvus log key")
-        if drop and (m.re is _DELTA_RE or skip):   # a target filtering by pk alone: see pk_filter_fixes
-            raw = bundles.read_small(backup, layout.bundle_blob(sha), size)
-            if len(raw) != size or hashlib.sha256(raw).hexdigest() != sha:
-                raise MilvusRestoreError(f"segment {sid}: {path}: its data file in the backup target is damaged")
-            if m.re is _DELTA_RE:
-                raw = binlog_writer.without_deletes(raw, drop)
-            else:
-                at, n = unit["spans"][path]
-                raw = binlog_writer.without_rows(raw, [at + i not in skip for i in range(n)])
-            if raw is not None and not bundles.has_content(stage_store, key, hashlib.sha256(raw).hexdigest(), len(raw)):
-                stage_store.put(key, raw)
+    """Copy the unit's segments' files under its staging base, each checked by SHA-256 on
+    the way; a file already there with its content is not copied again. A converted segment
+    (a seglake export): its Milvus binlogs written there (the same bytes on a re-run)."""
+    base = unit["base"]
+    for seg in unit["segments"]:
+        sid = seg["segment_id"]
+        if unit.get("converted"):
+            for path, raw in converter.segment_files(sid).items():
+                sha = hashlib.sha256(raw).hexdigest()
+                if not bundles.has_content(stage_store, f"{base}/{path}", sha, len(raw)):
+                    stage_store.put(f"{base}/{path}", raw)
             continue
-        if not bundles.has_content(stage_store, key, sha, size):
-            bundles.copy_verified(backup, layout.bundle_blob(sha), stage_store, key, sha, size)
+        drop, skip = set(seg.get("drop_deletes", ())), set(seg.get("skip_rows", ()))
+        for path, sha, size in seg["files"]:
+            m = _INSERT_RE.fullmatch(path) or _DELTA_RE.fullmatch(path)
+            key = f"{base}/{path}"
+            if m is None:
+                raise MilvusRestoreError(f"segment {sid}: {path!r} is not a Milvus log key")
+            if drop and (m.re is _DELTA_RE or skip):   # a target filtering by pk alone: see pk_filter_fixes
+                raw = bundles.read_small(backup, layout.bundle_blob(sha), size)
+                if len(raw) != size or hashlib.sha256(raw).hexdigest() != sha:
+                    raise MilvusRestoreError(f"segment {sid}: {path}: its data file in the backup target is damaged")
+                if m.re is _DELTA_RE:
+                    raw = binlog_writer.without_deletes(raw, drop)
+                else:
+                    at, n = seg["spans"][path]
+                    raw = binlog_writer.without_rows(raw, [at + i not in skip for i in range(n)])
+                if raw is not None and not bundles.has_content(stage_store, key, hashlib.sha256(raw).hexdigest(), len(raw)):
+                    stage_store.put(key, raw)
+                continue
+            if not bundles.has_content(stage_store, key, sha, size):
+                bundles.copy_verified(backup, layout.bundle_blob(sha), stage_store, key, sha, size)
 
 
 def _import_all(recs: Records, client, stage_store, backup, target, req, todo: list[dict], converter=None) -> None:
-    """Stage, submit and wait for every segment; each transition recorded before the next."""
+    """Stage, submit and wait for every unit; each transition recorded before the next."""
     def staged(u):
-        sid = u["segment_id"]
-        rec, prev = recs.segments().get(sid, (None, None))
+        uid = u["unit_id"]
+        rec, prev = recs.segments().get(uid, (None, None))
         if rec is None or rec["state"] == "pending":
             _stage(stage_store, backup, u, converter)
-            recs.seg_put(sid, {"v": 1, "state": "staged", "attempts": 0}, prev)
+            recs.seg_put(uid, {"v": 1, "state": "staged", "attempts": 0, "segments": len(u["segments"])}, prev)
             faults.point("milvus_restore.after_stage")
 
     for _ in runners.run_inline(staged, todo, workers=req.threads):
         pass
-    files_of = {u["segment_id"]: [f"{target.staging}/{d}" for d in u["dirs"]] for u in todo}
-    by_sid = {u["segment_id"]: u for u in todo}
+    files_of = {u["unit_id"]: [f"{target.staging}/{d}" for d in u["dirs"]] for u in todo}
+    by_uid = {u["unit_id"]: u for u in todo}
     deadline = time.monotonic() + req.import_timeout
     while True:
-        segs, listed = recs.segments(), None
+        recorded, listed = recs.segments(), None
         pending = []
-        for sid, u in by_sid.items():
-            rec, prev = segs[sid]
+        for uid, u in by_uid.items():
+            rec, prev = recorded[uid]
             state = rec["state"]
             if state == "submitting":          # killed around the Import call: did it reach Milvus?
                 if listed is None:
                     listed = client.one({"op": "list_imports", "name": req.name})
-                found = [t for t in listed if t["files"] == files_of[sid] and t["state"] not in TERMINAL_FAILED]
+                found = [t for t in listed if t["files"] == files_of[uid] and t["state"] not in TERMINAL_FAILED]
                 if found:
-                    recs.seg_put(sid, dict(rec, state="importing", task_id=found[0]["task_id"]), prev)
-                    pending.append(sid)
+                    recs.seg_put(uid, dict(rec, state="importing", task_id=found[0]["task_id"]), prev)
+                    pending.append(uid)
                     continue
                 state = "staged"
             if state in ("staged", "failed"):
                 if rec["attempts"] >= IMPORT_ATTEMPTS:
-                    raise MilvusRestoreError(f"segment {sid}: Milvus failed its import {rec['attempts']} times "
+                    raise MilvusRestoreError(f"{_unit_name(u)}: Milvus failed its import {rec['attempts']} times "
                                              f"(last: {rec.get('reason', '?')}){_import_hint(client)}")
                 rec = dict(rec, state="submitting", attempts=rec["attempts"] + 1, task_id=None)
-                recs.seg_put(sid, rec, prev)
-                rec, prev = recs.segments()[sid]
+                recs.seg_put(uid, rec, prev)
+                rec, prev = recs.segments()[uid]
                 t = client.one({"op": "import", "name": req.name, "partition": u["partition"],
-                                "files": files_of[sid], "options": {"backup": "true"}})
+                                "files": files_of[uid], "options": {"backup": "true"}})
                 faults.point("milvus_restore.after_submit")      # in Milvus, not yet recorded
-                recs.seg_put(sid, dict(rec, state="importing", task_id=t["task_id"]), prev)
-                pending.append(sid)
+                recs.seg_put(uid, dict(rec, state="importing", task_id=t["task_id"]), prev)
+                pending.append(uid)
             elif state == "importing":
-                pending.append(sid)
+                pending.append(uid)
         if not pending:
             return
         faults.point("milvus_restore.waiting")
-        segs = recs.segments()
-        states = client.call(*[{"op": "import_state", "task_id": segs[s][0]["task_id"]} for s in pending])
-        for sid, st in zip(pending, states):
-            rec, prev = segs[sid]
+        recorded = recs.segments()
+        states = client.call(*[{"op": "import_state", "task_id": recorded[x][0]["task_id"]} for x in pending])
+        for uid, st in zip(pending, states):
+            rec, prev = recorded[uid]
             if st["state"] in TERMINAL_OK:
-                recs.seg_put(sid, dict(rec, state="imported", rows=st["row_count"]), prev)
+                recs.seg_put(uid, dict(rec, state="imported", rows=st["row_count"]), prev)
             elif st["state"] in TERMINAL_FAILED:
-                recs.seg_put(sid, dict(rec, state="failed", reason=st["failed_reason"][:500]), prev)
-        if all(recs.segments()[s][0]["state"] == "imported" for s in by_sid):
+                recs.seg_put(uid, dict(rec, state="failed", reason=st["failed_reason"][:500]), prev)
+        if all(recs.segments()[x][0]["state"] == "imported" for x in by_uid):
             return
         if time.monotonic() > deadline:
             raise MilvusRestoreError(f"imports into {req.name!r} not finished within {req.import_timeout:.0f} s "
                                      f"(re-run to keep waiting: they are recorded)")
         time.sleep(req.poll)
+
+
+def _unit_name(u: dict) -> str:
+    sids = [s["segment_id"] for s in u["segments"]]
+    return f"segment {sids[0]}" if len(sids) == 1 else \
+        f"the import of {len(sids)} segments of partition {u['partition']!r} ({sids[0]}, ...)"
 
 
 def _import_hint(client) -> str:
@@ -628,17 +666,18 @@ def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
     recs = Records(kv, keys, plan["rid"])
     same_staging(recs.get()[0], target, plan["rid"])
     rec = _create(recs, client, target, req, plan)
-    todo = units(doc, plan)
+    todo = units(doc, plan, group_bytes=0 if rec.get("v") == 1 else None)   # v1: recorded per segment
     stage_store = target.store()
     got = client.one({"op": "schema", "name": req.name})
     if got["id"] != rec["collection_id"]:
         raise Conflict(f"collection {req.name!r} in Milvus is not the one restore {plan['rid']} created (id "
                        f"{got['id']}, recorded {rec['collection_id']}): dropped and made again by someone else?")
     if rec["state"] == "created":
-        segs = recs.segments()
+        recorded = recs.segments()
         for u in todo:
-            if u["segment_id"] not in segs:
-                recs.seg_put(u["segment_id"], {"v": 1, "state": "pending", "attempts": 0}, None)
+            if u["unit_id"] not in recorded:
+                recs.seg_put(u["unit_id"], {"v": 1, "state": "pending", "attempts": 0,
+                                            "segments": len(u["segments"])}, None)
         _import_all(recs, client, stage_store, backup, target, req, todo,
                     convert.Converter(backup, doc) if doc.get("converted") else None)
         rec = recs.move("imported")
@@ -665,11 +704,11 @@ def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
             recs.move("loaded", report=report)
             raise MilvusRestoreError(f"verify of {req.name!r} failed: {report['problems'][:5]}")
         for u in todo:                    # the staged copies are Milvus's own segments now
-            base = u["dirs"][0].split("/insert_log/")[0]
-            stage_store.delete_many([o.key for o in stage_store.list(f"{base}/")] if u.get("converted") else
-                                    [f"{base}/{p}" for p, _, _ in u["files"]])
+            stage_store.delete_many([o.key for o in stage_store.list(f"{u['base']}/")] if u.get("converted") else
+                                    [f"{u['base']}/{p}" for s in u["segments"] for p, _, _ in s["files"]])
         rec = recs.move("verified", report=report, verified_at=time.time())
-    return {"restore_id": plan["rid"], "name": req.name, "state": rec["state"], "segments": len(todo),
+    return {"restore_id": plan["rid"], "name": req.name, "state": rec["state"],
+            "segments": sum(len(u["segments"]) for u in todo), "imports": len(todo),
             "seconds": round(time.time() - t0, 3), **(report or {})}
 
 

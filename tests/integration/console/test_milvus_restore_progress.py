@@ -22,3 +22,18 @@ def test_a_restore_into_milvus_shows_its_segments_imported_of_total(meta, store)
 
     page = render_page(console.overview(meta, store))
     assert "2 of 5 imported, 1 failed" in page
+
+
+def test_a_unit_record_counts_the_segments_it_imports(meta, store):
+    """A restore imports a partition's segments in one task (restore.units): its record says
+    how many segments it holds, and the progress counts segments, not tasks; a record with a
+    bad count counts one."""
+    rid = "r2"
+    meta.kv.put(meta.keys.milvus_restore(rid), json.dumps({
+        "v": 2, "state": "created", "bundle": "default.demo/b1", "name": "back2", "created_at": time.time(),
+        "target": {"address": "127.0.0.1:19530"}}))
+    for uid, state, n in [(10, "imported", 3), (20, "importing", 4), (30, "failed", 2), (40, "staged", -5),
+                          (50, "staged", True)]:
+        meta.kv.put(meta.keys.milvus_restore_segment(rid, uid), json.dumps({"v": 1, "state": state, "segments": n}))
+    r = console.milvus(meta, time.time())["restores"][0]
+    assert (r["segments_imported"], r["segments_total"], r["segments_failed"]) == (3, 11, 2), r
