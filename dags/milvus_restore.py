@@ -6,7 +6,8 @@ or a bundle exported from a seglake collection (its Parquet segments written as 
 at staging), into the Milvus server of the Airflow connection `milvus_conn_id`, under the new name
 `name`: the collection is created with the bundle's schema, shard count and partitions
 through Milvus's public API, each segment's binlogs are staged in the server's bucket
-(under `seglake-restore/`) and imported by Milvus's bulk insert in backup mode, then the
+(under `seglake-restore/`) and imported by Milvus's bulk insert in backup mode (one import
+per partition's segments), then the
 recorded index is built, the collection loaded and verified: `count(*)` and a sample of
 primary keys with all their values equal the bundle's visible rows.
 

@@ -694,6 +694,34 @@ def test_a_bundle_restore_into_a_taken_target_is_refused_before_any_run(triggere
     assert r.status_code == 201 and len(triggered) == 1, r.text
 
 
+def test_a_milvus_restore_into_a_connection_airflow_lacks_is_refused_before_any_run(triggered, client, h, world,
+                                                                                   tmp_path, monkeypatch):
+    """milvus_restore's first step reads the Airflow connection `milvus_conn_id` (the Milvus
+    to restore into): one Airflow did not have was accepted (201) and the run failed there.
+    Now 404 naming it, no run; once the connection exists the same request runs."""
+    import httpx
+
+    from seglake.lifecycle.backup import export
+    from seglake.storage.local import LocalStore
+
+    meta, store, _ = world
+    backup = tmp_path / "backup"
+    export.export(meta, store, LocalStore(str(backup)), "api_coll", "s1", bundle="b1")
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"is_paused": False}))
+    monkeypatch.delenv("AIRFLOW_CONN_MILVUS_DEFAULT", raising=False)
+    conf = {"collection": "api_coll", "bundle": "b1", "name": "into_milvus", "backup_uri": str(backup)}
+    for extra, cid in (({}, "milvus_default"), ({"milvus_conn_id": "milvus_prod"}, "milvus_prod")):
+        r = client.post(f"{API}/runs/milvus_restore", json={**conf, **extra}, headers=h)
+        assert r.status_code == 404, r.text
+        detail = r.json()["detail"]
+        assert f"Airflow connection {cid!r}" in detail and "milvus_conn_id" in detail and "\n" not in detail, detail
+    assert triggered == []
+    monkeypatch.setenv("AIRFLOW_CONN_MILVUS_PROD", json.dumps({"conn_type": "generic", "host": "127.0.0.1",
+                                                               "port": 19530, "extra": {"bucket": "b"}}))
+    r = client.post(f"{API}/runs/milvus_restore", json={**conf, "milvus_conn_id": "milvus_prod"}, headers=h)
+    assert r.status_code == 201 and len(triggered) == 1, r.text
+
+
 def test_an_export_to_a_bundle_name_another_snapshot_holds_is_refused_before_any_run(triggered, client, h, world,
                                                                                      tmp_path, monkeypatch):
     """snapshot_export of s2 as bundle b1 when b1 is s1's in the target: the run's export

@@ -28,11 +28,14 @@ _POLICY = ("snapshot_retention", "compaction_policy", "pitr_window")   # set: th
 
 
 def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
-            backup: Callable[[Any], Any] | None = None, settings=None) -> None:
+            backup: Callable[[Any], Any] | None = None, settings=None,
+            connection: Callable[[str], bool] | None = None) -> None:
     """NotFound for what a run of `dag_id` with `conf` would not find; None otherwise.
     `backup(uri)`: the backup target store (asked only when a bundle or an undrop from the
     target is named). An undrop is checked as its run's first step checks it
-    (pitr.check_undrop: also 409 when the collection is not dropped or the target taken)."""
+    (pitr.check_undrop: also 409 when the collection is not dropped or the target taken).
+    `connection(id)`: whether the orchestrator has that connection (asked for the Milvus a
+    milvus_restore writes into, whose connection its first step reads)."""
     from seglake.lifecycle import snapshot
 
     if settings is not None and conf.get("backup_uri"):
@@ -134,6 +137,12 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
     if dag_id in ("snapshot_verify", "snapshot_restore_external", "milvus_restore") and conf.get("bundle") \
             and backup is not None:
         _bundle(backup, conf.get("backup_uri"), db, coll, conf["bundle"])
+    if dag_id == "milvus_restore" and connection is not None:
+        cid = conf.get("milvus_conn_id") or "milvus_default"
+        if not connection(cid):
+            raise NotFound(f"Airflow connection {cid!r} (conf key 'milvus_conn_id': the Milvus to restore into) does "
+                           f"not exist; add it (host, port; extra: bucket, s3_endpoint, s3_access_key, s3_secret_key) "
+                           f"or name another")
     if dag_id == "snapshot_restore_external" and conf.get("target"):   # taken by another collection: 409
         from seglake.lifecycle import restore
 

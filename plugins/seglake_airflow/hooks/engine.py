@@ -26,6 +26,12 @@ def _connection(conn_id: str):
         return None
 
 
+def has_connection(conn_id: str) -> bool:
+    """Whether Airflow has connection `conn_id` (its secrets backends: the environment, the
+    metastore in the API server): what a run's first step would look up."""
+    return _connection(conn_id) is not None
+
+
 def milvus_source_settings(conn_id: str, get_connection=None):
     """The settings a registered Milvus source's scheduled capture runs with: its connection
     `conn_id` gives the bucket's credentials. A connection Airflow does not have is refused

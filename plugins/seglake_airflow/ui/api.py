@@ -829,14 +829,14 @@ def create_api():
             raise NotFound(f"dag {dag_id!r} is not one this API runs; {why}")
         from seglake.contract import check_conf
         from seglake.lifecycle import preflight
-        from seglake_airflow.hooks.engine import SeglakeHook
+        from seglake_airflow.hooks.engine import SeglakeHook, has_connection
 
         _caller_token(request)
         checked = check_conf(dag_id, conf)   # 400, then what the run would not find: 404, before any run
         hook = SeglakeHook()
         try:
             preflight.missing(hook.meta, dag_id, checked, store=hook.store, backup=hook.backup_target,
-                              settings=hook.settings)
+                              settings=hook.settings, connection=has_connection)
         finally:
             hook.close()
         obj = {k: conf[k] for k in ("collection", "db", "snapshot", "name", "bundle", "target") if

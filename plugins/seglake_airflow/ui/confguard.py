@@ -247,7 +247,7 @@ def _preflight(dag_id: str, conf) -> tuple[int, str] | None:
     from seglake.contract import check_conf
     from seglake.errors import Conflict, NotFound, StateError, ValidationError
     from seglake.lifecycle import preflight
-    from seglake_airflow.hooks.engine import SeglakeHook
+    from seglake_airflow.hooks.engine import SeglakeHook, has_connection
 
     try:
         checked = check_conf(dag_id, conf)
@@ -256,7 +256,7 @@ def _preflight(dag_id: str, conf) -> tuple[int, str] | None:
         return None
     try:
         preflight.missing(hook.meta, dag_id, checked, store=hook.store, backup=hook.backup_target,
-                          settings=hook.settings)
+                          settings=hook.settings, connection=has_connection)
     except NotFound as e:
         return 404, f"{dag_id}: refused before any run: {e}"
     except (Conflict, StateError) as e:
