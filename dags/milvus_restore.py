@@ -82,7 +82,7 @@ def milvus_restore():
 
     @task
     def restore_and_verify(params: dict, plan: dict) -> dict:
-        """Create, stage + import each segment (a bounded wait on each import), index,
+        """Create, stage + import each unit of a partition's segments (a bounded wait on each import), index,
         load, verify; resumes from etcd on a retry."""
         from seglake.milvus import restore
         from seglake.milvus.restore import MilvusRestoreError

@@ -25,7 +25,8 @@ Layout under the configurable root (default `seglake`):
     {root}/compaction/policies/{collection_id}       a collection's compaction policy (overrides config)
     {root}/compaction/history/{collection_id}/{t}    a finished compaction run (t: ms, zero-padded)
     {root}/milvus/restores/{restore_id}              a restore into a Milvus server (its state)
-    {root}/milvus/restore_segments/{restore_id}/{segment_id}   one segment's import into it
+    {root}/milvus/restore_segments/{restore_id}/{unit_id}   one import unit's task (its first segment id)
+    {root}/milvus/restore_runs/{restore_id}          the run that holds a restore (leased: one at a time)
     {root}/milvus/sources/{source}                   a registered Milvus (where, which collections, retention)
     {root}/milvus/captures/{db}/{collection}/{bundle}   what a capture of a Milvus collection committed
     {root}/milvus/pins/{db}/{collection}/{bundle}    an operator's pin of a capture bundle (TTL)
@@ -220,6 +221,9 @@ class Keys:
 
     def milvus_restore_segments_prefix(self, restore_id: str) -> str:
         return f"{self.root}/milvus/restore_segments/{_seg(restore_id)}/"
+
+    def milvus_restore_run(self, restore_id: str) -> str:
+        return f"{self.root}/milvus/restore_runs/{_seg(restore_id)}"
 
     # milvus (seglake.milvus.sources): registered sources, their captures, pins of capture bundles
     def milvus_source(self, name: str) -> str:

@@ -13,7 +13,7 @@ db and name) and one record per import unit ({root}/milvus/restore_segments/{rid
 unit = its first segment id; see units()) live in seglake's etcd; every transition is one
 compare-guarded write:
 
-    restore:  checked -> creating -> created -> imported -> indexed -> loaded -> verified
+    restore:  checked -> creating -> created -> importing -> imported -> indexed -> loaded -> verified
     unit:     pending -> staged -> submitting -> importing(task id) -> imported
                                         ^                 |
                                         +--- failed <-----+   (Milvus failed it: resubmitted,
@@ -43,8 +43,12 @@ import hashlib
 import io
 import json
 import random
+import os
 import re
+import socket
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from seglake import faults, runners
@@ -61,8 +65,10 @@ IMPORT_ATTEMPTS = 3
 # One import task per partition's segments up to this many bytes of files (milvus-backup groups
 # a partition's segments the same way). Milvus 2.3 runs one import task at a time per data
 # node and frees it only once the task's segments are flushed (checked every 2 s): one task
-# per segment cost a standalone ~2-4 s per segment; a smaller group only means more tasks.
+# per segment cost a standalone ~2-4 s per segment. A restore records the bound it began with
+# and keeps it (a run that plans other units is refused: see _same_units).
 GROUP_BYTES = 1 << 30
+RUN_LEASE_S = 6           # a killed run's claim on its restore lapses within this (see _one_run)
 STAGING_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 # schemapb.DataType that a 2.3 bulk insert of binlogs restores (Float16/BFloat16/Sparse are 2.4+)
 TYPES = {1: "Bool", 2: "Int8", 3: "Int16", 4: "Int32", 5: "Int64", 10: "Float", 11: "Double",
@@ -480,7 +486,7 @@ def _fix_of(e: dict, fix: dict | None) -> dict:
 def _create(recs: Records, client, target, req, plan) -> dict:
     rec, _ = recs.get()
     if rec is None:
-        recs.create({"v": 2, "state": "checked", "bundle_uid": plan["uid"], "bundle": f"{req.db}.{req.collection}/{req.bundle}",
+        recs.create({"v": 2, "group_bytes": GROUP_BYTES, "state": "checked", "bundle_uid": plan["uid"], "bundle": f"{req.db}.{req.collection}/{req.bundle}",
                      "name": req.name, "target": target.describe(), "created_at": time.time()})
         rec, _ = recs.get()
     if rec["state"] == "checked":
@@ -550,14 +556,17 @@ def _stage(stage_store, backup, unit: dict, converter=None) -> None:
                 bundles.copy_verified(backup, layout.bundle_blob(sha), stage_store, key, sha, size)
 
 
-def _import_all(recs: Records, client, stage_store, backup, target, req, todo: list[dict], converter=None) -> None:
-    """Stage, submit and wait for every unit; each transition recorded before the next."""
+def _import_all(recs: Records, client, stage_store, backup, target, req, todo: list[dict], converter=None,
+                claimed=lambda: None) -> None:
+    """Stage, submit and wait for every unit; each transition recorded before the next;
+    `claimed()` before each submit (raises once this run no longer holds the restore)."""
     def staged(u):
         uid = u["unit_id"]
         rec, prev = recs.segments().get(uid, (None, None))
         if rec is None or rec["state"] == "pending":
             _stage(stage_store, backup, u, converter)
-            recs.seg_put(uid, {"v": 1, "state": "staged", "attempts": 0, "segments": len(u["segments"])}, prev)
+            recs.seg_put(uid, {"v": 1, "state": "staged", "attempts": 0, "segments": len(u["segments"]),
+                               "sids_sha": _sids_sha(u)}, prev)
             faults.point("milvus_restore.after_stage")
 
     for _ in runners.run_inline(staged, todo, workers=req.threads):
@@ -584,6 +593,7 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
                 if rec["attempts"] >= IMPORT_ATTEMPTS:
                     raise MilvusRestoreError(f"{_unit_name(u)}: Milvus failed its import {rec['attempts']} times "
                                              f"(last: {rec.get('reason', '?')}){_import_hint(client)}")
+                claimed()
                 rec = dict(rec, state="submitting", attempts=rec["attempts"] + 1, task_id=None)
                 recs.seg_put(uid, rec, prev)
                 rec, prev = recs.segments()[uid]
@@ -611,6 +621,80 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             raise MilvusRestoreError(f"imports into {req.name!r} not finished within {req.import_timeout:.0f} s "
                                      f"(re-run to keep waiting: they are recorded)")
         time.sleep(req.poll)
+
+
+def _sids_sha(u: dict) -> str:
+    return hashlib.sha256(",".join(str(s["segment_id"]) for s in u["segments"]).encode()).hexdigest()[:16]
+
+
+def _same_units(rid: str, recorded: dict, todo: list[dict]) -> None:
+    """The recorded units are the planned ones (same first segment, same segments): a unit
+    recorded for other segments would have its task read folders another unit imports too,
+    or leave a segment out. Conflict naming the first that differs; nothing submitted."""
+    planned = {u["unit_id"]: u for u in todo}
+    for uid, (rec, _) in sorted(recorded.items()):
+        u = planned.get(uid)
+        if u is None or rec.get("sids_sha", _sids_sha(u)) != _sids_sha(u) or \
+                rec.get("segments", len(u["segments"])) != len(u["segments"]):
+            raise Conflict(f"restore {rid}: its recorded import unit {uid} is not one this run plans (another "
+                           f"grouping of the bundle's segments): refusing to import any segment twice or not at "
+                           f"all; finish it with the code that began it, or restore under a new name")
+
+
+@contextmanager
+def _one_run(kv, keys, rid: str, wait: float | None = None):
+    """One run of a restore at a time: its claim {root}/milvus/restore_runs/{rid} is put if
+    absent, on a lease kept alive while the run lasts (a killed run's lapses within
+    RUN_LEASE_S, so a re-run waits at most that); a second run waits `wait` s (default
+    enough for a killed run's claim to lapse) and is then refused. Two runs at once could
+    each submit the same unit between one's submit and its record. Yields a check that
+    raises Conflict once the claim is lost (its lease not kept alive: etcd out of reach)."""
+    key = keys.milvus_restore_run(rid)
+    wait = 2 * RUN_LEASE_S + 2 if wait is None else wait
+    lease = kv.grant_lease(RUN_LEASE_S)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            kv.txn([absent(key)], [Put(key, json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                                        "since": time.time()}), lease)])
+            break
+        except Conflict:
+            if time.monotonic() > deadline:
+                _revoke(kv, lease)
+                raise Conflict(f"restore {rid} is being run by another process (its claim "
+                               f"{key.rsplit('/', 2)[-2]}/{rid} is held and kept alive): let it finish, or re-run "
+                               f"once it has ended") from None
+            time.sleep(min(0.5, RUN_LEASE_S / 4))
+            kv.refresh_lease(lease)         # ours, while we wait: granted before the first try
+    stop, lost = threading.Event(), threading.Event()
+
+    def keep() -> None:
+        while not stop.wait(RUN_LEASE_S / 3):
+            try:
+                kv.refresh_lease(lease)
+            except Exception:   # noqa: BLE001 - said by claimed() before the next submit
+                lost.set()
+
+    def claimed() -> None:
+        if lost.is_set() or kv.lease_ttl(lease) <= 0:
+            raise Conflict(f"restore {rid}: this run's claim lapsed (etcd out of reach?): stopping before the next "
+                           f"import; re-run to resume")
+
+    t = threading.Thread(target=keep, name=f"milvus-restore-claim-{rid[:8]}", daemon=True)
+    t.start()
+    try:
+        yield claimed
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        _revoke(kv, lease)
+
+
+def _revoke(kv, lease: int) -> None:
+    try:
+        kv.revoke_lease(lease)     # the claim goes with it
+    except Exception:  # noqa: BLE001 - it lapses on its own within RUN_LEASE_S
+        pass
 
 
 def _unit_name(u: dict) -> str:
@@ -662,24 +746,33 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
 
 def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
     plan = plan or check(kv, keys, backup, target, req, client)
+    with _one_run(kv, keys, plan["rid"]) as claimed:
+        return _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed)
+
+
+def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> dict:
     doc = read_bundle(backup, req)
     recs = Records(kv, keys, plan["rid"])
     same_staging(recs.get()[0], target, plan["rid"])
     rec = _create(recs, client, target, req, plan)
-    todo = units(doc, plan, group_bytes=0 if rec.get("v") == 1 else None)   # v1: recorded per segment
+    # the units as the restore began them: per segment for a v1 record, else its recorded bound
+    todo = units(doc, plan, group_bytes=0 if rec.get("v") == 1 else int(rec.get("group_bytes", 1 << 30)))
     stage_store = target.store()
     got = client.one({"op": "schema", "name": req.name})
     if got["id"] != rec["collection_id"]:
         raise Conflict(f"collection {req.name!r} in Milvus is not the one restore {plan['rid']} created (id "
                        f"{got['id']}, recorded {rec['collection_id']}): dropped and made again by someone else?")
-    if rec["state"] == "created":
+    if rec["state"] == "created":         # a state the per-segment code before v2 never acts on
+        rec = recs.move("importing")
+    if rec["state"] == "importing":
         recorded = recs.segments()
+        _same_units(plan["rid"], recorded, todo)
         for u in todo:
             if u["unit_id"] not in recorded:
                 recs.seg_put(u["unit_id"], {"v": 1, "state": "pending", "attempts": 0,
-                                            "segments": len(u["segments"])}, None)
+                                            "segments": len(u["segments"]), "sids_sha": _sids_sha(u)}, None)
         _import_all(recs, client, stage_store, backup, target, req, todo,
-                    convert.Converter(backup, doc) if doc.get("converted") else None)
+                    convert.Converter(backup, doc) if doc.get("converted") else None, claimed)
         rec = recs.move("imported")
     if rec["state"] == "imported":
         fname = {int(f["field_id"]): f["name"] for f in plan["schema"]["fields"]}
