@@ -42,8 +42,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import random
 import os
+import random
 import re
 import socket
 import threading
