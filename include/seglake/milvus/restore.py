@@ -438,20 +438,21 @@ def units(doc: dict, plan: dict, group_bytes: int | None = None) -> list[dict]:
     one unit per segment, with the segment's own dirs (a restore recorded before groups, v1)."""
     group_bytes = GROUP_BYTES if group_bytes is None else group_bytes
     parts = {int(p["partition_id"]): p["name"] for p in doc["snapshot"]["collection"]["partitions"]}
-    groups: list[list[tuple[dict, int]]] = []
-    open_: dict[int, list] = {}                       # partition id -> its group being filled
+    groups: list[list[dict]] = []
+    open_: dict[int, tuple[list, int]] = {}           # partition id -> (its group being filled, bytes)
     for e in sorted(doc["segments"], key=lambda e: int(e["segment_id"])):
         if doc.get("converted") and int(e["num_rows"]) == 0:
             continue                  # deletes only: they reach Milvus through the rows they hide
         p, size = int(e["partition_id"]), _seg_bytes(doc, e)
-        g = open_.get(p)
-        if g is None or not group_bytes or sum(n for _, n in g) + size > group_bytes:
-            g = open_[p] = []
+        g, filled = open_.get(p, (None, 0))
+        if g is None or not group_bytes or filled + size > group_bytes:
+            g, filled = [], 0
             groups.append(g)
-        g.append((e, size))
+        g.append(e)
+        open_[p] = (g, filled + size)
     out = []
     for g in groups:
-        first = g[0][0]
+        first = g[0]
         uid, p = int(first["segment_id"]), int(first["partition_id"])
         c = int(first["collection_id"]) if doc.get("converted") else doc["source"]["collection_id"]
         base = f"{plan['rid']}/{uid}"
@@ -459,7 +460,7 @@ def units(doc: dict, plan: dict, group_bytes: int | None = None) -> list[dict]:
                  **_fix_of(e, plan.get("delete_fixes", {}).get(str(e["segment_id"]))),
                  "files": [] if doc.get("converted") else
                           [(path, doc["files"][path]["sha256"], doc["files"][path]["size"]) for path in seg_files(e)]}
-                for e, _ in g]
+                for e in g]
         # always both dirs: 2.3 takes a binlog import only with two paths (an empty delta dir
         # is fine; milvus-backup passes "" there)
         tail = f"{c}/{p}/{uid}/" if not group_bytes else f"{c}/{p}/"
@@ -565,8 +566,7 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
         rec, prev = recs.segments().get(uid, (None, None))
         if rec is None or rec["state"] == "pending":
             _stage(stage_store, backup, u, converter)
-            recs.seg_put(uid, {"v": 1, "state": "staged", "attempts": 0, "segments": len(u["segments"]),
-                               "sids_sha": _sids_sha(u)}, prev)
+            recs.seg_put(uid, _unit_record(u, "staged"), prev)
             faults.point("milvus_restore.after_stage")
 
     for _ in runners.run_inline(staged, todo, workers=req.threads):
@@ -621,6 +621,11 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             raise MilvusRestoreError(f"imports into {req.name!r} not finished within {req.import_timeout:.0f} s "
                                      f"(re-run to keep waiting: they are recorded)")
         time.sleep(req.poll)
+
+
+def _unit_record(u: dict, state: str) -> dict:
+    """A unit's record before its first submit: which segments it holds (_same_units)."""
+    return {"v": 1, "state": state, "attempts": 0, "segments": len(u["segments"]), "sids_sha": _sids_sha(u)}
 
 
 def _sids_sha(u: dict) -> str:
@@ -769,8 +774,7 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
         _same_units(plan["rid"], recorded, todo)
         for u in todo:
             if u["unit_id"] not in recorded:
-                recs.seg_put(u["unit_id"], {"v": 1, "state": "pending", "attempts": 0,
-                                            "segments": len(u["segments"]), "sids_sha": _sids_sha(u)}, None)
+                recs.seg_put(u["unit_id"], _unit_record(u, "pending"), None)
         _import_all(recs, client, stage_store, backup, target, req, todo,
                     convert.Converter(backup, doc) if doc.get("converted") else None, claimed)
         rec = recs.move("imported")
