@@ -2,7 +2,8 @@
 ### Drop a snapshot
 
 COMMITTED -> DELETING -> manifests and metadata removed -> record removed. A drop that
-was interrupted in DELETING resumes where it stopped. Refused (clear error, nothing
+was interrupted in DELETING resumes where it stopped; a retry (or a cleared run) that finds
+the snapshot already gone succeeds, saying so: its earlier attempt may have dropped it. Refused (clear error, nothing
 changed) while a restore job still reads the snapshot, and for a PENDING snapshot.
 
 The segment files a snapshot referenced are not deleted here: once no snapshot and no
@@ -35,16 +36,22 @@ from seglake_airflow.notes import run_note
 )
 def snapshot_drop():
     @task
-    def drop(params: dict) -> dict:
+    def drop(params: dict, ti=None) -> dict:
         from seglake.lifecycle import snapshot
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
+        retry = ti is not None and (ti.try_number or 1) > 1   # retried or cleared: it may have dropped it already
         with fail_fast():
-            result = snapshot.drop(hook.meta, hook.store, params["collection"], params["name"], db=params["db"])
-        print(f"dropped snapshot {params['name']!r} of {params['collection']!r}: "
-              f"{result['files_removed']} snapshot files removed")
+            result = snapshot.drop(hook.meta, hook.store, params["collection"], params["name"], db=params["db"],
+                                   gone_ok=retry)
+        if result.get("already_gone"):
+            print(f"snapshot {params['name']!r} of {params['collection']!r} was already gone when attempt "
+                  f"{ti.try_number} ran (dropped by an earlier attempt of this run, or by another drop)")
+        else:
+            print(f"dropped snapshot {params['name']!r} of {params['collection']!r}: "
+                  f"{result['files_removed']} snapshot files removed")
         return result
 
     check_conf("snapshot_drop") >> drop()

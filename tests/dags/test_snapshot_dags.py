@@ -51,6 +51,33 @@ def test_create_of_a_duplicate_name_fails_without_retries_or_side_effects(airflo
     assert sorted(o.key for o in store.list("snapshots")) == before
 
 
+def test_a_drop_whose_first_attempt_died_after_removing_the_snapshot_ends_green(airflow_env, meta, store,
+                                                                               monkeypatch):
+    """The first attempt removed the snapshot and died before reporting; its retry finds it
+    gone: the run is the drop's outcome (success, saying so), not a NotFound. A first
+    attempt that finds no such snapshot still fails (an unknown name)."""
+    from datetime import timedelta
+
+    from seglake import runinfo
+
+    coll, _ = demo.seed(meta, store, SMALL)
+    snapshot.create(meta, store, coll.name, "once")
+    monkeypatch.setenv("SEGLAKE_FAULTS", "snapshot.drop_after_record:raise@1")   # dag.test: one process
+    dag = load_dag("snapshot_drop")
+    dag.get_task("drop").retry_delay = timedelta(0)
+    run = dag.test(run_conf={"collection": coll.name, "name": "once"})
+    tis = {ti.task_id: ti for ti in run.get_task_instances()}
+    assert run.state == "success", task_states(run)
+    assert tis["drop"].try_number == 2 and meta.snapshots.find(coll.collection_id, "once") is None
+    result = tis["drop"].xcom_pull(task_ids="drop")
+    assert result["already_gone"] is True and result["files_removed"] == 0
+    assert "already gone" in runinfo.result_note("snapshot_drop", {"collection": coll.name, "name": "once"}, result)
+
+    monkeypatch.delenv("SEGLAKE_FAULTS")
+    run = load_dag("snapshot_drop").test(run_conf={"collection": coll.name, "name": "once"})
+    assert run.state == "failed" and task_states(run)["drop"] == "failed"
+
+
 def test_drop_of_a_pending_snapshot_fails_and_changes_nothing(airflow_env, meta, store):
     coll, _ = demo.seed(meta, store, SMALL)
     snapshot.begin(meta, coll.name, "half")
