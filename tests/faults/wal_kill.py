@@ -338,9 +338,11 @@ def audit(meta, store, coll, d: Path, producers: int) -> dict:
             if kind == "rows":
                 owners = {op_of_val(x) for x in body["vals"]}
                 seen_vals.update(body["vals"])
-                rows += [(pk, val, body["partition"], tick) for pk, val in zip(body["pks"], body["vals"])]
-                if body["upsert"]:   # the call's one timestamp (issue 26), at or below its rows' ticks
-                    dts = min(tick, body["upsert_ts"]) if body.get("upsert_ts") else tick
+                # an upsert: its rows and its delete at the call's one timestamp (issue 26), at or
+                # below its tick
+                dts = min(tick, body["upsert_ts"]) if body["upsert"] and body.get("upsert_ts") else tick
+                rows += [(pk, val, body["partition"], dts) for pk, val in zip(body["pks"], body["vals"])]
+                if body["upsert"]:
                     dels += [(pk, dts, body["partition"]) for pk in body["pks"]]
             else:
                 ms = [x for x in body["pks"] if x >= MARKER_BASE]

@@ -62,6 +62,7 @@ class SegmentBuffer:
     start: tuple | None          # Checkpoint a replay must start from, None = log start
     batches: list[pa.RecordBatch] = field(default_factory=list)
     ticks: list[int] = field(default_factory=list)   # one per batch
+    stamps: list[int] = field(default_factory=list)  # one per batch: its rows' timestamp (the tick, or an upsert's call's)
     rows: int = 0
     bytes: int = 0
     first_tt: int = 0
@@ -69,18 +70,21 @@ class SegmentBuffer:
     sealed: str | None = None    # the policy that sealed it
     record_rev: int = 0          # mod revision of the Growing record (guards the commit)
 
-    def add_rows(self, batch: pa.RecordBatch, tt: int) -> None:
+    def add_rows(self, batch: pa.RecordBatch, tt: int, ts: int | None = None) -> None:
+        """Rows of the message at tick `tt`, stamped `ts` (an upsert's call timestamp, at or
+        below the tick) or else the tick."""
         if not self.rows:
             self.first_tt = tt
         self.batches.append(batch)
         self.ticks.append(tt)
+        self.stamps.append(ts or tt)
         self.rows += batch.num_rows
         self.bytes += batch.nbytes
         self.last_tt = max(self.last_tt, tt)
 
     def row_ts(self) -> np.ndarray:
-        """Each row's timestamp (its message's tick), int64."""
-        return np.repeat(np.array(self.ticks, dtype=np.int64), [b.num_rows for b in self.batches])
+        """Each row's timestamp (its message's tick, or its upsert call's), int64."""
+        return np.repeat(np.array(self.stamps, dtype=np.int64), [b.num_rows for b in self.batches])
 
     def seal_reason(self, policy: SealPolicy, now_tt: int) -> str | None:
         """Which policy seals this segment at tick `now_tt` (None: keep growing)."""

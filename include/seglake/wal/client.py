@@ -238,17 +238,20 @@ class WalClient:
         # offset (never at the table's chunk bounds) and copied compact: the same rows in
         # other Arrow chunks or buffers make the same appends and the same digest, so a
         # retry of them completes the call instead of being refused as another payload
-        batches = [_compact(M.conform_batch(table.slice(i, self.batch_rows), coll.schema, what))
-                   for i in range(0, table.num_rows, self.batch_rows)]
         pk = coll.schema.primary.name
+        table, cuts = _cuts(table, pk, self.batch_rows, together=upsert and txn)
+        batches = [_compact(M.conform_batch(table.slice(i, n), coll.schema, what)) for i, n in cuts]
         shards = [route(b.column(pk).to_numpy(zero_copy_only=False), coll.shards) for b in batches]
         if txn:
             self._one_vchannel(coll, np.concatenate(shards), what)
         coll = self.announce(coll)
         res = IngestResult(coll.name)
-        # an upsert's delete: ONE timestamp per call (as Milvus: one per request), taken
-        # before any of its appends commits; a retry keeps the first attempt's (writer)
-        props = {"upsert": True, M.CALL_TS: self._call_ts(coll, seq)} if upsert else {}
+        # an upsert: a delete and an insert at ONE timestamp per call (as Milvus: one per
+        # request), taken before any of its appends commits, a retry keeping the first
+        # attempt's (writer): its rows and its delete are stamped with it (flusher). In a
+        # txn, each body's own tick (just below the commit's, in the txn's order), as a
+        # txn's deletes: _cuts keeps a pk's rows in one body
+        props = ({"upsert": True, **({} if txn else {M.CALL_TS: self._call_ts(coll, seq)})} if upsert else {})
 
         def messages(i: int, txn_ids: dict[str, int]):
             batch, shard = batches[i], shards[i]
@@ -271,7 +274,9 @@ class WalClient:
     def upsert(self, collection: str, data: pa.Table | pa.RecordBatch, **kw) -> IngestResult:
         """Insert rows that replace every older row of their primary keys (Milvus's upsert:
         a delete and an insert at one timestamp; the delete hides only strictly older rows).
-        The delete takes one timestamp per call, however many appends carry the rows."""
+        One timestamp per call, however many appends carry the rows, for its rows and its
+        delete: of two upserts of a pk, the later call wins whatever order they commit in.
+        In a txn: each body's tick, in the txn's order."""
         return self.insert(collection, data, upsert=True, **kw)
 
     def delete(self, collection: str, pks, *, db: str = DEFAULT_DB, partition: str | None = None,
@@ -642,6 +647,31 @@ def _check_appends(coll, shards: list, txn: bool, what: str) -> None:
         raise ValidationError(f"{what}: a call may make at most {ROLLBACK_APPEND} appends, this one makes {n} "
                               f"(one per batch and pchannel); use fewer, larger batches or several calls. "
                               f"Nothing was appended")
+
+
+def _cuts(table: pa.Table, pk: str, batch_rows: int, *, together: bool) -> tuple[pa.Table, list[tuple[int, int]]]:
+    """The call's rows and their batches as (offset, rows): by row offset, `batch_rows`
+    each. `together` (an upsert in a txn, whose appends take ticks of their own): every
+    row of one pk in ONE batch, so the call's later append never hides its own earlier
+    copy (a pk's copies in one call are all visible, as in Milvus). Only a call whose pks
+    repeat across `batch_rows` rows is cut otherwise: its rows ordered by pk (stably), a
+    batch ending at a pk boundary (a pk with more copies than `batch_rows` is one batch)."""
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    plain = [(i, min(batch_rows, n - i)) for i in range(0, n, batch_rows)]
+    if not together or n <= batch_rows or pc.count_distinct(table.column(pk)).as_py() == n:
+        return table, plain
+    table = table.take(pc.sort_indices(table.column(pk)))
+    keys = table.column(pk).to_numpy(zero_copy_only=False)
+    cuts, i = [], 0
+    while i < n:
+        j = min(i + batch_rows, n)
+        while j < n and keys[j] == keys[j - 1]:
+            j += 1
+        cuts.append((i, j - i))
+        i = j
+    return table, cuts
 
 
 def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -208,10 +208,11 @@ def arrow_schema(schema) -> pa.Schema:
 
 
 # An upsert's or a delete's one timestamp (its call's, taken before any of its appends
-# committed; at or below every tick of its messages): the delete (the upsert's implied
-# one) is stamped with it, so a call carried by several appends, or retried later on a
-# pchannel its first try missed, has one time. (The prop's name is the one upserts first
-# carried it under.)
+# committed; at or below every tick of its messages): the delete, and an upsert's rows
+# with its implied delete, are stamped with it, so a call carried by several appends, or
+# retried later on a pchannel its first try missed, has one time, and of two upserts of a
+# pk the later call wins whatever order they commit in. (The prop's name is the one
+# upserts first carried it under.)
 CALL_TS = "upsert_ts"
 
 
@@ -219,6 +220,14 @@ def call_ts(m) -> int | None:
     """A message's call timestamp capped at its tick, or None (then its tick is its time)."""
     ts = m.props.get(CALL_TS)
     return min(ts, m.time_tick) if isinstance(ts, int) and not isinstance(ts, bool) and ts > 0 else None
+
+
+def upsert_ts(m) -> int | None:
+    """An upsert's one timestamp: its rows' and its delete's (its call's, capped at its
+    tick; an upsert written without one: its tick). None for a message that is no upsert."""
+    if not m.props.get("upsert"):
+        return None
+    return call_ts(m) or m.time_tick
 
 
 def conform_batch(batch: pa.RecordBatch | pa.Table, schema, what: str = "insert") -> pa.RecordBatch:

@@ -305,24 +305,23 @@ class Flusher:
 
     def on_insert(self, st: VState, m: Message) -> None:
         """Rows into the partition's growing segment, stamped with the message's tick. An
-        upsert also deletes every older row of its pks (at its call's timestamp
-        `upsert_ts`, below every tick of the call's rows: the delete hides only rows older
-        than the call, in its partition, as in Milvus). Replay: rows at or below what this flusher already wrote
+        upsert is a delete and an insert at ONE timestamp, as in Milvus: its call's
+        `upsert_ts` (taken before any of its appends committed, kept by its retries) stamps
+        both its rows and its delete of every older row of its pks in its partition. So
+        of two upserts of a pk the one with the later call timestamp hides the other,
+        whatever order their appends commit in, and an upsert carried by several appends
+        never hides its own rows. Replay: rows at or below what this flusher already wrote
         for the partition are skipped (segments of a partition cover consecutive ticks)."""
         pid = m.partition_id
         if m.time_tick <= st.part_hw.get(pid, 0):
             self.stats.skipped += 1
             return
         batch = m.body if m.body.schema == st.schema else M.conform_batch(m.body, st.coll.schema)
-        if m.props.get("upsert") and m.time_tick > st.del_hw:
-            # as Milvus: an upsert's delete reaches its own partition only, and is stamped
-            # with the call's one timestamp (taken before any of its appends committed), so
-            # an upsert carried by several appends never hides its own earlier rows
-            ts = m.props.get("upsert_ts")
-            ts = min(ts, m.time_tick) if isinstance(ts, int) and not isinstance(ts, bool) and ts > 0 else None
+        ts = M.upsert_ts(m)
+        if ts is not None and m.time_tick > st.del_hw:   # its own partition only, as in Milvus
             self._add_deletes(st, batch.column(st.pk.name).to_numpy(zero_copy_only=False), m.time_tick, pid, ts)
         buf = st.growing.get(pid) or self._open_segment(st, pid, m.time_tick)
-        buf.add_rows(batch, m.time_tick)
+        buf.add_rows(batch, m.time_tick, ts)
 
     def on_delete(self, st: VState, m: Message) -> None:
         """Buffered with its tick and partition scope; stored in the delta log of the next

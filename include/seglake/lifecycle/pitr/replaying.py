@@ -315,12 +315,11 @@ def _scan(meta, store, settings, coll, plan: dict, sv: str, w: "_Writer", prog: 
                 out["skipped"] += 1
                 return True
             batch = M.conform_batch(m.body, coll.schema)
-            if m.props.get("upsert") and m.time_tick > del_hw:
-                ts = m.props.get("upsert_ts")
-                ts = min(ts, m.time_tick) if isinstance(ts, int) and not isinstance(ts, bool) and ts > 0 else None
+            ts = M.upsert_ts(m)   # an upsert: its rows and its delete at its call's one timestamp
+            if ts is not None and m.time_tick > del_hw:
                 w.delete(batch.column(coll.schema.primary.name).to_numpy(zero_copy_only=False), m.time_tick,
                          tpid(m.partition_id), ts)
-            w.rows(tpid(m.partition_id), batch, m.time_tick)
+            w.rows(tpid(m.partition_id), batch, m.time_tick, ts)
         out["applied"] += 1
         return True
 
@@ -374,14 +373,14 @@ class _Writer:
         self.dels = DeleteBuffer(None)
         self.records: list[Segment] = []
 
-    def rows(self, pid: int, batch, tt: int) -> None:
+    def rows(self, pid: int, batch, tt: int, ts: int | None = None) -> None:
         while batch.num_rows:
             buf = self.bufs.get(pid)
             if buf is None:
                 buf = self.bufs[pid] = SegmentBuffer(self.meta.ids.allocate(), self.coll.collection_id, pid,
                                                      self.tv, None)
             take = min(batch.num_rows, self.max_rows - buf.rows)
-            buf.add_rows(batch.slice(0, take), tt)
+            buf.add_rows(batch.slice(0, take), tt, ts)
             batch = batch.slice(take)
             if buf.rows >= self.max_rows:
                 self._write(self.bufs.pop(pid))

@@ -63,19 +63,24 @@ class Model:
             ids = {(m.producer, m.txn_id) for m in msgs if m.type == M.COMMIT_TXN}
             msgs = [m for m in msgs if (m.producer, m.txn_id) in ids]
         commit = {m.vchannel: m.time_tick for m in msgs if m.type == M.COMMIT_TXN}
+        tick = {}   # a txn's bodies: the k ticks just below its commit's, in their order (wal/txn.py)
+        for vch, c in commit.items():
+            bodies = [m for m in msgs if m.vchannel == vch and m.type in (M.INSERT, M.DELETE)]
+            tick.update({id(m): c - len(bodies) + i for i, m in enumerate(bodies)})
         for m in msgs:
+            if m.type not in (M.INSERT, M.DELETE):
+                continue
+            at = commit[m.vchannel] if txn else m.time_tick          # when it applies
+            t = tick[id(m)] if txn else m.time_tick                    # its own tick
+            ts = min(m.props["upsert_ts"], t) if m.props.get("upsert_ts") else t   # the call's one ts
+            pks = m.body.column("pk").to_pylist()
             if m.type == M.INSERT:
-                at = commit[m.vchannel] if txn else m.time_tick
-                for pk in m.body.column("pk").to_pylist():
-                    self.inserted.append((pk, v, at, at, m.partition_id))
-                if m.props.get("upsert"):
-                    for pk in m.body.column("pk").to_pylist():
-                        self.deletes.append((pk, min(m.props["upsert_ts"], m.time_tick), at, m.partition_id))
-            elif m.type == M.DELETE:
-                at = commit[m.vchannel] if txn else m.time_tick
-                ts = min(m.props["upsert_ts"], at) if m.props.get("upsert_ts") else at   # the call's one ts
-                for pk in m.body.column("pk").to_pylist():
-                    self.deletes.append((pk, ts, at, m.partition_id))
+                upsert = bool(m.props.get("upsert"))   # rows and delete at the call's one timestamp
+                self.inserted += [(pk, v, ts if upsert else t, at, m.partition_id) for pk in pks]
+                if upsert:
+                    self.deletes += [(pk, ts, at, m.partition_id) for pk in pks]
+            else:
+                self.deletes += [(pk, ts, at, m.partition_id) for pk in pks]
 
     def visible(self, t: int) -> Counter:
         dels = {}
