@@ -48,6 +48,17 @@
   issues is within max_clock_skew of its own clock (plus the carry); a fast process
   still issues by its own clock, but every process with a right clock then refuses
   instead of following it (README: "When clocks disagree").
+  ... and a fast clock is refused itself while the store is in use: every batch a clock
+  reserves also puts `{key}.live` on a lease of LIVE_TTL s (in the mark's own CAS: no
+  extra round trip). While that key exists, some process reserved a batch by its clock
+  within the last LIVE_GRACE s (a lease outlives its last renewal by at most LIVE_TTL,
+  and a new etcd leader renews every lease once more), so the mark is no older than
+  that -- if that clock was right. A process whose clock leads the mark by more than
+  max_clock_skew + LIVE_GRACE then sees the key and is refused (ClockSkewError: this
+  clock is fast); the mark is not moved. So one fast clock can drag the TSO at most
+  max_clock_skew + LIVE_GRACE ahead of a store in use, and the right clocks wait at most
+  that long. On a store idle for longer (no key) the first clock to allocate sets the
+  mark: there is no other reference in etcd.
 
   In a process, TSO objects on the same etcd endpoints, key and clock share one batch
   (every Meta's: the clock is time.time); objects with other clocks (tests) have their
@@ -84,6 +95,8 @@ MAX_COUNT = 1 << LOGICAL_BITS  # the most timestamps one reserve() hands out
 TS_LIMIT = 1 << 63    # timestamps are int64 downstream
 MARK_PREFIX = "v2:"   # the current format of the TSO key's value
 CAS_ATTEMPTS = 1000
+LIVE_TTL = 5          # seconds: the lease of `{key}.live` (see the module doc); renewed at half its age
+LIVE_GRACE = 2 * LIVE_TTL  # the longest a live key outlives the last batch reserved by a clock
 MAX_CLOCK_SKEW = 5.0  # seconds; the default of config.Settings.max_clock_skew (see the module doc)
 _monotonic, _sleep = time.monotonic, time.sleep  # module-level: tests replace them
 FIRST_ID = 1
@@ -116,6 +129,13 @@ def decode_mark(value: bytes | str, key: str = "tso") -> int:
     return compose_ts(int(body)) if old else int(body)
 
 
+def _int_or(value: bytes | str, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
 def _utc(ms: int) -> str:
     """A physical part (ms since the epoch) as an ISO UTC time, for messages."""
     try:
@@ -146,6 +166,7 @@ class _Batch:
         self.next = self.end = 0         # the batch: [next, end)
         self.born = -math.inf            # time.monotonic() taken before its CAS was sent
         self.cur: KeyValue | None = None  # the key as last seen (read or written) here
+        self.live: tuple[int, float] | None = None  # (lease of the live key, monotonic time granted)
 
 
 _state_lock = threading.Lock()
@@ -318,10 +339,12 @@ class TSO:
             wall_ms = int(self.clock() * 1000)
             lo = max(mark, compose_ts(wall_ms), floor + 1)
             self._check_skew(lo, wall_ms, "the TSO")
+            if cur is not None and (wall_ms - physical_ms(mark)) / 1000 > self.max_clock_skew + LIVE_GRACE:
+                self._check_not_fast(mark, wall_ms)
             if lo + size > TS_LIMIT:
                 raise SeglakeError(f"{self.key}: timestamp {lo + size} would exceed 2**63")
             try:
-                self._put_mark(cur, lo + size)
+                self._put_mark(cur, lo + size, live=wall_ms)
             except Conflict:  # another allocator reserved meanwhile: re-read, go above it
                 cur = self.kv.get(self.key)
                 continue
@@ -347,11 +370,49 @@ class TSO:
                 "slow or a writer with a fast clock moved the TSO: fix the clocks (NTP); nothing is issued "
                 "until they agree within max_clock_skew")
 
-    def _put_mark(self, cur: KeyValue | None, mark: int) -> None:
-        """CAS the mark from `cur` (None: absent) to `mark`, in the current format."""
+    def _check_not_fast(self, mark: int, wall_ms: int) -> None:
+        """ClockSkewError when the store is in use (the live key exists: a batch was reserved
+        by a clock within LIVE_GRACE s) while this clock leads the mark by more than
+        max_clock_skew + LIVE_GRACE: this clock is fast (module doc). One etcd read, only
+        when this clock leads the mark by that much."""
+        live = self.kv.get(f"{self.key}.live")
+        if live is None:
+            return   # idle: no reference but the mark
+        ahead = (wall_ms - physical_ms(mark)) / 1000
+        raise ClockSkewError(
+            f"{self.key}: this process's clock ({_utc(wall_ms)}) leads the TSO ({_utc(physical_ms(mark))}) by "
+            f"{ahead:.1f} s while the store is in use (a timestamp was reserved within the last {LIVE_GRACE} s, "
+            f"by a clock then at {_utc(_int_or(live.value, 0))}); max_clock_skew is {self.max_clock_skew:g} s "
+            f"(+{LIVE_GRACE} s for the store's last reservation): this clock is fast, or the one keeping the store "
+            "in use is slow. Fix the clocks (NTP); nothing is issued by this one, the TSO is not moved")
+
+    def _live_lease(self) -> int | None:
+        """The lease of this process's live key puts, granted anew at half its TTL (None: a
+        KV without leases, e.g. a test's)."""
+        grant = getattr(self.kv, "grant_lease", None)
+        if grant is None:
+            return None
+        b, now = self._b, _monotonic()
+        if b.live is None or now - b.live[1] > LIVE_TTL / 2:
+            b.live = (grant(LIVE_TTL), now)
+        return b.live[0]
+
+    def _put_mark(self, cur: KeyValue | None, mark: int, live: int | None = None) -> None:
+        """CAS the mark from `cur` (None: absent) to `mark`, in the current format; `live`
+        (a batch reserved by this clock, its wall ms): the live key too, on its lease."""
         value = encode_mark(mark)
-        rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)],
-                          [Put(self.key, value)])
+        ops = [Put(self.key, value)]
+        lease = self._live_lease() if live is not None else None
+        if lease is not None:
+            ops.append(Put(f"{self.key}.live", str(live), lease))
+        try:
+            rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)], ops)
+        except SeglakeError as e:
+            if lease is None or "lease not found" not in str(e).lower():
+                raise
+            self._b.live = None   # expired while this process paused: a fresh one, once
+            ops[1] = Put(f"{self.key}.live", str(live), self._live_lease())
+            rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)], ops)
         self._b.cur = KeyValue(self.key, value.encode(), rev,
                                cur.create_revision if cur is not None else rev,
                                cur.version + 1 if cur is not None else 1)
