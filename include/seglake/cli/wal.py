@@ -52,8 +52,13 @@ def _unnamed_hint(args):
     try:
         yield
     except AppendIncomplete as e:
-        if args.producer_id is not None:
+        if args.producer_id is not None and args.rows is None:
             raise
+        if args.producer_id is not None:   # --rows: new rows at every run
+            err = AppendIncomplete(e.result, e.failed)
+            err.args = (f"{e} -- but a --rows run makes new rows every time, so another run cannot retry it: "
+                        "what committed stays; ingest a --file to be able to retry with --seq",)
+            raise err from None
         err = AppendIncomplete(e.result, e.failed)
         err.args = (f"{e} -- this run had no --producer-id, so another run cannot retry it: what committed "
                     f"stays and a rerun appends it again; give --producer-id to runs you may have to retry",)
@@ -76,6 +81,10 @@ def _retry_args(args) -> int | None:
     if args.txn:
         raise ValidationError("--seq cannot be used with --txn (one call per vchannel): retry a failed --txn "
                               "ingest as a new call. Nothing was appended")
+    if args.rows is not None:
+        raise ValidationError("--seq cannot be used with --rows: --rows makes new rows (new pks) at every run, so "
+                              "a retry would be another payload; retry an ingest of --file PATH (the same file). "
+                              "Nothing was appended")
     return int(args.seq)
 
 

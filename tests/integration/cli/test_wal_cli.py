@@ -221,6 +221,20 @@ def test_an_ingest_that_failed_halfway_is_completed_by_a_rerun_with_its_producer
     assert pa is not None
 
 
+def test_seq_with_rows_is_refused_before_anything_a_rows_run_makes_new_rows(meta, store, env, coll, capsys):
+    """Adversary s20 F5: `ingest --rows N --producer-id P` draws new pks at every run, so
+    the same command + --seq N was another payload, refused only after it had allocated N
+    ids. Now refused up front (no id allocated), naming --file as the retryable form."""
+    rc, out, err = _run(capsys, "ingest", "c1", "--rows", "20", "--producer-id", "nightly", "--json")
+    assert rc == 0, err
+    seq = json.loads(out)["seq"]
+    ids = meta.kv.get(meta.keys.alloc_id()).value
+    rc, out, err = _run(capsys, "ingest", "c1", "--rows", "20", "--producer-id", "nightly", "--seq", str(seq))
+    assert rc != 0 and "--seq cannot be used with --rows" in err and "--file" in err, (rc, err)
+    assert meta.kv.get(meta.keys.alloc_id()).value == ids
+    assert len(_all_pks(meta, store, env, coll)) == 20
+
+
 def test_an_ingest_without_a_producer_id_that_failed_halfway_says_a_rerun_appends_again(
         meta, store, env, coll, tmp_path, capsys, monkeypatch):
     from seglake.errors import SeglakeError
