@@ -55,7 +55,9 @@
   and a new etcd leader renews every lease once more), so the mark is no older than
   that -- if that clock was right. A process whose clock leads the mark by more than
   max_clock_skew + LIVE_GRACE then sees the key and is refused (ClockSkewError: this
-  clock is fast); the mark is not moved. So one fast clock can drag the TSO at most
+  clock is fast); the mark is not moved. (Judged on a fresh read of the mark, and not
+  when the key's last writer is this process's clock itself: it stepped forward, on a
+  store no other clock reserved from since.) So one fast clock can drag the TSO at most
   max_clock_skew + LIVE_GRACE ahead of a store in use, and the right clocks wait at most
   that long. On a store idle for longer (no key) the first clock to allocate sets the
   mark: there is no other reference in etcd.
@@ -167,6 +169,7 @@ class _Batch:
         self.born = -math.inf            # time.monotonic() taken before its CAS was sent
         self.cur: KeyValue | None = None  # the key as last seen (read or written) here
         self.live: tuple[int, float] | None = None  # (lease of the live key, monotonic time granted)
+        self.token = f"{os.getpid()}-{os.urandom(6).hex()}"   # this batch's (process and clock's) live key puts
 
 
 _state_lock = threading.Lock()
@@ -332,6 +335,7 @@ class TSO:
         """CAS a new batch [lo, lo + size) with lo = max(mark, wall, floor + 1); the mark
         becomes lo + size. Under the batch's lock."""
         b, size = self._b, max(count, self.batch_size)
+        lease = self._live_lease()   # (a grant's round trip, if one is due, before the batch's age starts)
         born = _monotonic()  # before the CAS is sent: the batch's age is never understated
         cur = b.cur  # optimistic: usually still current when this process is alone
         for _ in range(CAS_ATTEMPTS):
@@ -340,11 +344,15 @@ class TSO:
             lo = max(mark, compose_ts(wall_ms), floor + 1)
             self._check_skew(lo, wall_ms, "the TSO")
             if cur is not None and (wall_ms - physical_ms(mark)) / 1000 > self.max_clock_skew + LIVE_GRACE:
+                fresh = self.kv.get(self.key)   # the mark last seen here may be old: judge the current one
+                if fresh is not None and fresh.mod_revision != cur.mod_revision:
+                    cur = fresh
+                    continue
                 self._check_not_fast(mark, wall_ms)
             if lo + size > TS_LIMIT:
                 raise SeglakeError(f"{self.key}: timestamp {lo + size} would exceed 2**63")
             try:
-                self._put_mark(cur, lo + size, live=wall_ms)
+                self._put_mark(cur, lo + size, live=(wall_ms, lease))
             except Conflict:  # another allocator reserved meanwhile: re-read, go above it
                 cur = self.kv.get(self.key)
                 continue
@@ -378,11 +386,14 @@ class TSO:
         live = self.kv.get(f"{self.key}.live")
         if live is None:
             return   # idle: no reference but the mark
+        writer_ms, _, writer = live.value.decode(errors="replace").partition(" ")
+        if writer == self._b.token:
+            return   # put last by this very clock: it stepped forward itself, nobody else's mark
         ahead = (wall_ms - physical_ms(mark)) / 1000
         raise ClockSkewError(
             f"{self.key}: this process's clock ({_utc(wall_ms)}) leads the TSO ({_utc(physical_ms(mark))}) by "
             f"{ahead:.1f} s while the store is in use (a timestamp was reserved within the last {LIVE_GRACE} s, "
-            f"by a clock then at {_utc(_int_or(live.value, 0))}); max_clock_skew is {self.max_clock_skew:g} s "
+            f"by a clock then at {_utc(_int_or(writer_ms, 0))}); max_clock_skew is {self.max_clock_skew:g} s "
             f"(+{LIVE_GRACE} s for the store's last reservation): this clock is fast, or the one keeping the store "
             "in use is slow. Fix the clocks (NTP); nothing is issued by this one, the TSO is not moved")
 
@@ -397,21 +408,21 @@ class TSO:
             b.live = (grant(LIVE_TTL), now)
         return b.live[0]
 
-    def _put_mark(self, cur: KeyValue | None, mark: int, live: int | None = None) -> None:
+    def _put_mark(self, cur: KeyValue | None, mark: int, live: tuple[int, int | None] | None = None) -> None:
         """CAS the mark from `cur` (None: absent) to `mark`, in the current format; `live`
-        (a batch reserved by this clock, its wall ms): the live key too, on its lease."""
+        (a batch reserved by this clock: its wall ms and the live lease): the live key too."""
         value = encode_mark(mark)
         ops = [Put(self.key, value)]
-        lease = self._live_lease() if live is not None else None
+        lease = live[1] if live is not None else None
         if lease is not None:
-            ops.append(Put(f"{self.key}.live", str(live), lease))
+            ops.append(Put(f"{self.key}.live", f"{live[0]} {self._b.token}", lease))
         try:
             rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)], ops)
         except SeglakeError as e:
             if lease is None or "lease not found" not in str(e).lower():
                 raise
             self._b.live = None   # expired while this process paused: a fresh one, once
-            ops[1] = Put(f"{self.key}.live", str(live), self._live_lease())
+            ops[1] = Put(f"{self.key}.live", f"{live[0]} {self._b.token}", self._live_lease())
             rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)], ops)
         self._b.cur = KeyValue(self.key, value.encode(), rev,
                                cur.create_revision if cur is not None else rev,

@@ -183,9 +183,11 @@ def test_two_flushers_of_one_pchannel_one_commits_the_other_is_fenced(meta, stor
 
 
 def _append_at(meta, store, settings, coll, t, msgs):
-    """Append with a writer whose clock reads `t` (the TSO follows it forward)."""
+    """Append with a writer whose clock reads `t` (the TSO follows it forward: a bound that
+    allows it, or a clock ahead of a store in use is refused as fast)."""
     from seglake.wal.writer import WalWriter
-    with WalWriter.open(meta, store, pchannels(coll)[0], settings, clock=lambda: t) as w:
+    with WalWriter.open(meta, store, pchannels(coll)[0], settings.replace(max_clock_skew=3600),
+                        clock=lambda: t) as w:
         w.append(msgs)
 
 
