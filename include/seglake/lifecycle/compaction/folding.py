@@ -93,11 +93,15 @@ def foldable(seg: Segment, floor: int | None, policy: Policy, now: float) -> boo
 
 
 def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]], hidden: dict[int, int],
-               policy: Policy, now: float, rows=None) -> list[Unit]:
+               policy: Policy, now: float, rows=None, ticks: dict[str, int] | None = None) -> list[Unit]:
     """The FOLD units of the collection now (module doc), and REWRITE units of the hits of a
     carrier too wide for one fold's txn; deterministic for one state.
-    `rows`: the key columns of every Flushed segment's rows, if the caller read them."""
-    ticks = checkpoint_ticks(meta, coll)
+    `rows`: the key columns of every Flushed segment's rows, if the caller read them.
+    `ticks`: the vchannels' checkpoints read BEFORE `flushed` was (checkpoint_ticks): a
+    checkpoint read after the segments may cover rows a flush made Flushed since, which
+    `flushed` (and so the fold's hits) lacks -- the fold would drop deletes that hide them."""
+    if ticks is None:
+        ticks = checkpoint_ticks(meta, coll)
     carriers = [(s, r) for s, r in flushed if foldable(s, ticks.get(s.channel), policy, now)]
     if not carriers:
         return []
