@@ -248,7 +248,11 @@ def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, d
     files = segfiles.write_segment_files(
         store, log0, c, p, out_id, schema, table, kept.column(segfiles.ROW_ID).to_numpy(),
         kept.column(segfiles.TIMESTAMP).to_numpy(), deletes=carried if len(carried[0]) else None)
-    with_rows = [s for s in segs if s.num_rows]
+    # inputs holding a partition row high-water mark: rows, or a 0-row L1 output of an earlier
+    # compaction (every row deleted: it keeps its inputs' mark in dml_ts). Counting only the
+    # row-bearing ones dropped that mark when such an output was merged again (the output
+    # took an older dml_ts, or level L0), and a flusher's replay re-inserted the rows
+    with_rows = [s for s in segs if s.num_rows or s.level != L0]
     out = Segment(segment_id=out_id, collection_id=c, partition_id=p, channel=unit.channel, state=FLUSHED,
                   num_rows=kept.num_rows, level="L1" if with_rows else L0, binlogs=files.binlogs,
                   deltalogs=files.deltalogs, statslogs=files.statslogs,
