@@ -102,3 +102,24 @@ def test_writes_flushes_compactions_and_gc_in_threads(meta, store, settings, see
     got = rows(meta, store, "ct")
     assert got == want, (seed, stats, "after: extra", got - want, "missing", want - got)
     print("STATS", seed, stats)
+
+
+@pytest.mark.parametrize("seed", [41])
+def test_after_the_storm_every_file_is_a_live_segments_and_gc_reclaims_the_rest(meta, store, settings, seed):
+    """The same storm; then (nothing else running) GC with zero tolerances: every file left
+    under the collection's prefixes belongs to a Flushed segment record, and every file a
+    Flushed record names exists (no orphan GC cannot reclaim, nothing referenced reclaimed)."""
+    from seglake.meta.segments import FLUSHED
+    from seglake.storage import layout
+
+    test_writes_flushes_compactions_and_gc_in_threads(meta, store, settings, seed)
+    coll = meta.catalog.get_by_name("ct")
+    for _ in range(2):
+        gc.run(meta, store, gc.GCOptions.from_settings(settings, drop_tolerance=0.0, missing_tolerance=0.0,
+                                                       force=True, collection_id=coll.collection_id))
+    live = [s for s in meta.segments.list(coll.collection_id)]
+    assert all(s.state == FLUSHED for s in live), [(s.segment_id, s.state) for s in live if s.state != FLUSHED]
+    named = {f.key for s in live for f in layout.segment_files(s)}
+    stored = {o.key for p in layout.collection_prefixes(coll.collection_id) for o in store.list(p)}
+    assert named - stored == set(), sorted(named - stored)[:10]
+    assert stored - named == set(), sorted(stored - named)[:10]
