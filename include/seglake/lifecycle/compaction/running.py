@@ -236,12 +236,19 @@ def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, d
     schema = coll.schema
     partitions = {p.partition_id: p.name for p in coll.partitions}
     legacy = rec["legacy_sources"]
-    user = [f.name for f in schema.fields if not f.is_primary]
-    rows = visibility.read_rows(store, schema, segs, columns=user)
-    kept = rows.filter(pa.array(visibility.visible_mask(rows, deletes))) if len(deletes) and rows.num_rows \
-        else rows
+    # the key columns through read_rows, the user fields by field id beside them: a user field
+    # may be NAMED like a key column (`pk` beside a primary `id`, `segment_id`, ...), which
+    # read_rows(columns=...) refuses -- every compaction of such a collection failed
+    rows = visibility.read_rows(store, schema, segs)
+    user = _user_fields(store, schema, segs, rows.num_rows)
+    if len(deletes) and rows.num_rows:
+        mask = pa.array(visibility.visible_mask(rows, deletes))
+        kept = rows.filter(mask)
+        user = {fid: col.filter(mask) for fid, col in user.items()}
+    else:
+        kept = rows
     carried = carried_deletes(store, segs if carry else [], partitions, legacy)
-    table = pa.table({f.name: (kept.column(visibility.PK) if f.is_primary else kept.column(f.name))
+    table = pa.table({f.name: (kept.column(visibility.PK) if f.is_primary else user[f.field_id])
                       .cast(arrow_type(f)) for f in schema.fields})
     out_id, log0 = int(rec["output"]), int(rec["log0"])
     c, p = unit.collection_id, unit.partition_id
@@ -266,6 +273,29 @@ def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, d
                         rows.num_rows - kept.num_rows, len(carried[0]), sum(s.total_size() for s in segs),
                         files.nbytes)
     return out, result
+
+
+def _user_fields(store, schema, segs: list[Segment], n: int) -> dict[int, pa.ChunkedArray]:
+    """{field id: its column over the rows of `segs`} in read_rows' row order (the segments
+    with binlogs, in order), every non-primary field, whatever its name."""
+    with_logs = [s for s in segs if s.binlogs]
+    out = {}
+    for f in schema.fields:
+        if f.is_primary:
+            continue
+        t = arrow_type(f)
+        chunks = []
+        for seg in with_logs:
+            col = visibility._field_column(store, seg, f.field_id, f.name)
+            if col is None:
+                raise CompactionError(f"segment {seg.segment_id} has no binlog of field {f.name!r}")
+            chunks += [c.cast(t) if c.type != t else c for c in col.chunks]
+        col = pa.chunked_array(chunks, type=t)
+        if len(col) != n:
+            raise CompactionError(f"field {f.name!r} holds {len(col)} rows over segments "
+                                  f"{[s.segment_id for s in with_logs]}, their primary keys {n}")
+        out[f.field_id] = col
+    return out
 
 
 def carried_deletes(store, segs: list[Segment], partitions: dict[int, str], legacy
