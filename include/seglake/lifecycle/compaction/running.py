@@ -277,20 +277,28 @@ def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, d
 
 def _user_fields(store, schema, segs: list[Segment], n: int) -> dict[int, pa.ChunkedArray]:
     """{field id: its column over the rows of `segs`} in read_rows' row order (the segments
-    with binlogs, in order), every non-primary field, whatever its name."""
+    with binlogs, in order), every non-primary field, whatever its name; read per segment
+    in read_rows' pool."""
+    from seglake import runners
+
     with_logs = [s for s in segs if s.binlogs]
-    out = {}
-    for f in schema.fields:
-        if f.is_primary:
-            continue
-        t = arrow_type(f)
-        chunks = []
-        for seg in with_logs:
+    fields = [f for f in schema.fields if not f.is_primary]
+
+    def one(seg: Segment) -> list[pa.ChunkedArray]:
+        cols = []
+        for f in fields:
             col = visibility._field_column(store, seg, f.field_id, f.name)
             if col is None:
                 raise CompactionError(f"segment {seg.segment_id} has no binlog of field {f.name!r}")
-            chunks += [c.cast(t) if c.type != t else c for c in col.chunks]
-        col = pa.chunked_array(chunks, type=t)
+            cols.append(col)
+        return cols
+
+    per_seg = list(runners.run_inline(one, with_logs, workers=visibility.READ_THREADS))
+    out = {}
+    for i, f in enumerate(fields):
+        t = arrow_type(f)
+        col = pa.chunked_array([c.cast(t) if c.type != t else c for cols in per_seg for c in cols[i].chunks],
+                               type=t)
         if len(col) != n:
             raise CompactionError(f"field {f.name!r} holds {len(col)} rows over segments "
                                   f"{[s.segment_id for s in with_logs]}, their primary keys {n}")
