@@ -262,7 +262,7 @@ def _prepare(meta, coll: Collection, unit: Unit, now: float, sources_revision: i
         if kv is None:
             raise r.CompactionError(f"unit record {key} vanished after its prepare")
     rec = decode(kv.value, key)
-    if Unit.from_json(rec.get("unit") or {}) != unit or len(rec.get("outputs", ())) != len(unit.hits) \
+    if not r.same_unit(rec.get("unit"), unit) or len(rec.get("outputs", ())) != len(unit.hits) \
             or len(rec.get("log0s", ())) != len(unit.hits):
         raise r.CompactionError(f"unit record {key} holds another unit or is corrupt")
     from seglake.lifecycle.compaction.records import check_record

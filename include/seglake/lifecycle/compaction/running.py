@@ -159,11 +159,22 @@ def prepare(meta, coll: Collection, unit: Unit, now: float, sources_revision: in
         if kv is None:
             raise CompactionError(f"unit record {key} vanished after its prepare")
     rec = decode(kv.value, key)
-    if Unit.from_json(rec.get("unit") or {}) != unit:
+    # the same unit: its id is a hash of what it compacts (from_json checks it against the
+    # content). Its expected-gain numbers (`deleted`: rows hidden when planned) are not part
+    # of it: a re-plan after a delete elsewhere counts more, and must still find its record
+    if not same_unit(rec.get("unit"), unit):
         raise CompactionError(f"unit record {key} holds another unit: {rec.get('unit')}")
     from seglake.lifecycle.compaction.records import check_record
     check_record(rec, key)
     return rec, kv
+
+
+def same_unit(recorded, unit: Unit) -> bool:
+    """The recorded unit (JSON) is `unit`: same id, which (checked by from_json) is a pure
+    function of the collection, partition, vchannel, kind, inputs at their revisions, hits
+    and folded carriers -- the expected-gain numbers (rows, deleted, bytes, delta_logs) may
+    differ between two plans of the same unit."""
+    return Unit.from_json(recorded or {}).unit_id == unit.unit_id
 
 
 def _fresh_attempt(meta, coll: Collection, unit: Unit, key: str, kv, now: float):
