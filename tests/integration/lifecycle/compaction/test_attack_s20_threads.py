@@ -28,7 +28,7 @@ def _pol(rng):
                   delete_ratio=float(rng.choice([0.0, 0.3, 1.0])), l0_age=0.0)
 
 
-@pytest.mark.parametrize("seed", [int(x) for x in os.environ.get("S20T_SEEDS", "31,32").split(",")])
+@pytest.mark.parametrize("seed", [int(x) for x in os.environ.get("S20T_SEEDS", "31,32,33").split(",")])
 def test_writes_flushes_compactions_and_gc_in_threads(meta, store, settings, seed):
     rng = np.random.default_rng(seed)
     small = settings.replace(flush_seal_rows=int(rng.choice([3, 5])))
@@ -70,7 +70,7 @@ def test_writes_flushes_compactions_and_gc_in_threads(meta, store, settings, see
     for t in threads:
         t.start()
     try:
-        for step in range(int(os.environ.get("S20T_STEPS", "80"))):
+        for step in range(int(os.environ.get("S20T_STEPS", "100"))):
             op = rng.choice(["ins", "ins", "ins", "ups", "del", "wide", "flush", "flush", "flushall"])
             pks = sorted({int(x) for x in rng.integers(0, 20, size=int(rng.integers(1, 7)))})
             part = str(rng.choice(parts))
