@@ -93,11 +93,15 @@ def foldable(seg: Segment, floor: int | None, policy: Policy, now: float) -> boo
 
 
 def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]], hidden: dict[int, int],
-               policy: Policy, now: float, rows=None) -> list[Unit]:
+               policy: Policy, now: float, rows=None, ticks: dict[str, int] | None = None) -> list[Unit]:
     """The FOLD units of the collection now (module doc), and REWRITE units of the hits of a
     carrier too wide for one fold's txn; deterministic for one state.
-    `rows`: the key columns of every Flushed segment's rows, if the caller read them."""
-    ticks = checkpoint_ticks(meta, coll)
+    `rows`: the key columns of every Flushed segment's rows, if the caller read them.
+    `ticks`: the vchannels' checkpoints read BEFORE `flushed` was (checkpoint_ticks): a
+    checkpoint read after the segments may cover rows a flush made Flushed since, which
+    `flushed` (and so the fold's hits) lacks -- the fold would drop deletes that hide them."""
+    if ticks is None:
+        ticks = checkpoint_ticks(meta, coll)
     carriers = [(s, r) for s, r in flushed if foldable(s, ticks.get(s.channel), policy, now)]
     if not carriers:
         return []
@@ -258,7 +262,7 @@ def _prepare(meta, coll: Collection, unit: Unit, now: float, sources_revision: i
         if kv is None:
             raise r.CompactionError(f"unit record {key} vanished after its prepare")
     rec = decode(kv.value, key)
-    if Unit.from_json(rec.get("unit") or {}) != unit or len(rec.get("outputs", ())) != len(unit.hits) \
+    if not r.same_unit(rec.get("unit"), unit) or len(rec.get("outputs", ())) != len(unit.hits) \
             or len(rec.get("log0s", ())) != len(unit.hits):
         raise r.CompactionError(f"unit record {key} holds another unit or is corrupt")
     from seglake.lifecycle.compaction.records import check_record

@@ -32,6 +32,7 @@ from seglake.meta.segments import FLUSHED, IMPORTING, Segment
 from seglake.meta.snapshots import PENDING
 from seglake.names import validate_name
 from seglake.lifecycle.compaction.policy import FOLD, MAX_INPUTS, MERGE, REWRITE, Policy, Unit, make_unit
+from seglake.lifecycle.compaction import folding
 from seglake.lifecycle.compaction.folding import plan_folds
 
 
@@ -131,6 +132,9 @@ def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, 
                     skipped=f"{db}.{collection} (id {collection_id}) was dropped since it was chosen; the name "
                             f"is collection id {coll.collection_id} now, which this target is not")
     cid = coll.collection_id
+    # the checkpoints BEFORE the segments: every row at or below one is then in `records`
+    # (a checkpoint read later may cover a segment flushed after `rev`: folding's rule)
+    ticks = folding.checkpoint_ticks(meta, coll)
     rev, records = read_segments(meta, cid)
     out = Plan(cid, coll.name, rev)
     if coll.state != CREATED:
@@ -148,7 +152,7 @@ def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, 
     out.segments = len(flushed)
     hidden, rows = _hidden_and_rows(meta, store, coll, [s for s, _ in flushed])
     if rows is not None:            # no delete anywhere: nothing to fold
-        out.units += plan_folds(meta, store, coll, flushed, hidden, policy, now, rows=rows)
+        out.units += plan_folds(meta, store, coll, flushed, hidden, policy, now, rows=rows, ticks=ticks)
     folded = {sid for u in out.units for sid in [*u.segment_ids, *(h[0] for h in u.hits)]}
     groups: dict[tuple[int, str], list[tuple[Segment, int]]] = {}
     for s, r in flushed:

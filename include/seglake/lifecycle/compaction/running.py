@@ -159,11 +159,22 @@ def prepare(meta, coll: Collection, unit: Unit, now: float, sources_revision: in
         if kv is None:
             raise CompactionError(f"unit record {key} vanished after its prepare")
     rec = decode(kv.value, key)
-    if Unit.from_json(rec.get("unit") or {}) != unit:
+    # the same unit: its id is a hash of what it compacts (from_json checks it against the
+    # content). Its expected-gain numbers (`deleted`: rows hidden when planned) are not part
+    # of it: a re-plan after a delete elsewhere counts more, and must still find its record
+    if not same_unit(rec.get("unit"), unit):
         raise CompactionError(f"unit record {key} holds another unit: {rec.get('unit')}")
     from seglake.lifecycle.compaction.records import check_record
     check_record(rec, key)
     return rec, kv
+
+
+def same_unit(recorded, unit: Unit) -> bool:
+    """The recorded unit (JSON) is `unit`: same id, which (checked by from_json) is a pure
+    function of the collection, partition, vchannel, kind, inputs at their revisions, hits
+    and folded carriers -- the expected-gain numbers (rows, deleted, bytes, delta_logs) may
+    differ between two plans of the same unit."""
+    return Unit.from_json(recorded or {}).unit_id == unit.unit_id
 
 
 def _fresh_attempt(meta, coll: Collection, unit: Unit, key: str, kv, now: float):
@@ -236,19 +247,30 @@ def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, d
     schema = coll.schema
     partitions = {p.partition_id: p.name for p in coll.partitions}
     legacy = rec["legacy_sources"]
-    user = [f.name for f in schema.fields if not f.is_primary]
-    rows = visibility.read_rows(store, schema, segs, columns=user)
-    kept = rows.filter(pa.array(visibility.visible_mask(rows, deletes))) if len(deletes) and rows.num_rows \
-        else rows
+    # the key columns through read_rows, the user fields by field id beside them: a user field
+    # may be NAMED like a key column (`pk` beside a primary `id`, `segment_id`, ...), which
+    # read_rows(columns=...) refuses -- every compaction of such a collection failed
+    rows = visibility.read_rows(store, schema, segs)
+    user = _user_fields(store, schema, segs, rows.num_rows)
+    if len(deletes) and rows.num_rows:
+        mask = pa.array(visibility.visible_mask(rows, deletes))
+        kept = rows.filter(mask)
+        user = {fid: col.filter(mask) for fid, col in user.items()}
+    else:
+        kept = rows
     carried = carried_deletes(store, segs if carry else [], partitions, legacy)
-    table = pa.table({f.name: (kept.column(visibility.PK) if f.is_primary else kept.column(f.name))
+    table = pa.table({f.name: (kept.column(visibility.PK) if f.is_primary else user[f.field_id])
                       .cast(arrow_type(f)) for f in schema.fields})
     out_id, log0 = int(rec["output"]), int(rec["log0"])
     c, p = unit.collection_id, unit.partition_id
     files = segfiles.write_segment_files(
         store, log0, c, p, out_id, schema, table, kept.column(segfiles.ROW_ID).to_numpy(),
         kept.column(segfiles.TIMESTAMP).to_numpy(), deletes=carried if len(carried[0]) else None)
-    with_rows = [s for s in segs if s.num_rows]
+    # inputs holding a partition row high-water mark: rows, or a 0-row L1 output of an earlier
+    # compaction (every row deleted: it keeps its inputs' mark in dml_ts). Counting only the
+    # row-bearing ones dropped that mark when such an output was merged again (the output
+    # took an older dml_ts, or level L0), and a flusher's replay re-inserted the rows
+    with_rows = [s for s in segs if s.num_rows or s.level != L0]
     out = Segment(segment_id=out_id, collection_id=c, partition_id=p, channel=unit.channel, state=FLUSHED,
                   num_rows=kept.num_rows, level="L1" if with_rows else L0, binlogs=files.binlogs,
                   deltalogs=files.deltalogs, statslogs=files.statslogs,
@@ -262,6 +284,37 @@ def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, d
                         rows.num_rows - kept.num_rows, len(carried[0]), sum(s.total_size() for s in segs),
                         files.nbytes)
     return out, result
+
+
+def _user_fields(store, schema, segs: list[Segment], n: int) -> dict[int, pa.ChunkedArray]:
+    """{field id: its column over the rows of `segs`} in read_rows' row order (the segments
+    with binlogs, in order), every non-primary field, whatever its name; read per segment
+    in read_rows' pool."""
+    from seglake import runners
+
+    with_logs = [s for s in segs if s.binlogs]
+    fields = [f for f in schema.fields if not f.is_primary]
+
+    def one(seg: Segment) -> list[pa.ChunkedArray]:
+        cols = []
+        for f in fields:
+            col = visibility._field_column(store, seg, f.field_id, f.name)
+            if col is None:
+                raise CompactionError(f"segment {seg.segment_id} has no binlog of field {f.name!r}")
+            cols.append(col)
+        return cols
+
+    per_seg = list(runners.run_inline(one, with_logs, workers=visibility.READ_THREADS))
+    out = {}
+    for i, f in enumerate(fields):
+        t = arrow_type(f)
+        col = pa.chunked_array([c.cast(t) if c.type != t else c for cols in per_seg for c in cols[i].chunks],
+                               type=t)
+        if len(col) != n:
+            raise CompactionError(f"field {f.name!r} holds {len(col)} rows over segments "
+                                  f"{[s.segment_id for s in with_logs]}, their primary keys {n}")
+        out[f.field_id] = col
+    return out
 
 
 def carried_deletes(store, segs: list[Segment], partitions: dict[int, str], legacy
