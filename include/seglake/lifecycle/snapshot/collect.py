@@ -31,7 +31,7 @@ def capture_raw(meta: Meta, rec: SnapshotRecord) -> tuple[list[bytes], int, int]
     """(encoded segment records, consistent_ts, revision): every Flushed segment read at
     ONE etcd revision no older than the request, so nothing flushed before the snapshot
     was requested is missed, whichever process flushed it and whatever its clock said.
-    consistent_ts bounds every captured dml_ts. Records stay encoded so workers can
+    consistent_ts bounds every tick captured (rows and deletes). Records stay encoded so workers can
     decode them in parallel."""
     revision = meta.kv.revision()
     if revision < rec.requested_revision:
@@ -46,7 +46,13 @@ def capture_raw(meta: Meta, rec: SnapshotRecord) -> tuple[list[bytes], int, int]
             newest = max(newest, head.dml_ts)
     if any(h.source and h.delta_partitions is None for h in heads):
         out = _name_legacy_copies(meta, rec.collection_id, out, heads)
-    return out, max(meta.tso.now(), newest), revision
+    # consistent_ts above every tick the captured records hold, rows' AND deletes' (dml_ts is a
+    # segment's last ROW tick; deletes riding in its delta log may be newer, and the tick a delete
+    # was appended at is recorded nowhere): a linearizable timestamp is above every timestamp
+    # issued before this call, the flushes read above included -- a batched now() may lag
+    # another process's by BATCH_MAX_AGE, and then a restore to an instant below those deletes
+    # started from this snapshot and applied them early (pitr: rows missing)
+    return out, max(meta.tso.reserve(1, linearizable=True), newest), revision
 
 
 def _name_legacy_copies(meta: Meta, collection_id: int, raws: list[bytes], heads: list[_Head]) -> list[bytes]:
