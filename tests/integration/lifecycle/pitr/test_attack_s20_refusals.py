@@ -136,3 +136,18 @@ def test_cli_restore_refused_for_a_gap_or_no_snapshot_writes_nothing(meta, store
     assert p.returncode != 0 and "not whole" in p.stderr, p.stderr
     assert {o.key for o in store.list("")} == files
     assert meta.kv.revision() == rev, f"the refusal wrote {meta.kv.revision() - rev} revision(s) to etcd"
+
+
+def test_cli_restore_from_a_target_refused_writes_nothing(meta, store, settings, tmp_path):
+    """from_target.plan_from_target judged the instant not in the future by issuing a
+    timestamp first, before its refusals (no bundle, the archive short of the instant)."""
+    with WalClient(meta, store, settings) as c:
+        c.create_collection("src", SCHEMA, shards=1)
+        c.insert("src", rows(range(1, 5), 1.0))
+    t = meta.tso.now()
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    rev = meta.kv.revision()
+    p = _cli(settings, "restore", "src", "r", "--as-of", str(t), "--from-target", f"file://{backup}")
+    assert p.returncode != 0 and "no bundle" in p.stderr, p.stderr
+    assert meta.kv.revision() == rev, f"the refusal wrote {meta.kv.revision() - rev} revision(s) to etcd"
