@@ -11,6 +11,7 @@ import random
 from collections import Counter
 
 import pyarrow as pa
+import pytest
 
 from seglake.lifecycle import pitr, snapshot
 from seglake.visibility import visible_rows
@@ -88,9 +89,10 @@ class FullModel(Model):
         return out
 
 
-def test_every_column_and_partition_restored_at_many_instants(meta, store, settings):
+@pytest.mark.parametrize("seed", [20, 21, 22, 23])
+def test_every_column_and_partition_restored_at_many_instants(meta, store, settings, seed):
     settings = settings.replace(flush_seal_rows=7)
-    rng = random.Random(20)
+    rng = random.Random(seed)
     instants = []
     with WalClient(meta, store, settings, batch_rows=5) as c:
         coll = c.create_collection("rich", RICH, shards=2, partitions=["_default", "p1"])
