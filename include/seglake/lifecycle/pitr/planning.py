@@ -167,7 +167,7 @@ def at_instant(meta, db: str, ts: int, only=None) -> dict:
 
 
 def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None,
-         dropped=None, window_instant: int | None = None) -> Plan:
+         dropped=None, window_instant: int | None = None, exact: bool = True) -> Plan:
     """The restore of `collection` as of `as_of`, or the refusal (module doc). Read-only.
     `dropped`: the Dropping/Dropped Collection an undrop restores (its replay ends at each
     vchannel's DropCollection); `window_instant`: the instant that must lie in the window
@@ -226,7 +226,8 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
         p.starts[v] = {"start": start, "floor": cp[3] if cp else 0,
                        "part_hw": dict(pos["part_hw"]) if pos else {}, "del_hw": pos["del_hw"] if pos else 0}
     _check_log(meta, store, p)
-    not_in_future(meta, ts)   # after every refusal that needs no timestamp (issuing one writes to etcd)
+    if exact:   # (exact=False: a dry run of every refusal that needs no timestamp -- an undrop's, before its instant)
+        not_in_future(meta, ts)   # after every refusal that needs no timestamp (issuing one writes to etcd)
     return p
 
 

@@ -146,9 +146,14 @@ def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_
                          "from; restore one of its snapshots instead")
     p = _same_undrop(meta, coll, db, target)
     if p is None:
-        # the refusals that need no timestamp first (issuing one writes to etcd): the drop outside
-        # its window, no window
+        # every refusal first, read-only (issuing a timestamp writes to etcd): planned as of the global
+        # mark (it bounds every timestamp issued so far), without the exact judgement of the instant
         _drop_in_window(meta, coll, collection, now)
+        from seglake.meta.alloc import decode_mark
+        seen = meta.kv.get(meta.tso.key)
+        bound = decode_mark(seen.value, meta.tso.key) - 1 if seen is not None else 0
+        make_plan(meta, store, collection, max(bound, coll.created_ts), db=db, now=now, dropped=coll,
+                  window_instant=drop_began_ts(coll), exact=False)
         # its instant: above every timestamp any process issued before (a batched now() may lag
         # another process's last writes by up to BATCH_MAX_AGE: the replay would end below them)
         p = make_plan(meta, store, collection, meta.tso.reserve(1, linearizable=True), db=db, now=now, dropped=coll,

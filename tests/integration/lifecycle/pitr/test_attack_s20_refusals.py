@@ -151,3 +151,25 @@ def test_cli_restore_from_a_target_refused_writes_nothing(meta, store, settings,
     p = _cli(settings, "restore", "src", "r", "--as-of", str(t), "--from-target", f"file://{backup}")
     assert p.returncode != 0 and "no bundle" in p.stderr, p.stderr
     assert meta.kv.revision() == rev, f"the refusal wrote {meta.kv.revision() - rev} revision(s) to etcd"
+
+
+def test_cli_undrop_refused_for_a_gap_writes_nothing(meta, store, settings):
+    """An undrop refused for a log gap (a committed fragment missing) after its instant was
+    reserved: the refusal wrote the TSO mark."""
+    from seglake.storage import layout
+
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("gone", SCHEMA, shards=1)
+        c.insert("gone", rows(range(1, 5), 1.0))
+    pitr.set_window(meta, "gone", "1h")
+    drop.begin_drop(meta, store, settings, "gone")
+    flush_all(meta, store, settings, coll, flush_all=False)
+    drop.finish_drop(meta, "gone", collection_id=coll.collection_id)
+    frag = sorted(o.key for o in store.list(f"{layout.WAL}/"))[0]
+    store.delete_many([frag])
+    files = {o.key for o in store.list("")}
+    rev = meta.kv.revision()
+    p = _cli(settings, "collections", "undrop", "gone", "--as", "back")
+    assert p.returncode != 0 and "not whole" in p.stderr, p.stderr
+    assert {o.key for o in store.list("")} == files
+    assert meta.kv.revision() == rev, f"the refusal wrote {meta.kv.revision() - rev} revision(s) to etcd"
