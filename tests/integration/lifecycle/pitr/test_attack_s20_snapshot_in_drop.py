@@ -9,6 +9,8 @@ neither the snapshot nor the replay -- missing from the undropped collection."""
 
 from __future__ import annotations
 
+import pytest
+
 from seglake.errors import SeglakeError
 from seglake.lifecycle import drop, pitr, snapshot
 from seglake.lifecycle.flush import flush_pchannel
@@ -19,7 +21,8 @@ from seglake.wal.client import WalClient
 from pitr_model import SCHEMA, Model, copy_and_replay, flush_all, rows, visible_of
 
 
-def test_undrop_from_a_snapshot_captured_between_the_release_batches_of_a_drop(meta, store, settings):
+@pytest.mark.parametrize("point", ["release_batch", "drop_synced", "after_release"])
+def test_undrop_from_a_snapshot_captured_between_the_release_batches_of_a_drop(meta, store, settings, point):
     settings = settings.replace(flush_seal_rows=2)
     with WalClient(meta, store, settings) as c:
         coll = c.create_collection("src", SCHEMA, shards=1)
@@ -41,7 +44,7 @@ def test_undrop_from_a_snapshot_captured_between_the_release_batches_of_a_drop(m
             except SeglakeError as e:   # refusing such a capture is a right answer too
                 took.append(e)
 
-    flush_pchannel(meta, store, pchannel_of(coll.vchannels[0]), settings, hooks={"release_batch": capture_mid_release})
+    flush_pchannel(meta, store, pchannel_of(coll.vchannels[0]), settings, hooks={point: capture_mid_release})
     assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
     assert took
     job = pitr.undrop(meta, store, "src", "back")
