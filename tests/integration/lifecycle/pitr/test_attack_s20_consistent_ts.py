@@ -65,3 +65,37 @@ def test_a_snapshot_holding_a_delete_above_its_consistent_ts_is_not_the_base_of_
                          f"appended at tick {del_tick}; instant -> (base, missing, extra): {bad}")
     finally:
         other.close()
+
+
+def test_a_snapshot_holding_a_txn_committed_above_its_consistent_ts_is_not_the_base_of_an_earlier_instant(
+        meta, store, settings, monkeypatch):
+    """The same lag with a transaction: its rows carry the ticks just below its CommitTxn
+    (dml_ts = commit - 1); a consistent_ts of commit - 1 made the snapshot the base of a
+    restore to commit - 1, an instant the transaction was not committed at: rows EXTRA."""
+    other = Meta.from_settings(settings.replace(
+        etcd_endpoint=settings.etcd_endpoint.replace("127.0.0.1", "localhost")))
+    try:
+        with WalClient(meta, store, settings) as c:
+            coll = c.create_collection("src", SCHEMA, shards=1)
+            pitr.set_window(meta, "src", "1h")
+            model = Model(meta, store, "src")
+            model.record(c.insert("src", rows(range(1, 11), 1.0)), 1.0)
+            flush_all(meta, store, settings, coll)
+            monkeypatch.setattr(alloc, "BATCH_MAX_AGE", 30.0)
+            lagging = other.tso.now()
+            res = c.insert("src", rows(range(100, 106), 2.0), txn=True)
+            model.record(res, 2.0, txn=True)
+            commit = [m.time_tick for m in model.messages(res) if m.type == M.COMMIT_TXN][0]
+        flush_all(meta, store, settings, coll)
+        assert lagging < commit
+        snapshot.create(other, store, "src", "s2")
+        monkeypatch.setattr(alloc, "BATCH_MAX_AGE", 0.05)
+        rec, _ = meta.snapshots.get(coll.collection_id, "s2")
+        t = commit - 1
+        target = restore_to(meta, store, settings, "src", "r", t)
+        got, want = visible_of(meta, store, target), model.visible(t)
+        assert got == want, (f"snapshot s2 consistent_ts {rec.consistent_ts}, txn committed at {commit}; restore as "
+                             f"of {t} (base {pitr.summary(meta, target)['snapshot']}): extra "
+                             f"{sorted((got - want).elements())}, missing {sorted((want - got).elements())}")
+    finally:
+        other.close()
