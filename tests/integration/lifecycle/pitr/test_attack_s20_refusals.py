@@ -173,3 +173,19 @@ def test_cli_undrop_refused_for_a_gap_writes_nothing(meta, store, settings):
     assert p.returncode != 0 and "not whole" in p.stderr, p.stderr
     assert {o.key for o in store.list("")} == files
     assert meta.kv.revision() == rev, f"the refusal wrote {meta.kv.revision() - rev} revision(s) to etcd"
+
+
+def test_cli_restore_database_refused_for_its_second_collection_writes_nothing(meta, store, settings):
+    """A database at one instant is refused whole when one collection cannot be restored
+    (here the second: no window); the first collection's plan had issued a timestamp."""
+    with WalClient(meta, store, settings) as c:
+        c.create_collection("a1", SCHEMA, shards=1)
+        c.insert("a1", rows(range(1, 5), 1.0))
+        c.create_collection("b2", SCHEMA, shards=1)
+        c.insert("b2", rows(range(1, 5), 1.0))
+    pitr.set_window(meta, "a1", "1h")
+    t = meta.tso.now()
+    rev = meta.kv.revision()
+    p = _cli(settings, "restore-database", "--as-of", str(t), "--suffix", "_x")
+    assert p.returncode != 0 and "b2" in p.stderr and "window" in p.stderr, p.stderr
+    assert meta.kv.revision() == rev, f"the refusal wrote {meta.kv.revision() - rev} revision(s) to etcd"
