@@ -102,7 +102,7 @@ def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list
             c = held.get(n)
             gone = c if c is not None and c.state != CREATED else None
             try:
-                plans[n] = planning.plan(meta, store, n, ts, db=db, dropped=gone)
+                plans[n] = planning.plan(meta, store, n, ts, db=db, dropped=gone, exact=False)
             except (planning.OutsideWindow, planning.LogGap) as e:
                 if gone is None:
                     raise
@@ -117,6 +117,8 @@ def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list
             except from_target.NotBornYet:
                 if collections:
                     raise   # asked for by name
+    if target is None:   # the exact judgement of the instant once, after every collection's refusals (it writes)
+        planning.not_in_future(meta, ts)
     plans = {n: plans[n] for n in names if n in plans}   # (from the target: not one dropped before the instant)
     if not plans:
         raise NotFound(f"database {db!r} had no collection at {describe(ts)} in {target.uri}")

@@ -91,7 +91,7 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
     validate_name("db", db)
     if bundle is not None:
         validate_name("bundle", bundle)
-    ts = not_in_future(meta, parse_as_of(as_of))
+    ts = not_in_future(meta, parse_as_of(as_of), read_only=True)   # the exact judgement last (it writes to etcd)
     doc = base_bundle(target, collection, ts, db=db, bundle=bundle)
     p = _bundle_plan(doc, collection, db, ts, target)
     _check_archive(target, doc["source"]["site"], p)
@@ -103,6 +103,7 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
                           f"instant before its drop")
         e.dropped_at = min(gone.values())
         raise e
+    not_in_future(meta, ts)
     return p, doc
 
 

@@ -87,7 +87,7 @@ class Plan:
         return dict(self.__dict__)
 
 
-def not_in_future(meta, ts: int) -> int:
+def not_in_future(meta, ts: int, *, read_only: bool = False) -> int:
     """`ts` if it is not in the future; refused (OutsideWindow) otherwise. An instant above
     both the wall clock and the global mark in etcd (the mark bounds every timestamp issued
     so far) is refused on that read alone: issuing a timestamp writes to etcd, and a
@@ -98,6 +98,8 @@ def not_in_future(meta, ts: int) -> int:
                 decode_mark(seen.value, meta.tso.key) if seen is not None else 0)
     if ts > bound:
         raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(bound)})")
+    if read_only:   # (the caller issues the exact judgement's timestamp after its other read-only refusals)
+        return ts
     tso_now = meta.tso.reserve(1, linearizable=True)   # (a batched now() may lag another process's)
     if ts > tso_now:
         raise OutsideWindow(f"as_of {describe(ts)} is in the future (now: {describe(tso_now)})")
@@ -165,7 +167,7 @@ def at_instant(meta, db: str, ts: int, only=None) -> dict:
 
 
 def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None,
-         dropped=None, window_instant: int | None = None) -> Plan:
+         dropped=None, window_instant: int | None = None, exact: bool = True) -> Plan:
     """The restore of `collection` as of `as_of`, or the refusal (module doc). Read-only.
     `dropped`: the Dropping/Dropped Collection an undrop restores (its replay ends at each
     vchannel's DropCollection); `window_instant`: the instant that must lie in the window
@@ -207,7 +209,7 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
         raise OutsideWindow(f"{what} {describe(ts if window_instant is None else window_instant)} is outside the "
                             f"point-in-time window of {collection!r} ({w['window']}: the oldest instant is "
                             f"{describe(lo)})")
-    not_in_future(meta, ts)   # after every refusal that needs no timestamp (issuing one writes to etcd)
+    not_in_future(meta, ts, read_only=True)   # the exact judgement (issuing a timestamp writes to etcd): last
     base = base_snapshot(meta, coll.collection_id, ts)
     if base is None:
         not_from_log(coll, ts)
@@ -224,6 +226,8 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
         p.starts[v] = {"start": start, "floor": cp[3] if cp else 0,
                        "part_hw": dict(pos["part_hw"]) if pos else {}, "del_hw": pos["del_hw"] if pos else 0}
     _check_log(meta, store, p)
+    if exact:   # (exact=False: a dry run of every refusal that needs no timestamp -- an undrop's, before its instant)
+        not_in_future(meta, ts)   # after every refusal that needs no timestamp (issuing one writes to etcd)
     return p
 
 

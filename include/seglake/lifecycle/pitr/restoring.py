@@ -146,11 +146,35 @@ def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_
                          "from; restore one of its snapshots instead")
     p = _same_undrop(meta, coll, db, target)
     if p is None:
+        # every refusal first, read-only (issuing a timestamp writes to etcd): planned as of the global
+        # mark (it bounds every timestamp issued so far), without the exact judgement of the instant
+        _drop_in_window(meta, coll, collection, now)
+        from seglake.meta.alloc import decode_mark
+        seen = meta.kv.get(meta.tso.key)
+        bound = decode_mark(seen.value, meta.tso.key) - 1 if seen is not None else 0
+        make_plan(meta, store, collection, max(bound, coll.created_ts), db=db, now=now, dropped=coll,
+                  window_instant=drop_began_ts(coll), exact=False)
         # its instant: above every timestamp any process issued before (a batched now() may lag
         # another process's last writes by up to BATCH_MAX_AGE: the replay would end below them)
         p = make_plan(meta, store, collection, meta.tso.reserve(1, linearizable=True), db=db, now=now, dropped=coll,
                       window_instant=drop_began_ts(coll))
     return p
+
+
+def _drop_in_window(meta, coll, collection: str, now: float | None) -> None:
+    """The window refusals planning.plan makes of an undrop, read-only (before its instant is issued)."""
+    from seglake.lifecycle.drop import drop_began_ts
+    from seglake.lifecycle.pitr import window
+
+    w = window.window_of(meta, coll.collection_id)
+    began = drop_began_ts(coll)
+    if w is None or began is None:
+        return   # (planning.plan says why)
+    lo = window.oldest_instant(w, window.clock() if now is None else now)
+    if began < lo:
+        from seglake.lifecycle.pitr.instants import describe
+        raise OutsideWindow(f"the drop at {describe(began)} is outside the point-in-time window of {collection!r} "
+                            f"({w['window']}: the oldest instant is {describe(lo)})")
 
 
 def _same_undrop(meta, coll, db: str, target: str) -> Plan | None:

@@ -31,12 +31,13 @@ def capture_raw(meta: Meta, rec: SnapshotRecord) -> tuple[list[bytes], int, int]
     """(encoded segment records, consistent_ts, revision): every Flushed segment read at
     ONE etcd revision no older than the request, so nothing flushed before the snapshot
     was requested is missed, whichever process flushed it and whatever its clock said.
-    consistent_ts bounds every captured dml_ts. Records stay encoded so workers can
+    consistent_ts bounds every tick captured (rows and deletes). Records stay encoded so workers can
     decode them in parallel."""
     revision = meta.kv.revision()
     if revision < rec.requested_revision:
         raise StateError(f"etcd revision {revision} is older than the snapshot request "
                          f"({rec.requested_revision}): wrong etcd cluster?")
+    _live_at(meta, rec, revision)
     out, heads, newest = [], [], 0
     for kv in meta.kv.range(meta.keys.segments_prefix(rec.collection_id), revision=revision):
         head = _HEAD.decode(kv.value)
@@ -46,7 +47,32 @@ def capture_raw(meta: Meta, rec: SnapshotRecord) -> tuple[list[bytes], int, int]
             newest = max(newest, head.dml_ts)
     if any(h.source and h.delta_partitions is None for h in heads):
         out = _name_legacy_copies(meta, rec.collection_id, out, heads)
-    return out, max(meta.tso.now(), newest), revision
+    # consistent_ts above every tick the captured records hold, rows' AND deletes' (dml_ts is a
+    # segment's last ROW tick; deletes riding in its delta log may be newer, and the tick a delete
+    # was appended at is recorded nowhere): a linearizable timestamp is above every timestamp
+    # issued before this call, the flushes read above included -- a batched now() may lag
+    # another process's by BATCH_MAX_AGE, and then a restore to an instant below those deletes
+    # started from this snapshot and applied them early (pitr: rows missing)
+    return out, max(meta.tso.reserve(1, linearizable=True), newest), revision
+
+
+def _live_at(meta: Meta, rec: SnapshotRecord, revision: int) -> None:
+    """StateError unless the collection is live (Created) at the capture's revision. A drop
+    begun since the snapshot was requested releases each vchannel in several txns past
+    RELEASE_BATCH segments (the excess marked Dropped first, the checkpoint removed last):
+    a capture between them held the vchannel's checkpoint without the segments already
+    Dropped, and a replay from its positions (an undrop) skipped their rows."""
+    from seglake.meta.catalog import CREATED, Collection
+    from seglake.meta.codec import decode
+
+    key = meta.keys.collection(rec.collection_id)
+    found = [kv for kv in meta.kv.range(key, revision=revision) if kv.key == key]
+    if not found:
+        return   # (an imported snapshot's collection is not in the catalog)
+    state = Collection.from_json(decode(found[0].value, key)).state
+    if state != CREATED:
+        raise StateError(f"collection id {rec.collection_id} is {state} at the capture of snapshot {rec.name!r}: "
+                         f"snapshots need a live collection")
 
 
 def _name_legacy_copies(meta: Meta, collection_id: int, raws: list[bytes], heads: list[_Head]) -> list[bytes]:
