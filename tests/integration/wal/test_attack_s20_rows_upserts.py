@@ -1,0 +1,115 @@
+"""Adversary s20 (issue 26): two upserts of one pk leave ONE row, whatever order their
+appends commit in (Milvus: an upsert is a delete + an insert at ONE timestamp, so of two
+upserts of a pk the one with the larger timestamp hides the other).
+
+Here an upsert's delete is stamped with the call's timestamp (taken before its first
+append) but its rows with their commit tick: an upsert U1 that took its timestamp, then
+committed after another upsert U2 of the same pk was acknowledged, leaves both rows
+visible (U1's delete is older than U2's row; U2's delete is older than U1's row).
+
+Real etcd, real files."""
+
+from __future__ import annotations
+
+import threading
+
+from seglake.visibility import visible_rows
+from seglake.wal.client import WalClient
+
+import numpy as np
+import pyarrow as pa
+
+from wal_helpers import pchannels
+from seglake.lifecycle.flush import flush_pchannel
+
+
+SCHEMA = [{"field_id": 100, "name": "pk", "dtype": "Int64", "is_primary": True},
+          {"field_id": 101, "name": "v", "dtype": "Float"},
+          {"field_id": 102, "name": "vec", "dtype": "FloatVector", "dim": 2}]
+
+
+def table(pks, v: float) -> pa.Table:
+    pks = np.asarray(list(pks), np.int64)
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(2 * len(pks), np.float32)), 2)
+    return pa.table({"pk": pks, "v": pa.array(np.full(len(pks), v, np.float32)), "vec": vec})
+
+
+class _Paused(WalClient):
+    """A client whose call pauses after it took its timestamp, before its first append
+    (a thread descheduled, a slow network: anything between the two)."""
+
+    def __init__(self, *a, started, go, **kw):
+        super().__init__(*a, **kw)
+        self.started, self.go = started, go
+
+    def _run(self, *a, **kw):
+        self.started.set()
+        assert self.go.wait(30)
+        return super()._run(*a, **kw)
+
+
+def _pk_rows(meta, store, name, pk):
+    coll = meta.catalog.get_by_name(name)
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, meta_settings[0], flush_all=True)
+    t = visible_rows(meta, store, coll.collection_id, columns=["v"])
+    return sorted(v for k, v in zip(t.column("pk").to_pylist(), t.column("v").to_pylist()) if k == pk)
+
+
+meta_settings: list = []
+
+
+def test_two_overlapping_upserts_of_one_pk_leave_one_row(meta, store, settings):
+    meta_settings[:] = [settings]
+    with WalClient(meta, store, settings) as c:
+        c.create_collection("ups", SCHEMA, shards=1)
+        c.insert("ups", table([7], 0.0))
+    started, go = threading.Event(), threading.Event()
+    errors = []
+
+    def slow():
+        try:
+            with _Paused(meta, store, settings, started=started, go=go) as c1:
+                c1.upsert("ups", table([7], 1.0))     # U1: timestamp taken, then paused
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=slow)
+    t.start()
+    assert started.wait(30)
+    with WalClient(meta, store, settings) as c2:
+        c2.upsert("ups", table([7], 2.0))             # U2: acknowledged while U1 is paused
+    go.set()
+    t.join(60)
+    assert not errors, errors
+    got = _pk_rows(meta, store, "ups", 7)
+    # Milvus: one row of pk 7 (the upsert with the larger timestamp wins); never two
+    assert len(got) == 1, f"pk 7 after two acknowledged upserts: visible rows {got} (expected 1 row)"
+
+
+def test_two_threads_upserting_one_pk_leave_one_row(meta, store, settings):
+    """No hook: two clients upsert pk 7 side by side, 20 calls each. After all 40 are
+    acknowledged, Milvus shows one row of pk 7."""
+    meta_settings[:] = [settings]
+    with WalClient(meta, store, settings) as c:
+        c.create_collection("ups2", SCHEMA, shards=1)
+    errors = []
+    barrier = threading.Barrier(2)
+
+    def loop(k):
+        try:
+            with WalClient(meta, store, settings) as c:
+                barrier.wait()
+                for i in range(20):
+                    c.upsert("ups2", table([7], float(100 * k + i)))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=loop, args=(k,)) for k in (1, 2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, errors
+    got = _pk_rows(meta, store, "ups2", 7)
+    assert len(got) == 1, f"pk 7 after 40 acknowledged upserts from two clients: {len(got)} visible rows {got}"
