@@ -638,9 +638,13 @@ def list_bundles(target: Store, db: str | None = None, collection: str | None = 
 
 def data_tag(o) -> str:
     """What identifies one version of a data file in the target cheaply (a listing tells
-    it): its size and S3 ETag, else its size and mtime. Any rewrite changes it."""
+    it): its size and S3 ETag, else its size, mtime and (local) inode change time. Any
+    rewrite changes it, also one that puts the mtime back."""
     etag = getattr(o, "etag", "")
-    return f"{o.size}:etag:{etag}" if etag else f"{o.size}:mtime:{o.mtime:.6f}"
+    if etag:
+        return f"{o.size}:etag:{etag}"
+    ctime = getattr(o, "ctime_ns", 0)   # (local: an mtime put back after a rewrite leaves it changed)
+    return f"{o.size}:mtime:{o.mtime:.6f}" + (f":ctime:{ctime}" if ctime else "")
 
 
 def blob_tags(target: Store) -> dict[str, tuple[int, str]]:
