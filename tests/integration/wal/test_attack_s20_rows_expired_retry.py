@@ -49,3 +49,28 @@ def test_a_retry_after_the_record_expired_is_refused_even_from_a_slow_clock(meta
     assert refused is not None and sorted(pks) == [1, 2, 3, 4, 5], (
         f"retry of seq {res.seq} {waited:.0f} s after its record expired (window 60 s), retrier clock "
         f"{slow:g} s slow: {'refused' if refused else 'ACCEPTED'}; pks in the log {sorted(pks)}")
+
+
+def test_a_caller_numbered_retry_after_the_record_expired_is_not_appended_twice(meta, store, settings):
+    """The issue (#9): "A retry after a record expired appends twice". The README now says a
+    seq the caller chose (below 2**40) "is recognised only while the record lives: do not
+    retry it after the window" -- i.e. it is still appended twice. The expiry is simulated
+    by deleting the id's keys (what the lease does at 1.5..2 windows)."""
+    with WalClient(meta, store, settings) as c0:
+        coll = make_collection(c0, "c", shards=1)
+    rows = synthetic_rows(coll, 5, 1)
+    (p,) = pchannels(coll)
+    with WalClient(meta, store, settings, producer_id="op-ids") as c1:
+        c1.insert("c", rows, seq=5)
+    for key in (keymod.wal_producer(meta.keys, p, "op-ids"), keymod.wal_producer_owner(meta.keys, "op-ids"),
+                keymod.wal_producer_numbers(meta.keys, "op-ids")):
+        meta.kv.delete(key)
+    refused = None
+    try:
+        with WalClient(meta, store, settings, producer_id="op-ids") as c2:
+            c2.insert("c", rows, seq=5)
+    except SeglakeError as e:
+        refused = e
+    pks = inserted_pks(all_messages(meta, store, p, settings))
+    assert refused is not None and sorted(pks) == [1, 2, 3, 4, 5], (
+        f"caller seq 5 retried after its record expired: {'refused' if refused else 'ACCEPTED'}; pks {sorted(pks)}")
