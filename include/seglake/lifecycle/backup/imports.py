@@ -333,7 +333,8 @@ def _import_record(meta: Meta, store: Store, doc: dict, db: str, name: str, snap
     if _check_takeover(meta, plan, db, name, snap, doc):
         raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}): another import took its record meanwhile; "
                        f"retry")
-    if plan.get("state") == "failed":   # resumed: running again (another name may not take it over now)
+    if plan.get("state") == "failed" or (plan.get("state") == "imported" and _imported_snapshot(meta, plan) is None):
+        # resumed (or imported again: its snapshot was dropped): running again (another name may not take it over now)
         meta.kv.txn([unchanged(kv)], [Put(key, json.dumps({**plan, "state": "importing"}))],
                     reason=f"the import record of bundle {doc['bundle']!r} changed; retry")
         plan = {**plan, "state": "importing"}
