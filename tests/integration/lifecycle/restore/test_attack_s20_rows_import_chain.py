@@ -80,3 +80,27 @@ def test_an_import_chain_across_three_roots_and_back_equals_the_model(meta, stor
     finally:
         for r in roots[1:]:
             r[0].close()
+
+
+def test_an_imported_snapshot_exported_again_unrestored_equals_the_model(meta, store, settings, etcd_server,
+                                                                         tmp_path):
+    """Bundle -> import into B -> export THAT imported snapshot (its collection is in no
+    catalog) to a second target -> import into C -> restore: rows equal the model."""
+    mb, sb, stb = other_root(etcd_server, tmp_path, "b")
+    mc, sc, stc = other_root(etcd_server, tmp_path, "c")
+    try:
+        w = Writer(meta, store, settings)
+        w.create("src", PARTS)
+        _writes(w, "src", 1)
+        _writes(w, "src", 2)
+        snapshot.create(meta, store, "src", "s1")
+        t1, t2 = LocalStore(tmp_path / "t1"), LocalStore(tmp_path / "t2")
+        exports.export(meta, store, t1, "src", "s1", **quiet)
+        imports.import_bundle(mb, sb, t1, "src", "s1", **quiet)
+        exports.export(mb, sb, t2, "src", "s1", bundle="again", **quiet)
+        imports.import_bundle(mc, sc, t2, "src", "again", as_collection="src2", snapshot="s2", **quiet)
+        run_restore(mc, sc, "src2", "s2", "final", compare=False)
+        assert _check(mc, sc, "final", w.model, "imported, exported, imported, restored") > 0
+    finally:
+        mb.close()
+        mc.close()
