@@ -86,3 +86,22 @@ def test_a_bundle_whose_imported_snapshot_was_dropped_can_be_imported_under_anot
     except Conflict as e:
         pytest.fail(f"refused: {e}")
     assert out["rows"] == doc["totals"]["rows"]
+
+
+def test_a_rate_limited_import_of_a_damaged_bundle_writes_no_etcd_key(exported, other):
+    """(nit) With a rate limit, the import's own throttle clock is put in etcd before the
+    data files are checked, and deleted when it is refused: no key stays, but etcd was
+    written (revisions) before the refusal."""
+    target, doc = exported
+    meta2, store2 = other
+    shas = {doc["files"][k]["sha256"]: doc["files"][k]["size"] for k in doc["files"] if k.startswith("insert_log/")}
+    big = max(shas, key=lambda s: shas[s])
+    raw = bytearray(target.get(layout.bundle_blob(big)))
+    raw[len(raw) // 2] ^= 0x01
+    target.put(layout.bundle_blob(big), bytes(raw))
+    rev = meta2.kv.revision()
+    with pytest.raises(bundles.BundleError):
+        imports.import_bundle(meta2, store2, target, "bk", "s1", max_bytes_per_second=50_000_000, **quiet)
+    left = [kv.key[len(meta2.keys.prefix):] for kv in meta2.kv.range(meta2.keys.prefix, keys_only=True)]
+    assert not left and not list(store2.list("")) and meta2.kv.revision() == rev, (
+        f"refused import left {len(left)} etcd keys {left[:4]}; etcd revision {rev} -> {meta2.kv.revision()}")
