@@ -222,9 +222,8 @@ class LocalStore(Store):
         rewrite that puts the mtime back -- cp -p, rsync -a, touch -r -- still changes it):
         what a data file's tag in a backup target is made of (bundle.data_tag)."""
         for o in self.list(prefix):
-            got = self.listed_one(o.key)
-            if got is not None:
-                yield got
+            got = self.listed_one(o.key)   # (None: gone since, or a name no key can take: as listed)
+            yield got if got is not None else Listed(o.key, o.size, o.mtime)
 
     def listed_one(self, key: str) -> Listed | None:
         """The regular file `key` as list_described describes it (None: not there)."""
