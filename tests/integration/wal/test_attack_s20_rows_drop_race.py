@@ -20,7 +20,7 @@ from wal_helpers import make_collection
 def test_no_insert_is_acknowledged_after_the_drop_began(meta, store, settings, monkeypatch):
     with WalClient(meta, store, settings) as c:
         coll = make_collection(c, "d", shards=2)
-    acked, stop = [], threading.Event()
+    acked, stop, failures = [], threading.Event(), []
     lock = threading.Lock()
 
     def loop(k):
@@ -30,7 +30,9 @@ def test_no_insert_is_acknowledged_after_the_drop_began(meta, store, settings, m
                 i += 1
                 try:
                     res = c.insert("d", synthetic_rows(coll, 1, 1_000_000 * k + i))
-                except SeglakeError:
+                except SeglakeError as e:
+                    with lock:
+                        failures.append(repr(e)[:300])
                     continue
                 with lock:
                     acked.extend((p, MessageId.parse(pos[1])) for p, pos in res.positions.items())
@@ -47,7 +49,9 @@ def test_no_insert_is_acknowledged_after_the_drop_began(meta, store, settings, m
     ts = [threading.Thread(target=loop, args=(k,)) for k in range(1, 5)]
     for t in ts:
         t.start()
-    time.sleep(1.5)
+    t0 = time.time()
+    while len(acked) < 40 and time.time() - t0 < 60:   # the drop begins while inserts are flowing
+        time.sleep(0.05)
     drop.begin_drop(meta, store, settings, "d")
     time.sleep(1.5)
     stop.set()
@@ -58,5 +62,5 @@ def test_no_insert_is_acknowledged_after_the_drop_began(meta, store, settings, m
         kv = meta.kv.get(WalLog(meta, None, p).frag_key(mid.fragment))
         if kv is not None and kv.create_revision > dropping["rev"]:
             late.append((p, str(mid), kv.create_revision))
-    print("acknowledged", len(acked), "dropping at rev", dropping["rev"])
+    print("acknowledged", len(acked), "dropping at rev", dropping["rev"], "refused", len(failures), failures[:2])
     assert acked and not late, f"{len(late)} inserts acknowledged after the drop began (rev {dropping['rev']}): {late[:5]}"
