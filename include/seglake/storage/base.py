@@ -26,6 +26,7 @@ class Listed:
     mtime: float
     etag: str = ""
     md5: str = ""
+    ctime_ns: int = 0   # a local file's inode change time: any write changes it, utime cannot set it back
 
 
 UNREADABLE = -1  # the size of a directory listed with report_unreadable that could not be read

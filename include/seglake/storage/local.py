@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 from seglake.errors import NotFound, SeglakeError, Unavailable
-from seglake.storage.base import (SYMLINK, UNREADABLE, ChecksumMismatch, DeleteError, DeleteOutcome, ObjectInfo, Store,
-                                   SymlinkRefused, crc_name, crc_update)
+from seglake.storage.base import (SYMLINK, UNREADABLE, ChecksumMismatch, DeleteError, DeleteOutcome, Listed,
+                                   ObjectInfo, Store, SymlinkRefused, crc_name, crc_update)
 from seglake.storage.layout import check_key, normalize_key, normalize_prefix
 
 TMP_PREFIX = ".seglake-tmp-"
@@ -216,6 +216,31 @@ class LocalStore(Store):
         finally:
             os.close(fd)
         return dirs, files
+
+    def list_described(self, prefix: str) -> Iterator[Listed]:
+        """Every file under `prefix` as list() finds it, with its inode change time (a
+        rewrite that puts the mtime back -- cp -p, rsync -a, touch -r -- still changes it):
+        what a data file's tag in a backup target is made of (bundle.data_tag)."""
+        for o in self.list(prefix):
+            got = self.listed_one(o.key)   # (None: gone since, or a name no key can take: as listed)
+            yield got if got is not None else Listed(o.key, o.size, o.mtime)
+
+    def listed_one(self, key: str) -> Listed | None:
+        """The regular file `key` as list_described describes it (None: not there)."""
+        parts, name = self._split(key)
+        try:
+            dfd = self._open_dir(parts, key, "head")
+        except (SeglakeError, OSError):
+            return None
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except OSError:
+            return None
+        finally:
+            os.close(dfd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return Listed(normalize_key(key), st.st_size, st.st_mtime, ctime_ns=st.st_ctime_ns)
 
     def head(self, key: str) -> ObjectInfo:
         parts, name = self._split(key)

@@ -188,6 +188,27 @@ class WalClient:
         for w in self._writers.values():
             w.close()
         self._writers.clear()
+        if not self._named:
+            self._forget_fresh_id()
+
+    def _forget_fresh_id(self) -> None:
+        """A fresh producer id is known to this client only, and its calls are answered:
+        its records (one per pchannel it wrote) are removed with their lease at close,
+        instead of living 15-20 minutes each (a client per call left one record and one
+        lease per call: their count had no bound). A call made before the close is then
+        this client's no more (its retry is refused as not issued here, never appended
+        twice); used again, the client takes a new fresh id."""
+        with self._seq_lock:
+            holder, self._holder = self._holder, None
+            self._issued.clear()
+            self._issued_order.clear()
+            self.producer_id = f"c-{uuid.uuid4().hex}"
+        lease = None if holder is None else holder._lease
+        if lease is not None:
+            try:
+                self.meta.kv.revoke_lease(lease[0])
+            except SeglakeError:
+                pass   # they expire by themselves
 
     def __enter__(self) -> "WalClient":
         return self

@@ -19,7 +19,8 @@ from seglake.wal.client import WalClient
 import numpy as np
 import pyarrow as pa
 
-from wal_helpers import pchannels
+from seglake.wal.client import synthetic_rows
+from wal_helpers import make_collection, pchannels
 from seglake.lifecycle.flush import flush_pchannel
 
 
@@ -87,9 +88,10 @@ def test_two_overlapping_upserts_of_one_pk_leave_one_row(meta, store, settings):
     assert len(got) == 1, f"pk 7 after two acknowledged upserts: visible rows {got} (expected 1 row)"
 
 
-def test_two_threads_upserting_one_pk_leave_one_row(meta, store, settings):
-    """No hook: two clients upsert pk 7 side by side, 20 calls each. After all 40 are
-    acknowledged, Milvus shows one row of pk 7."""
+def test_two_threads_upserting_the_same_pks_leave_one_row_each(meta, store, settings):
+    """No hook: two clients upsert pks 0..59 side by side, one call per pk, in the same
+    order (two writers of one key stream). After all 120 calls are acknowledged, Milvus
+    shows one row per pk."""
     meta_settings[:] = [settings]
     with WalClient(meta, store, settings) as c:
         c.create_collection("ups2", SCHEMA, shards=1)
@@ -100,8 +102,8 @@ def test_two_threads_upserting_one_pk_leave_one_row(meta, store, settings):
         try:
             with WalClient(meta, store, settings) as c:
                 barrier.wait()
-                for i in range(20):
-                    c.upsert("ups2", table([7], float(100 * k + i)))
+                for pk in range(60):
+                    c.upsert("ups2", table([pk], float(k)))
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
@@ -111,8 +113,44 @@ def test_two_threads_upserting_one_pk_leave_one_row(meta, store, settings):
     for t in ts:
         t.join(120)
     assert not errors, errors
-    got = _pk_rows(meta, store, "ups2", 7)
-    assert len(got) == 1, f"pk 7 after 40 acknowledged upserts from two clients: {len(got)} visible rows {got}"
+    coll = meta.catalog.get_by_name("ups2")
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+    t = visible_rows(meta, store, coll.collection_id, columns=["v"])
+    from collections import Counter
+    n = Counter(t.column("pk").to_pylist())
+    twice = sorted(pk for pk, c in n.items() if c > 1)
+    assert not twice and len(n) == 60, f"{len(twice)} of 60 pks visible twice after two upserts each: {twice[:10]}"
+
+
+def test_an_upsert_retried_with_its_seq_after_another_upsert_of_its_pk_leaves_one_row(meta, store, settings,
+                                                                                      monkeypatch):
+    """The README's retry path: U1 upserts pks a (pchannel A) and b (pchannel B); B fails
+    (AppendIncomplete, seq=N). U2 (another producer) upserts b: acknowledged. U1 is
+    retried with seq=N (keeping its one timestamp, as the README says) and acknowledged.
+    Milvus: one row of b (either upsert's); seglake: both."""
+    from test_wal_attack_producer import _flush, _incomplete, _rows
+
+    with WalClient(meta, store, settings, producer_id="ups-a") as c:
+        coll = make_collection(c, shards=2)
+        (_, pb) = pchannels(coll)
+        a = int(synthetic_rows(coll, 1, 1, shard=0).column("pk")[0].as_py())
+        b = int(synthetic_rows(coll, 1, 1, shard=1).column("pk")[0].as_py())
+
+        def rows_of(pks, price):
+            t = synthetic_rows(coll, len(pks), 1)
+            return t.set_column(0, "pk", pa.array(pks, pa.int64())).set_column(
+                2, "price", pa.array([price] * len(pks), pa.float32()))
+        c.insert("c1", rows_of([a, b], 1.0))
+        u1 = rows_of([a, b], 2.0)
+        e = _incomplete(monkeypatch, pb, lambda: c.upsert("c1", u1))
+    with WalClient(meta, store, settings) as c2:
+        c2.upsert("c1", rows_of([b], 4.0))          # U2: acknowledged
+    with WalClient(meta, store, settings, producer_id="ups-a") as c3:
+        c3.upsert("c1", u1, seq=e.value.result.seq)  # U1 completed: acknowledged
+    _flush(meta, store, settings, coll)
+    got = [r for r in _rows(meta, store, coll) if r[0] == b]
+    assert len(got) == 1, f"pk b after two acknowledged upserts (U1 retried with its seq): rows {got}"
 
 
 def test_two_overlapping_txn_upserts_of_one_pk_leave_one_row(meta, store, settings):

@@ -333,6 +333,23 @@ def check(doc, where: str) -> dict:
     return doc
 
 
+def check_totals(doc: dict, where: str) -> None:
+    """The totals a (checked, seglake) document states are those of its segments and files
+    (what export computed): a verify report, a listing and the CLI show them, so a forged
+    count (rows 9223372036854775807 for a bundle of 200) is refused, not reported as a
+    verified bundle's. Called after the data files were checked (a file's own problem is
+    named first): by an import and a restore before they write, by verify as a problem."""
+    segments, files = doc["segments"], doc["files"]
+    real = {"segments": len(segments), "rows": sum(e["num_rows"] for e in segments), "files": len(files),
+            "bytes": sum(f["size"] for f in files.values()), "unique_blobs": len({f["sha256"] for f in files.values()})}
+    for at, stated, keys in (("totals", doc.get("totals"), tuple(real)),
+                             ("snapshot.totals", doc["snapshot"].get("totals"), ("segments", "rows"))):
+        for k in keys:
+            if isinstance(stated, dict) and k in stated and stated[k] != real[k]:
+                raise BundleError(f"{where}: {at}.{k} is {stated[k]!r}, but its segments and files give {real[k]}: "
+                                  f"an edited document")
+
+
 def check_files(doc, where: str) -> dict:
     """The format, the version, and every file entry (a size in range, a SHA-256, one
     size per SHA-256); the sections present. Not the segment entries (see check)."""
@@ -638,9 +655,13 @@ def list_bundles(target: Store, db: str | None = None, collection: str | None = 
 
 def data_tag(o) -> str:
     """What identifies one version of a data file in the target cheaply (a listing tells
-    it): its size and S3 ETag, else its size and mtime. Any rewrite changes it."""
+    it): its size and S3 ETag, else its size, mtime and (local) inode change time. Any
+    rewrite changes it, also one that puts the mtime back."""
     etag = getattr(o, "etag", "")
-    return f"{o.size}:etag:{etag}" if etag else f"{o.size}:mtime:{o.mtime:.6f}"
+    if etag:
+        return f"{o.size}:etag:{etag}"
+    ctime = getattr(o, "ctime_ns", 0)   # (local: an mtime put back after a rewrite leaves it changed)
+    return f"{o.size}:mtime:{o.mtime:.6f}" + (f":ctime:{ctime}" if ctime else "")
 
 
 def blob_tags(target: Store) -> dict[str, tuple[int, str]]:

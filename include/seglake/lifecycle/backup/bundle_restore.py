@@ -104,6 +104,7 @@ def set_up(meta: Meta, store: Store, target: Store, doc: dict, source: "BundleSo
     bundles.seglake_only(doc, where)
     _check_clock(meta, doc, where)
     _check_present(target, doc, where)
+    bundles.check_totals(doc, where)
     from seglake.lifecycle.copyjob.bundled import remember
 
     remember(target)   # this process's runners copy through this very target

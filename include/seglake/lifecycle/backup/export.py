@@ -411,7 +411,8 @@ def _data_tags(target: Store, written: dict) -> dict[str, tuple[int, str]]:
     out = {}
     for key, sha in keys.items():
         try:
-            o = described.get(key) or (as_listed and written[sha]) or target.head(key)
+            o = described.get(key) or (hasattr(target, "listed_one") and target.listed_one(key)) \
+                or (as_listed and written[sha]) or target.head(key)
         except NotFound:
             continue
         out[sha] = (o.size, bundles.data_tag(o))

@@ -100,10 +100,14 @@ def _check_and_import(meta, store, target, doc, collection, bundle, db, name, sn
     snap = doc["source"]["snapshot"] if snapshot is None else validate_name("snapshot", snapshot)
     newest = _check_clock(meta, doc, where)
     plan = _current_plan(meta, doc)
-    if plan is None or plan.get("state") != "imported":
+    # an import whose snapshot still exists is done (answered below without a read); one whose
+    # snapshot was dropped since (its record still says "imported") is imported again, and
+    # checked before it writes like the first time (its files may be gone, the bundle changed)
+    if plan is None or _imported_snapshot(meta, plan) is None:
         if plan is not None:
             _check_takeover(meta, plan, db, name, snap, doc)   # fail fast, before reading the data
         _check_data_files(target, doc, where, threads, throttle)
+        bundles.check_totals(doc, where)
     plan = _import_record(meta, store, doc, db, name, snap)
     cid, sid = plan["collection_id"], plan["snapshot_id"]
     rec = meta.snapshots.find(cid, snap)
@@ -229,6 +233,8 @@ def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: 
     rec = meta.snapshots.find(plan["collection_id"], plan["snapshot"])
     if rec is not None and rec.snapshot_id != plan["snapshot_id"]:
         rec = None
+    if rec is None and plan.get("state") == "imported":
+        return True     # imported, and its snapshot dropped since: nothing left to restore from
     if plan.get("state") == "imported" or (rec is not None and rec.state == COMMITTED):
         raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) was already imported as {as_}; "
                        f"restore from that one")
@@ -240,6 +246,15 @@ def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: 
     raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) is being imported as {as_} right now "
                    f"(heartbeat {silent:.0f} s ago); wait for it, or retry under another name once it "
                    f"failed or has been silent for {snapshots.MIN_PENDING_TIMEOUT:g} s")
+
+
+def _imported_snapshot(meta: Meta, plan: dict):
+    """The snapshot a completed import (record "imported") made, if it still exists; None
+    for an import not completed, or whose snapshot was dropped since."""
+    if plan.get("state") != "imported":
+        return None
+    rec = meta.snapshots.find(plan["collection_id"], plan["snapshot"])
+    return rec if rec is not None and rec.snapshot_id == plan["snapshot_id"] else None
 
 
 def _set_state(meta: Meta, plan: dict, state: str) -> None:
@@ -318,7 +333,8 @@ def _import_record(meta: Meta, store: Store, doc: dict, db: str, name: str, snap
     if _check_takeover(meta, plan, db, name, snap, doc):
         raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}): another import took its record meanwhile; "
                        f"retry")
-    if plan.get("state") == "failed":   # resumed: running again (another name may not take it over now)
+    if plan.get("state") == "failed" or (plan.get("state") == "imported" and _imported_snapshot(meta, plan) is None):
+        # resumed (or imported again: its snapshot was dropped): running again (another name may not take it over now)
         meta.kv.txn([unchanged(kv)], [Put(key, json.dumps({**plan, "state": "importing"}))],
                     reason=f"the import record of bundle {doc['bundle']!r} changed; retry")
         plan = {**plan, "state": "importing"}

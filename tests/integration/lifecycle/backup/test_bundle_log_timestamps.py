@@ -61,6 +61,9 @@ def _forge_log(target, doc, kind: str, value: int) -> str:
     target.put(layout.bundle_blob(sha), raw)
     doc["files"][x["path"]] = {**old, "sha256": sha, "size": len(raw)}
     x["size"] = len(raw)
+    # a consistent forgery: the stated totals follow the edited file (bundle.check_totals)
+    doc["totals"]["bytes"] = sum(f["size"] for f in doc["files"].values())
+    doc["totals"]["unique_blobs"] = len({f["sha256"] for f in doc["files"].values()})
     bundles.write(target, doc)
     return x["path"]
 
