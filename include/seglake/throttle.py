@@ -48,7 +48,7 @@ class Throttle:
         self.clock, self.sleep = clock, sleep
         self.shared = shared if shared is not None and shared.limited else None   # the store's limit
         self._lock = threading.Lock()
-        self._cur = None   # the clock as last seen here (a KeyValue: optimistic CAS; local(): a float)
+        self._cur: KeyValue | None = None   # the clock as last seen here (optimistic CAS)
         self.bytes = self.requests = 0
         self.waited = 0.0
         self.started: float | None = None
@@ -72,29 +72,7 @@ class Throttle:
             waited += self.shared.acquire(nbytes, requests)
         return waited
 
-    def local(self) -> "Throttle":
-        """This run's own limit paced in this process only (no etcd clock, no store-wide
-        limit): for reads that must write nothing, e.g. an import's check of a bundle
-        before it writes anything."""
-        return Throttle(None, "", self.bps, self.rps, self.clock, self.sleep)
-
     def _acquire(self, nbytes: int, requests: int) -> float:
-        if self.kv is None and self.limited:   # local(): an in-process clock
-            cost = max(nbytes / self.bps if self.bps else 0.0, requests / self.rps if self.rps else 0.0)
-            with self._lock:
-                now = self.clock()
-                spent = float(self._cur) if self._cur is not None else 0.0
-                start = max(spent, now)
-                self._cur = start + cost
-                self.started = now if self.started is None else self.started
-                self.bytes += nbytes
-                self.requests += requests
-            wait = start + cost - BURST - self.clock()
-            if wait > 0:
-                self.sleep(wait)
-                with self._lock:
-                    self.waited += wait
-            return max(0.0, wait)
         if not self.limited:
             if self.shared is not None:   # counted for the report (the store's limit paces it)
                 with self._lock:

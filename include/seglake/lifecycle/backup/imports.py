@@ -106,8 +106,7 @@ def _check_and_import(meta, store, target, doc, collection, bundle, db, name, sn
     if plan is None or _imported_snapshot(meta, plan) is None:
         if plan is not None:
             _check_takeover(meta, plan, db, name, snap, doc)   # fail fast, before reading the data
-        # under the run's own limit, paced in this process: the check writes nothing to etcd
-        _check_data_files(target, doc, where, threads, throttle.local())
+        _check_data_files(target, doc, where, threads, throttle)
         bundles.check_totals(doc, where)
     plan = _import_record(meta, store, doc, db, name, snap)
     cid, sid = plan["collection_id"], plan["snapshot_id"]
