@@ -124,6 +124,44 @@ class Throttle:
         return out
 
 
+    def local(self) -> "LocalThrottle":
+        """This run's limits (the tighter of its own and the store's shared one) kept in
+        this process: for what a run reads before it may write anything (an import's
+        check of a bundle refuses with no etcd write, also when limited). Its bytes are
+        not counted against the store's shared clock."""
+        def tighter(a: float, b: float) -> float:
+            return min(x for x in (a, b) if x) if (a or b) else 0.0
+        sb, sr = (self.shared.bps, self.shared.rps) if self.shared is not None else (0.0, 0.0)
+        return LocalThrottle(tighter(self.bps, sb), tighter(self.rps, sr), self.clock, self.sleep)
+
+
+class LocalThrottle(Throttle):
+    """A Throttle whose clock is in this process (no etcd key, no etcd write)."""
+
+    def __init__(self, bytes_per_second: float = 0.0, requests_per_second: float = 0.0, clock=time.time,
+                 sleep=time.sleep):
+        super().__init__(None, "", bytes_per_second, requests_per_second, clock, sleep)
+        self._spent = 0.0
+
+    def _acquire(self, nbytes: int, requests: int) -> float:
+        if not self.limited:
+            return 0.0
+        cost = max(nbytes / self.bps if self.bps else 0.0, requests / self.rps if self.rps else 0.0)
+        with self._lock:
+            now = self.clock()
+            start = max(self._spent, now)
+            self._spent = start + cost
+            self.started = now if self.started is None else self.started
+            self.bytes += nbytes
+            self.requests += requests
+        wait = start + cost - BURST - self.clock()
+        if wait > 0:
+            self.sleep(wait)
+            with self._lock:
+                self.waited += wait
+        return max(0.0, wait)
+
+
 # -- the store's shared limit ---------------------------------------------------------------
 def store_limit(meta) -> tuple[float, float]:
     """(bytes/s, requests/s) of the store-wide copy limit; (0, 0): none."""

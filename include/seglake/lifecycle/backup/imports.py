@@ -106,7 +106,8 @@ def _check_and_import(meta, store, target, doc, collection, bundle, db, name, sn
     if plan is None or _imported_snapshot(meta, plan) is None:
         if plan is not None:
             _check_takeover(meta, plan, db, name, snap, doc)   # fail fast, before reading the data
-        _check_data_files(target, doc, where, threads, throttle)
+        # (read under this run's limits kept in this process: a refused import writes no etcd key)
+        _check_data_files(target, doc, where, threads, throttle.local())
         bundles.check_totals(doc, where)
     plan = _import_record(meta, store, doc, db, name, snap)
     cid, sid = plan["collection_id"], plan["snapshot_id"]
