@@ -248,7 +248,10 @@ def plan_undrop_from_target(meta, target, collection: str, *, db: str = DEFAULT_
     validate_name("db", db)
     if bundle is not None:
         validate_name("bundle", bundle)
-    doc = base_bundle(target, collection, meta.tso.now(), db=db, bundle=bundle)
+    from seglake.meta.alloc import decode_mark
+    seen = meta.kv.get(meta.tso.key)   # the global mark bounds every timestamp issued: a read, no write (now() may
+    bound = decode_mark(seen.value, meta.tso.key) - 1 if seen is not None else meta.tso.now()   # reserve a batch)
+    doc = base_bundle(target, collection, bound, db=db, bundle=bundle)
     site = doc["source"]["site"]
     p = _bundle_plan(doc, collection, db, doc["source"]["consistent_ts"], target)
     _check_archive(target, site, p)   # the archive whole from the bundle's positions, before reading it

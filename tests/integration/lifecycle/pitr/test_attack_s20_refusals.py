@@ -189,3 +189,20 @@ def test_cli_restore_database_refused_for_its_second_collection_writes_nothing(m
     p = _cli(settings, "restore-database", "--as-of", str(t), "--suffix", "_x")
     assert p.returncode != 0 and "b2" in p.stderr and "window" in p.stderr, p.stderr
     assert meta.kv.revision() == rev, f"the refusal wrote {meta.kv.revision() - rev} revision(s) to etcd"
+
+
+def test_cli_undrop_from_a_target_without_a_bundle_writes_nothing(meta, store, settings, tmp_path):
+    """from_target.plan_undrop_from_target took meta.tso.now() (a new batch: a put of the
+    mark from a fresh process) before refusing an undrop the target cannot give."""
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("gone", SCHEMA, shards=1)
+        c.insert("gone", rows(range(1, 5), 1.0))
+    drop.begin_drop(meta, store, settings, "gone")
+    flush_all(meta, store, settings, coll, flush_all=False)
+    drop.finish_drop(meta, "gone", collection_id=coll.collection_id)
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    rev = meta.kv.revision()
+    p = _cli(settings, "collections", "undrop", "gone", "--as", "back", "--from-target", f"file://{backup}")
+    assert p.returncode != 0 and "cannot be undropped" in p.stderr, p.stderr
+    assert meta.kv.revision() == rev, f"the refusal wrote {meta.kv.revision() - rev} revision(s) to etcd"
