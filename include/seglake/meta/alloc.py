@@ -49,13 +49,14 @@
   still issues by its own clock, but every process with a right clock then refuses
   instead of following it (README: "When clocks disagree").
   ... and a fast clock is refused itself while the store is in use: every batch a clock
-  reserves also puts `{key}.live` on a lease of LIVE_TTL s (in the mark's own CAS: no
-  extra round trip). While that key exists, some process reserved a batch by its clock
-  within the last LIVE_GRACE s (a lease outlives its last renewal by at most LIVE_TTL,
-  and a new etcd leader renews every lease once more), so the mark is no older than
-  that -- if that clock was right. A process whose clock leads the mark by more than
-  max_clock_skew + LIVE_GRACE then sees the key and is refused (ClockSkewError: this
-  clock is fast); the mark is not moved. (Judged on a fresh read of the mark, and not
+  reserves also puts `{key}.live` (in the mark's own CAS: no extra round trip), naming a
+  lease of LIVE_TTL s the process grants anew at half its age (no key is attached to it:
+  its running out writes nothing). While that lease is alive, some process reserved a
+  batch by its clock within the last LIVE_GRACE s (a lease outlives its last grant by at
+  most LIVE_TTL, and a new etcd leader renews every lease once more), so the mark is no
+  older than that -- if that clock was right. A process whose clock leads the mark by
+  more than max_clock_skew + LIVE_GRACE then finds it alive and is refused
+  (ClockSkewError: this clock is fast); the mark is not moved. (Judged on a fresh read of the mark, and not
   when the key's last writer is this process's clock itself: it stepped forward, on a
   store no other clock reserved from since.) So one fast clock can drag the TSO at most
   max_clock_skew + LIVE_GRACE ahead of a store in use, and the right clocks wait at most
@@ -97,7 +98,7 @@ MAX_COUNT = 1 << LOGICAL_BITS  # the most timestamps one reserve() hands out
 TS_LIMIT = 1 << 63    # timestamps are int64 downstream
 MARK_PREFIX = "v2:"   # the current format of the TSO key's value
 CAS_ATTEMPTS = 1000
-LIVE_TTL = 5          # seconds: the lease of `{key}.live` (see the module doc); renewed at half its age
+LIVE_TTL = 5          # seconds: the lease `{key}.live` names (see the module doc); granted anew at half its age
 LIVE_GRACE = 2 * LIVE_TTL  # the longest a live key outlives the last batch reserved by a clock
 MAX_CLOCK_SKEW = 5.0  # seconds; the default of config.Settings.max_clock_skew (see the module doc)
 _monotonic, _sleep = time.monotonic, time.sleep  # module-level: tests replace them
@@ -379,16 +380,18 @@ class TSO:
                 "until they agree within max_clock_skew")
 
     def _check_not_fast(self, mark: int, wall_ms: int) -> None:
-        """ClockSkewError when the store is in use (the live key exists: a batch was reserved
-        by a clock within LIVE_GRACE s) while this clock leads the mark by more than
-        max_clock_skew + LIVE_GRACE: this clock is fast (module doc). One etcd read, only
-        when this clock leads the mark by that much."""
+        """ClockSkewError when the store is in use (the lease the live key names is alive: a
+        batch was reserved by a clock within LIVE_GRACE s) while this clock leads the mark by
+        more than max_clock_skew + LIVE_GRACE: this clock is fast (module doc). Two etcd
+        reads, only when this clock leads the mark by that much."""
         live = self.kv.get(f"{self.key}.live")
-        if live is None:
-            return   # idle: no reference but the mark
-        writer_ms, _, writer = live.value.decode(errors="replace").partition(" ")
+        if live is None or not hasattr(self.kv, "lease_ttl"):
+            return   # never in use by a clock since this rule: no reference but the mark
+        writer_ms, writer, lease = (live.value.decode(errors="replace").split(" ") + ["", "", ""])[:3]
         if writer == self._b.token:
             return   # put last by this very clock: it stepped forward itself, nobody else's mark
+        if _int_or(lease, 0) <= 0 or self.kv.lease_ttl(int(lease)) <= 0:
+            return   # idle: the lease ran out (no reservation by a clock within LIVE_GRACE s)
         ahead = (wall_ms - physical_ms(mark)) / 1000
         raise ClockSkewError(
             f"{self.key}: this process's clock ({_utc(wall_ms)}) leads the TSO ({_utc(physical_ms(mark))}) by "
@@ -398,8 +401,9 @@ class TSO:
             "in use is slow. Fix the clocks (NTP); nothing is issued by this one, the TSO is not moved")
 
     def _live_lease(self) -> int | None:
-        """The lease of this process's live key puts, granted anew at half its TTL (None: a
-        KV without leases, e.g. a test's)."""
+        """This clock's live lease, granted anew at half its TTL (None: a KV without leases,
+        e.g. a test's). No key is attached to it: its running out deletes nothing (no etcd
+        revision), the live key only names it."""
         grant = getattr(self.kv, "grant_lease", None)
         if grant is None:
             return None
@@ -410,20 +414,13 @@ class TSO:
 
     def _put_mark(self, cur: KeyValue | None, mark: int, live: tuple[int, int | None] | None = None) -> None:
         """CAS the mark from `cur` (None: absent) to `mark`, in the current format; `live`
-        (a batch reserved by this clock: its wall ms and the live lease): the live key too."""
+        (a batch reserved by this clock: its wall ms and its live lease): the live key too,
+        "<wall ms> <clock token> <lease id>", in the same txn."""
         value = encode_mark(mark)
         ops = [Put(self.key, value)]
-        lease = live[1] if live is not None else None
-        if lease is not None:
-            ops.append(Put(f"{self.key}.live", f"{live[0]} {self._b.token}", lease))
-        try:
-            rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)], ops)
-        except SeglakeError as e:
-            if lease is None or "lease not found" not in str(e).lower():
-                raise
-            self._b.live = None   # expired while this process paused: a fresh one, once
-            ops[1] = Put(f"{self.key}.live", f"{live[0]} {self._b.token}", self._live_lease())
-            rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)], ops)
+        if live is not None and live[1] is not None:
+            ops.append(Put(f"{self.key}.live", f"{live[0]} {self._b.token} {live[1]}"))
+        rev = self.kv.txn([unchanged(cur) if cur is not None else absent(self.key)], ops)
         self._b.cur = KeyValue(self.key, value.encode(), rev,
                                cur.create_revision if cur is not None else rev,
                                cur.version + 1 if cur is not None else 1)
