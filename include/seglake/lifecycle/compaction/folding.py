@@ -182,7 +182,8 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
 
 
 # -- run --------------------------------------------------------------------------------------
-def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revision: int | None, cache: dict):
+def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revision: int | None, cache: dict,
+             fixed: bool = True):
     """Run a FOLD unit to its end (module doc). Re-runnable at any point."""
     from seglake.lifecycle.compaction import running as r
 
@@ -220,7 +221,7 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
                           sum(x.rows_dropped for x in results), sum(x.deletes_carried for x in results),
                           sum(s.total_size() for s, _ in [*inputs, *hits]), sum(x.bytes_out for x in results),
                           outputs=len(outs))
-    return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now, hooks)
+    return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now if fixed else time.time(), hooks)
 
 
 def _hits(meta, unit: Unit):
