@@ -106,7 +106,10 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
     if not carriers:
         return []
     partitions = {p.partition_id: p.name for p in coll.partitions}
-    with_rows = [(s, r) for s, r in flushed if s.num_rows]
+    # segments that hold rows or a partition row high-water mark (a 0-row L1 output of a
+    # compaction: rows all deleted, its mark in dml_ts): a carrier of those is REWRITTEN
+    # (a hit), never dropped as a delete-only input -- that lost the mark (flush.fold_high_water)
+    with_rows = [(s, r) for s, r in flushed if _rows_or_mark(s)]
     if rows is None and with_rows:
         rows = visibility.read_rows(store, coll.schema, [s for s, _ in with_rows])
     legacy = visibility.legacy_source_partitions(meta, [s for s, _ in carriers])
@@ -137,15 +140,16 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
     for (pid, channel), segs in sorted(groups.items()):
         ins, hits, folded = [], set(), set()
         for s, r in segs:
-            mine = {s.segment_id} if s.num_rows else set()      # a row-bearing carrier is rewritten without it
+            bearing = _rows_or_mark(s)
+            mine = {s.segment_id} if bearing else set()      # a row-bearing carrier is rewritten without it
             if seg_col is not None:
                 d = dels[s.segment_id]
                 if len(d):
                     mine |= {int(x) for x in np.unique(seg_col[~visibility.visible_mask(rows, d)])}
-            if (mine | {s.segment_id}) & used or (not s.num_rows and s.segment_id in hits):
+            if (mine | {s.segment_id}) & used or (not bearing and s.segment_id in hits):
                 continue                    # another fold of this plan rewrites one of its segments: next run
-            n_in = len(ins) + (0 if s.num_rows else 1)
-            l0 = [] if s.num_rows else [s]
+            n_in = len(ins) + (0 if bearing else 1)
+            l0 = [] if bearing else [s]
             if len(l0) + 2 * len(mine) > MAX_FOLD_OPS or txn_bytes(l0, mine) > MAX_FOLD_BYTES:
                 # more hits than one txn takes, even alone: its hits are rewritten alone (the
                 # rows its deletes hide dropped, like any rewrite), so a later run folds it
@@ -161,7 +165,7 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
             if n_in + 2 * len(hits | mine) > MAX_FOLD_OPS or \
                     txn_bytes([x for x, _ in ins] + l0, hits | mine) > MAX_FOLD_BYTES:
                 continue                    # the txn is full: next run
-            if s.num_rows:
+            if bearing:
                 folded.add(s.segment_id)
             else:
                 ins.append((s, r))
@@ -181,8 +185,14 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
     return units
 
 
+def _rows_or_mark(seg: Segment) -> bool:
+    """It holds rows, or a partition row high-water mark (a 0-row L1 compaction output)."""
+    return bool(seg.num_rows) or seg.level != L0
+
+
 # -- run --------------------------------------------------------------------------------------
-def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revision: int | None, cache: dict):
+def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revision: int | None, cache: dict,
+             fixed: bool = True):
     """Run a FOLD unit to its end (module doc). Re-runnable at any point."""
     from seglake.lifecycle.compaction import running as r
 
@@ -220,7 +230,7 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
                           sum(x.rows_dropped for x in results), sum(x.deletes_carried for x in results),
                           sum(s.total_size() for s, _ in [*inputs, *hits]), sum(x.bytes_out for x in results),
                           outputs=len(outs))
-    return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now, hooks)
+    return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now if fixed else time.time(), hooks)
 
 
 def _hits(meta, unit: Unit):

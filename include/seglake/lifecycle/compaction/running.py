@@ -96,11 +96,15 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     units of one run; default: now); `cache`: a dict shared by the units of one run, so
     the delete sources of one revision are read once, not once per unit."""
     unit.check()
+    # `now` given (tests, a fixed clock) is used throughout; else the commit takes the time it
+    # commits at: the inputs' dropped_at starts GC's drop_tolerance, which a unit running for
+    # minutes (hours on Spark) would otherwise shorten by its own run time
+    fixed = now is not None
     now = time.time() if now is None else now
     hooks = hooks or {}
     if unit.kind == FOLD:
         from seglake.lifecycle.compaction.folding import run_fold
-        return run_fold(meta, store, unit, now=now, hooks=hooks, sources_revision=sources_revision,
+        return run_fold(meta, store, unit, now=now, fixed=fixed, hooks=hooks, sources_revision=sources_revision,
                         cache={} if cache is None else cache)
     coll = meta.catalog.get(unit.collection_id)
     _inputs(meta, unit)      # refuses a unit whose inputs are on another vchannel before any write
@@ -121,7 +125,7 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     _hook(hooks, "after_files", unit)
     faults.point("compaction.after_files")
     check_files(store, out)
-    return commit(meta, store, unit, rkv, inputs, out, result, now, hooks)
+    return commit(meta, store, unit, rkv, inputs, out, result, now if fixed else time.time(), hooks)
 
 
 def _deletes_of(meta, store, coll: Collection, rec: dict, cache: dict) -> visibility.Deletes:

@@ -82,3 +82,34 @@ def test_a_full_wal_replay_after_the_merge_brings_deleted_rows_back(meta, store,
     w.flush("hr")
     got = rows(meta, store, "hr")
     assert got == w.model.visible(), f"rows back after the replay: {sorted(got)}"
+
+
+def test_folding_a_zero_row_l1_carrier_keeps_the_partition_high_water_mark(meta, store, settings):
+    """A row-bearing segment whose own delete log hides all its rows is REWRITTEN into a
+    0-row L1 output that keeps its delete entries (carried) and its row mark (dml_ts). A
+    later fold takes that output for a delete-only L0 input (0 rows): it is Dropped as
+    'folded', with no output -- and the partition's row high-water mark goes with it."""
+    w = Writer(meta, store, settings)
+    w.create("hz", ["_default", "p1"], shards=1)
+    w.insert("hz", range(1, 6), "p1", 1.0)
+    w.delete("hz", range(1, 6))                          # rides on the same segment's delta log
+    w.flush("hz")
+    coll = meta.catalog.get_by_name("hz")
+    before = _marks(meta, store, settings, coll)
+    s1 = compaction.compact(meta, store, "hz", policy(min_segment_rows=1, delete_ratio=0.0, l0_age=1e6))
+    assert [u.kind for u in s1.plan.units] == [compaction.REWRITE], s1.to_json()
+    (out,) = segments(meta, "hz")
+    assert out.num_rows == 0 and out.level == "L1" and out.deltalogs, out
+    s2 = compaction.compact(meta, store, "hz", policy(min_segment_rows=1, delete_ratio=1.0, l0_age=0.0))
+    assert s2.results and all(r.status == compaction.COMMITTED for r in s2.results), s2.to_json()
+    w.delete("hz", [999])                                # a newer delete, stored
+    w.flush("hz")
+    _gc(meta, store, settings, coll)
+    after = _marks(meta, store, settings, coll)
+    segs = [(x.segment_id, x.level, x.num_rows, x.dml_ts) for x in segments(meta, 'hz')]
+    meta.kv.delete(meta.keys.channel_checkpoint(coll.vchannels[0]))
+    w.flush("hz")
+    got = rows(meta, store, "hz")
+    assert (after, got) == (before, w.model.visible()), (f"row high-water marks: before {before}, after "
+                                                         f"{after}; segments {segs}; rows after a full "
+                                                         f"replay: {sorted(got)}")
