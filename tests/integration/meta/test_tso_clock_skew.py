@@ -97,11 +97,11 @@ def test_a_forged_timestamp_near_2_63_cannot_stop_all_allocation(meta):
 
 def test_a_fast_clock_joining_a_store_in_use_is_refused_and_moves_nothing(meta, settings, monkeypatch):
     """Issue 26 #8, the class: while the store is in use (a batch reserved by a clock within
-    LIVE_GRACE s: the live key), a clock leading the mark by more than max_clock_skew +
-    LIVE_GRACE is refused itself -- the mark is not moved and every right clock goes on.
-    Once the store is idle (the key's lease ran out) there is no reference but the mark:
-    the first clock sets it (the first test's case). A live lease that ran out while its
-    process paused is granted anew (not an error)."""
+    LIVE_GRACE s: the lease the live key names is alive), a clock leading the mark by more
+    than max_clock_skew + LIVE_GRACE is refused itself -- the mark is not moved and every
+    right clock goes on. Once the store is idle (the lease ran out, which writes nothing to
+    etcd) there is no reference but the mark: the first clock sets it (the first test's
+    case)."""
 
     key = meta.keys.alloc_tso()
     t = meta.tso.reserve(1, linearizable=True)      # a right clock: the store is in use
