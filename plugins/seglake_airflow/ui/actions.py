@@ -138,7 +138,10 @@ SCRIPT = r"""
           html += ' <span class="paused">&mdash; whether the DAG ' + esc(d.dag_id) + " is paused is unknown: check its page</span>";
         }
         if (d.dag_paused) {
+          // the answer's own sentence: it says what unpausing also starts (a schedule's run: a REAL gc)
+          var why = d.message && /schedule/.test(d.message) ? d.message.slice(d.message.indexOf("; unpausing") + 2) : "";
           html += ' <span class="paused">&mdash; the DAG ' + esc(d.dag_id) + " is paused: the run waits until it is unpaused" +
+            (why ? ' <strong class="unpause-starts">(' + esc(why) + ")</strong>" : "") +
             (d.can_unpause ? ' <form class="act" data-method="POST" data-path="dags/' + esc(encodeURIComponent(d.dag_id)) +
               '/unpause" data-label="unpause ' + esc(d.dag_id) + '"><button type="submit">unpause ' + esc(d.dag_id) +
               "</button></form>" : "; ask someone who may edit the DAG to unpause it") + "</span>";

@@ -1,0 +1,173 @@
+"""Attack s20 (issue 27): in-process REST probes. Each case: a bad input must be a 400/404
+before any run (no Airflow trigger sent), one sentence."""
+
+import json
+
+import pytest
+
+from seglake.dev import demo
+from seglake.lifecycle import copyjob, restore, snapshot
+
+pytestmark = pytest.mark.airflow
+API = "/seglake/api/v1"
+
+
+@pytest.fixture(scope="module")
+def client(airflow_home):
+    from fastapi.testclient import TestClient
+
+    from airflow.api_fastapi.app import create_app
+
+    return TestClient(create_app())
+
+
+def _headers(role="admin"):
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=role, role=role))
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+
+@pytest.fixture
+def h(client):
+    return _headers()
+
+
+@pytest.fixture
+def world(airflow_env, meta, store):
+    demo.seed(meta, store, demo.SeedParams(name="api_coll", partitions=1, segments=2, rows=50, dim=4))
+    snapshot.create(meta, store, "api_coll", "s1")
+    job_id = restore.restore(meta, store, "api_coll", "s1", "api_copy")
+    copyjob.plan(meta, job_id)
+    return meta, store, job_id
+
+
+@pytest.fixture
+def triggered(monkeypatch) -> list:
+    import httpx
+
+    sent = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: sent.append((url, kw.get("json"))) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    monkeypatch.setattr(httpx, "get", lambda url, **kw: httpx.Response(200, json={"is_paused": False}))
+    return sent
+
+
+PROBES = [
+    ("POST", "/snapshots", '{"collection": "api_c\u043ell", "name": "x"}'),
+    ("POST", "/snapshots", '{"collection": "api_coll", "name": "x", "ttl_hours": NaN}'),
+    ("POST", "/snapshots", '{"collection": "api_coll", "name": "x", "ttl_hours": 1e308}'),
+    ("POST", "/snapshots", '{"collection": "api_coll", "name": "x", "ttl_hours": -0.0, "engine": "spork"}'),
+    ("POST", "/snapshots/api_coll/s1/restore", '{"target": "t1", "max_mib_per_second": NaN}'),
+    ("POST", "/snapshots/api_coll/s1/restore", '{"target": "t1", "max_mib_per_second": Infinity}'),
+    ("POST", "/snapshots/api_coll/s1/restore", '{"target": "t1", "max_mib_per_second": -1}'),
+    ("POST", "/snapshots/api_coll/s1/restore", '{"target": "t1", "max_requests_per_second": 1e308}'),
+    ("POST", "/snapshots/api_coll/s1/restore", '{"target": "t1", "timeout_hours": 1e308}'),
+    ("POST", "/snapshots/api_coll/s1/restore", '{"target": "t1", "timeout_hours": -1}'),
+    ("POST", "/snapshots/api_coll/s1/restore", '{"target": "t1", "engine": "INLINE"}'),
+    ("POST", "/snapshots/api_coll/s1/restore", '{"target": "t1", "target": "api_coll"}'),
+    ("POST", "/snapshots/api_coll/s1/restore", '{"target": "\uff54\uff11"}'),
+    ("POST", "/snapshots/api_coll/s1/restore?db=default", '{"target": "t1", "db": "nodb"}'),
+    ("POST", "/snapshots/api%5Fcoll/s1/restore", '{"target": "api_coll"}'),
+    ("POST", "/snapshots/api_coll%2Fs1/x/restore", '{"target": "t1"}'),
+    ("POST", "/snapshots/api_coll/s1%0A/restore", '{"target": "t1"}'),
+    ("POST", "/snapshots/api_coll/s1/pins", '{"ttl_hours": NaN}'),
+    ("POST", "/snapshots/api_coll/s1/pins", '{"ttl_hours": 1e308}'),
+    ("POST", "/snapshots/api_coll/s1/pins", '{"ttl_hours": 0}'),
+    ("POST", "/snapshots/api_coll/s1/pins", '{"ttl_hours": 2, "db": "other"}'),
+    ("POST", "/collections/api_coll/restore", '{"target": "t2", "as_of": 100000000000000000000000000000}'),
+    ("POST", "/collections/api_coll/restore", '{"target": "t2", "as_of": -1}'),
+    ("POST", "/collections/api_coll/restore", '{"target": "t2", "as_of": "2026-11-27T12:00:00"}'),
+    ("POST", "/collections/api_coll/restore", '{"target": "t2", "as_of": "NaN"}'),
+    ("POST", "/collections/api_coll/restore", '{"target": "t2", "as_of": "now"}'),
+    ("PUT", "/collections/api_coll/pitr", '{"window": NaN}'),
+    ("PUT", "/collections/api_coll/pitr", '{"window": 1e308}'),
+    ("PUT", "/collections/api_coll/pitr", '{"window": "99999999999d"}'),
+    ("PUT", "/collections/api_coll/pitr", '{"window": -5}'),
+    ("PUT", "/collections/api_coll/pitr", '{"window": "3d\\n"}'),
+    ("PUT", "/compaction/policies/api_coll", '{"min_segment_rows": 100000000000000000000000000000000}'),
+    ("PUT", "/compaction/policies/api_coll", '{"delete_ratio": NaN}'),
+    ("PUT", "/compaction/policies/api_coll", '{"l0_age_seconds": Infinity}'),
+    ("PUT", "/compaction/policies/api_coll", '{"target_bytes": -1}'),
+    ("PUT", "/compaction/policies/api_coll", '{"protection_seconds": -1e308}'),
+    ("POST", "/gc/dry-run", '{"collection": "api_coll", "dry_run": false}'),
+    ("POST", "/gc/dry-run?dry_run=false", '{}'),
+    ("POST", "/gc/dry-run", '{"collection": "nope"}'),
+    ("POST", "/gc/dry-run", '{"collection": "api_coll", "engine": "bogus"}'),
+    ("POST", "/gc/dry-run", '[]'),
+    ("POST", "/jobs/100000000000000000000000/resume", '{}'),
+    ("POST", "/jobs/999999/resume", '{}'),
+    ("POST", "/jobs/1/resume", '{"engine": "bogus"}'),
+    ("POST", "/runs/snapshot_create", '{"collection": "api_coll", "name": "x", "ttl_hours": 1e308}'),
+    ("POST", "/runs/snapshot_create", '[]'),
+    ("POST", "/runs/snapshot_create", '"x"'),
+    ("POST", "/runs/snapshot_create", '{"collection": "api_coll", "name": "x", "bogus": 1}'),
+    ("POST", "/runs/snapshot_cre\u0430te", '{"collection": "api_coll", "name": "x"}'),
+    ("POST", "/runs/gc", '{"dry_run": true}'),
+    ("POST", "/runs/compaction", '{"collection": "api_coll", "target_rows": 1e400}'),
+    ("POST", "/runs/compaction", '{"collection": "nope"}'),
+    ("POST", "/runs/snapshot_drop", '{"collection": "api_coll", "name": "nope"}'),
+    ("POST", "/runs/copy_segment_job", '{"job_id": 999999}'),
+    ("POST", "/runs/copy_segment_job", '{"job_id": true}'),
+    ("POST", "/compaction", '{"collection": "api_coll", "dry_run": 1}'),
+    ("DELETE", "/snapshots/api_coll/nope", None),
+    ("DELETE", "/snapshots/api_coll/s1?db=nodb", None),
+    ("DELETE", "/snapshots/api_coll/s1?bd=x", None),
+    ("PUT", "/milvus/sources/m1", '{"milvus_etcd": "h:1", "bucket": "b", "collections": ["c"], "max_mib_per_second": NaN}'),
+    ("PUT", "/milvus/sources/m1", '{"milvus_etcd": "h:1", "bucket": "b", "collections": ["c"], "keep_last": 1e400}'),
+    ("PUT", "/milvus/sources/m1", '{"milvus_etcd": "h:1", "bucket": "b", "collections": ["c\u0430"]}'),
+    ("PUT", "/milvus/sources/m1", '{"milvus_etcd": "h:1", "bucket": "b", "collections": ["c"], "conn_id": "../x\\n"}'),
+    ("POST", "/dags/gc%2F..%2Fsnapshot_create/unpause", None),
+]
+
+
+@pytest.mark.parametrize("method,path,body", PROBES, ids=[f"{m} {p} {b}"[:80] for m, p, b in PROBES])
+def test_probe(client, h, world, triggered, method, path, body):
+    r = client.request(method, API + path, content=body, headers=h)
+    print(method, path, body, "->", r.status_code, r.text[:300])
+    with open("/tmp/atkui/probes.txt", "a") as f:
+        f.write(f"{method} {path} {body} -> {r.status_code} {r.text[:300]}\n")
+    assert r.status_code in (400, 404, 409), r.text
+    assert not triggered
+
+
+# -- F1: "unpause gc" after a GC dry run starts gc's SCHEDULED run (a REAL one when
+# `seglake gc schedule set --execute` is recorded); the answer and the page's button say only
+# "the run waits until it is unpaused" -----------------------------------------------------
+@pytest.fixture
+def paused_scheduled(monkeypatch):
+    """Airflow's answers for a paused DAG with a schedule (as GET /api/v2/dags/gc answers
+    under SEGLAKE_GC_SCHEDULE: tests/e2e/test_gc_scheduled.py)."""
+    import httpx
+
+    sent = []
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: sent.append((url, kw.get("json"))) or httpx.Response(
+        200, json={"dag_run_id": "manual__x", "state": "queued"}))
+    monkeypatch.setattr(httpx, "get", lambda url, **kw: httpx.Response(
+        200, json={"dag_id": url.rsplit("/", 1)[1], "is_paused": True, "timetable_summary": "0 0 * * *"}))
+    return sent
+
+
+def test_f1_gc_dry_run_answer_says_unpausing_starts_a_real_scheduled_gc(client, h, world, paused_scheduled):
+    from seglake.lifecycle import gc
+
+    meta, *_ = world
+    gc.set_schedule(meta, {"dry_run": False, "engine": "inline"}, floor=3600, by="ops")   # scheduled runs are REAL
+    r = client.post(f"{API}/gc/dry-run", json={}, headers=h)
+    assert r.status_code == 201, r.text
+    run = r.json()
+    assert run["dag_paused"] is True and run["can_unpause"] is True, run
+    msg = run["message"]
+    # observed: "queued: the DAG gc is paused, so the run waits until it is unpaused (POST /dags/gc/unpause, or
+    # the toggle on the DAG's page)" -- nothing says that unpausing starts the schedule's latest run at once,
+    # here a REAL gc (deletes files), although the operator asked for a dry run ("deletes nothing")
+    assert "schedule" in msg and "REAL" in msg, msg
+
+
+def test_f1_the_page_shows_the_answers_warning_beside_its_unpause_button():
+    """The page builds its own paused sentence and ignores `message`: whatever the API
+    says about the schedule never reaches the operator who clicks *unpause gc*."""
+    from seglake_airflow.ui.actions import SCRIPT
+
+    assert "d.message" in SCRIPT
