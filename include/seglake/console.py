@@ -110,12 +110,19 @@ def job_rate_eta(job: dict, now: float) -> tuple[float | None, float | None]:
     return _finite(p["copied_bytes"] / elapsed), None
 
 
-def stalled_for(job: dict, now: float, after: float = STALL_AFTER_S) -> float | None:
+def stalled_for(job: dict, now: float, after: float = STALL_AFTER_S,
+                paced_until: float | None = None) -> float | None:
     """Seconds an Executing job's done count has not moved (since its last file, or the
-    last attempt taking a task, or its start), once that is at least `after`; else None."""
+    last attempt taking a task, or its start), once that is at least `after`; else None.
+    `paced_until`: the job's own rate limit's clock (seglake.throttle, in etcd): a runner
+    took budget up to then and waits its turn, as the limit says -- not a stall until
+    that time has passed (a slow limit with big files waited minutes per file, shown as
+    "stalled" with a *resume* button while its runner was alive)."""
     if job["state"] != JOB_EXECUTING:
         return None
     since = job["progress"].get("progress_at") or job.get("started_at") or job.get("created_at")
+    if paced_until is not None and math.isfinite(paced_until):
+        since = max(since or 0.0, paced_until)
     if not since:
         return None
     idle = now - since
@@ -137,7 +144,9 @@ def copy_jobs(meta: Meta, now: float) -> list[dict]:
         def frac(done: int, total: int) -> float:
             return min(1.0, done / total) if total > 0 else 1.0
 
-        stall = stalled_for(d, now)
+        paced = _paced_until(meta, job.job_id)
+        stall = stalled_for(d, now, paced_until=paced)
+        d["paced_until"] = paced if paced is not None and paced > now else None   # waiting its turn (rate limit)
         d.update(rate_bps=rate, eta_s=eta, terminal=d["state"] in JOB_TERMINAL, stalled_s=stall,
                  health=("finished" if d["state"] in JOB_TERMINAL else "stalled" if stall is not None
                          else "running"),
@@ -146,6 +155,16 @@ def copy_jobs(meta: Meta, now: float) -> list[dict]:
                             "bytes": frac(p["done_bytes"], p["total_bytes"])})
         out.append(d)
     return sorted(out, key=lambda d: -d["job_id"])
+
+
+def _paced_until(meta: Meta, job_id: int) -> float | None:
+    """The job's rate-limit clock (seglake.throttle: the time its budget is taken up to),
+    or None (no limit, or unreadable)."""
+    try:
+        kv = meta.kv.get(meta.keys.copy_throttle(job_id))
+        return None if kv is None else float(kv.value)
+    except (SeglakeError, ValueError, TypeError):
+        return None
 
 
 def task_states(meta: Meta) -> Counter:

@@ -171,3 +171,38 @@ def test_f1_the_page_shows_the_answers_warning_beside_its_unpause_button():
     from seglake_airflow.ui.actions import SCRIPT
 
     assert "d.message" in SCRIPT
+
+
+# -- F2: a copy paced by its own rate limit is shown "stalled" (and offered *resume*, a second
+# runner) while its runner is alive, waiting its turn as the limit says --------------------
+def test_f2_a_throttled_copy_waiting_its_turn_is_not_stalled(airflow_env, meta, store):
+    import threading
+    import time
+
+    from seglake import console
+    from seglake.lifecycle.copyjob import copying
+    from seglake.throttle import Throttle
+    from seglake_airflow.ui.render import _jobs
+
+    demo.seed(meta, store, demo.SeedParams(name="thr", partitions=1, segments=1, rows=20, dim=4))
+    snapshot.create(meta, store, "thr", "s1")
+    job_id = restore.restore(meta, store, "thr", "s1", "thr_copy", max_requests_per_second=1 / 35)  # accepted
+    copyjob.plan(meta, job_id)
+    (task,) = meta.copyjobs.tasks(job_id)
+    stop = threading.Event()
+    # the job's own throttle (its etcd clock), sleeping for real but interruptible at the end of the test
+    throttle = Throttle(meta.kv, meta.keys.copy_throttle(job_id), 0, 1 / 35, sleep=stop.wait)
+    runner = threading.Thread(target=copying.copy_task, args=(meta, store, job_id, task.task_id),
+                              kwargs={"throttle": throttle}, daemon=True)
+    runner.start()
+    try:
+        time.sleep(32)
+        assert runner.is_alive()   # the runner copies, at the pace the operator asked for (1 request / 35 s)
+        (j,) = [d for d in console.copy_jobs(meta, time.time()) if d["job_id"] == job_id]
+        row = _jobs([j])
+        # observed: health "stalled", stalled_s ~32, the page row "stalled for 32s" with a *resume* button:
+        # README: resume is "offered only when the job is stalled: nothing copies it"
+        assert j["health"] != "stalled" and "resume" not in row, (j["health"], j["stalled_s"], row)
+    finally:
+        stop.set()
+        runner.join(60)

@@ -164,6 +164,9 @@ def _jobs(rows: list[dict]) -> str:
         if j.get("stalled_s") is not None:   # bytes have not moved: said, not hidden behind a growing ETA
             state += f' <span class="st warn stalled">stalled for {escape(human_duration(j["stalled_s"]))}</span>'
             eta = "-"
+        elif j.get("paced_until"):   # its runner waits its turn under the job's rate limit: not a stall
+            state += (f' <span class="muted paced">paced by its rate limit: next copy in '
+                      f'{escape(human_duration(j["paced_until"] - time.time()))}</span>')
         origin = j.get("origin") or {}
         job = str(j["job_id"])
         if origin.get("dag_id") and origin.get("run_id"):   # the DAG run that made it: its tasks and their logs
