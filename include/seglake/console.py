@@ -201,8 +201,11 @@ def gc_latest(store: Store) -> dict | None:
             "dag_id": (origin or {}).get("dag_id"), "dag_run_id": (origin or {}).get("run_id"),
             "listed": s.get("listed", 0), "candidates": s.get("candidates", 0),
             "candidate_bytes": s.get("candidate_bytes", 0), "kept": s.get("kept") or {},
-            "rows": rows, "swept": swept,
-            **{k: (swept or {}).get(k, 0) for k in ("deleted", "deleted_bytes", "error_count")}}
+            "rows": rows, "swept": swept if swept and not swept.get("partial") else None,
+            # a sweep that started and did not record its end: files may be (partly) deleted
+            "sweep_stopped": bool(s.get("sweep_started_at")) and (not swept or bool(swept.get("partial"))),
+            "sweep_started_at": s.get("sweep_started_at"),
+            **{k: (swept or {}).get(k, 0) for k in ("deleted", "deleted_bytes", "error_count")}}   # so far
 
 
 def gc_pause(meta: Meta) -> dict:

@@ -163,6 +163,10 @@ def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None =
     not do its work: FAILED, whatever the counts say."""
     if not summary:
         return "FAILED: gc did not finish, nothing was deleted unless the sweep ran (see the task logs)"
+    if not summary.get("dry_run") and swept is None and summary.get("swept_partial"):
+        return _short(f"FAILED: gc: the sweep stopped part-way: {summary.get('deleted', 0)} files "
+                      f"({human_bytes(summary.get('deleted_bytes', 0))}) deleted of {summary.get('candidates', 0)} "
+                      f"candidates; run gc again")
     if not summary.get("dry_run") and swept is None and not summary.get("swept", True):
         return _short(f"FAILED: gc: the sweep did not run, nothing was deleted of {summary.get('candidates', 0)} "
                       f"candidates ({human_bytes(summary.get('candidate_bytes', 0))}); run gc again")

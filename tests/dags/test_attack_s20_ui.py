@@ -268,3 +268,42 @@ def test_f3_the_run_note_task_is_not_deleted_by_hand(airflow_env, meta, store, c
     # observed: 200 (the TI deleted); then the drop failed, every other task upstream_failed, and
     # Airflow ended the run 'success' (no leaf counts: run_note was the only one)
     assert status == 400 and "run_note" in text, (status, text, ended)
+
+
+# -- F4: a REAL gc whose sweep was stopped part-way (run marked failed, worker killed, an error)
+# has deleted files, and the page's GC section says "not swept yet" (GET /gc/report: swept null)
+def test_f4_a_sweep_stopped_part_way_is_not_shown_as_not_swept(airflow_env, meta, store, monkeypatch):
+    import os
+    import time
+
+    from seglake import console
+    from seglake.lifecycle.gc.marking import mark
+    from seglake.lifecycle.gc.options import GCOptions
+    from seglake.lifecycle.gc import sweeping
+    from seglake_airflow.ui.render import _gc
+
+    coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=1, rows=10, dim=4))
+    orphans = [f"insert_log/{coll.collection_id}/9/{i}/100/1" for i in range(5)]
+    for k in orphans:
+        store.put(k, b"orphan")
+        t = time.time() - 3 * 86400
+        os.utime(os.path.join(store.uri, k), (t, t))
+    m = mark(meta, store, GCOptions(dry_run=False))
+    calls = {"n": 0}
+    real = store.delete_checked
+
+    def killed_after_two_batches(infos):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt("the sweep task was killed (run marked failed)")
+        return real(infos)
+
+    monkeypatch.setattr(store, "delete_checked", killed_after_two_batches)
+    with pytest.raises(KeyboardInterrupt):
+        sweeping.sweep(meta, store, m.run_id, batch=1)
+    gone = [k for k in orphans if not store.exists(k)]
+    assert len(gone) == 2   # the sweep deleted two files before it stopped
+    latest = console.gc_latest(store)
+    html = _gc(latest, {"all": False, "collections": [], "schedule": None})
+    # observed: swept None, deleted 0, and the page: "REAL run ... 5 candidates ...; not swept yet"
+    assert "not swept yet" not in html and latest["deleted"] >= 2, (latest["swept"], latest["deleted"], html[-300:])

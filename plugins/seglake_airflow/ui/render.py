@@ -239,7 +239,12 @@ def _gc(g: dict | None, pause: dict) -> str:
     kept = ", ".join(f"{escape(str(k))} {v}" for k, v in sorted(g["kept"].items())) or "none"
     swept = (f'swept: {g["deleted"]} files, {human_bytes(g["deleted_bytes"])} deleted'
              + (f', <span class="st bad">{g["error_count"]} could not be deleted</span>' if g["error_count"] else "")
-             if g["swept"] else ("nothing swept (dry run)" if g["dry_run"] else "not swept yet"))
+             if g["swept"] else ("nothing swept (dry run)" if g["dry_run"] else
+                                 (f'<span class="st warn" data-gc-sweep="stopped">sweep started at '
+                                  f'{utc(g.get("sweep_started_at"))} and has not recorded its end: '
+                                  f'{g["deleted"]} files ({human_bytes(g["deleted_bytes"])}) deleted so far'
+                                  f'{" at least" if not g["deleted"] else ""}; it still runs, or stopped part-way '
+                                  f'(gc again resumes it)</span>') if g.get("sweep_stopped") else "not swept yet"))
     return p + head + gc_chart(g["rows"]) + f'<p class="muted">kept by reason: {kept}; {swept}</p>'
 
 
