@@ -307,3 +307,23 @@ def test_f4_a_sweep_stopped_part_way_is_not_shown_as_not_swept(airflow_env, meta
     html = _gc(latest, {"all": False, "collections": [], "schedule": None})
     # observed: swept None, deleted 0, and the page: "REAL run ... 5 candidates ...; not swept yet"
     assert "not swept yet" not in html and latest["deleted"] >= 2, (latest["swept"], latest["deleted"], html[-300:])
+
+
+# -- F5: /metrics per-collection "last snapshot age" keyed by NAME: a collection dropped and
+# created again under the same name shows the dropped one's snapshot age (a "no recent
+# snapshot" alert stays quiet for a collection never snapshotted) --------------------------
+def test_f5_a_new_collection_does_not_inherit_a_dropped_namesakes_snapshot_age(airflow_env, meta, store, settings):
+    from seglake import metrics
+    from seglake.lifecycle.drop import drop_collection
+
+    demo.seed(meta, store, demo.SeedParams(name="again", partitions=1, segments=1, rows=10, dim=4))
+    snapshot.create(meta, store, "again", "nightly")
+    rep = drop_collection(meta, store, settings, "again")
+    assert rep["state"] == "Dropped", rep
+    demo.seed(meta, store, demo.SeedParams(name="again", partitions=1, segments=1, rows=10, dim=4))   # a new one
+    assert not [s for s in meta.snapshots.list() if s.collection_id == meta.catalog.get_by_name("again").collection_id]
+    text = metrics.render(meta, store)
+    lines = [ln for ln in text.splitlines() if ln.startswith("seglake_collection_last_snapshot_age_seconds{")]
+    # observed: seglake_collection_last_snapshot_age_seconds{collection="again",db="default"} 0.0x -- the
+    # dropped collection's snapshot, reported for the live one that has none
+    assert not any('collection="again"' in ln for ln in lines), lines
