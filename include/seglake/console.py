@@ -70,16 +70,23 @@ def collections(meta: Meta) -> list[dict]:
 
 
 # -- snapshots ------------------------------------------------------------------------------
+SNAPSHOT_STALL_AFTER_S = 60.0   # a PENDING snapshot's writers beat every 10 s (snapshot HEARTBEAT_INTERVAL)
+
+
 def snapshots(meta: Meta, now: float) -> list[dict]:
     out = []
     for r in meta.snapshots.list():
         ttl_left = _finite(r.expires_at - now) if r.expires_at is not None else None
+        stalled = None   # a PENDING create nobody writes (its run stopped): said, not shown as running
+        if r.state == "PENDING":
+            idle = now - meta.snapshots.last_beat(r)[0]
+            stalled = _finite(round(idle, 1)) if idle >= SNAPSHOT_STALL_AFTER_S else None
         out.append({"collection": r.collection_name, "collection_id": r.collection_id, "db": r.db,
                     "name": r.name, "state": r.state, "description": r.description,
                     "created_at": r.created_at, "age_s": max(0.0, now - r.created_at),
                     "expires_at": r.expires_at, "ttl_left_s": ttl_left, "pins": r.pinned_by(now),
                     "segments": r.segments, "rows": r.rows, "bytes": r.bytes, "files": r.files,
-                    "error": r.error})
+                    "error": r.error, "stalled_s": stalled, "gave_up": bool(r.failed)})
     return sorted(out, key=lambda r: (r["db"], r["collection"], r["name"]))
 
 

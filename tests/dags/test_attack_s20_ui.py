@@ -363,3 +363,38 @@ def test_f6_a_resumed_jobs_segment_count_never_goes_down(airflow_env, meta, stor
     # done_files / done_bytes never go down
     open("/tmp/atkui/f6.txt", "w").write(repr(seen))
     assert all(b >= a for a, b in zip(segs, segs[1:])), seen
+
+
+# -- F7: a green snapshot_drop run that is cleared (Airflow re-runs every task of the SAME run) ends
+# red, its note saying the drop "did not finish" although this run dropped the snapshot --------
+def test_f7_a_cleared_green_drop_run_is_not_told_it_did_not_finish(airflow_env, meta, store):
+    from dag_helpers import load_dag, task_states
+
+    demo.seed(meta, store, demo.SeedParams(partitions=1, segments=1, rows=10, dim=4))
+    snapshot.create(meta, store, "demo", "gone")
+    dag = load_dag("snapshot_drop")
+    first = dag.test(run_conf={"collection": "demo", "name": "gone"})
+    assert first.state == "success"
+    assert meta.snapshots.find(meta.catalog.get_by_name("demo").collection_id, "gone") is None   # dropped
+    # a clear of that run re-runs check_conf, drop and run_note with the same conf: the drop task has no
+    # run-id of its own, so a second run with the same conf does exactly what the clear does
+    again = dag.test(run_conf={"collection": "demo", "name": "gone"})
+    # observed: failed, {'check_conf': success, 'drop': failed, 'run_note': failed}, note "FAILED: snapshot
+    # demo/gone did not finish: task drop failed: snapshot 'gone' not found ..." -- the snapshot IS dropped
+    assert again.state == "success", task_states(again)
+
+
+# -- F8: a snapshot whose create run was stopped (marked failed mid-write: give_up skipped, no
+# writer, no heartbeat) shows "PENDING" in the running colour on the page for ever (GC is manual)
+def test_f8_an_abandoned_pending_snapshot_is_said_not_shown_as_running(airflow_env, meta, store):
+    import time
+
+    from seglake import console
+    from seglake_airflow.ui.render import _snapshots
+
+    demo.seed(meta, store, demo.SeedParams(partitions=1, segments=1, rows=10, dim=4))
+    snapshot.begin(meta, "demo", "stopped", owner="manual__x", now=time.time() - 900)   # last beat 15 min ago
+    (row,) = [r for r in console.snapshots(meta, time.time()) if r["name"] == "stopped"]
+    html = _snapshots([row])
+    # observed: '<span class="st run">PENDING</span>' and nothing else: no writer for 15 minutes is not said
+    assert "no writer" in html or "stalled" in html, html

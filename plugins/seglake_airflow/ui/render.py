@@ -144,7 +144,13 @@ def _snapshots(rows: list[dict]) -> str:
                              body={"db": r["db"]}, button="pin (h)")
                       + form(f"drop {where}", "DELETE", f"{base}?db={quote(r['db'], safe='')}",
                              confirm="click again to drop", button="drop"))
-        out.append([escape(r["collection"]), escape(r["name"]), _state(r["state"]), human_duration(r["age_s"]),
+        state = _state(r["state"])
+        if r.get("gave_up"):
+            state += ' <span class="st bad">its create gave up</span>'
+        elif r.get("stalled_s") is not None:   # no writer beats: its run stopped (GC removes it later)
+            state += (f' <span class="st warn stalled">no writer for {escape(human_duration(r["stalled_s"]))}: '
+                      f'its create run stopped?</span>')
+        out.append([escape(r["collection"]), escape(r["name"]), state, human_duration(r["age_s"]),
                     ttl, escape(", ".join(map(str, r["pins"])) or "-"), str(r["segments"]), f"{r['rows']:,}",
                     human_bytes(r["bytes"]), escape(r["error"] or r["description"] or ""), action])
     return _table(["collection", "snapshot", "state", "age", "TTL left", "pins", "segments", "rows", "size",
