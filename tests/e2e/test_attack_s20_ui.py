@@ -113,3 +113,25 @@ def test_roles_and_csrf(sched):
                    "{'Content-Type': 'application/json'}, body: '{}'}).then(r => r.status)")
         assert ans == 403, ans
     assert len(_runs(sa)) == before
+
+
+def test_f7_a_cleared_green_drop_run_stays_green(sched):
+    """F7: Airflow's clear of a finished green snapshot_drop run re-runs drop for a snapshot
+    this very run dropped."""
+    from seglake.lifecycle import snapshot
+
+    sa, meta, store, _ = sched
+    snapshot.create(meta, store, COLL, "todrop")
+    sa.request("PATCH", "/api/v2/dags/snapshot_drop", {"is_paused": False})
+    r = sa.trigger("snapshot_drop", {"collection": COLL, "name": "todrop"})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["dag_run_id"]
+    assert sa.wait_run("snapshot_drop", run_id) == "success"
+    c = sa.request("POST", f"/api/v2/dags/snapshot_drop/dagRuns/{run_id}/clear", {"dry_run": False})
+    assert c.status_code == 200, c.text
+    time.sleep(3)
+    state = sa.wait_run("snapshot_drop", run_id)
+    note = sa.run("snapshot_drop", run_id).get("note")
+    print("CLEARED DROP:", state, sa.task_states("snapshot_drop", run_id), note)
+    sa.request("PATCH", "/api/v2/dags/snapshot_drop", {"is_paused": True})
+    assert state == "success", (state, note)
