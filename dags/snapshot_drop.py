@@ -35,14 +35,34 @@ from seglake_airflow.notes import run_note
 )
 def snapshot_drop():
     @task
-    def drop(params: dict) -> dict:
+    def drop(params: dict, run_id: str | None = None) -> dict:
+        import json
+
+        from seglake.errors import NotFound
         from seglake.lifecycle import snapshot
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
+        # this run's intent, leased for a week: a clear of this run (Airflow re-runs drop) finds the
+        # snapshot already dropped by itself and says so, instead of failing on "not found" (atk s20 F7)
+        intent = hook.meta.keys.dropped_by_run(run_id, params["db"], params["collection"], params["name"]) \
+            if run_id else None
+        if intent is not None and hook.meta.kv.get(intent) is None:
+            hook.meta.kv.put(intent, json.dumps({"run_id": run_id}), lease=hook.meta.kv.grant_lease(7 * 86400))
         with fail_fast():
-            result = snapshot.drop(hook.meta, hook.store, params["collection"], params["name"], db=params["db"])
+            try:
+                result = snapshot.drop(hook.meta, hook.store, params["collection"], params["name"], db=params["db"])
+            except NotFound:
+                if intent is None or hook.meta.kv.get(intent) is None or \
+                        json.loads(hook.meta.kv.get(intent).value).get("dropped") is not True:
+                    raise
+                print(f"snapshot {params['name']!r} of {params['collection']!r} was already dropped by this run "
+                      f"({run_id}): nothing to do")
+                return {"snapshot": params["name"], "files_removed": 0, "already": True}
+        if intent is not None:
+            hook.meta.kv.put(intent, json.dumps({"run_id": run_id, "dropped": True}),
+                             lease=hook.meta.kv.grant_lease(7 * 86400))
         print(f"dropped snapshot {params['name']!r} of {params['collection']!r}: "
               f"{result['files_removed']} snapshot files removed")
         return result

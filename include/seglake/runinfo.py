@@ -289,6 +289,8 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
     if result is None:
         return _short(f"FAILED: {what} did not finish (see the task logs)")
     if kind == "snapshot_drop":
+        if result.get("already"):   # a clear of the run that dropped it
+            return _short(f"{what} dropped (by this run's earlier try; nothing left to do)")
         return _short(f"{what} dropped, {result.get('files_removed', 0)} snapshot files removed")
     if kind in ("snapshot_retention", "compaction_policy"):
         return _short(f"{what} " + ("cleared" if "cleared" in result else "set"))
