@@ -406,3 +406,34 @@ def test_f8_an_abandoned_pending_snapshot_is_said_not_shown_as_running(airflow_e
     html = _snapshots([row])
     # observed: '<span class="st run">PENDING</span>' and nothing else: no writer for 15 minutes is not said
     assert "no writer" in html or "stalled" in html, html
+
+
+# -- F9: after a resume, a job's copied_bytes / copied_files (API progress, the restore note's "X in
+# T", the Stats counter seglake.restore.copied_bytes, a finished job's average rate) count only the
+# LAST attempt of each task; the first attempt's copies are forgotten ------------------------
+def test_f9_a_resumed_jobs_copied_bytes_count_every_attempt(airflow_env, meta, store, monkeypatch):
+    from seglake.lifecycle.copyjob import copying
+
+    demo.seed(meta, store, demo.SeedParams(name="cb", partitions=1, segments=6, rows=10, dim=4))
+    snapshot.create(meta, store, "cb", "s1")
+    job_id = restore.restore(meta, store, "cb", "s1", "cb_copy")
+    copyjob.plan(meta, job_id)
+    monkeypatch.setattr(copying, "PROGRESS_EVERY_S", -1.0)
+    real = copying._save_progress
+
+    def killed(meta_, own, progress, now):
+        real(meta_, own, progress, now)
+        if progress["segments"] >= 3:
+            raise KeyboardInterrupt("the runner was killed")
+
+    monkeypatch.setattr(copying, "_save_progress", killed)
+    with pytest.raises(KeyboardInterrupt):
+        for t in meta.copyjobs.tasks(job_id):
+            copying.copy_task(meta, store, job_id, t.task_id)
+    first = copyjob.describe_job(meta, job_id)["progress"]["copied_bytes"]
+    monkeypatch.setattr(copying, "_save_progress", real)
+    for t in meta.copyjobs.tasks(job_id):
+        copying.copy_task(meta, store, job_id, t.task_id)
+    p = copyjob.describe_job(meta, job_id)["progress"]
+    # observed: copied_bytes == total - first (the second attempt's only), e.g. 13093 of 26224 bytes "copied"
+    assert first > 0 and p["copied_bytes"] >= p["total_bytes"], (first, p["copied_bytes"], p["total_bytes"])
