@@ -437,3 +437,19 @@ def test_f9_a_resumed_jobs_copied_bytes_count_every_attempt(airflow_env, meta, s
     p = copyjob.describe_job(meta, job_id)["progress"]
     # observed: copied_bytes == total - first (the second attempt's only), e.g. 13093 of 26224 bytes "copied"
     assert first > 0 and p["copied_bytes"] >= p["total_bytes"], (first, p["copied_bytes"], p["total_bytes"])
+
+
+def test_f1_the_unpause_answer_says_the_scheduled_run_it_starts(client, h, world, monkeypatch):
+    """POST /dags/gc/unpause: Airflow's PATCH answer has the schedule; the answer must say that a
+    scheduled run starts now, and (gc) that it is REAL. Observed: {"dag_id": "gc", "is_paused": false}."""
+    import httpx
+
+    from seglake.lifecycle import gc
+
+    meta, *_ = world
+    gc.set_schedule(meta, {"dry_run": False, "engine": "inline"}, floor=3600, by="ops")
+    monkeypatch.setattr(httpx, "patch", lambda url, **kw: httpx.Response(
+        200, json={"dag_id": "gc", "is_paused": False, "timetable_summary": "0 0 * * *"}))
+    r = client.post(f"{API}/dags/gc/unpause", headers=h)
+    assert r.status_code == 200, r.text
+    assert "REAL" in r.json().get("message", ""), r.json()

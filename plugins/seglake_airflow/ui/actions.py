@@ -127,7 +127,9 @@ SCRIPT = r"""
       }
       if (unpause) {   // the queued run starts now: keep its link, drop the paused note
         var l = JSON.parse(sessionStorage.getItem(KEY) || "{}"), p = out.querySelector(".paused");
-        if (p) p.outerHTML = '<span class="unpaused">(' + esc(d.dag_id) + " unpaused: the run starts)</span>";
+        if (p) p.outerHTML = '<span class="unpaused">(' + esc(d.dag_id) + " unpaused: the run starts" +
+          (d.message && /schedule/.test(d.message) ? "; " + esc(d.message.slice(d.message.indexOf(":") + 2)) : "") +
+          ")</span>";
         remember(out.innerHTML, "ok", l.run || null);
         return;
       }

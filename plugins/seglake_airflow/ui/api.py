@@ -261,6 +261,8 @@ class MilvusOverview(BaseModel):
 class DagState(BaseModel):
     dag_id: str
     is_paused: bool
+    message: str = Field("", description="what the unpause starts: a DAG with a schedule starts its latest "
+                                         "interval's scheduled run at once (gc: what that run does)")
 
 
 # the DAGs this API creates runs of: the only ones its unpause route acts on
@@ -892,7 +894,13 @@ def create_api():
             raise Unavailable(f"{dag_id}: Airflow's API did not answer the unpause ({type(e).__name__})") from None
         if r.status_code >= 400:
             raise StarletteHTTPException(r.status_code, f"{dag_id}: Airflow refused the unpause: {r.text[:300]}")
-        return {"dag_id": dag_id, "is_paused": bool(r.json().get("is_paused"))}
+        doc = r.json()
+        summary = doc.get("timetable_summary")
+        message = f"{dag_id} unpaused"
+        if isinstance(summary, str) and summary not in ("", "None", "null") and not doc.get("is_paused"):
+            message += (f": its schedule ({summary}) runs now, the latest interval's scheduled run starts at once"
+                        f"{_scheduled_does(dag_id)}")
+        return {"dag_id": dag_id, "is_paused": bool(doc.get("is_paused")), "message": message}
 
     def _pin_ttl_seconds(hours: float) -> float:
         """The pin's TTL, given in hours, in seconds; a refusal speaks in hours and names the field."""
