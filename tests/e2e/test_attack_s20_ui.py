@@ -73,6 +73,7 @@ def test_f1_the_pages_unpause_after_a_gc_dry_run_says_it_starts_a_real_gc(sched)
     # observed on a05f92e: the page said only "the run waits until it is unpaused", and the
     # unpause started a scheduled REAL gc that deleted the 3 orphans
     assert warned, (said, kinds, gone)
+    assert "REAL" in after, after   # the unpause's own answer: a scheduled REAL gc started
 
 
 def test_f3_deleting_the_run_note_task_instance_is_refused(sched):
