@@ -453,3 +453,27 @@ def test_f1_the_unpause_answer_says_the_scheduled_run_it_starts(client, h, world
     r = client.post(f"{API}/dags/gc/unpause", headers=h)
     assert r.status_code == 200, r.text
     assert "REAL" in r.json().get("message", ""), r.json()
+
+
+# -- F10: a clear of an old green drop_collection run (Airflow re-runs `begin` with the same conf)
+# drops the NEW collection that took the name since: begin_drop looks the name up again -----
+def test_f10_a_cleared_drop_collection_run_never_drops_a_later_namesake(airflow_env, meta, store):
+    from dag_helpers import load_dag
+
+    demo.seed(meta, store, demo.SeedParams(name="reused", partitions=1, segments=1, rows=10, dim=4))
+    dag = load_dag("drop_collection")
+    conf = {"collection": "reused", "wait_for_flush": False}
+    first = dag.test(run_conf=conf)
+    assert first.state == "success"
+    new, _ = demo.seed(meta, store, demo.SeedParams(name="reused", partitions=1, segments=1, rows=10, dim=4))
+    params = {"collection": "reused", "db": "default", "wait_for_flush": False, "timeout_hours": 1,
+              "engine": "auto"}
+    begin = dag.task_dict["begin"].python_callable
+    try:   # what a clear of `first` re-runs first (same conf, same run id)
+        begin(params, run_id=first.run_id)
+    except TypeError:   # a05f92e: begin takes no run id
+        begin(params)
+    except Exception:   # noqa: BLE001 - a refusal is fine: the new collection must stay
+        pass
+    # observed on a05f92e: the new collection (created after the run finished) is Dropping/Dropped
+    assert meta.catalog.get(new.collection_id).state == "Created", meta.catalog.get(new.collection_id).state
