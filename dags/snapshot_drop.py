@@ -38,30 +38,34 @@ def snapshot_drop():
     def drop(params: dict, run_id: str | None = None) -> dict:
         import json
 
-        from seglake.errors import NotFound
+        from seglake.errors import Conflict
         from seglake.lifecycle import snapshot
         from seglake_airflow.failfast import fail_fast
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
         # this run's intent, leased for a week: a clear of this run (Airflow re-runs drop) finds the
-        # snapshot already dropped by itself and says so, instead of failing on "not found" (atk s20 F7)
+        # snapshot already dropped by itself and says so, instead of failing on "not found" (atk s20 F7),
+        # and never drops a later snapshot that took the name since (atk s20 F10's twin)
         intent = hook.meta.keys.dropped_by_run(run_id, params["db"], params["collection"], params["name"]) \
             if run_id else None
-        if intent is not None and hook.meta.kv.get(intent) is None:
-            hook.meta.kv.put(intent, json.dumps({"run_id": run_id}), lease=hook.meta.kv.grant_lease(7 * 86400))
+        mine = json.loads(hook.meta.kv.get(intent).value) if intent and hook.meta.kv.get(intent) else None
+        if mine is not None and mine.get("dropped") is True:
+            print(f"snapshot {params['name']!r} of {params['collection']!r} was already dropped by this run "
+                  f"({run_id}): nothing to do")
+            return {"snapshot": params["name"], "files_removed": 0, "already": True}
         with fail_fast():
-            try:
-                result = snapshot.drop(hook.meta, hook.store, params["collection"], params["name"], db=params["db"])
-            except NotFound:
-                if intent is None or hook.meta.kv.get(intent) is None or \
-                        json.loads(hook.meta.kv.get(intent).value).get("dropped") is not True:
-                    raise
-                print(f"snapshot {params['name']!r} of {params['collection']!r} was already dropped by this run "
-                      f"({run_id}): nothing to do")
-                return {"snapshot": params["name"], "files_removed": 0, "already": True}
+            rec, _ = snapshot.resolve(hook.meta, params["collection"], params["name"], db=params["db"])
+            if mine is not None and mine.get("snapshot_id") not in (None, rec.snapshot_id):
+                raise Conflict(f"snapshot {params['name']!r} is now id {rec.snapshot_id}, not the one this run "
+                               f"began dropping ({mine['snapshot_id']}): a later snapshot took the name; "
+                               f"drop it with a new run")
+            if intent is not None and mine is None:
+                hook.meta.kv.put(intent, json.dumps({"run_id": run_id, "snapshot_id": rec.snapshot_id}),
+                                 lease=hook.meta.kv.grant_lease(7 * 86400))
+            result = snapshot.drop(hook.meta, hook.store, params["collection"], params["name"], db=params["db"])
         if intent is not None:
-            hook.meta.kv.put(intent, json.dumps({"run_id": run_id, "dropped": True}),
+            hook.meta.kv.put(intent, json.dumps({"run_id": run_id, "snapshot_id": rec.snapshot_id, "dropped": True}),
                              lease=hook.meta.kv.grant_lease(7 * 86400))
         print(f"dropped snapshot {params['name']!r} of {params['collection']!r}: "
               f"{result['files_removed']} snapshot files removed")

@@ -390,6 +390,10 @@ def test_f7_a_cleared_green_drop_run_is_not_told_it_did_not_finish(airflow_env, 
                                                           "nothing left to do)"
     with pytest.raises((AirflowFailException, Exception)):   # another run: the snapshot is not found, as before
         drop(params, run_id="manual__another")
+    # F10's twin: a later snapshot took the name; a clear of the old run must not drop it (on a05f92e it did)
+    snapshot.create(meta, store, "demo", "gone")
+    assert drop(params, run_id=first.run_id).get("already") is True
+    assert meta.snapshots.find(meta.catalog.get_by_name("demo").collection_id, "gone") is not None
 
 
 # -- F8: a snapshot whose create run was stopped (marked failed mid-write: give_up skipped, no
