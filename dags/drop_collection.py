@@ -48,12 +48,27 @@ from seglake_airflow.notes import run_note
 )
 def drop_collection():
     @task
-    def begin(params: dict) -> dict:
+    def begin(params: dict, run_id: str | None = None) -> dict:
+        import json
+
         from seglake.lifecycle import drop
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        rep = drop.begin_drop(hook.meta, hook.store, hook.settings, params["collection"], params["db"])
+        # the collection this run began on, leased (the wait may last 7 days): a clear of this run,
+        # which re-runs begin with the same conf, acts on it again, never on a later collection that
+        # took the name since (a clear of an old green run dropped the new one: atk s20 F10)
+        key = hook.meta.keys.run_intent("drop_collection", run_id, params["db"], params["collection"]) \
+            if run_id else None
+        kv = hook.meta.kv.get(key) if key else None
+        cid = json.loads(kv.value)["collection_id"] if kv is not None else None
+        if cid is None and key is not None:
+            coll = drop.find(hook.meta, params["collection"], params["db"])
+            if coll is not None and coll.state != "Dropped":
+                cid = coll.collection_id
+                hook.meta.kv.put(key, json.dumps({"collection_id": cid}), lease=hook.meta.kv.grant_lease(30 * 86400))
+        rep = drop.begin_drop(hook.meta, hook.store, hook.settings, params["collection"], params["db"],
+                              collection_id=cid)
         print(drop.format_status(rep))
         return {"state": rep["state"], "collection_id": rep["collection_id"]}
 

@@ -178,10 +178,12 @@ def gc():
         store = SeglakeHook().store
         doc = json.loads(store.get(layout.gc_run_file(prep["run_id"], "summary.json")))
         result = {"mark": doc, "dry_run": prep["dry_run"]}
+        partial = bool(doc.get("swept")) and bool(doc["swept"].get("partial"))   # stopped part-way
         if doc.get("swept"):
             result["sweep"] = doc["swept"]
         print(engine.format_summary(result))
-        return {"run_id": prep["run_id"], "dry_run": prep["dry_run"], "swept": bool(doc.get("swept")),
+        return {"run_id": prep["run_id"], "dry_run": prep["dry_run"], "swept": bool(doc.get("swept")) and not partial,
+                "swept_partial": partial,
                 "candidates": doc["candidates"],
                 "candidate_bytes": doc["candidate_bytes"], "by_collection_reason": doc["by_collection_reason"],
                 "unrecognised": doc["unrecognised"]["files"], "dropped": doc["dropped"],

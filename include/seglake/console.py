@@ -70,16 +70,23 @@ def collections(meta: Meta) -> list[dict]:
 
 
 # -- snapshots ------------------------------------------------------------------------------
+SNAPSHOT_STALL_AFTER_S = 60.0   # a PENDING snapshot's writers beat every 10 s (snapshot HEARTBEAT_INTERVAL)
+
+
 def snapshots(meta: Meta, now: float) -> list[dict]:
     out = []
     for r in meta.snapshots.list():
         ttl_left = _finite(r.expires_at - now) if r.expires_at is not None else None
+        stalled = None   # a PENDING create nobody writes (its run stopped): said, not shown as running
+        if r.state == "PENDING":
+            idle = now - meta.snapshots.last_beat(r)[0]
+            stalled = _finite(round(idle, 1)) if idle >= SNAPSHOT_STALL_AFTER_S else None
         out.append({"collection": r.collection_name, "collection_id": r.collection_id, "db": r.db,
                     "name": r.name, "state": r.state, "description": r.description,
                     "created_at": r.created_at, "age_s": max(0.0, now - r.created_at),
                     "expires_at": r.expires_at, "ttl_left_s": ttl_left, "pins": r.pinned_by(now),
                     "segments": r.segments, "rows": r.rows, "bytes": r.bytes, "files": r.files,
-                    "error": r.error})
+                    "error": r.error, "stalled_s": stalled, "gave_up": bool(r.failed)})
     return sorted(out, key=lambda r: (r["db"], r["collection"], r["name"]))
 
 
@@ -110,12 +117,19 @@ def job_rate_eta(job: dict, now: float) -> tuple[float | None, float | None]:
     return _finite(p["copied_bytes"] / elapsed), None
 
 
-def stalled_for(job: dict, now: float, after: float = STALL_AFTER_S) -> float | None:
+def stalled_for(job: dict, now: float, after: float = STALL_AFTER_S,
+                paced_until: float | None = None) -> float | None:
     """Seconds an Executing job's done count has not moved (since its last file, or the
-    last attempt taking a task, or its start), once that is at least `after`; else None."""
+    last attempt taking a task, or its start), once that is at least `after`; else None.
+    `paced_until`: the job's own rate limit's clock (seglake.throttle, in etcd): a runner
+    took budget up to then and waits its turn, as the limit says -- not a stall until
+    that time has passed (a slow limit with big files waited minutes per file, shown as
+    "stalled" with a *resume* button while its runner was alive)."""
     if job["state"] != JOB_EXECUTING:
         return None
     since = job["progress"].get("progress_at") or job.get("started_at") or job.get("created_at")
+    if paced_until is not None and math.isfinite(paced_until):
+        since = max(since or 0.0, paced_until)
     if not since:
         return None
     idle = now - since
@@ -137,7 +151,9 @@ def copy_jobs(meta: Meta, now: float) -> list[dict]:
         def frac(done: int, total: int) -> float:
             return min(1.0, done / total) if total > 0 else 1.0
 
-        stall = stalled_for(d, now)
+        paced = _paced_until(meta, job.job_id)
+        stall = stalled_for(d, now, paced_until=paced)
+        d["paced_until"] = paced if paced is not None and paced > now else None   # waiting its turn (rate limit)
         d.update(rate_bps=rate, eta_s=eta, terminal=d["state"] in JOB_TERMINAL, stalled_s=stall,
                  health=("finished" if d["state"] in JOB_TERMINAL else "stalled" if stall is not None
                          else "running"),
@@ -146,6 +162,16 @@ def copy_jobs(meta: Meta, now: float) -> list[dict]:
                             "bytes": frac(p["done_bytes"], p["total_bytes"])})
         out.append(d)
     return sorted(out, key=lambda d: -d["job_id"])
+
+
+def _paced_until(meta: Meta, job_id: int) -> float | None:
+    """The job's rate-limit clock (seglake.throttle: the time its budget is taken up to),
+    or None (no limit, or unreadable)."""
+    try:
+        kv = meta.kv.get(meta.keys.copy_throttle(job_id))
+        return None if kv is None else float(kv.value)
+    except (SeglakeError, ValueError, TypeError):
+        return None
 
 
 def task_states(meta: Meta) -> Counter:
@@ -182,8 +208,11 @@ def gc_latest(store: Store) -> dict | None:
             "dag_id": (origin or {}).get("dag_id"), "dag_run_id": (origin or {}).get("run_id"),
             "listed": s.get("listed", 0), "candidates": s.get("candidates", 0),
             "candidate_bytes": s.get("candidate_bytes", 0), "kept": s.get("kept") or {},
-            "rows": rows, "swept": swept,
-            **{k: (swept or {}).get(k, 0) for k in ("deleted", "deleted_bytes", "error_count")}}
+            "rows": rows, "swept": swept if swept and not swept.get("partial") else None,
+            # a sweep that started and did not record its end: files may be (partly) deleted
+            "sweep_stopped": bool(s.get("sweep_started_at")) and (not swept or bool(swept.get("partial"))),
+            "sweep_started_at": s.get("sweep_started_at"),
+            **{k: (swept or {}).get(k, 0) for k in ("deleted", "deleted_bytes", "error_count")}}   # so far
 
 
 def gc_pause(meta: Meta) -> dict:

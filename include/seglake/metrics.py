@@ -90,9 +90,12 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
                    "What holds snapshots (copy jobs reading them, unexpired operator pins), summed over snapshots.",
                    [({}, sum(len(r["pins"]) for r in rows))])
         newest: dict[tuple[str, str], float] = {}
+        # per LIVE collection, by id (as compaction below): a dropped collection's snapshots are never
+        # reported under the name a new collection took since (it would hide that the new one has none)
+        live = {c.collection_id: (c.db, c.name) for c in meta.catalog.list()}
         for r in rows:
-            if r["state"] == "COMMITTED":
-                key = (r["db"], r["collection"])
+            if r["state"] == "COMMITTED" and r.get("collection_id") in live:
+                key = live[r["collection_id"]]
                 newest[key] = min(newest.get(key, math.inf), r["age_s"])
         out.family("seglake_collection_last_snapshot_age_seconds",
                    "Age of the newest COMMITTED snapshot of each collection that has one.",

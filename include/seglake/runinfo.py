@@ -163,6 +163,10 @@ def gc_note(summary: Mapping[str, Any] | None, swept: Mapping[str, Any] | None =
     not do its work: FAILED, whatever the counts say."""
     if not summary:
         return "FAILED: gc did not finish, nothing was deleted unless the sweep ran (see the task logs)"
+    if not summary.get("dry_run") and swept is None and summary.get("swept_partial"):
+        return _short(f"FAILED: gc: the sweep stopped part-way: {summary.get('deleted', 0)} files "
+                      f"({human_bytes(summary.get('deleted_bytes', 0))}) deleted of {summary.get('candidates', 0)} "
+                      f"candidates; run gc again")
     if not summary.get("dry_run") and swept is None and not summary.get("swept", True):
         return _short(f"FAILED: gc: the sweep did not run, nothing was deleted of {summary.get('candidates', 0)} "
                       f"candidates ({human_bytes(summary.get('candidate_bytes', 0))}); run gc again")
@@ -285,9 +289,8 @@ def result_note(kind: str, params: Mapping[str, Any], result: Any) -> str:
     if result is None:
         return _short(f"FAILED: {what} did not finish (see the task logs)")
     if kind == "snapshot_drop":
-        if result.get("already_gone"):
-            return _short(f"{what} already gone when this run's retry ran (dropped by its earlier attempt "
-                          "or by another drop)")
+        if result.get("already"):   # a clear or retry of the run that dropped it
+            return _short(f"{what} dropped (by this run's earlier try; nothing left to do)")
         return _short(f"{what} dropped, {result.get('files_removed', 0)} snapshot files removed")
     if kind in ("snapshot_retention", "compaction_policy"):
         return _short(f"{what} " + ("cleared" if "cleared" in result else "set"))

@@ -35,6 +35,7 @@ def spark_sweep(spark, store, run_id: str, settings_env: dict, batch: int = 0):
     batch = gc.positive("--batch", batch or gc.SWEEP_BATCH)
     env = dict(settings_env)
     out = gc.SweepResult()
+    gc.sweeping.mark_sweep_started(store, run_id)   # until the record below: files may be partly deleted
     if parts:
         rdd = spark.sparkContext.parallelize(parts, len(parts)).mapPartitions(
             lambda it: [json.dumps(gc.sweep_parts_from_env(env, run_id, mark_rev, list(it), batch))])

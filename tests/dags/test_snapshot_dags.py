@@ -53,9 +53,10 @@ def test_create_of_a_duplicate_name_fails_without_retries_or_side_effects(airflo
 
 def test_a_drop_whose_first_attempt_died_after_removing_the_snapshot_ends_green(airflow_env, meta, store,
                                                                                monkeypatch):
-    """The first attempt removed the snapshot and died before reporting; its retry finds it
-    gone: the run is the drop's outcome (success, saying so), not a NotFound. A first
-    attempt that finds no such snapshot still fails (an unknown name)."""
+    """The first attempt removed the snapshot and died before it could record so; its retry
+    finds it gone while the run's intent key names it: the run is the drop's outcome
+    (success, saying so), not a NotFound. A new run that finds no such snapshot still fails
+    (an unknown name)."""
     from datetime import timedelta
 
     from seglake import runinfo
@@ -70,8 +71,9 @@ def test_a_drop_whose_first_attempt_died_after_removing_the_snapshot_ends_green(
     assert run.state == "success", task_states(run)
     assert tis["drop"].try_number == 2 and meta.snapshots.find(coll.collection_id, "once") is None
     result = tis["drop"].xcom_pull(task_ids="drop")
-    assert result["already_gone"] is True and result["files_removed"] == 0
-    assert "already gone" in runinfo.result_note("snapshot_drop", {"collection": coll.name, "name": "once"}, result)
+    assert result["already"] is True and result["files_removed"] == 0
+    assert "by this run's earlier try" in runinfo.result_note("snapshot_drop", {"collection": coll.name, "name": "once"},
+                                                              result)
 
     monkeypatch.delenv("SEGLAKE_FAULTS")
     run = load_dag("snapshot_drop").test(run_conf={"collection": coll.name, "name": "once"})

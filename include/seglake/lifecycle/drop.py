@@ -145,13 +145,16 @@ def release_direct(meta, coll: Collection, clock=time.time) -> int:
     return n
 
 
-def begin_drop(meta, store, settings, name: str, db: str = DEFAULT_DB, *, clock=time.time) -> dict:
+def begin_drop(meta, store, settings, name: str, db: str = DEFAULT_DB, *, clock=time.time,
+               collection_id: int | None = None) -> dict:
     """Validate, Created -> Dropping, DropCollection on every held vchannel (or, for a
     collection that never saw the WAL, drop its segments and release directly).
-    Re-running on Dropping continues; on Dropped returns a report."""
-    coll = find(meta, name, db)
+    Re-running on Dropping continues; on Dropped returns a report. `collection_id`: exactly
+    that collection (a re-run of a drop that began on it), never a later one with the name."""
+    coll = find(meta, name, db, collection_id)
     if coll is None:
-        raise NotFound(f"collection {name!r} not found in db {db!r}")
+        raise NotFound(f"collection {name!r} not found in db {db!r}"
+                       + (f" (id {collection_id}, the one this drop began on)" if collection_id is not None else ""))
     if coll.state == COLL_DROPPED:
         return status(meta, coll, note="already Dropped")
     job = running_restore(meta, coll.collection_id)

@@ -66,6 +66,22 @@ class Keys:
     def prefix(self) -> str:
         return f"{self.root}/"
 
+    def dropped_by_run(self, run_id: str, db: str, collection: str, name: str) -> str:
+        """A snapshot_drop run's intent (leased): a clear of that run finds its snapshot already
+        dropped by itself, not "not found" (atk s20 F7)."""
+        import hashlib
+
+        run = hashlib.sha256(run_id.encode()).hexdigest()[:32]   # a run id has ':' and '+': keep the key plain
+        return f"{self.root}/runs/snapshot_drop/{run}/{db}/{collection}/{name}"
+
+    def run_intent(self, dag_id: str, run_id: str, db: str, name: str) -> str:
+        """What a DAG run began on (leased): a clear of that run acts on the same object, never on
+        a later one that took the name (atk s20 F10)."""
+        import hashlib
+
+        run = hashlib.sha256(run_id.encode()).hexdigest()[:32]
+        return f"{self.root}/runs/{dag_id}/{run}/{db}/{name}"
+
     # catalog
     def collection(self, collection_id: int) -> str:
         return f"{self.root}/catalog/collections/{_id(collection_id)}"

@@ -127,7 +127,9 @@ SCRIPT = r"""
       }
       if (unpause) {   // the queued run starts now: keep its link, drop the paused note
         var l = JSON.parse(sessionStorage.getItem(KEY) || "{}"), p = out.querySelector(".paused");
-        if (p) p.outerHTML = '<span class="unpaused">(' + esc(d.dag_id) + " unpaused: the run starts)</span>";
+        if (p) p.outerHTML = '<span class="unpaused">(' + esc(d.dag_id) + " unpaused: the run starts" +
+          (d.message && /schedule/.test(d.message) ? "; " + esc(d.message.slice(d.message.indexOf(":") + 2)) : "") +
+          ")</span>";
         remember(out.innerHTML, "ok", l.run || null);
         return;
       }
@@ -138,7 +140,10 @@ SCRIPT = r"""
           html += ' <span class="paused">&mdash; whether the DAG ' + esc(d.dag_id) + " is paused is unknown: check its page</span>";
         }
         if (d.dag_paused) {
+          // the answer's own sentence: it says what unpausing also starts (a schedule's run: a REAL gc)
+          var why = d.message && /schedule/.test(d.message) ? d.message.slice(d.message.indexOf("; unpausing") + 2) : "";
           html += ' <span class="paused">&mdash; the DAG ' + esc(d.dag_id) + " is paused: the run waits until it is unpaused" +
+            (why ? ' <strong class="unpause-starts">(' + esc(why) + ")</strong>" : "") +
             (d.can_unpause ? ' <form class="act" data-method="POST" data-path="dags/' + esc(encodeURIComponent(d.dag_id)) +
               '/unpause" data-label="unpause ' + esc(d.dag_id) + '"><button type="submit">unpause ' + esc(d.dag_id) +
               "</button></form>" : "; ask someone who may edit the DAG to unpause it") + "</span>";

@@ -261,6 +261,8 @@ class MilvusOverview(BaseModel):
 class DagState(BaseModel):
     dag_id: str
     is_paused: bool
+    message: str = Field("", description="what the unpause starts: a DAG with a schedule starts its latest "
+                                         "interval's scheduled run at once (gc: what that run does)")
 
 
 # the DAGs this API creates runs of: the only ones its unpause route acts on
@@ -487,12 +489,15 @@ def create_api():
             raise StarletteHTTPException(r.status_code, f"{dag_id}: Airflow refused the run: {detail}")
         run = r.json()
         run_id = run["dag_run_id"]
-        paused = _is_paused(base, dag_id, token)
+        paused, schedule = _is_paused(base, dag_id, token, with_schedule=True)
         may = bool(paused) and _may_unpause(request, dag_id)
         if paused:
             message = (f"queued: the DAG {dag_id} is paused, so the run waits until it is unpaused"
                        + (" (POST /dags/%s/unpause, or the toggle on the DAG's page)" % dag_id if may
                           else "; ask an operator who may edit the DAG to unpause it"))
+            if schedule:   # unpausing also starts the schedule's latest interval at once (issue 27, atk s20 F1)
+                message += (f"; unpausing it also starts its schedule ({schedule}): the latest interval's "
+                            f"scheduled run starts at once{_scheduled_does(dag_id)}")
         elif paused is None:   # Airflow did not say: never claim the run is under way
             message = (f"created: run {run_id} of {dag_id} is {run.get('state') or 'created'}; whether the DAG "
                        f"{dag_id} is paused is unknown (Airflow did not answer): check its page")
@@ -502,18 +507,42 @@ def create_api():
                 "run_url": f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}", "object": obj,
                 "dag_paused": paused, "can_unpause": may, "message": message}
 
-    def _is_paused(base: str, dag_id: str, token: str) -> bool | None:
+    def _is_paused(base: str, dag_id: str, token: str, with_schedule: bool = False):
         """Whether the DAG is paused (Airflow creates DAGs paused): a run of a paused DAG
-        sits queued, silently, unless the answer says so. None when Airflow did not say."""
+        sits queued, silently, unless the answer says so. None when Airflow did not say.
+        with_schedule: (that, the DAG's schedule summary or None when it has none)."""
         import httpx
 
+        value = summary = None
         try:
             r = httpx.get(f"{base}/api/v2/dags/{quote(dag_id, safe='')}",
                           headers={"Authorization": f"Bearer {token}"}, timeout=30)
-            value = r.json().get("is_paused") if r.status_code == 200 else None
+            doc = r.json() if r.status_code == 200 else {}
+            value, summary = doc.get("is_paused"), doc.get("timetable_summary")
         except (httpx.HTTPError, ValueError, AttributeError):
-            return None
-        return value if isinstance(value, bool) else None
+            pass
+        value = value if isinstance(value, bool) else None
+        if not with_schedule:
+            return value
+        return value, (summary if isinstance(summary, str) and summary not in ("", "None", "null") else None)
+
+    def _scheduled_does(dag_id: str) -> str:
+        """What a scheduled run of `dag_id` does, when that is recorded (gc: `seglake gc
+        schedule set`): a REAL gc deletes files, which a dry run's operator must be told."""
+        if dag_id != "gc":
+            return ""
+        try:
+            from seglake import console
+
+            with _engine() as (meta, _):
+                rec = console.gc_pause(meta).get("schedule")
+        except Exception:  # noqa: BLE001 - unknown: say so rather than nothing
+            return " (what it does could not be read: seglake gc schedule show)"
+        if not rec:
+            return " (no `seglake gc schedule set`: it is refused, nothing deleted)"
+        c = rec.get("conf") or {}
+        what = "a dry run" if c.get("dry_run") else "a REAL gc that deletes files"
+        return f" and is {what} of {c.get('collection') or 'the whole store'} (seglake gc schedule show)"
 
     def _may_unpause(request: Request, dag_id: str) -> bool:
         """The caller's role allows editing the DAG (Airflow's PUT on a DAG: pause/unpause)."""
@@ -865,7 +894,13 @@ def create_api():
             raise Unavailable(f"{dag_id}: Airflow's API did not answer the unpause ({type(e).__name__})") from None
         if r.status_code >= 400:
             raise StarletteHTTPException(r.status_code, f"{dag_id}: Airflow refused the unpause: {r.text[:300]}")
-        return {"dag_id": dag_id, "is_paused": bool(r.json().get("is_paused"))}
+        doc = r.json()
+        summary = doc.get("timetable_summary")
+        message = f"{dag_id} unpaused"
+        if isinstance(summary, str) and summary not in ("", "None", "null") and not doc.get("is_paused"):
+            message += (f": its schedule ({summary}) runs now, the latest interval's scheduled run starts at once"
+                        f"{_scheduled_does(dag_id)}")
+        return {"dag_id": dag_id, "is_paused": bool(doc.get("is_paused")), "message": message}
 
     def _pin_ttl_seconds(hours: float) -> float:
         """The pin's TTL, given in hours, in seconds; a refusal speaks in hours and names the field."""

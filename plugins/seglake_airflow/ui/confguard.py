@@ -118,6 +118,32 @@ def marked_success(dag_id: str, doc, query: str, task_id: str | None = None) -> 
     return None
 
 
+def deleted_note(dag_id: str, doc, task_id: str | None) -> tuple[str, str] | None:
+    """(the seglake DAG, the 400) for deleting a run's run_note task instance: the run then
+    has no leaf that counts and Airflow ends it success whatever its tasks did (atk s20 F3).
+    `task_id`: the DELETE door's task, or "*bulk*" (the bulk task door's "delete" action,
+    whose entities are task ids or objects naming their own dag_id and task_id)."""
+    why = ("the run_note decides the run's state (the only leaf Airflow counts); without it a run whose "
+           "tasks failed ends success; to stop a run mark it failed, to decide again clear its run_note")
+    if task_id != "*bulk*":
+        if task_id == NOTE_TASK and _seglake_dag(dag_id):
+            return dag_id, f"{dag_id}: its run_note task is not deleted by hand: {why}"
+        return None
+    if not isinstance(doc, dict):
+        return None
+    for action in doc.get("actions") or []:
+        if not isinstance(action, dict) or action.get("action") != "delete":
+            continue
+        for entity in action.get("entities") or []:
+            owner, tid = dag_id, entity
+            if isinstance(entity, dict):
+                owner = entity.get("dag_id") if isinstance(entity.get("dag_id"), str) and entity["dag_id"] else dag_id
+                tid = entity.get("task_id")
+            if tid == NOTE_TASK and _seglake_dag(owner):
+                return owner, f"{owner}: its run_note task is not deleted by hand: {why}"
+    return None
+
+
 def conf_error(dag_id: str, conf, gc_floor=None) -> str | None:
     """The 400 message for a conf that breaks `dag_id`'s contract, else None (also for a
     DAG that is not seglake's). `gc_floor`: a callable giving the floor in seconds."""
@@ -165,6 +191,14 @@ class ConfGuard:
             if marked is None:
                 marked = BULK_PATH.search(path) or RUNS_BULK_PATH.search(path)
             m = backfill = None
+        if scope.get("method") == "DELETE":   # the run_note's task instance deleted: the run would end green
+            found = TASK_PATH.search(path)
+            found = found and deleted_note(found.group("dag_id"), None, found.group("task_id"))
+            if found and await _may_trigger(scope, found[0], "DELETE"):
+                await _answer(send, 400, found[1])
+                return
+            await self.app(scope, receive, send)
+            return
         if marked is None and clear is None and ((m is None and not backfill) or scope.get("method") != "POST"):
             await self.app(scope, receive, send)
             return
@@ -197,6 +231,8 @@ class ConfGuard:
             task_id = marked.groupdict().get("task_id") or {BULK_PATH: "*bulk*", RUNS_BULK_PATH: "*runs*"}.get(marked.re)
             query = scope.get("query_string", b"").decode("latin-1")
             found = marked_success(dag_id, doc, query, task_id)
+            if not found and task_id == "*bulk*":
+                found = deleted_note(dag_id, doc, "*bulk*")
             if found and await _may_trigger(scope, found[0], "PUT"):   # the DAG whose run it is (a bulk entity's)
                 error = found[1]
         elif backfill:

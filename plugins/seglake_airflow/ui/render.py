@@ -144,7 +144,13 @@ def _snapshots(rows: list[dict]) -> str:
                              body={"db": r["db"]}, button="pin (h)")
                       + form(f"drop {where}", "DELETE", f"{base}?db={quote(r['db'], safe='')}",
                              confirm="click again to drop", button="drop"))
-        out.append([escape(r["collection"]), escape(r["name"]), _state(r["state"]), human_duration(r["age_s"]),
+        state = _state(r["state"])
+        if r.get("gave_up"):
+            state += ' <span class="st bad">its create gave up</span>'
+        elif r.get("stalled_s") is not None:   # no writer beats: its run stopped (GC removes it later)
+            state += (f' <span class="st warn stalled">no writer for {escape(human_duration(r["stalled_s"]))}: '
+                      f'its create run stopped?</span>')
+        out.append([escape(r["collection"]), escape(r["name"]), state, human_duration(r["age_s"]),
                     ttl, escape(", ".join(map(str, r["pins"])) or "-"), str(r["segments"]), f"{r['rows']:,}",
                     human_bytes(r["bytes"]), escape(r["error"] or r["description"] or ""), action])
     return _table(["collection", "snapshot", "state", "age", "TTL left", "pins", "segments", "rows", "size",
@@ -164,6 +170,9 @@ def _jobs(rows: list[dict]) -> str:
         if j.get("stalled_s") is not None:   # bytes have not moved: said, not hidden behind a growing ETA
             state += f' <span class="st warn stalled">stalled for {escape(human_duration(j["stalled_s"]))}</span>'
             eta = "-"
+        elif j.get("paced_until"):   # its runner waits its turn under the job's rate limit: not a stall
+            state += (f' <span class="muted paced">paced by its rate limit: next copy in '
+                      f'{escape(human_duration(j["paced_until"] - time.time()))}</span>')
         origin = j.get("origin") or {}
         job = str(j["job_id"])
         if origin.get("dag_id") and origin.get("run_id"):   # the DAG run that made it: its tasks and their logs
@@ -236,7 +245,12 @@ def _gc(g: dict | None, pause: dict) -> str:
     kept = ", ".join(f"{escape(str(k))} {v}" for k, v in sorted(g["kept"].items())) or "none"
     swept = (f'swept: {g["deleted"]} files, {human_bytes(g["deleted_bytes"])} deleted'
              + (f', <span class="st bad">{g["error_count"]} could not be deleted</span>' if g["error_count"] else "")
-             if g["swept"] else ("nothing swept (dry run)" if g["dry_run"] else "not swept yet"))
+             if g["swept"] else ("nothing swept (dry run)" if g["dry_run"] else
+                                 (f'<span class="st warn" data-gc-sweep="stopped">sweep started at '
+                                  f'{utc(g.get("sweep_started_at"))} and has not recorded its end: '
+                                  f'{g["deleted"]} files ({human_bytes(g["deleted_bytes"])}) deleted so far'
+                                  f'{" at least" if not g["deleted"] else ""}; it still runs, or stopped part-way '
+                                  f'(gc again resumes it)</span>') if g.get("sweep_stopped") else "not swept yet"))
     return p + head + gc_chart(g["rows"]) + f'<p class="muted">kept by reason: {kept}; {swept}</p>'
 
 

@@ -296,7 +296,9 @@ def _with_progress(task: CopyTask, progress: dict, **changes) -> CopyTask:
     record held (an earlier attempt's files are whole in the target: this attempt finds and
     skips them), so a resume does not make the operator's bars go backwards."""
     first = min((t for t in (task.first_copy_at, progress.get("first", 0.0)) if t), default=0.0)
-    return task.replace(copied_segments=progress["segments"], copied_files=progress["files"],
+    # segments: like done_files, never below what the record held (a resumed attempt re-walks the same
+    # segments in the same order, skipping what is whole): the bar fell from 3/6 to 0/6 on a resume (atk s20 F6)
+    return task.replace(copied_segments=max(task.copied_segments, progress["segments"]), copied_files=progress["files"],
                         copied_bytes=progress["bytes"], skipped_files=progress["skipped"], first_copy_at=first,
                         done_files=max(task.done_files, progress["files"] + progress["skipped"]),
                         done_bytes=max(task.done_bytes, progress["bytes"] + progress.get("skipped_bytes", 0)),

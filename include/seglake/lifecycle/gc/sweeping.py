@@ -5,6 +5,7 @@ object the mark saw; then the records of the Dropped segments whose files are go
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -115,20 +116,33 @@ def sweep(meta: Meta, store: Store, run_id: str, refs: References | None = None,
     positive("gc sweep batch", batch)
     refs = References(revision=mark_rev) if refs is None else refs
     out = SweepResult()
+    mark_sweep_started(store, run_id)
     for part in parts:
-        refs = sweep_part(meta, store, run_id, mark_rev, part, refs, out, batch)
+        # what it deleted so far, after each batch: a sweep stopped part-way (run marked failed, worker
+        # killed) is read as such, never as "not swept yet" (atk s20 F4)
+        refs = sweep_part(meta, store, run_id, mark_rev, part, refs, out, batch,
+                          on_batch=lambda: record_sweep(store, run_id, out, partial=True))
     record_sweep(store, run_id, out)
     return out
 
 
-def record_sweep(store: Store, run_id: str, out: SweepResult) -> None:
+def mark_sweep_started(store: Store, run_id: str) -> None:
+    """summary.json says a sweep started (before it deletes anything): until its record
+    is written, the run's files may be partly deleted, which the page and the note say."""
     summary = read_json(store, run_id, "summary.json")
-    summary["swept"] = out.summary()
+    summary.setdefault("sweep_started_at", time.time())
+    store.put(layout.gc_run_file(run_id, "summary.json"), json.dumps(summary).encode())
+
+
+def record_sweep(store: Store, run_id: str, out: SweepResult, partial: bool = False) -> None:
+    """The sweep's counts in summary.json; `partial`: so far (the sweep goes on, or stopped)."""
+    summary = read_json(store, run_id, "summary.json")
+    summary["swept"] = {**out.summary(), "partial": True} if partial else out.summary()
     store.put(layout.gc_run_file(run_id, "summary.json"), json.dumps(summary).encode())
 
 
 def sweep_part(meta: Meta, store: Store, run_id: str, mark_rev: int, part: list[int], refs: References,
-               out: SweepResult, batch: int = SWEEP_BATCH) -> References:
+               out: SweepResult, batch: int = SWEEP_BATCH, on_batch=None) -> References:
     """Sweep one part of the report: batches of `batch`, each re-checked right before
     deleting against references refreshed from etcd (everything changed since `refs`),
     each file deleted only if it is still the object the mark saw; then the records of
@@ -164,6 +178,8 @@ def sweep_part(meta: Meta, store: Store, run_id: str, mark_rev: int, part: list[
             out.error(e.key, e.error)
         for key in res.changed + [e.key for e in res.errors]:
             unfinished.add((doomed[key]["collection_id"], doomed[key].get("segment_id", -1)))
+        if on_batch is not None and res.deleted:
+            on_batch()
     refs = refresh_references(meta, store, refs)
     _remove_dropped_records(meta, dropped, mark_rev, refs, unfinished, out)
     return refs

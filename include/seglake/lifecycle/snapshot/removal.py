@@ -91,16 +91,8 @@ def purge(meta: Meta, store: Store, rec: SnapshotRecord) -> int:
 
 
 def drop(meta: Meta, store: Store, collection: str, name: str, *, db: str = DEFAULT_DB,
-         collection_id: int | None = None, gone_ok: bool = False) -> dict:
-    """Drop snapshot `name`. `gone_ok` (a retry of a drop: its earlier attempt may have
-    removed the record before it could report): a snapshot that is not there any more is
-    the drop's own outcome, answered with `already_gone`; otherwise NotFound."""
-    try:
-        rec, _ = resolve(meta, collection, name, db=db, collection_id=collection_id)
-    except NotFound:
-        if not gone_ok:
-            raise
-        return {"snapshot": name, "collection_id": collection_id, "files_removed": 0, "already_gone": True}
+         collection_id: int | None = None) -> dict:
+    rec, _ = resolve(meta, collection, name, db=db, collection_id=collection_id)
     return drop_by_id(meta, store, rec.collection_id, name)
 
 
