@@ -1,0 +1,286 @@
+"""Adversarial cases of session 20 against seglake's Milvus capture / restore (issue 29).
+A real Milvus 2.3.5 (the worker's milvus_server), its etcd and SeaweedFS."""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+
+import pytest
+
+from bundle_helper import MilvusS3Settings, capture, pyrun
+from seglake.meta.kv import KV
+from seglake.milvus import capture as captures
+from seglake.milvus import restore
+from seglake.milvus.proto import fields, one, signed
+from seglake.storage.local import LocalStore
+from seglake.lifecycle.backup import bundle as bundles
+
+pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
+
+
+def target_of(milvus_server, s3_server) -> restore.MilvusTarget:
+    return restore.MilvusTarget(address=milvus_server.address, bucket=milvus_server.s3.bucket,
+                                s3_endpoint=s3_server.endpoint, s3_access_key=s3_server.access_key,
+                                s3_secret_key=s3_server.secret_key)
+
+
+@pytest.fixture
+def env(etcd_server, milvus_server, s3_server, tmp_path):
+    kv = KV(etcd_server.endpoint, timeout=10, root=f"ms{uuid.uuid4().hex[:8]}")
+    yield kv, kv.marker_keys, LocalStore(str(tmp_path / "backup"))
+    kv.close()
+
+
+@pytest.fixture
+def pm(milvus_python, milvus_server):
+    return lambda code, **kw: pyrun(milvus_python, milvus_server.address, code, **kw)
+
+
+TOY = """
+def toy(name, parts=(), shards=1):
+    c = Collection(name, CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
+                                           FieldSchema("v", DataType.VARCHAR, max_length=32),
+                                           FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]), shards_num=shards)
+    for p in parts:
+        c.create_partition(p)
+    return c
+def put(c, pks, tag, partition=None):
+    c.insert([list(pks), [f"{tag}-{p}" for p in pks], [[float(p), float(len(tag))] for p in pks]], partition_name=partition)
+def count(name):
+    return Collection(name).query(expr="", output_fields=["count(*)"], consistency_level="Strong")[0]["count(*)"]
+"""
+
+
+def cid_of(milvus_server, name):
+    from seglake.milvus.etcdmeta import MilvusMeta
+    with KV(milvus_server.etcd_endpoint, timeout=10) as mkv:
+        return MilvusMeta(mkv, milvus_server.etcd_root).collection(name).id
+
+
+def seg_history(milvus_server, cid, r0, r1):
+    """[(revision, {segment id: (state, rows, is_importing, compacted)})] at each revision in r0..r1 where it changed."""
+    out, last = [], None
+    with KV(milvus_server.etcd_endpoint, timeout=10) as mkv:
+        pre = milvus_server.etcd_root.rstrip("/") + f"/meta/datacoord-meta/s/{cid}/"
+        for r in range(r0, r1 + 1):
+            segs = {}
+            for item in mkv.range(pre, revision=r):
+                if bytes(item.value) == b"\xe2\x9b\xbc":
+                    continue
+                f = fields(item.value)
+                segs[signed(one(f, 1, 0))] = (one(f, 6, 0), signed(one(f, 5, 0)), one(f, 17, 0), one(f, 19, 0))
+            if segs != last:
+                out.append((r, segs))
+                last = segs
+    return out
+
+
+def flushed_rows(segs):
+    return sum(rows for st, rows, imp, comp in segs.values() if st == 4)
+
+
+class AtRevision:
+    """Milvus's etcd as a capture that started at revision `rev` sees it (every read of a
+    capture is at the revision kv.revision() gave when it began)."""
+
+    def __init__(self, kv, rev):
+        self._kv, self._rev = kv, rev
+
+    def revision(self):
+        return self._rev
+
+    def __getattr__(self, k):
+        return getattr(self._kv, k)
+
+
+def capture_at(milvus_server, s3_server, backup, name, bundle, rev):
+    bucket = captures.open_bucket(MilvusS3Settings(s3_server), milvus_server.s3.bucket, milvus_server.s3.root_path)
+    with KV(milvus_server.etcd_endpoint, timeout=10) as kv:
+        captures.capture(AtRevision(kv, rev), bucket, backup, milvus_server.etcd_root, [name], bundle=bundle,
+                         threads=4, source={"bucket": milvus_server.s3.bucket, "root_path": milvus_server.s3.root_path})
+    return bundles.read(backup, "default", name, bundle)
+
+
+def test_a_capture_while_milvus_compacts_holds_every_row(env, pm, milvus_server, s3_server):
+    """Milvus 2.3 completes a compaction in one etcd txn that marks the input segments
+    Dropped and writes the output segment in state Flushing (5); a moment later it becomes
+    Flushed. Milvus serves the rows all along (count(*) 120 before, during, after). A
+    capture whose revision falls between those two writes reads only state Flushed: it
+    commits a bundle without the compacted rows."""
+    kv, keys, backup = env
+    src = f"cx_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({src!r})
+    for k in range(3):
+        put(c, range(k * 40, k * 40 + 40), "a")
+        c.flush()
+    c.create_index("vec", {{"index_type": "FLAT", "metric_type": "L2", "params": {{}}}})
+    utility.wait_for_index_building_complete({src!r})
+    """))
+    cid = cid_of(milvus_server, src)
+    with KV(milvus_server.etcd_endpoint, timeout=10) as mkv:
+        r0 = mkv.revision()
+    for _ in range(10):
+        pm(f"c = Collection({src!r}); c.compact(); c.wait_for_compaction_completed(timeout=120)")
+        with KV(milvus_server.etcd_endpoint, timeout=10) as mkv:
+            r1 = mkv.revision()
+        hist = seg_history(milvus_server, cid, r0, r1)
+        mid = [r for r, segs in hist if any(st == 5 for st, *_ in segs.values())]
+        if mid:
+            break
+    else:
+        pytest.fail("Milvus did not compact in 10 tries")
+    n = pm(TOY + f"Collection({src!r}).load(); OUT['n'] = count({src!r})")["n"]
+    assert n == 120
+    doc = capture_at(milvus_server, s3_server, backup, src, "during", mid[0])
+    print("\nCAPTURE AT", mid[0], "rows", doc["totals"]["rows"], "segments", doc["totals"]["segments"])
+    assert doc["totals"]["rows"] == 120, (f"a capture at etcd revision {mid[0]} (a compaction being completed) "
+                                          f"committed {doc['totals']['rows']} rows; Milvus holds 120")
+
+
+def test_a_capture_during_a_bulk_insert_leaves_out_the_importing_segment(env, pm, milvus_server, s3_server):
+    """A bulk insert's segment is Flushed with is_importing set until its import is done;
+    Milvus serves none of its rows until then (GetRecoveryInfo skips it) and drops it if the
+    import fails. A capture at such a revision must not hold those rows."""
+    kv, keys, backup = env
+    src = f"im_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({src!r})
+    put(c, range(0, 300), "a")
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, src, bundle="b1")
+    new = f"r_{uuid.uuid4().hex[:8]}"
+    with KV(milvus_server.etcd_endpoint, timeout=10) as mkv:
+        r0 = mkv.revision()
+    restore.run(kv, keys, backup, target_of(milvus_server, s3_server), restore.Request("default", src, "b1", new, poll=0.2))
+    with KV(milvus_server.etcd_endpoint, timeout=10) as mkv:
+        r1 = mkv.revision()
+    hist = seg_history(milvus_server, cid_of(milvus_server, new), r0, r1)
+    importing = [r for r, segs in hist if any(st == 4 and imp for st, rows, imp, _ in segs.values())]
+    assert importing, hist
+    doc = capture_at(milvus_server, s3_server, backup, new, "during", importing[0])
+    print("\nCAPTURE AT", importing[0], "rows", doc["totals"]["rows"])
+    assert doc["totals"]["rows"] == 0, (f"a capture at etcd revision {importing[0]} (an import not done: Milvus serves "
+                                        f"none of its rows) holds {doc['totals']['rows']} rows")
+
+
+def test_a_local_milvus_bucket_root_that_is_not_there_is_not_created(tmp_path, s3_server):
+    """Milvus's local storage (an absolute --bucket) with a --milvus-bucket-root that does not
+    exist there (a typo): the capture must not create it -- it is strictly read-only on Milvus."""
+    storage = tmp_path / "milvus-local"
+    storage.mkdir()
+    (storage / "files").mkdir()
+    before = sorted(p.relative_to(storage).as_posix() for p in storage.rglob("*"))
+    try:
+        captures.open_bucket(MilvusS3Settings(s3_server), str(storage), "filez/typo")
+    except Exception as e:   # noqa: BLE001 - a refusal is fine
+        print("\nREFUSED", type(e).__name__, e)
+    after = sorted(p.relative_to(storage).as_posix() for p in storage.rglob("*"))
+    assert after == before, f"the capture created {sorted(set(after) - set(before))} in Milvus's local storage"
+
+
+def test_a_pk_inserted_170_times_restores_and_verifies(env, pm, milvus_server, s3_server):
+    """100 pks, each inserted 170 times (an ingest re-run with insert, not upsert): Milvus keeps
+    every copy (count(*) 17000). The restore imports them all; verify must not ask Milvus for
+    more than its query window (offset+limit <= 16384) in one query."""
+    kv, keys, backup = env
+    dup = f"dup_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({dup!r})
+    for k in range(170):
+        put(c, range(0, 100), "a")
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, dup, bundle="b1")
+    rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                      restore.Request("default", dup, "b1", f"r_{uuid.uuid4().hex[:8]}", poll=0.2))
+    assert rep["state"] == "verified" and rep["count"] == 17000 and rep["sampled"] == 100, rep
+
+
+def test_a_sample_larger_than_the_query_window_verifies(env, pm, milvus_server, s3_server):
+    """Request.check takes sample up to 100000; 16500 pks sampled must not be one query of limit 16501."""
+    kv, keys, backup = env
+    big = f"big_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({big!r})
+    put(c, range(0, 16500), "a")
+    c.flush()
+    c.delete("pk in [1, 2, 3]")
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, big, bundle="b1")
+    rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                      restore.Request("default", big, "b1", f"r_{uuid.uuid4().hex[:8]}", poll=0.2, sample=16497))
+    assert rep["state"] == "verified" and rep["count"] == 16497 and rep["sampled"] == 16497, rep
+
+
+def test_nan_in_float_and_double_fields_verifies(env, pm, milvus_server, s3_server):
+    """Milvus 2.3.5 takes NaN and +-inf in FLOAT / DOUBLE scalars; the restored rows are the
+    same, so verify must pass (NaN != NaN is no difference)."""
+    kv, keys, backup = env
+    nan = f"nan_{uuid.uuid4().hex[:8]}"
+    pm(textwrap.dedent(f"""
+    c = Collection({nan!r}, CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
+                                           FieldSchema("f", DataType.FLOAT), FieldSchema("d", DataType.DOUBLE),
+                                           FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]), shards_num=1)
+    c.insert([[1, 2, 3], [float("nan"), float("inf"), 1.5], [float("nan"), float("-inf"), 2.5],
+              [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]])
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, nan, bundle="b1")
+    rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                      restore.Request("default", nan, "b1", f"r_{uuid.uuid4().hex[:8]}", poll=0.2))
+    assert rep["state"] == "verified" and rep["count"] == 3, rep
+
+
+def test_a_name_restored_into_then_dropped_can_be_restored_into_again(env, pm, milvus_server, s3_server):
+    """Restore b1 into X, the user drops X, then restores (b1 again, or b2) into X: the name is
+    free in Milvus; the restore runs (or is refused with a clear message, not a raw pymilvus error)."""
+    kv, keys, backup = env
+    small = f"sm_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({small!r})
+    put(c, range(0, 50), "a")
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, small, bundle="b1")
+    x = f"x_{uuid.uuid4().hex[:8]}"
+    rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                      restore.Request("default", small, "b1", x, poll=0.2))
+    assert rep["state"] == "verified"
+    pm(f"utility.drop_collection({x!r})")
+    try:
+        rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                          restore.Request("default", small, "b1", x, poll=0.2))
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"restoring into {x!r} again after it was dropped: {type(e).__name__}: {str(e)[:300]}")
+    assert rep["state"] == "verified" and rep["count"] == 50, rep
+
+
+def test_a_target_bucket_milvus_does_not_read_is_named(env, pm, milvus_server, s3_server):
+    """The target's bucket is listable but not the one the target Milvus reads: Milvus's
+    bulk insert of the (for it) absent dirs ends Completed with 0 rows. The restore should
+    stop naming the bucket, not end in a verify failure that names none."""
+    from bundle_helper import s3_client
+    kv, keys, backup = env
+    small = f"sm_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({small!r})
+    put(c, range(0, 50), "a")
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, small, bundle="b1")
+    s3 = s3_client(s3_server)
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=other)
+    y = f"y_{uuid.uuid4().hex[:8]}"
+    t = restore.MilvusTarget(address=milvus_server.address, bucket=other, s3_endpoint=s3_server.endpoint,
+                             s3_access_key=s3_server.access_key, s3_secret_key=s3_server.secret_key)
+    with pytest.raises(restore.MilvusRestoreError) as e:
+        restore.run(kv, keys, backup, t, restore.Request("default", small, "b1", y, poll=0.2, import_timeout=120))
+    left = pm(f"OUT['has'] = utility.has_collection({y!r})")["has"]
+    staged = s3.list_objects_v2(Bucket=other).get("KeyCount", 0)
+    print("\nWRONG BUCKET:", str(e.value)[:300], "| collection left:", left, "| staged objects left:", staged)
+    assert other in str(e.value), str(e.value)[:300]
