@@ -284,3 +284,46 @@ def test_a_target_bucket_milvus_does_not_read_is_named(env, pm, milvus_server, s
     staged = s3.list_objects_v2(Bucket=other).get("KeyCount", 0)
     print("\nWRONG BUCKET:", str(e.value)[:300], "| collection left:", left, "| staged objects left:", staged)
     assert other in str(e.value), str(e.value)[:300]
+
+
+def test_a_capture_while_a_flush_is_being_completed_holds_the_segment(env, pm, milvus_server, s3_server):
+    """A flushed segment is Flushing (5) for a moment after its binlogs are saved: a capture at
+    that revision now takes it (the fix of the compaction window) and must find it whole."""
+    kv, keys, backup = env
+    src = f"fl_{uuid.uuid4().hex[:8]}"
+    pm(TOY + f"c = toy({src!r})")
+    cid = cid_of(milvus_server, src)
+    with KV(milvus_server.etcd_endpoint, timeout=10) as mkv:
+        r0 = mkv.revision()
+    pm(TOY + f"c = Collection({src!r}); put(c, range(0, 40), 'a'); c.flush(); c.delete('pk in [3, 4]'); c.flush()")
+    with KV(milvus_server.etcd_endpoint, timeout=10) as mkv:
+        r1 = mkv.revision()
+    hist = seg_history(milvus_server, cid, r0, r1)
+    mid = [r for r, segs in hist if any(st == 5 for st, *_ in segs.values())]
+    assert mid, hist
+    doc = capture_at(milvus_server, s3_server, backup, src, "during", mid[0])
+    vis, n = restore.bundle_rows(backup, doc)
+    print("\nFLUSHING CAPTURE", mid[0], doc["totals"], n)
+    assert doc["totals"]["rows"] == 40
+
+
+def test_a_pk_named_like_a_keyword_restores_and_verifies(env, pm, milvus_server, s3_server):
+    """Milvus 2.3.5 takes a pk field named `like` (also in, and, exists, json_contains, true):
+    the restore should verify it, or refuse it before writing anything -- not fail after."""
+    kv, keys, backup = env
+    src = f"kw_{uuid.uuid4().hex[:8]}"
+    pm(textwrap.dedent(f"""
+    c = Collection({src!r}, CollectionSchema([FieldSchema("like", DataType.INT64, is_primary=True),
+                                           FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]), shards_num=1)
+    c.insert([[1, 2, 3], [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]])
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, src)
+    new = f"r_{uuid.uuid4().hex[:8]}"
+    try:
+        rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                          restore.Request("default", src, "b1", new, poll=0.2))
+    except restore.MilvusRestoreError as e:   # refused: acceptable only before anything was written
+        assert not pm(f"OUT['has'] = utility.has_collection({new!r})")["has"], f"refused after creating {new}: {e}"
+        return
+    assert rep["state"] == "verified" and rep["count"] == 3, rep
