@@ -327,3 +327,55 @@ def test_a_pk_named_like_a_keyword_restores_and_verifies(env, pm, milvus_server,
         assert not pm(f"OUT['has'] = utility.has_collection({new!r})")["has"], f"refused after creating {new}: {e}"
         return
     assert rep["state"] == "verified" and rep["count"] == 3, rep
+
+
+def test_a_retention_prune_during_a_restore_does_not_pull_the_bundle_away(env, pm, milvus_server, s3_server,
+                                                                             monkeypatch):
+    """An operator restores an old capture (b1) while the retention prune runs (keep_last 1:
+    b1 is the one it drops). seglake's own restore and import hold their bundle (holds.held:
+    the prune keeps a held bundle); the Milvus restore should too. The data files of an old
+    bundle are old, so the prune's sweep removes them at once."""
+    import os
+    import time as _time
+    from seglake.lifecycle.backup import prune as prunes
+
+    kv, keys, backup = env
+    src = f"pr_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({src!r})
+    put(c, range(0, 60), "old")
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, src, bundle="b1")
+    pm(TOY + textwrap.dedent(f"""
+    utility.drop_collection({src!r})
+    c = toy({src!r})
+    put(c, range(100, 130), "new")
+    c.flush()
+    """))
+    _time.sleep(1.1)
+    capture(milvus_server, s3_server, backup, src, bundle="b2")
+    old = _time.time() - 2 * 86400          # b1's data files written two days ago
+    for root, _, files in os.walk(os.path.join(backup.uri, "data")):
+        for f in files:
+            os.utime(os.path.join(root, f), (old, old))
+    pruned = {}
+    real_stage = restore._stage
+
+    def stage_while_pruned(*a, **kw):
+        if not pruned:
+            pruned.update(prunes.prune(backup, src, {"keep_last": 1}, min_age=3600, say=print))
+        return real_stage(*a, **kw)
+
+    monkeypatch.setattr(restore, "_stage", stage_while_pruned)
+    new = f"r_{uuid.uuid4().hex[:8]}"
+    err = None
+    try:
+        rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                          restore.Request("default", src, "b1", new, poll=0.2))
+    except Exception as e:  # noqa: BLE001
+        err, rep = e, None
+    print("\nPRUNE", pruned.get("pruned"), pruned.get("held"), "| RESTORE", rep and rep["state"],
+          type(err).__name__ if err else "", str(err)[:300] if err else "")
+    assert "b1" not in (pruned.get("pruned") or []), f"the prune dropped b1 while it was being restored ({err})"
+    assert err is None and rep["state"] == "verified" and rep["count"] == 60

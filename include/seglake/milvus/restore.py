@@ -766,7 +766,12 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
     req.check()
     target.check()
     client = target.client()
-    with client.session():                # one client process for the whole restore
+    from seglake.lifecycle.backup import holds
+    # the bundle held while it is read (as seglake's own restore and import hold theirs): a
+    # retention prune keeps a held bundle; unheld, a prune dropped it mid-restore and its sweep
+    # took the old data files (NotFound while staging, a half-made collection left)
+    with client.session(), holds.held(backup, req.db, req.collection, req.bundle,
+                                      by=f"milvus restore into {req.name} at {target.address}"):
         return _run(kv, keys, backup, target, req, plan, client, t0)
 
 
