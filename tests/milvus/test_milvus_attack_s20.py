@@ -307,13 +307,14 @@ def test_a_capture_while_a_flush_is_being_completed_holds_the_segment(env, pm, m
     assert doc["totals"]["rows"] == 40
 
 
-def test_a_pk_named_like_a_keyword_restores_and_verifies(env, pm, milvus_server, s3_server):
+@pytest.mark.parametrize("pk_name", ["like", "true"])
+def test_a_pk_named_like_a_keyword_restores_and_verifies(env, pm, milvus_server, s3_server, pk_name):
     """Milvus 2.3.5 takes a pk field named `like` (also in, and, exists, json_contains, true):
     the restore should verify it, or refuse it before writing anything -- not fail after."""
     kv, keys, backup = env
     src = f"kw_{uuid.uuid4().hex[:8]}"
     pm(textwrap.dedent(f"""
-    c = Collection({src!r}, CollectionSchema([FieldSchema("like", DataType.INT64, is_primary=True),
+    c = Collection({src!r}, CollectionSchema([FieldSchema({pk_name!r}, DataType.INT64, is_primary=True),
                                            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]), shards_num=1)
     c.insert([[1, 2, 3], [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]])
     c.flush()
@@ -379,3 +380,39 @@ def test_a_retention_prune_during_a_restore_does_not_pull_the_bundle_away(env, p
           type(err).__name__ if err else "", str(err)[:300] if err else "")
     assert "b1" not in (pruned.get("pruned") or []), f"the prune dropped b1 while it was being restored ({err})"
     assert err is None and rep["state"] == "verified" and rep["count"] == 60
+
+
+def test_upserts_deletes_reinserts_under_auto_compaction_round_trip(env, pm, milvus_server, s3_server):
+    """pks 0..29 upserted 12 times each across flushes (many small segments: the worker's Milvus
+    compacts them on its own), some deleted then inserted again, one delete left unflushed:
+    the capture of a Flushed view restores to the rows Milvus shows after a final flush."""
+    kv, keys, backup = env
+    src = f"up_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    import time
+    c = toy({src!r}, shards=2)
+    c.create_index("vec", {{"index_type": "FLAT", "metric_type": "L2", "params": {{}}}})
+    c.load()
+    put(c, range(0, 30), "v0")
+    c.flush()
+    for k in range(1, 13):
+        c.upsert([list(range(0, 30)), [f"v{{k}}-{{p}}" for p in range(30)], [[float(p), float(k)] for p in range(30)]])
+        if k % 3 == 0:
+            c.delete("pk in [5, 6, 7]")
+        if k % 4 == 0:
+            put(c, [5, 6], f"re{{k}}")
+        c.flush()
+    time.sleep(3)
+    c.flush()
+    """), timeout=600)
+    capture(milvus_server, s3_server, backup, src, bundle="b1")
+    new = f"r_{uuid.uuid4().hex[:8]}"
+    rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server), restore.Request("default", src, "b1", new, poll=0.2))
+    got = pm(TOY + textwrap.dedent(f"""
+    OUT["src"] = sorted(rows_of({src!r}, "pk >= 0", ["pk", "v", "vec"]), key=lambda r: r["pk"])
+    OUT["new"] = sorted(rows_of({new!r}, "pk >= 0", ["pk", "v", "vec"]), key=lambda r: r["pk"])
+    OUT["n"] = [count({src!r}), count({new!r})]
+    """))
+    print("\nUPSERT", rep["state"], rep["count"], got["n"], len(got["src"]), len(got["new"]))
+    assert got["src"] == got["new"]
+    assert got["n"][0] == got["n"][1] == rep["count"]
