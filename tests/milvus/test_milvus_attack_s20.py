@@ -416,3 +416,46 @@ def test_upserts_deletes_reinserts_under_auto_compaction_round_trip(env, pm, mil
     print("\nUPSERT", rep["state"], rep["count"], got["n"], len(got["src"]), len(got["new"]))
     assert got["src"] == got["new"]
     assert got["n"][0] == got["n"][1] == rep["count"]
+
+
+@pytest.fixture(scope="module")
+def msync(milvus_python, etcd_server, s3_server, tmp_path_factory):
+    """A Milvus whose data node syncs a growing segment's buffer every second: a segment gets
+    several insert logs per field and delete logs before it is flushed."""
+    from tests.milvus.conftest import own_milvus
+    yield from own_milvus(etcd_server, s3_server, tmp_path_factory, "milvus-test", "sync",
+                          config={"dataNode.segment.syncPeriod": "1"})
+
+
+def test_segments_synced_many_times_before_the_flush_round_trip(env, msync, milvus_python, s3_server):
+    kv, keys, backup = env
+    spm = lambda code, **kw: pyrun(milvus_python, msync.address, code, **kw)  # noqa: E731
+    src = f"sy_{uuid.uuid4().hex[:8]}"
+    spm(TOY + textwrap.dedent(f"""
+    import time
+    c = toy({src!r}, ["p1"], shards=2)
+    c.create_index("vec", {{"index_type": "FLAT", "metric_type": "L2", "params": {{}}}})
+    c.load()
+    for k in range(5):
+        put(c, range(k * 50, k * 50 + 50), f"a{{k}}")
+        put(c, range(1000 + k * 10, 1000 + k * 10 + 10), f"p{{k}}", "p1")
+        time.sleep(2.5)
+        c.delete(f"pk in [{{k * 50}}, {{k * 50 + 1}}, 1001]")
+        c.upsert([[k * 50 + 2], [f"u{{k}}"], [[0.5, 0.5]]])
+        time.sleep(2.5)
+    c.flush()
+    """), timeout=600)
+    doc = capture(msync, s3_server, backup, src)
+    multi = [(e["segment_id"], len(e["binlogs"][0]["logs"]), sum(len(d["logs"]) for d in e["deltalogs"]))
+             for e in doc["segments"]]
+    print("\nSYNC segments (id, insert logs per field, delete logs):", multi)
+    new = f"r_{uuid.uuid4().hex[:8]}"
+    rep = restore.run(kv, keys, backup, target_of(msync, s3_server), restore.Request("default", src, "b1", new, poll=0.2))
+    got = spm(TOY + textwrap.dedent(f"""
+    OUT["src"] = sorted(rows_of({src!r}, "pk >= 0", ["pk", "v", "vec"]), key=lambda r: (r["_partition"], r["pk"]))
+    OUT["new"] = sorted(rows_of({new!r}, "pk >= 0", ["pk", "v", "vec"]), key=lambda r: (r["_partition"], r["pk"]))
+    OUT["n"] = [count({src!r}), count({new!r})]
+    """))
+    print("SYNC", rep["state"], rep["count"], got["n"])
+    assert any(m[1] > 1 for m in multi), "no segment with several insert logs: the test proves nothing"
+    assert got["src"] == got["new"] and got["n"][0] == got["n"][1] == rep["count"]
