@@ -459,3 +459,43 @@ def test_segments_synced_many_times_before_the_flush_round_trip(env, msync, milv
     print("SYNC", rep["state"], rep["count"], got["n"])
     assert any(m[1] > 1 for m in multi), "no segment with several insert logs: the test proves nothing"
     assert got["src"] == got["new"] and got["n"][0] == got["n"][1] == rep["count"]
+
+
+def test_one_bundle_restored_under_two_names_at_once_and_a_third_run_on_one_of_them(env, pm, milvus_server, s3_server):
+    """Two restores of one bundle at the same time under two names (two threads, two clients),
+    and a second run of the first one meanwhile: both names end verified with the source's rows,
+    the second run of the same name is refused or finds it done -- never a double import."""
+    import threading
+    kv, keys, backup = env
+    src = f"tw_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({src!r}, ["p1"], shards=2)
+    put(c, range(0, 200), "a")
+    put(c, range(500, 560), "b", "p1")
+    c.flush()
+    c.delete("pk in [3, 501]")
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, src)
+    names = [f"r_{uuid.uuid4().hex[:8]}", f"r_{uuid.uuid4().hex[:8]}"]
+    out = {}
+
+    def go(tag, name):
+        try:
+            out[tag] = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                                   restore.Request("default", src, "b1", name, poll=0.2))
+        except Exception as e:  # noqa: BLE001
+            out[tag] = e
+    ts = [threading.Thread(target=go, args=("a", names[0])), threading.Thread(target=go, args=("b", names[1])),
+          threading.Thread(target=go, args=("a2", names[0]))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(600)
+    print("\nTWO", {k: (v["state"], v["count"]) if isinstance(v, dict) else f"{type(v).__name__}: {str(v)[:200]}"
+                    for k, v in out.items()})
+    n = pm(TOY + f"Collection({src!r}).create_index('vec', {{'index_type': 'FLAT', 'metric_type': 'L2', 'params': {{}}}}); "
+              f"Collection({src!r}).load(); OUT['n'] = [count({src!r}), count({names[0]!r}), count({names[1]!r})]")["n"]
+    print("COUNTS", n)
+    assert n[0] == n[1] == n[2] == 258
+    assert isinstance(out["a"], dict) and isinstance(out["b"], dict)
