@@ -114,7 +114,8 @@ def open_bucket(settings, bucket: str, root_path: str = "") -> ReadOnlyBucket:
                                   f"digits, '.', '_' or '-' (no '.' or '..' segment)")
         from seglake.storage.local import LocalStore
         import os
-        path = os.path.join(bucket, root_path.strip("/")) if root_path.strip("/") else bucket
+        sub = (root_path or "").strip("/")
+        path = os.path.join(bucket, sub) if sub else bucket
         if not os.path.isdir(path):   # LocalStore would make it: never write into Milvus's storage
             raise ValidationError(f"Milvus local storage {path!r} is not a directory"
                                   + (f" (--bucket {bucket!r}, its root {root_path!r})" if path != bucket else ""))
