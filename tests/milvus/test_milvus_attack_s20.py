@@ -499,3 +499,62 @@ def test_one_bundle_restored_under_two_names_at_once_and_a_third_run_on_one_of_t
     print("COUNTS", n)
     assert n[0] == n[1] == n[2] == 258
     assert isinstance(out["a"], dict) and isinstance(out["b"], dict)
+
+
+def test_two_restores_from_two_databases_into_one_new_name(env, pm, milvus_server, s3_server, monkeypatch):
+    """Bundles default.A/b1 (40 rows) and D.A/b1 (30 rows, same schema) restored at the same time
+    into one new name X. The restore id hashes the *bundle's* db, so the two runs hold two
+    claims; interleaved as: both pass check, A creates X, B then meets X in state creating and
+    adopts it (same schema, no import yet). Expected: one restore of X, the other refused."""
+    import threading
+    kv, keys, backup = env
+    a = f"da_{uuid.uuid4().hex[:8]}"
+    dbn = f"d{uuid.uuid4().hex[:6]}"
+    pm(TOY + f"c = toy({a!r}); put(c, range(0, 40), 'a'); c.flush()")
+    pm(TOY + f"db.create_database({dbn!r}); db.using_database({dbn!r}); c = toy({a!r}); put(c, range(100, 130), 'b'); c.flush()")
+    capture(milvus_server, s3_server, backup, a)
+    capture(milvus_server, s3_server, backup, a, db=dbn)
+    x = f"x_{uuid.uuid4().hex[:8]}"
+    real = restore._create
+    b_arrived, a_created, b_created = threading.Event(), threading.Event(), threading.Event()
+
+    def create(recs, client, target, req, plan):
+        if req.db == "default":
+            b_arrived.wait(60)
+            out = real(recs, client, target, req, plan)
+            a_created.set()
+            b_created.wait(60)
+            return out
+        b_arrived.set()
+        a_created.wait(60)
+        try:
+            return real(recs, client, target, req, plan)
+        finally:
+            b_created.set()
+
+    monkeypatch.setattr(restore, "_create", create)
+    out = {}
+
+    def go(db):
+        try:
+            out[db] = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                                  restore.Request(db, a, "b1", x, poll=0.2))
+        except Exception as e:  # noqa: BLE001
+            out[db] = e
+    ts = [threading.Thread(target=go, args=(d,)) for d in ("default", dbn)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(600)
+    n = pm(TOY + f"Collection({x!r}).load(); OUT['n'] = count({x!r})")["n"]
+    res = {k: (v["state"], v["count"]) if isinstance(v, dict) else f"{type(v).__name__}: {str(v)[:160]}"
+           for k, v in out.items()}
+    print("\nTWO DBS", res, "X count", n)
+    for item in kv.range(keys.milvus_restores_prefix()):
+        print("REC", item.key[-30:], item.value[:400])
+    imps = pm(f"OUT['t'] = [[t.task_id, t.state_name, t.row_count, t.files, t.infos] for t in utility.list_bulk_insert_tasks(limit=0, collection_name={x!r})]")
+    print("IMPORTS", imps)
+    done = [t for t in imps["t"] if t[1] == "Completed"]
+    assert len(done) == 1, (f"{len(done)} imports of {[t[2] for t in done]} rows went into X, one per restore "
+                            f"(X count {n} so far; {res})")
+    assert n in (40, 30) and sum(isinstance(v, dict) for v in out.values()) == 1, res
