@@ -510,6 +510,7 @@ def _create(recs: Records, client, target, req, plan) -> dict:
     if rec is None:
         recs.create({"v": 2, "group_bytes": GROUP_BYTES, "state": "checked", "bundle_uid": plan["uid"], "bundle": f"{req.db}.{req.collection}/{req.bundle}",
                      "name": req.name, "target": target.describe(), "created_at": time.time()})
+        _first_for_name(recs, target, req)
         rec, _ = recs.get()
     if rec["state"] == "checked":
         rec = recs.move("creating")
@@ -527,6 +528,29 @@ def _create(recs: Records, client, target, req, plan) -> dict:
         got = _adopt(client, req.name, plan)
         rec = recs.move("created", collection_id=got["id"])
     return rec
+
+
+def _first_for_name(recs: Records, target: MilvusTarget, req: Request) -> None:
+    """The restore id hashes the bundle's database too: two restores of bundles of two
+    databases into one new name have two ids, two claims. Both could pass check, one create
+    the collection and the other adopt it (same schema, no import yet): both imported into it.
+    Once its record exists, a restore yields to any other record of the same target and name
+    written before it (etcd create revision) that is not finished history; the loser's record
+    goes, and it is refused before anything is written in Milvus."""
+    mine = recs.kv.get(recs.key)
+    for item in recs.kv.range(recs.keys.milvus_restores_prefix()):
+        if item.key == recs.key or item.create_revision > mine.create_revision:
+            continue
+        try:
+            other = json.loads(item.value)
+        except ValueError:
+            continue
+        t = other.get("target") or {}
+        if other.get("name") == req.name and t.get("address") == target.address and \
+                t.get("bucket") == target.bucket and other.get("state") != "verified":
+            recs.kv.delete(recs.key)
+            raise Conflict(f"restore {item.key.rsplit('/', 1)[-1]} of {other.get('bundle')} into {req.name!r} at "
+                           f"{target.address} began first; restore under another name")
 
 
 def _adopt(client, name: str, plan: dict) -> dict:
