@@ -486,6 +486,8 @@ def units(doc: dict, plan: dict, group_bytes: int | None = None) -> list[dict]:
         # is fine; milvus-backup passes "" there)
         tail = f"{c}/{p}/{uid}/" if not group_bytes else f"{c}/{p}/"
         out.append({"unit_id": uid, "partition": parts[p], "rows": sum(s["rows"] for s in segs),
+                    "deletes": None if doc.get("converted") else
+                    sum(int(x.get("entries", 1)) for e in g for b in e.get("deltalogs", []) for x in b.get("logs", [])),
                     "converted": bool(doc.get("converted")), "base": base, "segments": segs,
                     "dirs": [f"{base}/insert_log/{tail}", f"{base}/delta_log/{tail}"]})
     return out
@@ -657,6 +659,16 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
         for uid, st in zip(pending, states):
             rec, prev = recorded[uid]
             if st["state"] in TERMINAL_OK:
+                u = by_uid[uid]
+                if not u.get("converted") and u["rows"] and not u.get("deletes") and not st.get("row_count"):
+                    # nothing could hide its rows: Milvus read none of the staged files, which are
+                    # then not in the bucket it reads (a bulk insert of absent dirs ends Completed, 0 rows)
+                    raise MilvusRestoreError(
+                        f"{_unit_name(u)}: Milvus's import completed with 0 of its {u['rows']} rows (it has no "
+                        f"deletes): it did not find the files staged in bucket {target.bucket!r} under "
+                        f"{target.staging}/{u['base']}/ -- is {target.bucket!r} the bucket the Milvus at "
+                        f"{target.address} reads (its minio.bucketName)? Collection {req.name!r} and the staged files "
+                        f"are left as they are")
                 recs.seg_put(uid, dict(rec, state="imported", rows=st["row_count"]), prev)
             elif st["state"] in TERMINAL_FAILED:
                 recs.seg_put(uid, dict(rec, state="failed", reason=st["failed_reason"][:500]), prev)
