@@ -114,9 +114,12 @@ def open_bucket(settings, bucket: str, root_path: str = "") -> ReadOnlyBucket:
                                   f"digits, '.', '_' or '-' (no '.' or '..' segment)")
         from seglake.storage.local import LocalStore
         import os
-        if not os.path.isdir(bucket):
-            raise ValidationError(f"Milvus local storage {bucket!r} is not a directory")
-        return ReadOnlyBucket(LocalStore(os.path.join(bucket, root_path.strip("/")) if root_path else bucket))
+        sub = (root_path or "").strip("/")
+        path = os.path.join(bucket, sub) if sub else bucket
+        if not os.path.isdir(path):   # LocalStore would make it: never write into Milvus's storage
+            raise ValidationError(f"Milvus local storage {path!r} is not a directory"
+                                  + (f" (--bucket {bucket!r}, its root {root_path!r})" if path != bucket else ""))
+        return ReadOnlyBucket(LocalStore(path))
     if not layout_bucket_ok(bucket):
         raise ValidationError(f"--bucket {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, "
                               f"'.' or '-') nor an absolute local path")

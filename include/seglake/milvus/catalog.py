@@ -31,6 +31,7 @@ DATA_TYPES = {1: "Bool", 2: "Int8", 3: "Int16", 4: "Int32", 5: "Int64", 10: "Flo
               101: "FloatVector", 102: "Float16Vector", 103: "BFloat16Vector", 104: "SparseFloatVector"}
 PK_TYPES = {5, 21}
 FLUSHED = 4
+FLUSHING = 5    # binlogs all saved, Flushed a moment later (a flush's or a compaction's output)
 INDEX_FINISHED = 3
 ROW_ID, TIMESTAMP = 0, 1       # Milvus's system fields
 USER_FIELD_MIN = 100
@@ -179,7 +180,11 @@ def read(meta: MilvusMeta, db: str, name: str, dbs: dict[int, str] | None = None
     part_names = {p["partition_id"]: p["name"] for p in parts}
     segments = []
     for s in meta.segments(cid):
-        if s.state != FLUSHED or s.partition_id in leaving:
+        # Milvus's own recovery view (datacoord GetRecoveryInfo): Flushed and Flushing segments,
+        # not a bulk insert's (is_importing) until its import is done. A compaction's output is
+        # written Flushing in the txn that drops its inputs: reading state Flushed alone, a
+        # capture at that revision lost every compacted row
+        if s.state not in (FLUSHED, FLUSHING) or s.importing or s.partition_id in leaving:
             continue
         if s.partition_id not in part_names:
             raise ValidationError(f"Milvus collection {db}.{name}: Flushed segment {s.id} is in partition "

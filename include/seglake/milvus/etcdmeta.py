@@ -9,7 +9,7 @@ only range reads). Keys under `<rootPath>/meta/` (MILVUS.md):
 Field numbers (milvus-io/milvus v2.3 internal/proto/etcd_meta.proto, data_coord.proto):
 CollectionInfo 1 ID, 2 schema (CollectionSchema: 1 name, 4 fields), 7 vchannels, 8 pchannels,
 10 shards_num, 13 state; PartitionInfo 1 id, 2 name, 4 collection id, 5 state; SegmentInfo 1 id,
-2 collection, 3 partition, 4 insert channel, 5 num_of_rows, 6 state; FieldBinlog 1 field id,
+2 collection, 3 partition, 4 insert channel, 5 num_of_rows, 6 state, 17 is_importing; FieldBinlog 1 field id,
 2 binlogs (Binlog: 1 entries_num, 2 ts_from, 3 ts_to, 5 log_size, 6 log_id).
 """
 
@@ -63,6 +63,7 @@ class MilvusSegment:
     channel: str
     rows: int
     state: int
+    importing: bool = False          # SegmentInfo 17 is_importing: a bulk insert's segment, not served yet
     binlogs: dict[int, list[Binlog]] = field(default_factory=dict)    # field id -> insert logs
     deltalogs: list[Binlog] = field(default_factory=list)
     statslogs: dict[int, list[Binlog]] = field(default_factory=dict)
@@ -130,7 +131,7 @@ class MilvusMeta:
             f = fields(value)
             s = MilvusSegment(id=signed(one(f, 1, 0)), collection_id=signed(one(f, 2, 0)),
                               partition_id=signed(one(f, 3, 0)), channel=one(f, 4, b"").decode(),
-                              rows=signed(one(f, 5, 0)), state=one(f, 6, 0))
+                              rows=signed(one(f, 5, 0)), state=one(f, 6, 0), importing=bool(one(f, 17, 0)))
             segs[s.id] = s
         for kind in ("binlog", "deltalog", "statslog"):
             for parts, value in self._range(f"datacoord-meta/{kind}/{collection_id}/"):

@@ -56,7 +56,7 @@ from seglake.errors import Conflict, SeglakeError, ValidationError
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.meta.kv import Put, absent, unchanged
 from seglake.milvus import binlog, binlog_writer, convert, proto
-from seglake.milvus.client import MilvusClient
+from seglake.milvus.client import MilvusClient, MilvusError
 from seglake.names import validate_name
 from seglake.storage import layout
 
@@ -299,6 +299,12 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     version = check_version(client.one({"op": "version"}).get("version", ""), target.address, "written")
     rid = restore_id(target, req)
     rec, _ = Records(kv, keys, rid).get()
+    # a finished restore whose collection was dropped since: the name is free again (its record
+    # is replaced when the run begins, see _forget_dropped); it was resumed, and failed on the
+    # missing collection, or refused another bundle for a name Milvus does not have
+    replaces = _dropped_since(rec, client, req.name)
+    if replaces:
+        rec = None
     if rec is not None and rec["bundle_uid"] != doc["uid"]:
         raise Conflict(f"a restore of another bundle ({rec['bundle']}) into {req.name!r} at {target.address} is "
                        f"recorded (restore {rid})")
@@ -312,11 +318,26 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     fixes = {} if doc.get("converted") or not filters_by_pk(version) else \
         pk_filter_fixes(backup, doc, f"Milvus {version} at {target.address}")
     coll = doc["snapshot"]["collection"]
-    return {"rid": rid, "delete_fixes": fixes, "uid": doc["uid"], "schema": schema, "converted": bool(doc.get("converted")), "shards": int(coll["shards"]),
+    return {"rid": rid, "replaces": replaces, "delete_fixes": fixes, "uid": doc["uid"], "schema": schema, "converted": bool(doc.get("converted")), "shards": int(coll["shards"]),
             "consistency_level": int(coll.get("consistency_level", 0)),
             "properties": _properties(coll.get("properties")),
             "partitions": _partitions(coll, schema),
             "indexes": doc["snapshot"].get("indexes", [])}
+
+
+def _dropped_since(rec: dict | None, client, name: str) -> bool:
+    """A verified restore whose collection Milvus no longer has (dropped by its user)."""
+    return rec is not None and rec.get("state") == "verified" and \
+        not client.one({"op": "has", "name": name})["exists"]
+
+
+def _forget_dropped(kv, keys, recs, client, name: str) -> None:
+    """Under the run's claim: a verified restore whose collection was dropped since is history;
+    its records go, so this run restores into the free name from the start."""
+    rec, _ = recs.get()
+    if _dropped_since(rec, client, name):
+        kv.delete_prefix(keys.milvus_restore_segments_prefix(recs.rid))
+        kv.delete(recs.key)
 
 
 def filters_by_pk(version: str) -> bool:
@@ -465,6 +486,8 @@ def units(doc: dict, plan: dict, group_bytes: int | None = None) -> list[dict]:
         # is fine; milvus-backup passes "" there)
         tail = f"{c}/{p}/{uid}/" if not group_bytes else f"{c}/{p}/"
         out.append({"unit_id": uid, "partition": parts[p], "rows": sum(s["rows"] for s in segs),
+                    "deletes": None if doc.get("converted") else
+                    sum(int(x.get("entries", 1)) for e in g for b in e.get("deltalogs", []) for x in b.get("logs", [])),
                     "converted": bool(doc.get("converted")), "base": base, "segments": segs,
                     "dirs": [f"{base}/insert_log/{tail}", f"{base}/delta_log/{tail}"]})
     return out
@@ -489,6 +512,7 @@ def _create(recs: Records, client, target, req, plan) -> dict:
     if rec is None:
         recs.create({"v": 2, "group_bytes": GROUP_BYTES, "state": "checked", "bundle_uid": plan["uid"], "bundle": f"{req.db}.{req.collection}/{req.bundle}",
                      "name": req.name, "target": target.describe(), "created_at": time.time()})
+        _first_for_name(recs, target, req)
         rec, _ = recs.get()
     if rec["state"] == "checked":
         rec = recs.move("creating")
@@ -506,6 +530,29 @@ def _create(recs: Records, client, target, req, plan) -> dict:
         got = _adopt(client, req.name, plan)
         rec = recs.move("created", collection_id=got["id"])
     return rec
+
+
+def _first_for_name(recs: Records, target: MilvusTarget, req: Request) -> None:
+    """The restore id hashes the bundle's database too: two restores of bundles of two
+    databases into one new name have two ids, two claims. Both could pass check, one create
+    the collection and the other adopt it (same schema, no import yet): both imported into it.
+    Once its record exists, a restore yields to any other record of the same target and name
+    written before it (etcd create revision) that is not finished history; the loser's record
+    goes, and it is refused before anything is written in Milvus."""
+    mine = recs.kv.get(recs.key)
+    for item in recs.kv.range(recs.keys.milvus_restores_prefix()):
+        if item.key == recs.key or item.create_revision > mine.create_revision:
+            continue
+        try:
+            other = json.loads(item.value)
+        except ValueError:
+            continue
+        t = other.get("target") or {}
+        if other.get("name") == req.name and t.get("address") == target.address and \
+                t.get("bucket") == target.bucket and other.get("state") != "verified":
+            recs.kv.delete(recs.key)
+            raise Conflict(f"restore {item.key.rsplit('/', 1)[-1]} of {other.get('bundle')} into {req.name!r} at "
+                           f"{target.address} began first; restore under another name")
 
 
 def _adopt(client, name: str, plan: dict) -> dict:
@@ -612,6 +659,16 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
         for uid, st in zip(pending, states):
             rec, prev = recorded[uid]
             if st["state"] in TERMINAL_OK:
+                u = by_uid[uid]
+                if not u.get("converted") and u["rows"] and not u.get("deletes") and not st.get("row_count"):
+                    # nothing could hide its rows: Milvus read none of the staged files, which are
+                    # then not in the bucket it reads (a bulk insert of absent dirs ends Completed, 0 rows)
+                    raise MilvusRestoreError(
+                        f"{_unit_name(u)}: Milvus's import completed with 0 of its {u['rows']} rows (it has no "
+                        f"deletes): it did not find the files staged in bucket {target.bucket!r} under "
+                        f"{target.staging}/{u['base']}/ -- is {target.bucket!r} the bucket the Milvus at "
+                        f"{target.address} reads (its minio.bucketName)? Collection {req.name!r} and the staged files "
+                        f"are left as they are")
                 recs.seg_put(uid, dict(rec, state="imported", rows=st["row_count"]), prev)
             elif st["state"] in TERMINAL_FAILED:
                 recs.seg_put(uid, dict(rec, state="failed", reason=st["failed_reason"][:500]), prev)
@@ -745,7 +802,12 @@ def run(kv, keys, backup, target: MilvusTarget, req: Request, plan: dict | None 
     req.check()
     target.check()
     client = target.client()
-    with client.session():                # one client process for the whole restore
+    from seglake.lifecycle.backup import holds
+    # the bundle held while it is read (as seglake's own restore and import hold theirs): a
+    # retention prune keeps a held bundle; unheld, a prune dropped it mid-restore and its sweep
+    # took the old data files (NotFound while staging, a half-made collection left)
+    with client.session(), holds.held(backup, req.db, req.collection, req.bundle,
+                                      by=f"milvus restore into {req.name} at {target.address}"):
         return _run(kv, keys, backup, target, req, plan, client, t0)
 
 
@@ -758,11 +820,17 @@ def _run(kv, keys, backup, target, req, plan, client, t0) -> dict:
 def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> dict:
     doc = read_bundle(backup, req)
     recs = Records(kv, keys, plan["rid"])
+    if plan.get("replaces"):
+        _forget_dropped(kv, keys, recs, client, req.name)
     same_staging(recs.get()[0], target, plan["rid"])
     rec = _create(recs, client, target, req, plan)
     # the units as the restore began them: per segment for a v1 record, else its recorded bound
     todo = units(doc, plan, group_bytes=0 if rec.get("v") == 1 else int(rec.get("group_bytes", 1 << 30)))
     stage_store = target.store()
+    if not client.one({"op": "has", "name": req.name})["exists"]:
+        raise Conflict(f"collection {req.name!r} that restore {plan['rid']} created (id {rec['collection_id']}) is no "
+                       f"longer in Milvus at {target.address} (dropped while the restore was {rec['state']}): "
+                       f"restore under a new name")
     got = client.one({"op": "schema", "name": req.name})
     if got["id"] != rec["collection_id"]:
         raise Conflict(f"collection {req.name!r} in Milvus is not the one restore {plan['rid']} created (id "
@@ -799,7 +867,11 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
         report = verify(client, backup, doc, plan, req)
         if not report["ok"]:
             recs.move("loaded", report=report)
-            raise MilvusRestoreError(f"verify of {req.name!r} failed: {report['problems'][:5]}")
+            hint = "" if report["count"] or not report["visible_rows"] else (
+                f"; Milvus imported no row at all: is {target.bucket!r} the bucket the Milvus at {target.address} "
+                f"reads (its minio.bucketName)? Its imports read the staged files there; collection {req.name!r} "
+                f"and the staged files under {target.bucket}/{target.staging}/{plan['rid']}/ are left as they are")
+            raise MilvusRestoreError(f"verify of {req.name!r} failed: {report['problems'][:5]}{hint}")
         for u in todo:                    # the staged copies are Milvus's own segments now
             stage_store.delete_many([o.key for o in stage_store.list(f"{u['base']}/")] if u.get("converted") else
                                     [f"{u['base']}/{p}" for s in u["segments"] for p, _, _ in s["files"]])
@@ -898,7 +970,7 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
     # count(*) judges it, the sample does not ask for it
     askable = sorted((p for p in visible if p != INT64_MAX or isinstance(p, str)), key=str)
     sample = sorted(rnd.sample(askable, min(req.sample, len(askable))), key=str)
-    checked = 0
+    checked, unnamed = 0, False
     if sample:
         cache: dict = {}
 
@@ -925,13 +997,27 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
                     if _norm(value(row, f), f) != _norm(got_value(r, f), f)]
 
         got: dict = {}           # a pk visible twice (inserted twice, never deleted): two rows
-        for r in client.one({"op": "query", "name": req.name, "expr": pk_expr(pk["name"], sample),
-                             "output_fields": [f["name"] for f in fields],
-                             "limit": sum(len(visible[p]) for p in sample) + 1}):
+        try:
+            rows = _query_pks(client, req.name, pk["name"], sample, [f["name"] for f in fields],
+                              lambda p: len(visible[p]))
+        except MilvusError as e:
+            if "cannot parse expression" not in str(e):
+                raise
+            # a pk field named like a keyword of Milvus's expressions (`like`, `in`, `exists`,
+            # `true`, ...: Milvus 2.3 takes such a name and has no quoting for it): no expression
+            # can name the field, so the sample is the rows Milvus gives without a filter
+            rows = client.one({"op": "query", "name": req.name, "expr": "",
+                               "output_fields": [f["name"] for f in fields],
+                               "limit": max(1, min(len(sample), QUERY_WINDOW))})
+            sample, unnamed = sorted({r[pk["name"]] for r in rows}, key=str), True
+        for r in rows:
             got.setdefault(r[pk["name"]], []).append(r)
         for p in sample:
             if p not in got:
                 problems.append(f"pk {p} is missing in Milvus")
+                continue
+            if p not in visible:
+                problems.append(f"pk {p} is in Milvus; the bundle has no visible row of it")
                 continue
             left = list(visible[p])          # each row in Milvus is a distinct one of the bundle's
             for r in got[p]:
@@ -947,17 +1033,39 @@ def verify(client, backup, doc: dict, plan: dict, req: Request) -> dict:
     # a delete passes count(*) when it lost a row too, and the sample never asks for that pk
     gone = sorted((p for p in hidden - set(visible) if p != INT64_MAX or isinstance(p, str)), key=str)
     gone = sorted(rnd.sample(gone, min(req.sample, len(gone))), key=str)
-    if gone:
-        seen = sorted({r[pk["name"]] for r in client.one({"op": "query", "name": req.name,
-                                                           "expr": pk_expr(pk["name"], gone),
-                                                           "output_fields": [pk["name"]], "limit": len(gone) + 1})},
-                      key=str)
+    if gone and not unnamed:        # a pk field no expression can name: count(*) judges these
+        seen = sorted({r[pk["name"]] for r in _query_pks(client, req.name, pk["name"], gone, [pk["name"]],
+                                                          lambda p: 1)}, key=str)
         problems.extend(f"pk {p} is visible in Milvus; the bundle's deletes hide every row of it" for p in seen)
     return {"ok": not problems, "count": count, "visible_rows": n_visible, "sampled": checked,
             "problems": problems[:50]}
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+# Milvus 2.3 refuses a query whose offset + limit exceeds quotaAndLimits.limits.maxQueryResultWindow
+# (16384 by default): a verify of a pk inserted 170 times, or of a sample of 16500 pks, asked for more
+QUERY_WINDOW = 16384
+
+
+def _query_pks(client, name: str, pk_name: str, pks: list, output_fields: list, copies) -> list:
+    """The rows of `pks` (a pk may have `copies(pk)` visible rows), in queries each within
+    Milvus's query window: pks batched so a batch's rows + 1 fit, the limit at most the window."""
+    out, batch, n = [], [], 0
+
+    def ask():
+        return client.one({"op": "query", "name": name, "expr": pk_expr(pk_name, batch),
+                           "output_fields": output_fields, "limit": min(n + 1, QUERY_WINDOW)})
+
+    for p in pks:
+        c = max(1, int(copies(p)))
+        if batch and n + c + 1 > QUERY_WINDOW:
+            out.extend(ask())
+            batch, n = [], 0
+        batch.append(p)
+        n += c
+    if batch:
+        out.extend(ask())
+    return out
 
 
 def pk_expr(name: str, pks: list) -> str:
@@ -976,6 +1084,20 @@ def pk_expr(name: str, pks: list) -> str:
 
 
 def _norm(v, f: dict):
+    """A value as verify compares it; a float NaN as the string 'NaN' (Milvus 2.3 takes NaN in
+    Float / Double fields, and NaN != NaN made every such restore fail its verify)."""
+    return _nan_free(_norm_value(v, f))
+
+
+def _nan_free(v):
+    if isinstance(v, float) and v != v:
+        return "NaN"
+    if isinstance(v, list):
+        return [_nan_free(x) for x in v]
+    return v
+
+
+def _norm_value(v, f: dict):
     t = int(f["data_type"])
     if t == 23 and isinstance(v, (bytes, str)):
         return json.loads(v)
