@@ -25,7 +25,8 @@ def cmd_gc_report(args, s: Settings) -> int:
     u = doc.get("unrecognised") or {"files": 0, "bytes": 0, "sample": []}
     print(f"unrecognised (never deleted): {u['files']} files, {human_bytes(u['bytes'])}"
           + (f", e.g. {', '.join(u['sample'][:5])}" if u["sample"] else ""))
-    print("deleted: " + (f"{swept['deleted']} files, {human_bytes(swept['deleted_bytes'])}, "
+    print(("deleted (the sweep STOPPED part-way: run gc again): " if swept and swept.get("partial") else "deleted: ")
+          + (f"{swept['deleted']} files, {human_bytes(swept['deleted_bytes'])}, "
                          f"{swept.get('already_gone', 0)} already gone, "
                          f"{swept['rechecked_kept']} kept by the re-check, "
                          f"{swept.get('changed_kept', 0)} changed since the mark, {_error_count(swept)} errors"
