@@ -160,7 +160,8 @@ class LocalStore(Store):
         except (NotFound, SymlinkRefused):
             return None
 
-    def list(self, prefix: str = "", report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", report_unreadable: bool = False,
+             _describe: bool = False) -> Iterator[ObjectInfo]:
         """Regular files only, keys exactly as named on disk (a name that is not valid
         UTF-8 comes through with surrogate escapes, for the caller to report, never to
         be re-encoded into another key). Symlinks are neither followed nor listed;
@@ -175,7 +176,7 @@ class LocalStore(Store):
                 return
             raise Unavailable(f"cannot list {pfx or self.uri!r}: {e.strerror}") from None
         if fd is not None:
-            yield from _walk(fd, pfx, report_unreadable)
+            yield from _walk(fd, pfx, report_unreadable, _describe)
 
     def list_level(self, prefix: str = "", report_unreadable: bool = False) -> tuple[list[str], list[ObjectInfo]]:
         pfx = normalize_prefix(prefix)
@@ -221,9 +222,7 @@ class LocalStore(Store):
         """Every file under `prefix` as list() finds it, with its inode change time (a
         rewrite that puts the mtime back -- cp -p, rsync -a, touch -r -- still changes it):
         what a data file's tag in a backup target is made of (bundle.data_tag)."""
-        for o in self.list(prefix):
-            got = self.listed_one(o.key)   # (None: gone since, or a name no key can take: as listed)
-            yield got if got is not None else Listed(o.key, o.size, o.mtime)
+        yield from self.list(prefix, _describe=True)   # (the walk's own stat: no second one per file)
 
     def listed_one(self, key: str) -> Listed | None:
         """The regular file `key` as list_described describes it (None: not there)."""
@@ -578,7 +577,7 @@ def _unlink_at(dir_fd: int, key: str, name: str, expect: ObjectInfo | None, out:
         out.deleted.append(key)
 
 
-def _walk(fd: int, pfx: str, report_unreadable: bool = False) -> Iterator[ObjectInfo]:
+def _walk(fd: int, pfx: str, report_unreadable: bool = False, describe: bool = False) -> Iterator[ObjectInfo]:
     """Every regular file below the directory open as `fd` (closed here), keyed `pfx` +
     its relative path, in key order per directory: its files, then its subdirectories,
     each opened relative to its parent with O_NOFOLLOW (one swapped for a symlink after
@@ -612,7 +611,8 @@ def _walk(fd: int, pfx: str, report_unreadable: bool = False) -> Iterator[Object
                             st = e.stat(follow_symlinks=False)
                         except FileNotFoundError:
                             continue
-                        yield ObjectInfo(rel + e.name, st.st_size, st.st_mtime)
+                        yield (Listed(rel + e.name, st.st_size, st.st_mtime, ctime_ns=st.st_ctime_ns) if describe
+                               else ObjectInfo(rel + e.name, st.st_size, st.st_mtime))
                 stack.append((dfd, rel, iter(subdirs)))
                 continue
             dfd, rel, names = stack[-1]
