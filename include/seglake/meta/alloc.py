@@ -60,7 +60,7 @@
   when the key's last writer is this process's clock itself: it stepped forward, on a
   store no other clock reserved from since.) So one fast clock can drag the TSO at most
   max_clock_skew + LIVE_GRACE ahead of a store in use, and the right clocks wait at most
-  that long. On a store idle for longer (no key) the first clock to allocate sets the
+  that long. On a store idle for longer (the lease ran out) the first clock to allocate sets the
   mark: there is no other reference in etcd.
 
   In a process, TSO objects on the same etcd endpoints, key and clock share one batch
