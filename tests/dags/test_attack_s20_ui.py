@@ -433,3 +433,49 @@ def test_f10_a_cleared_drop_collection_run_never_drops_a_later_namesake(airflow_
         pass
     # observed on a05f92e: the new collection (created after the run finished) is Dropping/Dropped
     assert meta.catalog.get(new.collection_id).state == "Created", meta.catalog.get(new.collection_id).state
+def test_f1_the_unpause_answer_says_the_scheduled_run_it_starts(client, h, world, monkeypatch):
+    """POST /dags/gc/unpause: Airflow's PATCH answer has the schedule; the answer must say that a
+    scheduled run starts now, and (gc) that it is REAL. Observed: {"dag_id": "gc", "is_paused": false}."""
+    import httpx
+
+    from seglake.lifecycle import gc
+
+    meta, *_ = world
+    gc.set_schedule(meta, {"dry_run": False, "engine": "inline"}, floor=3600, by="ops")
+    monkeypatch.setattr(httpx, "patch", lambda url, **kw: httpx.Response(
+        200, json={"dag_id": "gc", "is_paused": False, "timetable_summary": "0 0 * * *"}))
+    r = client.post(f"{API}/dags/gc/unpause", headers=h)
+    assert r.status_code == 200, r.text
+    assert "REAL" in r.json().get("message", ""), r.json()
+
+
+# -- F9: after a resume, a job's copied_bytes / copied_files (API progress, the restore note's "X in
+# T", the Stats counter seglake.restore.copied_bytes, a finished job's average rate) count only the
+# LAST attempt of each task; the first attempt's copies were forgotten (fixed: counted from what the
+# record held when the attempt took the task) ------------------------
+def test_f9_a_resumed_jobs_copied_bytes_count_every_attempt(airflow_env, meta, store, monkeypatch):
+    from seglake.lifecycle.copyjob import copying
+
+    demo.seed(meta, store, demo.SeedParams(name="cb", partitions=1, segments=6, rows=10, dim=4))
+    snapshot.create(meta, store, "cb", "s1")
+    job_id = restore.restore(meta, store, "cb", "s1", "cb_copy")
+    copyjob.plan(meta, job_id)
+    monkeypatch.setattr(copying, "PROGRESS_EVERY_S", -1.0)
+    real = copying._save_progress
+
+    def killed(meta_, own, progress, now):
+        real(meta_, own, progress, now)
+        if progress["segments"] >= 3:
+            raise KeyboardInterrupt("the runner was killed")
+
+    monkeypatch.setattr(copying, "_save_progress", killed)
+    with pytest.raises(KeyboardInterrupt):
+        for t in meta.copyjobs.tasks(job_id):
+            copying.copy_task(meta, store, job_id, t.task_id)
+    first = copyjob.describe_job(meta, job_id)["progress"]["copied_bytes"]
+    monkeypatch.setattr(copying, "_save_progress", real)
+    for t in meta.copyjobs.tasks(job_id):
+        copying.copy_task(meta, store, job_id, t.task_id)
+    p = copyjob.describe_job(meta, job_id)["progress"]
+    # observed: copied_bytes == total - first (the second attempt's only), e.g. 13093 of 26224 bytes "copied"
+    assert first > 0 and p["copied_bytes"] >= p["total_bytes"], (first, p["copied_bytes"], p["total_bytes"])

@@ -109,6 +109,10 @@ class CopyTask(msgspec.Struct, frozen=True, kw_only=True):
     copied_files: int = 0
     copied_bytes: int = 0
     skipped_files: int = 0   # already present with the right size (a resumed copy)
+    # what the earlier attempts of this task copied (copied_*: this attempt's): a job's "copied" counts
+    # every attempt's (a resumed job's note and rate forgot the earlier ones -- atk s20 F9)
+    earlier_files: int = 0
+    earlier_bytes: int = 0
     attempt: int = 0
     reason: str = ""
     updated_at: float = 0.0

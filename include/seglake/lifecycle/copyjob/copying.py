@@ -88,7 +88,10 @@ def copy_task(meta: Meta, store: Store, job_id: int, task_id: int, threads: int 
         t = now()
         return meta.copyjobs.update_task_kv(kv, task.replace(state=TASK_IN_PROGRESS, attempt=task.attempt + 1,
                                                              updated_at=t, progress_at=t, recent_bps=0.0,
-                                                             reason=""))
+                                                             reason="",
+                                                             earlier_files=task.earlier_files + task.copied_files,
+                                                             earlier_bytes=task.earlier_bytes + task.copied_bytes,
+                                                             copied_files=0, copied_bytes=0))
     task, mine = retry_on_conflict(take, f"take copy task {task_id} of job {job_id}")
     if mine is None:
         return task

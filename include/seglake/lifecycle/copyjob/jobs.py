@@ -26,7 +26,7 @@ def progress(meta: Meta, job_id: int) -> dict:
         "total_segments": job.total_segments, "total_files": job.total_files, "total_bytes": job.total_bytes,
         "copied_segments": sum(len(t.mappings) if t.state == TASK_COMPLETED else t.copied_segments for t in tasks),
         "copied_files": sum(t.copied_files + t.skipped_files for t in tasks),
-        "copied_bytes": sum(t.copied_bytes for t in tasks),   # bytes this job's attempts copied
+        "copied_bytes": sum(t.earlier_bytes + t.copied_bytes for t in tasks),   # every attempt's copies
         # bytes done: a Completed task's whole size (a resumed attempt skips, never re-copies,
         # what an earlier one copied), else what the task copied so far: the progress bars
         "done_bytes": sum(t.total_bytes if t.state == TASK_COMPLETED else max(t.done_bytes, t.copied_bytes)
