@@ -50,7 +50,8 @@ def snapshot_drop():
         # and never drops a later snapshot that took the name since (atk s20 F10's twin)
         intent = hook.meta.keys.dropped_by_run(run_id, params["db"], params["collection"], params["name"]) \
             if run_id else None
-        mine = json.loads(hook.meta.kv.get(intent).value) if intent and hook.meta.kv.get(intent) else None
+        held = hook.meta.kv.get(intent) if intent else None
+        mine = json.loads(held.value) if held is not None else None
         if mine is not None and mine.get("dropped") is True:
             print(f"snapshot {params['name']!r} of {params['collection']!r} was already dropped by this run "
                   f"({run_id}): nothing to do")

@@ -102,7 +102,11 @@ class Throttle:
             self.started = now if self.started is None else self.started
             self.bytes += nbytes
             self.requests += requests
-        wait = start + cost - BURST - self.clock()
+        return self._wait_until(start + cost)
+
+    def _wait_until(self, end: float) -> float:
+        """Sleep until `end` less the burst allowance; the seconds waited (counted)."""
+        wait = end - BURST - self.clock()
         if wait > 0:
             self.sleep(wait)
             with self._lock:
@@ -154,12 +158,7 @@ class LocalThrottle(Throttle):
             self.started = now if self.started is None else self.started
             self.bytes += nbytes
             self.requests += requests
-        wait = start + cost - BURST - self.clock()
-        if wait > 0:
-            self.sleep(wait)
-            with self._lock:
-                self.waited += wait
-        return max(0.0, wait)
+        return self._wait_until(start + cost)
 
 
 # -- the store's shared limit ---------------------------------------------------------------
