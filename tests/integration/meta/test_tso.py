@@ -26,6 +26,7 @@ from seglake.errors import ValidationError
 from seglake.meta import Meta
 from seglake.meta.alloc import BATCH_MAX_AGE, TSO, compose_ts, decode_mark, physical_ms
 from seglake.meta.kv import KV
+from etcd_root import root_state
 
 pytestmark = pytest.mark.etcd
 
@@ -396,7 +397,7 @@ def test_tso_is_monotonic_across_restarts_even_if_the_clock_goes_back(settings, 
         "above-bool", "above-2**63", "ts-neg", "ts-bool", "ts-nan", "ts-str"])
 def test_bad_arguments_are_refused_before_any_etcd_write(meta, call):
     key = meta.keys.alloc_tso()
-    rev = meta.kv.revision()
+    rev = root_state(meta)
     with pytest.raises(ValidationError):
         call(meta.tso)
-    assert meta.kv.get(key) is None and meta.kv.revision() == rev
+    assert meta.kv.get(key) is None and root_state(meta) == rev

@@ -18,6 +18,7 @@ from seglake.meta.alloc import TSO, compose_ts, decode_mark, physical_ms
 from seglake.wal.client import AppendIncomplete, WalClient, synthetic_rows
 
 from wal_helpers import make_collection
+from etcd_root import root_state
 
 pytestmark = pytest.mark.etcd
 
@@ -116,9 +117,9 @@ def test_a_fast_clock_joining_a_store_in_use_is_refused_and_moves_nothing(meta, 
     slightly = TSO(meta.kv, key, clock=lambda: time.time() + 2.0)  # within max_clock_skew: ordered
     assert slightly.reserve(1, linearizable=True) > mark
 
-    rev = meta.kv.revision()
+    rev = root_state(meta)
     for b in (meta.tso._b, slightly._b):             # every live lease run out: the store is idle
         if b.live is not None:
             meta.kv.revoke_lease(b.live[0])
-    assert meta.kv.revision() == rev                 # (no key is attached: running out writes nothing)
+    assert root_state(meta) == rev                   # (no key is attached: running out writes nothing)
     assert physical_ms(fast.now()) > _now_ms() + (FAST - 5) * 1000   # idle: the first clock sets the mark

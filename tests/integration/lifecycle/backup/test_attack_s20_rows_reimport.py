@@ -26,6 +26,7 @@ from seglake.lifecycle.backup import imports
 from seglake.meta import Meta
 from seglake.storage import layout, open_store
 from seglake.storage.local import LocalStore
+from etcd_root import root_changes, root_state
 
 quiet = dict(say=lambda line: None)
 
@@ -70,11 +71,11 @@ def test_a_reimport_after_the_snapshot_was_dropped_checks_before_it_writes(expor
     copies = []
     real = bundles.copy_verified
     monkeypatch.setattr(bundles, "copy_verified", lambda *a, **kw: (copies.append(a[3]), real(*a, **kw))[1])
-    rev = meta2.kv.revision()
+    rev = root_state(meta2)
     with pytest.raises(bundles.BundleError):
         imports.import_bundle(meta2, store2, target, "bk", "s1", **quiet)
-    assert copies == [] and meta2.kv.revision() == rev, (
-        f"refused after writing: {len(copies)} store files copied, etcd revision {rev} -> {meta2.kv.revision()}")
+    assert copies == [] and root_state(meta2) == rev, (
+        f"refused after writing: {len(copies)} store files copied, etcd keys changed {root_changes(rev, root_state(meta2))}")
 
 
 def test_a_bundle_whose_imported_snapshot_was_dropped_can_be_imported_under_another_name(exported, other):
@@ -99,9 +100,9 @@ def test_a_rate_limited_import_of_a_damaged_bundle_writes_no_etcd_key(exported, 
     raw = bytearray(target.get(layout.bundle_blob(big)))
     raw[len(raw) // 2] ^= 0x01
     target.put(layout.bundle_blob(big), bytes(raw))
-    rev = meta2.kv.revision()
+    rev = root_state(meta2)
     with pytest.raises(bundles.BundleError):
         imports.import_bundle(meta2, store2, target, "bk", "s1", max_bytes_per_second=50_000_000, **quiet)
     left = [kv.key[len(meta2.keys.prefix):] for kv in meta2.kv.range(meta2.keys.prefix, keys_only=True)]
-    assert not left and not list(store2.list("")) and meta2.kv.revision() == rev, (
-        f"refused import left {len(left)} etcd keys {left[:4]}; etcd revision {rev} -> {meta2.kv.revision()}")
+    assert not left and not list(store2.list("")) and root_state(meta2) == rev, (
+        f"refused import left {len(left)} etcd keys {left[:4]}; changed {root_changes(rev, root_state(meta2))}")

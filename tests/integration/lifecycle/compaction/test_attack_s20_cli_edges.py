@@ -12,6 +12,7 @@ from seglake import cli
 from seglake.lifecycle import compaction
 
 from compaction_helpers import Writer, mixed_workload
+from etcd_root import root_state
 
 pytestmark = pytest.mark.etcd
 
@@ -50,7 +51,7 @@ def test_dry_runs_and_refusals_write_nothing(env, meta, store, settings, capsys)
     p2 = compaction.plan(meta, store, "dr", compaction.effective(settings, {"target_rows": 7, "l0_age": 0, "protection": 0}))
     assert [u.to_json() for u in p1.units] == [u.to_json() for u in p2.units] and p1.units
     assert {u.kind for u in p1.units} >= {compaction.FOLD}, {u.kind for u in p1.units}
-    rev, files = _root_rev(meta), _files(store)
+    rev, files = root_state(meta), _files(store)
     for argv in (["compact", "dr", "--dry-run"], ["compact", "dr", "--dry-run", "--json"],
                  ["compaction", "scheduled", "--dry-run"],
                  ["compact", "dr", "--target-rows", "0"], ["compact", "dr", "--delete-ratio", "nan"],
@@ -60,15 +61,8 @@ def test_dry_runs_and_refusals_write_nothing(env, meta, store, settings, capsys)
                  ["compaction", "policy", "set", "dr", "--delete-ratio", "inf"],
                  ["compact", "no_such", "--dry-run"], ["compact", "dr/../x", "--dry-run"]):
         rc, out, err = _run(capsys, argv)
-        assert _root_rev(meta) == rev, (argv, rc, out, err)
+        assert root_state(meta) == rev, (argv, rc, out, err)
         assert _files(store) == files, argv
         if "--dry-run" not in argv or argv[1] in ("no_such", "dr/../x"):
             assert rc != 0, (argv, out)
 
-
-def _root_rev(meta) -> int:
-    """The newest mod revision under this test's etcd root plus its key count: what a write of
-    the test's own changes (the server's global revision also moves with other tests' leases
-    running out, on a shared etcd)."""
-    kvs = list(meta.kv.range(meta.keys.prefix))
-    return max((kv.mod_revision for kv in kvs), default=0) * 1_000_000 + len(kvs)

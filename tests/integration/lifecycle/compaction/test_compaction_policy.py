@@ -14,6 +14,7 @@ from seglake.errors import ValidationError
 from seglake.lifecycle import compaction
 
 from compaction_helpers import Writer, exact, mixed_workload, rows, segments  # noqa: F401
+from etcd_root import root_state
 
 pytestmark = pytest.mark.etcd
 
@@ -87,10 +88,10 @@ def test_policy_set_show_clear_and_the_plan_uses_it(env, meta, store, settings, 
 def test_bad_policy_refused_before_any_write(env, meta, store, settings, values, words):
     w = Writer(meta, store, settings)
     w.create("c", ["_default"], shards=1)
-    rev = meta.kv.revision()
+    rev = root_state(meta)
     with pytest.raises(ValidationError, match=words):
         compaction.set_policy(meta, settings, "c", values)
-    assert meta.kv.revision() == rev
+    assert root_state(meta) == rev
     assert compaction.get_policy(meta, "c") is None
 
 

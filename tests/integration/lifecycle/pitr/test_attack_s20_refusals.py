@@ -15,15 +15,16 @@ from seglake.meta.alloc import compose_ts
 from seglake.wal.client import WalClient
 
 from pitr_model import SCHEMA, flush_all, rows
+from etcd_root import root_changes, root_state
 
 
 
 def _refused_without_a_write(meta, store, fn, match):
     files = {o.key for o in store.list("")}
-    rev = _root_rev(meta)
+    rev = root_state(meta)
     with pytest.raises(SeglakeError, match=match):
         fn()
-    return (_root_rev(meta) - rev, len({o.key for o in store.list("")} ^ files))
+    return (root_changes(rev, root_state(meta)), len({o.key for o in store.list("")} ^ files))
 
 
 def test_refusals_leave_the_etcd_revision_unchanged(meta, store, settings, monkeypatch):
@@ -56,7 +57,7 @@ def test_refusals_leave_the_etcd_revision_unchanged(meta, store, settings, monke
     }
     for name, (fn, m) in cases.items():
         wrote[name] = _refused_without_a_write(meta, store, fn, m)
-    assert all(v == (0, 0) for v in wrote.values()), wrote
+    assert all(v == ([], 0) for v in wrote.values()), wrote
 
 
 def _cli(settings, *args):
@@ -83,11 +84,11 @@ def test_cli_refusals_leave_the_etcd_revision_unchanged(meta, store, settings):
     wrote = {}
     for name, args in {"undrop of a live collection": ["collections", "undrop", "src", "--as", "back"],
                        "undrop of a name never seen": ["collections", "undrop", "nope", "--as", "back"]}.items():
-        rev = _root_rev(meta)
+        rev = root_state(meta)
         p = _cli(settings, *args)
         assert p.returncode != 0 and "Traceback" not in p.stderr, (name, p.returncode, p.stderr)
-        wrote[name] = (_root_rev(meta) - rev, p.stderr.strip()[-120:])
-    assert all(v[0] == 0 for v in wrote.values()), wrote
+        wrote[name] = (root_changes(rev, root_state(meta)), p.stderr.strip()[-120:])
+    assert all(not v[0] for v in wrote.values()), wrote
 
 
 def test_cli_undrop_of_a_drop_outside_its_window_writes_nothing(meta, store, settings):
@@ -110,11 +111,11 @@ def test_cli_undrop_of_a_drop_outside_its_window_writes_nothing(meta, store, set
     meta.kv.put(key, json.dumps({**doc, "window_s": 1.0}))
     time.sleep(1.5)
     files = {o.key for o in store.list("")}
-    rev = _root_rev(meta)
+    rev = root_state(meta)
     p = _cli(settings, "collections", "undrop", "gone", "--as", "back")
     assert p.returncode != 0 and "outside the point-in-time window" in p.stderr, p.stderr
     assert {o.key for o in store.list("")} == files
-    assert _root_rev(meta) == rev, f"the refusal wrote {_root_rev(meta) - rev} revision(s) to etcd"
+    assert root_state(meta) == rev, f"the refusal changed etcd keys {root_changes(rev, root_state(meta))}"
 
 
 def test_cli_restore_refused_for_a_gap_or_no_snapshot_writes_nothing(meta, store, settings):
@@ -132,11 +133,11 @@ def test_cli_restore_refused_for_a_gap_or_no_snapshot_writes_nothing(meta, store
     frag = sorted(o.key for o in store.list(f"{layout.WAL}/"))[0]
     store.delete_many([frag])
     files = {o.key for o in store.list("")}
-    rev = _root_rev(meta)
+    rev = root_state(meta)
     p = _cli(settings, "restore", "src", "r", "--as-of", str(t))
     assert p.returncode != 0 and "not whole" in p.stderr, p.stderr
     assert {o.key for o in store.list("")} == files
-    assert _root_rev(meta) == rev, f"the refusal wrote {_root_rev(meta) - rev} revision(s) to etcd"
+    assert root_state(meta) == rev, f"the refusal changed etcd keys {root_changes(rev, root_state(meta))}"
 
 
 def test_cli_restore_from_a_target_refused_writes_nothing(meta, store, settings, tmp_path):
@@ -148,10 +149,10 @@ def test_cli_restore_from_a_target_refused_writes_nothing(meta, store, settings,
     t = meta.tso.now()
     backup = tmp_path / "backup"
     backup.mkdir()
-    rev = _root_rev(meta)
+    rev = root_state(meta)
     p = _cli(settings, "restore", "src", "r", "--as-of", str(t), "--from-target", f"file://{backup}")
     assert p.returncode != 0 and "no bundle" in p.stderr, p.stderr
-    assert _root_rev(meta) == rev, f"the refusal wrote {_root_rev(meta) - rev} revision(s) to etcd"
+    assert root_state(meta) == rev, f"the refusal changed etcd keys {root_changes(rev, root_state(meta))}"
 
 
 def test_cli_undrop_refused_for_a_gap_writes_nothing(meta, store, settings):
@@ -169,11 +170,11 @@ def test_cli_undrop_refused_for_a_gap_writes_nothing(meta, store, settings):
     frag = sorted(o.key for o in store.list(f"{layout.WAL}/"))[0]
     store.delete_many([frag])
     files = {o.key for o in store.list("")}
-    rev = _root_rev(meta)
+    rev = root_state(meta)
     p = _cli(settings, "collections", "undrop", "gone", "--as", "back")
     assert p.returncode != 0 and "not whole" in p.stderr, p.stderr
     assert {o.key for o in store.list("")} == files
-    assert _root_rev(meta) == rev, f"the refusal wrote {_root_rev(meta) - rev} revision(s) to etcd"
+    assert root_state(meta) == rev, f"the refusal changed etcd keys {root_changes(rev, root_state(meta))}"
 
 
 def test_cli_restore_database_refused_for_its_second_collection_writes_nothing(meta, store, settings):
@@ -186,10 +187,10 @@ def test_cli_restore_database_refused_for_its_second_collection_writes_nothing(m
         c.insert("b2", rows(range(1, 5), 1.0))
     pitr.set_window(meta, "a1", "1h")
     t = meta.tso.now()
-    rev = _root_rev(meta)
+    rev = root_state(meta)
     p = _cli(settings, "restore-database", "--as-of", str(t), "--suffix", "_x")
     assert p.returncode != 0 and "b2" in p.stderr and "window" in p.stderr, p.stderr
-    assert _root_rev(meta) == rev, f"the refusal wrote {_root_rev(meta) - rev} revision(s) to etcd"
+    assert root_state(meta) == rev, f"the refusal changed etcd keys {root_changes(rev, root_state(meta))}"
 
 
 def test_cli_undrop_from_a_target_without_a_bundle_writes_nothing(meta, store, settings, tmp_path):
@@ -203,15 +204,8 @@ def test_cli_undrop_from_a_target_without_a_bundle_writes_nothing(meta, store, s
     drop.finish_drop(meta, "gone", collection_id=coll.collection_id)
     backup = tmp_path / "backup"
     backup.mkdir()
-    rev = _root_rev(meta)
+    rev = root_state(meta)
     p = _cli(settings, "collections", "undrop", "gone", "--as", "back", "--from-target", f"file://{backup}")
     assert p.returncode != 0 and "cannot be undropped" in p.stderr, p.stderr
-    assert _root_rev(meta) == rev, f"the refusal wrote {_root_rev(meta) - rev} revision(s) to etcd"
+    assert root_state(meta) == rev, f"the refusal changed etcd keys {root_changes(rev, root_state(meta))}"
 
-
-def _root_rev(meta) -> int:
-    """The newest mod revision under this test's etcd root plus its key count: what a write of
-    the test's own changes (the server's global revision also moves with other tests' leases
-    running out, on a shared etcd)."""
-    kvs = list(meta.kv.range(meta.keys.prefix))
-    return max((kv.mod_revision for kv in kvs), default=0) * 1_000_000 + len(kvs)

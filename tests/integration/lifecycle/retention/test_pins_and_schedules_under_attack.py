@@ -19,6 +19,7 @@ from seglake.dev import demo
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
 from seglake.lifecycle import retention, snapshot
 from seglake.lifecycle.snapshot import creation as snapcreation
+from etcd_root import root_state
 
 SMALL = demo.SeedParams(partitions=1, segments=2, rows=40, dim=4)
 T0 = datetime(2026, 3, 1, 0, 0, tzinfo=timezone.utc).timestamp()
@@ -149,10 +150,10 @@ def test_dry_run_changes_nothing_in_etcd(meta, store, coll):
     retention.set_policy(meta, "demo", {"keep_last": 1})
     retention.run(meta, store, "demo", now=T0)
     retention.run(meta, store, "demo", now=T0 + HOUR)
-    rev = meta.kv.revision()
+    rev = root_state(meta)
     rep = retention.run(meta, store, "demo", now=T0 + 2 * HOUR, dry_run=True)
     assert rep["created"] and rep["pruned"]
-    assert meta.kv.revision() == rev
+    assert root_state(meta) == rev
 
 
 # -- pins -----------------------------------------------------------------------------------------
