@@ -86,6 +86,7 @@ def wal_flush():
     @task
     def prepare(pchannels: list[str], params: dict, run_id: str | None = None) -> dict:
         from seglake.lifecycle.flush import backlog
+        from seglake.wal.log import expire_producers
         from seglake.storage import layout
         from seglake.runners import choose
         from seglake_airflow.hooks.engine import SeglakeHook
@@ -94,6 +95,10 @@ def wal_flush():
         hook = SeglakeHook()
         pchannels = list(pchannels)
         sizes = [backlog(hook.meta, p) for p in pchannels]
+        # once per run, not per flusher: named producers idle for two retry windows go
+        gone = sum(expire_producers(hook.meta, p, hook.settings.wal_producer_expiry) for p in pchannels)
+        if gone:
+            print(f"{gone} idle producer record(s) removed or shrunk to their floor")
         total = sum(s["bytes"] for s in sizes)
         chosen = choose("flush", params["engine"], total, hook.settings) if pchannels else "inline"
         print(f"backlog {total} bytes over {len(pchannels)} pchannel(s): engine {chosen}")

@@ -423,31 +423,55 @@ def set_pause(meta, pchannel: str | None, paused: bool, reason: str = "") -> Non
         meta.kv.delete(key)
 
 
-def expire_producers(meta, pchannel: str, now_tt: int, idle_seconds: float) -> int:
-    """Remove the records of producers that have not committed on `pchannel` for more
-    than `idle_seconds` (by their last commit's tick `tt` against `now_tt`; a record
-    without one is stamped `now_tt` first, starting its clock). Each delete compares the
-    record, so a producer committing meanwhile keeps it. Records written since issue 26
-    live on their holder's lease and expire by themselves (nothing calls this per run):
-    this is the one-off sweep of records written before leases. Returns how many were
-    removed."""
+def expire_producers(meta, pchannel: str, idle_seconds: float | None = None, *, now_tt: int = 0) -> int:
+    """Remove the records of named producers idle on `pchannel` for more than two retry
+    windows: 2 x max(the record's own window `w`, `idle_seconds`; the latter alone for a
+    record without one), by its last commit's tick `tt` against a LINEARIZABLE TSO tick
+    (above `now_tt`, if given) reserved first. That reservation moves the TSO's mark past
+    the instant the records are judged at, so once a record is gone every process's TSO
+    is past its calls' age: a retry of one of them is judged by the commit's tick (writer:
+    stale_call), never by a clock that may be slow or set back, and is refused, not
+    appended twice. A record that remembers calls the caller numbered (below 2**40, they
+    carry no time), or whose floor is such a call, is shrunk to its floor instead (no
+    calls, kept): their retries stay refused for good. A record without `tt` is stamped
+    first (its clock starts then). A record on a lease (a fresh id's; an older version's)
+    expires by itself and is left alone. Each change compares the record, so a producer
+    committing meanwhile keeps it. Returns how many records were removed or shrunk."""
     from seglake import limits
     from seglake.meta.alloc import physical_ms
     from seglake.meta.kv import Delete
+    from seglake.wal.producers import CALL_BITS, CLOCK_BASE
 
-    idle_seconds = limits.check("wal_producer_expiry", "producer expiry (seconds)", idle_seconds)
-    removed = 0
-    for kv in meta.kv.range(keymod.wal_producers_prefix(meta.keys, pchannel)):
+    if idle_seconds is not None:
+        idle_seconds = limits.check("wal_producer_expiry", "producer expiry (seconds)", idle_seconds)
+    if isinstance(now_tt, bool) or not isinstance(now_tt, int) or now_tt < 0:
+        raise ValidationError(f"now_tt must be a TSO timestamp (an int >= 0), got {now_tt!r}")
+    recs = [kv for kv in meta.kv.range(keymod.wal_producers_prefix(meta.keys, pchannel)) if not kv.lease]
+    if not recs:
+        return 0
+    now = physical_ms(meta.tso.reserve(1, above=now_tt, linearizable=True))
+    changed = 0
+    for kv in recs:
         rec = decode(kv.value, kv.key)
+        window = max(float(rec.get("w") or 0), idle_seconds or 0.0)
         try:
             if not isinstance(rec.get("tt"), int):
-                meta.kv.txn([unchanged(kv)], [Put(kv.key, encode({**rec, "tt": now_tt}))])
-            elif physical_ms(now_tt) - physical_ms(rec["tt"]) > idle_seconds * 1000:
-                meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
-                removed += 1
+                meta.kv.txn([unchanged(kv)], [Put(kv.key, encode({**rec, "tt": meta.tso.now()}))])
+            elif window > 0 and now - physical_ms(rec["tt"]) > 2 * window * 1000:
+                calls = [int(c) for c in rec.get("calls", {})]
+                top = max([int(rec.get("floor", 0)), int(rec.get("seq", 0)) >> CALL_BITS, *calls])
+                if 0 < min([int(rec.get("floor") or top), *calls]) < CLOCK_BASE:
+                    if calls or rec.get("floor") != top:
+                        meta.kv.txn([unchanged(kv)], [Put(kv.key, encode(
+                            {"calls": {}, "floor": top, "seq": rec.get("seq", 0), "tt": rec["tt"],
+                             "w": window, "name": rec.get("name", "")}))])
+                        changed += 1
+                else:
+                    meta.kv.txn([unchanged(kv)], [Delete(kv.key)])
+                    changed += 1
         except Conflict:   # the producer committed meanwhile: it is alive
             pass
-    return removed
+    return changed
 
 
 def seal_up_to(meta, pchannel: str, ts: int) -> int:

@@ -1,10 +1,12 @@
 """A producer's identity on the WAL: its record, its holder, its call numbers (issue 26).
 
     call = a client call (insert, delete, ...); seq = call << CALL_BITS | append index
-    record  {root}/wal_index/{pchannel}/producers/{id}   per pchannel, on the holder's lease
+    record  {root}/wal_index/{pchannel}/producers/{id}   per pchannel; a named id's has no lease,
+                                                         a fresh id's lives on its holder's lease
         calls: {call: {d: payload digest, done: [[lo, hi], ...] appends committed,
                        n: [first, last] log places, t0: an upsert call's one timestamp}}
         floor: calls at or below it are no longer remembered (refused)
+        tt: the last commit's tick; w: the retry window of the holder that wrote it
     claim   {root}/wal_producer_owners/{id}              a named id's newest holder, leased
     numbers {root}/wal_producer_numbers/{id}             the call numbers its holder may hand out (reserved
                                                          under the claim; a new holder numbers above them)
@@ -15,9 +17,15 @@ Rules (wal/writer.py enforces them in its commit transaction):
 - the record keeps the MAX_CALLS highest-numbered calls, whole: a call of any size and
   calls committed out of number order are remembered; a lower one is refused;
 - one live holder per named id: the newest claim fences the older holder;
-- records and claims expire by themselves on the holder's lease (1.5 to 2 windows after
-  the last commit); a client-numbered call carries its time, and one older than the
-  window that no record remembers is refused.
+- a named id's records outlive every lease: they go only by wal.log.expire_producers,
+  which judges a record idle (two windows since its last commit) by a linearizable TSO
+  tick, so the TSO mark is past that instant BEFORE the record goes. A client-numbered
+  call carries its time, and one older than the window that no record remembers is
+  refused, judged at commit by the commit's own linearizable tick: once a record is
+  gone, no clock (slow, set back, an idle store's) can make its calls young again. A
+  record holding calls the caller numbered (below 2**40: they carry no time) is shrunk to
+  its floor instead of removed. Claims (and a fresh id's records: known to one client,
+  removed at its close) expire by themselves on the holder's lease.
 """
 
 from __future__ import annotations
@@ -152,6 +160,13 @@ class Holder:
                 self._lease = (self.meta.kv.grant_lease(int(2 * self.window) + 1), now)
             return self._lease[0]
 
+    def record_lease(self) -> int | None:
+        """The lease a producer record is put on: none for a named id (its records outlive
+        the holder and go by expire_producers, which moves the TSO past their age first:
+        a lease ran out on etcd's clock, and a retry judged by a slow clock against an idle
+        store's old mark was young again, appended twice); the holder's for a fresh one."""
+        return None if self.named else self.lease()
+
     def running(self, call: int, on: bool) -> None:
         """A call of several appends starts (on) or ends: while it runs the producer
         record never evicts it (Holder.live())."""
@@ -223,7 +238,8 @@ def _record(kv: KeyValue | None) -> dict:
     return d
 
 
-def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: frozenset = frozenset()) -> dict:
+def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: frozenset = frozenset(),
+              window: float | None = None) -> dict:
     """The record after `reqs` committed at log place n: each append's index in its
     call's ranges, the MAX_CALLS highest calls kept (the floor rises past the others:
     by number, never by arrival, so calls committed out of order are all remembered).
@@ -243,7 +259,25 @@ def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: froze
     for c in evictable[:max(0, len(calls) - MAX_CALLS)]:
         floor = max(floor, int(c))
         del calls[c]
-    return {"calls": calls, "floor": floor, "seq": max(prod["seq"], *(r.seq for r in reqs)), "name": name, "tt": tt}
+    out = {"calls": calls, "floor": floor, "seq": max(prod["seq"], *(r.seq for r in reqs)), "name": name, "tt": tt}
+    if window is not None:
+        out["w"] = max(float(window), float(prod.get("w") or 0))
+    return out
+
+
+def stale_call(call: int, now_tt: int, window: float) -> str:
+    """Why a client-numbered call that no record remembers cannot be appended at tick
+    `now_tt` ('' if it can): made more than `window` before it, its record may be gone."""
+    from seglake.meta.alloc import physical_ms
+
+    made = call_ms(call)
+    if made is None:
+        return ""
+    age = (physical_ms(now_tt) - made) / 1000.0
+    if age <= window:
+        return ""
+    return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of {window:g} s "
+            f"(its record may have expired)")
 
 
 def _in_ranges(ranges: list, i: int) -> bool:

@@ -31,9 +31,11 @@ Guarantees
   retry window with no record remembering it, is refused: never appended twice.
 - One holder per named producer id (Holder): a client claims it, every commit compares
   the claim, so an older holder is fenced (ProducerFenced) instead of being handed
-  another process's commits. Records and claims live on the holder's lease: they expire
-  by themselves, 1.5 to 2 windows after the last commit (window: wal_producer_expiry for
-  a named id, FRESH_WINDOW for a fresh one); nothing else reads them.
+  another process's commits. Claims live on the holder's lease; a named id's records
+  have none: wal.log.expire_producers removes them two windows (wal_producer_expiry)
+  after their last commit, judged by the TSO, which it moves past that instant first;
+  a fresh id's live on the lease (FRESH_WINDOW) and go at its client's close. A call no
+  record remembers is judged again at commit by the commit's linearizable tick.
 - A commit compares the collection record each of its messages was judged on: a drop
   begun since (Created -> Dropping) refuses the call; no insert is acknowledged after it.
 - Durable before visible: the fragment is synced (local) / stored (S3) before the etcd
@@ -76,7 +78,7 @@ from seglake.wal.log import (FragRecord, LogState, TermRecord, WalLog, check_wal
                              encode_fragment_parts, parts_checksum, put_exclusive)
 from seglake.wal.message import Message, MessageId
 from seglake.wal.producers import (CALL_BITS, INDEX_MASK, MAX_CALL, MAX_CALLS, Holder, ProducerFenced, _in_ranges,
-                                   _record, _remember, call_ms, clock_call, future_call, now_ms,
+                                   _record, _remember, call_ms, clock_call, future_call, now_ms, stale_call,
                                    payload_digest)
 
 MAX_INFLIGHT = 4
@@ -649,7 +651,16 @@ class WalWriter:
             places = tuple((r.seq, first, count) for r, (first, count) in zip(frag.reqs, frag.offsets, strict=True))
             rec = FragRecord(n, frag.key, frag.size, frag.crc, tt0, frag.span, frag.records, st.term,
                              self.producer_id, calls=places)
-            prod = _remember(self._prod, frag.reqs, n, self.name, tt0 + frag.span - 1, self.holder.live())
+            # judged again by this commit's linearizable tick (the build judged by this
+            # process's clock): a call no record remembers, made over a window before it, may
+            # have had its record removed (expire_producers moves the TSO past that age first)
+            stale = [why for r in frag.reqs if str(r.seq >> CALL_BITS) not in self._prod["calls"]
+                     for why in [stale_call(r.seq >> CALL_BITS, tt0, self.holder.window)] if why]
+            if stale:
+                raise ValidationError(f"producer {self.producer_id} on {self.pchannel}: {stale[0]}; it cannot "
+                                      f"tell a duplicate, not appended")
+            prod = _remember(self._prod, frag.reqs, n, self.name, tt0 + frag.span - 1, self.holder.live(),
+                             window=self.holder.window)
             new = replace(st, last=n, last_tt=tt0 + frag.span - 1, bytes=st.bytes + frag.size,
                           records=st.records + frag.records, kv=None)
             colls = {cid: kv for r in frag.reqs for cid, kv in r.colls.items()}
@@ -658,7 +669,7 @@ class WalWriter:
                       unchanged(self._prod_kv) if self._prod_kv else absent(self.prod_key),
                       *self.holder.guards(), *(unchanged(kv) for kv in colls.values())]
             ops = [Put(self.log.log_key, new.encoded()), Put(self.log.frag_key(n), encode(rec.to_json())),
-                   Put(self.prod_key, encode(prod), self.holder.lease())]
+                   Put(self.prod_key, encode(prod), self.holder.record_lease())]
             try:
                 rev = self.meta.kv.txn(guards, ops)
             except (Conflict, Unavailable) as e:

@@ -178,32 +178,44 @@ def test_a_flusher_run_does_not_read_producer_records(meta, store, settings, mon
     assert not [p for p in read if "/producers/" in p]
 
 
-def test_producer_records_expire_with_a_lease_of_the_retry_window(meta, store, settings):
-    """Reproduction 9: a producer record is bounded in age without any sweep: it is
-    attached to a lease whose time to live covers the retry window and no more than
-    twice it."""
+def test_producer_records_are_bounded_in_age_and_outlive_no_retry_they_could_answer(meta, store, settings):
+    """Reproduction 9 and its s20 sequel (F3): a producer record is bounded in age, and a
+    retry after it went is refused whatever the retrier's clock says. A named id's record
+    has no lease (a lease runs out on etcd's clock, and a retrier's slow clock against an
+    idle store's old TSO mark judged the call young again: it was appended twice);
+    expire_producers removes it two windows after its last commit, judged by a
+    linearizable TSO tick, so the TSO is past that age before the record goes. A fresh
+    id's record lives on its client's lease."""
     from seglake.meta import keys as keymod
 
     s = settings.replace(wal_producer_expiry=600.0)
-    with WalClient(meta, store, s, producer_id="leased") as c:
+    with WalClient(meta, store, s, producer_id="named") as c, WalClient(meta, store, s) as fresh:
         coll = make_collection(c, shards=1)
         c.insert("c1", synthetic_rows(coll, 2, 1))
+        fresh.insert("c1", synthetic_rows(coll, 2, 5))
         (p,) = pchannels(coll)
-        kv = meta.kv.get(keymod.wal_producer(meta.keys, p, "leased"))
-        assert kv.lease, "the record has no lease: it lives until something deletes it"
-        assert 600 <= meta.kv.lease_ttl(kv.lease) <= 1200
+        kv = meta.kv.get(keymod.wal_producer(meta.keys, p, "named"))
+        assert not kv.lease, "a named id's record is on a lease: it could run out under a retry"
+        owner = meta.kv.get(keymod.wal_producer_owner(meta.keys, "named"))
+        assert owner.lease and 600 <= meta.kv.lease_ttl(owner.lease) <= 1202
+        fkv = meta.kv.get(keymod.wal_producer(meta.keys, p, fresh.producer_id))
+        assert fkv.lease and meta.kv.lease_ttl(fkv.lease) <= 1202
 
 
-def test_a_retry_after_its_record_expired_is_refused_not_appended_twice(meta, store, settings):
+@pytest.mark.parametrize("retrier_clock", [0.0, -700.0], ids=["right-clock", "clock-700s-slow"])
+def test_a_retry_after_its_record_expired_is_refused_not_appended_twice(meta, store, settings, retrier_clock):
     """Reproduction 9: a retry after the producer record expired appended twice. A call
-    the client numbered carries its time; once it is older than the retry window and
-    no record remembers it, it is refused."""
+    the client numbered carries its time; once its record is gone it is judged by the
+    commit's own TSO tick, which expire_producers moved past the record's age: refused,
+    from a right clock and from one slower than the whole window (s20 F3)."""
     import time
 
     from seglake.meta import keys as keymod
+    from seglake.meta.alloc import compose_ts, physical_ms
+    from seglake.wal.log import expire_producers
 
-    # the clock run ahead below stands in for waiting: the TSO it leaves 601 s ahead must
-    # not stop this test's own (right-clock) flush, so the bound is wider than that
+    # the TSO run 1201 s ahead below stands in for waiting: it must not stop this test's
+    # own (right-clock) flush, so the bound is wider than that
     s = settings.replace(wal_producer_expiry=600.0, max_clock_skew=3600.0)
     from seglake.meta import Meta
     meta = Meta.from_settings(s)
@@ -212,11 +224,11 @@ def test_a_retry_after_its_record_expired_is_refused_not_appended_twice(meta, st
         rows = synthetic_rows(coll, 2, 1)
         res = c.insert("c1", rows)
         (p,) = pchannels(coll)
-        kv = meta.kv.get(keymod.wal_producer(meta.keys, p, "expired"))
-        meta.kv.revoke_lease(kv.lease)          # the record expired (its lease ran out)
-        assert meta.kv.get(kv.key) is None
-    # ten minutes and a second later (a clock ahead stands in for waiting)
-    with WalClient(meta, store, s, producer_id="expired", clock=lambda: time.time() + 601) as c2:
+    key = keymod.wal_producer(meta.keys, p, "expired")
+    later = compose_ts(physical_ms(meta.tso.now()) + 1_201_000)   # two windows and a second later
+    assert expire_producers(meta, p, now_tt=later) == 1 and meta.kv.get(key) is None
+    meta.kv.revoke_lease(meta.kv.get(keymod.wal_producer_owner(meta.keys, "expired")).lease)   # the claim too
+    with WalClient(meta, store, s, producer_id="expired", clock=lambda: time.time() + retrier_clock) as c2:
         with pytest.raises(ValidationError) as e:
             c2.insert("c1", rows, seq=res.seq)
         assert "retry window" in str(e.value)

@@ -146,17 +146,19 @@ def test_a_txn_whose_begin_lost_its_answer_still_commits_once(meta, store, setti
 
 
 def test_expire_producers_removes_idle_records_and_the_flusher_leaves_them_alone(meta, store, settings):
-    """Producer records expire by themselves (their lease, issue 26); expire_producers is
-    the one-off sweep of records written before leases: it removes a record whose
-    producer has not committed for the given idle time and keeps live ones; a record
-    without a last-commit tick is stamped first, so its clock starts then, not at 0. A
-    flusher run reads none of them."""
+    """A named producer's records have no lease (issue 26, F3): expire_producers removes
+    a record whose producer has not committed for two windows, after moving the TSO past
+    that instant, and keeps live ones; a record without a last-commit tick is stamped
+    first, so its clock starts then, not at 0. A flusher run reads none of them."""
     from seglake.meta import keys as keymod
     from seglake.meta.alloc import compose_ts, physical_ms
     from seglake.meta.codec import decode, encode
     from seglake.wal.log import expire_producers
 
-    s = settings.replace(wal_producer_expiry=60.0)
+    from seglake.meta import Meta
+
+    s = settings.replace(wal_producer_expiry=60.0, max_clock_skew=3600.0)
+    meta = Meta.from_settings(s)   # the sweep runs the TSO ahead (standing in for waiting)
     with WalClient(meta, store, s, producer_id="idle") as a, WalClient(meta, store, s, producer_id="busy") as b:
         coll = make_collection(a, shards=1)
         a.insert("c1", synthetic_rows(coll, 3, 1))
@@ -164,18 +166,19 @@ def test_expire_producers_removes_idle_records_and_the_flusher_leaves_them_alone
     (p,) = pchannels(coll)
     key = lambda pid: keymod.wal_producer(meta.keys, p, pid)  # noqa: E731
     rec = decode(meta.kv.get(key("idle")).value)
-    assert isinstance(rec["tt"], int)
-    meta.kv.put(key("idle"), encode({**rec, "tt": compose_ts(physical_ms(rec["tt"]) - 61_000)}))  # 61 s ago
-    legacy = {k: v for k, v in decode(meta.kv.get(key("busy")).value).items() if k != "tt"}
+    assert isinstance(rec["tt"], int) and rec["w"] == 60.0 and not meta.kv.get(key("idle")).lease
+    meta.kv.put(key("idle"), encode({**rec, "tt": compose_ts(physical_ms(rec["tt"]) - 121_000)}))  # 121 s ago
+    legacy = {k: v for k, v in decode(meta.kv.get(key("busy")).value).items() if k not in ("tt", "w")}
     meta.kv.put(key("old"), encode(legacy))
     flush_pchannel(meta, store, p, s, flush_all=True)
     assert meta.kv.get(key("idle")) is not None                            # the flusher left it
-    assert expire_producers(meta, p, meta.tso.now(), 60.0) == 1
+    assert expire_producers(meta, p, 60.0) == 1
     assert meta.kv.get(key("idle")) is None and meta.kv.get(key("busy")) is not None
     assert isinstance(decode(meta.kv.get(key("old")).value)["tt"], int)   # stamped, kept
-    # a minute later by the TSO: busy and old go too
-    later = compose_ts(physical_ms(meta.tso.now()) + 61_000)
-    assert expire_producers(meta, p, later, 60.0) == 2
+    # two minutes later by the TSO: busy and old go too, and the TSO is past that instant
+    later = compose_ts(physical_ms(meta.tso.now()) + 121_000)
+    assert expire_producers(meta, p, 60.0, now_tt=later) == 2
+    assert meta.tso.reserve(1, linearizable=True) > later
     # a reused id starts afresh and appends normally
     with WalClient(meta, store, s, producer_id="idle") as a:
         a.insert("c1", synthetic_rows(coll, 2, 20))

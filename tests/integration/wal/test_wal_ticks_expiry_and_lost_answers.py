@@ -70,7 +70,7 @@ def test_expire_producers_racing_a_commit_keeps_the_live_producer(meta, store, s
         (p,) = pchannels(coll)
         key = keymod.wal_producer(meta.keys, p, "racer")
         rec = decode(meta.kv.get(key).value)
-        meta.kv.put(key, encode({**rec, "tt": compose_ts(physical_ms(rec["tt"]) - 120_000)}))   # looks idle
+        meta.kv.put(key, encode({**rec, "tt": compose_ts(physical_ms(rec["tt"]) - 130_000)}))   # looks idle
         real_range = meta.kv.range
 
         def range_then_commit(prefix, *a, **k):
@@ -79,7 +79,7 @@ def test_expire_producers_racing_a_commit_keeps_the_live_producer(meta, store, s
                 c.insert("c1", synthetic_rows(coll, 3, 10))   # the producer commits between read and delete
             return out
         monkeypatch.setattr(meta.kv, "range", range_then_commit)
-        assert expire_producers(meta, p, meta.tso.now(), 60.0) == 0
+        assert expire_producers(meta, p, 60.0) == 0
         monkeypatch.undo()
         assert meta.kv.get(key) is not None
         c.insert("c1", synthetic_rows(coll, 3, 20))
@@ -90,13 +90,15 @@ def test_expire_producers_racing_a_commit_keeps_the_live_producer(meta, store, s
 
 
 def test_a_live_writer_whose_record_expired_goes_on_without_losing_or_doubling_new_calls(meta, store, settings):
-    s = settings.replace(wal_producer_expiry=60.0)
+    s = settings.replace(wal_producer_expiry=60.0, max_clock_skew=3600.0)
+    from seglake.meta import Meta
+    meta = Meta.from_settings(s)   # the sweep runs the TSO ahead (standing in for waiting)
     with WalClient(meta, store, s, producer_id="sleepy") as c:
         coll = make_collection(c, shards=1)
         c.insert("c1", synthetic_rows(coll, 3, 1))
         (p,) = pchannels(coll)
-        later = compose_ts(physical_ms(meta.tso.now()) + 61_000)
-        assert expire_producers(meta, p, later, 60.0) == 1
+        later = compose_ts(physical_ms(meta.tso.now()) + 121_000)
+        assert expire_producers(meta, p, 60.0, now_tt=later) == 1
         assert meta.kv.get(keymod.wal_producer(meta.keys, p, "sleepy")) is None
         for i in range(3):   # its cached record is gone: a compare fails, it re-reads, commits once
             c.insert("c1", synthetic_rows(coll, 2, 100 + 10 * i))
@@ -115,7 +117,7 @@ def test_expire_producers_with_a_nonsense_idle_removes_nothing(meta, store, sett
         c.insert("c1", synthetic_rows(coll, 1, 1))
     (p,) = pchannels(coll)
     try:
-        n = expire_producers(meta, p, meta.tso.now(), idle)
+        n = expire_producers(meta, p, idle)
     except Exception:   # noqa: BLE001 - refusing is fine too
         n = 0
     assert n == 0 and meta.kv.get(keymod.wal_producer(meta.keys, p, "keep-me")) is not None
