@@ -164,12 +164,17 @@ def render(meta: Meta, store: Store, now: float | None = None) -> str:
     def backups() -> None:
         from seglake.lifecycle.backup import export
 
+        # per LIVE collection, by id (as the snapshot age): a dropped collection's exports are
+        # never reported under the name a new collection took since (a record written before
+        # exports carried the id is read by its name)
+        live = {c.collection_id: (c.db, c.name) for c in meta.catalog.list()}
         newest: dict[tuple[str, str], float] = {}
         for e in export.list_exports(meta):
             at = e.get("finished_at") or e.get("started_at")
             if e.get("state") == "committed" and isinstance(at, (int, float)) and math.isfinite(at):
-                key = (str(e.get("db")), str(e.get("collection")))
-                newest[key] = min(newest.get(key, math.inf), max(0.0, now - at))
+                key = live.get(e["collection_id"]) if "collection_id" in e else (str(e.get("db")), str(e.get("collection")))
+                if key is not None:
+                    newest[key] = min(newest.get(key, math.inf), max(0.0, now - at))
         out.family("seglake_collection_last_backup_age_seconds",
                    "Age of the newest committed export (backup bundle) of each collection that has one.",
                    [({"collection": c, "db": db}, age) for (db, c), age in sorted(newest.items())])

@@ -167,6 +167,12 @@ def test_metrics_count_every_state_and_are_well_formed(meta, store, world):
     export._record(meta, "default", "demo", "b_bad", {"state": "failed", "finished_at": now - 1})
     m = parse(metrics.render(meta, store, now=now))
     assert m["seglake_collection_last_backup_age_seconds"] == {demo_lb: pytest.approx(100)}   # newest committed
+    # an export of a dropped namesake (another collection id) is not this collection's backup
+    export._record(meta, "default", "demo", "b_gone", {"state": "committed", "finished_at": now - 5}, 10**9)
+    export._record(meta, "default", "demo", "b_mine", {"state": "committed", "finished_at": now - 50},
+                   src.collection_id)
+    m = parse(metrics.render(meta, store, now=now))
+    assert m["seglake_collection_last_backup_age_seconds"] == {demo_lb: pytest.approx(50)}
     assert m["seglake_collection_restore_fraction"] == {f'{{collection="{job.target_collection}",db="default"}}': 0}
 
 

@@ -179,7 +179,7 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
             bundles.refuse_other(done, db, collection, bundle)
         report = {**bundles.summary(done), "state": "committed", "already": True, "copied_files": 0,
                   "copied_bytes": 0, "target": target.uri}
-        _record(meta, db, collection, bundle, report)
+        _record(meta, db, collection, bundle, report, rec.collection_id)
         return report
 
     pin = snapshots.pin(meta, collection, snapshot, EXPORT_PIN_LEASE, db=db, collection_id=rec.collection_id,
@@ -187,7 +187,8 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
     _release_dead_pin(meta, db, collection, bundle, pin["pin_id"])
     token = uuid.uuid4().hex[:16]
     _record(meta, db, collection, bundle, {"state": "running", "snapshot": snapshot, "snapshot_id": rec.snapshot_id,
-                                           "target": target.uri, "started_at": started, "pin_id": pin["pin_id"]})
+                                           "target": target.uri, "started_at": started, "pin_id": pin["pin_id"]},
+            rec.collection_id)
     try:
         with PinLease(meta, pin["pin_id"]) as lease:
             report = _export(meta, store, target, rec, db, collection, bundle, threads, bps, rps, token, started,
@@ -195,13 +196,13 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
     except BaseException as e:
         _record(meta, db, collection, bundle, {"state": "failed", "snapshot": snapshot, "target": target.uri,
                                                "started_at": started, "finished_at": time.time(),
-                                               "error": str(e)[:2000]})
+                                               "error": str(e)[:2000]}, rec.collection_id)
         raise
     finally:
         _unpin(meta, pin["pin_id"])
         meta.kv.delete(meta.keys.backup_throttle(token))
         faults.point("export.after_unpin")
-    _record(meta, db, collection, bundle, report)
+    _record(meta, db, collection, bundle, report, rec.collection_id)
     return report
 
 
@@ -528,11 +529,14 @@ def _release_dead_pin(meta: Meta, db: str, collection: str, bundle: str, mine: i
             pass
 
 
-def _record(meta: Meta, db: str, collection: str, bundle: str, report: dict) -> None:
-    """What this store knows of an export (the operator page reads these)."""
+def _record(meta: Meta, db: str, collection: str, bundle: str, report: dict, collection_id: int | None = None) -> None:
+    """What this store knows of an export (the operator page and /metrics read these),
+    with the id of the collection it was taken from: a name may be taken again by a new
+    collection, whose backups are not its dropped namesake's."""
     doc = {k: v for k, v in report.items() if k not in ("throttle",)}
+    ids = {} if collection_id is None else {"collection_id": collection_id}
     meta.kv.put(meta.keys.backup_export(db, collection, bundle),
-                json.dumps({"db": db, "collection": collection, "bundle": bundle, **doc}))
+                json.dumps({"db": db, "collection": collection, "bundle": bundle, **ids, **doc}))
 
 
 def list_exports(meta: Meta) -> list[dict]:
