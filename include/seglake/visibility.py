@@ -331,7 +331,14 @@ def _output_schema(schema, columns: list) -> pa.Schema:
 
     fields = [pa.field(PK, pa.int64()), pa.field(ROW_ID, pa.int64()), pa.field(TIMESTAMP, pa.int64()),
               pa.field(PARTITION_ID, pa.int64()), pa.field(SEGMENT_ID, pa.int64())]
-    return pa.schema(fields + [pa.field(f.name, arrow_type(f)) for f in columns])
+    return pa.schema(fields + [pa.field(column_name(f), arrow_type(f)) for f in columns])
+
+
+def column_name(field) -> str:
+    """The column a user field is read into: its name, or `name#field_id` when its name is
+    a key column's (a non-primary `pk` beside a primary `id`, a `segment_id`, `RowID`, ...:
+    names Milvus and the catalog accept), so it never shadows or is shadowed by one."""
+    return f"{field.name}#{field.field_id}" if field.name in KEY_COLUMNS else field.name
 
 
 def _user_columns(schema, columns) -> list:
@@ -343,8 +350,6 @@ def _user_columns(schema, columns) -> list:
             raise ValidationError(f"no field {name!r} in the schema ({', '.join(by_name)})")
         if name == PK and f.is_primary:
             continue      # the pk column already holds it
-        if name in KEY_COLUMNS:
-            raise ValidationError(f"field {name!r} clashes with the key column of that name")
         if f not in out:
             out.append(f)
     return out
@@ -353,7 +358,8 @@ def _user_columns(schema, columns) -> list:
 def read_rows(store, schema, segments: Iterable, columns: Iterable[str] = (), threads: int = READ_THREADS
               ) -> pa.Table:
     """Every row of `segments` (visible or not): pk, RowID, Timestamp, partition_id,
-    segment_id and the requested user fields (legacy segments: module doc)."""
+    segment_id and the requested user fields, each under column_name(field) (legacy
+    segments: module doc)."""
     segments = [s for s in segments if s.binlogs]
     user = _user_columns(schema, columns)
     out_schema = _output_schema(schema, user)

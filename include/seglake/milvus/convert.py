@@ -164,7 +164,7 @@ class Converter:
                     raise ConvertError(f"{self.schema.primary.name!r} {bad[0]} in segment {sid}: Milvus 2.3 holds such "
                                        f"a row but no query or delete by pk reaches it; nothing was written")
             for f in self.user:
-                col = t.column(f.name)
+                col = t.column(visibility.column_name(f))
                 if col.null_count:
                     raise ConvertError(f"field {f.name!r} has {col.null_count} null value(s) in segment {sid}: Milvus "
                                        f"2.3 has no nullable fields; nothing was written")
@@ -206,7 +206,7 @@ class Converter:
                f"insert_log/{c}/{p}/{sid}/{TS_FIELD}/{LOG_ID}":
                binlog_writer.insert_log(c, p, sid, TS_FIELD, 5, ts, lo, hi)}
         for f in self.schema.fields:
-            col = t.column(visibility.PK if f.is_primary else f.name)
+            col = t.column(visibility.PK if f.is_primary else visibility.column_name(f))
             out[f"insert_log/{c}/{p}/{sid}/{f.field_id}/{LOG_ID}"] = \
                 binlog_writer.insert_log(c, p, sid, f.field_id, MILVUS_TYPE[f.dtype], col, lo, hi, dim=f.dim)
         if del_pk:
@@ -221,7 +221,8 @@ class Converter:
         t = visibility.visible_rows_of(self.view, self.schema, self.segments.values(), self.partitions,
                                        columns=[f.name for f in self.user])
         names = [f.name for f in self.schema.fields]
-        cols = {f.name: t.column(visibility.PK if f.is_primary else f.name).to_pylist() for f in self.schema.fields}
+        cols = {f.name: t.column(visibility.PK if f.is_primary else visibility.column_name(f)).to_pylist()
+                for f in self.schema.fields}
         rows: dict = {}
         for i in range(t.num_rows):
             rows.setdefault(cols[self.schema.primary.name][i], []).append({n: cols[n][i] for n in names})
