@@ -522,6 +522,15 @@ class WalWriter:
         None when it remembers no such call (as this producer last read or wrote it)."""
         return self._prod["calls"].get(str(call))
 
+    @property
+    def floor(self) -> int:
+        """The producer record's floor (as this producer last read or wrote it)."""
+        return int(self._prod["floor"])
+
+    def forgotten(self, call: int) -> bool:
+        """Whether `call` is at or below the record's floor and not remembered (refused here)."""
+        return str(call) not in self._prod["calls"] and call <= self.floor
+
     def _is_new(self, r: _Request) -> bool:
         """Whether `r` is to be appended: not a committed append, not refused."""
         call, idx = r.seq >> CALL_BITS, r.seq & INDEX_MASK
