@@ -543,6 +543,17 @@ class WalClient:
         for key, kv in self.meta.kv.get_many(list(keys)).items():
             if kv is not None:
                 entries[keys[key]] = _record(kv)["calls"].get(str(call))
+        for p in sorted(mine):
+            if entries.get(p) is None and self.writer(p).forgotten(call):
+                # a pchannel of this call no longer remembers it (below its record's floor: a
+                # record of caller numbers shrunk by expire_producers, or 64 newer calls): it
+                # refuses its part, so no other pchannel may append its own (a refused call
+                # that wrote, with a new timestamp for an upsert or delete: the call's t0 went
+                # with the entry)
+                raise ValidationError(
+                    f"producer {self.producer_id} on {p}: seq {call} is below the calls its record remembers "
+                    f"(floor {self.writer(p).floor}): it cannot tell a duplicate; refused (nothing appended, "
+                    f"on any pchannel)")
         for p, entry in sorted(entries.items()):
             if entry is not None and entry["d"] != digest:
                 where = "" if p in mine else (" (a pchannel this collection does not use: the seq went to another "

@@ -522,6 +522,15 @@ class WalWriter:
         None when it remembers no such call (as this producer last read or wrote it)."""
         return self._prod["calls"].get(str(call))
 
+    @property
+    def floor(self) -> int:
+        """The producer record's floor (as this producer last read or wrote it)."""
+        return int(self._prod["floor"])
+
+    def forgotten(self, call: int) -> bool:
+        """Whether `call` is at or below the record's floor and not remembered (refused here)."""
+        return str(call) not in self._prod["calls"] and call <= self.floor
+
     def _is_new(self, r: _Request) -> bool:
         """Whether `r` is to be appended: not a committed append, not refused."""
         call, idx = r.seq >> CALL_BITS, r.seq & INDEX_MASK
@@ -654,8 +663,12 @@ class WalWriter:
             # judged again by this commit's linearizable tick (the build judged by this
             # process's clock): a call no record remembers, made over a window before it, may
             # have had its record removed (expire_producers moves the TSO past that age first)
+            # ... and by the record's floor as just read: a record shrunk to its floor (caller
+            # numbers) or removed (_refresh: the floor past what this writer knew) since the
+            # build no longer remembers a call this writer still held -- committing one of its
+            # appends then made an entry without the others, and their retry appended twice
             stale = [why for r in frag.reqs if str(r.seq >> CALL_BITS) not in self._prod["calls"]
-                     for why in [stale_call(r.seq >> CALL_BITS, tt0, self.holder.window)] if why]
+                     for why in [self._forgotten(r.seq >> CALL_BITS, tt0)] if why]
             if stale:
                 raise ValidationError(f"producer {self.producer_id} on {self.pchannel}: {stale[0]}; it cannot "
                                       f"tell a duplicate, not appended")
@@ -699,6 +712,14 @@ class WalWriter:
             self.commits += 1
             return n, st.term
         raise Retry(f"WAL {self.pchannel}: 1000 commit races lost in a row; retry the call")
+
+    def _forgotten(self, call: int, tt0: int) -> str:
+        """Why a call the record does not remember cannot be committed at tick `tt0` ('' if
+        it can): at or below the record's floor, or client-numbered and older than the window."""
+        if call <= self._prod["floor"]:
+            return (f"call {call} is at or below the producer record's floor (call {self._prod['floor']}): "
+                    f"no longer remembered")
+        return stale_call(call, tt0, self.holder.window)
 
     def _refresh(self) -> None:
         """Re-read the log and this producer's record (after a lost race or an unknown
