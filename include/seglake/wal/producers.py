@@ -164,8 +164,11 @@ class Holder:
         """The lease a producer record is put on: none for a named id (its records outlive
         the holder and go by expire_producers, which moves the TSO past their age first:
         a lease ran out on etcd's clock, and a retry judged by a slow clock against an idle
-        store's old mark was young again, appended twice); the holder's for a fresh one."""
-        return None if self.named else self.lease()
+        store's old mark was young again, appended twice); the holder's for a fresh one.
+        (Called at every commit: the holder's lease, which its claim lives on, is refreshed
+        here when half a window old either way.)"""
+        lease = self.lease()
+        return None if self.named else lease
 
     def running(self, call: int, on: bool) -> None:
         """A call of several appends starts (on) or ends: while it runs the producer
