@@ -78,3 +78,22 @@ def test_a_fold_does_not_change_which_rows_are_visible(meta, store, settings):
     _scenario(w, "kept", fold=False)
     a, b = rows(meta, store, "folded"), rows(meta, store, "kept")
     assert a == b, ("folded", sorted(a.items()), "not folded", sorted(b.items()))
+
+
+def test_two_overlapping_upserts_leave_one_row_also_when_the_later_ones_delete_was_folded(meta, store, settings):
+    """s20 F1 (two upserts of one pk, the later call wins whatever order they commit in)
+    again, with a fold between: U1 (later call ts) commits, is flushed and its delete
+    folded; U0 (earlier call ts) appends after. Without the fold U1's delete hides U0's
+    row (one row, U1's); with it both rows are visible."""
+    w = Writer(meta, store, settings)
+    w.create("src", ["_default"], shards=1)
+    w.insert("src", [7], v=1.0)
+    w.flush("src")
+    early = meta.tso.reserve(1, linearizable=True)          # U0 takes its call ts
+    w.insert("src", [7], v=2.0, upsert=True)                # U1: acknowledged, flushed, folded
+    w.flush("src")
+    compaction.compact(meta, store, "src", FOLD_NOW)
+    _late_upsert(w, "src", early, [7], 3.0)                 # U0 appends
+    w.flush("src")
+    got = rows(meta, store, "src")
+    assert got == {(7, "_default", 2.0): 1}, sorted(got.items())
