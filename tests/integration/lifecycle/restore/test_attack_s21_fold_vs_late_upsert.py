@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pitr"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "wal"))
 
 from seglake.lifecycle import compaction, pitr, snapshot
 from seglake.wal.client import WalClient
@@ -97,3 +98,45 @@ def test_two_overlapping_upserts_leave_one_row_also_when_the_later_ones_delete_w
     w.flush("src")
     got = rows(meta, store, "src")
     assert got == {(7, "_default", 2.0): 1}, sorted(got.items())
+
+
+def test_an_upsert_retried_with_its_seq_after_a_delete_of_its_pk_was_folded(meta, store, settings, monkeypatch):
+    """The README's retry path, no client override: U1 upserts a (pchannel A) and b
+    (pchannel B); B fails (AppendIncomplete). Another client deletes b: acknowledged,
+    flushed. U1 is retried with its seq (keeping its first timestamp): without a fold in
+    between, the delete (the later call) hides U1's b; with a fold (l0_age passed) U1's b
+    shows. Two stores that got the same calls answer differently; so do a restore to a
+    time from a base taken before the fold and the source."""
+    import pyarrow as pa
+
+    from seglake.wal.client import synthetic_rows
+    from test_wal_attack_producer import _flush, _incomplete, _rows
+    from seglake.meta.catalog import pchannel_of
+    from wal_helpers import make_collection
+
+    out = {}
+    for fold in (False, True):
+        name = "c2" if fold else "c1"
+        with WalClient(meta, store, settings, producer_id=f"ups-{fold}") as c:
+            coll = make_collection(c, shards=2, name=name)
+            pb = pchannel_of(coll.vchannels[1])         # b's pchannel
+            a = int(synthetic_rows(coll, 1, 1, shard=0).column("pk")[0].as_py())
+            b = int(synthetic_rows(coll, 1, 1, shard=1).column("pk")[0].as_py())
+
+            def rows_of(pks, price):
+                t = synthetic_rows(coll, len(pks), 1)
+                return t.set_column(0, "pk", pa.array(pks, pa.int64())).set_column(
+                    2, "price", pa.array([price] * len(pks), pa.float32()))
+            c.insert(name, rows_of([a, b], 1.0))
+            u1 = rows_of([a, b], 2.0)
+            e = _incomplete(monkeypatch, pb, lambda: c.upsert(name, u1))
+        with WalClient(meta, store, settings) as c2:
+            c2.delete(name, [b])                        # acknowledged after U1's first try
+        _flush(meta, store, settings, coll)
+        if fold:
+            compaction.compact(meta, store, name, FOLD_NOW)
+        with WalClient(meta, store, settings, producer_id=f"ups-{fold}") as c3:
+            c3.upsert(name, u1, seq=e.value.result.seq)  # U1 completed: acknowledged
+        _flush(meta, store, settings, coll)
+        out[fold] = [r for r in _rows(meta, store, coll) if r[0] == b]
+    assert out[True] == out[False], f"pk b: without a fold {out[False]}, with a fold {out[True]}"
