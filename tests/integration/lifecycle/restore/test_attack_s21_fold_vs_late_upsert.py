@@ -140,3 +140,28 @@ def test_an_upsert_retried_with_its_seq_after_a_delete_of_its_pk_was_folded(meta
         _flush(meta, store, settings, coll)
         out[fold] = [r for r in _rows(meta, store, coll) if r[0] == b]
     assert out[True] == out[False], f"pk b: without a fold {out[False]}, with a fold {out[True]}"
+
+
+def test_an_undrop_brings_back_what_was_visible_before_the_drop_after_a_fold_and_a_late_upsert(meta, store,
+                                                                                              settings):
+    """The same calls, then a drop and an undrop (its base: the snapshot taken before the
+    fold): the undropped collection must hold what was visible just before the drop."""
+    from seglake.lifecycle import copyjob, drop
+    from wal_helpers import pchannels
+    from seglake.lifecycle.flush import flush_pchannel
+
+    w = Writer(meta, store, settings)
+    _scenario(w, "src", fold=True)
+    before = rows(meta, store, "src")
+    coll = meta.catalog.get_by_name("src")
+    drop.begin_drop(meta, store, settings, "src")
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, settings, flush_all=False)
+    assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
+    job = pitr.undrop(meta, store, "src", "back")
+    copyjob.plan(meta, job, 3)
+    copyjob.run_inline(meta, store, job)
+    copyjob.finalize(meta, job)
+    pitr.replay(meta, store, settings, meta.catalog.get_by_name("back").collection_id)
+    after = rows(meta, store, "back")
+    assert after == before, ("before the drop", sorted(before.items()), "undropped", sorted(after.items()))
