@@ -97,6 +97,7 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
     committed = {b for _, _, b, done in bundles.find(target, db, name) if done}
     ids = {r.name: r.snapshot_id for r in recs}
     have, unusable = set(), {}
+    site = None
     for n in kept:   # a kept snapshot is backed up only by a bundle of it that reads back whole
         if n in committed:
             try:
@@ -106,7 +107,10 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
                 continue
             except NotFound:
                 continue   # pruned meanwhile: exported again
-            if n in ids and bundles.same_snapshot(doc, ids[n], coll.collection_id):
+            if site is None:   # this root's (ids are local to it: another site's bundle may carry the same)
+                from seglake.lifecycle.backup.archive import site_id
+                site = site_id(meta)
+            if n in ids and bundles.same_snapshot(doc, ids[n], coll.collection_id, site):
                 have.add(n)
             else:
                 unusable[n] = (f"bundle {db}.{name}/{n} holds snapshot {doc['source'].get('snapshot')!r} "
