@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "restore"))
 from seglake.lifecycle import retention, snapshot
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import export as exports
-from seglake.lifecycle.backup import prune as prunes
+from seglake.lifecycle.backup import scheduled
 from seglake.storage.local import LocalStore
 
 from copy_model_helpers import Writer, other_root, quiet
@@ -44,8 +44,11 @@ def test_one_sites_schedule_prune_leaves_another_sites_bundles(meta, store, sett
             exports.export(meta, store, backup, "src", n, schedule=True, **quiet)
         for n in b_names:
             exports.export(meta2, store2, backup, "src", n, schedule=True, **quiet)
-        rep = prunes.prune(backup, "src", {"keep_last": 1}, schedule_only=True, collection_id=a_id, sweep=False,
-                           **quiet)
+        # site A's scheduled export-and-prune of its "src" (keep_last 1), as backup.scheduled runs it
+        rep = scheduled.export_collection(meta, store, backup, {"db": "default", "collection": "src",
+                                                                "collection_id": a_id, "policy": {"keep_last": 1}},
+                                          dry_run=False, threads=2, min_age=86400.0, max_bytes_per_second=0,
+                                          max_requests_per_second=0, by="", **quiet)
         left = sorted(b for _, _, b, done in bundles.find(backup, "default", "src") if done)
         assert set(b_names) <= set(left), ("site A's prune dropped", rep["pruned"], "left", left)
         assert set(a_names) <= set(left), ("site A's prune dropped its only bundle", rep["pruned"], "left", left)
