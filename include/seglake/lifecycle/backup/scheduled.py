@@ -132,8 +132,9 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
             out["copied_bytes"] += rep.get("copied_bytes", 0)
         out["exported"].append(n)
     held = window_bundle(meta, target, db, name, coll.collection_id)
+    from seglake.lifecycle.backup.archive import site_id
     pruned = prunes.prune(target, name, policy, db=db, dry_run=dry_run, min_age=min_age, schedule_only=True,
-                          collection_id=coll.collection_id, sweep=False, say=say,
+                          collection_id=coll.collection_id, site=site_id(meta), sweep=False, say=say,
                           planned={n: times[n] for n in want} if dry_run else None,
                           pinned=lambda n: [held[1]] if held is not None and n == held[0] else [])
     out["pruned"] = pruned["pruned"]
