@@ -714,12 +714,19 @@ def existing(target: Store, db: str, collection: str, bundle: str) -> dict | Non
         return None
 
 
-def same_snapshot(doc: dict, snapshot_id: int, collection_id: int) -> bool:
+def same_snapshot(doc: dict, snapshot_id: int, collection_id: int, site: str | None = None) -> bool:
+    """The bundle `doc` is of this snapshot. Ids are local to one etcd root: two sites
+    (roots) that back up to one target allocate the same ids for the same history, so the
+    bundle's `source.site` must be this root's (`site`: archive.site_id) when it names one
+    (a bundle exported before sites were recorded names none: its ids alone decide)."""
     src = doc["source"]
-    return src.get("snapshot_id") == snapshot_id and src.get("collection_id") == collection_id
+    if src.get("snapshot_id") != snapshot_id or src.get("collection_id") != collection_id:
+        return False
+    return site is None or src.get("site") in (None, site)
 
 
 def refuse_other(doc: dict, db: str, collection: str, bundle: str) -> None:
     src = doc["source"]
     raise Conflict(f"bundle {db}.{collection}/{bundle} already exists in the backup target for snapshot "
-                   f"{src['snapshot']!r} (id {src['snapshot_id']}); choose another bundle name")
+                   f"{src['snapshot']!r} (id {src['snapshot_id']}"
+                   f"{', site ' + str(src['site']) if src.get('site') else ''}); choose another bundle name")

@@ -175,7 +175,7 @@ def export(meta: Meta, store: Store, target: Store, collection: str, snapshot: s
     _ensure_bucket(target)
     done = bundles.existing(target, db, collection, bundle)
     if done is not None:
-        if not bundles.same_snapshot(done, rec.snapshot_id, rec.collection_id):
+        if not bundles.same_snapshot(done, rec.snapshot_id, rec.collection_id, archive.site_id(meta)):
             bundles.refuse_other(done, db, collection, bundle)
         report = {**bundles.summary(done), "state": "committed", "already": True, "copied_files": 0,
                   "copied_bytes": 0, "target": target.uri}
@@ -472,7 +472,7 @@ def _commit(target: Store, doc: dict, raw: bytes, tries: int = 5) -> dict:
             cur = bundles.check(msgspec.json.decode(cur_raw), f"bundle {db}.{collection}/{bundle}")
         except (NotFound, msgspec.DecodeError, bundles.BundleError):
             raise err from None
-        if cur_raw == raw or not bundles.same_snapshot(cur, src["snapshot_id"], src["collection_id"]):
+        if cur_raw == raw or not bundles.same_snapshot(cur, src["snapshot_id"], src["collection_id"], src.get("site")):
             raise err
         have = bundles.blobs(target)
         if any(have.get(f["sha256"]) != f["size"] for f in cur["files"].values()):

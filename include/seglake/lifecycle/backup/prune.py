@@ -59,7 +59,7 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
           dry_run: bool = False, sweep: bool = True, min_age: float = 86400.0, schedule_only: bool = False,
           planned: Mapping[str, float] | None = None, collection_id: int | None = None,
           milvus: Mapping[str, str] | None = None, pinned: Callable[[str], list[str]] | None = None,
-          say=log.warning) -> dict:
+          site: str | None = None, say=log.warning) -> dict:
     """Drop the collection's bundles `policy` does not keep (never the newest), then
     sweep unreferenced data files. Returns the report.
 
@@ -68,6 +68,9 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     scheduled export (backup.scheduled) prunes; any other bundle is left alone.
     collection_id: with schedule_only, only the bundles exported from that collection id (a
     dropped collection's name may be reused by another with a schedule of its own).
+    site: with schedule_only, only the bundles exported by that site (archive.site_id: ids
+    are local to one etcd root, and two sites backing up to one target allocate the same
+    ids; a bundle that names no site is judged by its ids).
     planned: bundles a dry run would have exported first (name -> time), judged as if
     they were there.
     milvus: with schedule_only, judge the schedule's Milvus captures instead (kind "milvus",
@@ -85,7 +88,8 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
         if not committed:
             continue
         if schedule_only:
-            if retention.sched_time(b) is None or not _schedules_bundle(target, d, c, b, collection_id, milvus):
+            if retention.sched_time(b) is None or not _schedules_bundle(target, d, c, b, collection_id, milvus,
+                                                                        site):
                 continue
             times[b] = retention.sched_time(b)
             continue
@@ -138,7 +142,7 @@ def held_in(meta, target: Store, db: str, collection: str) -> Callable[[str], li
 
 
 def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, collection_id: int | None = None,
-                      milvus: Mapping[str, str] | None = None) -> bool:
+                      milvus: Mapping[str, str] | None = None, site: str | None = None) -> bool:
     """The bundle was exported from the retention schedule's own snapshot of its name
     (of collection `collection_id`, when given); with `milvus`: the bundle is a schedule's
     capture of that Milvus's collection `collection_id`."""
@@ -157,7 +161,8 @@ def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, coll
         return (collection_id is not None and src.get("collection_id") == collection_id
                 and all(src.get(k) == milvus.get(k) for k in ("etcd_root", "bucket", "root_path")))
     return (src.get("snapshot") == bundle and src.get("owner") == retention.OWNER + bundle
-            and (collection_id is None or src.get("collection_id") == collection_id))
+            and (collection_id is None or src.get("collection_id") == collection_id)
+            and (site is None or src.get("site") in (None, site)))
 
 
 def _min_age(value: float) -> float:

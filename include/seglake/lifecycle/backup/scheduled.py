@@ -97,6 +97,7 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
     committed = {b for _, _, b, done in bundles.find(target, db, name) if done}
     ids = {r.name: r.snapshot_id for r in recs}
     have, unusable = set(), {}
+    site = None
     for n in kept:   # a kept snapshot is backed up only by a bundle of it that reads back whole
         if n in committed:
             try:
@@ -106,7 +107,10 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
                 continue
             except NotFound:
                 continue   # pruned meanwhile: exported again
-            if n in ids and bundles.same_snapshot(doc, ids[n], coll.collection_id):
+            if site is None:   # this root's (ids are local to it: another site's bundle may carry the same)
+                from seglake.lifecycle.backup.archive import site_id
+                site = site_id(meta)
+            if n in ids and bundles.same_snapshot(doc, ids[n], coll.collection_id, site):
                 have.add(n)
             else:
                 unusable[n] = (f"bundle {db}.{name}/{n} holds snapshot {doc['source'].get('snapshot')!r} "
@@ -128,8 +132,9 @@ def export_collection(meta, store: Store, target: Store, report: dict, *, dry_ru
             out["copied_bytes"] += rep.get("copied_bytes", 0)
         out["exported"].append(n)
     held = window_bundle(meta, target, db, name, coll.collection_id)
+    from seglake.lifecycle.backup.archive import site_id
     pruned = prunes.prune(target, name, policy, db=db, dry_run=dry_run, min_age=min_age, schedule_only=True,
-                          collection_id=coll.collection_id, sweep=False, say=say,
+                          collection_id=coll.collection_id, site=site_id(meta), sweep=False, say=say,
                           planned={n: times[n] for n in want} if dry_run else None,
                           pinned=lambda n: [held[1]] if held is not None and n == held[0] else [])
     out["pruned"] = pruned["pruned"]

@@ -45,12 +45,36 @@ def begin(meta: Meta, collection: str, name: str, description: str = "", *, db: 
         if owner and existing.owner == owner and existing.state in (PENDING, COMMITTED):
             return _resume(meta, existing, now)  # our own create, re-run after a crash
         raise Conflict(f"snapshot {name!r} already exists for collection {collection!r} ({existing.state})")
+    _check_not_imported(meta, coll, name)
     rec = SnapshotRecord(
         snapshot_id=meta.ids.allocate(), collection_id=coll.collection_id, collection_name=coll.name,
         db=coll.db, name=name, state=PENDING, created_at=now, description=description, owner=owner,
         expires_at=now + ttl if ttl else None, partitions=len(coll.partitions),
         requested_revision=meta.kv.revision())  # every flush that finished before this is <= it
     return meta.snapshots.create_pending(rec)
+
+
+def _check_not_imported(meta: Meta, coll, name: str) -> None:
+    """An imported snapshot (lifecycle/backup/imports.py) is found by its collection's NAME,
+    db and snapshot name (its collection is not in the catalog), one snapshot per such
+    triple: a live collection of that name taking a snapshot of that name would make the
+    same `restore` by name give other rows from then on (resolve prefers the live one).
+    Conflict, naming the imported one."""
+    import json
+
+    for kv in meta.kv.range(meta.keys.backup_imports_prefix()):
+        try:
+            plan = json.loads(kv.value)
+            same = (plan["collection"], plan["db"], plan["snapshot"]) == (coll.name, coll.db, name)
+        except (ValueError, KeyError, TypeError):
+            continue
+        if not same or int(plan["collection_id"]) == coll.collection_id:
+            continue
+        rec = meta.snapshots.find(int(plan["collection_id"]), name)
+        if rec is not None and rec.snapshot_id == plan.get("snapshot_id"):
+            raise Conflict(f"snapshot {name!r} of a collection named {coll.name!r} in db {coll.db!r} is an imported "
+                           f"bundle ({plan.get('bundle')!r}, imported collection id {rec.collection_id}), which "
+                           f"restores find by that name; take this snapshot under another name")
 
 
 def _resume(meta: Meta, rec: SnapshotRecord, now: float) -> SnapshotRecord:
