@@ -21,7 +21,7 @@ Rules (wal/writer.py enforces them in its commit transaction):
   which judges a record idle (two windows since its last commit) by a linearizable TSO
   tick, so the TSO mark is past that instant BEFORE the record goes. A client-numbered
   call carries its time, and one older than the window that no record remembers is
-  refused, judged at commit by the commit's own linearizable tick: once a record is
+  refused, judged at commit by the commit's own linearizable tick (WalWriter._refusal): once a record is
   gone, no clock (slow, set back, an idle store's) can make its calls young again. A
   record holding calls the caller numbered (below 2**40: they carry no time) is shrunk to
   its floor instead of removed. Claims (and a fresh id's records: known to one client,
@@ -267,20 +267,6 @@ def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: froze
         out["w"] = max(float(window), float(prod.get("w") or 0))
     return out
 
-
-def stale_call(call: int, now_tt: int, window: float) -> str:
-    """Why a client-numbered call that no record remembers cannot be appended at tick
-    `now_tt` ('' if it can): made more than `window` before it, its record may be gone."""
-    from seglake.meta.alloc import physical_ms
-
-    made = call_ms(call)
-    if made is None:
-        return ""
-    age = (physical_ms(now_tt) - made) / 1000.0
-    if age <= window:
-        return ""
-    return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of {window:g} s "
-            f"(its record may have expired)")
 
 
 def _in_ranges(ranges: list, i: int) -> bool:

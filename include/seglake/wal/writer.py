@@ -78,13 +78,16 @@ from seglake.wal.log import (FragRecord, LogState, TermRecord, WalLog, check_wal
                              encode_fragment_parts, parts_checksum, put_exclusive)
 from seglake.wal.message import Message, MessageId
 from seglake.wal.producers import (CALL_BITS, INDEX_MASK, MAX_CALL, MAX_CALLS, Holder, ProducerFenced, _in_ranges,
-                                   _record, _remember, call_ms, clock_call, future_call, now_ms, stale_call,
+                                   _record, _remember, call_ms, clock_call, future_call, now_ms,
                                    payload_digest)
 
 MAX_INFLIGHT = 4
 PIPELINE_DEPTH = 2        # fragments written ahead of their commit
 COLLECTION_CACHE_SECONDS = 1.0
 MAX_COMMIT_DELAY = 60.0   # seconds between a fragment's write and its commit, at most
+# an upsert's append commits at most this long after its call's timestamp unless a producer
+# record already holds that timestamp (compaction's L0 fold: lifecycle/compaction/folding.py)
+UPSERT_FIRST_COMMIT = 60.0
 MAX_TXN_KEEPALIVE_MS = 3600 * 1000
 
 
@@ -539,24 +542,53 @@ class WalWriter:
             return False
         if entry is not None:
             return entry["d"] == r.digest and not _in_ranges(entry["done"], idx)
-        return not self._too_old(call)
+        return not self._refusal(r)
 
-    def _too_old(self, call: int) -> str:
-        """Why a call no record remembers cannot be told from a duplicate ('' if it can)."""
+    def _refusal(self, r: _Request, tick: int = 0) -> str:
+        """Why `r`, of a call this record does not remember, cannot be appended ('' if it can),
+        judged at `tick` (the commit's linearizable one) or, at build, by this process's clock:
+        - at or below the record's floor: no longer remembered (a duplicate cannot be told);
+        - client-numbered and older than the retry window: its record may have gone;
+        - an upsert whose call timestamp is older than UPSERT_FIRST_COMMIT while no producer
+          record holds it: its rows carry that timestamp, and compaction's L0 fold forgets a
+          delete once no row it could hide can still arrive -- judged by the records' call
+          timestamps and by this bound (folding.py), so a call paused that long between its
+          timestamp and its first commit could bring back a row such a delete hid."""
+        from seglake.meta.alloc import physical_ms
+
+        call = r.seq >> CALL_BITS
         if call <= self._prod["floor"]:
-            return (f"call {call} is older than the last {MAX_CALLS} calls the producer record remembers "
-                    f"(its floor is call {self._prod['floor']})")
+            return (f"call {call} is at or below the producer record's floor (call {self._prod['floor']}): older "
+                    f"than the last {MAX_CALLS} calls it remembers, or forgotten")
+        now = physical_ms(tick) if tick else now_ms(self.tso, self.clock)
         made = call_ms(call)
         if made is not None:
-            now = now_ms(self.tso, self.clock)
-            ahead = future_call(call, now, self.settings.max_clock_skew)
-            if ahead:
-                return ahead
+            if not tick:
+                ahead = future_call(call, now, self.settings.max_clock_skew)
+                if ahead:
+                    return ahead
             age = (now - made) / 1000.0
             if age > self.holder.window:
                 return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of "
                         f"{self.holder.window:g} s (its record may have expired)")
+        t0 = next((m.props[M.CALL_TS] for m in r.messages if m.props.get("upsert") and m.props.get(M.CALL_TS)), 0)
+        if t0 and now - physical_ms(t0) > UPSERT_FIRST_COMMIT * 1000 and not self._held_elsewhere(call, t0):
+            return (f"upsert call {call} took its timestamp {(now - physical_ms(t0)) / 1000:.0f} s ago and no "
+                    f"part of it has committed: over {UPSERT_FIRST_COMMIT:g} s, a row of it could come back "
+                    f"after a compaction forgot a delete newer than it; upsert again (a new call, without seq)")
         return ""
+
+    def _held_elsewhere(self, call: int, t0: int) -> bool:
+        """Whether a record of this producer on another pchannel holds `call` with call
+        timestamp `t0` (its first part committed there: the fold holds back for it)."""
+        from seglake.wal.log import all_pchannels
+
+        keys = [keymod.wal_producer(self.meta.keys, p, self.producer_id) for p in all_pchannels()
+                if p != self.pchannel]
+        for kv in self.meta.kv.get_many(keys).values():
+            if kv is not None and (_record(kv)["calls"].get(str(call)) or {}).get("t0") == t0:
+                return True
+        return False
 
     def _answer_retry(self, r: _Request) -> None:
         """A call not to append: fenced, refused (another payload under a used seq, or
@@ -581,8 +613,7 @@ class WalWriter:
             r.finish(error=Retry(f"producer {self.producer_id}: seq {r.seq} is being committed; retry"))
         else:
             r.finish(error=ValidationError(f"producer {self.producer_id} on {self.pchannel}: seq {call} (append "
-                                           f"{idx}) refused: "
-                                           f"{self._too_old(call)}; it cannot tell a duplicate"))
+                                           f"{idx}) refused: {self._refusal(r)}"))
 
     def _ids_of(self, seq: int) -> list[MessageId]:
         """The ids of a committed append, from the index records of the fragments its call
@@ -667,11 +698,11 @@ class WalWriter:
             # numbers) or removed (_refresh: the floor past what this writer knew) since the
             # build no longer remembers a call this writer still held -- committing one of its
             # appends then made an entry without the others, and their retry appended twice
+            # ... and an upsert's call timestamp by the same tick (_refusal)
             stale = [why for r in frag.reqs if str(r.seq >> CALL_BITS) not in self._prod["calls"]
-                     for why in [self._forgotten(r.seq >> CALL_BITS, tt0)] if why]
+                     for why in [self._refusal(r, tt0)] if why]
             if stale:
-                raise ValidationError(f"producer {self.producer_id} on {self.pchannel}: {stale[0]}; it cannot "
-                                      f"tell a duplicate, not appended")
+                raise ValidationError(f"producer {self.producer_id} on {self.pchannel}: {stale[0]}; not appended")
             prod = _remember(self._prod, frag.reqs, n, self.name, tt0 + frag.span - 1, self.holder.live(),
                              window=self.holder.window)
             new = replace(st, last=n, last_tt=tt0 + frag.span - 1, bytes=st.bytes + frag.size,
@@ -712,14 +743,6 @@ class WalWriter:
             self.commits += 1
             return n, st.term
         raise Retry(f"WAL {self.pchannel}: 1000 commit races lost in a row; retry the call")
-
-    def _forgotten(self, call: int, tt0: int) -> str:
-        """Why a call the record does not remember cannot be committed at tick `tt0` ('' if
-        it can): at or below the record's floor, or client-numbered and older than the window."""
-        if call <= self._prod["floor"]:
-            return (f"call {call} is at or below the producer record's floor (call {self._prod['floor']}): "
-                    f"no longer remembered")
-        return stale_call(call, tt0, self.holder.window)
 
     def _refresh(self) -> None:
         """Re-read the log and this producer's record (after a lost race or an unknown
