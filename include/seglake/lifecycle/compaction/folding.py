@@ -95,11 +95,15 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
 
 
 def remembered_call_ts(meta, pchannels, keymod) -> int | None:
-    """The oldest call timestamp (t0) any WAL producer record of `pchannels` remembers, or None."""
+    """The oldest call timestamp (t0) any WAL producer record of `pchannels` remembers, or None.
+    A record that cannot be read gives 0: no fold at all until it can (never a guess)."""
     out = None
     for p in pchannels:
         for kv in meta.kv.range(keymod.wal_producers_prefix(meta.keys, p)):
-            calls = decode(kv.value, kv.key).get("calls")
+            try:
+                calls = decode(kv.value, kv.key).get("calls")
+            except Exception:  # noqa: BLE001 - unreadable: what it remembers is unknown
+                return 0
             for e in (calls.values() if isinstance(calls, dict) else ()):
                 t0 = e.get("t0") if isinstance(e, dict) else None
                 if isinstance(t0, int) and not isinstance(t0, bool) and t0 > 0:
