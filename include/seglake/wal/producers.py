@@ -242,7 +242,7 @@ def _record(kv: KeyValue | None) -> dict:
 
 
 def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: frozenset = frozenset(),
-              window: float | None = None) -> dict:
+              window: float | None = None, first_ticks: dict | None = None) -> dict:
     """The record after `reqs` committed at log place n: each append's index in its
     call's ranges, the MAX_CALLS highest calls kept (the floor rises past the others:
     by number, never by arrival, so calls committed out of order are all remembered).
@@ -253,6 +253,10 @@ def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: froze
         e = calls.setdefault(str(r.seq >> CALL_BITS), {"d": r.digest, "done": [], "n": [n, n]})
         e["done"] = _add_to_ranges(e["done"], r.seq & INDEX_MASK)
         t0 = next((m.props["upsert_ts"] for m in r.messages if m.props.get("upsert_ts")), None)
+        if not t0 and first_ticks and any(m.props.get("upsert") for m in r.messages):
+            # an upsert's first append (wal/client.py: one message, no timestamp given):
+            # its tick is the call's one timestamp, held by this record from this commit on
+            t0 = first_ticks.get(r.seq)
         if t0 and "t0" not in e:   # an upsert call's one timestamp: its retries keep it
             e["t0"] = t0
         e["n"] = [min(e["n"][0], n), max(e["n"][1], n)]

@@ -85,9 +85,6 @@ MAX_INFLIGHT = 4
 PIPELINE_DEPTH = 2        # fragments written ahead of their commit
 COLLECTION_CACHE_SECONDS = 1.0
 MAX_COMMIT_DELAY = 60.0   # seconds between a fragment's write and its commit, at most
-# an upsert's append commits at most this long after its call's timestamp unless a producer
-# record already holds that timestamp (compaction's L0 fold: lifecycle/compaction/folding.py)
-UPSERT_FIRST_COMMIT = 60.0
 MAX_TXN_KEEPALIVE_MS = 3600 * 1000
 
 
@@ -150,6 +147,7 @@ class _Fragment:
     records: int
     span: int
     written_at: float
+    rels: dict = field(default_factory=dict)   # per request seq: its first message's relative tick
 
 
 def takeover(meta, pchannel: str, *, term: int | None = None, name: str = "") -> int:
@@ -464,7 +462,7 @@ class WalWriter:
             epoch = self._epoch
         if built is None:
             return None, epoch
-        taken, offsets, txn_msgs, records, rel = built
+        taken, offsets, txn_msgs, records, rel, rels = built
         hint = self.state.last + 1
         parts = encode_fragment_parts(self.state.term, hint, records)
         size, crc = parts_checksum(parts)
@@ -472,10 +470,11 @@ class WalWriter:
             key = layout.wal_fragment(self.pchannel, hint, os.urandom(6).hex())
             if put_exclusive(self.store, key, parts):
                 break
-        return _Fragment(taken, offsets, txn_msgs, key, size, crc, len(records), rel + 1, time.monotonic()), epoch
+        return _Fragment(taken, offsets, txn_msgs, key, size, crc, len(records), rel + 1, time.monotonic(),
+                         rels=rels), epoch
 
     def _encode(self, reqs: list[_Request]):
-        records, offsets, taken, txn_msgs = [], [], [], []
+        records, offsets, taken, txn_msgs, rels = [], [], [], [], {}
         rel, off = 0, 0
         base = self._est_tick(0)
         for r in reqs:
@@ -510,6 +509,7 @@ class WalWriter:
             records += r_records
             txn_msgs += r_txn
             offsets.append((off, count))
+            rels[r.seq] = rel
             off += count
             rel = r_rel
             taken.append(r)
@@ -517,7 +517,7 @@ class WalWriter:
             return None
         # the closing TimeTick confirms every message of the fragment
         records.append(replace(Message.time_tick_msg(), time_tick=rel, term=0).encode_parts())
-        return taken, offsets, txn_msgs, records, rel
+        return taken, offsets, txn_msgs, records, rel, rels
 
     # -- the producer record: which calls committed -------------------------------------------
     def remembered(self, call: int) -> dict | None:
@@ -548,12 +548,7 @@ class WalWriter:
         """Why `r`, of a call this record does not remember, cannot be appended ('' if it can),
         judged at `tick` (the commit's linearizable one) or, at build, by this process's clock:
         - at or below the record's floor: no longer remembered (a duplicate cannot be told);
-        - client-numbered and older than the retry window: its record may have gone;
-        - an upsert whose call timestamp is older than UPSERT_FIRST_COMMIT while no producer
-          record holds it: its rows carry that timestamp, and compaction's L0 fold forgets a
-          delete once no row it could hide can still arrive -- judged by the records' call
-          timestamps and by this bound (folding.py), so a call paused that long between its
-          timestamp and its first commit could bring back a row such a delete hid."""
+        - client-numbered and older than the retry window: its record may have gone."""
         from seglake.meta.alloc import physical_ms
 
         call = r.seq >> CALL_BITS
@@ -571,24 +566,7 @@ class WalWriter:
             if age > self.holder.window:
                 return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of "
                         f"{self.holder.window:g} s (its record may have expired)")
-        t0 = next((m.props[M.CALL_TS] for m in r.messages if m.props.get("upsert") and m.props.get(M.CALL_TS)), 0)
-        if t0 and now - physical_ms(t0) > UPSERT_FIRST_COMMIT * 1000 and not self._held_elsewhere(call, t0):
-            return (f"upsert call {call} took its timestamp {(now - physical_ms(t0)) / 1000:.0f} s ago and no "
-                    f"part of it has committed: over {UPSERT_FIRST_COMMIT:g} s, a row of it could come back "
-                    f"after a compaction forgot a delete newer than it; upsert again (a new call, without seq)")
         return ""
-
-    def _held_elsewhere(self, call: int, t0: int) -> bool:
-        """Whether a record of this producer on another pchannel holds `call` with call
-        timestamp `t0` (its first part committed there: the fold holds back for it)."""
-        from seglake.wal.log import all_pchannels
-
-        keys = [keymod.wal_producer(self.meta.keys, p, self.producer_id) for p in all_pchannels()
-                if p != self.pchannel]
-        for kv in self.meta.kv.get_many(keys).values():
-            if kv is not None and (_record(kv)["calls"].get(str(call)) or {}).get("t0") == t0:
-                return True
-        return False
 
     def _answer_retry(self, r: _Request) -> None:
         """A call not to append: fenced, refused (another payload under a used seq, or
@@ -698,13 +676,12 @@ class WalWriter:
             # numbers) or removed (_refresh: the floor past what this writer knew) since the
             # build no longer remembers a call this writer still held -- committing one of its
             # appends then made an entry without the others, and their retry appended twice
-            # ... and an upsert's call timestamp by the same tick (_refusal)
             stale = [why for r in frag.reqs if str(r.seq >> CALL_BITS) not in self._prod["calls"]
                      for why in [self._refusal(r, tt0)] if why]
             if stale:
                 raise ValidationError(f"producer {self.producer_id} on {self.pchannel}: {stale[0]}; not appended")
             prod = _remember(self._prod, frag.reqs, n, self.name, tt0 + frag.span - 1, self.holder.live(),
-                             window=self.holder.window)
+                             window=self.holder.window, first_ticks={q: tt0 + x for q, x in frag.rels.items()})
             new = replace(st, last=n, last_tt=tt0 + frag.span - 1, bytes=st.bytes + frag.size,
                           records=st.records + frag.records, kv=None)
             colls = {cid: kv for r in frag.reqs for cid, kv in r.colls.items()}
