@@ -268,11 +268,14 @@ class WalClient:
         coll = self.announce(coll)
         res = IngestResult(coll.name)
         # an upsert: a delete and an insert at ONE timestamp per call (as Milvus: one per
-        # request), taken before any of its appends commits, a retry keeping the first
-        # attempt's (writer): its rows and its delete are stamped with it (flusher). In a
-        # txn, each body's own tick (just below the commit's, in the txn's order), as a
-        # txn's deletes: _cuts keeps a pk's rows in one body
-        props = ({"upsert": True, **({} if txn else {M.CALL_TS: self._call_ts(coll, seq)})} if upsert else {})
+        # request): the tick of its first append, one message alone, committed before any
+        # other append of the call is queued; the producer record holds it from that
+        # commit on (compaction's L0 fold holds back for it) and a retry keeps it (_call_ts);
+        # its rows and its delete are stamped with it (flusher). No timestamp is taken
+        # before: one that no record holds could be older than a delete a fold forgot
+        # before its rows arrived. In a txn, each body's own tick (just below the commit's,
+        # in the txn's order), as a txn's deletes: _cuts keeps a pk's rows in one body
+        props = ({"upsert": True, **({} if txn else self._upsert_ts(coll, seq))} if upsert else {})
 
         def messages(i: int, txn_ids: dict[str, int]):
             batch, shard = batches[i], shards[i]
@@ -282,13 +285,19 @@ class WalClient:
                 part_batch = batch if idx is None else batch.take(pa.array(idx))
                 if part_batch.num_rows:
                     m = Message.insert(v, coll.collection_id, part.partition_id, part_batch, txn_id=txn_ids.get(v, 0))
-                    out.append(replace(m, props=props) if props else m)
+                    out.append(replace(m, props=dict(props)) if props else m)
             return out
+
+        def first_committed(p: str, call: int) -> None:   # the upsert's first append: its tick
+            t0 = (self.writer(p).remembered(call) or {}).get("t0")
+            if t0:
+                props.setdefault(M.CALL_TS, t0)
 
         _check_appends(coll, shards, txn, what)
         digest = _digest(what, coll.collection_id, part.partition_id, txn, self.batch_rows,
                          *(b.serialize() for b in batches))
-        self._run(coll, len(batches), messages, txn, res, seq, digest)
+        self._run(coll, len(batches), messages, txn, res, seq, digest,
+                  first_alone=first_committed if upsert and not txn else None)
         res.rows = table.num_rows
         return res
 
@@ -463,7 +472,8 @@ class WalClient:
             top = max(top, rec["floor"], rec.get("seq", 0) >> CALL_BITS, *(int(c) for c in rec["calls"]))
         return top
 
-    def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None, digest: str) -> None:
+    def _run(self, coll, chunks: int, messages, txn: bool, res: IngestResult, seq: int | None, digest: str,
+             first_alone=None) -> None:
         """Append each chunk's messages (one append per pchannel); in a txn on one vchannel."""
         call = self._numbered(res, seq)
         with self._running_call(call, digest):
@@ -472,7 +482,7 @@ class WalClient:
             holder = self.holder()
             holder.running(call, True)   # never evicted from the producer record while it runs
             try:
-                self._run_call(coll, chunks, messages, txn, res, call, digest)
+                self._run_call(coll, chunks, messages, txn, res, call, digest, first_alone)
             except AppendIncomplete as e:
                 if txn:   # a retry draws new txn ids: it completes only a txn whose appends all committed
                     e.args = (f"{e.args[0]} (a transaction: that retry completes it only if all of it committed; "
@@ -506,6 +516,16 @@ class WalClient:
                     self._calls_running[call] = (d, n - 1)
                 else:
                     del self._calls_running[call]
+
+    def _upsert_ts(self, coll, seq: int | None) -> dict:
+        """An upsert's props: a retry keeps the timestamp a record holds for its call (_call_ts);
+        a call none holds takes its first append's tick (no timestamp here)."""
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            for p in sorted({pchannel_of(v) for v in coll.vchannels}):
+                t0 = (self.writer(p).remembered(seq) or {}).get("t0")
+                if t0:
+                    return {M.CALL_TS: t0}
+        return {}
 
     def _call_ts(self, coll, seq: int | None) -> int:
         """An upsert's or a delete's one timestamp: a retry (seq given) keeps the one its first try
@@ -563,7 +583,8 @@ class WalClient:
                     f"{entry['d']}{where}, this call's digest is {digest}: another payload under a used sequence "
                     f"number is refused (nothing appended, on any pchannel); give a new call a new seq{PAYLOAD_IS}")
 
-    def _run_call(self, coll, chunks: int, messages, txn: bool, res: IngestResult, call: int, digest: str) -> None:
+    def _run_call(self, coll, chunks: int, messages, txn: bool, res: IngestResult, call: int, digest: str,
+                  first_alone=None) -> None:
         counter: dict[str, int] = {}   # per pchannel: the next index of this call's appends there
         txn_ids: dict[str, int] = {}
         if txn:
@@ -574,8 +595,17 @@ class WalClient:
             res.txns = 1
         pending: list = []
         try:
+            skip = 0
+            if first_alone is not None:
+                # the call's first message is its first append, alone, committed before the
+                # others are queued (an upsert: its tick is the call's timestamp); every try
+                # numbers the call's appends the same way
+                m0 = messages(0, txn_ids)[0]
+                self._finish(res, self._submit(res, [m0], call, counter, digest))
+                first_alone(pchannel_of(m0.vchannel), call)
+                skip = 1
             for i in range(chunks):   # queued: serialization overlaps the producers' I/O
-                pending += self._submit(res, messages(i, txn_ids), call, counter, digest)
+                pending += self._submit(res, messages(i, txn_ids)[skip if i == 0 else 0:], call, counter, digest)
                 res.batches += 1
             self._finish(res, pending)
         except BaseException:

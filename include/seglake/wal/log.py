@@ -430,7 +430,7 @@ def expire_producers(meta, pchannel: str, idle_seconds: float | None = None, *, 
     (above `now_tt`, if given) reserved first. That reservation moves the TSO's mark past
     the instant the records are judged at, so once a record is gone every process's TSO
     is past its calls' age: a retry of one of them is judged by the commit's tick (writer:
-    stale_call), never by a clock that may be slow or set back, and is refused, not
+    WalWriter._refusal), never by a clock that may be slow or set back, and is refused, not
     appended twice. A record that remembers calls the caller numbered (below 2**40, they
     carry no time), or whose floor is such a call, is shrunk to its floor instead (no
     calls, kept): their retries stay refused for good. A record without `tt` is stamped

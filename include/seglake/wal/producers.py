@@ -21,7 +21,7 @@ Rules (wal/writer.py enforces them in its commit transaction):
   which judges a record idle (two windows since its last commit) by a linearizable TSO
   tick, so the TSO mark is past that instant BEFORE the record goes. A client-numbered
   call carries its time, and one older than the window that no record remembers is
-  refused, judged at commit by the commit's own linearizable tick: once a record is
+  refused, judged at commit by the commit's own linearizable tick (WalWriter._refusal): once a record is
   gone, no clock (slow, set back, an idle store's) can make its calls young again. A
   record holding calls the caller numbered (below 2**40: they carry no time) is shrunk to
   its floor instead of removed. Claims (and a fresh id's records: known to one client,
@@ -242,7 +242,7 @@ def _record(kv: KeyValue | None) -> dict:
 
 
 def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: frozenset = frozenset(),
-              window: float | None = None) -> dict:
+              window: float | None = None, first_ticks: dict | None = None) -> dict:
     """The record after `reqs` committed at log place n: each append's index in its
     call's ranges, the MAX_CALLS highest calls kept (the floor rises past the others:
     by number, never by arrival, so calls committed out of order are all remembered).
@@ -253,6 +253,10 @@ def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: froze
         e = calls.setdefault(str(r.seq >> CALL_BITS), {"d": r.digest, "done": [], "n": [n, n]})
         e["done"] = _add_to_ranges(e["done"], r.seq & INDEX_MASK)
         t0 = next((m.props["upsert_ts"] for m in r.messages if m.props.get("upsert_ts")), None)
+        if not t0 and first_ticks and any(m.props.get("upsert") for m in r.messages):
+            # an upsert's first append (wal/client.py: one message, no timestamp given):
+            # its tick is the call's one timestamp, held by this record from this commit on
+            t0 = first_ticks.get(r.seq)
         if t0 and "t0" not in e:   # an upsert call's one timestamp: its retries keep it
             e["t0"] = t0
         e["n"] = [min(e["n"][0], n), max(e["n"][1], n)]
@@ -267,20 +271,6 @@ def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: froze
         out["w"] = max(float(window), float(prod.get("w") or 0))
     return out
 
-
-def stale_call(call: int, now_tt: int, window: float) -> str:
-    """Why a client-numbered call that no record remembers cannot be appended at tick
-    `now_tt` ('' if it can): made more than `window` before it, its record may be gone."""
-    from seglake.meta.alloc import physical_ms
-
-    made = call_ms(call)
-    if made is None:
-        return ""
-    age = (physical_ms(now_tt) - made) / 1000.0
-    if age <= window:
-        return ""
-    return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of {window:g} s "
-            f"(its record may have expired)")
 
 
 def _in_ranges(ranges: list, i: int) -> bool:

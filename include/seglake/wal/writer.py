@@ -78,7 +78,7 @@ from seglake.wal.log import (FragRecord, LogState, TermRecord, WalLog, check_wal
                              encode_fragment_parts, parts_checksum, put_exclusive)
 from seglake.wal.message import Message, MessageId
 from seglake.wal.producers import (CALL_BITS, INDEX_MASK, MAX_CALL, MAX_CALLS, Holder, ProducerFenced, _in_ranges,
-                                   _record, _remember, call_ms, clock_call, future_call, now_ms, stale_call,
+                                   _record, _remember, call_ms, clock_call, future_call, now_ms,
                                    payload_digest)
 
 MAX_INFLIGHT = 4
@@ -147,6 +147,7 @@ class _Fragment:
     records: int
     span: int
     written_at: float
+    rels: dict = field(default_factory=dict)   # per request seq: its first message's relative tick
 
 
 def takeover(meta, pchannel: str, *, term: int | None = None, name: str = "") -> int:
@@ -461,7 +462,7 @@ class WalWriter:
             epoch = self._epoch
         if built is None:
             return None, epoch
-        taken, offsets, txn_msgs, records, rel = built
+        taken, offsets, txn_msgs, records, rel, rels = built
         hint = self.state.last + 1
         parts = encode_fragment_parts(self.state.term, hint, records)
         size, crc = parts_checksum(parts)
@@ -469,10 +470,11 @@ class WalWriter:
             key = layout.wal_fragment(self.pchannel, hint, os.urandom(6).hex())
             if put_exclusive(self.store, key, parts):
                 break
-        return _Fragment(taken, offsets, txn_msgs, key, size, crc, len(records), rel + 1, time.monotonic()), epoch
+        return _Fragment(taken, offsets, txn_msgs, key, size, crc, len(records), rel + 1, time.monotonic(),
+                         rels=rels), epoch
 
     def _encode(self, reqs: list[_Request]):
-        records, offsets, taken, txn_msgs = [], [], [], []
+        records, offsets, taken, txn_msgs, rels = [], [], [], [], {}
         rel, off = 0, 0
         base = self._est_tick(0)
         for r in reqs:
@@ -507,6 +509,7 @@ class WalWriter:
             records += r_records
             txn_msgs += r_txn
             offsets.append((off, count))
+            rels[r.seq] = rel
             off += count
             rel = r_rel
             taken.append(r)
@@ -514,7 +517,7 @@ class WalWriter:
             return None
         # the closing TimeTick confirms every message of the fragment
         records.append(replace(Message.time_tick_msg(), time_tick=rel, term=0).encode_parts())
-        return taken, offsets, txn_msgs, records, rel
+        return taken, offsets, txn_msgs, records, rel, rels
 
     # -- the producer record: which calls committed -------------------------------------------
     def remembered(self, call: int) -> dict | None:
@@ -539,19 +542,26 @@ class WalWriter:
             return False
         if entry is not None:
             return entry["d"] == r.digest and not _in_ranges(entry["done"], idx)
-        return not self._too_old(call)
+        return not self._refusal(r)
 
-    def _too_old(self, call: int) -> str:
-        """Why a call no record remembers cannot be told from a duplicate ('' if it can)."""
+    def _refusal(self, r: _Request, tick: int = 0) -> str:
+        """Why `r`, of a call this record does not remember, cannot be appended ('' if it can),
+        judged at `tick` (the commit's linearizable one) or, at build, by this process's clock:
+        - at or below the record's floor: no longer remembered (a duplicate cannot be told);
+        - client-numbered and older than the retry window: its record may have gone."""
+        from seglake.meta.alloc import physical_ms
+
+        call = r.seq >> CALL_BITS
         if call <= self._prod["floor"]:
-            return (f"call {call} is older than the last {MAX_CALLS} calls the producer record remembers "
-                    f"(its floor is call {self._prod['floor']})")
+            return (f"call {call} is at or below the producer record's floor (call {self._prod['floor']}): older "
+                    f"than the last {MAX_CALLS} calls it remembers, or forgotten")
+        now = physical_ms(tick) if tick else now_ms(self.tso, self.clock)
         made = call_ms(call)
         if made is not None:
-            now = now_ms(self.tso, self.clock)
-            ahead = future_call(call, now, self.settings.max_clock_skew)
-            if ahead:
-                return ahead
+            if not tick:
+                ahead = future_call(call, now, self.settings.max_clock_skew)
+                if ahead:
+                    return ahead
             age = (now - made) / 1000.0
             if age > self.holder.window:
                 return (f"call {call} was made {age:.0f} s ago, beyond the producer's retry window of "
@@ -581,8 +591,7 @@ class WalWriter:
             r.finish(error=Retry(f"producer {self.producer_id}: seq {r.seq} is being committed; retry"))
         else:
             r.finish(error=ValidationError(f"producer {self.producer_id} on {self.pchannel}: seq {call} (append "
-                                           f"{idx}) refused: "
-                                           f"{self._too_old(call)}; it cannot tell a duplicate"))
+                                           f"{idx}) refused: {self._refusal(r)}"))
 
     def _ids_of(self, seq: int) -> list[MessageId]:
         """The ids of a committed append, from the index records of the fragments its call
@@ -668,12 +677,11 @@ class WalWriter:
             # build no longer remembers a call this writer still held -- committing one of its
             # appends then made an entry without the others, and their retry appended twice
             stale = [why for r in frag.reqs if str(r.seq >> CALL_BITS) not in self._prod["calls"]
-                     for why in [self._forgotten(r.seq >> CALL_BITS, tt0)] if why]
+                     for why in [self._refusal(r, tt0)] if why]
             if stale:
-                raise ValidationError(f"producer {self.producer_id} on {self.pchannel}: {stale[0]}; it cannot "
-                                      f"tell a duplicate, not appended")
+                raise ValidationError(f"producer {self.producer_id} on {self.pchannel}: {stale[0]}; not appended")
             prod = _remember(self._prod, frag.reqs, n, self.name, tt0 + frag.span - 1, self.holder.live(),
-                             window=self.holder.window)
+                             window=self.holder.window, first_ticks={q: tt0 + x for q, x in frag.rels.items()})
             new = replace(st, last=n, last_tt=tt0 + frag.span - 1, bytes=st.bytes + frag.size,
                           records=st.records + frag.records, kv=None)
             colls = {cid: kv for r in frag.reqs for cid, kv in r.colls.items()}
@@ -712,14 +720,6 @@ class WalWriter:
             self.commits += 1
             return n, st.term
         raise Retry(f"WAL {self.pchannel}: 1000 commit races lost in a row; retry the call")
-
-    def _forgotten(self, call: int, tt0: int) -> str:
-        """Why a call the record does not remember cannot be committed at tick `tt0` ('' if
-        it can): at or below the record's floor, or client-numbered and older than the window."""
-        if call <= self._prod["floor"]:
-            return (f"call {call} is at or below the producer record's floor (call {self._prod['floor']}): "
-                    f"no longer remembered")
-        return stale_call(call, tt0, self.holder.window)
 
     def _refresh(self) -> None:
         """Re-read the log and this producer's record (after a lost race or an unknown

@@ -122,7 +122,8 @@ def test_the_commit_judges_a_forgotten_call_by_its_own_tick(meta, store, wide, m
         res = c1.insert("c", rows)
     assert expire_producers(meta, p, now_tt=_two_windows_later(meta, 60.0)) == 1
     _claim_runs_out(meta, "job")
-    monkeypatch.setattr(W.WalWriter, "_too_old", lambda self, call: "")
+    real = W.WalWriter._refusal
+    monkeypatch.setattr(W.WalWriter, "_refusal", lambda self, r, tick=0: real(self, r, tick) if tick else "")
     with WalClient(meta, store, wide, producer_id="job") as c2:
         # (with the first line switched off, the commit's refusal reaches the caller as the
         # call not completing; with it on, the writer's re-check refuses it: ValidationError)

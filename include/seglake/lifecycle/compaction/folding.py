@@ -68,12 +68,46 @@ MAX_FOLD_BYTES = 1_100_000
 
 # -- plan -------------------------------------------------------------------------------------
 def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
-    """{vchannel: its checkpoint's time tick} (a vchannel without a checkpoint is absent)."""
+    """{vchannel: the newest delete tick a fold may forget there}: its checkpoint's time
+    tick, capped at the oldest call timestamp a WAL producer record of the collection's
+    pchannels still remembers (a vchannel without a checkpoint is absent).
+
+    The cap: an upsert's rows carry its CALL's timestamp (wal.message.CALL_TS, taken
+    before its first append, kept by its retries), not their append tick. A call whose
+    first try committed on one pchannel only is retried with that timestamp for as long
+    as a record remembers it (wal_producer_expiry): its rows then land above the
+    checkpoint with a timestamp below it, and a delete newer than that timestamp hides
+    them -- folded (forgotten) first, the rows became visible (attack s21). The records
+    are read before the segments, like the checkpoints: a call first committed later
+    took its timestamp after this read."""
+    from seglake.meta.catalog import pchannel_of
+    from seglake.meta import keys as keymod
+
     out = {}
     for vc in coll.vchannels:
         cp, _ = read_checkpoint(meta, vc)
         if cp is not None:
             out[vc] = cp.time_tick
+    horizon = remembered_call_ts(meta, sorted({pchannel_of(v) for v in coll.vchannels}), keymod)
+    if horizon is not None:
+        out = {vc: min(t, horizon) for vc, t in out.items()}
+    return out
+
+
+def remembered_call_ts(meta, pchannels, keymod) -> int | None:
+    """The oldest call timestamp (t0) any WAL producer record of `pchannels` remembers, or None.
+    A record that cannot be read gives 0: no fold at all until it can (never a guess)."""
+    out = None
+    for p in pchannels:
+        for kv in meta.kv.range(keymod.wal_producers_prefix(meta.keys, p)):
+            try:
+                calls = decode(kv.value, kv.key).get("calls")
+            except Exception:  # noqa: BLE001 - unreadable: what it remembers is unknown
+                return 0
+            for e in (calls.values() if isinstance(calls, dict) else ()):
+                t0 = e.get("t0") if isinstance(e, dict) else None
+                if isinstance(t0, int) and not isinstance(t0, bool) and t0 > 0:
+                    out = t0 if out is None else min(out, t0)
     return out
 
 

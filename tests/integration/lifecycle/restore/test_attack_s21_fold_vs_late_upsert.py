@@ -30,7 +30,9 @@ FOLD_NOW = compaction.Policy(min_segment_rows=1000, target_rows=1000, delete_rat
 
 class LateClient(WalClient):
     """A client whose upsert call timestamp was taken earlier (`early`), as by a call
-    descheduled between taking it and appending."""
+    descheduled between taking it and appending. (Since session 21 an upsert takes no
+    timestamp before its first append -- its tick is the call's -- so this override no
+    longer reaches an upsert: the scenarios below then hold as the writes' order says.)"""
 
     early = 0
 
@@ -83,9 +85,10 @@ def test_a_fold_does_not_change_which_rows_are_visible(meta, store, settings):
 
 def test_two_overlapping_upserts_leave_one_row_also_when_the_later_ones_delete_was_folded(meta, store, settings):
     """s20 F1 (two upserts of one pk, the later call wins whatever order they commit in)
-    again, with a fold between: U1 (later call ts) commits, is flushed and its delete
-    folded; U0 (earlier call ts) appends after. Without the fold U1's delete hides U0's
-    row (one row, U1's); with it both rows are visible."""
+    again, with a fold between: U1 commits, is flushed and its delete folded; U0, which
+    began first, appends after. Both rows stayed visible. (Since session 21 an upsert's
+    timestamp is its first append's tick, so no call holds one older than the log: U0,
+    committed last, is the later call and hides U1's row; one row, fold or not.)"""
     w = Writer(meta, store, settings)
     w.create("src", ["_default"], shards=1)
     w.insert("src", [7], v=1.0)
@@ -97,7 +100,7 @@ def test_two_overlapping_upserts_leave_one_row_also_when_the_later_ones_delete_w
     _late_upsert(w, "src", early, [7], 3.0)                 # U0 appends
     w.flush("src")
     got = rows(meta, store, "src")
-    assert got == {(7, "_default", 2.0): 1}, sorted(got.items())
+    assert got == {(7, "_default", 3.0): 1}, sorted(got.items())
 
 
 def test_an_upsert_retried_with_its_seq_after_a_delete_of_its_pk_was_folded(meta, store, settings, monkeypatch):
