@@ -305,7 +305,8 @@ class WalClient:
         """Insert rows that replace every older row of their primary keys (Milvus's upsert:
         a delete and an insert at one timestamp; the delete hides only strictly older rows).
         One timestamp per call, however many appends carry the rows, for its rows and its
-        delete: of two upserts of a pk, the later call wins whatever order they commit in.
+        delete: its first append's tick (that append alone, before the others); of two
+        upserts of a pk, the one whose first append commits later wins.
         In a txn: each body's tick, in the txn's order."""
         return self.insert(collection, data, upsert=True, **kw)
 

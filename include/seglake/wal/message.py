@@ -207,12 +207,13 @@ def arrow_schema(schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, arrow_type(f), nullable=not f.is_primary) for f in schema.fields])
 
 
-# An upsert's or a delete's one timestamp (its call's, taken before any of its appends
-# committed; at or below every tick of its messages): the delete, and an upsert's rows
-# with its implied delete, are stamped with it, so a call carried by several appends, or
-# retried later on a pchannel its first try missed, has one time, and of two upserts of a
-# pk the later call wins whatever order they commit in. (The prop's name is the one
-# upserts first carried it under.)
+# An upsert's or a delete's one timestamp (at or below every tick of its messages): a
+# delete's is taken before any of its appends; an upsert's is its first append's tick
+# (that message carries none: its tick is it; wal/client.py), held by the producer record
+# from that commit on. The delete, and an upsert's rows with its implied delete, are
+# stamped with it, so a call carried by several appends, or retried later on a pchannel
+# its first try missed, has one time. (The prop's name is the one upserts first carried
+# it under.)
 CALL_TS = "upsert_ts"
 
 

@@ -72,8 +72,9 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
     tick, capped at the oldest call timestamp a WAL producer record of the collection's
     pchannels still remembers (a vchannel without a checkpoint is absent).
 
-    The cap: an upsert's rows carry its CALL's timestamp (wal.message.CALL_TS, taken
-    before its first append, kept by its retries), not their append tick. A call whose
+    The cap: an upsert's rows carry its CALL's timestamp (wal.message.CALL_TS: its first
+    append's tick, recorded by that commit; kept by its retries), not their append tick.
+    A call whose
     first try committed on one pchannel only is retried with that timestamp for as long
     as a record remembers it (wal_producer_expiry): its rows then land above the
     checkpoint with a timestamp below it, and a delete newer than that timestamp hides

@@ -306,11 +306,10 @@ class Flusher:
     def on_insert(self, st: VState, m: Message) -> None:
         """Rows into the partition's growing segment, stamped with the message's tick. An
         upsert is a delete and an insert at ONE timestamp, as in Milvus: its call's
-        `upsert_ts` (taken before any of its appends committed, kept by its retries) stamps
-        both its rows and its delete of every older row of its pks in its partition. So
-        of two upserts of a pk the one with the later call timestamp hides the other,
-        whatever order their appends commit in, and an upsert carried by several appends
-        never hides its own rows. Replay: rows at or below what this flusher already wrote
+        `upsert_ts` (its first append's tick; that message carries none, its tick is it;
+        kept by its retries) stamps both its rows and its delete of every older row of its
+        pks in its partition. So of two upserts of a pk the later call hides the other, and
+        an upsert carried by several appends never hides its own rows. Replay: rows at or below what this flusher already wrote
         for the partition are skipped (segments of a partition cover consecutive ticks)."""
         pid = m.partition_id
         if m.time_tick <= st.part_hw.get(pid, 0):
