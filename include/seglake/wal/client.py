@@ -293,11 +293,25 @@ class WalClient:
             if t0:
                 props.setdefault(M.CALL_TS, t0)
 
+        # the call's appends per pchannel (_submit numbers them so on every try), carried by
+        # its first: once each pchannel's record holds them all, the call can add no row
+        # with its timestamp, and compaction's L0 fold no longer holds back for it
+        first_alone = None
+        if upsert and not txn:
+            plan: dict[str, int] = {}
+            for i, shard in enumerate(shards):
+                js = [j for j in range(len(coll.vchannels)) if coll.shards == 1 or (shard == j).any()]
+                groups = [js[:1], js[1:]] if i == 0 else [js]
+                for g in groups:
+                    for q in {pchannel_of(coll.vchannels[j]) for j in g}:
+                        plan[q] = plan.get(q, 0) + 1
+            first_alone = (plan, first_committed)
+
         _check_appends(coll, shards, txn, what)
         digest = _digest(what, coll.collection_id, part.partition_id, txn, self.batch_rows,
                          *(b.serialize() for b in batches))
         self._run(coll, len(batches), messages, txn, res, seq, digest,
-                  first_alone=first_committed if upsert and not txn else None)
+                  first_alone=first_alone)
         res.rows = table.num_rows
         return res
 
@@ -601,9 +615,11 @@ class WalClient:
                 # the call's first message is its first append, alone, committed before the
                 # others are queued (an upsert: its tick is the call's timestamp); every try
                 # numbers the call's appends the same way
+                plan, committed = first_alone
                 m0 = messages(0, txn_ids)[0]
+                m0 = replace(m0, props={**m0.props, "plan": plan})
                 self._finish(res, self._submit(res, [m0], call, counter, digest))
-                first_alone(pchannel_of(m0.vchannel), call)
+                committed(pchannel_of(m0.vchannel), call)
                 skip = 1
             for i in range(chunks):   # queued: serialization overlaps the producers' I/O
                 pending += self._submit(res, messages(i, txn_ids)[skip if i == 0 else 0:], call, counter, digest)

@@ -4,7 +4,8 @@
     record  {root}/wal_index/{pchannel}/producers/{id}   per pchannel; a named id's has no lease,
                                                          a fresh id's lives on its holder's lease
         calls: {call: {d: payload digest, done: [[lo, hi], ...] appends committed,
-                       n: [first, last] log places, t0: an upsert call's one timestamp}}
+                       n: [first, last] log places, t0: an upsert's or a delete's one timestamp,
+                       u: t0 is an upsert's, plan: an upsert's appends per pchannel}}
         floor: calls at or below it are no longer remembered (refused)
         tt: the last commit's tick; w: the retry window of the holder that wrote it
     claim   {root}/wal_producer_owners/{id}              a named id's newest holder, leased
@@ -257,8 +258,11 @@ def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: froze
             # an upsert's first append (wal/client.py: one message, no timestamp given):
             # its tick is the call's one timestamp, held by this record from this commit on
             t0 = first_ticks.get(r.seq)
-        if t0 and "t0" not in e:   # an upsert call's one timestamp: its retries keep it
-            e["t0"] = t0
+        if t0 and "t0" not in e:   # an upsert's or a delete's one timestamp: its retries keep it
+            e["t0"], e["u"] = t0, any(m.props.get("upsert") for m in r.messages)
+        plan = next((m.props["plan"] for m in r.messages if m.props.get("plan")), None)
+        if plan and "plan" not in e:   # an upsert's appends per pchannel (its first carries them)
+            e["plan"] = plan
         e["n"] = [min(e["n"][0], n), max(e["n"][1], n)]
     floor = prod["floor"]
     keep = set(running) | {r.seq >> CALL_BITS for r in reqs}

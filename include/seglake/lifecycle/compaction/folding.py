@@ -96,20 +96,49 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
 
 
 def remembered_call_ts(meta, pchannels, keymod) -> int | None:
-    """The oldest call timestamp (t0) any WAL producer record of `pchannels` remembers, or None.
-    A record that cannot be read gives 0: no fold at all until it can (never a guess)."""
-    out = None
-    for p in pchannels:
-        for kv in meta.kv.range(keymod.wal_producers_prefix(meta.keys, p)):
+    """The oldest upsert call timestamp (t0) a WAL producer record of `pchannels` remembers
+    for a call that may still add rows, or None. An upsert's first append carries the
+    call's appends per pchannel (`plan`): once every pchannel's record of that producer
+    holds them all, the call is whole and holds nothing back; a delete's timestamp holds
+    nothing (a delete arriving late hides what it hides wherever the rows are); an entry
+    written before either was recorded holds its t0. A record that cannot be read gives 0:
+    no fold at all until it can (never a guess)."""
+    prefixes = {keymod.wal_producers_prefix(meta.keys, p): p for p in pchannels}
+    recs: dict[tuple[str, str], dict] = {}
+    for prefix, p in prefixes.items():
+        for kv in meta.kv.range(prefix):
             try:
                 calls = decode(kv.value, kv.key).get("calls")
             except Exception:  # noqa: BLE001 - unreadable: what it remembers is unknown
                 return 0
-            for e in (calls.values() if isinstance(calls, dict) else ()):
-                t0 = e.get("t0") if isinstance(e, dict) else None
-                if isinstance(t0, int) and not isinstance(t0, bool) and t0 > 0:
-                    out = t0 if out is None else min(out, t0)
+            recs[(p, kv.key[len(prefix):])] = calls if isinstance(calls, dict) else {}
+
+    def whole(pid: str, call: str, plan) -> bool:
+        try:
+            return all(_covers(recs.get((q, pid), {}).get(call), int(n)) for q, n in plan.items())
+        except (AttributeError, TypeError, ValueError):
+            return False
+
+    plans = {(pid, call): e["plan"] for (_, pid), calls in recs.items() for call, e in calls.items()
+             if isinstance(e, dict) and isinstance(e.get("plan"), dict)}   # on its first append's pchannel
+    out = None
+    for (p, pid), calls in recs.items():
+        for call, e in calls.items():
+            t0 = e.get("t0") if isinstance(e, dict) else None
+            if not isinstance(t0, int) or isinstance(t0, bool) or t0 <= 0:
+                continue
+            if e.get("u") is False or ((pid, call) in plans and whole(pid, call, plans[(pid, call)])):
+                continue
+            out = t0 if out is None else min(out, t0)
     return out
+
+
+def _covers(entry, n: int) -> bool:
+    """A record entry holds every append 0..n-1 of its call on that pchannel (its done
+    ranges are merged: one range from 0 covers them)."""
+    if n < 1:
+        return True
+    return isinstance(entry, dict) and any(lo <= 0 and hi >= n - 1 for lo, hi in entry.get("done", ()))
 
 
 def delete_tick(seg: Segment) -> int:
