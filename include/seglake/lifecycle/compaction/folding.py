@@ -57,7 +57,7 @@ from seglake.meta.segments import DROPPED, FLUSHED, Segment
 from seglake.storage import layout
 from seglake.wal.checkpoints import RELEASED, read_checkpoint
 from seglake.lifecycle.flush.state import L0
-from seglake.lifecycle.compaction.policy import FOLD, MAX_FOLD_OPS, REWRITE, Policy, Unit, make_unit
+from seglake.lifecycle.compaction.policy import FOLD, MAX_FOLD_OPS, MAX_INPUTS, REWRITE, Policy, Unit, make_unit
 
 RECORD_VERSION = 4          # a fold's unit record (older seglakes refuse it)
 FOLDED = 0                  # compacted_to of a folded L0 segment: its deletes went into the hits' rewrites
@@ -226,9 +226,9 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
                                            delta_logs=len(hs.deltalogs)))
                     used.add(h)
                 continue
-            if n_in + 2 * len(hits | mine) > MAX_FOLD_OPS or \
+            if n_in > MAX_INPUTS or n_in + 2 * len(hits | mine) > MAX_FOLD_OPS or \
                     txn_bytes([x for x, _ in ins] + l0, hits | mine) > MAX_FOLD_BYTES:
-                continue                    # the txn is full: next run
+                continue                    # the txn (or the unit: MAX_INPUTS L0 inputs) is full: next run
             if bearing:
                 folded.add(s.segment_id)
             else:
