@@ -150,8 +150,15 @@ def delete_tick(seg: Segment) -> int:
 
 
 def foldable(seg: Segment, floor: int | None, policy: Policy, now: float) -> bool:
-    """Its delta log may be folded (module doc): old enough, below its vchannel's checkpoint."""
+    """Its delta log may be folded (module doc): old enough, below its vchannel's checkpoint.
+    A copy's (`source` set: a restore, a bundle import) needs no checkpoint: its deletes are
+    older than every WAL row of the collection it was copied into (the copy advanced the
+    TSO past what it copied before the collection took a write), so every row they hide is
+    among the copied, Flushed ones -- without this a restored collection that is only read
+    never folded what it copied (attack s21)."""
     tick = delete_tick(seg) if seg.deltalogs else 0
+    if seg.source is not None:
+        floor = tick
     return (floor is not None and seg.state == FLUSHED and 0 < tick <= floor
             and physical_ms(tick) / 1000.0 <= now - policy.l0_age)
 
