@@ -254,8 +254,9 @@ def _remember(prod: dict, reqs: list, n: int, name: str, tt: int, running: froze
         e = calls.setdefault(str(r.seq >> CALL_BITS), {"d": r.digest, "done": [], "n": [n, n]})
         e["done"] = _add_to_ranges(e["done"], r.seq & INDEX_MASK)
         t0 = next((m.props["upsert_ts"] for m in r.messages if m.props.get("upsert_ts")), None)
-        if not t0 and first_ticks and any(m.props.get("upsert") for m in r.messages):
-            # an upsert's first append (wal/client.py: one message, no timestamp given):
+        if not t0 and first_ticks and any(m.props.get("plan") for m in r.messages):
+            # an upsert's first append (wal/client.py: one message carrying the call's plan,
+            # no timestamp given; a txn's upserts take their bodies' ticks and carry none):
             # its tick is the call's one timestamp, held by this record from this commit on
             t0 = first_ticks.get(r.seq)
         if t0 and "t0" not in e:   # an upsert's or a delete's one timestamp: its retries keep it

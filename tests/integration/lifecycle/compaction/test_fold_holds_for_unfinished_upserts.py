@@ -48,3 +48,13 @@ def test_an_unfinished_upsert_holds_the_fold_until_its_retry_completes_it(meta, 
         c2.upsert("c", both, seq=ei.value.result.seq)
     assert remembered_call_ts(meta, ps, keymod) is None   # whole now
     c0.close()
+
+
+def test_a_txn_upsert_holds_nothing(meta, store, settings):
+    """A txn's upserts take their bodies' ticks (no call timestamp): a live client's
+    committed txn upsert never holds a fold back."""
+    with WalClient(meta, store, settings, producer_id="txn") as c:
+        coll = make_collection(c, "c", shards=1)
+        c.upsert("c", synthetic_rows(coll, 3, 1), txn=True)
+        ps = sorted({pchannel_of(v) for v in coll.vchannels})
+        assert remembered_call_ts(meta, ps, keymod) is None
