@@ -270,7 +270,7 @@ class WalClient:
         # an upsert: a delete and an insert at ONE timestamp per call (as Milvus: one per
         # request): the tick of its first append, one message alone, committed before any
         # other append of the call is queued; the producer record holds it from that
-        # commit on (compaction's L0 fold holds back for it) and a retry keeps it (_call_ts);
+        # commit on (compaction's L0 fold holds back for it) and a retry keeps it (_recorded_ts);
         # its rows and its delete are stamped with it (flusher). No timestamp is taken
         # before: one that no record holds could be older than a delete a fold forgot
         # before its rows arrived. In a txn, each body's own tick (just below the commit's,
@@ -532,28 +532,29 @@ class WalClient:
                 else:
                     del self._calls_running[call]
 
-    def _upsert_ts(self, coll, seq: int | None) -> dict:
-        """An upsert's props: a retry keeps the timestamp a record holds for its call (_call_ts);
-        a call none holds takes its first append's tick (no timestamp here)."""
-        if isinstance(seq, int) and not isinstance(seq, bool):
-            for p in sorted({pchannel_of(v) for v in coll.vchannels}):
-                t0 = (self.writer(p).remembered(seq) or {}).get("t0")
-                if t0:
-                    return {M.CALL_TS: t0}
-        return {}
-
-    def _call_ts(self, coll, seq: int | None) -> int:
-        """An upsert's or a delete's one timestamp: a retry (seq given) keeps the one its first try
-        committed with on ANY pchannel of the collection (each record keeps it for its own
-        pchannel only: a part retried on a pchannel that never saw the call took a new,
-        later one, so the call hid rows acknowledged after its first try on one pchannel
-        and not on another); a new call takes a new one."""
+    def _recorded_ts(self, coll, seq: int | None) -> int | None:
+        """The one timestamp a retry (seq given) keeps: the one its first try committed with
+        on ANY pchannel of the collection (each record keeps it for its own pchannel only: a
+        part retried on a pchannel that never saw the call took a new, later one, so the
+        call hid rows acknowledged after its first try on one pchannel and not on another);
+        None when no record holds one."""
         if isinstance(seq, int) and not isinstance(seq, bool):
             for p in sorted({pchannel_of(v) for v in coll.vchannels}):
                 t0 = (self.writer(p).remembered(seq) or {}).get("t0")
                 if t0:
                     return t0
-        return self.tso.reserve(1, linearizable=True)
+        return None
+
+    def _upsert_ts(self, coll, seq: int | None) -> dict:
+        """An upsert's props: a retry keeps the timestamp a record holds for its call; a call
+        none holds takes its first append's tick (no timestamp here)."""
+        t0 = self._recorded_ts(coll, seq)
+        return {M.CALL_TS: t0} if t0 else {}
+
+    def _call_ts(self, coll, seq: int | None) -> int:
+        """A delete's one timestamp: a retry keeps its first try's (_recorded_ts); a new call
+        takes a new one."""
+        return self._recorded_ts(coll, seq) or self.tso.reserve(1, linearizable=True)
 
     def _check_reuse(self, coll, call: int, digest: str) -> None:
         """A given seq (a retry, or the caller's own number) that this producer's record on
