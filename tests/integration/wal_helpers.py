@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from seglake.meta.catalog import DEFAULT_PARTITION
 
 
@@ -92,3 +94,20 @@ def lose_reply_then_fail_gets(monkeypatch, kv, fail_at: set[int]):
     monkeypatch.setattr(kv, "txn", txn)
     monkeypatch.setattr(kv, "get", get)
     return state
+
+
+# Fixtures of the tests that stand in for waiting out producer windows by running the TSO
+# ahead (expire_producers(now_tt=...)): a 60 s window, and a clock bound wider than the
+# jump so the right clocks' own calls after it are not refused as slow. Import both.
+@pytest.fixture
+def wide(settings):
+    return settings.replace(wal_producer_expiry=60.0, max_clock_skew=3600.0)
+
+
+@pytest.fixture(name="meta")
+def wide_meta(wide):
+    from seglake.meta import Meta
+
+    m = Meta.from_settings(wide)
+    yield m
+    m.close()

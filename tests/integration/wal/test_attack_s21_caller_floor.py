@@ -15,21 +15,7 @@ from seglake.wal.client import AppendIncomplete, WalClient, synthetic_rows
 from seglake.wal.log import expire_producers
 from seglake.wal.producers import INDEX_MASK
 
-from wal_helpers import all_messages, inserted_pks, make_collection, pchannels
-
-
-@pytest.fixture
-def wide(settings):
-    return settings.replace(wal_producer_expiry=60.0, max_clock_skew=3600.0)
-
-
-@pytest.fixture
-def meta(wide):
-    from seglake.meta import Meta
-
-    m = Meta.from_settings(wide)
-    yield m
-    m.close()
+from wal_helpers import all_messages, inserted_pks, make_collection, pchannels, wide, wide_meta  # noqa: F401 (fixtures)
 
 
 def test_a_partly_committed_caller_numbered_call_is_never_appended_twice_after_the_shrink(meta, store, wide,

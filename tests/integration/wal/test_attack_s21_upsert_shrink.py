@@ -18,21 +18,7 @@ from seglake.wal import writer as W
 from seglake.wal.client import AppendIncomplete, WalClient, synthetic_rows
 from seglake.wal.log import expire_producers
 
-from wal_helpers import make_collection, pchannels
-
-
-@pytest.fixture
-def wide(settings):
-    return settings.replace(wal_producer_expiry=60.0, max_clock_skew=3600.0)
-
-
-@pytest.fixture
-def meta(wide):
-    from seglake.meta import Meta
-
-    m = Meta.from_settings(wide)
-    yield m
-    m.close()
+from wal_helpers import make_collection, pchannels, wide, wide_meta  # noqa: F401 (fixtures)
 
 
 def test_a_refused_upsert_retry_after_the_shrink_never_hides_an_acknowledged_row(meta, store, wide, monkeypatch):

@@ -22,7 +22,7 @@ from seglake.meta.codec import decode
 from seglake.wal.client import AppendIncomplete, WalClient, synthetic_rows
 from seglake.wal.log import expire_producers
 
-from wal_helpers import all_messages, inserted_pks, make_collection, pchannels
+from wal_helpers import all_messages, inserted_pks, make_collection, pchannels, wide, wide_meta  # noqa: F401 (fixtures)
 
 
 def _claim_runs_out(meta, pid: str) -> None:
@@ -34,22 +34,6 @@ def _claim_runs_out(meta, pid: str) -> None:
 
 def _two_windows_later(meta, window: float) -> int:
     return compose_ts(physical_ms(meta.tso.now()) + int(2 * window * 1000) + 1000)
-
-
-@pytest.fixture
-def wide(settings):
-    # the TSO run ahead below stands in for waiting two windows: the right clocks' own
-    # calls after it must not be refused as slow, so the bound is wider than that
-    return settings.replace(wal_producer_expiry=60.0, max_clock_skew=3600.0)
-
-
-@pytest.fixture
-def meta(wide):
-    from seglake.meta import Meta
-
-    m = Meta.from_settings(wide)
-    yield m
-    m.close()
 
 
 def test_a_retry_from_a_slow_clock_after_the_lease_ran_out_is_answered_from_the_record(meta, store, wide):
