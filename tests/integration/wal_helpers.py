@@ -96,6 +96,26 @@ def lose_reply_then_fail_gets(monkeypatch, kv, fail_at: set[int]):
     return state
 
 
+def append_incomplete(monkeypatch, pchannel: str, call):
+    """`call()` with every commit on `pchannel` refused ("etcd refused the write"): its
+    AppendIncomplete (the pytest.raises info). Every monkeypatch of the test is undone after."""
+    from seglake.errors import SeglakeError
+    from seglake.wal import writer as W
+    from seglake.wal.client import AppendIncomplete
+
+    real = W.WalWriter._commit
+
+    def fails(self, frag):
+        if self.pchannel == pchannel:
+            raise SeglakeError("etcd refused the write")
+        return real(self, frag)
+    monkeypatch.setattr(W.WalWriter, "_commit", fails)
+    with pytest.raises(AppendIncomplete) as e:
+        call()
+    monkeypatch.undo()
+    return e
+
+
 # Fixtures of the tests that stand in for waiting out producer windows by running the TSO
 # ahead (expire_producers(now_tt=...)): a 60 s window, and a clock bound wider than the
 # jump so the right clocks' own calls after it are not refused as slow. Import both.

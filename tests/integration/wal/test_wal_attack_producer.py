@@ -18,7 +18,7 @@ from seglake.meta import keys as keymod
 from seglake.visibility import visible_rows
 from seglake.wal.client import WalClient, route, synthetic_rows
 
-from wal_helpers import make_collection, pchannels, schema
+from wal_helpers import append_incomplete as _incomplete, make_collection, pchannels, schema
 
 
 def _flush(meta, store, settings, coll):
@@ -38,25 +38,6 @@ def _model(*tables) -> list[tuple]:
 
 def _shards(coll, t) -> set[int]:
     return {int(x) for x in route(np.asarray(t.column("pk").to_pylist(), np.int64), coll.shards)}
-
-
-def _incomplete(monkeypatch, pchannel: str, call):
-    """`call()` with every commit on `pchannel` refused ("etcd refused the write"): its
-    AppendIncomplete (the pytest.raises info). Every monkeypatch of the test is undone after."""
-    from seglake.wal import writer as W
-    from seglake.wal.client import AppendIncomplete
-
-    real = W.WalWriter._commit
-
-    def fails(self, frag):
-        if self.pchannel == pchannel:
-            raise SeglakeError("etcd refused the write")
-        return real(self, frag)
-    monkeypatch.setattr(W.WalWriter, "_commit", fails)
-    with pytest.raises(AppendIncomplete) as e:
-        call()
-    monkeypatch.undo()
-    return e
 
 
 @pytest.mark.parametrize("second", ["both_shards", "other_shard"])

@@ -85,25 +85,6 @@ def test_a_fold_never_forgets_a_delete_an_upsert_in_flight_is_older_than(meta, s
                                 f"between the delete and the upsert's append {sorted(folded)}")
 
 
-def _incomplete(monkeypatch, pchannel: str, call):
-    """`call()` with every commit on `pchannel` refused: its AppendIncomplete."""
-    from seglake.errors import SeglakeError
-    from seglake.wal import writer as W
-    from seglake.wal.client import AppendIncomplete
-
-    real = W.WalWriter._commit
-
-    def fails(self, frag):
-        if self.pchannel == pchannel:
-            raise SeglakeError("etcd refused the write")
-        return real(self, frag)
-    monkeypatch.setattr(W.WalWriter, "_commit", fails)
-    with pytest.raises(AppendIncomplete) as e:
-        call()
-    monkeypatch.undo()
-    return e
-
-
 def _retry_scenario(meta, store, settings, monkeypatch, name: str, fold: bool):
     """The README's retry path, no thread: U upserts pks a (shard 0) and b (shard 1); its
     append on b's pchannel fails (AppendIncomplete, seq N). D deletes b: acknowledged,
@@ -111,7 +92,7 @@ def _retry_scenario(meta, store, settings, monkeypatch, name: str, fold: bool):
     import numpy as np
 
     from seglake.wal.client import route
-    from wal_helpers import pchannels
+    from wal_helpers import append_incomplete as _incomplete, pchannels
 
     w = Writer(meta, store, settings)
     coll = w.create(name, ["_default"], shards=2)
