@@ -182,8 +182,9 @@ class Settings:
     compaction_target_rows: int = _int(1_000_000, "merged segments hold about this many visible rows")
     compaction_delete_ratio: float = _float(0.2, "a segment whose deleted fraction of rows exceeds this is "
                                            "rewritten alone (0..1)")
-    compaction_protection: float = _duration(3600.0, "a collection snapshotted within this long is not "
-                                             "compacted (Milvus's compaction_protection_seconds)")
+    compaction_protection: float = _duration(3600.0, "a collection snapshotted by hand within this long is "
+                                             "not compacted (Milvus's compaction_protection_seconds; a "
+                                             "retention schedule's snapshots do not protect)")
     compaction_min_segment_bytes: int = _int(0, "a Flushed segment below this many stored bytes is merged "
                                              "too (0: by rows only)")
     compaction_target_bytes: int = _int(1 << 30, "merged segments hold about this many bytes (whichever of "

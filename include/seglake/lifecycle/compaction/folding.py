@@ -5,9 +5,9 @@ alone), or riding in the delta log of a row-bearing segment (the flusher stores 
 with the next segment it syncs; compaction carries them on). Both are CARRIERS.
 
 A delete may be forgotten only once no row it could hide exists anywhere but in the
-segments the fold rewrites. So a carrier's delete log is foldable (as a whole) when
-- it is older than the policy's `l0_age` (its newest delete tick, TSO physical time), and
-- its newest delete tick is at or below the checkpoint of ITS vchannel. The WAL routes a
+segments the fold rewrites. So a delete entry may be folded (forgotten) when
+- it is older than the policy's `l0_age` (its tick, TSO physical time), and
+- its tick is at or below the checkpoint of ITS vchannel. The WAL routes a
   delete, like the rows of its pk, to one vchannel by a hash of the pk (wal/client.py),
   so the rows a WAL delete can hide that are not yet Flushed are on its own vchannel;
   every message at or below that vchannel's checkpoint is durable in Flushed segments,
@@ -17,9 +17,13 @@ segments the fold rewrites. So a carrier's delete log is foldable (as a whole) w
   (the copy advances the TSO past what it copied). (No checkpoint yet: nothing folded.)
 Its HITS are the Flushed segments with at least one row its deletes hide (THE visibility
 rule, at the plan's revision), and a row-bearing carrier itself. A FOLD unit: one
-(partition, vchannel) group of foldable carriers -- its 0-row L0 carriers are the unit's
-inputs, its row-bearing carriers are hits marked `folded` (rewritten WITHOUT their own
-delete entries) -- + the union of their hits (a segment claimed by two groups goes to the
+(partition, vchannel) group of foldable carriers and the newest delete it forgets
+(`fold_ts`) -- its 0-row L0 carriers, every entry at or below fold_ts, are the unit's
+inputs (dropped); its row-bearing carriers are hits marked `folded`, rewritten WITHOUT
+their own entries at or below fold_ts and carrying the newer ones (folding a carrier's
+log only as a whole never folded a small, often compacted collection: every merge carried
+the newest young delete into its one output) -- + the union of the hits of the entries
+it forgets (a segment claimed by two groups goes to the
 first; the other group's carriers wait for the next run; every txn stays under
 MAX_FOLD_OPS and MAX_FOLD_BYTES of records). A carrier that hits more segments than one
 txn takes (a delete of scattered pks) has its hits REWRITTEN alone instead (the rows its
@@ -149,18 +153,51 @@ def delete_tick(seg: Segment) -> int:
     return max(ticks) if ticks else (seg.dml_ts if seg.level == L0 and not seg.num_rows else 0)
 
 
+def oldest_delete_tick(seg: Segment) -> int:
+    """The oldest delete timestamp of a segment's delta log (0: none recorded)."""
+    ticks = [b.ts_from or b.ts_to for b in seg.deltalogs if b.ts_from or b.ts_to]
+    return min(ticks) if ticks else delete_tick(seg)
+
+
+def may_forget(tick: int, floor: int | None, policy: Policy, now: float) -> bool:
+    """A delete stamped `tick` may be folded (module doc): old enough, at or below `floor`
+    (its vchannel's checkpoint). Monotone in `tick`: true up to some tick, false above."""
+    return floor is not None and 0 < tick <= floor and physical_ms(tick) / 1000.0 <= now - policy.l0_age
+
+
+def _floor(seg: Segment, floor: int | None) -> int | None:
+    """A copy's (`source` set: a restore, a bundle import) needs no checkpoint: its deletes
+    are older than every WAL row of the collection it was copied into (the copy advanced
+    the TSO past what it copied before the collection took a write), so every row they
+    hide is among the copied, Flushed ones -- without this a restored collection that is
+    only read never folded what it copied (attack s21)."""
+    return delete_tick(seg) if seg.source is not None else floor
+
+
 def foldable(seg: Segment, floor: int | None, policy: Policy, now: float) -> bool:
-    """Its delta log may be folded (module doc): old enough, below its vchannel's checkpoint.
-    A copy's (`source` set: a restore, a bundle import) needs no checkpoint: its deletes are
-    older than every WAL row of the collection it was copied into (the copy advanced the
-    TSO past what it copied before the collection took a write), so every row they hide is
-    among the copied, Flushed ones -- without this a restored collection that is only read
-    never folded what it copied (attack s21)."""
-    tick = delete_tick(seg) if seg.deltalogs else 0
-    if seg.source is not None:
-        floor = tick
-    return (floor is not None and seg.state == FLUSHED and 0 < tick <= floor
-            and physical_ms(tick) / 1000.0 <= now - policy.l0_age)
+    """Some of its delta log may be folded: a 0-row L0 segment's as a whole (it is dropped:
+    its newest delete decides), a row-bearing carrier's per entry (it is rewritten and
+    keeps its entries newer than the fold: its oldest decides). Folding a row-bearing
+    carrier's log only as a whole never folded a small collection compacted more often
+    than l0_age: each merge carried the newest young delete into the one output (attack s21)."""
+    if not seg.deltalogs or seg.state != FLUSHED:
+        return False
+    tick = oldest_delete_tick(seg) if _rows_or_mark(seg) else delete_tick(seg)
+    return may_forget(tick, _floor(seg, floor), policy, now)
+
+
+def newest_forgettable(ticks: np.ndarray, floor: int | None, policy: Policy, now: float) -> int:
+    """The newest of `ticks` (delete timestamps) a fold may forget (0: none); may_forget is
+    monotone, so a binary search over the distinct ticks."""
+    u = np.unique(ticks)
+    lo, hi = 0, len(u)                  # u[:lo] may be forgotten, u[hi:] may not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if may_forget(int(u[mid]), floor, policy, now):
+            lo = mid + 1
+        else:
+            hi = mid
+    return int(u[lo - 1]) if lo else 0
 
 
 def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]], hidden: dict[int, int],
@@ -209,12 +246,19 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
         groups.setdefault((s.partition_id, s.channel), []).append((s, r))
     units, used = [], set()
     for (pid, channel), segs in sorted(groups.items()):
+        # the group's fold_ts: the newest delete any of its carriers may forget; a carrier
+        # with an entry between its own newest forgettable one and that waits (next run)
+        own = {s.segment_id: newest_forgettable(dels[s.segment_id].ts, _floor(s, ticks.get(s.channel)), policy, now)
+               for s, _ in segs}
+        cut = max(own.values(), default=0)
+        segs = [(s, r) for s, r in segs if own[s.segment_id] and not np.any(
+            (dels[s.segment_id].ts > own[s.segment_id]) & (dels[s.segment_id].ts <= cut))]
         ins, hits, folded = [], set(), set()
         for s, r in segs:
             bearing = _rows_or_mark(s)
             mine = {s.segment_id} if bearing else set()      # a row-bearing carrier is rewritten without it
             if seg_col is not None:
-                d = dels[s.segment_id]
+                d = _at_or_below(dels[s.segment_id], cut)   # the entries this fold forgets
                 if len(d):
                     mine |= {int(x) for x in np.unique(seg_col[~visibility.visible_mask(rows, d)])}
             if (mine | {s.segment_id}) & used or (not bearing and s.segment_id in hits):
@@ -248,12 +292,18 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
         hit_recs = [by_id[h] for h in sorted(hits)]
         units.append(make_unit(coll.collection_id, pid, channel, FOLD, [(s.segment_id, r) for s, r in ins],
                                hits=[(h.segment_id, h.partition_id, r) for h, r in hit_recs], folded=folded,
+                               fold_ts=cut,
                                rows=sum(h.num_rows for h, _ in hit_recs),
                                deleted=sum(hidden.get(h.segment_id, 0) for h, _ in hit_recs),
                                bytes=sum(x.total_size() for x, _ in [*ins, *hit_recs]),
                                delta_logs=sum(len(s.deltalogs) for s, _ in ins)
                                + sum(len(by_id[f][0].deltalogs) for f in folded)))
     return units
+
+
+def _at_or_below(d: visibility.Deletes, ts: int) -> visibility.Deletes:
+    keep = d.ts <= ts
+    return visibility.Deletes(d.pks[keep], d.ts[keep], d.partitions[keep], d.segments[keep])
 
 
 def _rows_or_mark(seg: Segment) -> bool:
@@ -289,7 +339,8 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
                                                                                      kv.mod_revision)])
         out, res = r.write_output(meta, store, coll, sub, {"output": out_id, "log0": log0,
                                                          "legacy_sources": rec["legacy_sources"]}, [(seg, kv)], deletes,
-                                  carry=seg.segment_id not in unit.folded)
+                                  carry=seg.segment_id not in unit.folded or bool(unit.fold_ts),
+                                  carry_above=unit.fold_ts if seg.segment_id in unit.folded else 0)
         outs.append(out)
         results.append(res)
     r._hook(hooks, "after_files", unit)

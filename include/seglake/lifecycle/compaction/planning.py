@@ -67,10 +67,18 @@ class Plan:
 
 def protected(meta, collection_id: int, protection: float, now: float) -> str | None:
     """Why snapshots keep the collection out of compaction right now, if they do: one is
-    being written (PENDING), or one was taken within `protection` seconds."""
+    being written (PENDING), or one taken by hand was taken within `protection` seconds.
+    A retention schedule's snapshots do not protect (like a Milvus snapshot created without
+    compaction_protection_seconds, whose default is 0): they are backups, GC keeps what they
+    reference anyway, and a schedule at least as frequent as the protection (hourly, the
+    default, against 3600 s) kept its collection out of compaction for good (attack s21)."""
+    from seglake.lifecycle import retention
+
     for rec in meta.snapshots.list(collection_id):
         if rec.state == PENDING:
             return f"snapshot {rec.name!r} is being written (PENDING)"
+        if retention.is_schedules(rec):
+            continue
         taken = max(rec.created_at, rec.committed_at or 0.0)
         if taken > now - protection:
             return (f"snapshot {rec.name!r} was taken {max(0.0, now - taken):.0f}s ago, within "

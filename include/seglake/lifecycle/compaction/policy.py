@@ -88,6 +88,10 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
     # FOLD only: the hits whose OWN delete entries are folded too (not carried to their
     # output): row-bearing segments whose delta log is old enough to fold
     folded: tuple[int, ...] = ()
+    # FOLD only: the newest delete timestamp the fold forgets. A folded carrier's own delete
+    # entries at or below it are folded, newer ones carried to its output (0: all of them,
+    # a unit planned before per-entry folding)
+    fold_ts: int = 0
     rows: int = 0
     deleted: int = 0
     bytes: int = 0
@@ -131,7 +135,9 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValidationError(f"unit {self.unit_id}: {name} {v} is out of range (0..{limits.ID_MAX})")
         if not self.channel or len(self.channel) > 255 or not self.channel.isprintable():
             raise ValidationError(f"unit {self.unit_id}: channel {self.channel!r} is not a vchannel name")
-        if (self.hits or self.folded) and self.kind != FOLD:
+        if isinstance(self.fold_ts, bool) or not 0 <= self.fold_ts <= limits.ID_MAX:
+            raise ValidationError(f"unit {self.unit_id}: fold_ts {self.fold_ts} is out of range (0..{limits.ID_MAX})")
+        if (self.hits or self.folded or self.fold_ts) and self.kind != FOLD:
             raise ValidationError(f"unit {self.unit_id}: only a {FOLD} unit has hits")
         if list(self.folded) != sorted(set(self.folded)) or not set(self.folded) <= {h[0] for h in self.hits}:
             raise ValidationError(f"unit {self.unit_id}: folded must be distinct, sorted hits")
@@ -145,12 +151,13 @@ class Unit(msgspec.Struct, frozen=True, kw_only=True):
             raise ValidationError(f"unit {self.unit_id}: {len(self.inputs)} inputs and {len(self.hits)} hits do not "
                                   f"fit one txn (inputs + 2 x hits <= {MAX_FOLD_OPS})")
         want = unit_id(self.collection_id, self.partition_id, self.channel, self.kind, self.inputs, self.hits,
-                       self.folded)
+                       self.folded, self.fold_ts)
         if self.unit_id != want:
             raise ValidationError(f"unit id {self.unit_id!r} does not match its content (expected {want!r})")
 
 
-def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=(), folded=()) -> str:
+def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=(), folded=(),
+            fold_ts: int = 0) -> str:
     """A pure function of what the unit compacts (inputs, and a fold's hits, at their
     revisions): the same state plans the same id; any change of one plans a new one."""
     doc = [collection_id, partition_id, channel, kind, [list(x) for x in inputs]]
@@ -158,18 +165,20 @@ def unit_id(collection_id: int, partition_id: int, channel: str, kind: str, inpu
         doc.append([list(h) for h in hits])
     if folded:
         doc.append(list(folded))
+    if fold_ts:
+        doc.append(fold_ts)
     raw = json.dumps(doc, separators=(",", ":"))
     first = (list(inputs) or list(hits) or [(0,)])[0][0]
     return f"{partition_id}-{first}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
 
 
 def make_unit(collection_id: int, partition_id: int, channel: str, kind: str, inputs, hits=(), folded=(),
-              **sizes) -> Unit:
+              fold_ts: int = 0, **sizes) -> Unit:
     inputs = tuple(sorted((int(s), int(r)) for s, r in inputs))
     hits = tuple(sorted((int(s), int(p), int(r)) for s, p, r in hits))
     folded = tuple(sorted(int(s) for s in folded))
-    u = Unit(unit_id=unit_id(collection_id, partition_id, channel, kind, inputs, hits, folded),
+    u = Unit(unit_id=unit_id(collection_id, partition_id, channel, kind, inputs, hits, folded, int(fold_ts)),
              collection_id=collection_id, partition_id=partition_id, channel=channel, kind=kind, inputs=inputs,
-             hits=hits, folded=folded, **sizes)
+             hits=hits, folded=folded, fold_ts=int(fold_ts), **sizes)
     u.check()
     return u

@@ -243,10 +243,11 @@ def _inputs(meta, unit: Unit) -> tuple[list[tuple[Segment, object]], str | None]
 
 # -- write ----------------------------------------------------------------------------------
 def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, deletes: visibility.Deletes,
-                 carry: bool = True) -> tuple[Segment, UnitResult]:
+                 carry: bool = True, carry_above: int = 0) -> tuple[Segment, UnitResult]:
     """Write the output's files (module doc): the inputs' rows minus those `deletes` (the
     recorded delete sources') hide; (its Flushed record, the result). carry=False (an L0
-    fold of the input's own delete log): its delete entries are not carried."""
+    fold of the input's own delete log): its delete entries are not carried; carry_above
+    (a fold of its entries up to that timestamp): only newer ones are."""
     segs = [s for s, _ in inputs]
     schema = coll.schema
     partitions = {p.partition_id: p.name for p in coll.partitions}
@@ -263,6 +264,9 @@ def write_output(meta, store, coll: Collection, unit: Unit, rec: dict, inputs, d
     else:
         kept = rows
     carried = carried_deletes(store, segs if carry else [], partitions, legacy)
+    if carry_above:
+        newer = carried[1] > carry_above
+        carried = tuple(x[newer] for x in carried)
     table = pa.table({f.name: (kept.column(visibility.PK) if f.is_primary else user[f.field_id])
                       .cast(arrow_type(f)) for f in schema.fields})
     out_id, log0 = int(rec["output"]), int(rec["log0"])
