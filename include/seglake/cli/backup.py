@@ -125,9 +125,11 @@ def cmd_prune(args, s: Settings) -> int:
     policy = {k: getattr(args, k) for k in KEYS if getattr(args, k)}
     target = _target(args, s)
     meta, _ = open_meta_store(s)   # the pins and windows that hold bundles live in etcd
+    from seglake.lifecycle.backup.archive import site_id
+
     r = prune.prune(target, args.collection, policy, db=args.db, dry_run=args.dry_run,
                     min_age=args.min_age_hours * 3600, pinned=prune.held_in(meta, target, args.db, args.collection),
-                    say=_say)
+                    site=None if args.all_sites else site_id(meta), say=_say)
     sw = r.get("sweep") or {}
     emit(args, r, text=f"{'would drop' if args.dry_run else 'dropped'} {len(r['pruned'])} bundles "
                        f"({', '.join(r['pruned']) or 'none'}), kept {len(r['kept'])}; data files: "
@@ -185,6 +187,9 @@ def add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg) -> None:
     bp.add_argument("--min-age-hours", type=number_arg("missing_tolerance", 3600), default=24,
                     help="data files younger than this are kept (at least 1; default 24)")
     bp.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
+    bp.add_argument("--all-sites", action="store_true",
+                    help="judge every site's bundles of the collection (default: only this etcd root's, and "
+                         "bundles that name no site; other sites sharing the target prune their own)")
     bp.add_argument("--target", **tgt)
     bp.set_defaults(fn=cmd_prune)
     br = b.add_parser("restore", parents=[common], help="restore a bundle into a new collection, each byte copied "

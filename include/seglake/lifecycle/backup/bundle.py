@@ -636,7 +636,7 @@ def summary(doc: dict) -> dict:
     src = doc["source"]
     return {"bundle": doc["bundle"], "uid": doc["uid"], "db": src["db"], "collection": src["collection"],
             "snapshot": src["snapshot"], "snapshot_id": src["snapshot_id"], "created_at": doc["created_at"],
-            "consistent_ts": src["consistent_ts"], **doc["totals"]}
+            "consistent_ts": src["consistent_ts"], "site": src.get("site"), **doc["totals"]}
 
 
 def list_bundles(target: Store, db: str | None = None, collection: str | None = None) -> list[dict]:

@@ -68,9 +68,10 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
     scheduled export (backup.scheduled) prunes; any other bundle is left alone.
     collection_id: with schedule_only, only the bundles exported from that collection id (a
     dropped collection's name may be reused by another with a schedule of its own).
-    site: with schedule_only, only the bundles exported by that site (archive.site_id: ids
-    are local to one etcd root, and two sites backing up to one target allocate the same
-    ids; a bundle that names no site is judged by its ids).
+    site: only the bundles exported by that site (archive.site_id: ids are local to one
+    etcd root, and two sites backing up to one target allocate the same ids; with
+    schedule_only a bundle that names no site is judged by its ids, by hand it is judged:
+    it predates sites). A hand prune without it judges every site's bundles.
     planned: bundles a dry run would have exported first (name -> time), judged as if
     they were there.
     milvus: with schedule_only, judge the schedule's Milvus captures instead (kind "milvus",
@@ -93,6 +94,8 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
                 continue
             times[b] = retention.sched_time(b)
             continue
+        if site is not None and not _sites_bundle(target, d, c, b, site):
+            continue   # another site's (etcd root's) bundle sharing the target: its operator's to prune
         try:
             times[b] = float(json.loads(target.get(layout.bundle_commit(d, c, b)))["committed_at"])
         except (NotFound, ValueError, KeyError, TypeError):
@@ -163,6 +166,16 @@ def _schedules_bundle(target: Store, db: str, collection: str, bundle: str, coll
     return (src.get("snapshot") == bundle and src.get("owner") == retention.OWNER + bundle
             and (collection_id is None or src.get("collection_id") == collection_id)
             and (site is None or src.get("site") in (None, site)))
+
+
+def _sites_bundle(target: Store, db: str, collection: str, bundle: str, site: str) -> bool:
+    """The bundle was exported by `site`, or names no site (a Milvus capture, a bundle from
+    before sites); an unreadable one is not judged (left alone)."""
+    try:
+        src = bundles.read(target, db, collection, bundle)["source"]
+    except (bundles.BundleError, NotFound, KeyError, TypeError):
+        return False
+    return not isinstance(src, dict) or src.get("site") in (None, site)
 
 
 def _min_age(value: float) -> float:

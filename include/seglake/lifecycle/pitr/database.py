@@ -32,7 +32,8 @@ def members(meta, db: str, collections: list[str] | None, target=None, ts: int |
     instant `ts` (at_instant: created at or before it, and live or dropped after it; from
     a backup target: every collection of `db` with a committed bundle there, less those the
     archive says were dropped before the instant and those whose bundles say they were
-    created after it -- restore_database_as_of)."""
+    created after it -- restore_database_as_of; refused when those bundles come from more
+    than one site: a database is one source's, and "as of ts" is one site's clock)."""
     validate_name("db", db)
     if collections:
         for c in collections:
@@ -42,7 +43,18 @@ def members(meta, db: str, collections: list[str] | None, target=None, ts: int |
         return list(collections)
     if target is not None:
         from seglake.lifecycle.backup import bundle as bundles
-        names = sorted({b["collection"] for b in bundles.list_bundles(target, db) if b.get("state") == "committed"})
+        done = [b for b in bundles.list_bundles(target, db) if b.get("state") == "committed"]
+        names = sorted({b["collection"] for b in done})
+        sites: dict[str, set[str]] = {}
+        for b in done:
+            if b.get("site"):
+                sites.setdefault(b["site"], set()).add(b["collection"])
+        if len(sites) > 1:   # two seglakes back up into this target: their clocks and ids are their own
+            raise ValidationError(
+                f"database {db!r} in {target.uri} holds bundles of {len(sites)} sources (sites "
+                + "; ".join(f"{s[:12]}...: {', '.join(sorted(c)[:5])}" for s, c in sorted(sites.items()))
+                + "): name the collections to restore (collections / --collections); a whole database is "
+                  "one source's")
     elif ts is not None:
         names = sorted(at_instant(meta, db, ts))
     else:

@@ -184,3 +184,51 @@ def test_a_target_name_held_by_a_restore_of_another_collection_refuses_the_set_b
     with pytest.raises((ValidationError, Conflict), match="b_cut"):
         restore_database_as_of(meta, store, "default", cut, suffix="_cut")
     assert sorted(c.name for c in meta.catalog.list()) == before
+
+
+def test_a_database_restore_from_a_target_two_sites_share_is_refused_unless_collections_are_named(
+        meta, store, settings, tmp_path, etcd_server):
+    """Two seglakes (etcd roots) export their `default` database into one target: a whole
+    database restore from it restored every site's collections as one database at one
+    instant, though each site has its own clock and ids (rows adversary s21). Refused
+    before anything is created, naming the sites; named collections are restored."""
+    import sys
+    from pathlib import Path
+
+    from seglake.lifecycle import snapshot
+    from seglake.lifecycle.backup import archive
+    from seglake.lifecycle.backup import export as exports
+    from seglake.lifecycle.pitr.database import plan_database
+    from seglake.storage.local import LocalStore
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "restore"))
+    from copy_model_helpers import other_root
+    from etcd_root import root_state
+
+    target = LocalStore(tmp_path / "backup")
+    meta2, store2, settings2 = other_root(etcd_server, tmp_path, "s")
+    try:
+        from seglake.lifecycle import retention
+
+        cuts = {}
+        for m, st, se, name in ((meta, store, settings, "a"), (meta2, store2, settings2, "z")):
+            with WalClient(m, st, se) as c:
+                coll = c.create_collection(name, SCHEMA, shards=1)
+                retention.set_policy(m, name, {"keep_last": 2, "archive": True})
+                c.insert(name, rows(range(1, 10), 1.0))
+                flush_all(m, st, se, coll)
+                snapshot.create(m, st, name, "s1")
+                exports.export(m, st, target, name, "s1", say=lambda line: None)
+                c.insert(name, rows(range(10, 20), 1.0))
+                cuts[name] = m.tso.now()
+                c.insert(name, rows(range(20, 30), 1.0))
+            archive.run(m, st, target)
+        now = cuts["a"]
+        before = root_state(meta)
+        with pytest.raises(ValidationError, match="2 sources .*name the collections"):
+            restore_database_as_of(meta, store, "default", now, suffix="_x", target=target)
+        assert root_state(meta) == before
+        ts, to, plans = plan_database(meta, store, "default", now, suffix="_x", collections=["a"], target=target)
+        assert to == {"a": "a_x"} and set(plans) == {"a"}
+    finally:
+        meta2.close()
