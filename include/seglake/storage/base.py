@@ -118,11 +118,14 @@ class Store(abc.ABC):
         return self.delete_checked(keys).errors
 
     @abc.abstractmethod
-    def delete_checked(self, objects: Iterable[str | ObjectInfo]) -> DeleteOutcome:
+    def delete_checked(self, objects: Iterable[str | ObjectInfo],
+                       guard: Callable[[], None] | None = None) -> DeleteOutcome:
         """Delete exactly these keys, as given (a key that is not canonical is an error,
         never normalised into another key). For an ObjectInfo, only if the object there is
         still that one (same size and mtime); otherwise it is kept and reported `changed`.
-        Never follows a symlink."""
+        Never follows a symlink. `guard()` is called right before each delete (each
+        request of a batched one) and raises to stop: a lease the deletes rely on (a
+        sweep's lock) is checked after every pause, not once before them all."""
 
     @abc.abstractmethod
     def open_read(self, key: str) -> BinaryIO:

@@ -34,7 +34,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from seglake.errors import NotFound, SeglakeError, Unavailable
 from seglake.storage.base import (SYMLINK, UNREADABLE, ChecksumMismatch, DeleteError, DeleteOutcome, Listed,
@@ -460,11 +460,13 @@ class LocalStore(Store):
             raise ChecksumMismatch(f"copy of {src} to {dst}: wrote {info.size} bytes of {state['n']}")
         return info, crc_name(state["crc"])
 
-    def delete_checked(self, objects: Iterable[str | ObjectInfo]) -> DeleteOutcome:
+    def delete_checked(self, objects: Iterable[str | ObjectInfo],
+                       guard: Callable[[], None] | None = None) -> DeleteOutcome:
         """Delete through directory descriptors opened component by component from the
         root with O_NOFOLLOW: a symlink anywhere on the path (even one swapped in after
         the listing) stops the walk, so nothing outside the root is ever reached. Each
-        object is stat'ed through the same descriptor right before its unlink."""
+        object is stat'ed through the same descriptor right before its unlink, and
+        `guard()` is called right before that (Store.delete_checked)."""
         out = DeleteOutcome()
         by_dir: dict[str, list[tuple[str, str, ObjectInfo | None]]] = {}
         for o in objects:
@@ -480,11 +482,12 @@ class LocalStore(Store):
         n = sum(len(g) for _, g in groups)
         workers = min(self.delete_threads, max(1, n // 64))
         if workers <= 1:
-            parts = [self._delete_groups(groups)]
+            parts = [self._delete_groups(groups, guard)]
         else:  # contiguous runs of sorted directories: each worker reuses its open chain
             step = -(-len(groups) // workers)
             with ThreadPoolExecutor(workers) as pool:
-                parts = list(pool.map(self._delete_groups, [groups[i:i + step] for i in range(0, len(groups), step)]))
+                parts = list(pool.map(lambda g: self._delete_groups(g, guard),
+                                      [groups[i:i + step] for i in range(0, len(groups), step)]))
         for part in parts:
             out.deleted += part.deleted
             out.missing += part.missing
@@ -492,7 +495,7 @@ class LocalStore(Store):
             out.errors += part.errors
         return out
 
-    def _delete_groups(self, groups) -> DeleteOutcome:
+    def _delete_groups(self, groups, guard: Callable[[], None] | None = None) -> DeleteOutcome:
         out = DeleteOutcome()
         try:
             chain = _DirChain(str(self.root))
@@ -513,6 +516,8 @@ class LocalStore(Store):
                         out.errors += [DeleteError(k, f"cannot open {parent!r}: {e.strerror}") for k, _, _ in items]
                     continue
                 for key, name, expect in items:
+                    if guard is not None:
+                        guard()
                     _unlink_at(fd, key, name, expect, out)
         return out
 

@@ -25,7 +25,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from seglake.errors import NotFound, SeglakeError, Unavailable
 from seglake.storage.base import (
@@ -745,12 +745,14 @@ class S3Store(Store):
             if offset < end:  # a body shorter than its range: not the object asked for
                 raise Unavailable(f"S3 get {key!r} in {self.uri}: the answer ended {end - offset} bytes short")
 
-    def delete_checked(self, objects: Iterable[str | ObjectInfo]) -> DeleteOutcome:
+    def delete_checked(self, objects: Iterable[str | ObjectInfo],
+                       guard: Callable[[], None] | None = None) -> DeleteOutcome:
         """DeleteObjects in 1000s of exactly the keys given (never a normalised one; S3
         has no symlinks). An ObjectInfo is first HEADed (in parallel): gone -> missing,
         another size or a Last-Modified more than a second off (HEAD has second
         precision) -> changed and kept. S3 cannot delete conditionally, so an object
-        rewritten between that HEAD and the delete is not detected."""
+        rewritten between that HEAD and the delete is not detected. `guard()` is called
+        right before each DeleteObjects request (Store.delete_checked)."""
         out = DeleteOutcome()
         plain, expected = [], []
         for o in objects:
@@ -775,6 +777,8 @@ class S3Store(Store):
                     getattr(out, verdict).append(o.key)
         for i in range(0, len(plain), DELETE_BATCH):
             batch = plain[i:i + DELETE_BATCH]
+            if guard is not None:
+                guard()
             failed = self._delete_batch(batch)
             out.errors += [DeleteError(k, e) for k, e in failed.items()]
             out.deleted += [k for k in batch if k not in failed]

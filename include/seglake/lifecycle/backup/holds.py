@@ -24,9 +24,22 @@ HOLD_TTL = 3600.0      # a hold or intent older than this is a dead process's: i
 PRUNE_WAIT = 600.0     # how long a reader waits for a prune of its bundle to finish
 
 
+def _elapsed_clock() -> float:
+    """Seconds on a clock that counts every pause of this process, also a suspend of the
+    machine (CLOCK_BOOTTIME where there is one), and is never set back."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        return time.monotonic()
+
+
 class KeepAlive:
     """Rewrites `key` ({"at": now, ...}) every ttl / 10 s until stopped; `ok_at` is the
-    last successful rewrite."""
+    last successful rewrite (wall clock). `held(margin)`: no gap longer than `margin`
+    seconds between two rewrites so far, nor since the last one (on the wall clock and on
+    a clock that counts pauses): the record never looked dead to a reader allowing `ttl`.
+    A process paused (SIGSTOP, a suspended VM) for longer wakes with `held` False, also
+    when its rewriting thread ran first after the pause."""
 
     def __init__(self, target: Store, key: str, ttl: float, extra: dict | None = None,
                  still: Callable[[], bool] | None = None):
@@ -36,6 +49,8 @@ class KeepAlive:
 
         self.target, self.key, self.ttl, self.extra, self.still = target, key, ttl, dict(extra or {}), still
         self.ok_at = time.time()
+        self.ok_elapsed = _elapsed_clock()
+        self.longest_gap = 0.0
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="keepalive", daemon=True)
         self.thread.start()
@@ -45,11 +60,16 @@ class KeepAlive:
             try:
                 if self.still is not None and not self.still():
                     return
-                now = time.time()
+                now, elapsed = time.time(), _elapsed_clock()
                 self.target.put(self.key, json.dumps({"at": now, **self.extra}).encode())
-                self.ok_at = now
+                self.longest_gap = max(self.longest_gap, now - self.ok_at, elapsed - self.ok_elapsed)
+                self.ok_at, self.ok_elapsed = now, elapsed
             except Exception:  # noqa: BLE001 - judged by the owner through ok_at
                 pass
+
+    def held(self, margin: float) -> bool:
+        gap = max(self.longest_gap, time.time() - self.ok_at, _elapsed_clock() - self.ok_elapsed)
+        return gap <= margin
 
     def stop(self) -> None:
         self.done.set()

@@ -240,7 +240,11 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
         if candidates and not dry_run:
             refs = referenced(target)   # again, right before deleting
             beat.check()
-            outcome = target.delete_checked([o for o in candidates if layout.parse_bundle_blob(o.key) not in refs])
+            # and the lock again right before each delete: a sweep paused past LOCK_TTL
+            # after this check (an export took its lock for dead and reused a candidate
+            # meanwhile) stops when it wakes (attack s22)
+            outcome = target.delete_checked([o for o in candidates if layout.parse_bundle_blob(o.key) not in refs],
+                                            guard=beat.check)
             deleted, gone = outcome.deleted, outcome.missing
         report = {"dry_run": dry_run, "referenced": len(refs), "candidates": len(candidates),
                   "candidate_bytes": sum(o.size for o in candidates), "kept_young": kept_young,
@@ -265,8 +269,10 @@ class _Heartbeat(holds.KeepAlive):
         super().__init__(target, lock, LOCK_TTL)
 
     def check(self) -> None:
-        if time.time() - self.ok_at > LOCK_TTL / 2:
-            raise SweepRefused(f"the sweep's lock {self.key} could not be renewed: nothing swept")
+        if not self.held(LOCK_TTL / 2):
+            raise SweepRefused(f"the sweep's lock {self.key} went unrenewed for more than {LOCK_TTL / 2:g} s (the "
+                               f"sweep paused, or its target unwritable): it stopped before its next delete; an "
+                               f"export may have taken the lock for dead and reused a candidate")
 
 
 def sweep_mark(target: Store) -> bytes:

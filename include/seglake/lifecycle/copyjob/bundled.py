@@ -18,7 +18,6 @@ its target back), never copies something else.
 from __future__ import annotations
 
 import logging
-import time
 
 from seglake import faults
 from seglake.errors import NotFound, Unavailable
@@ -102,9 +101,10 @@ class BundleFiles:
     def _check_held(self) -> None:
         """Copying on while the hold cannot be renewed would copy an unheld bundle that a
         prune may drop: stop (the tasks stay resumable) once it is half expired."""
-        if self.beat is not None and time.time() - self.beat.ok_at > holds.HOLD_TTL / 2:
-            raise Unavailable(f"{self.where}: the job's hold on it could not be renewed for "
-                              f"{time.time() - self.beat.ok_at:.0f} s; stopped copying (a re-run resumes)")
+        if self.beat is not None and not self.beat.held(holds.HOLD_TTL / 2):
+            raise Unavailable(f"{self.where}: the job's hold on it went unrenewed for more than "
+                              f"{holds.HOLD_TTL / 2:.0f} s (the job paused, or the target unwritable); stopped "
+                              f"copying (a re-run resumes)")
 
     def copy(self, store: Store, src: str, dst: str, size: int, check: bool = True, listed=None, present=None,
              throttle=None) -> tuple[bool, int]:

@@ -530,9 +530,9 @@ def test_a_sweep_longer_than_the_lock_ttl_keeps_its_lock_alive_until_it_deleted(
         time.sleep(1.0)   # a long read of every bundle.json
         return real_refs(t)
 
-    def delete_checked(objs):
+    def delete_checked(objs, guard=None):
         seen.append(prune.sweep_running(target))
-        return real_delete(objs)
+        return real_delete(objs, guard=guard)
 
     monkeypatch.setattr(prune, "referenced", slow_refs)
     monkeypatch.setattr(target, "delete_checked", delete_checked)

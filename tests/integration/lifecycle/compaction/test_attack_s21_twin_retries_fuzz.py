@@ -56,9 +56,20 @@ def _failing(monkeypatch, pchannel):
     monkeypatch.setattr(W.WalWriter, "_commit", fails)
 
 
+@pytest.mark.parametrize("l0_age", [0.0, 3.0])
 @pytest.mark.parametrize("seed", [int(x) for x in os.environ.get("S21_SEEDS", "4,5").split(",")])
-def test_compacted_and_plain_twins_show_the_same_rows(meta, store, settings, monkeypatch, seed):
+def test_compacted_and_plain_twins_show_the_same_rows(meta, store, settings, monkeypatch, seed, l0_age):
+    """l0_age 3: on a simulated clock (step k at k seconds; a tick at its step's time) L0
+    folds take only deletes 3 steps old, so row-bearing carriers are folded in part (their
+    newer entries carried on) -- session 22's per-entry folding."""
     rng = np.random.default_rng(seed)
+    starts: list[int] = []
+    clock = pytest.MonkeyPatch()      # apart from `monkeypatch`, which the loop undoes
+    if l0_age:
+        import bisect
+
+        from seglake.lifecycle.compaction import folding
+        clock.setattr(folding, "physical_ms", lambda tick: max(bisect.bisect_right(starts, tick) - 1, 0) * 1000)
     names = ("plain", "comp")
     clients = {n: WalClient(meta, store, settings, producer_id=f"prod-{n}-{seed}") for n in names}
     try:
@@ -76,6 +87,7 @@ def test_compacted_and_plain_twins_show_the_same_rows(meta, store, settings, mon
             return c.insert(n, table(pks, v), partition=part, upsert=(kind == "ups"), seq=seq)
 
         for step in range(int(os.environ.get("S21_STEPS", "60"))):
+            starts.append(meta.tso.now())
             op = rng.choice(["ins", "ups", "ups", "del", "retry", "flush", "compact", "compact"])
             pks = sorted({int(x) for x in rng.integers(1, 16, size=int(rng.integers(1, 5)))})
             part = str(rng.choice(PARTS))
@@ -111,9 +123,10 @@ def test_compacted_and_plain_twins_show_the_same_rows(meta, store, settings, mon
             elif op == "compact":
                 pol = compaction.Policy(min_segment_rows=int(rng.choice([1, 4, 1000])),
                                         target_rows=int(rng.choice([1, 8, 10_000])),
-                                        delete_ratio=float(rng.choice([0.0, 0.5, 1.0])), protection=0.0, l0_age=0.0)
+                                        delete_ratio=float(rng.choice([0.0, 0.5, 1.0])), protection=0.0,
+                                        l0_age=l0_age)
                 before = _view(meta, store, "comp")
-                s = compaction.compact(meta, store, "comp", pol)
+                s = compaction.compact(meta, store, "comp", pol, **({"now": float(step)} if l0_age else {}))
                 log.append(("compacted", [(u.kind, u.segment_ids, [h[0] for h in u.hits]) for u in s.plan.units]))
                 assert _view(meta, store, "comp") == before, (seed, log)
                 if rng.random() < 0.5:
@@ -128,5 +141,6 @@ def test_compacted_and_plain_twins_show_the_same_rows(meta, store, settings, mon
             _flush(meta, store, settings, n)
         assert _view(meta, store, "comp") == _view(meta, store, "plain"), (seed, log)
     finally:
+        clock.undo()
         for c in clients.values():
             c.close()
