@@ -190,8 +190,13 @@ def _min_age(value: float) -> float:
 def referenced(target: Store) -> set[str]:
     """Every SHA-256 any bundle.json in the target lists (committed or not). Raises
     SweepRefused when one cannot be read: a sweep never runs on a partial view."""
+    from seglake.storage.base import SYMLINK, UNREADABLE
+
     out: set[str] = set()
-    for o in target.list(layout.bundles_prefix()):
+    for o in target.list(layout.bundles_prefix(), report_unreadable=True):
+        if o.size in (UNREADABLE, SYMLINK):   # a bundle the sweep cannot read is a partial view
+            raise SweepRefused(f"{o.key} is " + ("a symlink" if o.size == SYMLINK else "unreadable")
+                               + ": the bundles cannot all be read, nothing swept")
         parsed = layout.parse_bundle_key(o.key)
         if parsed is None:
             if o.key.endswith("/" + layout.BUNDLE_DOC):
