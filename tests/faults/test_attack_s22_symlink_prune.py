@@ -52,3 +52,22 @@ def test_a_symlinked_bundle_is_not_a_partial_view_for_the_data_sweep(meta, store
     assert left == blobs_before, (
         f"the sweep deleted {blobs_before - left} of {blobs_before} data files of a bundle it could not see "
         f"(a symlinked {what}); report: {rep}")
+
+
+def test_a_hold_that_cannot_be_read_holds(meta, store, tmp_path):
+    """A reader's hold on a bundle whose holds directory is a symlink (or unreadable): a
+    plain listing skips it, and the prune dropped the held bundle. It holds now."""
+    from seglake.lifecycle.backup import holds
+
+    seed_and_snapshot(meta, store)
+    path = tmp_path / "backup"
+    target = LocalStore(path)
+    export.export(meta, store, target, "demo", "s1", **quiet)
+    with holds.held(target, "default", "demo", "s1", by="a verify"):
+        hdir = path / layout.bundle_holds_prefix("default", "demo", "s1")
+        elsewhere = tmp_path / "holds_elsewhere"
+        shutil.move(str(hdir), str(elsewhere))
+        os.symlink(elsewhere, hdir)
+        who = holds.drop_unless_held(target, "default", "demo", "s1")
+        assert who and "cannot be read" in who[0], who
+        assert any(done for _, _, b, done in bundles.find(target, "default", "demo") if b == "s1")

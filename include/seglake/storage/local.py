@@ -169,7 +169,13 @@ class LocalStore(Store):
         one swapped for a symlink during the walk is never entered."""
         pfx = normalize_prefix(prefix)
         try:
-            fd = self._list_dir(pfx)
+            fd = self._list_dir(pfx) if not report_unreadable else \
+                self._open_dir([p for p in pfx.split("/") if p], pfx, "list")
+        except NotFound:
+            fd = None
+        except SymlinkRefused:     # with report_unreadable, a symlink on the prefix itself is reported too
+            yield ObjectInfo(pfx, SYMLINK, 0.0)
+            return
         except OSError as e:
             if report_unreadable and pfx:
                 yield ObjectInfo(pfx, UNREADABLE, 0.0)

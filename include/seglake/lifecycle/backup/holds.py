@@ -94,9 +94,15 @@ def live_records(target: Store, prefix: str, ttl: float, now: float | None = Non
 
 
 def holders(target: Store, db: str, collection: str, bundle: str) -> list[str]:
-    """The live holds on a bundle: who holds it."""
-    return [str(d.get("by") or "a reader")
-            for d in live_records(target, layout.bundle_holds_prefix(db, collection, bundle), HOLD_TTL)]
+    """The live holds on a bundle: who holds it. A hold that cannot be read (a symlink,
+    an unreadable directory, which a plain listing skips) holds: a prune never drops a
+    bundle on a partial view of its holds (attack s22)."""
+    from seglake.storage.base import SYMLINK, UNREADABLE
+
+    prefix = layout.bundle_holds_prefix(db, collection, bundle)
+    odd = [o.key for o in target.list(prefix, report_unreadable=True) if o.size in (UNREADABLE, SYMLINK)]
+    return [f"{k} (a hold that cannot be read)" for k in odd] + \
+        [str(d.get("by") or "a reader") for d in live_records(target, prefix, HOLD_TTL)]
 
 
 class held:
