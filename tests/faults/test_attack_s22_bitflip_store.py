@@ -53,3 +53,28 @@ def test_a_bit_flipped_in_a_store_data_file_is_found_by_verify_and_never_served(
     assert not report["ok"], (
         "verify says the collection is ok while one of its data files is damaged and its rows "
         f"differ from what was written: {price.key}")
+
+
+def test_a_bit_flipped_in_a_store_data_file_is_not_laundered_into_a_verified_bundle(meta, store, tmp_path):
+    """The same damage, then a snapshot and an export: the export hashes what it read and
+    the bundle verifies -- the backup now holds the damaged rows under a valid SHA-256."""
+    from seglake.lifecycle import snapshot
+    from seglake.lifecycle.backup import export
+    from seglake.lifecycle.backup import verify as bverify
+    from seglake.storage.local import LocalStore
+
+    coll, _ = seed_and_snapshot(meta, store, snap=None)
+    want = _rows(meta, store, "demo")
+    seg = next(iter(meta.segments.list(coll.collection_id)))
+    price = next(f for f in layout.segment_files(seg) if f.kind == "insert" and f.key.split("/")[-2] == "102")
+    _flip_until_rows_change(meta, store, os.path.join(store.uri, price.key), want)
+    snapshot.create(meta, store, "demo", "s1")
+    target = LocalStore(tmp_path / "backup")
+    try:
+        rep = export.export(meta, store, target, "demo", "s1", say=lambda line: None)
+    except Exception as e:  # noqa: BLE001 - refusing is the expected outcome
+        rep = {"state": f"refused: {e}"}
+    if rep["state"] == "committed":
+        assert not bverify.verify(target, "demo", "s1", say=lambda line: None)["ok"], (
+            "a bundle of a damaged data file was exported and verifies: the backup holds rows that differ "
+            "from what was written")
