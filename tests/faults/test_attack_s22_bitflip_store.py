@@ -78,3 +78,18 @@ def test_a_bit_flipped_in_a_store_data_file_is_not_laundered_into_a_verified_bun
         assert not bverify.verify(target, "demo", "s1", say=lambda line: None)["ok"], (
             "a bundle of a damaged data file was exported and verifies: the backup holds rows that differ "
             "from what was written")
+
+
+def test_a_bit_flipped_in_a_store_delta_log_never_brings_back_a_deleted_row(meta, store):
+    """The same damage in a delete log: an acknowledged delete is undone (a deleted row
+    visible again, another row hidden) while verify says ok."""
+    coll, _ = seed_and_snapshot(meta, store, snap=None)
+    want = _rows(meta, store, "demo")
+    seg = next(s for s in meta.segments.list(coll.collection_id) if s.deltalogs)
+    delta = next(f for f in layout.segment_files(seg) if f.kind == "delta")
+    _flip_until_rows_change(meta, store, os.path.join(store.uri, delta.key), want)
+    got = _rows(meta, store, "demo")
+    back = sorted({r[0] for r in got} - {r[0] for r in want})
+    report = verify.verify_collection(meta, store, "demo")
+    assert not report["ok"], (f"verify says ok while a damaged delete log changed the visible rows "
+                              f"(deleted pks visible again: {back[:5]}; {len(want)} rows before, {len(got)} now)")
