@@ -71,10 +71,12 @@ def log_ids_needed(schema, has_deletes: bool, rows: int = 1) -> int:
 
 
 def put_parquet(store, key: str, table: pa.Table):
-    """One Parquet file, zstd, durable and atomic (the store's put_writer). ObjectInfo."""
+    """One Parquet file, zstd, with a CRC-32 of every page (visibility.read_parquet checks
+    them on every read: a bit flipped in place is refused, never served as other rows or
+    deletes), durable and atomic (the store's put_writer). ObjectInfo."""
     import pyarrow.parquet as pq
 
-    return store.put_writer(key, lambda f: pq.write_table(table, f, compression="zstd"))
+    return store.put_writer(key, lambda f: pq.write_table(table, f, compression="zstd", write_page_checksum=True))
 
 
 def _int64(name: str, values, n: int | None = None) -> np.ndarray:

@@ -201,15 +201,32 @@ class Deletes:
         return len(self.pks)
 
 
-def _read_parquet(store, key: str, columns: list[str] | None = None) -> pa.Table:
+class DamagedFile(SeglakeError):
+    """A log whose content is not what was written: a page CRC that does not match, or
+    another row count than its record's. Refused, never read as other rows or deletes."""
+
+
+def _read_parquet(store, key: str, columns: list[str] | None = None, rows: int = 0) -> pa.Table:
+    """The log's table; every page written with a CRC-32 is checked (segfiles.put_parquet),
+    and its row count against `rows` (its record's entries; 0: not known): a bit flipped in
+    the footer's row count dropped rows silently."""
     import pyarrow.parquet as pq
 
     with store.open_read(key) as f:
-        return pq.read_table(f, columns=columns)
+        try:
+            t = pq.read_table(f, columns=columns, page_checksum_verification=True)
+        except OSError as e:
+            if "checksum" in str(e).lower():
+                raise DamagedFile(f"{key} is damaged: {e}") from None
+            raise
+    if rows and t.num_rows != rows:
+        raise DamagedFile(f"{key} is damaged: it reads {t.num_rows} rows, its record says {rows}")
+    return t
 
 
 def _read_delta(store, seg, b) -> tuple[np.ndarray, ...]:
-    t = _read_parquet(store, layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id, b.log_id))
+    t = _read_parquet(store, layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id, b.log_id),
+                      rows=b.entries)
     pks = t.column("pk").to_numpy().astype(np.int64, copy=False)
     ts = t.column("ts").to_numpy().astype(np.int64, copy=False)
     if "partition" in t.column_names:
@@ -322,7 +339,7 @@ def _field_column(store, seg, field_id: int, name: str) -> pa.ChunkedArray | Non
     if not logs:
         return None
     cols = [_read_parquet(store, layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id,
-                                                   field_id, b.log_id), [name]).column(0) for b in logs]
+                                                   field_id, b.log_id), [name], rows=b.entries).column(0) for b in logs]
     return pa.chunked_array([c for col in cols for c in col.chunks], type=cols[0].type)
 
 

@@ -1,5 +1,6 @@
 """Verify a collection: every file its segment metadata references exists, has the
-recorded size, and (Parquet logs) holds the recorded number of rows; then count its
+recorded size, and (Parquet logs) reads whole -- every page written with a CRC-32
+(segfiles.put_parquet) checked -- with the recorded number of rows; then count its
 visible rows with the one visibility function (seglake.visibility: rows of Flushed
 segments no delete hides, duplicate pks counted twice -- Milvus's count(*)).
 
@@ -58,10 +59,10 @@ def check_file(store: Store, check: dict) -> dict | None:
         return _problem(seg, key, SIZE, check["size"], info.size,
                         f"size {info.size} bytes, metadata says {check['size']}")
     if check.get("entries") is not None:
-        from seglake.parquet import row_count
-        try:
+        import pyarrow.parquet as pq
+        try:   # read whole: every page written with a CRC is checked (content, not size)
             with store.open_read(key) as f:
-                rows = row_count(f)
+                rows = pq.ParquetFile(f, page_checksum_verification=True).read().num_rows
         except Exception as e:  # noqa: BLE001 - any decode failure is a finding, not a crash
             return _problem(seg, key, UNREADABLE, check["entries"], None, f"not readable as Parquet: {e}")
         if rows != check["entries"]:

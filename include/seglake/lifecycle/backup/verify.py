@@ -136,17 +136,20 @@ def log_problems_of(fh, rows: int, allowed: list[int] | None, column: str | None
     import numpy as np
     import pyarrow.parquet as pq
 
-    try:   # one open per log: its row count and, for a delta log, its deletes' partitions
-        f = pq.ParquetFile(fh)
+    try:   # one open and one read per log, whole: every page written with a CRC-32 is checked
+        f = pq.ParquetFile(fh, page_checksum_verification=True)
+        t = f.read()
         cols = list(f.schema_arrow.names)
         have, stray, outside = f.metadata.num_rows, [], []
+        if t.num_rows != have:
+            return [f"reads {t.num_rows} rows; its footer says {have}"]
         if allowed is not None and "partition" in cols:
-            ids = np.unique(f.read(columns=["partition"]).column(0).to_numpy())
+            ids = np.unique(t.column("partition").to_numpy())
             ok = set(allowed)
             stray = sorted(int(x) for x in ids if x != 0 and int(x) not in ok)
         ts_col = next((c for c in (TIMESTAMP, "ts") if c in cols), None)
         if stamps is not None and ts_col is not None and have:
-            ts = f.read(columns=[ts_col]).column(0).to_numpy().astype(np.int64)
+            ts = t.column(ts_col).to_numpy().astype(np.int64)
             lo, hi = int(ts.min()), int(ts.max())
             outside = sorted({x for x in (lo, hi) if not stamps[0] <= x <= stamps[1]})
     except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
