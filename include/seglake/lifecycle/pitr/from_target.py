@@ -116,14 +116,44 @@ def _bundle_plan(doc: dict, collection: str, db: str, ts: int, target) -> Plan:
     p = Plan(0, collection, db, ts, doc["bundle"], None, vchannels,
              {str(x["partition_id"]): x["name"] for x in coll["partitions"]},
              archive={"uri": target.uri, "site": src["site"]})
+    born = int(coll.get("created_ts") or 0)
     for v in vchannels:
         pos = src["positions"].get(v)
         if pos is None:
             raise LogGap(f"bundle {db}.{collection}/{doc['bundle']} recorded no position of vchannel {v}")
         cp = pos["checkpoint"]
-        p.starts[v] = {"start": cp[:3] if cp else [0, 1, 0], "floor": cp[3] if cp else 0,
+        start = cp[:3] if cp else [0, _archived_fragment_at(target, src["site"], pchannel_of(v), born), 0]
+        p.starts[v] = {"start": start, "floor": cp[3] if cp else 0,
                        "part_hw": dict(pos["part_hw"]), "del_hw": pos["del_hw"]}
     return p
+
+
+def _archived_fragment_at(target, site: str, pchannel: str, created_ts: int) -> int:
+    """Where the replay of a vchannel the bundle recorded no checkpoint of (nothing of it
+    flushed when its snapshot was taken) starts in the archive: its log from the
+    collection's creation (less the clock slack), as planning.fragment_at does on this
+    store -- not fragment 1, which an archive begun after the pchannel's log was truncated
+    never holds. 1 when the creation is unknown or the archive begins above it (the
+    archive check then names the gap)."""
+    from seglake.lifecycle.pitr.window import CLOCK_SLACK_MS
+    from seglake.meta.alloc import compose_ts
+
+    if created_ts <= 0:
+        return 1
+    born = created_ts - compose_ts(CLOCK_SLACK_MS)
+    log = ArchivedLog(target, site, pchannel)
+    ns = log.numbers()
+    if not ns:
+        return 1
+    try:
+        for i, rec in enumerate(log.fragments(ns[0])):
+            if i == 0 and ns[0] > 1 and (rec.fmt == 1 or rec.tt0 > born):
+                return 1   # what was before the archive's first fragment may have held such ticks
+            if rec.fmt == 1 or rec.tt0 + max(rec.span, 1) - 1 >= born:
+                return rec.n
+    except Exception:   # (a damaged or holed archive: the archive check names it from fragment 1)
+        return 1
+    return ns[-1] + 1
 
 
 def _check_archive(target, site: str, p: Plan) -> None:
