@@ -110,18 +110,18 @@ def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list
                               f"name the collections to restore to leave it out)") from None
         else:
             try:
-                plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db)
+                plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db, exact=False)
             except from_target.DroppedBefore as e:
                 if collections or _bundled_since(target, db, n, e.dropped_at):
                     raise   # asked for by name; or the name's later collection (bundled since) may have lived then
             except from_target.NotBornYet:
                 if collections:
                     raise   # asked for by name
-    if target is None:   # the exact judgement of the instant once, after every collection's refusals (it writes)
-        planning.not_in_future(meta, ts)
     plans = {n: plans[n] for n in names if n in plans}   # (from the target: not one dropped before the instant)
     if not plans:
         raise NotFound(f"database {db!r} had no collection at {describe(ts)} in {target.uri}")
+    # the exact judgement of the instant once, after every collection's refusals (it writes)
+    planning.not_in_future(meta, ts)
     return ts, to, plans
 
 

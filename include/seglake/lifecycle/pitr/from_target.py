@@ -84,9 +84,11 @@ def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundl
 
 
 def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_DB,
-                     bundle: str | None = None) -> tuple[Plan, dict]:
+                     bundle: str | None = None, exact: bool = True) -> tuple[Plan, dict]:
     """(the plan, the base bundle's document) of restoring `collection` as of `as_of` from
-    the target alone, or the refusal (module doc). Read-only."""
+    the target alone, or the refusal (module doc). Read-only. `exact=False`: without the
+    exact judgement of the instant (it issues a timestamp: a write), which a caller
+    planning several collections makes once after every refusal (database.plan_database)."""
     validate_name("collection", collection)
     validate_name("db", db)
     if bundle is not None:
@@ -103,7 +105,8 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
                           f"instant before its drop")
         e.dropped_at = min(gone.values())
         raise e
-    not_in_future(meta, ts)
+    if exact:
+        not_in_future(meta, ts)
     return p, doc
 
 
