@@ -214,8 +214,10 @@ def restore_as_of_from_target(meta, store, target, collection: str, restore_to: 
             raise ValueError(f"the plan given is of {planned[0].db}.{planned[0].collection} as of "
                              f"{planned[0].as_of}, not of {db}.{collection} as of {ts}")
         p, doc = planned
-    if p is None:
-        p, doc = plan_from_target(meta, target, collection, ts, db=db, bundle=bundle)
+    if p is None:   # every refusal first, the target name's included; then the exact instant (it writes)
+        p, doc = plan_from_target(meta, target, collection, ts, db=db, bundle=bundle, exact=False)
+        restores.check_target(meta, restore_to, db, ArchiveBundleSource(target, doc, p).identity)
+        not_in_future(meta, ts)
     where = f"bundle {db}.{collection}/{doc['bundle']}"
     with holds.held(target, db, collection, doc["bundle"], by=f"restore as of {ts} into {db}.{restore_to}"):
         return bundle_restore.set_up(meta, store, target, doc, ArchiveBundleSource(target, doc, p), restore_to, where,
