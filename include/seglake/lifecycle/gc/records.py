@@ -62,7 +62,7 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
         if kv is not None:   # with its retention and compaction policies, its compaction runs and history,
             # point-in-time window and the replay markers of a restore to a time into it (they keep a
             # replay exactly-once while it exists); what a database at an instant needs of it is kept
-            meta.kv.txn([unchanged(kv)], [_gone(meta, coll, now), Delete(kv.key),
+            meta.kv.txn([unchanged(kv)], [*_gone(meta, coll, now), Delete(kv.key),
                                           Delete(meta.keys.retention(coll.collection_id)),
                                           Delete(meta.keys.pitr_window(coll.collection_id)),
                                           Delete(meta.keys.compaction_policy(coll.collection_id)),
@@ -78,17 +78,22 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
 GONE_KEEP_S = 366 * 86400.0   # longer than the longest point-in-time window (limits: 365 days)
 
 
-def _gone(meta: Meta, coll, now: float):
+def _gone(meta: Meta, coll, now: float) -> list:
     """The tombstone of a purged Dropped collection: a whole database restored to an instant
-    it lived in (pitr.database) refuses the set naming it, instead of leaving it out."""
+    it lived in (pitr.database) refuses the set naming it, instead of leaving it out. None
+    for one whose drop never began (a restore target rolled back: never usable; as
+    planning.at_instant, which skips it)."""
     import json
 
     from seglake.lifecycle.drop import drop_began_ts
     from seglake.meta.kv import Put
 
-    return Put(meta.keys.pitr_gone(coll.collection_id), json.dumps(
+    began = drop_began_ts(coll)
+    if began is None:
+        return []
+    return [Put(meta.keys.pitr_gone(coll.collection_id), json.dumps(
         {"collection_id": coll.collection_id, "collection": coll.name, "db": coll.db,
-         "created_ts": coll.created_ts, "drop_began_ts": drop_began_ts(coll), "purged_at": now}))
+         "created_ts": coll.created_ts, "drop_began_ts": began, "purged_at": now}))]
 
 
 def _expire_gone(meta: Meta, now: float) -> int:

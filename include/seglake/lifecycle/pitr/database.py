@@ -142,13 +142,12 @@ def _none_purged(meta, db: str, ts: int) -> None:
             born, began = int(d["created_ts"]), d.get("drop_began_ts")
         except (ValueError, TypeError, KeyError):
             continue
-        if d.get("db") != db or born > ts:
+        if d.get("db") != db or born > ts or began is None:
             continue
-        if began is None or ts < int(began) + compose_ts(CLOCK_SLACK_MS):
+        if ts < int(began) + compose_ts(CLOCK_SLACK_MS):
             raise OutsideWindow(
                 f"collection {d.get('collection')!r} (id {d.get('collection_id')}) was in database {db!r} at "
-                f"{describe(ts)} and was dropped since"
-                + (f" (at {describe(int(began))})" if began is not None else "")
+                f"{describe(ts)} and was dropped since (at {describe(int(began))})"
                 + "; GC has purged it, so it cannot be restored: name the collections to restore to leave it out")
 
 

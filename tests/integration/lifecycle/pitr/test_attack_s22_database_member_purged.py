@@ -41,3 +41,25 @@ def test_a_database_at_an_instant_never_silently_lacks_a_collection_it_held(meta
         print("refused:", e)
         return
     assert "b" in plans, f"database at {t} planned as {sorted(plans)} only: b, which it held then, silently left out"
+
+
+def test_a_rolled_back_restore_target_purged_by_gc_does_not_refuse_a_database(meta, store, settings):
+    """A restore target rolled back (never usable, Dropped without a drop) and purged by GC
+    is no member of the database at any instant (planning.at_instant skips it too)."""
+    from seglake.lifecycle import restore, snapshot
+    from seglake.lifecycle.copyjob.target import rollback_target
+
+    with WalClient(meta, store, settings) as c:
+        a = c.create_collection("a", SCHEMA, shards=1)
+        pitr.set_window(meta, "a", "1h")
+        c.insert("a", rows(range(1, 5), 1.0))
+        flush_all(meta, store, settings, a)
+        snapshot.create(meta, store, "a", "s1")
+        restore.restore(meta, store, "a", "s1", "r")
+        r = meta.catalog.get_by_name("r")
+        rollback_target(meta, r.collection_id, "test")
+        t = meta.tso.reserve(1, linearizable=True)
+    gc.run(meta, store, gc.GCOptions(drop_tolerance=0, missing_tolerance=0, floor=0, force=True))
+    assert not [x for x in meta.catalog.list(include_dropped=True) if x.name == "r"]
+    _, to, plans = database.plan_database(meta, store, "default", t, suffix="_t")
+    assert sorted(plans) == ["a"]
