@@ -156,7 +156,7 @@ def _archived_fragment_at(target, site: str, pchannel: str, created_ts: int) -> 
                 return rec.n
     except Exception:   # (a damaged or holed archive: the archive check names it from fragment 1)
         return 1
-    return ns[-1] + 1
+    return ns[-1]   # none reaches it: the last one (nothing of the vchannel in it; the archive check needs one)
 
 
 def _check_archive(target, site: str, p: Plan) -> None:

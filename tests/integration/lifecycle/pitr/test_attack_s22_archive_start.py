@@ -95,3 +95,23 @@ def test_a_flushed_bundle_of_a_two_shard_collection_whose_second_shard_had_no_wr
     print("positions", rec.positions)
     there = restore_from_target(meta, store, settings, backup, "src", "there", t)
     assert visible_of(meta, store, there) == model.visible(t)
+
+
+def test_a_bundle_of_a_collection_born_after_every_archived_fragment(meta, store, settings, tmp_path):
+    """(F1 fix's edge) the collection was created after the last fragment of its pchannel
+    and never written: no archived fragment reaches its creation; the restore from the
+    target replays nothing and gives the bundle's rows."""
+    backup = LocalStore(tmp_path / "backup")
+    with WalClient(meta, store, settings) as c:
+        old = c.create_collection("old", SCHEMA, shards=16)
+        c.insert("old", rows(range(0, 50), 0.5))
+        flush_all(meta, store, settings, old)
+        time.sleep(1.2)
+        coll = c.create_collection("src", SCHEMA, shards=1)
+        snapshot.create(meta, store, "src", "s1")     # empty, no checkpoint
+        exports.export(meta, store, backup, "src", "s1", **quiet)
+        retention.set_policy(meta, "src", {"keep_last": 5, "archive": True})
+        t = meta.tso.reserve(1, linearizable=True)
+        archive.run(meta, store, backup)
+    there = restore_from_target(meta, store, settings, backup, "src", "there", t)
+    assert visible_of(meta, store, there) == visible_of(meta, store, coll)
