@@ -115,3 +115,36 @@ def test_a_bundle_of_a_collection_born_after_every_archived_fragment(meta, store
         archive.run(meta, store, backup)
     there = restore_from_target(meta, store, settings, backup, "src", "there", t)
     assert visible_of(meta, store, there) == visible_of(meta, store, coll)
+
+
+def test_an_undrop_from_the_target_of_a_bundle_taken_before_the_first_flush(meta, store, settings, tmp_path):
+    """F1 through the undrop: no window here (this store cannot give it), the target can."""
+    from seglake.lifecycle import drop
+
+    from pitr_model import copy_and_replay
+
+    backup = LocalStore(tmp_path / "backup")
+    with WalClient(meta, store, settings) as c:
+        old = c.create_collection("old", SCHEMA, shards=16)
+        for i in range(6):
+            c.insert("old", rows(range(1000 * i, 1000 * i + 50), 0.5))
+        flush_all(meta, store, settings, old)
+        _age_all(store)
+        gc.run(meta, store, gc.GCOptions(**OPTS))
+        time.sleep(1.2)
+        coll = c.create_collection("src", SCHEMA, shards=1)
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 20), 1.0)), 1.0)
+        snapshot.create(meta, store, "src", "s1")     # no checkpoint yet
+        exports.export(meta, store, backup, "src", "s1", **quiet)
+        retention.set_policy(meta, "src", {"keep_last": 5, "archive": True})
+        model.record(c.upsert("src", rows(range(15, 25), 2.0)), 2.0)
+        model.record(c.delete("src", [1, 2]), 3.0)
+        t = meta.tso.reserve(1, linearizable=True)
+    drop.begin_drop(meta, store, settings, "src")
+    flush_all(meta, store, settings, coll, flush_all=False)
+    drop.finish_drop(meta, "src", collection_id=coll.collection_id)
+    archive.run(meta, store, backup)
+    job = pitr.undrop(meta, store, "src", "back", backup=backup)
+    back = copy_and_replay(meta, store, settings, job, "back")
+    assert visible_of(meta, store, back) == model.visible(t)
