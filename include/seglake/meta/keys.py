@@ -283,6 +283,14 @@ class Keys:
     def pitr_windows_prefix(self) -> str:
         return f"{self.root}/pitr/windows/"
 
+    def pitr_gone(self, collection_id: int) -> str:
+        """What GC kept of a Dropped collection it purged: its name, db and lifetime (a whole
+        database at an instant it lived in is refused, never given without it)."""
+        return f"{self.root}/pitr/gone/{_id(collection_id)}"
+
+    def pitr_gone_prefix(self) -> str:
+        return f"{self.root}/pitr/gone/"
+
     def pitr_replay(self, target_id: int, vchannel: str) -> str:
         return f"{self.pitr_replays_prefix(target_id)}{_seg(vchannel)}"
 

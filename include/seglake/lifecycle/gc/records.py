@@ -61,8 +61,9 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
         kv = meta.kv.get(meta.keys.collection(coll.collection_id))
         if kv is not None:   # with its retention and compaction policies, its compaction runs and history,
             # point-in-time window and the replay markers of a restore to a time into it (they keep a
-            # replay exactly-once while it exists)
-            meta.kv.txn([unchanged(kv)], [Delete(kv.key), Delete(meta.keys.retention(coll.collection_id)),
+            # replay exactly-once while it exists); what a database at an instant needs of it is kept
+            meta.kv.txn([unchanged(kv)], [*_gone(meta, coll, now), Delete(kv.key),
+                                          Delete(meta.keys.retention(coll.collection_id)),
                                           Delete(meta.keys.pitr_window(coll.collection_id)),
                                           Delete(meta.keys.compaction_policy(coll.collection_id)),
                                           Delete(meta.keys.compaction_run(coll.collection_id)),
@@ -70,4 +71,41 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
                                                  prefix=True),
                                           Delete(meta.keys.pitr_replays_prefix(coll.collection_id), prefix=True)])
             out["dropped_collections_removed"] += 1
+    out["gone_records_removed"] = _expire_gone(meta, now)
     return dict(out)
+
+
+GONE_KEEP_S = 366 * 86400.0   # longer than the longest point-in-time window (limits: 365 days)
+
+
+def _gone(meta: Meta, coll, now: float) -> list:
+    """The tombstone of a purged Dropped collection: a whole database restored to an instant
+    it lived in (pitr.database) refuses the set naming it, instead of leaving it out. None
+    for one whose drop never began (a restore target rolled back: never usable; as
+    planning.at_instant, which skips it)."""
+    import json
+
+    from seglake.lifecycle.drop import drop_began_ts
+    from seglake.meta.kv import Put
+
+    began = drop_began_ts(coll)
+    if began is None:
+        return []
+    return [Put(meta.keys.pitr_gone(coll.collection_id), json.dumps(
+        {"collection_id": coll.collection_id, "collection": coll.name, "db": coll.db,
+         "created_ts": coll.created_ts, "drop_began_ts": began, "purged_at": now}))]
+
+
+def _expire_gone(meta: Meta, now: float) -> int:
+    import json
+
+    n = 0
+    for kv in meta.kv.range(meta.keys.pitr_gone_prefix()):
+        try:
+            old = now - float(json.loads(kv.value).get("purged_at", 0)) > GONE_KEEP_S
+        except (ValueError, TypeError, AttributeError):
+            old = True
+        if old:
+            meta.kv.delete(kv.key)
+            n += 1
+    return n

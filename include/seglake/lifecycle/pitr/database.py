@@ -95,6 +95,8 @@ def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list
 
     ts = parse_as_of(as_of)
     names = members(meta, db, collections, target, ts)
+    if not collections and target is None:
+        _none_purged(meta, db, ts)
     held = at_instant(meta, db, ts, only=set(names)) if target is None else {}
     to = {n: f"{n}{suffix}" for n in names}
     for n, t in to.items():
@@ -122,19 +124,43 @@ def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list
                               f"name the collections to restore to leave it out)") from None
         else:
             try:
-                plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db)
+                plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db, exact=False)
             except from_target.DroppedBefore as e:
                 if collections or _bundled_since(target, db, n, e.dropped_at):
                     raise   # asked for by name; or the name's later collection (bundled since) may have lived then
             except from_target.NotBornYet:
                 if collections:
                     raise   # asked for by name
-    if target is None:   # the exact judgement of the instant once, after every collection's refusals (it writes)
-        planning.not_in_future(meta, ts)
     plans = {n: plans[n] for n in names if n in plans}   # (from the target: not one dropped before the instant)
     if not plans:
         raise NotFound(f"database {db!r} had no collection at {describe(ts)} in {target.uri}")
+    # the exact judgement of the instant once, after every collection's refusals (it writes)
+    planning.not_in_future(meta, ts)
     return ts, to, plans
+
+
+def _none_purged(meta, db: str, ts: int) -> None:
+    """OutsideWindow when a collection of `db` lived at `ts` whose Dropped record GC has
+    purged since (gc.records keeps its name and lifetime): the set would silently lack it."""
+    import json
+
+    from seglake.lifecycle.pitr.planning import OutsideWindow
+    from seglake.meta.alloc import compose_ts
+    from seglake.lifecycle.pitr.window import CLOCK_SLACK_MS
+
+    for kv in meta.kv.range(meta.keys.pitr_gone_prefix()):
+        try:
+            d = json.loads(kv.value)
+            born, began = int(d["created_ts"]), d.get("drop_began_ts")
+        except (ValueError, TypeError, KeyError):
+            continue
+        if d.get("db") != db or born > ts or began is None:
+            continue
+        if ts < int(began) + compose_ts(CLOCK_SLACK_MS):
+            raise OutsideWindow(
+                f"collection {d.get('collection')!r} (id {d.get('collection_id')}) was in database {db!r} at "
+                f"{describe(ts)} and was dropped since (at {describe(int(began))})"
+                + "; GC has purged it, so it cannot be restored: name the collections to restore to leave it out")
 
 
 def _bundled_since(target, db: str, collection: str, ts: int) -> bool:

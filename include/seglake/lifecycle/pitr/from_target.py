@@ -84,9 +84,11 @@ def base_bundle(target, collection: str, ts: int, *, db: str = DEFAULT_DB, bundl
 
 
 def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_DB,
-                     bundle: str | None = None) -> tuple[Plan, dict]:
+                     bundle: str | None = None, exact: bool = True) -> tuple[Plan, dict]:
     """(the plan, the base bundle's document) of restoring `collection` as of `as_of` from
-    the target alone, or the refusal (module doc). Read-only."""
+    the target alone, or the refusal (module doc). Read-only. `exact=False`: without the
+    exact judgement of the instant (it issues a timestamp: a write), which a caller
+    planning several collections makes once after every refusal (database.plan_database)."""
     validate_name("collection", collection)
     validate_name("db", db)
     if bundle is not None:
@@ -103,7 +105,8 @@ def plan_from_target(meta, target, collection: str, as_of, *, db: str = DEFAULT_
                           f"instant before its drop")
         e.dropped_at = min(gone.values())
         raise e
-    not_in_future(meta, ts)
+    if exact:
+        not_in_future(meta, ts)
     return p, doc
 
 
@@ -116,14 +119,44 @@ def _bundle_plan(doc: dict, collection: str, db: str, ts: int, target) -> Plan:
     p = Plan(0, collection, db, ts, doc["bundle"], None, vchannels,
              {str(x["partition_id"]): x["name"] for x in coll["partitions"]},
              archive={"uri": target.uri, "site": src["site"]})
+    born = int(coll.get("created_ts") or 0)
     for v in vchannels:
         pos = src["positions"].get(v)
         if pos is None:
             raise LogGap(f"bundle {db}.{collection}/{doc['bundle']} recorded no position of vchannel {v}")
         cp = pos["checkpoint"]
-        p.starts[v] = {"start": cp[:3] if cp else [0, 1, 0], "floor": cp[3] if cp else 0,
+        start = cp[:3] if cp else [0, _archived_fragment_at(target, src["site"], pchannel_of(v), born), 0]
+        p.starts[v] = {"start": start, "floor": cp[3] if cp else 0,
                        "part_hw": dict(pos["part_hw"]), "del_hw": pos["del_hw"]}
     return p
+
+
+def _archived_fragment_at(target, site: str, pchannel: str, created_ts: int) -> int:
+    """Where the replay of a vchannel the bundle recorded no checkpoint of (nothing of it
+    flushed when its snapshot was taken) starts in the archive: its log from the
+    collection's creation (less the clock slack), as planning.fragment_at does on this
+    store -- not fragment 1, which an archive begun after the pchannel's log was truncated
+    never holds. 1 when the creation is unknown or the archive begins above it (the
+    archive check then names the gap)."""
+    from seglake.lifecycle.pitr.window import CLOCK_SLACK_MS
+    from seglake.meta.alloc import compose_ts
+
+    if created_ts <= 0:
+        return 1
+    born = created_ts - compose_ts(CLOCK_SLACK_MS)
+    log = ArchivedLog(target, site, pchannel)
+    ns = log.numbers()
+    if not ns:
+        return 1
+    try:
+        for i, rec in enumerate(log.fragments(ns[0])):
+            if i == 0 and ns[0] > 1 and (rec.fmt == 1 or rec.tt0 > born):
+                return 1   # what was before the archive's first fragment may have held such ticks
+            if rec.fmt == 1 or rec.tt0 + max(rec.span, 1) - 1 >= born:
+                return rec.n
+    except Exception:   # (a damaged or holed archive: the archive check names it from fragment 1)
+        return 1
+    return ns[-1]   # none reaches it: the last one (nothing of the vchannel in it; the archive check needs one)
 
 
 def _check_archive(target, site: str, p: Plan) -> None:
@@ -181,8 +214,10 @@ def restore_as_of_from_target(meta, store, target, collection: str, restore_to: 
             raise ValueError(f"the plan given is of {planned[0].db}.{planned[0].collection} as of "
                              f"{planned[0].as_of}, not of {db}.{collection} as of {ts}")
         p, doc = planned
-    if p is None:
-        p, doc = plan_from_target(meta, target, collection, ts, db=db, bundle=bundle)
+    if p is None:   # every refusal first, the target name's included; then the exact instant (it writes)
+        p, doc = plan_from_target(meta, target, collection, ts, db=db, bundle=bundle, exact=False)
+        restores.check_target(meta, restore_to, db, ArchiveBundleSource(target, doc, p).identity)
+        not_in_future(meta, ts)
     where = f"bundle {db}.{collection}/{doc['bundle']}"
     with holds.held(target, db, collection, doc["bundle"], by=f"restore as of {ts} into {db}.{restore_to}"):
         return bundle_restore.set_up(meta, store, target, doc, ArchiveBundleSource(target, doc, p), restore_to, where,

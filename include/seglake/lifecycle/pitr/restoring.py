@@ -42,7 +42,13 @@ def restore_as_of(meta, store, collection: str, target: str, as_of, *, db: str =
                              f"not of {db}.{collection} as of {ts}")
         p = planned
     if p is None:
-        p = make_plan(meta, store, collection, ts, db=db, now=now)
+        # every refusal first, the target name's included, then the exact judgement of the
+        # instant (it issues a timestamp: a write to etcd)
+        from seglake.lifecycle.pitr.planning import not_in_future
+
+        p = make_plan(meta, store, collection, ts, db=db, now=now, exact=False)
+        restores.check_target(meta, target, db, _identity(p))
+        not_in_future(meta, ts)
     source = PitrSnapshotSource(meta, store, p) if p.snapshot is not None else LogSource(meta, p)
     return restores.set_up(meta, store, source, target, db=db, timeout=timeout, owner=owner, engine=engine,
                            now=now, max_bytes_per_second=bps, max_requests_per_second=rps, origin=origin)
