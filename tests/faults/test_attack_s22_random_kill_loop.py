@@ -38,7 +38,7 @@ def _age_all(store):
             pass
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1])
 def test_random_kills_then_re_run_converges(meta, store, settings, spawn, tmp_path, seed):
     rng = random.Random(seed)
     _, s0 = seed_and_snapshot(meta, store, snap="s0")
