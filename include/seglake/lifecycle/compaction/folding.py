@@ -327,6 +327,8 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
     hits, why2 = _hits(meta, unit)
     if why or why2:
         return _lose(meta, store, unit, rkv, why or why2)
+    if (too_new := _beyond_floor(meta, coll, unit, inputs, hits)) is not None:
+        return _lose(meta, store, unit, rkv, too_new)
     if (settled := _check_outputs_free(meta, unit, rec, rkv)) is not None:
         return settled
     try:
@@ -353,6 +355,22 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
                           sum(s.total_size() for s, _ in [*inputs, *hits]), sum(x.bytes_out for x in results),
                           outputs=len(outs))
     return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now if fixed else time.time(), hooks)
+
+
+def _beyond_floor(meta, coll: Collection, unit: Unit, inputs, hits) -> str | None:
+    """Why the unit would forget a delete no fold may forget now, if it would: its fold_ts
+    above its vchannel's checkpoint (capped by the producer records, checkpoint_ticks) and
+    above every copied carrier's own deletes (foldable). A plan never makes such a unit; a
+    unit handed in from elsewhere (XCom, an argv file) is judged again against etcd here --
+    the checkpoint only moves up, so a planned unit always passes."""
+    if not unit.fold_ts:
+        return None
+    bound = checkpoint_ticks(meta, coll).get(unit.channel, 0)
+    folded = [s for s, _ in hits if s.segment_id in unit.folded] + [s for s, _ in inputs]
+    bound = max([bound] + [delete_tick(s) for s in folded if s.source is not None])
+    if unit.fold_ts > bound:
+        return f"its fold_ts {unit.fold_ts} is above what may be forgotten on {unit.channel} now ({bound})"
+    return None
 
 
 def _hits(meta, unit: Unit):

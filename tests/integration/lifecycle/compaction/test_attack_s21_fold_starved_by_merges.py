@@ -53,3 +53,27 @@ def test_deletes_of_a_small_collection_compacted_often_are_folded_eventually(met
     # deletes of cycles 0..6 are older than l0_age at the last run (cycle 9): foldable by now
     assert folds > 0 and carried <= 3, (f"10 compactions 100 s apart, l0_age 250 s: {folds} folds; the live "
                                         f"segments still carry {carried} delete entries (10 deletes made)")
+
+
+def test_a_fold_unit_whose_fold_ts_is_above_the_checkpoint_is_lost_not_run(meta, store, settings):
+    """A FOLD unit handed in from elsewhere (XCom, an argv file) with a fold_ts above what
+    may be forgotten (its vchannel's checkpoint): the run judges it against etcd again and
+    loses it -- a delete still newer than the checkpoint may hide a row in the WAL."""
+    w = Writer(meta, store, settings)
+    w.create("forged", ["_default"], shards=1)
+    w.insert("forged", range(10), "_default", 1.0)
+    w.flush("forged")
+    w.delete("forged", [1])
+    w.flush("forged")
+    pol = compaction.Policy(min_segment_rows=1, target_rows=10**6, delete_ratio=1.0, protection=0.0, l0_age=0.0)
+    plan = compaction.plan(meta, store, "forged", pol)
+    fold = next(u for u in plan.units if u.kind == compaction.FOLD)
+    forged = compaction.make_unit(fold.collection_id, fold.partition_id, fold.channel, fold.kind, fold.inputs,
+                                  hits=fold.hits, folded=fold.folded, fold_ts=2**62)
+    before = exact(meta, store, "forged")
+    (res,) = compaction.run_units(meta, store, [forged], sources_revision=plan.revision)
+    assert res.status == compaction.LOST and "above what may be forgotten" in res.reason, res
+    assert exact(meta, store, "forged") == before
+    (res,) = compaction.run_units(meta, store, [fold], sources_revision=plan.revision)
+    assert res.status == compaction.COMMITTED, res
+    assert rows(meta, store, "forged") == w.model.visible()
