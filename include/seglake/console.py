@@ -84,7 +84,7 @@ def snapshots(meta: Meta, now: float) -> list[dict]:
         out.append({"collection": r.collection_name, "collection_id": r.collection_id, "db": r.db,
                     "name": r.name, "state": r.state, "description": r.description,
                     "created_at": r.created_at, "age_s": max(0.0, now - r.created_at),
-                    "expires_at": r.expires_at, "ttl_left_s": ttl_left, "pins": r.pinned_by(now),
+                    "expires_at": r.expires_at, "ttl_left_s": ttl_left, "pins": meta.snapshots.pinned_by(r, now),
                     "segments": r.segments, "rows": r.rows, "bytes": r.bytes, "files": r.files,
                     "error": r.error, "stalled_s": stalled, "gave_up": bool(r.failed)})
     return sorted(out, key=lambda r: (r["db"], r["collection"], r["name"]))

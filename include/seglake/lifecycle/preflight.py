@@ -118,7 +118,7 @@ def missing(meta, dag_id: str, conf: Mapping[str, Any], *, store=None,
         from seglake.errors import Conflict
 
         rec, _ = snapshot.resolve(meta, coll, conf["name"], db=db)
-        held = rec.pinned_by(time.time())
+        held = meta.snapshots.pinned_by(rec, time.time())
         if held:
             raise Conflict(f"snapshot {conf['name']!r} is held by {', '.join(held)}; unpin it or wait for the copy")
     elif dag_id == "copy_segment_job":

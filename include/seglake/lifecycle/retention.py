@@ -302,7 +302,7 @@ def _run(meta, store, doc: dict, *, now: float, dry_run: bool, create=None, drop
             report["kept"][n] = kept[n]
             continue
         rec = recs.get(n)
-        by = rec.pinned_by(time.time()) if rec is not None else []
+        by = meta.snapshots.pinned_by(rec, time.time()) if rec is not None else []
         if rec is not None and (why := windows.get((rec.collection_id, rec.snapshot_id))):
             by = [*by, why]
         if by:

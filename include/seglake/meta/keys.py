@@ -125,6 +125,11 @@ class Keys:
     def snapshot_pins_prefix(self) -> str:
         return f"{self.root}/snapshot_pins/"
 
+    def snapshot_pin_lease(self, pin_id: int) -> str:
+        """A pin's twin on an etcd lease of its TTL: while it exists the pin is live, whatever
+        the clock of the host judging it says (etcd's server times the lease)."""
+        return f"{self.root}/snapshot_pin_leases/{_id(pin_id)}"
+
     def retention(self, collection_id: int) -> str:
         return f"{self.root}/retention/{_id(collection_id)}"
 

@@ -238,13 +238,14 @@ class Snapshots:
                 return rec
             if rec.state != COMMITTED:
                 raise StateError(f"snapshot {name!r} is {rec.state}; only a COMMITTED snapshot can be pinned")
-            holds = tuple(h for h in rec.holds if h[1] > now) + ((pin_id, expires_at),)
+            holds = tuple(h for h in rec.holds if self._live(h, now)) + ((pin_id, expires_at),)
             new = rec.replace(holds=holds)
             doc = {"pin_id": pin_id, "collection_id": collection_id, "collection": rec.collection_name,
                    "db": rec.db, "snapshot": name, "snapshot_id": rec.snapshot_id, "created_at": now,
                    "expires_at": expires_at, "by": by}
             self.kv.txn([unchanged(kv), absent(pin_key)], [Put(kv.key, encode_struct(new)),
-                                                            Put(pin_key, json.dumps(doc))])
+                                                            Put(pin_key, json.dumps(doc)),
+                                                            self._lease_put(pin_id, expires_at - now)])
             return new
         return retry_on_conflict(attempt, f"pin snapshot {name!r}")
 
@@ -268,11 +269,12 @@ class Snapshots:
             doc = json.loads(pkv.value)
             skv = self.kv.get(self.key(doc["collection_id"], doc["snapshot"]))
             rec = None if skv is None else decode_struct(skv.value, SnapshotRecord, skv.key)
+            gone = [Delete(pin_key), Delete(self.keys.snapshot_pin_lease(pin_id))]
             if rec is None or rec.snapshot_id != doc["snapshot_id"]:   # the snapshot is gone (or another)
-                self.kv.txn([unchanged(pkv)], [Delete(pin_key)])
+                self.kv.txn([unchanged(pkv)], gone)
             else:
                 new = rec.replace(holds=tuple(h for h in rec.holds if h[0] != pin_id))
-                self.kv.txn([unchanged(pkv), unchanged(skv)], [Delete(pin_key), Put(skv.key, encode_struct(new))])
+                self.kv.txn([unchanged(pkv), unchanged(skv)], [*gone, Put(skv.key, encode_struct(new))])
             return doc
         return retry_on_conflict(attempt, f"unpin {pin_id}")
 
@@ -292,20 +294,38 @@ class Snapshots:
             if rec is None or rec.snapshot_id != doc["snapshot_id"] or all(h[0] != pin_id for h in rec.holds):
                 raise NotFound(f"pin {pin_id}: its snapshot no longer carries it")
             new = rec.replace(holds=tuple((h[0], expires_at) if h[0] == pin_id else h for h in rec.holds))
+            import time as _time
             self.kv.txn([unchanged(pkv), unchanged(skv)], [Put(pin_key, json.dumps(doc)),
-                                                            Put(skv.key, encode_struct(new))])
+                                                            Put(skv.key, encode_struct(new)),
+                                                            self._lease_put(pin_id, expires_at - _time.time())])
             return doc
         return retry_on_conflict(attempt, f"renew pin {pin_id}")
+
+    # a pin's lease: etcd's server times it, so a pin stays live while its lease key exists
+    # whatever the judging host's clock says (one jumped +2 h dropped a snapshot pinned for
+    # another hour: fault adversary s22); a pin made before leases is judged by the clock alone
+    def _lease_put(self, pin_id: int, ttl: float) -> Put:
+        import math
+        lease = self.kv.grant_lease(max(1, min(int(math.ceil(ttl)) + 1, 9_000_000_000)))
+        return Put(self.keys.snapshot_pin_lease(pin_id), b"", lease)
+
+    def _live(self, hold: tuple[int, float], now: float) -> bool:
+        return hold[1] > now or self.kv.get(self.keys.snapshot_pin_lease(hold[0])) is not None
+
+    def pinned_by(self, rec: SnapshotRecord, now: float) -> list[str]:
+        """rec.pinned_by(now), a pin also counted while its lease lives (etcd's clock)."""
+        return [f"copy job {j}" for j in rec.pins] + [f"pin {h[0]}" for h in rec.holds if self._live(h, now)]
 
     def remove_expired_holds(self, now: float) -> int:
         """Expired pins vanish: every pin key past its expiry is released (and any hold a
         record still carries past its expiry is dropped with it). Returns how many.
-        Expiry is judged by the wall clock: a `now` ahead of it never ends a live pin."""
+        Expiry is judged by the wall clock and the pin's etcd lease: a `now` ahead of
+        either never ends a live pin."""
         import time as _time
         now = min(now, _time.time())
         n = 0
         for doc in self.pin_records():
-            if doc["expires_at"] <= now:
+            if doc["expires_at"] <= now and not self._live((doc["pin_id"], doc["expires_at"]), now):
                 try:
                     self.release(doc["pin_id"])
                     n += 1
@@ -315,7 +335,7 @@ class Snapshots:
             if any(exp <= now for _, exp in rec.holds):
                 def attempt(rec=rec):
                     cur, kv = self.get(rec.collection_id, rec.name)
-                    keep = tuple(h for h in cur.holds if h[1] > now)
+                    keep = tuple(h for h in cur.holds if self._live(h, now))
                     if keep != cur.holds:
                         self.update(kv, cur.replace(holds=keep))
                 try:

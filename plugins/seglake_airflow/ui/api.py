@@ -599,7 +599,7 @@ def create_api():
 
         with _engine() as (meta, _):
             rec, _ = snapshot.resolve(meta, collection, name, db=db)   # 404 before any run
-            held = rec.pinned_by(time.time())
+            held = meta.snapshots.pinned_by(rec, time.time())
             if held:
                 raise Conflict(f"snapshot {name!r} is held by {', '.join(held)}; unpin it or wait for the copy")
         return trigger(request, "snapshot_drop", {"collection": collection, "name": name, "db": db},

@@ -102,7 +102,7 @@ def drop_by_id(meta: Meta, store: Store, collection_id: int, name: str, *, now: 
         raise StateError(f"snapshot {name!r} is PENDING (being created); it cannot be dropped. Wait for it "
                          "to commit, or for GC to reclaim it once its writer stopped (snapshot_pending_timeout)")
     if rec.state == COMMITTED:
-        if by := rec.pinned_by(time.time() if now is None else min(now, time.time())):   # pins: wall clock
+        if by := meta.snapshots.pinned_by(rec, time.time() if now is None else min(now, time.time())):   # and leases
             until = (["the copy jobs finish"] if any(b.startswith("copy job") for b in by) else []) + \
                 (["the pins are removed (`seglake snapshots unpin ID`) or expire"]
                  if any(b.startswith("pin ") for b in by) else [])

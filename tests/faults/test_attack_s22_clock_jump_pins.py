@@ -1,0 +1,42 @@
+"""attack s22: the host clock of a schedule run jumps forward (an NTP step, a VM resumed
+with a wrong clock) while a snapshot is pinned.
+
+A pin is a wall-clock lease: `pin(ttl=1h)` writes `expires = time.time() + ttl`, and
+retention / GC judge it by their own `time.time()`. A run on a host whose clock jumped
++2 h (its run time is its clock, so the "run time ahead of the clock" check passes)
+finds the pin expired and DROPS the snapshot that is pinned for another hour in real
+time (a reader -- a restore outside seglake, an auditor -- loses it under its pin). The
+project bounds clock disagreement elsewhere (max_clock_skew, the TSO refusing a fast
+clock while the store is in use); pins are not covered by that bound.
+Expected: the pinned snapshot kept (or the run refused as a fast clock).
+"""
+
+import time
+
+import pytest
+from fault_harness import seed_and_snapshot
+
+from seglake.errors import SeglakeError
+from seglake.lifecycle import retention, snapshot
+
+HOUR = 3600.0
+
+
+def test_a_forward_clock_jump_on_the_schedule_host_does_not_drop_a_pinned_snapshot(meta, store, monkeypatch):
+    coll, _ = seed_and_snapshot(meta, store, snap=None)
+    real = time.time()
+    retention.set_policy(meta, "demo", {"keep_last": 1})
+    first = retention.run(meta, store, "demo", now=real)["created"]
+    p = snapshot.pin(meta, "demo", first, HOUR)            # pinned for an hour of real time
+    jumped = real + 2 * HOUR
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() + 2 * HOUR)   # this host's clock jumped +2 h
+    try:
+        rep = retention.run(meta, store, "demo", now=jumped)
+    except SeglakeError as e:                                # refused as a fast clock: fine
+        rep = f"{type(e).__name__}: {e}"
+    monkeypatch.undo()
+    names = [r.name for r in meta.snapshots.list() if r.collection_id == coll.collection_id]
+    assert first in names, (f"the snapshot pinned for another ~{(real + HOUR - time.time()) / 60:.0f} min of "
+                            f"real time was dropped by a run on a host whose clock jumped +2 h: {rep}")
+    assert meta.snapshots.pin_record(p["pin_id"]) is not None
