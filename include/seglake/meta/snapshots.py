@@ -306,7 +306,7 @@ class Snapshots:
     # another hour: fault adversary s22); a pin made before leases is judged by the clock alone
     def _lease_put(self, pin_id: int, ttl: float) -> Put:
         import math
-        lease = self.kv.grant_lease(max(1, min(int(math.ceil(ttl)) + 1, 9_000_000_000)))
+        lease = self.kv.grant_lease(max(1, min(int(math.ceil(ttl)), 9_000_000_000)))
         return Put(self.keys.snapshot_pin_lease(pin_id), b"", lease)
 
     def _live(self, hold: tuple[int, float], now: float) -> bool:

@@ -13,6 +13,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
+from etcd_root import pin_leases_over
 
 from seglake import cli
 from seglake.dev import demo
@@ -253,6 +254,7 @@ def test_expired_pin_is_removed_by_gc_even_after_its_snapshot_was_dropped_and_re
     snapshot.create(meta, store, "demo", "s1")
     snapshot.pin(meta, "demo", "s1", 1)
     time.sleep(1.1)   # pins are judged by the wall clock (a `now` ahead of it never ends one)
+    pin_leases_over(meta)   # and by their etcd lease
     # expired: the drop goes through, the pin key stays until GC
     snapshot.drop_by_id(meta, store, coll.collection_id, "s1")
     snapshot.create(meta, store, "demo", "s1")   # a new snapshot with the same name

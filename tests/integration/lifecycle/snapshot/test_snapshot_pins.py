@@ -10,6 +10,7 @@ import math
 import time
 
 import pytest
+from etcd_root import pin_leases_over
 
 from seglake import cli
 from seglake.dev import demo
@@ -65,6 +66,7 @@ def test_a_pin_holds_a_snapshot_past_its_own_ttl_and_expired_pins_vanish(meta, s
     res = gc.clean_records(meta, store, gc.GCOptions(), now=time.time() + 3600)
     assert res["expired_pins_removed"] == 0 and meta.snapshots.find(coll.collection_id, "short") is not None
     time.sleep(1.0)   # now the pin expired: it binds nothing, GC removes it and the expired snapshot
+    pin_leases_over(meta)   # (and its etcd lease, which etcd times in whole seconds)
     assert snapshot.list_pins(meta) == []
     res = gc.clean_records(meta, store, gc.GCOptions())
     assert res["expired_pins_removed"] == 1 and res["expired_snapshots"] == 1
@@ -78,6 +80,7 @@ def test_an_expired_pin_no_longer_blocks_a_drop(meta, store, coll):
     snapshot.create(meta, store, "demo", "s1")
     snapshot.pin(meta, "demo", "s1", 1)
     time.sleep(1.1)
+    pin_leases_over(meta)
     snapshot.drop(meta, store, "demo", "s1")   # not refused
     assert meta.snapshots.find(coll.collection_id, "s1") is None
 
