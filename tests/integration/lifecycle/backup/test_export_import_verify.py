@@ -522,12 +522,14 @@ def test_a_sweep_longer_than_the_lock_ttl_keeps_its_lock_alive_until_it_deleted(
 
     target = LocalStore(tmp_path / "backup")
     target.put(layout.bundle_blob("cd" * 32), b"old")
-    monkeypatch.setattr(prune, "LOCK_TTL", 0.6)
+    # (1.2 s: the sweep stops once its lock went unrenewed for half of it, and a loaded
+    # machine may starve the renewing thread for a few tenths of a second)
+    monkeypatch.setattr(prune, "LOCK_TTL", 1.2)
     real_refs, real_delete = prune.referenced, target.delete_checked
     seen = []
 
     def slow_refs(t):
-        time.sleep(1.0)   # a long read of every bundle.json
+        time.sleep(1.5)   # a long read of every bundle.json: longer than LOCK_TTL
         return real_refs(t)
 
     def delete_checked(objs, guard=None):
