@@ -210,11 +210,11 @@ def _read_parquet(store, key: str, columns: list[str] | None = None, rows: int =
     """The log's table; every page written with a CRC-32 is checked (segfiles.put_parquet),
     and its row count against `rows` (its record's entries; 0: not known): a bit flipped in
     the footer's row count dropped rows silently."""
-    import pyarrow.parquet as pq
+    from seglake.parquet import open_checked
 
     with store.open_read(key) as f:
         try:
-            t = pq.read_table(f, columns=columns, page_checksum_verification=True)
+            t = open_checked(f).read(columns=columns)
         except OSError as e:
             if "checksum" in str(e).lower():
                 raise DamagedFile(f"{key} is damaged: {e}") from None

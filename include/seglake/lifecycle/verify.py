@@ -59,10 +59,10 @@ def check_file(store: Store, check: dict) -> dict | None:
         return _problem(seg, key, SIZE, check["size"], info.size,
                         f"size {info.size} bytes, metadata says {check['size']}")
     if check.get("entries") is not None:
-        import pyarrow.parquet as pq
+        from seglake.parquet import open_checked
         try:   # read whole: every page written with a CRC is checked (content, not size)
             with store.open_read(key) as f:
-                rows = pq.ParquetFile(f, page_checksum_verification=True).read().num_rows
+                rows = open_checked(f).read().num_rows
         except Exception as e:  # noqa: BLE001 - any decode failure is a finding, not a crash
             return _problem(seg, key, UNREADABLE, check["entries"], None, f"not readable as Parquet: {e}")
         if rows != check["entries"]:
@@ -158,7 +158,7 @@ def segment_rows(meta: Meta, store: Store, collection_id: int, states: Iterable[
     Duplicates are kept, so a row written twice shows up twice. This is NOT the visible
     row set (a pk deleted and written again is in both lists): for that, use
     seglake.visibility.visible_rows / visible_count."""
-    import pyarrow.parquet as pq
+    from seglake.parquet import open_checked
 
     pk = meta.catalog.get(collection_id).schema.primary
     pks: list[int] = []
@@ -167,9 +167,9 @@ def segment_rows(meta: Meta, store: Store, collection_id: int, states: Iterable[
         for b in seg.binlogs.get(pk.field_id, ()):
             key = layout.insert_log(seg.collection_id, seg.partition_id, seg.segment_id, pk.field_id, b.log_id)
             with store.open_read(key) as f:
-                pks += pq.read_table(f, columns=[pk.name]).column(0).to_pylist()
+                pks += open_checked(f).read(columns=[pk.name]).column(0).to_pylist()
         for b in seg.deltalogs:
             with store.open_read(layout.delta_log(seg.collection_id, seg.partition_id, seg.segment_id,
                                                   b.log_id)) as f:
-                deleted += pq.read_table(f, columns=["pk"]).column(0).to_pylist()
+                deleted += open_checked(f).read(columns=["pk"]).column(0).to_pylist()
     return sorted(pks), sorted(deleted)

@@ -99,10 +99,13 @@ def holders(target: Store, db: str, collection: str, bundle: str) -> list[str]:
     bundle on a partial view of its holds (attack s22)."""
     from seglake.storage.base import SYMLINK, UNREADABLE
 
-    prefix = layout.bundle_holds_prefix(db, collection, bundle)
-    odd = [o.key for o in target.list(prefix, report_unreadable=True) if o.size in (UNREADABLE, SYMLINK)]
-    return [f"{k} (a hold that cannot be read)" for k in odd] + \
-        [str(d.get("by") or "a reader") for d in live_records(target, prefix, HOLD_TTL)]
+    out = []
+    for o in target.list(layout.bundle_holds_prefix(db, collection, bundle), report_unreadable=True):
+        if o.size in (UNREADABLE, SYMLINK):
+            out.append(f"{o.key} (a hold that cannot be read)")
+        elif (d := live_record(target, o.key, HOLD_TTL)) is not None:
+            out.append(str(d.get("by") or "a reader"))
+    return out
 
 
 class held:

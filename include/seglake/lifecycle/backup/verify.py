@@ -134,10 +134,11 @@ def log_problems_of(fh, rows: int, allowed: list[int] | None, column: str | None
     by a later delete, or would hide every later insert. [] when nothing is (a restore
     from a bundle checks each log it copies the same way, before it writes it)."""
     import numpy as np
-    import pyarrow.parquet as pq
+
+    from seglake.parquet import open_checked
 
     try:   # one open and one read per log, whole: every page written with a CRC-32 is checked
-        f = pq.ParquetFile(fh, page_checksum_verification=True)
+        f = open_checked(fh)
         t = f.read()
         cols = list(f.schema_arrow.names)
         have, stray, outside = f.metadata.num_rows, [], []
