@@ -554,3 +554,29 @@ def assert_restored(meta, store, job_id: int, snap) -> None:
 def assert_invariants(meta, store) -> None:
     assert_nothing_referenced_lost(meta, store)
     assert_nothing_committed_twice(meta, store)
+
+
+def price_rows(meta, store, name: str, read=("price",)) -> list[tuple]:
+    """The visible rows of collection `name` as sorted (pk, price, Timestamp): what the fault
+    tests compare before and after a fault. `read`: the columns read (the others' files are
+    then read too, and a damaged one fails the read)."""
+    from seglake.visibility import visible_rows
+
+    t = visible_rows(meta, store, meta.catalog.get_by_name(name).collection_id, columns=list(read))
+    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist(), t.column("Timestamp").to_pylist()))
+
+
+OUTAGE_S = 3.0  # longer than the 2 s etcd timeout and the client's retries
+
+
+def outage(etcd, mode: str, seconds: float = OUTAGE_S) -> None:
+    """Take etcd away for `seconds` (mode "kill": killed then restarted; "stop": SIGSTOP
+    then SIGCONT), then bring the same member back."""
+    if mode == "kill":
+        etcd.kill()
+        time.sleep(seconds)
+        etcd.restart()
+    else:
+        etcd.pause()
+        time.sleep(seconds)
+        etcd.resume()

@@ -10,16 +10,13 @@ Expected: verify names the file (or a read refuses it); actual: ok, different ro
 
 import os
 
+from fault_harness import price_rows as _rows
 from fault_harness import seed_and_snapshot
 
 from seglake.lifecycle import verify
 from seglake.storage import layout
-from seglake.visibility import visible_rows
 
 
-def _rows(meta, store, name):
-    t = visible_rows(meta, store, meta.catalog.get_by_name(name).collection_id, columns=["price"])
-    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist(), t.column("Timestamp").to_pylist()))
 
 
 def _flip_until_rows_change(meta, store, path, want):

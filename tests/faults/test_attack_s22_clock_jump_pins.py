@@ -13,7 +13,6 @@ Expected: the pinned snapshot kept (or the run refused as a fast clock).
 
 import time
 
-import pytest
 from fault_harness import seed_and_snapshot
 
 from seglake.errors import SeglakeError

@@ -4,10 +4,10 @@ restore from the bundle: refused with a clear engine error, no COMMITTED snapsho
 usable collection from it, no row served; once the file is put back, a re-run completes
 with exactly the source's rows."""
 
-import os
 import uuid
 
 import pytest
+from fault_harness import price_rows as _rows
 from fault_harness import seed_and_snapshot
 
 from seglake.config import Settings
@@ -18,14 +18,10 @@ from seglake.lifecycle.backup import bundle_restore, export, imports
 from seglake.meta import Meta
 from seglake.storage import layout, open_store
 from seglake.storage.local import LocalStore
-from seglake.visibility import visible_rows
 
 quiet = dict(say=lambda line: None)
 
 
-def _rows(meta, store, name):
-    t = visible_rows(meta, store, meta.catalog.get_by_name(name).collection_id, columns=["price"])
-    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist(), t.column("Timestamp").to_pylist()))
 
 
 def _damage(path, how):

@@ -4,11 +4,12 @@ the step completes after etcd comes back or fails with a clear error; a re-run c
 to exactly the rows of before, nothing partial visible, nothing twice."""
 
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+from fault_harness import outage as _outage
+from fault_harness import price_rows as _rows
 from fault_harness import assert_invariants, seed_and_snapshot, wait_until
 
 from seglake.config import Settings
@@ -17,31 +18,16 @@ from seglake.lifecycle.backup import export, imports, verify
 from seglake.meta import Meta
 from seglake.storage import open_store
 from seglake.storage.local import LocalStore
-from seglake.visibility import visible_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "lifecycle" / "compaction"))
 from compaction_helpers import Writer, exact, mixed_workload, policy, rows  # noqa: E402
 
 from seglake.lifecycle import compaction  # noqa: E402
 
-OUTAGE_S = 3.0
 quiet = dict(say=lambda line: None)
 
 
-def _outage(etcd, mode):
-    if mode == "kill":
-        etcd.kill()
-        time.sleep(OUTAGE_S)
-        etcd.restart()
-    else:
-        etcd.pause()
-        time.sleep(OUTAGE_S)
-        etcd.resume()
 
-
-def _rows(meta, store, name):
-    t = visible_rows(meta, store, meta.catalog.get_by_name(name).collection_id, columns=["price"])
-    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist(), t.column("Timestamp").to_pylist()))
 
 
 @pytest.mark.parametrize("mode", ["stop", "kill"])

@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+from fault_harness import price_rows as _rows
 from fault_harness import assert_invariants, seed_and_snapshot
 
 from seglake.config import Settings
@@ -16,14 +17,10 @@ from seglake.lifecycle.backup import export, imports
 from seglake.meta import Meta
 from seglake.storage import layout, open_store
 from seglake.storage.local import LocalStore
-from seglake.visibility import visible_rows
 
 quiet = dict(say=lambda line: None)
 
 
-def _rows(meta, store, name):
-    t = visible_rows(meta, store, meta.catalog.get_by_name(name).collection_id, columns=["price"])
-    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist(), t.column("Timestamp").to_pylist()))
 
 
 @pytest.mark.parametrize("seed", [3])

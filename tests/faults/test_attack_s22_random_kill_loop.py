@@ -10,13 +10,13 @@ import random
 import time
 
 import pytest
+from fault_harness import price_rows as _rows
 from fault_harness import assert_invariants, assert_restored, seed_and_snapshot
 
 from seglake.lifecycle import copyjob, gc, snapshot
 from seglake.lifecycle.backup import export, verify
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
-from seglake.visibility import visible_rows
 
 DAY = 86400
 quiet = dict(say=lambda line: None)
@@ -24,9 +24,6 @@ SLOW = "copy.after_file:sleep=0.02,export.after_file:sleep=0.02,snapshot.after_m
 GC_OPTS = {"missing_tolerance": 0, "drop_tolerance": 0, "force": True, "snapshot_pending_timeout": 3600}
 
 
-def _rows(meta, store, name):
-    t = visible_rows(meta, store, meta.catalog.get_by_name(name).collection_id, columns=["price"])
-    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist(), t.column("Timestamp").to_pylist()))
 
 
 def _age_all(store):

@@ -9,6 +9,7 @@ import shutil
 import uuid
 
 import pytest
+from fault_harness import price_rows as _rows
 from fault_harness import seed_and_snapshot
 
 from seglake.config import Settings
@@ -19,7 +20,6 @@ from seglake.lifecycle.backup import bundle_restore, export, imports, verify
 from seglake.meta import Meta
 from seglake.storage import layout, open_store
 from seglake.storage.local import LocalStore
-from seglake.visibility import visible_rows
 
 quiet = dict(say=lambda line: None)
 
@@ -33,9 +33,6 @@ def _tree(d):
     return out
 
 
-def _rows(meta, store, name):
-    t = visible_rows(meta, store, meta.catalog.get_by_name(name).collection_id, columns=["price"])
-    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist(), t.column("Timestamp").to_pylist()))
 
 
 @pytest.mark.parametrize("where", ["data", "bundles", "bundles/default/demo"])

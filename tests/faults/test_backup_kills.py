@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+from fault_harness import price_rows
 from fault_harness import seed_and_snapshot
 
 from seglake.config import Settings
@@ -20,14 +21,12 @@ from seglake.lifecycle.backup import bundle_restore
 from seglake.meta import Meta
 from seglake.storage import open_store
 from seglake.storage.local import LocalStore
-from seglake.visibility import visible_rows
 
 quiet = dict(say=lambda line: None)
 
 
 def _rows(meta, store, name):
-    t = visible_rows(meta, store, meta.catalog.get_by_name(name).collection_id, columns=["embedding", "price"])
-    return sorted(zip(t.column("pk").to_pylist(), t.column("price").to_pylist(), t.column("Timestamp").to_pylist()))
+    return price_rows(meta, store, name, read=("embedding", "price"))
 
 
 def _other_seglake(etcd_endpoint: str, tmp_path):

@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from fault_harness import outage as _outage
 from fault_harness import (
     assert_invariants, assert_restored, copy_progress, job_for, seed_and_snapshot, wait_until)
 
@@ -14,19 +15,7 @@ from seglake.lifecycle import copyjob, gc, snapshot
 from seglake.storage import layout
 
 DAY = 86400
-OUTAGE_S = 3.0  # longer than the 2 s etcd timeout and the client's retries
 
-
-def _outage(etcd, mode: str) -> None:
-    """Take etcd away for OUTAGE_S seconds, then bring the same member back."""
-    if mode == "kill":
-        etcd.kill()
-        time.sleep(OUTAGE_S)
-        etcd.restart()
-    else:
-        etcd.pause()
-        time.sleep(OUTAGE_S)
-        etcd.resume()
 
 
 @pytest.mark.parametrize("mode", ["kill", "stop"])
