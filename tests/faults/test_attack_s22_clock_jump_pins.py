@@ -39,3 +39,28 @@ def test_a_forward_clock_jump_on_the_schedule_host_does_not_drop_a_pinned_snapsh
     assert first in names, (f"the snapshot pinned for another ~{(real + HOUR - time.time()) / 60:.0f} min of "
                             f"real time was dropped by a run on a host whose clock jumped +2 h: {rep}")
     assert meta.snapshots.pin_record(p["pin_id"]) is not None
+
+
+
+def test_a_forward_clock_jump_on_the_gc_host_does_not_expire_a_snapshot_early(meta, store, monkeypatch):
+    """The same jump for a snapshot's own TTL: GC on a host whose clock is +2 h ahead keeps a
+    snapshot that has an hour to live (its TTL also lives on an etcd lease, timed by etcd's
+    server), and still drops one whose TTL has truly passed."""
+    from seglake.lifecycle import gc
+    from seglake.lifecycle.gc.records import clean_records
+
+    coll, _ = seed_and_snapshot(meta, store, snap=None)
+    snapshot.create(meta, store, "demo", "hour", ttl=HOUR)
+    brief = snapshot.create(meta, store, "demo", "brief", ttl=1)
+    deadline = time.monotonic() + 15
+    while meta.kv.get(meta.keys.snapshot_ttl_lease(brief.snapshot_id)) is not None:   # etcd ends the 1 s TTL
+        assert time.monotonic() < deadline, "the 1 s TTL's lease never ended"
+        time.sleep(0.1)
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() + 2 * HOUR)   # this host's clock jumped +2 h
+    res = clean_records(meta, store, gc.GCOptions(), now=time.time())
+    monkeypatch.undo()
+    names = sorted(r.name for r in meta.snapshots.list() if r.collection_id == coll.collection_id)
+    assert names == ["hour"], (names, dict(res))
+    assert res["expired_snapshots"] == 1
+    assert meta.kv.get(meta.keys.snapshot_ttl_lease(brief.snapshot_id)) is None

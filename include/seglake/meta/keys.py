@@ -8,6 +8,8 @@ Layout under the configurable root (default `seglake`):
     {root}/snapshots/{collection_id}/{name}
     {root}/snapshot_alive/{collection_id}/{snapshot_id}   writer heartbeat of a PENDING snapshot
     {root}/snapshot_pins/{pin_id}                    an operator's pin of a snapshot (TTL)
+    {root}/snapshot_pin_leases/{pin_id}              the pin's twin on an etcd lease (etcd's clock)
+    {root}/snapshot_ttl_leases/{snapshot_id}         a snapshot TTL's twin on an etcd lease
     {root}/retention/{collection_id}                 a collection's snapshot retention policy
     {root}/backup/{exports|verify}/{db}/{collection}/{bundle}   what was exported / verified
     {root}/backup/imports/{bundle_uid}               an import of a bundle (its ids: resumable)
@@ -129,6 +131,11 @@ class Keys:
         """A pin's twin on an etcd lease of its TTL: while it exists the pin is live, whatever
         the clock of the host judging it says (etcd's server times the lease)."""
         return f"{self.root}/snapshot_pin_leases/{_id(pin_id)}"
+
+    def snapshot_ttl_lease(self, snapshot_id: int) -> str:
+        """A snapshot's TTL twin on an etcd lease of that TTL: while it exists the snapshot
+        has not expired, whatever the clock of the host judging it says."""
+        return f"{self.root}/snapshot_ttl_leases/{_id(snapshot_id)}"
 
     def retention(self, collection_id: int) -> str:
         return f"{self.root}/retention/{_id(collection_id)}"

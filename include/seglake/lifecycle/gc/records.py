@@ -31,11 +31,11 @@ def clean_records(meta: Meta, store: Store, opts: GCOptions, now: float | None =
         elif rec.state == DELETING:
             snapshot.remove_files_and_record(meta, store, rec)
             out["deleting_snapshots_finished"] += 1
-        elif rec.state == COMMITTED and rec.expires_at is not None and rec.expires_at < now \
-                and (rec.collection_id, rec.snapshot_id) in windows:
+        elif rec.state != COMMITTED or not meta.snapshots.expired(rec, now):
+            continue
+        elif (rec.collection_id, rec.snapshot_id) in windows:
             out["expired_snapshots_held_by_window"] += 1
-        elif rec.state == COMMITTED and rec.expires_at is not None and rec.expires_at < now \
-                and not meta.snapshots.pinned_by(rec, min(now, time.time())):
+        elif not meta.snapshots.pinned_by(rec, min(now, time.time())):
             try:
                 snapshot.drop_by_id(meta, store, rec.collection_id, rec.name, now=now)
             except (Conflict, StateError):   # pinned (or changed) since the listing: the pin wins

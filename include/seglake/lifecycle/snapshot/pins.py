@@ -25,7 +25,7 @@ def pin(meta: Meta, collection: str, name: str, ttl: float, *, db: str = DEFAULT
         raise ValidationError("pin 'by' must be printable text of at most 256 characters")
     rec, _ = resolve(meta, collection, name, db=db, collection_id=collection_id)
     now = time.time() if now is None else now
-    if rec.expires_at is not None and rec.expires_at <= now:
+    if meta.snapshots.expired(rec, now):
         raise StateError(f"snapshot {name!r} expired at {utc_time(rec.expires_at)} (its TTL); GC removes it: "
                          f"an expired snapshot cannot be pinned")
     pin_id = meta.ids.allocate()

@@ -11,6 +11,7 @@ from seglake.lifecycle import compaction, copyjob, gc, pitr, restore, snapshot
 from seglake.meta.copyjobs import JOB_COMPLETED
 from seglake.wal.client import WalClient
 
+from etcd_root import ttl_over
 from pitr_model import SCHEMA, Model, flush_all, restore_to, rows, visible_of
 
 
@@ -118,9 +119,7 @@ def test_as_of_restore_of_a_restored_collection(meta, store, settings):
             at.append((meta.tso.now(), visible_of(meta, store, r1)))
             compaction.compact(meta, store, "r1", _policy())
             assert visible_of(meta, store, r1) == at[-1][1]
-        import time
-        while time.time() <= a.expires_at:    # its TTL has passed
-            time.sleep(0.1)
+        ttl_over(meta, a)    # its TTL has passed
         (h,) = pitr.holds(meta)
         assert h.collection == "r1" and h.snapshot.name == "a"
         _gc(meta, store, settings)
@@ -860,8 +859,7 @@ def test_the_windows_base_snapshot_past_its_ttl_keeps_the_compacted_inputs(meta,
             flush_all(meta, store, settings, coll)
             instants.append(meta.tso.now())
             assert compaction.compact(meta, store, "src", _policy(target_rows=1000)).counts()["committed"] > 0
-        while time.time() <= s1.expires_at:
-            time.sleep(0.1)
+        ttl_over(meta, s1)
         (h,) = pitr.holds(meta)
         assert h.snapshot.name == "s1"
         _gc(meta, store, settings)

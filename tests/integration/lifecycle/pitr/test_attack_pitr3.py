@@ -10,6 +10,7 @@ from seglake.errors import NotFound as NotFoundError
 from seglake.lifecycle import pitr, snapshot
 from seglake.wal.client import WalClient
 
+from etcd_root import ttl_over
 from pitr_model import SCHEMA, Model, flush_all, restore_to, rows, visible_of
 
 
@@ -225,8 +226,7 @@ def test_a_restore_in_flight_while_the_window_is_cleared_and_gc_runs_with_zero_t
         flush_all(meta, store, settings, coll)
     job = pitr.restore_as_of(meta, store, "src", "r", t)
     assert pitr.clear_window(meta, "src")
-    while time.time() <= base.expires_at:
-        time.sleep(0.1)
+    ttl_over(meta, base)
     old = time.time() - 3 * 86400
     for o in store.list(f"{layout.WAL}/"):
         os.utime(store.root / o.key, (old, old))

@@ -19,6 +19,7 @@ from seglake.storage import layout
 from seglake.wal.checkpoints import live_vchannels, read_checkpoint
 from seglake.wal.client import WalClient
 
+from etcd_root import etcd_clock_past_ttls
 from pitr_model import SCHEMA, Model, flush_all, restore_to, rows, visible_of
 
 OPTS = dict(missing_tolerance=3600, drop_tolerance=3600)
@@ -90,6 +91,7 @@ def test_window_keeps_what_restores_need_and_releases_it_when_off(meta, store, s
         snapshot.drop_by_id(meta, store, coll.collection_id, "base")
     # its TTL has passed: GC's records step at a time past it (not a wait: an expiry that a loaded
     # run reached before the first GC above would rightly have dropped it, the window then not holding it)
+    etcd_clock_past_ttls(meta)
     r = clean_records(meta, store, gc.GCOptions(**OPTS), now=base.expires_at + 1)
     assert meta.snapshots.get(coll.collection_id, "base")[0].state == "COMMITTED"
     assert r["expired_snapshots_held_by_window"] == 1
