@@ -64,3 +64,25 @@ def test_a_forward_clock_jump_on_the_gc_host_does_not_expire_a_snapshot_early(me
     assert names == ["hour"], (names, dict(res))
     assert res["expired_snapshots"] == 1
     assert meta.kv.get(meta.keys.snapshot_ttl_lease(brief.snapshot_id)) is None
+
+
+def test_a_forward_clock_jump_on_the_prune_host_does_not_end_a_milvus_bundle_pin(meta, store, tmp_path):
+    """`seglake milvus pin` for an hour: a prune on a host +2 h ahead still sees the pin (it
+    lives on an etcd lease of its TTL); a pin whose lease ran out holds nothing."""
+    from seglake.lifecycle.backup import export as exports
+    from seglake.milvus import sources
+    from seglake.storage.local import LocalStore
+
+    seed_and_snapshot(meta, store)
+    target = LocalStore(tmp_path / "backup")
+    exports.export(meta, store, target, "demo", "s1", say=lambda line: None)
+    sources.pin(meta, target, "default", "demo", "s1", HOUR, by="audit")
+    jumped = time.time() + 2 * HOUR
+    assert sources.pinned_by(meta, "default", "demo", "s1", now=jumped), "a +2 h clock ended an hour's pin"
+    assert [p["bundle"] for p in sources.list_pins(meta, now=jumped)] == ["s1"]
+    sources.pin(meta, target, "default", "demo", "s1", 1, by="brief")      # the same bundle, 1 s
+    deadline = time.monotonic() + 15
+    while meta.kv.get(meta.keys.milvus_pin("default", "demo", "s1")) is not None:
+        assert time.monotonic() < deadline, "the 1 s pin's lease never ended"
+        time.sleep(0.1)
+    assert sources.pinned_by(meta, "default", "demo", "s1") == []

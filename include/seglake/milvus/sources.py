@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 from typing import Any, Callable, Mapping
@@ -205,7 +206,7 @@ def pin(meta, target, db: str, collection: str, bundle: str, ttl: float, *, by: 
     doc = {"db": db, "collection": collection, "bundle": bundle, "pinned_at": now, "expires_at": now + ttl,
            "by": by}
     key = meta.keys.milvus_pin(db, collection, bundle)
-    meta.kv.put(key, json.dumps(doc))
+    meta.kv.put(key, json.dumps(doc), lease=meta.kv.grant_lease(int(math.ceil(ttl))))   # etcd times it too
     holds.wait_for_prune(target, db, collection, bundle)
     if not target.exists(layout.bundle_commit(db, collection, bundle)):
         meta.kv.delete(key)
@@ -230,12 +231,19 @@ def pinned_by(meta, db: str, collection: str, bundle: str, now: float | None = N
         return []
     try:
         doc = json.loads(kv.value)
-        if float(doc["expires_at"]) <= (time.time() if now is None else now):
+        if not _live(kv, doc, time.time() if now is None else now):
             return []
         by = "".join(ch if ch.isprintable() else " " for ch in str(doc.get("by") or "an operator")[:256])
         return [f"pin by {by} until {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(doc['expires_at']))}"]
     except (ValueError, KeyError, TypeError, ArithmeticError):   # a time beyond time_t: OverflowError
         return ["an unreadable pin record (kept)"]
+
+
+def _live(kv, doc: dict, now: float) -> bool:
+    """A pin is live while its expiry is ahead of `now` or, for a pin on an etcd lease of its
+    TTL, while its key exists: etcd's server times the lease, so a judging host whose clock
+    jumped ahead never ends a pin early (a pin written without a lease: the clock alone)."""
+    return float(doc["expires_at"]) > now or kv.lease != 0
 
 
 def list_pins(meta, now: float | None = None) -> list[dict]:
@@ -244,7 +252,7 @@ def list_pins(meta, now: float | None = None) -> list[dict]:
     for kv in meta.kv.range(meta.keys.milvus_pins_prefix()):
         try:
             d = json.loads(kv.value)
-            if float(d["expires_at"]) > now:
+            if _live(kv, d, now):
                 out.append(d)
         except (ValueError, KeyError, TypeError):
             continue
