@@ -3,6 +3,7 @@ A real Milvus 2.3.5 (the worker's milvus_server), its etcd and SeaweedFS."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 import uuid
 
@@ -285,6 +286,53 @@ def test_a_target_bucket_milvus_does_not_read_is_named(env, pm, milvus_server, s
     staged = s3.list_objects_v2(Bucket=other).get("KeyCount", 0)
     print("\nWRONG BUCKET:", str(e.value)[:300], "| collection left:", left, "| staged objects left:", staged)
     assert other in str(e.value) and "completed with 0 of its 50 rows" in str(e.value), str(e.value)[:300]
+    # ... and leaves nothing behind (session 23): no collection, no staged file, no record: the
+    # same name restores from the right bucket at once
+    assert "nothing of this restore is left" in str(e.value), str(e.value)
+    assert (left, staged) == (False, 0)
+    assert not [k for k in kv.range(keys.milvus_restores_prefix())
+                if json.loads(k.value).get("name") == y]
+    rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                      restore.Request("default", small, "b1", y, poll=0.2))
+    assert rep["state"] == "verified" and rep["count"] == 50, rep
+
+
+def test_a_restore_killed_while_undoing_a_wrong_bucket_finishes_the_undo_on_its_rerun(env, pm, milvus_server,
+                                                                                       s3_server, monkeypatch):
+    """The undo of a wrong-bucket restore dies before its drop (a kill there): the record says
+    `abandoning`; the re-run finishes the undo (the collection dropped, the record gone) and
+    says the same, never importing again."""
+    from bundle_helper import s3_client
+    from seglake.milvus import client as mclient
+    kv, keys, backup = env
+    small = f"sm_{uuid.uuid4().hex[:8]}"
+    pm(TOY + f"c = toy({small!r}); put(c, range(0, 30), 'a'); c.flush()")
+    capture(milvus_server, s3_server, backup, small, bundle="b1")
+    s3 = s3_client(s3_server)
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=other)
+    y = f"y_{uuid.uuid4().hex[:8]}"
+    t = restore.MilvusTarget(address=milvus_server.address, bucket=other, s3_endpoint=s3_server.endpoint,
+                             s3_access_key=s3_server.access_key, s3_secret_key=s3_server.secret_key)
+    req = restore.Request("default", small, "b1", y, poll=0.2, import_timeout=120)
+    real_one = mclient.MilvusClient.one
+
+    def killed_at_drop(self, op):
+        if op.get("op") == "drop":
+            raise KeyboardInterrupt("killed before the drop")
+        return real_one(self, op)
+    monkeypatch.setattr(mclient.MilvusClient, "one", killed_at_drop)
+    with pytest.raises(KeyboardInterrupt):
+        restore.run(kv, keys, backup, t, req)
+    monkeypatch.undo()
+    (rec,) = [json.loads(k.value) for k in kv.range(keys.milvus_restores_prefix()) if json.loads(k.value)["name"] == y]
+    assert rec["state"] == "abandoning"
+    assert pm(f"OUT['has'] = utility.has_collection({y!r})")["has"]
+    with pytest.raises(restore.UnreadBucket, match="nothing of this restore is left"):
+        restore.run(kv, keys, backup, t, req)
+    assert not pm(f"OUT['has'] = utility.has_collection({y!r})")["has"]
+    assert s3.list_objects_v2(Bucket=other).get("KeyCount", 0) == 0
+    assert not [k for k in kv.range(keys.milvus_restores_prefix()) if json.loads(k.value)["name"] == y]
 
 
 def test_a_capture_while_a_flush_is_being_completed_holds_the_segment(env, pm, milvus_server, s3_server):

@@ -83,6 +83,11 @@ class MilvusRestoreError(SeglakeError):
     """The restore cannot go on (a refused bundle or schema, a failed import, a failed verify)."""
 
 
+class UnreadBucket(MilvusRestoreError):
+    """Milvus's import read none of the staged files: the target's bucket is not the one the
+    target Milvus reads. The restore undoes what it made (_abandon) and says so."""
+
+
 @dataclass(frozen=True)
 class MilvusTarget:
     """A Milvus server and its bucket (what bulk insert reads). Secrets never in repr/logs."""
@@ -663,12 +668,11 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
                 if not u.get("converted") and u["rows"] and not u.get("deletes") and not st.get("row_count"):
                     # nothing could hide its rows: Milvus read none of the staged files, which are
                     # then not in the bucket it reads (a bulk insert of absent dirs ends Completed, 0 rows)
-                    raise MilvusRestoreError(
+                    raise UnreadBucket(
                         f"{_unit_name(u)}: Milvus's import completed with 0 of its {u['rows']} rows (it has no "
                         f"deletes): it did not find the files staged in bucket {target.bucket!r} under "
                         f"{target.staging}/{u['base']}/ -- is {target.bucket!r} the bucket the Milvus at "
-                        f"{target.address} reads (its minio.bucketName)? Collection {req.name!r} and the staged files "
-                        f"are left as they are")
+                        f"{target.address} reads (its minio.bucketName)?")
                 recs.seg_put(uid, dict(rec, state="imported", rows=st["row_count"]), prev)
             elif st["state"] in TERMINAL_FAILED:
                 recs.seg_put(uid, dict(rec, state="failed", reason=st["failed_reason"][:500]), prev)
@@ -678,6 +682,32 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             raise MilvusRestoreError(f"imports into {req.name!r} not finished within {req.import_timeout:.0f} s "
                                      f"(re-run to keep waiting: they are recorded)")
         time.sleep(req.poll)
+
+
+def _abandon(recs: Records, client, stage_store, doc: dict, plan: dict, req: Request, reason: str) -> None:
+    """Undo a restore whose imports read nothing (UnreadBucket), in an order a re-run resumes
+    (state `abandoning` is recorded first): the files it staged go, then the collection it
+    created (only the one of its recorded id, and only while no import put a row in it), then
+    its records, so the name is free. Raises UnreadBucket saying what was undone."""
+    rec, _ = recs.get()
+    staged = 0
+    for u in units(doc, plan, group_bytes=0 if rec.get("v") == 1 else int(rec.get("group_bytes", 1 << 30))):
+        keys = [o.key for o in stage_store.list(f"{u['base']}/")]
+        stage_store.delete_many(keys)
+        staged += len(keys)
+    imported = sum(int(r.get("rows") or 0) for r, _ in recs.segments().values() if r.get("state") == "imported")
+    left = ""
+    if imported:
+        left = (f"; collection {req.name!r} is kept: {imported} rows were imported into it, so Milvus reads the "
+                f"bucket for some files (drop it before a re-run)")
+    elif rec.get("collection_id") is not None and client.one({"op": "has", "name": req.name})["exists"]:
+        if client.one({"op": "schema", "name": req.name})["id"] == rec["collection_id"]:
+            client.one({"op": "drop", "name": req.name})
+    recs.kv.delete_prefix(recs.keys.milvus_restore_segments_prefix(recs.rid))
+    recs.kv.delete(recs.key)
+    raise UnreadBucket(f"{reason} Undone: {staged} staged files removed"
+                       + (left or f", the empty collection {req.name!r} this restore created dropped")
+                       + "; nothing of this restore is left: re-run with the bucket that Milvus reads")
 
 
 def _unit_record(u: dict, state: str) -> dict:
@@ -823,10 +853,12 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
     if plan.get("replaces"):
         _forget_dropped(kv, keys, recs, client, req.name)
     same_staging(recs.get()[0], target, plan["rid"])
+    stage_store = target.store()
+    if (recs.get()[0] or {}).get("state") == "abandoning":        # killed while undoing: finish it
+        _abandon(recs, client, stage_store, doc, plan, req, recs.get()[0].get("reason", ""))
     rec = _create(recs, client, target, req, plan)
     # the units as the restore began them: per segment for a v1 record, else its recorded bound
     todo = units(doc, plan, group_bytes=0 if rec.get("v") == 1 else int(rec.get("group_bytes", 1 << 30)))
-    stage_store = target.store()
     if not client.one({"op": "has", "name": req.name})["exists"]:
         raise Conflict(f"collection {req.name!r} that restore {plan['rid']} created (id {rec['collection_id']}) is no "
                        f"longer in Milvus at {target.address} (dropped while the restore was {rec['state']}): "
@@ -843,8 +875,13 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
         for u in todo:
             if u["unit_id"] not in recorded:
                 recs.seg_put(u["unit_id"], _unit_record(u, "pending"), None)
-        _import_all(recs, client, stage_store, backup, target, req, todo,
-                    convert.Converter(backup, doc) if doc.get("converted") else None, claimed)
+        try:
+            _import_all(recs, client, stage_store, backup, target, req, todo,
+                        convert.Converter(backup, doc) if doc.get("converted") else None, claimed)
+        except UnreadBucket as e:
+            claimed()
+            recs.move("abandoning", reason=str(e))
+            _abandon(recs, client, stage_store, doc, plan, req, str(e))
         rec = recs.move("imported")
     if rec["state"] == "imported":
         fname = {int(f["field_id"]): f["name"] for f in plan["schema"]["fields"]}
