@@ -41,7 +41,7 @@ def test_etcd_outages_while_a_producer_appends_and_the_flusher_flushes(etcd, fme
     acked: list[int] = []
     errors = Counter()
     with WalClient(fmeta, fstore, settings, producer_id="p-outage", batch_rows=5) as c:
-        coll = c.create_collection("w", SCHEMA, shards=2)
+        c.create_collection("w", SCHEMA, shards=2)
         stop, log = threading.Event(), []
         t = threading.Thread(target=_outages, args=(etcd, stop, log), daemon=True)
         t.start()
@@ -52,7 +52,7 @@ def test_etcd_outages_while_a_producer_appends_and_the_flusher_flushes(etcd, fme
             while True:
                 assert time.time() < deadline, f"call {i} not acknowledged within 60 s"
                 try:
-                    res = c.insert("w", rows(pks, float(i)), seq=seq)
+                    c.insert("w", rows(pks, float(i)), seq=seq)
                     break
                 except SeglakeError as e:
                     errors[type(e).__name__ + ("+seq" if getattr(e, "result", None) is not None else "")] += 1

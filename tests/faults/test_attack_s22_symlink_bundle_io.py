@@ -9,7 +9,6 @@ import shutil
 import uuid
 
 import pytest
-from fault_harness import price_rows as _rows
 from fault_harness import seed_and_snapshot
 
 from seglake.config import Settings
@@ -61,7 +60,6 @@ def test_an_export_never_writes_through_a_symlinked_target_dir(meta, store, tmp_
 @pytest.mark.parametrize("op", ["import", "restore"])
 def test_a_symlink_in_the_bundle_is_never_read(meta, store, etcd_server, tmp_path, what, op):
     seed_and_snapshot(meta, store)
-    want = _rows(meta, store, "demo")
     path = tmp_path / "backup"
     target = LocalStore(path)
     export.export(meta, store, target, "demo", "s1", **quiet)
@@ -79,7 +77,6 @@ def test_a_symlink_in_the_bundle_is_never_read(meta, store, etcd_server, tmp_pat
     shutil.move(str(victim), str(moved))        # same content, reached only through a link
     os.symlink(moved, victim)
     os.chmod(moved, 0o755)
-    atimes = {p: os.stat(p).st_atime_ns for p in [moved, *moved.rglob("*")]}
     other = Settings.from_dict({"etcd_endpoint": etcd_server.endpoint, "etcd_root": f"dr{uuid.uuid4().hex[:8]}",
                                 "store_uri": str(tmp_path / "dr"), "etcd_timeout": 5})
     with Meta.from_settings(other) as meta2:

@@ -39,7 +39,6 @@ def test_a_referenced_file_swapped_for_a_symlink(meta, store, tmp_path, op):
     shutil.move(inside, outside)
     os.symlink(outside, inside)
     digest = hashlib.sha256(outside.read_bytes()).hexdigest()
-    at = os.stat(outside).st_atime_ns
     outcome = None
     try:
         if op == "gc":

@@ -39,7 +39,7 @@ def test_a_restored_collection_folds_the_deletes_it_copied(meta, store, settings
     before = exact(meta, store, "copy")
     pol = compaction.Policy(min_segment_rows=1, target_rows=10**6, delete_ratio=1.0, protection=0.0, l0_age=0.0)
     for _ in range(3):
-        s = compaction.compact(meta, store, "copy", pol, now=time.time() + 5)
+        compaction.compact(meta, store, "copy", pol, now=time.time() + 5)
         assert exact(meta, store, "copy") == before
     assert rows(meta, store, "copy") == w.model.visible()
     carried = sum(b.entries for x in segments(meta, "copy") for b in x.deltalogs)

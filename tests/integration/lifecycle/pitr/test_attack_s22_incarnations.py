@@ -38,7 +38,7 @@ def _life(meta, store, settings, c, v0: float):
 def test_two_incarnations_undropped_twice_and_restored_at_their_instants(meta, store, settings):
     settings = settings.replace(flush_seal_rows=4)
     with WalClient(meta, store, settings, batch_rows=3) as c:
-        a = c.create_collection("a", SCHEMA, shards=1)
+        c.create_collection("a", SCHEMA, shards=1)
         pitr.set_window(meta, "a", "1h")
         ma = Model(meta, store, "a")
         ma.record(c.insert("a", rows(range(1, 10), 9.0)), 9.0)

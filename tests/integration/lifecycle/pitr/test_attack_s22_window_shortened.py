@@ -54,6 +54,7 @@ def test_window_shortened_gc_then_lengthened(meta, store, settings, monkeypatch)
     monkeypatch.setattr(pwindow, "clock", lambda: later)
     s2 = meta.snapshots.get(coll.collection_id, "s2")[0]
     pitr.set_window(meta, "src", "10m")
+    assert [h.snapshot.snapshot_id for h in pitr.holds(meta)] == [s2.snapshot_id]   # s2 is its base
     _age_all(store)
     gc.run(meta, store, gc.GCOptions(**OPTS))
     # t_late is 20 minutes old (outside 10m): refused, nothing written
