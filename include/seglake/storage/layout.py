@@ -351,6 +351,7 @@ def parse_wal_fragment(key: str) -> tuple[str, int] | None:
 #     bundles/{db}/{collection}/{bundle}/COMMITTED    the commit marker: the SHA-256 of bundle.json
 #     _locks/sweep/{token}.json                       a data sweep in progress (exports wait for it)
 #     _locks/sweep-started.json                       the last sweep to start (written before it reads)
+#     _locks/clock/{token}                            a probe of the target's own clock (written, read, deleted)
 BUNDLE_DATA, BUNDLES, BUNDLE_LOCKS = "data", "bundles", "_locks"
 BUNDLE_DOC, BUNDLE_COMMIT = "bundle.json", "COMMITTED"
 SHA256_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
@@ -417,6 +418,10 @@ def sweep_locks_prefix() -> str:
 
 def sweep_started() -> str:
     return f"{BUNDLE_LOCKS}/sweep-started.json"
+
+
+def clock_probe(token: str) -> str:
+    return f"{BUNDLE_LOCKS}/clock/{_plain_name(token)}"
 
 
 def bundle_hold(db: str, collection: str, bundle: str, token: str) -> str:

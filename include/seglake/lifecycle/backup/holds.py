@@ -3,6 +3,12 @@ it, and the retention prune's side of that protocol. Records live in the backup 
 itself (`_locks/holds/...`, `_locks/pruning/...`, layout builds the keys), each an
 {"at": unix seconds, ...} JSON renewed by a KeepAlive; one older than HOLD_TTL is a dead
 process's and is ignored.
+
+Whose clock says "older": the record's `at` is its writer's clock, the judge's is another
+host's. A record is dead only when it is older than its TTL by BOTH the judge's clock and
+the target's own (the object's mtime, which the store stamps at every rewrite, against a
+probe object's: store_clock), so a judging host whose clock jumped ahead, or runs ahead of
+the writer's, never takes a live lock or hold for dead.
 """
 
 from __future__ import annotations
@@ -76,16 +82,43 @@ class KeepAlive:
         self.thread.join()
 
 
+def store_clock(target: Store) -> float:
+    """The target's own clock, in unix seconds: the mtime the store stamps on a probe object
+    written now (an S3 server's LastModified; a local file system's kernel time)."""
+    import uuid
+
+    key = layout.clock_probe(uuid.uuid4().hex[:16])
+    target.put(key, b"")
+    try:
+        return target.head(key).mtime
+    finally:
+        target.delete_many([key])
+
+
 def live_record(target: Store, key: str, ttl: float, now: float | None = None) -> dict | None:
-    """A lock, hold or intent record ({"at": unix seconds, ...}) younger than `ttl`;
-    None when it is missing, unreadable or a dead process's."""
+    """A lock, hold or intent record ({"at": unix seconds, ...}) younger than `ttl` by this
+    host's clock (or `now`) or by the target's own (module doc); None when it is missing,
+    unreadable or a dead process's."""
     try:
         doc = json.loads(target.get(key))
         if (time.time() if now is None else now) - float(doc["at"]) < ttl:
             return doc
+        if _store_age(target, key) < ttl:       # its writer's clock and ours disagree, or it is dead
+            return doc
     except (NotFound, ValueError, KeyError, TypeError):
         pass
     return None
+
+
+def _store_age(target: Store, key: str) -> float:
+    """How old `key` is by the target's own clock; infinite when the target cannot be written
+    (read-only credentials: then only this host's clock judges; every judge that deletes has
+    written its own record first, so it always gets the target's)."""
+    try:
+        now = store_clock(target)
+    except Exception:  # noqa: BLE001 - a read-only target
+        return float("inf")
+    return now - target.head(key).mtime
 
 
 def live_records(target: Store, prefix: str, ttl: float, now: float | None = None) -> list[dict]:

@@ -230,7 +230,10 @@ def sweep_data(target: Store, *, dry_run: bool = False, min_age: float = 86400.0
         target.put(layout.sweep_started(), json.dumps({"token": token, "at": time.time()}).encode())
     try:
         refs = referenced(target)
-        now = time.time() if now is None else now
+        # a data file's age is its mtime (the target's clock) against the target's clock, or
+        # ours when that is behind: a sweep host whose clock jumped ahead takes no file for old
+        if now is None:
+            now = time.time() if dry_run else min(time.time(), holds.store_clock(target))
         candidates: list[ObjectInfo] = []
         kept_young = 0
         for o in target.list(layout.BUNDLE_DATA):

@@ -6,6 +6,7 @@ Real etcd, real files on local disk and SeaweedFS (S3) as a second store."""
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 
@@ -30,6 +31,12 @@ from bundle_restore_helpers import collection_rows as _rows, restore_bundle
 from pacing import assert_paced, timed
 
 quiet = dict(say=lambda line: None)
+
+
+def _age(target, key: str, seconds: float) -> None:
+    """As if `key` had last been written `seconds` ago by the target's (local) clock."""
+    t = time.time() - seconds
+    os.utime(target.root / key, (t, t))
 
 
 def _seed(meta, store, name="bk", segments=3):
@@ -342,6 +349,7 @@ def test_an_export_copies_back_what_a_sweep_took_and_waits_for_a_running_sweep(m
         bundles.read(target, "default", "bk", "s3")
     # a dead sweep's lock (older than LOCK_TTL) is ignored
     target.put(layout.sweep_lock("other"), json.dumps({"at": time.time() - prune.LOCK_TTL - 1}).encode())
+    _age(target, layout.sweep_lock("other"), prune.LOCK_TTL + 1)      # by the target's clock too
     assert exports.export(meta, store, target, "bk", "s3", **quiet)["state"] == "committed"
 
 
@@ -604,6 +612,7 @@ def test_holds_and_prune_intents_exclude_each_other(meta, store, tmp_path):
     # a hold older than HOLD_TTL is a dead reader's: the prune drops the bundle
     target.put(layout.bundle_hold("default", "bk", "s1", "dead"),
                json.dumps({"at": time.time() - holds.HOLD_TTL - 1, "by": "gone"}).encode())
+    _age(target, layout.bundle_hold("default", "bk", "s1", "dead"), holds.HOLD_TTL + 1)
     rep = prune.prune(target, "bk", {"keep_last": 1}, sweep=False, **quiet)
     assert rep["pruned"] == ["s1", "s2"] and rep["held"] == {}
 
