@@ -166,6 +166,29 @@ def at_instant(meta, db: str, ts: int, only=None) -> dict:
     return out
 
 
+def purged_note(meta, db: str, collection: str) -> str:
+    """What GC's tombstones (pitr/gone, kept GONE_KEEP_S) say of a name no record holds any
+    more: when it was dropped and purged, and where it may still come from; "" if none."""
+    import json
+
+    from seglake.progress import utc_time
+
+    gone = []
+    for kv in meta.kv.range(meta.keys.pitr_gone_prefix()):
+        try:
+            d = json.loads(kv.value)
+            if d["collection"] == collection and d["db"] == db:
+                gone.append((int(d["drop_began_ts"]), float(d["purged_at"])))
+        except (ValueError, KeyError, TypeError):
+            continue
+    if not gone:
+        return ""
+    began, purged = max(gone)
+    return (f": it was dropped at {describe(began)} and GC purged its records on {utc_time(purged)}, so this store "
+            f"cannot bring it back; from a backup target it can when its WAL was archived and a bundle exported "
+            f"(--from-target)")
+
+
 def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: float | None = None,
          dropped=None, window_instant: int | None = None, exact: bool = True) -> Plan:
     """The restore of `collection` as of `as_of`, or the refusal (module doc). Read-only.
@@ -186,7 +209,7 @@ def plan(meta, store, collection: str, as_of, *, db: str = DEFAULT_DB, now: floa
             if then is not None and then.state != CREATED:
                 dropped = then
             elif missing is not None:
-                raise missing
+                raise NotFound(f"{missing}{purged_note(meta, db, collection)}") from None
     coll = dropped if dropped is not None else coll
     if dropped is None and coll.state != CREATED:
         raise StateError(f"collection {collection!r} is {coll.state}; a restore to a time needs a live collection")

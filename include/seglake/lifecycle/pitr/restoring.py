@@ -137,9 +137,11 @@ def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_
     from seglake.lifecycle.drop import DROP_MODE, drop_began_ts, find
     from seglake.meta.catalog import DROPPED, DROPPING
 
+    from seglake.lifecycle.pitr.planning import purged_note
+
     coll = find(meta, collection, db)
     if coll is None:
-        raise NotFound(f"collection {collection!r} not found in db {db!r}")
+        raise NotFound(f"collection {collection!r} not found in db {db!r}{purged_note(meta, db, collection)}")
     if coll.state not in (DROPPING, DROPPED):
         earlier = [c.collection_id for c in meta.catalog.list(db=db, include_dropped=True)
                    if c.name == collection and c.state in (DROPPING, DROPPED)]

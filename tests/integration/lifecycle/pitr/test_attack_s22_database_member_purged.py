@@ -63,3 +63,27 @@ def test_a_rolled_back_restore_target_purged_by_gc_does_not_refuse_a_database(me
     assert not [x for x in meta.catalog.list(include_dropped=True) if x.name == "r"]
     _, to, plans = database.plan_database(meta, store, "default", t, suffix="_t")
     assert sorted(plans) == ["a"]
+
+
+def test_a_restore_or_undrop_of_a_purged_name_says_when_it_was_dropped_and_purged(meta, store, settings):
+    """Session 23: a named `restore --as-of` or undrop of a collection whose records GC purged
+    said only "not found"; GC's tombstone says when it was dropped and purged, and the error
+    says so (and where it may still come from)."""
+    from seglake.errors import NotFound
+
+    with WalClient(meta, store, settings) as c:
+        b = c.create_collection("b", SCHEMA, shards=1)
+        c.insert("b", rows(range(1, 5), 1.0))
+        flush_all(meta, store, settings, b)
+        t = meta.tso.reserve(1, linearizable=True)
+    drop.begin_drop(meta, store, settings, "b")
+    flush_all(meta, store, settings, b, flush_all=False)
+    drop.finish_drop(meta, "b", collection_id=b.collection_id)
+    gc.run(meta, store, gc.GCOptions(drop_tolerance=0, missing_tolerance=0, floor=0, force=True))
+    assert not [x for x in meta.catalog.list(include_dropped=True) if x.name == "b"]
+    for attempt in (lambda: pitr.restore_as_of(meta, store, "b", "b_t", t), lambda: pitr.undrop(meta, store, "b", "b_u")):
+        with pytest.raises(NotFound, match=r"'b' not found in db 'default': it was dropped at .* and GC purged its "
+                                           r"records on .*--from-target"):
+            attempt()
+    with pytest.raises(NotFound, match=r"^collection 'never' not found in db 'default'$"):
+        pitr.restore_as_of(meta, store, "never", "n_t", t)
