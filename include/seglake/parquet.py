@@ -1,22 +1,8 @@
-"""Parquet encoding of binlogs (one column group per field) and footer reads."""
+"""Reading seglake's Parquet logs: one checked opener (segfiles.put_parquet writes them)."""
 
 from __future__ import annotations
 
 from typing import BinaryIO
-
-
-def table_bytes(columns: dict) -> bytes:
-    return table_buffer(columns).to_pybytes()
-
-
-def table_buffer(columns: dict):
-    """The Parquet file as a pyarrow Buffer (no copy into a bytes object)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.table(columns), sink, compression="zstd")
-    return sink.getvalue()
 
 
 def open_checked(f: BinaryIO):
