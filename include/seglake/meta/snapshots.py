@@ -197,7 +197,7 @@ class Snapshots:
         return self.update(kv, rec.replace(state=to_state, **changes))
 
     def remove(self, read: KeyValue, rec: SnapshotRecord | None = None) -> None:
-        """Delete the record read as `read` (and its heartbeat key, if `rec` is given)."""
+        """Delete the record read as `read` (and its heartbeat and TTL lease keys, if `rec` is given)."""
         self.kv.txn([unchanged(read)], [Delete(read.key)] + ([Delete(self.alive_key(rec)),
                                                               Delete(self.keys.snapshot_ttl_lease(rec.snapshot_id))]
                                                              if rec else []))

@@ -706,8 +706,8 @@ def _abandon(recs: Records, client, stage_store, doc: dict, plan: dict, req: Req
     recs.kv.delete_prefix(recs.keys.milvus_restore_segments_prefix(recs.rid))
     recs.kv.delete(recs.key)
     raise UnreadBucket(f"{reason} Undone: {staged} staged files removed"
-                       + (left or f", the empty collection {req.name!r} this restore created dropped")
-                       + "; nothing of this restore is left: re-run with the bucket that Milvus reads")
+                       + (left or f", the empty collection {req.name!r} this restore created dropped; nothing of "
+                                  f"this restore is left: re-run with the bucket that Milvus reads"))
 
 
 def _unit_record(u: dict, state: str) -> dict:

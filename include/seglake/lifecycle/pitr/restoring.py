@@ -135,9 +135,8 @@ def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_
     """The plan of undropping `collection` into `target` from this store (that same
     undrop's plan when `target` exists and is it), or the refusal. Read-only."""
     from seglake.lifecycle.drop import DROP_MODE, drop_began_ts, find
-    from seglake.meta.catalog import DROPPED, DROPPING
-
     from seglake.lifecycle.pitr.planning import purged_note
+    from seglake.meta.catalog import DROPPED, DROPPING
 
     coll = find(meta, collection, db)
     if coll is None:
