@@ -1,0 +1,73 @@
+"""Attack s23 (issue 27): the operator is told the truth. In-process repros (dag.test, REST
+test client)."""
+
+import pytest
+from dag_helpers import load_dag, task_states
+
+from seglake.dev import demo
+from seglake.lifecycle import copyjob, restore, snapshot
+
+pytestmark = pytest.mark.airflow
+
+NOTHING_RAN = r"^(?!check_conf$|run_note$).*"
+
+
+def _world(meta, store):
+    demo.seed(meta, store, demo.SeedParams(partitions=1, segments=2, rows=40, dim=4))
+    snapshot.create(meta, store, "demo", "s1")
+    job_id = restore.restore(meta, store, "demo", "s1", "demo_copy")
+    return job_id
+
+
+# held (coverage): every step but check_conf marked success, nothing ran -> the run is failed, for every
+# lifecycle DAG that needs no Milvus or backup target (a one-step-marked sweep over 110 (DAG, task)
+# pairs found F1 below; the other green ones had done their work anyway: branches not taken, a wait
+# whose job the inline copy had completed, a wal_flush with nothing to flush)
+SWEEP = {
+    "snapshot_create": {"collection": "demo", "name": "s2", "engine": "inline"},
+    "snapshot_drop": {"collection": "demo", "name": "s1"},
+    "snapshot_restore": {"collection": "demo", "snapshot": "s1", "target": "t_sweep", "engine": "inline"},
+    "copy_segment_job": {"job_id": "JOB", "engine": "inline"},
+    "gc": {"dry_run": False, "engine": "inline"},
+    "gc_dry": {"dry_run": True, "engine": "inline"},
+    "compaction": {"collection": "demo", "engine": "inline"},
+    "compaction_policy": {"collection": "demo"},
+    "pitr_window": {"collection": "demo"},
+    "snapshot_retention": {"collection": "demo"},
+    "verify_collection": {"collection": "demo", "engine": "inline"},
+    "drop_collection": {"collection": "demo", "wait_for_flush": False},
+    "wal_flush": {"engine": "inline"},
+    "snapshot_schedule": {},
+    "wal_archive": {},
+    "collection_undrop": {"collection": "demo", "target": "demo_back"},
+    "snapshot_export": {"collection": "demo", "snapshot": "s1"},
+    "snapshot_verify": {"collection": "demo", "bundle": "s1"},
+    "restore_database": {"as_of": "2026-11-27T12:00:00Z", "suffix": "x"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SWEEP))
+def test_held_every_dag_whose_steps_were_all_marked_instead_of_run_ends_failed(airflow_env, meta, store, kind):
+    job_id = _world(meta, store)
+    conf = {k: (job_id if v == "JOB" else v) for k, v in SWEEP[kind].items()}
+    dag_id = "gc" if kind == "gc_dry" else kind
+    run = load_dag(dag_id).test(run_conf=conf, mark_success_pattern=NOTHING_RAN)
+    states = task_states(run)
+    assert states["check_conf"] == "success", states
+    assert states["run_note"] == "failed" and run.state == "failed", states
+
+
+# -- F1: a drop_collection run with wait_for_flush false whose `finish` was marked success (not run):
+# the collection stays Dropping with NO vchannel held (finish would have dropped it), and the run was
+# green with the note "Dropping (wait_for_flush is false: a run after wal_flush releases its vchannels
+# finishes the drop)" -- nothing waits on wal_flush; the drop simply did not finish ---------------
+def test_f1_a_drop_without_wait_whose_finish_was_marked_ends_failed(airflow_env, meta, store):
+    coll, _ = demo.seed(meta, store, demo.SeedParams(name="nowait", partitions=1, segments=1, rows=10, dim=4))
+    run = load_dag("drop_collection").test(run_conf={"collection": "nowait", "wait_for_flush": False},
+                                           mark_success_pattern=r"^finish$")
+    states = task_states(run)
+    assert meta.catalog.get(coll.collection_id).state == "Dropping"   # the finish did not run
+    assert states["run_note"] == "failed" and run.state == "failed", states
+    # a real run of the same conf finishes the drop: green
+    again = load_dag("drop_collection").test(run_conf={"collection": "nowait", "wait_for_flush": False})
+    assert again.state == "success" and meta.catalog.get(coll.collection_id).state == "Dropped", task_states(again)
