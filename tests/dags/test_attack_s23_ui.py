@@ -71,3 +71,31 @@ def test_f1_a_drop_without_wait_whose_finish_was_marked_ends_failed(airflow_env,
     # a real run of the same conf finishes the drop: green
     again = load_dag("drop_collection").test(run_conf={"collection": "nowait", "wait_for_flush": False})
     assert again.state == "success" and meta.catalog.get(coll.collection_id).state == "Dropped", task_states(again)
+
+
+# -- F2: a copy job left Pending (its snapshot_restore run marked failed, or its worker killed, right after
+# `restore` created it and before copy_job.plan) is shown "running" for ever: no stall, no *resume*
+# (stalled_for looked at Executing jobs only); the REST API's health says "running" --------------
+def test_f2_a_pending_job_nothing_plans_is_shown_stalled_and_resumable(airflow_env, meta, store):
+    import time
+
+    from seglake import console
+    from seglake_airflow.ui.render import _jobs
+
+    demo.seed(meta, store, demo.SeedParams(name="pend", partitions=1, segments=2, rows=10, dim=4))
+    snapshot.create(meta, store, "pend", "s1")
+    job_id = restore.restore(meta, store, "pend", "s1", "pend_copy", owner="manual__stopped",
+                             now=time.time() - 600)   # created 10 min ago; its run stopped before plan
+    (j,) = [d for d in console.copy_jobs(meta, time.time()) if d["job_id"] == job_id]
+    assert j["state"] == "Pending"
+    # observed: health 'running', stalled_s None, no resume button, for ever
+    assert j["health"] == "stalled" and j["stalled_s"] >= 590, (j["health"], j["stalled_s"])
+    assert "resume" in _jobs([j])
+    # and the resume (a copy_segment_job run, what the button starts) drives it to the end
+    run = load_dag("copy_segment_job").test(run_conf={"job_id": job_id, "engine": "inline"})
+    assert run.state == "success", task_states(run)
+    assert copyjob.describe_job(meta, job_id)["state"] == "Completed"
+    # a job just created (its plan a few seconds away) is not called stalled
+    young = restore.restore(meta, store, "pend", "s1", "pend_young")
+    (y,) = [d for d in console.copy_jobs(meta, time.time()) if d["job_id"] == young]
+    assert y["health"] == "running" and y["stalled_s"] is None
