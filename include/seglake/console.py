@@ -360,7 +360,11 @@ def milvus(meta: Meta, now: float) -> dict:
         rep = rec.get("report") if isinstance(rec.get("report"), dict) else {}
         tgt = rec.get("target") if isinstance(rec.get("target"), dict) else {}
         rid = kv.key.rsplit("/", 1)[-1]
+        # a restore not verified that no run holds (its claim is leased for RUN_LEASE_S and kept alive
+        # while a run lasts): its run stopped -- it was shown "importing" for ever
+        held = meta.kv.get(meta.keys.milvus_restore_run(rid)) is not None
         restores.append({"restore_id": rid, **{k: rec.get(k) for k in RESTORE_FIELDS},
+                         "running": held, "stopped": rec.get("state") != "verified" and not held,
                          "address": str(tgt.get("address") or ""), "count": _int(rep.get("count")),
                          "visible_rows": _int(rep.get("visible_rows")), "ok": rep.get("ok") if rep else None,
                          **_restore_segments(meta, rid)})

@@ -99,3 +99,26 @@ def test_f2_a_pending_job_nothing_plans_is_shown_stalled_and_resumable(airflow_e
     young = restore.restore(meta, store, "pend", "s1", "pend_young")
     (y,) = [d for d in console.copy_jobs(meta, time.time()) if d["job_id"] == young]
     assert y["health"] == "running" and y["stalled_s"] is None
+
+
+# -- F3: a restore into Milvus whose run stopped (marked failed, worker killed) mid-import shows its last
+# state ("importing") on the page for ever, like any live one: nothing says no run holds it (the run's
+# claim restore_runs/{rid} is leased and kept alive while a run lasts) ------------------------------
+def test_f3_a_milvus_restore_no_run_holds_is_said_stopped(airflow_env, meta, store):
+    import json
+    import time
+
+    from seglake import console
+    from seglake_airflow.ui.render import _milvus
+
+    rec = {"v": 2, "state": "importing", "bundle": "default.demo/b1", "bundle_uid": "u", "name": "m1",
+           "target": {"address": "127.0.0.1:19530", "bucket": "b"}, "created_at": time.time() - 3600}
+    meta.kv.put(meta.keys.milvus_restore("r1"), json.dumps(rec))
+    meta.kv.put(meta.keys.milvus_restore("r2"), json.dumps({**rec, "name": "m2"}))
+    meta.kv.put(meta.keys.milvus_restore_run("r2"), json.dumps({"pid": 1}), lease=meta.kv.grant_lease(60))
+    meta.kv.put(meta.keys.milvus_restore("r3"), json.dumps({**rec, "name": "m3", "state": "verified"}))
+    m = console.milvus(meta, time.time())
+    by = {r["restore_id"]: r for r in m["restores"]}
+    assert by["r1"]["stopped"] and not by["r2"]["stopped"] and not by["r3"]["stopped"], by
+    html = _milvus(m)
+    assert html.count("no run holds it") == 1, html

@@ -250,6 +250,9 @@ class MilvusRestore(Open):
     segments_total: int = Field(0, description="segments of the bundle this restore imports (0: not planned yet)")
     segments_imported: int = Field(0, description="of those, imported into Milvus so far")
     segments_failed: int = Field(0, description="of those, failed (a re-run retries them)")
+    running: bool = Field(False, description="a milvus_restore run holds it now (its leased claim)")
+    stopped: bool = Field(False, description="not verified and no run holds it: its run stopped (re-run the "
+                                             "same conf to resume)")
 
 
 class MilvusOverview(BaseModel):
