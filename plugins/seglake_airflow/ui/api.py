@@ -286,7 +286,7 @@ def create_api():
     from fastapi.responses import HTMLResponse, JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+    from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError, redact
     from seglake.limits import ID_MAX
     from seglake_airflow.ui import _engine
 
@@ -362,12 +362,12 @@ def create_api():
                   else 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, ValidationError)
                   else 409 if isinstance(exc, (Conflict, StateError)) else 503 if isinstance(exc, Unavailable)
                   else 500)
-        return JSONResponse({"detail": str(exc)}, status_code=status)
+        return JSONResponse({"detail": redact(str(exc))}, status_code=status)
 
     def _short(value) -> str:
-        """The refused input, short (never the whole body echoed back)."""
+        """The refused input, short (never the whole body echoed back, nor a URI's credential)."""
         from seglake.contract import show
-        text = show(value) if isinstance(value, float) else repr(value)
+        text = show(value) if isinstance(value, float) else redact(repr(value))
         return text if len(text) <= 40 else text[:37] + "..."
 
     def _model_for(request: Request):
