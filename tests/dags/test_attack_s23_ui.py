@@ -165,3 +165,39 @@ def test_f4_a_refusal_never_echoes_a_uri_credential(api_client, airflow_env, met
     with pytest.raises(ConfigError) as e:
         _check_store_uri(body.get("backup_uri"), "backup_uri")
     assert "s3cr3tZ" not in str(e.value), str(e.value)
+
+
+# -- F5: an action whose DAG already runs max_active_runs runs (snapshot_restore: 4) answers "started:
+# run ... is queued" while the run sits queued until one ends -- as silent as a paused DAG was (issue 27
+# item 3): the answer (and so the page's result line) says it waits and why --------------------------
+def test_f5_a_run_queued_behind_max_active_runs_is_said_to_wait(api_client, airflow_env, meta, store, monkeypatch):
+    import json
+
+    import httpx
+
+    demo.seed(meta, store, demo.SeedParams(partitions=1, segments=1, rows=10, dim=4))
+    snapshot.create(meta, store, "demo", "s1")
+    running = {"n": 4}
+
+    def get(url, **kw):
+        if url.endswith("/dagRuns"):
+            return httpx.Response(200, json={"dag_runs": [], "total_entries": running["n"]})
+        return httpx.Response(200, json={"dag_id": "snapshot_restore", "is_paused": False, "max_active_runs": 4,
+                                         "timetable_summary": None})
+
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: httpx.Response(
+        200, json={"dag_run_id": "manual__5th", "state": "queued"}))
+    monkeypatch.setattr(httpx, "get", get)
+    r = api_client.post("/seglake/api/v1/snapshots/demo/s1/restore", content=json.dumps({"target": "fifth"}),
+                        headers=_admin())
+    assert r.status_code == 201, r.text
+    msg = r.json()["message"]
+    # observed: "started: run manual__5th of snapshot_restore is queued"
+    assert not msg.startswith("started") and "max_active_runs 4" in msg, msg
+    assert "max_active_runs 4" in r.json()["waits"]
+    from seglake_airflow.ui.actions import SCRIPT   # the page's result line shows it (not "started")
+    assert "d.waits" in SCRIPT
+    running["n"] = 1
+    r = api_client.post("/seglake/api/v1/snapshots/demo/s1/restore", content=json.dumps({"target": "sixth"}),
+                        headers=_admin())
+    assert r.json()["message"].startswith("started") and r.json()["waits"] is None, r.json()

@@ -143,6 +143,8 @@ class Run(BaseModel):
                                                          "unpaused (null: Airflow did not say)")
     can_unpause: bool = Field(False, description="the caller may unpause the DAG (POST /dags/{dag_id}/unpause)")
     message: str = Field("", description="one sentence for the operator: started, or queued behind a paused DAG")
+    waits: Optional[str] = Field(None, description="why a run of an unpaused DAG sits queued (its DAG already runs "
+                                                   "max_active_runs runs), else null")
     run_url: str = Field(description="the run's page in Airflow (a path on this server)")
     conf: dict[str, Any]
     object: dict[str, Any] = Field(default_factory=dict, description="what the run acts on")
@@ -493,6 +495,7 @@ def create_api():
         run = r.json()
         run_id = run["dag_run_id"]
         paused, schedule = _is_paused(base, dag_id, token, with_schedule=True)
+        waits = None
         may = bool(paused) and _may_unpause(request, dag_id)
         if paused:
             message = (f"queued: the DAG {dag_id} is paused, so the run waits until it is unpaused"
@@ -506,9 +509,14 @@ def create_api():
                        f"{dag_id} is paused is unknown (Airflow did not answer): check its page")
         else:
             message = f"started: run {run_id} of {dag_id} is {run.get('state') or 'created'}"
+            full = _runs_at_limit(base, dag_id, token)
+            if full:   # a queued run behind max_active_runs waits as silently as one of a paused DAG
+                waits = (f"{full[0]} runs of {dag_id} are running, its limit (max_active_runs {full[1]}); "
+                         f"it starts when one of them ends")
+                message = f"queued: run {run_id} of {dag_id} waits: {waits}"
         return {"dag_id": dag_id, "dag_run_id": run_id, "state": run.get("state"), "conf": checked,
                 "run_url": f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}", "object": obj,
-                "dag_paused": paused, "can_unpause": may, "message": message}
+                "dag_paused": paused, "can_unpause": may, "message": message, "waits": waits}
 
     def _is_paused(base: str, dag_id: str, token: str, with_schedule: bool = False):
         """Whether the DAG is paused (Airflow creates DAGs paused): a run of a paused DAG
@@ -528,6 +536,26 @@ def create_api():
         if not with_schedule:
             return value
         return value, (summary if isinstance(summary, str) and summary not in ("", "None", "null") else None)
+
+    def _runs_at_limit(base: str, dag_id: str, token: str) -> tuple[int, int] | None:
+        """(running, max_active_runs) when the DAG already runs as many runs as it may (a new
+        run then sits queued until one ends); None otherwise or when Airflow did not say."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"}
+        try:
+            r = httpx.get(f"{base}/api/v2/dags/{quote(dag_id, safe='')}", headers=headers, timeout=30)
+            limit = r.json().get("max_active_runs") if r.status_code == 200 else None
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+                return None
+            r = httpx.get(f"{base}/api/v2/dags/{quote(dag_id, safe='')}/dagRuns",
+                          params={"state": "running", "limit": 1}, headers=headers, timeout=30)
+            running = r.json().get("total_entries") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        if isinstance(running, int) and not isinstance(running, bool) and running >= limit:
+            return running, limit
+        return None
 
     def _scheduled_does(dag_id: str) -> str:
         """What a scheduled run of `dag_id` does, when that is recorded (gc: `seglake gc
