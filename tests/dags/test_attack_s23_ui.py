@@ -201,3 +201,46 @@ def test_f5_a_run_queued_behind_max_active_runs_is_said_to_wait(api_client, airf
     r = api_client.post("/seglake/api/v1/snapshots/demo/s1/restore", content=json.dumps({"target": "sixth"}),
                         headers=_admin())
     assert r.json()["message"].startswith("started") and r.json()["waits"] is None, r.json()
+
+
+# -- F6: a clear of an old green collection_undrop run, after its target was dropped and a NEWER
+# collection of the same name was created and dropped, undrops that newer one into the target: the
+# run (conf by name) re-resolves the name's newest dropped collection (drop_collection's twin, atk s20
+# F10, was pinned to the id it began on; the undrop was not) ------------------------------------
+def test_f6_a_cleared_undrop_run_never_brings_back_a_later_namesake(airflow_env, meta, store, settings):
+    import sys
+    from pathlib import Path
+
+    from seglake.lifecycle import drop
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_undrop_and_database_dags import _write_and_drop, flush_all
+
+    _write_and_drop(meta, store, settings)
+    first_id = max(c.collection_id for c in meta.catalog.list(include_dropped=True) if c.name == "src")
+    dag = load_dag("collection_undrop")
+    conf = {"collection": "src", "target": "back", "engine": "inline"}
+    r1 = dag.test(run_conf=conf)
+    assert r1.state == "success", task_states(r1)
+    back = meta.catalog.get_by_name("back")
+    assert back.properties["restored_from"]["collection_id"] == first_id
+    undrop = dag.task_dict["undrop"].python_callable
+    params = {"collection": "src", "target": "back", "db": "default", "engine": "inline", "from_target": False,
+              "backup_uri": None, "bundle": None, "timeout_hours": None}
+    first_job = back.properties["restore_job_id"]
+    assert undrop(params, run_id=r1.run_id)["job_id"] == first_job   # a clear now: the same undrop, converged
+    drop.begin_drop(meta, store, settings, "back")          # the operator dropped the undropped copy
+    flush_all(meta, store, settings, back, flush_all=False)
+    assert drop.finish_drop(meta, "back", collection_id=back.collection_id)["state"] == "Dropped"
+    _write_and_drop(meta, store, settings)                  # a NEW "src", written and dropped since
+    try:   # what a clear of r1 re-runs first (same conf, same run id)
+        undrop(params, run_id=r1.run_id)
+    except Exception:   # noqa: BLE001 - a refusal is fine; what it must not do is below
+        pass
+    try:
+        again = meta.catalog.get_by_name("back")
+    except Exception:   # noqa: BLE001
+        again = None
+    # observed: a new "back" restored from the LATER src (another collection id than r1 brought back)
+    assert again is None or again.properties["restored_from"]["collection_id"] == first_id, \
+        again.properties["restored_from"]
