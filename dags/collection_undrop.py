@@ -52,6 +52,26 @@ def collection_undrop():
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
+        began = None
+        if run_id and not params["from_target"]:
+            # the dropped collection this run began on, leased: a clear of this run (same conf, by name)
+            # undrops it again or is refused, never a later namesake dropped since (atk s23 F6; drop's twin
+            # is atk s20 F10)
+            import json
+
+            from seglake.lifecycle import drop
+            from seglake.meta.catalog import DROPPED, DROPPING
+
+            key = hook.meta.keys.run_intent("collection_undrop", run_id, params["db"], params["collection"])
+            kv = hook.meta.kv.get(key)
+            if kv is not None:
+                began = json.loads(kv.value)["collection_id"]
+            else:
+                coll = drop.find(hook.meta, params["collection"], params["db"])
+                if coll is not None and coll.state in (DROPPING, DROPPED):
+                    began = coll.collection_id
+                    hook.meta.kv.put(key, json.dumps({"collection_id": began}),
+                                     lease=hook.meta.kv.grant_lease(30 * 86400))
         with fail_fast():
             try:
                 job_id = pitr.undrop(
@@ -61,7 +81,8 @@ def collection_undrop():
                     timeout=(hook.settings.copy_job_timeout if params["timeout_hours"] is None
                              else float(params["timeout_hours"]) * 3600), owner=run_id or "",
                     engine=params["engine"],
-                    origin={"dag_id": "collection_undrop", "run_id": run_id} if run_id else None)
+                    origin={"dag_id": "collection_undrop", "run_id": run_id} if run_id else None,
+                    collection_id=began)
             except restores.RestoreRaceLost as e:   # a retry converges on the winner's job
                 raise RuntimeError(f"{e}; retrying") from e
         print(f"undrop of {params['db']}.{params['collection']} into {params['target']!r}: copy job {job_id}")

@@ -122,8 +122,9 @@ def drop_collection():
         print(drop.format_status(rep, hook.settings.drop_tolerance))
         print("GC reclaims the Dropped segments' files drop_tolerance after they were dropped; "
               "snapshot-referenced files are kept")
-        return {k: rep[k] for k in ("collection", "state", "segments_dropped", "rows_dropped",
-                                    "bytes_awaiting_gc", "latest_dropped_at")}
+        # held: the vchannels a Dropping collection still waits on (none: only the finish was missing)
+        return {**{k: rep[k] for k in ("collection", "state", "segments_dropped", "rows_dropped",
+                                       "bytes_awaiting_gc", "latest_dropped_at")}, "held": len(rep["held"])}
 
     started = begin()
     check_conf("drop_collection") >> started

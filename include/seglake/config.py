@@ -493,6 +493,19 @@ def _check_store_uri(value: str, key: str = "store_uri") -> None:
     local path (or ~/..., or file:///...) without '.' or '..' components: every process
     (scheduler, workers, Spark executors) must name the same store, so a relative path,
     which each resolves against its own working directory, is refused."""
+    from seglake.errors import redact
+
+    if isinstance(value, str) and redact(value) != value:   # never echoed back: it may be a key and secret
+        raise ConfigError(f"config key '{key}': {redact(value)!r} carries user info before '@' (a credential?): "
+                          "a location is s3://bucket/prefix or an absolute path; S3 credentials go in the "
+                          "Airflow connection (aws_default) or the environment, never in the URI")
+    try:
+        _check_location(value, key)
+    except ConfigError as e:   # the refusal names the value, never a credential it carried
+        raise ConfigError(redact(str(e))) from None
+
+
+def _check_location(value: str, key: str) -> None:
     if value[:5].lower() == "s3://":
         from seglake.storage.s3 import parse_s3_uri
         try:

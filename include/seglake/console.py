@@ -22,7 +22,7 @@ from typing import Callable
 from seglake.errors import NotFound, SeglakeError
 from seglake.meta import Meta
 from seglake.meta.catalog import COLLECTION_TRANSITIONS
-from seglake.meta.copyjobs import JOB_EXECUTING, JOB_TERMINAL, JOB_TRANSITIONS, TASK_TRANSITIONS
+from seglake.meta.copyjobs import JOB_EXECUTING, JOB_PENDING, JOB_TERMINAL, JOB_TRANSITIONS, TASK_TRANSITIONS
 from seglake.meta.segments import DROPPED, SEGMENT_TRANSITIONS
 from seglake.meta.snapshots import SNAPSHOT_TRANSITIONS
 from seglake.storage import Store, layout
@@ -124,8 +124,10 @@ def stalled_for(job: dict, now: float, after: float = STALL_AFTER_S,
     `paced_until`: the job's own rate limit's clock (seglake.throttle, in etcd): a runner
     took budget up to then and waits its turn, as the limit says -- not a stall until
     that time has passed (a slow limit with big files waited minutes per file, shown as
-    "stalled" with a *resume* button while its runner was alive)."""
-    if job["state"] != JOB_EXECUTING:
+    "stalled" with a *resume* button while its runner was alive). A Pending job (never
+    planned: its run stopped between creating it and planning it) counts from its creation
+    (it was "running" for ever, with no *resume*)."""
+    if job["state"] not in (JOB_EXECUTING, JOB_PENDING):
         return None
     since = job["progress"].get("progress_at") or job.get("started_at") or job.get("created_at")
     if paced_until is not None and math.isfinite(paced_until):
@@ -358,7 +360,11 @@ def milvus(meta: Meta, now: float) -> dict:
         rep = rec.get("report") if isinstance(rec.get("report"), dict) else {}
         tgt = rec.get("target") if isinstance(rec.get("target"), dict) else {}
         rid = kv.key.rsplit("/", 1)[-1]
+        # a restore not verified that no run holds (its claim is leased for RUN_LEASE_S and kept alive
+        # while a run lasts): its run stopped -- it was shown "importing" for ever
+        held = meta.kv.get(meta.keys.milvus_restore_run(rid)) is not None
         restores.append({"restore_id": rid, **{k: rec.get(k) for k in RESTORE_FIELDS},
+                         "running": held, "stopped": rec.get("state") != "verified" and not held,
                          "address": str(tgt.get("address") or ""), "count": _int(rep.get("count")),
                          "visible_rows": _int(rep.get("visible_rows")), "ok": rep.get("ok") if rep else None,
                          **_restore_segments(meta, rid)})

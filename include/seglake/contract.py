@@ -129,7 +129,9 @@ def show(value: Any) -> str:
     elif isinstance(value, bool) or value is None:
         text = json.dumps(value)
     elif isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=True)
+        from seglake.errors import redact
+
+        text = json.dumps(redact(value), ensure_ascii=True)   # no credential of a URI echoed back
     else:
         text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -35,3 +35,12 @@ class Unavailable(SeglakeError):
 
 class StateError(SeglakeError):
     """A transition is not allowed from the record's current state."""
+
+
+_USERINFO_RE = __import__("re").compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s'\"]*@")
+
+
+def redact(text: str) -> str:
+    """`text` with the user info of every URI in it masked (s3://key:secret@bucket ->
+    s3://***@bucket): a refusal that echoes a value never carries a credential."""
+    return _USERINFO_RE.sub(r"\1***@", text)

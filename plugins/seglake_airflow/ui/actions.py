@@ -135,7 +135,10 @@ SCRIPT = r"""
       }
       if (d.run_url) {
         var link = "<a class=\"action-run\" href=\".." + esc(d.run_url) + "\">" + esc(d.dag_id + " " + d.dag_run_id) + "</a>";
-        var html = esc(f.dataset.label) + ": " + (d.dag_paused === false ? "started " : d.dag_paused ? "queued " : "created ") + link;
+        var html = esc(f.dataset.label) + ": " + (d.dag_paused === false && !d.waits ? "started " : d.dag_paused || d.waits ? "queued " : "created ") + link;
+        if (d.waits) {   // queued behind the DAG's max_active_runs: said, not "started"
+          html += ' <span class="paused">&mdash; ' + esc(d.waits) + "</span>";
+        }
         if (d.dag_paused !== true && d.dag_paused !== false) {   // Airflow did not say: never claim it runs
           html += ' <span class="paused">&mdash; whether the DAG ' + esc(d.dag_id) + " is paused is unknown: check its page</span>";
         }
@@ -148,7 +151,7 @@ SCRIPT = r"""
               '/unpause" data-label="unpause ' + esc(d.dag_id) + '"><button type="submit">unpause ' + esc(d.dag_id) +
               "</button></form>" : "; ask someone who may edit the DAG to unpause it") + "</span>";
         }
-        remember(html, d.dag_paused ? "warn" : "ok", {dag_id: d.dag_id, run_id: d.dag_run_id});
+        remember(html, d.dag_paused || d.waits ? "warn" : "ok", {dag_id: d.dag_id, run_id: d.dag_run_id});
       } else {
         remember(esc(f.dataset.label) + ": done" + (d.pin_id ? " (pin " + esc(d.pin_id) + ")" : ""), "ok");
       }

@@ -143,6 +143,8 @@ class Run(BaseModel):
                                                          "unpaused (null: Airflow did not say)")
     can_unpause: bool = Field(False, description="the caller may unpause the DAG (POST /dags/{dag_id}/unpause)")
     message: str = Field("", description="one sentence for the operator: started, or queued behind a paused DAG")
+    waits: Optional[str] = Field(None, description="why a run of an unpaused DAG sits queued (its DAG already runs "
+                                                   "max_active_runs runs), else null")
     run_url: str = Field(description="the run's page in Airflow (a path on this server)")
     conf: dict[str, Any]
     object: dict[str, Any] = Field(default_factory=dict, description="what the run acts on")
@@ -250,6 +252,9 @@ class MilvusRestore(Open):
     segments_total: int = Field(0, description="segments of the bundle this restore imports (0: not planned yet)")
     segments_imported: int = Field(0, description="of those, imported into Milvus so far")
     segments_failed: int = Field(0, description="of those, failed (a re-run retries them)")
+    running: bool = Field(False, description="a milvus_restore run holds it now (its leased claim)")
+    stopped: bool = Field(False, description="not verified and no run holds it: its run stopped (re-run the "
+                                             "same conf to resume)")
 
 
 class MilvusOverview(BaseModel):
@@ -283,7 +288,7 @@ def create_api():
     from fastapi.responses import HTMLResponse, JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError
+    from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, StateError, Unavailable, ValidationError, redact
     from seglake.limits import ID_MAX
     from seglake_airflow.ui import _engine
 
@@ -359,12 +364,12 @@ def create_api():
                   else 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, ValidationError)
                   else 409 if isinstance(exc, (Conflict, StateError)) else 503 if isinstance(exc, Unavailable)
                   else 500)
-        return JSONResponse({"detail": str(exc)}, status_code=status)
+        return JSONResponse({"detail": redact(str(exc))}, status_code=status)
 
     def _short(value) -> str:
-        """The refused input, short (never the whole body echoed back)."""
+        """The refused input, short (never the whole body echoed back, nor a URI's credential)."""
         from seglake.contract import show
-        text = show(value) if isinstance(value, float) else repr(value)
+        text = show(value) if isinstance(value, float) else redact(repr(value))
         return text if len(text) <= 40 else text[:37] + "..."
 
     def _model_for(request: Request):
@@ -490,6 +495,7 @@ def create_api():
         run = r.json()
         run_id = run["dag_run_id"]
         paused, schedule = _is_paused(base, dag_id, token, with_schedule=True)
+        waits = None
         may = bool(paused) and _may_unpause(request, dag_id)
         if paused:
             message = (f"queued: the DAG {dag_id} is paused, so the run waits until it is unpaused"
@@ -503,9 +509,14 @@ def create_api():
                        f"{dag_id} is paused is unknown (Airflow did not answer): check its page")
         else:
             message = f"started: run {run_id} of {dag_id} is {run.get('state') or 'created'}"
+            full = _runs_at_limit(base, dag_id, token)
+            if full:   # a queued run behind max_active_runs waits as silently as one of a paused DAG
+                waits = (f"{full[0]} runs of {dag_id} are running, its limit (max_active_runs {full[1]}); "
+                         f"it starts when one of them ends")
+                message = f"queued: run {run_id} of {dag_id} waits: {waits}"
         return {"dag_id": dag_id, "dag_run_id": run_id, "state": run.get("state"), "conf": checked,
                 "run_url": f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}", "object": obj,
-                "dag_paused": paused, "can_unpause": may, "message": message}
+                "dag_paused": paused, "can_unpause": may, "message": message, "waits": waits}
 
     def _is_paused(base: str, dag_id: str, token: str, with_schedule: bool = False):
         """Whether the DAG is paused (Airflow creates DAGs paused): a run of a paused DAG
@@ -525,6 +536,26 @@ def create_api():
         if not with_schedule:
             return value
         return value, (summary if isinstance(summary, str) and summary not in ("", "None", "null") else None)
+
+    def _runs_at_limit(base: str, dag_id: str, token: str) -> tuple[int, int] | None:
+        """(running, max_active_runs) when the DAG already runs as many runs as it may (a new
+        run then sits queued until one ends); None otherwise or when Airflow did not say."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"}
+        try:
+            r = httpx.get(f"{base}/api/v2/dags/{quote(dag_id, safe='')}", headers=headers, timeout=30)
+            limit = r.json().get("max_active_runs") if r.status_code == 200 else None
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+                return None
+            r = httpx.get(f"{base}/api/v2/dags/{quote(dag_id, safe='')}/dagRuns",
+                          params={"state": "running", "limit": 1}, headers=headers, timeout=30)
+            running = r.json().get("total_entries") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        if isinstance(running, int) and not isinstance(running, bool) and running >= limit:
+            return running, limit
+        return None
 
     def _scheduled_does(dag_id: str) -> str:
         """What a scheduled run of `dag_id` does, when that is recorded (gc: `seglake gc

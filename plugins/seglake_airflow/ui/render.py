@@ -383,7 +383,9 @@ def _milvus(m: dict) -> str:
     rest = _table(["restore", "bundle", "into", "Milvus", "state", "segments", "count(*)", "started (UTC)",
                    "verified (UTC)"],
                   [[f'<span class="runid">{escape(str(r["restore_id"]))}</span>', escape(str(r.get("bundle"))),
-                    escape(str(r.get("name"))), escape(r.get("address") or "-"), _state(str(r.get("state"))),
+                    escape(str(r.get("name"))), escape(r.get("address") or "-"), _state(str(r.get("state"))) + (
+                        ' <span class="st warn stalled">no run holds it: its milvus_restore run stopped? '
+                        '(run it again with the same conf to resume)</span>' if r.get("stopped") else ""),
                     segs(r),
                     "-" if r.get("count") is None else f"{r['count']:,} of {r.get('visible_rows')}",
                     escape(utc(r.get("created_at"))), escape(utc(r.get("verified_at")))]

@@ -70,7 +70,7 @@ def _same_restore(meta, collection: str, db: str, target: str, ts: int) -> Plan 
 
 def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, timeout: float = 3600.0,
            owner: str = "", engine: str = "auto", now: float | None = None, origin: dict | None = None,
-           backup=None, bundle: str | None = None) -> int:
+           backup=None, bundle: str | None = None, collection_id: int | None = None) -> int:
     """Set up (or resume) bringing a dropped collection back as `target`, as it was just
     before the drop: a restore to now whose replay ends at each vchannel's DropCollection
     (everything acknowledged before the drop is in the log before it). Needs the window
@@ -81,7 +81,8 @@ def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, t
     saying why for both, when neither can. Returns the copy job id; then copyjob and
     replay as for restore_as_of."""
     timeout, bps, rps = restores.check_request(target, db, timeout, owner, engine, 0, 0, origin)
-    where, p = check_undrop(meta, store, collection, target, db=db, now=now, backup=backup, bundle=bundle)
+    where, p = check_undrop(meta, store, collection, target, db=db, now=now, backup=backup, bundle=bundle,
+                            collection_id=collection_id)
     if where == "target":
         from seglake.lifecycle.pitr import from_target
 
@@ -94,7 +95,7 @@ def undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, t
 
 
 def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None,
-                 backup=None, bundle: str | None = None):
+                 backup=None, bundle: str | None = None, collection_id: int | None = None):
     """Where an undrop of `collection` into `target` comes from and its plan: ("store",
     Plan) or, when this store cannot give it and `backup` is given, ("target", (Plan,
     bundle document)) -- a re-run of an undrop from the target resumes with its own plan.
@@ -115,7 +116,7 @@ def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT
     here = f"bundle {bundle} named"   # a named bundle is the incarnation asked for: never this store's newest
     if bundle is None:
         try:
-            return "store", plan_undrop(meta, store, collection, target, db=db, now=now)
+            return "store", plan_undrop(meta, store, collection, target, db=db, now=now, collection_id=collection_id)
         except (NotFound, OutsideWindow, LogGap, StateError) as e:
             if backup is None:
                 raise
@@ -131,9 +132,13 @@ def check_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT
                           f"the backup target ({there})") from None
 
 
-def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None) -> Plan:
+def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_DB, now: float | None = None,
+                collection_id: int | None = None) -> Plan:
     """The plan of undropping `collection` into `target` from this store (that same
-    undrop's plan when `target` exists and is it), or the refusal. Read-only."""
+    undrop's plan when `target` exists and is it), or the refusal. Read-only.
+    `collection_id`: the dropped collection a run began on (a clear of that run re-runs it):
+    refused when the name's newest collection is another one (a later namesake), never
+    undropped in its place."""
     from seglake.lifecycle.drop import DROP_MODE, drop_began_ts, find
     from seglake.lifecycle.pitr.planning import purged_note
     from seglake.meta.catalog import DROPPED, DROPPING
@@ -141,6 +146,11 @@ def plan_undrop(meta, store, collection: str, target: str, *, db: str = DEFAULT_
     coll = find(meta, collection, db)
     if coll is None:
         raise NotFound(f"collection {collection!r} not found in db {db!r}{purged_note(meta, db, collection)}")
+    if collection_id is not None and coll.collection_id != collection_id:
+        raise StateError(f"collection {collection!r}: this run undropped collection id {collection_id}; the name's "
+                         f"newest collection is now id {coll.collection_id} ({coll.state}), a later one: not undropped "
+                         f"by a re-run of this run (trigger a new collection_undrop for it; bring id {collection_id} "
+                         f"back from the backup target, naming its bundle)")
     if coll.state not in (DROPPING, DROPPED):
         earlier = [c.collection_id for c in meta.catalog.list(db=db, include_dropped=True)
                    if c.name == collection and c.state in (DROPPING, DROPPED)]
