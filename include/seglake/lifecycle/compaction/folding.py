@@ -89,14 +89,29 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
     from seglake.meta import keys as keymod
 
     out = {}
+    replayed = replayed_up_to(coll)
     for vc in coll.vchannels:
         cp, _ = read_checkpoint(meta, vc)
         if cp is not None:
             out[vc] = cp.time_tick
+        elif replayed is not None:
+            out[vc] = replayed
     horizon = remembered_call_ts(meta, sorted({pchannel_of(v) for v in coll.vchannels}), keymod)
     if horizon is not None:
         out = {vc: min(t, horizon) for vc, t in out.items()}
     return out
+
+
+def replayed_up_to(coll: Collection) -> int | None:
+    """The instant a restore to a time (or an undrop) replayed a Created target up to, or
+    None. Its replay wrote the source's log up to that instant as Flushed segments (source
+    unset) while the target was Importing, and `finish` moved the TSO past it before the
+    target was Created: every row the target's own WAL holds is newer, so the instant is
+    its vchannels' floor until they have a checkpoint. Without it a target that is only
+    read never folded the deletes its replay wrote (attack s23; the class of s21's copies)."""
+    plan = (coll.properties.get("restored_from") or {}).get("replay") if coll.state == CREATED else None
+    as_of = plan.get("as_of") if isinstance(plan, dict) else None
+    return as_of if isinstance(as_of, int) and not isinstance(as_of, bool) and as_of > 0 else None
 
 
 def remembered_call_ts(meta, pchannels, keymod) -> int | None:
