@@ -369,7 +369,7 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
                           sum(x.rows_dropped for x in results), sum(x.deletes_carried for x in results),
                           sum(s.total_size() for s, _ in [*inputs, *hits]), sum(x.bytes_out for x in results),
                           outputs=len(outs))
-    return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now if fixed else time.time(), hooks)
+    return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now if fixed else r.commit_time(meta), hooks)
 
 
 def _beyond_floor(meta, coll: Collection, unit: Unit, inputs, hits) -> str | None:
