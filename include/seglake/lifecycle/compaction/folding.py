@@ -89,29 +89,34 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
     from seglake.meta import keys as keymod
 
     out = {}
-    replayed = replayed_up_to(coll)
+    before = written_before(coll)
     for vc in coll.vchannels:
         cp, _ = read_checkpoint(meta, vc)
         if cp is not None:
             out[vc] = cp.time_tick
-        elif replayed is not None:
-            out[vc] = replayed
+        elif before:
+            out[vc] = before
     horizon = remembered_call_ts(meta, sorted({pchannel_of(v) for v in coll.vchannels}), keymod)
     if horizon is not None:
         out = {vc: min(t, horizon) for vc, t in out.items()}
     return out
 
 
-def replayed_up_to(coll: Collection) -> int | None:
-    """The instant a restore to a time (or an undrop) replayed a Created target up to, or
-    None. Its replay wrote the source's log up to that instant as Flushed segments (source
-    unset) while the target was Importing, and `finish` moved the TSO past it before the
-    target was Created: every row the target's own WAL holds is newer, so the instant is
-    its vchannels' floor until they have a checkpoint. Without it a target that is only
-    read never folded the deletes its replay wrote (attack s23; the class of s21's copies)."""
-    plan = (coll.properties.get("restored_from") or {}).get("replay") if coll.state == CREATED else None
+def written_before(coll: Collection) -> int:
+    """A floor for a vchannel of a Created collection that has no checkpoint yet (0: none):
+    every row its WAL holds is newer than the collection's own creation (`created_ts`, a
+    TSO timestamp issued before its record existed) and, for a restore to a time or an
+    undrop, than the instant its replay wrote the source's log up to (`finish` moved the TSO
+    past it before the target was Created). So every delete at or below this floor was
+    copied or replayed in, and every row it can hide is Flushed. Without it a copy that is
+    only read never folded the deletes its replay wrote, nor copied deletes a merge had
+    carried into an output (no `source` there: folding._floor's rule) (attack s23)."""
+    if coll.state != CREATED:
+        return 0
+    plan = (coll.properties.get("restored_from") or {}).get("replay")
     as_of = plan.get("as_of") if isinstance(plan, dict) else None
-    return as_of if isinstance(as_of, int) and not isinstance(as_of, bool) and as_of > 0 else None
+    as_of = as_of if isinstance(as_of, int) and not isinstance(as_of, bool) and as_of > 0 else 0
+    return max(int(coll.created_ts or 0), as_of)
 
 
 def remembered_call_ts(meta, pchannels, keymod) -> int | None:
