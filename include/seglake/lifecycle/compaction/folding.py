@@ -14,7 +14,8 @@ segments the fold rewrites. So a delete entry may be folded (forgotten) when
   so no row with a smaller timestamp is still in the WAL or a growing segment, and every
   row written later has a larger timestamp (the TSO): the delete can never hide it. A
   delete copied in by a restore or an import is older than every WAL row of the copy
-  (the copy advances the TSO past what it copied). (No checkpoint yet: nothing folded.)
+  (the copy advances the TSO past what it copied). No checkpoint yet: the floor is
+  the collection's creation, or a replay's instant (written_before): every WAL row is newer.
 Its HITS are the Flushed segments with at least one row its deletes hide (THE visibility
 rule, at the plan's revision), and a row-bearing carrier itself. A FOLD unit: one
 (partition, vchannel) group of foldable carriers and the newest delete it forgets
