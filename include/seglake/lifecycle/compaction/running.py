@@ -130,12 +130,11 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
 
 def commit_time(meta) -> float:
     """The time a commit stamps (the inputs' dropped_at, which starts GC's drop_tolerance):
-    this host's clock, never before the store's clock -- a timestamp of the TSO issued now,
-    which refuses a host more than max_clock_skew behind a store in use (ClockSkewError,
-    nothing committed). A host whose clock ran 2 h behind stamped its inputs 2 h early and
-    GC reclaimed them that much before the tolerance had passed (attack s23)."""
-    from seglake.meta.alloc import physical_ms
-    return max(time.time(), physical_ms(meta.tso.now()) / 1000.0)
+    this host's clock, never before the store's clock as its TSO mark records it (read, not
+    moved). A host whose clock ran 2 h behind stamped its inputs 2 h early and GC reclaimed
+    them that much before the tolerance had passed (attack s23)."""
+    own, store_clock = meta.tso.vouch()
+    return max(own, store_clock)
 
 
 def _deletes_of(meta, store, coll: Collection, rec: dict, cache: dict) -> visibility.Deletes:

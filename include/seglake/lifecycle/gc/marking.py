@@ -164,14 +164,13 @@ def new_run_id(now=time.time) -> str:
 
 def judging_time(meta: Meta, now=time.time) -> float:
     """The time a mark judges every tolerance by (drop_tolerance, missing_tolerance): this
-    host's clock, once the store's clock vouched for it -- a TSO timestamp issued first
-    refuses a clock more than max_clock_skew (+10 s) fast while the store is in use, or
-    behind its mark (ClockSkewError, nothing judged or deleted), as every writer is held.
-    Unchecked, a GC host 2 h fast reclaimed compaction inputs Dropped a moment ago under a
-    1 h drop_tolerance (attack s23); snapshot TTLs and pins are on etcd leases for the same
-    host."""
+    host's clock, once the store's clock vouched for it (TSO.vouch: read, never moved) --
+    a clock more than max_clock_skew (+10 s) fast while the store is in use is refused
+    (ClockSkewError, nothing judged or deleted), as a writer on it would be. Unchecked, a
+    GC host 2 h fast reclaimed compaction inputs Dropped a moment ago under a 1 h
+    drop_tolerance (attack s23); snapshot TTLs and pins are on etcd leases for that host."""
     try:
-        meta.tso.now()
+        meta.tso.vouch()
     except ClockSkewError:
         raise
     except Exception as e:
