@@ -44,7 +44,13 @@ def test_gc_on_a_fast_clock_never_reclaims_compacted_inputs_early(meta, store, s
         monkeypatch.setattr(inline, "mark", functools.partial(marking.mark, now=fast))
         opts = gc.GCOptions.from_settings(settings, drop_tolerance=3600.0,
                                           collection_id=meta.catalog.get_by_name("c").collection_id)
-        meta.tso.now()                                  # a writer with a right clock: the store is in use
+        judge = marking.judging_time
+
+        def in_use_then_judge(m, now=time.time):        # a writer with a right clock is active as GC judges
+            meta.tso.now()
+            return judge(m, now)
+
+        monkeypatch.setattr(marking, "judging_time", in_use_then_judge)
         try:
             gc.run(g, store, opts)
         except ClockSkewError:
