@@ -361,6 +361,20 @@ class TSO:
             return
         raise Conflict(f"could not reserve timestamps on {self.key} after {CAS_ATTEMPTS} attempts")
 
+    def vouch(self) -> tuple[float, float]:
+        """(this process's clock, the store's clock as its mark last recorded it), in seconds,
+        without issuing or writing anything (a job that judges or stamps times -- GC, a
+        compaction commit -- must not move the mark: a fast clock on an idle store would then
+        hold every right clock back). ClockSkewError when this clock leads the mark by more
+        than max_clock_skew + LIVE_GRACE while the store is in use: what a reservation by it
+        would refuse. One etcd read (two more only when it leads by that much)."""
+        cur = self.kv.get(self.key)
+        mark = decode_mark(cur.value, self.key) if cur is not None else 0
+        wall_ms = int(self.clock() * 1000)
+        if cur is not None and (wall_ms - physical_ms(mark)) / 1000 > self.max_clock_skew + LIVE_GRACE:
+            self._check_not_fast(mark, wall_ms)
+        return wall_ms / 1000, physical_ms(mark) / 1000
+
     def check_ahead(self, ts: int, what: str = "the timestamp") -> None:
         """ClockSkewError when `ts` leads this process's clock by more than max_clock_skew
         (what advance_past(ts) would refuse): for a caller that must refuse a value, e.g. a

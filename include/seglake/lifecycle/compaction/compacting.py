@@ -12,7 +12,7 @@ from seglake import runners
 from seglake.errors import Conflict, NotFound
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.codec import decode, encode
-from seglake.meta.kv import Put, exists
+from seglake.meta.kv import Put, absent, exists
 from seglake.lifecycle.compaction.planning import Plan, plan
 from seglake.lifecycle.compaction.policy import Policy, Unit
 from seglake.lifecycle.compaction.running import ALREADY, COMMITTED, LOST, UnitResult, run_unit
@@ -94,6 +94,7 @@ def record(meta, summary: Summary, trigger: str = "manual") -> None:
     doc["trigger"] = trigger
     cid = summary.plan.collection_id
     ops = [Put(meta.keys.compaction_run(cid), encode(doc))]
+    line = None
     if summary.plan.units:
         c = summary.counts()
         try:
@@ -108,11 +109,23 @@ def record(meta, summary: Summary, trigger: str = "manual") -> None:
                 "units": len(summary.plan.units), "committed": c["committed"] + c["already_committed"],
                 "lost": c["lost"], "rows_dropped": c["rows_dropped"], "bytes_in": c["bytes_in"],
                 "bytes_out": c["bytes_out"], "bytes_reclaimed": max(0, c["bytes_in"] - c["bytes_out"])}
-        ops.append(Put(meta.keys.compaction_history(cid, int(doc["recorded_at"] * 1000)), encode(line)))
-    try:    # only while the collection's record exists: GC's purge removes these with it, in one txn
-        meta.kv.txn([exists(meta.keys.collection(cid))], ops, f"record the compaction run of collection {cid}")
-    except Conflict:
-        return              # purged meanwhile: a record written now would outlive it for ever
+    for _ in range(HISTORY_ATTEMPTS):
+        compares, extra = [exists(meta.keys.collection(cid))], []
+        if line is not None:
+            # the line's key: after every line already there (a clock stepped back would
+            # else sort the new line first, and the prune below removed it at once) and
+            # never another run's (two runs in one millisecond overwrote each other)
+            key = meta.keys.compaction_history(cid, _history_millis(meta, cid, doc["recorded_at"]))
+            compares.append(absent(key))
+            extra = [Put(key, encode(line))]
+        try:    # only while the collection's record exists: GC's purge removes these with it, in one txn
+            meta.kv.txn(compares, ops + extra, f"record the compaction run of collection {cid}")
+            break
+        except Conflict:
+            if line is None or not exists_now(meta, meta.keys.collection(cid)):
+                return      # purged meanwhile: a record written now would outlive it for ever
+    else:
+        return
     if summary.plan.units:
         old = list(meta.kv.range(meta.keys.compaction_history_prefix(cid), keys_only=True))
         for kv in old[:max(0, len(old) - HISTORY_KEEP)]:
@@ -120,14 +133,37 @@ def record(meta, summary: Summary, trigger: str = "manual") -> None:
 
 
 HISTORY_KEEP = 100          # history lines kept per collection
+HISTORY_ATTEMPTS = 5        # a history line's key taken meanwhile by another run: the next one
+
+
+def _history_millis(meta, collection_id: int, recorded_at: float) -> int:
+    """The key of a new history line: its time in ms, or past the newest line's key."""
+    newest = 0
+    for kv in meta.kv.range(meta.keys.compaction_history_prefix(collection_id), keys_only=True):
+        newest = max(newest, _key_millis(kv.key))
+    return max(int(recorded_at * 1000), newest + 1)
+
+
+def _key_millis(key: str) -> int:
+    try:
+        return int(key.rsplit("/", 1)[-1])
+    except ValueError:
+        return 0
+
+
+def exists_now(meta, key: str) -> bool:
+    return meta.kv.get(key) is not None
 HISTORY_COLUMNS = ("time", "collection", "engine", "trigger", "segments", "rows_dropped", "bytes_reclaimed",
                    "units", "lost", "seconds")
 
 
 def history(meta, collection_id: int | None = None, last: int = 20) -> list[dict]:
     """The last `last` runs (newest first), of one collection or of all."""
-    runs = [decode(kv.value, kv.key) for kv in meta.kv.range(meta.keys.compaction_history_prefix(collection_id))]
-    return sorted(runs, key=lambda r: r["recorded_at"], reverse=True)[:last]
+    runs = [(_key_millis(kv.key), decode(kv.value, kv.key))
+            for kv in meta.kv.range(meta.keys.compaction_history_prefix(collection_id))]
+    # by key: a collection's lines are keyed in the order they were recorded (_history_millis),
+    # whatever a host's clock said
+    return [r for _, r in sorted(runs, key=lambda x: (x[0], x[1]["recorded_at"]), reverse=True)][:last]
 
 
 def history_row(r: dict) -> dict:

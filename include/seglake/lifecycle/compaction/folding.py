@@ -14,7 +14,8 @@ segments the fold rewrites. So a delete entry may be folded (forgotten) when
   so no row with a smaller timestamp is still in the WAL or a growing segment, and every
   row written later has a larger timestamp (the TSO): the delete can never hide it. A
   delete copied in by a restore or an import is older than every WAL row of the copy
-  (the copy advances the TSO past what it copied). (No checkpoint yet: nothing folded.)
+  (the copy advances the TSO past what it copied). No checkpoint yet: the floor is
+  the collection's creation, or a replay's instant (written_before): every WAL row is newer.
 Its HITS are the Flushed segments with at least one row its deletes hide (THE visibility
 rule, at the plan's revision), and a row-bearing carrier itself. A FOLD unit: one
 (partition, vchannel) group of foldable carriers and the newest delete it forgets
@@ -89,14 +90,34 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
     from seglake.meta import keys as keymod
 
     out = {}
+    before = written_before(coll)
     for vc in coll.vchannels:
         cp, _ = read_checkpoint(meta, vc)
         if cp is not None:
             out[vc] = cp.time_tick
+        elif before:
+            out[vc] = before
     horizon = remembered_call_ts(meta, sorted({pchannel_of(v) for v in coll.vchannels}), keymod)
     if horizon is not None:
         out = {vc: min(t, horizon) for vc, t in out.items()}
     return out
+
+
+def written_before(coll: Collection) -> int:
+    """A floor for a vchannel of a Created collection that has no checkpoint yet (0: none):
+    every row its WAL holds is newer than the collection's own creation (`created_ts`, a
+    TSO timestamp issued before its record existed) and, for a restore to a time or an
+    undrop, than the instant its replay wrote the source's log up to (`finish` moved the TSO
+    past it before the target was Created). So every delete at or below this floor was
+    copied or replayed in, and every row it can hide is Flushed. Without it a copy that is
+    only read never folded the deletes its replay wrote, nor copied deletes a merge had
+    carried into an output (no `source` there: folding._floor's rule) (attack s23)."""
+    if coll.state != CREATED:
+        return 0
+    plan = (coll.properties.get("restored_from") or {}).get("replay")
+    as_of = plan.get("as_of") if isinstance(plan, dict) else None
+    as_of = as_of if isinstance(as_of, int) and not isinstance(as_of, bool) and as_of > 0 else 0
+    return max(int(coll.created_ts or 0), as_of)
 
 
 def remembered_call_ts(meta, pchannels, keymod) -> int | None:
@@ -354,7 +375,7 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
                           sum(x.rows_dropped for x in results), sum(x.deletes_carried for x in results),
                           sum(s.total_size() for s, _ in [*inputs, *hits]), sum(x.bytes_out for x in results),
                           outputs=len(outs))
-    return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now if fixed else time.time(), hooks)
+    return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now if fixed else r.commit_time(meta), hooks)
 
 
 def _beyond_floor(meta, coll: Collection, unit: Unit, inputs, hits) -> str | None:

@@ -125,7 +125,16 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     _hook(hooks, "after_files", unit)
     faults.point("compaction.after_files")
     check_files(store, out)
-    return commit(meta, store, unit, rkv, inputs, out, result, now if fixed else time.time(), hooks)
+    return commit(meta, store, unit, rkv, inputs, out, result, now if fixed else commit_time(meta), hooks)
+
+
+def commit_time(meta) -> float:
+    """The time a commit stamps (the inputs' dropped_at, which starts GC's drop_tolerance):
+    this host's clock, never before the store's clock as its TSO mark records it (read, not
+    moved). A host whose clock ran 2 h behind stamped its inputs 2 h early and GC reclaimed
+    them that much before the tolerance had passed (attack s23)."""
+    own, store_clock = meta.tso.vouch()
+    return max(own, store_clock)
 
 
 def _deletes_of(meta, store, coll: Collection, rec: dict, cache: dict) -> visibility.Deletes:

@@ -63,14 +63,14 @@ from seglake.lifecycle.gc.judgement import (Reclaim, reclaimable, judge, decide,
 from seglake.lifecycle.gc.report import (CANDIDATES, DROPPED_PARTS, LEGACY_PART, check_run_id,
                                          part_key, write_part, report_parts, read_part, sweep_plan,
                                          read_report, read_json, latest_summary)
-from seglake.lifecycle.gc.marking import (Tally, MarkCounts, MarkResult, new_run_id, mark, finish_mark)
+from seglake.lifecycle.gc.marking import (Tally, MarkCounts, MarkResult, new_run_id, judging_time, mark, finish_mark)
 from seglake.lifecycle.gc.sweeping import (SweepResult, still_collectable, sweep, record_sweep,
                                         sweep_part, sweep_parts_from_env)
 from seglake.lifecycle.gc.records import (clean_records)
 from seglake.lifecycle.gc.engine import choose as choose_engine
 from seglake.lifecycle.gc.inline import (run, format_summary)
 
-__all__ = ['choose_engine', 'GC_PREFIX', 'INTERNAL', 'SWEEP_BATCH', 'SAMPLE', 'ORPHAN', 'DROPPED_SEGMENT', 'WAL_TRUNCATED', 'CANDIDATE_REASONS', 'WAL_RETAINED', 'WAL_SKIPPED', 'REFERENCED', 'INTERNAL_FILE', 'UNRECOGNISED', 'UNKNOWN_SEGMENT', 'OUT_OF_SCOPE', 'DROPPED_RECENT', 'UNREADABLE_DIR', 'BLOCKED', 'PAUSED', 'YOUNG', 'GCError', 'GCOptions', 'positive', 'pause', 'resume', 'paused_scopes', 'set_schedule', 'get_schedule', 'clear_schedule', 'References', 'load_references', 'snapshot_records', 'refresh_references', 'changed_records', 'WalView', 'wal_truncatable', 'wal_referenced', 'load_wal_view', 'not_truncatable', 'Reclaim', 'reclaimable', 'judge', 'decide', 'lookup_segment', 'refuse_symlink', 'report_row', 'classify', 'scan_prefixes', 'CANDIDATES', 'DROPPED_PARTS', 'LEGACY_PART', 'check_run_id', 'part_key', 'write_part', 'report_parts', 'read_part', 'sweep_plan', 'read_report', 'read_json', 'latest_summary', 'Tally', 'MarkCounts', 'MarkResult', 'new_run_id', 'mark', 'finish_mark', 'SweepResult', 'still_collectable', 'sweep', 'record_sweep', 'sweep_part', 'sweep_parts_from_env', 'clean_records', 'run', 'format_summary']
+__all__ = ['choose_engine', 'GC_PREFIX', 'INTERNAL', 'SWEEP_BATCH', 'SAMPLE', 'ORPHAN', 'DROPPED_SEGMENT', 'WAL_TRUNCATED', 'CANDIDATE_REASONS', 'WAL_RETAINED', 'WAL_SKIPPED', 'REFERENCED', 'INTERNAL_FILE', 'UNRECOGNISED', 'UNKNOWN_SEGMENT', 'OUT_OF_SCOPE', 'DROPPED_RECENT', 'UNREADABLE_DIR', 'BLOCKED', 'PAUSED', 'YOUNG', 'GCError', 'GCOptions', 'positive', 'pause', 'resume', 'paused_scopes', 'set_schedule', 'get_schedule', 'clear_schedule', 'References', 'load_references', 'snapshot_records', 'refresh_references', 'changed_records', 'WalView', 'wal_truncatable', 'wal_referenced', 'load_wal_view', 'not_truncatable', 'Reclaim', 'reclaimable', 'judge', 'decide', 'lookup_segment', 'refuse_symlink', 'report_row', 'classify', 'scan_prefixes', 'CANDIDATES', 'DROPPED_PARTS', 'LEGACY_PART', 'check_run_id', 'part_key', 'write_part', 'report_parts', 'read_part', 'sweep_plan', 'read_report', 'read_json', 'latest_summary', 'Tally', 'MarkCounts', 'MarkResult', 'new_run_id', 'judging_time', 'mark', 'finish_mark', 'SweepResult', 'still_collectable', 'sweep', 'record_sweep', 'sweep_part', 'sweep_parts_from_env', 'clean_records', 'run', 'format_summary']
 
 from seglake.facade import seal  # noqa: E402
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from seglake.lifecycle.gc.judgement import classify, reclaimable, scan_prefixes
 from seglake.lifecycle.gc.listing import list_objects
-from seglake.lifecycle.gc.options import GCOptions
+from seglake.errors import ClockSkewError
+from seglake.lifecycle.gc.options import GCError, GCOptions
 from seglake.lifecycle.gc.refs import References, load_references
 from seglake.lifecycle.gc.report import CANDIDATES, check_run_id, write_part
 from seglake.lifecycle.gc.verdicts import (CANDIDATE_REASONS, DROPPED_SEGMENT, INTERNAL_FILE, REFERENCED, SAMPLE,
@@ -161,6 +162,22 @@ def new_run_id(now=time.time) -> str:
     return f"gc-{int(now() * 1000)}-{uuid.uuid4().hex[:6]}"  # two runs at once never share one
 
 
+def judging_time(meta: Meta, now=time.time) -> float:
+    """The time a mark judges every tolerance by (drop_tolerance, missing_tolerance): this
+    host's clock, once the store's clock vouched for it (TSO.vouch: read, never moved) --
+    a clock more than max_clock_skew (+10 s) fast while the store is in use is refused
+    (ClockSkewError, nothing judged or deleted), as a writer on it would be. Unchecked, a
+    GC host 2 h fast reclaimed compaction inputs Dropped a moment ago under a 1 h
+    drop_tolerance (attack s23); snapshot TTLs and pins are on etcd leases for that host."""
+    try:
+        meta.tso.vouch()
+    except ClockSkewError:
+        raise
+    except Exception as e:
+        raise GCError(f"the store's clock (TSO) could not be read, nothing judged: {type(e).__name__}: {e}") from e
+    return now()
+
+
 def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
          refs: References | None = None, now=time.time) -> MarkResult:
     """The mark phase, inline (a dry run is this alone): every candidate the sweep may
@@ -168,7 +185,7 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
     (spark/jobs/gc_scan.py) judges with the same `decide` and writes the same report."""
     opts.check()
     run_id = check_run_id(new_run_id(now) if run_id is None else run_id)
-    started = now()
+    started = judging_time(meta, now)
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     refs = refs or load_references(meta, store)
     reclaim = reclaimable(refs, opts, started)
