@@ -299,8 +299,9 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     version = check_version(client.one({"op": "version"}).get("version", ""), target.address, "written")
     rid = restore_id(target, req)
     rec, _ = Records(kv, keys, rid).get()
-    # a finished restore whose collection was dropped since: the name is free again (its record
-    # is replaced when the run begins, see _forget_dropped); it was resumed, and failed on the
+    # a restore whose collection was dropped since (finished, or killed half-way and its half-made
+    # collection dropped by the operator to start clean): the name is free again (its record is
+    # replaced when the run begins, see _forget_dropped); it was resumed, and failed on the
     # missing collection, or refused another bundle for a name Milvus does not have
     replaces = _dropped_since(rec, client, req.name)
     if replaces:
@@ -326,8 +327,11 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
 
 
 def _dropped_since(rec: dict | None, client, name: str) -> bool:
-    """A verified restore whose collection Milvus no longer has (dropped by its user)."""
-    return rec is not None and rec.get("state") == "verified" and \
+    """A restore that created its collection (verified, or stopped at any later step) whose
+    collection Milvus no longer has (dropped by its user): history. Refusing it for ever left a
+    name free in Milvus that no restore could ever take again (a killed restore's half-made
+    collection dropped to start clean is the usual way there)."""
+    return rec is not None and rec.get("collection_id") is not None and \
         not client.one({"op": "has", "name": name})["exists"]
 
 
@@ -512,7 +516,7 @@ def _create(recs: Records, client, target, req, plan) -> dict:
     if rec is None:
         recs.create({"v": 2, "group_bytes": GROUP_BYTES, "state": "checked", "bundle_uid": plan["uid"], "bundle": f"{req.db}.{req.collection}/{req.bundle}",
                      "name": req.name, "target": target.describe(), "created_at": time.time()})
-        _first_for_name(recs, target, req)
+        _first_for_name(recs, target, req, client)
         rec, _ = recs.get()
     if rec["state"] == "checked":
         rec = recs.move("creating")
@@ -532,13 +536,14 @@ def _create(recs: Records, client, target, req, plan) -> dict:
     return rec
 
 
-def _first_for_name(recs: Records, target: MilvusTarget, req: Request) -> None:
+def _first_for_name(recs: Records, target: MilvusTarget, req: Request, client) -> None:
     """The restore id hashes the bundle's database too: two restores of bundles of two
     databases into one new name have two ids, two claims. Both could pass check, one create
     the collection and the other adopt it (same schema, no import yet): both imported into it.
     Once its record exists, a restore yields to any other record of the same target and name
-    written before it (etcd create revision) that is not finished history; the loser's record
-    goes, and it is refused before anything is written in Milvus."""
+    written before it (etcd create revision) that is not finished history (verified, or its
+    collection dropped since: _dropped_since); the loser's record goes, and it is refused
+    before anything is written in Milvus."""
     mine = recs.kv.get(recs.key)
     for item in recs.kv.range(recs.keys.milvus_restores_prefix()):
         if item.key == recs.key or item.create_revision > mine.create_revision:
@@ -549,7 +554,8 @@ def _first_for_name(recs: Records, target: MilvusTarget, req: Request) -> None:
             continue
         t = other.get("target") or {}
         if other.get("name") == req.name and t.get("address") == target.address and \
-                t.get("bucket") == target.bucket and other.get("state") != "verified":
+                t.get("bucket") == target.bucket and other.get("state") != "verified" and \
+                not _dropped_since(other, client, req.name):
             recs.kv.delete(recs.key)
             raise Conflict(f"restore {item.key.rsplit('/', 1)[-1]} of {other.get('bundle')} into {req.name!r} at "
                            f"{target.address} began first; restore under another name")
