@@ -561,6 +561,34 @@ def _first_for_name(recs: Records, target: MilvusTarget, req: Request, client) -
                            f"{target.address} began first; restore under another name")
 
 
+def _sole_restore_of(recs: Records, target: MilvusTarget, req: Request, rec: dict) -> None:
+    """Before its first import: no other restore record holds this collection (same bucket,
+    name and Milvus collection id) ahead of this one. The first-for-name rule compares
+    address strings, so the same restore run at once through two addresses of one Milvus
+    (localhost:P and 127.0.0.1:P: two ids, two claims) could both pass it, one create the
+    collection and the other adopt it: both imported into it (its rows twice, each run
+    verified before the other's segments were loaded). Ahead: past `created` (it passed this
+    check), or `created` at an earlier etcd revision (the move to `created` is its last write
+    before this check). The run behind yields: its record goes (it imported nothing), Conflict."""
+    mine = recs.kv.get(recs.key)
+    for item in recs.kv.range(recs.keys.milvus_restores_prefix()):
+        if item.key == recs.key:
+            continue
+        try:
+            other = json.loads(item.value)
+        except ValueError:
+            continue
+        if other.get("collection_id") != rec["collection_id"] or other.get("name") != req.name or \
+                (other.get("target") or {}).get("bucket") != target.bucket:
+            continue
+        if other.get("state") != "created" or item.mod_revision < mine.mod_revision:
+            recs.kv.delete(recs.key)
+            raise Conflict(f"collection {req.name!r} (id {rec['collection_id']}) is restore "
+                           f"{item.key.rsplit('/', 1)[-1]}'s (of {other.get('bundle')}, through "
+                           f"{(other.get('target') or {}).get('address')}): this run of the same name through "
+                           f"{target.address} imports nothing into it")
+
+
 def _adopt(client, name: str, plan: dict) -> dict:
     got = client.one({"op": "schema", "name": name})
     want = [(f["name"], int(f["field_id"]), int(f["data_type"]), bool(f.get("is_primary_key")))
@@ -842,6 +870,7 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
         raise Conflict(f"collection {req.name!r} in Milvus is not the one restore {plan['rid']} created (id "
                        f"{got['id']}, recorded {rec['collection_id']}): dropped and made again by someone else?")
     if rec["state"] == "created":         # a state the per-segment code before v2 never acts on
+        _sole_restore_of(recs, target, req, rec)
         rec = recs.move("importing")
     if rec["state"] == "importing":
         recorded = recs.segments()
