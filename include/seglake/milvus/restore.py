@@ -303,7 +303,7 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     # collection dropped by the operator to start clean): the name is free again (its record is
     # replaced when the run begins, see _forget_dropped); it was resumed, and failed on the
     # missing collection, or refused another bundle for a name Milvus does not have
-    replaces = _dropped_since(rec, client, req.name)
+    replaces = not _running(kv, keys, rid) and _dropped_since(rec, client, req.name)
     if replaces:
         rec = None
     if rec is not None and rec["bundle_uid"] != doc["uid"]:
@@ -327,12 +327,17 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
 
 
 def _dropped_since(rec: dict | None, client, name: str) -> bool:
-    """A restore that created its collection (verified, or stopped at any later step) whose
-    collection Milvus no longer has (dropped by its user): history. Refusing it for ever left a
-    name free in Milvus that no restore could ever take again (a killed restore's half-made
-    collection dropped to start clean is the usual way there)."""
-    return rec is not None and rec.get("collection_id") is not None and \
-        not client.one({"op": "has", "name": name})["exists"]
+    """A recorded restore whose name Milvus does not have: its collection dropped by its user
+    since (verified, or a killed restore's half-made collection dropped to start clean), or
+    never made (stopped before or at Milvus's create call, which Milvus may refuse): history,
+    once no run of it is going on (the caller's claim, or _running). Refusing it for ever
+    left a name free in Milvus that no restore could ever take again."""
+    return rec is not None and not client.one({"op": "has", "name": name})["exists"]
+
+
+def _running(kv, keys, rid: str) -> bool:
+    """A run of restore `rid` holds its claim now (_one_run)."""
+    return kv.get(keys.milvus_restore_run(rid)) is not None
 
 
 def _forget_dropped(kv, keys, recs, client, name: str) -> None:
@@ -541,8 +546,8 @@ def _first_for_name(recs: Records, target: MilvusTarget, req: Request, client) -
     databases into one new name have two ids, two claims. Both could pass check, one create
     the collection and the other adopt it (same schema, no import yet): both imported into it.
     Once its record exists, a restore yields to any other record of the same target and name
-    written before it (etcd create revision) that is not finished history (verified, or its
-    collection dropped since: _dropped_since); the loser's record goes, and it is refused
+    written before it (etcd create revision) that is not history (verified, or, not being
+    run, its name not in Milvus: _dropped_since); the loser's record goes, and it is refused
     before anything is written in Milvus."""
     mine = recs.kv.get(recs.key)
     for item in recs.kv.range(recs.keys.milvus_restores_prefix()):
@@ -555,7 +560,8 @@ def _first_for_name(recs: Records, target: MilvusTarget, req: Request, client) -
         t = other.get("target") or {}
         if other.get("name") == req.name and t.get("address") == target.address and \
                 t.get("bucket") == target.bucket and other.get("state") != "verified" and \
-                not _dropped_since(other, client, req.name):
+                (_running(recs.kv, recs.keys, item.key.rsplit("/", 1)[-1]) or
+                 not _dropped_since(other, client, req.name)):
             recs.kv.delete(recs.key)
             raise Conflict(f"restore {item.key.rsplit('/', 1)[-1]} of {other.get('bundle')} into {req.name!r} at "
                            f"{target.address} began first; restore under another name")
@@ -856,6 +862,10 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
     recs = Records(kv, keys, plan["rid"])
     if plan.get("replaces"):
         _forget_dropped(kv, keys, recs, client, req.name)
+    rec = recs.get()[0]
+    if rec is not None and rec["bundle_uid"] != plan["uid"]:     # made by another run since check()
+        raise Conflict(f"a restore of another bundle ({rec['bundle']}) into {req.name!r} at {target.address} is "
+                       f"recorded (restore {plan['rid']})")
     same_staging(recs.get()[0], target, plan["rid"])
     rec = _create(recs, client, target, req, plan)
     # the units as the restore began them: per segment for a v1 record, else its recorded bound
