@@ -819,10 +819,15 @@ def _import_hint(client) -> str:
             if version and filters_by_pk(version) else "")
 
 
-def _index_params(ix: dict) -> dict:
+def _index_params(ix: dict, scalar: bool = False) -> dict:
     """The create_index params of a captured index, as the user gave them: a scalar index
     (STL_SORT, Trie, ...) has no metric and no params, and gets none (an invented metric_type
-    L2 would differ from the source's index)."""
+    L2 would differ from the source's index). A scalar index the user made with no params
+    at all (Milvus picks its type: user_index_params empty, index_params the type it picked)
+    is made the same way: given the picked type, Milvus describes it with that type, not
+    with the source's empty params."""
+    if scalar and "user_index_params" in ix and not ix["user_index_params"]:
+        return {}
     p = dict(ix.get("user_index_params") or ix.get("index_params") or {})
     out = {"index_type": p.pop("index_type", "FLAT")}
     if "metric_type" in p:
@@ -893,9 +898,11 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
         rec = recs.move("imported")
     if rec["state"] == "imported":
         fname = {int(f["field_id"]): f["name"] for f in plan["schema"]["fields"]}
+        scalar = {int(f["field_id"]) for f in plan["schema"]["fields"] if int(f["data_type"]) not in VECTOR_TYPES}
         for ix in plan["indexes"]:
             client.one({"op": "create_index", "name": req.name, "field": fname[int(ix["field_id"])],
-                        "index_name": ix.get("index_name", ""), "params": _index_params(ix)})
+                        "index_name": ix.get("index_name", ""),
+                        "params": _index_params(ix, scalar=int(ix["field_id"]) in scalar)})
         vec = [f for f in plan["schema"]["fields"] if int(f["data_type"]) in VECTOR_TYPES]
         have = {int(ix["field_id"]) for ix in plan["indexes"]}
         for f in vec:                     # Milvus 2.3 loads only a collection whose vectors are indexed
