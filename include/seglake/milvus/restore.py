@@ -340,11 +340,17 @@ def _running(kv, keys, rid: str) -> bool:
     return kv.get(keys.milvus_restore_run(rid)) is not None
 
 
-def _forget_dropped(kv, keys, recs, client, name: str) -> None:
-    """Under the run's claim: a verified restore whose collection was dropped since is history;
-    its records go, so this run restores into the free name from the start."""
+def _forget_dropped(kv, keys, recs, client, name: str, target: MilvusTarget) -> None:
+    """Under the run's claim: a recorded restore whose name Milvus does not have is history
+    (_dropped_since); its staged files and records go, so this run restores into the free
+    name from the start. The files first: Milvus's binlog import reads every segment folder
+    under a unit's partition dir, and a folder the earlier run staged there for a segment this
+    bundle does not have (a newer capture, that segment compacted away) would be imported too."""
     rec, _ = recs.get()
     if _dropped_since(rec, client, name):
+        if (rec.get("target") or {}).get("staging", target.staging) == target.staging:
+            store = target.store()
+            store.delete_many([o.key for o in store.list(f"{recs.rid}/")])
         kv.delete_prefix(keys.milvus_restore_segments_prefix(recs.rid))
         kv.delete(recs.key)
 
@@ -866,7 +872,7 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
     doc = read_bundle(backup, req)
     recs = Records(kv, keys, plan["rid"])
     if plan.get("replaces"):
-        _forget_dropped(kv, keys, recs, client, req.name)
+        _forget_dropped(kv, keys, recs, client, req.name, target)
     rec = recs.get()[0]
     if rec is not None and rec["bundle_uid"] != plan["uid"]:     # made by another run since check()
         raise Conflict(f"a restore of another bundle ({rec['bundle']}) into {req.name!r} at {target.address} is "
