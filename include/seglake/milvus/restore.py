@@ -304,10 +304,11 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
     version = check_version(client.one({"op": "version"}).get("version", ""), target.address, "written")
     rid = restore_id(target, req)
     rec, _ = Records(kv, keys, rid).get()
-    # a finished restore whose collection was dropped since: the name is free again (its record
-    # is replaced when the run begins, see _forget_dropped); it was resumed, and failed on the
+    # a restore whose collection was dropped since (finished, or killed half-way and its half-made
+    # collection dropped by the operator to start clean): the name is free again (its record is
+    # replaced when the run begins, see _forget_dropped); it was resumed, and failed on the
     # missing collection, or refused another bundle for a name Milvus does not have
-    replaces = _dropped_since(rec, client, req.name)
+    replaces = not _running(kv, keys, rid) and _dropped_since(rec, client, req.name)
     if replaces:
         rec = None
     if rec is not None and rec["bundle_uid"] != doc["uid"]:
@@ -331,16 +332,30 @@ def check(kv, keys, backup, target: MilvusTarget, req: Request, client=None) -> 
 
 
 def _dropped_since(rec: dict | None, client, name: str) -> bool:
-    """A verified restore whose collection Milvus no longer has (dropped by its user)."""
-    return rec is not None and rec.get("state") == "verified" and \
-        not client.one({"op": "has", "name": name})["exists"]
+    """A recorded restore whose name Milvus does not have: its collection dropped by its user
+    since (verified, or a killed restore's half-made collection dropped to start clean), or
+    never made (stopped before or at Milvus's create call, which Milvus may refuse): history,
+    once no run of it is going on (the caller's claim, or _running). Refusing it for ever
+    left a name free in Milvus that no restore could ever take again."""
+    return rec is not None and not client.one({"op": "has", "name": name})["exists"]
 
 
-def _forget_dropped(kv, keys, recs, client, name: str) -> None:
-    """Under the run's claim: a verified restore whose collection was dropped since is history;
-    its records go, so this run restores into the free name from the start."""
+def _running(kv, keys, rid: str) -> bool:
+    """A run of restore `rid` holds its claim now (_one_run)."""
+    return kv.get(keys.milvus_restore_run(rid)) is not None
+
+
+def _forget_dropped(kv, keys, recs, client, name: str, target: MilvusTarget) -> None:
+    """Under the run's claim: a recorded restore whose name Milvus does not have is history
+    (_dropped_since); its staged files and records go, so this run restores into the free
+    name from the start. The files first: Milvus's binlog import reads every segment folder
+    under a unit's partition dir, and a folder the earlier run staged there for a segment this
+    bundle does not have (a newer capture, that segment compacted away) would be imported too."""
     rec, _ = recs.get()
     if _dropped_since(rec, client, name):
+        if (rec.get("target") or {}).get("staging", target.staging) == target.staging:
+            store = target.store()
+            store.delete_many([o.key for o in store.list(f"{recs.rid}/")])
         kv.delete_prefix(keys.milvus_restore_segments_prefix(recs.rid))
         kv.delete(recs.key)
 
@@ -517,7 +532,7 @@ def _create(recs: Records, client, target, req, plan) -> dict:
     if rec is None:
         recs.create({"v": 2, "group_bytes": GROUP_BYTES, "state": "checked", "bundle_uid": plan["uid"], "bundle": f"{req.db}.{req.collection}/{req.bundle}",
                      "name": req.name, "target": target.describe(), "created_at": time.time()})
-        _first_for_name(recs, target, req)
+        _first_for_name(recs, target, req, client)
         rec, _ = recs.get()
     if rec["state"] == "checked":
         rec = recs.move("creating")
@@ -537,13 +552,14 @@ def _create(recs: Records, client, target, req, plan) -> dict:
     return rec
 
 
-def _first_for_name(recs: Records, target: MilvusTarget, req: Request) -> None:
+def _first_for_name(recs: Records, target: MilvusTarget, req: Request, client) -> None:
     """The restore id hashes the bundle's database too: two restores of bundles of two
     databases into one new name have two ids, two claims. Both could pass check, one create
     the collection and the other adopt it (same schema, no import yet): both imported into it.
     Once its record exists, a restore yields to any other record of the same target and name
-    written before it (etcd create revision) that is not finished history; the loser's record
-    goes, and it is refused before anything is written in Milvus."""
+    written before it (etcd create revision) that is not history (verified, or, not being
+    run, its name not in Milvus: _dropped_since); the loser's record goes, and it is refused
+    before anything is written in Milvus."""
     mine = recs.kv.get(recs.key)
     for item in recs.kv.range(recs.keys.milvus_restores_prefix()):
         if item.key == recs.key or item.create_revision > mine.create_revision:
@@ -554,10 +570,40 @@ def _first_for_name(recs: Records, target: MilvusTarget, req: Request) -> None:
             continue
         t = other.get("target") or {}
         if other.get("name") == req.name and t.get("address") == target.address and \
-                t.get("bucket") == target.bucket and other.get("state") != "verified":
+                t.get("bucket") == target.bucket and other.get("state") != "verified" and \
+                (_running(recs.kv, recs.keys, item.key.rsplit("/", 1)[-1]) or
+                 not _dropped_since(other, client, req.name)):
             recs.kv.delete(recs.key)
             raise Conflict(f"restore {item.key.rsplit('/', 1)[-1]} of {other.get('bundle')} into {req.name!r} at "
                            f"{target.address} began first; restore under another name")
+
+
+def _sole_restore_of(recs: Records, target: MilvusTarget, req: Request, rec: dict) -> None:
+    """Before its first import: no other restore record holds this collection (same bucket,
+    name and Milvus collection id) ahead of this one. The first-for-name rule compares
+    address strings, so the same restore run at once through two addresses of one Milvus
+    (localhost:P and 127.0.0.1:P: two ids, two claims) could both pass it, one create the
+    collection and the other adopt it: both imported into it (its rows twice, each run
+    verified before the other's segments were loaded). Ahead: past `created` (it passed this
+    check), or `created` at an earlier etcd revision (the move to `created` is its last write
+    before this check). The run behind yields: its record goes (it imported nothing), Conflict."""
+    mine = recs.kv.get(recs.key)
+    for item in recs.kv.range(recs.keys.milvus_restores_prefix()):
+        if item.key == recs.key:
+            continue
+        try:
+            other = json.loads(item.value)
+        except ValueError:
+            continue
+        if other.get("collection_id") != rec["collection_id"] or other.get("name") != req.name or \
+                (other.get("target") or {}).get("bucket") != target.bucket:
+            continue
+        if other.get("state") != "created" or item.mod_revision < mine.mod_revision:
+            recs.kv.delete(recs.key)
+            raise Conflict(f"collection {req.name!r} (id {rec['collection_id']}) is restore "
+                           f"{item.key.rsplit('/', 1)[-1]}'s (of {other.get('bundle')}, through "
+                           f"{(other.get('target') or {}).get('address')}): this run of the same name through "
+                           f"{target.address} imports nothing into it")
 
 
 def _adopt(client, name: str, plan: dict) -> dict:
@@ -809,10 +855,15 @@ def _import_hint(client) -> str:
             if version and filters_by_pk(version) else "")
 
 
-def _index_params(ix: dict) -> dict:
+def _index_params(ix: dict, scalar: bool = False) -> dict:
     """The create_index params of a captured index, as the user gave them: a scalar index
     (STL_SORT, Trie, ...) has no metric and no params, and gets none (an invented metric_type
-    L2 would differ from the source's index)."""
+    L2 would differ from the source's index). A scalar index the user made with no params
+    at all (Milvus picks its type: user_index_params empty, index_params the type it picked)
+    is made the same way: given the picked type, Milvus describes it with that type, not
+    with the source's empty params."""
+    if scalar and "user_index_params" in ix and not ix["user_index_params"]:
+        return {}
     p = dict(ix.get("user_index_params") or ix.get("index_params") or {})
     out = {"index_type": p.pop("index_type", "FLAT")}
     if "metric_type" in p:
@@ -851,7 +902,11 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
     doc = read_bundle(backup, req)
     recs = Records(kv, keys, plan["rid"])
     if plan.get("replaces"):
-        _forget_dropped(kv, keys, recs, client, req.name)
+        _forget_dropped(kv, keys, recs, client, req.name, target)
+    rec = recs.get()[0]
+    if rec is not None and rec["bundle_uid"] != plan["uid"]:     # made by another run since check()
+        raise Conflict(f"a restore of another bundle ({rec['bundle']}) into {req.name!r} at {target.address} is "
+                       f"recorded (restore {plan['rid']})")
     same_staging(recs.get()[0], target, plan["rid"])
     stage_store = target.store()
     if (recs.get()[0] or {}).get("state") == "abandoning":        # killed while undoing: finish it
@@ -868,6 +923,7 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
         raise Conflict(f"collection {req.name!r} in Milvus is not the one restore {plan['rid']} created (id "
                        f"{got['id']}, recorded {rec['collection_id']}): dropped and made again by someone else?")
     if rec["state"] == "created":         # a state the per-segment code before v2 never acts on
+        _sole_restore_of(recs, target, req, rec)
         rec = recs.move("importing")
     if rec["state"] == "importing":
         recorded = recs.segments()
@@ -885,9 +941,11 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
         rec = recs.move("imported")
     if rec["state"] == "imported":
         fname = {int(f["field_id"]): f["name"] for f in plan["schema"]["fields"]}
+        scalar = {int(f["field_id"]) for f in plan["schema"]["fields"] if int(f["data_type"]) not in VECTOR_TYPES}
         for ix in plan["indexes"]:
             client.one({"op": "create_index", "name": req.name, "field": fname[int(ix["field_id"])],
-                        "index_name": ix.get("index_name", ""), "params": _index_params(ix)})
+                        "index_name": ix.get("index_name", ""),
+                        "params": _index_params(ix, scalar=int(ix["field_id"]) in scalar)})
         vec = [f for f in plan["schema"]["fields"] if int(f["data_type"]) in VECTOR_TYPES]
         have = {int(ix["field_id"]) for ix in plan["indexes"]}
         for f in vec:                     # Milvus 2.3 loads only a collection whose vectors are indexed
