@@ -18,16 +18,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pitr"))
 
-from seglake.lifecycle import compaction, copyjob, drop, gc, pitr, snapshot
+from seglake.lifecycle import compaction, gc, pitr, snapshot
 from seglake.lifecycle.backup import export as exports
-from seglake.lifecycle.flush import flush_pchannel
 from seglake.storage.local import LocalStore
 
 from bundle_restore_helpers import restore_bundle
 from compaction_helpers import DROPPED, Writer, mixed_workload, rows, run_restore, segments
 from copy_model_helpers import other_root, quiet, snap_and_restore
-from pitr_model import copy_and_replay
-from wal_helpers import pchannels
+from pitr_model import copy_and_replay, drop_now
 
 pytestmark = pytest.mark.etcd
 
@@ -111,18 +109,10 @@ def test_a_chain_with_compactions_and_zero_tolerance_gc_keeps_every_snapshot_exa
         _compact_gc(meta2, store2, settings2, "h3", w.model, ("h3",))
 
         # drop h3 (a snapshot first: a restored collection's rows are in no log), undrop it as h4
-        coll = meta2.catalog.get_by_name("h3")
         snapshot.create(meta2, store2, "h3", "h3base")
         w2.insert("h3", [500, 501], "p1", 3.0)
-        drop.begin_drop(meta2, store2, settings2, "h3")
-        for p in pchannels(coll):
-            flush_pchannel(meta2, store2, p, settings2, flush_all=False)
-        assert drop.finish_drop(meta2, "h3", collection_id=coll.collection_id)["state"] == "Dropped"
-        job = pitr.undrop(meta2, store2, "h3", "h4")
-        copyjob.plan(meta2, job, 3)
-        copyjob.run_inline(meta2, store2, job)
-        copyjob.finalize(meta2, job)
-        pitr.replay(meta2, store2, settings2, meta2.catalog.get_by_name("h4").collection_id)
+        drop_now(meta2, store2, settings2, "h3")
+        copy_and_replay(meta2, store2, settings2, pitr.undrop(meta2, store2, "h3", "h4"), "h4")
         _eq(meta2, store2, "h4", w.model.visible(), ("h4 undropped",))
         _compact_gc(meta2, store2, settings2, "h4", w.model, ("h4",))
 

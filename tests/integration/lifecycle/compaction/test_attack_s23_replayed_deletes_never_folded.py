@@ -23,12 +23,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pitr"))
 
-from seglake.lifecycle import compaction, copyjob, drop, pitr, snapshot
-from seglake.lifecycle.flush import flush_pchannel
+from seglake.lifecycle import compaction, pitr, snapshot
 
 from compaction_helpers import Writer, exact, rows, segments
-from pitr_model import copy_and_replay
-from wal_helpers import pchannels
+from pitr_model import copy_and_replay, drop_now
 
 pytestmark = pytest.mark.etcd
 
@@ -69,15 +67,7 @@ def test_a_point_in_time_target_folds_the_deletes_its_replay_wrote(meta, store, 
 
 def test_an_undropped_collection_folds_the_deletes_its_replay_wrote(meta, store, settings):
     w = _source(meta, store, settings)
-    coll = meta.catalog.get_by_name("src")
     w.delete("src", [9, 10])                        # in the log only at the drop
-    drop.begin_drop(meta, store, settings, "src")
-    for p in pchannels(coll):
-        flush_pchannel(meta, store, p, settings, flush_all=False)
-    assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
-    job = pitr.undrop(meta, store, "src", "back")
-    copyjob.plan(meta, job, 3)
-    copyjob.run_inline(meta, store, job)
-    copyjob.finalize(meta, job)
-    pitr.replay(meta, store, settings, meta.catalog.get_by_name("back").collection_id)
+    drop_now(meta, store, settings, "src")
+    copy_and_replay(meta, store, settings, pitr.undrop(meta, store, "src", "back"), "back")
     _folds_everything(meta, store, w, "back")

@@ -154,6 +154,20 @@ def copy_and_replay(meta, store, settings, job, target: str) -> object:
     return meta.catalog.get(tid)
 
 
+def drop_now(meta, store, settings, name: str) -> None:
+    """Drop collection `name` the whole way: begin (DropCollection messages), flush its
+    pchannels (releasing its vchannels), finish (Dropped)."""
+    from seglake.lifecycle import drop
+    from seglake.lifecycle.flush import flush_pchannel
+    from wal_helpers import pchannels
+
+    coll = meta.catalog.get_by_name(name)
+    drop.begin_drop(meta, store, settings, name)
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, settings, flush_all=False)
+    assert drop.finish_drop(meta, name, collection_id=coll.collection_id)["state"] == "Dropped"
+
+
 def visible_of(meta, store, coll) -> Counter:
     t = visible_rows(meta, store, coll.collection_id, columns=["price"])
     return Counter(zip(t.column("pk").to_pylist(), (round(x, 3) for x in t.column("price").to_pylist())))

@@ -23,7 +23,7 @@ from seglake.lifecycle import compaction, pitr, snapshot
 from seglake.wal.client import WalClient
 
 from copy_model_helpers import Writer, rows, table
-from pitr_model import copy_and_replay
+from pitr_model import copy_and_replay, drop_now
 
 FOLD_NOW = compaction.Policy(min_segment_rows=1000, target_rows=1000, delete_ratio=0.0, protection=0.0, l0_age=0.0)
 
@@ -149,22 +149,10 @@ def test_an_undrop_brings_back_what_was_visible_before_the_drop_after_a_fold_and
                                                                                               settings):
     """The same calls, then a drop and an undrop (its base: the snapshot taken before the
     fold): the undropped collection must hold what was visible just before the drop."""
-    from seglake.lifecycle import copyjob, drop
-    from wal_helpers import pchannels
-    from seglake.lifecycle.flush import flush_pchannel
-
     w = Writer(meta, store, settings)
     _scenario(w, "src", fold=True)
     before = rows(meta, store, "src")
-    coll = meta.catalog.get_by_name("src")
-    drop.begin_drop(meta, store, settings, "src")
-    for p in pchannels(coll):
-        flush_pchannel(meta, store, p, settings, flush_all=False)
-    assert drop.finish_drop(meta, "src", collection_id=coll.collection_id)["state"] == "Dropped"
-    job = pitr.undrop(meta, store, "src", "back")
-    copyjob.plan(meta, job, 3)
-    copyjob.run_inline(meta, store, job)
-    copyjob.finalize(meta, job)
-    pitr.replay(meta, store, settings, meta.catalog.get_by_name("back").collection_id)
+    drop_now(meta, store, settings, "src")
+    copy_and_replay(meta, store, settings, pitr.undrop(meta, store, "src", "back"), "back")
     after = rows(meta, store, "back")
     assert after == before, ("before the drop", sorted(before.items()), "undropped", sorted(after.items()))
