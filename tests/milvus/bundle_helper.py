@@ -216,3 +216,35 @@ class SessionClient:
 
     def one(self, op: dict):
         return self.call(op)[0]
+
+
+# -- shared by the attack modules (s20, s23): a restore target on the worker's Milvus, a private
+#    seglake etcd root and backup dir, a pymilvus runner, and the toy schema's helpers
+def target_of(milvus_server, s3_server):
+    from seglake.milvus import restore
+    return restore.MilvusTarget(address=milvus_server.address, bucket=milvus_server.s3.bucket,
+                                s3_endpoint=s3_server.endpoint, s3_access_key=s3_server.access_key,
+                                s3_secret_key=s3_server.secret_key)
+
+
+def attack_env(etcd_server, tmp_path):
+    """(kv on a fresh root, its keys, a local backup target); the caller closes kv."""
+    import uuid
+    from seglake.storage.local import LocalStore
+    kv = KV(etcd_server.endpoint, timeout=10, root=f"ms{uuid.uuid4().hex[:8]}")
+    return kv, kv.marker_keys, LocalStore(str(tmp_path / "backup"))
+
+
+TOY = """
+def toy(name, parts=(), shards=1):
+    c = Collection(name, CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
+                                           FieldSchema("v", DataType.VARCHAR, max_length=32),
+                                           FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]), shards_num=shards)
+    for p in parts:
+        c.create_partition(p)
+    return c
+def put(c, pks, tag, partition=None):
+    c.insert([list(pks), [f"{tag}-{p}" for p in pks], [[float(p), float(len(tag))] for p in pks]], partition_name=partition)
+def count(name):
+    return Collection(name).query(expr="", output_fields=["count(*)"], consistency_level="Strong")[0]["count(*)"]
+"""

@@ -9,49 +9,27 @@ import uuid
 
 import pytest
 
-from bundle_helper import MilvusS3Settings, capture, pyrun
+from bundle_helper import TOY, MilvusS3Settings, attack_env, capture, pyrun, target_of
 from seglake.errors import Conflict
 from seglake.meta.kv import KV
 from seglake.milvus import capture as captures
 from seglake.milvus import restore
 from seglake.milvus.proto import fields, one, signed
-from seglake.storage.local import LocalStore
 from seglake.lifecycle.backup import bundle as bundles
 
 pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
 
 
-def target_of(milvus_server, s3_server) -> restore.MilvusTarget:
-    return restore.MilvusTarget(address=milvus_server.address, bucket=milvus_server.s3.bucket,
-                                s3_endpoint=s3_server.endpoint, s3_access_key=s3_server.access_key,
-                                s3_secret_key=s3_server.secret_key)
-
-
 @pytest.fixture
 def env(etcd_server, milvus_server, s3_server, tmp_path):
-    kv = KV(etcd_server.endpoint, timeout=10, root=f"ms{uuid.uuid4().hex[:8]}")
-    yield kv, kv.marker_keys, LocalStore(str(tmp_path / "backup"))
+    kv, keys, backup = attack_env(etcd_server, tmp_path)
+    yield kv, keys, backup
     kv.close()
 
 
 @pytest.fixture
 def pm(milvus_python, milvus_server):
     return lambda code, **kw: pyrun(milvus_python, milvus_server.address, code, **kw)
-
-
-TOY = """
-def toy(name, parts=(), shards=1):
-    c = Collection(name, CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
-                                           FieldSchema("v", DataType.VARCHAR, max_length=32),
-                                           FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]), shards_num=shards)
-    for p in parts:
-        c.create_partition(p)
-    return c
-def put(c, pks, tag, partition=None):
-    c.insert([list(pks), [f"{tag}-{p}" for p in pks], [[float(p), float(len(tag))] for p in pks]], partition_name=partition)
-def count(name):
-    return Collection(name).query(expr="", output_fields=["count(*)"], consistency_level="Strong")[0]["count(*)"]
-"""
 
 
 def cid_of(milvus_server, name):

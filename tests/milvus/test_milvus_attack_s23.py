@@ -8,44 +8,23 @@ import uuid
 
 import pytest
 
-from bundle_helper import SessionClient, capture, pyrun
+from bundle_helper import TOY, SessionClient, attack_env, capture, pyrun, target_of
 from seglake import faults
-from seglake.meta.kv import KV
 from seglake.milvus import restore
-from seglake.storage.local import LocalStore
 
 pytestmark = [pytest.mark.etcd, pytest.mark.s3, pytest.mark.milvus]
 
 
-def target_of(milvus_server, s3_server) -> restore.MilvusTarget:
-    return restore.MilvusTarget(address=milvus_server.address, bucket=milvus_server.s3.bucket,
-                                s3_endpoint=s3_server.endpoint, s3_access_key=s3_server.access_key,
-                                s3_secret_key=s3_server.secret_key)
-
-
 @pytest.fixture
 def env(etcd_server, milvus_server, s3_server, tmp_path):
-    kv = KV(etcd_server.endpoint, timeout=10, root=f"ms{uuid.uuid4().hex[:8]}")
-    yield kv, kv.marker_keys, LocalStore(str(tmp_path / "backup"))
+    kv, keys, backup = attack_env(etcd_server, tmp_path)
+    yield kv, keys, backup
     kv.close()
 
 
 @pytest.fixture
 def pm(milvus_python, milvus_server):
     return lambda code, **kw: pyrun(milvus_python, milvus_server.address, code, **kw)
-
-
-TOY = """
-def toy(name, parts=(), shards=1):
-    c = Collection(name, CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
-                                           FieldSchema("v", DataType.VARCHAR, max_length=32),
-                                           FieldSchema("vec", DataType.FLOAT_VECTOR, dim=2)]), shards_num=shards)
-    for p in parts:
-        c.create_partition(p)
-    return c
-def put(c, pks, tag, partition=None):
-    c.insert([list(pks), [f"{tag}-{p}" for p in pks], [[float(p), float(len(tag))] for p in pks]], partition_name=partition)
-"""
 
 
 def rows_of(name):
@@ -56,6 +35,18 @@ def rows_of(name):
 
 
 SessionClient_for: list = []
+
+
+def _three_captures(pm, milvus_server, s3_server, backup, a: str, dbn: str) -> None:
+    """`a` captured as b1 (40 rows) and b2 (50 rows) in `default`, and another `a` in database
+    `dbn` (30 rows) as b1."""
+    pm(TOY + f"c = toy({a!r}); put(c, range(0, 40), 'a'); c.flush()")
+    capture(milvus_server, s3_server, backup, a, bundle="b1")
+    pm(TOY + f"c = Collection({a!r}); put(c, range(40, 50), 'a'); c.flush()")
+    capture(milvus_server, s3_server, backup, a, bundle="b2")
+    pm(TOY + f"db.create_database({dbn!r}); db.using_database({dbn!r}); c = toy({a!r}); put(c, range(100, 130), 'b'); "
+             f"c.flush()")
+    capture(milvus_server, s3_server, backup, a, bundle="b1", db=dbn)
 
 
 @pytest.mark.parametrize("killed_at", ["milvus_restore.after_stage", "milvus_restore.waiting"])
@@ -105,13 +96,7 @@ def test_after_a_killed_restore_and_its_collection_dropped_other_bundles_restore
     SessionClient_for[:] = [SessionClient(milvus_server.address)]
     a = f"ob_{uuid.uuid4().hex[:8]}"
     dbn = f"d{uuid.uuid4().hex[:6]}"
-    pm(TOY + f"c = toy({a!r}); put(c, range(0, 40), 'a'); c.flush()")
-    capture(milvus_server, s3_server, backup, a, bundle="b1")
-    pm(TOY + f"c = Collection({a!r}); put(c, range(40, 50), 'a'); c.flush()")
-    capture(milvus_server, s3_server, backup, a, bundle="b2")
-    pm(TOY + f"db.create_database({dbn!r}); db.using_database({dbn!r}); c = toy({a!r}); put(c, range(100, 130), 'b'); "
-             f"c.flush()")
-    capture(milvus_server, s3_server, backup, a, bundle="b1", db=dbn)
+    _three_captures(pm, milvus_server, s3_server, backup, a, dbn)
     x = f"x_{uuid.uuid4().hex[:8]}"
     t = target_of(milvus_server, s3_server)
     with faults.inject("milvus_restore.waiting"), pytest.raises(faults.InjectedFault):
@@ -213,13 +198,7 @@ def test_a_restore_whose_create_milvus_refused_leaves_no_claim_on_the_name(env, 
     kv, keys, backup = env
     a = f"cr_{uuid.uuid4().hex[:8]}"
     dbn = f"d{uuid.uuid4().hex[:6]}"
-    pm(TOY + f"c = toy({a!r}); put(c, range(0, 40), 'a'); c.flush()")
-    capture(milvus_server, s3_server, backup, a, bundle="b1")
-    pm(TOY + f"c = Collection({a!r}); put(c, range(40, 50), 'a'); c.flush()")
-    capture(milvus_server, s3_server, backup, a, bundle="b2")
-    pm(TOY + f"db.create_database({dbn!r}); db.using_database({dbn!r}); c = toy({a!r}); put(c, range(100, 130), 'b'); "
-             f"c.flush()")
-    capture(milvus_server, s3_server, backup, a, bundle="b1", db=dbn)
+    _three_captures(pm, milvus_server, s3_server, backup, a, dbn)
     t = target_of(milvus_server, s3_server)
     real_call = MilvusClient.call
 
