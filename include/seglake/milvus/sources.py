@@ -243,7 +243,10 @@ def _live(kv, doc: dict, now: float) -> bool:
     """A pin is live while its expiry is ahead of `now` or, for a pin on an etcd lease of its
     TTL, while its key exists: etcd's server times the lease, so a judging host whose clock
     jumped ahead never ends a pin early (a pin written without a lease: the clock alone)."""
-    return float(doc["expires_at"]) > now or kv.lease != 0
+    expires = float(doc["expires_at"])
+    if not math.isfinite(expires):
+        raise ValueError(f"pin expiry {expires!r} is not a finite time")   # NaN compares false: never 'expired'
+    return expires > now or kv.lease != 0
 
 
 def list_pins(meta, now: float | None = None) -> list[dict]:
