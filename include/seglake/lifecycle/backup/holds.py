@@ -14,6 +14,7 @@ the writer's, never takes a live lock or hold for dead.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Callable
 
@@ -100,12 +101,22 @@ def live_record(target: Store, key: str, ttl: float, now: float | None = None) -
     host's clock (or `now`) or by the target's own (module doc); None when it is missing,
     unreadable or a dead process's."""
     try:
-        doc = json.loads(target.get(key))
-        if (time.time() if now is None else now) - float(doc["at"]) < ttl:
+        raw = target.get(key)
+    except NotFound:
+        return None
+    try:
+        doc = json.loads(raw)
+        at = float(doc["at"])
+        if not math.isfinite(at):
+            raise ValueError(f"time {at!r}")
+        if (time.time() if now is None else now) - at < ttl:
             return doc
+    except (ValueError, KeyError, TypeError, AttributeError):
+        doc = {"by": f"an unreadable record {key} (judged by its age)"}   # damaged: its age alone judges it
+    try:
         if _store_age(target, key) < ttl:       # its writer's clock and ours disagree, or it is dead
             return doc
-    except (NotFound, ValueError, KeyError, TypeError):
+    except NotFound:
         pass
     return None
 

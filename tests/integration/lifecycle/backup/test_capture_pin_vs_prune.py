@@ -113,3 +113,20 @@ def test_the_prune_keeps_a_bundle_pinned_before_it_and_drops_it_once_unpinned(me
     assert sources.unpin(meta, "default", "pp", "s1")
     assert prune(target, "pp", policy, pinned=look, sweep=False, **quiet)["pruned"] == ["s1"]
     assert not holds.holders(target, "default", "pp", "s1")
+
+
+@pytest.mark.parametrize("body", [b"{not json", b'{"by": "no time"}', b'{"at": NaN}', b'[1]', b'{"at": "soon"}'])
+def test_a_damaged_hold_record_holds_its_bundle_until_it_is_old_by_the_target_s_clock(two_bundles, body):
+    """A hold file that cannot be read (damaged, or hand-written) was treated as no hold at
+    all: a prune could drop the bundle a reader was in. Now its age on the target judges it,
+    as a live record whose writer's clock disagrees with ours is judged."""
+    target = two_bundles
+    key = layout.bundle_hold("default", "pp", "s1", "damaged0")
+    target.put(key, body)
+    held_by = holds.holders(target, "default", "pp", "s1")
+    assert len(held_by) == 1 and "unreadable record" in held_by[0] and "damaged0" in held_by[0]
+    policy = retention.parse_policy({"keep_last": 1})
+    assert prune(target, "pp", policy, pinned=lambda n: [], sweep=False, **quiet)["pruned"] == []
+    assert holds.live_record(target, key, ttl=0.0) is None     # past its TTL by the target's clock: dead
+    target.delete_many([key])
+    assert prune(target, "pp", policy, pinned=lambda n: [], sweep=False, **quiet)["pruned"] == ["s1"]
