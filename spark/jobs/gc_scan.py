@@ -62,7 +62,7 @@ def spark_mark(spark, meta, store, opts, run_id: str, settings_env: dict, *, par
     parts = gc.positive("--parts", parts or max(2, 2 * par))
     segment_range_keys = gc.positive("--segment-range-keys", segment_range_keys or gcdist.SEGMENT_RANGE_KEYS)
     split_at = gc.positive("--split-at", split_at or gclisting.SPLIT_AT)
-    started = gc.judging_time(meta, now)   # the host's clock, vouched for by the TSO first
+    started = gc.judging_time(meta, now, store)   # the host's clock, vouched for by the TSO, capped by the store's
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     try:
         rev = meta.kv.revision()

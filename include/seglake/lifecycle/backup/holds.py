@@ -21,6 +21,7 @@ from typing import Callable
 from seglake.errors import NotFound
 from seglake.lifecycle.backup.bundle import BundleError, check_names
 from seglake.storage import Store, layout
+from seglake.storage.clock import store_clock
 
 # A reader (import, verify) writes its hold, then waits while a prune intent for the bundle
 # exists; a prune writes its intent, then drops the bundle only if no live hold exists, and
@@ -81,19 +82,6 @@ class KeepAlive:
     def stop(self) -> None:
         self.done.set()
         self.thread.join()
-
-
-def store_clock(target: Store) -> float:
-    """The target's own clock, in unix seconds: the mtime the store stamps on a probe object
-    written now (an S3 server's LastModified; a local file system's kernel time)."""
-    import uuid
-
-    key = layout.clock_probe(uuid.uuid4().hex[:16])
-    target.put(key, b"")
-    try:
-        return target.head(key).mtime
-    finally:
-        target.delete_many([key])
 
 
 def live_record(target: Store, key: str, ttl: float, now: float | None = None) -> dict | None:

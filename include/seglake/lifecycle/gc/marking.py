@@ -22,6 +22,7 @@ from seglake.lifecycle.gc.verdicts import (CANDIDATE_REASONS, DROPPED_SEGMENT, I
 from seglake.lifecycle.gc.walview import load_wal_view
 from seglake.meta import Meta
 from seglake.storage import Store, layout
+from seglake.storage.clock import store_clock
 
 
 # -- mark -------------------------------------------------------------------------------------
@@ -162,20 +163,28 @@ def new_run_id(now=time.time) -> str:
     return f"gc-{int(now() * 1000)}-{uuid.uuid4().hex[:6]}"  # two runs at once never share one
 
 
-def judging_time(meta: Meta, now=time.time) -> float:
+def judging_time(meta: Meta, now=time.time, store: Store | None = None) -> float:
     """The time a mark judges every tolerance by (drop_tolerance, missing_tolerance): this
     host's clock, once the store's clock vouched for it (TSO.vouch: read, never moved) --
     a clock more than max_clock_skew (+10 s) fast while the store is in use is refused
     (ClockSkewError, nothing judged or deleted), as a writer on it would be. Unchecked, a
     GC host 2 h fast reclaimed compaction inputs Dropped a moment ago under a 1 h
-    drop_tolerance (attack s23); snapshot TTLs and pins are on etcd leases for that host."""
+    drop_tolerance (attack s23); snapshot TTLs and pins are on etcd leases for that host.
+    An idle store leaves the TSO nothing to vouch with: then `store`'s own clock (a probe's
+    mtime; an S3 server's LastModified) caps it -- the earlier of the two judges."""
     try:
         meta.tso.vouch()
     except ClockSkewError:
         raise
     except Exception as e:
         raise GCError(f"the store's clock (TSO) could not be read, nothing judged: {type(e).__name__}: {e}") from e
-    return now()
+    if store is None:
+        return now()
+    try:   # an idle store leaves the TSO nothing to vouch with: the object store's own clock caps it
+        return min(now(), store_clock(store))
+    except Exception as e:
+        raise GCError(f"the object store's clock could not be read (a probe under _locks/clock/), nothing "
+                      f"judged: {type(e).__name__}: {e}") from e
 
 
 def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
@@ -185,7 +194,7 @@ def mark(meta: Meta, store: Store, opts: GCOptions, run_id: str | None = None,
     (spark/jobs/gc_scan.py) judges with the same `decide` and writes the same report."""
     opts.check()
     run_id = check_run_id(new_run_id(now) if run_id is None else run_id)
-    started = judging_time(meta, now)
+    started = judging_time(meta, now, store)
     cutoff = started - opts.missing_tolerance  # fixed when listing STARTS
     refs = refs or load_references(meta, store)
     reclaim = reclaimable(refs, opts, started)

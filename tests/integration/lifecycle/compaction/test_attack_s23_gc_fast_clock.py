@@ -46,9 +46,9 @@ def test_gc_on_a_fast_clock_never_reclaims_compacted_inputs_early(meta, store, s
                                           collection_id=meta.catalog.get_by_name("c").collection_id)
         judge = marking.judging_time
 
-        def in_use_then_judge(m, now=time.time):        # a writer with a right clock is active as GC judges
+        def in_use_then_judge(m, now=time.time, store=None):   # a writer with a right clock is active as GC judges
             meta.tso.now()
-            return judge(m, now)
+            return judge(m, now, store)
 
         monkeypatch.setattr(marking, "judging_time", in_use_then_judge)
         try:
@@ -63,3 +63,31 @@ def test_gc_on_a_fast_clock_never_reclaims_compacted_inputs_early(meta, store, s
         f"inputs Dropped moments ago (drop_tolerance 1 h)")
     assert exact(meta, store, "c") == before
     meta.tso.now()          # the fast GC host moved nothing: a right clock still issues timestamps
+
+
+def test_gc_on_a_fast_clock_of_an_idle_store_judges_by_the_store_s_clock(meta, store, settings, monkeypatch):
+    """The same fast GC host when no writer is active: the TSO cannot vouch (nothing is in
+    use), so the object store's own clock (a probe object's mtime; an S3 server's
+    LastModified) caps the time GC judges by. Before, the compacted inputs were reclaimed."""
+    w = Writer(meta, store, settings)
+    w.create("c", ["_default", "p1", "p2"], shards=1)
+    for step in range(2):
+        mixed_workload(w, "c", step)
+    before = exact(meta, store, "c")
+    assert compaction.compact(meta, store, "c", policy()).counts()["committed"] >= 1
+    inputs = [x.segment_id for x in segments(meta, "c", DROPPED) if x.compacted_to is not None]
+    assert inputs
+    fast = lambda: time.time() + AHEAD                                       # noqa: E731
+    g = Meta.from_settings(settings)
+    try:
+        g.tso = TSO(g.kv, g.keys.alloc_tso(), clock=fast, max_clock_skew=settings.max_clock_skew)
+        monkeypatch.setattr(g.tso, "vouch", lambda: (fast(), fast()))     # idle: nothing to check it against
+        monkeypatch.setattr(inline, "mark", functools.partial(marking.mark, now=fast))
+        opts = gc.GCOptions.from_settings(settings, drop_tolerance=3600.0,
+                                          collection_id=meta.catalog.get_by_name("c").collection_id)
+        summary = gc.run(g, store, opts)
+    finally:
+        g.close()
+    still = [x.segment_id for x in segments(meta, "c", DROPPED) if x.compacted_to is not None]
+    assert sorted(still) == sorted(inputs), (summary, len(inputs) - len(still))
+    assert exact(meta, store, "c") == before
