@@ -1,0 +1,124 @@
+"""Adversary s24 (issue 26 item 2, "an acknowledgement means written ... nothing twice"):
+a named producer's call half-committed on the primary (AppendIncomplete: one pchannel
+committed, the other refused), the primary's collection then brought into a DR site from
+the backup target (a restore straight from the bundle; an import + restore), and the
+producer, pointed at the DR site, retries the call with `seq=err.result.seq` as the
+README says.
+
+The DR site has no producer record of the call, so its retry is judged a new call and
+appended whole: the half that the bundle already carried is there twice (count(*) 2 of
+each of its pks). Expected: the retry never appends twice -- it is refused (the call was
+numbered before the DR collection existed: it went to another collection), naming why."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lifecycle" / "restore"))
+
+from seglake.errors import ValidationError
+from seglake.lifecycle import snapshot
+from seglake.lifecycle.flush import flush_pchannel
+from seglake.lifecycle.backup import export as exports
+from seglake.lifecycle.backup import imports
+from seglake.meta.catalog import pchannel_of
+from seglake.storage.local import LocalStore
+from seglake.visibility import visible_rows
+from seglake.wal.client import AppendIncomplete, WalClient, synthetic_rows
+
+from bundle_restore_helpers import restore_bundle
+from copy_model_helpers import other_root, quiet, run_restore
+from wal_helpers import append_incomplete, make_collection, pchannels
+
+
+def _pks(meta, store, name) -> Counter:
+    coll = meta.catalog.get_by_name(name)
+    return Counter(visible_rows(meta, store, coll.collection_id).column("pk").to_pylist())
+
+
+def _flush(meta, store, settings, name):
+    for p in pchannels(meta.catalog.get_by_name(name)):
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+
+
+def _half_committed_call(meta, store, settings, monkeypatch):
+    """`src` (2 shards on two pchannels) with pks 1..40 flushed, then a call of 20 new rows
+    (pks 101..120) from producer 'ingest' whose second pchannel refuses: (coll, rows, error)."""
+    with WalClient(meta, store, settings, producer_id="ingest") as c:
+        coll = make_collection(c, "src", shards=2)
+        assert len(set(pchannels(coll))) == 2
+        base = synthetic_rows(coll, 40, 1)
+        c.insert("src", base)
+        rows = synthetic_rows(coll, 20, 101)
+        e = append_incomplete(monkeypatch, pchannel_of(coll.vchannels[1]), lambda: c.insert("src", rows))
+    assert e.value.result.committed == {pchannel_of(coll.vchannels[0]): 1}
+    _flush(meta, store, settings, "src")
+    return coll, rows, e.value
+
+
+@pytest.mark.parametrize("path", ["bundle_restore", "import_then_restore"])
+def test_a_retry_after_a_failover_never_appends_the_half_the_bundle_carried_again(meta, store, settings, etcd_server,
+                                                                                  tmp_path, monkeypatch, path):
+    meta2, store2, settings2 = other_root(etcd_server, tmp_path, "dr")
+    backup = LocalStore(tmp_path / "backup")
+    try:
+        coll, rows, err = _half_committed_call(meta, store, settings, monkeypatch)
+        on_primary = _pks(meta, store, "src")
+        half = {pk for pk in rows.column("pk").to_pylist() if on_primary[pk]}
+        assert 0 < len(half) < 20 and sum(on_primary.values()) == 40 + len(half)
+        snapshot.create(meta, store, "src", "s1")
+        exports.export(meta, store, backup, "src", "s1", **quiet)
+        # the primary is gone; the DR site brings `src` back under its name
+        if path == "bundle_restore":
+            restore_bundle(meta2, store2, backup, "src", "s1", "src")
+        else:
+            imports.import_bundle(meta2, store2, backup, "src", "s1", as_collection="src_imported", **quiet)
+            run_restore(meta2, store2, "src_imported", "s1", "src")
+        assert _pks(meta2, store2, "src") == on_primary
+        # the producer, pointed at the DR site, retries its call as the README says
+        acked = False
+        with WalClient(meta2, store2, settings2, producer_id="ingest") as c:
+            try:
+                c.insert("src", rows, seq=err.result.seq)
+                acked = True
+            except (ValidationError, AppendIncomplete):
+                pass
+        _flush(meta2, store2, settings2, "src")
+        got = _pks(meta2, store2, "src")
+        twice = sorted(pk for pk, n in got.items() if n > 1)
+        assert not twice, (f"acked={acked}: {len(twice)} pks visible twice after the retry ({twice[:5]}...); "
+                           f"{sum(got.values())} rows for {40 + 20} written")
+        if acked:
+            assert got == Counter({**{pk: 1 for pk in got}, **{pk: 1 for pk in rows.column('pk').to_pylist()}})
+    finally:
+        meta2.close()
+
+
+def test_a_call_to_the_dr_collection_itself_is_retried_there(meta, store, settings, etcd_server, tmp_path,
+                                                             monkeypatch):
+    """The other side of the rule: a call made to the DR collection after it was restored,
+    half-committed there, is completed by its retry (nothing refused, nothing twice)."""
+    meta2, store2, settings2 = other_root(etcd_server, tmp_path, "dr2")
+    backup = LocalStore(tmp_path / "backup")
+    try:
+        coll, rows, err = _half_committed_call(meta, store, settings, monkeypatch)
+        snapshot.create(meta, store, "src", "s1")
+        exports.export(meta, store, backup, "src", "s1", **quiet)
+        restore_bundle(meta2, store2, backup, "src", "s1", "src")
+        before = _pks(meta2, store2, "src")
+        dr = meta2.catalog.get_by_name("src")
+        new = synthetic_rows(dr, 10, 501)
+        with WalClient(meta2, store2, settings2, producer_id="ingest") as c:
+            c.insert("src", synthetic_rows(dr, 1, 900))       # (announces the DR collection first)
+            before[900] += 1
+            e2 = append_incomplete(monkeypatch, pchannel_of(dr.vchannels[1]), lambda: c.insert("src", new))
+            c.insert("src", new, seq=e2.value.result.seq)
+        _flush(meta2, store2, settings2, "src")
+        got = _pks(meta2, store2, "src")
+        assert got == before + Counter(new.column("pk").to_pylist())
+    finally:
+        meta2.close()
