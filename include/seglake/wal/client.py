@@ -232,9 +232,18 @@ class WalClient:
                 M.CREATE_COLLECTION, v, collection_id=coll.collection_id,
                 props={"name": coll.name, "db": coll.db, "schema": coll.schema.to_json(),
                        "partitions": [[p.partition_id, p.name] for p in coll.partitions]}))
-        res = IngestResult(coll.name)
-        self._finish(res, self._submit(res, [m for _, msgs in sorted(by_p.items()) for m in msgs],
-                                       self._call_seq(None), {}, _digest("announce", coll.collection_id)))
+        # seq None: the call that announces (a first insert, delete, flush) is not numbered yet,
+        # so an announce that did not complete leaves nothing of it appended: its retry is a
+        # new call (its error said "retry with seq=0", which every call refuses; attack s24)
+        res = IngestResult(coll.name, seq=None)
+        try:
+            self._finish(res, self._submit(res, [m for _, msgs in sorted(by_p.items()) for m in msgs],
+                                           self._call_seq(None), {}, _digest("announce", coll.collection_id)))
+        except AppendIncomplete as e:
+            e.args = (f"announcing collection {coll.name!r} on its vchannels (before its first write through the "
+                      f"WAL) did not complete: nothing of this call was numbered or appended; retry it as a new "
+                      f"call (seq=None). {e.args[0]}",)
+            raise
         before = any(True for _ in self.meta.segments.list(coll.collection_id))
         return self.meta.catalog.set_properties(coll.collection_id,
                                                 **{ANNOUNCED: True, **({ROWS_BEFORE_LOG: True} if before else {})})

@@ -125,3 +125,33 @@ def test_a_call_to_the_dr_collection_itself_is_retried_there(meta, store, settin
         assert got == before + Counter(new.column("pk").to_pylist())
     finally:
         meta2.close()
+
+
+def test_a_first_write_whose_announce_fails_names_a_retry_that_works(meta, store, settings, etcd_server, tmp_path,
+                                                                     monkeypatch):
+    """A restored collection is announced on its vchannels by its first write. When that
+    announce is refused on one pchannel, the insert's AppendIncomplete carried the
+    announce's result: 'Retry with seq=0', and seq=0 is refused ('seq must be an int in
+    1..'). Nothing of the insert was numbered or appended: its retry is a new call
+    (seq None), and following the error's own advice must work and write the rows once."""
+    meta2, store2, settings2 = other_root(etcd_server, tmp_path, "ann")
+    backup = LocalStore(tmp_path / "backup")
+    try:
+        with WalClient(meta, store, settings) as c:
+            coll = make_collection(c, "src", shards=2)
+            c.insert("src", synthetic_rows(coll, 10, 1))
+        _flush(meta, store, settings, "src")
+        snapshot.create(meta, store, "src", "s1")
+        exports.export(meta, store, backup, "src", "s1", **quiet)
+        restore_bundle(meta2, store2, backup, "src", "s1", "dr")
+        dr = meta2.catalog.get_by_name("dr")
+        new = synthetic_rows(dr, 6, 50)
+        with WalClient(meta2, store2, settings2, producer_id="ingest") as c:
+            e = append_incomplete(monkeypatch, pchannel_of(dr.vchannels[1]), lambda: c.insert("dr", new))
+            assert f"seq={e.value.result.seq}" in str(e.value)
+            c.insert("dr", new, seq=e.value.result.seq)        # as the error says
+        _flush(meta2, store2, settings2, "dr")
+        got = _pks(meta2, store2, "dr")
+        assert sum(got.values()) == 16 and all(got[pk] == 1 for pk in new.column("pk").to_pylist())
+    finally:
+        meta2.close()
