@@ -155,3 +155,45 @@ def test_a_first_write_whose_announce_fails_names_a_retry_that_works(meta, store
         assert sum(got.values()) == 16 and all(got[pk] == 1 for pk in new.column("pk").to_pylist())
     finally:
         meta2.close()
+
+
+def test_a_delete_retried_after_a_failover_never_hides_rows_acknowledged_there_since(meta, store, settings,
+                                                                                     etcd_server, tmp_path,
+                                                                                     monkeypatch):
+    """A delete half-committed on the primary; at the DR site the application writes the
+    pks of the half that did not commit again (acknowledged); then the delete is retried
+    with its seq. No record remembers its timestamp there, so a retry takes a new one and
+    hides the rows acknowledged after the call was made (a delete hides only older rows)."""
+    meta2, store2, settings2 = other_root(etcd_server, tmp_path, "drd")
+    backup = LocalStore(tmp_path / "backup")
+    try:
+        with WalClient(meta, store, settings, producer_id="ingest") as c:
+            coll = make_collection(c, "src", shards=2)
+            c.insert("src", synthetic_rows(coll, 40, 1))
+        _flush(meta, store, settings, "src")
+        doomed = list(range(1, 21))
+        with WalClient(meta, store, settings, producer_id="ingest") as c:
+            e = append_incomplete(monkeypatch, pchannel_of(coll.vchannels[1]), lambda: c.delete("src", doomed))
+        _flush(meta, store, settings, "src")
+        on_primary = _pks(meta, store, "src")
+        kept = sorted(pk for pk in doomed if on_primary[pk])       # the half whose delete did not commit
+        assert 0 < len(kept) < 20
+        snapshot.create(meta, store, "src", "s1")
+        exports.export(meta, store, backup, "src", "s1", **quiet)
+        time.sleep(3.0)     # a failover takes minutes: 3 s against max_clock_skew 1 s below
+        restore_bundle(meta2, store2, backup, "src", "s1", "src")
+        dr = meta2.catalog.get_by_name("src")
+        s2 = settings2.replace(max_clock_skew=1.0)
+        with WalClient(meta2, store2, s2, producer_id="ingest") as c:
+            again = synthetic_rows(dr, len(kept), 1).set_column(0, "pk", __import__("pyarrow").array(kept, "int64"))
+            c.upsert("src", again)                                  # acknowledged at the DR site
+            try:
+                c.delete("src", doomed, seq=e.value.result.seq)
+            except (ValidationError, AppendIncomplete) as err:
+                print("retry refused:", err)
+        _flush(meta2, store2, s2, "src")
+        got = _pks(meta2, store2, "src")
+        hidden = sorted(pk for pk in kept if not got[pk])
+        assert not hidden, f"rows acknowledged at the DR site after the delete call was made are hidden: {hidden}"
+    finally:
+        meta2.close()
