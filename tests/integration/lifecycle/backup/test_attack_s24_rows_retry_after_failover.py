@@ -20,9 +20,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lifecycle" / "restore"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lifecycle" / "pitr"))
 
 from seglake.errors import ValidationError
-from seglake.lifecycle import snapshot
+from seglake.lifecycle import pitr, retention, snapshot
+from seglake.lifecycle.backup import archive
+from seglake.lifecycle.pitr import from_target
 from seglake.lifecycle.flush import flush_pchannel
 from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.backup import imports
@@ -33,6 +36,7 @@ from seglake.wal.client import AppendIncomplete, WalClient, synthetic_rows
 
 from bundle_restore_helpers import restore_bundle
 from copy_model_helpers import other_root, quiet, run_restore
+from pitr_model import copy_and_replay
 from wal_helpers import append_incomplete, make_collection, pchannels
 
 
@@ -61,7 +65,7 @@ def _half_committed_call(meta, store, settings, monkeypatch):
     return coll, rows, e.value
 
 
-@pytest.mark.parametrize("path", ["bundle_restore", "import_then_restore"])
+@pytest.mark.parametrize("path", ["bundle_restore", "import_then_restore", "from_target_as_of"])
 def test_a_retry_after_a_failover_never_appends_the_half_the_bundle_carried_again(meta, store, settings, etcd_server,
                                                                                   tmp_path, monkeypatch, path):
     meta2, store2, settings2 = other_root(etcd_server, tmp_path, "dr")
@@ -73,11 +77,20 @@ def test_a_retry_after_a_failover_never_appends_the_half_the_bundle_carried_agai
         assert 0 < len(half) < 20 and sum(on_primary.values()) == 40 + len(half)
         snapshot.create(meta, store, "src", "s1")
         exports.export(meta, store, backup, "src", "s1", **quiet)
+        if path == "from_target_as_of":
+            pitr.set_window(meta, "src", "1h")
+            retention.set_policy(meta, "src", {"keep_last": 5, "archive": True})
         # the primary is gone; the DR site brings `src` back under its name (a failover takes
         # minutes; here the DR clients' max_clock_skew is 1 s, so 3 s stand for them)
         time.sleep(3.0)
         if path == "bundle_restore":
             restore_bundle(meta2, store2, backup, "src", "s1", "src")
+        elif path == "from_target_as_of":     # the bundle + the WAL archive, to the archive's last instant
+            archive.run(meta, store, backup)
+            covered = min(archive.ArchivedLog(backup, archive.site_id(meta), p).covered()
+                          for p in archive.archived_pchannels(meta))
+            job = from_target.restore_as_of_from_target(meta2, store2, backup, "src", "src", covered, engine="inline")
+            copy_and_replay(meta2, store2, settings2, job, "src")
         else:
             imports.import_bundle(meta2, store2, backup, "src", "s1", as_collection="src_imported", **quiet)
             run_restore(meta2, store2, "src_imported", "s1", "src")
