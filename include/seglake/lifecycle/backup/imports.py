@@ -17,8 +17,9 @@ to restore it many times):
        so nothing collides with this store's own), created once (compare: absent); a
        re-run under the same names reads it and resumes with the same ids; an import
        under other names takes over a record that failed (its snapshot failed, is gone,
-       or has had no heartbeat for MIN_PENDING_TIMEOUT): it removes that import's
-       snapshot and files first; a running or completed one is refused, naming it
+       or has had no heartbeat for MIN_PENDING_TIMEOUT; with no snapshot made yet, the
+       record is that old): it removes that import's snapshot and files first; a running
+       or completed one is refused, naming it
     -> a PENDING snapshot record of that collection id (GC skips a collection with a
        PENDING snapshot, so the files copied next are never collected half way), kept
        alive by heartbeats while the files are copied
