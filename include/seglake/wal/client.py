@@ -55,8 +55,8 @@ from seglake.meta.kv import Put
 from seglake.wal import message as M
 from seglake.wal.log import check_wal_settings
 from seglake.wal.message import Message, MessageId
-from seglake.wal.producers import (CALL_BITS, MAX_CALL, Holder, ProducerFenced, call_at, clock_call, future_call,
-                                   now_ms)
+from seglake.wal.producers import (CALL_BITS, MAX_CALL, Holder, ProducerFenced, call_at, call_ms, clock_call,
+                                   future_call, now_ms)
 from seglake.wal.writer import Retry, WalWriter, _valid_pid
 
 MAX_BATCH_ROWS = 1_000_000
@@ -232,9 +232,18 @@ class WalClient:
                 M.CREATE_COLLECTION, v, collection_id=coll.collection_id,
                 props={"name": coll.name, "db": coll.db, "schema": coll.schema.to_json(),
                        "partitions": [[p.partition_id, p.name] for p in coll.partitions]}))
-        res = IngestResult(coll.name)
-        self._finish(res, self._submit(res, [m for _, msgs in sorted(by_p.items()) for m in msgs],
-                                       self._call_seq(None), {}, _digest("announce", coll.collection_id)))
+        # seq None: the call that announces (a first insert, delete, flush) is not numbered yet,
+        # so an announce that did not complete leaves nothing of it appended: its retry is a
+        # new call (its error said "retry with seq=0", which every call refuses; attack s24)
+        res = IngestResult(coll.name, seq=None)
+        try:
+            self._finish(res, self._submit(res, [m for _, msgs in sorted(by_p.items()) for m in msgs],
+                                           self._call_seq(None), {}, _digest("announce", coll.collection_id)))
+        except AppendIncomplete as e:
+            e.args = (f"announcing collection {coll.name!r} on its vchannels (before its first write through the "
+                      f"WAL) did not complete: nothing of this call was numbered or appended; retry it as a new "
+                      f"call (seq=None). {e.args[0]}",)
+            raise
         before = any(True for _ in self.meta.segments.list(coll.collection_id))
         return self.meta.catalog.set_properties(coll.collection_id,
                                                 **{ANNOUNCED: True, **({ROWS_BEFORE_LOG: True} if before else {})})
@@ -590,6 +599,8 @@ class WalClient:
                     f"producer {self.producer_id} on {p}: seq {call} is below the calls its record remembers "
                     f"(floor {self.writer(p).floor}): it cannot tell a duplicate; refused (nothing appended, "
                     f"on any pchannel)")
+        if all(e is None for e in entries.values()):
+            self._check_not_before(coll, call)
         for p, entry in sorted(entries.items()):
             if entry is not None and entry["d"] != digest:
                 where = "" if p in mine else (" (a pchannel this collection does not use: the seq went to another "
@@ -598,6 +609,38 @@ class WalClient:
                     f"producer {self.producer_id} on {p}: seq {call} was committed with payload digest "
                     f"{entry['d']}{where}, this call's digest is {digest}: another payload under a used sequence "
                     f"number is refused (nothing appended, on any pchannel); give a new call a new seq{PAYLOAD_IS}")
+
+    def _check_not_before(self, coll, call: int) -> None:
+        """A given seq that no producer record of this store remembers, numbered by a client
+        (it carries its time) before `coll` existed, is refused: it was a call to another
+        collection -- the one this one was restored, imported or undropped from, maybe in
+        another store (a DR site) -- and what of it committed there came with the copy; this
+        store cannot tell which part, so appending it would write that part twice (attack s24:
+        a call half-committed on the primary, retried at the DR site after a restore from its
+        bundle, gave 69 rows for 60 written). A call numbered after the collection was read
+        carries a time at or above its creation: numbers come from max(wall clock, the TSO),
+        and the TSO lags another process's by less than a batch; the slack (max_clock_skew +
+        1 s) covers a batch taken before a fast host moved the TSO. A seq the caller chose
+        (below 2**40) carries no time and is not judged here."""
+        from seglake.meta.alloc import physical_ms
+
+        made = call_ms(call)
+        born = int(getattr(coll, "created_ts", 0) or 0)
+        if made is None or not born:
+            return
+        slack = int(self.settings.max_clock_skew * 1000) + 1000
+        if made + slack >= physical_ms(born):
+            return
+        import datetime as _dt
+
+        def at(ms: int) -> str:
+            return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+        raise ValidationError(
+            f"producer {self.producer_id}: seq {call} was numbered at {at(made)}, before collection {coll.name!r} "
+            f"(id {coll.collection_id}) was created at {at(physical_ms(born))}, and no producer record of this store "
+            f"remembers it: it was a call to another collection (the one this was restored, imported or undropped "
+            f"from, maybe at another site), and what of it committed there may have come with the copy; nothing "
+            f"appended. Check which of its rows the collection holds, and send the rest as a new call (seq=None)")
 
     def _run_call(self, coll, chunks: int, messages, txn: bool, res: IngestResult, call: int, digest: str,
                   first_alone=None) -> None:

@@ -17,8 +17,9 @@ to restore it many times):
        so nothing collides with this store's own), created once (compare: absent); a
        re-run under the same names reads it and resumes with the same ids; an import
        under other names takes over a record that failed (its snapshot failed, is gone,
-       or has had no heartbeat for MIN_PENDING_TIMEOUT): it removes that import's
-       snapshot and files first; a running or completed one is refused, naming it
+       or has had no heartbeat for MIN_PENDING_TIMEOUT; with no snapshot made yet, the
+       record is that old): it removes that import's snapshot and files first; a running
+       or completed one is refused, naming it
     -> a PENDING snapshot record of that collection id (GC skips a collection with a
        PENDING snapshot, so the files copied next are never collected half way), kept
        alive by heartbeats while the files are copied
@@ -239,6 +240,18 @@ def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: 
     if plan.get("state") == "imported" or (rec is not None and rec.state == COMMITTED):
         raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) was already imported as {as_}; "
                        f"restore from that one")
+    if rec is None and plan.get("state") == "importing":
+        # an import that wrote its record and has not made its PENDING snapshot yet is
+        # running (a few etcd operations later it has one): taking it over then discarded
+        # the live import's snapshot and files mid-copy (attack s24). A record that stays so
+        # is an import killed in between: taken over once as old as a silent PENDING one
+        since = time.time() - max(float(plan.get("created_at") or 0), float(plan.get("resumed_at") or 0))
+        if since < snapshots.MIN_PENDING_TIMEOUT:
+            raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) is being imported as {as_} right now "
+                           f"(its record was written {since:.0f} s ago, its snapshot not yet); wait for it, or "
+                           f"retry under another name once it failed or {snapshots.MIN_PENDING_TIMEOUT:g} s "
+                           f"passed")
+        return True
     if rec is None or rec.state != PENDING or rec.failed:
         return True
     silent = time.time() - meta.snapshots.last_beat(rec)[0]
@@ -336,9 +349,9 @@ def _import_record(meta: Meta, store: Store, doc: dict, db: str, name: str, snap
                        f"retry")
     if plan.get("state") == "failed" or (plan.get("state") == "imported" and _imported_snapshot(meta, plan) is None):
         # resumed (or imported again: its snapshot was dropped): running again (another name may not take it over now)
-        meta.kv.txn([unchanged(kv)], [Put(key, json.dumps({**plan, "state": "importing"}))],
+        plan = {**plan, "state": "importing", "resumed_at": time.time()}
+        meta.kv.txn([unchanged(kv)], [Put(key, json.dumps(plan))],
                     reason=f"the import record of bundle {doc['bundle']!r} changed; retry")
-        plan = {**plan, "state": "importing"}
     return plan
 
 
