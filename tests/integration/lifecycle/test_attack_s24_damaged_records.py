@@ -1,0 +1,98 @@
+"""Adversary s24: damaged persisted records. Every record seglake reads back (etcd values,
+JSON on the store or the backup target) is read by ONE strict reader (meta.codec.loads /
+number / moment): NaN, Infinity, 1e400, a number as a string, null, a missing key or a
+wrong type make the record unreadable (CorruptRecord, naming it), never zero, never
+"absent", never "expired". A destructive path that meets one keeps what it guards.
+
+Real etcd, real files (a local backup target)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from seglake.dev import demo
+from seglake.errors import CorruptRecord
+from seglake.lifecycle import retention, snapshot
+from seglake.lifecycle.backup import bundle as bundles
+from seglake.lifecycle.backup import export as exports
+from seglake.lifecycle.backup.prune import prune
+from seglake.meta import codec
+from seglake.storage import layout
+from seglake.storage.local import LocalStore
+
+quiet = dict(say=lambda line: None)
+# what Python's json reads without a word (NaN compares false both ways; 1e400 is inf),
+# and what float() turns into NaN/inf from a string, and the plainly wrong
+DAMAGED_NUMBERS = ["NaN", "Infinity", "-Infinity", "1e400", '"nan"', '"inf"', "null", '"12"', "true", "[1]",
+                   "1e300", "-5"]
+
+
+# -- the one reader -----------------------------------------------------------------------------
+@pytest.mark.parametrize("raw", [b'{"at": NaN}', b'{"at": Infinity}', b'{"at": -Infinity}', b'{"at": 1e400}',
+                                 b'{"at": -1e999}', b'{"at": 1', b"\xff", b""])
+def test_the_record_reader_refuses_what_python_json_reads_silently(raw):
+    with pytest.raises(CorruptRecord, match="k/1"):
+        codec.loads(raw, "k/1")
+
+
+@pytest.mark.parametrize("value", DAMAGED_NUMBERS)
+def test_a_recorded_time_must_be_a_finite_number_in_range(value):
+    try:
+        doc = json.loads(f'{{"at": {value}}}')   # what the old readers parsed
+    except ValueError:
+        doc = {"at": value}
+    with pytest.raises(CorruptRecord, match="'at'"):
+        codec.moment(doc, "at", "k/1")
+    with pytest.raises(CorruptRecord, match="missing"):
+        codec.moment({}, "at", "k/1")
+    assert codec.moment({"at": 1700000000}, "at") == 1700000000.0
+
+
+def test_a_typed_record_refuses_them_too():
+    """msgspec's typed decode (segments, snapshots, copy jobs) already refuses NaN and 1e400;
+    the plain records (collections) went through json.loads and took them."""
+    with pytest.raises(CorruptRecord):
+        codec.decode(b'{"v":1,"created_ts":NaN}', "c/1")
+    with pytest.raises(CorruptRecord):
+        codec.decode(b'{"v":"1"}', "c/1")
+    from seglake.meta.segments import Segment
+    with pytest.raises(CorruptRecord):
+        codec.decode_struct(b'{"v":1,"segment_id":1e400}', Segment, "s/1")
+
+
+# -- the retention prune of a backup target ----------------------------------------------------
+@pytest.fixture
+def two_bundles(meta, store, tmp_path):
+    """Bundles s1 (older) and s2 of `pp` in a local target."""
+    demo.seed(meta, store, demo.SeedParams(name="pp", partitions=1, segments=1, rows=20, dim=4))
+    target = LocalStore(tmp_path / "backup")
+    for name in ("s1", "s2"):
+        snapshot.create(meta, store, "pp", name)
+        exports.export(meta, store, target, "pp", name, **quiet)
+        time.sleep(0.01)
+    return target
+
+
+def _damage_commit_time(target, bundle, value):
+    key = layout.bundle_commit("default", "pp", bundle)
+    marker = json.loads(target.get(key))
+    body = json.dumps({**marker, "committed_at": "@"}).replace('"@"', value)
+    target.put(key, body.encode())
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "1e400", '"inf"', '"nan"', "1e300", "null"])
+def test_a_bundle_whose_commit_time_is_damaged_is_left_alone_and_does_not_outrank_the_newest(two_bundles, value):
+    """The prune read committed_at with float(json.loads(...)): Infinity (or "inf", or 1e300)
+    made the OLDER bundle s1 the newest, so keep_last=1 kept it and pruned s2, the real newest;
+    NaN sorted anywhere. Now a marker whose time is not a time is not judged (left alone) and
+    s2 stays the newest."""
+    target = two_bundles
+    _damage_commit_time(target, "s1", value)
+    report = prune(target, "pp", retention.parse_policy({"keep_last": 1}), pinned=lambda n: [], sweep=False,
+                   **quiet)
+    assert report["pruned"] == [] and "s2" in report["kept"], report
+    assert bundles.read(target, "default", "pp", "s2")["bundle"] == "s2"
+    assert target.exists(layout.bundle_commit("default", "pp", "s1"))   # not judged: not dropped
