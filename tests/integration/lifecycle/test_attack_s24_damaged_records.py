@@ -96,3 +96,51 @@ def test_a_bundle_whose_commit_time_is_damaged_is_left_alone_and_does_not_outran
     assert report["pruned"] == [] and "s2" in report["kept"], report
     assert bundles.read(target, "default", "pp", "s2")["bundle"] == "s2"
     assert target.exists(layout.bundle_commit("default", "pp", "s1"))   # not judged: not dropped
+
+
+# -- snapshot pins (GC's expiry of pins) ---------------------------------------------------------
+@pytest.mark.parametrize("value", ["NaN", "-1", '"soon"', "null", "1e400", "[]"])
+def test_a_damaged_pin_record_is_never_released_as_expired(meta, store, value):
+    """GC's remove_expired_holds read `doc["expires_at"] <= now`: a negative expiry released
+    the pin (and its hold on the snapshot, though the snapshot's own hold was live), a string
+    crashed every GC pass with a TypeError. Now a pin record that is not one is kept and
+    named, and the snapshot's own (typed) hold judges the snapshot."""
+    demo.seed(meta, store, demo.SeedParams(name="pp", partitions=1, segments=1, rows=20, dim=4))
+    snapshot.create(meta, store, "pp", "s")
+    pin = snapshot.pin(meta, "pp", "s", 3600)
+    key = meta.keys.snapshot_pin(pin["pin_id"])
+    meta.kv.delete(meta.keys.snapshot_pin_lease(pin["pin_id"]))   # a pin made before leases: the clock judges
+    meta.kv.put(key, json.dumps({**pin, "expires_at": "@"}).replace('"@"', value))
+    assert meta.snapshots.remove_expired_holds(time.time()) == 0
+    assert meta.kv.get(key) is not None
+    rec, _ = meta.snapshots.get(pin["collection_id"], "s")
+    assert meta.snapshots.pinned_by(rec, time.time()) == [f"pin {pin['pin_id']}"]
+    assert snapshot.list_pins(meta) == []          # not listed as a live pin; named in the log
+    with pytest.raises(CorruptRecord, match=key):
+        snapshot.unpin(meta, pin["pin_id"])
+
+
+# -- retention schedules ----------------------------------------------------------------------
+def test_a_policy_record_missing_a_count_is_refused_not_read_as_zero(meta, store):
+    """The schedule read a stored policy with `{k: doc[k] for k in POLICY_KEYS if k in doc}`:
+    a record that lost keep_daily kept only keep_last and pruned the daily snapshots. Every
+    stored policy has every count, so one missing is damage: the run is refused, nothing
+    pruned; a count of NaN or "3" is refused too."""
+    from datetime import datetime, timezone
+
+    coll = demo.seed(meta, store, demo.SeedParams(name="pp", partitions=1, segments=1, rows=20, dim=4))[0]
+    t0 = datetime(2026, 3, 1, tzinfo=timezone.utc).timestamp()
+    retention.set_policy(meta, "pp", {"keep_last": 1, "keep_daily": 3})
+    for day in range(3):
+        assert retention.run(meta, store, "pp", now=t0 + day * 86400)["created"]
+    names = sorted(r.name for r in meta.snapshots.list(coll.collection_id))
+    key = meta.keys.retention(coll.collection_id)
+    doc = json.loads(meta.kv.get(key).value)
+    for damaged in ({k: v for k, v in doc.items() if k != "keep_daily"},
+                    json.dumps({**doc, "keep_daily": "@"}).replace('"@"', "NaN"), {**doc, "keep_daily": "3"}):
+        meta.kv.put(key, damaged if isinstance(damaged, str) else json.dumps(damaged))
+        with pytest.raises(ValueError, match="malformed|corrupt record"):
+            retention.run(meta, store, "pp", now=t0 + 3 * 86400 + 60)
+        (rep,) = retention.run_all(meta, store, now=t0 + 3 * 86400 + 60)
+        assert "error" in rep and not rep.get("pruned"), rep
+        assert sorted(r.name for r in meta.snapshots.list(coll.collection_id)) == names
