@@ -144,3 +144,50 @@ def test_a_policy_record_missing_a_count_is_refused_not_read_as_zero(meta, store
         (rep,) = retention.run_all(meta, store, now=t0 + 3 * 86400 + 60)
         assert "error" in rep and not rep.get("pruned"), rep
         assert sorted(r.name for r in meta.snapshots.list(coll.collection_id)) == names
+
+
+# -- WAL truncation (GC) -----------------------------------------------------------------------
+def _wal_fragments(store):
+    return {o.key for o in store.list(f"{layout.WAL}/") if layout.parse_wal_fragment(o.key)}
+
+
+@pytest.mark.parametrize("damage", ["past_the_end", "strings", "floats", "nan", "not_a_list"])
+def test_a_damaged_wal_checkpoint_truncates_nothing_and_is_named(meta, store, settings, damage):
+    """GC truncates the WAL below every vchannel's checkpoint. A checkpoint's message id was
+    read with int(): ["1", "9", "0"] or [1, 9.9, 0] passed, and a fragment past the log's end
+    let GC delete every committed fragment, the unflushed ones too (acknowledged writes).
+    Now such a checkpoint is a damaged record: the WAL view names it and nothing is
+    truncated."""
+    import os
+
+    from seglake.lifecycle import gc
+    from seglake.wal.checkpoints import live_vchannels, read_checkpoint
+    from seglake.wal.client import WalClient, synthetic_rows
+    from seglake.lifecycle.flush import flush_pchannel
+    from seglake.wal.log import WalLog
+    from wal_helpers import make_collection, pchannels
+
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, "c1", shards=1)
+        for i in range(3):
+            c.insert("c1", synthetic_rows(coll, 20, 1 + 20 * i))
+    (p,) = pchannels(coll)
+    flush_pchannel(meta, store, p, settings, flush_all=True)
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(coll, 20, 100))   # acknowledged, not flushed: above the checkpoint
+    before = _wal_fragments(store)
+    old = time.time() - 3 * 86400
+    for k in before:
+        os.utime(store.root / k, (old, old))
+    (v,) = live_vchannels(meta, p)
+    cp, _ = read_checkpoint(meta, v)
+    last = WalLog(meta, None, p).state().last
+    t, f, o = cp.message_id.term, cp.message_id.fragment, cp.message_id.offset
+    mid = {"past_the_end": f"[{t}, {last + 5}, 0]", "strings": f'["{t}", "{last}", "0"]',
+           "floats": f"[{t}, {last}.5, 0]", "nan": f"[{t}, NaN, {o}]", "not_a_list": f'"{t}:{last}:0"'}[damage]
+    key = meta.keys.channel_checkpoint(v)
+    meta.kv.put(key, f'{{"message_id": {mid}, "time_tick": {cp.time_tick}}}')
+    r = gc.run(meta, store, gc.GCOptions(missing_tolerance=3600, drop_tolerance=3600))
+    assert _wal_fragments(store) == before
+    assert gc.WAL_TRUNCATED not in r["sweep"]["by_reason"]
+    assert v in (r["mark"]["wal"]["error"] or ""), r["mark"]["wal"]
