@@ -151,20 +151,13 @@ def _wal_fragments(store):
     return {o.key for o in store.list(f"{layout.WAL}/") if layout.parse_wal_fragment(o.key)}
 
 
-@pytest.mark.parametrize("damage", ["past_the_end", "strings", "floats", "nan", "not_a_list"])
-def test_a_damaged_wal_checkpoint_truncates_nothing_and_is_named(meta, store, settings, damage):
-    """GC truncates the WAL below every vchannel's checkpoint. A checkpoint's message id was
-    read with int(): ["1", "9", "0"] or [1, 9.9, 0] passed, and a fragment past the log's end
-    let GC delete every committed fragment, the unflushed ones too (acknowledged writes).
-    Now such a checkpoint is a damaged record: the WAL view names it and nothing is
-    truncated."""
+def _flushed_wal(meta, store, settings, snapshot_after_flush=False):
+    """One vchannel: three inserts flushed (a snapshot then, if asked), one more acknowledged
+    and not flushed; every fragment old enough for GC. Returns (pchannel, fragment keys)."""
     import os
 
-    from seglake.lifecycle import gc
-    from seglake.wal.checkpoints import live_vchannels, read_checkpoint
-    from seglake.wal.client import WalClient, synthetic_rows
     from seglake.lifecycle.flush import flush_pchannel
-    from seglake.wal.log import WalLog
+    from seglake.wal.client import WalClient, synthetic_rows
     from wal_helpers import make_collection, pchannels
 
     with WalClient(meta, store, settings) as c:
@@ -173,12 +166,32 @@ def test_a_damaged_wal_checkpoint_truncates_nothing_and_is_named(meta, store, se
             c.insert("c1", synthetic_rows(coll, 20, 1 + 20 * i))
     (p,) = pchannels(coll)
     flush_pchannel(meta, store, p, settings, flush_all=True)
+    if snapshot_after_flush:
+        snapshot.create(meta, store, "c1", "after_flush")
     with WalClient(meta, store, settings) as c:
         c.insert("c1", synthetic_rows(coll, 20, 100))   # acknowledged, not flushed: above the checkpoint
     before = _wal_fragments(store)
     old = time.time() - 3 * 86400
     for k in before:
         os.utime(store.root / k, (old, old))
+    return p, before
+
+
+GC_OPTS = dict(missing_tolerance=3600, drop_tolerance=3600)
+
+
+@pytest.mark.parametrize("damage", ["past_the_end", "strings", "floats", "nan", "not_a_list"])
+def test_a_damaged_wal_checkpoint_truncates_nothing_and_is_named(meta, store, settings, damage):
+    """GC truncates the WAL below every vchannel's checkpoint. A checkpoint's message id was
+    read with int(): ["1", "9", "0"] or [1, 9.9, 0] passed, and a fragment past the log's end
+    let GC delete every committed fragment, the unflushed ones too (acknowledged writes).
+    Now such a checkpoint is a damaged record: the WAL view names it and nothing is
+    truncated."""
+    from seglake.lifecycle import gc
+    from seglake.wal.checkpoints import live_vchannels, read_checkpoint
+    from seglake.wal.log import WalLog
+
+    p, before = _flushed_wal(meta, store, settings)
     (v,) = live_vchannels(meta, p)
     cp, _ = read_checkpoint(meta, v)
     last = WalLog(meta, None, p).state().last
@@ -187,7 +200,32 @@ def test_a_damaged_wal_checkpoint_truncates_nothing_and_is_named(meta, store, se
            "floats": f"[{t}, {last}.5, 0]", "nan": f"[{t}, NaN, {o}]", "not_a_list": f'"{t}:{last}:0"'}[damage]
     key = meta.keys.channel_checkpoint(v)
     meta.kv.put(key, f'{{"message_id": {mid}, "time_tick": {cp.time_tick}}}')
-    r = gc.run(meta, store, gc.GCOptions(missing_tolerance=3600, drop_tolerance=3600))
+    r = gc.run(meta, store, gc.GCOptions(**GC_OPTS))
     assert _wal_fragments(store) == before
     assert gc.WAL_TRUNCATED not in r["sweep"]["by_reason"]
     assert v in (r["mark"]["wal"]["error"] or ""), r["mark"]["wal"]
+
+
+# -- point-in-time windows (what they hold of the WAL) ------------------------------------------
+@pytest.mark.parametrize("value", ["0", "-86400", "NaN", '"86400"', "null", "1e400"])
+def test_a_damaged_window_record_makes_gc_keep_the_whole_wal(meta, store, settings, value):
+    """A 1-day window holds the log back to the base snapshot at its oldest instant (none:
+    from creation). Its window_s was read with float(): 0 or -86400 made the oldest instant
+    now, so the snapshot just taken became the base and GC truncated the log below it (the
+    day the window promises); "86400" read as a number. Now a window record that is not one
+    is a read error of the windows: GC keeps the whole WAL and says which record."""
+    from seglake.lifecycle import gc, pitr
+
+    p, before = _flushed_wal(meta, store, settings, snapshot_after_flush=True)
+    pitr.set_window(meta, "c1", "1d")
+    assert gc.run(meta, store, gc.GCOptions(dry_run=True, **GC_OPTS))["mark"]["wal"]["truncatable"] == 0
+    coll = meta.catalog.get_by_name("c1")
+    key = meta.keys.pitr_window(coll.collection_id)
+    meta.kv.put(key, json.dumps({**json.loads(meta.kv.get(key).value), "window_s": "@"}).replace('"@"', value))
+    dry = gc.run(meta, store, gc.GCOptions(dry_run=True, **GC_OPTS))
+    assert key in (dry["mark"]["wal"]["error"] or ""), dry["mark"]["wal"]
+    with pytest.raises(CorruptRecord, match=key):   # its record pass (expired snapshots) stops there too
+        gc.run(meta, store, gc.GCOptions(**GC_OPTS))
+    assert _wal_fragments(store) == before
+    with pytest.raises(CorruptRecord, match=key):
+        pitr.list_windows(meta)
