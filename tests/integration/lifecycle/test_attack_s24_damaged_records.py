@@ -229,3 +229,4 @@ def test_a_damaged_window_record_makes_gc_keep_the_whole_wal(meta, store, settin
     assert _wal_fragments(store) == before
     with pytest.raises(CorruptRecord, match=key):
         pitr.list_windows(meta)
+
