@@ -195,7 +195,7 @@ def test_a_damaged_wal_checkpoint_truncates_nothing_and_is_named(meta, store, se
     (v,) = live_vchannels(meta, p)
     cp, _ = read_checkpoint(meta, v)
     last = WalLog(meta, None, p).state().last
-    t, f, o = cp.message_id.term, cp.message_id.fragment, cp.message_id.offset
+    t, o = cp.message_id.term, cp.message_id.offset
     mid = {"past_the_end": f"[{t}, {last + 5}, 0]", "strings": f'["{t}", "{last}", "0"]',
            "floats": f"[{t}, {last}.5, 0]", "nan": f"[{t}, NaN, {o}]", "not_a_list": f'"{t}:{last}:0"'}[damage]
     key = meta.keys.channel_checkpoint(v)
