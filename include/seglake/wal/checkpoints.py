@@ -48,16 +48,19 @@ def read_checkpoint(meta, vchannel: str) -> tuple[Checkpoint | None, int]:
     """(checkpoint, mod revision of its key; 0 when absent). CorruptRecord for a record the
     flusher did not write: its message id three ints (not "7", 7.9 or 1e15 read as one)."""
     kv = meta.kv.get(meta.keys.channel_checkpoint(vchannel))
-    if kv is None:
-        return None, 0
-    d = codec.loads(kv.value, kv.key)
+    return (None, 0) if kv is None else (parse_checkpoint(kv.value, kv.key), kv.mod_revision)
+
+
+def parse_checkpoint(raw: bytes, key: str) -> Checkpoint:
+    """A checkpoint record as the flusher wrote it, else CorruptRecord naming `key`."""
+    d = codec.loads(raw, key)
     mid = d.get("message_id") if isinstance(d, dict) else None
     if not (isinstance(mid, list) and len(mid) == 3 and all(type(x) is int for x in mid)):
-        raise CorruptRecord(f"corrupt record at {kv.key!r}: message_id {mid!r} is not [term, fragment, offset]")
+        raise CorruptRecord(f"corrupt record at {key!r}: message_id {mid!r} is not [term, fragment, offset]")
     try:
-        return Checkpoint.from_json(d), kv.mod_revision
+        return Checkpoint.from_json(d)
     except ValidationError as e:
-        raise CorruptRecord(f"corrupt record at {kv.key!r}: {e}") from None
+        raise CorruptRecord(f"corrupt record at {key!r}: {e}") from None
 
 
 def advances(old: Checkpoint | None, new: Checkpoint) -> bool:

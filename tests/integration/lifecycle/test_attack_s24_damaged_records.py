@@ -230,3 +230,30 @@ def test_a_damaged_window_record_makes_gc_keep_the_whole_wal(meta, store, settin
     with pytest.raises(CorruptRecord, match=key):
         pitr.list_windows(meta)
 
+
+
+# -- a snapshot's log positions and the flusher term ------------------------------------------
+def test_a_snapshot_of_a_damaged_checkpoint_fails_naming_it_and_a_damaged_term_refuses_a_flusher(meta, store,
+                                                                                                   settings):
+    """A snapshot records each vchannel's checkpoint as where a replay (and a window's hold
+    on the log) starts; it read the checkpoint with int(), so ["1", "3", "0"] or [1, 3.7, 0]
+    became a position. The flusher's term record was read raw: NaN + 1 was written back as
+    the next term, a string crashed with a TypeError. Now both are damaged records, named."""
+    from seglake.lifecycle.flush.state import acquire_term
+    from seglake.meta import keys as keymod
+    from seglake.wal.checkpoints import live_vchannels, read_checkpoint
+
+    p, _ = _flushed_wal(meta, store, settings)
+    (v,) = live_vchannels(meta, p)
+    cp, _ = read_checkpoint(meta, v)
+    key = meta.keys.channel_checkpoint(v)
+    good = meta.kv.get(key).value
+    meta.kv.put(key, json.dumps({"message_id": [str(x) for x in cp.message_id.to_json()], "time_tick": cp.time_tick}))
+    with pytest.raises(CorruptRecord, match=key):
+        snapshot.create(meta, store, "c1", "s")
+    meta.kv.put(key, good)
+    term_key = keymod.wal_flusher(meta.keys, p)
+    for bad in ('{"term": NaN}', '{"term": "4"}', '{"term": -1}', '{}'):
+        meta.kv.put(term_key, bad)
+        with pytest.raises(CorruptRecord, match=term_key):
+            acquire_term(meta, p, "f2")
