@@ -257,3 +257,45 @@ def test_a_snapshot_of_a_damaged_checkpoint_fails_naming_it_and_a_damaged_term_r
         meta.kv.put(term_key, bad)
         with pytest.raises(CorruptRecord, match=term_key):
             acquire_term(meta, p, "f2")
+
+
+# -- Milvus capture pins and sources -----------------------------------------------------------
+@pytest.mark.parametrize("value", ["-1", '"-1"', "true", '"9e99"', "0.0e0"])
+def test_a_damaged_milvus_pin_holds_its_bundle(meta, two_bundles, value):
+    """A capture pin (no lease: written before leases, or by hand) was live while
+    float(expires_at) > now: "-1", true (1.0) and -1 read as expired, so the prune dropped
+    the bundle. Now an expiry that is not a time in range makes it unreadable: it holds
+    (fail closed), and says which record."""
+    from seglake.lifecycle.backup.prune import prune
+    from seglake.milvus import sources
+
+    target = two_bundles
+    key = meta.keys.milvus_pin("default", "pp", "s1")
+    meta.kv.put(key, '{"expires_at": %s, "by": "ops"}' % value)
+    pins = sources.pinned_by(meta, "default", "pp", "s1")
+    if value == "0.0e0":   # a real time (1970): expired, it holds nothing
+        assert pins == []
+        return
+    assert pins == [f"an unreadable pin record {key} (kept)"]
+    report = prune(target, "pp", retention.parse_policy({"keep_last": 1}),
+                   pinned=lambda b: sources.pinned_by(meta, "default", "pp", b), sweep=False, **quiet)
+    assert report["pruned"] == [] and list(report["held"]) == ["s1"], report
+
+
+def test_a_milvus_source_record_missing_a_count_is_refused_before_anything(meta, tmp_path):
+    """The schedule rebuilt a stored source with `{k: src[k] for k in KEYS if k in src}`: a
+    record that lost keep_daily kept only keep_last and its prune dropped the daily captures.
+    Every stored source has every count: one missing refuses the run, naming it."""
+    from seglake.errors import ValidationError
+    from seglake.milvus import sources
+
+    sources.set_source(meta, "src", {"milvus_etcd": "127.0.0.1:2379", "bucket": "milvus-bucket",
+                                     "collections": "a", "keep_last": 1, "keep_daily": 7})
+    key = meta.keys.milvus_source("src")
+    doc = json.loads(meta.kv.get(key).value)
+    meta.kv.put(key, json.dumps({k: v for k, v in doc.items() if k != "keep_daily"}))
+    with pytest.raises(ValidationError, match="malformed: keep_daily missing"):
+        sources.run(meta, LocalStore(tmp_path / "backup"), None, "src", now=time.time())
+    meta.kv.put(key, json.dumps({**doc, "keep_daily": "@"}).replace('"@"', "NaN"))
+    with pytest.raises(CorruptRecord, match=key):
+        sources.run(meta, LocalStore(tmp_path / "backup"), None, "src", now=time.time())
