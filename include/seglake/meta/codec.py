@@ -8,6 +8,7 @@ says in one line what it keeps when a record is unreadable (fail closed)."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ import msgspec
 
 from seglake.errors import CorruptRecord, SeglakeError
 
+log = logging.getLogger(__name__)
 SCHEMA_VERSION = 4      # the newest record version this seglake reads (writes: see encode_struct)
 # v4: a compaction FOLD unit's record (lifecycle/compaction/folding): a seglake before
 # L0 folding refuses it instead of treating it as a one-output unit (its GC would read
@@ -39,15 +41,28 @@ def loads(raw: bytes | str, key: str = "") -> Any:
         raise CorruptRecord(f"corrupt record at {key!r}: {e}") from None
 
 
-def number(doc: Any, field: str, key: str = "", *, lo: float = 0.0, hi: float = 2.0**63) -> float:
-    """doc[field] as a finite number in [lo, hi] (a time, a term, a count): not a string
-    ("nan" is one float() reads), not a bool, not null. CorruptRecord otherwise."""
+def number(doc: Any, field: str, key: str = "", *, lo: float = 0.0, hi: float = 2.0**63, whole: bool = False) -> float:
+    """doc[field] as a finite number in [lo, hi] (a time, a term, a count; `whole`: an int,
+    as ids are): not a string ("nan" is one float() reads), not a bool, not null.
+    CorruptRecord otherwise."""
     value = doc.get(field) if isinstance(doc, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) \
             or not (math.isfinite(value) if isinstance(value, float) else True) or not lo <= value <= hi:
         shown = "missing" if not isinstance(doc, dict) or field not in doc else repr(value)[:40]
         raise CorruptRecord(f"corrupt record at {key!r}: {field!r} is {shown}, not a number in [{lo:g}, {hi:g}]")
     return value
+
+
+def readable(kvs, read=None) -> list:
+    """read(kv) (default: loads) of every record in `kvs` that can be read; each one that
+    cannot is named in the log and left out (a listing: its destructive readers refuse it)."""
+    out = []
+    for kv in kvs:
+        try:
+            out.append(read(kv) if read is not None else loads(kv.value, kv.key))
+        except ValueError as e:
+            log.warning("%s (left out of the listing)", e)
+    return out
 
 
 TIME_MAX = 32503680000.0   # 3000-01-01: a recorded time (epoch seconds) past it is damage

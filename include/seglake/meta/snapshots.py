@@ -368,7 +368,7 @@ def _pin_doc(kv: KeyValue, strict: bool = False) -> dict:
     try:
         doc = codec.loads(kv.value, kv.key)
         for f in ("pin_id", "collection_id", "snapshot_id"):
-            codec.number(doc, f, kv.key)
+            codec.number(doc, f, kv.key, whole=True)
         codec.moment(doc, "created_at", kv.key), codec.moment(doc, "expires_at", kv.key)
         if not all(isinstance(doc.get(f), str) for f in ("collection", "db", "snapshot")):
             raise CorruptRecord(f"corrupt record at {kv.key!r}: collection, db or snapshot is not a name")

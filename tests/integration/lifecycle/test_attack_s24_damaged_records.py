@@ -299,3 +299,27 @@ def test_a_milvus_source_record_missing_a_count_is_refused_before_anything(meta,
     meta.kv.put(key, json.dumps({**doc, "keep_daily": "@"}).replace('"@"', "NaN"))
     with pytest.raises(CorruptRecord, match=key):
         sources.run(meta, LocalStore(tmp_path / "backup"), None, "src", now=time.time())
+
+
+# -- an import's record (its takeover discards what the recorded import wrote) --------------------
+@pytest.mark.parametrize("field,value", [("snapshot_id", '"@id"'), ("snapshot_id", "@id.0"),
+                                         ("collection_id", "null"), ("state", "7")])
+def test_a_damaged_import_record_is_never_taken_over(meta, store, two_bundles, field, value):
+    """An import under another name may take over a recorded import that failed or whose
+    snapshot was dropped, discarding the files the recorded one wrote. It judged a damaged
+    record: a snapshot id of "7" (or 7.0 as text) never matched the imported snapshot's, so
+    a completed import read as "its snapshot dropped since" and the takeover deleted the
+    files of that live snapshot. Now the record is refused, naming it; nothing is deleted."""
+    from seglake.lifecycle.backup import imports
+
+    target = two_bundles
+    out = imports.import_bundle(meta, store, target, "pp", "s1", as_collection="imp1", **quiet)
+    key = meta.keys.backup_import(out["uid"])
+    doc = json.loads(meta.kv.get(key).value)
+    meta.kv.put(key, json.dumps({**doc, field: "@"}).replace('"@"', value.replace("@id", str(doc["snapshot_id"]))))
+    before = {o.key for o in store.list("")}
+    with pytest.raises(CorruptRecord, match=key):
+        imports.import_bundle(meta, store, target, "pp", "s1", as_collection="imp2", **quiet)
+    assert before <= {o.key for o in store.list("")}
+    assert meta.snapshots.find(out["collection_id"], out["snapshot"]).state == "COMMITTED"
+    assert imports.list_imports(meta) == []   # left out of the listing, named in the log

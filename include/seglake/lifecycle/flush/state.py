@@ -36,7 +36,7 @@ def acquire_term(meta, pchannel: str, name: str) -> tuple[int, int]:
 
     def attempt():
         kv = meta.kv.get(key)
-        cur = 0 if kv is None else int(codec.number(codec.loads(kv.value, kv.key), "term", kv.key, hi=2**62))
+        cur = 0 if kv is None else codec.number(codec.loads(kv.value, kv.key), "term", kv.key, hi=2**62, whole=True)
         rec = json.dumps({"term": cur + 1, "flusher": name, "opened_at": time.time()})
         rev = meta.kv.txn([rev_guard(key, 0 if kv is None else kv.mod_revision)], [Put(key, rec)])
         return cur + 1, rev

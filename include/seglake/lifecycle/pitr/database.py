@@ -151,7 +151,7 @@ def _none_purged(meta, db: str, ts: int) -> None:
     for kv in meta.kv.range(meta.keys.pitr_gone_prefix()):
         try:   # GC writes each with its name and lifetime (gc.records.gone_record)
             d = codec.loads(kv.value, kv.key)
-            born, began = (int(codec.number(d, f, kv.key)) for f in ("created_ts", "drop_began_ts"))
+            born, began = (codec.number(d, f, kv.key, whole=True) for f in ("created_ts", "drop_began_ts"))
             if not isinstance(d.get("db"), str):
                 raise CorruptRecord(f"corrupt record at {kv.key!r}: no database name")
         except ValueError as e:   # damaged: it may be a member of `db` at `ts`: refused, not skipped

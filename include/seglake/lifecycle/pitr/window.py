@@ -104,7 +104,7 @@ def _window_doc(kv) -> dict:
     NaN, "3600", 0 or -1 would hold less than the window (GC truncates what it holds)."""
     d = codec.loads(kv.value, kv.key)
     codec.number(d, "window_s", kv.key, lo=limits.LIMITS["pitr_window"].bounds()[0], hi=limits.YEAR)
-    codec.number(d, "collection_id", kv.key, hi=limits.ID_MAX)
+    codec.number(d, "collection_id", kv.key, hi=limits.ID_MAX, whole=True)
     if not all(isinstance(d.get(f), str) for f in ("collection", "db", "window")):
         raise CorruptRecord(f"corrupt record at {kv.key!r}: collection, db or window is not text")
     return d
