@@ -20,6 +20,7 @@ writer's commit lose. Nothing is deleted before the claim has won.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import TYPE_CHECKING, Iterator
 
@@ -29,6 +30,8 @@ from seglake.errors import Conflict, CorruptRecord, NotFound, StateError
 from seglake.meta import codec
 from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.kv import Delete, KeyValue, Put, absent, retry_on_conflict, unchanged
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from seglake.meta import Meta
@@ -120,15 +123,17 @@ class Snapshots:
 
     def last_beat(self, rec: SnapshotRecord) -> tuple[float, KeyValue | None]:
         """(when a writer last proved alive, the heartbeat key as read). A record without
-        a heartbeat key counts from its creation."""
+        a heartbeat key counts from its creation; one whose key cannot be read (NaN, no
+        time, not JSON) counts as beating (inf): its writer may be alive, so neither GC nor
+        an import's takeover claims it (fail closed; named in the log, dropped by hand)."""
         kv = self.kv.get(self.alive_key(rec))
         if kv is None:
             return rec.created_at, None
         try:
-            at = float(json.loads(kv.value)["at"])
-        except (ValueError, KeyError, TypeError):
-            at = rec.created_at  # unreadable: no younger than the record
-        return (at if math.isfinite(at) else rec.created_at), kv  # NaN/inf count as no heartbeat
+            return codec.moment(codec.loads(kv.value, kv.key), "at", kv.key), kv
+        except ValueError as e:
+            log.warning("%s: the writer's heartbeat cannot be read, it counts as alive", e)
+            return math.inf, kv
 
     def heartbeat(self, rec: SnapshotRecord, now: float, by: str = "") -> SnapshotRecord:
         """Refresh the heartbeat of OUR PENDING record, guarded by the record being

@@ -323,3 +323,18 @@ def test_a_damaged_import_record_is_never_taken_over(meta, store, two_bundles, f
     assert before <= {o.key for o in store.list("")}
     assert meta.snapshots.find(out["collection_id"], out["snapshot"]).state == "COMMITTED"
     assert imports.list_imports(meta) == []   # left out of the listing, named in the log
+
+
+# -- a PENDING snapshot's heartbeat (GC reclaims an abandoned one) -----------------------------
+@pytest.mark.parametrize("body", [b'{"at": NaN, "by": "w"}', b'{"by": "w"}', b'{"at": "now"}', b"{not json",
+                                  b'{"at": -1}'])
+def test_a_pending_snapshot_whose_heartbeat_is_damaged_is_not_reclaimed(meta, store, body):
+    """GC reclaims a PENDING snapshot (deletes what it wrote) when no writer has beaten for
+    the timeout. A heartbeat that could not be read counted from the record's creation, so
+    a creation running for longer than the timeout was reclaimed under its live writer. Now
+    it counts as alive: kept, named in the log."""
+    demo.seed(meta, store, demo.SeedParams(name="pp", partitions=1, segments=1, rows=20, dim=4))
+    rec = snapshot.begin(meta, "pp", "slow")
+    meta.kv.put(meta.snapshots.alive_key(rec), body)
+    assert not snapshot.reclaim_abandoned(meta, store, rec, 600, now=time.time() + 86400)
+    assert meta.snapshots.find(rec.collection_id, "slow").state == "PENDING"

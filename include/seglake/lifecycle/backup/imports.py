@@ -257,7 +257,7 @@ def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: 
     if plan.get("state") == "failed" or silent >= snapshots.MIN_PENDING_TIMEOUT:
         return True
     raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) is being imported as {as_} right now "
-                   f"(heartbeat {silent:.0f} s ago); wait for it, or retry under another name once it "
+                   f"({f'heartbeat {silent:.0f} s ago' if silent >= 0 else 'its heartbeat unreadable: counted as alive'}); wait for it, or retry under another name once it "
                    f"failed or has been silent for {snapshots.MIN_PENDING_TIMEOUT:g} s")
 
 
