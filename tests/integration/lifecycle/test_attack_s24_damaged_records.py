@@ -338,3 +338,31 @@ def test_a_pending_snapshot_whose_heartbeat_is_damaged_is_not_reclaimed(meta, st
     meta.kv.put(meta.snapshots.alive_key(rec), body)
     assert not snapshot.reclaim_abandoned(meta, store, rec, 600, now=time.time() + 86400)
     assert meta.snapshots.find(rec.collection_id, "slow").state == "PENDING"
+
+
+# -- Milvus restores: one restore per name -------------------------------------------------------
+@pytest.mark.parametrize("rule", ["first_for_name", "sole_restore_of"])
+@pytest.mark.parametrize("body", [b"{not json", b'{"name": "n", "target": NaN}', b"[1]", b'{"target": "a:1"}'])
+def test_a_damaged_record_of_another_restore_makes_this_one_yield(meta, rule, body):
+    """Two restores into one Milvus name: the later yields to any other record that holds
+    the name. A record that could not be read was skipped (`except ValueError: continue`),
+    so two runs could import into one collection (its rows twice). Now this run yields,
+    its own record goes (it imported nothing), and the damaged record is named."""
+    from types import SimpleNamespace
+
+    from seglake.errors import Conflict
+    from seglake.milvus import restore as mr
+
+    other = meta.keys.milvus_restore("rid0")
+    meta.kv.put(other, body)                                # written first (create revision)
+    recs = mr.Records(meta.kv, meta.keys, "rid1")
+    rec = {"name": "n", "state": "created", "collection_id": 7, "bundle": "b", "bundle_uid": "u",
+           "target": {"address": "a:1", "bucket": "bk"}}
+    recs.create(rec)
+    target, req = SimpleNamespace(address="a:1", bucket="bk"), SimpleNamespace(name="n")
+    with pytest.raises(Conflict, match=other):
+        if rule == "first_for_name":
+            mr._first_for_name(recs, target, req, client=None)
+        else:
+            mr._sole_restore_of(recs, target, req, rec)
+    assert meta.kv.get(recs.key) is None
