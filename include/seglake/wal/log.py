@@ -410,7 +410,7 @@ def pause_state(meta, pchannel: str) -> dict | None:
     for key in (keymod.wal_pause(meta.keys, pchannel), keymod.wal_pause(meta.keys)):
         kv = meta.kv.get(key)
         if kv is not None:
-            return {"key": key, **json.loads(kv.value)}
+            return {"key": key, **codec.loads(kv.value, key)}   # damaged: raises (consumers stay held)
     return None
 
 

@@ -366,3 +366,36 @@ def test_a_damaged_record_of_another_restore_makes_this_one_yield(meta, rule, bo
         else:
             mr._sole_restore_of(recs, target, req, rec)
     assert meta.kv.get(recs.key) is None
+
+
+# -- readers: a damaged record is named or left out of a listing, never a traceback -----------
+def test_listings_leave_a_damaged_record_out_and_name_it(meta, caplog):
+    """The captures list sorted by float(finished_at): "soon" was a ValueError out of the
+    page; NaN sorted anywhere. The export and verify lists were `[json.loads(...) ...]`:
+    one damaged record was a JSONDecodeError out of the page and the CLI."""
+    from seglake.lifecycle.backup import export, verify
+    from seglake.milvus import capture
+
+    ok = {"db": "default", "collection": "c", "bundle": "b1", "finished_at": 1700000000.0}
+    meta.kv.put(meta.keys.milvus_capture("default", "c", "b1"), json.dumps(ok))
+    meta.kv.put(meta.keys.milvus_capture("default", "c", "b2"), json.dumps({**ok, "bundle": "b2",
+                                                                           "finished_at": "soon"}))
+    meta.kv.put(meta.keys.milvus_capture("default", "c", "b3"), b'{"finished_at": NaN}')
+    assert [d["bundle"] for d in capture.list_captures(meta)] == ["b1", "b2"]
+    assert "milvus/captures/default/c/b3" in caplog.text
+    for key, listing in ((meta.keys.backup_export("default", "c", "b1"), export.list_exports),
+                         (meta.keys.backup_verify("default", "c", "b1"), verify.list_verifications)):
+        meta.kv.put(key, b'{"state": "done", "rows": Infinity}')
+        assert listing(meta) == [] and key in caplog.text
+
+
+def test_a_damaged_wal_pause_flag_holds_and_is_named(meta):
+    """A pause flag holds a pchannel's consumers while its key exists; a flag whose value was
+    damaged was a JSONDecodeError; now a CorruptRecord naming it (nothing resumes)."""
+    from seglake.meta import keys as keymod
+    from seglake.wal.log import pause_state
+
+    key = keymod.wal_pause(meta.keys)
+    meta.kv.put(key, b'{"paused_at": NaN}')
+    with pytest.raises(CorruptRecord, match=key):
+        pause_state(meta, "seglake-dml_0")
