@@ -12,13 +12,13 @@ WAL channels are read from `seglake.wal.client.wal_status` (one row per vchannel
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
 from collections import Counter, defaultdict
 from typing import Callable
 
+from seglake.meta import codec
 from seglake.errors import NotFound, SeglakeError
 from seglake.meta import Meta
 from seglake.meta.catalog import COLLECTION_TRANSITIONS
@@ -203,7 +203,7 @@ def gc_latest(store: Store) -> dict | None:
     swept = s.get("swept")
     origin = None   # the Airflow run that made it (gc DAG's prepare writes it; a CLI run has none)
     try:
-        origin = json.loads(store.get(layout.gc_run_file(str(s.get("run_id")), "airflow.json")))
+        origin = codec.loads(store.get(layout.gc_run_file(str(s.get("run_id")), "airflow.json")))
     except (NotFound, ValueError):
         pass
     return {"run_id": s.get("run_id"), "started_at": s.get("started_at"), "dry_run": bool(s.get("dry_run")),
@@ -352,7 +352,7 @@ def milvus(meta: Meta, now: float) -> dict:
     restores = []
     for kv in meta.kv.range(meta.keys.milvus_restores_prefix()):
         try:
-            rec = json.loads(kv.value)
+            rec = codec.loads(kv.value, kv.key)
         except ValueError:
             continue
         if not isinstance(rec, dict):
@@ -383,7 +383,7 @@ def _restore_segments(meta: Meta, rid: str) -> dict:
         items = []
     for item in items:
         try:
-            rec = json.loads(item.value)
+            rec = codec.loads(item.value, item.key)
         except ValueError:
             rec = None
         n = rec.get("segments") if isinstance(rec, dict) else None

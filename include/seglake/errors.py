@@ -20,6 +20,12 @@ class NotFound(SeglakeError, KeyError):
         return str(self.args[0]) if self.args else "not found"
 
 
+class CorruptRecord(SeglakeError, ValueError):
+    """A persisted record (an etcd value, a record on the store or the backup target) that
+    cannot be read: not JSON, NaN/Infinity/overflow, a field missing, of the wrong type or
+    out of range. A destructive path that meets one keeps what it guards (fail closed)."""
+
+
 class Conflict(SeglakeError):
     """A compare-guarded write lost a race, or the target already exists."""
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from seglake.meta import codec
 from seglake.bloom import BloomFilter
 from seglake.errors import ValidationError
 from seglake.meta.segments import Binlog
@@ -224,8 +225,8 @@ def read_stats(store, seg) -> PkStats | None:
     parts = []
     for field_id, logs in sorted(seg.statslogs.items()):
         for b in logs:
-            raw = store.get(layout.stats_log(seg.collection_id, seg.partition_id, seg.segment_id, field_id, b.log_id))
-            parts.append(PkStats.from_json(json.loads(raw)))
+            key = layout.stats_log(seg.collection_id, seg.partition_id, seg.segment_id, field_id, b.log_id)
+            parts.append(PkStats.from_json(codec.loads(store.get(key), key)))
     if not parts:
         return None
     bloom = parts[0].bloom

@@ -167,8 +167,8 @@ def store_limit(meta) -> tuple[float, float]:
     kv = meta.kv.get(meta.keys.copy_store_limit())
     if kv is None:
         return 0.0, 0.0
-    import json
-    doc = json.loads(kv.value)
+    from seglake.meta import codec
+    doc = codec.loads(kv.value, kv.key)
     return check_rates(doc.get("max_bytes_per_second", 0), doc.get("max_requests_per_second", 0))
 
 

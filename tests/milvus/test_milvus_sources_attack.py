@@ -174,7 +174,7 @@ def test_a_hostile_pin_record_holds_its_bundle_and_stops_nothing(meta, tmp_path)
                                                           else '"soon"' if exp == "soon" else "[1]" if exp == [1]
                                                           else "null"))
         assert sources.pinned_by(meta, "default", "docs", "sched_20261127T1200Z") == \
-            ["an unreadable pin record (kept)"], exp
+            [f"an unreadable pin record {key} (kept)"], exp
     meta.kv.put(key, '{"expires_at": %f, "by": "ops\\nverify OK"}' % (time.time() + 60))
     (line,) = sources.pinned_by(meta, "default", "docs", "sched_20261127T1200Z")
     assert "\n" not in line and line.startswith("pin by ops verify OK until ")

@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping
 
 from seglake import limits
 from seglake.errors import Conflict, NotFound, StateError, ValidationError
+from seglake.meta import codec
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.meta.snapshots import COMMITTED
 from seglake.names import validate_name
@@ -202,7 +203,7 @@ def set_policy(meta, collection: str, policy: Mapping[str, Any] | Policy, *, db:
 
 def get_policy(meta, collection: str, *, db: str = DEFAULT_DB) -> dict | None:
     kv = meta.kv.get(_policy_key(meta, collection, db))
-    return None if kv is None else json.loads(kv.value)
+    return None if kv is None else codec.loads(kv.value, kv.key)
 
 
 def clear_policy(meta, collection: str, *, db: str = DEFAULT_DB) -> bool:
@@ -219,7 +220,7 @@ def list_policies(meta) -> list[dict]:
     out = []
     for kv in meta.kv.range(meta.keys.retention_prefix()):
         try:
-            d = json.loads(kv.value)
+            d = codec.loads(kv.value, kv.key)
         except ValueError:
             d = None
         out.append(d if isinstance(d, dict) else {"key": kv.key, "collection": "?", "db": "?"})
@@ -256,10 +257,13 @@ def _run(meta, store, doc: dict, *, now: float, dry_run: bool, create=None, drop
     if now > wall + MAX_AHEAD:
         raise ValidationError(f"schedule time {sched_name(now)} is ahead of the clock ({sched_name(wall)}): "
                               f"a run cannot snapshot the future")
-    try:
+    try:   # a stored policy has every count (Policy.to_json): one missing is damage, not 0 (keep less)
+        if not isinstance(doc, dict) or any(k not in doc for k in KEYS):
+            raise ValidationError(f"a count is missing (the record has {sorted(doc) if isinstance(doc, dict) else doc!r})")
         policy = parse_policy({k: doc[k] for k in POLICY_KEYS if k in doc})
     except ValidationError as e:
-        raise ValidationError(f"the policy record of {doc.get('collection')!r} is malformed: {e}") from None
+        raise ValidationError(f"the policy record of {dict(doc).get('collection') if isinstance(doc, dict) else '?'!r} "
+                              f"is malformed: {e}") from None
     coll = meta.catalog.get(doc["collection_id"])
     create = create or (lambda name: snapshot.create(meta, store, coll.name, name, "retention schedule",
                                                      db=coll.db, owner=OWNER + name))

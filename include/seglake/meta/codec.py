@@ -1,14 +1,22 @@
-"""JSON values in etcd: compact, with a `"v"` schema version on every record."""
+"""JSON values in etcd: compact, with a `"v"` schema version on every record; and THE
+reader of every persisted record (etcd values, JSON on the store or the backup target):
+`loads` refuses what Python's json reads silently (NaN, Infinity, 1e400 -- NaN compares
+false both ways, so an expiry of NaN read as expired), `number` reads one numeric field
+finite and in range. Both raise CorruptRecord naming the record; each destructive caller
+says in one line what it keeps when a record is unreadable (fail closed)."""
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 from typing import Any, TypeVar
 
 import msgspec
 
-from seglake.errors import SeglakeError
+from seglake.errors import CorruptRecord, SeglakeError
 
+log = logging.getLogger(__name__)
 SCHEMA_VERSION = 4      # the newest record version this seglake reads (writes: see encode_struct)
 # v4: a compaction FOLD unit's record (lifecycle/compaction/folding): a seglake before
 # L0 folding refuses it instead of treating it as a one-output unit (its GC would read
@@ -23,13 +31,52 @@ def encode(record: dict[str, Any], version: int = 1) -> bytes:
     return json.dumps({"v": version, **record}, separators=(",", ":"), sort_keys=False).encode()
 
 
-def decode(raw: bytes, key: str = "") -> dict[str, Any]:
+def loads(raw: bytes | str, key: str = "") -> Any:
+    """A persisted record's JSON, strictly: msgspec's parser refuses NaN, (-)Infinity and
+    numbers past a float's range, which Python's json reads as nan/inf.
+    CorruptRecord (a ValueError) naming `key` for anything that is not such JSON."""
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SeglakeError(f"corrupt record at {key!r}: {e}") from None
-    if not isinstance(data, dict) or "v" not in data:
-        raise SeglakeError(f"corrupt record at {key!r}: no schema version")
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as e:
+        raise CorruptRecord(f"corrupt record at {key!r}: {e}") from None
+
+
+def number(doc: Any, field: str, key: str = "", *, lo: float = 0.0, hi: float = 2.0**63, whole: bool = False) -> float:
+    """doc[field] as a finite number in [lo, hi] (a time, a term, a count; `whole`: an int,
+    as ids are): not a string ("nan" is one float() reads), not a bool, not null.
+    CorruptRecord otherwise."""
+    value = doc.get(field) if isinstance(doc, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) \
+            or not (math.isfinite(value) if isinstance(value, float) else True) or not lo <= value <= hi:
+        shown = "missing" if not isinstance(doc, dict) or field not in doc else repr(value)[:40]
+        raise CorruptRecord(f"corrupt record at {key!r}: {field!r} is {shown}, not a number in [{lo:g}, {hi:g}]")
+    return value
+
+
+def readable(kvs, read=None) -> list:
+    """read(kv) (default: loads) of every record in `kvs` that can be read; each one that
+    cannot is named in the log and left out (a listing: its destructive readers refuse it)."""
+    out = []
+    for kv in kvs:
+        try:
+            out.append(read(kv) if read is not None else loads(kv.value, kv.key))
+        except ValueError as e:
+            log.warning("%s (left out of the listing)", e)
+    return out
+
+
+TIME_MAX = 32503680000.0   # 3000-01-01: a recorded time (epoch seconds) past it is damage
+
+
+def moment(doc: Any, field: str, key: str = "") -> float:
+    """doc[field] as a recorded time: number(..., lo=0, hi=TIME_MAX), as a float."""
+    return float(number(doc, field, key, hi=TIME_MAX))
+
+
+def decode(raw: bytes, key: str = "") -> dict[str, Any]:
+    data = loads(raw, key)
+    if not isinstance(data, dict) or not isinstance(data.get("v"), int) or isinstance(data["v"], bool):
+        raise CorruptRecord(f"corrupt record at {key!r}: no schema version")
     if data["v"] > SCHEMA_VERSION:
         raise SeglakeError(f"record at {key!r} has schema v{data['v']}, this seglake reads v{SCHEMA_VERSION}")
     data.pop("v")
@@ -64,4 +111,4 @@ def decode_struct(raw: bytes, typ: type[T], key: str = "") -> T:
     try:
         return dec.decode(raw)
     except msgspec.DecodeError as e:
-        raise SeglakeError(f"corrupt record at {key!r}: {e}") from None
+        raise CorruptRecord(f"corrupt record at {key!r}: {e}") from None

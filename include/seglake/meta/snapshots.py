@@ -20,14 +20,18 @@ writer's commit lose. Nothing is deleted before the claim has won.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import TYPE_CHECKING, Iterator
 
 import msgspec
 
-from seglake.errors import Conflict, NotFound, StateError
+from seglake.errors import Conflict, CorruptRecord, NotFound, StateError
+from seglake.meta import codec
 from seglake.meta.codec import decode_struct, encode_struct
 from seglake.meta.kv import Delete, KeyValue, Put, absent, retry_on_conflict, unchanged
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from seglake.meta import Meta
@@ -119,15 +123,17 @@ class Snapshots:
 
     def last_beat(self, rec: SnapshotRecord) -> tuple[float, KeyValue | None]:
         """(when a writer last proved alive, the heartbeat key as read). A record without
-        a heartbeat key counts from its creation."""
+        a heartbeat key counts from its creation; one whose key cannot be read (NaN, no
+        time, not JSON) counts as beating (inf): its writer may be alive, so neither GC nor
+        an import's takeover claims it (fail closed; named in the log, dropped by hand)."""
         kv = self.kv.get(self.alive_key(rec))
         if kv is None:
             return rec.created_at, None
         try:
-            at = float(json.loads(kv.value)["at"])
-        except (ValueError, KeyError, TypeError):
-            at = rec.created_at  # unreadable: no younger than the record
-        return (at if math.isfinite(at) else rec.created_at), kv  # NaN/inf count as no heartbeat
+            return codec.moment(codec.loads(kv.value, kv.key), "at", kv.key), kv
+        except ValueError as e:
+            log.warning("%s: the writer's heartbeat cannot be read, it counts as alive", e)
+            return math.inf, kv
 
     def heartbeat(self, rec: SnapshotRecord, now: float, by: str = "") -> SnapshotRecord:
         """Refresh the heartbeat of OUR PENDING record, guarded by the record being
@@ -263,10 +269,12 @@ class Snapshots:
 
     def pin_record(self, pin_id: int) -> dict | None:
         kv = self.kv.get(self.keys.snapshot_pin(pin_id))
-        return None if kv is None else json.loads(kv.value)
+        return None if kv is None else _pin_doc(kv)
 
     def pin_records(self) -> list[dict]:
-        return [json.loads(kv.value) for kv in self.kv.range(self.keys.snapshot_pins_prefix())]
+        """Every pin record; a damaged one is {"pin_id", "key", "unreadable": why}: listed as
+        such, never released as expired (the snapshot record's own hold ends by its time)."""
+        return [_pin_doc(kv) for kv in self.kv.range(self.keys.snapshot_pins_prefix())]
 
     def release(self, pin_id: int) -> dict:
         """Remove pin `pin_id` (its key and its hold on the snapshot, one txn). NotFound
@@ -278,7 +286,7 @@ class Snapshots:
             if pkv is None:
                 raise NotFound(f"pin {pin_id} not found (never made, already unpinned, or expired and removed "
                                f"by GC); `seglake snapshots pins` lists the pins")
-            doc = json.loads(pkv.value)
+            doc = _pin_doc(pkv, strict=True)
             skv = self.kv.get(self.key(doc["collection_id"], doc["snapshot"]))
             rec = None if skv is None else decode_struct(skv.value, SnapshotRecord, skv.key)
             gone = [Delete(pin_key), Delete(self.keys.snapshot_pin_lease(pin_id))]
@@ -300,7 +308,7 @@ class Snapshots:
             pkv = self.kv.get(pin_key)
             if pkv is None:
                 raise NotFound(f"pin {pin_id} not found (released, or expired and removed)")
-            doc = {**json.loads(pkv.value), "expires_at": expires_at}
+            doc = {**_pin_doc(pkv, strict=True), "expires_at": expires_at}
             skv = self.kv.get(self.key(doc["collection_id"], doc["snapshot"]))
             rec = None if skv is None else decode_struct(skv.value, SnapshotRecord, skv.key)
             if rec is None or rec.snapshot_id != doc["snapshot_id"] or all(h[0] != pin_id for h in rec.holds):
@@ -339,7 +347,7 @@ class Snapshots:
         now = min(now, _time.time())
         n = 0
         for doc in self.pin_records():
-            if doc["expires_at"] <= now and not self._live((doc["pin_id"], doc["expires_at"]), now):
+            if "unreadable" not in doc and doc["expires_at"] <= now and not self._live((doc["pin_id"], doc["expires_at"]), now):
                 try:
                     self.release(doc["pin_id"])
                     n += 1
@@ -357,6 +365,24 @@ class Snapshots:
                 except NotFound:
                     pass
         return n
+
+
+def _pin_doc(kv: KeyValue, strict: bool = False) -> dict:
+    """A pin record as written by hold(): ids, names and finite times, else unreadable
+    (CorruptRecord when `strict`: an unpin or renewal of it is refused, naming the key)."""
+    try:
+        doc = codec.loads(kv.value, kv.key)
+        for f in ("pin_id", "collection_id", "snapshot_id"):
+            codec.number(doc, f, kv.key, whole=True)
+        codec.moment(doc, "created_at", kv.key), codec.moment(doc, "expires_at", kv.key)
+        if not all(isinstance(doc.get(f), str) for f in ("collection", "db", "snapshot")):
+            raise CorruptRecord(f"corrupt record at {kv.key!r}: collection, db or snapshot is not a name")
+        return doc
+    except ValueError as e:
+        if strict:
+            raise
+        tail = kv.key.rsplit("/", 1)[-1]
+        return {"pin_id": int(tail) if tail.isdigit() else tail, "key": kv.key, "unreadable": str(e)}
 
 
 def _beat(at: float, by: str) -> str:

@@ -322,17 +322,16 @@ def record(meta, report: dict, planned: dict) -> None:
 
 def list_captures(meta) -> list[dict]:
     """Every capture recorded in seglake's etcd (record), newest first."""
-    import json
+    from seglake.meta import codec
 
-    out = []
-    for kv in meta.kv.range(meta.keys.milvus_captures_prefix()):
+    def when(d: dict) -> float:
         try:
-            d = json.loads(kv.value)
+            return codec.moment(d, "finished_at" if d.get("finished_at") else "created_at")
         except ValueError:
-            continue
-        if isinstance(d, dict):
-            out.append(d)
-    return sorted(out, key=lambda d: -float(d.get("finished_at") or d.get("created_at") or 0))
+            return 0.0   # a damaged time sorts last (it was a ValueError out of the page)
+
+    out = [d for d in codec.readable(meta.kv.range(meta.keys.milvus_captures_prefix())) if isinstance(d, dict)]
+    return sorted(out, key=lambda d: -when(d))
 
 
 def copy_file(bucket, target, item: dict, throttle=None) -> dict:

@@ -52,8 +52,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from seglake import faults, runners
-from seglake.errors import Conflict, SeglakeError, ValidationError
+from seglake.errors import Conflict, CorruptRecord, SeglakeError, ValidationError
 from seglake.lifecycle.backup import bundle as bundles
+from seglake.meta import codec
 from seglake.meta.kv import Put, absent, unchanged
 from seglake.milvus import binlog, binlog_writer, convert, proto
 from seglake.milvus.client import MilvusClient, MilvusError
@@ -267,7 +268,7 @@ class Records:
 
     def get(self):
         kv = self.kv.get(self.key)
-        return (json.loads(kv.value), kv) if kv else (None, None)
+        return (codec.loads(kv.value, kv.key), kv) if kv else (None, None)
 
     def create(self, rec: dict) -> None:
         try:
@@ -284,7 +285,7 @@ class Records:
     def segments(self) -> dict[int, tuple[dict, object]]:
         out = {}
         for item in self.kv.range(self.keys.milvus_restore_segments_prefix(self.rid)):
-            out[int(item.key.rsplit("/", 1)[1])] = (json.loads(item.value), item)
+            out[int(item.key.rsplit("/", 1)[1])] = (codec.loads(item.value, item.key), item)
         return out
 
     def seg_put(self, sid: int, rec: dict, prev) -> None:
@@ -564,10 +565,7 @@ def _first_for_name(recs: Records, target: MilvusTarget, req: Request, client) -
     for item in recs.kv.range(recs.keys.milvus_restores_prefix()):
         if item.key == recs.key or item.create_revision > mine.create_revision:
             continue
-        try:
-            other = json.loads(item.value)
-        except ValueError:
-            continue
+        other = _other_record(recs, item)
         t = other.get("target") or {}
         if other.get("name") == req.name and t.get("address") == target.address and \
                 t.get("bucket") == target.bucket and other.get("state") != "verified" and \
@@ -576,6 +574,21 @@ def _first_for_name(recs: Records, target: MilvusTarget, req: Request, client) -
             recs.kv.delete(recs.key)
             raise Conflict(f"restore {item.key.rsplit('/', 1)[-1]} of {other.get('bundle')} into {req.name!r} at "
                            f"{target.address} began first; restore under another name")
+
+
+def _other_record(recs: Records, item) -> dict:
+    """Another restore's record, for the rules that let one restore into a name: one that
+    cannot be read may hold this very name, so this run yields (its record goes: it has
+    imported nothing), naming it. It was skipped: two runs imported into one collection."""
+    try:
+        other = codec.loads(item.value, item.key)
+        if not isinstance(other, dict) or not isinstance(other.get("target") or {}, dict):
+            raise CorruptRecord(f"corrupt record at {item.key!r}: not a restore record")
+        return other
+    except ValueError as e:
+        recs.kv.delete(recs.key)
+        raise Conflict(f"{e}: whether that restore holds this name is unknown; nothing imported (repair or "
+                       f"delete that record)") from None
 
 
 def _sole_restore_of(recs: Records, target: MilvusTarget, req: Request, rec: dict) -> None:
@@ -591,10 +604,7 @@ def _sole_restore_of(recs: Records, target: MilvusTarget, req: Request, rec: dic
     for item in recs.kv.range(recs.keys.milvus_restores_prefix()):
         if item.key == recs.key:
             continue
-        try:
-            other = json.loads(item.value)
-        except ValueError:
-            continue
+        other = _other_record(recs, item)
         if other.get("collection_id") != rec["collection_id"] or other.get("name") != req.name or \
                 (other.get("target") or {}).get("bucket") != target.bucket:
             continue

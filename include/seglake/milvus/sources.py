@@ -56,6 +56,7 @@ from seglake.errors import NotFound, SeglakeError, ValidationError
 from seglake.lifecycle import retention
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
+from seglake.meta import codec
 from seglake.names import validate_name
 from seglake.storage import layout
 
@@ -140,7 +141,7 @@ def set_source(meta, name: str, doc: Mapping[str, Any], *, now: float | None = N
 
 def _record(kv) -> dict:
     try:
-        d = json.loads(kv.value)
+        d = codec.loads(kv.value, kv.key)
     except ValueError:
         d = None
     return d if isinstance(d, dict) else {"name": kv.key.rsplit("/", 1)[-1], "error": "unreadable record"}
@@ -170,7 +171,7 @@ def get_source(meta, name: str) -> dict:
         known = [d.get("name") for d in list_sources(meta)]
         raise NotFound(f"no Milvus source {name!r}" + (f"; registered: {', '.join(map(str, known))}" if known
                                                          else "; register one with `seglake milvus source set`"))
-    return json.loads(kv.value)
+    return codec.loads(kv.value, kv.key)
 
 
 def clear_source(meta, name: str) -> bool:
@@ -230,22 +231,20 @@ def pinned_by(meta, db: str, collection: str, bundle: str, now: float | None = N
     if kv is None:
         return []
     try:
-        doc = json.loads(kv.value)
+        doc = codec.loads(kv.value, kv.key)
         if not _live(kv, doc, time.time() if now is None else now):
             return []
         by = "".join(ch if ch.isprintable() else " " for ch in str(doc.get("by") or "an operator")[:256])
         return [f"pin by {by} until {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(doc['expires_at']))}"]
     except (ValueError, KeyError, TypeError, ArithmeticError):   # a time beyond time_t: OverflowError
-        return ["an unreadable pin record (kept)"]
+        return [f"an unreadable pin record {kv.key} (kept)"]
 
 
 def _live(kv, doc: dict, now: float) -> bool:
     """A pin is live while its expiry is ahead of `now` or, for a pin on an etcd lease of its
     TTL, while its key exists: etcd's server times the lease, so a judging host whose clock
     jumped ahead never ends a pin early (a pin written without a lease: the clock alone)."""
-    expires = float(doc["expires_at"])
-    if not math.isfinite(expires):
-        raise ValueError(f"pin expiry {expires!r} is not a finite time")   # NaN compares false: never 'expired'
+    expires = codec.moment(doc, "expires_at", kv.key)   # NaN, "-1", true, -1: unreadable, never 'expired'
     return expires > now or kv.lease != 0
 
 
@@ -254,11 +253,11 @@ def list_pins(meta, now: float | None = None) -> list[dict]:
     out = []
     for kv in meta.kv.range(meta.keys.milvus_pins_prefix()):
         try:
-            d = json.loads(kv.value)
+            d = codec.loads(kv.value, kv.key)
             if _live(kv, d, now):
                 out.append(d)
-        except (ValueError, KeyError, TypeError):
-            continue
+        except ValueError as e:   # held by pinned_by (fail closed); named here
+            log.warning("%s (the pin holds its bundle)", e)
     return out
 
 
@@ -295,7 +294,10 @@ def run(meta, target, settings, name: str, *, now: float, dry_run: bool = False,
     or `error`). `settings`: the milvus_s3_* credentials (the source's connection), the
     copy threads, etcd timeout."""
     src = get_source(meta, name)
-    try:
+    try:   # a stored source has every retention count (parse_source): one missing is damage, not 0
+        missing = [k for k in retention.KEYS if not isinstance(src, dict) or k not in src]
+        if missing:
+            raise ValidationError(f"{', '.join(missing)} missing")
         src = {"name": name, **parse_source({k: src[k] for k in KEYS if k in src})}
     except (ValidationError, KeyError) as e:
         raise ValidationError(f"the record of Milvus source {name!r} is malformed: {e}") from None

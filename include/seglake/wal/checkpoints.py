@@ -10,10 +10,10 @@ backwards (advances() raises CheckpointError).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 
-from seglake.errors import SeglakeError, StateError, ValidationError
+from seglake.errors import CorruptRecord, SeglakeError, StateError, ValidationError
+from seglake.meta import codec
 from seglake.meta.catalog import DROPPED as COLL_DROPPED, pchannel_of
 from seglake.meta.kv import Delete, Put, retry_on_conflict, unchanged
 from seglake.storage import layout
@@ -45,9 +45,22 @@ class Checkpoint:
 
 
 def read_checkpoint(meta, vchannel: str) -> tuple[Checkpoint | None, int]:
-    """(checkpoint, mod revision of its key; 0 when absent)."""
+    """(checkpoint, mod revision of its key; 0 when absent). CorruptRecord for a record the
+    flusher did not write: its message id three ints (not "7", 7.9 or 1e15 read as one)."""
     kv = meta.kv.get(meta.keys.channel_checkpoint(vchannel))
-    return (None, 0) if kv is None else (Checkpoint.from_json(json.loads(kv.value)), kv.mod_revision)
+    return (None, 0) if kv is None else (parse_checkpoint(kv.value, kv.key), kv.mod_revision)
+
+
+def parse_checkpoint(raw: bytes, key: str) -> Checkpoint:
+    """A checkpoint record as the flusher wrote it, else CorruptRecord naming `key`."""
+    d = codec.loads(raw, key)
+    mid = d.get("message_id") if isinstance(d, dict) else None
+    if not (isinstance(mid, list) and len(mid) == 3 and all(type(x) is int for x in mid)):
+        raise CorruptRecord(f"corrupt record at {key!r}: message_id {mid!r} is not [term, fragment, offset]")
+    try:
+        return Checkpoint.from_json(d)
+    except ValidationError as e:
+        raise CorruptRecord(f"corrupt record at {key!r}: {e}") from None
 
 
 def advances(old: Checkpoint | None, new: Checkpoint) -> bool:
@@ -94,12 +107,16 @@ def truncatable_fragments(meta, pchannel: str, consumer_positions=(), floors=())
         cp, _ = read_checkpoint(meta, v)
         if cp is None:
             return []
-        bounds.append(cp.message_id.fragment)
-    bounds += [MessageId.parse(p).fragment for p in consumer_positions]
+        bounds.append((cp.message_id.fragment, v))
+    log = WalLog(meta, None, pchannel)
+    st = log.state()   # read after the checkpoints: a checkpoint names a committed message, so <= last
+    for n, v in bounds:
+        if n > st.last:
+            raise CorruptRecord(f"WAL {pchannel}: the checkpoint of {v} names fragment {n}, past the log's last "
+                                f"({st.last}): a damaged checkpoint, nothing truncated")
+    bounds = [n for n, _ in bounds] + [MessageId.parse(p).fragment for p in consumer_positions]
     bounds += [int(f) for f in floors]
     below = min(bounds)
-    log = WalLog(meta, None, pchannel)
-    st = log.state()
     out = [rec.key for rec in log.fragments(state=replace(st, last=min(st.last, below - 1)))]
     # format-1 holes: names a fenced writer of the old log may have left
     out += [layout.wal_fragment(pchannel, n) for n in st.holes if st.first <= n < below]

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
+from seglake.meta import codec
 from seglake.errors import Conflict, SeglakeError, ValidationError
 from seglake.meta import keys as keymod
 from seglake.meta.catalog import DEFAULT_DB, DEFAULT_PARTITION, pchannel_of
@@ -846,8 +847,6 @@ class AppendIncomplete(SeglakeError):
 # -- status --------------------------------------------------------------------------------
 def wal_status(meta, pchannel: str | None = None) -> list[dict]:
     """Per pchannel: term, writer, last time tick, fragments, bytes, paused, consumer lag."""
-    import json
-
     from seglake.meta.alloc import physical_ms
     from seglake.wal.checkpoints import read_checkpoint
     from seglake.wal.log import TermRecord, WalLog, all_pchannels, pause_state, validate_pchannel
@@ -872,7 +871,7 @@ def wal_status(meta, pchannel: str | None = None) -> list[dict]:
                               "lag_ms": lag})
         paused = pause_state(meta, p)
         otx = meta.kv.get(keymod.wal_open_txns(meta.keys, p))
-        rows.append({"open_txns": [] if otx is None else json.loads(otx.value)["txns"],
+        rows.append({"open_txns": [] if otx is None else codec.loads(otx.value, otx.key).get("txns"),
                      "pchannel": p, "term": term.term, "writer": term.writer, "last_time_tick": st.last_tt,
                      "fragments": max(0, st.last - st.first + 1 - len([h for h in st.holes if h >= st.first])), "last_fragment": st.last,
                      "bytes": st.bytes, "records": st.records, "paused": paused is not None,

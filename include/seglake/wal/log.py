@@ -34,6 +34,7 @@ first commit of a format-2 producer converts the record in place.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import struct
@@ -43,8 +44,8 @@ from typing import Iterator
 
 import crc32c
 
-from seglake.errors import Conflict, NotFound, SeglakeError, Unavailable, ValidationError
-from seglake.meta import keys as keymod
+from seglake.errors import Conflict, CorruptRecord, NotFound, SeglakeError, Unavailable, ValidationError
+from seglake.meta import codec, keys as keymod
 from seglake.meta.codec import decode, encode
 from seglake.meta.kv import KeyValue, Put, absent, unchanged
 from seglake.storage import layout
@@ -57,6 +58,7 @@ _REC = struct.Struct("<II")
 _FOOT = struct.Struct("<IQI")
 from seglake.meta.catalog import PCHANNEL_PREFIX  # noqa: E402  (pchannel names live in the catalog)
 LOG_FORMAT = 2
+logger = logging.getLogger(__name__)
 
 
 class CorruptFragment(SeglakeError):
@@ -408,7 +410,7 @@ def pause_state(meta, pchannel: str) -> dict | None:
     for key in (keymod.wal_pause(meta.keys, pchannel), keymod.wal_pause(meta.keys)):
         kv = meta.kv.get(key)
         if kv is not None:
-            return {"key": key, **json.loads(kv.value)}
+            return {"key": key, **codec.loads(kv.value, key)}   # damaged: raises (consumers stay held)
     return None
 
 
@@ -453,9 +455,13 @@ def expire_producers(meta, pchannel: str, idle_seconds: float | None = None, *, 
     changed = 0
     for kv in recs:
         rec = decode(kv.value, kv.key)
-        window = max(float(rec.get("w") or 0), idle_seconds or 0.0)
+        try:   # a window that is not a number (a string "0.001", a negative one): damaged, kept
+            window = max(codec.number(rec, "w", kv.key, hi=limits.YEAR) if rec.get("w") is not None else 0, idle_seconds or 0.0)
+        except CorruptRecord as e:
+            logger.warning("%s: producer record kept", e)
+            continue
         try:
-            if not isinstance(rec.get("tt"), int):
+            if type(rec.get("tt")) is not int or rec["tt"] < 0:   # none (or damaged): its clock starts now
                 meta.kv.txn([unchanged(kv)], [Put(kv.key, encode({**rec, "tt": meta.tso.now()}))])
             elif window > 0 and now - physical_ms(rec["tt"]) > 2 * window * 1000:
                 calls = [int(c) for c in rec.get("calls", {})]

@@ -22,6 +22,7 @@ from functools import total_ordering
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 
+from seglake.meta import codec
 from seglake.errors import ValidationError
 
 VERSION = 1
@@ -171,7 +172,7 @@ class Message:
     def decode(cls, data: memoryview | bytes, mid: MessageId) -> "Message":
         hlen, blen = _LENS.unpack_from(data, 0)
         start = _LENS.size
-        h = json.loads(bytes(data[start:start + hlen]))
+        h = codec.loads(bytes(data[start:start + hlen]), f"message {mid}")
         if h.get("v", 0) > VERSION:
             raise ValidationError(f"message {mid} has version {h.get('v')}, newer than {VERSION}")
         body = None

@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from seglake.meta import codec
 from seglake import faults
 from seglake.errors import Conflict, NotFound, SeglakeError
 from seglake.meta import keys as keymod
@@ -86,7 +87,7 @@ def site_id(meta) -> str:
         d = None
         if kv is not None:
             try:
-                d = json.loads(kv.value)
+                d = codec.loads(kv.value, kv.key)
             except ValueError:
                 raise ArchiveError(f"etcd key {key} is damaged") from None
             site = d.get("site") if isinstance(d, dict) else None
@@ -116,7 +117,7 @@ def wanted_pchannels(meta) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for kv in meta.kv.range(meta.keys.retention_prefix()):
         try:
-            d = json.loads(kv.value)
+            d = codec.loads(kv.value, kv.key)
             ok = isinstance(d, dict) and isinstance(d.get("archive", False), bool) and \
                 isinstance(d.get("collection_id"), int) and not isinstance(d.get("collection_id"), bool)
         except ValueError:
@@ -209,7 +210,7 @@ def read_cursor(meta, pchannel: str) -> Cursor:
     if kv is None:
         return Cursor()
     try:
-        d = json.loads(kv.value)
+        d = codec.loads(kv.value, kv.key)
         cur = Cursor(d["shipped"], d.get("target", ""), d.get("began", 0), kv)
         ok = all(type(x) is int and x >= 0 for x in (cur.shipped, cur.began)) and isinstance(cur.target, str)
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -304,7 +305,7 @@ def read_entry(target: Store, site: str, pchannel: str, n: int, raw: bytes | Non
         if raw is None:
             return None
     try:
-        d = json.loads(raw)
+        d = codec.loads(raw, key)
         ok = isinstance(d, dict) and d.get("format") == FORMAT and d.get("n") == n and \
             d.get("site") == site and d.get("pchannel") == pchannel and layout.SHA256_RE.fullmatch(str(d.get("sha256")))
     except ValueError:
@@ -368,7 +369,7 @@ def write_coverage(target: Store, site: str, pchannel: str, n: int, last_tt: int
     smaller coverage, which is safe)."""
     key = layout.archive_coverage(site, pchannel)
     try:
-        old = json.loads(target.get(key))
+        old = codec.loads(target.get(key), key)
         if int(old.get("n", 0)) > n or int(old.get("checked_ts", 0)) >= probe:
             return
     except (NotFound, ValueError, TypeError, AttributeError):
@@ -532,7 +533,7 @@ class ArchivedLog:
         not archived."""
         key = layout.archive_coverage(self.site, self.pchannel)
         try:
-            d = json.loads(self.target.get(key))
+            d = codec.loads(self.target.get(key), key)
             n, last_tt, checked = int(d["n"]), int(d["last_tt"]), int(d["checked_ts"])
         except NotFound:
             return 0

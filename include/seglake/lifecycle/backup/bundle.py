@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 from seglake import limits, manifest
 from seglake.errors import ConfigError, Conflict, NotFound, SeglakeError, ValidationError
 from seglake.lifecycle.backup import entries
+from seglake.meta import codec
 from seglake.meta.catalog import PCHANNEL_PREFIX
 from seglake.names import validate_name
 from seglake.storage import Store, layout
@@ -261,7 +262,7 @@ def read(target: Store, db: str, collection: str, bundle: str, *, segments: bool
         raise NotFound(f"{where} not found in the backup target (no commit marker: never exported, or the "
                        f"export did not finish)") from None
     try:
-        marker = json.loads(marker_raw)
+        marker = codec.loads(marker_raw)
         want_sha, want_size = marker["sha256"], marker["size"]
     except (ValueError, KeyError, TypeError):
         raise BundleError(f"{where}: its commit marker is unreadable") from None
@@ -684,8 +685,9 @@ def known_files(target: Store, db: str, collection: str) -> dict[tuple[str, int,
     for d, c, b, committed in find(target, db, collection):
         if committed:
             try:
-                at = float(json.loads(target.get(layout.bundle_commit(d, c, b)))["committed_at"])
-            except (NotFound, ValueError, KeyError, TypeError):
+                key = layout.bundle_commit(d, c, b)
+                at = codec.moment(codec.loads(target.get(key), key), "committed_at", key)
+            except (NotFound, ValueError):
                 continue
             found.append((at, d, c, b))
     for _, d, c, b in sorted(found, reverse=True):

@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 
+from seglake.meta import codec
 from seglake import runners
 from seglake import faults, limits, manifest
 from seglake.errors import NotFound, SeglakeError, StateError, ValidationError
@@ -488,7 +489,7 @@ def _reads_back(target: Store, db: str, collection: str, bundle: str, raw: bytes
     here (its decode and check on read-back would only repeat what was written). False
     otherwise (another export's document or marker: read and checked in full)."""
     try:
-        got = json.loads(target.get(layout.bundle_commit(db, collection, bundle)))
+        got = codec.loads(target.get(layout.bundle_commit(db, collection, bundle)))
         ours = isinstance(got, dict) and (got.get("sha256"), got.get("size")) == (marker["sha256"], marker["size"])
         return ours and target.get(layout.bundle_doc(db, collection, bundle)) == raw
     except (NotFound, ValueError):
@@ -519,10 +520,11 @@ def _release_dead_pin(meta: Meta, db: str, collection: str, bundle: str, mine: i
     if kv is None:
         return
     try:
-        old = json.loads(kv.value).get("pin_id")
-    except ValueError:
-        return
-    if isinstance(old, int) and old != mine and json.loads(kv.value).get("state") == "running":
+        d = codec.loads(kv.value, kv.key)
+        old, running = d.get("pin_id"), d.get("state") == "running"
+    except (ValueError, AttributeError):
+        return   # damaged: its pin is left to expire by itself (never released on a guess)
+    if type(old) is int and old != mine and running:
         try:
             snapshots.unpin(meta, old)
         except NotFound:
@@ -540,4 +542,4 @@ def _record(meta: Meta, db: str, collection: str, bundle: str, report: dict, col
 
 
 def list_exports(meta: Meta) -> list[dict]:
-    return [json.loads(kv.value) for kv in meta.kv.range(meta.keys.backup_exports_prefix())]
+    return codec.readable(meta.kv.range(meta.keys.backup_exports_prefix()))

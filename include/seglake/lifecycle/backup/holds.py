@@ -14,12 +14,12 @@ the writer's, never takes a live lock or hold for dead.
 from __future__ import annotations
 
 import json
-import math
 import time
 from typing import Callable
 
 from seglake.errors import NotFound
 from seglake.lifecycle.backup.bundle import BundleError, check_names
+from seglake.meta import codec
 from seglake.storage import Store, layout
 from seglake.storage.clock import store_clock
 
@@ -93,13 +93,10 @@ def live_record(target: Store, key: str, ttl: float, now: float | None = None) -
     except NotFound:
         return None
     try:
-        doc = json.loads(raw)
-        at = float(doc["at"])
-        if not math.isfinite(at):
-            raise ValueError(f"time {at!r}")
-        if (time.time() if now is None else now) - at < ttl:
+        doc = codec.loads(raw, key)
+        if (time.time() if now is None else now) - codec.moment(doc, "at", key) < ttl:
             return doc
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except ValueError:
         doc = {"by": f"an unreadable record {key} (judged by its age)"}   # damaged: its age alone judges it
     try:
         if _store_age(target, key) < ttl:       # its writer's clock and ours disagree, or it is dead

@@ -47,12 +47,12 @@ import msgspec
 
 from seglake import runners
 from seglake import faults, limits, manifest
-from seglake.errors import ClockSkewError, Conflict, NotFound, SeglakeError
+from seglake.errors import ClockSkewError, Conflict, CorruptRecord, NotFound, SeglakeError
 from seglake.lifecycle import restore as restores
 from seglake.lifecycle import snapshot as snapshots
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
-from seglake.meta import Meta
+from seglake.meta import Meta, codec
 from seglake.meta.catalog import DEFAULT_DB, shard_of, vchannel_names
 from seglake.meta.kv import Delete, Put, absent, unchanged
 from seglake.meta.segments import IndexFile
@@ -217,7 +217,19 @@ def _check_data_files(target: Store, doc: dict, where: str, threads: int, thrott
 def _current_plan(meta: Meta, doc: dict) -> dict | None:
     """The import record of this bundle, None if none (read only)."""
     kv = meta.kv.get(meta.keys.backup_import(doc["uid"]))
-    return None if kv is None else json.loads(kv.value)
+    return None if kv is None else _read_plan(kv)
+
+
+def _read_plan(kv) -> dict:
+    """An import record as _new_plan wrote it, else CorruptRecord naming it: a takeover
+    judged on a damaged one (a snapshot id of "7" never matches) would discard the files of
+    an import that is running."""
+    plan = codec.loads(kv.value, kv.key)
+    for f in ("collection_id", "snapshot_id"):
+        codec.number(plan, f, kv.key, lo=1, hi=limits.ID_MAX, whole=True)
+    if not all(isinstance(plan.get(f), str) for f in ("uid", "bundle", "db", "collection", "snapshot", "state")):
+        raise CorruptRecord(f"corrupt record at {kv.key!r}: a name or its state is not text")
+    return plan
 
 
 def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: dict) -> bool:
@@ -258,7 +270,7 @@ def _check_takeover(meta: Meta, plan: dict, db: str, name: str, snap: str, doc: 
     if plan.get("state") == "failed" or silent >= snapshots.MIN_PENDING_TIMEOUT:
         return True
     raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}) is being imported as {as_} right now "
-                   f"(heartbeat {silent:.0f} s ago); wait for it, or retry under another name once it "
+                   f"({f'heartbeat {silent:.0f} s ago' if silent >= 0 else 'its heartbeat unreadable: counted as alive'}); wait for it, or retry under another name once it "
                    f"failed or has been silent for {snapshots.MIN_PENDING_TIMEOUT:g} s")
 
 
@@ -276,7 +288,7 @@ def _set_state(meta: Meta, plan: dict, state: str) -> None:
     key = meta.keys.backup_import(plan["uid"])
     try:
         kv = meta.kv.get(key)
-        cur = json.loads(kv.value) if kv is not None else None
+        cur = _read_plan(kv) if kv is not None else None
         if cur is not None and cur["snapshot_id"] == plan["snapshot_id"] and cur.get("state") != state:
             meta.kv.txn([unchanged(kv)], [Put(key, json.dumps({**cur, "state": state}))])
     except SeglakeError:
@@ -296,7 +308,7 @@ def _discard(meta: Meta, store: Store, plan: dict, rec: SnapshotRecord | None, k
         if remove_record:
             key = meta.keys.backup_import(plan["uid"])
             kv = meta.kv.get(key)
-            if kv is not None and json.loads(kv.value)["snapshot_id"] == plan["snapshot_id"]:
+            if kv is not None and _read_plan(kv)["snapshot_id"] == plan["snapshot_id"]:
                 meta.kv.txn([unchanged(kv)], [Delete(key)])
     except SeglakeError as e:
         log.warning("import of bundle %s: could not remove everything it wrote (%s); GC reclaims the rest",
@@ -327,8 +339,8 @@ def _import_record(meta: Meta, store: Store, doc: dict, db: str, name: str, snap
     failed import under other names is replaced (compare unchanged), then removed."""
     key = meta.keys.backup_import(doc["uid"])
     kv = meta.kv.get(key)
-    if kv is not None and _check_takeover(meta, json.loads(kv.value), db, name, snap, doc):
-        old = json.loads(kv.value)
+    if kv is not None and _check_takeover(meta, _read_plan(kv), db, name, snap, doc):
+        old = _read_plan(kv)
         _check_name_free(meta, db, name, snap)
         plan = _new_plan(meta, doc, db, name, snap)
         meta.kv.txn([unchanged(kv)], [Put(key, json.dumps(plan))],
@@ -343,7 +355,7 @@ def _import_record(meta: Meta, store: Store, doc: dict, db: str, name: str, snap
             return plan
         except Conflict:
             kv = meta.kv.get(key)   # a concurrent import of the same bundle won: use its ids
-    plan = json.loads(kv.value)
+    plan = _read_plan(kv)
     if _check_takeover(meta, plan, db, name, snap, doc):
         raise Conflict(f"bundle {doc['bundle']!r} (uid {doc['uid']}): another import took its record meanwhile; "
                        f"retry")
@@ -405,7 +417,7 @@ def _remap(doc: dict, plan: dict, name: str, db: str) -> tuple[dict, list]:
 def _done(meta: Meta, plan: dict, rec: SnapshotRecord, **stats) -> dict:
     key = meta.keys.backup_import(plan["uid"])
     kv = meta.kv.get(key)
-    if kv is not None and json.loads(kv.value).get("state") != "imported":
+    if kv is not None and _read_plan(kv).get("state") != "imported":
         try:
             meta.kv.txn([unchanged(kv)], [Put(key, json.dumps({**plan, "state": "imported",
                                                                "imported_at": time.time()}))])
@@ -417,4 +429,4 @@ def _done(meta: Meta, plan: dict, rec: SnapshotRecord, **stats) -> dict:
 
 
 def list_imports(meta: Meta) -> list[dict]:
-    return [json.loads(kv.value) for kv in meta.kv.range(meta.keys.backup_imports_prefix())]
+    return codec.readable(meta.kv.range(meta.keys.backup_imports_prefix()), _read_plan)

@@ -41,6 +41,7 @@ from seglake.errors import NotFound
 from seglake.lifecycle import retention
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
+from seglake.meta import codec
 from seglake.meta.catalog import DEFAULT_DB
 from seglake.progress import human_bytes
 from seglake.storage import Store, layout
@@ -97,8 +98,9 @@ def prune(target: Store, collection: str, policy: Mapping | retention.Policy, *,
         if site is not None and not _sites_bundle(target, d, c, b, site):
             continue   # another site's (etcd root's) bundle sharing the target: its operator's to prune
         try:
-            times[b] = float(json.loads(target.get(layout.bundle_commit(d, c, b)))["committed_at"])
-        except (NotFound, ValueError, KeyError, TypeError):
+            key = layout.bundle_commit(d, c, b)
+            times[b] = codec.moment(codec.loads(target.get(key), key), "committed_at", key)
+        except (NotFound, ValueError):
             continue   # unreadable marker: not ours to judge, left alone
     times.update(planned or {})
     kept = retention.keep_set(policy, times)
@@ -205,7 +207,7 @@ def referenced(target: Store) -> set[str]:
         if parsed[3] != layout.BUNDLE_DOC:
             continue
         try:
-            doc = json.loads(target.get(o.key))
+            doc = codec.loads(target.get(o.key), o.key)
             files = doc["files"]
             out.update(f["sha256"] for f in files.values())
         except NotFound:

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 
+from seglake.meta import codec
 from seglake import runners
 from seglake import limits
 from seglake.errors import NotFound
@@ -235,11 +236,11 @@ def record(meta, report: dict) -> None:
 def recorded(meta, db: str, collection: str, bundle: str) -> dict | None:
     """The last verification recorded for a bundle (problems cut to 20), None if none."""
     kv = meta.kv.get(meta.keys.backup_verify(db, collection, bundle))
-    return None if kv is None else json.loads(kv.value)
+    return None if kv is None else codec.loads(kv.value, kv.key)
 
 
 def list_verifications(meta) -> list[dict]:
-    return [json.loads(kv.value) for kv in meta.kv.range(meta.keys.backup_verify_prefix())]
+    return codec.readable(meta.kv.range(meta.keys.backup_verify_prefix()))
 
 
 

@@ -121,7 +121,7 @@ class Flusher:
             except Conflict:
                 kv = self.meta.kv.get(self.term_key)
                 if kv is None or kv.mod_revision != self.term_rev:
-                    cur = None if kv is None else json.loads(kv.value)
+                    cur = None if kv is None else kv.value.decode(errors="replace")[:200]   # (shown, not read)
                     raise Fenced(f"flusher of {self.pchannel} at term {self.term} is fenced "
                                  f"(current flusher: {cur}); not committed: {what}") from None
                 now = None if not live else self.meta.kv.get(live[0].key)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from seglake.errors import SeglakeError
-from seglake.meta import keys as keymod
+from seglake.meta import codec, keys as keymod
 from seglake.meta.kv import Compare, Put, absent, retry_on_conflict
 from seglake.wal.buffer import DeleteBuffer
 from seglake.wal.checkpoints import Checkpoint
@@ -36,7 +36,7 @@ def acquire_term(meta, pchannel: str, name: str) -> tuple[int, int]:
 
     def attempt():
         kv = meta.kv.get(key)
-        cur = 0 if kv is None else json.loads(kv.value)["term"]
+        cur = 0 if kv is None else codec.number(codec.loads(kv.value, kv.key), "term", kv.key, hi=2**62, whole=True)
         rec = json.dumps({"term": cur + 1, "flusher": name, "opened_at": time.time()})
         rev = meta.kv.txn([rev_guard(key, 0 if kv is None else kv.mod_revision)], [Put(key, rec)])
         return cur + 1, rev

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+from seglake.meta import codec
 from seglake import limits
 from seglake.meta import Meta
 
@@ -61,7 +62,7 @@ def set_schedule(meta: Meta, conf: dict, floor: float, by: str = "") -> dict:
 def get_schedule(meta: Meta) -> dict | None:
     """The record `set_schedule` wrote, or None."""
     kv = meta.kv.get(meta.keys.gc("schedule"))
-    return None if kv is None else json.loads(kv.value)
+    return None if kv is None else codec.loads(kv.value, kv.key)
 
 
 def clear_schedule(meta: Meta) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import re
 
+from seglake.meta import codec
 from seglake.errors import NotFound, ValidationError
 from seglake.lifecycle.gc.options import GCError
 from seglake.storage import Store, layout
@@ -137,14 +137,14 @@ def read_report(store: Store, run_id: str) -> list[dict]:
 
 def read_json(store: Store, run_id: str, name: str) -> dict:
     try:
-        return json.loads(store.get(layout.gc_run_file(run_id, name)))
+        return codec.loads(store.get(layout.gc_run_file(run_id, name)), layout.gc_run_file(run_id, name))
     except NotFound:
         raise NotFound(f"gc run {run_id!r} has no {name}; run its mark first") from None
 
 
 def latest_summary(store: Store) -> dict:
     try:
-        run_id = json.loads(store.get(layout.GC_LATEST))["run_id"]
+        run_id = codec.loads(store.get(layout.GC_LATEST), layout.GC_LATEST)["run_id"]
     except NotFound:
         raise NotFound("no gc run has been recorded yet") from None
-    return json.loads(store.get(layout.gc_run_file(run_id, "summary.json")))
+    return codec.loads(store.get(layout.gc_run_file(run_id, "summary.json")), layout.gc_run_file(run_id, "summary.json"))

@@ -142,21 +142,24 @@ def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list
 def _none_purged(meta, db: str, ts: int) -> None:
     """OutsideWindow when a collection of `db` lived at `ts` whose Dropped record GC has
     purged since (gc.records keeps its name and lifetime): the set would silently lack it."""
-    import json
-
+    from seglake.errors import CorruptRecord
     from seglake.lifecycle.pitr.planning import OutsideWindow
+    from seglake.meta import codec
     from seglake.meta.alloc import compose_ts
     from seglake.lifecycle.pitr.window import CLOCK_SLACK_MS
 
     for kv in meta.kv.range(meta.keys.pitr_gone_prefix()):
-        try:
-            d = json.loads(kv.value)
-            born, began = int(d["created_ts"]), d.get("drop_began_ts")
-        except (ValueError, TypeError, KeyError):
+        try:   # GC writes each with its name and lifetime (gc.records.gone_record)
+            d = codec.loads(kv.value, kv.key)
+            born, began = (codec.number(d, f, kv.key, whole=True) for f in ("created_ts", "drop_began_ts"))
+            if not isinstance(d.get("db"), str):
+                raise CorruptRecord(f"corrupt record at {kv.key!r}: no database name")
+        except ValueError as e:   # damaged: it may be a member of `db` at `ts`: refused, not skipped
+            raise OutsideWindow(f"{e}: whether a collection of {db!r} was purged since {describe(ts)} is unknown; "
+                                f"repair or delete the record") from None
+        if d["db"] != db or born > ts:
             continue
-        if d.get("db") != db or born > ts or began is None:
-            continue
-        if ts < int(began) + compose_ts(CLOCK_SLACK_MS):
+        if ts < began + compose_ts(CLOCK_SLACK_MS):
             raise OutsideWindow(
                 f"collection {d.get('collection')!r} (id {d.get('collection_id')}) was in database {db!r} at "
                 f"{describe(ts)} and was dropped since (at {describe(int(began))})"

@@ -169,16 +169,16 @@ def at_instant(meta, db: str, ts: int, only=None) -> dict:
 def purged_note(meta, db: str, collection: str) -> str:
     """What GC's tombstones (pitr/gone, kept GONE_KEEP_S) say of a name no record holds any
     more: when it was dropped and purged, and where it may still come from; "" if none."""
-    import json
-
+    from seglake.meta import codec
     from seglake.progress import utc_time
 
     gone = []
     for kv in meta.kv.range(meta.keys.pitr_gone_prefix()):
         try:
-            d = json.loads(kv.value)
+            d = codec.loads(kv.value, kv.key)
             if d["collection"] == collection and d["db"] == db:
-                gone.append((int(d["drop_began_ts"]), float(d["purged_at"])))
+                gone.append((codec.number(d, "drop_began_ts", kv.key, whole=True),
+                             codec.moment(d, "purged_at", kv.key)))
         except (ValueError, KeyError, TypeError):
             continue
     if not gone:

@@ -37,6 +37,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from seglake.meta import codec
 from seglake import faults
 from seglake.errors import Conflict, SeglakeError, StateError
 from seglake.meta.catalog import CREATED, IMPORTING, pchannel_of
@@ -95,10 +96,11 @@ def replay(meta, store, settings, target_id: int) -> dict:
 def replay_vchannel(meta, store, settings, coll, plan: dict, sv: str, tv: str) -> dict:
     key = meta.keys.pitr_replay(coll.collection_id, tv)
     kv = meta.kv.get(key)
-    if kv is not None and json.loads(kv.value).get("state") == "done":
-        return json.loads(kv.value)
+    marker = None if kv is None else codec.loads(kv.value, kv.key)   # damaged: the replay stops, naming it
+    if marker is not None and marker.get("state") == "done":
+        return marker
     token = uuid.uuid4().hex
-    before = (json.loads(kv.value).get("progress") if kv is not None else None) or {}
+    before = (marker.get("progress") if marker is not None else None) or {}
     claim_rev = meta.kv.txn([absent(key) if kv is None else unchanged(kv)],
                             [Put(key, json.dumps({"state": "replaying", "token": token, "progress": before}))],
                             reason=f"replay of {tv} claimed by another driver")
@@ -197,7 +199,7 @@ def progress(meta, target_id: int, now: float | None = None) -> dict:
     for i, tv in enumerate(coll.vchannels):
         sv = plan["vchannels"][i] if i < len(plan["vchannels"]) else tv
         kv = meta.kv.get(meta.keys.pitr_replay(target_id, tv))
-        d = json.loads(kv.value) if kv is not None else {}
+        d = codec.loads(kv.value, kv.key) if kv is not None else {}
         p = d.get("progress") or {}
         total = int(planned.get(sv, p.get("bytes_total", 0)) or 0)
         state = d.get("state", "waiting")
@@ -437,7 +439,7 @@ def finish(meta, target_id: int) -> dict:
 
 def _done(meta, target_id: int, v: str) -> dict | None:
     kv = meta.kv.get(meta.keys.pitr_replay(target_id, v))
-    d = None if kv is None else json.loads(kv.value)
+    d = None if kv is None else codec.loads(kv.value, kv.key)
     return d if d and d.get("state") == "done" else None
 
 

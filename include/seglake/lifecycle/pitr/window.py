@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 from seglake import limits
 from seglake.config import parse_duration
-from seglake.errors import NotFound, StateError, ValidationError
+from seglake.errors import CorruptRecord, NotFound, StateError, ValidationError
+from seglake.meta import codec
 from seglake.meta.alloc import compose_ts, physical_ms
 from seglake.meta.catalog import CREATED, DEFAULT_DB, pchannel_of
 from seglake.names import validate_name
@@ -95,7 +96,18 @@ def get_window(meta, collection: str, *, db: str = DEFAULT_DB) -> dict | None:
 
 def window_of(meta, collection_id: int) -> dict | None:
     kv = meta.kv.get(meta.keys.pitr_window(collection_id))
-    return None if kv is None else json.loads(kv.value)
+    return None if kv is None else _window_doc(kv)
+
+
+def _window_doc(kv) -> dict:
+    """A window record as set_window wrote it, else CorruptRecord naming it: a window_s of
+    NaN, "3600", 0 or -1 would hold less than the window (GC truncates what it holds)."""
+    d = codec.loads(kv.value, kv.key)
+    codec.number(d, "window_s", kv.key, lo=limits.LIMITS["pitr_window"].bounds()[0], hi=limits.YEAR)
+    codec.number(d, "collection_id", kv.key, hi=limits.ID_MAX, whole=True)
+    if not all(isinstance(d.get(f), str) for f in ("collection", "db", "window")):
+        raise CorruptRecord(f"corrupt record at {kv.key!r}: collection, db or window is not text")
+    return d
 
 
 def clear_window(meta, collection: str, *, db: str = DEFAULT_DB) -> bool:
@@ -117,7 +129,7 @@ def clear_window(meta, collection: str, *, db: str = DEFAULT_DB) -> bool:
 
 
 def list_windows(meta) -> list[dict]:
-    out = [json.loads(kv.value) for kv in meta.kv.range(meta.keys.pitr_windows_prefix())]
+    out = [_window_doc(kv) for kv in meta.kv.range(meta.keys.pitr_windows_prefix())]   # one damaged: raises
     return sorted(out, key=lambda d: (d["db"], d["collection"]))
 
 
@@ -241,7 +253,7 @@ def undroppable(meta, coll, now: float | None = None) -> bool:
     if kv is None:
         return False
     try:
-        w = json.loads(kv.value)
+        w = _window_doc(kv)
         lo = oldest_instant(w, clock() if now is None else now)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
         return True

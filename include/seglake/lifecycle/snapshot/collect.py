@@ -122,10 +122,10 @@ def positions(meta: Meta, collection_id: int, revision: int, raws: list[bytes]) 
     tick}: exactly what a flusher recovering at that revision would skip
     (flush.fold_high_water), so a replay of the log from there (seglake.lifecycle.pitr)
     rebuilds everything after the snapshot, nothing twice."""
-    import json
     from types import SimpleNamespace
 
     from seglake.lifecycle.flush.state import fold_high_water
+    from seglake.wal.checkpoints import parse_checkpoint
 
     out: dict[str, dict] = {}
     for v in meta.catalog.get(collection_id).vchannels:
@@ -133,8 +133,8 @@ def positions(meta: Meta, collection_id: int, revision: int, raws: list[bytes]) 
         found = [kv for kv in meta.kv.range(key, revision=revision) if kv.key == key]
         cp = None
         if found:
-            d = json.loads(found[0].value)
-            cp = [*(int(x) for x in d["message_id"]), int(d["time_tick"])]
+            c = parse_checkpoint(found[0].value, key)   # damaged: the snapshot fails, never a wrong start
+            cp = [c.message_id.term, c.message_id.fragment, c.message_id.offset, c.time_tick]
         out[v] = {"checkpoint": cp, "part_hw": {}, "del_hw": 0}
     hws: dict[str, dict] = {v: {} for v in out}
     for raw in raws:

@@ -60,11 +60,11 @@ def _check_not_imported(meta: Meta, coll, name: str) -> None:
     triple: a live collection of that name taking a snapshot of that name would make the
     same `restore` by name give other rows from then on (resolve prefers the live one).
     Conflict, naming the imported one."""
-    import json
+    from seglake.meta import codec
 
     for kv in meta.kv.range(meta.keys.backup_imports_prefix()):
         try:
-            plan = json.loads(kv.value)
+            plan = codec.loads(kv.value, kv.key)
             same = (plan["collection"], plan["db"], plan["snapshot"]) == (coll.name, coll.db, name)
         except (ValueError, KeyError, TypeError):
             continue

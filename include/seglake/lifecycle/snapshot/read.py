@@ -3,10 +3,10 @@ and every manifest against the metadata (fail closed, naming it)."""
 
 from __future__ import annotations
 
-import json
 from typing import Iterator
 
 
+from seglake.meta import codec
 from seglake import manifest
 from seglake.errors import Conflict, NotFound, StateError
 from seglake.meta import Meta
@@ -89,7 +89,7 @@ def read_metadata(store: Store, rec: SnapshotRecord) -> dict:
         raise manifest.ManifestError(f"snapshot metadata {loc} does not match the checksum its record holds "
                                      f"({len(raw)} bytes): truncated, altered or of an older format")
     try:
-        doc = json.loads(raw)
+        doc = codec.loads(raw, loc)
     except ValueError as e:
         raise manifest.ManifestError(f"snapshot metadata {loc} is unreadable: {e}") from None
     return _check_metadata(doc, rec, loc)
