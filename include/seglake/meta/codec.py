@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -66,6 +66,10 @@ def readable(kvs, read=None) -> list:
 
 
 TIME_MAX = 32503680000.0   # 3000-01-01: a recorded time (epoch seconds) past it is damage
+# A recorded time in a typed record (msgspec checks it at decode, not at construction): a
+# negative or far-future one is damage, refused as CorruptRecord like NaN is -- a Dropped
+# segment whose dropped_at is -1 was judged past every drop_tolerance at once.
+Time = Annotated[float, msgspec.Meta(ge=0.0, le=TIME_MAX)]
 
 
 def moment(doc: Any, field: str, key: str = "") -> float:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterator
 import msgspec
 
 from seglake.errors import NotFound, StateError
-from seglake.meta.codec import decode_struct, encode_struct
+from seglake.meta.codec import Time, decode_struct, encode_struct
 from seglake.meta.kv import KeyValue, Put, retry_on_conflict, unchanged
 
 STATE_MARKER = b"1"
@@ -72,10 +72,10 @@ class CopyJob(msgspec.Struct, frozen=True, kw_only=True):
     total_segments: int
     total_files: int
     total_bytes: int
-    created_at: float
-    timeout_at: float
-    started_at: float | None = None
-    finished_at: float | None = None
+    created_at: Time
+    timeout_at: Time
+    started_at: Time | None = None
+    finished_at: Time | None = None
     total_tasks: int = 0
     total_rows: int = 0
     reason: str = ""

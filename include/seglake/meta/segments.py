@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 from seglake.errors import Conflict, NotFound, StateError
 import msgspec
 
-from seglake.meta.codec import decode_struct, encode_struct
+from seglake.meta.codec import Time, decode_struct, encode_struct
 from seglake.meta.kv import Delete, Put, batched, unchanged
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     start_ts: int = 0          # start position on the channel
     dml_ts: int = 0            # position up to which the segment holds data
     created_ts: int = 0
-    dropped_at: float | None = None   # unix seconds
+    dropped_at: Time | None = None    # unix seconds
     source: dict | None = None        # copy target: {"collection_id", "partition_id", "segment_id"}
     # The partition ids its delta logs hold -> their NAMES, the identity that crosses a
     # copy: written by the flusher for its own ids, kept verbatim by every copy (restore,

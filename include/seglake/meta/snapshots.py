@@ -28,7 +28,7 @@ import msgspec
 
 from seglake.errors import Conflict, CorruptRecord, NotFound, StateError
 from seglake.meta import codec
-from seglake.meta.codec import decode_struct, encode_struct
+from seglake.meta.codec import Time, decode_struct, encode_struct
 from seglake.meta.kv import Delete, KeyValue, Put, absent, retry_on_conflict, unchanged
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,14 @@ class SnapshotRecord(msgspec.Struct, frozen=True, kw_only=True):
     db: str
     name: str
     state: str
-    created_at: float                 # unix seconds, when PENDING was written
+    created_at: Time                  # unix seconds, when PENDING was written
     description: str = ""
     owner: str = ""                   # who may resume a PENDING create (a DAG run id)
-    expires_at: float | None = None   # TTL; None lives until dropped
+    expires_at: Time | None = None    # TTL; None lives until dropped
     consistent_ts: int = 0            # hybrid timestamp the captured segment set is consistent at
     revision: int = 0                 # etcd revision the segment records were read at
     location: str | None = None       # metadata JSON key, set at commit
-    committed_at: float | None = None
+    committed_at: Time | None = None
     segments: int = 0
     rows: int = 0
     bytes: int = 0
@@ -63,7 +63,7 @@ class SnapshotRecord(msgspec.Struct, frozen=True, kw_only=True):
     partitions: int = 0
     manifests: int = 0
     pins: tuple[int, ...] = ()        # copy jobs reading this snapshot
-    holds: tuple[tuple[int, float], ...] = ()  # operators' pins: (pin id, expires_at unix s)
+    holds: tuple[tuple[int, Time], ...] = ()   # operators' pins: (pin id, expires_at unix s)
     error: str | None = None          # last failure of a PENDING create
     failed: bool = False              # the create gave up (its DAG run failed): waiters stop
     requested_revision: int = 0       # etcd revision when the snapshot was requested

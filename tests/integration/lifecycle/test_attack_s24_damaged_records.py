@@ -399,3 +399,35 @@ def test_a_damaged_wal_pause_flag_holds_and_is_named(meta):
     meta.kv.put(key, b'{"paused_at": NaN}')
     with pytest.raises(CorruptRecord, match=key):
         pause_state(meta, "seglake-dml_0")
+
+
+@pytest.mark.parametrize("value", [-1.0, -1e9, 1e15])
+def test_a_dropped_segment_whose_drop_time_is_damaged_is_never_reclaimed(meta, store, value):
+    """Typed records (segments, snapshots, copy jobs) refused NaN and 1e400 but took a
+    negative or far-future time: a Dropped segment with dropped_at -1 was judged past
+    every drop_tolerance at once and its files deleted. Now the record is unreadable
+    (CorruptRecord naming its key) and GC keeps every file (fail closed)."""
+    import msgspec
+
+    from seglake.lifecycle import gc
+    from seglake.meta.codec import decode_struct
+    from seglake.meta.segments import DROPPED, Segment
+
+    coll, _ = demo.seed(meta, store, demo.SeedParams(partitions=1, segments=2, rows=20, dim=4))
+    seg = next(iter(meta.segments.list(coll.collection_id)))
+    key = meta.keys.segment(seg.collection_id, seg.partition_id, seg.segment_id)
+    damaged = msgspec.structs.replace(seg, state=DROPPED, dropped_at=value)
+    meta.kv.put(key, codec.encode_struct(damaged))
+    with pytest.raises(CorruptRecord, match="dropped_at"):
+        decode_struct(meta.kv.get(key).value, Segment, key)
+    files = [f.key for f in layout.segment_files(seg)]
+    assert files and all(store.exists(k) for k in files)
+    from seglake.errors import SeglakeError
+
+    opts = gc.GCOptions(drop_tolerance=3600.0)
+    try:
+        gc.run(meta, store, opts)
+    except SeglakeError as e:       # refused before anything is deleted: fine, if it names the record
+        assert key in str(e) and "dropped_at" in str(e), e
+    assert all(store.exists(k) for k in files)
+    assert meta.kv.get(key) is not None
