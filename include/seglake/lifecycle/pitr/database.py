@@ -126,7 +126,7 @@ def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list
             try:
                 plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db, exact=False)
             except from_target.DroppedBefore as e:
-                if collections or _bundled_since(target, db, n, e.dropped_at):
+                if collections or _bundled_since(target, db, n, e.dropped_at, ts):
                     raise   # asked for by name; or the name's later collection (bundled since) may have lived then
             except from_target.NotBornYet:
                 if collections:
@@ -166,14 +166,22 @@ def _none_purged(meta, db: str, ts: int) -> None:
                 + "; GC has purged it, so it cannot be restored: name the collections to restore to leave it out")
 
 
-def _bundled_since(target, db: str, collection: str, ts: int) -> bool:
-    """A committed bundle of the name was taken after `ts` (a later collection of the name)."""
+def _bundled_since(target, db: str, collection: str, ts: int, instant: int) -> bool:
+    """A committed bundle of the name was taken after `ts` (the drop of the collection the
+    instant's base bundle is of: so of a later collection of the name) whose collection may
+    have lived at `instant`: created at or before it, or when is unknown. A later collection
+    its bundles say was created after the instant was not in the database then (the set
+    leaves the name out, as for NotBornYet)."""
     from seglake.lifecycle.backup import bundle as bundles
 
     for b in bundles.list_bundles(target, db, collection):
-        if b.get("state") == "committed" and \
-                bundles.read(target, db, collection, b["bundle"])["source"].get("consistent_ts", 0) > ts:
-            return True
+        if b.get("state") != "committed":
+            continue
+        doc = bundles.read(target, db, collection, b["bundle"])
+        if doc["source"].get("consistent_ts", 0) > ts:
+            born = doc.get("snapshot", {}).get("collection", {}).get("created_ts") or 0
+            if not isinstance(born, int) or isinstance(born, bool) or born <= 0 or born <= instant:
+                return True
     return False
 
 
