@@ -1,0 +1,49 @@
+"""attack-s24-pitr: a whole database at one instant FROM THE BACKUP TARGET alone must never be
+restored silently lacking a collection the database held at that instant. `fresh` was created
+(with `archive: true`) after the last export and written; the source is then lost. Its
+creation (a CreateCollection naming its db, name and schema on each vchannel) and every write
+are in the WAL archive, but no bundle of it is in the target. The set restored at T was
+{keep} alone -- `fresh`'s rows silently missing from "the database at T". Expected: refused,
+naming `fresh` (or `fresh` restored); when the collections are named, the set named."""
+
+from __future__ import annotations
+
+import pytest
+
+from seglake.lifecycle import retention, snapshot
+from seglake.lifecycle.backup import archive
+from seglake.lifecycle.backup import export as exports
+from seglake.lifecycle.pitr.database import plan_database
+from seglake.lifecycle.pitr.planning import OutsideWindow
+from seglake.storage.local import LocalStore
+from seglake.wal.client import WalClient
+
+from etcd_root import root_changes, root_state
+from pitr_model import SCHEMA, flush_all, rows
+
+quiet = dict(say=lambda line: None)
+
+
+def test_a_database_from_the_target_never_silently_lacks_an_archived_collection_without_a_bundle(
+        meta, store, settings, tmp_path):
+    backup = LocalStore(tmp_path / "backup")
+    with WalClient(meta, store, settings) as c:
+        k = c.create_collection("keep", SCHEMA, shards=2)
+        c.insert("keep", rows(range(1, 9), 1.0))
+        flush_all(meta, store, settings, k)
+        snapshot.create(meta, store, "keep", "s1")
+        exports.export(meta, store, backup, "keep", "s1", **quiet)
+        retention.set_policy(meta, "keep", {"keep_last": 5, "archive": True})
+        c.create_collection("fresh", SCHEMA, shards=2)         # after the last export
+        retention.set_policy(meta, "fresh", {"keep_last": 5, "archive": True})
+        c.insert("fresh", rows(range(1, 30), 2.0))
+        c.insert("keep", rows(range(20, 25), 2.0))
+        t = meta.tso.reserve(1, linearizable=True)
+    archive.run(meta, store, backup)
+    rev = root_state(meta)
+    with pytest.raises(OutsideWindow, match="fresh"):
+        plan_database(meta, store, "default", t, suffix="_x", target=backup)
+    assert root_state(meta) == rev, root_changes(rev, root_state(meta))
+    # named: the set named (the user leaves `fresh` out knowingly)
+    ts, to, plans = plan_database(meta, store, "default", t, suffix="_x", target=backup, collections=["keep"])
+    assert sorted(plans) == ["keep"]
