@@ -51,7 +51,7 @@ def test_databases_at_many_instants_while_names_are_reused(meta, store, settings
             create(c, n)
         for step in range(16):
             v += 1.0
-            op = rnd.choice(["w", "w", "w", "w", "bundle", "bundle", "drop", "recreate", "archive"])
+            op = rnd.choice(["w", "w", "w", "w", "bundle", "bundle", "bundle", "bundle", "drop", "recreate", "archive"])
             if op == "drop" and len(live) > 1:
                 n = rnd.choice(sorted(live))
                 inc = live.pop(n)[0]
