@@ -44,6 +44,13 @@ def test_a_database_from_the_target_never_silently_lacks_an_archived_collection_
     with pytest.raises(OutsideWindow, match="fresh"):
         plan_database(meta, store, "default", t, suffix="_x", target=backup)
     assert root_state(meta) == rev, root_changes(rev, root_state(meta))
+    # the CLI, from a fresh process: the same refusal, exit code != 0, nothing written
+    from test_attack_s20_refusals import _cli
+
+    p = _cli(settings, "restore-database", "--as-of", str(t), "--suffix", "_x", "--from-target",
+             f"file://{tmp_path / 'backup'}")
+    assert p.returncode != 0 and "fresh" in p.stderr, (p.returncode, p.stderr[-2000:])
+    assert root_state(meta) == rev, root_changes(rev, root_state(meta))
     # named: the set named (the user leaves `fresh` out knowingly)
     ts, to, plans = plan_database(meta, store, "default", t, suffix="_x", target=backup, collections=["keep"])
     assert sorted(plans) == ["keep"]
