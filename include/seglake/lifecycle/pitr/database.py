@@ -126,7 +126,7 @@ def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list
             try:
                 plans[n] = from_target.plan_from_target(meta, target, n, ts, db=db, exact=False)
             except from_target.DroppedBefore as e:
-                if collections or _bundled_since(target, db, n, e.dropped_at):
+                if collections or _bundled_since(target, db, n, e.dropped_at, ts):
                     raise   # asked for by name; or the name's later collection (bundled since) may have lived then
             except from_target.NotBornYet:
                 if collections:
@@ -134,6 +134,8 @@ def plan_database(meta, store, db: str, as_of, *, suffix: str, collections: list
     plans = {n: plans[n] for n in names if n in plans}   # (from the target: not one dropped before the instant)
     if not plans:
         raise NotFound(f"database {db!r} had no collection at {describe(ts)} in {target.uri}")
+    if target is not None and not collections:
+        _none_unbundled(target, db, ts, plans)
     # the exact judgement of the instant once, after every collection's refusals (it writes)
     planning.not_in_future(meta, ts)
     return ts, to, plans
@@ -166,14 +168,75 @@ def _none_purged(meta, db: str, ts: int) -> None:
                 + "; GC has purged it, so it cannot be restored: name the collections to restore to leave it out")
 
 
-def _bundled_since(target, db: str, collection: str, ts: int) -> bool:
-    """A committed bundle of the name was taken after `ts` (a later collection of the name)."""
+def _none_unbundled(target, db: str, ts: int, plans: dict) -> None:
+    """OutsideWindow when the WAL archive of the set's site says a collection of `db` lived
+    at `ts` (its CreateCollection at or before it, no DropCollection of it at or before it)
+    that is not in the set: the target has no bundle of it to start from at or before `ts`
+    (created after the last export, or never exported), and the set would silently lack
+    it. Only what the archive holds is known: a collection created before the archive
+    began is not seen here. A damaged archive refuses (whether one lived is unknown)."""
+    from seglake.lifecycle.backup.archive import ArchivedLog
+    from seglake.lifecycle.pitr.planning import OutsideWindow
+    from seglake.storage import layout
+    from seglake.wal import message as M
+
+    sites = {p.archive["site"] for p in (x[0] if isinstance(x, tuple) else x for x in plans.values()) if p.archive}
+    lived: dict[int, str] = {}      # collection id -> name (created at or before ts, in db)
+    gone: set[int] = set()          # dropped at or before ts (any of its vchannels)
+    for site in sorted(sites):
+        pchannels = set()
+        for o in target.list(layout.archive_site(site).rsplit("/", 1)[0] + "/"):
+            parsed = layout.parse_archive_key(o.key)
+            if parsed is not None and parsed[0] == site:
+                pchannels.add(parsed[1])
+        for pch in sorted(pchannels):
+            log = ArchivedLog(target, site, pch)
+            ns = log.numbers()
+            if not ns:
+                continue
+            holes = [b for a, b in zip(ns, ns[1:]) if b > a + 1]
+            try:   # (from the last hole on: a restore never replays across one)
+                for rec in log.fragments(holes[-1] if holes else ns[0]):
+                    if rec.fmt != 1 and rec.tt0 > ts:
+                        break
+                    for m in log.read_fragment(rec):
+                        if m.time_tick > ts:
+                            continue
+                        if m.type == M.CREATE_COLLECTION and m.props.get("db") == db:
+                            lived[m.collection_id] = m.props.get("name")
+                        elif m.type == M.DROP_COLLECTION:
+                            gone.add(m.collection_id)
+            except Exception as e:   # noqa: BLE001 (damaged: unknown, refused)
+                raise OutsideWindow(f"the WAL archive of {pch} in {target.uri} cannot be read ({e}): whether a "
+                                    f"collection of {db!r} without a bundle lived at {describe(ts)} is unknown; "
+                                    f"name the collections to restore") from None
+    missing = sorted({(n, cid) for cid, n in lived.items() if cid not in gone and n not in plans})
+    if missing:
+        n, cid = missing[0]
+        raise OutsideWindow(
+            f"collection {n!r} (id {cid} at the source) was in database {db!r} at {describe(ts)} (the WAL archive in "
+            f"{target.uri} holds its creation), but the target has no bundle of it taken at or before that instant"
+            + (f" ({len(missing) - 1} more: {', '.join(repr(x) for x, _ in missing[1:6])})" if len(missing) > 1 else "")
+            + ": it cannot be restored from the target alone, and the set would silently lack it; export it "
+              "(while the source lives) or name the collections to restore to leave it out")
+
+
+def _bundled_since(target, db: str, collection: str, ts: int, instant: int) -> bool:
+    """A committed bundle of the name was taken after `ts` (the drop of the collection the
+    instant's base bundle is of: so of a later collection of the name) whose collection may
+    have lived at `instant`: created at or before it, or when is unknown. A later collection
+    its bundles say was created after the instant was not in the database then (the set
+    leaves the name out, as for NotBornYet)."""
     from seglake.lifecycle.backup import bundle as bundles
 
     for b in bundles.list_bundles(target, db, collection):
-        if b.get("state") == "committed" and \
-                bundles.read(target, db, collection, b["bundle"])["source"].get("consistent_ts", 0) > ts:
-            return True
+        if b.get("state") != "committed":
+            continue
+        doc = bundles.read(target, db, collection, b["bundle"])
+        if doc["source"].get("consistent_ts", 0) > ts:
+            born = doc.get("snapshot", {}).get("collection", {}).get("created_ts") or 0
+            if not isinstance(born, int) or isinstance(born, bool) or born <= 0 or born <= instant:
+                return True
     return False
 
 
