@@ -103,7 +103,9 @@ def _window_doc(kv) -> dict:
     """A window record as set_window wrote it, else CorruptRecord naming it: a window_s of
     NaN, "3600", 0 or -1 would hold less than the window (GC truncates what it holds)."""
     d = codec.loads(kv.value, kv.key)
-    codec.number(d, "window_s", kv.key, lo=limits.LIMITS["pitr_window"].bounds()[0], hi=limits.YEAR)
+    # at least 1 s: 0 or less is damage (it holds nothing); the settable floor (1 min) is
+    # set_window's input rule, not a record's, so a shorter window written by hand holds as long
+    codec.number(d, "window_s", kv.key, lo=1.0, hi=limits.YEAR)
     codec.number(d, "collection_id", kv.key, hi=limits.ID_MAX, whole=True)
     if not all(isinstance(d.get(f), str) for f in ("collection", "db", "window")):
         raise CorruptRecord(f"corrupt record at {kv.key!r}: collection, db or window is not text")
