@@ -28,15 +28,22 @@ pytestmark = pytest.mark.etcd
 AHEAD = 7200.0
 
 
-def test_gc_on_a_fast_clock_never_reclaims_compacted_inputs_early(meta, store, settings, monkeypatch):
+def _compacted(meta, store, settings, steps: int):
+    """Collection `c` after `steps` of the mixed workload and one compaction: (its exact
+    rows, the ids of the compacted inputs, Dropped a moment ago)."""
     w = Writer(meta, store, settings)
     w.create("c", ["_default", "p1", "p2"], shards=1)
-    for step in range(3):
+    for step in range(steps):
         mixed_workload(w, "c", step)
     before = exact(meta, store, "c")
     assert compaction.compact(meta, store, "c", policy()).counts()["committed"] >= 1
     inputs = [x.segment_id for x in segments(meta, "c", DROPPED) if x.compacted_to is not None]
     assert inputs
+    return before, inputs
+
+
+def test_gc_on_a_fast_clock_never_reclaims_compacted_inputs_early(meta, store, settings, monkeypatch):
+    before, inputs = _compacted(meta, store, settings, steps=3)
     fast = lambda: time.time() + AHEAD                                       # noqa: E731
     g = Meta.from_settings(settings)                    # the GC host: its clock, its TSO's clock
     try:
@@ -69,14 +76,7 @@ def test_gc_on_a_fast_clock_of_an_idle_store_judges_by_the_store_s_clock(meta, s
     """The same fast GC host when no writer is active: the TSO cannot vouch (nothing is in
     use), so the object store's own clock (a probe object's mtime; an S3 server's
     LastModified) caps the time GC judges by. Before, the compacted inputs were reclaimed."""
-    w = Writer(meta, store, settings)
-    w.create("c", ["_default", "p1", "p2"], shards=1)
-    for step in range(2):
-        mixed_workload(w, "c", step)
-    before = exact(meta, store, "c")
-    assert compaction.compact(meta, store, "c", policy()).counts()["committed"] >= 1
-    inputs = [x.segment_id for x in segments(meta, "c", DROPPED) if x.compacted_to is not None]
-    assert inputs
+    before, inputs = _compacted(meta, store, settings, steps=2)
     fast = lambda: time.time() + AHEAD                                       # noqa: E731
     g = Meta.from_settings(settings)
     try:
