@@ -354,11 +354,17 @@ def test_old_format_mark_is_read_as_compose_ts_and_rewritten(settings, root_pref
     with Meta.from_settings(settings) as meta:
         ahead_ms = int(time.time() * 1000) + 2000  # an old window left 2 s ahead
         meta.kv.put(key, str(ahead_ms))
+        start = time.monotonic()
         first = meta.tso.now()
         assert first == compose_ts(ahead_ms)
         value = meta.kv.get(key).value.decode()
         assert value.startswith("v2:") and int(value[3:]) > first
-        assert meta.tso.now() == first + 1
+        second = meta.tso.now()
+        # the same batch while it is young; after BATCH_MAX_AGE (a loaded machine: CI stop 42)
+        # the next batch, which starts at the v2 mark the first CAS wrote
+        young = time.monotonic() - start < BATCH_MAX_AGE   # (measured after: young then surely)
+        allowed = {first + 1} if young else {first + 1, int(value[3:])}
+        assert second in allowed, (second, first, value, young)
     with Meta(KV.from_settings(settings), root=f"{root_prefix}-b") as meta:  # an old mark behind
         old_ms = int(time.time() * 1000) - 60_000                            # the clock: wall wins
         meta.kv.put(meta.keys.alloc_tso(), str(old_ms))
