@@ -38,3 +38,20 @@ def collection_rows(meta, store, name: str) -> list[tuple]:
                       t.column("price").to_pylist(), t.column("Timestamp").to_pylist(),
                       [part[p] for p in t.column("partition_id").to_pylist()]))
 
+
+
+def two_pp_bundles(meta, store, target):
+    """Seeds the demo collection `pp` (1 partition, 1 segment, 20 rows) and exports two
+    bundles of it, s1 (older) and s2, into `target`, which it returns."""
+    import time
+
+    from seglake.dev import demo
+    from seglake.lifecycle import snapshot
+    from seglake.lifecycle.backup import export as exports
+
+    demo.seed(meta, store, demo.SeedParams(name="pp", partitions=1, segments=1, rows=20, dim=4))
+    for name in ("s1", "s2"):
+        snapshot.create(meta, store, "pp", name)
+        exports.export(meta, store, target, "pp", name, **quiet)
+        time.sleep(0.01)   # two distinct commit times
+    return target

@@ -17,11 +17,12 @@ from seglake.dev import demo
 from seglake.errors import CorruptRecord
 from seglake.lifecycle import retention, snapshot
 from seglake.lifecycle.backup import bundle as bundles
-from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.backup.prune import prune
 from seglake.meta import codec
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
+
+from bundle_restore_helpers import two_pp_bundles
 
 quiet = dict(say=lambda line: None)
 # what Python's json reads without a word (NaN compares false both ways; 1e400 is inf),
@@ -67,13 +68,7 @@ def test_a_typed_record_refuses_them_too():
 @pytest.fixture
 def two_bundles(meta, store, tmp_path):
     """Bundles s1 (older) and s2 of `pp` in a local target."""
-    demo.seed(meta, store, demo.SeedParams(name="pp", partitions=1, segments=1, rows=20, dim=4))
-    target = LocalStore(tmp_path / "backup")
-    for name in ("s1", "s2"):
-        snapshot.create(meta, store, "pp", name)
-        exports.export(meta, store, target, "pp", name, **quiet)
-        time.sleep(0.01)
-    return target
+    return two_pp_bundles(meta, store, LocalStore(tmp_path / "backup"))
 
 
 def _damage_commit_time(target, bundle, value):

@@ -13,16 +13,16 @@ import time
 
 import pytest
 
-from seglake.dev import demo
 from seglake.errors import NotFound
-from seglake.lifecycle import retention, snapshot
+from seglake.lifecycle import retention
 from seglake.lifecycle.backup import bundle as bundles
-from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.backup import holds
 from seglake.lifecycle.backup.prune import prune
 from seglake.milvus import sources
 from seglake.storage import layout
 from seglake.storage.local import LocalStore
+
+from bundle_restore_helpers import two_pp_bundles
 
 quiet = dict(say=lambda line: None)
 
@@ -30,13 +30,7 @@ quiet = dict(say=lambda line: None)
 @pytest.fixture
 def two_bundles(meta, store, tmp_path):
     """Bundles s1 (older) and s2 of `pp` in a local target."""
-    demo.seed(meta, store, demo.SeedParams(name="pp", partitions=1, segments=1, rows=20, dim=4))
-    target = LocalStore(tmp_path / "backup")
-    for name in ("s1", "s2"):
-        snapshot.create(meta, store, "pp", name)
-        exports.export(meta, store, target, "pp", name, **quiet)
-        time.sleep(0.01)
-    return target
+    return two_pp_bundles(meta, store, LocalStore(tmp_path / "backup"))
 
 
 def _pin_key(meta, bundle):

@@ -119,16 +119,16 @@ def source_with_s1(c, meta, store, settings):
     return coll, model
 
 
-def export_and_archive(meta, store, settings, target, coll, snap: str = "s1") -> None:
+def export_and_archive(meta, store, settings, target, coll, snap: str = "s1", keep_last: int = 1) -> None:
     """The start of an archive test: `coll` flushed, its snapshot `snap` exported to the backup
-    target `target`, then its archive turned on (a retention policy keep_last 1 + archive)."""
+    target `target`, then its archive turned on (a retention policy keep_last + archive)."""
     from seglake.lifecycle import retention, snapshot
     from seglake.lifecycle.backup import export as exports
 
     flush_all(meta, store, settings, coll)
     snapshot.create(meta, store, coll.name, snap)
     exports.export(meta, store, target, coll.name, snap, say=lambda line: None)
-    retention.set_policy(meta, coll.name, {"keep_last": 1, "archive": True})
+    retention.set_policy(meta, coll.name, {"keep_last": keep_last, "archive": True})
 
 
 def restore_to(meta, store, settings, source: str, target: str, as_of) -> object:
@@ -166,6 +166,26 @@ def drop_now(meta, store, settings, name: str) -> None:
     for p in pchannels(coll):
         flush_pchannel(meta, store, p, settings, flush_all=False)
     assert drop.finish_drop(meta, name, collection_id=coll.collection_id)["state"] == "Dropped"
+
+
+def database_with_b_dropped(meta, store, settings, *, after_t=None) -> tuple:
+    """One database of two collections: "a" (a 1 h window, pks 1..4) and "b" (pks 1..4,
+    flushed); t = an instant both hold; `after_t(c)` writes with the WalClient after t; then
+    b dropped the whole way (drop_now). Returns (b, t)."""
+    from seglake.wal.client import WalClient
+
+    with WalClient(meta, store, settings) as c:
+        c.create_collection("a", SCHEMA, shards=1)
+        pitr.set_window(meta, "a", "1h")
+        c.insert("a", rows(range(1, 5), 1.0))
+        b = c.create_collection("b", SCHEMA, shards=1)
+        c.insert("b", rows(range(1, 5), 1.0))
+        flush_all(meta, store, settings, b)
+        t = meta.tso.reserve(1, linearizable=True)
+        if after_t is not None:
+            after_t(c)
+    drop_now(meta, store, settings, "b")
+    return b, t
 
 
 def visible_of(meta, store, coll) -> Counter:

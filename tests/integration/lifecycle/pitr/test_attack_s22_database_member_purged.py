@@ -12,22 +12,11 @@ from seglake.lifecycle import drop, gc, pitr
 from seglake.lifecycle.pitr import database
 from seglake.wal.client import WalClient
 
-from pitr_model import SCHEMA, flush_all, rows
+from pitr_model import SCHEMA, database_with_b_dropped, flush_all, rows
 
 
 def test_a_database_at_an_instant_never_silently_lacks_a_collection_it_held(meta, store, settings):
-    with WalClient(meta, store, settings) as c:
-        c.create_collection("a", SCHEMA, shards=1)
-        pitr.set_window(meta, "a", "1h")
-        c.insert("a", rows(range(1, 5), 1.0))
-        b = c.create_collection("b", SCHEMA, shards=1)
-        c.insert("b", rows(range(1, 5), 1.0))
-        flush_all(meta, store, settings, b)
-        t = meta.tso.reserve(1, linearizable=True)
-        c.insert("a", rows(range(5, 9), 2.0))
-    drop.begin_drop(meta, store, settings, "b")
-    flush_all(meta, store, settings, b, flush_all=False)
-    drop.finish_drop(meta, "b", collection_id=b.collection_id)
+    b, t = database_with_b_dropped(meta, store, settings, after_t=lambda c: c.insert("a", rows(range(5, 9), 2.0)))
     # while b's record exists: refused, naming b
     with pytest.raises(Exception, match="'b'"):
         database.plan_database(meta, store, "default", t, suffix="_t")

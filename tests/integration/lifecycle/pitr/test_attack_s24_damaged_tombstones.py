@@ -8,12 +8,11 @@ import json
 
 import pytest
 
-from seglake.lifecycle import drop, gc, pitr
+from seglake.lifecycle import gc
 from seglake.lifecycle.pitr import database
 from seglake.lifecycle.pitr.planning import OutsideWindow
-from seglake.wal.client import WalClient
 
-from pitr_model import SCHEMA, flush_all, rows
+from pitr_model import database_with_b_dropped
 
 
 @pytest.mark.parametrize("field,value", [("purged_at", "NaN"), ("drop_began_ts", '"x"'), ("created_ts", "null"),
@@ -23,17 +22,7 @@ def test_a_damaged_tombstone_is_kept_by_gc_and_refuses_the_database_restore(meta
     database at an instant the collection lived in is refused, never given without it. A
     damaged tombstone was skipped by that check (the set silently lacked the collection) and
     deleted by GC's next pass as if old. Now it is kept and refuses the set, naming it."""
-    with WalClient(meta, store, settings) as c:
-        c.create_collection("a", SCHEMA, shards=1)
-        pitr.set_window(meta, "a", "1h")
-        c.insert("a", rows(range(1, 5), 1.0))
-        b = c.create_collection("b", SCHEMA, shards=1)
-        c.insert("b", rows(range(1, 5), 1.0))
-        flush_all(meta, store, settings, b)
-        t = meta.tso.reserve(1, linearizable=True)
-    drop.begin_drop(meta, store, settings, "b")
-    flush_all(meta, store, settings, b, flush_all=False)
-    drop.finish_drop(meta, "b", collection_id=b.collection_id)
+    b, t = database_with_b_dropped(meta, store, settings)
     opts = gc.GCOptions(drop_tolerance=0, missing_tolerance=0, floor=0, force=True)
     gc.run(meta, store, opts)
     key = meta.keys.pitr_gone(b.collection_id)

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import time
 
-from seglake.lifecycle import retention, snapshot
-from seglake.lifecycle.backup import archive
-from seglake.lifecycle.backup import export as exports
 import pytest
 
+from seglake.lifecycle.backup import archive
 from seglake.lifecycle.pitr.database import drive, plan_database, restore_database_as_of
 from seglake.lifecycle.pitr.from_target import DroppedBefore
 from seglake.storage.local import LocalStore
 from seglake.wal.client import WalClient
 
-from pitr_model import SCHEMA, Model, drop_now, flush_all, rows, visible_of
+from pitr_model import SCHEMA, Model, drop_now, export_and_archive, rows, visible_of
 
 quiet = dict(say=lambda line: None)
 
@@ -30,16 +28,10 @@ def test_a_database_from_the_target_at_an_instant_between_a_drop_and_the_names_r
         k = c.create_collection("keep", SCHEMA, shards=1)
         mk = Model(meta, store, "keep")
         mk.record(c.insert("keep", rows(range(1, 9), 1.0)), 1.0)
-        flush_all(meta, store, settings, k)
-        snapshot.create(meta, store, "keep", "s1")
-        exports.export(meta, store, backup, "keep", "s1", **quiet)
-        retention.set_policy(meta, "keep", {"keep_last": 5, "archive": True})
+        export_and_archive(meta, store, settings, backup, k, keep_last=5)
         a1 = c.create_collection("a", SCHEMA, shards=1)
         c.insert("a", rows(range(1, 5), 1.0))
-        flush_all(meta, store, settings, a1)
-        snapshot.create(meta, store, "a", "s1")
-        exports.export(meta, store, backup, "a", "s1", **quiet)
-        retention.set_policy(meta, "a", {"keep_last": 5, "archive": True})
+        export_and_archive(meta, store, settings, backup, a1, keep_last=5)
         archive.run(meta, store, backup)
     drop_now(meta, store, settings, "a")
     with WalClient(meta, store, settings) as c:
@@ -50,10 +42,7 @@ def test_a_database_from_the_target_at_an_instant_between_a_drop_and_the_names_r
         a2 = c.create_collection("a", SCHEMA, shards=1)   # the name reused after the instant
         c.insert("a", rows(range(100, 104), 3.0))
         t2 = meta.tso.reserve(1, linearizable=True)   # a2 lived then; its only bundle is later
-        flush_all(meta, store, settings, a2)
-        snapshot.create(meta, store, "a", "s2")
-        exports.export(meta, store, backup, "a", "s2", **quiet)
-        retention.set_policy(meta, "a", {"keep_last": 5, "archive": True})
+        export_and_archive(meta, store, settings, backup, a2, "s2", keep_last=5)
         mk.record(c.insert("keep", rows(range(30, 33), 4.0)), 4.0)
     archive.run(meta, store, backup)
     ts, to, plans = plan_database(meta, store, "default", t, suffix="_x", target=backup)

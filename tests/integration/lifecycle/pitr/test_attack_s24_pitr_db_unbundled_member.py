@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from seglake.lifecycle import retention, snapshot
+from seglake.lifecycle import retention
 from seglake.lifecycle.backup import archive
-from seglake.lifecycle.backup import export as exports
 from seglake.lifecycle.pitr.database import plan_database
 from seglake.lifecycle.pitr.planning import OutsideWindow
 from seglake.storage.local import LocalStore
 from seglake.wal.client import WalClient
 
 from etcd_root import root_changes, root_state
-from pitr_model import SCHEMA, flush_all, rows
+from pitr_model import SCHEMA, export_and_archive, rows
 
 quiet = dict(say=lambda line: None)
 
@@ -30,10 +29,7 @@ def test_a_database_from_the_target_never_silently_lacks_an_archived_collection_
     with WalClient(meta, store, settings) as c:
         k = c.create_collection("keep", SCHEMA, shards=2)
         c.insert("keep", rows(range(1, 9), 1.0))
-        flush_all(meta, store, settings, k)
-        snapshot.create(meta, store, "keep", "s1")
-        exports.export(meta, store, backup, "keep", "s1", **quiet)
-        retention.set_policy(meta, "keep", {"keep_last": 5, "archive": True})
+        export_and_archive(meta, store, settings, backup, k, keep_last=5)
         c.create_collection("fresh", SCHEMA, shards=2)         # after the last export
         retention.set_policy(meta, "fresh", {"keep_last": 5, "archive": True})
         c.insert("fresh", rows(range(1, 30), 2.0))
@@ -69,10 +65,7 @@ def test_unbundled_collections_dropped_before_the_instant_or_of_another_db_do_no
         k = c.create_collection("keep", SCHEMA, shards=2)
         mk = Model(meta, store, "keep")
         mk.record(c.insert("keep", rows(range(1, 9), 1.0)), 1.0)
-        flush_all(meta, store, settings, k)
-        snapshot.create(meta, store, "keep", "s1")
-        exports.export(meta, store, backup, "keep", "s1", **quiet)
-        retention.set_policy(meta, "keep", {"keep_last": 5, "archive": True})
+        export_and_archive(meta, store, settings, backup, k, keep_last=5)
         c.create_collection("brief", SCHEMA, shards=2)
         retention.set_policy(meta, "brief", {"keep_last": 5, "archive": True})
         c.insert("brief", rows(range(1, 5), 2.0))
