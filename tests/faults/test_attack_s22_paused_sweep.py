@@ -9,7 +9,7 @@ check lets its lock go stale; an export meanwhile reuses (deduplicates against) 
 files the frozen sweep already chose as candidates, and commits its bundle. The sweep
 then wakes and deletes them (`delete_checked` only compares size and mtime, which the
 dedupe did not change): a committed bundle with missing data files.
-LOCK_TTL is 1 h; here it is 3 s in both processes (a 3.5 s pause stands for a longer
+LOCK_TTL is 10 min; here it is 3 s in both processes (a 3.5 s pause stands for a longer
 than 1 h one). Expected: the bundle intact -- the sweep checks its lock again right
 before each delete (delete_checked's guard) and stops: it went unrenewed past TTL / 2.
 """
@@ -32,7 +32,7 @@ CHILD = r"""
 import json, os, signal, sys
 from seglake.lifecycle.backup import prune
 from seglake.storage.local import LocalStore
-prune.LOCK_TTL = float(sys.argv[2])          # both sides agree on the TTL (1 h in production)
+prune.LOCK_TTL = float(sys.argv[2])          # both sides agree on the TTL (10 min in production)
 t = LocalStore(sys.argv[1])
 real = t.delete_checked
 done = []

@@ -48,7 +48,11 @@ from seglake.storage import Store, layout
 from seglake.storage.base import ObjectInfo
 
 log = logging.getLogger("seglake.backup")
-LOCK_TTL = 3600.0          # a sweep lock older than this is a dead sweep's: ignored
+# A sweep lock older than this is a dead sweep's: ignored. A running sweep renews it every
+# LOCK_TTL / 10 s (one small PUT a minute) and stops before its next delete once a renewal
+# gap exceeded LOCK_TTL / 2; a SIGKILLed sweep holds the exports of its target back for at
+# most LOCK_TTL (it was 1 h: an export waited up to an hour after a killed sweep).
+LOCK_TTL = 600.0
 MIN_AGE_FLOOR = 3600.0     # a data file younger than this is never swept
 
 

@@ -313,7 +313,6 @@ def test_a_sweep_refuses_on_an_unreadable_bundle(meta, store, tmp_path):
 
 def test_an_export_copies_back_what_a_sweep_took_and_waits_for_a_running_sweep(meta, store, tmp_path, monkeypatch):
     from seglake.errors import SeglakeError
-    from seglake.lifecycle.backup import prune
 
     coll = _seed(meta, store, segments=1)
     target = LocalStore(tmp_path / "backup")
@@ -347,9 +346,10 @@ def test_an_export_copies_back_what_a_sweep_took_and_waits_for_a_running_sweep(m
         exports.export(meta, store, target, "bk", "s3", **quiet)
     with pytest.raises(NotFound):
         bundles.read(target, "default", "bk", "s3")
-    # a dead sweep's lock (older than LOCK_TTL) is ignored
-    target.put(layout.sweep_lock("other"), json.dumps({"at": time.time() - prune.LOCK_TTL - 1}).encode())
-    _age(target, layout.sweep_lock("other"), prune.LOCK_TTL + 1)      # by the target's clock too
+    # a dead sweep's lock is ignored: one last renewed 11 min ago (a SIGKILLed sweep's; a live
+    # sweep renews it every minute) holds an export back no longer
+    target.put(layout.sweep_lock("other"), json.dumps({"at": time.time() - 660}).encode())
+    _age(target, layout.sweep_lock("other"), 660)      # by the target's clock too
     assert exports.export(meta, store, target, "bk", "s3", **quiet)["state"] == "committed"
 
 
