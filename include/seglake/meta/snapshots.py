@@ -278,7 +278,9 @@ class Snapshots:
 
     def release(self, pin_id: int) -> dict:
         """Remove pin `pin_id` (its key and its hold on the snapshot, one txn). NotFound
-        for an id that is not (or no longer) a pin."""
+        for an id that is not (or no longer) a pin. A damaged pin record (GC keeps it and
+        the hold it names, never judging it expired) is released too: the operator names
+        the id, and the hold carrying it is found on the snapshot records."""
         pin_key = self.keys.snapshot_pin(pin_id)
 
         def attempt() -> dict:
@@ -286,7 +288,10 @@ class Snapshots:
             if pkv is None:
                 raise NotFound(f"pin {pin_id} not found (never made, already unpinned, or expired and removed "
                                f"by GC); `seglake snapshots pins` lists the pins")
-            doc = _pin_doc(pkv, strict=True)
+            try:
+                doc = _pin_doc(pkv, strict=True)
+            except ValueError:
+                return self._release_damaged(pin_id, pkv)
             skv = self.kv.get(self.key(doc["collection_id"], doc["snapshot"]))
             rec = None if skv is None else decode_struct(skv.value, SnapshotRecord, skv.key)
             gone = [Delete(pin_key), Delete(self.keys.snapshot_pin_lease(pin_id))]
@@ -297,6 +302,30 @@ class Snapshots:
                 self.kv.txn([unchanged(pkv), unchanged(skv)], [*gone, Put(skv.key, encode_struct(new))])
             return doc
         return retry_on_conflict(attempt, f"unpin {pin_id}")
+
+    def _release_damaged(self, pin_id: int, pkv: KeyValue) -> dict:
+        """release() of a pin whose record cannot be read: its keys and every hold carrying
+        `pin_id` (a pin id is allocated once: one snapshot at most) go in one txn, guarded
+        by each record read. A damaged snapshot record is left whole, its holds with it."""
+        compares, ops = [unchanged(pkv)], [Delete(pkv.key), Delete(self.keys.snapshot_pin_lease(pin_id))]
+        doc = {"pin_id": pin_id, "collection": "", "snapshot": "", "expires_at": 0.0,
+               "unreadable": _pin_doc(pkv)["unreadable"]}
+        for skv in self.kv.range(self.keys.snapshots_prefix(None)):
+            try:
+                rec = decode_struct(skv.value, SnapshotRecord, skv.key)
+            except ValueError:
+                continue
+            held = [h for h in rec.holds if h[0] == pin_id]
+            if held:
+                compares.append(unchanged(skv))
+                ops.append(Put(skv.key, encode_struct(rec.replace(holds=tuple(h for h in rec.holds
+                                                                               if h[0] != pin_id)))))
+                doc.update(collection=rec.collection_name, db=rec.db, collection_id=rec.collection_id,
+                           snapshot=rec.name, snapshot_id=rec.snapshot_id, expires_at=held[0][1])
+        self.kv.txn(compares, ops)
+        log.warning("pin %d: its record %s was unreadable (%s); released, with its hold on snapshot %r",
+                    pin_id, pkv.key, doc["unreadable"], doc["snapshot"] or "(none found)")
+        return doc
 
     def extend_hold(self, pin_id: int, expires_at: float) -> dict:
         """Move pin `pin_id`'s expiry to `expires_at` (a lease renewed), its key and its
