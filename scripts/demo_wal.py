@@ -51,22 +51,20 @@ def _mark_path():
 
 
 def reset(meta, store, settings) -> None:
-    """Drop a demo_wal (and its restored copies) left by an earlier run through the real
-    drop (flushing inline)."""
-    for copy in (NAME + "_restored", BEFORE_DELETES, BACK):
+    """Drop a demo_wal (and its copies) left by an earlier run the whole way: begin, flush
+    its pchannels (the flusher releases its vchannels), finish. Its copies were written
+    through the WAL too (restored-write): a direct drop would leave them Dropping, their
+    names taken, and the next run's restore refused."""
+    for name in (NAME + "_restored", BEFORE_DELETES, BACK, NAME):
         try:
-            meta.catalog.get_by_name(copy)
-            drop.drop_collection(meta, store, settings, copy)  # never saw the WAL: direct
+            coll = meta.catalog.get_by_name(name)
         except NotFound:
-            pass
-    try:
-        coll = meta.catalog.get_by_name(NAME)
-    except NotFound:
-        return
-    drop.begin_drop(meta, store, settings, NAME)
-    for p in sorted({pchannel_of(v) for v in coll.vchannels}):
-        flush.flush_pchannel(meta, store, p, settings, flush_all=True)
-    drop.finish_drop(meta, NAME)
+            continue
+        if drop.begin_drop(meta, store, settings, name)["state"] == "Dropped":
+            continue
+        for p in sorted({pchannel_of(v) for v in coll.vchannels}):
+            flush.flush_pchannel(meta, store, p, settings, flush_all=True)
+        drop.finish_drop(meta, name, collection_id=coll.collection_id)
 
 
 def ingest(meta, store, settings) -> None:

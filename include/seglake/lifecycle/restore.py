@@ -34,7 +34,7 @@ from seglake import faults, limits
 from seglake.errors import Conflict, NotFound, SeglakeError, StateError, ValidationError
 from seglake.lifecycle.snapshot import read as snapshots   # resolve, read_metadata, read_segments
 from seglake.meta import Meta
-from seglake.meta.catalog import DEFAULT_DB, IMPORTING, Collection
+from seglake.meta.catalog import DEFAULT_DB, DROPPING as COLL_DROPPING, IMPORTING, Collection
 from seglake.meta.codec import decode, encode, encode_struct
 from seglake.meta.copyjobs import JOB_PENDING, CopyJob
 from seglake.meta.kv import CAS_ATTEMPTS, KeyValue, Put, absent, unchanged
@@ -211,6 +211,10 @@ def _existing_target(meta: Meta, target: str, db: str, identity: dict) -> Collec
         job = _job_if_any(meta, job_id)
         if job is not None and job.target_collection_id == coll.collection_id:
             return coll  # finished by this same restore: a re-trigger changes nothing
+    if coll.state == COLL_DROPPING:   # whatever made it: its name is free once the drop ends
+        raise Conflict(f"collection {target!r} already exists in db {db!r}: it is being dropped (Dropping until "
+                       f"the flushers release its vchannels: wal_flush, or `seglake collections drop {target} "
+                       f"--wait --yes`); re-run once it is Dropped, or choose another target name")
     if job_id is None:
         raise Conflict(f"collection {target!r} already exists in db {db!r}")
     src = props.get("restored_from", {})

@@ -417,3 +417,30 @@ def test_a_conflicting_name_is_refused_without_touching_it(meta, store, snap):
     with pytest.raises(Conflict, match="already exists"):
         restore.restore(meta, store, "demo", "s1", "demo")
     assert meta.catalog.get_by_name("demo").state == "Created"
+
+
+def test_a_target_name_held_by_a_collection_being_dropped_says_so_and_is_free_once_dropped(meta, store, snap,
+                                                                                       settings):
+    """A collection written through the WAL and then dropped stays Dropping (its name taken)
+    until the flushers release its vchannels. A restore into that name said "the Dropping
+    target of restore job N ...; choose another target name" (make demo's second run, whose
+    reset left such a copy). It says it is being dropped and how the drop ends; once
+    Dropped, the same restore goes through."""
+    from seglake.lifecycle import drop
+    from seglake.lifecycle.flush import flush_pchannel
+    from seglake.wal.client import WalClient, synthetic_rows
+
+    from wal_helpers import make_collection, pchannels
+
+    with WalClient(meta, store, settings) as c:
+        busy = make_collection(c, "busy")
+        c.insert("busy", synthetic_rows(busy, 8, 1))     # in the log, not flushed: its vchannels held
+    assert drop.drop_collection(meta, store, settings, "busy")["state"] == "Dropping"
+    with pytest.raises(Conflict, match="'busy' already exists in db 'default': it is being dropped .*"
+                                       "seglake collections drop busy --wait"):
+        restore.restore(meta, store, "demo", "s1", "busy")
+    for p in pchannels(busy):
+        flush_pchannel(meta, store, p, settings, flush_all=True)
+    assert drop.drop_collection(meta, store, settings, "busy")["state"] == "Dropped"
+    job_id = restore.restore(meta, store, "demo", "s1", "busy")
+    assert _run(meta, store, job_id).state == JOB_COMPLETED
