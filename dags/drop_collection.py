@@ -14,7 +14,8 @@ Drops a collection the Milvus way ("Flush&Drop", `seglake.lifecycle.drop`):
    syncs every buffered insert and delete of the vchannel, marks its segments Dropped
    (records kept) and removes its checkpoint. The log names each vchannel still held and
    its checkpoint lag. With `wait_for_flush` false it does not wait, and finish is
-   skipped while a vchannel is still held (the run only begins the drop).
+   skipped while a vchannel is still held (the run only begins the drop; the wal_flush
+   run that releases the last vchannel finishes it).
 4. **finish**: `Dropping -> Dropped`, the name freed (a new collection may take it).
 5. **summary**: segments and rows dropped, bytes awaiting GC; the GC DAG reclaims the
    files after `drop_tolerance` (snapshot-referenced files are kept; snapshots of the
@@ -106,7 +107,7 @@ def drop_collection():
                 and drop.held_vchannels(meta, coll):
             from airflow.sdk.exceptions import AirflowSkipException
             raise AirflowSkipException("vchannels still held and wait_for_flush is false: left Dropping; "
-                                       "re-run once wal_flush released them")
+                                       "the wal_flush run that releases them finishes the drop")
         rep = drop.finish_drop(meta, params["collection"], params["db"], collection_id=cid)
         print(drop.format_status(rep))
         return rep

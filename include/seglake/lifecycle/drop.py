@@ -213,6 +213,36 @@ def finish_drop(meta, name: str, db: str = DEFAULT_DB, *, clock=time.time,
     return status(meta, coll)
 
 
+def finish_released(meta, pchannel: str, *, clock=time.time) -> list[str]:
+    """Finish the drop of every Dropping collection with a vchannel on `pchannel` whose
+    vchannels are all released: what a flush of `pchannel` leaves when it released the last
+    one (or a flusher killed between its release and this finish left). So a drop begun
+    without waiting (`seglake collections drop` without --wait, the DAG with
+    wait_for_flush false) ends by itself once wal_flush has flushed it, as the state
+    diagram says, instead of keeping its name until someone drops it again. Each finish is
+    finish_drop's guarded txn (another finisher winning is fine). Returns the names
+    finished; a record that cannot be read is left alone."""
+    import logging
+
+    out = []
+    for kv in meta.kv.range(meta.keys.collections_prefix()):
+        try:
+            coll = Collection.from_json(decode(kv.value, kv.key))
+        except ValueError:
+            continue
+        if coll.state != DROPPING or _held(coll) or all(pchannel_of(v) != pchannel for v in coll.vchannels):
+            continue
+        try:
+            if finish_drop(meta, coll.name, coll.db, clock=clock, collection_id=coll.collection_id)["state"] \
+                    == COLL_DROPPED:
+                out.append(coll.name)
+        except Exception as e:  # noqa: BLE001 - the flush's work stands; the drop DAG or CLI finishes
+            logging.getLogger("seglake.drop").warning("collection %r: its vchannels are released but the drop's "
+                                                      "finish failed (%s); `seglake collections drop %s --yes` "
+                                                      "finishes it", coll.name, e, coll.name)
+    return out
+
+
 def held_vchannels(meta, coll: Collection) -> list[dict]:
     """Every vchannel not yet released, with its checkpoint lag behind the log (ms)."""
     from seglake.wal.checkpoints import read_checkpoint

@@ -16,9 +16,13 @@ from seglake.lifecycle.flush.flusher import Flusher
 # -- entry points ---------------------------------------------------------------------------------
 def flush_pchannel(meta, store, pchannel: str, settings, *, max_seconds: float | None = None,
                    flush_all: bool = False, clock=time.time, hooks: dict | None = None) -> dict:
-    """Open a flusher on `pchannel` (taking its term), run it once, return its stats."""
+    """Open a flusher on `pchannel` (taking its term), run it once, then finish the drops
+    whose last vchannel is released (drop.finish_released); return its stats."""
+    from seglake.lifecycle import drop
+
     f = Flusher(meta, store, pchannel, settings, clock=clock, hooks=hooks)
-    return f.run(max_seconds=max_seconds, flush_all=flush_all).to_json()
+    stats = f.run(max_seconds=max_seconds, flush_all=flush_all).to_json()
+    return {**stats, "drops_finished": drop.finish_released(meta, pchannel, clock=clock)}
 
 
 def pchannels_with_log(meta) -> list[str]:

@@ -166,12 +166,43 @@ def test_crash_in_the_flushers_drop_path_rerun_converges(meta, store, settings, 
 def test_crash_before_the_collection_flips_rerun_finishes(meta, store, settings):
     coll = _ingest(meta, store, settings)
     drop.begin_drop(meta, store, settings, "c1")
-    _flush(meta, store, settings, coll)
+    for p in pchannels(coll):   # the flushers alone: a flush killed before it finished the drop
+        Flusher(meta, store, p, settings).run()
     rep = drop.begin_drop(meta, store, settings, "c1")   # every vchannel released, not flipped yet
     assert rep["state"] == DROPPING and rep["held"] == []
     rep = drop.drop_collection(meta, store, settings, "c1")
     assert rep["state"] == COLL_DROPPED
     _assert_dropped(meta, store, coll)
+
+
+def test_a_drop_begun_without_waiting_ends_with_the_flush_that_releases_its_last_vchannel(meta, store, settings):
+    """`seglake collections drop` without --wait (or the DAG with wait_for_flush false) left
+    the collection Dropping, its name taken, after wal_flush released every vchannel: the
+    state diagram's "Dropping --(wal_flush released every vchannel)--> Dropped" needed a
+    second drop. The flush that releases the last vchannel finishes it; so does the next
+    flush of a pchannel after a flusher killed between its release and the finish."""
+    coll = _ingest(meta, store, settings)
+    assert drop.drop_collection(meta, store, settings, "c1")["state"] == DROPPING   # held: not waited for
+    *first, last = pchannels(coll)
+    assert first                                      # two pchannels: the first flush leaves one held
+    for p in first:
+        assert flush_pchannel(meta, store, p, settings)["drops_finished"] == []
+        assert meta.catalog.get(coll.collection_id).state == DROPPING                 # one still held
+    assert flush_pchannel(meta, store, last, settings)["drops_finished"] == ["c1"]
+    assert meta.catalog.get(coll.collection_id).state == COLL_DROPPED
+    _assert_dropped(meta, store, coll)
+    with WalClient(meta, store, settings) as c:
+        make_collection(c, "c1")                       # the name is free
+    # a flusher killed after its release, before the finish: the next flush finishes it
+    c2 = meta.catalog.get_by_name("c1")
+    with WalClient(meta, store, settings) as c:
+        c.insert("c1", synthetic_rows(c2, 20, 1))
+    drop.begin_drop(meta, store, settings, "c1")
+    for p in pchannels(c2):
+        Flusher(meta, store, p, settings).run()
+    assert meta.catalog.get(c2.collection_id).state == DROPPING
+    assert flush_pchannel(meta, store, pchannels(c2)[0], settings)["drops_finished"] == ["c1"]
+    assert meta.catalog.get(c2.collection_id).state == COLL_DROPPED
 
 
 # -- restores, snapshots, GC -------------------------------------------------------------------------
