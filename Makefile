@@ -15,9 +15,9 @@ export AIRFLOW__CORE__PLUGINS_FOLDER := $(ROOT)/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION := True
 # SQLite Airflow: a writer waits up to 60 s for the lock instead of 5 s and a 500
-# (include/seglake/dev/airflow_db.py; empty for any other database)
-export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS := seglake.dev.airflow_db.CONNECT_ARGS
-export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC := seglake.dev.airflow_db.CONNECT_ARGS_ASYNC
+# (plugins/seglake_airflow/airflow_db.py; empty for any other database)
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS := seglake_airflow.airflow_db.CONNECT_ARGS
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC := seglake_airflow.airflow_db.CONNECT_ARGS_ASYNC
 # INFO: the progress lines of copy jobs, exports and Spark jobs are INFO in task logs
 export AIRFLOW__LOGGING__LOGGING_LEVEL := INFO
 export SPARK_LOCAL_IP := 127.0.0.1

@@ -63,8 +63,8 @@ AIRFLOW_DB = (SHM / f"seglake-test-{_CLONE}" / (WORKER or "main") / "airflow.db"
 # Airflow reads its configuration at import: fix it before any test imports airflow.
 os.environ["AIRFLOW_HOME"] = str(TEST_HOME / "airflow")
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_DB}"
-os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = "seglake.dev.airflow_db.CONNECT_ARGS"   # 60 s busy wait
-os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = "seglake.dev.airflow_db.CONNECT_ARGS_ASYNC"
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = "seglake_airflow.airflow_db.CONNECT_ARGS"   # 60 s busy wait
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = "seglake_airflow.airflow_db.CONNECT_ARGS_ASYNC"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"

@@ -186,8 +186,8 @@ def _env(sa: Standalone, etcd_endpoint: str) -> dict:
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         # SQLite: wait for the write lock up to 60 s, not 5 s and a 500 (CI stop 42: PATCH is_paused)
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "seglake.dev.airflow_db.CONNECT_ARGS",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "seglake.dev.airflow_db.CONNECT_ARGS_ASYNC",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "seglake_airflow.airflow_db.CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "seglake_airflow.airflow_db.CONNECT_ARGS_ASYNC",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(sa.ports["api"]),
         "AIRFLOW__API__BASE_URL": sa.base,
