@@ -506,6 +506,12 @@ def _check_store_uri(value: str, key: str = "store_uri") -> None:
 
 
 def _check_location(value: str, key: str) -> None:
+    # every door's location (config, a conf's or the REST API's backup_uri, a CLI --target)
+    # comes here: a NUL crashed the path functions (HTTP 500, a traceback), a newline or an
+    # escape made a directory of that name and went to logs and terminals as it was
+    if not isinstance(value, str) or _CONTROL_RE.search(value):
+        raise ConfigError(f"config key '{key}': {value!r} contains a control character (newline, tab, NUL...)"
+                          if isinstance(value, str) else f"config key '{key}': expected a string, got {value!r}")
     if value[:5].lower() == "s3://":
         from seglake.storage.s3 import parse_s3_uri
         try:
