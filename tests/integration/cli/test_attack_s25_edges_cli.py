@@ -1,0 +1,62 @@
+"""atk-s25-edges: CLI doors found open (each refusal one error line, exit 2, nothing written).
+
+F2: the free text of `gc pause --reason` and `wal pause --reason` was stored as given: an
+escape sequence, a NUL or a line break went to etcd and back to the terminal (`wal status`),
+and a 2 MB reason reached etcd, whose "request is too large" was said as "the local etcd ...
+is not running: start it with `make up`" (exit 1). Free text is checked in one place now
+(names.check_text: the pins' `by`, a snapshot's description, a source's and a policy's `by`,
+the pause reasons)."""
+
+import pytest
+
+from seglake import cli
+from seglake.dev import demo
+
+SMALL = demo.SeedParams(partitions=1, segments=1, rows=10, dim=4)
+
+
+@pytest.fixture
+def env(meta, store, settings, monkeypatch):
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    demo.seed(meta, store, SMALL)
+    return settings
+
+
+def _keys(meta) -> dict:
+    return {kv.key: kv.value for kv in meta.kv.range(meta.keys.prefix)}
+
+
+def _run(capsys, argv) -> tuple[int, str]:
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:
+        rc = e.code
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["gc", "pause", "--reason", "maintenance\x1b[2J\x1b[31m"],
+    ["gc", "pause", "--reason", "a\x00b"],
+    ["gc", "pause", "--collection", "demo", "--reason", "line1\nline2"],
+    ["gc", "pause", "--reason", "x" * 2_000_000],
+    ["wal", "pause", "--all", "--reason", "evil\x1b[31mred"],
+    ["wal", "pause", "--pchannel", "seglake-dml_0", "--reason", "x" * 2_000_000],
+], ids=["gc-escape", "gc-nul", "gc-newline", "gc-2MB", "wal-escape", "wal-2MB"])
+def test_a_pause_reason_that_is_not_printable_short_text_is_refused_before_any_write(env, meta, capsys, argv):
+    before = _keys(meta)
+    rc, err = _run(capsys, argv)
+    prog = "seglake " + " ".join(argv[:2])
+    assert rc == 2, (rc, err[:300])
+    lines = [ln for ln in err.splitlines() if ": error: " in ln]
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err[:300]
+    assert "pause reason" in lines[0] and "printable text of at most 1024 characters" in lines[0], lines[0][:300]
+    assert "\x1b" not in err and "\x00" not in err and len(err) < 1000
+    assert _keys(meta) == before
+
+
+def test_a_plain_reason_still_pauses(env, meta, capsys):
+    rc, err = _run(capsys, ["gc", "pause", "--reason", "disk swap, back at 14:00 (ops-123)"])
+    assert rc == 0, err
+    rc, err = _run(capsys, ["gc", "resume"])
+    assert rc == 0, err
