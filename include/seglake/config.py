@@ -418,6 +418,21 @@ def loads_strict(source: str, text: str | bytes) -> Any:
     return data
 
 
+def duplicate_key(text: str | bytes) -> str | None:
+    """The first key a JSON text gives twice in one object (at any depth), else None (also
+    for a text that is not JSON: its parser says that). For the request doors (the REST
+    API's bodies, a trigger's conf), whose parser keeps the last value silently: `{"name":
+    "a", "name": "b"}` would act on "b"."""
+    try:
+        json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as e:
+        key = str(e.args[0])
+        return key if len(key) <= 40 else key[:37] + "..."
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
 def _parse_json(source: str, value: str | Mapping[str, Any]) -> dict[str, Any]:
     data = dict(value) if isinstance(value, Mapping) else loads_strict(source, value)
     if not isinstance(data, dict):

@@ -306,6 +306,16 @@ def create_api():
                 hint = closest(key, valid) if valid else "; this route takes no query parameters"
                 raise ValidationError(f"unknown query parameter {key!r}{hint}")
 
+    async def no_duplicate_keys(request: Request) -> None:
+        """A key given twice in a JSON body is refused (JSON's parser keeps the last one
+        silently: `{"name": "a", "name": "b"}` created snapshot b), as config JSON is."""
+        from seglake.config import duplicate_key
+
+        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            key = duplicate_key(await request.body())
+            if key is not None:
+                raise ValidationError(f"the body gives key {key!r} more than once; each key may appear once")
+
     def name_in(kind: str):
         return Path(pattern=NAME_PATTERN, max_length=255, description=f"a {kind} name")
 
@@ -322,7 +332,8 @@ def create_api():
     run_rights = Depends(requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN))
     api = FastAPI(title="seglake API", version="1",
                   description=__doc__.split("\n\n", 1)[1].strip(), docs_url=None, redoc_url=None,
-                  openapi_url=None, dependencies=[read, Depends(no_unknown_query), Depends(remember_user)])
+                  openapi_url=None, dependencies=[read, Depends(no_unknown_query), Depends(no_duplicate_keys),
+                                                  Depends(remember_user)])
 
     # -- errors: one sentence each ---------------------------------------------------------
     @api.exception_handler(RequestValidationError)
