@@ -60,3 +60,31 @@ def test_a_plain_reason_still_pauses(env, meta, capsys):
     assert rc == 0, err
     rc, err = _run(capsys, ["gc", "resume"])
     assert rc == 0, err
+
+
+# -- F5: ingest / delete refused only after their first writes ------------------------------------
+@pytest.mark.parametrize("argv, words", [
+    (["ingest", "demo", "--rows", "5", "--partition", "_default\n"], "invalid partition name"),
+    (["ingest", "demo", "--rows", "5", "--partition", "../p"], "invalid partition name"),
+    (["ingest", "demo", "--rows", "5", "--partition", "nope"], "partition 'nope' not found"),
+    (["ingest", "demo", "--rows", "5", "--producer-id", "a/../b"], "is not a producer id"),
+    (["ingest", "demo", "--rows", "5", "--producer-id", "x" * 65], "is not a producer id"),
+    (["ingest", "de mo", "--rows", "5"], "invalid collection name"),
+    (["delete", "de\u0301mo", "--pks", "1"], "invalid collection name"),
+    (["delete", "demo", "--pks", "1", "--producer-id", "p q"], "is not a producer id"),
+], ids=["partition-newline", "partition-dotdot", "partition-unknown", "pid-slash", "pid-65", "coll-space",
+        "delete-coll-accent", "delete-pid-space"])
+def test_ingest_and_delete_refuse_before_drawing_ids_or_writing_markers(env, meta, capsys, argv, words):
+    """Before: --partition and --producer-id were checked after `--rows` drew its primary
+    keys from the id allocator (alloc/id moved) and a transaction marker was written."""
+    before = _keys(meta)
+    rc, err = _run(capsys, argv)
+    assert rc == 2, (rc, err)
+    lines = [ln for ln in err.splitlines() if ": error: " in ln]
+    assert len(lines) == 1 and lines[0].startswith(f"seglake {argv[0]}: error: ") and words in lines[0], err
+    assert _keys(meta) == before
+
+
+def test_an_ingest_with_good_flags_still_appends(env, meta, capsys):
+    rc, err = _run(capsys, ["ingest", "demo", "--rows", "5", "--partition", "_default", "--producer-id", "s25.p-1"])
+    assert rc == 0, err
