@@ -185,6 +185,7 @@ LIMITS: dict[str, Limit] = {
     "drop_timeout": _seconds(7 * DAY, positive=True),   # waiting for the flushers to release a drop
     # -- demo data (Milvus limits: 1024 partitions, 16 shards, dim 32768) ------------------
     "cluster_timeout": _seconds(HOUR, positive=True),  # seglake cluster up --timeout
+    "cluster_workers": _count(1, 4),                   # seglake cluster up --workers
     "demo_partitions": _count(1, 1024),
     "demo_segments": _count(1, 10_000),
     "demo_rows": _count(1, 10_000_000),

@@ -33,3 +33,22 @@ def test_a_plain_location_still_passes(tmp_path):
     settings = Settings.load(env={}).replace(store_uri=str(tmp_path / "store"))
     assert bundle.target_uri(settings, str(tmp_path / "backup")) == str(tmp_path / "backup")
     assert contract.SPECS["snapshot_export"]["backup_uri"].check("backup_uri", "/tmp/a b") == "/tmp/a b"
+
+
+# -- F7: the one CLI number that was not a Limit ---------------------------------------------------
+@pytest.mark.parametrize("text", ["\u0663", " 3", "+3", "0_3", "03", "5", "0"])
+def test_cluster_workers_is_a_plain_decimal_in_range(text, capsys):
+    """`cluster --workers` was `type=int`: int() takes Arabic-Indic digits, a sign, spaces
+    and '_' ('\u0663' started 3 workers), unlike every other number flag (limits.Limit.parse)."""
+    from seglake.cli.parser import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["cluster", "status", "--workers", text])
+    assert e.value.code == 2
+    assert "--workers" in capsys.readouterr().err
+
+
+def test_cluster_workers_in_range_still_parses():
+    from seglake.cli.parser import build_parser
+
+    assert build_parser().parse_args(["cluster", "status", "--workers", "4"]).workers == 4
