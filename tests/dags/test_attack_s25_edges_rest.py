@@ -108,3 +108,26 @@ def test_airflow_s_trigger_refuses_a_conf_key_given_twice_before_a_run(api, dag_
     assert r.json()["detail"] == (f"{dag_id}: refused conf before any run: key {key!r} is given more than once; "
                                   f"each key may appear once"), r.text
     assert api.get(f"/api/v2/dags/{dag_id}/dagRuns").json()["total_entries"] == before
+
+
+# -- F8: a number in a path or query is plain decimal ----------------------------------------------
+@pytest.mark.parametrize("shape", ["+{n}", "0{n}", "{n}.0", "%20{n}", "{a}_{b}"])
+def test_a_pin_id_in_the_path_is_plain_decimal_or_nothing_is_unpinned(client, h, world, shape):
+    """pydantic's int() read '+N', '0N', 'N.0', ' N' and 'N_M' as numbers: `DELETE
+    /pins/1_0` removed pin 10. The CLI's `snapshots unpin` refuses them (Limit.parse)."""
+    meta, sent = world
+    pin = client.post(f"{API}/snapshots/c1/s1/pins", json={"ttl_hours": 1}, headers=h).json()
+    n = pin["pin_id"]
+    path = shape.format(n=n, a=str(n)[:-1] or "0", b=str(n)[-1])
+    r = client.delete(f"{API}/pins/{path}", headers=h)
+    assert r.status_code == 400, (path, r.text)
+    assert "plain decimal" in r.json()["detail"], r.text
+    assert n in [p["pin_id"] for p in client.get(f"{API}/pins", headers=h).json()]
+    assert client.delete(f"{API}/pins/{n}", headers=h).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/jobs/+1", "/jobs/1.0", "/jobs/1_0", "/compaction/history?last=+5",
+                                  "/compaction/history?last=05"])
+def test_ids_and_counts_in_reads_are_plain_decimal(client, h, world, path):
+    r = client.get(API + path, headers=h)
+    assert r.status_code == 400 and "plain decimal" in r.json()["detail"], r.text
