@@ -174,6 +174,9 @@ LIMITS: dict[str, Limit] = {
     "copy_max_bytes_per_second": Limit(0, 1e12, unit="B/s"),
     "copy_max_requests_per_second": Limit(0, 1e6, unit="req/s"),
     "retention_keep": _count(0, 100_000),
+    # a backup prune's sweep keeps data files younger than this: never under an hour (a running
+    # export's files are not referenced yet), so the CLI flag and the engine refuse the same values
+    "bundle_min_age": Limit(HOUR, 10 * YEAR, unit="s"),
     "restore_timeout": _seconds(7 * DAY, positive=True),
     "pitr_window": Limit(60.0, YEAR, unit="s"),          # a point-in-time window: a minute .. a year
     "gc_pause_ttl": _seconds(YEAR, positive=True),

@@ -88,3 +88,17 @@ def test_ingest_and_delete_refuse_before_drawing_ids_or_writing_markers(env, met
 def test_an_ingest_with_good_flags_still_appends(env, meta, capsys):
     rc, err = _run(capsys, ["ingest", "demo", "--rows", "5", "--partition", "_default", "--producer-id", "s25.p-1"])
     assert rc == 0, err
+
+
+# -- F9: backup prune's --min-age-hours took what the engine refuses, after a write -----------------
+@pytest.mark.parametrize("hours", ["0", "0.5", "0.99"])
+def test_backup_prune_refuses_a_min_age_under_an_hour_before_any_write(env, meta, capsys, tmp_path, hours):
+    """The flag was checked against missing_tolerance (from 0): 0 passed argparse, the site id
+    record was created in etcd (and a transaction marker written), then the engine refused
+    it (its floor: 1 hour). One Limit, bundle_min_age, now serves both."""
+    before = _keys(meta)
+    rc, err = _run(capsys, ["backup", "prune", "demo", "--keep-last", "1", "--min-age-hours", hours,
+                            "--target", str(tmp_path / "backup")])
+    assert rc == 2, err
+    assert "argument --min-age-hours" in err and "must be >= 1" in err, err
+    assert _keys(meta) == before
