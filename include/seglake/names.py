@@ -61,6 +61,10 @@ def parse_endpoints(key: str, value: object) -> list[tuple[str, int]]:
         raise ValidationError(f"{key}: more than {MAX_ENDPOINTS} endpoints")
     out: list[tuple[str, int]] = []
     for ep in members:
+        if "@" in ep:   # user:password@host:port -- never echoed (a credential in the wrong field)
+            raise ValidationError(f"{key}: {'***@' + ep.rsplit('@', 1)[1]!r} carries user info before '@' (a "
+                                  f"credential?): an endpoint is host:port; credentials go in their own settings "
+                                  f"(etcd_user / etcd_password, the connection's login and password)")
         m = ENDPOINT_RE.fullmatch(ep)
         if m is None or len(m.group(1)) > 253 or int(m.group(2)) > 65535:
             raise ValidationError(f"{key}: {ep!r} is not host:port with a port 1..65535 "
