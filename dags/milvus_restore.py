@@ -37,8 +37,11 @@ def _target(conn_id: str):
 
     from seglake.milvus.restore import MilvusTarget
 
+    from seglake_airflow.hooks.extras import checked_extra
+
     c = BaseHook.get_connection(conn_id)
-    x = c.extra_dejson
+    x = checked_extra(conn_id, c.extra_dejson, ("bucket", "s3_endpoint", "s3_region", "s3_access_key",
+                                                 "s3_secret_key"))
     return MilvusTarget(address=f"{c.host}:{c.port or 19530}", bucket=x.get("bucket", ""),
                         s3_endpoint=x.get("s3_endpoint", ""), s3_region=x.get("s3_region", "us-east-1"),
                         s3_access_key=x.get("s3_access_key", ""), s3_secret_key=x.get("s3_secret_key", ""),

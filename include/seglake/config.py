@@ -210,8 +210,17 @@ class Settings:
         overrides: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> "Settings":
-        """Defaults <- environment <- Airflow Variable JSON <- explicit overrides."""
+        """Defaults <- environment <- Airflow Variable JSON <- explicit overrides. A refusal
+        never carries a secret value given in any layer (a secret pasted into the wrong key
+        of another layer is masked too)."""
         env = os.environ if env is None else env
+        try:
+            return cls._load(variable, overrides, env)
+        except ConfigError as e:
+            raise _masked(e, _raw_secrets(env, variable, overrides)) from None
+
+    @classmethod
+    def _load(cls, variable, overrides, env) -> "Settings":
         merged = cls.from_env(env, validate=False)
         cls.from_dict(merged)  # each layer is checked whole: a later layer never masks a bad value
         if variable:
@@ -250,9 +259,12 @@ class Settings:
     def from_dict(cls, values: Mapping[str, Any]) -> "Settings":
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(values) - set(known), key=str)
-        if unknown:
-            raise ConfigError(f"unknown config key {unknown[0]!r}{_closest(str(unknown[0]), list(known))}")
-        return cls(**{k: _coerce(known[k], v) for k, v in values.items()})
+        try:
+            if unknown:
+                raise ConfigError(f"unknown config key {unknown[0]!r}{_closest(str(unknown[0]), list(known))}")
+            return cls(**{k: _coerce(known[k], v) for k, v in values.items()})
+        except ConfigError as e:   # a secret given in the wrong key is echoed by that key's refusal
+            raise _masked(e, [values.get(k) for k in _SECRET_KEYS]) from None
 
     def replace(self, **changes: Any) -> "Settings":
         return self.from_dict({**self.to_dict(secrets=True), **changes})
@@ -294,6 +306,39 @@ class Settings:
 
 
 _ENV_ONLY = frozenset(f.name for f in fields(Settings) if f.metadata.get("env_only"))
+_SECRET_KEYS = tuple(f.name for f in fields(Settings) if f.metadata.get("secret"))
+
+
+def _raw_secrets(env: Mapping[str, str], variable, overrides) -> list:
+    """Every secret value given to Settings.load, read without validating the layers (one
+    of them failed): SEGLAKE_<SECRET> variables, SEGLAKE_CONFIG, the secrets file, the
+    Variable, the overrides."""
+    out: list = [env.get(ENV_PREFIX + k.upper()) for k in _SECRET_KEYS]
+    docs: list = [overrides or {}, variable if isinstance(variable, Mapping) else None]
+    for text in (env.get(ENV_JSON), variable if isinstance(variable, (str, bytes)) else None):
+        try:
+            docs.append(json.loads(text) if text else None)
+        except (ValueError, RecursionError):
+            pass
+    if env.get(ENV_SECRETS_FILE):
+        try:
+            with open(env[ENV_SECRETS_FILE], "rb") as fh:
+                docs.append(json.loads(fh.read()))
+        except (OSError, ValueError, RecursionError):
+            pass
+    for doc in docs:
+        if isinstance(doc, Mapping):
+            out += [doc.get(k) for k in _SECRET_KEYS]
+    return out
+
+
+def _masked(e: ConfigError, secrets: list) -> ConfigError:
+    """`e` with every secret value in `secrets` (as given and as repr() shows it) replaced by ***."""
+    text = str(e)
+    shown = {s for v in secrets if isinstance(v, str) and v for s in (v, repr(v)[1:-1], json.dumps(v)[1:-1])}
+    for s in sorted(shown, key=len, reverse=True):   # longest first: no partial leftovers
+        text = text.replace(s, "***")
+    return e if text == str(e) else ConfigError(text)
 # etcd_root: every seglake key is f"{root}/..."; one clean path, no empty or dot-only segment
 _ROOT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)*")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")  # in no path, URI, endpoint or name a setting holds
@@ -418,6 +463,21 @@ def loads_strict(source: str, text: str | bytes) -> Any:
     return data
 
 
+def duplicate_key(text: str | bytes) -> str | None:
+    """The first key a JSON text gives twice in one object (at any depth), else None (also
+    for a text that is not JSON: its parser says that). For the request doors (the REST
+    API's bodies, a trigger's conf), whose parser keeps the last value silently: `{"name":
+    "a", "name": "b"}` would act on "b"."""
+    try:
+        json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as e:
+        key = str(e.args[0])
+        return key if len(key) <= 40 else key[:37] + "..."
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
 def _parse_json(source: str, value: str | Mapping[str, Any]) -> dict[str, Any]:
     data = dict(value) if isinstance(value, Mapping) else loads_strict(source, value)
     if not isinstance(data, dict):
@@ -506,6 +566,12 @@ def _check_store_uri(value: str, key: str = "store_uri") -> None:
 
 
 def _check_location(value: str, key: str) -> None:
+    # every door's location (config, a conf's or the REST API's backup_uri, a CLI --target)
+    # comes here: a NUL crashed the path functions (HTTP 500, a traceback), a newline or an
+    # escape made a directory of that name and went to logs and terminals as it was
+    if not isinstance(value, str) or _CONTROL_RE.search(value):
+        raise ConfigError(f"config key '{key}': {value!r} contains a control character (newline, tab, NUL...)"
+                          if isinstance(value, str) else f"config key '{key}': expected a string, got {value!r}")
     if value[:5].lower() == "s3://":
         from seglake.storage.s3 import parse_s3_uri
         try:

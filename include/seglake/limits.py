@@ -174,6 +174,9 @@ LIMITS: dict[str, Limit] = {
     "copy_max_bytes_per_second": Limit(0, 1e12, unit="B/s"),
     "copy_max_requests_per_second": Limit(0, 1e6, unit="req/s"),
     "retention_keep": _count(0, 100_000),
+    # a backup prune's sweep keeps data files younger than this: never under an hour (a running
+    # export's files are not referenced yet), so the CLI flag and the engine refuse the same values
+    "bundle_min_age": Limit(HOUR, 10 * YEAR, unit="s"),
     "restore_timeout": _seconds(7 * DAY, positive=True),
     "pitr_window": Limit(60.0, YEAR, unit="s"),          # a point-in-time window: a minute .. a year
     "gc_pause_ttl": _seconds(YEAR, positive=True),
@@ -185,6 +188,7 @@ LIMITS: dict[str, Limit] = {
     "drop_timeout": _seconds(7 * DAY, positive=True),   # waiting for the flushers to release a drop
     # -- demo data (Milvus limits: 1024 partitions, 16 shards, dim 32768) ------------------
     "cluster_timeout": _seconds(HOUR, positive=True),  # seglake cluster up --timeout
+    "cluster_workers": _count(1, 4),                   # seglake cluster up --workers
     "demo_partitions": _count(1, 1024),
     "demo_segments": _count(1, 10_000),
     "demo_rows": _count(1, 10_000_000),

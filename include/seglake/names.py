@@ -29,6 +29,19 @@ def validate_name(kind: str, value: object) -> str:
     return value
 
 
+# -- free text an operator types (a description, who pinned, why a pause) ----------------------
+def check_text(what: str, value: object, max_length: int = 256) -> str:
+    """`value` if it is printable text of at most `max_length` characters, else one
+    ValidationError naming `what` (the value shown short, escaped: it may hold an escape
+    sequence meant for a terminal). It is stored in etcd and shown by the CLI, the page and
+    the logs: no NUL, line break or escape; and bounded (an etcd request is at most 1.5 MiB)."""
+    if not isinstance(value, str) or len(value) > max_length or not value.isprintable():
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValidationError(f"{what}: {shown} is not allowed; allowed: printable text of at most {max_length} "
+                              f"characters (no line breaks)")
+    return value
+
+
 # -- etcd endpoints: host:port, or a comma list of them for a cluster ----------------------
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"  # '_' inside: container names (etcd_1)
 ENDPOINT_RE = re.compile(rf"({_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\]):([1-9][0-9]{{0,4}})", re.ASCII)
@@ -48,6 +61,10 @@ def parse_endpoints(key: str, value: object) -> list[tuple[str, int]]:
         raise ValidationError(f"{key}: more than {MAX_ENDPOINTS} endpoints")
     out: list[tuple[str, int]] = []
     for ep in members:
+        if "@" in ep:   # user:password@host:port -- never echoed (a credential in the wrong field)
+            raise ValidationError(f"{key}: {'***@' + ep.rsplit('@', 1)[1]!r} carries user info before '@' (a "
+                                  f"credential?): an endpoint is host:port; credentials go in their own settings "
+                                  f"(etcd_user / etcd_password, the connection's login and password)")
         m = ENDPOINT_RE.fullmatch(ep)
         if m is None or len(m.group(1)) > 253 or int(m.group(2)) > 65535:
             raise ValidationError(f"{key}: {ep!r} is not host:port with a port 1..65535 "

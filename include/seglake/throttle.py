@@ -174,14 +174,19 @@ def store_limit(meta) -> tuple[float, float]:
 
 def set_store_limit(meta, max_bytes_per_second, max_requests_per_second=0) -> tuple[float, float]:
     """Set (0, 0: remove) the limit shared by ALL copy work of this store, checked first.
-    Runs that start afterwards obey it."""
+    Runs that start afterwards obey it. A change starts the shared clock afresh, in the same
+    transaction: a clock run ahead at the old rate (a typo, 0.0000001 MiB/s, put it years
+    ahead) would otherwise hold every later run behind it whatever the new limit says."""
     import json
+
+    from seglake.meta.kv import Delete
+
     bps, rps = check_rates(max_bytes_per_second, max_requests_per_second)
-    if bps or rps:
-        meta.kv.put(meta.keys.copy_store_limit(),
-                    json.dumps({"max_bytes_per_second": bps, "max_requests_per_second": rps}))
-    else:
-        meta.kv.delete(meta.keys.copy_store_limit())
+    ops = [Put(meta.keys.copy_store_limit(), json.dumps({"max_bytes_per_second": bps, "max_requests_per_second": rps}))
+           if bps or rps else Delete(meta.keys.copy_store_limit())]
+    if store_limit(meta) != (bps, rps):
+        ops.append(Delete(meta.keys.copy_store_throttle()))
+    meta.kv.txn([], ops)
     return bps, rps
 
 
@@ -212,7 +217,8 @@ def remove_stale_clocks(meta, now: float | None = None) -> int:
     over STALE_CLOCK seconds ago: their runs ended without deleting them (a SIGKILL). A run
     still using one meets the delete as a lost compare-and-swap and starts a fresh clock (at
     most one BURST more), so removing it is always safe. Each delete is guarded by the
-    value read. The store-wide clock stays. Returns how many were removed."""
+    value read. The store-wide clock stays (set_store_limit starts it afresh when the limit
+    changes). Returns how many were removed."""
     from seglake.meta.kv import Delete, unchanged
 
     now = time.time() if now is None else now

@@ -21,6 +21,19 @@ def name_arg(kind: str):
     return parse
 
 
+def producer_id_arg(text: str) -> str:
+    """argparse type: a WAL producer id (the engine's rule, seglake.wal.writer), checked
+    before the command opens etcd."""
+    from seglake.wal.writer import _valid_pid
+
+    if not _valid_pid(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a producer id: 1..64 of A-Za-z0-9._-")
+    return text
+
+
+producer_id_arg.__name__ = "producer id"
+
+
 def names_arg(kind: str):
     """argparse type: comma-separated names, each a valid name, none twice, at least one
     (an empty value is refused: it does not mean 'all')."""

@@ -184,7 +184,7 @@ def add_backup_parsers(sub, snaps, common, coll_t, snap_t, number_arg) -> None:
     for k in ("last", "hourly", "daily", "weekly", "monthly"):
         bp.add_argument(f"--keep-{k}", dest=f"keep_{k}", type=number_arg("retention_keep"), default=0,
                         help=KEEP_HELP[k])
-    bp.add_argument("--min-age-hours", type=number_arg("missing_tolerance", 3600), default=24,
+    bp.add_argument("--min-age-hours", type=number_arg("bundle_min_age", 3600), default=24,
                     help="data files younger than this are kept (at least 1; default 24)")
     bp.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
     bp.add_argument("--all-sites", action="store_true",

@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="apps: the Spark applications the master ran, with the workers their executors ran on")
     cu.add_argument("--since", default=None, help="apps: only applications after this app id")
     cu.add_argument("--base", default=None, help="state directory (default: $SEGLAKE_HOME/cluster)")
-    cu.add_argument("--workers", type=int, choices=range(1, 5), default=2, help="Spark workers (up)")
+    cu.add_argument("--workers", type=number_arg("cluster_workers"), default=2, help="Spark workers (up, 1..4)")
     cu.add_argument("--timeout", type=number_arg("cluster_timeout"), default=300.0,
                     help="seconds to wait for every server to be healthy (up)")
     cu.set_defaults(fn=cmd_cluster)

@@ -23,13 +23,14 @@ def cmd_ingest(args, s: Settings) -> int:
     seq = _retry_args(args)
     meta, store = open_meta_store(s)
     coll = meta.catalog.get_by_name(args.collection, args.db)
-    if args.rows is not None:
-        n = check_count("--rows", args.rows, maximum=100_000_000)
-        data = synthetic_rows(coll, n, meta.ids.allocate(n), seed=args.seed)
-    else:
-        data = _read_table(args.file)
+    coll.partition(args.partition)   # NotFound before any id is drawn (--rows allocates the pks)
     with WalClient(meta, store, s, batch_rows=batch_rows, producer_id=args.producer_id) as client, \
             _unnamed_hint(args):
+        if args.rows is not None:   # after every check: the ids drawn are the first write
+            n = check_count("--rows", args.rows, maximum=100_000_000)
+            data = synthetic_rows(coll, n, meta.ids.allocate(n), seed=args.seed)
+        else:
+            data = _read_table(args.file)
         if not args.txn:
             res = client.insert(args.collection, data, partition=args.partition, db=args.db, seq=seq)
         else:   # a transaction spans one vchannel (as in Milvus): one per vchannel the rows route to
@@ -256,7 +257,9 @@ def cmd_wal_pause(args, s: Settings) -> int:
 
 
 def _retry_parsers(p) -> None:
-    p.add_argument("--producer-id", default=None,
+    from seglake.cli.args import producer_id_arg
+
+    p.add_argument("--producer-id", default=None, type=producer_id_arg,
                    help="name this run's producer (1..64 of A-Za-z0-9._-), so that a later run can retry its "
                         "call: a failed run's error says seq=N; rerun the same command with --seq N")
     p.add_argument("--seq", default=None,
@@ -268,11 +271,14 @@ def add_wal_parsers(sub, out, common) -> None:
     from seglake.cli.args import number_arg
 
     ing = sub.add_parser("ingest", parents=[common], help="append rows through the write-ahead log")
-    ing.add_argument("collection", help="the collection (fed through its vchannels' pchannels)")
+    from seglake.cli.args import name_arg
+
+    ing.add_argument("collection", type=name_arg("collection"),
+                     help="the collection (fed through its vchannels' pchannels)")
     ing.add_argument("--file", default=None, help="Parquet or Arrow IPC file whose columns match the schema")
     ing.add_argument("--rows", type=number_arg("ingest_rows"), default=None,
                      help="append N synthetic rows (at most 100000000)")
-    ing.add_argument("--partition", default="_default", help="the partition the rows go to (default _default)")
+    ing.add_argument("--partition", default="_default", type=name_arg("partition"), help="the partition the rows go to (default _default)")
     ing.add_argument("--batch-rows", type=number_arg("ingest_batch_rows"), default=10000,
                      help="rows per WAL insert message (default 10000, at most 1000000)")
     ing.add_argument("--seed", type=number_arg("ingest_seed"), default=0,
@@ -281,7 +287,7 @@ def add_wal_parsers(sub, out, common) -> None:
     _retry_parsers(ing)
     ing.set_defaults(fn=cmd_ingest)
     de = sub.add_parser("delete", parents=[common], help="append deletes by primary key through the WAL")
-    de.add_argument("collection", help="the collection")
+    de.add_argument("collection", type=name_arg("collection"), help="the collection")
     de.add_argument("--pks", required=True, help="comma-separated primary keys")
     de.add_argument("--txn", action="store_true", help="one transaction per vchannel")
     _retry_parsers(de)

@@ -130,6 +130,19 @@ class MilvusTarget:
         for k in ("address", "s3_endpoint"):
             if not isinstance(getattr(self, k), str) or not getattr(self, k).strip():
                 raise ValidationError(f"the target Milvus's {k} is empty")
+        # full matches, before anything is written: an address is one host:port (names.parse_endpoints:
+        # user info refused unechoed), the endpoint an http(s) URL without credentials, as config's
+        from seglake.config import _is_endpoint
+        from seglake.names import check_text, parse_endpoints
+
+        if len(parse_endpoints("the target Milvus's address", self.address)) != 1:
+            raise ValidationError("the target Milvus's address: one host:port (its proxy), not a list")
+        if not _is_endpoint(self.s3_endpoint):
+            shown = "(not shown: it holds '@', a credential?)" if "@" in self.s3_endpoint else repr(self.s3_endpoint)
+            raise ValidationError(f"the target Milvus's s3_endpoint {shown} is not an http:// or https:// URL with "
+                                  f"a host and no credentials (e.g. http://127.0.0.1:9000)")
+        check_text("the target Milvus's s3_region", self.s3_region, 64)
+        check_text("the target Milvus's user", self.user, 256)
 
 
 @dataclass

@@ -57,7 +57,7 @@ from seglake.lifecycle import retention
 from seglake.lifecycle.backup import bundle as bundles
 from seglake.lifecycle.backup import holds
 from seglake.meta import codec
-from seglake.names import validate_name
+from seglake.names import check_text, validate_name
 from seglake.storage import layout
 
 log = logging.getLogger("seglake.milvus")
@@ -199,8 +199,7 @@ def pin(meta, target, db: str, collection: str, bundle: str, ttl: float, *, by: 
     pin removed and the call refused (NotFound). Never both: a pin answered is a bundle kept."""
     bundles.check_names(db, collection, bundle)
     ttl = float(limits.check("pin_ttl", "ttl (seconds)", ttl))
-    if not isinstance(by, str) or len(by) > 256 or not by.isprintable():
-        raise ValidationError("by: a printable text of at most 256 characters (no line breaks: it is logged)")
+    check_text("by", by, 256)
     if not target.exists(layout.bundle_commit(db, collection, bundle)):
         raise NotFound(f"no committed bundle {db}.{collection}/{bundle} in {target.uri}: nothing to pin")
     now = time.time() if now is None else now

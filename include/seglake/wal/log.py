@@ -45,6 +45,7 @@ from typing import Iterator
 import crc32c
 
 from seglake.errors import Conflict, CorruptRecord, NotFound, SeglakeError, Unavailable, ValidationError
+from seglake.names import check_text
 from seglake.meta import codec, keys as keymod
 from seglake.meta.codec import decode, encode
 from seglake.meta.kv import KeyValue, Put, absent, unchanged
@@ -418,6 +419,7 @@ def set_pause(meta, pchannel: str | None, paused: bool, reason: str = "") -> Non
     """Set or clear the pause flag of one pchannel (or the global one). Idempotent."""
     if pchannel is not None:
         validate_pchannel(pchannel)
+    check_text("wal pause reason", reason, 1024)
     key = keymod.wal_pause(meta.keys, pchannel)
     if paused:
         meta.kv.put(key, json.dumps({"paused_at": time.time(), "reason": reason}))

@@ -78,7 +78,11 @@ class SeglakeHook(BaseHook):
                                         (self.milvus_conn_id, "milvus_s3_", True)):
             conn = self._get_connection(conn_id) if wanted else None
             if conn is not None:
-                extra, layer = conn.extra_dejson, {}
+                from seglake_airflow.hooks.extras import checked_extra
+
+                extra = checked_extra(conn_id, conn.extra_dejson, ("endpoint_url", "region_name"),
+                                      shared=conn_id == self.aws_conn_id)
+                layer = {}
                 if conn.login:
                     layer[f"{prefix}access_key"] = conn.login
                     layer[f"{prefix}secret_key"] = conn.password or ""

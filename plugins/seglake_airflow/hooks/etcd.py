@@ -35,7 +35,10 @@ class EtcdHook(BaseHook):
         """Settings keys this connection (or `conn`, already fetched) provides (secrets
         included; never log them)."""
         conn = conn if conn is not None else self.get_connection(self.etcd_conn_id)
-        extra = conn.extra_dejson
+        from seglake_airflow.hooks.extras import checked_extra
+
+        extra = checked_extra(getattr(conn, "conn_id", None) or self.etcd_conn_id, conn.extra_dejson,
+                              ("endpoints", "ca_cert", "root"))
         out: dict[str, Any] = {}
         if extra.get("endpoints"):
             out["etcd_endpoint"] = extra["endpoints"]

@@ -27,10 +27,10 @@ auth dependencies, its error handlers and `trigger`; the models above are its co
 
 
 import time
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from seglake.contract import SPECS
 from seglake.names import NAME_PATTERN as JSON_SCHEMA_PATTERN
@@ -42,6 +42,21 @@ CSRF_HEADER = "x-seglake-request"
 # pydantic's (Rust) regex has no look-ahead; its '$' is the end of the text (no newline)
 NAME_PATTERN = JSON_SCHEMA_PATTERN.removesuffix("(?!\\n)")
 assert NAME_PATTERN.endswith("$") and "(?" not in NAME_PATTERN
+
+
+def _plain_decimal(value: Any) -> Any:
+    """A number in a path or query is text: plain decimal digits only, as the CLI reads
+    numbers (limits.Limit.parse). Python's and pydantic's int() also take '5_000', '+5',
+    ' 5', '05', '5.0' and '5\n': `DELETE /pins/1_0` removed pin 10."""
+    import re
+
+    if isinstance(value, str) and not re.fullmatch(r"0|[1-9][0-9]*", value, re.ASCII):
+        raise ValueError("not an integer written in plain decimal digits")
+    return value
+
+
+# an integer in a path or query string (ids, counts): plain decimal, then pydantic's bounds
+PlainInt = Annotated[int, BeforeValidator(_plain_decimal)]
 
 
 def _name(description: str = "a seglake name, e.g. demo_1"):
@@ -306,6 +321,16 @@ def create_api():
                 hint = closest(key, valid) if valid else "; this route takes no query parameters"
                 raise ValidationError(f"unknown query parameter {key!r}{hint}")
 
+    async def no_duplicate_keys(request: Request) -> None:
+        """A key given twice in a JSON body is refused (JSON's parser keeps the last one
+        silently: `{"name": "a", "name": "b"}` created snapshot b), as config JSON is."""
+        from seglake.config import duplicate_key
+
+        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            key = duplicate_key(await request.body())
+            if key is not None:
+                raise ValidationError(f"the body gives key {key!r} more than once; each key may appear once")
+
     def name_in(kind: str):
         return Path(pattern=NAME_PATTERN, max_length=255, description=f"a {kind} name")
 
@@ -322,7 +347,8 @@ def create_api():
     run_rights = Depends(requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN))
     api = FastAPI(title="seglake API", version="1",
                   description=__doc__.split("\n\n", 1)[1].strip(), docs_url=None, redoc_url=None,
-                  openapi_url=None, dependencies=[read, Depends(no_unknown_query), Depends(remember_user)])
+                  openapi_url=None, dependencies=[read, Depends(no_unknown_query), Depends(no_duplicate_keys),
+                                                  Depends(remember_user)])
 
     # -- errors: one sentence each ---------------------------------------------------------
     @api.exception_handler(RequestValidationError)
@@ -438,7 +464,7 @@ def create_api():
             return console.copy_jobs(meta, time.time())
 
     @api.get("/jobs/{job_id}", response_model=Job, summary="One copy job with progress, rate and ETA")
-    def job(job_id: int = id_in("copy job")) -> dict:
+    def job(job_id: Annotated[PlainInt, id_in("copy job")]) -> dict:
         from seglake import console
         with _engine() as (meta, _):
             for d in console.copy_jobs(meta, time.time()):
@@ -744,7 +770,7 @@ def create_api():
                                 by=body.by or "rest")
 
     @api.delete("/pins/{pin_id}", response_model=Pin, dependencies=[run_rights], summary="Remove a pin")
-    def unpin(request: Request, pin_id: int = id_in("pin")) -> dict:
+    def unpin(request: Request, pin_id: Annotated[PlainInt, id_in("pin")]) -> dict:
         from seglake.lifecycle import snapshot
 
         _caller_token(request)
@@ -786,7 +812,7 @@ def create_api():
 
     @api.post("/jobs/{job_id}/resume", response_model=Run, status_code=201, dependencies=[run_rights],
               summary="Resume (or re-drive) a copy job (a copy_segment_job DAG run)")
-    def job_resume(request: Request, job_id: int = id_in("copy job"),
+    def job_resume(request: Request, job_id: Annotated[PlainInt, id_in("copy job")],
                    body: ResumeRequest = Body(default_factory=ResumeRequest)) -> dict:
         from seglake.lifecycle import preflight
 
@@ -861,7 +887,7 @@ def create_api():
     @api.get("/compaction/history", summary="The last compaction runs (newest first): segments before/after, "
                                             "rows dropped, bytes reclaimed, time")
     def compaction_history(collection: Optional[str] = Query(None, pattern=NAME_PATTERN, max_length=255),
-                           db: str = db_q(), last: int = Query(20, ge=1, le=1000)) -> list[dict]:
+                           db: str = db_q(), last: Annotated[PlainInt, Query(ge=1, le=1000)] = 20) -> list[dict]:
         from seglake.lifecycle import compaction
 
         with _engine() as (meta, _):

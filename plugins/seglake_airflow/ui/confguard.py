@@ -242,7 +242,8 @@ class ConfGuard:
 
                 error = GC_BACKFILL_REFUSED
         elif isinstance(doc, dict) and _seglake_dag(m.group("dag_id")) and await _may_trigger(scope, m.group("dag_id")):
-            error = await asyncio.to_thread(_check, m.group("dag_id"), doc.get("conf"))
+            error = _duplicate(m.group("dag_id"), body) or await asyncio.to_thread(_check, m.group("dag_id"),
+                                                                                   doc.get("conf"))
             if not error:   # what the run's first step would not find: 404 (409/400) here, before the run
                 status, error = await asyncio.to_thread(_preflight, m.group("dag_id"), doc.get("conf")) or (400, None)
         if error:
@@ -264,6 +265,16 @@ def _seglake_dag(dag_id: str) -> bool:
     from seglake.contract import SPECS
 
     return dag_id in SPECS
+
+
+def _duplicate(dag_id: str, body: bytes) -> str | None:
+    """The 400 for a trigger whose JSON gives a key twice (Airflow's parser keeps the last
+    one: `{"dry_run": true, "dry_run": false}` would be a REAL gc)."""
+    from seglake.config import duplicate_key
+
+    key = duplicate_key(body)
+    return None if key is None else (f"{dag_id}: refused conf before any run: key {key!r} is given more than "
+                                     f"once; each key may appear once")
 
 
 def _check(dag_id: str, conf) -> str | None:

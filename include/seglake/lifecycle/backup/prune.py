@@ -53,7 +53,7 @@ log = logging.getLogger("seglake.backup")
 # gap exceeded LOCK_TTL / 2; a SIGKILLed sweep holds the exports of its target back for at
 # most LOCK_TTL (it was 1 h: an export waited up to an hour after a killed sweep).
 LOCK_TTL = 600.0
-MIN_AGE_FLOOR = 3600.0     # a data file younger than this is never swept
+MIN_AGE_FLOOR = limits.LIMITS["bundle_min_age"].minimum   # a data file younger than this is never swept
 
 
 class SweepRefused(bundles.BundleError):
@@ -185,12 +185,12 @@ def _sites_bundle(target: Store, db: str, collection: str, bundle: str, site: st
 
 
 def _min_age(value: float) -> float:
-    value = float(limits.check("missing_tolerance", "min_age (seconds)", value))
-    if value < MIN_AGE_FLOOR:
-        from seglake.errors import ValidationError
-        raise ValidationError(f"min_age (seconds): {value:g} is below the floor of {MIN_AGE_FLOOR:g} (a running "
-                              f"export's data files must not be swept)")
-    return value
+    from seglake.errors import ValidationError
+
+    try:
+        return float(limits.check("bundle_min_age", "min_age (seconds)", value))
+    except ValidationError as e:   # the floor's reason said with the bound
+        raise ValidationError(f"{e} (a running export's data files must not be swept)") from None
 
 
 def referenced(target: Store) -> set[str]:

@@ -28,7 +28,7 @@ from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
 from seglake.meta.catalog import DEFAULT_DB, DROPPED, DROPPING
 from seglake.meta.codec import decode, encode
 from seglake.meta.kv import Put, exists
-from seglake.names import validate_name
+from seglake.names import check_text, validate_name
 from seglake.lifecycle.compaction.policy import POLICY_KEYS, Policy
 
 RECORD_KEYS = ("policy", "scheduled")
@@ -81,8 +81,7 @@ def set_policy(meta, settings, collection: str, values: Mapping[str, Any], *, db
     effective(settings, over)                       # the whole policy must hold (ranges with config)
     if scheduled is not None and not isinstance(scheduled, bool):
         raise ValidationError(f"compaction policy refused: scheduled: {scheduled!r} is not allowed; use true or false")
-    if not isinstance(by, str) or len(by) > 256 or not by.isprintable():
-        raise ValidationError("compaction policy refused: 'by' must be printable text of at most 256 characters")
+    check_text("compaction policy refused: 'by'", by, 256)
     coll = _collection(meta, collection, db)
     unscheduled = scheduled is False   # asked for: `--no-scheduled`, "scheduled": false
     if scheduled is None:

@@ -8,6 +8,7 @@ import time
 
 from seglake.meta import codec
 from seglake import limits
+from seglake.names import check_text
 from seglake.meta import Meta
 
 
@@ -15,6 +16,7 @@ from seglake.meta import Meta
 def pause(meta: Meta, collection_id: int | None = None, ttl: float = 3600, reason: str = "") -> dict:
     """Pause GC globally or for one collection until `ttl` seconds pass (an etcd lease)."""
     ttl = limits.check("gc_pause_ttl", "gc pause ttl", ttl)
+    check_text("gc pause reason", reason, 1024)
     key = _pause_key(meta, collection_id)
     lease = meta.kv.grant_lease(int(max(1, ttl)))
     until = time.time() + ttl

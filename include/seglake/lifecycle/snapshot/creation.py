@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 
 
-from seglake.errors import Conflict, StateError, ValidationError
+from seglake.errors import Conflict, StateError
 from seglake.meta import Meta
 from seglake.meta.catalog import CREATED, DEFAULT_DB
 from seglake.meta.kv import retry_on_conflict
 from seglake.meta.snapshots import COMMITTED, PENDING, SnapshotRecord
-from seglake.names import validate_name
+from seglake.names import check_text, validate_name
 from seglake.storage import Store
 from seglake import limits
 from seglake.lifecycle.snapshot.common import SEGMENTS_PER_MANIFEST
@@ -33,9 +33,7 @@ def begin(meta: Meta, collection: str, name: str, description: str = "", *, db: 
     validate_name("snapshot", name)
     validate_name("db", db)
     ttl = _validate_ttl(ttl)
-    if not isinstance(description, str) or len(description) > 1024 or not description.isprintable():
-        raise ValidationError("snapshot description must be printable text of at most 1024 characters "
-                              "(no line breaks)")
+    check_text("snapshot description", description, 1024)
     coll = meta.catalog.get_by_name(collection, db)
     if coll.state != CREATED:
         raise StateError(f"collection {collection!r} is {coll.state}; snapshots need a live collection")

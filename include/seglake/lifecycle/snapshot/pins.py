@@ -9,7 +9,7 @@ import time
 from seglake.errors import NotFound, StateError, ValidationError
 from seglake.meta import Meta
 from seglake.meta.catalog import DEFAULT_DB
-from seglake.names import validate_name
+from seglake.names import check_text, validate_name
 from seglake.progress import utc_time
 from seglake import limits
 from seglake.lifecycle.snapshot.read import resolve
@@ -24,8 +24,7 @@ def pin(meta: Meta, collection: str, name: str, ttl: float, *, db: str = DEFAULT
     (nor expire), so GC keeps every file it references; returns the pin (its `pin_id` is
     what unpin takes). Checked before any change; the pin vanishes by itself at expiry."""
     ttl = limits.check("pin_ttl", "pin ttl (seconds)", ttl)
-    if not isinstance(by, str) or len(by) > 256 or not by.isprintable():
-        raise ValidationError("pin 'by' must be printable text of at most 256 characters")
+    check_text("pin 'by'", by, 256)
     rec, _ = resolve(meta, collection, name, db=db, collection_id=collection_id)
     now = time.time() if now is None else now
     if meta.snapshots.expired(rec, now):
