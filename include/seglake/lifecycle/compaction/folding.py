@@ -91,13 +91,21 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
 
     out = {}
     before = written_before(coll)
+    durable: dict[str, int] = {}       # pchannel -> the fragment every checkpoint of ours there is past
+    blind: set[str] = set()            # pchannels where a vchannel of ours has no checkpoint
     for vc in coll.vchannels:
         cp, _ = read_checkpoint(meta, vc)
+        p = pchannel_of(vc)
         if cp is not None:
             out[vc] = cp.time_tick
-        elif before:
-            out[vc] = before
-    horizon = remembered_call_ts(meta, sorted({pchannel_of(v) for v in coll.vchannels}), keymod)
+            durable[p] = min(durable.get(p, cp.message_id.fragment), cp.message_id.fragment)
+        else:
+            blind.add(p)
+            if before:
+                out[vc] = before
+    for p in blind:
+        durable.pop(p, None)
+    horizon = remembered_call_ts(meta, sorted({pchannel_of(v) for v in coll.vchannels}), keymod, durable=durable)
     if horizon is not None:
         out = {vc: min(t, horizon) for vc, t in out.items()}
     return out
@@ -120,14 +128,20 @@ def written_before(coll: Collection) -> int:
     return max(int(coll.created_ts or 0), as_of)
 
 
-def remembered_call_ts(meta, pchannels, keymod) -> int | None:
+def remembered_call_ts(meta, pchannels, keymod, durable: dict[str, int] | None = None) -> int | None:
     """The oldest upsert call timestamp (t0) a WAL producer record of `pchannels` remembers
     for a call that may still add rows, or None. An upsert's first append carries the
     call's appends per pchannel (`plan`): once every pchannel's record of that producer
     holds them all, the call is whole and holds nothing back; a delete's timestamp holds
     nothing (a delete arriving late hides what it hides wherever the rows are); an entry
     written before either was recorded holds its t0. A record that cannot be read gives 0:
-    no fold at all until it can (never a guess)."""
+    no fold at all until it can (never a guess).
+
+    `durable` ({pchannel: fragment number}, checkpoint_ticks): a whole call still holds its
+    t0 until its appends are durable -- on every pchannel it appended to, its last fragment
+    (the record's `n`) below the checkpoints of the collection's vchannels there. A call
+    completed by a retry has rows stamped t0 that are still in the WAL above the checkpoint:
+    a delete newer than t0 folded before they were flushed left them visible (attack s25)."""
     prefixes = {keymod.wal_producers_prefix(meta.keys, p): p for p in pchannels}
     recs: dict[tuple[str, str], dict] = {}
     for prefix, p in prefixes.items():
@@ -140,9 +154,15 @@ def remembered_call_ts(meta, pchannels, keymod) -> int | None:
 
     def whole(pid: str, call: str, plan) -> bool:
         try:
-            return all(_covers(recs.get((q, pid), {}).get(call), int(n)) for q, n in plan.items())
-        except (AttributeError, TypeError, ValueError):
+            if not all(_covers(recs.get((q, pid), {}).get(call), int(n)) for q, n in plan.items()):
+                return False
+            return durable is None or all(flushed(recs[(q, pid)][call], q) for q, n in plan.items() if int(n) > 0)
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError):
             return False
+
+    def flushed(entry, pchannel: str) -> bool:   # its last append below our checkpoints there
+        last = entry.get("n", ())[1]
+        return type(last) is int and pchannel in durable and last < durable[pchannel]
 
     plans = {(pid, call): e["plan"] for (_, pid), calls in recs.items() for call, e in calls.items()
              if isinstance(e, dict) and isinstance(e.get("plan"), dict)}   # on its first append's pchannel
