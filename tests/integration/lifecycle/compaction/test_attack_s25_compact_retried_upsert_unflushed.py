@@ -81,4 +81,11 @@ def test_a_retried_upsert_s_unflushed_rows_stay_hidden_by_the_delete_after_a_fol
     assert _visible(meta, store, "c") == Counter(), "a row the delete hides is visible"
     s = compaction.compact(meta, store, "c", FOLD)    # and a fold now (the rows flushed) keeps it so
     assert _visible(meta, store, "c") == Counter()
+    # the hold ends once the retried rows are flushed: the deletes are folded, none is left
+    c0.insert("c", synthetic_rows(coll, 4, 100))     # the log moves on (ticks past the retry)
+    _flush(meta, store, settings, coll)
+    compaction.compact(meta, store, "c", FOLD)
+    left = [x.segment_id for x in meta.segments.list(coll.collection_id, states=["Flushed"]) if x.deltalogs]
+    assert not left, left
+    assert _visible(meta, store, "c") == Counter(range(100, 104))
     c0.close()
