@@ -89,3 +89,43 @@ def test_a_retried_upsert_s_unflushed_rows_stay_hidden_by_the_delete_after_a_fol
     assert not left, left
     assert _visible(meta, store, "c") == Counter(range(100, 104))
     c0.close()
+
+
+def test_a_fresh_client_s_retried_upsert_closed_before_the_flush_stays_hidden_after_a_fold(meta, store, settings,
+                                                                                          monkeypatch):
+    """The same with a client of a fresh producer id (no name): it retries the call itself
+    and closes -- its producer records go with its lease -- before the retried rows are
+    flushed. Nothing then remembers t0, yet the rows stamped t0 are still in the WAL above
+    the checkpoint."""
+    c0 = WalClient(meta, store, settings)
+    coll = make_collection(c0, "c", shards=2)
+    p1, p2 = (pchannel_of(v) for v in coll.vchannels)
+    both = pa.concat_tables([synthetic_rows(coll, 2, 1, shard=0), synthetic_rows(coll, 2, 1, shard=1)])
+    pks = sorted(both.column("pk").to_pylist())
+    c0.insert("c", both)
+    _flush(meta, store, settings, coll)
+    real = W.WalWriter.append_async
+    armed = {"on": True}
+
+    def flaky(self, msgs, *, seq=None, digest=None):
+        if armed["on"] and self.pchannel == p2 and seq is not None:
+            r = W._Request([], [], 0, seq)
+            r.finish(error=W.Retry("injected: not committed"))
+            return r
+        return real(self, msgs, seq=seq, digest=digest)
+
+    monkeypatch.setattr(W.WalWriter, "append_async", flaky)
+    c1 = WalClient(meta, store, settings)                 # a fresh producer id
+    with pytest.raises(AppendIncomplete) as ei:
+        c1.upsert("c", both)
+    armed["on"] = False
+    c0.delete("c", pks)
+    _flush(meta, store, settings, coll)
+    assert _visible(meta, store, "c") == Counter()
+    c1.upsert("c", both, seq=ei.value.result.seq)         # the retry, then the client goes
+    c1.close()
+    s = compaction.compact(meta, store, "c", FOLD)
+    assert all(r.status == compaction.COMMITTED for r in s.results), s.results
+    _flush(meta, store, settings, coll)
+    assert _visible(meta, store, "c") == Counter(), "a row the delete hides is visible"
+    c0.close()
