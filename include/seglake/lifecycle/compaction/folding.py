@@ -99,8 +99,9 @@ def checkpoint_ticks(meta, coll: Collection, store=None) -> dict[str, int]:
     out = {}
     cps: dict[str, object] = {}
     before = written_before(coll)
-    durable: dict[str, int] = {}       # pchannel -> the fragment every checkpoint of ours there is past
-    blind: set[str] = set()            # pchannels where a vchannel of ours has no checkpoint
+    # pchannel -> the fragment every checkpoint of ours there is past (a vchannel without one
+    # has the floor written_before: below every call of this collection, nothing to hold)
+    durable: dict[str, int] = {}
     for vc in coll.vchannels:
         cp, _ = read_checkpoint(meta, vc)
         p = pchannel_of(vc)
@@ -108,12 +109,8 @@ def checkpoint_ticks(meta, coll: Collection, store=None) -> dict[str, int]:
             out[vc] = cp.time_tick
             cps[vc] = cp
             durable[p] = min(durable.get(p, cp.message_id.fragment), cp.message_id.fragment)
-        else:
-            blind.add(p)
-            if before:
-                out[vc] = before
-    for p in blind:
-        durable.pop(p, None)
+        elif before:
+            out[vc] = before
     horizon = remembered_call_ts(meta, sorted({pchannel_of(v) for v in coll.vchannels}), keymod, durable=durable)
     if horizon is not None:
         out = {vc: min(t, horizon) for vc, t in out.items()}
