@@ -72,7 +72,7 @@ MAX_FOLD_BYTES = 1_100_000
 
 
 # -- plan -------------------------------------------------------------------------------------
-def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
+def checkpoint_ticks(meta, coll: Collection, store=None) -> dict[str, int]:
     """{vchannel: the newest delete tick a fold may forget there}: its checkpoint's time
     tick, capped at the oldest call timestamp a WAL producer record of the collection's
     pchannels still remembers (a vchannel without a checkpoint is absent).
@@ -85,21 +85,69 @@ def checkpoint_ticks(meta, coll: Collection) -> dict[str, int]:
     checkpoint with a timestamp below it, and a delete newer than that timestamp hides
     them -- folded (forgotten) first, the rows became visible (attack s21). The records
     are read before the segments, like the checkpoints: a call first committed later
-    took its timestamp after this read."""
+    took its timestamp after this read.
+
+    `store` given: each vchannel's floor is also capped at the oldest call timestamp of an
+    upsert message still in its WAL above its checkpoint (_unflushed_call_ts): rows stamped
+    below the checkpoint's tick that no flush has made durable yet. The producer records
+    alone lose them: a retry completes the call (whole: no hold) or a fresh producer's
+    client closes (its records go with its lease) before the retried rows are flushed, and
+    a fold forgot the delete that hides them (attack s25)."""
     from seglake.meta.catalog import pchannel_of
     from seglake.meta import keys as keymod
 
     out = {}
+    cps: dict[str, object] = {}
     before = written_before(coll)
+    # pchannel -> the fragment every checkpoint of ours there is past (a vchannel without one
+    # has the floor written_before: below every call of this collection, nothing to hold)
+    durable: dict[str, int] = {}
     for vc in coll.vchannels:
         cp, _ = read_checkpoint(meta, vc)
+        p = pchannel_of(vc)
         if cp is not None:
             out[vc] = cp.time_tick
+            cps[vc] = cp
+            durable[p] = min(durable.get(p, cp.message_id.fragment), cp.message_id.fragment)
         elif before:
             out[vc] = before
-    horizon = remembered_call_ts(meta, sorted({pchannel_of(v) for v in coll.vchannels}), keymod)
+    horizon = remembered_call_ts(meta, sorted({pchannel_of(v) for v in coll.vchannels}), keymod, durable=durable)
     if horizon is not None:
         out = {vc: min(t, horizon) for vc, t in out.items()}
+    if store is not None and cps:
+        for vc, ts in _unflushed_call_ts(meta, store, cps).items():
+            if vc in out:
+                out[vc] = min(out[vc], ts)
+    return out
+
+
+def _unflushed_call_ts(meta, store, cps: dict) -> dict[str, int]:
+    """{vchannel: the oldest row timestamp at or below its checkpoint's tick that an upsert
+    message ABOVE its checkpoint carries} (its call's timestamp: a retry keeps its first
+    try's); 0 for the vchannels of a pchannel whose log cannot be read (no fold there: never
+    a guess). Reads each pchannel's log from the lowest checkpoint of ours on it: the
+    unflushed tail."""
+    from seglake.errors import SeglakeError
+    from seglake.meta.catalog import pchannel_of
+    from seglake.wal import message as M
+    from seglake.wal.log import WalLog
+
+    by_p: dict[str, dict] = {}
+    for vc, cp in cps.items():
+        by_p.setdefault(pchannel_of(vc), {})[vc] = cp
+    out: dict[str, int] = {}
+    for p, vcs in sorted(by_p.items()):
+        start = min(cp.message_id for cp in vcs.values())
+        try:
+            for m in WalLog(meta, store, p).messages(start):
+                cp = vcs.get(m.vchannel)
+                if cp is None or m.type != M.INSERT or m.id < cp.message_id:
+                    continue
+                ts = M.upsert_ts(m)
+                if ts is not None and ts <= cp.time_tick:
+                    out[m.vchannel] = min(out.get(m.vchannel, ts), ts)
+        except (SeglakeError, OSError):
+            out.update({vc: 0 for vc in vcs})
     return out
 
 
@@ -120,14 +168,20 @@ def written_before(coll: Collection) -> int:
     return max(int(coll.created_ts or 0), as_of)
 
 
-def remembered_call_ts(meta, pchannels, keymod) -> int | None:
+def remembered_call_ts(meta, pchannels, keymod, durable: dict[str, int] | None = None) -> int | None:
     """The oldest upsert call timestamp (t0) a WAL producer record of `pchannels` remembers
     for a call that may still add rows, or None. An upsert's first append carries the
     call's appends per pchannel (`plan`): once every pchannel's record of that producer
     holds them all, the call is whole and holds nothing back; a delete's timestamp holds
     nothing (a delete arriving late hides what it hides wherever the rows are); an entry
     written before either was recorded holds its t0. A record that cannot be read gives 0:
-    no fold at all until it can (never a guess)."""
+    no fold at all until it can (never a guess).
+
+    `durable` ({pchannel: fragment number}, checkpoint_ticks): a whole call still holds its
+    t0 until its appends are durable -- on every pchannel it appended to, its last fragment
+    (the record's `n`) below the checkpoints of the collection's vchannels there. A call
+    completed by a retry has rows stamped t0 that are still in the WAL above the checkpoint:
+    a delete newer than t0 folded before they were flushed left them visible (attack s25)."""
     prefixes = {keymod.wal_producers_prefix(meta.keys, p): p for p in pchannels}
     recs: dict[tuple[str, str], dict] = {}
     for prefix, p in prefixes.items():
@@ -140,9 +194,15 @@ def remembered_call_ts(meta, pchannels, keymod) -> int | None:
 
     def whole(pid: str, call: str, plan) -> bool:
         try:
-            return all(_covers(recs.get((q, pid), {}).get(call), int(n)) for q, n in plan.items())
-        except (AttributeError, TypeError, ValueError):
+            if not all(_covers(recs.get((q, pid), {}).get(call), int(n)) for q, n in plan.items()):
+                return False
+            return durable is None or all(flushed(recs[(q, pid)][call], q) for q, n in plan.items() if int(n) > 0)
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError):
             return False
+
+    def flushed(entry, pchannel: str) -> bool:   # its last append below our checkpoints there
+        last = entry.get("n", ())[1]
+        return type(last) is int and pchannel in durable and last < durable[pchannel]
 
     plans = {(pid, call): e["plan"] for (_, pid), calls in recs.items() for call, e in calls.items()
              if isinstance(e, dict) and isinstance(e.get("plan"), dict)}   # on its first append's pchannel
@@ -230,7 +290,7 @@ def plan_folds(meta, store, coll: Collection, flushed: list[tuple[Segment, int]]
     checkpoint read after the segments may cover rows a flush made Flushed since, which
     `flushed` (and so the fold's hits) lacks -- the fold would drop deletes that hide them."""
     if ticks is None:
-        ticks = checkpoint_ticks(meta, coll)
+        ticks = checkpoint_ticks(meta, coll, store=store)
     carriers = [(s, r) for s, r in flushed if foldable(s, ticks.get(s.channel), policy, now)]
     if not carriers:
         return []
@@ -348,7 +408,7 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
     hits, why2 = _hits(meta, unit)
     if why or why2:
         return _lose(meta, store, unit, rkv, why or why2)
-    if (too_new := _beyond_floor(meta, coll, unit, inputs, hits)) is not None:
+    if (too_new := _beyond_floor(meta, coll, unit, inputs, hits, store=store)) is not None:
         return _lose(meta, store, unit, rkv, too_new)
     if (settled := _check_outputs_free(meta, unit, rec, rkv)) is not None:
         return settled
@@ -378,7 +438,7 @@ def run_fold(meta, store, unit: Unit, *, now: float, hooks: dict, sources_revisi
     return _commit(meta, store, unit, rkv, inputs, hits, outs, result, now if fixed else r.commit_time(meta), hooks)
 
 
-def _beyond_floor(meta, coll: Collection, unit: Unit, inputs, hits) -> str | None:
+def _beyond_floor(meta, coll: Collection, unit: Unit, inputs, hits, store=None) -> str | None:
     """Why the unit would forget a delete no fold may forget now, if it would: its fold_ts
     above its vchannel's checkpoint (capped by the producer records, checkpoint_ticks) and
     above every copied carrier's own deletes (foldable). A plan never makes such a unit; a
@@ -386,7 +446,7 @@ def _beyond_floor(meta, coll: Collection, unit: Unit, inputs, hits) -> str | Non
     the checkpoint only moves up, so a planned unit always passes."""
     if not unit.fold_ts:
         return None
-    bound = checkpoint_ticks(meta, coll).get(unit.channel, 0)
+    bound = checkpoint_ticks(meta, coll, store=store).get(unit.channel, 0)
     folded = [s for s, _ in hits if s.segment_id in unit.folded] + [s for s, _ in inputs]
     bound = max([bound] + [delete_tick(s) for s in folded if s.source is not None])
     if unit.fold_ts > bound:

@@ -142,7 +142,7 @@ def plan(meta, store, collection: str, policy: Policy, *, db: str = DEFAULT_DB, 
     cid = coll.collection_id
     # the checkpoints BEFORE the segments: every row at or below one is then in `records`
     # (a checkpoint read later may cover a segment flushed after `rev`: folding's rule)
-    ticks = folding.checkpoint_ticks(meta, coll)
+    ticks = folding.checkpoint_ticks(meta, coll, store=store)
     rev, records = read_segments(meta, cid)
     out = Plan(cid, coll.name, rev)
     if coll.state != CREATED:

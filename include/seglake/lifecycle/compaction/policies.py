@@ -23,13 +23,12 @@ import time
 from typing import Any, Callable, Mapping
 
 from seglake import limits
-from seglake.contract import closest
 from seglake.errors import Conflict, NotFound, SeglakeError, ValidationError
 from seglake.meta.catalog import DEFAULT_DB, DROPPED, DROPPING
 from seglake.meta.codec import decode, encode
 from seglake.meta.kv import Put, exists
 from seglake.names import check_text, validate_name
-from seglake.lifecycle.compaction.policy import POLICY_KEYS, Policy
+from seglake.lifecycle.compaction.policy import POLICY_KEYS, Policy, closest_key, duplicate_keys, policy_key
 
 RECORD_KEYS = ("policy", "scheduled")
 
@@ -43,11 +42,11 @@ def parse_overrides(values: Mapping[str, Any] | None) -> dict:
     if not isinstance(values, Mapping):
         raise ValidationError(f"a compaction policy is an object of {', '.join(POLICY_KEYS)}; "
                               f"got {type(values).__name__}")
-    problems, out = [], {}
+    problems, out = duplicate_keys(values, POLICY_KEYS), {}
     for k, v in values.items():
-        name = k[len("compaction_"):] if isinstance(k, str) and k.startswith("compaction_") else k
-        if name not in POLICY_KEYS:
-            problems.append(f"unknown compaction policy key {k!r}{closest(str(k), list(POLICY_KEYS))}")
+        name = policy_key(k, POLICY_KEYS)
+        if name is None:
+            problems.append(f"unknown compaction policy key {k!r}{closest_key(k, POLICY_KEYS)}")
             continue
         if v is None:
             continue

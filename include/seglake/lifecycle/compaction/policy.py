@@ -58,17 +58,50 @@ class Policy:
         return cls(**_checked_keys(d))
 
 
+def policy_key(k: Any, known) -> str | None:
+    """The policy key `k` names (`x` or `compaction_x`), or None."""
+    name = k[len("compaction_"):] if isinstance(k, str) and k.startswith("compaction_") else k
+    return name if isinstance(name, str) and name in known else None
+
+
+def closest_key(k: Any, known) -> str:
+    """' (did you mean ...?)' for an unknown key -- its case ignored too ('MIN_SEGMENT_ROWS'),
+    a `compaction_` prefix allowed -- or the list of the known keys."""
+    text = str(k)
+    low = text.lower()
+    low = low[len("compaction_"):] if low.startswith("compaction_") else low
+    near = difflib.get_close_matches(low, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else f"; valid keys: {', '.join(known)}"
+
+
+def duplicate_keys(values: Mapping[Any, Any], known) -> list[str]:
+    """Messages for two keys of `values` naming the same policy key (`x` and `compaction_x`):
+    which one was meant cannot be told -- the later one silently won (attack s25)."""
+    seen: dict[str, Any] = {}
+    out = []
+    for k in values:
+        name = policy_key(k, known)
+        if name is None:
+            continue
+        if name in seen:
+            out.append(f"keys {seen[name]!r} and {k!r} both set {name!r}; give it once")
+        else:
+            seen[name] = k
+    return out
+
+
 def _checked_keys(values: Mapping[str, Any]) -> dict:
     known = [f.name for f in fields(Policy)]
     out = {}
     for k, v in values.items():
-        name = k[len("compaction_"):] if isinstance(k, str) and k.startswith("compaction_") else k
-        if name not in known:
-            near = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
-            hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(known)}"
-            raise ValidationError(f"unknown compaction policy key {k!r}{hint}")
+        name = policy_key(k, known)
+        if name is None:
+            raise ValidationError(f"unknown compaction policy key {k!r}{closest_key(k, known)}")
         if v is not None:
             out[name] = v
+    dup = duplicate_keys(values, known)
+    if dup:
+        raise ValidationError("compaction policy refused: " + "; ".join(dup))
     return out
 
 

@@ -102,6 +102,8 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     fixed = now is not None
     now = time.time() if now is None else now
     hooks = hooks or {}
+    if (settled := _collection_gone(meta, store, unit)) is not None:
+        return settled
     if unit.kind == FOLD:
         from seglake.lifecycle.compaction.folding import run_fold
         return run_fold(meta, store, unit, now=now, fixed=fixed, hooks=hooks, sources_revision=sources_revision,
@@ -126,6 +128,40 @@ def run_unit(meta, store, unit: Unit, *, now: float | None = None, hooks: dict |
     faults.point("compaction.after_files")
     check_files(store, out)
     return commit(meta, store, unit, rkv, inputs, out, result, now if fixed else commit_time(meta), hooks)
+
+
+def _collection_gone(meta, store, unit: Unit) -> UnitResult | None:
+    """The unit's settled result when its collection can no longer take its commit -- gone
+    (dropped and purged since the plan), not Created (a drop under way), or its vchannel
+    released -- else None. Judged BEFORE any work: a plan run late (a DAG's later task, a
+    Spark job's executors) against a collection dropped meanwhile created unit records,
+    allocated ids and wrote every output's files only to lose at the commit, and a purged
+    one raised NotFound out of the first unit, failing the whole run (the other units, the
+    summary, the Spark job) (attack s25). A unit that committed before the drop reports
+    its commit; one prepared before it is lost (its files removed), as its commit would."""
+    ckey = meta.keys.collection(unit.collection_id)
+    ckv = meta.kv.get(ckey)
+    coll = None if ckv is None else Collection.from_json(decode(ckv.value, ckey))
+    if coll is not None and coll.state == CREATED and unit.channel not in coll.properties.get(RELEASED, ()):
+        return None
+    why = (f"collection id {unit.collection_id} was dropped (and purged) since the plan" if coll is None else
+           f"collection {coll.name!r} is {coll.state} or its vchannel {unit.channel} was released (dropped since "
+           f"the plan)")
+    rkey = meta.keys.compaction_unit(unit.collection_id, unit.unit_id)
+    rkv = meta.kv.get(rkey)
+    if rkv is None:
+        return UnitResult(unit.unit_id, LOST, reason=why)        # nothing written for it: nothing to remove
+    rec = decode(rkv.value, rkey)
+    if not same_unit(rec.get("unit"), unit):
+        raise CompactionError(f"unit record {rkey} holds another unit: {rec.get('unit')}")
+    from seglake.lifecycle.compaction.records import check_record
+    check_record(rec, rkey)
+    if rec["state"] != PREPARED:
+        return _settled(unit, rec)
+    if unit.kind == FOLD:
+        from seglake.lifecycle.compaction.folding import _lose as lose_fold
+        return lose_fold(meta, store, unit, rkv, why)
+    return _lose(meta, store, unit, rkv, why)
 
 
 def commit_time(meta) -> float:

@@ -129,7 +129,7 @@ def test_the_age_bound_and_the_checkpoint_keep_young_l0_segments(meta, store, se
     # (the delete's timestamp: its call's one timestamp, at or below its tick; every row it hides
     # is older, and a row's timestamp is its tick, so all of them are at or below the checkpoint)
     newest = max(folding.delete_tick(s) for s in _l0(meta, "a"))
-    monkeypatch.setattr(folding, "checkpoint_ticks", lambda meta, c: {v: newest - 1 for v in c.vchannels})
+    monkeypatch.setattr(folding, "checkpoint_ticks", lambda meta, c, **kw: {v: newest - 1 for v in c.vchannels})
     p = compaction.plan(meta, store, "a", fold_policy())
     assert [u for u in folds(p) if any(s.segment_id in u.segment_ids for s in _l0(meta, "a")
                                        if folding.delete_tick(s) == newest)] == []
