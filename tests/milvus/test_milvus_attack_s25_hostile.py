@@ -184,3 +184,54 @@ def test_a_hostile_catalog_record_is_refused_naming_it_before_any_write(source, 
     assert named in msg and "nothing captured" in msg, f"{damage}: the error does not name {named!r}: {msg}"
     files = written(target) if target.exists() else []
     assert not files, f"{damage}: refused after writing {len(files)} files to the target: {files[:5]}"
+
+
+# -- hostile objects in the source's bucket: a log whose descriptor ids and row count are
+#    right but whose values are not its field's type
+def _plan_of(kv, milvus_server, s3_server, name):
+    bucket = captures.open_bucket(MilvusS3Settings(s3_server), milvus_server.s3.bucket, milvus_server.s3.root_path)
+    planned = captures.plan(kv, bucket, milvus_server.etcd_root, [name])
+    return planned["collections"][0]["catalog"]
+
+
+@pytest.mark.parametrize("swap", ["varchar_as_int64", "vector_of_another_dim", "vector_declared_as_varchar"])
+def test_a_log_whose_values_are_not_its_field_s_type_is_refused(milvus_server, milvus_python, s3_server, tmp_path,
+                                                                swap):
+    """Milvus's bucket holds, under a segment's VarChar (or FloatVector, dim 2) log key, a
+    binlog with the right collection / partition / segment / field ids and the right number
+    of rows, but Int64 values (or vectors of dim 3, or a descriptor saying VarChar over
+    vector bytes). Not Milvus's file for that field: a restore would hand Milvus's import
+    values of another type (a failed import after the collection was made, or wrong rows).
+    The capture refuses it naming the log, and commits nothing."""
+    from bundle_helper import s3_client
+    from seglake.lifecycle.backup import bundle as bundles
+    from seglake.milvus import binlog_writer
+    from seglake.errors import NotFound
+
+    name = f"hp_{uuid.uuid4().hex[:8]}"
+    pyrun(milvus_python, milvus_server.address, TOY + f"c = toy({name!r}); put(c, range(0, 20), 'a'); c.flush()")
+    with KV(milvus_server.etcd_endpoint, timeout=10) as kv:
+        cat = _plan_of(kv, milvus_server, s3_server, name)
+        seg = cat["segments"][0]
+        cid = cat["collection"]["collection_id"]
+        fid = 102 if swap.startswith("vector") else 101
+        log = next(fl["logs"][0] for fl in seg["binlogs"] if fl["field_id"] == fid)
+        n = log["entries"]
+        ids = (cid, seg["partition_id"], seg["segment_id"], fid)
+        if swap == "varchar_as_int64":
+            raw = binlog_writer.insert_log(*ids, 5, list(range(n)), log["ts_from"], log["ts_to"])
+        elif swap == "vector_of_another_dim":
+            raw = binlog_writer.insert_log(*ids, 101, [[1.0, 2.0, 3.0]] * n, log["ts_from"], log["ts_to"], dim=3)
+        else:
+            arr = binlog_writer.payload_array([[1.0, 2.0]] * n, 101, 2)
+            raw = binlog_writer._file(ids, log["ts_from"], log["ts_to"], 21, binlog_writer.INSERT_EVENT,
+                                      binlog_writer._parquet(arr), arr.nbytes)
+        s3_client(s3_server).put_object(Bucket=milvus_server.s3.bucket,
+                                        Key=f"{milvus_server.s3.root_path}/{log['path']}", Body=raw)
+        backup = LocalStore(str(tmp_path / "backup"))
+        with pytest.raises(Exception) as got:
+            run_capture(kv, milvus_server, s3_server, backup, milvus_server.etcd_root, name)
+    assert isinstance(got.value, SeglakeError), f"{swap}: {type(got.value).__name__}: {got.value}"
+    assert log["path"] in str(got.value), f"{swap}: the error does not name {log['path']}: {got.value}"
+    with pytest.raises(NotFound):
+        bundles.read(backup, "default", name, "b1")

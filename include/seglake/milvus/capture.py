@@ -221,11 +221,13 @@ def _files(bucket: ReadOnlyBucket, cat: dict) -> dict[str, dict]:
     cid = cat["collection"]["collection_id"]
     want: dict[str, dict | None] = {}
     builds = set()
+    types = binlog.field_types(cat["collection"]["schema"]["fields"])
     for s in cat["segments"]:
         ids = {"collection_id": cid, "partition_id": s["partition_id"], "segment_id": s["segment_id"]}
         for fl in s["binlogs"]:
             for x in fl["logs"]:
-                want[x["path"]] = {"kind": "insert", "field_id": fl["field_id"], "entries": x["entries"], **ids}
+                want[x["path"]] = {"kind": "insert", "field_id": fl["field_id"], "entries": x["entries"], **ids,
+                                   **types.get(fl["field_id"], {})}
         for fl in s["deltalogs"]:
             for x in fl["logs"]:
                 want[x["path"]] = {"kind": "delete", "field_id": None, "entries": x["entries"], **ids}
