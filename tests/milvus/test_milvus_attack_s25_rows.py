@@ -105,3 +105,47 @@ def test_a_chain_whose_later_captures_hold_only_deletes_restores_each_link_exact
     assert v["ok"], v
     assert restored("b3") == want["b3"]
 
+
+def test_a_killed_restore_whose_staged_files_were_removed_restages_them_on_its_rerun(env, pm, milvus_server,
+                                                                                    s3_server):
+    """A restore is killed once its units are staged, before any import was submitted; the
+    files under the staging prefix are removed meanwhile (an operator clearing
+    `seglake-restore/` after the failure, a bucket lifecycle rule). The re-run with the same
+    arguments must stage them again and restore the rows. Seen before the fix: the re-run
+    submitted imports of the absent directories; Milvus completed them with 0 rows; a unit
+    with deletes passed (the 0-row guard exempts it), so the restore ended failing its own
+    verify (count 29 of 68), its units recorded imported: every later re-run failed the
+    same way, until the collection was dropped by hand (a unit without deletes: UnreadBucket,
+    blaming the bucket, and the restore undone)."""
+    from bundle_helper import s3_client
+    from seglake import faults
+
+    kv, keys, backup = env
+    src = f"rs_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({src!r}, parts=["p1"])
+    put(c, range(0, 40), "a")
+    put(c, range(40, 70), "b", partition="p1")
+    c.flush()
+    c.delete("pk in [3, 41]")
+    c.flush()
+    """))
+    want = rows(pm, src)
+    capture(milvus_server, s3_server, backup, src, bundle="b1")
+    name = f"r_{uuid.uuid4().hex[:10]}"
+    target = target_of(milvus_server, s3_server)
+    req = restore.Request("default", src, "b1", name, poll=0.2, sample=100, threads=1)
+    with faults.inject("milvus_restore.after_stage"), pytest.raises(faults.InjectedFault):
+        restore.run(kv, keys, backup, target, req)
+    s3 = s3_client(s3_server)
+    staged = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=target.bucket, Prefix=f"{target.staging}/") for o in page.get("Contents", [])]
+    assert staged, "the killed run staged nothing: the test proves nothing"
+    for k in staged:
+        s3.delete_object(Bucket=target.bucket, Key=k)
+    try:
+        rep = restore.run(kv, keys, backup, target, req)
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"the re-run after the staged files were removed: {type(e).__name__}: {e}")
+    assert rep["ok"], rep
+    assert rows(pm, name) == want

@@ -676,6 +676,12 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             _stage(stage_store, backup, u, converter)
             recs.seg_put(uid, _unit_record(u, "staged"), prev)
             faults.point("milvus_restore.after_stage")
+        elif rec["state"] == "staged":
+            # staged by an earlier run, not submitted: its files may have gone since (the staging
+            # prefix cleared after the failure, a lifecycle rule), and an import of absent
+            # directories ends Completed with 0 rows. Checked by content, the missing copied
+            # again (a unit submitting or failed is checked so right before it is submitted)
+            _stage(stage_store, backup, u, converter)
 
     for _ in runners.run_inline(staged, todo, workers=req.threads):
         pass
@@ -701,6 +707,8 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
                 if rec["attempts"] >= IMPORT_ATTEMPTS:
                     raise MilvusRestoreError(f"{_unit_name(u)}: Milvus failed its import {rec['attempts']} times "
                                              f"(last: {rec.get('reason', '?')}){_import_hint(client)}")
+                if rec["state"] in ("failed", "submitting"):   # its files checked again before it is resubmitted
+                    _stage(stage_store, backup, u, converter)
                 claimed()
                 rec = dict(rec, state="submitting", attempts=rec["attempts"] + 1, task_id=None)
                 recs.seg_put(uid, rec, prev)
