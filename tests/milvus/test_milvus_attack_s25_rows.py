@@ -149,3 +149,41 @@ def test_a_killed_restore_whose_staged_files_were_removed_restages_them_on_its_r
         pytest.fail(f"the re-run after the staged files were removed: {type(e).__name__}: {e}")
     assert rep["ok"], rep
     assert rows(pm, name) == want
+
+
+def test_a_target_bucket_milvus_does_not_read_is_named_when_every_segment_has_deletes(env, pm, milvus_server,
+                                                                                      s3_server):
+    """As attack-s20's wrong-bucket case, but the source's one segment has deletes (the
+    common case: a collection someone deleted from). Milvus's bulk insert of the (for it)
+    absent dirs ends Completed with 0 rows; the bundle's deletes hide 2 of 50 rows, so 0
+    is not what a real import gives. The restore should name the bucket and undo itself
+    (the same name then restores from the right bucket), not import nothing, fail its
+    verify naming no bucket, and leave an empty collection holding the name."""
+    import json
+    from bundle_helper import s3_client
+
+    kv, keys, backup = env
+    small = f"sd_{uuid.uuid4().hex[:8]}"
+    pm(TOY + textwrap.dedent(f"""
+    c = toy({small!r})
+    put(c, range(0, 50), "a")
+    c.delete("pk in [7, 8]")
+    c.flush()
+    """))
+    capture(milvus_server, s3_server, backup, small, bundle="b1")
+    s3 = s3_client(s3_server)
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=other)
+    y = f"y_{uuid.uuid4().hex[:8]}"
+    t = restore.MilvusTarget(address=milvus_server.address, bucket=other, s3_endpoint=s3_server.endpoint,
+                             s3_access_key=s3_server.access_key, s3_secret_key=s3_server.secret_key)
+    with pytest.raises(restore.MilvusRestoreError) as e:
+        restore.run(kv, keys, backup, t, restore.Request("default", small, "b1", y, poll=0.2, import_timeout=120))
+    left = pm(f"OUT['has'] = utility.has_collection({y!r})")["has"]
+    assert other in str(e.value) and "completed with 0 of its 50 rows" in str(e.value), str(e.value)[:400]
+    assert "nothing of this restore is left" in str(e.value), str(e.value)[:400]
+    assert left is False
+    assert not [k for k in kv.range(keys.milvus_restores_prefix()) if json.loads(k.value).get("name") == y]
+    rep = restore.run(kv, keys, backup, target_of(milvus_server, s3_server),
+                      restore.Request("default", small, "b1", y, poll=0.2))
+    assert rep["state"] == "verified" and rep["count"] == 48, rep
