@@ -732,10 +732,11 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             if st["state"] in TERMINAL_OK:
                 u = by_uid[uid]
                 if not u.get("converted") and u["rows"] and not st.get("row_count") and (
-                        not u.get("deletes") or visible(u)):
-                    # nothing hides all of its rows (no deletes, or the bundle's deletes leave some
-                    # visible): Milvus read none of the staged files, which are then not in the bucket
-                    # it reads (a bulk insert of absent dirs ends Completed, 0 rows)
+                        not u.get("deletes") or (st.get("row_count") == 0 and visible(u))):
+                    # nothing hides all of its rows (no deletes, or Milvus said 0 rows and the
+                    # bundle's deletes leave some visible): Milvus read none of the staged files,
+                    # which are then not in the bucket it reads (a bulk insert of absent dirs ends
+                    # Completed, 0 rows)
                     raise UnreadBucket(
                         f"{_unit_name(u)}: Milvus's import completed with 0 of its {u['rows']} rows ("
                         f"{'it has no deletes' if not u.get('deletes') else f'{visible(u)} of them visible'}): it "
