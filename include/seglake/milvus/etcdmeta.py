@@ -98,8 +98,9 @@ class CatalogError(SeglakeError):
 def named_records(fn):
     """A reader of Milvus's etcd (its first argument a MilvusMeta): a record its parsing
     cannot read (the protobuf reader's, a decode's or an int()'s ValueError, a short
-    buffer's IndexError, a field of another wire type's TypeError / AttributeError) fails as a CatalogError naming that record's key, not as a bare
-    Python exception out of the CLI or the DAG (seglake's own errors pass unchanged)."""
+    buffer's IndexError, a field of another wire type's TypeError / AttributeError) fails
+    as a CatalogError naming that record's key, not as a bare Python exception out of the
+    CLI or the DAG (seglake's own errors pass unchanged)."""
     @functools.wraps(fn)
     def read(meta, *args, **kwargs):
         try:
