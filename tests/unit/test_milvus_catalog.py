@@ -71,6 +71,10 @@ def milvus(fields, state=0, name="c1") -> MilvusMeta:
         f"{m}root-coord/partitions/7/8": msg((1, 8), (2, "_default"), (4, 7)),
         f"{m}datacoord-meta/s/7/8/9": msg((1, 9), (2, 7), (3, 8), (4, "dml_0_7v0"), (5, 3), (6, 4)),
         f"{m}datacoord-meta/binlog/7/8/9/100": msg((1, 100), (2, msg((1, 3), (6, 42)))),
+        # the system fields' logs (row ids, timestamps): every Flushed segment of Milvus has them,
+        # and a plan refuses a segment without (capture._check_catalog, attack-s25)
+        f"{m}datacoord-meta/binlog/7/8/9/0": msg((1, 0), (2, msg((1, 3), (6, 40)))),
+        f"{m}datacoord-meta/binlog/7/8/9/1": msg((1, 1), (2, msg((1, 3), (6, 41)))),
     }
     for f in fields:
         fid = fields_of(f)[1][0]
@@ -85,7 +89,8 @@ def test_reads_schema_partitions_and_flushed_segments():
     assert [(f["name"], f["data_type_name"], f["type_params"]) for f in c["schema"]["fields"]] == [
         ("pk", "Int64", {}), ("vec", "FloatVector", {"dim": "4"})]
     (s,) = cat["segments"]
-    assert s["num_rows"] == 3 and s["binlogs"][0]["logs"][0]["path"] == "insert_log/7/8/9/100/42"
+    assert s["num_rows"] == 3 and [b["field_id"] for b in s["binlogs"]] == [0, 1, 100]
+    assert next(b for b in s["binlogs"] if b["field_id"] == 100)["logs"][0]["path"] == "insert_log/7/8/9/100/42"
 
 
 def test_a_field_type_it_cannot_represent_is_refused_naming_the_field():
@@ -138,7 +143,8 @@ class _Bucket:
     def list_described(self, prefix):
         from types import SimpleNamespace
         if prefix == "insert_log/7/":
-            yield SimpleNamespace(key="insert_log/7/8/9/100/42", size=10, etag="e1", mtime=0.0)
+            for k in ("insert_log/7/8/9/0/40", "insert_log/7/8/9/1/41", "insert_log/7/8/9/100/42"):
+                yield SimpleNamespace(key=k, size=10, etag="e1", mtime=0.0)
 
 
 def test_a_whole_database_plan_leaves_out_collections_being_created_or_dropped():

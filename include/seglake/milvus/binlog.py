@@ -97,27 +97,90 @@ def payloads(fh, size: int) -> tuple[Descriptor, list[tuple[int, int, int]]]:
     return desc, events
 
 
+# an insert log's payload column, by the field's schemapb.DataType: the Arrow type family
+# Milvus 2.3's payload writer gives it (internal/storage/payload_writer.go); vectors: a fixed
+# width of dim * 4 bytes (FloatVector) or dim / 8 (BinaryVector). Strings and bytes are one
+# family (whether a string column carries Parquet's UTF8 annotation is the writer's choice)
+_FAMILY = {1: "bool", 2: "int", 3: "int", 4: "int", 5: "int", 10: "float", 11: "float", 20: "bytes", 21: "bytes",
+           22: "bytes", 23: "bytes", 100: "vector", 101: "vector"}
+
+
+def _family(t) -> str:
+    import pyarrow.types as at
+
+    if at.is_boolean(t):
+        return "bool"
+    if at.is_integer(t):
+        return "int"
+    if at.is_floating(t):
+        return "float"
+    if at.is_fixed_size_binary(t):
+        return "vector"
+    if at.is_string(t) or at.is_large_string(t) or at.is_binary(t) or at.is_large_binary(t):
+        return "bytes"
+    return str(t)
+
+
+def field_types(schema_fields: list) -> dict[int, dict]:
+    """{field id: {"data_type", "dim"?}} of a captured schema's user fields and of the system
+    fields 0 (row ids) and 1 (timestamps), both Int64: what check() compares an insert log with."""
+    out = {0: {"data_type": 5}, 1: {"data_type": 5}}
+    for f in schema_fields:
+        t = {"data_type": f["data_type"]}
+        if f["data_type"] in (100, 101):
+            d = str((f.get("type_params") or {}).get("dim", ""))
+            if d.isdigit():
+                t["dim"] = int(d)
+        out[f["field_id"]] = t
+    return out
+
+
+def _vector_width(data_type: int, dim: int | None) -> int | None:
+    if not isinstance(dim, int) or dim < 1:
+        return None
+    return dim * 4 if data_type == 101 else (dim // 8 if data_type == 100 else None)
+
+
 def check(fh, size: int, *, kind: str, collection_id: int, partition_id: int, segment_id: int,
-          field_id: int | None, entries: int, buf: bytes | None = None) -> list[str]:
+          field_id: int | None, entries: int, buf: bytes | None = None, data_type: int | None = None,
+          dim: int | None = None) -> list[str]:
     """What is wrong with a captured log against what its key and its segment's records
-    give it: the descriptor's ids, the events' kind, the rows of the payloads. [] if nothing.
-    `buf`: the log's bytes when in memory (`fh` reads the same bytes): the Parquet payloads
-    are read from it in place, not through Python file calls."""
+    give it: the descriptor's ids, the events' kind, the rows of the payloads and, for an
+    insert log whose field's `data_type` (and vector `dim`) is given, the descriptor's
+    payload type and every payload column's type (a log of another field's or another
+    collection's values under this key, its ids and rows rewritten, is not this field's).
+    [] if nothing. `buf`: the log's bytes when in memory (`fh` reads the same bytes): the
+    Parquet payloads are read from it in place, not through Python file calls."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    columns = []
     try:
         desc, events = payloads(fh, size)
         rows = 0
         for code, start, end in events:
             src = (pa.BufferReader(pa.py_buffer(memoryview(buf)[start:end])) if buf is not None
                    else _Window(fh, start, end))
-            rows += pq.ParquetFile(src).metadata.num_rows
+            pf = pq.ParquetFile(src)
+            rows += pf.metadata.num_rows
+            if data_type is not None:
+                columns.append(pf.schema_arrow.field(0).type if pf.schema_arrow.names else None)
     except BinlogError as e:
         return [f"not a Milvus {kind} log: {e}"]
     except Exception as e:   # noqa: BLE001 - an unreadable payload is a finding
         return [f"a payload of this {kind} log is not readable Parquet: {e}"]
     out = []
+    if kind == "insert" and data_type is not None:
+        if desc.payload_type != data_type:
+            out.append(f"its descriptor's payload type is {desc.payload_type}; field {field_id} is of data type "
+                       f"{data_type}")
+        width = _vector_width(data_type, dim)
+        for t in columns:
+            fam = _family(t) if t is not None else "none"
+            if fam != _FAMILY.get(data_type, fam) or (width is not None and t.byte_width != width):
+                out.append(f"a payload column is {t}; field {field_id} of data type {data_type}"
+                           + (f" (dim {dim}: {width}-byte values)" if width is not None else "") + " is not")
+                break
     want = (collection_id, partition_id, segment_id) + (() if field_id is None else (field_id,))
     got = (desc.collection_id, desc.partition_id, desc.segment_id) + (() if field_id is None else (desc.field_id,))
     if kind == "delete":

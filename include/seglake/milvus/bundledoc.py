@@ -187,11 +187,13 @@ def units_of(doc: dict) -> list[dict]:
     for insert / delete logs, what its content must say (ids, entries)."""
     cid = doc["source"]["collection_id"]
     logs: dict[str, dict] = {}
+    types = binlog.field_types(doc["snapshot"]["collection"]["schema"]["fields"])
     for s in doc["segments"]:
         ids = {"collection_id": cid, "partition_id": s["partition_id"], "segment_id": s["segment_id"]}
         for fl in s["binlogs"]:
             for x in fl["logs"]:
-                logs[x["path"]] = {"kind": "insert", "field_id": fl["field_id"], "entries": x["entries"], **ids}
+                logs[x["path"]] = {"kind": "insert", "field_id": fl["field_id"], "entries": x["entries"], **ids,
+                                   **types.get(fl["field_id"], {})}
         for fl in s["deltalogs"]:
             for x in fl["logs"]:
                 logs[x["path"]] = {"kind": "delete", "field_id": None, "entries": x["entries"], **ids}

@@ -188,8 +188,30 @@ def plan(kv, bucket: ReadOnlyBucket, etcd_root: str, collections: list[str], *, 
     out = []
     for cat in cats:
         out.append({"catalog": cat, "files": _files(bucket, cat)})
-    return {"revision": revision, "version": version,
-            "etcd_root": etcd_root, "db": db, "collections": out, "skipped": skipped, **(source or {})}
+    planned = {"revision": revision, "version": version,
+               "etcd_root": etcd_root, "db": db, "collections": out, "skipped": skipped, **(source or {})}
+    for c in out:
+        _check_catalog(planned, c)
+    return planned
+
+
+def _check_catalog(planned: dict, c: dict) -> None:
+    """The bundle document the catalog would make, checked now (bundledoc.check: per
+    segment every field's logs, their entries against the segment's rows, partitions,
+    channels, keys) with a stand-in SHA-256 per file: a catalog whose records contradict
+    each other is refused before any file is read or written, not after every data file
+    was copied into the target."""
+    import hashlib
+
+    coll = c["catalog"]["collection"]
+    stand_in = {k: {"size": f["size"], "tag": f["tag"], "sha256": hashlib.sha256(k.encode()).hexdigest()}
+                for k, f in c["files"].items()}
+    try:
+        document(planned, c["catalog"], stand_in, "plan")
+    except bundles.BundleError as e:
+        raise CaptureError(f"Milvus collection {coll['db']}.{coll['name']} (etcd root {planned['etcd_root']!r}, "
+                           f"revision {planned['revision']}): its catalog cannot make a bundle: "
+                           f"{str(e).split(': ', 1)[-1]}; nothing captured") from None
 
 
 def _files(bucket: ReadOnlyBucket, cat: dict) -> dict[str, dict]:
@@ -199,11 +221,13 @@ def _files(bucket: ReadOnlyBucket, cat: dict) -> dict[str, dict]:
     cid = cat["collection"]["collection_id"]
     want: dict[str, dict | None] = {}
     builds = set()
+    types = binlog.field_types(cat["collection"]["schema"]["fields"])
     for s in cat["segments"]:
         ids = {"collection_id": cid, "partition_id": s["partition_id"], "segment_id": s["segment_id"]}
         for fl in s["binlogs"]:
             for x in fl["logs"]:
-                want[x["path"]] = {"kind": "insert", "field_id": fl["field_id"], "entries": x["entries"], **ids}
+                want[x["path"]] = {"kind": "insert", "field_id": fl["field_id"], "entries": x["entries"], **ids,
+                                   **types.get(fl["field_id"], {})}
         for fl in s["deltalogs"]:
             for x in fl["logs"]:
                 want[x["path"]] = {"kind": "delete", "field_id": None, "entries": x["entries"], **ids}

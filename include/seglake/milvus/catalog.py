@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 
 from seglake.errors import NotFound, ValidationError
-from seglake.milvus.etcdmeta import MilvusMeta
+from seglake.milvus.etcdmeta import MilvusMeta, named_records
 from seglake.milvus.proto import fields, one, signed
 
 DATA_TYPES = {1: "Bool", 2: "Int8", 3: "Int16", 4: "Int32", 5: "Int64", 10: "Float", 11: "Double",
@@ -49,6 +49,7 @@ def _ts_of(position: bytes | None) -> int:
     return one(fields(position), 4, 0) if position else 0
 
 
+@named_records
 def databases(meta: MilvusMeta) -> dict[int, str]:
     """{db id: name}; Milvus 2.3 may not store its default database (id 1): 'default'."""
     out = {1: "default"}
@@ -58,13 +59,14 @@ def databases(meta: MilvusMeta) -> dict[int, str]:
     return out
 
 
+@named_records
 def collection_infos(meta: MilvusMeta) -> list[dict]:
     """Every collection: {id, name, db_id, raw CollectionInfo fields}."""
     out = []
     for parts, value in meta._range("root-coord/database/collection-info/"):
         f = fields(value)
         out.append({"id": signed(one(f, 1, 0)), "name": one(fields(one(f, 2, b"")), 1, b"").decode(),
-                    "db_id": int(parts[0]), "raw": f})
+                    "db_id": int(parts[0]), "raw": f, "key": meta.at})
     return sorted(out, key=lambda c: c["id"])
 
 
@@ -92,6 +94,7 @@ def field_schema(f: dict) -> dict:
             "is_partition_key": bool(one(f, 13, 0))}
 
 
+@named_records
 def read(meta: MilvusMeta, db: str, name: str, dbs: dict[int, str] | None = None,
          infos: list[dict] | None = None) -> dict:
     """{collection, indexes, segments, checkpoints} of collection `db`.`name` (NotFound
@@ -108,6 +111,7 @@ def read(meta: MilvusMeta, db: str, name: str, dbs: dict[int, str] | None = None
         raise NotFound(f"Milvus has no collection {name!r} in database {db!r} (its collections there: "
                        f"{', '.join(known) or 'none'}){empty}")
     f = c["raw"]
+    meta.at = c.get("key", "")
     if not created(c):   # etcdpb.CollectionState: 0 Created, 1 Creating, 2 Dropping, 3 Dropped
         raise NotFound(f"Milvus collection {db}.{name} is being created or dropped (state {one(f, 13, 0)})")
     schema = fields(one(f, 2, b""))
@@ -212,6 +216,7 @@ def read(meta: MilvusMeta, db: str, name: str, dbs: dict[int, str] | None = None
         })
     checkpoints = {}
     for v in vch:
+        meta.at = meta.meta + f"datacoord-meta/channel-cp/{v}"
         kv = meta.kv.get(meta.meta + f"datacoord-meta/channel-cp/{v}") if meta.revision is None else next(
             iter(meta.kv.range(meta.meta + f"datacoord-meta/channel-cp/{v}", revision=meta.revision,
                                end=meta.meta + f"datacoord-meta/channel-cp/{v}\0")), None)

@@ -15,8 +15,10 @@ CollectionInfo 1 ID, 2 schema (CollectionSchema: 1 name, 4 fields), 7 vchannels,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
+from seglake.errors import SeglakeError
 from seglake.milvus.proto import fields, one, signed
 
 # Milvus 2.3's root coordinator keeps its keys in a SuffixSnapshot: a removed key (a dropped
@@ -88,6 +90,31 @@ def _binlogs(value: bytes) -> tuple[int, list[Binlog]]:
     return signed(one(f, 1, 0)), logs
 
 
+class CatalogError(SeglakeError):
+    """A record of Milvus's etcd that is not what Milvus 2.3 writes there (not protobuf, a
+    name that is not UTF-8, a key whose id is not a number): named, nothing captured."""
+
+
+def named_records(fn):
+    """A reader of Milvus's etcd (its first argument a MilvusMeta): a record its parsing
+    cannot read (the protobuf reader's, a decode's or an int()'s ValueError, a short
+    buffer's IndexError, a field of another wire type's TypeError / AttributeError) fails
+    as a CatalogError naming that record's key, not as a bare Python exception out of the
+    CLI or the DAG (seglake's own errors pass unchanged)."""
+    @functools.wraps(fn)
+    def read(meta, *args, **kwargs):
+        try:
+            return fn(meta, *args, **kwargs)
+        except SeglakeError:
+            raise
+        except (ValueError, IndexError, OverflowError, TypeError, AttributeError) as e:   # (a field of
+            # another wire type: bytes where a number is read, a number where a name is decoded)
+            raise CatalogError(f"Milvus's etcd record {meta.at or meta.meta!r} cannot be read "
+                               f"({type(e).__name__}: {e}): not a record Milvus 2.3 writes (damaged, or "
+                               f"another program's); nothing captured") from None
+    return read
+
+
 class MilvusMeta:
     """A read-only view of one Milvus's etcd root (`rootPath`, e.g. "by-dev")."""
 
@@ -95,14 +122,17 @@ class MilvusMeta:
         """`revision`: every read at that one etcd revision (a consistent view of the
         whole catalog); None: each range at the store's revision when it starts."""
         self.kv, self.meta, self.revision = kv, root.rstrip("/") + "/meta/", revision
+        self.at = ""    # the key of the record being read (named_records names it in an error)
 
     def _range(self, sub: str):
         """(key parts under `sub`, value) of every live key (a tombstone is a removed key)."""
         for item in self.kv.range(self.meta + sub, revision=self.revision):
             if bytes(item.value) == TOMBSTONE:
                 continue
+            self.at = item.key
             yield item.key[len(self.meta + sub):].split("/"), item.value
 
+    @named_records
     def collections(self) -> list[MilvusCollection]:
         out = []
         for parts, value in self._range("root-coord/database/collection-info/"):
@@ -117,6 +147,7 @@ class MilvusMeta:
     def collection(self, name: str) -> MilvusCollection | None:
         return next((c for c in self.collections() if c.name == name), None)
 
+    @named_records
     def partitions(self, collection_id: int) -> list[MilvusPartition]:
         out = []
         for _, value in self._range(f"root-coord/partitions/{collection_id}/"):
@@ -125,6 +156,7 @@ class MilvusMeta:
                                        collection_id=signed(one(f, 4, 0)), state=one(f, 5, 0)))
         return sorted(out, key=lambda p: p.id)
 
+    @named_records
     def segments(self, collection_id: int) -> list[MilvusSegment]:
         segs: dict[int, MilvusSegment] = {}
         for _, value in self._range(f"datacoord-meta/s/{collection_id}/"):

@@ -679,9 +679,11 @@ def _stage(stage_store, backup, unit: dict, converter=None) -> None:
 
 
 def _import_all(recs: Records, client, stage_store, backup, target, req, todo: list[dict], converter=None,
-                claimed=lambda: None) -> None:
+                claimed=lambda: None, visible=lambda u: 1) -> None:
     """Stage, submit and wait for every unit; each transition recorded before the next;
-    `claimed()` before each submit (raises once this run no longer holds the restore)."""
+    `claimed()` before each submit (raises once this run no longer holds the restore);
+    `visible(u)`: the rows of unit u the bundle's deletes leave (asked only of a unit with
+    deletes whose import completed with 0 rows)."""
     def staged(u):
         uid = u["unit_id"]
         rec, prev = recs.segments().get(uid, (None, None))
@@ -689,6 +691,12 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             _stage(stage_store, backup, u, converter)
             recs.seg_put(uid, _unit_record(u, "staged"), prev)
             faults.point("milvus_restore.after_stage")
+        elif rec["state"] == "staged":
+            # staged by an earlier run, not submitted: its files may have gone since (the staging
+            # prefix cleared after the failure, a lifecycle rule), and an import of absent
+            # directories ends Completed with 0 rows. Checked by content, the missing copied
+            # again (a unit submitting or failed is checked so right before it is submitted)
+            _stage(stage_store, backup, u, converter)
 
     for _ in runners.run_inline(staged, todo, workers=req.threads):
         pass
@@ -714,6 +722,8 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
                 if rec["attempts"] >= IMPORT_ATTEMPTS:
                     raise MilvusRestoreError(f"{_unit_name(u)}: Milvus failed its import {rec['attempts']} times "
                                              f"(last: {rec.get('reason', '?')}){_import_hint(client)}")
+                if rec["state"] in ("failed", "submitting"):   # its files checked again before it is resubmitted
+                    _stage(stage_store, backup, u, converter)
                 claimed()
                 rec = dict(rec, state="submitting", attempts=rec["attempts"] + 1, task_id=None)
                 recs.seg_put(uid, rec, prev)
@@ -734,12 +744,16 @@ def _import_all(recs: Records, client, stage_store, backup, target, req, todo: l
             rec, prev = recorded[uid]
             if st["state"] in TERMINAL_OK:
                 u = by_uid[uid]
-                if not u.get("converted") and u["rows"] and not u.get("deletes") and not st.get("row_count"):
-                    # nothing could hide its rows: Milvus read none of the staged files, which are
-                    # then not in the bucket it reads (a bulk insert of absent dirs ends Completed, 0 rows)
+                if not u.get("converted") and u["rows"] and not st.get("row_count") and (
+                        not u.get("deletes") or (st.get("row_count") == 0 and visible(u))):
+                    # nothing hides all of its rows (no deletes, or Milvus said 0 rows and the
+                    # bundle's deletes leave some visible): Milvus read none of the staged files,
+                    # which are then not in the bucket it reads (a bulk insert of absent dirs ends
+                    # Completed, 0 rows)
                     raise UnreadBucket(
-                        f"{_unit_name(u)}: Milvus's import completed with 0 of its {u['rows']} rows (it has no "
-                        f"deletes): it did not find the files staged in bucket {target.bucket!r} under "
+                        f"{_unit_name(u)}: Milvus's import completed with 0 of its {u['rows']} rows ("
+                        f"{'it has no deletes' if not u.get('deletes') else f'{visible(u)} of them visible'}): it "
+                        f"did not find the files staged in bucket {target.bucket!r} under "
                         f"{target.staging}/{u['base']}/ -- is {target.bucket!r} the bucket the Milvus at "
                         f"{target.address} reads (its minio.bucketName)?")
                 recs.seg_put(uid, dict(rec, state="imported", rows=st["row_count"]), prev)
@@ -956,7 +970,8 @@ def _run_claimed(kv, keys, backup, target, req, plan, client, t0, claimed) -> di
                 recs.seg_put(u["unit_id"], _unit_record(u, "pending"), None)
         try:
             _import_all(recs, client, stage_store, backup, target, req, todo,
-                        convert.Converter(backup, doc) if doc.get("converted") else None, claimed)
+                        convert.Converter(backup, doc) if doc.get("converted") else None, claimed,
+                        lambda u: _unit_visible(backup, doc, u))
         except UnreadBucket as e:
             claimed()
             recs.move("abandoning", reason=str(e))
@@ -1029,6 +1044,12 @@ def bundle_rows(backup, doc: dict, hidden: set | None = None) -> tuple[dict, int
             visible.setdefault(pk, []).append((e, i))
             n += 1
     return visible, n
+
+
+def _unit_visible(backup, doc: dict, u: dict) -> int:
+    """The rows of an import unit's segments that the bundle's deletes leave visible."""
+    sids = {int(e["segment_id"]) for e in u["segments"]}
+    return bundle_rows(backup, {**doc, "segments": [e for e in doc["segments"] if int(e["segment_id"]) in sids]})[1]
 
 
 def _blob(backup, doc, path):
