@@ -229,8 +229,8 @@ def finish_released(meta, pchannel: str, *, clock=time.time, collection_ids=None
     without waiting (`seglake collections drop` without --wait, the DAG with
     wait_for_flush false) ends by itself once wal_flush has flushed it, as the state
     diagram says, instead of keeping its name until someone drops it again. Each finish is
-    finish_drop's guarded txn (another finisher winning is fine). Returns the names
-    finished.
+    finish_drop's guarded txn (another finisher winning is fine). Returns the names this
+    call finished (of two flushes both seeing the last release, one names it).
 
     `collection_ids`: the candidates the flusher gathered (Flusher.finish_candidates: the
     ones its own catalog read at open found released but not finished, and the ones it
@@ -256,8 +256,8 @@ def finish_released(meta, pchannel: str, *, clock=time.time, collection_ids=None
             log.warning("%s: collection record unreadable (%s); not finishing a drop there", kv.key, e)
             continue
         try:
-            if finish_drop(meta, coll.name, coll.db, clock=clock, collection_id=coll.collection_id)["state"] \
-                    == COLL_DROPPED:
+            rep = finish_drop(meta, coll.name, coll.db, clock=clock, collection_id=coll.collection_id)
+            if rep["state"] == COLL_DROPPED and not rep["note"]:   # finished here, not by another finisher
                 out.append(coll.name)
         except Exception as e:  # noqa: BLE001 - the flush's work stands; the drop DAG or CLI finishes
             log.warning("collection %r: its vchannels are released but the drop's finish failed (%s); "

@@ -155,3 +155,75 @@ def test_cli_wait_while_the_flush_finishes_and_gc_purges_reports_dropped(meta, s
     t.join(150)
     assert "error" not in out, out
     assert out["rep"]["state"] == COLL_DROPPED
+
+
+def test_two_flushes_both_seeing_the_last_release_finish_it_once_and_one_says_so(meta, store, settings):
+    """Two pchannels of one collection flushed at once, each waiting after its release for
+    the other's (so both finishers see every vchannel released): one guarded finish wins,
+    the drop ends once, and exactly one flush reports it (both did: a wal_flush summary
+    counted the drop twice)."""
+    import threading
+
+    with WalClient(meta, store, settings) as c:
+        coll = make_collection(c, "c1", shards=2)
+        c.insert("c1", synthetic_rows(coll, 40, 1))
+    drop.drop_collection(meta, store, settings, "c1")
+    ps = pchannels(coll)
+    assert len(ps) == 2
+    released = {p: threading.Event() for p in ps}
+    out, errs = {}, []
+
+    def one(p, q):
+        def after(f, vchannel):
+            released[p].set()
+            assert released[q].wait(60)
+        try:
+            out[p] = flush_pchannel(meta, store, p, settings, hooks={"after_release": after})
+        except Exception as e:   # noqa: BLE001
+            errs.append(e)
+    ts = [threading.Thread(target=one, args=(ps[0], ps[1])), threading.Thread(target=one, args=(ps[1], ps[0]))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errs, errs
+    assert sorted(n for r in out.values() for n in r["drops_finished"]) == ["c1"]
+    assert meta.catalog.get(coll.collection_id).state == COLL_DROPPED
+
+
+def test_a_flusher_sigkilled_between_its_last_release_and_the_finish(meta, store, settings, tmp_path):
+    """A real process: flush_pchannel SIGKILLed right after it released the last vchannel.
+    The name stays reserved (Dropping); the next flush of the pchannel finishes the drop,
+    the name is free, a new collection under it gets new vchannels and its rows."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from seglake.errors import Conflict
+    from seglake.wal.checkpoints import live_vchannels
+
+    coll = _dropping_one_pchannel(meta, store, settings)
+    p = pchannels(coll)[0]
+    code = ("import sys; from seglake.config import Settings; from seglake.meta import Meta; "
+            "from seglake.storage import open_store; from seglake.lifecycle.flush import flush_pchannel; "
+            "s = Settings.load(); m = Meta.from_settings(s); "
+            f"flush_pchannel(m, open_store(s), {p!r}, s)")
+    env = {**os.environ, **settings.to_env(), "SEGLAKE_FAULTS": "flush.after_release:kill",
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, timeout=120, capture_output=True, text=True)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    cur = meta.catalog.get(coll.collection_id)
+    assert cur.state == DROPPING and not drop._held(cur)
+    with WalClient(meta, store, settings) as c, pytest.raises(Conflict):
+        make_collection(c, "c1", shards=1)                  # still reserved
+    assert flush_pchannel(meta, store, p, settings)["drops_finished"] == ["c1"]
+    with WalClient(meta, store, settings) as c:
+        new = make_collection(c, "c1", shards=1)
+        c.insert("c1", synthetic_rows(new, 15, 1000))
+    assert not set(new.vchannels) & set(coll.vchannels)
+    assert set(live_vchannels(meta, p)) >= set(v for v in new.vchannels if pchannel_of(v) == p)
+    flush_pchannel(meta, store, pchannels(new)[0], settings, flush_all=True)
+    from seglake.lifecycle.verify import segment_rows
+    from seglake.meta.segments import FLUSHED
+    assert segment_rows(meta, store, new.collection_id, [FLUSHED])[0] == list(range(1000, 1015))
