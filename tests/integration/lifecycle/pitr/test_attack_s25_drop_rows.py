@@ -101,3 +101,32 @@ def test_auto_finished_drop_rows_name_reuse_undrop_and_restore_just_before(meta,
     assert meta.catalog.get(new.collection_id).state == "Created"
     for p in {pchannel_of(v) for v in new.vchannels}:
         assert flush_pchannel(meta, store, p, settings)["drops_finished"] == []
+
+
+def test_a_restore_planned_while_dropping_survives_the_auto_finish_and_gc(meta, store, settings):
+    """A restore to an instant before the drop, planned while the source is Dropping; then
+    the flush finishes the drop, the name is taken again, and GC runs at drop_tolerance 0
+    before the restore copies and replays: the target equals the model at the instant."""
+    with WalClient(meta, store, settings) as c:
+        coll = c.create_collection("src", SCHEMA, shards=2)
+        pitr.set_window(meta, "src", "1h")
+        model = Model(meta, store, "src")
+        model.record(c.insert("src", rows(range(1, 40), 1.0)), 1.0)
+        flush_all(meta, store, settings, coll)
+        snapshot.create(meta, store, "src", "s1")
+        model.record(c.delete("src", [5, 6]), 2.0)
+        model.record(c.insert("src", rows(range(40, 70), 3.0)), 3.0)
+        before = meta.tso.reserve(1, linearizable=True)
+    assert drop.drop_collection(meta, store, settings, "src")["state"] == "Dropping"
+    job = pitr.restore_as_of(meta, store, "src", "t", before)
+    for p in pchannels(coll):
+        flush_pchannel(meta, store, p, settings)
+    assert meta.catalog.get(coll.collection_id).state == "Dropped"
+    with WalClient(meta, store, settings) as c:
+        c.create_collection("src", SCHEMA, shards=1)
+        c.insert("src", rows(range(1, 5), 8.0))
+    for _ in range(2):
+        gc.run(meta, store, gc.GCOptions(missing_tolerance=0, drop_tolerance=0, floor=0, force=True))
+    target = copy_and_replay(meta, store, settings, job, "t")
+    assert visible_of(meta, store, target) == model.visible(before)
+    assert sum(model.visible(before).values()) == 39 - 2 + 30
