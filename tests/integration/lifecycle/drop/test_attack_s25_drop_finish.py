@@ -227,3 +227,22 @@ def test_a_flusher_sigkilled_between_its_last_release_and_the_finish(meta, store
     from seglake.lifecycle.verify import segment_rows
     from seglake.meta.segments import FLUSHED
     assert segment_rows(meta, store, new.collection_id, [FLUSHED])[0] == list(range(1000, 1015))
+
+
+def test_the_dropped_collections_own_record_damaged_after_its_release_never_fails_the_flush(meta, store, settings):
+    """The candidate itself unreadable when the finisher reads it: skipped (logged), the flush
+    returns; once the record is readable again the next flush finishes the drop."""
+    coll = _dropping_one_pchannel(meta, store, settings)
+    key = meta.keys.collection(coll.collection_id)
+    saved = {}
+
+    def spoil(f, vchannel):
+        saved["good"] = meta.kv.get(key).value
+        meta.kv.put(key, b'{"v":1,"collection_id":' + str(coll.collection_id).encode() + b'}')
+
+    p = pchannels(coll)[0]
+    rep = flush_pchannel(meta, store, p, settings, hooks={"after_release": spoil})
+    assert rep["drops_finished"] == []
+    meta.kv.put(key, saved["good"])
+    assert flush_pchannel(meta, store, p, settings)["drops_finished"] == ["c1"]
+    assert meta.catalog.get(coll.collection_id).state == COLL_DROPPED
