@@ -86,8 +86,9 @@ def drop_collection():
             print("wait_for_flush is false: not waiting (finish is skipped while a vchannel is held)")
             return PokeReturnValue(is_done=True)
         meta = SeglakeHook().meta
-        coll = meta.catalog.get(started["collection_id"])
-        held = drop.held_vchannels(meta, coll) if coll.state == "Dropping" else []
+        # the collection begun; None once wal_flush finished its drop and GC purged it (done)
+        coll = drop.find(meta, params["collection"], params["db"], started["collection_id"])
+        held = drop.held_vchannels(meta, coll) if coll is not None and coll.state == "Dropping" else []
         why = ("every vchannel released" if not held else "waiting for wal_flush to release: "
                + ", ".join(f"{h['vchannel']} (checkpoint lag {h['lag_ms']} ms)" for h in held))
         print(why)
@@ -118,8 +119,12 @@ def drop_collection():
         from seglake_airflow.hooks.engine import SeglakeHook
 
         hook = SeglakeHook()
-        coll = hook.meta.catalog.get(started["collection_id"])
-        rep = drop.status(hook.meta, coll)
+        coll = drop.find(hook.meta, params["collection"], params["db"], started["collection_id"])
+        rep = (drop.status(hook.meta, coll) if coll is not None   # else: finished and purged by GC since
+               else drop.purged(hook.meta, params["collection"], params["db"], started["collection_id"]))
+        if rep is None:
+            from seglake.errors import NotFound
+            raise NotFound(f"collection {params['collection']!r} (id {started['collection_id']}) not found")
         print(drop.format_status(rep, hook.settings.drop_tolerance))
         print("GC reclaims the Dropped segments' files drop_tolerance after they were dropped; "
               "snapshot-referenced files are kept")

@@ -77,15 +77,25 @@ def advances(old: Checkpoint | None, new: Checkpoint) -> bool:
 def live_vchannels(meta, pchannel: str) -> dict:
     """vchannel -> Collection for every vchannel of `pchannel` a flusher must serve
     (collection not Dropped, vchannel not released by a drop)."""
-    out = {}
+    return scan_pchannel(meta, pchannel)[0]
+
+
+def scan_pchannel(meta, pchannel: str) -> tuple[dict, list[int]]:
+    """One read of the catalog for a flusher of `pchannel`: (live_vchannels, the ids of the
+    collections with a vchannel on it whose drop only lacks its finish: not Dropped, every
+    vchannel released -- a flusher killed between its last release and the finish)."""
+    out, finishable = {}, []
     for coll in meta.catalog.list(include_dropped=True):
         if coll.state == COLL_DROPPED:
             continue
         released = set(coll.properties.get(RELEASED, ()))
-        for v in coll.vchannels:
-            if pchannel_of(v) == pchannel and v not in released:
+        mine = [v for v in coll.vchannels if pchannel_of(v) == pchannel]
+        for v in mine:
+            if v not in released:
                 out[v] = coll
-    return out
+        if mine and coll.vchannels and released.issuperset(coll.vchannels):
+            finishable.append(coll.collection_id)
+    return out, finishable
 
 
 def truncated_before(meta, pchannel: str) -> int:

@@ -25,7 +25,8 @@ from seglake.meta.kv import Compare, Delete, Put, absent, retry_on_conflict
 from seglake.meta.segments import DROPPED, FLUSHED, GROWING, SEALED, Segment
 from seglake.wal import message as M
 from seglake.wal.buffer import FLUSH, DeleteBuffer, SealPolicy, SegmentBuffer
-from seglake.wal.checkpoints import RELEASED, Checkpoint, advances, live_vchannels, read_checkpoint, truncated_before
+from seglake.wal.checkpoints import (RELEASED, Checkpoint, advances, read_checkpoint, scan_pchannel,
+                                     truncated_before)
 from seglake.wal.log import Fenced, WalLog, validate_pchannel
 from seglake.wal.message import Message, MessageId
 from seglake.lifecycle.flush.state import (L0, FlushStats, VchannelReleased, VState, acquire_term,
@@ -53,13 +54,18 @@ class Flusher:
         self.states: dict[str, VState] = {}
         self.scanner = None
         self.stats = FlushStats(pchannel)
+        self.finish_candidates: set[int] = set()   # collection ids (see open, _release, _forget)
 
     # -- recovery ---------------------------------------------------------------------------
     def open(self) -> "Flusher":
         self.term, self.term_rev = acquire_term(self.meta, self.pchannel, self.name)
         self.stats.term = self.term
         starts, complete = [], True
-        for v, coll in sorted(live_vchannels(self.meta, self.pchannel).items()):
+        live, finishable = scan_pchannel(self.meta, self.pchannel)
+        # the collections whose drop may lack only its finish after this run (drop.finish_released):
+        # those found so now (a flusher killed after its last release) and those this run releases
+        self.finish_candidates.update(finishable)
+        for v, coll in sorted(live.items()):
             st = self._open_state(v, coll)
             if st.floor is None:
                 complete = False
@@ -136,6 +142,7 @@ class Flusher:
         st.closed = True
         self.states.pop(st.vchannel, None)
         self.stats.ignored += 1
+        self.finish_candidates.add(st.coll.collection_id)
 
     def _hook(self, name: str, **kw) -> None:
         from seglake import faults
@@ -301,6 +308,7 @@ class Flusher:
             ops.append(Put(ckey, encode(new.to_json())))
             self._commit(compares, ops, f"release {st.vchannel} (drop)")
         retry_on_conflict(attempt, f"release {st.vchannel}")
+        self.finish_candidates.add(st.coll.collection_id)
         self._hook("after_release", vchannel=st.vchannel)
 
     def on_insert(self, st: VState, m: Message) -> None:

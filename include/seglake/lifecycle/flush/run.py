@@ -22,7 +22,8 @@ def flush_pchannel(meta, store, pchannel: str, settings, *, max_seconds: float |
 
     f = Flusher(meta, store, pchannel, settings, clock=clock, hooks=hooks)
     stats = f.run(max_seconds=max_seconds, flush_all=flush_all).to_json()
-    return {**stats, "drops_finished": drop.finish_released(meta, pchannel, clock=clock)}
+    return {**stats, "drops_finished": drop.finish_released(meta, pchannel, clock=clock,
+                                                            collection_ids=f.finish_candidates)}
 
 
 def pchannels_with_log(meta) -> list[str]:
