@@ -152,9 +152,10 @@ def begin_drop(meta, store, settings, name: str, db: str = DEFAULT_DB, *, clock=
     Re-running on Dropping continues; on Dropped returns a report. `collection_id`: exactly
     that collection (a re-run of a drop that began on it), never a later one with the name."""
     coll = find(meta, name, db, collection_id)
-    if coll is None and purged(meta, name, db, collection_id) is not None:
-        return purged(meta, name, db, collection_id)
     if coll is None:
+        gone = purged(meta, name, db, collection_id)
+        if gone is not None:
+            return gone
         raise NotFound(f"collection {name!r} not found in db {db!r}"
                        + (f" (id {collection_id}, the one this drop began on)" if collection_id is not None else ""))
     if coll.state == COLL_DROPPED:
